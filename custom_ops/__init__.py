@@ -1,0 +1,1 @@
+"""WarpSoftmax, a TF custom op with CPU and CUDA kernels (see README.md)."""

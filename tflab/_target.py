@@ -1,0 +1,239 @@
+"""The CLI's shared grammar: ``FILE.py:FUNC`` targets and ``--arg`` values.
+
+Every CLI verb that takes a function (``inspect``, ``autograph``, ``compare``)
+uses these helpers, so the grammar is the same everywhere:
+
+* ``name=dtype[dims]`` is a `tf.TensorSpec`; ``None`` marks an unknown dim,
+  ``float32[]`` is a scalar. Example: ``x=float32[None,8]``.
+* ``name=<python literal>`` is a Python value, read with `ast.literal_eval`.
+  Example: ``n=3``, ``training=True``, ``s='abc'``.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import inspect
+import os
+import re
+import sys
+import traceback
+from typing import Any, Callable
+
+from tflab.errors import UsageError
+
+_SPEC_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*(?:\[(.*)\])?\s*$")
+
+
+def _dtype_or_none(name: str):
+    import tensorflow as tf
+
+    try:
+        dt = tf.dtypes.as_dtype(name)
+    except TypeError:
+        return None
+    return dt
+
+
+def parse_value(text: str, name: str | None = None) -> Any:
+    """Parses the value half of ``--arg NAME=VALUE``.
+
+    Args:
+        text: ``dtype[dims]`` (e.g. ``float32[None,8]``, ``int64[]``) or a
+            Python literal (``3``, ``0.5``, ``True``, ``'abc'``, ``[1, 2]``).
+        name: the parameter name, used as the TensorSpec's name.
+
+    Returns:
+        A `tf.TensorSpec` or the Python value.
+
+    Raises:
+        UsageError: the text is neither form.
+    """
+    import tensorflow as tf
+
+    m = _SPEC_RE.match(text)
+    if m and _dtype_or_none(m.group(1)) is not None and m.group(1) not in ("True", "False", "None"):
+        dtype = _dtype_or_none(m.group(1))
+        dims_text = m.group(2)
+        dims: list[int | None] = []
+        if dims_text is not None and dims_text.strip():
+            for d in dims_text.split(","):
+                d = d.strip()
+                if d in ("None", "?", "-1"):
+                    dims.append(None)
+                elif d.isdigit():
+                    dims.append(int(d))
+                else:
+                    raise UsageError(
+                        f"bad dimension {d!r} in --arg {name}={text}: use integers or None, "
+                        f"e.g. {name}={m.group(1)}[None,8]")
+        return tf.TensorSpec(dims, dtype, name=name)
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        raise UsageError(
+            f"--arg {name}={text}: not a TensorSpec (dtype[dims], e.g. float32[None,8]) "
+            f"nor a Python literal (e.g. 3, 0.5, True, 'text'); quote strings") from None
+
+
+def parse_args(items: list[str] | None) -> dict[str, Any]:
+    """Parses repeated ``--arg NAME=VALUE`` strings into an ordered dict.
+
+    Raises:
+        UsageError: an item has no ``=``, an empty or repeated name, or a bad value.
+    """
+    out: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise UsageError(f"--arg {item!r}: expected NAME=VALUE, e.g. x=float32[None,8] or n=3")
+        name, _, value = item.partition("=")
+        name = name.strip()
+        if not name.isidentifier():
+            raise UsageError(f"--arg {item!r}: {name!r} is not a parameter name")
+        if name in out:
+            raise UsageError(f"--arg {name} given twice")
+        out[name] = parse_value(value, name)
+    return out
+
+
+def user_frame(exc: BaseException) -> str:
+    """The innermost traceback frame outside TF, tflab and the stdlib, as ``file:line in fn``.
+
+    Used to point at the user's own line when their function raises while tracing.
+    Returns "" when no such frame exists.
+    """
+    skip = ("tensorflow", os.sep + "tflab" + os.sep, "keras", "importlib", "autograph",
+            os.sep + "lib" + os.sep + "python3")
+    best = ""
+    for fs in traceback.extract_tb(exc.__traceback__):
+        if not any(s in fs.filename for s in skip) or "__autograph_generated" in fs.filename:
+            best = f"{fs.filename}:{fs.lineno} in {fs.name}"
+    return best
+
+
+def load_module(path: str, *, what: str = "script"):
+    """Imports a user's ``.py`` file as a fresh module.
+
+    Raises:
+        UsageError: the file does not exist, is not ``.py``, or raised on import
+            (the message names the user's line).
+    """
+    if not os.path.exists(path):
+        raise UsageError(f"{what} {path!r} does not exist; give a path to a .py file")
+    if os.path.isdir(path) or not path.endswith(".py"):
+        raise UsageError(f"{what} {path!r} is not a .py file")
+    mod_name = "_tflab_user_" + re.sub(r"\W", "_", os.path.abspath(path))
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    directory = os.path.dirname(os.path.abspath(path))
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # the user's module failed: say where, not a traceback wall
+        sys.modules.pop(mod_name, None)
+        where = user_frame(e)
+        raise UsageError(f"importing {path} raised {type(e).__name__}: {e}"
+                         + (f" (at {where})" if where else "")) from e
+    return module
+
+
+def load_target(target: str) -> Callable:
+    """Loads ``FILE.py:NAME`` (``NAME`` may be dotted: ``model.call``).
+
+    Returns:
+        The object named; callers check that it is callable.
+
+    Raises:
+        UsageError: a missing ``:``, a missing file, or a missing name (the
+            message lists the callables the file defines).
+    """
+    path, sep, name = target.rpartition(":")
+    if not sep or not path or not name:
+        raise UsageError(f"{target!r}: expected FILE.py:FUNC, e.g. examples/model.py:step")
+    module = load_module(path, what="file")
+    obj: Any = module
+    for part in name.split("."):
+        if not hasattr(obj, part):
+            names = sorted(n for n, v in vars(module).items()
+                           if callable(v) and not n.startswith("_")
+                           and getattr(v, "__module__", module.__name__) == module.__name__)
+            raise UsageError(f"{path} has no {name!r}; callables defined there: "
+                             + (", ".join(names) or "none"))
+        obj = getattr(obj, part)
+    return obj
+
+
+def python_signature(fn: Callable) -> inspect.Signature | None:
+    """`inspect.signature` of the Python function under a `tf.function`, or None."""
+    target = getattr(fn, "python_function", fn)
+    try:
+        return inspect.signature(target)
+    except (TypeError, ValueError):
+        return None
+
+
+def bind_args(fn: Callable, named: dict[str, Any]) -> tuple[tuple, dict]:
+    """Splits ``--arg`` values into positional and keyword arguments for ``fn``.
+
+    Positional-only parameters go by position; the rest by keyword.
+
+    Raises:
+        UsageError: a name that ``fn`` does not take, or a required parameter missing.
+    """
+    sig = python_signature(fn)
+    if sig is None:
+        return (), dict(named)
+    params = sig.parameters
+    has_var_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    for n in named:
+        if n not in params and not has_var_kw:
+            raise UsageError(f"--arg {n}: the function takes no parameter {n!r}; "
+                             f"its parameters are ({', '.join(params)})")
+    args, kwargs = [], {}
+    for p in params.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.name in named:
+            if p.kind is p.POSITIONAL_ONLY:
+                args.append(named[p.name])
+            else:
+                kwargs[p.name] = named[p.name]
+        elif p.default is p.empty:
+            raise UsageError(f"missing --arg {p.name}=…: the function requires it "
+                             f"(a TensorSpec like {p.name}=float32[None,8] or a literal like {p.name}=3)")
+    for n, v in named.items():
+        if n not in params:
+            kwargs[n] = v
+    return tuple(args), kwargs
+
+
+def materialize(value: Any, seed: int = 0) -> Any:
+    """Turns a fully defined `tf.TensorSpec` into a seeded random tensor.
+
+    Floats are standard normal, integers uniform in [0, 10), bools fair coins.
+    Non-spec values pass through unchanged.
+
+    Raises:
+        UsageError: the spec has an unknown (None) dimension.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    if not isinstance(value, tf.TensorSpec):
+        return value
+    if not value.shape.is_fully_defined():
+        raise UsageError(f"--arg {value.name}: shape {value.shape} has unknown dims; "
+                         f"give every dim to run it, e.g. {value.dtype.name}[4,8]")
+    rng = np.random.default_rng(seed)
+    shape = value.shape.as_list()
+    dt = value.dtype
+    if dt.is_floating or dt.is_complex:
+        arr = rng.standard_normal(shape).astype(np.float32)
+        return tf.cast(tf.constant(arr), dt)
+    if dt.is_integer:
+        return tf.constant(rng.integers(0, 10, size=shape), dtype=dt)
+    if dt == tf.bool:
+        return tf.constant(rng.integers(0, 2, size=shape).astype(bool))
+    raise UsageError(f"--arg {value.name}: cannot make random values of dtype {dt.name}")

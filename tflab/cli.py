@@ -1,0 +1,73 @@
+"""The ``tflab`` command line: one verb per lab concern, after ``saved_model_cli``.
+
+Each verb lives in ``tflab/commands/<verb>.py`` and defines ``HELP``,
+``add_arguments(parser)`` and ``run(args) -> int``. Expected mistakes raise
+`tflab.errors.TflabError`; this module prints them as one line and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+# verb -> module under tflab.commands (imported lazily: TF import is slow).
+VERBS = {
+    "tour": "tour",
+    "inspect": "inspect_cmd",
+    "retrace": "retrace_cmd",
+    "autograph": "autograph_cmd",
+    "compare": "compare_cmd",
+    "export": "export_cmd",
+    "build-op": "build_op_cmd",
+}
+
+
+def _quiet_tf() -> None:
+    # TF's C++ start-up lines (cuInit, cpu features) are noise for a CLI user.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
+    parser = argparse.ArgumentParser(
+        prog="tflab",
+        description="TensorFlow tracing and export lab: FuncGraphs, retracing, AutoGraph, "
+                    "XLA, SavedModel and LiteRT round trips.")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    modules = {}
+    for verb, modname in VERBS.items():
+        try:
+            mod = importlib.import_module(f"tflab.commands.{modname}")
+        except ModuleNotFoundError as e:
+            if e.name == f"tflab.commands.{modname}":
+                continue  # verb not built yet
+            raise
+        p = sub.add_parser(verb, help=mod.HELP, description=mod.HELP)
+        mod.add_arguments(p)
+        modules[verb] = mod
+    return parser, modules
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``tflab`` console script. Returns the exit code."""
+    _quiet_tf()
+    from tflab.errors import TflabError
+
+    parser, modules = build_parser()
+    args = parser.parse_args(argv)
+    if not args.verb:
+        parser.print_help()
+        return 2
+    try:
+        return int(modules[args.verb].run(args) or 0)
+    except TflabError as e:
+        print(f"tflab {args.verb}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"tflab {args.verb}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""CLI verbs of ``tflab``: one module per verb (see `tflab.cli`)."""

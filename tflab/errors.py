@@ -1,0 +1,20 @@
+"""Errors tflab raises for expected mistakes.
+
+Every expected mistake (a bad path, a bad ``--arg``, a function that fails
+while tracing) is a `TflabError`: one line saying what was wrong and what to
+do. The CLI prints it as ``tflab VERB: error: …`` and exits with code 2.
+"""
+
+from __future__ import annotations
+
+
+class TflabError(Exception):
+    """An expected user mistake: the message says what was wrong and what to do.
+
+    Args:
+        message: one line, what was wrong and what to do instead.
+    """
+
+
+class UsageError(TflabError, ValueError):
+    """Bad input to a tflab function or CLI verb (wrong type, bad spec, bad path)."""

@@ -1,0 +1,158 @@
+"""`tflab tour`: every lab step on one real model, end to end.
+
+The default model is Keras ``MobileNetV3Small(weights=None,
+input_shape=(96, 96, 3), classes=10)``: random weights, nothing downloaded.
+Each step's section lives in ``tflab/_tour/<step>.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tflab._progress import Progress
+
+# (module under tflab._tour, title). Missing modules are skipped.
+SECTIONS = [
+    ("s01_trace", "Step 1 · trace_and_inspect: the inference FuncGraph"),
+    ("s02_retrace", "Step 2 · RetraceProbe: why the training step retraced"),
+    ("s03_demo", "Step 3 · demonstrate_retracing: measured triggers"),
+    ("s04_stabilize", "Step 4 · stabilize: one trace for every batch size"),
+    ("s05_autograph", "Step 5 · autograph_diff: Python control flow → graph"),
+    ("s06_modes", "Step 6 · compare_modes: eager vs graph vs XLA"),
+    ("s07_export", "Steps 7–8 · SavedModel and TFLite round trips"),
+    ("s09_custom_op", "Custom op · WarpSoftmax"),
+]
+
+IMAGE_SHAPE = (96, 96, 3)
+NUM_CLASSES = 10
+
+
+def build_default_model(seed: int = 0):
+    """Keras 3 ``MobileNetV3Small`` with random weights, 96×96×3 → 10 classes.
+
+    Args:
+        seed: seeds Keras' weight initializers, so two tours build the same weights.
+
+    Returns:
+        An uncompiled `keras.Model` taking float32 ``(batch, 96, 96, 3)`` in [0, 255]
+        and returning ``(batch, 10)`` softmax probabilities.
+    """
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    return keras.applications.MobileNetV3Small(
+        weights=None, input_shape=IMAGE_SHAPE, classes=NUM_CLASSES)
+
+
+@dataclasses.dataclass
+class TourContext:
+    """What each tour section gets.
+
+    Attributes:
+        model: the Keras model under study (default: `build_default_model()`).
+        model_source: "default" or the user's ``--model`` path.
+        out_dir: where sections write files (``saved_models/tour``).
+        report: JSON report; each section stores its numbers under its own key.
+        progress: progress line on stderr.
+        quiet: True under ``--json``: sections print nothing to stdout.
+    """
+
+    model: Any
+    model_source: str
+    out_dir: Path
+    report: dict
+    progress: Progress
+    quiet: bool = False
+    shared: dict = dataclasses.field(default_factory=dict)
+
+    def section(self, title: str) -> None:
+        if not self.quiet:
+            print(f"\n== {title}")
+
+    def line(self, text: str = "") -> None:
+        if not self.quiet:
+            print(f"   {text}" if text else "")
+
+
+def load_user_model(path: str):
+    """Loads a ``.keras`` file or a SavedModel folder for ``tflab tour --model``.
+
+    Raises:
+        UsageError: the path does not exist or is not a model.
+    """
+    from tflab.errors import UsageError
+
+    if not os.path.exists(path):
+        raise UsageError(f"--model {path!r} does not exist; give a .keras file or a SavedModel folder")
+    import keras
+
+    if os.path.isdir(path):
+        if not os.path.exists(os.path.join(path, "saved_model.pb")):
+            raise UsageError(f"--model {path!r} is a folder without saved_model.pb, so not a SavedModel")
+        try:
+            return keras.layers.TFSMLayer(path, call_endpoint="serving_default")
+        except Exception as e:
+            raise UsageError(f"--model {path!r}: could not load the SavedModel ({type(e).__name__}: "
+                             f"{str(e).splitlines()[0] if str(e) else ''})") from e
+    if not path.endswith(".keras"):
+        raise UsageError(f"--model {path!r} is not a .keras file or a SavedModel folder")
+    try:
+        return keras.models.load_model(path)
+    except Exception as e:
+        raise UsageError(f"--model {path!r}: not a loadable .keras file ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''})") from e
+
+
+def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
+             quiet: bool = False, only: list[str] | None = None) -> dict:
+    """Runs every available tour section and writes ``report.json`` under ``out_dir``.
+
+    Args:
+        model_path: a ``.keras`` file or SavedModel folder; None for the default model.
+        out_dir: output folder (created; files inside are replaced).
+        quiet: print nothing to stdout (the progress line still goes to stderr).
+        only: section module names to run (default: all).
+
+    Returns:
+        The JSON report as a dict (also written to ``out_dir/report.json``).
+
+    Raises:
+        UsageError: ``model_path`` is missing or not a model.
+    """
+    from tflab._jsonutil import to_jsonable
+
+    sections = [(m, t) for m, t in SECTIONS if only is None or m in only]
+    available = []
+    for modname, title in sections:
+        try:
+            available.append((importlib.import_module(f"tflab._tour.{modname}"), title))
+        except ModuleNotFoundError as e:
+            if e.name != f"tflab._tour.{modname}":
+                raise
+    progress = Progress("tour", total=len(available) + 1)
+    progress("building model" if model_path is None else f"loading {model_path}")
+    model = build_default_model() if model_path is None else load_user_model(model_path)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    report: dict = {"model": model_path or "MobileNetV3Small(weights=None, input_shape=(96, 96, 3), classes=10)"}
+    ctx = TourContext(model=model, model_source=model_path or "default", out_dir=out,
+                      report=report, progress=progress, quiet=quiet)
+    t0 = time.perf_counter()
+    for mod, title in available:
+        progress(title)
+        ctx.section(title)
+        mod.run(ctx)
+    report["seconds"] = round(time.perf_counter() - t0, 2)
+    tmp = out / "report.json.tmp"
+    tmp.write_text(json.dumps(to_jsonable(report), indent=2))
+    os.replace(tmp, out / "report.json")
+    if not quiet:
+        print(f"\nreport: {out / 'report.json'}  ({report['seconds']:.1f} s)")
+    return report
