@@ -106,9 +106,28 @@ def user_frame(exc: BaseException) -> str:
             os.sep + "lib" + os.sep + "python3")
     best = ""
     for fs in traceback.extract_tb(exc.__traceback__):
-        if not any(s in fs.filename for s in skip) or "__autograph_generated" in fs.filename:
+        if not any(s in fs.filename for s in skip) and "__autograph_generated" not in fs.filename:
             best = f"{fs.filename}:{fs.lineno} in {fs.name}"
+    if not best:
+        # AutoGraph re-raises with the user's frames only in the message text:
+        # 'in user code:\n\n    File "/path/f.py", line 23, in broken\n ...'
+        for m in re.finditer(r'File "([^"]+)", line (\d+), in (\w+)', str(exc)):
+            if not any(s in m.group(1) for s in skip):
+                best = f"{m.group(1)}:{m.group(2)} in {m.group(3)}"
     return best
+
+
+def error_summary(exc: BaseException) -> str:
+    """One line for an exception: ``Type: message`` without AutoGraph's 'in user code:' preamble."""
+    text = str(exc).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if lines and lines[0].startswith("in user code"):
+        # The real error is the last 'SomethingError: …' line of the message.
+        for ln in reversed(lines):
+            if re.match(r"^[A-Z]\w*(Error|Exception|Warning)\b", ln):
+                return ln
+        return lines[-1]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 def load_module(path: str, *, what: str = "script"):

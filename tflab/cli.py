@@ -25,8 +25,28 @@ VERBS = {
 
 
 def _quiet_tf() -> None:
-    # TF's C++ start-up lines (cuInit, cpu features) are noise for a CLI user.
+    """Imports TF with its C++ start-up lines silenced.
+
+    The wheel prints "Could not find cuda drivers" and "failed call to cuInit"
+    through absl before logging is initialised, ignoring TF_CPP_MIN_LOG_LEVEL,
+    so stderr's file descriptor is pointed at /dev/null while TF loads and
+    enumerates devices. Python-level errors are still raised normally.
+    """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if "tensorflow" in sys.modules:
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        import tensorflow as tf
+
+        tf.config.list_physical_devices()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:

@@ -1,0 +1,471 @@
+"""Lab step 1: trace a function once and read its FuncGraph.
+
+`tf.function` turns a Python function into a polymorphic callable; each call
+with a new FunctionType traces the Python body into a `FuncGraph` and wraps it
+in a `ConcreteFunction` (``tensorflow/python/eager/polymorphic_function/``:
+``polymorphic_function.py`` and ``concrete_function.py``). This module asks for
+that ConcreteFunction with `get_concrete_function` and reports what the graph
+holds: every op, the captures (tf.Variables enter as resource handles; eager
+tensors enter by value, small ones folded into a ``Const`` op), the structured
+input signature, the output spec, and the control-flow ops AutoGraph emitted
+(``If``/``While`` and their ``Stateless`` forms, from ``cond_v2.py`` and
+``while_v2.py``).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Any, Callable
+
+from tflab.errors import UsageError
+
+CONTROL_FLOW_OP_TYPES = frozenset(
+    {"If", "StatelessIf", "While", "StatelessWhile", "Case", "StatelessCase"})
+
+# Attributes of control-flow ops that name their branch/body functions.
+_BRANCH_ATTRS = ("then_branch", "else_branch", "cond", "body", "branches")
+
+
+class TraceError(UsageError):
+    """The user's function raised while being traced; the message names the user's line."""
+
+
+@dataclasses.dataclass(frozen=True)
+class OpInfo:
+    """One op of a FuncGraph.
+
+    Attributes:
+        name: the op's unique name in the graph, e.g. ``"MatMul"``.
+        type: the op type (``op.type``), e.g. ``"MatMul"``, ``"StatelessIf"``.
+        inputs: names of input tensors (``"x:0"``).
+        outputs: ``(tensor name, dtype name, shape as a list with None dims)`` triples.
+        functions: for control-flow ops, the names of the branch/body FuncGraphs.
+    """
+
+    name: str
+    type: str
+    inputs: tuple[str, ...]
+    outputs: tuple[tuple[str, str, Any], ...]
+    functions: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        outs = ", ".join(f"{d}{_fmt_shape(s)}" for _, d, s in self.outputs)
+        return f"<{self.type} {self.name!r} ({', '.join(self.inputs)}) -> {outs or '()'}>"
+
+
+@dataclasses.dataclass(frozen=True)
+class CaptureInfo:
+    """One captured value of a FuncGraph.
+
+    Attributes:
+        kind: ``"variable"`` (a `tf.Variable`, captured as its resource handle)
+            or ``"tensor"`` (an eager tensor captured by value).
+        name: the variable's name, or the internal tensor name for a tensor.
+        dtype: dtype name of the value (the variable's dtype, not ``resource``).
+        shape: shape as a list (None for unknown dims).
+        bytes: size of the value in bytes (elements × itemsize).
+        internal: the graph tensor standing for the capture; for a tensor,
+            ``Const`` means its bytes are baked into the GraphDef, ``Placeholder``
+            means the ConcreteFunction feeds it at call time.
+        internal_op_type: ``"Const"`` or ``"Placeholder"``.
+    """
+
+    kind: str
+    name: str
+    dtype: str
+    shape: Any
+    bytes: int
+    internal: str
+    internal_op_type: str
+
+    @property
+    def baked_bytes(self) -> int:
+        """Bytes stored in the GraphDef itself: the tensor's size if it became a Const, else 0."""
+        return self.bytes if self.kind == "tensor" and self.internal_op_type == "Const" else 0
+
+
+def _fmt_shape(shape: Any) -> str:
+    if shape is None:
+        return "[?]"
+    return "[" + ",".join("None" if d is None else str(d) for d in shape) + "]"
+
+
+def _shape_list(shape) -> Any:
+    import tensorflow as tf
+
+    shape = tf.TensorShape(shape)
+    return None if shape.rank is None else shape.as_list()
+
+
+def _spec_str(spec: Any) -> str:
+    import tensorflow as tf
+
+    if isinstance(spec, tf.TensorSpec):
+        return f"{spec.dtype.name}{_fmt_shape(_shape_list(spec.shape))}"
+    if isinstance(spec, tf.TypeSpec):
+        return repr(spec)
+    return repr(spec)
+
+
+def _output_spec(structured_outputs: Any) -> Any:
+    import tensorflow as tf
+
+    def to_spec(t):
+        if isinstance(t, (tf.Tensor, tf.Variable)):
+            return tf.TensorSpec(t.shape, t.dtype)
+        if hasattr(t, "_type_spec"):
+            return t._type_spec  # composite tensors (RaggedTensor, SparseTensor)
+        return t
+
+    return tf.nest.map_structure(to_spec, structured_outputs, expand_composites=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceReport:
+    """What one trace produced: the ConcreteFunction, its FuncGraph and their contents.
+
+    Attributes:
+        function_name: the Python function's ``__name__``.
+        concrete_function: the `ConcreteFunction` traced.
+        func_graph: its `FuncGraph` (``concrete_function.graph``).
+        function_type: the `FunctionType` TF keyed the trace by, as text.
+        input_signature: ``concrete_function.structured_input_signature``: ``(args, kwargs)``
+            with `tf.TensorSpec` for tensors and the Python values as traced.
+        output_spec: the structured outputs with `tf.TensorSpec` in place of tensors.
+        ops: every op in graph order.
+        op_counts: op type → count, most common first.
+        captures: `CaptureInfo` for every capture (variables and tensors).
+        control_flow: the If/While/Case ops (stateful and stateless forms).
+    """
+
+    function_name: str
+    concrete_function: Any = dataclasses.field(repr=False)
+    func_graph: Any = dataclasses.field(repr=False)
+    function_type: str
+    input_signature: Any
+    output_spec: Any
+    ops: tuple[OpInfo, ...]
+    op_counts: dict
+    captures: tuple[CaptureInfo, ...]
+    control_flow: tuple[OpInfo, ...]
+
+    @property
+    def variables(self) -> tuple[CaptureInfo, ...]:
+        """Captured `tf.Variable`s."""
+        return tuple(c for c in self.captures if c.kind == "variable")
+
+    @property
+    def captured_tensors(self) -> tuple[CaptureInfo, ...]:
+        """Eager tensors captured by value."""
+        return tuple(c for c in self.captures if c.kind == "tensor")
+
+    @property
+    def baked_bytes(self) -> int:
+        """Total bytes of captured eager tensors baked into the GraphDef as Const ops."""
+        return sum(c.baked_bytes for c in self.captures)
+
+    def __repr__(self) -> str:
+        top = ", ".join(f"{t}×{n}" for t, n in list(self.op_counts.items())[:4])
+        var_bytes = sum(c.bytes for c in self.variables)
+        cf = ", ".join(o.type for o in self.control_flow) or "none"
+        return (f"TraceReport({self.function_name}{self._signature_str()} -> "
+                f"{self._outputs_str()}; {len(self.ops)} ops [{top}]; "
+                f"captures: {len(self.variables)} variables ({var_bytes:,} bytes), "
+                f"{len(self.captured_tensors)} tensors ({self.baked_bytes:,} bytes baked); "
+                f"control flow: {cf})")
+
+    def _signature_str(self) -> str:
+        args, kwargs = self.input_signature
+        try:  # parameter names come from the FunctionType; cosmetic, never fail the repr
+            names = list(self.concrete_function.function_type.parameters)
+        except Exception:
+            names = []
+        parts = []
+        for i, a in enumerate(args):
+            label = names[i] if i < len(names) else f"arg{i}"
+            parts.append(f"{label}: {_nested_str(a)}" if not _is_python(a) else f"{label}={a!r}")
+        for k, v in kwargs.items():
+            parts.append(f"{k}: {_nested_str(v)}" if not _is_python(v) else f"{k}={v!r}")
+        return "(" + ", ".join(parts) + ")"
+
+    def _outputs_str(self) -> str:
+        return _nested_str(self.output_spec)
+
+    def to_text(self, max_ops: int | None = 60) -> str:
+        """A readable multi-line report.
+
+        Args:
+            max_ops: list at most this many ops (None for all).
+        """
+        lines = [f"FuncGraph of {self.function_name}: {len(self.ops)} ops",
+                 f"  FunctionType: {self.function_type}",
+                 f"  inputs:  {self._signature_str()}",
+                 f"  outputs: {self._outputs_str()}",
+                 "  op types: " + ", ".join(f"{t}×{n}" for t, n in self.op_counts.items())]
+        var_bytes = sum(c.bytes for c in self.variables)
+        lines.append(f"  captures: {len(self.variables)} variables ({var_bytes:,} bytes, fed as "
+                     f"resource handles), {len(self.captured_tensors)} eager tensors "
+                     f"({self.baked_bytes:,} bytes baked into the graph as Const)")
+        for c in self.variables[:8]:
+            lines.append(f"    variable {c.name}: {c.dtype}{_fmt_shape(c.shape)}")
+        if len(self.variables) > 8:
+            lines.append(f"    … {len(self.variables) - 8} more variables")
+        for c in self.captured_tensors:
+            how = "baked as Const" if c.internal_op_type == "Const" else "fed at call time"
+            lines.append(f"    tensor {c.internal}: {c.dtype}{_fmt_shape(c.shape)}, {c.bytes:,} bytes, {how}")
+        if self.control_flow:
+            lines.append("  control flow:")
+            for op in self.control_flow:
+                lines.append(f"    {op.type} {op.name!r} -> functions {', '.join(op.functions)}")
+        else:
+            lines.append("  control flow: none")
+        lines.append("  ops:")
+        shown = self.ops if max_ops is None else self.ops[:max_ops]
+        for op in shown:
+            outs = ", ".join(f"{d}{_fmt_shape(s)}" for _, d, s in op.outputs)
+            lines.append(f"    {op.name} = {op.type}({', '.join(op.inputs)}) -> {outs or '()'}")
+        if len(shown) < len(self.ops):
+            lines.append(f"    … {len(self.ops) - len(shown)} more ops (to_text(max_ops=None) lists all)")
+        return "\n".join(lines)
+
+    def to_dot(self, max_ops: int | None = 400) -> str:
+        """The FuncGraph as Graphviz DOT source (render with ``dot -Tsvg``).
+
+        Ops are nodes labelled ``name\\ntype``; edges are tensors labelled with
+        dtype and shape. Placeholders (inputs and captures) are drawn as
+        ellipses, control-flow ops as diamonds, Const ops grey.
+
+        Args:
+            max_ops: draw at most this many ops (None for all); big models make
+                unreadable pictures.
+        """
+        import graphviz
+
+        dot = graphviz.Digraph(name=self.function_name, graph_attr={"rankdir": "TB"},
+                               node_attr={"shape": "box", "fontname": "Helvetica", "fontsize": "10"},
+                               edge_attr={"fontname": "Helvetica", "fontsize": "8"})
+        shown = self.ops if max_ops is None else self.ops[:max_ops]
+        names = {op.name for op in shown}
+        producers: dict[str, tuple[str, str]] = {}
+        for op in shown:
+            for tname, dt, shape in op.outputs:
+                producers[tname] = (op.name, f"{dt}{_fmt_shape(shape)}")
+            attrs = {}
+            if op.type == "Placeholder":
+                attrs = {"shape": "ellipse", "style": "filled", "fillcolor": "lightblue"}
+            elif op.type in CONTROL_FLOW_OP_TYPES:
+                attrs = {"shape": "diamond", "style": "filled", "fillcolor": "gold"}
+            elif op.type == "Const":
+                attrs = {"style": "filled", "fillcolor": "lightgrey"}
+            dot.node(op.name, f"{op.name}\n{op.type}", **attrs)
+        for op in shown:
+            for inp in op.inputs:
+                src = inp.lstrip("^").rsplit(":", 1)[0]
+                if src in names:
+                    label = producers.get(inp, (src, ""))[1]
+                    dot.edge(src, op.name, label=label, style="dashed" if inp.startswith("^") else "solid")
+        if len(shown) < len(self.ops):
+            dot.node("__truncated__", f"… {len(self.ops) - len(shown)} more ops", shape="plaintext")
+        return dot.source
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict (no TF objects)."""
+        from tflab._jsonutil import to_jsonable
+
+        args, kwargs = self.input_signature
+        return {
+            "function": self.function_name,
+            "function_type": self.function_type,
+            "input_signature": {"args": to_jsonable(list(args)), "kwargs": to_jsonable(kwargs)},
+            "output_spec": to_jsonable(self.output_spec),
+            "op_count": len(self.ops),
+            "op_counts": dict(self.op_counts),
+            "captures": [dataclasses.asdict(c) for c in self.captures],
+            "baked_bytes": self.baked_bytes,
+            "control_flow": [dataclasses.asdict(o) for o in self.control_flow],
+            "ops": [dataclasses.asdict(o) for o in self.ops],
+        }
+
+
+def _is_python(x: Any) -> bool:
+    """True for a traced Python value (no TypeSpec anywhere inside it)."""
+    import tensorflow as tf
+
+    return not any(isinstance(v, tf.TypeSpec) for v in tf.nest.flatten(x, expand_composites=False))
+
+
+def _nested_str(x: Any) -> str:
+    import tensorflow as tf
+
+    if isinstance(x, dict):
+        return "{" + ", ".join(f"{k!r}: {_nested_str(v)}" for k, v in x.items()) + "}"
+    if isinstance(x, (list, tuple)):
+        inner = ", ".join(_nested_str(v) for v in x)
+        return f"({inner})" if isinstance(x, tuple) else f"[{inner}]"
+    if isinstance(x, tf.TypeSpec):
+        return _spec_str(x)
+    return repr(x)
+
+
+def as_tf_function(fn: Any) -> Any:
+    """Returns ``fn`` if it is a `tf.function`, else ``tf.function(fn)``.
+
+    Raises:
+        UsageError: ``fn`` is not callable.
+    """
+    import tensorflow as tf
+
+    if hasattr(fn, "get_concrete_function") and hasattr(fn, "python_function"):
+        return fn
+    if not callable(fn):
+        raise UsageError(f"expected a function or tf.function, got {type(fn).__name__} "
+                         f"({fn!r:.60}); pass the callable itself, e.g. trace_and_inspect(f, x)")
+    return tf.function(fn)
+
+
+def function_name(fn: Any) -> str:
+    """A readable name for a tf.function, function, bound method or Keras model."""
+    target = getattr(fn, "python_function", fn)
+    return (getattr(target, "__qualname__", None) or getattr(target, "__name__", None)
+            or getattr(target, "name", None) or type(target).__name__)
+
+
+def get_concrete_function(fn: Any, *args, **kwargs):
+    """`tf_fn.get_concrete_function(*args, **kwargs)`, with expected failures as one line.
+
+    Raises:
+        UsageError: the arguments do not match the function's ``input_signature``
+            (TF's ``TypeError: Binding inputs …``) or its parameters.
+        TraceError: the Python body raised while tracing; the message names the
+            user's frame. The original exception is ``__cause__``.
+    """
+    from tflab._target import error_summary, user_frame
+
+    tf_fn = as_tf_function(fn)
+    try:
+        return tf_fn.get_concrete_function(*args, **kwargs)
+    except TypeError as e:
+        msg = str(e).strip().splitlines()
+        first = msg[0] if msg else type(e).__name__
+        if "Binding inputs" in first or "input_signature" in str(e) or "missing a required" in str(e) \
+                or "got an unexpected keyword" in str(e) or "takes" in first and "positional" in first:
+            detail = " ".join(line.strip() for line in msg[:3])
+            raise UsageError(f"the call does not match {function_name(fn)}'s signature: {detail}; "
+                             f"pass arguments that fit its input_signature (or drop input_signature)") from e
+        where = user_frame(e)
+        raise TraceError(f"{function_name(fn)} raised while tracing: {error_summary(e)}"
+                         + (f" (at {where})" if where else "")) from e
+    except Exception as e:  # the user's Python body failed at trace time
+        where = user_frame(e)
+        raise TraceError(f"{function_name(fn)} raised while tracing: {error_summary(e)}"
+                         + (f" (at {where})" if where else "")) from e
+
+
+def inspect_concrete_function(concrete_function: Any, name: str | None = None) -> TraceReport:
+    """Builds a `TraceReport` from an existing `ConcreteFunction`.
+
+    Args:
+        concrete_function: e.g. ``f.get_concrete_function(tf.TensorSpec([None, 8]))``
+            or one loaded from a SavedModel signature.
+        name: label for reports (default: the ConcreteFunction's name).
+
+    Returns:
+        A `TraceReport`.
+    """
+    import tensorflow as tf
+
+    graph = concrete_function.graph
+    ops = []
+    for op in graph.get_operations():
+        funcs = []
+        for attr in _BRANCH_ATTRS:
+            try:
+                val = op.get_attr(attr)
+            except (ValueError, TypeError):
+                continue
+            vals = val if isinstance(val, list) else [val]
+            funcs.extend(getattr(v, "name", str(v)) if not isinstance(v, bytes) else v.decode() for v in vals)
+        ops.append(OpInfo(
+            name=op.name, type=op.type,
+            inputs=tuple(t.name for t in op.inputs) + tuple("^" + c.name for c in op.control_inputs),
+            outputs=tuple((o.name, o.dtype.name, _shape_list(o.shape)) for o in op.outputs),
+            functions=tuple(funcs)))
+    counts = collections.Counter(op.type for op in ops)
+    by_handle = {id(v.handle): v for v in concrete_function.variables}
+    captures = []
+    for external, internal in graph.captures:
+        var = by_handle.get(id(external))
+        if var is not None:
+            dtype = var.dtype.base_dtype
+            shape = _shape_list(var.shape)
+            nelem = int(tf.TensorShape(var.shape).num_elements() or 0)
+            captures.append(CaptureInfo("variable", var.name, dtype.name, shape,
+                                        nelem * dtype.size, internal.name, internal.op.type))
+        elif external.dtype == tf.resource:
+            # A resource that is not a tracked variable (a lookup table, an iterator).
+            captures.append(CaptureInfo("resource", internal.name, "resource", [], 0,
+                                        internal.name, internal.op.type))
+        else:
+            shape = _shape_list(external.shape)
+            nelem = int(tf.TensorShape(external.shape).num_elements() or 0)
+            size = nelem * (external.dtype.size if external.dtype != tf.string else 0)
+            if external.dtype == tf.string and hasattr(external, "numpy"):
+                size = int(sum(len(b) for b in tf.nest.flatten(external.numpy().tolist())))
+            captures.append(CaptureInfo("tensor", internal.name, external.dtype.name, shape, size,
+                                        internal.name, internal.op.type))
+    try:
+        ftype = str(concrete_function.function_type)
+    except Exception:  # some loaded ConcreteFunctions carry no FunctionType
+        ftype = repr(concrete_function.structured_input_signature)
+    return TraceReport(
+        function_name=name or concrete_function.name,
+        concrete_function=concrete_function,
+        func_graph=graph,
+        function_type=ftype,
+        input_signature=concrete_function.structured_input_signature,
+        output_spec=_output_spec(concrete_function.structured_outputs),
+        ops=tuple(ops),
+        op_counts=dict(counts.most_common()),
+        captures=tuple(captures),
+        control_flow=tuple(o for o in ops if o.type in CONTROL_FLOW_OP_TYPES),
+    )
+
+
+def trace_and_inspect(fn: Callable, *args: Any, **kwargs: Any) -> TraceReport:
+    """Traces ``fn`` once and reports its ConcreteFunction's FuncGraph.
+
+    Tracing goes through `tf.function.get_concrete_function`, so a plain
+    callable is wrapped in `tf.function` first and a `tf.function` keeps its
+    own options (``input_signature``, ``jit_compile``, ``reduce_retracing``).
+
+    Args:
+        fn: a `tf.function`, a Python function, a bound method or a Keras model.
+        *args: example values and/or `tf.TensorSpec`s, e.g.
+            ``tf.TensorSpec([None, 8], tf.float32)``; Python values are traced
+            as constants (a ``Literal`` in the FunctionType).
+        **kwargs: the same, by keyword.
+
+    Returns:
+        A `TraceReport` with the ConcreteFunction, FuncGraph, ops, op-type
+        counts, captures (variables and captured eager tensors with their
+        bytes), the structured input signature, the output spec and the
+        control-flow ops.
+
+    Raises:
+        UsageError: ``fn`` is not callable, or the arguments do not match its
+            signature or ``input_signature``.
+        TraceError: the body raised while tracing (the message names the
+            user's line; the original exception is ``__cause__``).
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> from tflab import trace_and_inspect
+    >>> w = tf.Variable(tf.ones([8, 4]))
+    >>> r = trace_and_inspect(lambda x: tf.nn.relu(x @ w), tf.TensorSpec([None, 8]))
+    >>> r.op_counts["MatMul"], len(r.variables), r.output_spec
+    (1, 1, TensorSpec(shape=(None, 4), dtype=tf.float32, name=None))
+    """
+    concrete = get_concrete_function(fn, *args, **kwargs)
+    return inspect_concrete_function(concrete, name=function_name(fn))
