@@ -1,0 +1,69 @@
+"""Functions whose if/for/while statements test_05_autograph_diff.py classifies.
+
+Line numbers matter to the tests only through `ast` (they look statements up by
+their source text), so editing this file keeps the tests valid.
+"""
+
+import tensorflow as tf
+
+
+def mixed(x, n):
+    if tf.reduce_sum(x) > 0:          # tensor condition -> If op
+        x = x * 2.0
+    else:
+        x = x - 1.0
+    for i in range(n):                # Python range -> unrolled n times
+        x = x + 1.0
+    for i in tf.range(3):             # tf.range -> While op
+        x = x * 1.5
+        if i > 1:                     # tensor condition inside the While body
+            x = x + 0.5
+    if n > 2:                         # Python condition -> decided at trace time
+        x = x / 2.0
+    return x
+
+
+def countdown(x, n):
+    while n > 0:                      # Python condition -> unrolled
+        x = tf.sin(x) + tf.cos(x)
+        n -= 1
+    k = tf.constant(0)
+    while k < tf.shape(x)[0]:         # tensor condition -> While op
+        x = x + 1.0
+        k += 1
+    return x
+
+
+def nested(x):
+    for i in range(2):                # outer Python loop: 2 copies
+        for j in range(3):            # inner: 3 per outer copy, 6 in the graph
+            x = x + float(j)
+        x = tf.nn.relu(x)
+    return x
+
+
+def uneven(x):
+    for i in range(4):                # iterations trace different ops
+        if i == 0:
+            x = tf.exp(x)
+        x = x * 0.5
+    return x
+
+
+def clip_step(grads, threshold):
+    norm = tf.linalg.global_norm(grads)
+    if norm > threshold:              # clip only when the global norm is too big
+        grads = [g * (threshold / norm) for g in grads]
+    total = tf.constant(0.0)
+    for g in grads:                   # Python list -> one copy per gradient
+        total += tf.reduce_sum(g)
+    return grads, total
+
+
+# Two lambdas on one line: AutoGraph cannot tell their sources apart, so it
+# warns "could not transform … will run it as-is" (or raises in strict mode).
+double, inc = (lambda v: v * 2.0), (lambda v: v + 1.0)
+
+
+def calls_lambdas(x):
+    return double(x) + inc(x)

@@ -1,0 +1,505 @@
+"""Lab step 5: what AutoGraph made of each Python ``if``, ``for`` and ``while``.
+
+`tf.function` rewrites a function's Python source before tracing it
+(``tensorflow/python/autograph/impl/api.py``: ``converted_call`` and
+``PyToTF``). Every ``if``/``for``/``while`` becomes a call to an AutoGraph
+operator (``ag__.if_stmt``, ``ag__.for_stmt``, ``ag__.while_stmt`` in
+``autograph/operators/control_flow.py``) that decides at trace time, from the
+values it gets:
+
+* a `tf.Tensor` condition or a ``tf.range``/tensor iterable becomes graph
+  control flow: ``tf.cond`` (an ``If``/``StatelessIf`` op, ``cond_v2.py``) or
+  ``tf.while_loop`` (a ``While``/``StatelessWhile`` op, ``while_v2.py``);
+* a Python condition or a Python iterable (``range(n)``) runs in Python at
+  trace time: the branch taken, or every loop iteration, is traced into the
+  FuncGraph as plain ops (a loop is unrolled).
+
+`autograph_diff` shows the rewrite (`tf.autograph.to_code`), traces the
+function with the given arguments, and reads the FuncGraph to say what each
+statement became. Each op records the Python stack it was created from
+(``Operation.traceback``, ``framework/ops.py``); while AutoGraph runs converted
+code it installs a ``StackTraceMapper`` that maps generated lines back to the
+user's file, so op tracebacks point at the original ``if``/``for`` lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import dataclasses
+import difflib
+import inspect
+import logging
+import os
+import re
+import textwrap
+from typing import Any, Callable, Iterator
+
+from tflab.errors import UsageError
+
+_IF_OPS = frozenset({"If", "StatelessIf"})
+_WHILE_OPS = frozenset({"While", "StatelessWhile"})
+# Attributes cond_v2/while_v2 set on the op object for the branch/body FuncGraphs.
+_SUBGRAPH_ATTRS = ("_true_graph", "_false_graph", "_cond_graph", "_body_graph")
+_STRICT_ENV = "AUTOGRAPH_STRICT_CONVERSION"
+
+_GREEN, _RED, _CYAN, _BOLD, _RESET = "\x1b[32m", "\x1b[31m", "\x1b[36m", "\x1b[1m", "\x1b[0m"
+
+
+@dataclasses.dataclass(frozen=True)
+class Statement:
+    """One Python ``if``/``for``/``while`` of the function and what it became.
+
+    Attributes:
+        lineno: line number in the function's file.
+        kind: ``"if"``, ``"for"`` or ``"while"``.
+        outcome: ``"graph"`` (an If/While op in the FuncGraph) or ``"python"``
+            (evaluated at trace time).
+        op: name of the first If/While op made from this statement (ops inside a
+            branch/body FuncGraph are named there, e.g. ``"while/cond"``), or None.
+        unrolled: for a ``"python"`` loop, how many copies of its body were
+            traced into the graph (0 when the body makes no ops); None otherwise.
+        ops: all If/While op names from this statement (several when the
+            statement itself sits in an unrolled loop).
+        op_type: the op type of ``op`` (``"StatelessIf"``, ``"While"`` …) or None.
+        note: how the outcome was read (which branch was traced, caveats).
+        source: the statement's first source line, stripped.
+    """
+
+    lineno: int
+    kind: str
+    outcome: str
+    op: str | None
+    unrolled: int | None
+    ops: tuple[str, ...] = ()
+    op_type: str | None = None
+    note: str = ""
+    source: str = ""
+
+    def __repr__(self) -> str:
+        what = self.op_type and f"{self.op_type} {self.op!r}" or "python"
+        if self.unrolled is not None:
+            what += f" ×{self.unrolled}"
+        return f"<{self.kind}@{self.lineno} → {what}>"
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class AutographDiff:
+    """AutoGraph's rewrite of a function and what each control-flow statement became.
+
+    Attributes:
+        function: the function's qualified name.
+        filename: the file the source came from.
+        original: the function's source text (``inspect.getsource``).
+        converted: AutoGraph's generated source (`tf.autograph.to_code`).
+        unified_diff: `difflib.unified_diff` of the two, as one string.
+        statements: one `Statement` per ``if``/``for``/``while``, in source order.
+        warnings: AutoGraph's "could not transform … will run it as-is" warnings
+            seen while tracing (one line each); empty in strict mode, which raises.
+        strict: whether strict conversion (``AUTOGRAPH_STRICT_CONVERSION``) was on.
+    """
+
+    function: str
+    filename: str
+    original: str
+    converted: str
+    unified_diff: str
+    statements: tuple[Statement, ...]
+    warnings: tuple[str, ...] = ()
+    strict: bool = False
+
+    def __repr__(self) -> str:
+        parts = ", ".join(repr(s)[1:-1] for s in self.statements) or "no if/for/while"
+        warn = f", {len(self.warnings)} warning(s)" if self.warnings else ""
+        return f"AutographDiff({self.function}: {parts}{warn})"
+
+    def table(self) -> str:
+        """The statement table as aligned text lines."""
+        if not self.statements:
+            return f"{self.function} has no if, for or while statements"
+        rows = [("line", "kind", "outcome", "op", "unrolled", "source")]
+        for s in self.statements:
+            op = f"{s.op_type} {s.op}" if s.op else "-"
+            if len(s.ops) > 1:
+                op += f" (+{len(s.ops) - 1})"
+            rows.append((str(s.lineno), s.kind, s.outcome, op,
+                         "-" if s.unrolled is None else str(s.unrolled), s.source))
+        widths = [max(len(r[i]) for r in rows) for i in range(5)]
+        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5]
+                         for r in rows).rstrip()
+
+    def to_text(self, color: bool = False, diff_lines: int | None = None) -> str:
+        """The unified diff (optionally coloured, optionally cut), then the table.
+
+        Args:
+            color: colour ``+``/``-``/``@@`` lines with ANSI codes (the CLI does
+                so only when stdout is a terminal).
+            diff_lines: keep only this many diff lines; 0 leaves the diff out,
+                None keeps all of it.
+        """
+        all_lines = self.unified_diff.splitlines()
+        lines = all_lines if diff_lines is None else all_lines[:diff_lines]
+        if color:
+            lines = [_colour(line) for line in lines]
+        out = list(lines)
+        if diff_lines and len(all_lines) > diff_lines:
+            out.append(f"… ({len(all_lines) - diff_lines} more diff lines)")
+        if out:
+            out.append("")
+        out.append(self.table())
+        out += [f"note line {s.lineno}: {s.note}" for s in self.statements if s.note]
+        out += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(out)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of every field."""
+        from tflab._jsonutil import to_jsonable
+
+        return {f.name: to_jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+def _colour(line: str) -> str:
+    if line.startswith(("+++", "---")):
+        return _BOLD + line + _RESET
+    if line.startswith("+"):
+        return _GREEN + line + _RESET
+    if line.startswith("-"):
+        return _RED + line + _RESET
+    if line.startswith("@@"):
+        return _CYAN + line + _RESET
+    return line
+
+
+def _source_or_raise(fn: Callable) -> tuple[str, str, int]:
+    """(source, filename, first line) of ``fn``, or one UsageError saying why there is none."""
+    name = getattr(fn, "__qualname__", repr(fn))
+    code = getattr(fn, "__code__", None)
+    filename = getattr(code, "co_filename", "") if code else ""
+    why = None
+    if filename == "<string>":
+        why = "it was defined with exec() or eval(), so its code has no file"
+    elif filename.startswith("<stdin>") or filename.startswith("<ipython-input") \
+            or filename == "<console>":
+        why = f"it was typed into an interactive session ({filename})"
+    if why is None:
+        try:
+            lines, start = inspect.getsourcelines(fn)
+        except (OSError, TypeError) as e:
+            why = f"inspect.getsource failed: {e}"
+        else:
+            return "".join(lines), inspect.getsourcefile(fn) or filename, start
+    raise UsageError(
+        f"{name} has no retrievable source: {why}. AutoGraph rewrites Python source, "
+        f"so put the function in a .py file and import it from there")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Stmt:
+    lineno: int
+    kind: str
+    body: tuple[int, int]
+    orelse: tuple[int, int] | None
+    source: str
+    simple_body_lines: tuple[int, ...] = ()
+
+
+def _find_statements(source: str, start: int) -> list[_Stmt]:
+    """Every if/for/while in ``source`` (nested defs included) with file line ranges."""
+    text = textwrap.dedent(source)
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        # A lambda's getsource is the whole line it sits on, which may not parse alone.
+        return []
+    off = start - 1
+    src_lines = text.splitlines()
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.If, ast.For, ast.While)):
+            kind = {ast.If: "if", ast.For: "for", ast.While: "while"}[type(node)]
+            body = (node.body[0].lineno + off, node.body[-1].end_lineno + off)
+            orelse = ((node.orelse[0].lineno + off, node.orelse[-1].end_lineno + off)
+                      if node.orelse else None)
+            simple = tuple(b.lineno + off for b in node.body
+                           if not any(isinstance(n, (ast.If, ast.For, ast.While, ast.With,
+                                                     ast.Try, ast.FunctionDef))
+                                      for n in ast.walk(b)))
+            found.append(_Stmt(node.lineno + off, kind, body, orelse,
+                               _strip_comment(src_lines[node.lineno - 1]), simple))
+    return sorted(found, key=lambda s: s.lineno)
+
+
+def _strip_comment(line: str) -> str:
+    code, _, _ = line.partition("  #")  # table display only; keeps '#' inside strings mostly
+    return code.strip()
+
+
+def _walk_ops(graph) -> Iterator:
+    """Every op of a FuncGraph and of its If/While branch/body FuncGraphs, depth first,
+    each nested graph's ops placed before the op that owns them (their creation order)."""
+    for op in graph.get_operations():
+        for attr in _SUBGRAPH_ATTRS:
+            sub = getattr(op, attr, None)
+            if sub is not None:
+                yield from _walk_ops(sub)
+        yield op
+
+
+def _user_lines(op, filename: str, first: int, last: int) -> tuple[int, ...]:
+    """Line numbers of the op's creation stack that fall inside the function, outermost first."""
+    tb = op.traceback
+    if tb is None:  # some placeholders of body graphs carry no stack
+        return ()
+    out = []
+    for frame in tb:
+        if first <= frame.lineno <= last and _same_file(frame.filename, filename):
+            out.append(frame.lineno)
+    return tuple(out)
+
+
+def _same_file(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    # Frames may carry a path relative to the root ("tmp/x.py" for "/tmp/x.py").
+    return os.path.abspath(a) == os.path.abspath(b) or b.endswith(os.sep + a.lstrip(os.sep))
+
+
+def _period_copies(keys: list) -> int | None:
+    """len/period for the smallest exact period of ``keys``; None when it has none."""
+    n = len(keys)
+    for p in range(1, n // 2 + 1):
+        if n % p == 0 and all(keys[i] == keys[i - p] for i in range(p, n)):
+            return n // p
+    return None
+
+
+def _count_copies(keys: list[tuple], simple_lines: set[int]) -> tuple[int, str]:
+    """How many body copies a sequence of per-op keys holds, and a note on how it was read.
+
+    ``keys`` are ``(op type, in-body line path)`` per op, in creation order.
+    Each unrolled iteration re-runs the same body code, so it creates the same op
+    types from the same source lines in the same order: the sequence is one
+    iteration's sequence repeated, its smallest exact period is one iteration,
+    and len/period is the number of copies. This is exact whenever iterations
+    make the same ops.
+
+    When they differ (a Python ``if`` on the loop index inside the body) there is
+    no period. Then each simple statement of the body (one without nested
+    control flow, ``simple_lines``) is read alone: its own ops repeat once per
+    time it ran, so its period gives how often it ran, and the most often run one
+    gives the copy count; exact when some simple statement runs every iteration.
+    """
+    if not keys:
+        return 0, "the body creates no ops"
+    whole = _period_copies(keys)
+    if whole is not None:
+        return whole, ""
+    best = 0
+    for line in simple_lines:
+        sub = [k for k in keys if k[1] and k[1][0] == line]
+        if sub:
+            best = max(best, _period_copies(sub) or 1)
+    if best == 0:
+        return 1, "iterations traced different ops; no simple statement to count by"
+    return best, ("iterations traced different ops; counted by the body statement "
+                  "run most often")
+
+
+@contextlib.contextmanager
+def _strict_env(strict: bool) -> Iterator[None]:
+    old = os.environ.get(_STRICT_ENV)
+    if strict:
+        os.environ[_STRICT_ENV] = "1"
+    try:
+        yield
+    finally:
+        if strict:
+            if old is None:
+                os.environ.pop(_STRICT_ENV, None)
+            else:
+                os.environ[_STRICT_ENV] = old
+
+
+@contextlib.contextmanager
+def _fresh_allowlist() -> Iterator[None]:
+    """Makes AutoGraph forget which functions it already fell back on.
+
+    After a failed conversion AutoGraph caches the function as "allowlisted"
+    (``conversion.cache_allowlisted``) and later calls skip conversion silently:
+    no warning again, and no error even in strict mode. A fresh cache for the
+    duration of one trace makes each `autograph_diff` report the same thing.
+    """
+    try:
+        from tensorflow.python.autograph.impl import conversion
+    except ImportError:  # layout changed; fall back to TF's own caching
+        yield
+        return
+    old = getattr(conversion, "_ALLOWLIST_CACHE", None)
+    if old is None:
+        yield
+        return
+    conversion._ALLOWLIST_CACHE = type(old)()
+    try:
+        yield
+    finally:
+        conversion._ALLOWLIST_CACHE = old
+
+
+class _FallbackWarnings(logging.Filter):
+    """Collects AutoGraph's "could not transform" warnings, one line each, and keeps
+    them off TF's own stderr handler: the report carries them instead."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        if "could not transform" not in msg:
+            return True
+        lines = [ln.strip() for ln in msg.splitlines() if ln.strip()]
+        cause = next((ln for ln in lines if ln.startswith("Cause:")), "")
+        self.messages.append(_shorten(f"{lines[0]} {cause}"))
+        return False
+
+
+def _shorten(text: str, limit: int = 240) -> str:
+    text = re.sub(r" at 0x[0-9a-fA-F]+", "", text.strip())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _error_line(e: BaseException) -> str:
+    """The informative line of an exception: AutoGraph's StagingError starts with
+    "in user code:" and puts the real ``XxxError: …`` line last."""
+    text = str(e).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return type(e).__name__
+    if lines[0].startswith("in user code"):
+        inner = [ln for ln in lines if re.match(r"^[A-Za-z_.]*(Error|Exception):", ln)]
+        if inner:
+            return _shorten(inner[-1])
+    return _shorten(f"{type(e).__name__}: {lines[0]}")
+
+
+def _is_strict(strict: bool | None) -> bool:
+    if strict is not None:
+        return bool(strict)
+    try:
+        return int(os.environ.get(_STRICT_ENV, "0")) > 0
+    except ValueError:
+        return False
+
+
+def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
+                   **kwargs: Any) -> AutographDiff:
+    """Shows AutoGraph's rewrite of ``fn`` and what each ``if``/``for``/``while`` became.
+
+    The function is traced once with ``args``/``kwargs`` (`tf.TensorSpec`s,
+    tensors or Python values), because what a statement becomes depends on
+    them: a `tf.Tensor` condition gives an ``If`` op, a Python one is decided at
+    trace time; ``for i in tf.range(n)`` gives a ``While`` op, ``range(n)`` is
+    unrolled into ``n`` body copies.
+
+    Args:
+        fn: a Python function or a `tf.function` (its ``python_function`` is used).
+        *args: positional arguments for the trace. With none, a `tf.function`'s
+            ``input_signature`` is used.
+        strict: True turns AutoGraph's "could not transform … will run it as-is"
+            warning into an error by setting ``AUTOGRAPH_STRICT_CONVERSION=1``
+            for the trace (``autograph/impl/api.py``,
+            ``is_autograph_strict_conversion_mode``). None (default) follows the
+            environment variable. Keyword-only: wrap ``fn`` in `functools.partial`
+            if it takes its own ``strict``.
+        **kwargs: keyword arguments for the trace.
+
+    Returns:
+        An `AutographDiff`.
+
+    Raises:
+        UsageError: ``fn`` has no retrievable source (defined with ``exec``, or
+            typed into a REPL); tracing raised (the message names the user's
+            line); or, in strict mode, AutoGraph could not convert a function.
+
+    Example:
+
+    >>> def f(x, n):
+    ...     if tf.reduce_sum(x) > 0:
+    ...         x = -x
+    ...     for _ in range(n):
+    ...         x = x + 1.0
+    ...     return x
+    >>> d = tflab.autograph_diff(f, tf.TensorSpec([3]), 2)   # f saved in a file
+    >>> [(s.kind, s.outcome, s.op_type, s.unrolled) for s in d.statements]
+    [('if', 'graph', 'StatelessIf', None), ('for', 'python', None, 2)]
+    """
+    import tensorflow as tf
+
+    from tflab._target import user_frame
+
+    python_fn = getattr(fn, "python_function", fn)
+    if not callable(python_fn):
+        raise UsageError(f"autograph_diff needs a function, got {type(fn).__name__}")
+    name = getattr(python_fn, "__qualname__", repr(python_fn))
+    source, filename, start = _source_or_raise(python_fn)
+    strict_on = _is_strict(strict)
+    try:
+        converted = tf.autograph.to_code(python_fn)
+    except Exception as e:  # to_code re-parses the source; report why it could not
+        raise UsageError(f"AutoGraph could not convert {name}: {type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''}") from e
+    diff = "".join(difflib.unified_diff(
+        textwrap.dedent(source).splitlines(keepends=True),
+        (converted if converted.endswith("\n") else converted + "\n").splitlines(keepends=True),
+        fromfile=f"{filename} ({name})", tofile=f"tf.autograph.to_code({name})"))
+
+    if not args and not kwargs and getattr(fn, "input_signature", None) is not None:
+        args = tuple(fn.input_signature)
+    catcher = _FallbackWarnings()
+    tf_logger = logging.getLogger("tensorflow")
+    tf_logger.addFilter(catcher)
+    try:
+        with _strict_env(strict_on), _fresh_allowlist():
+            concrete = tf.function(python_fn).get_concrete_function(*args, **kwargs)
+    except Exception as e:
+        where = user_frame(e)
+        mode = (f" under strict AutoGraph conversion ({_STRICT_ENV}=1)" if strict_on else "")
+        raise UsageError(f"tracing {name}{mode} raised {_error_line(e)}"
+                         + (f" (at {where})" if where else "")) from e
+    finally:
+        tf_logger.removeFilter(catcher)
+
+    last = start + source.count("\n")
+    ops = [(op, _user_lines(op, filename, start, last)) for op in _walk_ops(concrete.graph)]
+    statements = tuple(_classify(s, ops) for s in _find_statements(source, start))
+    return AutographDiff(function=name, filename=filename, original=source,
+                         converted=converted, unified_diff=diff, statements=statements,
+                         warnings=tuple(dict.fromkeys(catcher.messages)), strict=strict_on)
+
+
+def _classify(stmt: _Stmt, ops: list) -> Statement:
+    want = _IF_OPS if stmt.kind == "if" else _WHILE_OPS
+    # An If/While op belongs to the statement whose line is the innermost
+    # in-function frame of its creation stack: AutoGraph's if_stmt/for_stmt call
+    # is mapped back to the statement's own line.
+    mine = [op for op, lines in ops if op.type in want and lines and lines[-1] == stmt.lineno]
+    if mine:
+        return Statement(stmt.lineno, stmt.kind, "graph", mine[0].name, None,
+                         ops=tuple(op.name for op in mine), op_type=mine[0].type,
+                         source=stmt.source)
+    b0, b1 = stmt.body
+    in_body = [(op, lines) for op, lines in ops if any(b0 <= ln <= b1 for ln in lines)]
+    if stmt.kind == "if":
+        in_else = stmt.orelse and [op for op, lines in ops
+                                   if any(stmt.orelse[0] <= ln <= stmt.orelse[1] for ln in lines)]
+        traced = [name for name, hit in (("then", in_body), ("else", in_else)) if hit]
+        note = (f"Python condition; {' and '.join(traced)} branch traced" if traced
+                else "Python condition; neither branch made ops")
+        return Statement(stmt.lineno, stmt.kind, "python", None, None, note=note,
+                         source=stmt.source)
+    # Key: op type plus the in-function line path from the body on, so ops of one
+    # iteration differ from each other but match the same op in the next iteration.
+    keys = [(op.type, tuple(ln for ln in lines if ln >= b0)) for op, lines in in_body]
+    copies, note = _count_copies(keys, set(stmt.simple_body_lines))
+    return Statement(stmt.lineno, stmt.kind, "python", None, copies, note=note,
+                     source=stmt.source)
