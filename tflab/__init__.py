@@ -31,6 +31,7 @@ _EXPORTS = {
     "stabilize": "tflab.signatures",
     "StabilizeReport": "tflab.signatures",
     "infer_input_signature": "tflab.signatures",
+    "stabilization_report": "tflab.signatures",
     "autograph_diff": "tflab.autograph",
     "AutographDiff": "tflab.autograph",
     "compare_modes": "tflab.modes",

@@ -1,0 +1,50 @@
+"""Tour step 4: stabilize the training step and the inference function."""
+
+from __future__ import annotations
+
+
+def run(ctx) -> None:
+    import keras
+
+    from tflab.signatures import _counted, stabilization_report, stabilize
+    from tflab.tour import example_batch, make_train_step, model_input_spec, tour_dataset
+
+    spec = ctx.shared.get("input_spec") or model_input_spec(ctx.model)
+    num_classes = int(ctx.model.outputs[0].shape[-1]) if getattr(ctx.model, "outputs", None) else 1
+
+    # Inference: plain vs reduce_retracing vs input_signature over batch sizes 4, 4, 2, 1.
+    def serve(x):
+        return ctx.model(x, training=False)
+
+    calls = [example_batch(spec, b, seed=i) for i, b in enumerate((4, 4, 2, 1))]
+    rep = stabilization_report(serve, calls)
+    ctx.line("inference over batch sizes 4, 4, 2, 1:")
+    for v in rep.variants.values():
+        relaxed = v.traced_specs[-1] if v.traced_specs else ""
+        ctx.line(f"  {v.variant:17s} {v.traces} traces   (last traced {relaxed})")
+    ctx.line(f"  max |stabilized - plain| = {rep.max_abs_diff:.3g}")
+
+    # Training: a fresh optimizer (slot variables created on the first call) and
+    # the tf.data pipeline with the smaller last batch, then one more batch size.
+    log: list[str] = []
+    step = stabilize(_counted(make_train_step(ctx.model, keras.optimizers.Adam()), log),
+                     examples=tour_dataset(spec, num_classes))
+    sizes = []
+    first_call = None
+    for x, y in tour_dataset(spec, num_classes):
+        step(x, y)
+        sizes.append(int(x.shape[0]))
+        first_call = len(log) if first_call is None else first_call
+    x3, y3 = next(iter(tour_dataset(spec, num_classes, n=3, batch=3, seed=1)))
+    step(x3, y3)
+    sizes.append(3)
+    ctx.line(f"training step stabilized with {step.input_signature[0]}:")
+    ctx.line(f"  batch sizes {sizes}: {len(log)} traces: {first_call} on the first call "
+             f"(2 = TF's re-trace after the optimizer created its slot variables), "
+             f"{len(log) - first_call} for every later batch size")
+    ctx.report["stabilize"] = {
+        "inference": rep.to_dict(),
+        "train_step": {"input_signature": [str(s) for s in step.input_signature],
+                       "batch_sizes": sizes, "traces": len(log), "first_call_traces": first_call,
+                       "traced_specs": log},
+    }

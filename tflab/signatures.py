@@ -1,0 +1,364 @@
+"""Lab step 4: stabilize a tf.function with an input_signature.
+
+A `tf.function` without ``input_signature`` keys its trace cache by the
+FunctionType of each call: a tensor argument's TraceType is its TensorSpec
+with the exact shape, so every new batch size is a new trace (the classic
+retrace on a `tf.data` pipeline whose last batch is smaller). An
+``input_signature`` with ``None`` dims fixes the FunctionType up front: one
+trace serves every shape that the signature admits
+(``tensorflow/python/eager/polymorphic_function/polymorphic_function.py``,
+``function_type_utils.py``).
+
+``reduce_retracing=True`` is TF's automatic alternative: on 2.21 the first
+call traces the exact shape, and the next call with another shape traces a
+generalized FunctionType with the differing dims relaxed to ``None``
+(``TraceType.most_specific_common_supertype`` in
+``tensorflow/core/function/trace_type``). `stabilization_report` measures the
+three side by side.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, Iterable, Sequence
+
+from tflab.errors import UsageError
+
+
+def _as_call(example: Any) -> tuple:
+    """An example is a tuple of positional arguments, or one positional argument."""
+    return tuple(example) if isinstance(example, tuple) else (example,)
+
+
+def _examples_list(examples: Any) -> list[tuple]:
+    import tensorflow as tf
+
+    if examples is None:
+        return []
+    if isinstance(examples, tf.data.Dataset):
+        return [_as_call(e) for e in examples]
+    if not isinstance(examples, (list, tuple)):
+        raise UsageError("examples must be a list of example calls (each a tuple of positional "
+                         f"arguments, or one argument) or a tf.data.Dataset, got {type(examples).__name__}")
+    return [_as_call(e) for e in examples]
+
+
+def _leaf_spec(value: Any, where: str):
+    import numpy as np
+    import tensorflow as tf
+
+    if isinstance(value, tf.TypeSpec):
+        return value
+    if isinstance(value, (tf.Tensor, tf.Variable, np.ndarray)):
+        return tf.TensorSpec(value.shape, tf.as_dtype(value.dtype))
+    raise UsageError(f"{where} is a Python {type(value).__name__} ({value!r:.40}); an input_signature "
+                     "describes tensors only: pass it as a tensor (tf.constant) or bind it with "
+                     "functools.partial before stabilizing")
+
+
+def _relax(a, b):
+    import tensorflow as tf
+
+    if a.dtype != b.dtype:
+        raise UsageError(f"examples disagree on dtype ({a.dtype.name} vs {b.dtype.name}); an input_signature "
+                         "has one dtype per input: cast the inputs to one dtype first")
+    if a.shape.rank != b.shape.rank:
+        return tf.TensorSpec(None, a.dtype, a.name)
+    dims = [da if da == db else None for da, db in zip(a.shape.as_list(), b.shape.as_list())]
+    return tf.TensorSpec(dims, a.dtype, a.name)
+
+
+def infer_input_signature(examples: Iterable[Any], names: Sequence[str] | None = None) -> tuple:
+    """Infers an input_signature from example calls, relaxing every varying dim to None.
+
+    Args:
+        examples: a list of example calls, each a tuple of positional arguments
+            (or one argument), or a `tf.data.Dataset` whose elements are calls.
+            Arguments are tensors, numpy arrays or nests (dicts, tuples) of them.
+        names: parameter names, used as TensorSpec names (optional).
+
+    Returns:
+        A tuple with one `tf.TensorSpec` nest per positional argument: the
+        dims that are equal in every example are kept, the others are None.
+
+    Raises:
+        UsageError: no examples, examples with different numbers of arguments or
+            structures, a dtype that varies, or a Python (non-tensor) argument.
+
+    Example:
+
+    >>> infer_input_signature([tf.zeros([4, 8]), tf.zeros([2, 8])])
+    (TensorSpec(shape=(None, 8), dtype=tf.float32, name=None),)
+    """
+    import tensorflow as tf
+
+    calls = _examples_list(list(examples) if not isinstance(examples, (list, tuple, tf.data.Dataset))
+                           else examples)
+    if not calls:
+        raise UsageError("no examples to infer an input_signature from; pass examples=[...] "
+                         "or input_signature=[tf.TensorSpec(...)]")
+    arity = len(calls[0])
+    sig = None
+    for k, call in enumerate(calls):
+        if len(call) != arity:
+            raise UsageError(f"example {k} has {len(call)} arguments, example 0 has {arity}; "
+                             "every example must call the function the same way")
+        specs = []
+        for i, arg in enumerate(call):
+            label = names[i] if names and i < len(names) else f"argument {i}"
+            specs.append(tf.nest.map_structure(
+                lambda v, label=label: _leaf_spec(v, f"{label} of example {k}"), arg))
+        if sig is None:
+            sig = specs
+            continue
+        try:
+            sig = [tf.nest.map_structure(_relax, s, n) for s, n in zip(sig, specs)]
+        except (ValueError, TypeError) as e:
+            if isinstance(e, UsageError):
+                raise
+            raise UsageError(f"example {k} has a different structure from example 0 ({e}); "
+                             "an input_signature fixes the nesting of every input") from None
+    if names:
+        sig = [tf.nest.map_structure(lambda s, n=n: tf.TensorSpec(s.shape, s.dtype, n), s)
+               if isinstance(s, tf.TensorSpec) else s for s, n in zip(sig, names)]
+    return tuple(sig)
+
+
+def _python_function(fn: Any) -> Callable:
+    if hasattr(fn, "python_function"):
+        return fn.python_function
+    if not callable(fn):
+        raise UsageError(f"expected a function or tf.function, got {type(fn).__name__}; "
+                         "pass the callable itself")
+    return fn
+
+
+def _param_names(py_fn: Callable) -> list[str]:
+    import inspect
+
+    try:
+        return [p.name for p in inspect.signature(py_fn).parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return []
+
+
+def stabilize(fn: Callable, input_signature: Sequence[Any] | None = None,
+              examples: Iterable[Any] | None = None, **tf_function_kwargs: Any):
+    """Returns a `tf.function` of ``fn`` with a fixed input_signature.
+
+    The signature is ``input_signature`` when given, otherwise inferred from
+    ``examples`` by relaxing every dimension that varies between them to
+    None (`infer_input_signature`). One trace then serves every call that
+    fits, e.g. every batch size; a function that creates variables still
+    traces twice on its first call (TF's variable-creation re-trace).
+
+    Args:
+        fn: a Python function, bound method or `tf.function` (its Python
+            function is re-wrapped; its ``jit_compile`` setting is kept).
+        input_signature: a sequence of `tf.TensorSpec` nests, one per positional
+            parameter, e.g. ``[tf.TensorSpec([None, 96, 96, 3], tf.float32)]``.
+        examples: example calls (see `infer_input_signature`), used when
+            ``input_signature`` is None.
+        **tf_function_kwargs: passed to `tf.function` (e.g. ``jit_compile``).
+
+    Returns:
+        A `tf.function` with ``input_signature`` set. Calls that do not fit the
+        signature raise TF's ``TypeError`` ("Binding inputs …").
+
+    Raises:
+        UsageError: neither ``input_signature`` nor ``examples`` given, an
+            example that does not fit the given signature, or examples that
+            cannot be described by an input_signature (Python values, dtypes
+            that vary).
+
+    Example:
+
+    >>> step = stabilize(lambda x: x * 2, examples=[tf.zeros([4, 8]), tf.zeros([2, 8])])
+    >>> step.input_signature
+    (TensorSpec(shape=(None, 8), dtype=tf.float32, name='x'),)
+    """
+    import tensorflow as tf
+
+    py_fn = _python_function(fn)
+    names = _param_names(py_fn)
+    if input_signature is None:
+        if examples is None:
+            raise UsageError("stabilize needs input_signature=[tf.TensorSpec(...)] or examples=[...] "
+                             "to infer one from")
+        input_signature = infer_input_signature(examples, names=names or None)
+    else:
+        input_signature = tuple(input_signature)
+        for k, call in enumerate(_examples_list(examples)):
+            if len(call) != len(input_signature):
+                raise UsageError(f"example {k} has {len(call)} arguments but input_signature has "
+                                 f"{len(input_signature)} specs")
+            for i, (arg, spec) in enumerate(zip(call, input_signature)):
+                for v, s in zip(tf.nest.flatten(arg), tf.nest.flatten(spec)):
+                    if not s.is_compatible_with(_leaf_spec(v, f"argument {i}")):
+                        raise UsageError(f"example {k}, argument {i}: {_leaf_spec(v, '')} does not fit "
+                                         f"input_signature {s}; relax that dim to None or fix the input")
+    if hasattr(fn, "python_function") and "jit_compile" not in tf_function_kwargs:
+        jit = getattr(fn, "_jit_compile", None)
+        if jit is not None:
+            tf_function_kwargs["jit_compile"] = jit
+    return tf.function(py_fn, input_signature=input_signature, **tf_function_kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class VariantTraces:
+    """Trace counts of one tf.function variant over the examples.
+
+    Attributes:
+        variant: ``"plain"``, ``"reduce_retracing"`` or ``"input_signature"``.
+        traces: total traces over all example calls (the Python body's side effect count).
+        first_call_traces: traces during the first call (2 when it creates variables).
+        later_traces: traces after the first call: the retraces the user pays per new shape.
+        traced_specs: for each trace, the argument specs it was traced with, as text.
+    """
+
+    variant: str
+    traces: int
+    first_call_traces: int
+    later_traces: int
+    traced_specs: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class StabilizeReport:
+    """Plain vs ``reduce_retracing=True`` vs input_signature, measured on the same examples.
+
+    Attributes:
+        function_name: the Python function's name.
+        input_signature: the signature `stabilize` used.
+        example_shapes: the argument shapes of each example call, as text.
+        variants: `VariantTraces` per variant, in the order measured.
+        max_abs_diff: max |output(stabilized) − output(plain)| over all calls and outputs.
+    """
+
+    function_name: str
+    input_signature: tuple
+    example_shapes: tuple[str, ...]
+    variants: dict
+    max_abs_diff: float
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{k}={v.traces} ({v.later_traces} after first call)" for k, v in self.variants.items())
+        return f"StabilizeReport({self.function_name}: {len(self.example_shapes)} calls; traces: {counts})"
+
+    def to_text(self) -> str:
+        from tflab.tracing import _nested_str
+
+        lines = [f"stabilize {self.function_name}: input_signature {_nested_str(self.input_signature)}",
+                 f"  calls: {', '.join(self.example_shapes)}"]
+        for v in self.variants.values():
+            lines.append(f"  {v.variant:17s} {v.traces} traces ({v.first_call_traces} on the first call, "
+                         f"{v.later_traces} after)")
+            for s in v.traced_specs:
+                lines.append(f"    traced {s}")
+        lines.append(f"  max |stabilized - plain| = {self.max_abs_diff:g}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        from tflab._jsonutil import to_jsonable
+
+        return {"function": self.function_name, "input_signature": to_jsonable(self.input_signature),
+                "example_shapes": list(self.example_shapes),
+                "variants": {k: dataclasses.asdict(v) for k, v in self.variants.items()},
+                "max_abs_diff": self.max_abs_diff}
+
+
+def _describe_call(args: tuple) -> str:
+    import tensorflow as tf
+
+    def one(v):
+        if isinstance(v, (tf.Tensor, tf.Variable)) or hasattr(v, "shape") and hasattr(v, "dtype"):
+            shape = tf.TensorShape(v.shape)
+            dims = "?" if shape.rank is None else ",".join("None" if d is None else str(d) for d in shape.as_list())
+            return f"{tf.as_dtype(v.dtype).name}[{dims}]"
+        return repr(v)
+
+    return "(" + ", ".join(str(tf.nest.map_structure(one, a)) for a in args) + ")"
+
+
+def _counted(py_fn: Callable, log: list) -> Callable:
+    """Wraps the Python function so each trace appends its argument specs to ``log``.
+
+    The append is a Python side effect: it runs when TF traces the body, never
+    when the ConcreteFunction runs.
+    """
+
+    @functools.wraps(py_fn)
+    def traced_body(*args, **kwargs):
+        log.append(_describe_call(args))
+        return py_fn(*args, **kwargs)
+
+    return traced_body
+
+
+def stabilization_report(fn: Callable, examples: Iterable[Any],
+                         input_signature: Sequence[Any] | None = None,
+                         variants: Sequence[str] = ("plain", "reduce_retracing", "input_signature")
+                         ) -> StabilizeReport:
+    """Measures trace counts of ``fn`` over ``examples``: plain, reduce_retracing, stabilized.
+
+    Each variant is a fresh `tf.function` over the same Python function, called
+    with every example in order. Traces are counted by a Python side effect in
+    the body. A function that creates variables creates them in the first
+    variant's first call only; ``later_traces`` (traces after the first call)
+    is the number to compare across variants.
+
+    Args:
+        fn: a Python function or `tf.function`.
+        examples: example calls (see `infer_input_signature`), e.g. the batches
+            of a `tf.data.Dataset`.
+        input_signature: as in `stabilize`; inferred from ``examples`` when None.
+        variants: which variants to measure, in order.
+
+    Returns:
+        A `StabilizeReport`.
+
+    Raises:
+        UsageError: as `stabilize`.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    py_fn = _python_function(fn)
+    calls = _examples_list(examples)
+    stable = stabilize(fn, input_signature=input_signature, examples=calls)
+    results = {}
+    outputs = {}
+    for variant in variants:
+        log: list[str] = []
+        body = _counted(py_fn, log)
+        if variant == "plain":
+            f = tf.function(body)
+        elif variant == "reduce_retracing":
+            f = tf.function(body, reduce_retracing=True)
+        elif variant == "input_signature":
+            f = tf.function(body, input_signature=stable.input_signature)
+        else:
+            raise UsageError(f"unknown variant {variant!r}; use plain, reduce_retracing or input_signature")
+        outs = []
+        first = None
+        for call in calls:
+            outs.append(f(*call))
+            if first is None:
+                first = len(log)
+        outputs[variant] = outs
+        results[variant] = VariantTraces(variant, len(log), first or 0, len(log) - (first or 0), tuple(log))
+    diff = 0.0
+    if "plain" in outputs and "input_signature" in outputs:
+        for a, b in zip(outputs["plain"], outputs["input_signature"]):
+            for x, y in zip(tf.nest.flatten(a), tf.nest.flatten(b)):
+                x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+                if x.size:
+                    diff = max(diff, float(np.max(np.abs(x - y))))
+    return StabilizeReport(
+        function_name=getattr(py_fn, "__qualname__", getattr(py_fn, "__name__", "fn")),
+        input_signature=tuple(stable.input_signature),
+        example_shapes=tuple(_describe_call(c) for c in calls),
+        variants=results,
+        max_abs_diff=diff)
