@@ -1,0 +1,41 @@
+"""``tflab retrace [--json] SCRIPT.py [ARGS…]``: run a script, explain every tf.function trace.
+
+The work is `tflab.retrace.trace_script`; this verb parses arguments and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+
+HELP = "run a Python script and print, per tf.function, its traces and why each one happened"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print a JSON report (the script's own stdout goes to stderr)")
+    p.add_argument("--internal", action="store_true", help="also list TF's own helper functions")
+    p.add_argument("script", metavar="SCRIPT.py", help="the script to run as __main__")
+    p.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
+                   help="arguments passed to the script (its sys.argv[1:])")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tflab._jsonutil import to_jsonable
+    from tflab.retrace import trace_script
+
+    # Under --json the script's prints would corrupt the JSON on stdout.
+    redirect = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
+    with redirect:
+        result = trace_script(args.script, args.script_args, include_internal=args.internal)
+    if args.json:
+        print(json.dumps(to_jsonable(result.to_dict()), indent=2))
+    else:
+        print(result.to_text())
+    if result.error:
+        # The script itself failed: the traces so far are printed above; exit 2
+        # like every other bad input (tflab ran fine, the input did not).
+        print(f"tflab retrace: error: {result.error}", file=sys.stderr)
+        return 2
+    return 0
