@@ -1,0 +1,265 @@
+"""Lab step 3: what makes a tf.function trace again, measured on the running TF.
+
+`demonstrate_retracing` calls small tf.functions through `RetraceProbe` and
+records, for each classic trigger, how many traces TF made, then applies the
+usual prevention and measures again. Nothing here is quoted from a book: the
+numbers are whatever the installed TensorFlow does (the tests pin TF 2.21's).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from tflab.retrace import RetraceProbe
+
+
+@dataclasses.dataclass(frozen=True)
+class TriggerResult:
+    """One retrace trigger, measured before and after its prevention.
+
+    Attributes:
+        trigger: what changes between calls ("new shape", "changed closure"…).
+        calls: the calls made, in words.
+        traces: traces counted by the probe's trace-time side effect.
+        tf_tracing_count: TF's ``experimental_get_tracing_count()`` afterwards
+            (differs from ``traces`` when a trace raised: failed traces are not cached).
+        reasons: the probe's reason lines for the traces after the first.
+        observed: what else was measured (a stale result, the error raised), or "".
+        prevention: the change applied.
+        traces_after: traces counted with the prevention, same calls.
+        observed_after: what the prevention's calls gave, or "".
+    """
+
+    trigger: str
+    calls: str
+    traces: int
+    tf_tracing_count: int
+    reasons: tuple[str, ...]
+    observed: str
+    prevention: str
+    traces_after: int
+    observed_after: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class RetracingDemo:
+    """The measured retrace triggers of `demonstrate_retracing`.
+
+    Attributes:
+        tf_version: ``tf.__version__`` the numbers were measured on.
+        results: one `TriggerResult` per trigger, in lab order.
+    """
+
+    tf_version: str
+    results: tuple[TriggerResult, ...]
+
+    def __getitem__(self, trigger: str) -> TriggerResult:
+        for r in self.results:
+            if r.trigger == trigger:
+                return r
+        raise KeyError(f"no trigger {trigger!r}; triggers: {', '.join(r.trigger for r in self.results)}")
+
+    def counts(self) -> dict[str, tuple[int, int]]:
+        """trigger -> (traces, traces after prevention)."""
+        return {r.trigger: (r.traces, r.traces_after) for r in self.results}
+
+    def to_text(self, compact: bool = False) -> str:
+        """A table: trigger, traces, prevention, traces after; ``compact`` drops the details."""
+        w = max(len(r.trigger) for r in self.results)
+        lines = [f"{'trigger':<{w}}  traces  prevention -> traces"]
+        for r in self.results:
+            lines.append(f"{r.trigger:<{w}}  {r.traces:>6}  {r.prevention} -> {r.traces_after}")
+            if not compact:
+                lines.append(f"{'':<{w}}          calls: {r.calls}")
+                for reason in r.reasons:
+                    lines.append(f"{'':<{w}}          reason: {reason}")
+                if r.observed:
+                    lines.append(f"{'':<{w}}          observed: {r.observed}")
+                if r.observed_after:
+                    lines.append(f"{'':<{w}}          after prevention: {r.observed_after}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict."""
+        return {"tf_version": self.tf_version,
+                "results": [dataclasses.asdict(r) for r in self.results]}
+
+    def __repr__(self) -> str:
+        body = ", ".join(f"{r.trigger}: {r.traces}->{r.traces_after}" for r in self.results)
+        return f"<RetracingDemo TF {self.tf_version}: {body}>"
+
+
+def _first_line(e: BaseException) -> str:
+    # TF wraps errors raised while tracing in an "in user code:" block; the
+    # last non-empty line is TF's own message.
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    msg = (lines[-1] if lines else "").split(". Make sure")[0]
+    prefix = f"{type(e).__name__}: "
+    return msg if msg.startswith(prefix) else prefix + msg
+
+
+def _new_shape(tf) -> TriggerResult:
+    probe = RetraceProbe(lambda x: x * 2.0)
+    for n in (2, 3, 4):
+        probe(tf.ones([n]))
+    fixed = RetraceProbe(tf.function(lambda x: x * 2.0,
+                                     input_signature=[tf.TensorSpec([None], tf.float32)]))
+    for n in (2, 3, 4):
+        fixed(tf.ones([n]))
+    return TriggerResult("new shape", "f(x) with x: float32 (2,), (3,), (4,)", probe.trace_count,
+                         probe.tf_tracing_count, tuple(probe.reasons), "",
+                         "input_signature=[TensorSpec([None], float32)]", fixed.trace_count)
+
+
+def _new_dtype(tf) -> TriggerResult:
+    probe = RetraceProbe(lambda x: x + x)
+    probe(tf.constant([1.0, 2.0]))
+    probe(tf.constant([1, 2]))
+    fixed = RetraceProbe(lambda x: x + x)
+    fixed(tf.constant([1.0, 2.0]))
+    fixed(tf.cast(tf.constant([1, 2]), tf.float32))
+    return TriggerResult("new dtype", "f(x) with x: float32 (2,), then int32 (2,)", probe.trace_count,
+                         probe.tf_tracing_count, tuple(probe.reasons), "",
+                         "tf.cast(x, tf.float32) before the call", fixed.trace_count)
+
+
+def _python_value(tf) -> TriggerResult:
+    x = tf.ones([2])
+    probe = RetraceProbe(lambda x, n: x * tf.cast(n, tf.float32))
+    for n in (1, 2, 3):
+        probe(x, n)
+    fixed = RetraceProbe(lambda x, n: x * tf.cast(n, tf.float32))
+    for n in (1, 2, 3):
+        fixed(x, tf.constant(n))
+    return TriggerResult("new Python value", "f(x, n) with n = 1, 2, 3 (Python ints)",
+                         probe.trace_count, probe.tf_tracing_count, tuple(probe.reasons), "",
+                         "pass tf.constant(n)", fixed.trace_count)
+
+
+def _closure(tf) -> TriggerResult:
+    threshold = 0.5
+
+    def above(x):
+        return x > threshold
+
+    probe = RetraceProbe(above)
+    x = tf.constant([0.7])
+    first = bool(probe(x).numpy()[0])
+    threshold = 0.9
+    graph = bool(probe(x).numpy()[0])
+    eager = bool((x > threshold).numpy()[0])
+    stale = probe.stale[0].text if probe.stale else "no stale read reported"
+
+    def above_arg(x, t):
+        return x > t
+
+    fixed = RetraceProbe(above_arg)
+    fixed_first = bool(fixed(x, tf.constant(0.5)).numpy()[0])
+    fixed_second = bool(fixed(x, tf.constant(0.9)).numpy()[0])
+    return TriggerResult(
+        "changed closure", "threshold = 0.5; f(x=[0.7]); threshold = 0.9; f(x=[0.7])",
+        probe.trace_count, probe.tf_tracing_count, tuple(probe.reasons),
+        f"no retrace; results {first} then {graph} (stale: eager gives {eager}); {stale}",
+        "pass threshold as a tensor argument", fixed.trace_count,
+        f"results {fixed_first} then {fixed_second}")
+
+
+def _variable_first_call(tf) -> TriggerResult:
+    holder: dict[str, Any] = {}
+
+    def make_and_use(x):
+        if "v" not in holder:
+            holder["v"] = tf.Variable(2.0)
+        return x * holder["v"]
+
+    probe = RetraceProbe(make_and_use)
+    probe(tf.ones([2]))
+    outside = tf.Variable(2.0)
+    fixed = RetraceProbe(lambda x: x * outside)
+    fixed(tf.ones([2]))
+    kinds = ", ".join(t.kind for t in probe.traces)
+    return TriggerResult("tf.Variable on the first call", "f(x) that creates a tf.Variable once, called once",
+                         probe.trace_count, probe.tf_tracing_count, tuple(probe.reasons),
+                         f"trace kinds: {kinds}", "create the tf.Variable outside the tf.function",
+                         fixed.trace_count)
+
+
+def _variable_later_call(tf) -> TriggerResult:
+    per_size: dict[int, Any] = {}
+
+    def add_bias(x):
+        n = int(x.shape[0])
+        if n not in per_size:
+            per_size[n] = tf.Variable(tf.zeros([n]))
+        return x + per_size[n]
+
+    probe = RetraceProbe(add_bias)
+    probe(tf.ones([2]))
+    try:
+        probe(tf.ones([3]))
+        observed = "no error"
+    except ValueError as e:
+        observed = _first_line(e)
+    observed += (f" (the probe counted {probe.trace_count} traces, the failed one included; "
+                 f"TF's experimental_get_tracing_count() is {probe.tf_tracing_count}: "
+                 f"a trace that raised is not cached)")
+    made = {n: tf.Variable(tf.zeros([n])) for n in (2, 3)}
+    fixed = RetraceProbe(lambda x: x + made[int(x.shape[0])])
+    fixed(tf.ones([2]))
+    fixed(tf.ones([3]))
+    return TriggerResult(
+        "tf.Variable on a later call", "f(x) that creates a tf.Variable per new length: x (2,), then (3,)",
+        probe.trace_count, probe.tf_tracing_count, tuple(probe.reasons), observed,
+        "create every tf.Variable before the first call", fixed.trace_count,
+        "no error")
+
+
+def demonstrate_retracing() -> RetracingDemo:
+    """Measures each classic retrace trigger and its prevention on the installed TF.
+
+    Triggers, in order (each through its own `RetraceProbe`):
+
+    * **new shape**: x of length 2, 3, 4; prevented by an input_signature
+      with a ``None`` dim.
+    * **new dtype**: float32 then int32; prevented by casting before the call.
+    * **new Python value**: ``n = 1, 2, 3`` as Python ints (each is a
+      ``Literal`` in the FunctionType); prevented by passing ``tf.constant(n)``.
+    * **changed closure**: a closure variable read by the traced body changes
+      from 0.5 to 0.9. The function does *not* retrace and keeps returning the
+      0.5 answer; the probe reports the stale read. Prevented by passing the
+      threshold as a tensor argument.
+    * **tf.Variable on the first call**: TF traces twice on that call (once
+      allowing variable creation, once with it disabled,
+      ``polymorphic_function.Function._initialize``); prevented by creating the
+      variable outside.
+    * **tf.Variable on a later call**: a variable created while tracing for a
+      new input raises ``ValueError: tf.function only supports singleton
+      tf.Variables created on the first call``; prevented by creating every
+      variable before the first call.
+
+    Where TF 2.21 differs from common teaching: many guides (and this
+    project's seed document) list "a changed closure" as a retrace trigger. On
+    TF 2.21 it is not: a Python value read from a closure or global is baked
+    into the FuncGraph as a constant and is not part of the FunctionType
+    (``tensorflow/core/function/polymorphism/function_type.py``), so the
+    cached graph runs with the old value, silently. Also, the "one trace per
+    call signature" rule has an exception: a function that creates variables
+    traces twice on its first call.
+
+    Returns:
+        A `RetracingDemo` (``demo["new shape"].traces`` etc.).
+
+    Example:
+
+    >>> demo = demonstrate_retracing()
+    >>> demo["new Python value"].traces, demo["new Python value"].traces_after
+    (3, 1)
+    >>> demo["changed closure"].traces
+    1
+    """
+    import tensorflow as tf
+
+    results = (_new_shape(tf), _new_dtype(tf), _python_value(tf), _closure(tf),
+               _variable_first_call(tf), _variable_later_call(tf))
+    return RetracingDemo(tf_version=tf.__version__, results=results)
