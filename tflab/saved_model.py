@@ -1,0 +1,566 @@
+"""Lab step 7: a SavedModel round trip must be bit-exact.
+
+`save_and_reload` writes an object as a SavedModel, loads it back with
+`tf.saved_model.load`, runs every SignatureDef on the examples and compares
+each output with the in-process ConcreteFunction it was saved from, byte by
+byte. Both sides run the same FuncGraph with the same variable values on the
+same TF kernels, so any difference (even ``-0.0`` vs ``0.0`` or another NaN
+payload) means something was not saved the way it ran.
+
+What a SavedModel does *not* keep is reported as notes
+(tensorflow/python/saved_model/save.py and signature_serialization.py):
+
+* a `tf.function` that was never traced has no ConcreteFunction to save;
+* Python arguments are part of a trace's FunctionType as ``Literal`` values, so
+  only the traced values (e.g. ``training=True``) can be called after reload;
+* a resource (e.g. a `tf.Variable`) captured by a function but not reachable
+  as an attribute of the saved object cannot be saved at all (TF raises an
+  ``AssertionError`` about an "untracked" resource; we say which and what to do);
+* a dict of unnamed TensorSpecs loses its keys: signature inputs are named
+  after the graph's placeholders (``inputs``, ``inputs_1``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from tflab.errors import TflabError, UsageError
+
+DEFAULT_SIGNATURE = "serving_default"  # tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
+
+Examples = Mapping[str, Any] | Sequence[Mapping[str, Any]]
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorInfo:
+    """One input or output of a signature.
+
+    Attributes:
+        name: the signature's key for it.
+        dtype: dtype name, e.g. ``"float32"``.
+        shape: dims, ``None`` for unknown ones (e.g. ``(None, 8)``).
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[int | None, ...] | None
+
+    def __str__(self) -> str:
+        dims = "?" if self.shape is None else ",".join("None" if d is None else str(d) for d in self.shape)
+        return f"{self.name}: {self.dtype}[{dims}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputBits:
+    """Bitwise comparison of one signature output, reloaded vs in-process.
+
+    Attributes:
+        name: output key. dtype/shape: from the reloaded SignatureDef.
+        bit_exact: every example's bytes are identical.
+        mismatched: number of elements whose bytes differ (over all examples).
+        max_abs_diff: largest ``|a - b|`` over numeric elements (0.0 when exact;
+            NaN vs NaN with different payloads counts as a mismatch, not a difference).
+        max_ulp: largest distance in units in the last place (floats only, else 0).
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[int | None, ...] | None
+    bit_exact: bool
+    mismatched: int = 0
+    max_abs_diff: float = 0.0
+    max_ulp: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class SignatureCheck:
+    """One SignatureDef after reload: its inputs, outputs and per-output verdict."""
+
+    name: str
+    inputs: dict[str, TensorInfo]
+    outputs: dict[str, OutputBits]
+
+    @property
+    def bit_exact(self) -> bool:
+        return all(o.bit_exact for o in self.outputs.values())
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedModelCheck:
+    """Result of `save_and_reload`.
+
+    Attributes:
+        path: the SavedModel folder.
+        kind: ``"tf.Module"``, ``"keras"`` (Keras 3) or ``"tf_keras"``.
+        bit_exact: every output of every signature matched byte for byte.
+        signatures: signature key → `SignatureCheck`.
+        examples: number of example batches run through each signature.
+        notes: what the SavedModel did not keep, one sentence each.
+    """
+
+    path: str
+    kind: str
+    bit_exact: bool
+    signatures: dict[str, SignatureCheck]
+    examples: int
+    notes: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        sigs = ", ".join(f"{k}({'exact' if s.bit_exact else 'DIFFERS'})" for k, s in self.signatures.items())
+        return (f"SavedModelCheck(kind={self.kind!r}, bit_exact={self.bit_exact}, "
+                f"signatures=[{sigs}], notes={len(self.notes)})")
+
+    def to_text(self) -> str:
+        lines = [f"SavedModel {self.path} ({self.kind}): "
+                 f"{'bit-exact' if self.bit_exact else 'NOT bit-exact'} over {self.examples} example batch(es)"]
+        for key, sig in self.signatures.items():
+            lines.append(f"  signature {key}")
+            for t in sig.inputs.values():
+                lines.append(f"    in  {t}")
+            for o in sig.outputs.values():
+                verdict = ("bit-exact" if o.bit_exact else
+                           f"{o.mismatched} element(s) differ, max |Δ| {o.max_abs_diff:.3g}, {o.max_ulp} ULP")
+                lines.append(f"    out {TensorInfo(o.name, o.dtype, o.shape)}  {verdict}")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "kind": self.kind, "bit_exact": self.bit_exact,
+                "examples": self.examples, "notes": list(self.notes),
+                "signatures": {k: {"bit_exact": s.bit_exact,
+                                   "inputs": {n: dataclasses.asdict(t) for n, t in s.inputs.items()},
+                                   "outputs": {n: dataclasses.asdict(o) for n, o in s.outputs.items()}}
+                               for k, s in self.signatures.items()}}
+
+
+# ------------------------------------------------------------------ shared helpers
+
+
+def tensor_info(name: str, spec) -> TensorInfo:
+    """`TensorInfo` of a `tf.TensorSpec`."""
+    shape = None if spec.shape.rank is None else tuple(spec.shape.as_list())
+    return TensorInfo(name, spec.dtype.name, shape)
+
+
+def signature_inputs(fn) -> dict[str, TensorInfo]:
+    """Inputs of a loaded signature function (``loaded.signatures[key]``), by name, sorted."""
+    return {k: tensor_info(k, s) for k, s in sorted(fn.structured_input_signature[1].items())}
+
+
+def signature_outputs(fn) -> dict[str, TensorInfo]:
+    """Outputs of a loaded signature function, by name."""
+    return {k: tensor_info(k, s) for k, s in fn.structured_outputs.items()}
+
+
+def normalize_examples(examples: Examples) -> list[dict[str, np.ndarray]]:
+    """Turns ``{name: array}`` or a list of such dicts into a list of numpy dicts.
+
+    Raises:
+        UsageError: not a dict or a non-empty list of dicts.
+    """
+    if isinstance(examples, Mapping):
+        batches = [examples]
+    elif isinstance(examples, Sequence) and not isinstance(examples, (str, bytes)) and examples:
+        batches = list(examples)
+    else:
+        raise UsageError("examples must be a dict {input name: array} (one batch) or a non-empty "
+                         "list of such dicts")
+    out = []
+    for i, b in enumerate(batches):
+        if not isinstance(b, Mapping):
+            raise UsageError(f"examples[{i}] is a {type(b).__name__}, expected a dict {{input name: array}}")
+        out.append({str(k): np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in b.items()})
+    return out
+
+
+def check_examples(batches: list[dict[str, np.ndarray]], inputs: Mapping[str, TensorInfo],
+                   where: str) -> None:
+    """Checks that each batch feeds exactly the signature's inputs with matching dtype/shape.
+
+    Raises:
+        UsageError: a missing or extra name, a wrong dtype, or an incompatible shape.
+    """
+    import tensorflow as tf
+
+    want = ", ".join(str(t) for t in inputs.values())
+    for i, batch in enumerate(batches):
+        missing = sorted(set(inputs) - set(batch))
+        extra = sorted(set(batch) - set(inputs))
+        if missing or extra:
+            raise UsageError(f"examples[{i}] does not match {where}: "
+                             + (f"missing {missing} " if missing else "")
+                             + (f"unknown {extra} " if extra else "")
+                             + f"(the signature takes {want})")
+        for name, info in inputs.items():
+            arr = batch[name]
+            dt = tf.dtypes.as_dtype(arr.dtype) if arr.dtype.kind not in "OSU" else tf.string
+            if dt.name != info.dtype:
+                raise UsageError(f"examples[{i}][{name!r}] is {dt.name} but {where} wants {info.dtype}: "
+                                 f"cast it (e.g. x.astype(np.{info.dtype}))" if info.dtype != "string" else
+                                 f"examples[{i}][{name!r}] is {dt.name} but {where} wants string (bytes)")
+            if info.shape is not None and not tf.TensorShape(info.shape).is_compatible_with(arr.shape):
+                raise UsageError(f"examples[{i}][{name!r}] has shape {list(arr.shape)} but {where} wants "
+                                 f"{info}: reshape it")
+
+
+def _ordered_ints(a: np.ndarray) -> np.ndarray:
+    """Maps floats to integers whose difference counts ULPs (sign-magnitude → two's order)."""
+    int_t = {2: np.int16, 4: np.int32, 8: np.int64}[a.dtype.itemsize]
+    i = a.view(int_t).astype(np.int64)
+    # Negative floats have the sign bit set; flip them so integer order is float order.
+    return np.where(i < 0, np.iinfo(int_t).min - i, i)
+
+
+def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Elementwise distance in ULPs between two float arrays of the same dtype (NaN → max)."""
+    d = np.abs(_ordered_ints(a) - _ordered_ints(b))
+    return np.where(np.isnan(a) | np.isnan(b), np.iinfo(np.int64).max, d)
+
+
+def compare_bits(a: np.ndarray, b: np.ndarray) -> tuple[int, float, int]:
+    """(mismatched elements, max |a-b|, max ULP) comparing bytes, so -0.0 ≠ 0.0 and NaN payloads count."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return max(a.size, b.size), float("inf"), 0
+    if a.dtype.kind in "OSU":
+        neq = np.array([x != y for x, y in zip(a.ravel(), b.ravel())], dtype=bool)
+        return int(neq.sum()), 0.0, 0
+    width = a.dtype.itemsize
+    av = np.ascontiguousarray(a).view(np.uint8).reshape(-1, width)
+    bv = np.ascontiguousarray(b).view(np.uint8).reshape(-1, width)
+    neq = (av != bv).any(axis=1)
+    n = int(neq.sum())
+    if n == 0:
+        return 0, 0.0, 0
+    if a.dtype.kind == "f":
+        fin = ~(np.isnan(a) | np.isnan(b)).ravel()
+        diff = np.abs(a.astype(np.float64) - b.astype(np.float64)).ravel()[fin]
+        ulps = ulp_distance(a, b).ravel()[neq]
+        return n, float(diff.max()) if diff.size else 0.0, int(ulps.max())
+    if a.dtype.kind in "iub":
+        return n, float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max()), 0
+    return n, 0.0, 0
+
+
+def _to_numpy(value) -> np.ndarray:
+    return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+
+
+def normalize_outputs(structured) -> dict:
+    """Names outputs the way SignatureDefs do: dict keys, else ``output_0``, ``output_1``…
+
+    Mirrors tensorflow/python/saved_model/signature_serialization.py
+    (``_normalize_outputs``).
+    """
+    import tensorflow as tf
+
+    if isinstance(structured, Mapping):
+        return dict(structured)
+    flat = tf.nest.flatten(structured)
+    return {f"output_{i}": t for i, t in enumerate(flat)}
+
+
+# --------------------------------------------------------------- what is not saved
+
+
+def _tf_functions(obj) -> dict[str, Any]:
+    """Attribute name → `tf.function` (PolymorphicFunction) on a tf.Module."""
+    import tensorflow as tf
+
+    found = {}
+    names = set()
+    for klass in type(obj).__mro__:
+        names.update(vars(klass))
+    names.update(getattr(obj, "__dict__", {}))
+    for name in sorted(names):
+        if name.startswith("__"):
+            continue
+        try:
+            value = getattr(obj, name)
+        except Exception:  # properties that fail are not functions we save
+            continue
+        if isinstance(value, tf.types.experimental.PolymorphicFunction):
+            found[name] = value
+    return found
+
+
+def _concrete_functions(fn) -> list:
+    # The same list tf.saved_model.save serializes for a tf.function.
+    return list(fn._list_all_concrete_functions_for_serialization())  # noqa: SLF001
+
+
+def unsaved_notes(obj) -> list[str]:
+    """Notes on a tf.Module's tf.functions that the SavedModel keeps only in part or not at all."""
+    from tensorflow.core.function.trace_type import default_types
+
+    notes = []
+    for name, fn in _tf_functions(obj).items():
+        cfs = _concrete_functions(fn)
+        if not cfs:
+            notes.append(f"{name}: never traced and no input_signature, so the SavedModel holds no "
+                         f"ConcreteFunction for it; the reloaded {name} raises when called "
+                         f"(call it once or give it an input_signature before saving)")
+            continue
+        literals: dict[str, set] = {}
+        for cf in cfs:
+            for p in cf.function_type.parameters.values():
+                if isinstance(p.type_constraint, default_types.Literal):
+                    literals.setdefault(p.name, set()).add(repr(p.type_constraint.value))
+        for pname, values in literals.items():
+            vals = ", ".join(sorted(values))
+            notes.append(f"{name}: Python argument {pname} was traced only as {pname}={vals}; each value "
+                         f"is a constant baked into its FuncGraph, so the reloaded {name} accepts only "
+                         f"{pname}={vals} (trace other values before saving, or make it a tensor)")
+    return notes
+
+
+def _explain_save_error(e: BaseException) -> TflabError:
+    text = str(e)
+    if "untracked" in text:
+        fn = re.search(r"Function name = b?'?([^'\n]+)", text)
+        trackable = re.search(r"Trackable referencing this tensor = (.+)", text)
+        what = trackable.group(1).strip() if trackable else "a resource"
+        where = f" (function {fn.group(1)})" if fn else ""
+        return UsageError(f"cannot save: a function captures {what}{where}, which no attribute of the "
+                          f"saved object holds, so SavedModel cannot restore it; assign it to an "
+                          f"attribute (e.g. self.v = tf.Variable(...) in __init__) and save again")
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return TflabError(f"tf.saved_model.save failed: {type(e).__name__}: {first}")
+
+
+# ------------------------------------------------------------------- the reference
+
+
+@dataclasses.dataclass
+class _Reference:
+    """In-process ConcreteFunction of one signature, callable with the signature's named inputs."""
+
+    concrete: Any
+    input_names: list[str]  # signature input name of each flat input, in flatten order
+    rename: Callable[[Any], dict]
+
+    def __call__(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        import tensorflow as tf
+
+        flat = [tf.constant(feed[n]) for n in self.input_names]
+        args, kwargs = tf.nest.pack_sequence_as(self.concrete.structured_input_signature, flat)
+        out = self.concrete(*args, **kwargs)
+        return {k: _to_numpy(v) for k, v in self.rename(out).items()}
+
+
+def _reference(concrete, rename=normalize_outputs) -> _Reference:
+    import tensorflow as tf
+
+    n = len(tf.nest.flatten(concrete.structured_input_signature))
+    # Signature inputs are named after the FuncGraph's placeholders (the spec's
+    # name, else the argument's path), in flatten order; captures follow them.
+    names = [t.name.split(":")[0] for t in concrete.inputs[:n]]
+    return _Reference(concrete, names, rename)
+
+
+def _module_signatures(obj, signatures) -> dict[str, Any]:
+    import tensorflow as tf
+
+    if signatures is not None:
+        if not isinstance(signatures, Mapping):
+            signatures = {DEFAULT_SIGNATURE: signatures}
+        out = {}
+        for k, f in signatures.items():
+            out[k] = f.get_concrete_function() if hasattr(f, "get_concrete_function") else f
+        return out
+    fns = {n: f for n, f in _tf_functions(obj).items() if f.input_signature is not None}
+    if not fns:
+        # A single traced function can still serve as the default signature.
+        traced = {n: _concrete_functions(f) for n, f in _tf_functions(obj).items()}
+        traced = {n: c for n, c in traced.items() if len(c) == 1}
+        if len(traced) == 1:
+            return {DEFAULT_SIGNATURE: next(iter(traced.values()))[0]}
+        raise UsageError(f"{type(obj).__name__} has no tf.function with an input_signature to export as "
+                         f"a signature: decorate one with @tf.function(input_signature=[tf.TensorSpec(...)]) "
+                         f"or pass signatures={{'serving_default': fn}}")
+    if len(fns) == 1:
+        return {DEFAULT_SIGNATURE: next(iter(fns.values())).get_concrete_function()}
+    return {n: f.get_concrete_function() for n, f in fns.items()}
+
+
+def _is_keras3(obj) -> bool:
+    try:
+        import keras
+    except ImportError:
+        return False
+    return isinstance(obj, keras.Model) and keras.__version__.startswith("3")
+
+
+def _is_tf_keras(obj) -> bool:
+    try:
+        import tf_keras
+    except ImportError:
+        return False
+    return isinstance(obj, tf_keras.Model)
+
+
+def _save_keras3(model, path: str) -> dict[str, _Reference]:
+    # Model.export (keras/src/export/saved_model.py, export_saved_model) builds
+    # an ExportArchive with one "serve" endpoint and writes it out. We do the
+    # same steps but keep the archive, so its in-process endpoint is the reference.
+    from keras.export import ExportArchive
+    from keras.src.export.export_utils import get_input_signature
+
+    archive = ExportArchive()
+    serve = archive.track_and_add_endpoint("serve", model, get_input_signature(model))
+    archive.write_out(path, verbose=False)
+    return {DEFAULT_SIGNATURE: _reference(serve.get_concrete_function())}
+
+
+def _save_tf_keras(model, path: str) -> dict[str, _Reference]:
+    import tensorflow as tf
+
+    specs = tf.nest.map_structure(
+        lambda t: tf.TensorSpec(t.shape, t.dtype, name=t.name.split(":")[0]), model.inputs)
+    if len(specs) == 1:
+        specs = specs[0]
+    names = list(model.output_names)
+
+    def rename(out):
+        # tf-keras names its serving outputs after the output layers.
+        return dict(zip(names, tf.nest.flatten(out)))
+
+    concrete = tf.function(lambda x: model(x, training=False)).get_concrete_function(specs)
+    tf.saved_model.save(model, path)
+    return {DEFAULT_SIGNATURE: _reference(concrete, rename)}
+
+
+def _save_module(obj, path: str, signatures) -> dict[str, _Reference]:
+    import tensorflow as tf
+
+    sigs = _module_signatures(obj, signatures)
+    try:
+        tf.saved_model.save(obj, path, signatures=sigs)
+    except (AssertionError, ValueError) as e:
+        raise _explain_save_error(e) from e
+    return {k: _reference(cf) for k, cf in sigs.items()}
+
+
+# -------------------------------------------------------------------------- public
+
+
+def save_and_reload(obj: Any, path: str | os.PathLike, examples: Examples, *,
+                    signatures: Any = None) -> SavedModelCheck:
+    """Saves ``obj`` as a SavedModel, reloads it, and compares every signature bit by bit.
+
+    The reference is the in-process ConcreteFunction each signature was saved
+    from; the reloaded side is ``tf.saved_model.load(path).signatures[key]``.
+    Outputs are compared by name and by their bytes (``ndarray.view(uint8)``),
+    so ``-0.0`` vs ``0.0`` and different NaN payloads are differences.
+
+    Args:
+        obj: a `tf.Module` whose `tf.function` methods have input signatures,
+            a Keras 3 `keras.Model` (written the way ``model.export(path)``
+            writes it), or a tf-keras model (``tf.saved_model.save``).
+        path: folder to write; it must not exist or be empty.
+        examples: ``{input name: array}`` for one batch, or a list of such
+            dicts. Names, dtypes and shapes must match the signature inputs
+            (e.g. ``{"x": np.zeros((4, 64), np.float32)}``).
+        signatures: for a tf.Module only: a `tf.function`/ConcreteFunction or
+            a dict ``{key: function}``. Default: the tf.functions that have an
+            input_signature (one becomes ``"serving_default"``).
+
+    Returns:
+        A `SavedModelCheck`: ``.bit_exact`` over all signatures and outputs,
+        ``.signatures[key].inputs/.outputs`` (names, dtypes, shapes with
+        ``None`` dims, per-output ``bit_exact``), and ``.notes`` on what was
+        not saved.
+
+    Raises:
+        UsageError: ``path`` is a non-empty folder; ``obj`` has no signature
+            to export; it captures an untracked resource; examples do not
+            match a signature.
+        TflabError: saving failed for another reason (TF's first line quoted).
+
+    Example:
+
+    >>> check = tflab.save_and_reload(module, "/tmp/sm", {"x": np.ones((2, 64), np.float32)})
+    >>> check.bit_exact
+    True
+    """
+    import tensorflow as tf
+
+    path = os.fspath(path)
+    if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
+        raise UsageError(f"{path!r} already exists and is not an empty folder: choose a new path")
+    batches = normalize_examples(examples)
+    created = not os.path.exists(path)
+    try:
+        return _save_and_check(obj, path, batches, signatures)
+    except BaseException:
+        # Nothing half-written: a failed save or check leaves no folder behind.
+        if created:
+            shutil.rmtree(path, ignore_errors=True)
+        raise
+
+
+def _save_and_check(obj, path: str, batches: list[dict[str, np.ndarray]], signatures) -> SavedModelCheck:
+    import tensorflow as tf
+
+    notes: list[str] = []
+    if _is_keras3(obj):
+        kind, refs = "keras", _save_keras3(obj, path)
+    elif _is_tf_keras(obj):
+        kind, refs = "tf_keras", _save_tf_keras(obj, path)
+    elif isinstance(obj, tf.Module):
+        kind = "tf.Module"
+        notes = unsaved_notes(obj)
+        refs = _save_module(obj, path, signatures)
+    else:
+        raise UsageError(f"cannot save a {type(obj).__name__}: give a tf.Module, a Keras 3 model "
+                         f"or a tf-keras model")
+
+    loaded = tf.saved_model.load(path)
+    checks = {}
+    for key, ref in refs.items():
+        fn = loaded.signatures[key]
+        inputs = signature_inputs(fn)
+        outputs = signature_outputs(fn)
+        if set(ref.input_names) != set(inputs):
+            raise TflabError(f"signature {key}: inputs {sorted(inputs)} do not match the in-process "
+                             f"function's {sorted(ref.input_names)}")
+        if kind == "tf.Module":
+            notes += _lost_dict_keys(key, ref.concrete, inputs)
+        check_examples(batches, inputs, f"signature {key!r}")
+        stats = {n: [0, 0.0, 0] for n in outputs}
+        for batch in batches:
+            got = {k: _to_numpy(v) for k, v in fn(**{n: tf.constant(a) for n, a in batch.items()}).items()}
+            want = ref(batch)
+            for n in outputs:
+                m, d, u = compare_bits(got[n], want[n])
+                s = stats[n]
+                s[0] += m
+                s[1] = max(s[1], d)
+                s[2] = max(s[2], u)
+        out_checks = {n: OutputBits(n, outputs[n].dtype, outputs[n].shape, stats[n][0] == 0, *stats[n])
+                      for n in outputs}
+        checks[key] = SignatureCheck(key, inputs, out_checks)
+    return SavedModelCheck(path=path, kind=kind, bit_exact=all(c.bit_exact for c in checks.values()),
+                           signatures=checks, examples=len(batches), notes=tuple(notes))
+
+
+def _lost_dict_keys(key: str, concrete, inputs: Mapping[str, TensorInfo]) -> list[str]:
+    """A note when a dict input's keys did not become the signature's input names."""
+    notes = []
+    args, kwargs = concrete.structured_input_signature
+    for arg in list(args) + list(kwargs.values()):
+        if isinstance(arg, Mapping):
+            lost = [k for k in arg if k not in inputs]
+            if lost:
+                notes.append(f"signature {key}: dict keys {lost} are not input names (the signature has "
+                             f"{sorted(inputs)}); unnamed TensorSpecs are named after their placeholders, "
+                             f"so give each spec name=<key> to keep the keys")
+    return notes
