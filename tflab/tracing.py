@@ -6,7 +6,9 @@ in a `ConcreteFunction` (``tensorflow/python/eager/polymorphic_function/``:
 ``polymorphic_function.py`` and ``concrete_function.py``). This module asks for
 that ConcreteFunction with `get_concrete_function` and reports what the graph
 holds: every op, the captures (tf.Variables enter as resource handles; eager
-tensors enter by value, small ones folded into a ``Const`` op), the structured
+tensors enter by value: up to 128 elements they are folded into a ``Const`` op,
+larger ones become a ``Placeholder`` fed at call time, per ``_EAGER_CONST_THRESHOLD``
+in ``tensorflow/core/function/capture/capture_container.py``), the structured
 input signature, the output spec, and the control-flow ops AutoGraph emitted
 (``If``/``While`` and their ``Stateless`` forms, from ``cond_v2.py`` and
 ``while_v2.py``).
@@ -15,6 +17,7 @@ input signature, the output spec, and the control-flow ops AutoGraph emitted
 from __future__ import annotations
 
 import collections
+import re
 import dataclasses
 from typing import Any, Callable
 
@@ -327,7 +330,7 @@ def as_tf_function(fn: Any) -> Any:
 def function_name(fn: Any) -> str:
     """A readable name for a tf.function, function, bound method or Keras model."""
     target = getattr(fn, "python_function", fn)
-    return (getattr(target, "__qualname__", None) or getattr(target, "__name__", None)
+    return (getattr(target, "__name__", None)
             or getattr(target, "name", None) or type(target).__name__)
 
 
@@ -351,6 +354,9 @@ def get_concrete_function(fn: Any, *args, **kwargs):
         if "Binding inputs" in first or "input_signature" in str(e) or "missing a required" in str(e) \
                 or "got an unexpected keyword" in str(e) or "takes" in first and "positional" in first:
             detail = " ".join(line.strip() for line in msg[:3])
+            m = re.search(r"Can not cast (.*?) to (.*?)`", detail)
+            if m:  # TF's message repeats the argument values; the cast is the point
+                detail = f"got {m.group(1)}, the input_signature wants {m.group(2)}"
             raise UsageError(f"the call does not match {function_name(fn)}'s signature: {detail}; "
                              f"pass arguments that fit its input_signature (or drop input_signature)") from e
         where = user_frame(e)
