@@ -652,7 +652,8 @@ class RetraceProbe:
         is_tf_function = isinstance(fn, tf.types.experimental.PolymorphicFunction) or hasattr(fn, "_clone")
         python_fn = fn.python_function if is_tf_function else fn
         self._user_fn = _innermost_python_function(python_fn)
-        self.name = getattr(self._user_fn, "__qualname__", None) or getattr(fn, "__name__", type(fn).__name__)
+        self.name = _short_name(getattr(self._user_fn, "__qualname__", None)
+                                or getattr(fn, "__name__", type(fn).__name__))
 
         probe = self
 
@@ -881,6 +882,11 @@ class RetraceProbe:
                 f"{why}{stale}>")
 
 
+def _short_name(qualname: str) -> str:
+    """``test_x.<locals>.h`` -> ``h``: the enclosing function adds nothing for a reader."""
+    return qualname.rsplit("<locals>.", 1)[-1]
+
+
 def _value_repr(v: Any) -> str:
     if v is _MISSING:
         return "<deleted>"
@@ -895,7 +901,7 @@ def _value_repr(v: Any) -> str:
 # ---------------------------------------------------------------------------
 
 _LOG_PREFIX = "Creating new FuncGraph for Python function "
-_FUNC_REPR = re.compile(r"^<(?:function|bound method) ([^\s>]+)")
+_FUNC_REPR = re.compile(r"^<(?:function|bound method) (\S+?)(?: at 0x| of )")
 _PARAM_LINE = re.compile(r"^  (\S+) \((\w+)\): (.*)$")
 _SCOPE_RE = re.compile(r"scope_type=<ScopeType\.(\w+)")
 _CONTEXT_RE = re.compile(r"FunctionContext\(context=(.*), scope_type=")
@@ -1017,7 +1023,8 @@ class FunctionTraces:
     """The traces of one tf.function seen in a log, with reasons.
 
     Attributes:
-        function: the Python function's qualified name.
+        function: the Python function's name (its qualified name without the
+            enclosing function's ``<locals>`` prefix).
         traces: one `Trace` per "Creating new FuncGraph" record, oldest first.
     """
 
@@ -1057,14 +1064,14 @@ def group_logged_traces(logged: Sequence[LoggedTrace], include_internal: bool = 
         if include_internal or not _is_tf_internal(t):
             by_name.setdefault(t.function, []).append(t)
     out = []
-    for name, records in by_name.items():
+    for qualname, records in by_name.items():
         traces: list[Trace] = []
         contexts: list[str | None] = []
         for rec in records:
             traces.append(make_trace(len(traces) + 1, rec.inputs, traces, scope=rec.scope,
                                      context=rec.context, previous_contexts=contexts))
             contexts.append(rec.context)
-        out.append(FunctionTraces(function=name, traces=tuple(traces)))
+        out.append(FunctionTraces(function=_short_name(qualname), traces=tuple(traces)))
     return tuple(out)
 
 
@@ -1205,14 +1212,15 @@ def expect_traces(fn_or_probe: Any, at_most: int) -> Iterator[TraceExpectation]:
         name = fn_or_probe.name
     elif hasattr(fn_or_probe, "experimental_get_tracing_count"):
         target = _innermost_python_function(fn_or_probe)
-        name = getattr(target, "__qualname__", None) or getattr(fn_or_probe, "__name__", "function")
+        qualname = getattr(target, "__qualname__", None) or getattr(fn_or_probe, "__name__", "function")
+        name = _short_name(qualname)
         count_before = fn_or_probe.experimental_get_tracing_count()
         with capture_trace_log() as logged:
             try:
                 yield result
             finally:
                 result.count = fn_or_probe.experimental_get_tracing_count() - count_before
-                mine = [t for t in logged if t.function == name]
+                mine = [t for t in logged if t.function == qualname]
                 groups = group_logged_traces(mine)
                 result.traces = list(groups[0].traces) if groups else []
     else:
