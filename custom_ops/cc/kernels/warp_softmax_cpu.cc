@@ -1,0 +1,497 @@
+// CPU row math of WarpSoftmax: AVX2+FMA when the CPU has them, scalar
+// otherwise, picked once at run time.
+//
+// Why a separate translation unit without TF headers: the AVX2 functions use
+// `__attribute__((target("avx2,fma,f16c")))`, so the library still loads and
+// runs on a CPU without AVX2 (the scalar path is taken), and this file
+// compiles in about a second while the OpKernel file takes much longer.
+//
+// Memory traffic per row (the point of the kernel): x is read from memory
+// once and y written once.
+//   * rows of up to kInCacheCols elements: pass 1 finds the max, pass 2
+//     writes e = exp(x - max) as float32 (into y itself for float32, into a
+//     per-thread scratch row otherwise) and sums it, pass 3 scales by 1/sum.
+//     Passes 2 and 3 hit the row in L1/L2, so DRAM sees one read and one
+//     write, and exp is evaluated once per element.
+//   * longer rows: one streaming pass keeps a running (max, sum) per chunk
+//     ("online softmax"), then one pass writes exp(x - max) / sum: x is read
+//     twice, exp evaluated twice, but nothing longer than a chunk is cached.
+//
+// exp: Cody-Waite range reduction x = n*ln2 + r, |r| <= ln2/2, and a degree-6
+// polynomial (the classic Cephes expf coefficients) for exp(r), then 2^n by
+// writing the exponent field. About 1 ULP; see README.md for the measured
+// bounds against tf.nn.softmax. Inputs below ln(FLT_MIN) give 0 (TF runs its
+// kernels with flush-to-zero, so the reference flushes those as well).
+
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "warp_softmax.h"
+
+namespace tflab {
+namespace {
+
+constexpr int64_t kInCacheCols = 32768;  // 128 KiB of float32: fits in L2.
+constexpr int64_t kChunk = 2048;         // online pass: 8 KiB chunks in L1.
+
+constexpr float kExpHi = 88.3762626647949f;    // exp(kExpHi) < FLT_MAX
+constexpr float kExpLo = -87.3365447505531f;   // ln(FLT_MIN)
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kLn2Hi = 0.693359375f;          // few mantissa bits: n*kLn2Hi exact
+constexpr float kLn2Lo = -2.12194440e-4f;
+constexpr float kP0 = 1.9875691500e-4f;
+constexpr float kP1 = 1.3981999507e-3f;
+constexpr float kP2 = 8.3334519073e-3f;
+constexpr float kP3 = 4.1665795894e-2f;
+constexpr float kP4 = 1.6666665459e-1f;
+constexpr float kP5 = 5.0000001201e-1f;
+
+inline uint32_t FloatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float BitsFloat(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// ---------------------------------------------------------------- scalar ---
+
+inline float ExpScalar(float x) {
+  if (std::isnan(x)) return x;
+  if (x < kExpLo) return 0.0f;
+  x = std::fmin(x, kExpHi);
+  const float n = std::nearbyint(x * kLog2e);
+  float r = std::fma(n, -kLn2Hi, x);
+  r = std::fma(n, -kLn2Lo, r);
+  float p = kP0;
+  p = std::fma(p, r, kP1);
+  p = std::fma(p, r, kP2);
+  p = std::fma(p, r, kP3);
+  p = std::fma(p, r, kP4);
+  p = std::fma(p, r, kP5);
+  p = std::fma(p, r * r, r) + 1.0f;
+  return p * BitsFloat(static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23);
+}
+
+inline float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  const uint32_t mant = h & 0x3ffu;
+  if (exp == 0x1f) return BitsFloat(sign | 0x7f800000u | (mant << 13));
+  if (exp == 0) {
+    const float f = std::ldexp(static_cast<float>(mant), -24);  // subnormal
+    return sign ? -f : f;
+  }
+  return BitsFloat(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+// Round to nearest even, as Eigen::half does.
+inline uint16_t FloatToHalf(float f) {
+  uint32_t x = FloatBits(f);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  x &= 0x7fffffffu;
+  if (x >= 0x7f800000u) return sign | 0x7c00u | (x > 0x7f800000u ? 0x200u : 0u);
+  if (x >= 0x477ff000u) return sign | 0x7c00u;  // >= 65520 rounds to inf
+  if (x < 0x38800000u) {                        // below 2^-14: subnormal half
+    const float scaled = BitsFloat(x) * 16777216.0f;  // exact: * 2^24
+    return sign | static_cast<uint16_t>(std::nearbyint(scaled));
+  }
+  const uint32_t rounded = x + 0xfffu + ((x >> 13) & 1u);
+  return sign | static_cast<uint16_t>((rounded - 0x38000000u) >> 13);
+}
+
+inline float BF16ToFloat(uint16_t b) { return BitsFloat(static_cast<uint32_t>(b) << 16); }
+
+// Round to nearest even, NaN stays NaN (as Eigen::bfloat16 does).
+inline uint16_t FloatToBF16(float f) {
+  const uint32_t x = FloatBits(f);
+  if (std::isnan(f)) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+template <WsDtype D> struct Storage;
+template <> struct Storage<WsDtype::kFloat32> {
+  using T = float;
+  static float Load(T v) { return v; }
+  static T Store(float v) { return v; }
+};
+template <> struct Storage<WsDtype::kFloat16> {
+  using T = uint16_t;
+  static float Load(T v) { return HalfToFloat(v); }
+  static T Store(float v) { return FloatToHalf(v); }
+};
+template <> struct Storage<WsDtype::kBFloat16> {
+  using T = uint16_t;
+  static float Load(T v) { return BF16ToFloat(v); }
+  static T Store(float v) { return FloatToBF16(v); }
+};
+
+// Float32 scratch row for 16-bit dtypes (y itself is used for float32).
+float* ScratchRow(int64_t cols) {
+  thread_local std::vector<float> scratch;
+  if (static_cast<int64_t>(scratch.size()) < cols) scratch.resize(cols);
+  return scratch.data();
+}
+
+template <WsDtype D>
+void SoftmaxRowScalar(const typename Storage<D>::T* x, typename Storage<D>::T* y,
+                      int64_t n) {
+  using S = Storage<D>;
+  float m = -std::numeric_limits<float>::infinity();
+  bool nan = false;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = S::Load(x[i]);
+    nan |= std::isnan(v);
+    m = std::fmax(m, v);
+  }
+  float s = 0.0f;
+  if (!nan) {
+    for (int64_t i = 0; i < n; ++i) s += ExpScalar(S::Load(x[i]) - m);
+  }
+  // A NaN anywhere, or a max of +inf (inf - inf) or -inf (all -inf), makes
+  // the row NaN, as in tf.nn.softmax.
+  const float inv = (nan || std::isinf(m)) ? std::numeric_limits<float>::quiet_NaN() : 1.0f / s;
+  for (int64_t i = 0; i < n; ++i) y[i] = S::Store(ExpScalar(S::Load(x[i]) - m) * inv);
+}
+
+template <WsDtype D>
+void GradRowScalar(const typename Storage<D>::T* y, const typename Storage<D>::T* dy,
+                   typename Storage<D>::T* dx, int64_t n) {
+  using S = Storage<D>;
+  float dot = 0.0f;
+  for (int64_t i = 0; i < n; ++i) dot += S::Load(y[i]) * S::Load(dy[i]);
+  for (int64_t i = 0; i < n; ++i) dx[i] = S::Store(S::Load(y[i]) * (S::Load(dy[i]) - dot));
+}
+
+// ------------------------------------------------------------- AVX2+FMA ----
+
+#define TFLAB_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+TFLAB_AVX2 inline __m256 Exp8(__m256 x) {
+  const __m256 nan_mask = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+  const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(kExpLo), _CMP_LT_OQ);
+  const __m256 x_in = x;
+  x = _mm256_min_ps(x, _mm256_set1_ps(kExpHi));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(kP0);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP1));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP2));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP3));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP4));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP5));
+  p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+  // Clamp n so that the exponent field stays valid even for masked lanes.
+  __m256i e = _mm256_cvtps_epi32(_mm256_max_ps(n, _mm256_set1_ps(-126.0f)));
+  e = _mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23);
+  __m256 res = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+  res = _mm256_blendv_ps(res, x_in, nan_mask);  // min_ps replaced NaN by kExpHi
+  return _mm256_andnot_ps(under, res);
+}
+
+template <WsDtype D> struct Vec;
+template <> struct Vec<WsDtype::kFloat32> {
+  using T = float;
+  TFLAB_AVX2 static __m256 Load(const T* p) { return _mm256_loadu_ps(p); }
+  TFLAB_AVX2 static void Store(T* p, __m256 v) { _mm256_storeu_ps(p, v); }
+};
+template <> struct Vec<WsDtype::kFloat16> {
+  using T = uint16_t;
+  TFLAB_AVX2 static __m256 Load(const T* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  TFLAB_AVX2 static void Store(T* p, __m256 v) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+};
+template <> struct Vec<WsDtype::kBFloat16> {
+  using T = uint16_t;
+  TFLAB_AVX2 static __m256 Load(const T* p) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+  TFLAB_AVX2 static void Store(T* p, __m256 v) {
+    const __m256i b = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(
+        _mm256_add_epi32(b, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+    const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(0x40));
+    const __m256 nan_mask = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    r = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(quiet),
+                                             nan_mask));
+    const __m128i packed =
+        _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
+  }
+};
+
+// Partial vectors (the last n % 8 elements) go through an 8-wide buffer so
+// the tail uses the same arithmetic as the body.
+template <WsDtype D>
+TFLAB_AVX2 inline __m256 LoadTail(const typename Vec<D>::T* p, int64_t k, float pad) {
+  typename Vec<D>::T buf[8];
+  const typename Vec<D>::T padv = Storage<D>::Store(pad);
+  for (int i = 0; i < 8; ++i) buf[i] = i < k ? p[i] : padv;
+  return Vec<D>::Load(buf);
+}
+template <WsDtype D>
+TFLAB_AVX2 inline void StoreTail(typename Vec<D>::T* p, int64_t k, __m256 v) {
+  typename Vec<D>::T buf[8];
+  Vec<D>::Store(buf, v);
+  for (int64_t i = 0; i < k; ++i) p[i] = buf[i];
+}
+
+TFLAB_AVX2 inline float HMax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+  return _mm_cvtss_f32(m);
+}
+TFLAB_AVX2 inline float HSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+// Max of n elements and whether any is NaN (max_ps drops NaNs, so they are
+// tracked separately).
+template <WsDtype D>
+TFLAB_AVX2 float RowMax(const typename Vec<D>::T* x, int64_t n, bool* has_nan) {
+  const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 m0 = ninf, m1 = ninf, m2 = ninf, m3 = ninf;
+  __m256 nan = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256 a = Vec<D>::Load(x + i), b = Vec<D>::Load(x + i + 8);
+    const __m256 c = Vec<D>::Load(x + i + 16), d = Vec<D>::Load(x + i + 24);
+    m0 = _mm256_max_ps(m0, a);
+    m1 = _mm256_max_ps(m1, b);
+    m2 = _mm256_max_ps(m2, c);
+    m3 = _mm256_max_ps(m3, d);
+    nan = _mm256_or_ps(nan, _mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q),
+                                         _mm256_cmp_ps(c, d, _CMP_UNORD_Q)));
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256 a = Vec<D>::Load(x + i);
+    m0 = _mm256_max_ps(m0, a);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+  }
+  if (i < n) {
+    const __m256 a = LoadTail<D>(x + i, n - i, -std::numeric_limits<float>::infinity());
+    m0 = _mm256_max_ps(m0, a);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+  }
+  *has_nan = _mm256_movemask_ps(nan) != 0;
+  return HMax(_mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
+}
+
+// Writes e = exp(x - m) to out (float32) and returns sum(e).
+template <WsDtype D>
+TFLAB_AVX2 float ExpStoreSum(const typename Vec<D>::T* x, float* out, int64_t n, float m) {
+  const __m256 mv = _mm256_set1_ps(m);
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 a = Exp8(_mm256_sub_ps(Vec<D>::Load(x + i), mv));
+    const __m256 b = Exp8(_mm256_sub_ps(Vec<D>::Load(x + i + 8), mv));
+    _mm256_storeu_ps(out + i, a);
+    _mm256_storeu_ps(out + i + 8, b);
+    s0 = _mm256_add_ps(s0, a);
+    s1 = _mm256_add_ps(s1, b);
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256 a = Exp8(_mm256_sub_ps(Vec<D>::Load(x + i), mv));
+    _mm256_storeu_ps(out + i, a);
+    s0 = _mm256_add_ps(s0, a);
+  }
+  if (i < n) {
+    const __m256 a = Exp8(_mm256_sub_ps(
+        LoadTail<D>(x + i, n - i, -std::numeric_limits<float>::infinity()), mv));
+    // exp(-inf - m) is 0 for the padding whenever m is finite.
+    StoreTail<WsDtype::kFloat32>(out + i, n - i, a);
+    s0 = _mm256_add_ps(s0, a);
+  }
+  return HSum(_mm256_add_ps(s0, s1));
+}
+
+// Sum of exp(x - m) without storing (online pass over one chunk).
+template <WsDtype D>
+TFLAB_AVX2 float ExpSum(const typename Vec<D>::T* x, int64_t n, float m) {
+  const __m256 mv = _mm256_set1_ps(m);
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    s0 = _mm256_add_ps(s0, Exp8(_mm256_sub_ps(Vec<D>::Load(x + i), mv)));
+    s1 = _mm256_add_ps(s1, Exp8(_mm256_sub_ps(Vec<D>::Load(x + i + 8), mv)));
+  }
+  for (; i + 8 <= n; i += 8) s0 = _mm256_add_ps(s0, Exp8(_mm256_sub_ps(Vec<D>::Load(x + i), mv)));
+  if (i < n) {
+    s0 = _mm256_add_ps(s0, Exp8(_mm256_sub_ps(
+                               LoadTail<D>(x + i, n - i, -std::numeric_limits<float>::infinity()), mv)));
+  }
+  return HSum(_mm256_add_ps(s0, s1));
+}
+
+// y = e * inv, e float32 (may alias y when D is float32).
+template <WsDtype D>
+TFLAB_AVX2 void ScaleStore(const float* e, typename Vec<D>::T* y, int64_t n, float inv) {
+  const __m256 iv = _mm256_set1_ps(inv);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) Vec<D>::Store(y + i, _mm256_mul_ps(_mm256_loadu_ps(e + i), iv));
+  if (i < n) StoreTail<D>(y + i, n - i, _mm256_mul_ps(LoadTail<WsDtype::kFloat32>(e + i, n - i, 0.f), iv));
+}
+
+// y = exp(x - m) * inv, straight from x (second pass of the online path).
+template <WsDtype D>
+TFLAB_AVX2 void ExpScaleStore(const typename Vec<D>::T* x, typename Vec<D>::T* y, int64_t n,
+                              float m, float inv) {
+  const __m256 mv = _mm256_set1_ps(m), iv = _mm256_set1_ps(inv);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    Vec<D>::Store(y + i, _mm256_mul_ps(Exp8(_mm256_sub_ps(Vec<D>::Load(x + i), mv)), iv));
+  if (i < n) {
+    StoreTail<D>(y + i, n - i,
+                 _mm256_mul_ps(Exp8(_mm256_sub_ps(LoadTail<D>(x + i, n - i, 0.f), mv)), iv));
+  }
+}
+
+template <WsDtype D>
+TFLAB_AVX2 void SoftmaxRowAvx2(const typename Vec<D>::T* x, typename Vec<D>::T* y, int64_t n) {
+  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+  if (n <= kInCacheCols) {
+    bool nan = false;
+    const float m = RowMax<D>(x, n, &nan);
+    if (nan || std::isinf(m)) {  // the whole row is NaN, as in tf.nn.softmax
+      for (int64_t i = 0; i < n; ++i) y[i] = Storage<D>::Store(kNaN);
+      return;
+    }
+    float* e = D == WsDtype::kFloat32 ? reinterpret_cast<float*>(y) : ScratchRow(n);
+    const float s = ExpStoreSum<D>(x, e, n, m);
+    ScaleStore<D>(e, y, n, 1.0f / s);
+    return;
+  }
+  // Online pass: running max m and sum s of exp(x - m), rescaled when a
+  // chunk raises the max.
+  float m = -std::numeric_limits<float>::infinity(), s = 0.0f;
+  bool any_nan = false;
+  for (int64_t c = 0; c < n; c += kChunk) {
+    const int64_t len = n - c < kChunk ? n - c : kChunk;
+    bool nan = false;
+    const float cm = RowMax<D>(x + c, len, &nan);
+    any_nan |= nan;
+    if (any_nan || std::isinf(cm)) {
+      if (any_nan || cm > 0) { any_nan = true; break; }  // NaN or +inf: NaN row
+      continue;  // an all -inf chunk adds exp(-inf) = 0
+    }
+    if (cm > m) {
+      s *= ExpScalar(m - cm);
+      m = cm;
+    }
+    s += ExpSum<D>(x + c, len, m);
+  }
+  if (any_nan || std::isinf(m)) {  // NaN, +inf, or every element -inf
+    for (int64_t i = 0; i < n; ++i) y[i] = Storage<D>::Store(kNaN);
+    return;
+  }
+  ExpScaleStore<D>(x, y, n, m, 1.0f / s);
+}
+
+template <WsDtype D>
+TFLAB_AVX2 void GradRowAvx2(const typename Vec<D>::T* y, const typename Vec<D>::T* dy,
+                            typename Vec<D>::T* dx, int64_t n) {
+  __m256 d0 = _mm256_setzero_ps(), d1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    d0 = _mm256_fmadd_ps(Vec<D>::Load(y + i), Vec<D>::Load(dy + i), d0);
+    d1 = _mm256_fmadd_ps(Vec<D>::Load(y + i + 8), Vec<D>::Load(dy + i + 8), d1);
+  }
+  for (; i + 8 <= n; i += 8) d0 = _mm256_fmadd_ps(Vec<D>::Load(y + i), Vec<D>::Load(dy + i), d0);
+  if (i < n) d0 = _mm256_fmadd_ps(LoadTail<D>(y + i, n - i, 0.f), LoadTail<D>(dy + i, n - i, 0.f), d0);
+  const __m256 dot = _mm256_set1_ps(HSum(_mm256_add_ps(d0, d1)));
+  for (i = 0; i + 8 <= n; i += 8) {
+    const __m256 yv = Vec<D>::Load(y + i);
+    Vec<D>::Store(dx + i, _mm256_mul_ps(yv, _mm256_sub_ps(Vec<D>::Load(dy + i), dot)));
+  }
+  if (i < n) {
+    const __m256 yv = LoadTail<D>(y + i, n - i, 0.f);
+    StoreTail<D>(dx + i, n - i, _mm256_mul_ps(yv, _mm256_sub_ps(LoadTail<D>(dy + i, n - i, 0.f), dot)));
+  }
+}
+
+bool UseAvx2() {
+  static const bool use = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c") && std::getenv("TFLAB_WARP_SOFTMAX_SCALAR") == nullptr;
+  }();
+  return use;
+}
+
+template <WsDtype D>
+void ForwardRows(const void* xv, void* yv, int64_t r0, int64_t r1, int64_t cols) {
+  using T = typename Storage<D>::T;
+  const T* x = static_cast<const T*>(xv);
+  T* y = static_cast<T*>(yv);
+  const bool avx2 = UseAvx2();
+  for (int64_t r = r0; r < r1; ++r) {
+    if (avx2) {
+      SoftmaxRowAvx2<D>(x + r * cols, y + r * cols, cols);
+    } else {
+      SoftmaxRowScalar<D>(x + r * cols, y + r * cols, cols);
+    }
+  }
+}
+
+template <WsDtype D>
+void GradRows(const void* yv, const void* dyv, void* dxv, int64_t r0, int64_t r1, int64_t cols) {
+  using T = typename Storage<D>::T;
+  const T* y = static_cast<const T*>(yv);
+  const T* dy = static_cast<const T*>(dyv);
+  T* dx = static_cast<T*>(dxv);
+  const bool avx2 = UseAvx2();
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t o = r * cols;
+    if (avx2) {
+      GradRowAvx2<D>(y + o, dy + o, dx + o, cols);
+    } else {
+      GradRowScalar<D>(y + o, dy + o, dx + o, cols);
+    }
+  }
+}
+
+}  // namespace
+
+void WarpSoftmaxRowsCpu(WsDtype dtype, const void* x, void* y, int64_t row_begin,
+                        int64_t row_end, int64_t cols) {
+  switch (dtype) {
+    case WsDtype::kFloat32: return ForwardRows<WsDtype::kFloat32>(x, y, row_begin, row_end, cols);
+    case WsDtype::kFloat16: return ForwardRows<WsDtype::kFloat16>(x, y, row_begin, row_end, cols);
+    case WsDtype::kBFloat16: return ForwardRows<WsDtype::kBFloat16>(x, y, row_begin, row_end, cols);
+  }
+}
+
+void WarpSoftmaxGradRowsCpu(WsDtype dtype, const void* y, const void* dy, void* dx,
+                            int64_t row_begin, int64_t row_end, int64_t cols) {
+  switch (dtype) {
+    case WsDtype::kFloat32: return GradRows<WsDtype::kFloat32>(y, dy, dx, row_begin, row_end, cols);
+    case WsDtype::kFloat16: return GradRows<WsDtype::kFloat16>(y, dy, dx, row_begin, row_end, cols);
+    case WsDtype::kBFloat16: return GradRows<WsDtype::kBFloat16>(y, dy, dx, row_begin, row_end, cols);
+  }
+}
+
+const char* WarpSoftmaxCpuIsa() { return UseAvx2() ? "avx2+fma" : "scalar"; }
+
+}  // namespace tflab
