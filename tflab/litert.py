@@ -1,0 +1,712 @@
+"""Lab step 8: a TFLite/LiteRT round trip is close, within a bound we can defend.
+
+`tflite_roundtrip` converts a SavedModel with
+``tf.lite.TFLiteConverter.from_saved_model``, runs each SignatureDef with the
+LiteRT interpreter (``ai_edge_litert.interpreter.Interpreter``, by signature
+runner, feeding and reading tensors by name) and compares every output with
+the reloaded SavedModel run by TF.
+
+Why it is not bit-exact, and the bound each variant asserts (elementwise, per
+output; ``u = 2**-24`` is float32's unit roundoff):
+
+* ``none`` (float32): the converter folds BatchNorm into weights and fuses
+  bias/activations, and XNNPACK accumulates dot products in its own order. A
+  length-K dot product summed in any order is the exact product of weights
+  perturbed by at most ``γ_K = K·u/(1−K·u)`` relatively (Higham, *Accuracy and
+  Stability of Numerical Algorithms*, §3.1), so two orders differ by at most
+  ``2·γ_K`` relative weight perturbation. Propagated to the output to first
+  order with TF's own gradients: ``Σ_w 2·γ_K(w)·|∂y/∂w|·|w|`` plus 4 ULP of
+  ``y`` for elementwise kernels (exp, tanh) that differ in their last bits.
+* ``float16``: every float weight is rounded to float16 (relative step
+  ``2**-11``) and dequantized back: ``Σ_w 2**-11·|∂y/∂w|·|w|`` + the float bound.
+* ``dynamic`` (dynamic-range): weight tensors of at least 1024 elements are
+  stored as int8 with step ``s = max|w|/127``; rounding moves each weight by at
+  most ``s/2``: ``Σ_w (s/2)·|∂y/∂w|``. The hybrid kernels also quantize each
+  activation row to int8 at run time; we count that as a second term of the
+  same size (``×2``), plus the float bound. Smaller weight tensors stay float
+  (the converter's ``min_elements_for_weights`` is 1024), then the variant is
+  the float model and the bound is the float one.
+* ``int8`` (full integer, int8 inputs and outputs, calibrated by a
+  representative dataset made from the examples): half an output step for the
+  final rounding, plus twice the first-order effect of the weight steps and of
+  the input quantization step (doubled for the requantization of the
+  intermediate tensors): a small multiple of the output scale, which the
+  report states in output steps.
+
+The first-order gradient terms use the unfolded TF variables and per-tensor
+steps ``max|w|/127``, an upper bound of the per-channel steps the converter
+uses; they are computed once per SavedModel and example set and shared by the
+four variants.
+
+Select-TF (Flex) ops convert only with ``SELECT_TF_OPS``, and the Python
+LiteRT interpreter cannot run them (it has no Flex delegate linked): such a
+variant is reported as not checked, with the interpreter's reason.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import os
+import time
+from typing import Any, Mapping
+
+import numpy as np
+
+from tflab.errors import TflabError, UsageError
+from tflab.saved_model import (Examples, TensorInfo, check_examples, normalize_examples,
+                               signature_inputs, ulp_distance)
+
+QUANTIZATIONS = ("none", "dynamic", "float16", "int8")
+UNIT_ROUNDOFF = 2.0 ** -24  # float32
+FLOAT16_STEP = 2.0 ** -11  # relative rounding error of float16 (round to nearest)
+MIN_WEIGHT_ELEMENTS = 1024  # dynamic-range quantization leaves smaller weights in float
+ELEMENTWISE_ULPS = 4
+
+
+class UnsupportedOpsError(UsageError):
+    """The model uses ops outside the TFLite builtins (they need ``SELECT_TF_OPS``).
+
+    Attributes:
+        ops: the TF op names, e.g. ``("StringLength",)``.
+    """
+
+    def __init__(self, message: str, ops: tuple[str, ...]):
+        super().__init__(message)
+        self.ops = ops
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputError:
+    """One output of one signature, LiteRT vs TF, compared by name.
+
+    Attributes:
+        name: output key (``"sig/name"`` when the model has several signatures).
+        dtype: dtype LiteRT returns (int8 outputs are dequantized before comparing).
+        shape_signature: dims with -1 for dynamic ones, as LiteRT reports them.
+        max_abs_error: ``max |lite − tf|`` over all examples, output units.
+        max_rel_error: ``max |lite − tf| / max |tf|`` (normwise, so zeros in tf do not blow up).
+        max_ulp: largest elementwise distance in float32 ULPs.
+        bound: the largest elementwise bound asserted, output units.
+        bound_ratio: ``max |lite − tf| / bound`` taken elementwise; ≤ 1 means within bound.
+        argmax_agreement: fraction of rows with the same argmax (rank ≥ 2, last dim ≥ 2), else None.
+        reference_range: ``max − min`` of the TF output over all examples (0 means constant).
+        quantization: (scale, zero point) when LiteRT returns it quantized, else None.
+    """
+
+    name: str
+    dtype: str
+    shape_signature: tuple[int, ...]
+    max_abs_error: float
+    max_rel_error: float
+    max_ulp: int
+    bound: float
+    bound_ratio: float
+    argmax_agreement: float | None
+    reference_range: float
+    quantization: tuple[float, int] | None = None
+
+    @property
+    def within_bound(self) -> bool:
+        return self.bound_ratio <= 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class TFLiteCheck:
+    """One TFLite variant of a SavedModel, run by LiteRT and compared with TF.
+
+    Attributes:
+        quantization: ``"none"``, ``"dynamic"``, ``"float16"`` or ``"int8"``.
+        bit_exact: every output byte-identical to TF (None when not run).
+        max_abs_error: largest ``|lite − tf|`` over outputs (None when not run).
+        bound: the largest bound asserted over outputs, in output units (None when not run).
+        within_bound: every element within its bound (None when not run).
+        outputs: output name → `OutputError`.
+        op_counts: op name → count in the flatbuffer (custom ops by custom code).
+        flex_ops: Select-TF ops (custom code ``Flex…``).
+        custom_ops: other custom ops.
+        tensor_dtypes: dtype name → number of tensors.
+        weights: constant tensors by dtype: ``{dtype: [count, elements]}``.
+        size_bytes: flatbuffer size in bytes.
+        size_ratio: ``size_bytes / float variant size`` when known (not assumed < 1).
+        runtime: what ran it, e.g. ``"ai_edge_litert 2.3.0 Interpreter + XNNPACK delegate"``,
+            or ``"not run: <reason>"``.
+        explanation: why the bound holds, one or two sentences.
+        signatures: key → ``{"inputs": {...}, "outputs": {...}}`` with dtype,
+            shape_signature and quantization of each tensor.
+        notes: other measured facts worth reading (constant outputs, float weights kept).
+        convert_seconds: wall time of the conversion, seconds (None when not converted here).
+    """
+
+    quantization: str
+    bit_exact: bool | None
+    max_abs_error: float | None
+    bound: float | None
+    within_bound: bool | None
+    outputs: dict[str, OutputError]
+    op_counts: dict[str, int]
+    flex_ops: tuple[str, ...]
+    custom_ops: tuple[str, ...]
+    tensor_dtypes: dict[str, int]
+    weights: dict[str, list[int]]
+    size_bytes: int
+    size_ratio: float | None
+    runtime: str
+    explanation: str
+    signatures: dict[str, dict]
+    notes: tuple[str, ...] = ()
+    convert_seconds: float | None = None
+
+    def __repr__(self) -> str:
+        err = "n/a" if self.max_abs_error is None else f"{self.max_abs_error:.3g}"
+        bound = "n/a" if self.bound is None else f"{self.bound:.3g}"
+        return (f"TFLiteCheck(quantization={self.quantization!r}, bit_exact={self.bit_exact}, "
+                f"max_abs_error={err}, bound={bound}, within_bound={self.within_bound}, "
+                f"size_bytes={self.size_bytes}, flex_ops={list(self.flex_ops)})")
+
+    def to_text(self) -> str:
+        ratio = "" if self.size_ratio is None else f" ({self.size_ratio:.2f}× float)"
+        lines = [f"TFLite {self.quantization}: {self.size_bytes} bytes{ratio}, runtime: {self.runtime}"]
+        ops = ", ".join(f"{k}×{v}" + (" [Flex]" if k in self.flex_ops else " [custom]" if k in self.custom_ops
+                                      else "") for k, v in sorted(self.op_counts.items()))
+        lines.append(f"  ops: {ops}")
+        lines.append("  tensors: " + ", ".join(f"{k}×{v}" for k, v in sorted(self.tensor_dtypes.items())))
+        lines.append("  weights: " + (", ".join(f"{k}: {c} tensors / {e} elements"
+                                                for k, (c, e) in sorted(self.weights.items())) or "none"))
+        for key, sig in self.signatures.items():
+            for role in ("inputs", "outputs"):
+                for n, d in sig[role].items():
+                    q = d.get("quantization")
+                    lines.append(f"  {key} {role[:-1]} {n}: {d['dtype']}{list(d['shape_signature'])}"
+                                 + (f" scale={q[0]:.6g} zero_point={q[1]}" if q else ""))
+        for o in self.outputs.values():
+            am = "" if o.argmax_agreement is None else f", argmax agree {o.argmax_agreement:.0%}"
+            lines.append(f"  {o.name}: max|Δ| {o.max_abs_error:.3g} (rel {o.max_rel_error:.3g}, "
+                         f"{o.max_ulp} ULP) bound {o.bound:.3g} ratio {o.bound_ratio:.3g} "
+                         f"{'ok' if o.within_bound else 'EXCEEDED'}{am}")
+        lines.append(f"  why: {self.explanation}")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["outputs"] = {k: dict(dataclasses.asdict(o), within_bound=o.within_bound)
+                        for k, o in self.outputs.items()}
+        return d
+
+
+# -------------------------------------------------------------------- conversion
+
+
+def _representative(batches: list[dict[str, np.ndarray]]):
+    def gen():
+        # One sample per row: calibration sees every example row.
+        for batch in batches:
+            rows = min(len(a) for a in batch.values()) if all(a.ndim for a in batch.values()) else 1
+            for i in range(rows):
+                yield {k: (a[i:i + 1] if a.ndim else a) for k, a in batch.items()}
+    return gen
+
+
+def convert(saved_model_dir: str | os.PathLike, quantization: str = "none",
+            examples: Examples | None = None, *, select_tf_ops: bool = False) -> bytes:
+    """Converts a SavedModel to a TFLite flatbuffer with one of the four recipes.
+
+    Args:
+        saved_model_dir: a SavedModel folder (every SignatureDef is converted).
+        quantization: ``"none"``, ``"dynamic"`` (``optimizations=[DEFAULT]``),
+            ``"float16"`` (``supported_types=[tf.float16]``) or ``"int8"`` (full
+            integer: ``TFLITE_BUILTINS_INT8``, int8 inputs/outputs, calibrated by
+            a representative dataset made of the examples' rows).
+        examples: required for ``"int8"``: ``{name: array}`` or a list of them.
+        select_tf_ops: also allow ``SELECT_TF_OPS`` (Flex ops).
+
+    Returns:
+        The flatbuffer bytes.
+
+    Raises:
+        UnsupportedOpsError: ops outside the TFLite builtins (named in the message).
+        UsageError: unknown quantization, or ``"int8"`` without examples.
+        TflabError: any other converter failure (its first line quoted).
+    """
+    import tensorflow as tf
+
+    if quantization not in QUANTIZATIONS:
+        raise UsageError(f"quantization {quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
+    conv = tf.lite.TFLiteConverter.from_saved_model(os.fspath(saved_model_dir))
+    ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    if quantization != "none":
+        conv.optimizations = [tf.lite.Optimize.DEFAULT]
+    if quantization == "float16":
+        conv.target_spec.supported_types = [tf.float16]
+    if quantization == "int8":
+        if examples is None:
+            raise UsageError("int8 quantization needs examples for its representative dataset")
+        conv.representative_dataset = _representative(normalize_examples(examples))
+        ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        conv.inference_input_type = tf.int8
+        conv.inference_output_type = tf.int8
+    if select_tf_ops:
+        ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
+    conv.target_spec.supported_ops = ops
+    try:
+        return conv.convert()
+    except Exception as e:  # ConverterError carries structured errors; others are quoted
+        raise _explain_converter_error(e, quantization) from e
+
+
+def _explain_converter_error(e: Exception, quantization: str) -> TflabError:
+    flex = []
+    for err in getattr(e, "errors", None) or []:
+        if "NEEDS_FLEX_OPS" in str(getattr(err, "error_code", "")) or "ERROR_NEEDS_FLEX_OPS" in str(err):
+            name = err.operator.name if err.HasField("operator") else ""
+            name = name[3:] if name.startswith("tf.") else name
+            if name and name not in flex:
+                flex.append(name)
+    if not flex and "neither a custom op nor a flex op" in str(e):
+        import re
+        flex = sorted(set(re.findall(r"'tf\.(\w+)' op is neither a custom op nor a flex op", str(e))))
+    if flex:
+        names = ", ".join(flex)
+        return UnsupportedOpsError(
+            f"op(s) {names} are not TFLite builtins, so the {quantization} conversion with builtins only "
+            f"failed; converter.target_spec.supported_ops=[TFLITE_BUILTINS, SELECT_TF_OPS] would convert "
+            f"them as Flex ops, but the Python LiteRT interpreter cannot run Flex ops, so the round trip "
+            f"cannot be checked here", tuple(flex))
+    text = str(e).strip()
+    first = next((ln for ln in text.splitlines() if "error" in ln.lower()), text.splitlines()[0] if text else "")
+    return TflabError(f"TFLite {quantization} conversion failed: {type(e).__name__}: {first.strip()[:300]}")
+
+
+# ------------------------------------------------------------- flatbuffer analysis
+
+
+@dataclasses.dataclass(frozen=True)
+class FlatbufferStats:
+    """What the flatbuffer holds, read with TF's generated schema (schema_py_generated)."""
+
+    op_counts: dict[str, int]
+    flex_ops: tuple[str, ...]
+    custom_ops: tuple[str, ...]
+    tensor_dtypes: dict[str, int]
+    weights: dict[str, list[int]]  # dtype -> [constant tensors, elements]
+
+
+def analyze_flatbuffer(model: bytes) -> FlatbufferStats:
+    """Op histogram, tensor dtypes and constant (weight) tensors of a TFLite flatbuffer.
+
+    We read the flatbuffer itself rather than the interpreter's op list
+    because a model with Flex ops cannot even be prepared by the Python
+    interpreter, and a delegate (XNNPACK) replaces the ops it runs by
+    ``DELEGATE`` nodes.
+    """
+    from tensorflow.lite.python import schema_py_generated as fb
+
+    m = fb.ModelT.InitFromPackedBuf(bytearray(model), 0)
+    builtin = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
+    types = {v: k.lower() for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
+    names = []
+    for oc in m.operatorCodes or []:
+        code = max(oc.builtinCode, oc.deprecatedBuiltinCode)
+        if code == fb.BuiltinOperator.CUSTOM:
+            names.append(oc.customCode.decode() if isinstance(oc.customCode, bytes) else str(oc.customCode))
+        else:
+            names.append(builtin.get(code, f"BUILTIN_{code}"))
+    ops: collections.Counter = collections.Counter()
+    dtypes: collections.Counter = collections.Counter()
+    weights: dict[str, list[int]] = {}
+    for sg in m.subgraphs or []:
+        for op in sg.operators or []:
+            ops[names[op.opcodeIndex]] += 1
+        for t in sg.tensors or []:
+            dt = types.get(t.type, str(t.type))
+            dtypes[dt] += 1
+            buf = m.buffers[t.buffer] if t.buffer < len(m.buffers) else None
+            has_data = buf is not None and ((buf.data is not None and len(buf.data) > 0) or buf.size > 0)
+            if has_data:
+                entry = weights.setdefault(dt, [0, 0])
+                entry[0] += 1
+                entry[1] += int(np.prod(t.shape)) if t.shape is not None else 0
+    opcodes = set(ops)
+    custom = {n for n in opcodes if n not in builtin.values()}
+    flex = tuple(sorted(n for n in custom if n.startswith("Flex")))
+    return FlatbufferStats(dict(sorted(ops.items())), flex, tuple(sorted(custom - set(flex))),
+                           dict(sorted(dtypes.items())), weights)
+
+
+# ------------------------------------------------------- first-order sensitivities
+
+
+@dataclasses.dataclass
+class _Sensitivity:
+    """Per output element: Σ|∂y/∂w|·|w| and Σ|∂y/∂w| per variable, Σ|∂y/∂x| per input."""
+
+    rel: dict[str, np.ndarray]  # output key -> [elements, variables]
+    abs: dict[str, np.ndarray]  # output key -> [elements, variables]
+    inputs: dict[str, dict[str, np.ndarray]]  # output key -> input -> [elements] (per-row input step applied later)
+    fan_in: np.ndarray  # [variables] reduction length K of each variable
+    quantizable: np.ndarray  # [variables] bool: rank ≥ 2 and ≥ MIN_WEIGHT_ELEMENTS
+    step: np.ndarray  # [variables] max|w|/127
+
+
+_SENSITIVITY_CACHE: dict[str, _Sensitivity] = {}
+
+
+def _cache_key(saved_model_dir: str, batches) -> str:
+    h = hashlib.sha256(os.path.realpath(saved_model_dir).encode())
+    pb = os.path.join(saved_model_dir, "saved_model.pb")
+    h.update(str(os.stat(pb).st_mtime_ns if os.path.exists(pb) else 0).encode())
+    for b in batches:
+        for k in sorted(b):
+            h.update(k.encode())
+            h.update(np.ascontiguousarray(b[k]).tobytes() if b[k].dtype.kind not in "OU" else repr(b[k]).encode())
+    return h.hexdigest()
+
+
+def _sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
+    import tensorflow as tf
+
+    key = _cache_key(saved_model_dir, batches)
+    if key in _SENSITIVITY_CACHE:
+        return _SENSITIVITY_CACHE[key]
+    variables = []
+    seen = set()
+    for sig in loaded.signatures.values():
+        for v in sig.variables:
+            if id(v) not in seen and v.dtype.is_floating:
+                seen.add(id(v))
+                variables.append(v)
+    values = [v.numpy() for v in variables]
+    fan_in = np.array([max(1, a.size // a.shape[-1]) if a.ndim >= 2 and a.shape[-1] else 1 for a in values],
+                      dtype=np.float64)
+    quantizable = np.array([a.ndim >= 2 and a.size >= MIN_WEIGHT_ELEMENTS for a in values], dtype=bool)
+    step = np.array([float(np.abs(a).max()) / 127.0 if a.size else 0.0 for a in values])
+    abs_vals = [np.abs(a).astype(np.float64) for a in values]
+    rel: dict[str, list] = collections.defaultdict(list)
+    absl: dict[str, list] = collections.defaultdict(list)
+    ins: dict[str, dict[str, list]] = collections.defaultdict(lambda: collections.defaultdict(list))
+    multi = len(loaded.signatures) > 1
+    for sig_key, fn in loaded.signatures.items():
+        for batch in batches:
+            feed = {n: tf.constant(a) for n, a in batch.items()}
+            float_inputs = {n: t for n, t in feed.items() if t.dtype.is_floating}
+            with tf.GradientTape(persistent=True) as tape:
+                tape.watch(variables)
+                tape.watch(list(float_inputs.values()))
+                outs = fn(**feed)
+            for out_name, y in outs.items():
+                okey = f"{sig_key}/{out_name}" if multi else out_name
+                n = int(np.prod(y.shape))
+                if not y.dtype.is_floating:
+                    rel[okey].append(np.zeros((n, len(variables))))
+                    absl[okey].append(np.zeros((n, len(variables))))
+                    for name in float_inputs:
+                        ins[okey][name].append(np.zeros(n))
+                    continue
+                r = np.zeros((n, len(variables)))
+                a_ = np.zeros((n, len(variables)))
+                per_in = {name: np.zeros(n) for name in float_inputs}
+                for i in range(n):
+                    seed = tf.reshape(tf.one_hot(i, n, dtype=y.dtype), y.shape)
+                    grads = tape.gradient(y, variables + list(float_inputs.values()), output_gradients=seed,
+                                          unconnected_gradients=tf.UnconnectedGradients.ZERO)
+                    for j in range(len(variables)):
+                        g = np.abs(tf.convert_to_tensor(grads[j]).numpy().astype(np.float64))
+                        r[i, j] = float((g * abs_vals[j]).sum())
+                        a_[i, j] = float(g.sum())
+                    for name, g in zip(float_inputs, grads[len(variables):]):
+                        per_in[name][i] = float(np.abs(g.numpy()).sum())
+                rel[okey].append(r)
+                absl[okey].append(a_)
+                for name in float_inputs:
+                    ins[okey][name].append(per_in[name])
+            del tape
+    sens = _Sensitivity(
+        rel={k: np.concatenate(v) for k, v in rel.items()},
+        abs={k: np.concatenate(v) for k, v in absl.items()},
+        inputs={k: {n: np.concatenate(v) for n, v in d.items()} for k, d in ins.items()},
+        fan_in=fan_in, quantizable=quantizable, step=step)
+    _SENSITIVITY_CACHE[key] = sens
+    return sens
+
+
+def _gamma(k: np.ndarray) -> np.ndarray:
+    ku = k * UNIT_ROUNDOFF
+    return ku / (1.0 - ku)
+
+
+def _ulp32(x: np.ndarray) -> np.ndarray:
+    x = np.abs(x.astype(np.float32))
+    return np.spacing(np.maximum(x, np.finfo(np.float32).tiny)).astype(np.float64)
+
+
+def _bounds(quantization: str, okey: str, ref: np.ndarray, sens: _Sensitivity, dyn_quantized: bool,
+            input_scales: Mapping[str, float], output_scale: float | None) -> np.ndarray:
+    """Elementwise bound for one output (flattened, all examples concatenated)."""
+    if ref.dtype.kind not in "f":
+        return np.zeros(ref.size)
+    rel, ab = sens.rel[okey], sens.abs[okey]
+    float_b = rel @ (2.0 * _gamma(sens.fan_in)) + ELEMENTWISE_ULPS * _ulp32(ref)
+    if quantization == "none":
+        return float_b
+    if quantization == "float16":
+        return float_b + FLOAT16_STEP * rel.sum(axis=1)
+    weight_term = ab @ (np.where(sens.quantizable, sens.step, 0.0) / 2.0)
+    if quantization == "dynamic":
+        return float_b + (2.0 * weight_term if dyn_quantized else 0.0)
+    # int8: weights, input quantization, intermediate requantization, final rounding.
+    input_term = np.zeros(ref.size)
+    for name, s in input_scales.items():
+        if name in sens.inputs.get(okey, {}):
+            input_term = input_term + sens.inputs[okey][name] * (s / 2.0)
+    return float_b + 2.0 * (weight_term + input_term) + (output_scale or 0.0) / 2.0
+
+
+# ---------------------------------------------------------------------- checking
+
+
+def _runtime_name(interp) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        v = version("ai-edge-litert")
+    except PackageNotFoundError:
+        v = "?"
+    delegated = any(d.get("op_name") == "DELEGATE" for d in interp._get_ops_details())  # noqa: SLF001
+    return f"ai_edge_litert {v} Interpreter" + (" + XNNPACK delegate" if delegated else " (builtin kernels)")
+
+
+def _details(d: Mapping) -> dict:
+    scale, zp = d.get("quantization", (0.0, 0))
+    return {"dtype": np.dtype(d["dtype"]).name, "shape_signature": tuple(int(x) for x in d["shape_signature"]),
+            "quantization": (float(scale), int(zp)) if scale else None}
+
+
+def _quantize(a: np.ndarray, detail: Mapping) -> np.ndarray:
+    dt = np.dtype(detail["dtype"])
+    scale, zp = detail.get("quantization", (0.0, 0))
+    if dt.kind in "iu" and scale and a.dtype.kind == "f":
+        info = np.iinfo(dt)
+        return np.clip(np.round(a / scale + zp), info.min, info.max).astype(dt)
+    return a
+
+
+def _dequantize(a: np.ndarray, detail: Mapping) -> np.ndarray:
+    scale, zp = detail.get("quantization", (0.0, 0))
+    if a.dtype.kind in "iu" and scale:
+        return ((a.astype(np.float32) - zp) * scale).astype(np.float32)
+    return a
+
+
+def _run_signatures(runners, loaded, batches, notes):
+    """Runs every signature in TF and LiteRT on every example; collects outputs by name."""
+    import tensorflow as tf
+
+    missing = set(loaded.signatures) - set(runners)
+    if missing:
+        notes.append(f"signature(s) {sorted(missing)} are missing from the TFLite model")
+    multi = len(runners) > 1
+    signatures: dict[str, dict] = {}
+    collected: dict[str, dict[str, list]] = {}
+    out_details: dict[str, Mapping] = {}
+    in_scales: dict[str, float] = {}
+    for key, runner in runners.items():
+        in_d = runner.get_input_details()
+        o_d = runner.get_output_details()
+        signatures[key] = {"inputs": {n: _details(d) for n, d in sorted(in_d.items())},
+                           "outputs": {n: _details(d) for n, d in sorted(o_d.items())}}
+        fn = loaded.signatures[key]
+        check_examples(batches, signature_inputs(fn), f"signature {key!r}")
+        for n, d in in_d.items():
+            if d["quantization"][0]:
+                in_scales[n] = float(d["quantization"][0])
+        for batch in batches:
+            want = {k: v.numpy() for k, v in fn(**{n: tf.constant(a) for n, a in batch.items()}).items()}
+            got = runner(**{n: _quantize(a, in_d[n]) for n, a in batch.items()})
+            for n, w in want.items():
+                okey = f"{key}/{n}" if multi else n
+                collected.setdefault(okey, {"got": [], "want": []})
+                collected[okey]["got"].append(_dequantize(np.asarray(got[n]), o_d[n]))
+                collected[okey]["want"].append(w)
+                out_details[okey] = o_d[n]
+    return signatures, collected, out_details, in_scales
+
+
+def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Examples,
+                 quantization: str = "none", *, float_size: int | None = None,
+                 convert_seconds: float | None = None) -> TFLiteCheck:
+    """Runs a converted flatbuffer with LiteRT and compares it with the SavedModel in TF.
+
+    Args:
+        model: flatbuffer bytes from `convert`.
+        saved_model_dir: the SavedModel it was converted from (the TF reference).
+        examples: ``{name: array}`` or a list of them, matching every signature.
+        quantization: which recipe made ``model`` (selects the bound).
+        float_size: size in bytes of the float variant, for ``size_ratio``.
+        convert_seconds: recorded in the report as is.
+
+    Returns:
+        A `TFLiteCheck` (see `tflite_roundtrip`).
+
+    Raises:
+        UsageError: examples do not match a signature.
+    """
+    import tensorflow as tf
+    from ai_edge_litert.interpreter import Interpreter
+
+    saved_model_dir = os.fspath(saved_model_dir)
+    batches = normalize_examples(examples)
+    stats = analyze_flatbuffer(model)
+    size_ratio = None if not float_size else len(model) / float_size
+    notes: list[str] = []
+    dyn_quantized = stats.weights.get("int8", [0, 0])[0] > 0
+    float_w = stats.weights.get("float32", [0, 0])
+    base = dict(op_counts=stats.op_counts, flex_ops=stats.flex_ops, custom_ops=stats.custom_ops,
+                tensor_dtypes=stats.tensor_dtypes, weights=stats.weights, size_bytes=len(model),
+                size_ratio=size_ratio, convert_seconds=convert_seconds)
+    if quantization == "dynamic" and not dyn_quantized:
+        notes.append(f"no weight tensor was quantized: dynamic-range quantization only quantizes weight "
+                     f"tensors of at least {MIN_WEIGHT_ELEMENTS} elements, so all {float_w[0]} weight "
+                     f"tensors ({float_w[1]} elements) stayed float32 and this variant is the float model"
+                     + (f" (size ratio {size_ratio:.2f})" if size_ratio else ""))
+    loaded = tf.saved_model.load(saved_model_dir)
+    try:
+        # The signature runner resizes inputs to each example's shape and
+        # allocates on call, so a None batch dim needs no allocate_tensors here.
+        interp = Interpreter(model_content=model)
+        runners = {k: interp.get_signature_runner(k) for k in interp.get_signature_list()}
+        signatures, collected, out_details, in_scales = _run_signatures(runners, loaded, batches, notes)
+    except (RuntimeError, ValueError) as e:
+        if isinstance(e, UsageError):
+            raise
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if stats.flex_ops:
+            reason = (f"Flex op(s) {', '.join(stats.flex_ops)} need the Flex delegate, which the Python "
+                      f"LiteRT interpreter does not have ({reason[:200]})")
+        return TFLiteCheck(quantization=quantization, bit_exact=None, max_abs_error=None, bound=None,
+                           within_bound=None, outputs={}, runtime=f"not run: {reason}",
+                           explanation="not checked: LiteRT could not run this model in Python",
+                           signatures={}, notes=tuple(notes), **base)
+    runtime = _runtime_name(interp)
+    need_bounds = any(np.concatenate([w.ravel() for w in c["want"]]).dtype.kind == "f" for c in collected.values())
+    sens = _sensitivity(saved_model_dir, loaded, batches) if need_bounds else None
+
+    outputs = {}
+    exact = True
+    for okey, c in collected.items():
+        got = np.concatenate([g.ravel() for g in c["got"]])
+        want = np.concatenate([w.ravel() for w in c["want"]])
+        det = out_details[okey]
+        scale = float(det["quantization"][0]) or None
+        if got.dtype != want.dtype or got.tobytes() != want.tobytes():
+            exact = False
+        if want.dtype.kind == "f":
+            g32, w32 = got.astype(np.float32), want.astype(np.float32)
+            diff = np.abs(g32.astype(np.float64) - w32.astype(np.float64))
+            ulps = ulp_distance(g32, w32)
+            bound = _bounds(quantization, okey, want, sens, dyn_quantized, in_scales, scale)
+        else:
+            diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+            ulps = np.zeros(1, dtype=np.int64)
+            bound = np.zeros(want.size)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(diff == 0, 0.0, diff / bound)
+        ref_max = float(np.abs(want).max()) if want.size else 0.0
+        agree = None
+        if c["want"][0].ndim >= 2 and c["want"][0].shape[-1] >= 2 and want.dtype.kind == "f":
+            ga = np.concatenate([g.reshape(-1, g.shape[-1]).argmax(-1) for g in c["got"]])
+            wa = np.concatenate([w.reshape(-1, w.shape[-1]).argmax(-1) for w in c["want"]])
+            agree = float((ga == wa).mean())
+        rng = float(np.ptp(want)) if want.size and want.dtype.kind in "fiu" else 0.0
+        if want.size and want.dtype.kind == "f" and rng == 0.0:
+            notes.append(f"TF's {okey} is the same value ({want[0]:.6g}) for every element of every example, "
+                         f"so these errors say little about the variant (e.g. a random-weight model whose "
+                         f"logits collapse)")
+        outputs[okey] = OutputError(
+            name=okey, dtype=np.dtype(det["dtype"]).name,
+            shape_signature=tuple(int(x) for x in det["shape_signature"]),
+            max_abs_error=float(diff.max()) if diff.size else 0.0,
+            max_rel_error=float(diff.max() / ref_max) if ref_max else float(diff.max() if diff.size else 0.0),
+            max_ulp=int(ulps.max()) if ulps.size else 0,
+            bound=float(bound.max()) if bound.size else 0.0,
+            bound_ratio=float(ratio.max()) if ratio.size else 0.0,
+            argmax_agreement=agree, reference_range=rng,
+            quantization=(scale, int(det["quantization"][1])) if scale else None)
+    explanation = _explanation(quantization, dyn_quantized, outputs)
+    return TFLiteCheck(
+        quantization=quantization, bit_exact=exact,
+        max_abs_error=max((o.max_abs_error for o in outputs.values()), default=0.0),
+        bound=max((o.bound for o in outputs.values()), default=0.0),
+        within_bound=all(o.within_bound for o in outputs.values()),
+        outputs=outputs, runtime=runtime, explanation=explanation, signatures=signatures,
+        notes=tuple(notes), **base)
+
+
+def _explanation(quantization: str, dyn_quantized: bool, outputs: Mapping[str, OutputError]) -> str:
+    float_why = ("XNNPACK and the converter's fusions (BatchNorm folded into weights, bias and activation "
+                 "fused) reorder float32 sums; a length-K sum in another order is off by at most 2·γ_K "
+                 "relative weight error (Higham §3.1), propagated to the output with TF's gradients "
+                 f"(Σ 2γ_K·|∂y/∂w|·|w|) plus {ELEMENTWISE_ULPS} ULP for exp/tanh kernels")
+    if quantization == "none":
+        return float_why
+    if quantization == "float16":
+        return ("weights are stored as float16 (relative step 2^-11) and dequantized to float32: "
+                "Σ 2^-11·|∂y/∂w|·|w| to first order, plus the float bound")
+    if quantization == "dynamic":
+        if not dyn_quantized:
+            return (f"no weight tensor has ≥ {MIN_WEIGHT_ELEMENTS} elements, so none was quantized and the "
+                    f"float bound applies: {float_why}")
+        return ("int8 weights with step s = max|w|/127 move each weight by ≤ s/2: Σ (s/2)·|∂y/∂w| to first "
+                "order, doubled for the run-time int8 quantization of activations in the hybrid kernels, "
+                "plus the float bound")
+    steps = [o.bound / o.quantization[0] for o in outputs.values() if o.quantization]
+    in_steps = f" = {max(steps):.1f} output steps" if steps else ""
+    return ("full-integer: half an output step for the final rounding, plus twice the first-order effect of "
+            f"the weight steps and the input quantization step (requantized intermediates){in_steps}")
+
+
+def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples,
+                     quantization: str = "none", *, select_tf_ops: bool = False,
+                     float_size: int | None = None) -> TFLiteCheck:
+    """Converts a SavedModel to TFLite, runs it with LiteRT, and checks it against TF.
+
+    Args:
+        saved_model_dir: a SavedModel folder (e.g. from `save_and_reload`).
+        examples: ``{input name: array}`` (one batch) or a list of such dicts;
+            names, dtypes and shapes must match the SignatureDef. For
+            ``"int8"`` they also form the representative dataset (one sample per row).
+        quantization: ``"none"``, ``"dynamic"``, ``"float16"`` or ``"int8"``.
+        select_tf_ops: convert ops outside the builtins as Flex ops (the
+            result is reported as not run: Python LiteRT cannot run Flex ops).
+        float_size: the float variant's size in bytes, to report ``size_ratio``;
+            for a quantized variant it is measured by converting ``"none"`` too
+            when not given.
+
+    Returns:
+        A `TFLiteCheck`: ``.bit_exact``, ``.max_abs_error``, ``.bound``,
+        ``.within_bound``, ``.outputs`` by name, ``.op_counts``, ``.flex_ops``,
+        ``.size_bytes``, ``.runtime``, ``.explanation``.
+
+    Raises:
+        UnsupportedOpsError: an op is not a TFLite builtin (and ``select_tf_ops`` is False).
+        UsageError: a bad quantization name, or examples that do not match the signature.
+        TflabError: the converter failed otherwise.
+
+    Example:
+
+    >>> c = tflab.tflite_roundtrip("/tmp/sm", {"x": x}, quantization="dynamic")
+    >>> c.bit_exact, c.within_bound
+    (False, True)
+    """
+    t0 = time.perf_counter()
+    model = convert(saved_model_dir, quantization, examples, select_tf_ops=select_tf_ops)
+    seconds = time.perf_counter() - t0
+    if float_size is None:
+        float_size = len(model) if quantization == "none" else len(
+            convert(saved_model_dir, "none", select_tf_ops=select_tf_ops))
+    return check_tflite(model, saved_model_dir, examples, quantization, float_size=float_size,
+                        convert_seconds=seconds)
