@@ -70,7 +70,7 @@ REASON_CASES = [
     ("dtype", lambda x: x + x, _dtype, 2, "x: dtype float32 -> int32", "tf.cast"),
     ("python_value", lambda x, n: x * n, _value, 2, "n: 4 -> 8", "tf.constant"),
     ("bound_method", lambda fn, x: fn(x), _bound_method, 2,
-     "fn: new object each call (bound method; TF keys it by identity)", "outside the loop"),
+     "fn: new object each call (bound method; TF matches it by weak reference)", "outside the loop"),
     ("list_length", lambda xs: tf.add_n(xs), _list_len, 2, "xs: list length 2 -> 3", "tf.stack"),
     ("dict_keys", lambda d: d["a"], _dict_keys, 2, "d: dict keys ['a'] -> ['a', 'b']", "same keys"),
     ("literal_to_tensor", lambda x, n: x * tf.cast(n, tf.float32), _kind, 2,

@@ -59,7 +59,8 @@ FIXES = {
     "flag": "a Python bool traces once per value (expected for a flag like training); to "
             "share one graph pass tf.constant(flag) and branch with tf.cond",
     "bound_method": "bind the method once outside the loop (fn = obj.method) and pass that same "
-                    "object every call: TF matches Python objects by weak reference",
+                    "object every call: TF keeps only a weak reference to an argument object, "
+                    "and a freed one never matches again",
     "object": "pass the same object every call, or make its class a frozen dataclass with "
               "__tf_tracing_type__ (a TraceType by value), or pass its numbers as tensors",
     "length": "keep the length fixed or pass one tensor (tf.stack the items): a Python list's "
@@ -380,7 +381,7 @@ def _diff(path: str, a: _Node, b: _Node, out: list[Reason]) -> None:
         kind = "bound_method" if "bound method" in (a.value, b.value) else "object"
         label = b.value if b.value != "garbage-collected object" else a.value
         out.append(_reason(path, kind, a.value, b.value,
-                           f"{path}: new object each call ({label}; TF keys it by identity)"))
+                           f"{path}: new object each call ({label}; TF matches it by weak reference)"))
     elif a.kind == "seq":
         if len(a.children) != len(b.children) or a.name != b.name:
             what = "list" if b.name == "List" else "tuple"
