@@ -1,0 +1,667 @@
+"""Lab step 6: one function run eagerly, as a graph, and compiled by XLA, compared.
+
+The same Python function can run three ways:
+
+* eager: each op dispatches its kernel at once (``eager/execute.py``);
+* graph: `tf.function` traces it into a FuncGraph, Grappler rewrites the graph
+  (``grappler/optimizers/meta_optimizer.cc``: constant folding, arithmetic and
+  layout passes, the remapper's fused kernels), and the executor runs it;
+* XLA: ``tf.function(jit_compile=True)`` lowers the whole FuncGraph to HLO
+  (``tf2xla``), XLA optimizes it (fusion among others) and runs the compiled
+  program.
+
+`compare_modes` runs one forward pass plus a `tf.GradientTape` backward pass
+in each mode, and measures how far graph and XLA outputs and gradients are
+from eager ones, in absolute terms and in ULP (units in the last place: how
+many representable floats lie between two values), and how long each mode
+takes. For XLA it also returns the HLO text of every text stage that
+``experimental_get_compiler_ir`` offers, and counts the fusions XLA made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+import math
+import re
+import statistics
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from tflab.errors import UsageError
+
+MODES = ("eager", "graph", "xla")
+
+# Default disagreement bound: an element is a finding when it is more than this
+# many ULP *and* more than `atol` away from eager. ULP alone flags every result
+# near zero (a 1e-9 difference around 1e-12 is millions of ULP), so both are used.
+DEFAULT_ULP_BOUND = 1 << 12
+DEFAULT_ATOL = 1e-5
+
+_XLA_UNSUPPORTED_RE = re.compile(r"(\w+) \((.*?)\)\{\{node ([^}]+)\}\}")
+_NODE_REF_RE = re.compile(r"\{\{node ([^}]+)\}\}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Distance:
+    """A distance from eager, split into outputs and gradients.
+
+    Attributes:
+        outputs: the maximum over all output elements.
+        gradients: the maximum over all gradient elements (0 when there are none).
+    """
+
+    outputs: float
+    gradients: float
+
+    @property
+    def overall(self) -> float:
+        return max(self.outputs, self.gradients)
+
+    def __repr__(self) -> str:
+        return f"(outputs={_fmt_num(self.outputs)}, gradients={_fmt_num(self.gradients)})"
+
+
+def _fmt_num(x: float) -> str:
+    if isinstance(x, float) and (math.isinf(x) or math.isnan(x)):
+        return str(x)
+    if float(x).is_integer() and abs(x) < 1e15:
+        return str(int(x))
+    return f"{x:.3g}"
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class ModeResult:
+    """One mode's run of the function.
+
+    Attributes:
+        mode: ``"eager"``, ``"graph"`` or ``"xla"``.
+        outputs: the function's outputs, flattened with `tf.nest.flatten`, as numpy
+            arrays; None when the mode failed.
+        gradients: `tf.GradientTape` gradients of the sum of all float outputs,
+            name → numpy array (None where the source is not connected). Names are
+            ``"arg:NAME"`` for float tensor arguments and ``"var:NAME"`` for
+            trainable variables. None when the mode failed.
+        max_abs_diff: largest absolute difference from eager (`Distance`); zeros for
+            eager itself; None when the mode failed.
+        max_ulp: largest ULP distance from eager (`Distance`); ``inf`` when a NaN
+            appears on one side only.
+        first_call_seconds: the first call, including tracing (graph, XLA) and XLA
+            compilation, seconds.
+        median_seconds: median seconds per warm call (forward + backward, results
+            fetched to host).
+        error: None, or why the mode could not run (for XLA: the op name, type and
+            TF's reason).
+        ulp_by_tensor: tensor name → max ULP from eager.
+    """
+
+    mode: str
+    outputs: tuple | None
+    gradients: dict | None
+    max_abs_diff: Distance | None
+    max_ulp: Distance | None
+    first_call_seconds: float | None
+    median_seconds: float | None
+    error: str | None = None
+    ulp_by_tensor: dict = dataclasses.field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        if self.error:
+            return f"<{self.mode}: error: {self.error}>"
+        return (f"<{self.mode}: max_ulp={self.max_ulp!r} max_abs_diff={self.max_abs_diff!r} "
+                f"first={self.first_call_seconds:.3g}s median={self.median_seconds:.3g}s>")
+
+    def to_dict(self) -> dict[str, Any]:
+        from tflab._jsonutil import to_jsonable
+
+        return {f.name: to_jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class ModeComparison:
+    """Eager vs graph vs XLA for one function: numbers, timings, HLO and findings.
+
+    Attributes:
+        function: the function's name.
+        device: the device eager ran on (e.g. ``/job:localhost/…/device:CPU:0``).
+        modes: ``"eager"``, ``"graph"``, ``"xla"`` → `ModeResult`.
+        gradient_names: the gradient sources, in order (``"arg:x"``, ``"var:dense/kernel"``).
+        hlo: HLO stage name → text, for the text stages XLA offers here (probed:
+            ``experimental_get_compiler_ir``'s list of valid stages); empty when
+            XLA failed.
+        hlo_stages: every stage name the probe found (serialized ones included).
+        fusion_count: number of ``fusion`` instructions in the ``optimized_hlo``
+            stage; None when there is no such stage.
+        fusion_kinds: fusion kind (``kLoop``, ``kInput``, ``kOutput``…) → count.
+        ulp_bound: the ULP bound used for findings.
+        atol: the absolute tolerance used for findings.
+        findings: one line per mode and tensor that disagrees with eager beyond
+            both bounds, or per mode that failed.
+    """
+
+    function: str
+    device: str
+    modes: dict
+    gradient_names: tuple[str, ...]
+    hlo: dict
+    hlo_stages: tuple[str, ...]
+    fusion_count: int | None
+    fusion_kinds: dict
+    ulp_bound: int
+    atol: float
+    findings: tuple[str, ...]
+
+    def __repr__(self) -> str:
+        parts = []
+        for m in MODES:
+            r = self.modes.get(m)
+            if r is None:
+                continue
+            parts.append(f"{m}: error" if r.error else
+                         f"{m}: {_fmt_num(r.max_ulp.overall)} ULP, {r.median_seconds * 1e3:.3g} ms")
+        extra = f", {self.fusion_count} fusions" if self.fusion_count is not None else ""
+        return (f"ModeComparison({self.function}: " + "; ".join(parts) + extra
+                + f", {len(self.findings)} finding(s))")
+
+    def speed_ratio(self, slow: str, fast: str) -> float | None:
+        """median_seconds[slow] / median_seconds[fast]; > 1 means ``fast`` is faster."""
+        a, b = self.modes.get(slow), self.modes.get(fast)
+        if not a or not b or a.error or b.error or not b.median_seconds:
+            return None
+        return a.median_seconds / b.median_seconds
+
+    def to_text(self) -> str:
+        """A table of modes, then XLA's fusion count and the findings."""
+        rows = [("mode", "max ULP out", "max ULP grad", "max |diff|", "first call s", "median ms", "")]
+        for m in MODES:
+            r = self.modes.get(m)
+            if r is None:
+                continue
+            if r.error:
+                rows.append((m, "-", "-", "-", "-", "-", f"error: {r.error}"))
+                continue
+            rows.append((m, _fmt_num(r.max_ulp.outputs), _fmt_num(r.max_ulp.gradients),
+                         f"{r.max_abs_diff.overall:.3g}", f"{r.first_call_seconds:.3f}",
+                         f"{r.median_seconds * 1e3:.3f}", ""))
+        widths = [max(len(r[i]) for r in rows) for i in range(6)]
+        lines = [f"{self.function} on {self.device.rsplit('device:', 1)[-1]}, "
+                 f"gradients wrt {len(self.gradient_names)} source(s)"]
+        lines += ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+                  + (f"  {r[6]}" if r[6] else "") for r in rows]
+        for slow, fast in (("eager", "graph"), ("graph", "xla")):
+            ratio = self.speed_ratio(slow, fast)
+            if ratio is not None:
+                lines.append(f"{fast} vs {slow}: {ratio:.2f}× per call")
+        if self.fusion_count is not None:
+            kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.fusion_kinds.items()))
+            lines.append(f"XLA optimized HLO: {self.fusion_count} fusions ({kinds})")
+        if self.hlo_stages:
+            lines.append("HLO stages: " + ", ".join(self.hlo_stages))
+        lines += [f"finding: {f}" for f in self.findings] or [
+            f"no findings: graph and XLA within {self.ulp_bound} ULP or {self.atol:g} of eager"]
+        return "\n".join(lines)
+
+    def to_dict(self, arrays: bool = False) -> dict[str, Any]:
+        """JSON-ready dict. ``arrays=False`` leaves out outputs/gradients values
+        (shapes only) and HLO text (stage names and sizes only) to stay small."""
+        from tflab._jsonutil import to_jsonable
+
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name == "modes" and not arrays:
+                v = {m: {**r.to_dict(),
+                         "outputs": None if r.outputs is None else [list(np.shape(o)) for o in r.outputs],
+                         "gradients": None if r.gradients is None else
+                         {k: (None if g is None else list(np.shape(g))) for k, g in r.gradients.items()}}
+                     for m, r in v.items()}
+            elif f.name == "hlo" and not arrays:
+                v = {k: f"{len(t)} characters" for k, t in v.items()}
+            out[f.name] = to_jsonable(v)
+        out["speed"] = {"graph_vs_eager": self.speed_ratio("eager", "graph"),
+                        "xla_vs_graph": self.speed_ratio("graph", "xla")}
+        return out
+
+
+# --------------------------------------------------------------------------- ULP
+
+
+def _ordered(bits: np.ndarray, width: int) -> np.ndarray:
+    """IEEE sign-magnitude bit patterns → int64 values ordered like the floats.
+
+    Positive floats keep their pattern; a negative float with magnitude bits m
+    maps to -m, so -0.0 and +0.0 both become 0 and adjacent floats differ by 1.
+    """
+    if width == 64:
+        signed = bits.view(np.int64)
+        negative = signed < 0
+        mag = signed & np.int64(0x7FFF_FFFF_FFFF_FFFF)
+    else:
+        signed = bits.astype(np.int64)
+        negative = signed >= (1 << (width - 1))
+        mag = signed & ((1 << (width - 1)) - 1)
+    return np.where(negative, -mag, mag)
+
+
+def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Element-wise ULP distance between two float arrays of one dtype.
+
+    Works on the integer representation: float16/bfloat16 as 16-bit, float32 as
+    32-bit, float64 as 64-bit patterns, mapped so that adjacent floats are
+    adjacent integers (``-0.0`` equals ``+0.0``). Two NaNs are 0 apart; a NaN
+    against a number is ``inf``; ``±inf`` is one step past the largest finite
+    float. Integer and bool arrays give ``|a - b|``. Complex arrays give the
+    larger of the real and imaginary distances.
+
+    Args:
+        a, b: arrays of the same shape and dtype.
+
+    Returns:
+        float64 array of ULP counts (exact up to 2**53; ``inf`` for NaN mismatch).
+    """
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype != b.dtype:
+        raise UsageError(f"ULP distance needs one dtype, got {a.dtype} and {b.dtype}")
+    if np.iscomplexobj(a):
+        return np.maximum(ulp_distance(a.real, b.real), ulp_distance(a.imag, b.imag))
+    if a.dtype.kind in "iub":
+        return np.abs(a.astype(np.float64) - b.astype(np.float64))
+    width = a.dtype.itemsize * 8
+    uint = {16: np.uint16, 32: np.uint32, 64: np.uint64}[width]
+    ia = _ordered(a.view(uint), width)
+    ib = _ordered(b.view(uint), width)
+    if width == 64:
+        # int64 subtraction can overflow across the whole float64 range; take the
+        # difference on uint64 after shifting both into [0, 2**64).
+        ua = ia.astype(np.uint64) ^ np.uint64(1 << 63)
+        ub = ib.astype(np.uint64) ^ np.uint64(1 << 63)
+        dist = np.where(ua >= ub, ua - ub, ub - ua).astype(np.float64)
+    else:
+        dist = np.abs(ia - ib).astype(np.float64)
+    fa, fb = a.astype(np.float64), b.astype(np.float64)
+    na, nb = np.isnan(fa), np.isnan(fb)
+    dist = np.where(na & nb, 0.0, dist)
+    return np.where(na ^ nb, np.inf, dist)
+
+
+def _abs_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    fa, fb = np.asarray(a).astype(np.complex128 if np.iscomplexobj(a) else np.float64), \
+        np.asarray(b).astype(np.complex128 if np.iscomplexobj(b) else np.float64)
+    with np.errstate(invalid="ignore"):
+        d = np.abs(fa - fb)
+    nan_a, nan_b = np.isnan(fa), np.isnan(fb)
+    d = np.where(nan_a & nan_b, 0.0, d)
+    d = np.where(nan_a ^ nan_b, np.inf, d)
+    # inf - inf of one sign is nan; equal infinities agree.
+    return np.where(np.isnan(d), np.where(fa == fb, 0.0, np.inf), d)
+
+
+# --------------------------------------------------------------------------- XLA errors
+
+
+def xla_reason(exc: BaseException) -> str:
+    """One line naming the ops XLA could not compile and TF's reason, from a tf2xla error.
+
+    TF's message reads ``Detected unsupported operations when trying to compile
+    graph … on XLA_CPU_JIT: OpType (reason){{node name}}`` followed by where the
+    op was created (``tf2xla/kernels``, ``compiler/jit/xla_compilation_cache``).
+    """
+    text = str(getattr(exc, "message", None) or exc)
+    found = _XLA_UNSUPPORTED_RE.findall(text)
+    if found:
+        where = re.search(r'The op is created at:.*?((?:File "[^"]+", line \d+, in \S+\s*)+)', text, re.S)
+        last = ""
+        if where:
+            frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', where.group(1))
+            if frames:
+                f, ln, fn = frames[-1]
+                last = f" (created at {f}:{ln} in {fn})"
+        ops = "; ".join(f"{op_type} op {node!r}: " + _NODE_REF_RE.sub(r"'\1'", reason)
+                        for op_type, reason, node in found)
+        return f"XLA cannot compile {ops}{last}"
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
+    return f"{type(exc).__name__}: {first[:300]}"
+
+
+# --------------------------------------------------------------------------- HLO
+
+
+def probe_hlo_stages(ir_generator: Callable) -> tuple[str, ...]:
+    """Stage names ``experimental_get_compiler_ir(...)(stage=…)`` accepts on this TF.
+
+    An unknown stage makes TF raise ``Invalid stage selected: … Valid values
+    are: 'hlo', …`` (``eager/pywrap_tfe_src.cc``); the list is read from there.
+    """
+    try:
+        ir_generator(stage="tflab-probe-not-a-stage")
+    except Exception as e:  # the message is the only place TF lists the stages
+        names = re.findall(r"'([a-z_]+)'", str(e).split("Valid values are:", 1)[-1])
+        if "Valid values are:" in str(e) and names:
+            return tuple(names)
+    return ()
+
+
+def count_fusions(hlo_text: str) -> tuple[int, dict[str, int]]:
+    """Number of ``fusion`` instructions in HLO text, and their kinds.
+
+    A fusion instruction reads ``%name = f32[…] fusion(…), kind=kLoop,
+    calls=%fused_computation…``; the fused computations it calls are not counted.
+    """
+    kinds: dict[str, int] = {}
+    n = 0
+    for line in hlo_text.splitlines():
+        if re.search(r"=\s*\S.*?\sfusion\(", line) and "kind=" in line:
+            n += 1
+            m = re.search(r"kind=(k\w+)", line)
+            if m:
+                kinds[m.group(1)] = kinds.get(m.group(1), 0) + 1
+    return n, kinds
+
+
+# --------------------------------------------------------------------------- running
+
+
+def _flatten_sources(fn: Callable, args: tuple, kwargs: dict):
+    """Float tensor leaves of the arguments (gradient sources) with names, and a
+    function that rebuilds (args, kwargs) from replacement leaves."""
+    import tensorflow as tf
+
+    try:
+        names = list(inspect.signature(getattr(fn, "python_function", fn)).parameters)
+    except (TypeError, ValueError):
+        names = []
+    structure = (list(args), dict(kwargs))
+    leaves = tf.nest.flatten(structure, expand_composites=False)
+    # Leaf names follow the argument they came from.
+    labels = []
+    for i, a in enumerate(args):
+        base = names[i] if i < len(names) else f"arg{i}"
+        sub = tf.nest.flatten(a)
+        labels += [base if len(sub) == 1 else f"{base}[{j}]" for j in range(len(sub))]
+    for k in sorted(kwargs):  # tf.nest sorts dict keys
+        sub = tf.nest.flatten(kwargs[k])
+        labels += [k if len(sub) == 1 else f"{k}[{j}]" for j in range(len(sub))]
+    idx = [i for i, v in enumerate(leaves)
+           if isinstance(v, tf.Tensor) and v.dtype.is_floating]
+
+    def rebuild(new: list) -> tuple[tuple, dict]:
+        flat = list(leaves)
+        for i, v in zip(idx, new):
+            flat[i] = v
+        a, k = tf.nest.pack_sequence_as(structure, flat)
+        return tuple(a), k
+
+    return [leaves[i] for i in idx], [f"arg:{labels[i]}" for i in idx], rebuild
+
+
+def _prepare(args: tuple, kwargs: dict, seed: int):
+    import tensorflow as tf
+
+    from tflab._target import materialize
+
+    def conv(v):
+        if isinstance(v, tf.TensorSpec):
+            return materialize(v, seed)
+        if isinstance(v, np.ndarray):
+            return tf.constant(v)
+        return v
+
+    return tf.nest.map_structure(conv, args), tf.nest.map_structure(conv, kwargs)
+
+
+def _to_numpy(x):
+    return None if x is None else np.asarray(x.numpy() if hasattr(x, "numpy") else x)
+
+
+def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
+                  ulp_bound: int = DEFAULT_ULP_BOUND, atol: float = DEFAULT_ATOL,
+                  hlo: bool | tuple[str, ...] = True, gradients: bool = True,
+                  modes: tuple[str, ...] = MODES, **kwargs: Any) -> ModeComparison:
+    """Runs ``fn`` forward and backward eagerly, as a graph and under XLA, and compares.
+
+    Each mode computes the outputs and, with a `tf.GradientTape`, the gradients
+    of the sum of every float output with respect to the float tensor arguments
+    (watched with ``tape.watch``) and the trainable variables the eager run
+    touched (``tape.watched_variables()``). Graph and XLA run the same
+    forward+backward step under ``tf.function`` and ``tf.function(jit_compile=True)``.
+
+    Args:
+        fn: a Python function, `tf.function` (its ``python_function`` is used so
+            eager really is eager) or Keras model.
+        *args: arguments; fully defined `tf.TensorSpec`s become seeded random
+            tensors (`tflab._target.materialize`), numpy arrays become tensors.
+        seed: seed for TensorSpec arguments.
+        repeats: warm calls timed per mode (the median is reported).
+        ulp_bound: an element is a finding when it is more than ``ulp_bound`` ULP
+            and more than ``atol`` away from eager.
+        atol: absolute tolerance for findings (same units as the values).
+        hlo: True fetches every text stage the probe finds, a tuple of stage
+            names only those, False none. Each optimized stage compiles the XLA
+            program again (seconds for a CNN), so pass ``("optimized_hlo",)``
+            when only the fusion count matters.
+        gradients: False runs the forward pass only (no tape; ``gradients`` stay
+            empty), which makes XLA's compile much cheaper for big models.
+        modes: which modes to run; ``"eager"`` (the reference) always runs.
+        **kwargs: keyword arguments for ``fn``. ``seed``, ``repeats``,
+            ``ulp_bound``, ``atol``, ``hlo``, ``gradients``, ``modes`` are taken by compare_modes; wrap
+            ``fn`` in `functools.partial` to pass such names to it.
+
+    Returns:
+        A `ModeComparison`. A mode that cannot run (XLA on a ``tf.py_function``
+        or string op) has ``error`` set and is a finding; the others still run.
+
+    Raises:
+        UsageError: ``fn`` is not callable, a TensorSpec has unknown dims, or the
+            eager run itself raised (the message names the user's line).
+
+    Example:
+
+    >>> cmp = tflab.compare_modes(lambda x: tf.nn.softmax(x @ tf.transpose(x)),
+    ...                           tf.TensorSpec([64, 128]))
+    >>> cmp.modes["graph"].max_ulp.outputs, cmp.fusion_count
+    (0, 2)
+    """
+    import tensorflow as tf
+
+    from tflab._target import user_frame
+
+    if not callable(fn):
+        raise UsageError(f"compare_modes needs a callable, got {type(fn).__name__}")
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise UsageError(f"unknown mode(s) {unknown}; choose from {list(MODES)}")
+    run_modes = [m for m in MODES if m == "eager" or m in modes]
+    python_fn = getattr(fn, "python_function", fn)
+    name = getattr(python_fn, "__qualname__", None) or getattr(python_fn, "name", None) \
+        or type(python_fn).__name__
+    args, kwargs = _prepare(args, kwargs, seed)
+    sources, source_names, rebuild = _flatten_sources(fn, args, kwargs)
+    want_grads = gradients
+
+    # Eager run once to learn which trainable variables the function reads.
+    try:
+        with tf.GradientTape() as probe:
+            probe.watch(sources)
+            out = python_fn(*args, **kwargs)
+        variables = [v for v in probe.watched_variables() if v.trainable] if want_grads else []
+    except Exception as e:
+        where = user_frame(e)
+        raise UsageError(f"{name} raised {type(e).__name__} when run eagerly: "
+                         f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+                         + (f" (at {where})" if where else "")) from e
+    device = next((t.device for t in tf.nest.flatten(out) if hasattr(t, "device")), "")
+    var_names = [f"var:{getattr(v, 'path', None) or v.name}" for v in variables]
+    grad_names = tuple(source_names + var_names) if want_grads else ()
+
+    def step(srcs):
+        a, k = rebuild(list(srcs))
+        if not want_grads:
+            return python_fn(*a, **k), []
+        with tf.GradientTape() as tape:
+            tape.watch(srcs)
+            outputs = python_fn(*a, **k)
+            targets = [tf.reduce_sum(o) for o in tf.nest.flatten(outputs)
+                       if isinstance(o, tf.Tensor) and o.dtype.is_floating]
+        grads = tape.gradient(targets, list(srcs) + variables) if targets else \
+            [None] * (len(srcs) + len(variables))
+        return outputs, grads
+
+    runners = {"eager": step, "graph": tf.function(step),
+               "xla": tf.function(step, jit_compile=True)}
+    results: dict[str, ModeResult] = {}
+    quiet = _RetracingNote()
+    logging.getLogger("tensorflow").addFilter(quiet)
+    try:
+        hlo_text, stages, fusions, kinds = _run_modes(
+            run_modes, runners, sources, grad_names, results, name, hlo, repeats)
+    finally:
+        logging.getLogger("tensorflow").removeFilter(quiet)
+    reference = (results["eager"].outputs, results["eager"].gradients)
+    findings = _findings(results, reference, ulp_bound, atol)
+    return ModeComparison(function=name, device=device, modes=results,
+                          gradient_names=grad_names, hlo=hlo_text, hlo_stages=stages,
+                          fusion_count=fusions, fusion_kinds=kinds, ulp_bound=ulp_bound,
+                          atol=atol, findings=tuple(findings))
+
+
+class _RetracingNote(logging.Filter):
+    """Drops TF's "N out of the last M calls … triggered tf.function retracing"
+    warning: each comparison builds fresh tf.functions on purpose."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "triggered tf.function retracing" not in record.getMessage()
+
+
+def _run_modes(run_modes, runners, sources, grad_names, results, name, hlo, repeats):
+    """Runs each mode (eager first: the reference), fills ``results``, then fetches HLO."""
+    from tflab._target import user_frame
+
+    reference = None
+    for mode in run_modes:
+        run = runners[mode]
+        try:
+            t0 = time.perf_counter()
+            outputs, grads = _fetch(run(sources))
+            first = time.perf_counter() - t0
+            times = []
+            for _ in range(max(1, repeats)):
+                t0 = time.perf_counter()
+                _fetch(run(sources))
+                times.append(time.perf_counter() - t0)
+        except Exception as e:  # a mode that cannot run is a result, not a crash
+            reason = xla_reason(e) if mode == "xla" else (
+                f"{type(e).__name__}: {next((ln.strip() for ln in str(e).splitlines() if ln.strip()), '')[:300]}")
+            if mode == "eager":
+                where = user_frame(e)
+                raise UsageError(f"{name}'s eager forward+backward step raised {reason}"
+                                 + (f" (at {where})" if where else "")) from e
+            results[mode] = ModeResult(mode, None, None, None, None, None, None, error=reason)
+            continue
+        grad_map = dict(zip(grad_names, grads))
+        if reference is None:
+            reference = (outputs, grad_map)
+        abs_d, ulp_d, per = _distances(reference, outputs, grad_map)
+        results[mode] = ModeResult(mode, tuple(outputs), grad_map, abs_d, ulp_d, first,
+                                   statistics.median(times), ulp_by_tensor=per)
+
+    hlo_text: dict[str, str] = {}
+    stages: tuple[str, ...] = ()
+    fusions, kinds = None, {}
+    if hlo and "xla" in results and results["xla"].error is None:
+        gen = runners["xla"].experimental_get_compiler_ir(sources)
+        stages = probe_hlo_stages(gen)
+        for stage in stages:
+            if "serialized" in stage:
+                continue  # bytes of a proto, not text
+            if not isinstance(hlo, bool) and stage not in hlo:
+                continue
+            try:
+                hlo_text[stage] = gen(stage=stage)
+            except Exception as e:  # one stage failing must not hide the others
+                hlo_text[stage] = f"<{stage} unavailable: {type(e).__name__}: {str(e)[:200]}>"
+        if "optimized_hlo" in hlo_text:
+            fusions, kinds = count_fusions(hlo_text["optimized_hlo"])
+    return hlo_text, stages, fusions, kinds
+
+
+def _fetch(result) -> tuple[list, list]:
+    """Copies outputs and gradients to numpy, which also waits for the device."""
+    import tensorflow as tf
+
+    outputs, grads = result
+    return [_to_numpy(o) for o in tf.nest.flatten(outputs)], [_to_numpy(g) for g in grads]
+
+
+def _output_names(n: int) -> list[str]:
+    return ["output"] if n == 1 else [f"output[{i}]" for i in range(n)]
+
+
+def _pairs(reference, outputs, grad_map):
+    ref_out, ref_grads = reference
+    for name, a, b in zip(_output_names(len(ref_out)), ref_out, outputs):
+        yield "outputs", name, a, b
+    for name, a in ref_grads.items():
+        yield "gradients", name, a, grad_map.get(name)
+
+
+def _distances(reference, outputs, grad_map):
+    abs_max = {"outputs": 0.0, "gradients": 0.0}
+    ulp_max = {"outputs": 0.0, "gradients": 0.0}
+    per: dict[str, float] = {}
+    for group, name, a, b in _pairs(reference, outputs, grad_map):
+        if a is None or b is None:
+            if (a is None) != (b is None):
+                per[name] = math.inf
+                abs_max[group] = ulp_max[group] = math.inf
+            continue
+        if a.shape != b.shape or a.dtype != b.dtype:
+            per[name] = math.inf
+            abs_max[group] = ulp_max[group] = math.inf
+            continue
+        if a.dtype.kind not in "fciub" and a.dtype.name not in ("bfloat16",):
+            # strings and objects: equal or not
+            same = bool(np.all(a == b))
+            per[name] = 0.0 if same else math.inf
+            continue
+        u = float(ulp_distance(a, b).max(initial=0.0))
+        d = float(_abs_diff(a, b).max(initial=0.0))
+        per[name] = u
+        ulp_max[group] = max(ulp_max[group], u)
+        abs_max[group] = max(abs_max[group], d)
+    return (Distance(abs_max["outputs"], abs_max["gradients"]),
+            Distance(_int_if_whole(ulp_max["outputs"]), _int_if_whole(ulp_max["gradients"])), per)
+
+
+def _int_if_whole(x: float):
+    return int(x) if math.isfinite(x) else x
+
+
+def _findings(results, reference, ulp_bound: int, atol: float) -> list[str]:
+    out = []
+    for mode in MODES[1:]:
+        r = results.get(mode)
+        if r is None:
+            continue
+        if r.error:
+            out.append(f"{mode} did not run: {r.error}")
+            continue
+        for group, name, a, b in _pairs(reference, r.outputs, r.gradients):
+            if a is None or b is None or a.shape != b.shape or a.dtype != b.dtype:
+                if a is not None or b is not None:
+                    out.append(f"{mode}: {name} does not match eager in presence, shape or dtype")
+                continue
+            if a.dtype.kind not in "fc" and a.dtype.name != "bfloat16":
+                if r.ulp_by_tensor.get(name, 0) > 0:
+                    out.append(f"{mode}: {name} differs from eager (non-float values)")
+                continue
+            u, d = ulp_distance(a, b), _abs_diff(a, b)
+            bad = (u > ulp_bound) & (d > atol)
+            if bad.any():
+                i = int(np.argmax(np.where(bad, d, -1.0)))
+                out.append(f"{mode}: {int(bad.sum())} element(s) of {name} differ from eager by more "
+                           f"than {ulp_bound} ULP and {atol:g}; worst {float(d.flat[i]):.3g} "
+                           f"({_fmt_num(float(u.flat[i]))} ULP) at flat index {i}")
+    return out
