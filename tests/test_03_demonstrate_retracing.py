@@ -1,0 +1,88 @@
+"""Lab step 3: demonstrate_retracing measures each retrace trigger and its prevention.
+
+The numbers are TF 2.21's, measured; the closure row is where TF differs from
+common teaching (no retrace, a stale result).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("tensorflow")
+
+from tflab.retrace_demo import RetracingDemo, demonstrate_retracing  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def demo() -> RetracingDemo:
+    return demonstrate_retracing()
+
+
+# trigger -> (traces, traces after prevention), measured on TF 2.21.
+EXPECTED = {
+    "new shape": (3, 1),                      # lengths 2, 3, 4 -> input_signature [None]
+    "new dtype": (2, 1),                      # float32, int32 -> tf.cast first
+    "new Python value": (3, 1),               # n = 1, 2, 3 -> tf.constant(n)
+    "changed closure": (1, 1),                # no retrace at all (stale), tensor argument
+    "tf.Variable on the first call": (2, 1),  # TF's own second trace -> variable outside
+    "tf.Variable on a later call": (3, 2),    # 2 + the failed trace -> variables made first
+}
+
+
+@pytest.mark.parametrize("trigger", list(EXPECTED), ids=lambda t: t.replace(" ", "_"))
+def test_measured_counts(demo, trigger):
+    r = demo[trigger]
+    assert (r.traces, r.traces_after) == EXPECTED[trigger]
+
+
+def test_triggers_in_lab_order(demo):
+    assert [r.trigger for r in demo.results] == list(EXPECTED)
+
+
+@pytest.mark.parametrize("trigger,reasons", [
+    ("new shape", ("#2 x: shape (2,) -> (3,)", "#3 x: shape (3,) -> (4,)")),
+    ("new dtype", ("#2 x: dtype float32 -> int32",)),
+    ("new Python value", ("#2 n: 1 -> 2", "#3 n: 2 -> 3")),
+    ("changed closure", ()),
+], ids=["shape", "dtype", "python_value", "closure"])
+def test_reasons(demo, trigger, reasons):
+    assert demo[trigger].reasons == reasons
+
+
+def test_changed_closure_is_stale_not_retraced(demo):
+    r = demo["changed closure"]
+    assert r.tf_tracing_count == 1
+    assert r.observed.startswith("no retrace; results True then True (stale: eager gives False); "
+                                 "closure 'threshold' was 0.5 at trace #1, now 0.9")
+    assert r.observed_after == "results True then False"  # the tensor argument is read each call
+
+
+def test_variable_on_first_call_is_tf_own_retrace(demo):
+    r = demo["tf.Variable on the first call"]
+    assert r.tf_tracing_count == 2
+    assert r.observed == "trace kinds: first, variable_creation"
+    assert r.reasons[0].startswith("#2 TF's own re-trace")
+
+
+def test_variable_on_later_call_raises(demo):
+    r = demo["tf.Variable on a later call"]
+    assert r.observed.startswith("ValueError: tf.function only supports singleton tf.Variables "
+                                 "created on the first call")
+    # The probe's side effect saw the failed trace; TF's cache did not keep it.
+    assert (r.traces, r.tf_tracing_count) == (3, 2)
+    assert r.observed_after == "no error"
+
+
+def test_renders(demo):
+    assert repr(demo).startswith("<RetracingDemo TF 2.21")
+    compact = demo.to_text(compact=True).splitlines()
+    assert len(compact) == 1 + len(EXPECTED)
+    assert compact[4].split() == ["changed", "closure", "1", "pass", "threshold", "as", "a",
+                                  "tensor", "argument", "->", "1"]
+    d = json.loads(json.dumps(demo.to_dict()))
+    assert d["results"][0]["trigger"] == "new shape" and d["results"][0]["traces"] == 3
+    assert demo.counts()["new Python value"] == (3, 1)
+    with pytest.raises(KeyError, match="no trigger 'nope'"):
+        demo["nope"]
