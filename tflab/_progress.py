@@ -23,7 +23,12 @@ class Progress:
         self.t0 = time.perf_counter()
 
     def __call__(self, message: str) -> None:
+        """Starts the next step and prints its line."""
         self.step += 1
+        self.note(message)
+
+    def note(self, message: str) -> None:
+        """Prints a line within the current step, without advancing the count."""
         if not self.enabled:
             return
         count = f"{self.step}/{self.total}" if self.total else f"{self.step}"

@@ -143,7 +143,8 @@ class TourContext:
         model_source: "default" or the user's ``--model`` path.
         out_dir: where sections write files (``saved_models/tour``).
         report: JSON report; each section stores its numbers under its own key.
-        progress: progress line on stderr.
+        progress_line: the tour's `Progress` (one step per section); call
+            ``ctx.progress(msg)`` for a line within a section.
         quiet: True under ``--json``: sections print nothing to stdout.
     """
 
@@ -151,9 +152,13 @@ class TourContext:
     model_source: str
     out_dir: Path
     report: dict
-    progress: Progress
+    progress_line: Progress
     quiet: bool = False
     shared: dict = dataclasses.field(default_factory=dict)
+
+    def progress(self, message: str) -> None:
+        """A progress line on stderr within the current section."""
+        self.progress_line.note(message)
 
     def section(self, title: str) -> None:
         if not self.quiet:
@@ -226,7 +231,7 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
     out.mkdir(parents=True, exist_ok=True)
     report: dict = {"model": model_path or "MobileNetV3Small(weights=None, input_shape=(96, 96, 3), classes=10)"}
     ctx = TourContext(model=model, model_source=model_path or "default", out_dir=out,
-                      report=report, progress=progress, quiet=quiet)
+                      report=report, progress_line=progress, quiet=quiet)
     t0 = time.perf_counter()
     for mod, title in available:
         progress(title)
