@@ -1,0 +1,53 @@
+"""Small functions for test_06_compare_modes.py and the ``tflab compare`` CLI tests."""
+
+import numpy as np
+import tensorflow as tf
+
+# A seeded variable so gradients with respect to trainable variables are measured.
+W = tf.Variable(np.random.default_rng(1).standard_normal((128, 32)).astype(np.float32), name="w")
+FROZEN = tf.Variable(np.ones((32,), np.float32), trainable=False, name="frozen")
+
+
+def dense_tanh(x):
+    return tf.tanh(x @ W) * FROZEN
+
+
+def softmax_matmul(x):
+    return tf.nn.softmax(x @ tf.transpose(x))
+
+
+def relu_chain(x):
+    # matmul, then three elementwise ops XLA can fuse into one kLoop fusion
+    return tf.nn.relu(x @ tf.transpose(x)) * 2.0 + 1.0
+
+
+def with_py_function(x):
+    y = tf.py_function(lambda a: a * 2.0, [x], tf.float32)
+    y.set_shape(x.shape)
+    return y + 1.0
+
+
+def with_string_op(x):
+    return tf.cast(tf.strings.length(tf.strings.as_string(x)), tf.float32) + x
+
+
+def noisy(x):
+    # unseeded random op: eager, graph and XLA draw different numbers
+    return x + tf.random.uniform(tf.shape(x))
+
+
+@tf.custom_gradient
+def clip_grad(x):
+    """Identity forward; the gradient flowing back is clipped to [-1, 1]."""
+    def grad(upstream):
+        return tf.clip_by_value(upstream, -1.0, 1.0)
+    return tf.identity(x), grad
+
+
+def scaled_clip(x):
+    # upstream gradient of 5*… is 5 per element: clipped to 1 by clip_grad
+    return 5.0 * clip_grad(x)
+
+
+def two_args(x, scale):
+    return x * scale

@@ -1,0 +1,75 @@
+"""``tflab compare FILE.py:FUNC --arg …``: lab step 6 on a user's function."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+
+HELP = ("run FILE.py:FUNC forward and backward eagerly, as a graph and under XLA; "
+        "print ULP distances from eager, timings, fusion count and findings")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("target", metavar="FILE.py:FUNC", help="the function (or tf.function) to run")
+    p.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE",
+                   help="an argument: NAME=dtype[dims] (every dim given) becomes a seeded random "
+                        "tensor, NAME=<python literal> a Python value; repeat per parameter")
+    p.add_argument("--seed", type=int, default=0, help="seed for the random tensors (default: %(default)s)")
+    p.add_argument("--repeats", type=int, default=10,
+                   help="warm calls timed per mode; the median is printed (default: %(default)s)")
+    p.add_argument("--ulp-bound", type=int, default=None, metavar="N",
+                   help="report elements more than N ULP (and --atol) from eager as findings")
+    p.add_argument("--atol", type=float, default=None, help="absolute tolerance for findings")
+    p.add_argument("--no-grad", action="store_true", help="forward pass only (cheaper XLA compile)")
+    p.add_argument("--hlo", metavar="OUT.txt",
+                   help="write XLA's HLO text stages to OUT.txt (refuses to overwrite without --force)")
+    p.add_argument("--force", action="store_true", help="overwrite the --hlo file")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tflab import _jsonutil
+    from tflab._target import bind_args, load_target, materialize, parse_args
+    from tflab.errors import UsageError
+    from tflab.modes import DEFAULT_ATOL, DEFAULT_ULP_BOUND, compare_modes
+
+    if args.hlo and os.path.exists(args.hlo) and not args.force:
+        raise UsageError(f"--hlo {args.hlo} exists; pass --force to overwrite it")
+    named = parse_args(args.arg)
+    fn = load_target(args.target)
+    if not callable(fn):
+        raise UsageError(f"{args.target} is a {type(fn).__name__}, not a function; "
+                         f"name a function or tf.function")
+    call_args, call_kwargs = bind_args(fn, named)
+    # Materialize here (not in compare_modes) so an unknown dim is reported
+    # against the --arg that has it, before anything runs.
+    call_args = tuple(materialize(a, args.seed) for a in call_args)
+    call_kwargs = {k: materialize(v, args.seed) for k, v in call_kwargs.items()}
+    own = {"seed", "repeats", "ulp_bound", "atol", "hlo", "gradients", "modes"} & set(call_kwargs)
+    if own:  # names compare_modes takes itself: bind them to the function instead
+        fn = functools.partial(fn, **{k: call_kwargs.pop(k) for k in own})
+    report = compare_modes(
+        fn, *call_args, seed=args.seed, repeats=args.repeats,
+        ulp_bound=DEFAULT_ULP_BOUND if args.ulp_bound is None else args.ulp_bound,
+        atol=DEFAULT_ATOL if args.atol is None else args.atol,
+        gradients=not args.no_grad, **call_kwargs)
+    xla = report.modes["xla"]
+    if args.hlo and xla.error is None:
+        _write_hlo(report.hlo, args.hlo)
+    print(_jsonutil.dumps(report) if args.json else report.to_text())
+    if args.hlo and xla.error is None and not args.json:
+        print(f"wrote {args.hlo} ({', '.join(report.hlo)})")
+    if xla.error is not None:
+        # The report above still compares eager and graph; the exit code says
+        # the XLA part could not run.
+        raise UsageError(f"{report.function}: {xla.error}; eager and graph were still compared")
+    return 0
+
+
+def _write_hlo(hlo: dict, path: str) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        for stage, text in hlo.items():
+            f.write(f"// ===== stage: {stage} =====\n{text}\n")
+    os.replace(tmp, path)
