@@ -1,0 +1,1 @@
+"""Python side of the custom ops (loader, wrappers, gradients)."""

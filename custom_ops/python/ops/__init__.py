@@ -1,0 +1,1 @@
+"""One module per op: ``warp_softmax_ops``."""

@@ -1,0 +1,143 @@
+"""Loader, Python wrapper and gradient of the WarpSoftmax custom op.
+
+The shared library is built on first use (`custom_ops.build.build`, cached)
+and loaded with `tf.load_op_library`, which runs the library's REGISTER_OP
+and REGISTER_KERNEL_BUILDER static initializers. The gradient is registered
+here with `tf.RegisterGradient` under the op's type name, which is how TF's
+tape and `tf.gradients` find the gradient of an op defined outside TF
+(tensorflow/python/framework/ops.py, ``RegisterGradient``).
+"""
+
+from __future__ import annotations
+
+import threading
+from types import ModuleType
+
+import tensorflow as tf
+
+_ALLOWED = (tf.float16, tf.bfloat16, tf.float32)
+_lock = threading.Lock()
+_lib: ModuleType | None = None
+_build_result = None
+
+
+def load_library() -> ModuleType:
+    """Builds the op if needed (cached) and loads it into this process.
+
+    Load it before `tf.saved_model.load` of a SavedModel that uses the op:
+    the loader needs WarpSoftmax registered to rebuild the graph.
+
+    Returns:
+        The module from `tf.load_op_library`, with ``warp_softmax(logits)``
+        and ``warp_softmax_grad(softmax, grad_softmax)`` raw op functions.
+
+    Raises:
+        custom_ops.build.BuildError: no C++ compiler, or the build failed.
+    """
+    global _lib, _build_result
+    with _lock:
+        if _lib is None:
+            from custom_ops.build import build
+
+            _build_result = build()
+            _lib = tf.load_op_library(_build_result.so_path)
+        return _lib
+
+
+def build_result():
+    """The `custom_ops.build.BuildResult` of the loaded library (loads it first)."""
+    load_library()
+    return _build_result
+
+
+def _bad(msg: str) -> tf.errors.InvalidArgumentError:
+    return tf.errors.InvalidArgumentError(None, None, msg)
+
+
+@tf.autograph.experimental.do_not_convert  # no tensor-dependent Python control flow
+def warp_softmax(logits, axis: int = -1, name: str | None = None) -> tf.Tensor:
+    """Softmax over ``axis`` with the WarpSoftmax custom op: same result as `tf.nn.softmax`.
+
+    Computed in float32 whatever the storage dtype; one read of the input and
+    one write of the output per row (see custom_ops/README.md for the kernels
+    and the measured error bounds against `tf.nn.softmax`). Other axes than
+    the last are moved to the end with `tf.transpose` and back, as
+    `tf.nn.softmax` does (tensorflow/python/ops/nn_ops.py, ``_wrap_2d_function``).
+
+    Args:
+        logits: tensor of rank >= 1, dtype float32, float16 or bfloat16.
+        axis: the axis to normalize, in ``[-rank, rank)``. Default -1.
+        name: optional name scope for the ops.
+
+    Returns:
+        A tensor of the same shape and dtype as ``logits`` whose slices along
+        ``axis`` sum to 1. A slice holding NaN or +inf, or only -inf, is all
+        NaN (as in `tf.nn.softmax`).
+
+    Raises:
+        tf.errors.InvalidArgumentError: dtype not float16/bfloat16/float32,
+            rank 0, or ``axis`` out of range.
+        custom_ops.build.BuildError: the op could not be built.
+
+    Example:
+        >>> from custom_ops import warp_softmax
+        >>> warp_softmax(tf.constant([[1.0, 1.0], [0.0, 2.0]])).numpy().round(4)
+        array([[0.5   , 0.5   ],
+               [0.1192, 0.8808]], dtype=float32)
+    """
+    lib = load_library()
+    with tf.name_scope(name or "WarpSoftmax"):
+        logits = tf.convert_to_tensor(logits)
+        if logits.dtype not in _ALLOWED:
+            raise _bad(f"warp_softmax: logits has dtype {logits.dtype.name}; allowed dtypes are "
+                       "float16, bfloat16, float32 (cast first, e.g. tf.cast(logits, tf.float32))")
+        if not isinstance(axis, int):
+            raise _bad(f"warp_softmax: axis must be a Python int, got {axis!r}")
+        rank = logits.shape.rank
+        if rank == 0:
+            raise _bad("warp_softmax: logits must have rank >= 1 (softmax runs along an axis), "
+                       "got a scalar; add an axis with tf.reshape(logits, [1])")
+        if rank is not None and not -rank <= axis < rank:
+            raise _bad(f"warp_softmax: axis {axis} is out of range for logits of rank {rank}; "
+                       f"use an axis in [{-rank}, {rank})")
+        if axis == -1 or (rank is not None and axis == rank - 1):
+            return lib.warp_softmax(logits)
+        if rank is None:
+            # Unknown rank inside a tf.function: build the swap permutation at run time.
+            r = tf.rank(logits)
+            tf.debugging.assert_less(axis if axis >= 0 else -axis - 1, r,
+                                     message=f"warp_softmax: axis {axis} out of range")
+            a = axis % r
+            idx = tf.range(r)
+            perm = tf.tensor_scatter_nd_update(idx, [[a], [r - 1]], [r - 1, a])
+        else:
+            a = axis % rank
+            perm = list(range(rank))
+            perm[a], perm[-1] = perm[-1], perm[a]
+        # A swap permutation is its own inverse.
+        return tf.transpose(lib.warp_softmax(tf.transpose(logits, perm)), perm)
+
+
+# opcheck's reference and XLA fallback for this op (see custom_ops/opcheck.py).
+warp_softmax.reference = tf.nn.softmax
+warp_softmax.op_type = "WarpSoftmax"
+warp_softmax.xla_fallback = "tf.nn.softmax"
+
+
+@tf.RegisterGradient("WarpSoftmax")
+def _warp_softmax_grad(op: tf.Operation, grad: tf.Tensor) -> tf.Tensor:
+    """dx = y * (dy - sum(dy * y, axis=-1)), by the WarpSoftmaxGrad kernels."""
+    return load_library().warp_softmax_grad(op.outputs[0], grad)
+
+
+@tf.RegisterGradient("WarpSoftmaxGrad")
+def _warp_softmax_grad_grad(op: tf.Operation, grad: tf.Tensor):
+    """Second derivative, from composite TF ops (for Hessians; not a fast path).
+
+    With dx = y * (dy - s), s = sum(dy * y): for an upstream g on dx,
+    d/dy = g * (dy - s) - dy * sum(g * y) and d/d(dy) = y * (g - sum(g * y)).
+    """
+    y, dy = op.inputs
+    s = tf.reduce_sum(dy * y, axis=-1, keepdims=True)
+    gy = tf.reduce_sum(grad * y, axis=-1, keepdims=True)
+    return grad * (dy - s) - dy * gy, y * (grad - gy)
