@@ -367,10 +367,16 @@ def _cache_key(saved_model_dir: str, batches) -> str:
     return h.hexdigest()
 
 
-def _sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
+def _call_target(fn) -> str | None:
+    """Name of the one function a signature wrapper calls (Keras' serve and serving_default share it)."""
+    calls = [op for op in fn.graph.get_operations() if op.type in ("StatefulPartitionedCall", "PartitionedCall")]
+    return calls[0].get_attr("f").name if len(calls) == 1 else None
+
+
+def _sensitivity(saved_model_dir: str, loaded, batches, keys: list[str]) -> _Sensitivity:
     import tensorflow as tf
 
-    key = _cache_key(saved_model_dir, batches)
+    key = _cache_key(saved_model_dir, batches) + "|" + ",".join(keys)
     if key in _SENSITIVITY_CACHE:
         return _SENSITIVITY_CACHE[key]
     variables = []
@@ -389,8 +395,19 @@ def _sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
     rel: dict[str, list] = collections.defaultdict(list)
     absl: dict[str, list] = collections.defaultdict(list)
     ins: dict[str, dict[str, list]] = collections.defaultdict(lambda: collections.defaultdict(list))
-    multi = len(loaded.signatures) > 1
-    for sig_key, fn in loaded.signatures.items():
+    multi = len(keys) > 1
+    done: dict[str, str] = {}  # call target -> signature key already differentiated
+    for sig_key in keys:
+        fn = loaded.signatures[sig_key]
+        target = _call_target(fn)
+        if target is not None and target in done:
+            # Same FuncGraph behind another key: same gradients, copy them.
+            for out_name in fn.structured_outputs:
+                src, dst = f"{done[target]}/{out_name}", f"{sig_key}/{out_name}"
+                rel[dst], absl[dst], ins[dst] = rel[src], absl[src], ins[src]
+            continue
+        if target is not None:
+            done[target] = sig_key
         for batch in batches:
             feed = {n: tf.constant(a) for n, a in batch.items()}
             float_inputs = {n: t for n, t in feed.items() if t.dtype.is_floating}
@@ -593,7 +610,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
                            signatures={}, notes=tuple(notes), **base)
     runtime = _runtime_name(interp)
     need_bounds = any(np.concatenate([w.ravel() for w in c["want"]]).dtype.kind == "f" for c in collected.values())
-    sens = _sensitivity(saved_model_dir, loaded, batches) if need_bounds else None
+    sens = _sensitivity(saved_model_dir, loaded, batches, sorted(signatures)) if need_bounds else None
 
     outputs = {}
     exact = True

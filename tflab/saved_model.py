@@ -113,6 +113,7 @@ class SavedModelCheck:
     signatures: dict[str, SignatureCheck]
     examples: int
     notes: tuple[str, ...] = ()
+    example_batches: tuple[dict, ...] = dataclasses.field(default=(), repr=False, compare=False)
 
     def __repr__(self) -> str:
         sigs = ", ".join(f"{k}({'exact' if s.bit_exact else 'DIFFERS'})" for k, s in self.signatures.items())
@@ -210,6 +211,36 @@ def check_examples(batches: list[dict[str, np.ndarray]], inputs: Mapping[str, Te
             if info.shape is not None and not tf.TensorShape(info.shape).is_compatible_with(arr.shape):
                 raise UsageError(f"examples[{i}][{name!r}] has shape {list(arr.shape)} but {where} wants "
                                  f"{info}: reshape it")
+
+
+def random_examples(inputs: Mapping[str, TensorInfo], seed: int = 0,
+                    batch_sizes: Sequence[int] = (1, 4)) -> list[dict[str, np.ndarray]]:
+    """Seeded random example batches for a signature: one batch per size in ``batch_sizes``.
+
+    Unknown (None) dims are the batch size for the first dim and 1 elsewhere.
+    Floats are standard normal, integers uniform in [0, 10), bools fair coins,
+    strings ``b"tflab"``.
+    """
+    rng = np.random.default_rng(seed)
+    out = []
+    for b in batch_sizes:
+        batch = {}
+        for name, info in inputs.items():
+            shape = [(b if i == 0 else 1) if d is None else d for i, d in enumerate(info.shape or ())]
+            dt = np.dtype(info.dtype) if info.dtype not in ("string", "bfloat16") else None
+            if info.dtype == "string":
+                batch[name] = np.full(shape, b"tflab", dtype=object)
+            elif dt is not None and dt.kind == "f":
+                batch[name] = rng.standard_normal(shape).astype(dt)
+            elif dt is not None and dt.kind in "iu":
+                batch[name] = rng.integers(0, 10, size=shape).astype(dt)
+            elif dt is not None and dt.kind == "b":
+                batch[name] = rng.integers(0, 2, size=shape).astype(bool)
+            else:
+                raise UsageError(f"cannot make random examples of dtype {info.dtype} for input {name!r}: "
+                                 f"give examples (an .npz file with one array per input)")
+        out.append(batch)
+    return out
 
 
 def _ordered_ints(a: np.ndarray) -> np.ndarray:
@@ -350,6 +381,10 @@ class _Reference:
     def __call__(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         import tensorflow as tf
 
+        args, kwargs = self.concrete.structured_input_signature
+        if not args and sorted(kwargs) == self.input_names:
+            out = self.concrete(**{n: tf.constant(feed[n]) for n in self.input_names})
+            return {k: _to_numpy(v) for k, v in self.rename(out).items()}
         flat = [tf.constant(feed[n]) for n in self.input_names]
         args, kwargs = tf.nest.pack_sequence_as(self.concrete.structured_input_signature, flat)
         out = self.concrete(*args, **kwargs)
@@ -359,6 +394,10 @@ class _Reference:
 def _reference(concrete, rename=normalize_outputs) -> _Reference:
     import tensorflow as tf
 
+    args, kwargs = concrete.structured_input_signature
+    if not args and kwargs and all(isinstance(s, tf.TensorSpec) for s in kwargs.values()):
+        # A signature function (e.g. of a loaded SavedModel) takes its inputs by name.
+        return _Reference(concrete, sorted(kwargs), rename)
     n = len(tf.nest.flatten(concrete.structured_input_signature))
     # Signature inputs are named after the FuncGraph's placeholders (the spec's
     # name, else the argument's path), in flatten order; captures follow them.
@@ -389,6 +428,22 @@ def _module_signatures(obj, signatures) -> dict[str, Any]:
     if len(fns) == 1:
         return {DEFAULT_SIGNATURE: next(iter(fns.values())).get_concrete_function()}
     return {n: f.get_concrete_function() for n, f in fns.items()}
+
+
+def _is_loaded_saved_model(obj) -> bool:
+    # tf.saved_model.load returns an AutoTrackable carrying the SignatureDefs.
+    sigs = getattr(obj, "signatures", None)
+    return sigs is not None and hasattr(sigs, "items") and type(obj).__name__ == "_UserObject"
+
+
+def _save_loaded(obj, path: str) -> dict[str, _Reference]:
+    import tensorflow as tf
+
+    sigs = dict(obj.signatures)
+    if not sigs:
+        raise UsageError("the SavedModel has no SignatureDef to check: export it with signatures")
+    tf.saved_model.save(obj, path, signatures=sigs)
+    return {k: _reference(f, dict) for k, f in sigs.items()}
 
 
 def _is_keras3(obj) -> bool:
@@ -452,7 +507,7 @@ def _save_module(obj, path: str, signatures) -> dict[str, _Reference]:
 # -------------------------------------------------------------------------- public
 
 
-def save_and_reload(obj: Any, path: str | os.PathLike, examples: Examples, *,
+def save_and_reload(obj: Any, path: str | os.PathLike, examples: Examples | None, *,
                     signatures: Any = None) -> SavedModelCheck:
     """Saves ``obj`` as a SavedModel, reloads it, and compares every signature bit by bit.
 
@@ -496,7 +551,7 @@ def save_and_reload(obj: Any, path: str | os.PathLike, examples: Examples, *,
     path = os.fspath(path)
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
         raise UsageError(f"{path!r} already exists and is not an empty folder: choose a new path")
-    batches = normalize_examples(examples)
+    batches = None if examples is None else normalize_examples(examples)
     created = not os.path.exists(path)
     try:
         return _save_and_check(obj, path, batches, signatures)
@@ -511,7 +566,9 @@ def _save_and_check(obj, path: str, batches: list[dict[str, np.ndarray]], signat
     import tensorflow as tf
 
     notes: list[str] = []
-    if _is_keras3(obj):
+    if _is_loaded_saved_model(obj):
+        kind, refs = "SavedModel", _save_loaded(obj, path)
+    elif _is_keras3(obj):
         kind, refs = "keras", _save_keras3(obj, path)
     elif _is_tf_keras(obj):
         kind, refs = "tf_keras", _save_tf_keras(obj, path)
@@ -534,6 +591,8 @@ def _save_and_check(obj, path: str, batches: list[dict[str, np.ndarray]], signat
                              f"function's {sorted(ref.input_names)}")
         if kind == "tf.Module":
             notes += _lost_dict_keys(key, ref.concrete, inputs)
+        if batches is None:
+            batches = random_examples(inputs)
         check_examples(batches, inputs, f"signature {key!r}")
         stats = {n: [0, 0.0, 0] for n in outputs}
         for batch in batches:
@@ -549,7 +608,8 @@ def _save_and_check(obj, path: str, batches: list[dict[str, np.ndarray]], signat
                       for n in outputs}
         checks[key] = SignatureCheck(key, inputs, out_checks)
     return SavedModelCheck(path=path, kind=kind, bit_exact=all(c.bit_exact for c in checks.values()),
-                           signatures=checks, examples=len(batches), notes=tuple(notes))
+                           signatures=checks, examples=len(batches or ()), notes=tuple(notes),
+                           example_batches=tuple(batches or ()))
 
 
 def _lost_dict_keys(key: str, concrete, inputs: Mapping[str, TensorInfo]) -> list[str]:

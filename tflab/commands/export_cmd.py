@@ -1,0 +1,46 @@
+"""``tflab export MODEL``: SavedModel + TFLite variants, each checked against TF, written atomically."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+
+HELP = ("export a .keras file, SavedModel folder or FILE.py:OBJ as a SavedModel (checked bit-exact) and "
+        "TFLite variants (checked against TF within a stated bound)")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL", help="a .keras file, a SavedModel folder, or FILE.py:OBJ")
+    p.add_argument("--quantize", default="none,dynamic,float16,int8", metavar="LIST",
+                   help="comma list of TFLite variants among none,dynamic,float16,int8 (default: all)")
+    p.add_argument("--out", metavar="DIR", help="export folder (default: saved_models/NAME)")
+    p.add_argument("--examples", metavar="FILE.npz",
+                   help="one example batch, an array per input name (default: seeded random batches)")
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    p.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
+
+
+def default_out(model: str) -> str:
+    """``saved_models/NAME``: NAME from the file, folder or OBJ name."""
+    if ".py:" in model:
+        name = model.rpartition(":")[2]
+    else:
+        base = os.path.basename(os.path.normpath(model))
+        name = base[:-len(".keras")] if base.endswith(".keras") else base
+    return os.path.join("saved_models", re.sub(r"[^\w.-]", "_", name) or "model")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tflab._jsonutil import dumps
+    from tflab._progress import Progress
+    from tflab.export import export_model, parse_quantize
+
+    quants = parse_quantize(args.quantize)
+    out = args.out or default_out(args.model)
+    # loading, SavedModel, then convert + check per variant
+    progress = Progress("export", total=2 + 2 * len(quants), enabled=not args.json)
+    report = export_model(args.model, out, quantize=quants, examples=args.examples, force=args.force,
+                          progress=progress, model_name=args.model)
+    print(dumps(report.to_dict()) if args.json else report.to_text())
+    return 0 if report.ok else 1

@@ -1,0 +1,473 @@
+"""`tflab export`: a user's model → SavedModel + TFLite variants, each checked, written atomically.
+
+The steps, in order:
+
+1. load the model: a ``.keras`` file, a SavedModel folder, or ``FILE.py:OBJ``;
+2. `tflab.save_and_reload` into a temporary folder next to ``--out`` (the
+   SavedModel must be bit-exact);
+3. convert each TFLite variant in a worker process (``python -m tflab.export
+   --worker``), because the MLIR converter can abort the whole process (LLVM
+   fatal errors call ``abort()``); a dead worker costs one variant, reported
+   as crashed, and a fresh worker takes the rest;
+4. `tflab.litert.check_tflite` each variant against the SavedModel;
+5. write ``report.json`` and rename the temporary folder to ``--out``.
+
+Any error before step 5 removes the temporary folder: nothing is half-written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from tflab.errors import TflabError, UsageError
+from tflab.litert import QUANTIZATIONS, TFLiteCheck
+
+# Fault injection for the crash-isolation test: the worker aborts (like an
+# LLVM fatal error) when it starts converting this variant.
+CRASH_ENV = "TFLAB_EXPORT_WORKER_CRASH"
+
+
+@dataclasses.dataclass(frozen=True)
+class VariantResult:
+    """One TFLite variant in an export.
+
+    Attributes:
+        quantization: the recipe name.
+        status: ``"ok"`` (checked), ``"not run"`` (converted, LiteRT cannot run
+            it in Python), ``"error"`` (conversion failed) or ``"crashed"``
+            (the converter process died).
+        check: the `TFLiteCheck` when converted, else None.
+        error: one line for ``"error"``/``"crashed"``, else None.
+        file: the ``.tflite`` file name inside the export folder, else None.
+        convert_seconds: conversion wall time in the worker, seconds.
+    """
+
+    quantization: str
+    status: str
+    check: TFLiteCheck | None = None
+    error: str | None = None
+    file: str | None = None
+    convert_seconds: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportReport:
+    """What `export_model` wrote and measured.
+
+    Attributes:
+        model: what was exported (path or description).
+        out: the export folder.
+        saved_model: the SavedModel round trip (`tflab.SavedModelCheck`).
+        variants: quantization → `VariantResult`, in the order asked.
+        examples: where the examples came from.
+        seconds: total wall time.
+    """
+
+    model: str
+    out: str
+    saved_model: Any
+    variants: dict[str, VariantResult]
+    examples: str
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        """SavedModel bit-exact and every variant converted, run and within its bound."""
+        return bool(self.saved_model.bit_exact) and all(
+            v.status == "ok" and v.check is not None and v.check.within_bound for v in self.variants.values())
+
+    def __repr__(self) -> str:
+        vs = ", ".join(f"{q}:{v.status}" for q, v in self.variants.items())
+        return f"ExportReport(out={self.out!r}, saved_model_bit_exact={self.saved_model.bit_exact}, variants=[{vs}])"
+
+    def to_text(self) -> str:
+        sm = self.saved_model
+        lines = [f"export {self.model} -> {self.out}   (examples: {self.examples})",
+                 f"SavedModel: {'bit-exact' if sm.bit_exact else 'NOT bit-exact'} "
+                 f"({', '.join(sm.signatures)}; {sm.examples} example batch(es))"]
+        lines += [f"  note: {n}" for n in sm.notes]
+        lines.append(variant_table(self.variants))
+        for q, v in self.variants.items():
+            if v.check is not None:
+                lines.append(f"{q}: {v.check.explanation}")
+                lines += [f"  note: {n}" for n in v.check.notes]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "out": self.out, "examples": self.examples, "ok": self.ok,
+                "seconds": round(self.seconds, 2), "saved_model": self.saved_model.to_dict(),
+                "variants": {q: {"status": v.status, "error": v.error, "file": v.file,
+                                 "convert_seconds": v.convert_seconds,
+                                 "check": None if v.check is None else v.check.to_dict()}
+                             for q, v in self.variants.items()}}
+
+
+def _fmt(x: float | None, spec: str = ".2g") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def variant_table(variants: dict[str, VariantResult]) -> str:
+    """The compact table of variants: size, error vs bound, argmax agreement, runtime or error."""
+    head = f"{'variant':<8} {'status':<8} {'bytes':>9} {'×float':>6} {'max|Δ|':>8} {'bound':>8} {'Δ/bound':>7} " \
+           f"{'argmax':>6} {'conv s':>6}  ops / runtime / error"
+    rows = [head]
+    for q, v in variants.items():
+        c = v.check
+        if c is None:
+            rows.append(f"{q:<8} {v.status:<8} {'-':>9} {'-':>6} {'-':>8} {'-':>8} {'-':>7} {'-':>6} "
+                        f"{_fmt(v.convert_seconds, '.1f'):>6}  {v.error}")
+            continue
+        ratio = max((o.bound_ratio for o in c.outputs.values()), default=None)
+        agree = [o.argmax_agreement for o in c.outputs.values() if o.argmax_agreement is not None]
+        nops = sum(c.op_counts.values())
+        flex = f", Flex: {','.join(c.flex_ops)}" if c.flex_ops else ""
+        rows.append(f"{q:<8} {v.status:<8} {c.size_bytes:>9} {_fmt(c.size_ratio, '.2f'):>6} "
+                    f"{_fmt(c.max_abs_error):>8} {_fmt(c.bound):>8} {_fmt(ratio, '.2f'):>7} "
+                    f"{(f'{min(agree):.0%}' if agree else '-'):>6} {_fmt(v.convert_seconds, '.1f'):>6}  "
+                    f"{nops} ops{flex}; {c.runtime}")
+    return "\n".join(rows)
+
+
+# ---------------------------------------------------------------- loading models
+
+
+def load_model(spec: str) -> tuple[Any, str]:
+    """Loads ``MODEL`` for `tflab export`: a .keras file, a SavedModel folder or ``FILE.py:OBJ``.
+
+    ``OBJ`` may be a model, a tf.Module, or a function of no arguments that
+    returns one.
+
+    Returns:
+        (object to save, kind name).
+
+    Raises:
+        UsageError: the path is not a model, the SavedModel is corrupt, the object is not exportable.
+    """
+    import tensorflow as tf
+
+    if ".py:" in spec or spec.endswith(".py"):
+        from tflab._target import load_target
+
+        obj = load_target(spec)
+        if callable(obj) and not isinstance(obj, (tf.Module, tf.types.experimental.PolymorphicFunction)):
+            try:
+                obj = obj()
+            except TypeError as e:
+                raise UsageError(f"{spec}: {e}; OBJ must be a model, a tf.Module or a function of no "
+                                 f"arguments returning one") from e
+        if isinstance(obj, tf.types.experimental.PolymorphicFunction):
+            if obj.input_signature is None:
+                raise UsageError(f"{spec} is a tf.function without input_signature: give it one "
+                                 f"(@tf.function(input_signature=[tf.TensorSpec(...)])) to export it")
+            module = tf.Module()
+            module.serve = obj
+            obj = module
+        if not isinstance(obj, tf.Module):
+            raise UsageError(f"{spec} is a {type(obj).__name__}, not a model: OBJ must be a Keras model, a "
+                             f"tf.Module or a tf.function with an input_signature")
+        return obj, "python"
+    if not os.path.exists(spec):
+        raise UsageError(f"{spec!r} does not exist: give a .keras file, a SavedModel folder or FILE.py:OBJ")
+    if os.path.isdir(spec):
+        pb = os.path.join(spec, "saved_model.pb")
+        if not os.path.exists(pb):
+            raise UsageError(f"{spec!r} is a folder without saved_model.pb, so not a SavedModel: give a "
+                             f".keras file, a SavedModel folder or FILE.py:OBJ")
+        try:
+            return tf.saved_model.load(spec), "saved_model"
+        except Exception as e:  # a corrupt protobuf raises DecodeError/OSError/ValueError
+            first = (str(e).strip().splitlines() or [""])[0][:200]
+            raise UsageError(f"{pb} is not a readable SavedModel ({type(e).__name__}: {first}); "
+                             f"re-export it") from e
+    if spec.endswith(".keras"):
+        import keras
+
+        try:
+            return keras.models.load_model(spec), "keras"
+        except Exception as e:
+            first = (str(e).strip().splitlines() or [""])[0][:200]
+            raise UsageError(f"{spec!r} is not a loadable .keras file ({type(e).__name__}: {first})") from e
+    raise UsageError(f"{spec!r} is not a model: give a .keras file, a SavedModel folder or FILE.py:OBJ")
+
+
+def load_examples(path: str) -> dict[str, np.ndarray]:
+    """Reads an .npz file as one example batch ``{input name: array}``.
+
+    Raises:
+        UsageError: missing or unreadable file.
+    """
+    if not os.path.isfile(path):
+        raise UsageError(f"--examples {path!r} does not exist: give an .npz with one array per input name")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except Exception as e:
+        raise UsageError(f"--examples {path!r} is not a readable .npz ({type(e).__name__}: {e})") from e
+
+
+# ------------------------------------------------------------ converter isolation
+
+
+def _worker_main(argv: Sequence[str]) -> int:
+    """``python -m tflab.export --worker SAVED_MODEL OUTDIR Q1,Q2 EXAMPLES.npz``: convert, one JSON line each."""
+    import logging
+
+    saved_model, outdir, quants, examples_path = argv
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    from tflab.errors import TflabError as _Err
+    from tflab.litert import UnsupportedOpsError, convert
+
+    batches = []
+    with np.load(examples_path, allow_pickle=False) as z:
+        by_batch: dict[int, dict] = {}
+        for k in z.files:
+            i, _, name = k.partition("/")
+            by_batch.setdefault(int(i), {})[name] = z[k]
+        batches = [by_batch[i] for i in sorted(by_batch)]
+    for q in quants.split(","):
+        print(json.dumps({"event": "start", "quantization": q}), flush=True)
+        if os.environ.get(CRASH_ENV) == q:
+            os.abort()
+        t0 = time.perf_counter()
+        try:
+            model = convert(saved_model, q, batches)
+        except UnsupportedOpsError as e:
+            print(json.dumps({"event": "unsupported", "quantization": q, "error": str(e), "ops": list(e.ops)}),
+                  flush=True)
+            return 0
+        except _Err as e:
+            print(json.dumps({"event": "error", "quantization": q, "error": str(e),
+                              "seconds": time.perf_counter() - t0}), flush=True)
+            continue
+        seconds = time.perf_counter() - t0
+        final = os.path.join(outdir, f"model_{q}.tflite")
+        part = final + ".part"
+        with open(part, "wb") as f:
+            f.write(model)
+        os.replace(part, final)
+        print(json.dumps({"event": "done", "quantization": q, "file": os.path.basename(final),
+                          "seconds": seconds, "bytes": len(model)}), flush=True)
+    return 0
+
+
+def _save_examples(batches: list[dict[str, np.ndarray]], path: str) -> None:
+    np.savez(path, **{f"{i}/{k}": a for i, b in enumerate(batches) for k, a in b.items()})
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def _convert_isolated(saved_model: str, outdir: str, quants: list[str], examples_npz: str,
+                      progress: Callable[[str], None]) -> dict[str, dict]:
+    """Converts variants in worker processes; a crash costs only the variant it was converting."""
+    results: dict[str, dict] = {}
+    pending = list(quants)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    while pending:
+        cmd = [sys.executable, "-m", "tflab.export", "--worker", saved_model, outdir, ",".join(pending),
+               examples_npz]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        current = None
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            try:
+                msg = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # the converter's own prints
+            q = msg.get("quantization")
+            if msg["event"] == "start":
+                current = q
+                progress(f"converting {q}")
+            else:
+                results[q] = msg
+                pending.remove(q)
+                current = None
+                if msg["event"] == "unsupported":
+                    pending = []
+        stderr = proc.stderr.read() if proc.stderr else ""
+        code = proc.wait()
+        if current is not None:
+            # The worker died inside the converter: report it, drop its partial file, go on.
+            tail = [ln for ln in stderr.strip().splitlines() if ln.strip()][-1:] or [""]
+            how = _signal_name(code) if code < 0 else f"exit code {code}"
+            results[current] = {"event": "crashed", "quantization": current,
+                                "error": f"converter process died ({how}); last stderr line: {tail[0][:200]}"}
+            pending.remove(current)
+            part = os.path.join(outdir, f"model_{current}.tflite.part")
+            if os.path.exists(part):
+                os.remove(part)
+        elif pending:
+            raise TflabError(f"converter worker exited ({code}) before converting {pending}: "
+                             f"{stderr.strip().splitlines()[-1:] or ''}")
+    return results
+
+
+def _convert_inprocess(saved_model: str, outdir: str, quants: list[str], batches,
+                       progress: Callable[[str], None]) -> dict[str, dict]:
+    from tflab.litert import UnsupportedOpsError, convert
+
+    results: dict[str, dict] = {}
+    for q in quants:
+        progress(f"converting {q}")
+        t0 = time.perf_counter()
+        try:
+            model = convert(saved_model, q, batches)
+        except UnsupportedOpsError as e:
+            results[q] = {"event": "unsupported", "quantization": q, "error": str(e)}
+            break
+        except TflabError as e:
+            results[q] = {"event": "error", "quantization": q, "error": str(e),
+                          "seconds": time.perf_counter() - t0}
+            continue
+        path = os.path.join(outdir, f"model_{q}.tflite")
+        Path(path).write_bytes(model)
+        results[q] = {"event": "done", "quantization": q, "file": os.path.basename(path),
+                      "seconds": time.perf_counter() - t0, "bytes": len(model)}
+    return results
+
+
+# ------------------------------------------------------------------------ export
+
+
+def parse_quantize(text: str) -> list[str]:
+    """``"none,dynamic"`` → ``["none", "dynamic"]``.
+
+    Raises:
+        UsageError: an unknown name or an empty list.
+    """
+    names = [q.strip() for q in text.split(",") if q.strip()]
+    bad = [q for q in names if q not in QUANTIZATIONS]
+    if bad or not names:
+        raise UsageError(f"--quantize {text!r}: use a comma list of {', '.join(QUANTIZATIONS)}")
+    return list(dict.fromkeys(names))
+
+
+def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] = QUANTIZATIONS,
+                 examples: Any = None, force: bool = False, isolate: bool = True,
+                 progress: Callable[[str], None] | None = None, model_name: str | None = None) -> ExportReport:
+    """Exports a model as a SavedModel plus TFLite variants, checks each, and writes them atomically.
+
+    Args:
+        model: a path (``.keras`` file, SavedModel folder, ``FILE.py:OBJ``) or
+            a model object (Keras 3, tf-keras, tf.Module, loaded SavedModel).
+        out: the export folder; it is created by renaming a finished temporary
+            folder into place.
+        quantize: variants among ``"none"``, ``"dynamic"``, ``"float16"``, ``"int8"``.
+        examples: ``{name: array}``, a list of them, an ``.npz`` path, or None
+            for seeded random batches (sizes 1 and 4) made from the signature.
+        force: replace ``out`` if it exists.
+        isolate: convert in worker processes (a converter abort costs one
+            variant, not the caller's process). The tour turns it off for its
+            known model to save a TF import.
+        progress: called with one line per step (e.g. `tflab._progress.Progress`).
+        model_name: how the report names the model (default: the path or type).
+
+    Returns:
+        An `ExportReport`. Files under ``out``: ``saved_model/``,
+        ``model_<variant>.tflite``, ``examples.npz``, ``report.json``.
+
+    Raises:
+        UsageError: bad input: not a model, a corrupt SavedModel, examples not
+            matching the signature, an op outside the TFLite builtins, or
+            ``out`` exists without ``force``. Nothing is left behind.
+    """
+    from tflab.litert import UnsupportedOpsError, check_tflite
+    from tflab.saved_model import normalize_examples, save_and_reload
+
+    t0 = time.perf_counter()
+    progress = progress or (lambda msg: None)
+    out = Path(out)
+    quants = list(quantize)
+    for q in quants:
+        if q not in QUANTIZATIONS:
+            raise UsageError(f"unknown quantization {q!r}: use {', '.join(QUANTIZATIONS)}")
+    if out.exists() and not force:
+        raise UsageError(f"{out} already exists: pass --force to replace it, or choose another --out")
+    if isinstance(model, (str, os.PathLike)):
+        name = model_name or os.fspath(model)
+        progress(f"loading {name}")
+        obj, _ = load_model(os.fspath(model))
+    else:
+        obj, name = model, model_name or type(model).__name__
+    if isinstance(examples, (str, os.PathLike)):
+        source = os.fspath(examples)
+        batches = normalize_examples(load_examples(source))
+    elif examples is not None:
+        source, batches = "given", normalize_examples(examples)
+    else:
+        source, batches = "seeded random (seed 0), batch sizes 1 and 4", None
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        progress("SavedModel round trip")
+        sm = save_and_reload(obj, tmp / "saved_model", batches)
+        batches = list(sm.example_batches)
+        _save_examples(batches, os.fspath(tmp / "examples.npz"))
+        convert_fn = (_convert_isolated if isolate else _convert_inprocess)
+        conv = convert_fn(os.fspath(tmp / "saved_model"), os.fspath(tmp), quants,
+                          os.fspath(tmp / "examples.npz") if isolate else batches, progress)
+        for q, msg in conv.items():
+            if msg["event"] == "unsupported":
+                raise UnsupportedOpsError(msg["error"], tuple(msg.get("ops", ())))
+        variants: dict[str, VariantResult] = {}
+        float_size = conv.get("none", {}).get("bytes")
+        for q in quants:
+            msg = conv[q]
+            if msg["event"] != "done":
+                variants[q] = VariantResult(q, msg["event"], error=msg["error"], convert_seconds=msg.get("seconds"))
+                continue
+            progress(f"checking {q} with LiteRT")
+            data = (tmp / msg["file"]).read_bytes()
+            check = check_tflite(data, tmp / "saved_model", batches, q, float_size=float_size,
+                                 convert_seconds=msg["seconds"])
+            status = "ok" if check.within_bound is not None else "not run"
+            variants[q] = VariantResult(q, status, check=check, file=msg["file"], convert_seconds=msg["seconds"])
+        # Paths inside the report point at the final folder.
+        sm = dataclasses.replace(sm, path=os.fspath(out / "saved_model"))
+        report = ExportReport(model=name, out=os.fspath(out), saved_model=sm, variants=variants,
+                              examples=source, seconds=time.perf_counter() - t0)
+        from tflab._jsonutil import dumps
+
+        (tmp / "report.json").write_text(dumps(report.to_dict()))
+        _move_into_place(tmp, out)
+        return report
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _move_into_place(tmp: Path, out: Path) -> None:
+    """Renames the finished folder to ``out``; an old ``out`` (``--force``) is moved aside first."""
+    old = None
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        os.replace(out, old / out.name)
+    os.replace(tmp, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 6 and sys.argv[1] == "--worker":
+        sys.exit(_worker_main(sys.argv[2:]))
+    print("usage: python -m tflab.export --worker SAVED_MODEL OUTDIR Q1,Q2 EXAMPLES.npz (internal; "
+          "use `tflab export`)", file=sys.stderr)
+    sys.exit(2)
