@@ -224,9 +224,12 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
         except ModuleNotFoundError as e:
             if e.name != f"tflab._tour.{modname}":
                 raise
+    # A bad --model path fails before any progress line is printed.
+    model = None if model_path is None else load_user_model(model_path)
     progress = Progress("tour", total=len(available) + 1)
-    progress("building model" if model_path is None else f"loading {model_path}")
-    model = build_default_model() if model_path is None else load_user_model(model_path)
+    progress("building MobileNetV3Small" if model_path is None else f"loaded {model_path}")
+    if model is None:
+        model = build_default_model()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     report: dict = {"model": model_path or "MobileNetV3Small(weights=None, input_shape=(96, 96, 3), classes=10)"}

@@ -1,0 +1,58 @@
+"""The main job: `tflab tour` on a user's model, and its bad input.
+
+The full tour on MobileNetV3Small is `make tour`; here the tracing sections
+(steps 1, 2 and 4) run on a small user model saved as .keras, which is what
+`tflab tour --model PATH` does with a user's file.
+"""
+
+from __future__ import annotations
+
+import json
+
+import keras
+import pytest
+
+
+@pytest.fixture(scope="module")
+def small_keras_file(tmp_path_factory):
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((16, 16, 3))
+    x = keras.layers.Conv2D(4, 3, activation="relu")(inputs)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    outputs = keras.layers.Dense(5, activation="softmax")(x)
+    path = tmp_path_factory.mktemp("m") / "small.keras"
+    keras.Model(inputs, outputs).save(path)
+    return path
+
+
+def test_tour_tracing_sections_on_a_user_model(small_keras_file, tmp_path):
+    from tflab.tour import run_tour
+
+    out = tmp_path / "tour"
+    report = run_tour(model_path=str(small_keras_file), out_dir=str(out), quiet=True,
+                      only=["s01_trace", "s02_retrace", "s04_stabilize"])
+    saved = json.loads((out / "report.json").read_text())
+    assert saved["model"] == str(small_keras_file)
+    # Step 1: Conv2D kernel+bias and Dense kernel+bias are the captured variables.
+    assert saved["trace"]["variables"] == 4
+    assert saved["trace"]["op_counts"]["Conv2D"] == 1
+    assert (out / "inference.dot").read_text().startswith("digraph")
+    # Step 2: batches 4, 4, 2 with Adam: first trace, TF's variable-creation re-trace, last batch.
+    assert report["retrace"]["batch_sizes"] == [4, 4, 2]
+    assert [t["kind"] for t in report["retrace"]["traces"]] == ["first", "variable_creation", "retrace"]
+    # Step 4: inference plain 3 / reduce_retracing 2 / input_signature 1; training 2 (first call only).
+    variants = saved["stabilize"]["inference"]["variants"]
+    assert [variants[k]["traces"] for k in ("plain", "reduce_retracing", "input_signature")] == [3, 2, 1]
+    assert saved["stabilize"]["train_step"]["traces"] == 2
+    assert saved["stabilize"]["train_step"]["batch_sizes"] == [4, 4, 2, 3]
+
+
+@pytest.mark.parametrize("model, message", [
+    ("no/such/model.keras", "does not exist"),
+    ("README.md", "is not a .keras file or a SavedModel folder"),
+    ("tests", "without saved_model.pb"),
+], ids=["missing", "not-a-model", "folder-not-savedmodel"])
+def test_tour_bad_model_path_is_one_line_exit_2(run_cli, tmp_path, model, message):
+    code, out, err = run_cli("tour", "--model", model, "--out", str(tmp_path / "t"))
+    assert code == 2
+    assert message in err and err.count("\n") == 1
