@@ -1,8 +1,9 @@
 """RetraceProbe's overhead on a cached call, against the bare tf.function. Goal: < 5%.
 
-Both functions trace once, then are called alternately (interleaved rounds, so
-machine noise hits both alike); each round times a batch of calls with
-``time.perf_counter``. Prints the median seconds per call of each and the ratio.
+Both functions trace once, then are called alternately, call by call (so
+machine noise hits both alike), each call timed alone with
+``time.perf_counter``. Prints the median seconds per call of each and the ratio,
+then the probe's own Python work measured over a no-op.
 The probed function reads a global and a closure number, so the per-call stale
 check is part of what is measured.
 
@@ -52,22 +53,38 @@ def main(argv: list[str] | None = None) -> int:
 
     for _ in range(3):  # warm-up
         per_call(bare), per_call(probe)
+    # Interleaved call by call, each call timed alone: the median of single
+    # calls shrugs off the preemptions a shared machine adds to a batch.
+    clock = time.perf_counter
     t_bare, t_probe = [], []
-    for i in range(args.rounds):
-        # alternate which goes first so neither always gets the warmer cache
-        if i % 2:
-            t_bare.append(per_call(bare))
-            t_probe.append(per_call(probe))
-        else:
-            t_probe.append(per_call(probe))
-            t_bare.append(per_call(bare))
+    for i in range(args.rounds * args.calls):
+        first, second, t_first, t_second = (bare, probe, t_bare, t_probe) if i % 2 else (probe, bare, t_probe, t_bare)
+        t0 = clock()
+        first(x)
+        t1 = clock()
+        second(x)
+        t2 = clock()
+        t_first.append(t1 - t0)
+        t_second.append(t2 - t1)
     assert probe.trace_count == 1, "a cached call must not trace"
     mb, mp = statistics.median(t_bare), statistics.median(t_probe)
+
+    # The probe's own Python work per call, isolated: the same probe over a
+    # no-op instead of its tf.function (too small to see through TF's noise above).
+    def noop(v):
+        return v
+
+    own = RetraceProbe(lambda v: v * SCALE + offset)
+    own(x)
+    own.function = noop
+    t_own = statistics.median(per_call(own) - per_call(noop) for _ in range(args.rounds))
     ratio = mp / mb
-    print(f"cached call, median over {args.rounds} rounds x {args.calls} calls:")
+    print(f"cached call, median of {args.rounds * args.calls} interleaved calls each:")
     print(f"  bare tf.function   {mb * 1e6:8.2f} us/call")
     print(f"  RetraceProbe       {mp * 1e6:8.2f} us/call")
     print(f"  ratio probe/bare   {ratio:8.3f}  (overhead {100 * (ratio - 1):+.1f}%, goal < +5%)")
+    print(f"  probe's own Python work {t_own * 1e6:.2f} us/call = "
+          f"{100 * t_own / mb:.2f}% of a bare cached call")
     return 0
 
 

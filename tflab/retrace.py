@@ -151,7 +151,8 @@ class Trace:
         lines, pad = [], " " * (len(head) + 2)
         for i, r in enumerate(self.details):
             lines.append(f"{head}: {r.text}" if i == 0 else f"{pad}{r.text}")
-            lines.append(f"{pad}fix: {r.fix}")
+            if i + 1 == len(self.details) or self.details[i + 1].fix != r.fix:
+                lines.append(f"{pad}fix: {r.fix}")  # once per run of equal fixes
         if self.traced_as:
             lines.append(f"{pad}traced as: " + ", ".join(
                 f"{n}={_short_type(t)}" for n, t in self.traced_as))
@@ -860,8 +861,11 @@ class RetraceProbe:
 
     def to_text(self) -> str:
         """A readable report: counts, one block per trace, then stale reads."""
+        tf_count = self.tf_tracing_count
+        failed = sum(t.kind == "failed" for t in self.traces)
+        note = f" ({failed} trace(s) raised, and TF caches only traces that succeed)" if failed else ""
         lines = [f"RetraceProbe({self.name}): {self.trace_count} trace(s) in {self.calls} call(s); "
-                 f"TF's experimental_get_tracing_count() = {self.tf_tracing_count}"]
+                 f"TF's experimental_get_tracing_count() = {tf_count}{note}"]
         for t in self.traces:
             lines.extend("  " + ln for ln in t.to_text().splitlines())
         for s in self.stale:
