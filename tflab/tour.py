@@ -110,7 +110,8 @@ def make_train_step(model, optimizer=None):
         model: a Keras model.
         optimizer: default ``keras.optimizers.Adam()``, whose slot variables are
             created on the first call: inside a tf.function that makes TF trace
-            the first call twice.
+            the first call twice. A reloaded SavedModel (`keras.layers.TFSMLayer`)
+            is updated by plain SGD instead.
 
     Returns:
         The plain Python function ``train_step(x, y) -> loss`` (float32 scalar),
@@ -120,15 +121,30 @@ def make_train_step(model, optimizer=None):
     import tensorflow as tf
 
     optimizer = optimizer or keras.optimizers.Adam()
+    # A reloaded SavedModel (TFSMLayer) holds tf.Variables named "…:0", which
+    # Keras 3 optimizers reject as slot-variable scope names: update those by
+    # plain SGD (no slot variables, so no variable-creation re-trace).
+    plain_sgd = isinstance(model, keras.layers.TFSMLayer)
     xent = keras.losses.SparseCategoricalCrossentropy()
     classifier = len(getattr(model, "outputs", []) or []) == 1 and len(model.outputs[0].shape) == 2
 
     def train_step(x, y):
         with tf.GradientTape() as tape:
             out = model(x, training=True)
-            loss = xent(y, out) if classifier else tf.reduce_mean(tf.square(out))
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            if classifier:
+                loss = xent(y, out)
+            else:  # a SavedModel's TFSMLayer returns a dict of outputs
+                loss = tf.add_n([tf.reduce_mean(tf.square(tf.cast(t, tf.float32)))
+                                 for t in tf.nest.flatten(out)])
+        variables = model.trainable_variables
+        if variables:
+            grads = tape.gradient(loss, variables)
+            if plain_sgd:
+                for v, g in zip(variables, grads):
+                    if g is not None:
+                        v.assign_sub(1e-3 * g)
+            else:
+                optimizer.apply_gradients(zip(grads, variables))
         return loss
 
     return train_step
@@ -185,7 +201,8 @@ def load_user_model(path: str):
         if not os.path.exists(os.path.join(path, "saved_model.pb")):
             raise UsageError(f"--model {path!r} is a folder without saved_model.pb, so not a SavedModel")
         try:
-            return keras.layers.TFSMLayer(path, call_endpoint="serving_default")
+            # trainable=True exposes the SavedModel's variables to the tour's training step.
+            return keras.layers.TFSMLayer(path, call_endpoint="serving_default", trainable=True)
         except Exception as e:
             raise UsageError(f"--model {path!r}: could not load the SavedModel ({type(e).__name__}: "
                              f"{str(e).splitlines()[0] if str(e) else ''})") from e

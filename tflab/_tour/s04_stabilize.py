@@ -39,8 +39,9 @@ def run(ctx) -> None:
     step(x3, y3)
     sizes.append(3)
     ctx.line(f"training step stabilized with {step.input_signature[0]}:")
-    ctx.line(f"  batch sizes {sizes}: {len(log)} traces: {first_call} on the first call "
-             f"(2 = TF's re-trace after the optimizer created its slot variables), "
+    why = (" (the second is TF's re-trace after the optimizer created its slot variables)"
+           if first_call == 2 else "")
+    ctx.line(f"  batch sizes {sizes}: {len(log)} traces: {first_call} on the first call{why}, "
              f"{len(log) - first_call} for every later batch size")
     ctx.report["stabilize"] = {
         "inference": rep.to_dict(),
