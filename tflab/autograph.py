@@ -307,17 +307,17 @@ def _count_copies(keys: list[tuple], simple_lines: set[int]) -> tuple[int, str]:
 
 @contextlib.contextmanager
 def _strict_env(strict: bool) -> Iterator[None]:
+    """Sets ``AUTOGRAPH_STRICT_CONVERSION`` to 1 or 0 for one trace, then restores it.
+    AutoGraph reads the variable at each conversion failure, not at import."""
     old = os.environ.get(_STRICT_ENV)
-    if strict:
-        os.environ[_STRICT_ENV] = "1"
+    os.environ[_STRICT_ENV] = "1" if strict else "0"
     try:
         yield
     finally:
-        if strict:
-            if old is None:
-                os.environ.pop(_STRICT_ENV, None)
-            else:
-                os.environ[_STRICT_ENV] = old
+        if old is None:
+            os.environ.pop(_STRICT_ENV, None)
+        else:
+            os.environ[_STRICT_ENV] = old
 
 
 @contextlib.contextmanager
@@ -380,6 +380,18 @@ def _error_line(e: BaseException) -> str:
         if inner:
             return _shorten(inner[-1])
     return _shorten(f"{type(e).__name__}: {lines[0]}")
+
+
+def _autograph_frame(e: BaseException, filename: str) -> str:
+    """``file:line in fn`` of the innermost frame in ``filename`` that AutoGraph
+    recorded for an error raised in converted code (its ``ag_error_metadata``,
+    ``autograph/pyct/error_utils.py``: frames already mapped back to the user's
+    source), or "" when there is none."""
+    meta = getattr(e, "ag_error_metadata", None)
+    for frame in reversed(getattr(meta, "translated_stack", None) or ()):
+        if _same_file(frame.filename, filename):
+            return f"{frame.filename}:{frame.lineno} in {frame.function_name}"
+    return ""
 
 
 def _is_strict(strict: bool | None) -> bool:
@@ -462,7 +474,7 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
         with _strict_env(strict_on), _fresh_allowlist():
             concrete = tf.function(python_fn).get_concrete_function(*args, **kwargs)
     except Exception as e:
-        where = user_frame(e)
+        where = _autograph_frame(e, filename) or user_frame(e)
         mode = (f" under strict AutoGraph conversion ({_STRICT_ENV}=1)" if strict_on else "")
         raise UsageError(f"tracing {name}{mode} raised {_error_line(e)}"
                          + (f" (at {where})" if where else "")) from e
@@ -474,7 +486,7 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
     statements = tuple(_classify(s, ops) for s in _find_statements(source, start))
     return AutographDiff(function=name, filename=filename, original=source,
                          converted=converted, unified_diff=diff, statements=statements,
-                         warnings=tuple(dict.fromkeys(catcher.messages)), strict=strict_on)
+                         warnings=tuple(catcher.messages), strict=strict_on)
 
 
 def _classify(stmt: _Stmt, ops: list) -> Statement:

@@ -1,0 +1,211 @@
+"""Lab step 5: autograph_diff says what each Python if/for/while became.
+
+Every outcome and count here was measured on tensorflow 2.21.0 (CPU). The
+fixture functions live in tests/data/autograph/control_flow.py; statements are
+looked up by their source text, so the tests do not depend on line numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+import tensorflow as tf
+
+from tflab import AutographDiff, autograph_diff
+from tflab.errors import UsageError
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "autograph")
+FIXTURE = os.path.join(DATA, "control_flow.py")
+sys.path.insert(0, DATA)
+import control_flow as cf  # noqa: E402
+
+VEC4 = tf.TensorSpec([4], tf.float32)
+
+
+def by_source(diff: AutographDiff, start: str):
+    (stmt,) = [s for s in diff.statements if s.source.startswith(start)]
+    return stmt
+
+
+def op_types_by_name(fn, *args):
+    """name → type of every op in the FuncGraph and its branch/body FuncGraphs."""
+    from tflab.autograph import _walk_ops
+
+    graph = tf.function(fn).get_concrete_function(*args).graph
+    return {op.name: op.type for op in _walk_ops(graph)}
+
+
+def test_mixed_function_table():
+    d = autograph_diff(cf.mixed, VEC4, 3)
+    got = [(s.kind, s.outcome, s.op_type, s.unrolled) for s in d.statements]
+    # A tensor condition and a tf.range loop become StatelessIf/StatelessWhile
+    # (stateless: no stateful op inside, cond_v2/while_v2 pick the stateless
+    # form); range(3) and `if n > 2` are decided by Python at trace time.
+    assert got == [("if", "graph", "StatelessIf", None),
+                   ("for", "python", None, 3),
+                   ("for", "graph", "StatelessWhile", None),
+                   ("if", "graph", "StatelessIf", None),
+                   ("if", "python", None, None)]
+    # The If inside the tf.range loop lives in the While's body FuncGraph.
+    assert by_source(d, "if i > 1").op == "while/cond"
+    assert by_source(d, "if n > 2").note == "Python condition; then branch traced"
+    # The op names the report gives are the ops of the traced graph.
+    ops = op_types_by_name(cf.mixed, VEC4, 3)
+    for s in d.statements:
+        if s.op is not None:
+            assert ops[s.op] == s.op_type, f"{s.op} is not a {s.op_type} in the FuncGraph"
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 7], ids=lambda n: f"range({n})")
+def test_python_range_unrolls_n_copies(n):
+    d = autograph_diff(cf.mixed, VEC4, n)
+    loop = by_source(d, "for i in range(n)")
+    # Each unrolled iteration adds one `x + 1.0` (a Const and an AddV2).
+    assert loop.unrolled == n
+    ops = op_types_by_name(cf.mixed, VEC4, n)
+    assert sum(1 for name in ops if name == "add" or name.startswith("add_")) >= n
+    # The `if n > 2` branch is traced only when the Python condition holds.
+    assert by_source(d, "if n > 2").note.endswith("then branch traced" if n > 2 else "neither branch made ops")
+
+
+def test_python_while_unrolls_and_tensor_while_is_a_while_op():
+    d = autograph_diff(cf.countdown, VEC4, 3)
+    assert by_source(d, "while n > 0").unrolled == 3  # n is a Python int: 3, 2, 1
+    w = by_source(d, "while k < tf.shape(x)[0]")
+    assert (w.outcome, w.op_type, w.op, w.unrolled) == ("graph", "StatelessWhile", "while", None)
+
+
+def test_nested_python_loops_count_copies_in_the_graph():
+    d = autograph_diff(cf.nested, VEC4)
+    # 2 outer copies; the inner loop body is in the graph 2 × 3 = 6 times.
+    assert by_source(d, "for i in range(2)").unrolled == 2
+    assert by_source(d, "for j in range(3)").unrolled == 6
+
+
+def test_uneven_iterations_are_counted_by_the_statement_that_always_runs():
+    d = autograph_diff(cf.uneven, VEC4)
+    loop = by_source(d, "for i in range(4)")
+    # Iteration 0 adds tf.exp, so no exact period: the `x = x * 0.5` line ran 4 times.
+    assert loop.unrolled == 4
+    assert "iterations traced different ops" in loop.note
+
+
+def test_gradient_clipping_if_and_python_list_loop():
+    d = autograph_diff(cf.clip_step, [tf.TensorSpec([3]), tf.TensorSpec([2, 2])], 1.0)
+    clip = by_source(d, "if norm > threshold")
+    assert (clip.outcome, clip.op_type, clip.op) == ("graph", "StatelessIf", "cond")
+    # A Python list of 2 tensors: the loop is unrolled once per element.
+    assert by_source(d, "for g in grads").unrolled == 2
+
+
+def test_diff_is_a_unified_diff_of_original_and_to_code():
+    d = autograph_diff(cf.mixed, VEC4, 2)
+    assert d.original.startswith("def mixed(x, n):")
+    assert d.converted == tf.autograph.to_code(cf.mixed)
+    added = [ln for ln in d.unified_diff.splitlines() if ln.startswith("+")]
+    removed = [ln for ln in d.unified_diff.splitlines() if ln.startswith("-")]
+    assert any("ag__.if_stmt(" in ln for ln in added)
+    assert sum("ag__.for_stmt(" in ln for ln in added) == 2  # range(n) and tf.range(3)
+    assert any(ln.startswith("-    if tf.reduce_sum(x) > 0:") for ln in removed)
+    assert d.unified_diff.startswith(f"--- {FIXTURE} (mixed)\n+++ tf.autograph.to_code(mixed)")
+
+
+def test_repr_text_and_json():
+    d = autograph_diff(cf.countdown, VEC4, 2)
+    assert repr(d) == ("AutographDiff(countdown: while@27 → python ×2, "
+                       "while@31 → StatelessWhile 'while')")
+    text = d.to_text(diff_lines=3)
+    assert text.splitlines()[3].startswith("… (")
+    assert "\x1b[" not in text and "\x1b[32m+" in d.to_text(color=True)
+    payload = json.loads(json.dumps(d.to_dict()))
+    assert [s["unrolled"] for s in payload["statements"]] == [2, None]
+    assert payload["statements"][1]["op"] == "while"
+
+
+def test_lambda_fallback_warns_and_strict_mode_raises(monkeypatch):
+    # Two lambdas on one line: AutoGraph cannot find each one's source.
+    d = autograph_diff(cf.calls_lambdas, tf.TensorSpec([2]))
+    assert len(d.warnings) == 2 and not d.strict
+    assert all(w.startswith("AutoGraph could not transform <function <lambda>> and will run it as-is.")
+               for w in d.warnings)
+    # The fallback was cached by AutoGraph; autograph_diff still reports it each time.
+    assert len(autograph_diff(cf.calls_lambdas, tf.TensorSpec([2])).warnings) == 2
+    with pytest.raises(UsageError, match=r"strict AutoGraph conversion .*could not parse the source code"):
+        autograph_diff(cf.calls_lambdas, tf.TensorSpec([2]), strict=True)
+    monkeypatch.setenv("AUTOGRAPH_STRICT_CONVERSION", "1")
+    with pytest.raises(UsageError, match="UnsupportedLanguageElementError"):
+        autograph_diff(cf.calls_lambdas, tf.TensorSpec([2]))
+    # strict=False wins over the environment variable.
+    assert len(autograph_diff(cf.calls_lambdas, tf.TensorSpec([2]), strict=False).warnings) == 2
+    assert os.environ["AUTOGRAPH_STRICT_CONVERSION"] == "1"
+
+
+@pytest.mark.parametrize("filename, why", [
+    ("<string>", "defined with exec"),
+    ("<stdin>", "typed into an interactive session"),
+], ids=["exec", "repl"])
+def test_function_without_source_is_one_clear_error(filename, why):
+    ns: dict = {}
+    exec(compile("def g(x):\n    return x + 1\n", filename, "exec"), {"tf": tf}, ns)
+    with pytest.raises(UsageError, match=f"g has no retrievable source: it was {why}.*put the function in a .py file"):
+        autograph_diff(ns["g"], VEC4)
+
+
+def test_tf_function_and_its_input_signature():
+    f = tf.function(cf.countdown, input_signature=None)
+    d = autograph_diff(f, VEC4, 1)  # a tf.function's python_function is converted
+    assert by_source(d, "while n > 0").unrolled == 1
+    sig = tf.function(cf.nested, input_signature=[tf.TensorSpec([None], tf.float32)])
+    assert by_source(autograph_diff(sig), "for i in range(2)").unrolled == 2
+    with pytest.raises(UsageError, match="needs a function"):
+        autograph_diff(3)
+
+
+def test_trace_error_names_the_user_line():
+    def bad(x):
+        if x > 0:  # a tensor condition with a non-scalar tensor
+            return x
+        return -x
+    with pytest.raises(UsageError, match=r"tracing .*bad raised .*test_05_autograph_diff.py:\d+ in bad"):
+        autograph_diff(bad, VEC4)
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def test_cli_prints_table_without_colour_when_not_a_tty(run_cli):
+    code, out, err = run_cli("autograph", f"{FIXTURE}:mixed", "--arg", "x=float32[4]", "--arg", "n=2")
+    assert code == 0, err
+    assert out.startswith(f"--- {FIXTURE} (mixed)") and "\x1b[" not in out
+    table = out[out.index("line  kind"):].splitlines()
+    assert table[2].split()[:5] == ["15", "for", "python", "-", "2"]
+    assert table[1].split()[:4] == ["11", "if", "graph", "StatelessIf"]
+
+
+def test_cli_json_and_no_diff(run_cli):
+    code, out, _ = run_cli("autograph", f"{FIXTURE}:nested", "--arg", "x=float32[3]", "--json")
+    assert code == 0
+    assert [s["unrolled"] for s in json.loads(out)["statements"]] == [2, 6]
+    code, out, _ = run_cli("autograph", f"{FIXTURE}:nested", "--arg", "x=float32[3]", "--no-diff")
+    assert out.startswith("line  kind")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--arg", "x=float32[4]", "--arg", "m=2"], "--arg m: the function takes no parameter 'm'"),
+    (["--arg", "x=float32[4]"], "missing --arg n="),
+], ids=["unknown-name", "missing-arg"])
+def test_cli_arg_not_matching_signature_exits_2(run_cli, argv, message):
+    code, out, err = run_cli("autograph", f"{FIXTURE}:mixed", *argv)
+    assert code == 2 and out == ""
+    assert err.startswith("tflab autograph: error: " + message) and err.count("\n") == 1
+
+
+def test_cli_strict_and_no_source_exit_2(run_cli):
+    code, _, err = run_cli("autograph", f"{FIXTURE}:calls_lambdas", "--arg", "x=float32[2]", "--strict")
+    assert code == 2 and "AUTOGRAPH_STRICT_CONVERSION=1" in err and err.count("\n") == 1
+    code, _, err = run_cli("autograph", os.path.join(DATA, "no_source.py") + ":made_by_exec",
+                           "--arg", "x=float32[2]")
+    assert code == 2 and "made_by_exec has no retrievable source" in err and err.count("\n") == 1
