@@ -118,6 +118,12 @@ def _fmt(x: float | None, spec: str = ".2g") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _short_runtime(runtime: str) -> str:
+    if runtime.startswith("not run"):
+        return runtime
+    return "LiteRT" + (" + XNNPACK" if "XNNPACK" in runtime else "")
+
+
 def variant_table(variants: dict[str, VariantResult]) -> str:
     """The compact table of variants: size, error vs bound, argmax agreement, runtime or error."""
     head = f"{'variant':<8} {'status':<8} {'bytes':>9} {'×float':>6} {'max|Δ|':>8} {'bound':>8} {'Δ/bound':>7} " \
@@ -136,7 +142,7 @@ def variant_table(variants: dict[str, VariantResult]) -> str:
         rows.append(f"{q:<8} {v.status:<8} {c.size_bytes:>9} {_fmt(c.size_ratio, '.2f'):>6} "
                     f"{_fmt(c.max_abs_error):>8} {_fmt(c.bound):>8} {_fmt(ratio, '.2f'):>7} "
                     f"{(f'{min(agree):.0%}' if agree else '-'):>6} {_fmt(v.convert_seconds, '.1f'):>6}  "
-                    f"{nops} ops{flex}; {c.runtime}")
+                    f"{nops} ops{flex}; {_short_runtime(c.runtime)}")
     return "\n".join(rows)
 
 
@@ -416,6 +422,9 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the export is an ordinary folder
     try:
         progress("SavedModel round trip")
         sm = save_and_reload(obj, tmp / "saved_model", batches)

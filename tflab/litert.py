@@ -354,6 +354,19 @@ class _Sensitivity:
 
 
 _SENSITIVITY_CACHE: dict[str, _Sensitivity] = {}
+_LOADED: dict[tuple[str, int], Any] = {}
+
+
+def _load(saved_model_dir: str):
+    """`tf.saved_model.load`, once per folder and saved_model.pb version (variants share it)."""
+    import tensorflow as tf
+
+    pb = os.path.join(saved_model_dir, "saved_model.pb")
+    key = (os.path.realpath(saved_model_dir), os.stat(pb).st_mtime_ns if os.path.exists(pb) else 0)
+    if key not in _LOADED:
+        _LOADED.clear()  # keep one: a loaded model holds its variables in memory
+        _LOADED[key] = tf.saved_model.load(saved_model_dir)
+    return _LOADED[key]
 
 
 def _cache_key(saved_model_dir: str, batches) -> str:
@@ -525,7 +538,8 @@ def _run_signatures(runners, loaded, batches, notes):
 
     missing = set(loaded.signatures) - set(runners)
     if missing:
-        notes.append(f"signature(s) {sorted(missing)} are missing from the TFLite model")
+        notes.append(f"TFLiteConverter.from_saved_model converted signature(s) {sorted(runners)} only; "
+                     f"{sorted(missing)} are not in the TFLite model (pass signature_keys to convert them)")
     multi = len(runners) > 1
     signatures: dict[str, dict] = {}
     collected: dict[str, dict[str, list]] = {}
@@ -590,7 +604,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
                      f"tensors of at least {MIN_WEIGHT_ELEMENTS} elements, so all {float_w[0]} weight "
                      f"tensors ({float_w[1]} elements) stayed float32 and this variant is the float model"
                      + (f" (size ratio {size_ratio:.2f})" if size_ratio else ""))
-    loaded = tf.saved_model.load(saved_model_dir)
+    loaded = _load(saved_model_dir)
     try:
         # The signature runner resizes inputs to each example's shape and
         # allocates on call, so a None batch dim needs no allocate_tensors here.
@@ -680,8 +694,8 @@ def _explanation(quantization: str, dyn_quantized: bool, outputs: Mapping[str, O
         return ("int8 weights with step s = max|w|/127 move each weight by ≤ s/2: Σ (s/2)·|∂y/∂w| to first "
                 "order, doubled for the run-time int8 quantization of activations in the hybrid kernels, "
                 "plus the float bound")
-    steps = [o.bound / o.quantization[0] for o in outputs.values() if o.quantization]
-    in_steps = f" = {max(steps):.1f} output steps" if steps else ""
+    steps = [f"{o.name} {o.bound / o.quantization[0]:.1f}" for o in outputs.values() if o.quantization]
+    in_steps = f"; in output steps: {', '.join(steps)}" if steps else ""
     return ("full-integer: half an output step for the final rounding, plus twice the first-order effect of "
             f"the weight steps and the input quantization step (requantized intermediates){in_steps}")
 

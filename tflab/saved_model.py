@@ -555,10 +555,17 @@ def save_and_reload(obj: Any, path: str | os.PathLike, examples: Examples | None
     created = not os.path.exists(path)
     try:
         return _save_and_check(obj, path, batches, signatures)
-    except BaseException:
+    except BaseException as e:
         # Nothing half-written: a failed save or check leaves no folder behind.
         if created:
             shutil.rmtree(path, ignore_errors=True)
+        from tflab._target import user_frame
+
+        where = user_frame(e) if isinstance(e, Exception) and not isinstance(e, TflabError) else ""
+        if where:
+            # The user's function failed while TF traced it for saving: say where.
+            msg = str(e).strip().splitlines()[-1] if str(e).strip() else ""
+            raise UsageError(f"tracing for SavedModel raised {type(e).__name__}: {msg} (at {where})") from e
         raise
 
 

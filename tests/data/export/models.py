@@ -1,0 +1,76 @@
+"""Small models for the export tests (lab steps 7–8 and cases E1–E6).
+
+Each is a function of no arguments, so `tflab export tests/data/export/models.py:NAME`
+works on it too. Weights are seeded: every run builds the same model.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+
+class _Dense(tf.Module):
+    """``x @ w + b`` with named outputs ``logits`` and ``probs`` (E1)."""
+
+    def __init__(self, n: int, seed: int = 1):
+        super().__init__()
+        rng = np.random.default_rng(seed)
+        self.w = tf.Variable(rng.standard_normal((n, n)).astype(np.float32) / np.float32(np.sqrt(n)), name="w")
+        self.b = tf.Variable(rng.standard_normal(n).astype(np.float32) * 0.1, name="b")
+        self.serve = tf.function(self._serve, input_signature=[tf.TensorSpec([None, n], tf.float32, name="x")])
+
+    def _serve(self, x):
+        logits = tf.matmul(x, self.w) + self.b
+        return {"probs": tf.nn.softmax(logits), "logits": logits}
+
+
+def dense64():
+    """One 64×64 Dense layer: 4096 weights, so dynamic-range quantization quantizes it (E4)."""
+    return _Dense(64)
+
+
+def dense16():
+    """One 16×16 Dense layer: 256 weights < 1024, so dynamic-range quantization leaves it float (E4)."""
+    return _Dense(16)
+
+
+class _DictInputs(tf.Module):
+    """A serving function taking ``{"image", "mask"}`` as named TensorSpecs (E2)."""
+
+    def __init__(self):
+        super().__init__()
+        rng = np.random.default_rng(2)
+        self.w = tf.Variable(rng.standard_normal((8, 4)).astype(np.float32), name="w")
+        spec = {"image": tf.TensorSpec([None, 8], tf.float32, name="image"),
+                "mask": tf.TensorSpec([None, 8], tf.float32, name="mask")}
+        self.serve = tf.function(self._serve, input_signature=[spec])
+
+    def _serve(self, inputs):
+        return {"score": tf.matmul(inputs["image"] * inputs["mask"], self.w)}
+
+
+def dict_inputs():
+    return _DictInputs()
+
+
+class _StringLength(tf.Module):
+    """Calls ``tf.strings.length``: StringLength is not a TFLite builtin (E5)."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def serve(self, text):
+        return {"length": tf.strings.length(text)}
+
+
+def string_length():
+    return _StringLength()
+
+
+def keras_two_inputs():
+    """A functional Keras 3 model with two inputs (E6)."""
+    import keras
+
+    keras.utils.set_random_seed(3)
+    a = keras.Input((8,), name="a")
+    b = keras.Input((4,), name="b")
+    h = keras.layers.Dense(16, activation="relu")(keras.layers.Concatenate()([a, b]))
+    out = keras.layers.Dense(3, activation="softmax", name="class")(h)
+    return keras.Model([a, b], out)
