@@ -253,10 +253,14 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
     ctx = TourContext(model=model, model_source=model_path or "default", out_dir=out,
                       report=report, progress_line=progress, quiet=quiet)
     t0 = time.perf_counter()
+    timings = {}
     for mod, title in available:
         progress(title)
         ctx.section(title)
+        t = time.perf_counter()
         mod.run(ctx)
+        timings[mod.__name__.rsplit(".", 1)[-1]] = round(time.perf_counter() - t, 2)
+    report["section_seconds"] = timings
     report["seconds"] = round(time.perf_counter() - t0, 2)
     tmp = out / "report.json.tmp"
     tmp.write_text(json.dumps(to_jsonable(report), indent=2))
