@@ -1,0 +1,200 @@
+"""Lab step 7: the SavedModel round trip is bit-exact, and the lab says what was not saved."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from tflab._target import load_module
+
+MODELS = os.path.join(os.path.dirname(__file__), "data", "export", "models.py")
+
+
+@pytest.fixture(scope="module")
+def models():
+    return load_module(MODELS)
+
+
+@pytest.fixture(scope="module")
+def examples64():
+    rng = np.random.default_rng(0)
+    return [{"x": rng.standard_normal((b, 64)).astype(np.float32)} for b in (1, 4)]
+
+
+@pytest.fixture(scope="module")
+def dense64_check(models, examples64, tmp_path_factory):
+    import tflab
+
+    path = tmp_path_factory.mktemp("sm07") / "dense64"
+    return tflab.save_and_reload(models.dense64(), path, examples64)
+
+
+def test_module_round_trip_is_bit_exact(dense64_check):
+    # Same FuncGraph, same variable values, same kernels: every byte must match.
+    c = dense64_check
+    assert c.kind == "tf.Module"
+    assert c.bit_exact is True
+    sig = c.signatures["serving_default"]
+    assert str(sig.inputs["x"]) == "x: float32[None,64]"
+    assert sig.inputs["x"].shape == (None, 64)
+    assert set(sig.outputs) == {"logits", "probs"}
+    for out in sig.outputs.values():
+        assert out.bit_exact and out.mismatched == 0 and out.max_ulp == 0
+        assert out.shape == (None, 64) and out.dtype == "float32"
+    assert c.examples == 2
+    assert "bit-exact" in c.to_text() and "serving_default" in repr(c)
+
+
+def test_bytes_not_values_are_compared():
+    from tflab.saved_model import compare_bits, ulp_distance
+
+    # -0.0 == 0.0 as numbers but not as bytes.
+    assert np.array([0.0], np.float32) == np.array([-0.0], np.float32)
+    assert compare_bits(np.array([0.0], np.float32), np.array([-0.0], np.float32))[0] == 1
+    # Two quiet NaNs with different payloads: NaN != NaN numerically either way, bytes differ.
+    a = np.array([0x7FC00000], np.uint32).view(np.float32)
+    b = np.array([0x7FC00001], np.uint32).view(np.float32)
+    assert compare_bits(a, b)[0] == 1
+    assert compare_bits(a, a.copy())[0] == 0
+    # Neighbouring floats are 1 ULP apart; the smallest subnormals around 0 are 2 apart.
+    one = np.array([1.0], np.float32)
+    assert ulp_distance(one, np.nextafter(one, np.float32(2)))[0] == 1
+    tiny = np.array([np.float32(1e-45)], np.float32)
+    assert ulp_distance(tiny, -tiny)[0] == 2
+
+
+def test_a_difference_is_detected(tmp_path):
+    """The check can fail: an unseeded stateful random op gives other values on every call."""
+    import tensorflow as tf
+
+    import tflab
+
+    class Noisy(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+        def serve(self, x):
+            return {"y": x + tf.random.uniform(tf.shape(x))}
+
+    c = tflab.save_and_reload(Noisy(), tmp_path / "noisy", {"x": np.zeros((2, 4), np.float32)})
+    out = c.signatures["serving_default"].outputs["y"]
+    assert c.bit_exact is False and out.bit_exact is False
+    assert out.mismatched == 8 and 0 < out.max_abs_diff < 1
+
+
+@pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
+def test_keras_models_are_bit_exact(flavour, models, tmp_path):
+    import tflab
+
+    feed = {"a": np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8),
+            "b": np.linspace(0, 1, 8, dtype=np.float32).reshape(2, 4)}
+    if flavour == "keras3":
+        model, out_name = models.keras_two_inputs(), "output_0"  # Keras 3 export names outputs output_i
+    else:
+        import tf_keras
+
+        a, b = tf_keras.Input((8,), name="a"), tf_keras.Input((4,), name="b")
+        h = tf_keras.layers.Concatenate()([a, b])
+        model, out_name = tf_keras.Model([a, b], tf_keras.layers.Dense(3, name="class")(h)), "class"
+    c = tflab.save_and_reload(model, tmp_path / flavour, feed)
+    assert c.kind == ("keras" if flavour == "keras3" else "tf_keras")
+    assert c.bit_exact is True
+    sig = c.signatures["serving_default"]
+    assert set(sig.inputs) == {"a", "b"}
+    assert list(sig.outputs) == [out_name]
+    assert sig.outputs[out_name].shape == (None, 3)
+
+
+def test_notes_say_what_was_not_saved(tmp_path):
+    import tensorflow as tf
+
+    import tflab
+
+    class Partial(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = tf.Variable(2.0)
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="x")])
+        def serve(self, x):
+            return {"y": x * self.scale}
+
+        @tf.function
+        def step(self, x, training=False):
+            return x * self.scale if training else x
+
+        @tf.function
+        def never(self, x):
+            return x
+
+    m = Partial()
+    m.step(tf.constant([1.0]), training=True)
+    c = tflab.save_and_reload(m, tmp_path / "partial", {"x": np.ones(3, np.float32)})
+    assert c.bit_exact
+    text = " ".join(c.notes)
+    assert "never: never traced" in text
+    assert "step: Python argument training was traced only as training=True" in text
+    # The notes are what TF does: check them on the reloaded object.
+    loaded = tf.saved_model.load(str(tmp_path / "partial"))
+    x = tf.constant([1.0])
+    assert float(loaded.step(x, training=True)[0]) == 2.0
+    with pytest.raises(ValueError, match="Could not find matching concrete function"):
+        loaded.step(x, training=False)
+    with pytest.raises(ValueError, match="zero restored functions"):
+        loaded.never(x)
+
+
+def test_dict_keys_are_lost_without_spec_names(tmp_path):
+    import tensorflow as tf
+
+    import tflab
+
+    class Unnamed(tf.Module):
+        @tf.function(input_signature=[{"image": tf.TensorSpec([None, 2]), "mask": tf.TensorSpec([None, 2])}])
+        def serve(self, inputs):
+            return {"y": inputs["image"] * inputs["mask"]}
+
+    feed = {"inputs": np.ones((1, 2), np.float32), "inputs_1": np.zeros((1, 2), np.float32)}
+    c = tflab.save_and_reload(Unnamed(), tmp_path / "unnamed", feed)
+    assert set(c.signatures["serving_default"].inputs) == {"inputs", "inputs_1"}
+    assert any("dict keys ['image', 'mask'] are not input names" in n for n in c.notes)
+
+
+def test_untracked_resource_is_one_clear_error(tmp_path):
+    import tensorflow as tf
+
+    import tflab
+
+    outside = tf.Variable(3.0)
+
+    class Leaky(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="x")])
+        def serve(self, x):
+            return {"y": x * outside}
+
+    with pytest.raises(tflab.UsageError, match=r"no attribute of the saved object holds.*assign it to an attribute"):
+        tflab.save_and_reload(Leaky(), tmp_path / "leaky", {"x": np.ones(2, np.float32)})
+    assert not (tmp_path / "leaky").exists()
+
+
+@pytest.mark.parametrize("feed, match", [
+    ({"x": np.ones((2, 64))}, "is float64 but signature 'serving_default' wants float32"),
+    ({"y": np.ones((2, 64), np.float32)}, r"missing \['x'\] unknown \['y'\]"),
+    ({"x": np.ones((2, 63), np.float32)}, r"has shape \[2, 63\] but .* wants x: float32\[None,64\]"),
+], ids=["dtype", "name", "shape"])
+def test_examples_must_match_the_signature(feed, match, models, tmp_path):
+    import tflab
+
+    with pytest.raises(tflab.UsageError, match=match):
+        tflab.save_and_reload(models.dense64(), tmp_path / "bad", feed)
+    assert not (tmp_path / "bad").exists()
+
+
+def test_refuses_a_non_empty_folder(models, tmp_path):
+    import tflab
+
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    with pytest.raises(tflab.UsageError, match="already exists"):
+        tflab.save_and_reload(models.dense64(), tmp_path / "full", {"x": np.ones((1, 64), np.float32)})
+    assert (tmp_path / "full" / "keep.txt").read_text() == "mine"
