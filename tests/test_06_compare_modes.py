@@ -1,0 +1,301 @@
+"""Lab step 6: eager vs graph vs XLA, GradientTape semantics, ULP distances.
+
+Every number here was measured on tensorflow 2.21.0 (CPU, a wheel without
+AVX2/FMA kernels). The small functions live in tests/data/modes/fns.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tflab import ModeComparison, compare_modes
+from tflab.errors import UsageError
+from tflab.modes import count_fusions, ulp_distance
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "modes")
+FNS = os.path.join(DATA, "fns.py")
+sys.path.insert(0, DATA)
+import fns  # noqa: E402
+
+X64 = tf.TensorSpec([64, 128], tf.float32)
+
+
+# ---------------------------------------------------------------- ULP distance
+
+
+@pytest.mark.parametrize("dtype, one_bits", [
+    (np.float16, 0x3C00), (tf.bfloat16.as_numpy_dtype, 0x3F80),
+    (np.float32, 0x3F80_0000), (np.float64, 0x3FF0_0000_0000_0000),
+], ids=["float16", "bfloat16", "float32", "float64"])
+def test_ulp_distance_on_the_integer_representation(dtype, one_bits):
+    one = np.array([1.0], dtype)
+    big = np.array([float(tf.as_dtype(dtype).max)], dtype)
+    nan, inf = np.array([np.nan], dtype), np.array([np.inf], dtype)
+    nxt = (one.view(one.dtype.newbyteorder("=")).view(f"u{one.itemsize}") + 1).view(dtype)
+    # Adjacent floats are 1 apart; +0 and -0 are the same point.
+    assert ulp_distance(one, nxt)[0] == 1
+    assert ulp_distance(np.array([0.0], dtype), np.array([-0.0], dtype))[0] == 0
+    # 1 and -1 lie on either side of zero: twice the bit pattern of 1.0 apart.
+    assert ulp_distance(one, -one)[0] == 2 * one_bits
+    # inf is one step past the largest finite float; NaN pairs agree, NaN vs number is inf.
+    assert ulp_distance(big, inf)[0] == 1
+    assert ulp_distance(nan, nan)[0] == 0 and ulp_distance(nan, one)[0] == np.inf
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(width=32, min_value=-2.0 ** 127, max_value=2.0 ** 127), st.integers(0, 1000))
+def test_ulp_distance_counts_steps_of_nextafter(x, k):
+    a = np.float32(x)
+    b = a
+    for _ in range(k):
+        b = np.nextafter(b, np.float32(np.inf))
+    # Walking k representable floats up is exactly k ULP, across zero too
+    # (nextafter goes -tiny → -0.0 → +tiny, and -0.0 and +0.0 are one point,
+    # but nextafter(-0.0, inf) is +tiny, so each call is still one step).
+    assert ulp_distance(np.float32([a]), np.float32([b]))[0] == k
+    assert ulp_distance(np.float32([b]), np.float32([a]))[0] == k
+
+
+def test_ulp_distance_integers_and_dtype_mismatch():
+    assert ulp_distance(np.int32([3, -2]), np.int32([5, -2])).tolist() == [2, 0]
+    with pytest.raises(UsageError, match="one dtype"):
+        ulp_distance(np.float32([1]), np.float64([1]))
+
+
+# ---------------------------------------------------------------- modes
+
+
+@pytest.fixture(scope="module")
+def dense_cmp() -> ModeComparison:
+    return compare_modes(fns.dense_tanh, X64, repeats=2)
+
+
+def test_graph_matches_eager_bit_for_bit(dense_cmp):
+    g = dense_cmp.modes["graph"]
+    # Graph mode runs the same CPU kernels (MatMul, Tanh, Mul and their
+    # gradients) on the same inputs; Grappler's rewrites do not touch this
+    # arithmetic, so every output and gradient element is identical.
+    assert (g.max_ulp.outputs, g.max_ulp.gradients) == (0, 0), "same kernels, same bits"
+    assert g.max_abs_diff.overall == 0.0
+
+
+def test_xla_is_close_but_not_bit_identical(dense_cmp):
+    x = dense_cmp.modes["xla"]
+    # XLA emits its own tanh approximation (LLVM IR, elemental_ir_emitter)
+    # instead of Eigen's, so outputs differ by a few ULP: measured 4.
+    assert 0 < x.max_ulp.outputs <= 8, "XLA's tanh vs Eigen's tanh: a few ULP"
+    # d tanh = 1 - y²: |Δ(1 - y²)| = |y₁ - y₂|·|y₁ + y₂| ≤ 2·max|Δy|, plus one
+    # rounding of 1 - y² (2⁻²⁴ relative near 1) and the matmul of the upstream
+    # gradient. Near |y| → 1 the gradient is tiny, so this small absolute error
+    # is thousands of ULP: ULP alone is the wrong yardstick there.
+    out_abs = dense_cmp.modes["xla"].max_abs_diff.outputs
+    grad_x = np.abs(dense_cmp.modes["xla"].gradients["arg:x"] - dense_cmp.modes["eager"].gradients["arg:x"])
+    w_rows = np.abs(fns.W.numpy()).sum(axis=1).max()  # arg:x gradient = (1-y²) @ Wᵀ
+    assert grad_x.max() <= (2 * out_abs + 2.0 ** -23) * w_rows, "gradient error bounded by 2·Δy through Wᵀ"
+    assert x.max_ulp.gradients > 100, "relative error is magnified where 1 - y² is small"
+
+
+def test_gradients_cover_float_args_and_trainable_variables_only(dense_cmp):
+    # FROZEN is read but trainable=False, so the tape does not watch it.
+    assert dense_cmp.gradient_names == ("arg:x", "var:w:0")
+    e = dense_cmp.modes["eager"].gradients
+    assert e["arg:x"].shape == (64, 128) and e["var:w:0"].shape == (128, 32)
+
+
+@pytest.mark.parametrize("fn, out_ulp", [
+    (fns.relu_chain, 0),   # dot and max/mul/add are exact or rounded once, as in Eigen
+    (fns.softmax_matmul, 2),
+], ids=["relu_chain", "softmax"])
+def test_measured_xla_output_ulp(fn, out_ulp):
+    c = compare_modes(fn, X64, repeats=1, hlo=False)
+    # Measured on this TF/CPU; the bound is the measured value, the reason is
+    # the op mix: relu/mul/add fused by XLA still round each step the same way,
+    # softmax's exp and division are XLA's own emitted code.
+    assert c.modes["xla"].max_ulp.outputs <= out_ulp
+    assert c.modes["graph"].max_ulp.overall == 0
+
+
+def test_softmax_gradient_is_noise_and_not_a_finding():
+    # The sum of a softmax row is 1 whatever x is, so d(sum)/dx is 0 in exact
+    # arithmetic; each mode returns rounding noise around 0. The ULP distance is
+    # huge, but the absolute difference stays below atol: no finding.
+    c = compare_modes(fns.softmax_matmul, X64, repeats=1, hlo=False)
+    x = c.modes["xla"]
+    assert x.max_ulp.gradients > 1e6 and x.max_abs_diff.gradients < 1e-5
+    assert c.findings == ()
+
+
+def test_fusion_count_and_probed_hlo_stages():
+    c = compare_modes(fns.relu_chain, X64, repeats=1, gradients=False)
+    # The probe reads TF's own list of stages; these two are text on every backend.
+    assert {"hlo", "optimized_hlo"} <= set(c.hlo_stages)
+    assert all(c.hlo[s].startswith("HloModule") for s in ("hlo", "optimized_hlo"))
+    assert not any("serialized" in s for s in c.hlo)
+    # Unoptimized HLO has relu (maximum), multiply and add as separate
+    # instructions; XLA's instruction fusion merges the three into one kLoop
+    # fusion after the dot.
+    unfused = [ln for ln in c.hlo["hlo"].splitlines()
+               if any(f" {op}(" in ln for op in ("maximum", "multiply", "add"))]
+    assert len(unfused) >= 3
+    assert (c.fusion_count, c.fusion_kinds) == (1, {"kLoop": 1})
+    # With the backward pass the program has 3 kLoop fusions (measured).
+    c2 = compare_modes(fns.relu_chain, X64, repeats=1, hlo=("optimized_hlo",))
+    assert (c2.fusion_count, c2.fusion_kinds) == (3, {"kLoop": 3})
+    assert set(c2.hlo) == {"optimized_hlo"}
+
+
+def test_count_fusions_reads_instructions_not_computations():
+    text = ("%fused_computation (p: f32[2]) -> f32[2] {\n  ROOT %a = f32[2] add(%p, %p)\n}\n"
+            "ENTRY %e {\n  %f.1 = f32[2]{0} fusion(f32[2] %x), kind=kLoop, calls=%fused_computation\n"
+            "  ROOT %f.2 = f32[2]{0} fusion(%f.1), kind=kOutput, calls=%fused_computation.1\n}\n")
+    assert count_fusions(text) == (2, {"kLoop": 1, "kOutput": 1})
+
+
+@pytest.mark.parametrize("fn, op_type", [
+    (fns.with_py_function, "EagerPyFunc"),
+    (fns.with_string_op, "AsString"),
+], ids=["py_function", "string-op"])
+def test_xla_uncompilable_op_is_reported_by_name(fn, op_type):
+    c = compare_modes(fn, tf.TensorSpec([8]), repeats=1)
+    err = c.modes["xla"].error
+    assert err.startswith(f"XLA cannot compile {op_type} op '{op_type}': No registered '{op_type}' OpKernel for XLA_CPU_JIT")
+    assert "fns.py:" in err  # where the op was created
+    # The other modes still ran and agree.
+    assert c.modes["graph"].error is None and c.modes["graph"].max_ulp.overall == 0
+    assert c.findings == (f"xla did not run: {err}",)
+    assert c.hlo == {} and c.fusion_count is None
+
+
+def test_disagreeing_modes_are_findings_not_crashes():
+    c = compare_modes(fns.noisy, tf.TensorSpec([8]), repeats=1, hlo=False)
+    # An unseeded tf.random.uniform draws different numbers in each mode.
+    assert len(c.findings) == 2
+    assert c.findings[0].startswith("graph: 8 element(s) of output differ from eager by more than 4096 ULP")
+    assert c.modes["graph"].max_abs_diff.outputs > 1e-3
+    # d(x + noise)/dx is 1 in every mode: the gradients agree exactly.
+    assert c.modes["xla"].max_ulp.gradients == 0
+
+
+def test_report_repr_text_json(dense_cmp):
+    assert repr(dense_cmp).startswith("ModeComparison(dense_tanh: eager: 0 ULP")
+    text = dense_cmp.to_text()
+    assert "graph vs eager:" in text and "xla vs graph:" in text
+    payload = json.loads(json.dumps(dense_cmp.to_dict()))
+    assert payload["modes"]["graph"]["max_ulp"] == {"outputs": 0, "gradients": 0}
+    assert payload["modes"]["eager"]["gradients"] == {"arg:x": [64, 128], "var:w:0": [128, 32]}
+    for m in ("eager", "graph", "xla"):
+        r = dense_cmp.modes[m]
+        assert r.first_call_seconds > 0 and r.median_seconds > 0
+
+
+def test_bad_arguments():
+    with pytest.raises(UsageError, match="unknown dims"):
+        compare_modes(fns.dense_tanh, tf.TensorSpec([None, 128]))
+    with pytest.raises(UsageError, match="unknown mode"):
+        compare_modes(fns.dense_tanh, X64, modes=("jit",))
+    with pytest.raises(UsageError, match=r"raised InvalidArgumentError when run eagerly"):
+        compare_modes(fns.dense_tanh, tf.TensorSpec([4, 3]))
+
+
+# ---------------------------------------------------------------- tape semantics
+
+
+def test_persistent_tape_gives_two_gradients():
+    x = tf.constant(3.0)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        y2, y3 = x * x, x * x * x
+    assert (float(tape.gradient(y2, x)), float(tape.gradient(y3, x))) == (6.0, 27.0)
+    with tf.GradientTape() as once:
+        once.watch(x)
+        y = x * x
+    once.gradient(y, x)
+    with pytest.raises(RuntimeError, match="non-persistent"):
+        once.gradient(y, x)  # a plain tape frees its records after one gradient()
+
+
+def test_watch_constant_or_get_none():
+    x = tf.constant([1.0, -2.0])
+    with tf.GradientTape() as tape:
+        y = tf.reduce_sum(x * x)
+    assert tape.gradient(y, x) is None  # constants are not watched
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = tf.reduce_sum(x * x)
+    assert tape.gradient(y, x).numpy().tolist() == [2.0, -4.0]
+
+
+def test_stop_gradient_blocks_one_path():
+    x = tf.constant(4.0)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = x * tf.stop_gradient(x)  # d/dx treats the second factor as a constant
+    assert float(tape.gradient(y, x)) == 4.0  # not 2x = 8
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph", "xla"])
+def test_custom_gradient_survives_tf_function_and_jit(mode):
+    x = tf.constant([0.5, -2.0, 3.0])
+
+    def grad_of(inp):
+        with tf.GradientTape() as tape:
+            tape.watch(inp)
+            y = tf.reduce_sum(fns.scaled_clip(inp))
+        return tape.gradient(y, inp)
+
+    run = {"eager": grad_of, "graph": tf.function(grad_of),
+           "xla": tf.function(grad_of, jit_compile=True)}[mode]
+    # Upstream gradient is 5 per element; clip_grad clips it to 1, so the
+    # gradient is 1, not 5, in every mode: XLA compiles the custom gradient too.
+    assert run(x).numpy().tolist() == [1.0, 1.0, 1.0]
+
+
+def test_custom_gradient_in_compare_modes():
+    c = compare_modes(fns.scaled_clip, tf.TensorSpec([16]), repeats=1, hlo=False)
+    for m in ("eager", "graph", "xla"):
+        assert np.all(c.modes[m].gradients["arg:x"] == 1.0), f"{m}: clipped gradient"
+    assert c.findings == ()
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def test_cli_compare_json_and_hlo_file(run_cli, tmp_path):
+    out_file = tmp_path / "hlo.txt"
+    code, out, err = run_cli("compare", f"{FNS}:relu_chain", "--arg", "x=float32[64,128]",
+                             "--seed", "3", "--repeats", "1", "--hlo", str(out_file), "--json")
+    assert code == 0, err
+    payload = json.loads(out)
+    assert payload["fusion_count"] == 3 and payload["modes"]["graph"]["max_ulp"]["outputs"] == 0
+    text = out_file.read_text()
+    assert "// ===== stage: hlo =====\nHloModule" in text and "stage: optimized_hlo =====" in text
+    code, _, err = run_cli("compare", f"{FNS}:relu_chain", "--arg", "x=float32[64,128]",
+                           "--hlo", str(out_file))
+    assert code == 2 and "exists; pass --force" in err
+
+
+def test_cli_xla_failure_prints_report_then_one_line_exit_2(run_cli):
+    code, out, err = run_cli("compare", f"{FNS}:with_py_function", "--arg", "x=float32[8]", "--repeats", "1")
+    assert code == 2
+    assert "graph " in out and "error: XLA cannot compile EagerPyFunc" in out
+    assert err.startswith("tflab compare: error: with_py_function: XLA cannot compile EagerPyFunc op")
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--arg", "y=float32[8]"], "--arg y: the function takes no parameter 'y'"),
+    (["--arg", "x=float32[None,8]"], "--arg x: shape (None, 8) has unknown dims"),
+    ([], "missing --arg x="),
+], ids=["unknown-name", "unknown-dim", "missing"])
+def test_cli_bad_args_exit_2(run_cli, argv, message):
+    code, out, err = run_cli("compare", f"{FNS}:dense_tanh", *argv)
+    assert code == 2 and out == ""
+    assert err.startswith("tflab compare: error: " + message) and err.count("\n") == 1
