@@ -37,7 +37,7 @@
 namespace tflab {
 namespace {
 
-constexpr int64_t kInCacheCols = 32768;  // 128 KiB of float32: fits in L2.
+constexpr int64_t kInCacheCols = 65536;  // 256 KiB of float32: x and y fit in L2.
 constexpr int64_t kChunk = 2048;         // online pass: 8 KiB chunks in L1.
 
 constexpr float kExpHi = 88.3762626647949f;    // exp(kExpHi) < FLT_MAX
@@ -495,3 +495,6 @@ void WarpSoftmaxGradRowsCpu(WsDtype dtype, const void* y, const void* dy, void* 
 const char* WarpSoftmaxCpuIsa() { return UseAvx2() ? "avx2+fma" : "scalar"; }
 
 }  // namespace tflab
+
+// For Python (ctypes): which CPU path runs, without a TF op for it.
+extern "C" const char* tflab_warp_softmax_cpu_isa() { return tflab::WarpSoftmaxCpuIsa(); }

@@ -50,6 +50,20 @@ def build_result():
     return _build_result
 
 
+def cpu_isa() -> str:
+    """The CPU kernels' code path in this process: "avx2+fma" or "scalar".
+
+    Chosen once at run time from the CPU (``__builtin_cpu_supports``), so the
+    same library runs on CPUs without AVX2; ``TFLAB_WARP_SOFTMAX_SCALAR=1``
+    forces the scalar path (for tests).
+    """
+    import ctypes
+
+    lib = ctypes.CDLL(build_result().so_path)  # already loaded: same handle
+    lib.tflab_warp_softmax_cpu_isa.restype = ctypes.c_char_p
+    return lib.tflab_warp_softmax_cpu_isa().decode()
+
+
 def _bad(msg: str) -> tf.errors.InvalidArgumentError:
     return tf.errors.InvalidArgumentError(None, None, msg)
 
