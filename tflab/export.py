@@ -270,7 +270,11 @@ def _worker_main(argv: Sequence[str]) -> int:
 
 
 def _save_examples(batches: list[dict[str, np.ndarray]], path: str) -> None:
-    np.savez(path, **{f"{i}/{k}": a for i, b in enumerate(batches) for k, a in b.items()})
+    def plain(a: np.ndarray) -> np.ndarray:
+        # Object arrays of bytes need pickle to load; fixed-width bytes do not.
+        return a.astype(bytes) if a.dtype.kind == "O" else a
+
+    np.savez(path, **{f"{i}/{k}": plain(a) for i, b in enumerate(batches) for k, a in b.items()})
 
 
 def _signal_name(code: int) -> str:
