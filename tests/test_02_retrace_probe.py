@@ -351,6 +351,13 @@ def test_retrace_cli_script_that_raises(run_cli):
     assert "retrace_script.py:" in err_lines[0] and "in main)" in err_lines[0]
 
 
+def test_retrace_cli_notes_a_script_that_silences_tf_logging(run_cli):
+    code, out, err = run_cli("retrace", SCRIPT, "quiet")
+    assert code == 0, err
+    assert "retrace_script.py: 2 trace(s) in 1 tf.function(s)" in out  # only step's, before the change
+    assert "note: the script set the tensorflow logger to level ERROR" in out
+
+
 @pytest.mark.parametrize("path,message", [
     ("does/not/exist.py", "does not exist; give a path to a .py file"),
     (DATA, "is not a .py file"),

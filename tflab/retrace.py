@@ -606,8 +606,11 @@ class RetraceProbe:
         fn: a `tf.function` (options kept) or a plain Python callable (wrapped
             in ``tf.function(**tf_function_kwargs)``).
         watch_stale: record the closure cells and globals the Python function
-            reads that hold numbers, strings, bools or eager tensors at trace
-            time, and report in `stale` when one changed without a retrace.
+            reads (its own code and nested lambdas/comprehensions; not the
+            functions it calls, nor object attributes like ``self.rate``) that
+            hold numbers, strings, bools or eager tensors at trace time, and
+            report in `stale` when one changed without a retrace. The per-call
+            check compares identities only.
         **tf_function_kwargs: options for ``tf.function`` when ``fn`` is a plain
             callable (e.g. ``reduce_retracing=True``); not allowed with a tf.function.
 
@@ -1062,7 +1065,16 @@ def group_logged_traces(logged: Sequence[LoggedTrace], include_internal: bool = 
 
     Functions are grouped by qualified name: the two records TF writes for one
     tf.function's first call (VARIABLE_CREATION, then NO_VARIABLE_CREATION)
-    name different wrapper objects, but the same function.
+    name different wrapper objects, but the same function. Two tf.functions
+    with the same qualified name are therefore counted together.
+
+    Args:
+        logged: records from `capture_trace_log`, in trace order.
+        include_internal: keep TF's own helper functions (variable
+            initializers, tf.data wrappers).
+
+    Returns:
+        One `FunctionTraces` per function, in first-trace order.
     """
     by_name: dict[str, list[LoggedTrace]] = {}
     for t in logged:
@@ -1088,11 +1100,14 @@ class ScriptTraces:
         script: the script path.
         functions: one `FunctionTraces` per tf.function that traced, in first-trace order.
         error: None, or one line saying how the script failed and where.
+        note: None, or why some traces may be missing (the script raised the
+            ``tensorflow`` logger's level, which hides TF's level-1 records).
     """
 
     script: str
     functions: tuple[FunctionTraces, ...]
     error: str | None = None
+    note: str | None = None
 
     @property
     def trace_count(self) -> int:
@@ -1104,11 +1119,13 @@ class ScriptTraces:
         else:
             head = (f"{self.script}: {self.trace_count} trace(s) in {len(self.functions)} "
                     f"tf.function(s)")
-        return "\n".join([head] + [f.to_text() for f in self.functions])
+        tail = [f"note: {self.note}"] if self.note else []
+        return "\n".join([head] + [f.to_text() for f in self.functions] + tail)
 
     def to_dict(self) -> dict:
         return {"script": self.script, "trace_count": self.trace_count,
-                "functions": [f.to_dict() for f in self.functions], "error": self.error}
+                "functions": [f.to_dict() for f in self.functions], "error": self.error,
+                "note": self.note}
 
     def __repr__(self) -> str:
         return (f"<ScriptTraces {self.script}: " + ", ".join(
@@ -1139,7 +1156,7 @@ def trace_script(path: str, argv: Sequence[str] = (), include_internal: bool = F
     old_argv, old_path = sys.argv[:], sys.path[:]
     sys.argv = [path, *argv]
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    error = None
+    error = note = None
     with capture_trace_log() as logged:
         try:
             runpy.run_path(path, run_name="__main__")
@@ -1152,7 +1169,12 @@ def trace_script(path: str, argv: Sequence[str] = (), include_internal: bool = F
             error = (f"{path} raised {type(e).__name__}: {first}" + (f" (at {where})" if where else ""))
         finally:
             sys.argv, sys.path[:] = old_argv, old_path
-    return ScriptTraces(script=path, functions=group_logged_traces(logged, include_internal), error=error)
+        level = logging.getLogger("tensorflow").level
+        if level != 1:
+            note = (f"the script set the tensorflow logger to level {logging.getLevelName(level)}, "
+                    f"which hides TF's level-1 trace records: traces after that are not listed")
+    return ScriptTraces(script=path, functions=group_logged_traces(logged, include_internal),
+                        error=error, note=note)
 
 
 # ---------------------------------------------------------------------------

@@ -4,6 +4,8 @@ step: 3 calls, batch sizes 4, 4, 2 -> 2 traces (x: shape (4, 3) -> (2, 3)).
 scale: n = 1, 2 -> 2 traces (n: 1 -> 2).
 make_var: creates a tf.Variable on its first call -> 2 traces, the second TF's own.
 With the argument "fail", the script raises ValueError after the traces.
+With "quiet", it sets the tensorflow logger to ERROR after `step`, as many
+scripts do, which hides the later trace records.
 """
 
 import sys
@@ -35,6 +37,8 @@ def make_var(x):
 def main(argv):
     for b in (4, 4, 2):
         step(tf.ones([b, 3]))
+    if "quiet" in argv:
+        tf.get_logger().setLevel("ERROR")
     scale(tf.ones([2]), 1)
     scale(tf.ones([2]), 2)
     make_var(tf.ones([2]))
