@@ -6,9 +6,10 @@ reason texts are the probe's own output for those traces.
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import json
 import os
-import dataclasses
 
 import pytest
 
@@ -59,6 +60,14 @@ def _dict_keys(p):
     p({"a": tf.ones([2]), "b": tf.ones([2])})
 
 
+Point = collections.namedtuple("Point", ["x", "y"])
+
+
+def _namedtuple_field(p):
+    p(Point(tf.ones([2]), 1))
+    p(Point(tf.ones([2]), 2))
+
+
 def _kind(p):
     p(tf.ones([2]), 4)
     p(tf.ones([2]), tf.constant(4))
@@ -73,6 +82,7 @@ REASON_CASES = [
      "fn: new object each call (bound method; TF matches it by weak reference)", "outside the loop"),
     ("list_length", lambda xs: tf.add_n(xs), _list_len, 2, "xs: list length 2 -> 3", "tf.stack"),
     ("dict_keys", lambda d: d["a"], _dict_keys, 2, "d: dict keys ['a'] -> ['a', 'b']", "same keys"),
+    ("namedtuple_field", lambda pt: pt.x * pt.y, _namedtuple_field, 2, "pt.y: 1 -> 2", "tf.constant"),
     ("literal_to_tensor", lambda x, n: x * tf.cast(n, tf.float32), _kind, 2,
      "n: Python value 4 -> tensor int32()", "same kind"),
 ]

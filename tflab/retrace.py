@@ -343,17 +343,18 @@ def _kind_label(node: _Node) -> str:
 
 
 def _child_path(path: str, node: _Node, key: str) -> str:
-    if node.kind == "seq" or (node.kind == "map" and node.name == "Dict"):
-        return f"{path}[{key}]"
-    return f"{path}.{key.strip(chr(39))}" if node.kind == "map" else f"{path}[{key}]"
+    """``xs[0]`` / ``d['a']`` for List, Tuple and Dict; ``cfg.scale`` for NamedTuple/attrs."""
+    if node.kind == "map" and node.name != "Dict":
+        return f"{path}.{key.strip(chr(39))}"
+    return f"{path}[{key}]"
 
 
 def _diff(path: str, a: _Node, b: _Node, out: list[Reason]) -> None:
     """Appends one Reason per leaf where TraceType trees ``a`` (earlier) and ``b`` differ."""
     if a == b:
         return
-    if a.kind != b.kind or (a.kind in ("seq", "map") and a.name != b.name and
-                            not (a.kind == "seq")):
+    # List vs Tuple, Dict vs NamedTuple, two NamedTuple types: a change of kind.
+    if a.kind != b.kind or (a.kind in ("seq", "map") and a.name != b.name):
         out.append(_reason(path, "kind", _kind_label(a), _kind_label(b),
                            f"{path}: {_kind_label(a)} -> {_kind_label(b)}"))
         return
@@ -384,7 +385,7 @@ def _diff(path: str, a: _Node, b: _Node, out: list[Reason]) -> None:
         out.append(_reason(path, kind, a.value, b.value,
                            f"{path}: new object each call ({label}; TF matches it by weak reference)"))
     elif a.kind == "seq":
-        if len(a.children) != len(b.children) or a.name != b.name:
+        if len(a.children) != len(b.children):
             what = "list" if b.name == "List" else "tuple"
             out.append(_reason(path, "length", str(len(a.children)), str(len(b.children)),
                                f"{path}: {what} length {len(a.children)} -> {len(b.children)}"))
