@@ -20,6 +20,7 @@ takes. For XLA it also returns the HLO text of every text stage that
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import logging
@@ -419,7 +420,8 @@ def _to_numpy(x):
 def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
                   ulp_bound: int = DEFAULT_ULP_BOUND, atol: float = DEFAULT_ATOL,
                   hlo: bool | tuple[str, ...] = True, gradients: bool = True,
-                  modes: tuple[str, ...] = MODES, **kwargs: Any) -> ModeComparison:
+                  modes: tuple[str, ...] = MODES, grappler: bool | dict = True,
+                  **kwargs: Any) -> ModeComparison:
     """Runs ``fn`` forward and backward eagerly, as a graph and under XLA, and compares.
 
     Each mode computes the outputs and, with a `tf.GradientTape`, the gradients
@@ -445,8 +447,14 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
         gradients: False runs the forward pass only (no tape; ``gradients`` stay
             empty), which makes XLA's compile much cheaper for big models.
         modes: which modes to run; ``"eager"`` (the reference) always runs.
+        grappler: False runs graph mode with Grappler's meta optimizer disabled;
+            a dict sets those `tf.config.optimizer.set_experimental_options`
+            instead (e.g. ``{"arithmetic_optimization": False}``) for graph mode
+            only. Shows whether a graph-vs-eager difference comes from a
+            Grappler rewrite.
         **kwargs: keyword arguments for ``fn``. ``seed``, ``repeats``,
-            ``ulp_bound``, ``atol``, ``hlo``, ``gradients``, ``modes`` are taken by compare_modes; wrap
+            ``ulp_bound``, ``atol``, ``hlo``, ``gradients``, ``modes``,
+            ``grappler`` are taken by compare_modes; wrap
             ``fn`` in `functools.partial` to pass such names to it.
 
     Returns:
@@ -516,7 +524,7 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
     logging.getLogger("tensorflow").addFilter(quiet)
     try:
         hlo_text, stages, fusions, kinds = _run_modes(
-            run_modes, runners, sources, grad_names, results, name, hlo, repeats)
+            run_modes, runners, sources, grad_names, results, name, hlo, repeats, grappler)
     finally:
         logging.getLogger("tensorflow").removeFilter(quiet)
     reference = (results["eager"].outputs, results["eager"].gradients)
@@ -527,6 +535,25 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
                           atol=atol, findings=tuple(findings))
 
 
+@contextlib.contextmanager
+def _grappler_options(grappler: bool | dict):
+    """Sets Grappler options while a graph-mode function is first instantiated
+    and run (False: the whole meta optimizer off); restores them afterwards."""
+    import tensorflow as tf
+
+    wanted = {"disable_meta_optimizer": True} if grappler is False else dict(grappler)
+    old = tf.config.optimizer.get_experimental_options()
+    tf.config.optimizer.set_experimental_options(wanted)
+    try:
+        yield
+    finally:
+        # The public API cannot unset an option, so one that was unset goes back
+        # to its default value: passes on, "disable_*" and auto mixed precision off.
+        tf.config.optimizer.set_experimental_options(
+            {k: old.get(k, not (k.startswith("disable_") or k.startswith("auto_mixed_precision")))
+             for k in wanted})
+
+
 class _RetracingNote(logging.Filter):
     """Drops TF's "N out of the last M calls … triggered tf.function retracing"
     warning: each comparison builds fresh tf.functions on purpose."""
@@ -535,22 +562,25 @@ class _RetracingNote(logging.Filter):
         return "triggered tf.function retracing" not in record.getMessage()
 
 
-def _run_modes(run_modes, runners, sources, grad_names, results, name, hlo, repeats):
+def _run_modes(run_modes, runners, sources, grad_names, results, name, hlo, repeats, grappler):
     """Runs each mode (eager first: the reference), fills ``results``, then fetches HLO."""
     from tflab._target import user_frame
 
     reference = None
     for mode in run_modes:
         run = runners[mode]
+        options = (_grappler_options(grappler) if mode == "graph" and grappler is not True
+                   else contextlib.nullcontext())
         try:
-            t0 = time.perf_counter()
-            outputs, grads = _fetch(run(sources))
-            first = time.perf_counter() - t0
-            times = []
-            for _ in range(max(1, repeats)):
+            with options:
                 t0 = time.perf_counter()
-                _fetch(run(sources))
-                times.append(time.perf_counter() - t0)
+                outputs, grads = _fetch(run(sources))
+                first = time.perf_counter() - t0
+                times = []
+                for _ in range(max(1, repeats)):
+                    t0 = time.perf_counter()
+                    _fetch(run(sources))
+                    times.append(time.perf_counter() - t0)
         except Exception as e:  # a mode that cannot run is a result, not a crash
             reason = xla_reason(e) if mode == "xla" else (
                 f"{type(e).__name__}: {next((ln.strip() for ln in str(e).splitlines() if ln.strip()), '')[:300]}")
