@@ -193,6 +193,27 @@ def test_stale_global_and_closure_are_reported():
 GLOBAL_OFFSET = 1.0
 
 
+def test_rebound_tensor_and_variable_are_stale_but_assign_is_not():
+    bias = tf.constant([1.0])
+    weight = tf.Variable([2.0])
+
+    def f(x):
+        return x * weight + bias
+
+    probe = RetraceProbe(f)
+    x = tf.constant([1.0])
+    assert probe(x).numpy().tolist() == [3.0]
+    weight.assign([5.0])  # same variable: the graph reads its new value
+    assert probe(x).numpy().tolist() == [6.0] and probe.stale == []
+    bias = tf.constant([100.0])
+    weight = tf.Variable([7.0])
+    # Measured: the FuncGraph still uses the captured old tensor and old variable.
+    assert probe(x).numpy().tolist() == [6.0]
+    assert probe.trace_count == 1
+    assert sorted(s.name for s in probe.stale) == ["bias", "weight"]
+    assert all(s.traced.startswith(("<tf.Tensor float32(1,)", "<tf.Variable")) for s in probe.stale)
+
+
 def test_stale_value_set_back_is_not_reported():
     limit = 0.5
 

@@ -173,7 +173,9 @@ class StaleRead:
 
     On TF 2.21 a Python number read by the traced body is baked into the
     FuncGraph as a constant and is not part of the FunctionType, so changing it
-    does not retrace: the graph keeps computing with the traced value.
+    does not retrace: the graph keeps computing with the traced value. The same
+    holds when the name is rebound to a new eager tensor or tf.Variable (the
+    graph captured the old one); ``.assign()`` on the same variable is seen.
 
     Attributes:
         name: the variable's name.
@@ -526,19 +528,24 @@ _SCALARS = (bool, int, float, complex, str, bytes, type(None))
 _MISSING = object()
 
 
+# Rebinding a name to a new eager tensor or tf.Variable is stale too: the
+# FuncGraph captured the old one (by value for a tensor, by handle for a
+# variable). .assign() on the same variable is not: the handle is unchanged.
+_BY_IDENTITY = ("EagerTensor", "ResourceVariable", "UninitializedVariable")
+
+
 def _is_watchable(value: Any) -> bool:
     if isinstance(value, _SCALARS):
         return True
     mod = type(value).__module__ or ""
-    # numpy scalars and eager tensors are captured by value/identity too.
     return (mod == "numpy" and hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0) or \
-        type(value).__name__ == "EagerTensor"
+        type(value).__name__ in _BY_IDENTITY
 
 
 def _same(a: Any, b: Any) -> bool:
     if a is b:
         return True
-    if type(a).__name__ == "EagerTensor" or type(b).__name__ == "EagerTensor":
+    if type(a).__name__ in _BY_IDENTITY or type(b).__name__ in _BY_IDENTITY:
         return False
     try:
         return bool(type(a) is type(b) and a == b)
@@ -609,7 +616,8 @@ class RetraceProbe:
         watch_stale: record the closure cells and globals the Python function
             reads (its own code and nested lambdas/comprehensions; not the
             functions it calls, nor object attributes like ``self.rate``) that
-            hold numbers, strings, bools or eager tensors at trace time, and
+            hold numbers, strings, bools, eager tensors or tf.Variables at
+            trace time, and
             report in `stale` when one changed without a retrace. The per-call
             check compares identities only.
         **tf_function_kwargs: options for ``tf.function`` when ``fn`` is a plain
@@ -901,6 +909,8 @@ def _value_repr(v: Any) -> str:
         return "<deleted>"
     if type(v).__name__ == "EagerTensor":
         return f"<tf.Tensor {v.dtype.name}{tuple(v.shape)} at {id(v):#x}>"
+    if type(v).__name__ in _BY_IDENTITY:
+        return f"<tf.Variable {v.name!r} {v.dtype.name}{tuple(v.shape)} at {id(v):#x}>"
     text = repr(v)
     return text if len(text) <= 60 else text[:57] + "..."
 
