@@ -259,6 +259,8 @@ def test_reports_render_and_serialize():
     assert repr(probe) == "<RetraceProbe <lambda>: 2 trace(s) in 2 call(s), last reason: 'n: 1 -> 2'>"
     text = probe.to_text()
     assert "2 trace(s) in 2 call(s)" in text and "#2 retrace: n: 1 -> 2" in text and "fix:" in text
+    assert [repr(t) for t in probe.traces] == ["<Trace #1 first: x=float32(2,), n=1>",
+                                               "<Trace #2 retrace: n: 1 -> 2>"]
     d = json.loads(json.dumps(probe.to_dict()))
     assert d["trace_count"] == 2 and d["traces"][1]["reasons"] == ["n: 1 -> 2"]
     assert d["traces"][1]["inputs"]["n"] == "Literal[2]"

@@ -140,6 +140,11 @@ class Trace:
     call: int = 0
     details: tuple[Reason, ...] = ()
 
+    def __repr__(self) -> str:
+        why = "; ".join(self.reasons) if self.reasons else ", ".join(
+            f"{n}={_short_type(t)}" for n, t in self.inputs)
+        return f"<Trace #{self.index} {self.kind}: {why}>"
+
     def to_text(self) -> str:
         """One line per reason: ``#2 retrace  x: shape (3,) -> (4,)  fix: …``."""
         head = f"#{self.index} {self.kind}"
@@ -1063,6 +1068,9 @@ class FunctionTraces:
     def to_dict(self) -> dict:
         return {"function": self.function, "trace_count": self.trace_count,
                 "traces": [t.to_dict() for t in self.traces]}
+
+    def __repr__(self) -> str:
+        return f"<FunctionTraces {self.function}: {self.trace_count} trace(s)>"
 
 
 def _is_tf_internal(t: LoggedTrace) -> bool:
