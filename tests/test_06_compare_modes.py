@@ -184,6 +184,40 @@ def test_disagreeing_modes_are_findings_not_crashes():
     assert c.modes["xla"].max_ulp.gradients == 0
 
 
+def _sum_of_term_magnitudes(fn, x):
+    """max over elements of Σ|term| for the function's final sum (or product)."""
+    h = x.numpy() @ fns.W16.numpy()
+    if fn is fns.residual_sum:
+        terms = [h / (1 + np.exp(-h)), x.numpy(), h]  # h·σ(h), x, h
+        return np.max(sum(np.abs(t) for t in terms))
+    return np.max(np.abs(h * np.clip(h + 3, 0, 6) / 6))
+
+
+@pytest.mark.parametrize("fn, culprit", [
+    (fns.residual_sum, "arithmetic_optimization"),
+    (fns.hard_swish, "constant_folding"),
+], ids=["residual-add", "hard-swish"])
+def test_graph_differences_come_from_one_grappler_pass(fn, culprit):
+    from tflab._target import materialize
+
+    x = materialize(tf.TensorSpec([16, 16]), seed=0)
+    on = compare_modes(fn, x, repeats=1, hlo=False, modes=("graph",))
+    # With Grappler on, graph mode's outputs differ from eager (measured: 512 ULP
+    # for the residual sum, 2 for hard-swish): the graph is rewritten before it
+    # runs. Regrouping a sum, or turning "/ 6" into "* (1/6)", changes where
+    # rounding happens: at most a couple of roundings of the terms' magnitudes.
+    assert on.modes["graph"].max_ulp.outputs > 0, "Grappler rewrites change rounding"
+    bound = 2 * 2.0 ** -23 * _sum_of_term_magnitudes(fn, x)
+    assert on.modes["graph"].max_abs_diff.outputs <= bound, "two roundings of Σ|terms|"
+    # Turning off just the culprit pass, or the whole meta optimizer, gives the
+    # eager bits back: the executor runs the same kernels as eager.
+    for switch in ({culprit: False}, False):
+        off = compare_modes(fn, x, repeats=1, hlo=False, modes=("graph",), grappler=switch)
+        assert off.modes["graph"].max_ulp.overall == 0, f"{switch}: same kernels, same bits"
+    # The switch is undone afterwards.
+    assert tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer") is False
+
+
 def test_report_repr_text_json(dense_cmp):
     assert repr(dense_cmp).startswith("ModeComparison(dense_tanh: eager: 0 ULP")
     text = dense_cmp.to_text()

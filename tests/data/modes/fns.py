@@ -51,3 +51,18 @@ def scaled_clip(x):
 
 def two_args(x, scale):
     return x * scale
+
+
+W16 = tf.Variable(np.random.default_rng(2).standard_normal((16, 16)).astype(np.float32), name="w16")
+
+
+def residual_sum(x):
+    # three terms added: Grappler's arithmetic optimizer regroups the add tree
+    h = x @ W16
+    return h * tf.sigmoid(h) + x + h
+
+
+def hard_swish(x):
+    # MobileNetV3's activation: x * relu6(x + 3) / 6
+    h = x @ W16
+    return h * tf.nn.relu6(h + 3.0) / 6.0
