@@ -156,6 +156,17 @@ def test_reduce_retracing_records_the_relaxed_type():
     assert probe.traces[1].traced_as == (("x", "TensorSpec(shape=(None,), dtype=tf.float32, name=None)"),)
 
 
+def test_a_keras_model_is_a_callable_object():
+    keras = pytest.importorskip("keras")
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    probe = RetraceProbe(model)
+    probe(tf.ones([2, 4]))
+    probe(tf.ones([3, 4]))
+    assert probe.name == "Sequential" and probe.trace_count == 2
+    # Layer.__call__(*args, **kwargs): TF names the first positional args_0.
+    assert probe.traces[1].reasons == ["args_0: shape (2, 4) -> (3, 4) (dim 0: 2 -> 3)"]
+
+
 def test_autograph_still_converts_the_user_function():
     def relu_ish(x):
         if tf.reduce_sum(x) > 0:  # tensor-dependent: only works if AutoGraph converted it

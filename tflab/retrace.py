@@ -671,8 +671,11 @@ class RetraceProbe:
         is_tf_function = isinstance(fn, tf.types.experimental.PolymorphicFunction) or hasattr(fn, "_clone")
         python_fn = fn.python_function if is_tf_function else fn
         self._user_fn = _innermost_python_function(python_fn)
-        self.name = _short_name(getattr(self._user_fn, "__qualname__", None)
-                                or getattr(fn, "__name__", type(fn).__name__))
+        if not is_tf_function and not hasattr(fn, "__qualname__"):
+            self.name = type(fn).__name__  # a callable object, e.g. a Keras model
+        else:
+            self.name = _short_name(getattr(self._user_fn, "__qualname__", None)
+                                    or getattr(fn, "__name__", type(fn).__name__))
 
         probe = self
 
