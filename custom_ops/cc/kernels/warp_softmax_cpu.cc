@@ -153,13 +153,14 @@ void SoftmaxRowScalar(const typename Storage<D>::T* x, typename Storage<D>::T* y
     nan |= std::isnan(v);
     m = std::fmax(m, v);
   }
-  float s = 0.0f;
+  double s = 0.0;  // double: the scalar path has no blocked sum
   if (!nan) {
     for (int64_t i = 0; i < n; ++i) s += ExpScalar(S::Load(x[i]) - m);
   }
   // A NaN anywhere, or a max of +inf (inf - inf) or -inf (all -inf), makes
   // the row NaN, as in tf.nn.softmax.
-  const float inv = (nan || std::isinf(m)) ? std::numeric_limits<float>::quiet_NaN() : 1.0f / s;
+  const float inv = (nan || std::isinf(m)) ? std::numeric_limits<float>::quiet_NaN()
+                                             : 1.0f / static_cast<float>(s);
   for (int64_t i = 0; i < n; ++i) y[i] = S::Store(ExpScalar(S::Load(x[i]) - m) * inv);
 }
 
@@ -167,8 +168,9 @@ template <WsDtype D>
 void GradRowScalar(const typename Storage<D>::T* y, const typename Storage<D>::T* dy,
                    typename Storage<D>::T* dx, int64_t n) {
   using S = Storage<D>;
-  float dot = 0.0f;
-  for (int64_t i = 0; i < n; ++i) dot += S::Load(y[i]) * S::Load(dy[i]);
+  double acc = 0.0;
+  for (int64_t i = 0; i < n; ++i) acc += S::Load(y[i]) * S::Load(dy[i]);
+  const float dot = static_cast<float>(acc);
   for (int64_t i = 0; i < n; ++i) dx[i] = S::Store(S::Load(y[i]) * (S::Load(dy[i]) - dot));
 }
 
@@ -259,13 +261,6 @@ TFLAB_AVX2 inline float HMax(__m256 v) {
   m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
   return _mm_cvtss_f32(m);
 }
-TFLAB_AVX2 inline float HSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
-}
-
 // Max of n elements and whether any is NaN (max_ps drops NaNs, so they are
 // tracked separately).
 template <WsDtype D>
@@ -298,51 +293,66 @@ TFLAB_AVX2 float RowMax(const typename Vec<D>::T* x, int64_t n, bool* has_nan) {
   return HMax(_mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
 }
 
-// Writes e = exp(x - m) to out (float32) and returns sum(e).
-template <WsDtype D>
-TFLAB_AVX2 float ExpStoreSum(const typename Vec<D>::T* x, float* out, int64_t n, float m) {
+// Sums are blocked: 16 float32 lanes each add at most kSumBlock / 16
+// terms, then the block total is added in double. A plain float32 running
+// sum over a 50257-element row drifts by ~1e-5 relative; blocked, the row
+// sum is as accurate as a short sum (README.md, "Error bounds").
+constexpr int64_t kSumBlock = 512;
+
+TFLAB_AVX2 inline double HSumD(__m256 v) {
+  const __m256d d = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)),
+                                  _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+  __m128d h = _mm_add_pd(_mm256_castpd256_pd128(d), _mm256_extractf128_pd(d, 1));
+  h = _mm_add_sd(h, _mm_unpackhi_pd(h, h));
+  return _mm_cvtsd_f64(h);
+}
+
+// Writes e = exp(x - m) to out (float32) if kStore, and returns sum(e).
+template <WsDtype D, bool kStore>
+TFLAB_AVX2 float ExpSumImpl(const typename Vec<D>::T* x, float* out, int64_t n, float m) {
   const __m256 mv = _mm256_set1_ps(m);
-  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  double total = 0.0;
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m256 a = Exp8(_mm256_sub_ps(Vec<D>::Load(x + i), mv));
-    const __m256 b = Exp8(_mm256_sub_ps(Vec<D>::Load(x + i + 8), mv));
-    _mm256_storeu_ps(out + i, a);
-    _mm256_storeu_ps(out + i + 8, b);
-    s0 = _mm256_add_ps(s0, a);
-    s1 = _mm256_add_ps(s1, b);
+  while (i + 16 <= n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    const int64_t stop = i + kSumBlock < n ? i + kSumBlock : n;
+    for (; i + 16 <= stop; i += 16) {
+      const __m256 a = Exp8(_mm256_sub_ps(Vec<D>::Load(x + i), mv));
+      const __m256 b = Exp8(_mm256_sub_ps(Vec<D>::Load(x + i + 8), mv));
+      if (kStore) {
+        _mm256_storeu_ps(out + i, a);
+        _mm256_storeu_ps(out + i + 8, b);
+      }
+      s0 = _mm256_add_ps(s0, a);
+      s1 = _mm256_add_ps(s1, b);
+    }
+    total += HSumD(_mm256_add_ps(s0, s1));
   }
+  __m256 s0 = _mm256_setzero_ps();
   for (; i + 8 <= n; i += 8) {
     const __m256 a = Exp8(_mm256_sub_ps(Vec<D>::Load(x + i), mv));
-    _mm256_storeu_ps(out + i, a);
+    if (kStore) _mm256_storeu_ps(out + i, a);
     s0 = _mm256_add_ps(s0, a);
   }
   if (i < n) {
+    // exp(-inf - m) is 0 for the padding whenever m is finite.
     const __m256 a = Exp8(_mm256_sub_ps(
         LoadTail<D>(x + i, n - i, -std::numeric_limits<float>::infinity()), mv));
-    // exp(-inf - m) is 0 for the padding whenever m is finite.
-    StoreTail<WsDtype::kFloat32>(out + i, n - i, a);
+    if (kStore) StoreTail<WsDtype::kFloat32>(out + i, n - i, a);
     s0 = _mm256_add_ps(s0, a);
   }
-  return HSum(_mm256_add_ps(s0, s1));
+  return static_cast<float>(total + HSumD(s0));
+}
+
+template <WsDtype D>
+TFLAB_AVX2 float ExpStoreSum(const typename Vec<D>::T* x, float* out, int64_t n, float m) {
+  return ExpSumImpl<D, true>(x, out, n, m);
 }
 
 // Sum of exp(x - m) without storing (online pass over one chunk).
 template <WsDtype D>
 TFLAB_AVX2 float ExpSum(const typename Vec<D>::T* x, int64_t n, float m) {
-  const __m256 mv = _mm256_set1_ps(m);
-  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    s0 = _mm256_add_ps(s0, Exp8(_mm256_sub_ps(Vec<D>::Load(x + i), mv)));
-    s1 = _mm256_add_ps(s1, Exp8(_mm256_sub_ps(Vec<D>::Load(x + i + 8), mv)));
-  }
-  for (; i + 8 <= n; i += 8) s0 = _mm256_add_ps(s0, Exp8(_mm256_sub_ps(Vec<D>::Load(x + i), mv)));
-  if (i < n) {
-    s0 = _mm256_add_ps(s0, Exp8(_mm256_sub_ps(
-                               LoadTail<D>(x + i, n - i, -std::numeric_limits<float>::infinity()), mv)));
-  }
-  return HSum(_mm256_add_ps(s0, s1));
+  return ExpSumImpl<D, false>(x, nullptr, n, m);
 }
 
 // y = e * inv, e float32 (may alias y when D is float32).
@@ -385,7 +395,8 @@ TFLAB_AVX2 void SoftmaxRowAvx2(const typename Vec<D>::T* x, typename Vec<D>::T* 
   }
   // Online pass: running max m and sum s of exp(x - m), rescaled when a
   // chunk raises the max.
-  float m = -std::numeric_limits<float>::infinity(), s = 0.0f;
+  float m = -std::numeric_limits<float>::infinity();
+  double s = 0.0;
   bool any_nan = false;
   for (int64_t c = 0; c < n; c += kChunk) {
     const int64_t len = n - c < kChunk ? n - c : kChunk;
@@ -406,21 +417,27 @@ TFLAB_AVX2 void SoftmaxRowAvx2(const typename Vec<D>::T* x, typename Vec<D>::T* 
     for (int64_t i = 0; i < n; ++i) y[i] = Storage<D>::Store(kNaN);
     return;
   }
-  ExpScaleStore<D>(x, y, n, m, 1.0f / s);
+  ExpScaleStore<D>(x, y, n, m, static_cast<float>(1.0 / s));
 }
 
 template <WsDtype D>
 TFLAB_AVX2 void GradRowAvx2(const typename Vec<D>::T* y, const typename Vec<D>::T* dy,
                             typename Vec<D>::T* dx, int64_t n) {
-  __m256 d0 = _mm256_setzero_ps(), d1 = _mm256_setzero_ps();
+  double total = 0.0;
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    d0 = _mm256_fmadd_ps(Vec<D>::Load(y + i), Vec<D>::Load(dy + i), d0);
-    d1 = _mm256_fmadd_ps(Vec<D>::Load(y + i + 8), Vec<D>::Load(dy + i + 8), d1);
+  while (i + 16 <= n) {
+    __m256 d0 = _mm256_setzero_ps(), d1 = _mm256_setzero_ps();
+    const int64_t stop = i + kSumBlock < n ? i + kSumBlock : n;
+    for (; i + 16 <= stop; i += 16) {
+      d0 = _mm256_fmadd_ps(Vec<D>::Load(y + i), Vec<D>::Load(dy + i), d0);
+      d1 = _mm256_fmadd_ps(Vec<D>::Load(y + i + 8), Vec<D>::Load(dy + i + 8), d1);
+    }
+    total += HSumD(_mm256_add_ps(d0, d1));
   }
+  __m256 d0 = _mm256_setzero_ps();
   for (; i + 8 <= n; i += 8) d0 = _mm256_fmadd_ps(Vec<D>::Load(y + i), Vec<D>::Load(dy + i), d0);
   if (i < n) d0 = _mm256_fmadd_ps(LoadTail<D>(y + i, n - i, 0.f), LoadTail<D>(dy + i, n - i, 0.f), d0);
-  const __m256 dot = _mm256_set1_ps(HSum(_mm256_add_ps(d0, d1)));
+  const __m256 dot = _mm256_set1_ps(static_cast<float>(total + HSumD(d0)));
   for (i = 0; i + 8 <= n; i += 8) {
     const __m256 yv = Vec<D>::Load(y + i);
     Vec<D>::Store(dx + i, _mm256_mul_ps(yv, _mm256_sub_ps(Vec<D>::Load(dy + i), dot)));

@@ -1,0 +1,311 @@
+"""Custom op WarpSoftmax: cases S1–S5 (shared/cases/softmax.md), bad input, fuzzing, bounds.
+
+Every comparison is against `tf.nn.softmax` on the pinned TF, under the
+bounds of `custom_ops.opcheck.TOLERANCES` (README.md, "Error bounds", says
+why each holds). The first test to need the op builds it (cached under
+custom_ops/_build/).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from custom_ops.opcheck import TOLERANCES, compare
+
+INF, NAN = float("inf"), float("nan")
+
+
+@pytest.fixture(scope="module")
+def ws():
+    """The wrapper, with the library built and loaded once for this module."""
+    from custom_ops import load_library, warp_softmax
+
+    load_library()
+    return warp_softmax
+
+
+def assert_matches(ours, ref, dtype=tf.float32):
+    ok, max_abs, max_rel, detail = compare(np.asarray(ours), np.asarray(ref), dtype)
+    assert ok, detail
+    return max_abs, max_rel
+
+
+def truth(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Softmax in float64 of the (float32-representable) input: the exact answer."""
+    x = x.astype(np.float64)
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """ULP distance between non-negative float32 arrays (softmax outputs)."""
+    ai = np.asarray(a, np.float32).view(np.int32).astype(np.int64)
+    bi = np.asarray(b, np.float32).view(np.int32).astype(np.int64)
+    return np.abs(ai - bi)
+
+
+# ---------------------------------------------------------------- S1 shapes
+
+S1_SHAPES = [(1, 1), (3, 1), (2, 31), (2, 32), (2, 33), (5, 1024), (5, 1025), (3, 4097),
+             (2, 50257), (7, 3, 129), (0, 16), (4, 0)]
+
+
+@pytest.mark.parametrize("shape", S1_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_s1_shapes_match_tf_softmax(ws, shape):
+    x = tf.random.stateless_normal(shape, seed=[1, len(shape) + sum(shape)]) * 3.0
+    y = ws(x)
+    assert y.shape == x.shape and y.dtype == tf.float32
+    assert_matches(y, tf.nn.softmax(x))
+    if x.shape.num_elements() and shape[-1]:
+        # Rows sum to 1 up to float32 summation error (n * 2^-24 worst case).
+        sums = tf.reduce_sum(tf.cast(y, tf.float64), axis=-1).numpy()
+        assert np.max(np.abs(sums - 1.0)) <= shape[-1] * 2.0 ** -24 + 1e-7
+
+
+def test_rows_longer_than_the_in_cache_limit_use_the_online_path(ws):
+    # 70000 > kInCacheCols (65536): the online (max, sum) pass of the CPU kernel.
+    x = tf.random.stateless_normal([2, 70000], seed=[3, 4]) * 5.0
+    assert_matches(ws(x), tf.nn.softmax(x))
+
+
+# --------------------------------------------------------- S2 special values
+
+def _row(n: int, values: dict[int, float]) -> np.ndarray:
+    r = np.linspace(-2.0, 2.0, n, dtype=np.float32)
+    for i, v in values.items():
+        r[i] = v
+    return r[None, :]
+
+
+# Row lengths: 7 (a vector tail only), 1000 (body + tail), 70000 (online path).
+LENGTHS = [7, 1000, 70000]
+SPECIALS = {
+    "one_+inf": lambda n: _row(n, {n // 2: INF}),
+    "all_-inf": lambda n: np.full((1, n), -INF, np.float32),
+    "one_nan": lambda n: _row(n, {n - 1: NAN}),
+    "one_-inf": lambda n: _row(n, {0: -INF}),
+    "pm_1e30": lambda n: np.where(np.arange(n) % 2 == 0, 1e30, -1e30).astype(np.float32)[None, :],
+    "leading_-inf_then_finite": lambda n: np.concatenate(
+        [np.full((1, n - 3), -INF, np.float32), np.array([[1.0, 2.0, 3.0]], np.float32)], axis=1),
+}
+
+
+@pytest.mark.parametrize("n", LENGTHS, ids=lambda n: f"n{n}")
+@pytest.mark.parametrize("case", list(SPECIALS), ids=str)
+def test_s2_special_values_match_reference(ws, case, n):
+    x = tf.constant(SPECIALS[case](n))
+    ref = tf.nn.softmax(x).numpy()
+    ours = ws(x).numpy()
+    assert_matches(ours, ref)  # includes: NaN exactly where the reference has NaN
+    # The behaviour the case file names, checked on the reference itself too.
+    if case in ("one_+inf", "all_-inf", "one_nan"):
+        assert np.isnan(ref).all() and np.isnan(ours).all()
+    else:
+        assert np.isfinite(ours).all()
+        assert abs(float(ours.sum()) - 1.0) < 1e-4
+
+
+def test_s2_all_equal_row_is_uniform(ws):
+    for n in (1, 33, 4097):
+        y = ws(tf.fill([2, n], 7.5)).numpy()
+        np.testing.assert_array_equal(y, np.full((2, n), np.float32(1.0) / np.float32(n)))
+
+
+# -------------------------------------------------------------- S3 dtypes
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16], ids=lambda d: d.name)
+@pytest.mark.parametrize("cols", [37, 1024, 5000], ids=lambda n: f"n{n}")
+def test_s3_16bit_dtypes_are_computed_in_float32(ws, dtype, cols):
+    x = tf.cast(tf.random.stateless_normal([16, cols], seed=[5, cols]) * 4.0, dtype)
+    y = ws(x)
+    assert y.dtype == dtype
+    x32 = tf.cast(x, tf.float32)
+    assert_matches(tf.cast(y, tf.float32), tf.nn.softmax(x32), dtype)
+    # Rounded once from float32: closer to the exact softmax than tf.nn.softmax
+    # run in 16 bits (which keeps 16-bit intermediates).
+    exact = truth(x32.numpy())
+    ours_err = np.max(np.abs(tf.cast(y, tf.float64).numpy() - exact))
+    tf16_err = np.max(np.abs(tf.cast(tf.nn.softmax(x), tf.float64).numpy() - exact))
+    assert ours_err <= tf16_err
+
+
+def test_s3_int32_raises_invalid_argument_naming_allowed_dtypes(ws):
+    with pytest.raises(tf.errors.InvalidArgumentError, match="float16, bfloat16, float32"):
+        ws(tf.constant([[1, 2, 3]]))
+
+
+def test_s3_raw_op_rejects_int32_naming_allowed_dtypes(ws):
+    from custom_ops import load_library
+
+    # Eager: the attr check of the op schema (InvalidArgumentError);
+    # in a graph: the generated wrapper's TypeError. Both list the dtypes.
+    with pytest.raises(tf.errors.InvalidArgumentError, match="half, bfloat16, float"):
+        load_library().warp_softmax(tf.constant([[1, 2, 3]]))
+    f = tf.function(lambda t: load_library().warp_softmax(t))
+    with pytest.raises(TypeError, match="float16, bfloat16, float32"):
+        f.get_concrete_function(tf.TensorSpec([2, 3], tf.int32))
+
+
+# ------------------------------------------------------------ S4 gradient
+
+def test_s4_gradient_matches_finite_differences(ws):
+    x = tf.random.stateless_normal([4, 37], seed=[6, 7])
+    theoretical, numerical = tf.test.compute_gradient(ws, [x], delta=1e-3)
+    err = np.max(np.abs(theoretical[0] - numerical[0]))
+    assert err <= 1e-3, err  # float32 central differences: ~delta^2 + eps/delta
+
+
+def test_s4_gradient_matches_tf_softmax_gradient(ws):
+    x = tf.random.stateless_normal([4, 37], seed=[8, 9])
+    w = tf.random.stateless_normal([4, 37], seed=[10, 11])
+    grads = []
+    for fn in (ws, tf.nn.softmax):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(fn(x) * w)
+        grads.append(tape.gradient(loss, x).numpy())
+    assert np.max(np.abs(grads[0] - grads[1])) <= 1e-6
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (2, 1500), (2, 70000)], ids=lambda s: f"n{s[1]}")
+def test_gradient_kernel_matches_formula_for_every_path(ws, shape):
+    from custom_ops import load_library
+
+    y = tf.nn.softmax(tf.random.stateless_normal(shape, seed=[1, 1]))
+    dy = tf.random.stateless_normal(shape, seed=[2, 2])
+    got = load_library().warp_softmax_grad(y, dy).numpy()
+    y64, dy64 = y.numpy().astype(np.float64), dy.numpy().astype(np.float64)
+    want = y64 * (dy64 - np.sum(dy64 * y64, axis=-1, keepdims=True))
+    # The dot product's rounding (n terms) times y, plus one rounding of the product.
+    assert np.max(np.abs(got - want)) <= 1e-6
+
+
+def test_second_order_gradient_matches_tf_softmax(ws):
+    x = tf.random.stateless_normal([3, 11], seed=[12, 13])
+    hess = []
+    for fn in (ws, tf.nn.softmax):
+        with tf.GradientTape() as outer:
+            outer.watch(x)
+            with tf.GradientTape() as inner:
+                inner.watch(x)
+                loss = tf.reduce_sum(fn(x) * tf.range(11.0))
+            g = inner.gradient(loss, x)
+            gsum = tf.reduce_sum(g * g)
+        hess.append(outer.gradient(gsum, x).numpy())
+    assert np.max(np.abs(hess[0] - hess[1])) <= 1e-5
+
+
+# ------------------------------------------------------------- S5 axes
+
+def test_s5_axis0_matches_tf_softmax(ws):
+    x = tf.random.stateless_normal([5, 7], seed=[14, 15])
+    assert_matches(ws(x, axis=0), tf.nn.softmax(x, axis=0))
+
+
+@pytest.mark.parametrize("axis", [0, 1, -2, 2, -1], ids=lambda a: f"axis{a}")
+def test_any_axis_of_rank3_matches_tf_softmax(ws, axis):
+    x = tf.random.stateless_normal([3, 4, 5], seed=[16, 17])
+    assert_matches(ws(x, axis=axis), tf.nn.softmax(x, axis=axis))
+
+
+def test_axis_with_unknown_rank_inside_tf_function(ws):
+    f = tf.function(lambda t: ws(t, axis=1), input_signature=[tf.TensorSpec(None, tf.float32)])
+    x = tf.random.stateless_normal([2, 3, 4], seed=[18, 19])
+    assert_matches(f(x), tf.nn.softmax(x, axis=1))
+
+
+# ------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize("call,match", [
+    (lambda ws: ws(tf.constant(1.0)), "rank >= 1"),
+    (lambda ws: ws(tf.zeros([2, 3]), axis=2), r"axis 2 is out of range .* \[-2, 2\)"),
+    (lambda ws: ws(tf.zeros([2, 3]), axis=-3), r"axis -3 is out of range"),
+], ids=["rank0", "axis2", "axis-3"])
+def test_bad_input_raises_invalid_argument(ws, call, match):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=match):
+        call(ws)
+
+
+def test_raw_op_rank0_is_rejected_by_the_kernel_not_a_crash(ws):
+    from custom_ops import load_library
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match="rank >= 1"):
+        load_library().warp_softmax(tf.constant(1.0))
+
+
+def test_raw_op_rank0_is_rejected_by_the_shape_function_in_a_graph(ws):
+    from custom_ops import load_library
+
+    f = tf.function(lambda t: load_library().warp_softmax(t))
+    with pytest.raises(ValueError, match="at least rank 1"):
+        f.get_concrete_function(tf.TensorSpec([], tf.float32))
+
+
+def test_grad_op_rejects_mismatched_shapes(ws):
+    from custom_ops import load_library
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match="same shape"):
+        load_library().warp_softmax_grad(tf.zeros([2, 3]), tf.zeros([2, 4]))
+
+
+# ----------------------------------------------------------------- fuzzing
+
+_special = st.sampled_from([INF, -INF, NAN, 1e30, -1e30, 3e38, -3e38, 1e-38, -1e-38, 0.0, 88.0, -104.0])
+_normal = st.floats(-50.0, 50.0, width=32)
+
+
+@st.composite
+def _logits(draw):
+    rank = draw(st.integers(1, 3))
+    lead = [draw(st.integers(0, 4)) for _ in range(rank - 1)]
+    cols = draw(st.one_of(st.integers(0, 70), st.sampled_from([127, 1024, 1025, 2100])))
+    shape = lead + [cols]
+    n = int(np.prod(shape))
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 31)))
+    scale = draw(st.sampled_from([1e-30, 1.0, 10.0, 1e4]))
+    x = (rng.standard_normal(n) * scale).astype(np.float32)
+    # Sprinkle a few special values (or none).
+    for _ in range(draw(st.integers(0, 3))):
+        if n:
+            x[draw(st.integers(0, n - 1))] = draw(st.one_of(_special, _normal))
+    return x.reshape(shape)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(x=_logits())
+def test_fuzz_matches_tf_softmax(ws, x):
+    assert_matches(ws(tf.constant(x)), tf.nn.softmax(tf.constant(x)))
+
+
+# --------------------------------------------------------- measured bounds
+
+def test_measured_float32_bounds_vs_tf_softmax_and_exact(ws, capsys):
+    """The numbers in README.md "Error bounds", measured on this TF build.
+
+    Against tf.nn.softmax: both subtract the same float32 max (identical
+    rounding), so the difference is each exp's error plus the row sum's order,
+    < 2^-18 relative. Against the exact softmax (float64): the rounding of
+    x - max (|x - max| * 2^-24 absolute in the exponent) dominates, and
+    tf.nn.softmax has it too: ours is within 2x of tf.nn.softmax's own error.
+    """
+    rows = []
+    for cols in (7, 128, 1024, 5000, 50257):
+        x = tf.random.stateless_normal([64, cols], seed=[20, cols]) * 4.0
+        ours, ref = ws(x).numpy(), tf.nn.softmax(x).numpy()
+        exact = truth(x.numpy())
+        normal = exact >= np.finfo(np.float32).tiny
+        rel_ref = float(np.max(np.abs(ours - ref)[normal] / exact[normal]))
+        ulp_ref = int(np.max(ulp_distance(ours, ref)[normal]))
+        rel_exact_ours = float(np.max(np.abs(ours - exact)[normal] / exact[normal]))
+        rel_exact_tf = float(np.max(np.abs(ref - exact)[normal] / exact[normal]))
+        rows.append((cols, rel_ref, ulp_ref, rel_exact_ours, rel_exact_tf))
+        assert rel_ref <= TOLERANCES[tf.float32][0]
+        assert rel_exact_ours <= 2 * rel_exact_tf + 2.0 ** -23
+    with capsys.disabled():
+        print("\n  cols  rel(ours,tf)  ULP(ours,tf)  rel(ours,exact)  rel(tf,exact)")
+        for r in rows:
+            print(f"  {r[0]:>5}  {r[1]:.3g}  {r[2]:>5}  {r[3]:.3g}  {r[4]:.3g}")
