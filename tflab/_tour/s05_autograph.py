@@ -1,0 +1,66 @@
+"""Tour step 5: what AutoGraph makes of a training step's Python control flow."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+
+def make_clipped_step(model, classifier: bool):
+    """A training step with data-dependent control flow, for `autograph_diff` to read.
+
+    Gradients are rescaled only when their global norm exceeds ``threshold`` (a
+    tensor condition: an If op), the learning rate decays over ``warmup`` steps
+    (a ``tf.range`` loop: a While op), and the SGD update walks the Python list
+    of variables (unrolled once per variable).
+    """
+    xent = keras.losses.SparseCategoricalCrossentropy()
+
+    def clipped_step(x, y, threshold, warmup):
+        with tf.GradientTape() as tape:
+            out = model(x, training=False)
+            loss = xent(y, out) if classifier else tf.reduce_mean(tf.square(out))
+        variables = model.trainable_variables
+        grads = tape.gradient(loss, variables)
+        norm = tf.linalg.global_norm(grads)
+        if norm > threshold:
+            grads = [g * (threshold / norm) for g in grads]
+        lr = tf.constant(0.1)
+        for _ in tf.range(warmup):
+            lr = lr * 0.5
+        for v, g in zip(variables, grads):
+            v.assign_sub(lr * g)
+        return loss, norm
+
+    return clipped_step
+
+
+def run(ctx) -> None:
+    from tflab.autograph import autograph_diff
+    from tflab.tour import model_input_spec
+
+    spec = ctx.shared.get("input_spec") or model_input_spec(ctx.model)
+    outputs = getattr(ctx.model, "outputs", None) or []
+    classifier = len(outputs) == 1 and len(outputs[0].shape) == 2
+    step = make_clipped_step(ctx.model, classifier)
+    # Traced only (get_concrete_function), never run: the weights stay untouched.
+    d = autograph_diff(step, spec, tf.TensorSpec([None], tf.int32, name="y"),
+                       tf.TensorSpec([], tf.float32, name="threshold"),
+                       tf.TensorSpec([], tf.int32, name="warmup"))
+    for s in d.statements:
+        what = (f"{s.op_type} {s.op!r}" if s.outcome == "graph"
+                else f"Python, unrolled ×{s.unrolled}" if s.unrolled is not None else "Python")
+        ctx.line(f"line {s.lineno:<4d} {s.source:<36s} → {what}")
+    rewritten = [ln for ln in d.unified_diff.splitlines()
+                 if ln.startswith("+") and ("ag__.if_stmt(" in ln or "ag__.for_stmt(" in ln)]
+    for ln in rewritten[:2]:
+        ctx.line(ln if len(ln) <= 100 else ln[:99] + "…")
+    ctx.line(f"diff: {len(d.unified_diff.splitlines())} lines (tflab autograph FILE.py:FUNC prints it)")
+    ctx.report["autograph"] = {
+        "function": d.function,
+        "statements": [{"lineno": s.lineno, "kind": s.kind, "outcome": s.outcome, "op": s.op,
+                        "op_type": s.op_type, "unrolled": s.unrolled, "source": s.source}
+                       for s in d.statements],
+        "diff_lines": len(d.unified_diff.splitlines()),
+        "warnings": list(d.warnings),
+    }

@@ -1,0 +1,75 @@
+"""Tour step 6: the model eagerly, as a graph and under XLA: ULP distances and speed."""
+
+from __future__ import annotations
+
+BATCH = 2
+
+
+def run(ctx) -> None:
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from tflab.modes import compare_modes
+    from tflab.tour import example_batch, model_input_spec
+
+    model = ctx.model
+    spec = ctx.shared.get("input_spec") or model_input_spec(model)
+    x = example_batch(spec, BATCH, seed=6)
+
+    def forward(images):
+        return model(images, training=False)
+
+    ctx.progress(f"step 6: forward pass, batch {BATCH}, eager / graph / XLA")
+    fwd = compare_modes(forward, x, gradients=False, repeats=2, hlo=("optimized_hlo",))
+    for name in ("graph", "xla"):
+        r = fwd.modes[name]
+        ctx.line(f"forward {name:5s}: " + (f"error: {r.error}" if r.error else
+                 f"max {r.max_ulp.outputs} ULP, max |diff| {r.max_abs_diff.outputs:.2g} vs eager; "
+                 f"first call {r.first_call_seconds:.1f} s"))
+    ratios = {"graph_vs_eager": fwd.speed_ratio("eager", "graph"),
+              "xla_vs_graph": fwd.speed_ratio("graph", "xla")}
+    ctx.line("per call: " + ", ".join(
+        f"{k.replace('_vs_', ' vs ')} {v:.2f}×" for k, v in ratios.items() if v is not None)
+        + f" (eager {fwd.modes['eager'].median_seconds * 1e3:.0f} ms)")
+    if fwd.fusion_count is not None:
+        ctx.line(f"XLA optimized HLO: {fwd.fusion_count} fusions "
+                 f"({', '.join(f'{k} {v}' for k, v in sorted(fwd.fusion_kinds.items()))})")
+
+    # Gradients of the loss, eager vs graph. XLA is left out here: compiling the
+    # backward pass of MobileNetV3Small costs far more than this section's budget
+    # on 2 cores (benchmarks/bench_modes.py measures that compile).
+    outputs = getattr(model, "outputs", None) or []
+    classifier = len(outputs) == 1 and len(outputs[0].shape) == 2
+    labels = tf.constant(np.arange(BATCH) % max(int(outputs[0].shape[-1]) if classifier else 1, 1))
+    xent = keras.losses.SparseCategoricalCrossentropy()
+
+    def loss(images):
+        out = model(images, training=False)
+        return xent(labels, out) if classifier else tf.reduce_mean(tf.square(out))
+
+    ctx.progress("step 6: loss gradients, eager / graph, Grappler on and off")
+    grad = compare_modes(loss, x, modes=("eager", "graph"), repeats=1, hlo=False)
+    g = grad.modes["graph"]
+    ctx.line(f"gradients ({len(grad.gradient_names)} sources) graph vs eager: "
+             + (f"error: {g.error}" if g.error else
+                f"max {g.max_ulp.gradients} ULP, max |diff| {g.max_abs_diff.gradients:.2g}; "
+                f"{grad.speed_ratio('eager', 'graph'):.2f}× per call"))
+    plain = None
+    if g.error is None and g.max_ulp.gradients:
+        # Is the difference Grappler's? Same graph, meta optimizer off.
+        plain = compare_modes(loss, x, modes=("eager", "graph"), repeats=1, hlo=False,
+                              grappler=False).modes["graph"]
+        if plain.error is None:
+            ctx.line(f"  with Grappler off: max {plain.max_ulp.gradients} ULP"
+                     + (" (its graph rewrites change the rounding)" if plain.max_ulp.gradients == 0 else ""))
+    for f in fwd.findings + grad.findings:
+        ctx.line(f"finding: {f}")
+    ctx.report["modes"] = {
+        "batch": BATCH,
+        "forward": fwd.to_dict(),
+        "gradients": grad.to_dict(),
+        "gradients_grappler_off_max_ulp": None if plain is None or plain.error else plain.max_ulp.gradients,
+        "speed": ratios,
+        "fusion_count": fwd.fusion_count,
+    }
