@@ -55,7 +55,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from tflab.errors import TflabError, UsageError
-from tflab.saved_model import (Examples, TensorInfo, check_examples, normalize_examples,
+from tflab.saved_model import (Examples, check_examples, load_saved_model, normalize_examples,
                                signature_inputs, ulp_distance)
 
 QUANTIZATIONS = ("none", "dynamic", "float16", "int8")
@@ -354,19 +354,6 @@ class _Sensitivity:
 
 
 _SENSITIVITY_CACHE: dict[str, _Sensitivity] = {}
-_LOADED: dict[tuple[str, int], Any] = {}
-
-
-def _load(saved_model_dir: str):
-    """`tf.saved_model.load`, once per folder and saved_model.pb version (variants share it)."""
-    import tensorflow as tf
-
-    pb = os.path.join(saved_model_dir, "saved_model.pb")
-    key = (os.path.realpath(saved_model_dir), os.stat(pb).st_mtime_ns if os.path.exists(pb) else 0)
-    if key not in _LOADED:
-        _LOADED.clear()  # keep one: a loaded model holds its variables in memory
-        _LOADED[key] = tf.saved_model.load(saved_model_dir)
-    return _LOADED[key]
 
 
 def _cache_key(saved_model_dir: str, batches) -> str:
@@ -604,7 +591,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
                      f"tensors of at least {MIN_WEIGHT_ELEMENTS} elements, so all {float_w[0]} weight "
                      f"tensors ({float_w[1]} elements) stayed float32 and this variant is the float model"
                      + (f" (size ratio {size_ratio:.2f})" if size_ratio else ""))
-    loaded = _load(saved_model_dir)
+    loaded = load_saved_model(saved_model_dir)
     try:
         # The signature runner resizes inputs to each example's shape and
         # allocates on call, so a None batch dim needs no allocate_tensors here.

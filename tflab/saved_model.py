@@ -145,6 +145,30 @@ class SavedModelCheck:
 
 # ------------------------------------------------------------------ shared helpers
 
+_LOADED: dict[tuple[str, int], Any] = {}
+
+
+def _load_key(path: str) -> tuple[str, int]:
+    pb = os.path.join(path, "saved_model.pb")
+    return os.path.realpath(path), (os.stat(pb).st_mtime_ns if os.path.exists(pb) else 0)
+
+
+def remember_loaded(path: str | os.PathLike, loaded: Any) -> None:
+    """Keeps the last loaded SavedModel, so the TFLite checks that follow need not load it again."""
+    _LOADED.clear()  # one at a time: a loaded model holds its variables in memory
+    _LOADED[_load_key(os.fspath(path))] = loaded
+
+
+def load_saved_model(path: str | os.PathLike) -> Any:
+    """`tf.saved_model.load`, reusing the last load of the same folder and saved_model.pb version."""
+    import tensorflow as tf
+
+    path = os.fspath(path)
+    key = _load_key(path)
+    if key not in _LOADED:
+        remember_loaded(path, tf.saved_model.load(path))
+    return _LOADED[key]
+
 
 def tensor_info(name: str, spec) -> TensorInfo:
     """`TensorInfo` of a `tf.TensorSpec`."""
@@ -588,6 +612,7 @@ def _save_and_check(obj, path: str, batches: list[dict[str, np.ndarray]], signat
                          f"or a tf-keras model")
 
     loaded = tf.saved_model.load(path)
+    remember_loaded(path, loaded)
     checks = {}
     for key, ref in refs.items():
         fn = loaded.signatures[key]

@@ -1,0 +1,88 @@
+"""Export benchmark on the tour model (MobileNetV3Small, 96×96×3, 10 classes, random weights).
+
+Prints, from one run on this machine:
+
+* TFLite conversion seconds per variant, and each as a ratio to the float conversion;
+* latency per call (batch 1) of each LiteRT variant vs TF's ``tf.function``
+  (the in-process Keras serving function), as a ratio LiteRT / TF.
+
+Timings are medians over repeated calls after warm-up. The variants run side
+by side in the same process, so the ratios compare like with like even on a
+busy machine; the absolute seconds do not travel.
+
+Usage: ``python benchmarks/bench_export.py [--calls N]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _median_seconds(fn, calls: int) -> float:
+    fn()  # warm-up: first call allocates / traces
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=50, help="timed calls per runtime (default: %(default)s)")
+    args = parser.parse_args()
+
+    import numpy as np
+    import tensorflow as tf
+    from ai_edge_litert.interpreter import Interpreter
+
+    from tflab.litert import QUANTIZATIONS, convert
+    from tflab.tour import build_default_model
+
+    model = build_default_model()
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 255, (1, 96, 96, 3)).astype(np.float32)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "sm")
+        t0 = time.perf_counter()
+        model.export(path, verbose=False)
+        export_s = time.perf_counter() - t0
+        name = next(iter(tf.saved_model.load(path).signatures["serving_default"].structured_input_signature[1]))
+        examples = [{name: rng.uniform(0, 255, (1, 96, 96, 3)).astype(np.float32)} for _ in range(4)]
+        models, conv_s = {}, {}
+        for q in QUANTIZATIONS:
+            t0 = time.perf_counter()
+            models[q] = convert(path, q, examples)
+            conv_s[q] = time.perf_counter() - t0
+
+    serve = tf.function(lambda t: model(t, training=False))
+    xt = tf.constant(x)
+    tf_s = _median_seconds(lambda: serve(xt).numpy(), args.calls)
+    lite_s = {}
+    for q, flat in models.items():
+        runner = Interpreter(model_content=flat).get_signature_runner("serving_default")
+        detail = runner.get_input_details()[name]
+        feed = x
+        if np.dtype(detail["dtype"]) == np.int8:
+            scale, zp = detail["quantization"]
+            feed = np.clip(np.round(x / scale + zp), -128, 127).astype(np.int8)
+        lite_s[q] = _median_seconds(lambda r=runner, f=feed: r(**{name: f}), args.calls)
+
+    print(f"tour model export (model.export): {export_s:.2f} s")
+    print(f"{'variant':<8} {'convert s':>9} {'÷ float':>8} {'bytes':>9} {'LiteRT ms':>9} {'TF ms':>7} "
+          f"{'LiteRT/TF':>9}")
+    for q in QUANTIZATIONS:
+        print(f"{q:<8} {conv_s[q]:>9.2f} {conv_s[q] / conv_s['none']:>8.2f} {len(models[q]):>9} "
+              f"{lite_s[q] * 1e3:>9.2f} {tf_s * 1e3:>7.2f} {lite_s[q] / tf_s:>9.2f}")
+    print(f"(median of {args.calls} calls, batch 1, after one warm-up call; {os.cpu_count()} CPUs visible)")
+
+
+if __name__ == "__main__":
+    main()
