@@ -21,11 +21,16 @@ _lib: ModuleType | None = None
 _build_result = None
 
 
-def load_library() -> ModuleType:
+def load_library(result=None) -> ModuleType:
     """Builds the op if needed (cached) and loads it into this process.
 
     Load it before `tf.saved_model.load` of a SavedModel that uses the op:
     the loader needs WarpSoftmax registered to rebuild the graph.
+
+    Args:
+        result: a `custom_ops.build.BuildResult` to load instead of the
+            default build (e.g. a CPU-only one); ignored once a library is loaded
+            (TF cannot register the same op twice).
 
     Returns:
         The module from `tf.load_op_library`, with ``warp_softmax(logits)``
@@ -39,7 +44,7 @@ def load_library() -> ModuleType:
         if _lib is None:
             from custom_ops.build import build
 
-            _build_result = build()
+            _build_result = result or build()
             _lib = tf.load_op_library(_build_result.so_path)
         return _lib
 
