@@ -333,3 +333,35 @@ def test_cli_bad_args_exit_2(run_cli, argv, message):
     code, out, err = run_cli("compare", f"{FNS}:dense_tanh", *argv)
     assert code == 2 and out == ""
     assert err.startswith("tflab compare: error: " + message) and err.count("\n") == 1
+
+
+# ---------------------------------------------------------------- tour
+
+
+def test_tour_steps_5_and_6_on_a_small_user_model(tmp_path):
+    import keras
+
+    from tflab.tour import run_tour
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((16, 16, 3))
+    h = keras.layers.Conv2D(4, 3, activation="relu")(inputs)
+    h = keras.layers.GlobalAveragePooling2D()(h)
+    outputs = keras.layers.Dense(5, activation="softmax")(h)
+    path = tmp_path / "small.keras"
+    keras.Model(inputs, outputs).save(path)
+
+    report = run_tour(model_path=str(path), out_dir=str(tmp_path / "tour"), quiet=True,
+                      only=["s05_autograph", "s06_modes"])
+    # Step 5: the clipping `if` on a tensor norm is an If op, the tf.range loop a
+    # While op, and the SGD loop over 4 variables (2 kernels, 2 biases) unrolls 4×.
+    st = report["autograph"]["statements"]
+    assert [(s["kind"], s["op_type"], s["unrolled"]) for s in st] == [
+        ("if", "StatelessIf", None), ("for", "StatelessWhile", None), ("for", None, 4)]
+    # Step 6: the forward pass in graph mode is bit-identical to eager; XLA ran
+    # and fused (at least the conv's bias+relu epilogue).
+    fwd = report["modes"]["forward"]
+    assert fwd["modes"]["graph"]["max_ulp"]["outputs"] == 0
+    assert fwd["modes"]["xla"]["error"] is None and fwd["fusion_count"] >= 1
+    # Gradients cover the input and the 4 trainable variables.
+    assert len(report["modes"]["gradients"]["gradient_names"]) == 5
