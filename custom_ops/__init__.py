@@ -1,40 +1,34 @@
 """WarpSoftmax: a TensorFlow custom op with CPU and CUDA kernels (see README.md).
 
-Public names (imported lazily, since importing TensorFlow takes seconds):
+Public names:
 
 * `warp_softmax(logits, axis=-1, name=None)`: the op's wrapper (custom_ops/python/ops/warp_softmax_ops.py)
-* `opcheck(op, *args, **kwargs)` → `OpcheckReport`: TF's counterpart of torch.library.opcheck (custom_ops/opcheck.py)
-* `load_library()`: build if needed and load the ``.so`` (do this before loading a SavedModel that uses the op)
-* `build()` → `BuildResult` (custom_ops/build.py; also ``python -m custom_ops.build``)
+* `opcheck(op, *args, **kwargs)` → `OpcheckReport`, `OpcheckError`: TF's counterpart of
+  torch.library.opcheck (custom_ops/opcheck.py)
+* `load_library()`: build if needed and load the ``.so`` (do this before loading a SavedModel
+  that uses the op)
+* `BuildResult`, `BuildError` from ``custom_ops.build`` (``build()``; also ``python -m custom_ops.build``)
+
+`opcheck` and `warp_softmax` are imported eagerly (this imports TensorFlow): the
+function `opcheck` shares its name with the module ``custom_ops.opcheck``, and
+only an import here, after the submodule's, keeps ``from custom_ops import
+opcheck`` the function whatever was imported first.
 """
 
 from __future__ import annotations
 
-import importlib
+from custom_ops.opcheck import OpcheckError, OpcheckReport, opcheck
+from custom_ops.python.ops.warp_softmax_ops import load_library, warp_softmax
 
-_EXPORTS = {
-    "warp_softmax": "custom_ops.python.ops.warp_softmax_ops",
-    "load_library": "custom_ops.python.ops.warp_softmax_ops",
-    "opcheck": "custom_ops.opcheck",
-    "OpcheckReport": "custom_ops.opcheck",
-    "OpcheckError": "custom_ops.opcheck",
-    "build": "custom_ops.build",
-    "BuildResult": "custom_ops.build",
-    "BuildError": "custom_ops.build",
-}
-
-__all__ = sorted(_EXPORTS)
+__all__ = ["BuildError", "BuildResult", "OpcheckError", "OpcheckReport", "load_library", "opcheck",
+           "warp_softmax"]
 
 
 def __getattr__(name: str):
-    try:
-        module = _EXPORTS[name]
-    except KeyError:
-        raise AttributeError(f"module 'custom_ops' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    # The build module is imported only on demand, so that
+    # `python -m custom_ops.build` runs it once, as __main__.
+    if name in ("BuildError", "BuildResult"):
+        from custom_ops import build as _build
 
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+        return getattr(_build, name)
+    raise AttributeError(f"module 'custom_ops' has no attribute {name!r}")

@@ -1,0 +1,306 @@
+"""Custom op WarpSoftmax: the build (cache, CUDA compile-only check, missing tools), opcheck, CLI, GPU.
+
+The CUDA part is checked without a GPU: when nvcc exists the library must
+carry sm_80 and sm_90 machine code (read from its fatbinary) and register GPU
+kernels for every dtype. GPU-only tests skip cleanly without a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from custom_ops import build as build_mod
+from custom_ops.opcheck import TOLERANCES, compare
+
+HAS_NVCC = build_mod.find_nvcc()[0] is not None
+HAS_GPU = bool(tf.config.list_physical_devices("GPU"))
+gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU visible to TensorFlow")
+
+
+@pytest.fixture(scope="module")
+def built():
+    """The default build (CUDA when nvcc exists), loaded once."""
+    from custom_ops import load_library
+    from custom_ops.python.ops.warp_softmax_ops import build_result
+
+    load_library()
+    return build_result()
+
+
+# ------------------------------------------------------------------- build
+
+def test_second_build_is_a_cache_hit_with_the_same_library(built):
+    again = build_mod.build()
+    assert again.cached and again.so_path == built.so_path and again.key == built.key
+    assert Path(again.so_path).name == f"{build_mod.LIB_STEM}.{again.key}.so"
+
+
+def test_cache_key_changes_when_a_source_changes(tmp_path, monkeypatch):
+    cxx = build_mod.find_cxx()
+    key = build_mod.cache_key(cxx, None)
+    changed = tmp_path / "warp_softmax_cpu.cc"
+    changed.write_bytes(build_mod.SOURCES["cpu"].read_bytes() + b"\n// edit\n")
+    monkeypatch.setitem(build_mod.SOURCES, "cpu", changed)
+    assert build_mod.cache_key(cxx, None) != key
+
+
+def test_cache_key_changes_with_cuda(built):
+    cxx = build_mod.find_cxx()
+    nvcc = build_mod.find_nvcc()[0]
+    if nvcc is None:
+        pytest.skip("nvcc not installed")
+    assert build_mod.cache_key(cxx, nvcc) != build_mod.cache_key(cxx, None)
+
+
+def test_no_compiler_says_what_to_install(monkeypatch, tmp_path):
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(build_mod.BuildError, match=r"no C\+\+ compiler found .*apt-get install g\+\+"):
+        build_mod.find_cxx()
+
+
+def test_missing_nvcc_means_a_cpu_only_build_with_a_note(monkeypatch, tmp_path):
+    for var in ("NVCC", "CUDA_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(shutil, "which", lambda c: None)
+    nvcc, note = build_mod.find_nvcc()
+    assert nvcc is None and "nvcc not found" in note and "CPU kernels only" in note
+
+
+def test_cuda_can_be_switched_off(monkeypatch):
+    monkeypatch.setenv("TFLAB_CUSTOM_OPS_CUDA", "0")
+    assert build_mod.find_nvcc() == (None, "CUDA disabled by TFLAB_CUSTOM_OPS_CUDA=0")
+
+
+def _fatbin_entries(so_path: str) -> set[tuple[str, int]]:
+    """(kind, SM) of each image in the library's CUDA fatbinaries: ("elf", 80) is sm_80 SASS."""
+    data = Path(so_path).read_bytes()
+    magic = struct.pack("<I", 0xBA55ED50)
+    found = set()
+    i = data.find(magic)
+    while i != -1:
+        _, header, size = struct.unpack_from("<HHQ", data, i + 4)
+        p, end = i + header, i + header + size
+        while p < end:
+            kind, _, entry_header, payload = struct.unpack_from("<HHIQ", data, p)
+            arch = struct.unpack_from("<I", data, p + 28)[0]
+            found.add(({1: "ptx", 2: "elf"}.get(kind, str(kind)), arch))
+            p += entry_header + payload
+        i = data.find(magic, i + 4)
+    return found
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc not installed: CPU-only build")
+def test_cuda_kernels_compile_for_sm80_and_sm90(built):
+    """Compile-only check of the .cu (no GPU needed): the build ran nvcc for both targets."""
+    assert built.cuda, built.note
+    entries = _fatbin_entries(built.so_path)
+    assert {("elf", 80), ("elf", 90)} <= entries, entries
+    assert ("ptx", 90) in entries  # lets newer GPUs JIT-compile
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc not installed: CPU-only build")
+def test_gpu_kernels_are_registered_for_every_dtype(built):
+    """The OpKernel file compiled with GOOGLE_CUDA=1 registers DEVICE_GPU kernels."""
+    from tensorflow.python.framework import kernels
+
+    for op in ("WarpSoftmax", "WarpSoftmaxGrad"):
+        regs = kernels.get_registered_kernels_for_op(op).kernel
+        by_device = {}
+        for k in regs:
+            dtypes = {c.allowed_values.list.type[0] for c in k.constraint}
+            by_device.setdefault(k.device_type, set()).update(dtypes)
+        want = {tf.float32.as_datatype_enum, tf.float16.as_datatype_enum, tf.bfloat16.as_datatype_enum}
+        assert by_device == {"CPU": want, "GPU": want}, (op, by_device)
+
+
+def test_library_links_cudart_statically(built):
+    """No libcudart.so dependency: the .so loads where no CUDA runtime is installed."""
+    readelf = shutil.which("readelf") or shutil.which("objdump")
+    if readelf is None:
+        pytest.skip("neither readelf nor objdump installed")
+    args = [readelf, "-d", built.so_path] if readelf.endswith("readelf") else [readelf, "-p", built.so_path]
+    needed = subprocess.run(args, capture_output=True, text=True).stdout
+    assert "libtensorflow_framework.so.2" in needed
+    assert "libcudart" not in needed
+
+
+def test_scalar_path_matches_on_a_cpu_without_avx2(built):
+    """TFLAB_WARP_SOFTMAX_SCALAR=1 takes the path a CPU without AVX2 takes."""
+    code = """
+import numpy as np, tensorflow as tf
+from custom_ops import warp_softmax
+from custom_ops.python.ops.warp_softmax_ops import cpu_isa
+from custom_ops.opcheck import compare
+assert cpu_isa() == "scalar", cpu_isa()
+x = tf.constant(np.r_[np.random.default_rng(0).normal(size=(6, 1500)) * 4].astype(np.float32))
+x = tf.tensor_scatter_nd_update(x, [[1, 3], [2, 0]], [float("inf"), float("nan")])
+for t in (x, tf.cast(x, tf.bfloat16), tf.cast(x, tf.float16)):
+    ref = tf.nn.softmax(tf.cast(t, tf.float32))
+    ok, _, _, detail = compare(tf.cast(warp_softmax(t), tf.float32).numpy(), ref.numpy(), t.dtype)
+    assert ok, (t.dtype, detail)
+y = tf.nn.softmax(x[3:]); dy = tf.ones_like(y)
+from custom_ops import load_library
+g = load_library().warp_softmax_grad(y, dy).numpy()
+assert np.abs(g).max() < 1e-6
+print("scalar-ok")
+"""
+    env = dict(os.environ, TFLAB_WARP_SOFTMAX_SCALAR="1", TF_CPP_MIN_LOG_LEVEL="3")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert "scalar-ok" in out.stdout, out.stderr[-2000:]
+
+
+# ----------------------------------------------------------------- opcheck
+
+def test_opcheck_reports_every_check(built):
+    from custom_ops import opcheck, warp_softmax
+
+    report = opcheck(warp_softmax, tf.random.stateless_normal([4, 37], seed=[3, 3]))
+    status = {c.name: c.status for c in report.checks}
+    assert status == {"shape_fn": "pass", "cpu_vs_reference": "pass",
+                      "gpu_vs_cpu": "pass" if HAS_GPU else "skip", "gradient": "pass",
+                      "tf_function": "pass", "saved_model": "pass", "xla": "unsupported"}
+    xla = report.check("xla").detail
+    assert "No registered 'WarpSoftmax' OpKernel for XLA_CPU_JIT devices" in xla
+    assert "use tf.nn.softmax under jit_compile=True" in xla
+    assert report.xla_fallback == "tf.nn.softmax"
+    assert report.check("cpu_vs_reference").measured <= TOLERANCES[tf.float32][0]
+    assert "OpcheckReport(WarpSoftmax float32[4, 37]" in repr(report)
+    json.dumps(report.to_dict())  # JSON-ready
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16], ids=lambda d: d.name)
+def test_opcheck_16bit_with_axis(built, dtype):
+    from custom_ops import opcheck, warp_softmax
+
+    x = tf.cast(tf.random.stateless_normal([5, 7], seed=[4, 4]) * 3, dtype)
+    report = opcheck(warp_softmax, x, axis=0)
+    assert report.ok and report.kwargs == ("axis=0",)
+
+
+def test_opcheck_raises_on_a_wrong_op(built):
+    from custom_ops import OpcheckError, opcheck, warp_softmax
+
+    def skewed(x, axis=-1):  # 1% off: must fail cpu_vs_reference
+        return warp_softmax(x, axis=axis) * 1.01
+
+    skewed.reference = tf.nn.softmax
+    with pytest.raises(OpcheckError, match="cpu_vs_reference") as err:
+        opcheck(skewed, tf.random.stateless_normal([4, 37], seed=[5, 5]))
+    assert err.value.report.check("cpu_vs_reference").status == "fail"
+    assert err.value.report.check("shape_fn").status == "pass"
+
+
+def test_opcheck_without_reference_is_a_usage_error(built):
+    from custom_ops import opcheck
+    from tflab.errors import UsageError
+
+    with pytest.raises(UsageError, match="no `reference` attribute"):
+        opcheck(lambda x: x, tf.zeros([2, 2]))
+
+
+def test_saved_model_needs_the_library_loaded_and_works_with_it(built, tmp_path):
+    from custom_ops import warp_softmax
+
+    m = tf.Module()
+    m.f = tf.function(lambda x: warp_softmax(x), input_signature=[tf.TensorSpec([None, 8])])
+    tf.saved_model.save(m, str(tmp_path / "sm"))
+    x = tf.random.stateless_normal([3, 8], seed=[6, 6])
+    loaded = tf.saved_model.load(str(tmp_path / "sm"))  # this process has the library loaded
+    np.testing.assert_array_equal(loaded.f(x).numpy(), warp_softmax(x).numpy())
+    code = f"import tensorflow as tf; tf.saved_model.load({str(tmp_path / 'sm')!r})"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), timeout=300)
+    assert out.returncode != 0 and "WarpSoftmax" in out.stderr  # without it: op not registered
+
+
+# --------------------------------------------------------------------- CLI
+
+def test_cli_build_op_json(run_cli, built):
+    code, out, err = run_cli("build-op", "--json")
+    assert code == 0, err
+    data = json.loads(out)["build"]
+    assert data["so_path"] == built.so_path and data["cached"] is True and data["cuda"] == built.cuda
+
+
+def test_cli_build_op_text(run_cli, built):
+    code, out, _ = run_cli("build-op")
+    assert code == 0 and built.so_path in out
+    assert f"CUDA kernels: {'yes' if built.cuda else 'no'}" in out
+
+
+def test_cli_build_op_reports_missing_compiler_in_one_line(run_cli, monkeypatch, tmp_path):
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    code, out, err = run_cli("build-op")
+    assert code == 2 and out == ""
+    assert err.startswith("tflab build-op: error: no C++ compiler found") and "Traceback" not in err
+
+
+# --------------------------------------------------------------------- GPU
+
+GPU_SHAPES = [(3, 1), (5, 31), (7, 1024), (3, 1025), (4, 4096), (2, 50257), (2, 70001), (64, 128)]
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float16, tf.bfloat16], ids=lambda d: d.name)
+@pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gpu_matches_cpu(built, shape, dtype):
+    from custom_ops import warp_softmax
+
+    x = tf.cast(tf.random.stateless_normal(shape, seed=[7, shape[-1]]) * 4, dtype)
+    with tf.device("/CPU:0"):
+        cpu = warp_softmax(x)
+    with tf.device("/GPU:0"):
+        g = warp_softmax(tf.identity(x))
+        # A view 1 element in: not 16-byte aligned, the scalar fallback.
+        flat = tf.reshape(tf.concat([tf.zeros([1], dtype), tf.reshape(x, [-1])], 0), [-1])
+        odd = warp_softmax(tf.reshape(flat[1:], shape))
+    for got in (g, odd):
+        ok, _, _, detail = compare(tf.cast(got, tf.float32).numpy(), tf.cast(cpu, tf.float32).numpy(), dtype)
+        assert ok, detail
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [7, 1000, 70000], ids=lambda n: f"n{n}")
+def test_gpu_special_values(built, n):
+    from custom_ops import warp_softmax
+
+    rows = np.stack([np.linspace(-2, 2, n, dtype=np.float32) for _ in range(4)])
+    rows[0, n // 2] = np.inf
+    rows[1, :] = -np.inf
+    rows[2, -1] = np.nan
+    rows[3, : n - 3] = -np.inf
+    x = tf.constant(rows)
+    with tf.device("/GPU:0"):
+        got = warp_softmax(x).numpy()
+    ok, _, _, detail = compare(got, tf.nn.softmax(x).numpy(), tf.float32)
+    assert ok, detail
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("cols", [37, 2000], ids=lambda n: f"n{n}")
+def test_gpu_gradient_matches_cpu(built, cols):
+    from custom_ops import load_library
+
+    y = tf.nn.softmax(tf.random.stateless_normal([8, cols], seed=[8, 8]))
+    dy = tf.random.stateless_normal([8, cols], seed=[9, 9])
+    with tf.device("/CPU:0"):
+        cpu = load_library().warp_softmax_grad(y, dy).numpy()
+    with tf.device("/GPU:0"):
+        g = load_library().warp_softmax_grad(y, dy).numpy()
+    assert np.max(np.abs(g - cpu)) <= 1e-6
