@@ -174,6 +174,23 @@ def test_xla_uncompilable_op_is_reported_by_name(fn, op_type):
     assert c.hlo == {} and c.fusion_count is None
 
 
+@pytest.mark.slow
+def test_custom_op_without_xla_kernel_is_reported_by_name():
+    from custom_ops.build import BuildError
+    from custom_ops.python.ops import warp_softmax_ops
+
+    try:
+        warp_softmax_ops.load_library()  # builds on first use (cached)
+    except BuildError as e:
+        pytest.skip(f"WarpSoftmax cannot be built here: {e}")
+    c = compare_modes(fns.with_custom_op, tf.TensorSpec([4, 32]), repeats=1, hlo=False)
+    # A custom op registers CPU/GPU kernels only; tf2xla has no kernel for it.
+    assert c.modes["xla"].error.startswith(
+        "XLA cannot compile WarpSoftmax op 'WarpSoftmax/WarpSoftmax': No registered 'WarpSoftmax' OpKernel")
+    assert "warp_softmax_ops.py:" in c.modes["xla"].error
+    assert c.modes["graph"].max_ulp.overall == 0
+
+
 def test_disagreeing_modes_are_findings_not_crashes():
     c = compare_modes(fns.noisy, tf.TensorSpec([8]), repeats=1, hlo=False)
     # An unseeded tf.random.uniform draws different numbers in each mode.

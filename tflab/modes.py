@@ -317,6 +317,9 @@ def xla_reason(exc: BaseException) -> str:
         last = ""
         if where:
             frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', where.group(1))
+            # The innermost frame with a real file: op wrappers that
+            # tf.load_op_library generates run from "<string>".
+            frames = [fr for fr in frames if not fr[0].startswith("<")] or frames
             if frames:
                 f, ln, fn = frames[-1]
                 last = f" (created at {f}:{ln} in {fn})"
