@@ -309,3 +309,9 @@ def test_measured_float32_bounds_vs_tf_softmax_and_exact(ws, capsys):
         print("\n  cols  rel(ours,tf)  ULP(ours,tf)  rel(ours,exact)  rel(tf,exact)")
         for r in rows:
             print(f"  {r[0]:>5}  {r[1]:.3g}  {r[2]:>5}  {r[3]:.3g}  {r[4]:.3g}")
+
+
+if __name__ == "__main__":  # the Bazel py_test in BUILD runs this file directly
+    import sys
+
+    sys.exit(pytest.main([__file__, "-q"]))

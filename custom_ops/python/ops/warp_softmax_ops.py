@@ -10,6 +10,7 @@ tape and `tf.gradients` find the gradient of an op defined outside TF
 
 from __future__ import annotations
 
+import os
 import threading
 from types import ModuleType
 
@@ -27,6 +28,9 @@ def load_library(result=None) -> ModuleType:
     Load it before `tf.saved_model.load` of a SavedModel that uses the op:
     the loader needs WarpSoftmax registered to rebuild the graph.
 
+    ``$TFLAB_WARP_SOFTMAX_SO``, when set, names a prebuilt library to load
+    instead (the Bazel ``py_test`` in BUILD uses it; nothing is compiled).
+
     Args:
         result: a `custom_ops.build.BuildResult` to load instead of the
             default build (e.g. a CPU-only one); ignored once a library is loaded
@@ -42,10 +46,23 @@ def load_library(result=None) -> ModuleType:
     global _lib, _build_result
     with _lock:
         if _lib is None:
-            from custom_ops.build import build
+            from custom_ops.build import BuildResult, build
 
+            prebuilt = os.environ.get("TFLAB_WARP_SOFTMAX_SO")
+            if result is None and prebuilt:
+                result = BuildResult(so_path=os.path.abspath(prebuilt), cuda=False, cached=True,
+                                     seconds=0.0, key="prebuilt", compiler="", nvcc="",
+                                     note="loaded from $TFLAB_WARP_SOFTMAX_SO")
             _build_result = result or build()
             _lib = tf.load_op_library(_build_result.so_path)
+            if _build_result.key == "prebuilt":  # say whether it registered GPU kernels
+                import dataclasses
+
+                from tensorflow.python.framework import kernels
+
+                regs = kernels.get_registered_kernels_for_op("WarpSoftmax").kernel
+                _build_result = dataclasses.replace(
+                    _build_result, cuda=any(k.device_type == "GPU" for k in regs))
         return _lib
 
 
