@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import pytest
 import tensorflow as tf
 
 from tflab import AutographDiff, autograph_diff
+from tflab._target import load_module
 from tflab.errors import UsageError
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "autograph")
 FIXTURE = os.path.join(DATA, "control_flow.py")
-sys.path.insert(0, DATA)
-import control_flow as cf  # noqa: E402
+cf = load_module(FIXTURE)  # by path: no sys.path entry, no module-name clash
 
 VEC4 = tf.TensorSpec([4], tf.float32)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -17,13 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tflab import ModeComparison, compare_modes
+from tflab._target import load_module
 from tflab.errors import UsageError
 from tflab.modes import count_fusions, ulp_distance
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "modes")
 FNS = os.path.join(DATA, "fns.py")
-sys.path.insert(0, DATA)
-import fns  # noqa: E402
+fns = load_module(FNS)  # by path: no sys.path entry, no module-name clash
 
 X64 = tf.TensorSpec([64, 128], tf.float32)
 
