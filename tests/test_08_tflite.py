@@ -228,3 +228,21 @@ def test_export_bad_input_is_one_line_exit_2(case, tmp_path, run_cli):
     assert len(lines) == 1 and lines[0].startswith("tflab export: error:") and expect in lines[0]
     assert not out.exists()
     assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p]
+
+
+@pytest.mark.slow
+def test_tour_model_savedmodel_exact_and_float_tflite_within_bound(tour_model, tmp_path):
+    """The real model: BatchNorm folding and hard-swish fusion still stay within the reordering bound."""
+    import tflab
+
+    # examples=None: seeded random batches of 1 and 4 made from the signature.
+    sm = tflab.save_and_reload(tour_model, tmp_path / "mobilenet", None)
+    assert sm.kind == "keras" and sm.bit_exact is True and sm.examples == 2
+    assert set(sm.signatures) == {"serving_default"}
+    (name, info), = sm.signatures["serving_default"].inputs.items()
+    assert info.shape == (None, 96, 96, 3)
+    c = tflab.tflite_roundtrip(sm.path, list(sm.example_batches), "none")
+    assert c.within_bound is True
+    assert c.op_counts["CONV_2D"] == 43 and c.op_counts["DEPTHWISE_CONV_2D"] == 11
+    assert "BATCH_NORM" not in " ".join(c.op_counts)  # folded into the convolutions
+    assert c.outputs["output_0"].argmax_agreement == 1.0
