@@ -200,7 +200,7 @@ class _Stmt:
     body: tuple[int, int]
     orelse: tuple[int, int] | None
     source: str
-    simple_body_lines: tuple[int, ...] = ()
+    simple_body: tuple[tuple[int, int], ...] = ()  # line ranges of simple body statements
 
 
 def _find_statements(source: str, start: int) -> list[_Stmt]:
@@ -220,7 +220,7 @@ def _find_statements(source: str, start: int) -> list[_Stmt]:
             body = (node.body[0].lineno + off, node.body[-1].end_lineno + off)
             orelse = ((node.orelse[0].lineno + off, node.orelse[-1].end_lineno + off)
                       if node.orelse else None)
-            simple = tuple(b.lineno + off for b in node.body
+            simple = tuple((b.lineno + off, b.end_lineno + off) for b in node.body
                            if not any(isinstance(n, (ast.If, ast.For, ast.While, ast.With,
                                                      ast.Try, ast.FunctionDef))
                                       for n in ast.walk(b)))
@@ -273,7 +273,7 @@ def _period_copies(keys: list) -> int | None:
     return None
 
 
-def _count_copies(keys: list[tuple], simple_lines: set[int]) -> tuple[int, str]:
+def _count_copies(keys: list[tuple], simple: tuple[tuple[int, int], ...]) -> tuple[int, str]:
     """How many body copies a sequence of per-op keys holds, and a note on how it was read.
 
     ``keys`` are ``(op type, in-body line path)`` per op, in creation order.
@@ -284,10 +284,11 @@ def _count_copies(keys: list[tuple], simple_lines: set[int]) -> tuple[int, str]:
     make the same ops.
 
     When they differ (a Python ``if`` on the loop index inside the body) there is
-    no period. Then each simple statement of the body (one without nested
-    control flow, ``simple_lines``) is read alone: its own ops repeat once per
-    time it ran, so its period gives how often it ran, and the most often run one
-    gives the copy count; exact when some simple statement runs every iteration.
+    no period. Then each simple statement of the body (one without nested control
+    flow; ``simple`` holds their line ranges) is read alone: its own ops repeat
+    once per time it ran, so its period gives how often it ran, and the most often
+    run one gives the copy count; exact when some simple statement runs every
+    iteration.
     """
     if not keys:
         return 0, "the body creates no ops"
@@ -295,8 +296,8 @@ def _count_copies(keys: list[tuple], simple_lines: set[int]) -> tuple[int, str]:
     if whole is not None:
         return whole, ""
     best = 0
-    for line in simple_lines:
-        sub = [k for k in keys if k[1] and k[1][0] == line]
+    for lo, hi in simple:
+        sub = [k for k in keys if k[1] and lo <= k[1][0] <= hi]
         if sub:
             best = max(best, _period_copies(sub) or 1)
     if best == 0:
@@ -512,6 +513,6 @@ def _classify(stmt: _Stmt, ops: list) -> Statement:
     # Key: op type plus the in-function line path from the body on, so ops of one
     # iteration differ from each other but match the same op in the next iteration.
     keys = [(op.type, tuple(ln for ln in lines if ln >= b0)) for op, lines in in_body]
-    copies, note = _count_copies(keys, set(stmt.simple_body_lines))
+    copies, note = _count_copies(keys, stmt.simple_body)
     return Statement(stmt.lineno, stmt.kind, "python", None, copies, note=note,
                      source=stmt.source)
