@@ -281,7 +281,9 @@ def _count_copies(keys: list[tuple], simple: tuple[tuple[int, int], ...]) -> tup
     types from the same source lines in the same order: the sequence is one
     iteration's sequence repeated, its smallest exact period is one iteration,
     and len/period is the number of copies. This is exact whenever iterations
-    make the same ops.
+    make the same ops, except that an iteration which is itself a repeat of
+    identical op groups from one line (``x = (x + 1.0) + 1.0``) cannot be told
+    from two iterations and counts twice: tracebacks carry lines, not columns.
 
     When they differ (a Python ``if`` on the loop index inside the body) there is
     no period. Then each simple statement of the body (one without nested control
