@@ -163,6 +163,12 @@ def test_tf_function_and_its_input_signature():
         autograph_diff(3)
 
 
+def test_callable_object_converts_its_call_method():
+    d = autograph_diff(cf.Gate(), VEC4)
+    assert d.function == "Gate.__call__"
+    assert [(s.kind, s.outcome, s.op_type) for s in d.statements] == [("if", "graph", "StatelessIf")]
+
+
 def test_trace_error_names_the_user_line():
     def bad(x):
         if x > 0:  # a tensor condition with a non-scalar tensor

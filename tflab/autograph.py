@@ -293,7 +293,7 @@ def _count_copies(keys: list[tuple], simple: tuple[tuple[int, int], ...]) -> tup
     iteration.
     """
     if not keys:
-        return 0, "the body creates no ops"
+        return 0, "no op's creation stack points into the body"
     whole = _period_copies(keys)
     if whole is not None:
         return whole, ""
@@ -417,7 +417,9 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
     unrolled into ``n`` body copies.
 
     Args:
-        fn: a Python function or a `tf.function` (its ``python_function`` is used).
+        fn: a Python function, a `tf.function` (its ``python_function`` is
+            used), a Keras layer or model (its ``call``) or a callable object
+            (its ``__call__``).
         *args: positional arguments for the trace. With none, a `tf.function`'s
             ``input_signature`` is used.
         strict: True turns AutoGraph's "could not transform … will run it as-is"
@@ -455,6 +457,11 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
     python_fn = getattr(fn, "python_function", fn)
     if not callable(python_fn):
         raise UsageError(f"autograph_diff needs a function, got {type(fn).__name__}")
+    if not (inspect.isfunction(python_fn) or inspect.ismethod(python_fn)):
+        # A Keras layer/model or another callable object: convert the method
+        # that holds its code (Keras' ``call``, else ``__call__``).
+        call = getattr(python_fn, "call", None)
+        python_fn = call if inspect.ismethod(call) else python_fn.__call__
     name = getattr(python_fn, "__qualname__", repr(python_fn))
     source, filename, start = _source_or_raise(python_fn)
     strict_on = _is_strict(strict)

@@ -67,3 +67,12 @@ double, inc = (lambda v: v * 2.0), (lambda v: v + 1.0)
 
 def calls_lambdas(x):
     return double(x) + inc(x)
+
+
+class Gate:
+    """A callable object: autograph_diff converts its __call__."""
+
+    def __call__(self, x):
+        if tf.reduce_max(x) > 1.0:        # tensor condition -> If op
+            x = x / tf.reduce_max(x)
+        return x
