@@ -543,11 +543,16 @@ def save_and_reload(obj: Any, path: str | os.PathLike, examples: Examples | None
     Args:
         obj: a `tf.Module` whose `tf.function` methods have input signatures,
             a Keras 3 `keras.Model` (written the way ``model.export(path)``
-            writes it), or a tf-keras model (``tf.saved_model.save``).
+            writes it), a tf-keras model (``tf.saved_model.save``), or a
+            loaded SavedModel (``tf.saved_model.load``), saved again with its
+            signatures, which is what ``tflab export DIR`` checks.
         path: folder to write; it must not exist or be empty.
         examples: ``{input name: array}`` for one batch, or a list of such
             dicts. Names, dtypes and shapes must match the signature inputs
-            (e.g. ``{"x": np.zeros((4, 64), np.float32)}``).
+            (e.g. ``{"x": np.zeros((4, 64), np.float32)}``); every signature
+            gets the same examples. None: seeded random batches of sizes 1
+            and 4 made from the first signature (see `random_examples`);
+            they are returned in ``.example_batches``.
         signatures: for a tf.Module only: a `tf.function`/ConcreteFunction or
             a dict ``{key: function}``. Default: the tf.functions that have an
             input_signature (one becomes ``"serving_default"``).
@@ -560,8 +565,9 @@ def save_and_reload(obj: Any, path: str | os.PathLike, examples: Examples | None
 
     Raises:
         UsageError: ``path`` is a non-empty folder; ``obj`` has no signature
-            to export; it captures an untracked resource; examples do not
-            match a signature.
+            to export; it captures an untracked resource; the user's function
+            raised while being traced (the message names the line); examples
+            do not match a signature. The folder is removed on any error.
         TflabError: saving failed for another reason (TF's first line quoted).
 
     Example:
@@ -570,8 +576,6 @@ def save_and_reload(obj: Any, path: str | os.PathLike, examples: Examples | None
     >>> check.bit_exact
     True
     """
-    import tensorflow as tf
-
     path = os.fspath(path)
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
         raise UsageError(f"{path!r} already exists and is not an empty folder: choose a new path")
