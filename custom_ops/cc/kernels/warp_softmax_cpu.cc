@@ -178,13 +178,16 @@ void GradRowScalar(const typename Storage<D>::T* y, const typename Storage<D>::T
 
 #define TFLAB_AVX2 __attribute__((target("avx2,fma,f16c")))
 
+// exp(x) for x <= 0 or x = -inf, never NaN: the callers take x - max of a
+// row already checked for NaN and +-inf max, so no NaN or overflow handling
+// is needed here (the NaN rows are written separately).
 TFLAB_AVX2 inline __m256 Exp8(__m256 x) {
-  const __m256 nan_mask = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
   const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(kExpLo), _CMP_LT_OQ);
-  const __m256 x_in = x;
-  x = _mm256_min_ps(x, _mm256_set1_ps(kExpHi));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // t = x*log2(e) + 1.5*2^23 rounds to an integer n held in t's low mantissa
+  // bits: n as a float is t - 1.5*2^23, and n << 23 is t's bits << 23.
+  const __m256 magic = _mm256_set1_ps(12582912.0f);
+  const __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(kLog2e), magic);
+  const __m256 n = _mm256_sub_ps(t, magic);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
   __m256 p = _mm256_set1_ps(kP0);
@@ -194,12 +197,10 @@ TFLAB_AVX2 inline __m256 Exp8(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP4));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP5));
   p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-  // Clamp n so that the exponent field stays valid even for masked lanes.
-  __m256i e = _mm256_cvtps_epi32(_mm256_max_ps(n, _mm256_set1_ps(-126.0f)));
-  e = _mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23);
-  __m256 res = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-  res = _mm256_blendv_ps(res, x_in, nan_mask);  // min_ps replaced NaN by kExpHi
-  return _mm256_andnot_ps(under, res);
+  // 2^n for n in [-126, 0]; lanes below kExpLo (n garbage) are zeroed.
+  const __m256i e = _mm256_add_epi32(_mm256_slli_epi32(_mm256_castps_si256(t), 23),
+                                     _mm256_set1_epi32(127 << 23));
+  return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
 template <WsDtype D> struct Vec;
