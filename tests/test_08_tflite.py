@@ -178,13 +178,18 @@ def test_export_refuses_to_overwrite_without_force(exported, run_cli):
     assert (out / "report.json").read_text() == before
 
 
-def test_export_force_replaces_atomically(tmp_path, run_cli):
+def test_export_force_replaces_atomically(exported, tmp_path, run_cli):
     out = tmp_path / "m"
     out.mkdir()
     (out / "old.txt").write_text("old")
-    code, stdout, _ = run_cli("export", MODEL_SPEC, "--out", str(out), "--quantize", "none", "--force", "--json")
+    # An export's examples.npz (batches "0/x", "1/x") can be given back.
+    examples = str(exported[1] / "examples.npz")
+    code, stdout, _ = run_cli("export", MODEL_SPEC, "--out", str(out), "--quantize", "none", "--force", "--json",
+                              "--examples", examples)
     assert code == 0
-    assert json.loads(stdout)["variants"]["none"]["status"] == "ok"
+    report = json.loads(stdout)
+    assert report["variants"]["none"]["status"] == "ok"
+    assert report["saved_model"]["examples"] == 2 and report["examples"] == examples
     assert not (out / "old.txt").exists() and (out / "model_none.tflite").exists()
     assert sorted(os.listdir(tmp_path)) == ["m"]
 

@@ -209,8 +209,12 @@ def load_model(spec: str) -> tuple[Any, str]:
     raise UsageError(f"{spec!r} is not a model: give a .keras file, a SavedModel folder or FILE.py:OBJ")
 
 
-def load_examples(path: str) -> dict[str, np.ndarray]:
-    """Reads an .npz file as one example batch ``{input name: array}``.
+def load_examples(path: str) -> list[dict[str, np.ndarray]]:
+    """Reads an .npz file of examples.
+
+    Keys are input names (one batch), or ``"<i>/<name>"`` for several batches,
+    the layout of the ``examples.npz`` that `export_model` writes, so an
+    export's examples can be given back with ``--examples``.
 
     Raises:
         UsageError: missing or unreadable file.
@@ -219,9 +223,16 @@ def load_examples(path: str) -> dict[str, np.ndarray]:
         raise UsageError(f"--examples {path!r} does not exist: give an .npz with one array per input name")
     try:
         with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
+            arrays = {k: z[k] for k in z.files}
     except Exception as e:
         raise UsageError(f"--examples {path!r} is not a readable .npz ({type(e).__name__}: {e})") from e
+    if arrays and all("/" in k and k.partition("/")[0].isdigit() for k in arrays):
+        by_batch: dict[int, dict[str, np.ndarray]] = {}
+        for k, a in arrays.items():
+            i, _, name = k.partition("/")
+            by_batch.setdefault(int(i), {})[name] = a
+        return [by_batch[i] for i in sorted(by_batch)]
+    return [arrays]
 
 
 # ------------------------------------------------------------ converter isolation
@@ -237,13 +248,7 @@ def _worker_main(argv: Sequence[str]) -> int:
     from tflab.errors import TflabError as _Err
     from tflab.litert import UnsupportedOpsError, convert
 
-    batches = []
-    with np.load(examples_path, allow_pickle=False) as z:
-        by_batch: dict[int, dict] = {}
-        for k in z.files:
-            i, _, name = k.partition("/")
-            by_batch.setdefault(int(i), {})[name] = z[k]
-        batches = [by_batch[i] for i in sorted(by_batch)]
+    batches = load_examples(examples_path)
     for q in quants.split(","):
         print(json.dumps({"event": "start", "quantization": q}), flush=True)
         if os.environ.get(CRASH_ENV) == q:

@@ -50,6 +50,7 @@ import dataclasses
 import hashlib
 import os
 import time
+import warnings
 from typing import Mapping
 
 import numpy as np
@@ -254,7 +255,10 @@ def convert(saved_model_dir: str | os.PathLike, quantization: str = "none",
         ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
     conv.target_spec.supported_ops = ops
     try:
-        return conv.convert()
+        with warnings.catch_warnings():
+            # int8 calibration runs TF's own deprecated tf.lite.Interpreter; not ours to fix.
+            warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated")
+            return conv.convert()
     except Exception as e:  # ConverterError carries structured errors; others are quoted
         raise _explain_converter_error(e, quantization) from e
 

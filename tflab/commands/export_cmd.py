@@ -19,6 +19,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="one example batch, an array per input name (default: seeded random batches)")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
+    p.epilog = ("writes saved_model/, model_<variant>.tflite, examples.npz and report.json under --out. "
+                "exit status: 0 all checks passed; 1 a variant failed, crashed or exceeded its bound; "
+                "2 bad input (nothing written)")
 
 
 def default_out(model: str) -> str:
