@@ -22,16 +22,18 @@ output; ``u = 2**-24`` is float32's unit roundoff):
 * ``dynamic`` (dynamic-range): weight tensors of at least 1024 elements are
   stored as int8 with step ``s = max|w|/127``; rounding moves each weight by at
   most ``s/2``: ``Σ_w (s/2)·|∂y/∂w|``. The hybrid kernels also quantize each
-  activation row to int8 at run time; we count that as a second term of the
-  same size (``×2``), plus the float bound. Smaller weight tensors stay float
-  (the converter's ``min_elements_for_weights`` is 1024), then the variant is
+  activation row to int8 at run time; we estimate that as a second term of
+  the same size (``×2``: an estimate, not a proof), plus the float bound.
+  Smaller weight tensors stay float (``QuantizationSpecs.
+  minimum_elements_for_weights`` defaults to 1024 in TF's MLIR quantizer,
+  tensorflow/compiler/mlir/lite); when none is large enough the variant is
   the float model and the bound is the float one.
 * ``int8`` (full integer, int8 inputs and outputs, calibrated by a
   representative dataset made from the examples): half an output step for the
-  final rounding, plus twice the first-order effect of the weight steps and of
-  the input quantization step (doubled for the requantization of the
-  intermediate tensors): a small multiple of the output scale, which the
-  report states in output steps.
+  final rounding, plus the first-order effect of the weight steps and of the
+  input quantization step, doubled to estimate the requantization of the
+  intermediate tensors (an estimate, not a proof): a small multiple of the
+  output scale, which the report states in output steps.
 
 The first-order gradient terms use the unfolded TF variables and per-tensor
 steps ``max|w|/127``, an upper bound of the per-channel steps the converter
@@ -451,6 +453,8 @@ def _sensitivity(saved_model_dir: str, loaded, batches, keys: list[str]) -> _Sen
         abs={k: np.concatenate(v) for k, v in absl.items()},
         inputs={k: {n: np.concatenate(v) for n, v in d.items()} for k, d in ins.items()},
         fan_in=fan_in, quantizable=quantizable, step=step)
+    if len(_SENSITIVITY_CACHE) >= 8:
+        _SENSITIVITY_CACHE.clear()
     _SENSITIVITY_CACHE[key] = sens
     return sens
 
@@ -692,12 +696,13 @@ def _explanation(quantization: str, dyn_quantized: bool, outputs: Mapping[str, O
             return (f"no weight tensor has ≥ {MIN_WEIGHT_ELEMENTS} elements, so none was quantized and the "
                     f"float bound applies: {float_why}")
         return ("int8 weights with step s = max|w|/127 move each weight by ≤ s/2: Σ (s/2)·|∂y/∂w| to first "
-                "order, doubled for the run-time int8 quantization of activations in the hybrid kernels, "
-                "plus the float bound")
+                "order; the hybrid kernels also quantize activations to int8 at run time, which we estimate "
+                "as a second term of the same size (×2, an estimate, not a proof), plus the float bound")
     steps = [f"{o.name} {o.bound / o.quantization[0]:.1f}" for o in outputs.values() if o.quantization]
     in_steps = f"; in output steps: {', '.join(steps)}" if steps else ""
-    return ("full-integer: half an output step for the final rounding, plus twice the first-order effect of "
-            f"the weight steps and the input quantization step (requantized intermediates){in_steps}")
+    return ("full-integer: half an output step for the final rounding, plus the first-order effect of the "
+            "weight steps and of the input quantization step, doubled to estimate the requantization of "
+            f"intermediate tensors (an estimate, not a proof){in_steps}")
 
 
 def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples,
