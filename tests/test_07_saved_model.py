@@ -103,6 +103,13 @@ def test_keras_models_are_bit_exact(flavour, models, tmp_path):
     assert set(sig.inputs) == {"a", "b"}
     assert list(sig.outputs) == [out_name]
     assert sig.outputs[out_name].shape == (None, 3)
+    if flavour == "keras3":
+        import tensorflow as tf
+
+        assert any("forward pass only" in n for n in c.notes)
+        loaded = tf.saved_model.load(c.path)
+        assert hasattr(loaded, "serve") and not hasattr(loaded, "optimizer")
+        assert set(loaded.signatures) == {"serve", "serving_default"}
 
 
 def test_notes_say_what_was_not_saved(tmp_path):

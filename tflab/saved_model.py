@@ -496,7 +496,9 @@ def _save_keras3(model, path: str) -> dict[str, _Reference]:
     archive = ExportArchive()
     serve = archive.track_and_add_endpoint("serve", model, get_input_signature(model))
     archive.write_out(path, verbose=False)
-    return {DEFAULT_SIGNATURE: _reference(serve.get_concrete_function())}
+    ref = _reference(serve.get_concrete_function())
+    # write_out also signs the first endpoint as serving_default: both run the same function.
+    return {"serve": ref, DEFAULT_SIGNATURE: ref}
 
 
 def _save_tf_keras(model, path: str) -> dict[str, _Reference]:
@@ -605,6 +607,9 @@ def _save_and_check(obj, path: str, batches: list[dict[str, np.ndarray]], signat
         kind, refs = "SavedModel", _save_loaded(obj, path)
     elif _is_keras3(obj):
         kind, refs = "keras", _save_keras3(obj, path)
+        notes.append("Keras export keeps the forward pass only (call with training=False, endpoint 'serve' "
+                     "and its alias serving_default): Dropout, BatchNorm updates, the optimizer and the "
+                     "Python layer code are not in the SavedModel (keras/src/export/saved_model.py)")
     elif _is_tf_keras(obj):
         kind, refs = "tf_keras", _save_tf_keras(obj, path)
     elif isinstance(obj, tf.Module):
