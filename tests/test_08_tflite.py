@@ -210,7 +210,24 @@ def test_converter_crash_is_isolated(tmp_path, run_cli, monkeypatch):
     assert report["variants"]["none"]["status"] == "ok"
 
 
-@pytest.mark.parametrize("case", ["missing", "not_a_model", "corrupt_pb", "examples"])
+def test_export_loads_each_model_kind(models, tmp_path):
+    import keras
+    import tensorflow as tf
+
+    from tflab.export import load_model
+
+    model = models.keras_two_inputs()
+    model.save(tmp_path / "two.keras")
+    obj, kind = load_model(str(tmp_path / "two.keras"))
+    assert kind == "keras" and isinstance(obj, keras.Model) and len(obj.inputs) == 2
+    tf.saved_model.save(models.dense16(), str(tmp_path / "sm"))
+    obj, kind = load_model(str(tmp_path / "sm"))
+    assert kind == "saved_model" and set(obj.signatures) == {"serving_default"}
+    obj, kind = load_model(f"{MODELS}:dense16")
+    assert kind == "python" and isinstance(obj, tf.Module)
+
+
+@pytest.mark.parametrize("case", ["missing", "not_a_model", "corrupt_pb", "corrupt_keras", "examples"])
 def test_export_bad_input_is_one_line_exit_2(case, tmp_path, run_cli):
     out = tmp_path / "out"
     args = [MODEL_SPEC]
@@ -223,6 +240,9 @@ def test_export_bad_input_is_one_line_exit_2(case, tmp_path, run_cli):
         (tmp_path / "sm").mkdir()
         (tmp_path / "sm" / "saved_model.pb").write_bytes(b"\x00not a protobuf\xff" * 10)
         args, expect = [str(tmp_path / "sm")], "is not a readable SavedModel"
+    elif case == "corrupt_keras":
+        (tmp_path / "m.keras").write_bytes(b"PK\x03\x04 truncated zip")
+        args, expect = [str(tmp_path / "m.keras")], "is not a loadable .keras file"
     else:
         np.savez(tmp_path / "ex.npz", x=np.ones((2, 63), np.float32))
         args += ["--examples", str(tmp_path / "ex.npz")]
