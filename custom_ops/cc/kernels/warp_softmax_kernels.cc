@@ -2,7 +2,7 @@
 //
 // Both devices view the input as a row-major [rows, cols] matrix, cols being
 // the last dimension (tf.nn.softmax's convention). The CPU kernels spread
-// row ranges over TF's intra-op thread pool (tensorflow::Shard); the GPU
+// row blocks over TF's intra-op thread pool (ThreadPool::ParallelFor); the GPU
 // kernels hand plain pointers and the op's CUDA stream to the launchers in
 // warp_softmax_kernels.cu and turn a failed launch into errors::Internal.
 
@@ -11,13 +11,14 @@
 #define EIGEN_USE_GPU
 #endif
 
+#include <algorithm>
 #include <cstdint>
-#include <type_traits>
+#include <functional>
 
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
-#include "tensorflow/core/util/work_sharder.h"
+#include "tensorflow/core/platform/threadpool.h"
 #include "warp_softmax.h"
 
 namespace tflab {
@@ -55,8 +56,22 @@ inline bool RowsCols(OpKernelContext* ctx, const Tensor& t, const char* what, in
   return true;
 }
 
-// Rough cycles per element, for Shard's split: ~2 vector passes plus an exp.
-constexpr int64_t kCyclesPerElement = 6;
+// Rows per task: about 32K elements (128 KiB of float32), so that even a
+// (4096, 1024) input makes ~128 tasks. Many small tasks, taken dynamically by
+// the pool's threads, keep a thread that the OS preempts (2 cores shared with
+// other work) from holding up the whole op, which one task per thread would.
+constexpr int64_t kElementsPerTask = 32768;
+
+inline void ForRowBlocks(OpKernelContext* ctx, int64_t rows, int64_t cols,
+                         const std::function<void(int64_t, int64_t)>& fn) {
+  const int64_t block = std::max<int64_t>(1, kElementsPerTask / std::max<int64_t>(cols, 1));
+  if (rows <= block) {
+    fn(0, rows);  // one task: no pool round trip
+    return;
+  }
+  auto* workers = ctx->device()->tensorflow_cpu_worker_threads()->workers;
+  workers->ParallelFor(rows, tsl::thread::ThreadPool::SchedulingParams::Fixed(block), fn);
+}
 
 // Per-device launch: the CPU and GPU specializations below.
 template <typename Device, typename T>
@@ -69,19 +84,15 @@ struct WarpSoftmaxLaunch {
 template <typename T>
 struct WarpSoftmaxLaunch<CPUDevice, T> {
   static void Forward(OpKernelContext* ctx, const void* x, void* y, int64_t rows, int64_t cols) {
-    auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
-    tensorflow::Shard(workers->num_threads, workers->workers, rows, cols * kCyclesPerElement,
-                      [&](int64_t r0, int64_t r1) {
-                        WarpSoftmaxRowsCpu(DtypeOf<T>(), x, y, r0, r1, cols);
-                      });
+    ForRowBlocks(ctx, rows, cols, [&](int64_t r0, int64_t r1) {
+      WarpSoftmaxRowsCpu(DtypeOf<T>(), x, y, r0, r1, cols);
+    });
   }
   static void Backward(OpKernelContext* ctx, const void* y, const void* dy, void* dx,
                        int64_t rows, int64_t cols) {
-    auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
-    tensorflow::Shard(workers->num_threads, workers->workers, rows, cols * 3,
-                      [&](int64_t r0, int64_t r1) {
-                        WarpSoftmaxGradRowsCpu(DtypeOf<T>(), y, dy, dx, r0, r1, cols);
-                      });
+    ForRowBlocks(ctx, rows, cols, [&](int64_t r0, int64_t r1) {
+      WarpSoftmaxGradRowsCpu(DtypeOf<T>(), y, dy, dx, r0, r1, cols);
+    });
   }
 };
 
