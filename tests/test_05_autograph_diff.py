@@ -67,7 +67,8 @@ def test_python_range_unrolls_n_copies(n):
     ops = op_types_by_name(cf.mixed, VEC4, n)
     assert sum(1 for name in ops if name == "add" or name.startswith("add_")) >= n
     # The `if n > 2` branch is traced only when the Python condition holds.
-    assert by_source(d, "if n > 2").note.endswith("then branch traced" if n > 2 else "neither branch made ops")
+    expected = "then branch traced" if n > 2 else "neither branch made ops"
+    assert by_source(d, "if n > 2").note.endswith(expected)
 
 
 def test_python_while_unrolls_and_tensor_while_is_a_while_op():
@@ -149,7 +150,8 @@ def test_lambda_fallback_warns_and_strict_mode_raises(monkeypatch):
 def test_function_without_source_is_one_clear_error(filename, why):
     ns: dict = {}
     exec(compile("def g(x):\n    return x + 1\n", filename, "exec"), {"tf": tf}, ns)
-    with pytest.raises(UsageError, match=f"g has no retrievable source: it was {why}.*put the function in a .py file"):
+    message = f"g has no retrievable source: it was {why}.*put the function in a .py file"
+    with pytest.raises(UsageError, match=message):
         autograph_diff(ns["g"], VEC4)
 
 

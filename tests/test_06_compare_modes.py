@@ -165,7 +165,8 @@ def test_count_fusions_reads_instructions_not_computations():
 def test_xla_uncompilable_op_is_reported_by_name(fn, op_type):
     c = compare_modes(fn, tf.TensorSpec([8]), repeats=1)
     err = c.modes["xla"].error
-    assert err.startswith(f"XLA cannot compile {op_type} op '{op_type}': No registered '{op_type}' OpKernel for XLA_CPU_JIT")
+    assert err.startswith(f"XLA cannot compile {op_type} op '{op_type}': "
+                          f"No registered '{op_type}' OpKernel for XLA_CPU_JIT")
     assert "fns.py:" in err  # where the op was created
     # The other modes still ran and agree.
     assert c.modes["graph"].error is None and c.modes["graph"].max_ulp.overall == 0

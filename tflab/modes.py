@@ -586,8 +586,7 @@ def _run_modes(run_modes, runners, sources, grad_names, results, name, hlo, repe
                     _fetch(run(sources))
                     times.append(time.perf_counter() - t0)
         except Exception as e:  # a mode that cannot run is a result, not a crash
-            reason = xla_reason(e) if mode == "xla" else (
-                f"{type(e).__name__}: {next((ln.strip() for ln in str(e).splitlines() if ln.strip()), '')[:300]}")
+            reason = xla_reason(e) if mode == "xla" else _first_line(e)
             if mode == "eager":
                 where = user_frame(e)
                 raise UsageError(f"{name}'s eager forward+backward step raised {reason}"
@@ -619,6 +618,11 @@ def _run_modes(run_modes, runners, sources, grad_names, results, name, hlo, repe
         if "optimized_hlo" in hlo_text:
             fusions, kinds = count_fusions(hlo_text["optimized_hlo"])
     return hlo_text, stages, fusions, kinds
+
+
+def _first_line(e: BaseException) -> str:
+    line = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
+    return f"{type(e).__name__}: {line[:300]}"
 
 
 def _fetch(result) -> tuple[list, list]:

@@ -10,7 +10,8 @@ HELP = ("show AutoGraph's rewrite of FILE.py:FUNC (a unified diff) and what each
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("target", metavar="FILE.py:FUNC", help="the function (or tf.function) to convert and trace")
+    p.add_argument("target", metavar="FILE.py:FUNC",
+                   help="the function (or tf.function) to convert and trace")
     p.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE",
                    help="an argument: NAME=dtype[dims] is a TensorSpec (None for an unknown dim), "
                         "NAME=<python literal> a Python value; repeat per parameter")
