@@ -304,3 +304,20 @@ def test_gpu_gradient_matches_cpu(built, cols):
     with tf.device("/GPU:0"):
         g = load_library().warp_softmax_grad(y, dy).numpy()
     assert np.max(np.abs(g - cpu)) <= 1e-6
+
+
+# -------------------------------------------------------------------- tour
+
+def test_tour_section_reports_build_opcheck_and_ratio(built, tmp_path, capsys):
+    from tflab._progress import Progress
+    from tflab._tour import s09_custom_op
+    from tflab.tour import TourContext
+
+    ctx = TourContext(model=None, model_source="default", out_dir=tmp_path, report={},
+                      progress_line=Progress("tour", total=1, enabled=False))
+    s09_custom_op.run(ctx)
+    rep = ctx.report["custom_op"]
+    assert rep["build"].so_path == built.so_path and rep["opcheck"].ok and rep["opcheck_failed"] is None
+    assert rep["speedup_vs_tf_softmax"] > 0 and rep["cpu_isa"] in ("avx2+fma", "scalar")
+    out = capsys.readouterr().out
+    assert "opcheck unsupported xla" in out and "tf.nn.softmax" in out and "×" in out
