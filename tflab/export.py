@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -335,6 +336,29 @@ def _convert_isolated(saved_model: str, outdir: str, quants: list[str], examples
     return results
 
 
+def _convert_while(convert: Callable[[], dict], other: Callable[[], None]) -> dict[str, dict]:
+    """Runs ``convert`` (which waits on worker processes) in a thread while ``other`` runs here."""
+    box: dict[str, Any] = {}
+
+    def target():
+        try:
+            box["result"] = convert()
+        except BaseException as e:  # handed to the caller's thread below
+            box["error"] = e
+
+    thread = threading.Thread(target=target, name="tflab-convert", daemon=True)
+    thread.start()
+    try:
+        other()
+    except LookupError:
+        pass  # no gradient for some op: check_tflite reports that itself
+    finally:
+        thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
 def _convert_inprocess(saved_model: str, outdir: str, quants: list[str], batches,
                        progress: Callable[[str], None]) -> dict[str, dict]:
     from tflab.litert import UnsupportedOpsError, convert
@@ -390,8 +414,8 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
             for seeded random batches (sizes 1 and 4) made from the signature.
         force: replace ``out`` if it exists.
         isolate: convert in worker processes (a converter abort costs one
-            variant, not the caller's process). The tour turns it off for its
-            known model to save a TF import.
+            variant, not the caller's process) while this process computes
+            the gradients the bounds need; False converts in this process.
         progress: called with one line per step (e.g. `tflab._progress.Progress`).
         model_name: how the report names the model (default: the path or type).
 
@@ -404,7 +428,7 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
             matching the signature, an op outside the TFLite builtins, or
             ``out`` exists without ``force``. Nothing is left behind.
     """
-    from tflab.litert import UnsupportedOpsError, check_tflite
+    from tflab.litert import UnsupportedOpsError, check_tflite, prepare_bounds
     from tflab.saved_model import normalize_examples, save_and_reload
 
     t0 = time.perf_counter()
@@ -440,9 +464,15 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         sm = save_and_reload(obj, tmp / "saved_model", batches)
         batches = list(sm.example_batches)
         _save_examples(batches, os.fspath(tmp / "examples.npz"))
-        convert_fn = (_convert_isolated if isolate else _convert_inprocess)
-        conv = convert_fn(os.fspath(tmp / "saved_model"), os.fspath(tmp), quants,
-                          os.fspath(tmp / "examples.npz") if isolate else batches, progress)
+        if isolate:
+            conv = _convert_while(
+                lambda: _convert_isolated(os.fspath(tmp / "saved_model"), os.fspath(tmp), quants,
+                                          os.fspath(tmp / "examples.npz"), progress),
+                # The gradients behind the bounds do not depend on the variant: compute
+                # them here while the worker process converts.
+                lambda: prepare_bounds(tmp / "saved_model", batches))
+        else:
+            conv = _convert_inprocess(os.fspath(tmp / "saved_model"), os.fspath(tmp), quants, batches, progress)
         for q, msg in conv.items():
             if msg["event"] == "unsupported":
                 raise UnsupportedOpsError(msg["error"], tuple(msg.get("ops", ())))

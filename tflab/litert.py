@@ -379,10 +379,12 @@ def _call_target(fn) -> str | None:
     return calls[0].get_attr("f").name if len(calls) == 1 else None
 
 
-def _sensitivity(saved_model_dir: str, loaded, batches, keys: list[str]) -> _Sensitivity:
+def _sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
+    """Gradients of every output element of every signature, keyed ``"<signature>/<output>"``."""
     import tensorflow as tf
 
-    key = _cache_key(saved_model_dir, batches) + "|" + ",".join(keys)
+    key = _cache_key(saved_model_dir, batches)
+    keys = sorted(loaded.signatures)
     if key in _SENSITIVITY_CACHE:
         return _SENSITIVITY_CACHE[key]
     variables = []
@@ -401,7 +403,6 @@ def _sensitivity(saved_model_dir: str, loaded, batches, keys: list[str]) -> _Sen
     rel: dict[str, list] = collections.defaultdict(list)
     absl: dict[str, list] = collections.defaultdict(list)
     ins: dict[str, dict[str, list]] = collections.defaultdict(lambda: collections.defaultdict(list))
-    multi = len(keys) > 1
     done: dict[str, str] = {}  # call target -> signature key already differentiated
     for sig_key in keys:
         fn = loaded.signatures[sig_key]
@@ -422,7 +423,7 @@ def _sensitivity(saved_model_dir: str, loaded, batches, keys: list[str]) -> _Sen
                 tape.watch(list(float_inputs.values()))
                 outs = fn(**feed)
             for out_name, y in outs.items():
-                okey = f"{sig_key}/{out_name}" if multi else out_name
+                okey = f"{sig_key}/{out_name}"
                 n = int(np.prod(y.shape))
                 if not y.dtype.is_floating:
                     rel[okey].append(np.zeros((n, len(variables))))
@@ -457,6 +458,15 @@ def _sensitivity(saved_model_dir: str, loaded, batches, keys: list[str]) -> _Sen
         _SENSITIVITY_CACHE.clear()
     _SENSITIVITY_CACHE[key] = sens
     return sens
+
+
+def prepare_bounds(saved_model_dir: str | os.PathLike, examples: Examples) -> None:
+    """Computes the gradients the bounds need, ahead of `check_tflite` (which then finds them cached).
+
+    `tflab.export` calls it while the converter works in its worker process.
+    """
+    saved_model_dir = os.fspath(saved_model_dir)
+    _sensitivity(saved_model_dir, load_saved_model(saved_model_dir), normalize_examples(examples))
 
 
 def _gamma(k: np.ndarray) -> np.ndarray:
@@ -540,6 +550,7 @@ def _run_signatures(runners, loaded, batches, notes):
     collected: dict[str, dict[str, list]] = {}
     out_details: dict[str, Mapping] = {}
     in_scales: dict[str, float] = {}
+    full_keys: dict[str, str] = {}
     for key, runner in runners.items():
         in_d = runner.get_input_details()
         o_d = runner.get_output_details()
@@ -559,7 +570,8 @@ def _run_signatures(runners, loaded, batches, notes):
                 collected[okey]["got"].append(_dequantize(np.asarray(got[n]), o_d[n]))
                 collected[okey]["want"].append(w)
                 out_details[okey] = o_d[n]
-    return signatures, collected, out_details, in_scales
+                full_keys[okey] = f"{key}/{n}"
+    return signatures, collected, out_details, in_scales, full_keys
 
 
 def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Examples,
@@ -605,7 +617,8 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
         # allocates on call, so a None batch dim needs no allocate_tensors here.
         interp = Interpreter(model_content=model)
         runners = {k: interp.get_signature_runner(k) for k in interp.get_signature_list()}
-        signatures, collected, out_details, in_scales = _run_signatures(runners, loaded, batches, notes)
+        signatures, collected, out_details, in_scales, full_keys = _run_signatures(runners, loaded, batches,
+                                                                                   notes)
     except (RuntimeError, ValueError) as e:
         if isinstance(e, UsageError):
             raise
@@ -622,7 +635,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
     sens, no_bound = None, ""
     if need_bounds:
         try:
-            sens = _sensitivity(saved_model_dir, loaded, batches, sorted(signatures))
+            sens = _sensitivity(saved_model_dir, loaded, batches)
         except LookupError as e:  # an op without a registered gradient
             no_bound = str(e).strip().splitlines()[0][:200]
 
@@ -640,7 +653,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
             diff = np.abs(g32.astype(np.float64) - w32.astype(np.float64))
             ulps = ulp_distance(g32, w32)
             bound = (np.full(want.size, np.nan) if sens is None else
-                     _bounds(quantization, okey, want, sens, dyn_quantized, in_scales, scale))
+                     _bounds(quantization, full_keys[okey], want, sens, dyn_quantized, in_scales, scale))
         else:
             diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
             ulps = np.zeros(1, dtype=np.int64)

@@ -13,9 +13,9 @@ def run(ctx) -> None:
     # wraps it in a TFSMLayer, which is not a model to save).
     model = source if source != "default" and os.path.isdir(source) else ctx.model
     name = "MobileNetV3Small (tour model)" if source == "default" else source
-    # The default model is known to convert; converting in this process saves a
-    # TF import per worker. A user's model gets the crash-isolating workers.
-    report = export_model(model, ctx.out_dir / "export", force=True, isolate=source != "default",
+    # Converting in a worker process isolates converter aborts and lets this
+    # process compute the bounds' gradients meanwhile.
+    report = export_model(model, ctx.out_dir / "export", force=True, isolate=True,
                           progress=ctx.progress, model_name=name)
     sm = report.saved_model
     ctx.line(f"SavedModel: {'bit-exact' if sm.bit_exact else 'NOT bit-exact'} over {sm.examples} batches "
