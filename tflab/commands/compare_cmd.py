@@ -18,9 +18,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed for the random tensors (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=10,
                    help="warm calls timed per mode; the median is printed (default: %(default)s)")
-    p.add_argument("--ulp-bound", type=int, default=None, metavar="N",
-                   help="report elements more than N ULP (and --atol) from eager as findings")
-    p.add_argument("--atol", type=float, default=None, help="absolute tolerance for findings")
+    from tflab.modes import DEFAULT_ATOL, DEFAULT_ULP_BOUND  # numpy only: cheap to import
+
+    p.add_argument("--ulp-bound", type=int, default=DEFAULT_ULP_BOUND, metavar="N",
+                   help="report elements more than N ULP and more than --atol from eager "
+                        "as findings (default: %(default)s)")
+    p.add_argument("--atol", type=float, default=DEFAULT_ATOL,
+                   help="absolute tolerance for findings (default: %(default)s)")
     p.add_argument("--no-grad", action="store_true", help="forward pass only (cheaper XLA compile)")
     p.add_argument("--hlo", metavar="OUT.txt",
                    help="write XLA's HLO text stages to OUT.txt (refuses to overwrite without --force)")
@@ -32,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from tflab import _jsonutil
     from tflab._target import bind_args, load_target, materialize, parse_args
     from tflab.errors import UsageError
-    from tflab.modes import DEFAULT_ATOL, DEFAULT_ULP_BOUND, compare_modes
+    from tflab.modes import compare_modes
 
     if args.hlo and os.path.exists(args.hlo) and not args.force:
         raise UsageError(f"--hlo {args.hlo} exists; pass --force to overwrite it")
@@ -46,13 +50,13 @@ def run(args: argparse.Namespace) -> int:
     # against the --arg that has it, before anything runs.
     call_args = tuple(materialize(a, args.seed) for a in call_args)
     call_kwargs = {k: materialize(v, args.seed) for k, v in call_kwargs.items()}
-    own = {"seed", "repeats", "ulp_bound", "atol", "hlo", "gradients", "modes"} & set(call_kwargs)
+    own = {"seed", "repeats", "ulp_bound", "atol", "hlo", "gradients", "modes",
+           "grappler"} & set(call_kwargs)
     if own:  # names compare_modes takes itself: bind them to the function instead
         fn = functools.partial(fn, **{k: call_kwargs.pop(k) for k in own})
     report = compare_modes(
         fn, *call_args, seed=args.seed, repeats=args.repeats,
-        ulp_bound=DEFAULT_ULP_BOUND if args.ulp_bound is None else args.ulp_bound,
-        atol=DEFAULT_ATOL if args.atol is None else args.atol,
+        ulp_bound=args.ulp_bound, atol=args.atol,
         gradients=not args.no_grad, **call_kwargs)
     xla = report.modes["xla"]
     if args.hlo and xla.error is None:
