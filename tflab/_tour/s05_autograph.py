@@ -19,7 +19,7 @@ def make_clipped_step(model, classifier: bool):
     def clipped_step(x, y, threshold, warmup):
         with tf.GradientTape() as tape:
             out = model(x, training=False)
-            loss = xent(y, out) if classifier else tf.reduce_mean(tf.square(out))
+            loss = xent(y, out) if classifier else _mean_square(out)
         variables = model.trainable_variables
         grads = tape.gradient(loss, variables)
         norm = tf.linalg.global_norm(grads)
@@ -64,3 +64,11 @@ def run(ctx) -> None:
         "diff_lines": len(d.unified_diff.splitlines()),
         "warnings": list(d.warnings),
     }
+
+
+def _mean_square(out):
+    """A differentiable scalar for models that are not a (batch, classes)
+    classifier, e.g. a SavedModel's TFSMLayer returning a dict of outputs."""
+    import tensorflow as tf
+
+    return tf.add_n([tf.reduce_mean(tf.square(tf.cast(t, tf.float32))) for t in tf.nest.flatten(out)])

@@ -46,7 +46,7 @@ def run(ctx) -> None:
 
     def loss(images):
         out = model(images, training=False)
-        return xent(labels, out) if classifier else tf.reduce_mean(tf.square(out))
+        return xent(labels, out) if classifier else _mean_square(out)
 
     ctx.progress("step 6: loss gradients, eager / graph, Grappler on and off")
     grad = compare_modes(loss, x, modes=("eager", "graph"), repeats=1, hlo=False)
@@ -73,3 +73,11 @@ def run(ctx) -> None:
         "speed": ratios,
         "fusion_count": fwd.fusion_count,
     }
+
+
+def _mean_square(out):
+    """A differentiable scalar for models that are not a (batch, classes)
+    classifier, e.g. a SavedModel's TFSMLayer returning a dict of outputs."""
+    import tensorflow as tf
+
+    return tf.add_n([tf.reduce_mean(tf.square(tf.cast(t, tf.float32))) for t in tf.nest.flatten(out)])
