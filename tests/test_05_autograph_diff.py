@@ -192,6 +192,15 @@ def test_cli_prints_table_without_colour_when_not_a_tty(run_cli):
     assert table[1].split()[:4] == ["11", "if", "graph", "StatelessIf"]
 
 
+def test_cli_colours_the_diff_on_a_terminal(run_cli, monkeypatch):
+    import sys
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    code, out, _ = run_cli("autograph", f"{FIXTURE}:nested", "--arg", "x=float32[3]")
+    assert code == 0
+    assert "\x1b[32m+def tf__nested(x):\x1b[0m" in out and "\x1b[31m-def nested(x):\x1b[0m" in out
+
+
 def test_cli_json_and_no_diff(run_cli):
     code, out, _ = run_cli("autograph", f"{FIXTURE}:nested", "--arg", "x=float32[3]", "--json")
     assert code == 0
