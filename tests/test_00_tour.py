@@ -56,3 +56,11 @@ def test_tour_bad_model_path_is_one_line_exit_2(run_cli, tmp_path, model, messag
     code, out, err = run_cli("tour", "--model", model, "--out", str(tmp_path / "t"))
     assert code == 2
     assert message in err and err.count("\n") == 1
+
+
+def test_tour_out_that_is_a_file(run_cli, tmp_path, small_keras_file):
+    target = tmp_path / "file.txt"
+    target.write_text("x")
+    code, out, err = run_cli("tour", "--model", str(small_keras_file), "--out", str(target))
+    assert code == 2 and "exists and is not a folder" in err and err.count("\n") == 1
+    assert target.read_text() == "x"

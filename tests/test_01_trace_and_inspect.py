@@ -166,3 +166,32 @@ def test_cli_bad_input_one_line_exit_2(run_cli, argv, message):
     assert code == 2
     assert message in err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_concrete_function_is_inspected_as_is_and_missing_argument_is_named():
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+    def signed(x):
+        return x * 2.0
+
+    r = trace_and_inspect(signed.get_concrete_function())
+    assert isinstance(r.function_name, str) and "signed" in r.function_name
+    assert r.op_counts["Mul"] == 1
+    with pytest.raises(UsageError, match="already traced"):
+        trace_and_inspect(signed.get_concrete_function(), tf.ones([2]))
+    with pytest.raises(UsageError, match="needs argument 'x'"):
+        trace_and_inspect(lambda x: x)
+
+
+def test_cli_inspect_unwritable_dot_paths(run_cli, tmp_path):
+    for target, message in [(tmp_path, "is a directory"), (tmp_path / "no" / "g.dot", "does not exist")]:
+        code, out, err = run_cli("inspect", "tests/data/user_fns.py:dense", "--arg", "x=float32[None,8]",
+                                 "--dot", str(target))
+        assert code == 2 and message in err and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []  # nothing half-written
+
+
+def test_cli_inspect_module_that_exits_on_import(run_cli, tmp_path):
+    script = tmp_path / "exits.py"
+    script.write_text("import sys\nsys.exit(3)\n")
+    code, out, err = run_cli("inspect", f"{script}:f")
+    assert code == 2 and "called sys.exit(3)" in err and err.count("\n") == 1

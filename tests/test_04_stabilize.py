@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from tflab import RetraceProbe, infer_input_signature, stabilization_report, stabilize
 from tflab.errors import UsageError
-from tflab.signatures import _counted
+from tflab.signatures import count_traces
 
 
 def _pipeline(n=10, batch=4, width=8):
@@ -36,7 +36,7 @@ def test_one_trace_serves_every_batch_size():
     def step(x):
         return tf.reduce_sum(x, axis=1)
 
-    f = stabilize(_counted(step, log), input_signature=[tf.TensorSpec([None, 8], tf.float32)])
+    f = stabilize(count_traces(step, log), input_signature=[tf.TensorSpec([None, 8], tf.float32)])
     for b in range(1, 8):
         np.testing.assert_array_equal(f(tf.ones([b, 8])).numpy(), np.full(b, 8.0))
     assert len(log) == 1 and log == ["(float32[None,8])"]
@@ -89,7 +89,7 @@ def test_t10_plain_step_last_batch_retraces_and_stabilize_fixes_it():
     assert any("4" in r and "2" in r and "x" in r for r in probe.traces[1].reasons), probe.traces[1].reasons
 
     log: list[str] = []
-    f = stabilize(_counted(step, log), examples=[x for x, _ in _pipeline()])
+    f = stabilize(count_traces(step, log), examples=[x for x, _ in _pipeline()])
     for x, _ in _pipeline():
         f(x)
     assert len(log) == 1
@@ -116,10 +116,47 @@ def test_t10_mobilenet_training_step(tour_model):
     # Stabilized (with a fresh optimizer, so slot variables are created again):
     # the variable-creation pair on the first call and nothing for any later batch size.
     log: list[str] = []
-    step = stabilize(_counted(make_train_step(tour_model, keras.optimizers.Adam()), log), examples=ds)
+    step = stabilize(count_traces(make_train_step(tour_model, keras.optimizers.Adam()), log), examples=ds)
     for x, y in ds:
         step(x, y)
     first_pair = len(log)
     x3, y3 = next(iter(tour_dataset(spec, num_classes=10, n=3, batch=3, seed=1)))
     step(x3, y3)
     assert first_pair == 2 and len(log) == 2
+
+
+def test_stabilize_keeps_a_tf_functions_own_signature():
+    @tf.function(input_signature=[tf.TensorSpec([4], tf.float32)])
+    def signed(x):
+        return x + 1.0
+
+    f = stabilize(signed)
+    assert f.input_signature == (tf.TensorSpec([4], tf.float32),)
+    with pytest.raises(UsageError, match="does not fit input_signature"):
+        stabilize(signed, examples=[tf.zeros([2]), tf.zeros([3])])
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"input_signature": "x"}, "must be a list"),
+    ({"input_signature": [tf.TensorSpec([None])] * 3}, "3 specs but the function takes 2"),
+    ({"input_signature": [3, 4]}, "holds a int; use tf.TensorSpec"),
+    ({"examples": tf.zeros([3, 2])}, "examples must be a list"),
+    ({"examples": [({"a": tf.zeros([2])}, tf.zeros([1])), ({"b": tf.zeros([2])}, tf.zeros([1]))]},
+     "nested differently"),
+], ids=["string", "too-many", "not-specs", "tensor-as-examples", "dict-keys"])
+def test_stabilize_rejects_malformed_signatures_and_examples(kwargs, message):
+    def step(x, y):
+        return x
+
+    with pytest.raises(UsageError, match=message):
+        stabilize(step, **kwargs)
+
+
+def test_stabilization_report_on_a_lambda_converts_the_users_code(caplog):
+    """The trace counter is a tf_decorator, so AutoGraph converts the lambda, not tflab's code."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="tensorflow"):
+        r = stabilization_report(lambda x: tf.reduce_sum(x), [tf.zeros([4, 8]), tf.zeros([2, 8])])
+    assert not [rec for rec in caplog.records if "could not" in rec.getMessage().lower()]
+    assert r.variants["input_signature"].traces == 1 and r.variants["plain"].traces == 2

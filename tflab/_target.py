@@ -150,6 +150,10 @@ def load_module(path: str, *, what: str = "script"):
         sys.path.insert(0, directory)
     try:
         spec.loader.exec_module(module)
+    except SystemExit as e:
+        sys.modules.pop(mod_name, None)
+        raise UsageError(f"importing {path} called sys.exit({e.code!r}); the module must import without "
+                         "exiting: put script code under if __name__ == \"__main__\":") from None
     except Exception as e:  # the user's module failed: say where, not a traceback wall
         sys.modules.pop(mod_name, None)
         where = user_frame(e)

@@ -20,7 +20,6 @@ three side by side.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Callable, Iterable, Sequence
 
 from tflab.errors import UsageError
@@ -38,7 +37,7 @@ def _examples_list(examples: Any) -> list[tuple]:
         return []
     if isinstance(examples, tf.data.Dataset):
         return [_as_call(e) for e in examples]
-    if not isinstance(examples, (list, tuple)):
+    if not isinstance(examples, (list, tuple)) or hasattr(examples, "shape"):
         raise UsageError("examples must be a list of example calls (each a tuple of positional "
                          f"arguments, or one argument) or a tf.data.Dataset, got {type(examples).__name__}")
     return [_as_call(e) for e in examples]
@@ -93,8 +92,7 @@ def infer_input_signature(examples: Iterable[Any], names: Sequence[str] | None =
     """
     import tensorflow as tf
 
-    calls = _examples_list(list(examples) if not isinstance(examples, (list, tuple, tf.data.Dataset))
-                           else examples)
+    calls = _examples_list(examples)
     if not calls:
         raise UsageError("no examples to infer an input_signature from; pass examples=[...] "
                          "or input_signature=[tf.TensorSpec(...)]")
@@ -117,8 +115,9 @@ def infer_input_signature(examples: Iterable[Any], names: Sequence[str] | None =
         except (ValueError, TypeError) as e:
             if isinstance(e, UsageError):
                 raise
-            raise UsageError(f"example {k} has a different structure from example 0 ({e}); "
-                             "an input_signature fixes the nesting of every input") from None
+            raise UsageError(f"example {k} is nested differently from example 0 (different dict keys, "
+                             "list lengths or nesting); an input_signature fixes the structure of every "
+                             "input, so give every example the same structure") from None
     if names:
         sig = [tf.nest.map_structure(lambda s, n=n: tf.TensorSpec(s.shape, s.dtype, n), s)
                if isinstance(s, tf.TensorSpec) else s for s, n in zip(sig, names)]
@@ -183,13 +182,25 @@ def stabilize(fn: Callable, input_signature: Sequence[Any] | None = None,
 
     py_fn = _python_function(fn)
     names = _param_names(py_fn)
+    if input_signature is None and getattr(fn, "input_signature", None) is not None:
+        input_signature = fn.input_signature  # "the one given": the tf.function's own
     if input_signature is None:
         if examples is None:
             raise UsageError("stabilize needs input_signature=[tf.TensorSpec(...)] or examples=[...] "
                              "to infer one from")
         input_signature = infer_input_signature(examples, names=names or None)
     else:
+        if isinstance(input_signature, (str, bytes, tf.TypeSpec)) or not isinstance(input_signature, (list, tuple)):
+            raise UsageError(f"input_signature must be a list with one tf.TensorSpec (or nest of them) per "
+                             f"positional parameter, got {type(input_signature).__name__}")
         input_signature = tuple(input_signature)
+        for i, spec in enumerate(input_signature):
+            for leaf in tf.nest.flatten(spec):
+                if not isinstance(leaf, tf.TypeSpec):
+                    raise UsageError(f"input_signature[{i}] holds a {type(leaf).__name__}; use tf.TensorSpec")
+        if names and len(input_signature) > len(names):
+            raise UsageError(f"input_signature has {len(input_signature)} specs but the function takes "
+                             f"{len(names)} positional parameters ({', '.join(names)})")
         for k, call in enumerate(_examples_list(examples)):
             if len(call) != len(input_signature):
                 raise UsageError(f"example {k} has {len(call)} arguments but input_signature has "
@@ -282,19 +293,30 @@ def _describe_call(args: tuple) -> str:
     return "(" + ", ".join(str(tf.nest.map_structure(one, a)) for a in args) + ")"
 
 
-def _counted(py_fn: Callable, log: list) -> Callable:
-    """Wraps the Python function so each trace appends its argument specs to ``log``.
+def count_traces(fn: Callable, log: list) -> Callable:
+    """Wraps a Python function so each trace appends its argument specs to ``log``.
 
     The append is a Python side effect: it runs when TF traces the body, never
-    when the ConcreteFunction runs.
-    """
+    when the ConcreteFunction runs. The wrapper is a ``tf_decorator`` (as in
+    `RetraceProbe`), so AutoGraph unwraps it and converts ``fn`` itself; a
+    plain ``functools.wraps`` wrapper named ``<lambda>`` would send AutoGraph
+    looking for the lambda's source in this file.
 
-    @functools.wraps(py_fn)
+    Args:
+        fn: the Python function (the body of a tf.function to be).
+        log: a list; each trace appends text like ``"(float32[None,8])"``.
+
+    Returns:
+        The wrapper, to pass to `tf.function` or `stabilize`.
+    """
+    from tensorflow.python.util import tf_decorator
+
     def traced_body(*args, **kwargs):
         log.append(_describe_call(args))
-        return py_fn(*args, **kwargs)
+        # tf_decorator.rewrap swaps __wrapped__ for the converted target.
+        return traced_body.__wrapped__(*args, **kwargs)
 
-    return traced_body
+    return tf_decorator.make_decorator(fn, traced_body, decorator_name="count_traces")
 
 
 def stabilization_report(fn: Callable, examples: Iterable[Any],
@@ -332,7 +354,7 @@ def stabilization_report(fn: Callable, examples: Iterable[Any],
     outputs = {}
     for variant in variants:
         log: list[str] = []
-        body = _counted(py_fn, log)
+        body = count_traces(py_fn, log)
         if variant == "plain":
             f = tf.function(body)
         elif variant == "reduce_retracing":

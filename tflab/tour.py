@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import logging
 import os
 import sys
 import time
@@ -32,6 +33,13 @@ SECTIONS = [
 
 IMAGE_SHAPE = (96, 96, 3)
 NUM_CLASSES = 10
+
+
+class _DropRetracingWarning(logging.Filter):
+    """Drops TF's "N out of the last M calls … triggered tf.function retracing" warning."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "triggered tf.function retracing" not in record.getMessage()
 
 
 def build_default_model(seed: int = 0):
@@ -241,7 +249,14 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
         except ModuleNotFoundError as e:
             if e.name != f"tflab._tour.{modname}":
                 raise
-    # A bad --model path fails before any progress line is printed.
+    # A bad --model or --out path fails before any progress line is printed.
+    from tflab.errors import UsageError
+
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise UsageError(f"--out {out_dir}: exists and is not a folder; give a folder path")
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    if not os.path.isdir(out_dir) and os.path.exists(parent) and not os.access(parent, os.W_OK):
+        raise UsageError(f"--out {out_dir}: cannot create it in {parent} (not writable)")
     model = None if model_path is None else load_user_model(model_path)
     progress = Progress("tour", total=len(available) + 1)
     progress("building MobileNetV3Small" if model_path is None else f"loaded {model_path}")
@@ -254,12 +269,18 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
                       report=report, progress_line=progress, quiet=quiet)
     t0 = time.perf_counter()
     timings = {}
-    for mod, title in available:
-        progress(title)
-        ctx.section(title)
-        t = time.perf_counter()
-        mod.run(ctx)
-        timings[mod.__name__.rsplit(".", 1)[-1]] = round(time.perf_counter() - t, 2)
+    tf_logger = logging.getLogger("tensorflow")
+    quiet_retracing = _DropRetracingWarning()
+    tf_logger.addFilter(quiet_retracing)  # the tour retraces on purpose; the probe explains it
+    try:
+        for mod, title in available:
+            progress(title)
+            ctx.section(title)
+            t = time.perf_counter()
+            mod.run(ctx)
+            timings[mod.__name__.rsplit(".", 1)[-1]] = round(time.perf_counter() - t, 2)
+    finally:
+        tf_logger.removeFilter(quiet_retracing)
     report["section_seconds"] = timings
     report["seconds"] = round(time.perf_counter() - t0, 2)
     tmp = out / "report.json.tmp"

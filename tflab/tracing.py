@@ -170,6 +170,8 @@ class TraceReport:
 
     def __repr__(self) -> str:
         top = ", ".join(f"{t}×{n}" for t, n in list(self.op_counts.items())[:4])
+        if len(self.op_counts) > 4:
+            top += ", …"
         var_bytes = sum(c.bytes for c in self.variables)
         cf = ", ".join(o.type for o in self.control_flow) or "none"
         return (f"TraceReport({self.function_name}{self._signature_str()} -> "
@@ -245,7 +247,8 @@ class TraceReport:
         """
         import graphviz
 
-        dot = graphviz.Digraph(name=self.function_name, graph_attr={"rankdir": "TB"},
+        # A name like "<lambda>" would read as an HTML-like ID in DOT.
+        dot = graphviz.Digraph(name=re.sub(r"\W", "_", self.function_name), graph_attr={"rankdir": "TB"},
                                node_attr={"shape": "box", "fontname": "Helvetica", "fontsize": "10"},
                                edge_attr={"fontname": "Helvetica", "fontsize": "8"})
         shown = self.ops if max_ops is None else self.ops[:max_ops]
@@ -355,10 +358,16 @@ def get_concrete_function(fn: Any, *args, **kwargs):
                 or "got an unexpected keyword" in str(e) or "takes" in first and "positional" in first:
             detail = " ".join(line.strip() for line in msg[:3])
             m = re.search(r"Can not cast (.*?) to (.*?)`", detail)
+            missing = re.search(r"missing a required argument: '(\w+)'", detail)
             if m:  # TF's message repeats the argument values; the cast is the point
                 detail = f"got {m.group(1)}, the input_signature wants {m.group(2)}"
+            elif missing:
+                raise UsageError(f"{function_name(fn)} needs argument {missing.group(1)!r}: pass a value "
+                                 f"or a tf.TensorSpec for it") from e
+            has_sig = getattr(tf_fn, "input_signature", None) is not None
             raise UsageError(f"the call does not match {function_name(fn)}'s signature: {detail}; "
-                             f"pass arguments that fit its input_signature (or drop input_signature)") from e
+                             + ("pass arguments that fit its input_signature (or drop input_signature)"
+                                if has_sig else "pass arguments that fit its parameters")) from e
         where = user_frame(e)
         raise TraceError(f"{function_name(fn)} raised while tracing: {error_summary(e)}"
                          + (f" (at {where})" if where else "")) from e
@@ -425,7 +434,8 @@ def inspect_concrete_function(concrete_function: Any, name: str | None = None) -
     except Exception:  # some loaded ConcreteFunctions carry no FunctionType
         ftype = repr(concrete_function.structured_input_signature)
     return TraceReport(
-        function_name=name or concrete_function.name,
+        function_name=name or (concrete_function.name.decode() if isinstance(concrete_function.name, bytes)
+                      else concrete_function.name),
         concrete_function=concrete_function,
         func_graph=graph,
         function_type=ftype,
@@ -473,5 +483,16 @@ def trace_and_inspect(fn: Callable, *args: Any, **kwargs: Any) -> TraceReport:
     >>> r.op_counts["MatMul"], len(r.variables), r.output_spec
     (1, 1, TensorSpec(shape=(None, 4), dtype=tf.float32, name=None))
     """
+    if _is_concrete_function(fn):
+        if args or kwargs:
+            raise UsageError("a ConcreteFunction is already traced: pass no arguments, "
+                             "or pass the tf.function itself to trace it with new ones")
+        return inspect_concrete_function(fn)
     concrete = get_concrete_function(fn, *args, **kwargs)
     return inspect_concrete_function(concrete, name=function_name(fn))
+
+
+def _is_concrete_function(fn: Any) -> bool:
+    return (hasattr(fn, "graph") and hasattr(fn, "structured_input_signature")
+            and not hasattr(fn, "python_function"))
+

@@ -24,7 +24,8 @@ def run(ctx) -> None:
     top = ", ".join(f"{t}×{n}" for t, n in list(report.op_counts.items())[:6])
     ctx.line(f"serve{report._signature_str()} -> {report._outputs_str()}")
     ctx.line(f"{len(report.ops)} ops; top types: {top}")
-    ctx.line(f"captures: {len(report.variables)} variables ({var_bytes / 1e6:.2f} MB), "
+    size = f"{var_bytes / 1e6:.2f} MB" if var_bytes >= 1e6 else f"{var_bytes:,} bytes"
+    ctx.line(f"captures: {len(report.variables)} variables ({size}), "
              f"{len(report.captured_tensors)} eager tensors ({report.baked_bytes:,} bytes baked as Const)")
     cf = ", ".join(sorted({o.type for o in report.control_flow})) or "none"
     ctx.line(f"control-flow ops: {cf}")

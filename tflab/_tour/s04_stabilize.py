@@ -6,7 +6,7 @@ from __future__ import annotations
 def run(ctx) -> None:
     import keras
 
-    from tflab.signatures import _counted, stabilization_report, stabilize
+    from tflab.signatures import count_traces, stabilization_report, stabilize
     from tflab.tour import example_batch, make_train_step, model_input_spec, tour_dataset
 
     spec = ctx.shared.get("input_spec") or model_input_spec(ctx.model)
@@ -27,7 +27,7 @@ def run(ctx) -> None:
     # Training: a fresh optimizer (slot variables created on the first call) and
     # the tf.data pipeline with the smaller last batch, then one more batch size.
     log: list[str] = []
-    step = stabilize(_counted(make_train_step(ctx.model, keras.optimizers.Adam()), log),
+    step = stabilize(count_traces(make_train_step(ctx.model, keras.optimizers.Adam()), log),
                      examples=tour_dataset(spec, num_classes))
     sizes = []
     first_call = None

@@ -26,6 +26,8 @@ def run(args: argparse.Namespace) -> int:
     from tflab.tracing import trace_and_inspect
 
     named = parse_args(args.arg)
+    if args.dot:
+        _check_output_path(args.dot)
     fn = load_target(args.target)
     if not callable(fn):
         raise UsageError(f"{args.target} is a {type(fn).__name__}, not a function; name a function or tf.function")
@@ -40,6 +42,19 @@ def run(args: argparse.Namespace) -> int:
         if args.dot:
             print(f"wrote {args.dot}")
     return 0
+
+
+def _check_output_path(path: str) -> None:
+    """Fails before any work when ``--dot`` cannot be written."""
+    from tflab.errors import UsageError
+
+    if os.path.isdir(path):
+        raise UsageError(f"--dot {path}: is a directory; give a file path such as {os.path.join(path, 'graph.dot')}")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UsageError(f"--dot {path}: folder {parent} does not exist; create it or pick another path")
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"--dot {path}: folder {parent} is not writable")
 
 
 def _write_dot(report, path: str) -> None:
