@@ -124,6 +124,16 @@ def test_op_and_dtype_histograms(dense64):
     assert "FULLY_CONNECTED×1" in text and "shape" not in repr(flt)
 
 
+def test_argmax_agreement_counts_ties():
+    from tflab.litert import argmax_agreement
+
+    want = np.array([[0.1, 0.3, 0.2], [0.5, 0.2, 0.3], [0.2, 0.2, 0.6]], np.float32)
+    # Row 0: int8 ties classes 1 and 2 at the top value; TF's class 1 is among them.
+    got = np.array([[0.0, 0.3, 0.3], [0.1, 0.2, 0.3], [0.2, 0.2, 0.6]], np.float32)
+    assert argmax_agreement(got, want) == (2 / 3, 1)
+    assert argmax_agreement(want, want) == (1.0, 0)
+
+
 def test_small_weights_stay_float_under_dynamic_range(dense16):
     """E4's other half: < 1024 weights → no int8 weights, size ratio 1.0, same numbers as float."""
     dyn, flt = dense16["dynamic"], dense16["none"]

@@ -96,7 +96,8 @@ class OutputError:
         max_ulp: largest elementwise distance in float32 ULPs.
         bound: the largest elementwise bound asserted, output units.
         bound_ratio: ``max |lite − tf| / bound`` taken elementwise; ≤ 1 means within bound.
-        argmax_agreement: fraction of rows with the same argmax (rank ≥ 2, last dim ≥ 2), else None.
+        argmax_agreement: fraction of rows where TF's argmax class also has LiteRT's top value
+            (ties count as agreement; rank ≥ 2, last dim ≥ 2), else None.
         reference_range: ``max − min`` of the TF output over all examples (0 means constant).
         quantization: (scale, zero point) when LiteRT returns it quantized, else None.
     """
@@ -537,6 +538,24 @@ def _dequantize(a: np.ndarray, detail: Mapping) -> np.ndarray:
     return a
 
 
+def argmax_agreement(got: np.ndarray, want: np.ndarray) -> tuple[float, int]:
+    """(fraction of rows where TF's argmax class has LiteRT's top value, rows where LiteRT ties).
+
+    A quantized output can tie several classes at its top value; plain argmax
+    would pick the first of them, so TF's class counts as agreeing when it is
+    among the tied ones.
+
+    Args:
+        got: LiteRT output rows, shape ``(rows, classes)``.
+        want: TF output rows, same shape.
+    """
+    wa = want.argmax(axis=-1)
+    top = got.max(axis=-1)
+    agree = float((got[np.arange(len(wa)), wa] == top).mean()) if len(wa) else 1.0
+    tied = int(((got == top[:, None]).sum(axis=-1) > 1).sum())
+    return agree, tied
+
+
 def _run_signatures(runners, loaded, batches, notes):
     """Runs every signature in TF and LiteRT on every example; collects outputs by name."""
     import tensorflow as tf
@@ -663,9 +682,11 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
         ref_max = float(np.abs(want).max()) if want.size else 0.0
         agree = None
         if c["want"][0].ndim >= 2 and c["want"][0].shape[-1] >= 2 and want.dtype.kind == "f":
-            ga = np.concatenate([g.reshape(-1, g.shape[-1]).argmax(-1) for g in c["got"]])
-            wa = np.concatenate([w.reshape(-1, w.shape[-1]).argmax(-1) for w in c["want"]])
-            agree = float((ga == wa).mean())
+            agree, tied = argmax_agreement(np.concatenate([g.reshape(-1, g.shape[-1]) for g in c["got"]]),
+                                           np.concatenate([w.reshape(-1, w.shape[-1]) for w in c["want"]]))
+            if tied:
+                notes.append(f"{okey}: {tied} LiteRT row(s) tie several classes at the top value "
+                             f"(argmax agreement counts TF's class as agreeing when it is among them)")
         rng = float(np.ptp(want)) if want.size and want.dtype.kind in "fiu" else 0.0
         if want.size and want.dtype.kind == "f" and rng == 0.0:
             notes.append(f"TF's {okey} is the same value ({want[0]:.6g}) for every element of every example, "
