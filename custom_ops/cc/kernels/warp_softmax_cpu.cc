@@ -190,13 +190,16 @@ TFLAB_AVX2 inline __m256 Exp8(__m256 x) {
   const __m256 n = _mm256_sub_ps(t, magic);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
-  __m256 p = _mm256_set1_ps(kP0);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP1));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP2));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP3));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP4));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP5));
-  p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+  // Estrin's scheme: the same polynomial as ExpScalar's Horner form, with a
+  // shorter dependency chain, so more exps overlap in flight.
+  const __m256 r2 = _mm256_mul_ps(r, r);
+  const __m256 r4 = _mm256_mul_ps(r2, r2);
+  const __m256 q01 = _mm256_fmadd_ps(_mm256_set1_ps(kP0), r, _mm256_set1_ps(kP1));
+  const __m256 q23 = _mm256_fmadd_ps(_mm256_set1_ps(kP2), r, _mm256_set1_ps(kP3));
+  const __m256 q45 = _mm256_fmadd_ps(_mm256_set1_ps(kP4), r, _mm256_set1_ps(kP5));
+  // P(r) = (P0 r + P1) r^4 + (P2 r + P3) r^2 + (P4 r + P5)
+  __m256 p = _mm256_fmadd_ps(q01, r4, _mm256_fmadd_ps(q23, r2, q45));
+  p = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), _mm256_set1_ps(1.0f));
   // 2^n for n in [-126, 0]; lanes below kExpLo (n garbage) are zeroed.
   const __m256i e = _mm256_add_epi32(_mm256_slli_epi32(_mm256_castps_si256(t), 23),
                                      _mm256_set1_epi32(127 << 23));
