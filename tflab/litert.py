@@ -684,7 +684,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
         if c["want"][0].ndim >= 2 and c["want"][0].shape[-1] >= 2 and want.dtype.kind == "f":
             agree, tied = argmax_agreement(np.concatenate([g.reshape(-1, g.shape[-1]) for g in c["got"]]),
                                            np.concatenate([w.reshape(-1, w.shape[-1]) for w in c["want"]]))
-            if tied:
+            if tied and scale:
                 notes.append(f"{okey}: {tied} LiteRT row(s) tie several classes at the top value "
                              f"(argmax agreement counts TF's class as agreeing when it is among them)")
         rng = float(np.ptp(want)) if want.size and want.dtype.kind in "fiu" else 0.0
