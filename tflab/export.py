@@ -46,9 +46,11 @@ class VariantResult:
 
     Attributes:
         quantization: the recipe name.
-        status: ``"ok"`` (checked), ``"not run"`` (converted, LiteRT cannot run
-            it in Python), ``"error"`` (conversion failed) or ``"crashed"``
-            (the converter process died).
+        status: ``"ok"`` (within its bound), ``"EXCEEDED"`` (an error beyond
+            its bound), ``"no bound"`` (measured, but no gradient to bound it),
+            ``"not run"`` (converted, LiteRT cannot run it in Python),
+            ``"error"`` (conversion failed) or ``"crashed"`` (the converter
+            process died).
         check: the `TFLiteCheck` when converted, else None.
         error: one line for ``"error"``/``"crashed"``, else None.
         file: the ``.tflite`` file name inside the export folder, else None.
@@ -487,7 +489,8 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
             data = (tmp / msg["file"]).read_bytes()
             check = check_tflite(data, tmp / "saved_model", batches, q, float_size=float_size,
                                  convert_seconds=msg["seconds"])
-            status = "not run" if check.runtime.startswith("not run") else "ok"
+            status = ("not run" if check.runtime.startswith("not run") else
+                      {True: "ok", False: "EXCEEDED", None: "no bound"}[check.within_bound])
             variants[q] = VariantResult(q, status, check=check, file=msg["file"], convert_seconds=msg["seconds"])
         # Paths inside the report point at the final folder.
         sm = dataclasses.replace(sm, path=os.fspath(out / "saved_model"))
