@@ -179,41 +179,78 @@ __global__ void __launch_bounds__(kWarp* kWarpRowsPerBlock)
 }
 
 // ------------------------------------------- block per row, shared memory ---
+// A thread's VEC floats go to shared memory as float4s when VEC is a multiple
+// of 4: scalar stores with a stride of VEC floats between threads would hit
+// the same bank several ways; 16-byte accesses by a warp are conflict-free.
+template <int VEC>
+__device__ __forceinline__ void SmemStore(float* buf, int p, const float* v) {
+  if constexpr (VEC % 4 == 0) {
+#pragma unroll
+    for (int j = 0; j < VEC / 4; ++j) {
+      reinterpret_cast<float4*>(buf + p * VEC)[j] = make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2],
+                                                                v[4 * j + 3]);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) buf[p * VEC + k] = v[k];
+  }
+}
+
+template <int VEC>
+__device__ __forceinline__ void SmemLoad(const float* buf, int p, float* v) {
+  if constexpr (VEC % 4 == 0) {
+#pragma unroll
+    for (int j = 0; j < VEC / 4; ++j) {
+      const float4 q = reinterpret_cast<const float4*>(buf + p * VEC)[j];
+      v[4 * j] = q.x;
+      v[4 * j + 1] = q.y;
+      v[4 * j + 2] = q.z;
+      v[4 * j + 3] = q.w;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) v[k] = buf[p * VEC + k];
+  }
+}
+
 template <WsDtype D, int VEC>
 __global__ void SoftmaxSmemKernel(const typename Elem<D>::T* __restrict__ x,
                                   typename Elem<D>::T* __restrict__ y, int64_t rows, int cols) {
-  extern __shared__ float row_buf[];  // cols floats
+  extern __shared__ float4 row_buf4[];  // cols floats, 16-byte aligned
+  float* row_buf = reinterpret_cast<float*>(row_buf4);
   __shared__ float scratch[kWarp];
   const int npacks = cols / VEC;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const typename Elem<D>::T* xr = x + row * cols;
     typename Elem<D>::T* yr = y + row * cols;
     float m = -INFINITY;
+#pragma unroll 4
     for (int p = threadIdx.x; p < npacks; p += blockDim.x) {
       float v[VEC];
       LoadPack<D, VEC>(xr + p * VEC, v);
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        row_buf[p * VEC + k] = v[k];
-        m = fmaxf(m, v[k]);
-      }
+      for (int k = 0; k < VEC; ++k) m = fmaxf(m, v[k]);
+      SmemStore<VEC>(row_buf, p, v);
     }
     m = BlockMax(m, scratch);
     // Each thread reads back only what it wrote: no barrier needed here.
     float s = 0.0f;
     for (int p = threadIdx.x; p < npacks; p += blockDim.x) {
+      float v[VEC];
+      SmemLoad<VEC>(row_buf, p, v);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
-        const float e = expf(row_buf[p * VEC + k] - m);
-        row_buf[p * VEC + k] = e;
-        s += e;
+        v[k] = expf(v[k] - m);
+        s += v[k];
       }
+      SmemStore<VEC>(row_buf, p, v);
     }
     const float inv = InvSum(m, BlockSum(s, scratch));
     for (int p = threadIdx.x; p < npacks; p += blockDim.x) {
       float v[VEC];
+      SmemLoad<VEC>(row_buf, p, v);
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) v[k] = row_buf[p * VEC + k] * inv;
+      for (int k = 0; k < VEC; ++k) v[k] *= inv;
       StorePack<D, VEC>(yr + p * VEC, v);
     }
     __syncthreads();  // row_buf is reused by the next row
