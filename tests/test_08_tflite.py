@@ -237,7 +237,8 @@ def test_export_loads_each_model_kind(models, tmp_path):
     assert kind == "python" and isinstance(obj, tf.Module)
 
 
-@pytest.mark.parametrize("case", ["missing", "not_a_model", "corrupt_pb", "corrupt_keras", "examples"])
+@pytest.mark.parametrize("case", ["missing", "not_a_model", "corrupt_pb", "corrupt_keras", "examples", "quantize",
+                                  "no_such_obj"])
 def test_export_bad_input_is_one_line_exit_2(case, tmp_path, run_cli):
     out = tmp_path / "out"
     args = [MODEL_SPEC]
@@ -250,6 +251,10 @@ def test_export_bad_input_is_one_line_exit_2(case, tmp_path, run_cli):
         (tmp_path / "sm").mkdir()
         (tmp_path / "sm" / "saved_model.pb").write_bytes(b"\x00not a protobuf\xff" * 10)
         args, expect = [str(tmp_path / "sm")], "is not a readable SavedModel"
+    elif case == "quantize":
+        args, expect = [MODEL_SPEC, "--quantize", "none,int4"], "use a comma list of none, dynamic, float16, int8"
+    elif case == "no_such_obj":
+        args, expect = [f"{MODELS}:dense65"], "has no 'dense65'; callables defined there: dense16, dense64"
     elif case == "corrupt_keras":
         (tmp_path / "m.keras").write_bytes(b"PK\x03\x04 truncated zip")
         args, expect = [str(tmp_path / "m.keras")], "is not a loadable .keras file"
