@@ -429,6 +429,12 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         UsageError: bad input: not a model, a corrupt SavedModel, examples not
             matching the signature, an op outside the TFLite builtins, or
             ``out`` exists without ``force``. Nothing is left behind.
+
+    Example:
+
+    >>> r = export_model("tests/data/export/models.py:dense64", "/tmp/dense64", quantize=["none", "dynamic"])
+    >>> r.saved_model.bit_exact, r.variants["dynamic"].status, r.variants["dynamic"].check.bit_exact
+    (True, 'ok', False)
     """
     from tflab.litert import UnsupportedOpsError, check_tflite, prepare_bounds
     from tflab.saved_model import normalize_examples, save_and_reload

@@ -574,9 +574,17 @@ def save_and_reload(obj: Any, path: str | os.PathLike, examples: Examples | None
 
     Example:
 
-    >>> check = tflab.save_and_reload(module, "/tmp/sm", {"x": np.ones((2, 64), np.float32)})
-    >>> check.bit_exact
-    True
+    >>> class Scale(tf.Module):
+    ...     def __init__(self):
+    ...         self.w = tf.Variable(2.0)
+    ...     @tf.function(input_signature=[tf.TensorSpec([None], tf.float32, name="x")])
+    ...     def serve(self, x):
+    ...         return {"y": x * self.w}
+    >>> check = tflab.save_and_reload(Scale(), "/tmp/scale_sm", {"x": np.ones(3, np.float32)})
+    >>> check
+    SavedModelCheck(kind='tf.Module', bit_exact=True, signatures=[serving_default(exact)], notes=0)
+    >>> list(check.signatures["serving_default"].outputs)
+    ['y']
     """
     path = os.fspath(path)
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
