@@ -153,7 +153,30 @@ def test_t4_non_frozen_dataclass_error():
     msg = str(info.value)
     assert "\n" not in msg
     assert msg.startswith("<lambda>: argument 'cfg' (_MutableCfg) has no TraceType")
-    assert "@dataclass(frozen=True) with __tf_tracing_type__" in msg and "tensors" in msg
+    assert "@dataclass(frozen=True) makes it traceable (TF keeps a weak reference and matches " \
+           "equal live instances)" in msg
+    assert "add __tf_tracing_type__ to trace it by value and avoid a retrace per new instance" in msg
+    assert "tensors" in msg
+
+
+def test_t4_what_frozen_alone_gives_and_what_tracing_type_adds():
+    """Measures each clause of the UsageError's advice above."""
+    from tensorflow.core.function import trace_type
+
+    # frozen=True alone: hashable, so TF builds a Weakref TraceType (no error).
+    assert hash(_Cfg()) == hash(_Cfg()) and _Cfg() == _Cfg()
+    assert repr(trace_type.from_value(_Cfg())).startswith("Weakref[")
+    x = tf.ones([2])
+    # Equal live instances share a trace; a different value gets its own.
+    alive = [_Cfg(2.0), _Cfg(3.0), _Cfg(2.0)]
+    f = tf.function(lambda x, cfg: x * cfg.scale)
+    assert _count(f, (((x, c), {}) for c in alive)) == 2
+    # A new instance per call (the previous one freed): one trace per call.
+    g = tf.function(lambda x, cfg: x * cfg.scale)
+    assert _count(g, (((x, _Cfg(2.0)), {}) for _ in range(3))) == 3
+    # With __tf_tracing_type__ (by value): one trace for the same calls.
+    h = tf.function(lambda x, cfg: x * cfg.scale)
+    assert _count(h, (((x, _ValueCfg(2.0)), {}) for _ in range(3))) == 1
 
 
 def test_t5_none_dim_concrete_functions_dispatch_later_calls():

@@ -72,9 +72,33 @@ FIXES = {
                  "as leaving it out)",
     "variable_creation": "nothing to fix: TF traces once more after the first call created "
                          "tf.Variables; create them outside the tf.function to skip it",
+    # TF's log says a trace started, not whether it succeeded: both outcomes are named.
+    "variable_creation_unknown": "nothing to fix if that call returned (create the tf.Variables "
+                                 "outside the tf.function to skip this trace); if it raised "
+                                 "ValueError 'tf.function only supports singleton tf.Variables "
+                                 "created on the first call', the function creates a tf.Variable "
+                                 "on every trace: create it once outside the function, or guard "
+                                 "it with `if self.v is None`",
+    "variable_per_trace": "create it once outside the function, or guard it with "
+                          "`if self.v is None` so only the first trace creates it",
+    "error": "fix the error the trace raised: TF caches no ConcreteFunction for a failed trace, "
+             "so the next call with these inputs traces again",
     "context": "call it from the same context (device scope, outer tf.function, strategy)",
-    "unexplained": "look for a garbage-collected argument object or a cleared cache",
+    "unexplained": "look for a garbage-collected argument object, a cleared cache, or an "
+                   "earlier trace that raised",
 }
+
+# Fixes that change when the tf.function already has an option on.
+FIXES_WITH_REDUCE_RETRACING = {
+    "shape": "reduce_retracing is already on: TF traced this call with the dims that differ "
+             "relaxed to None (see 'traced as'), so later calls that fit it reuse it; to skip "
+             "this trace too, give the tf.function an input_signature with None for the dims "
+             "that vary (tf.TensorSpec([None, ...]))",
+}
+
+# TF 2.21 polymorphic_function.Function._initialize: the error of a trace that
+# creates a tf.Variable once variable creation is disabled.
+_SINGLETON_VARIABLE = "tf.function only supports singleton tf.Variables created on the first call"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +111,10 @@ class Reason:
             to a parameter (TF's variable-creation re-trace).
         kind: "shape", "dtype", "value", "flag", "bound_method", "object",
             "length", "keys", "kind", "signature", "variable_creation",
-            "context" or "unexplained".
+            "variable_per_trace" (the trace raised TF's singleton-tf.Variable
+            error), "error" (the trace raised something else), "context" or
+            "unexplained". A tensor whose dtype and shape both changed gives
+            two reasons, one per kind, each with its fix.
         old: the earlier trace's value, as text ("(3,)", "4", "float32").
         new: this trace's value, as text.
         text: the reason line, e.g. ``x: shape (3,) -> (4,)``.
@@ -366,23 +393,21 @@ def _diff(path: str, a: _Node, b: _Node, out: list[Reason]) -> None:
                            f"{path}: {_kind_label(a)} -> {_kind_label(b)}"))
         return
     if a.kind == "tensor":
-        parts, kind = [], "shape"
+        # dtype and shape are separate changes with separate fixes: each is one
+        # Reason, so the nearest earlier trace is the one with the fewest changes.
         if a.dtype != b.dtype:
-            parts.append(f"dtype {a.dtype} -> {b.dtype}")
-            kind = "dtype"
+            out.append(_reason(path, "dtype", a.dtype, b.dtype,
+                               f"{path}: dtype {a.dtype} -> {b.dtype}"))
         if a.shape != b.shape:
             note = ""
             da, db = _dims(a.shape), _dims(b.shape)
             if da is not None and db is not None and len(da) == len(db) and len(da) > 1:
                 changed = [f"dim {i}: {x} -> {y}" for i, (x, y) in enumerate(zip(da, db)) if x != y]
                 note = f" ({', '.join(changed)})"
-            parts.append(f"shape {a.shape} -> {b.shape}{note}")
-        if not parts:  # another TypeSpec field (name, ragged rank…) differs
+            out.append(_reason(path, "shape", a.shape, b.shape,
+                               f"{path}: shape {a.shape} -> {b.shape}{note}"))
+        if a.dtype == b.dtype and a.shape == b.shape:  # another TypeSpec field (name, ragged rank…)
             out.append(_reason(path, "kind", a.value, b.value, f"{path}: {a.value} -> {b.value}"))
-            return
-        old = f"{a.dtype}{a.shape}" if kind == "dtype" else a.shape
-        new = f"{b.dtype}{b.shape}" if kind == "dtype" else b.shape
-        out.append(_reason(path, kind, old, new, f"{path}: {', '.join(parts)}"))
     elif a.kind == "literal":
         kind = "flag" if a.value in ("True", "False") and b.value in ("True", "False") else "value"
         out.append(_reason(path, kind, a.value, b.value, f"{path}: {a.value} -> {b.value}"))
@@ -419,23 +444,20 @@ def _reason(path: str, kind: str, old: str, new: str, text: str) -> Reason:
 
 
 def _param_reasons(old: dict[str, str], new: dict[str, str]) -> list[Reason]:
-    """One Reason per parameter that differs between two FunctionTypes' inputs."""
+    """One Reason per change between two FunctionTypes' inputs.
+
+    A change is one leaf of a parameter's TraceType tree (``xs[1]``,
+    ``cfg.scale``) and, for a tensor, its dtype or its shape: a tensor whose
+    dtype and shape both changed counts as two changes, each with its own fix.
+    """
     reasons: list[Reason] = []
     for name, text in new.items():
         if name not in old:
             reasons.append(_reason(name, "signature", "absent", _short_type(text),
                                    f"{name}: new argument ({_short_type(text)})"))
             continue
-        if old[name] == text:
-            continue
-        leaves: list[Reason] = []
-        _diff(name, parse_trace_type(old[name]), parse_trace_type(text), leaves)
-        if len(leaves) == 1:
-            reasons.append(leaves[0])
-        elif leaves:  # several leaves of one container parameter: one line for the parameter
-            first = leaves[0]
-            reasons.append(dataclasses.replace(
-                first, parameter=name, text="; ".join(r.text for r in leaves)))
+        if old[name] != text:
+            _diff(name, parse_trace_type(old[name]), parse_trace_type(text), reasons)
     for name in old:
         if name not in new:
             reasons.append(_reason(name, "signature", _short_type(old[name]), "absent",
@@ -445,12 +467,15 @@ def _param_reasons(old: dict[str, str], new: dict[str, str]) -> list[Reason]:
 
 def explain(inputs: Sequence[tuple[str, str]], previous: Sequence[Trace], *,
             scope: str | None = None, context: str | None = None,
-            previous_contexts: Sequence[str | None] | None = None) -> tuple[str, int | None, list[Reason]]:
+            previous_contexts: Sequence[str | None] | None = None,
+            reduce_retracing: bool = False,
+            outcome_known: bool = True) -> tuple[str, int | None, list[Reason]]:
     """Explains a new trace against the earlier ones of the same function.
 
     Compares the new FunctionType's inputs with each earlier trace's and keeps
-    the nearest (fewest differing parameters; the latest on a tie), as TF's
-    dispatch would have used the closest cached type had it matched.
+    the nearest (fewest changes, counting a tensor's dtype and shape
+    separately; the latest on a tie), as TF's dispatch would have used the
+    closest cached type had it matched.
 
     Args:
         inputs: (parameter, TraceType text) pairs of the new trace's FunctionType.
@@ -458,6 +483,11 @@ def explain(inputs: Sequence[tuple[str, str]], previous: Sequence[Trace], *,
         scope: the new trace's FunctionContext scope_type name, if known.
         context: the new trace's FunctionContext ``context`` text, if known.
         previous_contexts: the ``context`` text of each earlier trace.
+        reduce_retracing: the tf.function has ``reduce_retracing=True``: a
+            shape change's fix does not suggest turning it on.
+        outcome_known: False when the caller cannot tell whether the trace
+            succeeded (TF's log): TF's variable-creation re-trace then names
+            both outcomes instead of saying "nothing to fix".
 
     Returns:
         (kind, index of the trace compared with or None, reasons).
@@ -471,10 +501,13 @@ def explain(inputs: Sequence[tuple[str, str]], previous: Sequence[Trace], *,
     if scope == NO_VARIABLE_CREATION and not any(p.scope == NO_VARIABLE_CREATION for p in previous):
         for p in reversed(previous):
             if p.scope == VARIABLE_CREATION and dict(p.inputs) == new:
-                r = Reason("", "variable_creation", VARIABLE_CREATION, NO_VARIABLE_CREATION,
-                           "TF's own re-trace: the first call created tf.Variables, so TF traced "
-                           "again with variable creation disabled (not caused by the inputs)",
-                           FIXES["variable_creation"])
+                text = ("TF's own re-trace: the first call created tf.Variables, so TF traced "
+                        "again with variable creation disabled (not caused by the inputs)")
+                fix = FIXES["variable_creation"]
+                if not outcome_known:
+                    text += "; TF's log does not say whether this trace succeeded"
+                    fix = FIXES["variable_creation_unknown"]
+                r = Reason("", "variable_creation", VARIABLE_CREATION, NO_VARIABLE_CREATION, text, fix)
                 return "variable_creation", p.index, [r]
     same_scope = [p for p in previous if scope is None or p.scope in (None, scope)] or list(previous)
     best: tuple[int, int, list[Reason], Trace] | None = None
@@ -485,6 +518,9 @@ def explain(inputs: Sequence[tuple[str, str]], previous: Sequence[Trace], *,
             best = (key[0], key[1], reasons, p)
     assert best is not None
     _, _, reasons, nearest = best
+    if reduce_retracing:
+        reasons = [dataclasses.replace(r, fix=FIXES_WITH_REDUCE_RETRACING.get(r.kind, r.fix))
+                   for r in reasons]
     if not reasons:
         ctxs = list(previous_contexts or [])
         pos = list(previous).index(nearest)
@@ -493,20 +529,57 @@ def explain(inputs: Sequence[tuple[str, str]], previous: Sequence[Trace], *,
                                "same inputs, but called from a different FunctionContext "
                                "(device scope, outer graph or strategy)")]
         else:
+            maybe_failed = "" if outcome_known else f", or trace #{nearest.index} raised"
             reasons = [_reason("", "unexplained", "", "",
                                f"same input TraceTypes as trace #{nearest.index}: TF could not reuse it "
-                               "(an argument object was garbage-collected, or the cache was cleared)")]
+                               f"(an argument object was garbage-collected, the cache was cleared"
+                               f"{maybe_failed})")]
     return "retrace", nearest.index, reasons
+
+
+def _failure_reasons(auto_kind: str, reasons: list[Reason], error: str) -> list[Reason]:
+    """The reasons of a trace that raised ``error`` (one line, ``Type: message``).
+
+    The input changes that made TF trace are kept; "variable_creation" and
+    "unexplained" are replaced, since the error is the real story there.
+    """
+    kept = [r for r in reasons if r.kind not in ("variable_creation", "unexplained")]
+    if _SINGLETON_VARIABLE in error:
+        if auto_kind == "variable_creation":
+            text = ("raised ValueError because the function creates a tf.Variable on every trace: "
+                    "after the first trace created one, TF traced again with variable creation "
+                    f"disabled (TF: \"{_SINGLETON_VARIABLE}\")")
+        else:
+            text = ("raised ValueError because the function created a tf.Variable on a trace "
+                    f"after the first call (TF: \"{_SINGLETON_VARIABLE}\")")
+        return kept + [Reason("", "variable_per_trace", "", "ValueError", text,
+                              FIXES["variable_per_trace"])]
+    short = error if len(error) <= 200 else error[:197] + "..."
+    return kept + [Reason("", "error", "", short.split(":", 1)[0], f"raised {short}", FIXES["error"])]
 
 
 def make_trace(index: int, inputs: Sequence[tuple[str, str]], previous: Sequence[Trace], *,
                scope: str | None = None, traced_as: Sequence[tuple[str, str]] | None = None,
                call: int = 0, kind: str | None = None, context: str | None = None,
-               previous_contexts: Sequence[str | None] | None = None) -> Trace:
-    """Builds a `Trace` with its reasons from a FunctionType's (parameter, TraceType text) pairs."""
+               previous_contexts: Sequence[str | None] | None = None,
+               reduce_retracing: bool = False, outcome_known: bool = True,
+               error: str | None = None) -> Trace:
+    """Builds a `Trace` with its reasons from a FunctionType's (parameter, TraceType text) pairs.
+
+    Args:
+        error: for a trace that raised, the error as one line
+            (``ValueError: …``); the trace's kind is then "failed" and its
+            reasons end with what the error means.
+        The others: as for `explain` and `Trace`.
+    """
     auto_kind, compared, reasons = explain(inputs, previous, scope=scope, context=context,
-                                           previous_contexts=previous_contexts)
-    if kind == "concrete" and auto_kind != "variable_creation":
+                                           previous_contexts=previous_contexts,
+                                           reduce_retracing=reduce_retracing,
+                                           outcome_known=outcome_known)
+    if error is not None:
+        kind = "failed"
+        reasons = _failure_reasons(auto_kind, reasons, error)
+    elif kind == "concrete" and auto_kind != "variable_creation":
         reasons = [] if auto_kind == "first" else reasons
     else:
         kind = kind or auto_kind
@@ -746,10 +819,10 @@ class RetraceProbe:
         except TypeError as e:
             if "Could not generate a generic TraceType" in str(e):
                 raise self._no_trace_type_error(args, kwargs, e) from e
-            self._record(before, args, kwargs)
+            self._record(before, args, kwargs, error=e)
             raise
-        except Exception:
-            self._record(before, args, kwargs)
+        except Exception as e:
+            self._record(before, args, kwargs, error=e)
             raise
         if self._count != before:
             self._record(before, args, kwargs)
@@ -766,9 +839,10 @@ class RetraceProbe:
         before = self._count
         try:
             cf = self.function.get_concrete_function(*args, **kwargs)
-        finally:
-            if self._count != before:
-                self._record(before, args, kwargs, kind="concrete")
+        except Exception as e:
+            self._record(before, args, kwargs, kind="concrete", error=e)
+            raise
+        self._record(before, args, kwargs, kind="concrete")
         return cf
 
     def _check_stale(self) -> None:
@@ -795,22 +869,35 @@ class RetraceProbe:
         self.stale.append(StaleRead(name=name, scope=scope, traced=_value_repr(traced),
                                     current=_value_repr(cur), trace=last, call=self.calls))
 
-    def _record(self, before: int, args: tuple, kwargs: dict, kind: str | None = None) -> None:
+    def _record(self, before: int, args: tuple, kwargs: dict, kind: str | None = None,
+                error: BaseException | None = None) -> None:
+        from tflab._target import error_summary
+
         n_new = self._count - before
         if n_new <= 0:
             return
         entries = self._new_cache_entries()
         lookup = self._lookup_inputs(args, kwargs)
+        reduce_retracing = bool(getattr(self.function, "_reduce_retracing", False))
         for j in range(n_new):
             entry = entries[j] if j < len(entries) else None
-            scope = getattr(getattr(entry[0], "scope_type", None), "name", None) if entry else None
+            if entry is not None:
+                scope = getattr(getattr(entry[0], "scope_type", None), "name", None)
+            else:
+                # A failed trace left no cache entry. Once the first call has
+                # created tf.Variables, TF traces only with variable creation
+                # disabled (polymorphic_function.Function._call).
+                scope = NO_VARIABLE_CREATION if getattr(self.function, "_created_variables", None) else None
             inputs = lookup if lookup is not None else (
                 function_type_inputs(entry[1]) if entry else ())
             traced_as = function_type_inputs(entry[1]) if entry else None
-            this_kind = kind if entry is not None else "failed"
+            failed = None
+            if entry is None:  # the trace raised: the last one of this call is the one
+                failed = error_summary(error) if error is not None else "an error (not seen by the probe)"
+                failed = failed.split(". Make sure", 1)[0]  # TF's advice follows; ours is the fix
             t = make_trace(len(self.traces) + 1, inputs, [p for p in self.traces if p.kind != "failed"],
                            scope=scope, traced_as=traced_as, call=self.calls if kind is None else 0,
-                           kind=this_kind)
+                           kind=kind, reduce_retracing=reduce_retracing, error=failed)
             self.traces.append(t)
 
     def _new_cache_entries(self) -> list[tuple[Any, Any]]:
@@ -858,10 +945,15 @@ class RetraceProbe:
                 culprit, value = name, v
                 break
         what = f"argument {culprit!r} ({type(value).__name__})" if culprit else "an argument"
+        # Measured (tests/test_cases_tracing.py T4): frozen=True alone makes it
+        # hashable, so TF traces it as a Weakref TraceType matched by == while
+        # alive; a fresh instance per call retraces once the previous is freed.
         return UsageError(
             f"{self.name}: {what} has no TraceType: it is mutable or unhashable (a non-frozen "
-            f"dataclass?), so tf.function cannot key its cache on it; use @dataclass(frozen=True) "
-            f"with __tf_tracing_type__, or pass its numbers as tensors")
+            f"dataclass?), so tf.function cannot key its cache on it; @dataclass(frozen=True) "
+            f"makes it traceable (TF keeps a weak reference and matches equal live instances), "
+            f"add __tf_tracing_type__ to trace it by value and avoid a retrace per new instance, "
+            f"or pass its numbers as tensors")
 
     # -- reports ------------------------------------------------------------------
     @property
@@ -1082,8 +1174,13 @@ def _is_tf_internal(t: LoggedTrace) -> bool:
         ("Function._initialize_uninitialized_variables", "StructuredFunctionWrapper."))
 
 
-def group_logged_traces(logged: Sequence[LoggedTrace], include_internal: bool = False) -> tuple[FunctionTraces, ...]:
+def group_logged_traces(logged: Sequence[LoggedTrace], include_internal: bool = False,
+                        reduce_retracing: bool = False) -> tuple[FunctionTraces, ...]:
     """Groups logged traces by function and explains each one with `explain`.
+
+    TF logs a trace when it starts, so a logged trace may have raised: the
+    reasons never claim it succeeded (TF's variable-creation re-trace names
+    both outcomes).
 
     Functions are grouped by qualified name: the two records TF writes for one
     tf.function's first call (VARIABLE_CREATION, then NO_VARIABLE_CREATION)
@@ -1094,6 +1191,8 @@ def group_logged_traces(logged: Sequence[LoggedTrace], include_internal: bool = 
         logged: records from `capture_trace_log`, in trace order.
         include_internal: keep TF's own helper functions (variable
             initializers, tf.data wrappers).
+        reduce_retracing: the functions have ``reduce_retracing=True`` (the
+            log does not say; known when the tf.function object is at hand).
 
     Returns:
         One `FunctionTraces` per function, in first-trace order.
@@ -1108,10 +1207,16 @@ def group_logged_traces(logged: Sequence[LoggedTrace], include_internal: bool = 
         contexts: list[str | None] = []
         for rec in records:
             traces.append(make_trace(len(traces) + 1, rec.inputs, traces, scope=rec.scope,
-                                     context=rec.context, previous_contexts=contexts))
+                                     context=rec.context, previous_contexts=contexts,
+                                     reduce_retracing=reduce_retracing, outcome_known=False))
             contexts.append(rec.context)
         out.append(FunctionTraces(function=_short_name(qualname), traces=tuple(traces)))
     return tuple(out)
+
+
+# What the log-based report cannot show (also in ``tflab retrace --help``).
+STALE_READ_NOTE = ("stale closure or global reads (a Python value changed without a retrace) are "
+                   "detected by tflab.RetraceProbe only: TF's trace log carries no values")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1142,6 +1247,8 @@ class ScriptTraces:
             head = (f"{self.script}: {self.trace_count} trace(s) in {len(self.functions)} "
                     f"tf.function(s)")
         tail = [f"note: {self.note}"] if self.note else []
+        if self.functions:
+            tail.append(f"note: {STALE_READ_NOTE}")
         return "\n".join([head] + [f.to_text() for f in self.functions] + tail)
 
     def to_dict(self) -> dict:
@@ -1185,6 +1292,9 @@ def trace_script(path: str, argv: Sequence[str] = (), include_internal: bool = F
         except SystemExit as e:
             if e.code not in (None, 0):
                 error = f"{path} exited with status {e.code}"
+        except SyntaxError as e:  # raised by runpy's compile: the place is in the error itself
+            where = f"{e.filename or path}:{e.lineno}" if e.lineno else ""
+            error = f"{path} raised SyntaxError: {e.msg}" + (f" (at {where})" if where else "")
         except Exception as e:  # the user's script failed: one line, their frame
             where = user_frame(e)
             first = (str(e).strip().splitlines() or [""])[0]
@@ -1270,7 +1380,8 @@ def expect_traces(fn_or_probe: Any, at_most: int) -> Iterator[TraceExpectation]:
             finally:
                 result.count = fn_or_probe.experimental_get_tracing_count() - count_before
                 mine = [t for t in logged if t.function == qualname]
-                groups = group_logged_traces(mine)
+                groups = group_logged_traces(
+                    mine, reduce_retracing=bool(getattr(fn_or_probe, "_reduce_retracing", False)))
                 result.traces = list(groups[0].traces) if groups else []
     else:
         raise UsageError(f"expect_traces needs a tf.function or a RetraceProbe, got "

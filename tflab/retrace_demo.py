@@ -8,8 +8,10 @@ numbers are whatever the installed TensorFlow does (the tests pin TF 2.21's).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any
+import logging
+from typing import Any, Iterator
 
 from tflab.retrace import RetraceProbe
 
@@ -215,6 +217,33 @@ def _variable_later_call(tf) -> TriggerResult:
         "no error")
 
 
+# TF 2.21 polymorphic_function._FrequentTracingDetector warns "N out of the last
+# M calls to <function> triggered tf.function retracing…" on the `tensorflow`
+# logger; here the retraces are the point of the demo.
+FREQUENT_RETRACING_WARNING = "triggered tf.function retracing"
+
+
+class _DropFrequentRetracingWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            return FREQUENT_RETRACING_WARNING not in record.getMessage()
+        except Exception:  # a record whose args do not format: not ours to judge
+            return True
+
+
+@contextlib.contextmanager
+def _quiet_frequent_retracing_warning() -> Iterator[None]:
+    # A filter, not a level change: RetraceProbe's log capture needs the
+    # logger's level-1 records, and other warnings must still show.
+    logger = logging.getLogger("tensorflow")
+    flt = _DropFrequentRetracingWarning()
+    logger.addFilter(flt)
+    try:
+        yield
+    finally:
+        logger.removeFilter(flt)
+
+
 def demonstrate_retracing() -> RetracingDemo:
     """Measures each classic retrace trigger and its prevention on the installed TF.
 
@@ -247,6 +276,11 @@ def demonstrate_retracing() -> RetracingDemo:
     call signature" rule has an exception: a function that creates variables
     traces twice on its first call.
 
+    TF's own "N out of the last M calls … triggered tf.function retracing"
+    warning is filtered out of the ``tensorflow`` logger while the demo runs
+    (it retraces on purpose), and only then: `RetraceProbe` on user code
+    leaves it alone.
+
     Returns:
         A `RetracingDemo` (``demo["new shape"].traces`` etc.).
 
@@ -260,6 +294,7 @@ def demonstrate_retracing() -> RetracingDemo:
     """
     import tensorflow as tf
 
-    results = (_new_shape(tf), _new_dtype(tf), _python_value(tf), _closure(tf),
-               _variable_first_call(tf), _variable_later_call(tf))
+    with _quiet_frequent_retracing_warning():
+        results = (_new_shape(tf), _new_dtype(tf), _python_value(tf), _closure(tf),
+                   _variable_first_call(tf), _variable_later_call(tf))
     return RetracingDemo(tf_version=tf.__version__, results=results)

@@ -1,4 +1,4 @@
-"""``tflab retrace [--json] SCRIPT.py [ARGS…]``: run a script, explain every tf.function trace.
+"""``tflab retrace [--json] [--internal] SCRIPT.py [ARGS…]``: run a script, explain every tf.function trace.
 
 The work is `tflab.retrace.trace_script`; this verb parses arguments and prints.
 """
@@ -12,13 +12,24 @@ import sys
 
 HELP = "run a Python script and print, per tf.function, its traces and why each one happened"
 
+EPILOG = ("Options such as --json go BEFORE SCRIPT.py: everything after SCRIPT.py is passed to the "
+          "script as its sys.argv[1:]. Exit status: 0, or 2 when the script raised or exited "
+          "non-zero (the traces made until then are still printed). Note: ")
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print a JSON report (the script's own stdout goes to stderr)")
+    from tflab.retrace import STALE_READ_NOTE
+
+    p.epilog = EPILOG + STALE_READ_NOTE + "."
+    p.add_argument("--json", action="store_true",
+                   help="print a JSON report (the script's own stdout goes to stderr)")
     p.add_argument("--internal", action="store_true", help="also list TF's own helper functions")
     p.add_argument("script", metavar="SCRIPT.py", help="the script to run as __main__")
-    p.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
-                   help="arguments passed to the script (its sys.argv[1:])")
+    args = p.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
+                          help="arguments passed to the script (its sys.argv[1:]); optional")
+    # argparse marks a REMAINDER positional required, so a bare `tflab retrace`
+    # would name ARGS as missing too; it may be empty.
+    args.required = False
 
 
 def run(args: argparse.Namespace) -> int:
