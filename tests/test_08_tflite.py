@@ -124,6 +124,17 @@ def test_op_and_dtype_histograms(dense64):
     assert "FULLY_CONNECTED×1" in text and "shape" not in repr(flt)
 
 
+def test_gradient_cost_is_capped_for_large_outputs(dense64, monkeypatch):
+    import tflab
+    import tflab.litert as litert
+
+    monkeypatch.setattr(litert, "MAX_GRADIENT_ELEMENTS", 100)
+    ex = {"x": np.random.default_rng(9).standard_normal((3, 64)).astype(np.float32)}  # 192 elements per output
+    c = tflab.tflite_roundtrip(dense64[0].path, ex, "none")
+    assert c.within_bound is True
+    assert sum("bounds computed by gradient for 100 of 192 elements" in n for n in c.notes) == 2
+
+
 def test_argmax_agreement_counts_ties():
     from tflab.litert import argmax_agreement
 
