@@ -607,6 +607,9 @@ def _run_signatures(runners, loaded, batches, notes):
         for batch in batches:
             want = {k: v.numpy() for k, v in fn(**{n: tf.constant(a) for n, a in batch.items()}).items()}
             got = runner(**{n: _quantize(a, in_d[n]) for n, a in batch.items()})
+            if set(got) != set(want):
+                raise TflabError(f"signature {key!r}: LiteRT outputs {sorted(got)} are not TF's {sorted(want)}, "
+                                 f"so they cannot be compared by name")
             for n, w in want.items():
                 okey = f"{key}/{n}" if multi else n
                 collected.setdefault(okey, {"got": [], "want": []})
