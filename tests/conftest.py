@@ -28,3 +28,12 @@ def run_cli(capsys):
         return code, out, err
 
     return _run
+
+
+@pytest.fixture(autouse=True)
+def _unseed_tf_after_test():
+    """Undo a global seed a test set (keras.utils.set_random_seed), so tests stay order-independent."""
+    yield
+    import tensorflow as tf
+
+    tf.random.set_seed(None)
