@@ -13,16 +13,20 @@ from __future__ import annotations
 import os
 import threading
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import tensorflow as tf
+
+if TYPE_CHECKING:
+    from custom_ops.build import BuildResult
 
 _ALLOWED = (tf.float16, tf.bfloat16, tf.float32)
 _lock = threading.Lock()
 _lib: ModuleType | None = None
-_build_result = None
+_build_result: BuildResult | None = None
 
 
-def load_library(result=None) -> ModuleType:
+def load_library(result: BuildResult | None = None) -> ModuleType:
     """Builds the op if needed (cached) and loads it into this process.
 
     Load it before `tf.saved_model.load` of a SavedModel that uses the op:
@@ -66,7 +70,7 @@ def load_library(result=None) -> ModuleType:
         return _lib
 
 
-def build_result():
+def build_result() -> BuildResult:
     """The `custom_ops.build.BuildResult` of the loaded library (loads it first)."""
     load_library()
     return _build_result
