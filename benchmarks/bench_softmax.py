@@ -107,7 +107,8 @@ def gpu_candidates(tf, warp_softmax, shape):
 
     try:
         many(copy)()
-    except tf.errors.NotFoundError:  # no DeepCopy kernel here: an elementwise op moves the same bytes
+    except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError):
+        # No DeepCopy kernel on this device: an elementwise op moves the same bytes.
         copy = tf.math.negative
     return {"tf.nn.softmax": many(tf.nn.softmax), "warp_softmax": many(warp_softmax),
             "xla_softmax": many(tf.nn.softmax, jit=True), "d2d_copy": many(copy)}, GPU_BATCH
