@@ -410,3 +410,199 @@ def test_retrace_cli_bad_script_path(run_cli, path, message):
     code, out, err = run_cli("retrace", path)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and message in err and "Traceback" not in err
+
+
+def test_variable_created_on_every_call_is_a_failed_trace_with_its_cause():
+    @tf.function
+    def creates(x):
+        v = tf.Variable(1.0)
+        return x * v
+
+    probe = RetraceProbe(creates)
+    with pytest.raises(ValueError, match="only supports singleton tf.Variables"):
+        probe(tf.ones([2]))
+    # Measured: trace #1 (variable creation allowed) succeeds and is cached;
+    # TF's second trace, with creation disabled, raises and is not cached.
+    assert (probe.trace_count, probe.tf_tracing_count) == (2, 1)
+    assert [t.kind for t in probe.traces] == ["first", "failed"]
+    failed = probe.traces[1]
+    assert failed.scope == "NO_VARIABLE_CREATION" and failed.compared_with == 1
+    assert failed.reasons == [
+        "raised ValueError because the function creates a tf.Variable on every trace: after the "
+        "first trace created one, TF traced again with variable creation disabled (TF: \"tf.function "
+        "only supports singleton tf.Variables created on the first call\")"]
+    assert failed.fixes == ["create it once outside the function, or guard it with "
+                            "`if self.v is None` so only the first trace creates it"]
+    assert "garbage-collected" not in probe.to_text()
+    # Each later call traces again (nothing was cached for creation disabled) and fails the same way.
+    with pytest.raises(ValueError):
+        probe(tf.ones([2]))
+    assert (probe.trace_count, probe.tf_tracing_count) == (3, 1)
+    assert probe.traces[2].kind == "failed" and probe.traces[2].reasons == failed.reasons
+
+
+def test_the_suggested_guard_fixes_it():
+    class Scale:
+        def __init__(self):
+            self.v = None
+
+        @tf.function
+        def __call__(self, x):
+            if self.v is None:
+                self.v = tf.Variable(2.0)
+            return x * self.v
+
+    scale = Scale()  # kept alive: TF binds a tf.function method to a weak reference of self
+    probe = RetraceProbe(scale.__call__)
+    assert probe(tf.ones([2])).numpy().tolist() == [2.0, 2.0]
+    probe(tf.ones([2]))
+    assert [t.kind for t in probe.traces] == ["first", "variable_creation"]
+    assert probe.tf_tracing_count == 2
+
+
+def test_another_error_while_tracing_is_named():
+    def picky(x):
+        if x.shape[0] == 3:
+            raise NotImplementedError("length 3 not supported")
+        return x * 2.0
+
+    probe = RetraceProbe(picky)
+    probe(tf.ones([2]))
+    with pytest.raises(NotImplementedError):
+        probe(tf.ones([3]))
+    assert (probe.trace_count, probe.tf_tracing_count) == (2, 1)
+    failed = probe.traces[1]
+    assert failed.kind == "failed"
+    assert failed.reasons == ["x: shape (2,) -> (3,)", "raised NotImplementedError: length 3 not supported"]
+    assert "TF caches no ConcreteFunction for a failed trace" in failed.fixes[1]
+
+
+def test_nearest_trace_counts_dtype_and_shape_as_two_changes():
+    probe = RetraceProbe(lambda x: x * 2)
+    probe(tf.ones([2]))
+    probe(tf.ones([2], tf.int32))
+    probe(tf.ones([3]))
+    # #3 differs from #1 by its shape only, from #2 by dtype and shape.
+    third = probe.traces[2]
+    assert third.compared_with == 1 and third.reasons == ["x: shape (2,) -> (3,)"]
+    assert len(third.fixes) == 1 and "input_signature" in third.fixes[0]
+
+
+def test_one_parameter_with_two_changes_lists_both_fixes():
+    probe = RetraceProbe(lambda x: x * 2)
+    probe(tf.ones([2]))
+    probe(tf.ones([3], tf.int32))
+    second = probe.traces[1]
+    assert second.reasons == ["x: dtype float32 -> int32", "x: shape (2,) -> (3,)"]
+    assert "tf.cast" in second.fixes[0] and "input_signature" in second.fixes[1]
+    text = second.to_text()
+    assert text.count("fix: ") == 2
+
+
+def test_shape_fix_knows_reduce_retracing_is_on():
+    plain = RetraceProbe(lambda x: x * 2.0)
+    relaxed = RetraceProbe(lambda x: x * 2.0, reduce_retracing=True)
+    for n in (1, 2, 3):
+        plain(tf.ones([n]))
+        relaxed(tf.ones([n]))
+    assert (plain.trace_count, relaxed.trace_count) == (3, 2)
+    assert "or use reduce_retracing=True" in plain.traces[1].fixes[0]
+    fix = relaxed.traces[1].fixes[0]
+    assert "reduce_retracing=True" not in fix
+    assert fix.startswith("reduce_retracing is already on") and "input_signature" in fix
+    # The same through expect_traces on a bare tf.function (reasons from TF's log).
+    g = tf.function(lambda x: x * 2.0, reduce_retracing=True)
+    with pytest.raises(RetraceError) as info:
+        with expect_traces(g, at_most=1):
+            for n in (1, 2, 3):
+                g(tf.ones([n]))
+    assert info.value.count == 2
+    assert info.value.traces[1].fixes[0].startswith("reduce_retracing is already on")
+
+
+def test_frequent_retracing_warning_still_shows_for_user_code():
+    import logging
+
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    logger = logging.getLogger("tensorflow")
+    keep = Keep(level=logging.WARNING)
+    old_level = logger.level
+    logger.setLevel(logging.WARNING)  # TF's default, whatever an earlier test left
+    logger.addHandler(keep)
+    try:
+        probe = RetraceProbe(lambda x: x * 2.0)
+        for n in range(1, 7):
+            probe(tf.ones([n]))
+    finally:
+        logger.removeHandler(keep)
+        logger.setLevel(old_level)
+    # Measured: TF warns from the 5th retracing call in its last 10 (at most twice per function).
+    hits = [m for m in seen if "triggered tf.function retracing" in m]
+    assert [h.split(" calls")[0] for h in hits] == ["5 out of the last 5", "6 out of the last 6"]
+
+
+CREATES_SCRIPT = '''
+import tensorflow as tf
+
+@tf.function
+def creates(x):
+    v = tf.Variable(1.0)
+    return x * v
+
+try:
+    creates(tf.ones([2]))
+except ValueError as e:
+    print("caught", type(e).__name__)
+'''
+
+
+def test_retrace_cli_does_not_call_a_logged_failure_nothing_to_fix(run_cli, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(CREATES_SCRIPT)
+    code, out, err = run_cli("retrace", "--json", str(script))
+    assert code == 0, err
+    assert "caught ValueError" in err
+    report = json.loads(out)
+    (fn,) = report["functions"]
+    assert fn["function"] == "creates" and [t["kind"] for t in fn["traces"]] == ["first", "variable_creation"]
+    second = fn["traces"][1]
+    # TF logs a trace as it starts: the log cannot tell that this one raised, so both outcomes are named.
+    assert second["reasons"][0].endswith("TF's log does not say whether this trace succeeded")
+    assert not second["fixes"][0].startswith("nothing to fix:")
+    assert second["fixes"][0].startswith("nothing to fix if that call returned")
+    assert "create it once outside the function, or guard it with `if self.v is None`" in second["fixes"][0]
+
+
+def test_retrace_cli_places_a_syntax_error_in_the_script(run_cli, tmp_path):
+    script = tmp_path / "syntax.py"
+    script.write_text("x = 1\ndef f(:\n    pass\n")
+    code, out, err = run_cli("retrace", str(script))
+    assert code == 2
+    assert out.startswith(f"{script}: no tf.function traced")
+    assert err.strip() == f"tflab retrace: error: {script} raised SyntaxError: invalid syntax (at {script}:2)"
+
+
+def test_retrace_cli_args_are_optional_and_help_says_where_options_go(run_cli, capsys):
+    with pytest.raises(SystemExit) as info:
+        run_cli("retrace")
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == "tflab retrace: error: the following arguments are required: SCRIPT.py"
+    with pytest.raises(SystemExit):
+        run_cli("retrace", "--help")
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "Options such as --json go BEFORE SCRIPT.py" in help_text
+    assert "detected by tflab.RetraceProbe only" in help_text
+
+
+def test_retrace_cli_report_notes_stale_reads_need_the_probe(run_cli):
+    code, out, err = run_cli("retrace", SCRIPT)
+    assert code == 0, err
+    assert out.rstrip().splitlines()[-1] == (
+        "note: stale closure or global reads (a Python value changed without a retrace) are "
+        "detected by tflab.RetraceProbe only: TF's trace log carries no values")

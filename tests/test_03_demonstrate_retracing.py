@@ -6,18 +6,58 @@ common teaching (no retrace, a stale result).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 
 import pytest
 
 pytest.importorskip("tensorflow")
 
+from tflab import retrace_demo  # noqa: E402
 from tflab.retrace_demo import RetracingDemo, demonstrate_retracing  # noqa: E402
+
+RETRACING_WARNING = "triggered tf.function retracing"
+
+
+@contextlib.contextmanager
+def _tf_warnings():
+    """Collects the messages of WARNING records that reach the `tensorflow` logger's handlers."""
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    logger = logging.getLogger("tensorflow")
+    keep, old_level = Keep(level=logging.WARNING), logger.level
+    logger.setLevel(logging.WARNING)  # TF's default, whatever an earlier test left
+    logger.addHandler(keep)
+    try:
+        yield seen
+    finally:
+        logger.removeHandler(keep)
+        logger.setLevel(old_level)
 
 
 @pytest.fixture(scope="module")
-def demo() -> RetracingDemo:
-    return demonstrate_retracing()
+def demo_run() -> tuple[RetracingDemo, list[str], tuple, int]:
+    # Run twice: TF keys its frequent-retracing detector by code object, so in
+    # one process the demo's second run is the one that made TF warn (measured:
+    # 4 warnings, for the new-shape and new-Python-value lambdas).
+    logger = logging.getLogger("tensorflow")
+    with _tf_warnings() as seen:
+        filters_before = tuple(logger.filters)
+        demonstrate_retracing()
+        demo = demonstrate_retracing()
+        filters_after, level_after = tuple(logger.filters), logger.level
+    assert filters_after == filters_before
+    return demo, seen, filters_after, level_after
+
+
+@pytest.fixture(scope="module")
+def demo(demo_run) -> RetracingDemo:
+    return demo_run[0]
 
 
 # trigger -> (traces, traces after prevention), measured on TF 2.21.
@@ -86,3 +126,26 @@ def test_renders(demo):
     assert demo.counts()["new Python value"] == (3, 1)
     with pytest.raises(KeyError, match="no trigger 'nope'"):
         demo["nope"]
+
+
+def test_demo_shows_no_frequent_retracing_warning_and_leaves_the_logger_as_it_was(demo_run):
+    _, seen, filters_after, level_after = demo_run
+    assert not [m for m in seen if RETRACING_WARNING in m]
+    assert level_after == logging.WARNING  # a filter, not a level change
+    assert filters_after == ()  # removed afterwards
+
+
+def test_the_filter_drops_tf_own_warning_only_while_it_is_on():
+    tf = pytest.importorskip("tensorflow")
+    inside = tf.function(lambda x: x * 2.0)   # two lambdas: two code objects, two detectors
+    outside = tf.function(lambda x: x * 3.0)
+    with _tf_warnings() as seen:
+        with retrace_demo._quiet_frequent_retracing_warning():
+            for n in range(1, 7):
+                inside(tf.ones([n]))
+        assert seen == []
+        for n in range(1, 7):
+            outside(tf.ones([n]))
+    # Measured: TF warns at the 5th and 6th retracing call (at most twice per function).
+    assert [m.split(" calls")[0] for m in seen if RETRACING_WARNING in m] == [
+        "5 out of the last 5", "6 out of the last 6"]
