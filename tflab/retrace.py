@@ -10,9 +10,10 @@ subtype of a cached one traces a new FuncGraph (TF 2.21,
 ``type_dispatch.py`` and ``python/eager/polymorphic_function/tracing_compilation.py``).
 
 This module explains each new trace the way PyTorch's ``TORCH_LOGS=recompiles``
-does: it compares the trace's FunctionType with the nearest earlier one and
-writes one reason per changed parameter (``x: shape (3,) -> (4,)``,
-``n: 4 -> 8``, ``fn: new object each call``…), each with its fix.
+does: it compares the trace's FunctionType with the nearest earlier one (the
+fewest changes) and writes one reason per change (``x: shape (3,) -> (4,)``,
+``n: 4 -> 8``, ``fn: new object each call``…), each with its fix. A trace that
+raised says what the error means (a tf.Variable created on every trace…).
 
 Two ways to get the FunctionTypes, one reason engine:
 
@@ -24,6 +25,8 @@ Two ways to get the FunctionTypes, one reason engine:
 * `capture_trace_log` / `trace_script` (``tflab retrace SCRIPT.py``) read the
   "Creating new FuncGraph …" record TF logs at level 1 on the ``tensorflow``
   logger for every trace, so any script can be explained without patching TF.
+  TF logs a trace as it starts, so this path cannot tell a trace that raised,
+  and it has no values, so it cannot see stale reads.
 """
 
 from __future__ import annotations
@@ -141,8 +144,10 @@ class Trace:
         kind: "first" (no earlier trace), "retrace" (the inputs changed),
             "variable_creation" (TF's own second trace after the first call
             created tf.Variables: not the user's fault), "concrete" (made by
-            ``get_concrete_function``) or "failed" (tracing raised).
-        reasons: one line per changed parameter, e.g. ``x: shape (3,) -> (4,)``.
+            ``get_concrete_function``) or "failed" (tracing raised: the last
+            reason says what the error means).
+        reasons: one line per change, e.g. ``x: shape (3,) -> (4,)`` (a
+            tensor's dtype and shape are separate changes).
         fixes: the fix for each reason, same order.
         inputs: (parameter, TraceType text) pairs of the FunctionType TF
             looked up, e.g. ``("x", "TensorSpec(shape=(3,), dtype=tf.float32, name=None)")``.
