@@ -64,3 +64,21 @@ def test_tour_out_that_is_a_file(run_cli, tmp_path, small_keras_file):
     code, out, err = run_cli("tour", "--model", str(small_keras_file), "--out", str(target))
     assert code == 2 and "exists and is not a folder" in err and err.count("\n") == 1
     assert target.read_text() == "x"
+
+
+def test_materialize_one_stream_per_call_and_size_limit():
+    """CLI --arg specs become seeded random tensors; two same-shaped args must differ."""
+    import numpy as np
+    import tensorflow as tf
+
+    from tflab._target import materialize
+    from tflab.errors import UsageError
+
+    rng = np.random.default_rng(0)
+    x = materialize(tf.TensorSpec([4], name="x"), rng)
+    y = materialize(tf.TensorSpec([4], name="y"), rng)
+    assert not np.array_equal(x.numpy(), y.numpy())
+    again = materialize(tf.TensorSpec([4], name="x"), np.random.default_rng(0))
+    np.testing.assert_array_equal(x.numpy(), again.numpy())  # seeded: reproducible
+    with pytest.raises(UsageError, match="needs 372.5 GiB"):
+        materialize(tf.TensorSpec([100_000_000_000], name="x"))

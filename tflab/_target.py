@@ -232,31 +232,49 @@ def bind_args(fn: Callable, named: dict[str, Any]) -> tuple[tuple, dict]:
     return tuple(args), kwargs
 
 
-def materialize(value: Any, seed: int = 0) -> Any:
+# Refuse to make random inputs bigger than this (bytes): a typo like
+# float32[100000000000] should be one error line, not a MemoryError.
+MAX_RANDOM_BYTES = 4 << 30
+
+
+def materialize(value: Any, seed: "int | Any" = 0) -> Any:
     """Turns a fully defined `tf.TensorSpec` into a seeded random tensor.
 
     Floats are standard normal, integers uniform in [0, 10), bools fair coins.
     Non-spec values pass through unchanged.
 
+    Args:
+        value: a `tf.TensorSpec` or any other value.
+        seed: an int, or a `numpy.random.Generator` to draw from. Pass ONE
+            generator for all arguments of a call: a fresh generator per
+            argument with the same seed would give equal-shaped arguments
+            identical values (``x - y`` would be all zeros).
+
     Raises:
-        UsageError: the spec has an unknown (None) dimension.
+        UsageError: the spec has an unknown (None) dimension, an unsupported
+            dtype, or would need more than `MAX_RANDOM_BYTES` (4 GiB).
     """
     import numpy as np
     import tensorflow as tf
 
     if not isinstance(value, tf.TensorSpec):
         return value
+    label = f"--arg {value.name}" if value.name else f"TensorSpec {value.shape}"
     if not value.shape.is_fully_defined():
-        raise UsageError(f"--arg {value.name}: shape {value.shape} has unknown dims; "
+        raise UsageError(f"{label}: shape {value.shape} has unknown dims; "
                          f"give every dim to run it, e.g. {value.dtype.name}[4,8]")
-    rng = np.random.default_rng(seed)
     shape = value.shape.as_list()
+    nbytes = int(np.prod(shape, dtype=np.float64)) * max(value.dtype.size, 1)
+    if nbytes > MAX_RANDOM_BYTES:
+        raise UsageError(f"{label}: shape {shape} needs {nbytes / 2**30:,.1f} GiB of random data "
+                         f"(limit {MAX_RANDOM_BYTES / 2**30:.0f} GiB); use a smaller shape")
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     dt = value.dtype
     if dt.is_floating or dt.is_complex:
-        arr = rng.standard_normal(shape).astype(np.float32)
+        arr = rng.standard_normal(shape, dtype=np.float32)
         return tf.cast(tf.constant(arr), dt)
     if dt.is_integer:
         return tf.constant(rng.integers(0, 10, size=shape), dtype=dt)
     if dt == tf.bool:
         return tf.constant(rng.integers(0, 2, size=shape).astype(bool))
-    raise UsageError(f"--arg {value.name}: cannot make random values of dtype {dt.name}")
+    raise UsageError(f"{label}: cannot make random values of dtype {dt.name}; pass a float, int or bool spec")

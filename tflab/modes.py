@@ -412,9 +412,11 @@ def _prepare(args: tuple, kwargs: dict, seed: int):
 
     from tflab._target import materialize
 
+    rng = np.random.default_rng(seed)  # one stream for all arguments: x and y differ
+
     def conv(v):
         if isinstance(v, tf.TensorSpec):
-            return materialize(v, seed)
+            return materialize(v, rng)
         if isinstance(v, np.ndarray):
             return tf.constant(v)
         return v

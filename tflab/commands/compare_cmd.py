@@ -34,6 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tflab import _jsonutil
+    import numpy as np
+
     from tflab._target import bind_args, load_target, materialize, parse_args
     from tflab.errors import UsageError
     from tflab.modes import compare_modes
@@ -48,8 +50,9 @@ def run(args: argparse.Namespace) -> int:
     call_args, call_kwargs = bind_args(fn, named)
     # Materialize here (not in compare_modes) so an unknown dim is reported
     # against the --arg that has it, before anything runs.
-    call_args = tuple(materialize(a, args.seed) for a in call_args)
-    call_kwargs = {k: materialize(v, args.seed) for k, v in call_kwargs.items()}
+    rng = np.random.default_rng(args.seed)  # one stream for all arguments: x and y differ
+    call_args = tuple(materialize(a, rng) for a in call_args)
+    call_kwargs = {k: materialize(v, rng) for k, v in call_kwargs.items()}
     own = {"seed", "repeats", "ulp_bound", "atol", "hlo", "gradients", "modes",
            "grappler"} & set(call_kwargs)
     if own:  # names compare_modes takes itself: bind them to the function instead
