@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 import logging
 import math
@@ -94,8 +95,13 @@ class ModeResult:
             trainable variables. None when the mode failed.
         max_abs_diff: largest absolute difference from eager (`Distance`); zeros for
             eager itself; None when the mode failed.
-        max_ulp: largest ULP distance from eager (`Distance`); ``inf`` when a NaN
-            appears on one side only.
+        max_ulp: largest ULP distance from eager over all elements (`Distance`);
+            ``inf`` when a NaN appears on one side only. Dominated by values near
+            zero, where a 1e-8 absolute difference is 1e9 ULP: see
+            ``max_ulp_above_atol``.
+        max_ulp_above_atol: largest ULP distance over the elements whose eager
+            or mode value has magnitude above the comparison's ``atol``: the
+            number the repr and table show.
         first_call_seconds: the first call, including tracing (graph, XLA) and XLA
             compilation, seconds.
         median_seconds: median seconds per warm call (forward + backward, results
@@ -114,11 +120,13 @@ class ModeResult:
     median_seconds: float | None
     error: str | None = None
     ulp_by_tensor: dict = dataclasses.field(default_factory=dict)
+    max_ulp_above_atol: Distance | None = None
 
     def __repr__(self) -> str:
         if self.error:
             return f"<{self.mode}: error: {self.error}>"
-        return (f"<{self.mode}: max_ulp={self.max_ulp!r} max_abs_diff={self.max_abs_diff!r} "
+        return (f"<{self.mode}: max_ulp(|v|>atol)={self.max_ulp_above_atol!r} "
+                f"raw max_ulp={self.max_ulp!r} max_abs_diff={self.max_abs_diff!r} "
                 f"first={self.first_call_seconds:.3g}s median={self.median_seconds:.3g}s>")
 
     def to_dict(self) -> dict[str, Any]:
@@ -147,6 +155,12 @@ class ModeComparison:
         atol: the absolute tolerance used for findings.
         findings: one line per mode and tensor that disagrees with eager beyond
             both bounds, or per mode that failed.
+        output_names: one name per flattened output: ``"output"`` for a single
+            tensor, else ``"output[KEY]"`` with the `tf.nest` path (dict keys,
+            tuple indices).
+        variables_restored: names of the variables the function touches
+            (trainable or not) that were saved before the comparison and put
+            back before each mode's first call and at the end.
     """
 
     function: str
@@ -160,6 +174,8 @@ class ModeComparison:
     ulp_bound: int
     atol: float
     findings: tuple[str, ...]
+    output_names: tuple[str, ...] = ()
+    variables_restored: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         parts = []
@@ -168,7 +184,7 @@ class ModeComparison:
             if r is None:
                 continue
             parts.append(f"{m}: error" if r.error else
-                         f"{m}: {_fmt_num(r.max_ulp.overall)} ULP, {r.median_seconds * 1e3:.3g} ms")
+                         f"{m}: {_fmt_num(r.max_ulp_above_atol.overall)} ULP, {r.median_seconds * 1e3:.3g} ms")
         extra = f", {self.fusion_count} fusions" if self.fusion_count is not None else ""
         return (f"ModeComparison({self.function}: " + "; ".join(parts) + extra
                 + f", {len(self.findings)} finding(s))")
@@ -182,7 +198,10 @@ class ModeComparison:
 
     def to_text(self) -> str:
         """A table of modes, then XLA's fusion count and the findings."""
+        # ULP columns count only elements above atol in magnitude (raw maxima,
+        # near-zero noise included, are in a footnote when they differ).
         rows = [("mode", "max ULP out", "max ULP grad", "max |diff|", "first call s", "median ms", "")]
+        raw_notes = []
         for m in MODES:
             r = self.modes.get(m)
             if r is None:
@@ -190,14 +209,21 @@ class ModeComparison:
             if r.error:
                 rows.append((m, "-", "-", "-", "-", "-", f"error: {r.error}"))
                 continue
-            rows.append((m, _fmt_num(r.max_ulp.outputs), _fmt_num(r.max_ulp.gradients),
+            sig, raw = r.max_ulp_above_atol, r.max_ulp
+            if (sig.outputs, sig.gradients) != (raw.outputs, raw.gradients):
+                raw_notes.append(f"{m} {_fmt_num(raw.outputs)} / {_fmt_num(raw.gradients)}")
+            rows.append((m, _fmt_num(sig.outputs), _fmt_num(sig.gradients),
                          f"{r.max_abs_diff.overall:.3g}", f"{r.first_call_seconds:.3f}",
                          f"{r.median_seconds * 1e3:.3f}", ""))
         widths = [max(len(r[i]) for r in rows) for i in range(6)]
-        lines = [f"{self.function} on {self.device.rsplit('device:', 1)[-1]}, "
-                 f"gradients wrt {len(self.gradient_names)} source(s)"]
+        lines = [f"{self.function} on {self.device.rsplit('device:', 1)[-1] or 'unknown device'}, "
+                 f"gradients wrt {len(self.gradient_names)} source(s)"
+                 + (f"; restored {len(self.variables_restored)} variable(s) before each mode"
+                    if self.variables_restored else "")]
         lines += ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
                   + (f"  {r[6]}" if r[6] else "") for r in rows]
+        lines.append(f"ULP columns: elements with |value| > atol {self.atol:g}"
+                     + (f"; all elements (out / grad): {', '.join(raw_notes)}" if raw_notes else ""))
         for slow, fast in (("eager", "graph"), ("graph", "xla")):
             ratio = self.speed_ratio(slow, fast)
             if ratio is not None:
@@ -207,8 +233,10 @@ class ModeComparison:
             lines.append(f"XLA optimized HLO: {self.fusion_count} fusions ({kinds})")
         if self.hlo_stages:
             lines.append("HLO stages: " + ", ".join(self.hlo_stages))
+        compared = " and ".join(m.replace("xla", "XLA") for m in MODES[1:] if m in self.modes)
         lines += [f"finding: {f}" for f in self.findings] or [
-            f"no findings: graph and XLA within {self.ulp_bound} ULP or {self.atol:g} of eager"]
+            f"no findings: {compared} within {self.ulp_bound} ULP or {self.atol:g} of eager"
+            if compared else "no findings: only eager ran"]
         return "\n".join(lines)
 
     def to_dict(self, arrays: bool = False) -> dict[str, Any]:
@@ -332,8 +360,10 @@ def xla_reason(exc: BaseException) -> str:
         ops = "; ".join(f"{op_type} op {node!r}: " + _NODE_REF_RE.sub(r"'\1'", reason)
                         for op_type, reason, node in found)
         return f"XLA cannot compile {ops}{last}"
-    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
-    return f"{type(exc).__name__}: {first[:300]}"
+    from tflab._target import error_summary, user_frame
+
+    where = user_frame(exc)
+    return error_summary(exc)[:300] + (f" (at {where})" if where else "")
 
 
 # --------------------------------------------------------------------------- HLO
@@ -379,10 +409,7 @@ def _flatten_sources(fn: Callable, args: tuple, kwargs: dict):
     function that rebuilds (args, kwargs) from replacement leaves."""
     import tensorflow as tf
 
-    try:
-        names = list(inspect.signature(getattr(fn, "python_function", fn)).parameters)
-    except (TypeError, ValueError):
-        names = []
+    names = _parameter_names(fn)
     structure = (list(args), dict(kwargs))
     leaves = tf.nest.flatten(structure, expand_composites=False)
     # Leaf names follow the argument they came from.
@@ -405,6 +432,85 @@ def _flatten_sources(fn: Callable, args: tuple, kwargs: dict):
         return tuple(a), k
 
     return [leaves[i] for i in idx], [f"arg:{labels[i]}" for i in idx], rebuild
+
+
+def _parameter_names(fn: Callable) -> list[str]:
+    """Positional parameter names for labels; a Keras layer's ``call`` rather than
+    its ``__call__(*args, **kwargs)``, and no name for ``*args``."""
+    target = getattr(fn, "python_function", fn)
+    while isinstance(target, functools.partial):
+        target = target.func
+    call = getattr(target, "call", None)
+    if not inspect.isroutine(target) and inspect.ismethod(call):
+        target = call
+    try:
+        params = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def _function_name(fn: Callable) -> str:
+    target = getattr(fn, "python_function", fn)
+    while isinstance(target, functools.partial):  # the CLI binds a `seed` parameter this way
+        target = target.func
+    return (getattr(target, "__qualname__", None) or getattr(target, "name", None)
+            or type(target).__name__)
+
+
+def _check_target(fn: Callable, name: str) -> None:
+    """A class or an unbound method cannot be run as given: one clear line."""
+    target = getattr(fn, "python_function", fn)
+    if inspect.isclass(target):
+        raise UsageError(f"{name} is a class; name an instance (e.g. a module-level "
+                         f"`obj = {name}(...)`) or a function")
+    if inspect.isfunction(target) and "." in target.__qualname__ \
+            and "<locals>" not in target.__qualname__.rsplit(".", 1)[0].rsplit(".", 1)[-1]:
+        first = next(iter(inspect.signature(target).parameters), None)
+        if first == "self":
+            cls = target.__qualname__.rsplit(".", 1)[0]
+            raise UsageError(f"{name} is a method of class {cls}, not bound to an instance; "
+                             f"name an instance's method (e.g. obj.{target.__name__} with a "
+                             f"module-level obj = {cls}(...)) or a function")
+
+
+def signature_args(fn: Callable, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Checks ``args``/``kwargs`` against a `tf.function`'s ``input_signature``, or
+    falls back to it when none are given.
+
+    Raises:
+        UsageError: an argument does not match its TensorSpec (dtype or shape),
+            or the wrong number of arguments is given.
+    """
+    import tensorflow as tf
+
+    sig = getattr(fn, "input_signature", None)
+    if sig is None:
+        return args, kwargs
+    name = _function_name(fn)
+    if not args and not kwargs:
+        return tuple(sig), {}
+    names = _parameter_names(fn)
+    given = dict(zip(names, args))
+    given.update(kwargs)
+    if len(given) != len(sig) or any(n not in given for n in names[:len(sig)]):
+        raise UsageError(f"{name} has input_signature for ({', '.join(names[:len(sig)])}); "
+                         f"got arguments ({', '.join(given)}); give exactly those or none")
+    for pname, spec in zip(names, sig):
+        value = given[pname]
+        ok = True
+        try:
+            for s_, v in zip(tf.nest.flatten(spec), tf.nest.flatten(value)):
+                vspec = v if isinstance(v, tf.TensorSpec) else tf.TensorSpec.from_tensor(
+                    tf.convert_to_tensor(v))
+                ok = ok and s_.dtype == vspec.dtype and s_.shape.is_compatible_with(vspec.shape)
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            shown = value if isinstance(value, tf.TensorSpec) else getattr(value, "shape", value)
+            raise UsageError(f"{pname} does not match {name}'s input_signature: expected {spec}, "
+                             f"got {shown}{' ' + value.dtype.name if hasattr(value, 'dtype') else ''}")
+    return tuple(given[n] for n in names[:len(sig)]), {}
 
 
 def _prepare(args: tuple, kwargs: dict, seed: int):
@@ -486,20 +592,36 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
     """
     import tensorflow as tf
 
-    from tflab._target import user_frame
+    from tflab._target import error_summary, user_frame
 
     if not callable(fn):
         raise UsageError(f"compare_modes needs a callable, got {type(fn).__name__}")
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise UsageError(f"unknown mode(s) {unknown}; choose from {list(MODES)}")
+    if repeats < 1:
+        raise UsageError(f"repeats must be >= 1, got {repeats}")
+    if ulp_bound < 0 or not atol >= 0:
+        raise UsageError(f"ulp_bound and atol must be >= 0, got {ulp_bound} and {atol}")
     run_modes = [m for m in MODES if m == "eager" or m in modes]
     python_fn = getattr(fn, "python_function", fn)
-    name = getattr(python_fn, "__qualname__", None) or getattr(python_fn, "name", None) \
-        or type(python_fn).__name__
+    name = _function_name(fn)
+    _check_target(fn, name)
+    args, kwargs = signature_args(fn, args, kwargs)
+    if any(isinstance(v, tf.TensorSpec) and not v.shape.is_fully_defined()
+           for v in tf.nest.flatten((args, kwargs))) and getattr(fn, "input_signature", None):
+        raise UsageError(f"{name}'s input_signature has unknown (None) dims: "
+                         f"{', '.join(str(s) for s in fn.input_signature)}; "
+                         f"pass arguments with every dim given to run it")
     args, kwargs = _prepare(args, kwargs, seed)
     sources, source_names, rebuild = _flatten_sources(fn, args, kwargs)
     want_grads = gradients
+
+    # Save every variable the function touches, trainable or not, BEFORE any
+    # run: a stateful function (v.assign_add, BatchNorm moving statistics)
+    # would otherwise start each mode from a different state, and the user's
+    # variables would be left changed. The traced FuncGraph captures them all.
+    saved = _VariableSnapshot(_touched_variables(python_fn, args, kwargs))
 
     # Eager run once to learn which trainable variables the function reads.
     try:
@@ -508,21 +630,28 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
             out = python_fn(*args, **kwargs)
         variables = [v for v in probe.watched_variables() if v.trainable] if want_grads else []
     except Exception as e:
+        saved.restore()
         where = user_frame(e)
-        raise UsageError(f"{name} raised {type(e).__name__} when run eagerly: "
-                         f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        raise UsageError(f"{name} raised {error_summary(e)} when run eagerly"
                          + (f" (at {where})" if where else "")) from e
-    device = next((t.device for t in tf.nest.flatten(out) if hasattr(t, "device")), "")
+    saved.add_missing(probe.watched_variables())  # missed by the trace: saved after one run
+    saved.restore()
+    out = tf.nest.map_structure(_as_tensor, out)
+    device = next((t.device for t in tf.nest.flatten(out) if getattr(t, "device", "")), "") or \
+        next((t.device for t in sources), "")
+    output_names = _output_names(out)
     var_names = [f"var:{getattr(v, 'path', None) or v.name}" for v in variables]
     grad_names = tuple(source_names + var_names) if want_grads else ()
 
     def step(srcs):
         a, k = rebuild(list(srcs))
         if not want_grads:
-            return python_fn(*a, **k), []
+            return tf.nest.map_structure(_as_tensor, python_fn(*a, **k)), []
         with tf.GradientTape() as tape:
             tape.watch(srcs)
-            outputs = python_fn(*a, **k)
+            # A Python number returned eagerly would be float64 in numpy but a
+            # float32 tensor from tf.function: convert the same way in all modes.
+            outputs = tf.nest.map_structure(_as_tensor, python_fn(*a, **k))
             targets = [tf.reduce_sum(o) for o in tf.nest.flatten(outputs)
                        if isinstance(o, tf.Tensor) and o.dtype.is_floating]
         grads = tape.gradient(targets, list(srcs) + variables) if targets else \
@@ -536,15 +665,66 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
     logging.getLogger("tensorflow").addFilter(quiet)
     try:
         hlo_text, stages, fusions, kinds = _run_modes(
-            run_modes, runners, sources, grad_names, results, name, hlo, repeats, grappler)
+            run_modes, runners, sources, grad_names, results, name, hlo, repeats, grappler,
+            saved.restore, output_names, atol)
     finally:
         logging.getLogger("tensorflow").removeFilter(quiet)
+        saved.restore()
     reference = (results["eager"].outputs, results["eager"].gradients)
-    findings = _findings(results, reference, ulp_bound, atol)
+    findings = _findings(results, reference, ulp_bound, atol, output_names)
     return ModeComparison(function=name, device=device, modes=results,
                           gradient_names=grad_names, hlo=hlo_text, hlo_stages=stages,
                           fusion_count=fusions, fusion_kinds=kinds, ulp_bound=ulp_bound,
-                          atol=atol, findings=tuple(findings))
+                          atol=atol, findings=tuple(findings), output_names=tuple(output_names),
+                          variables_restored=saved.names())
+
+
+def _as_tensor(value):
+    import tensorflow as tf
+
+    if isinstance(value, (bool, int, float, complex, np.ndarray, np.generic)):
+        return tf.convert_to_tensor(value)
+    return value
+
+
+def _touched_variables(python_fn: Callable, args: tuple, kwargs: dict) -> list:
+    """Every variable a trace of the function captures (`ConcreteFunction.variables`:
+    trainable and not), or [] when it cannot be traced (e.g. it creates variables)."""
+    import tensorflow as tf
+
+    own = getattr(python_fn, "variables", None)
+    if own is not None and hasattr(python_fn, "trainable_variables"):  # a Keras layer/model
+        return list(own)
+    try:
+        return list(tf.function(python_fn).get_concrete_function(*args, **kwargs).variables)
+    except Exception:  # the eager run reports real errors; this is only a probe
+        return []
+
+
+class _VariableSnapshot:
+    """Values of some variables, saved once and put back on `restore`."""
+
+    def __init__(self, variables: list) -> None:
+        import tensorflow as tf
+
+        self._saved: dict[int, tuple] = {}
+        for v in variables:
+            if id(v) not in self._saved:
+                self._saved[id(v)] = (v, tf.identity(v.read_value()))
+
+    def add_missing(self, variables) -> None:
+        import tensorflow as tf
+
+        for v in variables:
+            if id(v) not in self._saved:
+                self._saved[id(v)] = (v, tf.identity(v.read_value()))
+
+    def restore(self) -> None:
+        for v, value in self._saved.values():
+            v.assign(value)
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(getattr(v, "path", None) or v.name for v, _ in self._saved.values())
 
 
 @contextlib.contextmanager
@@ -574,9 +754,11 @@ class _RetracingNote(logging.Filter):
         return "triggered tf.function retracing" not in record.getMessage()
 
 
-def _run_modes(run_modes, runners, sources, grad_names, results, name, hlo, repeats, grappler):
-    """Runs each mode (eager first: the reference), fills ``results``, then fetches HLO."""
-    from tflab._target import user_frame
+def _run_modes(run_modes, runners, sources, grad_names, results, name, hlo, repeats, grappler,
+               restore, output_names, atol):
+    """Runs each mode (eager first: the reference), fills ``results``, then fetches HLO.
+    ``restore`` puts the function's variables back before each mode's first call."""
+    from tflab._target import error_summary, user_frame
 
     reference = None
     for mode in run_modes:
@@ -585,28 +767,32 @@ def _run_modes(run_modes, runners, sources, grad_names, results, name, hlo, repe
                    else contextlib.nullcontext())
         try:
             with options:
+                restore()
                 t0 = time.perf_counter()
                 outputs, grads = _fetch(run(sources))
                 first = time.perf_counter() - t0
                 times = []
-                for _ in range(max(1, repeats)):
+                for _ in range(repeats):
                     t0 = time.perf_counter()
                     _fetch(run(sources))
                     times.append(time.perf_counter() - t0)
         except Exception as e:  # a mode that cannot run is a result, not a crash
-            reason = xla_reason(e) if mode == "xla" else _first_line(e)
-            if mode == "eager":
+            if mode == "xla":
+                reason = xla_reason(e)
+            else:
                 where = user_frame(e)
-                raise UsageError(f"{name}'s eager forward+backward step raised {reason}"
-                                 + (f" (at {where})" if where else "")) from e
+                reason = error_summary(e)[:300] + (f" (at {where})" if where else "")
+            if mode == "eager":
+                raise UsageError(f"{name}'s eager forward+backward step raised {reason}") from e
             results[mode] = ModeResult(mode, None, None, None, None, None, None, error=reason)
             continue
         grad_map = dict(zip(grad_names, grads))
         if reference is None:
             reference = (outputs, grad_map)
-        abs_d, ulp_d, per = _distances(reference, outputs, grad_map)
+        abs_d, ulp_d, per, ulp_sig = _distances(reference, outputs, grad_map, output_names, atol)
         results[mode] = ModeResult(mode, tuple(outputs), grad_map, abs_d, ulp_d, first,
-                                   statistics.median(times), ulp_by_tensor=per)
+                                   statistics.median(times), ulp_by_tensor=per,
+                                   max_ulp_above_atol=ulp_sig)
 
     hlo_text: dict[str, str] = {}
     stages: tuple[str, ...] = ()
@@ -628,11 +814,6 @@ def _run_modes(run_modes, runners, sources, grad_names, results, name, hlo, repe
     return hlo_text, stages, fusions, kinds
 
 
-def _first_line(e: BaseException) -> str:
-    line = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
-    return f"{type(e).__name__}: {line[:300]}"
-
-
 def _fetch(result) -> tuple[list, list]:
     """Copies outputs and gradients to numpy, which also waits for the device."""
     import tensorflow as tf
@@ -641,51 +822,69 @@ def _fetch(result) -> tuple[list, list]:
     return [_to_numpy(o) for o in tf.nest.flatten(outputs)], [_to_numpy(g) for g in grads]
 
 
-def _output_names(n: int) -> list[str]:
-    return ["output"] if n == 1 else [f"output[{i}]" for i in range(n)]
+def _output_names(out) -> list[str]:
+    """``output`` for one tensor, else ``output[KEY]`` by `tf.nest` path (dict keys
+    sorted as tf.nest flattens them, tuple/list indices)."""
+    import tensorflow as tf
+
+    try:  # public tf.nest has no path API; TF's own nest module has had it since 1.x
+        from tensorflow.python.util import nest
+
+        paths = [p for p, _ in nest.flatten_with_joined_string_paths(out)]
+    except (ImportError, AttributeError):
+        paths = [str(i) for i in range(len(tf.nest.flatten(out)))]
+    if len(paths) == 1 and not isinstance(out, (dict, list, tuple)):
+        return ["output"]
+    return [f"output[{p}]" for p in paths]
 
 
-def _pairs(reference, outputs, grad_map):
+def _pairs(reference, outputs, grad_map, output_names):
     ref_out, ref_grads = reference
-    for name, a, b in zip(_output_names(len(ref_out)), ref_out, outputs):
+    for name, a, b in zip(output_names, ref_out, outputs):
         yield "outputs", name, a, b
     for name, a in ref_grads.items():
         yield "gradients", name, a, grad_map.get(name)
 
 
-def _distances(reference, outputs, grad_map):
+def _distances(reference, outputs, grad_map, output_names, atol):
     abs_max = {"outputs": 0.0, "gradients": 0.0}
     ulp_max = {"outputs": 0.0, "gradients": 0.0}
+    sig_max = {"outputs": 0.0, "gradients": 0.0}
     per: dict[str, float] = {}
-    for group, name, a, b in _pairs(reference, outputs, grad_map):
+    for group, name, a, b in _pairs(reference, outputs, grad_map, output_names):
         if a is None or b is None:
             if (a is None) != (b is None):
                 per[name] = math.inf
-                abs_max[group] = ulp_max[group] = math.inf
+                abs_max[group] = ulp_max[group] = sig_max[group] = math.inf
             continue
         if a.shape != b.shape or a.dtype != b.dtype:
             per[name] = math.inf
-            abs_max[group] = ulp_max[group] = math.inf
+            abs_max[group] = ulp_max[group] = sig_max[group] = math.inf
             continue
         if a.dtype.kind not in "fciub" and a.dtype.name not in ("bfloat16",):
             # strings and objects: equal or not
             same = bool(np.all(a == b))
             per[name] = 0.0 if same else math.inf
             continue
-        u = float(ulp_distance(a, b).max(initial=0.0))
+        ulps = ulp_distance(a, b)
+        u = float(ulps.max(initial=0.0))
         d = float(_abs_diff(a, b).max(initial=0.0))
+        with np.errstate(invalid="ignore"):
+            big = (np.abs(a) > atol) | (np.abs(b) > atol) | np.isnan(a) | np.isnan(b)
         per[name] = u
         ulp_max[group] = max(ulp_max[group], u)
+        sig_max[group] = max(sig_max[group], float(np.where(big, ulps, 0.0).max(initial=0.0)))
         abs_max[group] = max(abs_max[group], d)
     return (Distance(abs_max["outputs"], abs_max["gradients"]),
-            Distance(_int_if_whole(ulp_max["outputs"]), _int_if_whole(ulp_max["gradients"])), per)
+            Distance(_int_if_whole(ulp_max["outputs"]), _int_if_whole(ulp_max["gradients"])), per,
+            Distance(_int_if_whole(sig_max["outputs"]), _int_if_whole(sig_max["gradients"])))
 
 
 def _int_if_whole(x: float):
     return int(x) if math.isfinite(x) else x
 
 
-def _findings(results, reference, ulp_bound: int, atol: float) -> list[str]:
+def _findings(results, reference, ulp_bound: int, atol: float, output_names) -> list[str]:
     out = []
     for mode in MODES[1:]:
         r = results.get(mode)
@@ -694,7 +893,7 @@ def _findings(results, reference, ulp_bound: int, atol: float) -> list[str]:
         if r.error:
             out.append(f"{mode} did not run: {r.error}")
             continue
-        for group, name, a, b in _pairs(reference, r.outputs, r.gradients):
+        for group, name, a, b in _pairs(reference, r.outputs, r.gradients, output_names):
             if a is None or b is None or a.shape != b.shape or a.dtype != b.dtype:
                 if a is not None or b is not None:
                     out.append(f"{mode}: {name} does not match eager in presence, shape or dtype")

@@ -3,11 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 
 HELP = ("run FILE.py:FUNC forward and backward eagerly, as a graph and under XLA; "
         "print ULP distances from eager, timings, fusion count and findings")
+
+
+def _at_least(low: int):
+    """argparse type: an int >= low (argparse turns the ValueError into one line, exit 2)."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text}")
+        return value
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
+    return value
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -16,14 +35,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="an argument: NAME=dtype[dims] (every dim given) becomes a seeded random "
                         "tensor, NAME=<python literal> a Python value; repeat per parameter")
     p.add_argument("--seed", type=int, default=0, help="seed for the random tensors (default: %(default)s)")
-    p.add_argument("--repeats", type=int, default=10,
+    p.add_argument("--repeats", type=_at_least(1), default=10,
                    help="warm calls timed per mode; the median is printed (default: %(default)s)")
     from tflab.modes import DEFAULT_ATOL, DEFAULT_ULP_BOUND  # numpy only: cheap to import
 
-    p.add_argument("--ulp-bound", type=int, default=DEFAULT_ULP_BOUND, metavar="N",
+    p.add_argument("--ulp-bound", type=_at_least(0), default=DEFAULT_ULP_BOUND, metavar="N",
                    help="report elements more than N ULP and more than --atol from eager "
                         "as findings (default: %(default)s)")
-    p.add_argument("--atol", type=float, default=DEFAULT_ATOL,
+    p.add_argument("--atol", type=_non_negative_float, default=DEFAULT_ATOL,
                    help="absolute tolerance for findings (default: %(default)s)")
     p.add_argument("--no-grad", action="store_true", help="forward pass only (cheaper XLA compile)")
     p.add_argument("--hlo", metavar="OUT.txt",
@@ -40,8 +59,13 @@ def run(args: argparse.Namespace) -> int:
     from tflab.errors import UsageError
     from tflab.modes import compare_modes
 
-    if args.hlo and os.path.exists(args.hlo) and not args.force:
-        raise UsageError(f"--hlo {args.hlo} exists; pass --force to overwrite it")
+    if args.hlo:
+        # Checked before anything runs: a bad path must not cost a whole comparison.
+        from tflab.commands.inspect_cmd import _check_output_path
+
+        _check_output_path(args.hlo, "--hlo", "hlo.txt")
+        if os.path.exists(args.hlo) and not args.force:
+            raise UsageError(f"--hlo {args.hlo} exists; pass --force to overwrite it")
     named = parse_args(args.arg)
     fn = load_target(args.target)
     if not callable(fn):
@@ -75,8 +99,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_hlo(hlo: dict, path: str) -> None:
+    """Writes to ``path + ".tmp"`` then renames; on any OSError removes the
+    temp file and raises one UsageError line."""
+    from tflab.errors import UsageError
+
     tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        for stage, text in hlo.items():
-            f.write(f"// ===== stage: {stage} =====\n{text}\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            for stage, text in hlo.items():
+                f.write(f"// ===== stage: {stage} =====\n{text}\n")
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise UsageError(f"--hlo {path}: cannot write it: {e.strerror or e}") from None

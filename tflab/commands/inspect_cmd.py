@@ -44,17 +44,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_output_path(path: str) -> None:
-    """Fails before any work when ``--dot`` cannot be written."""
+def _check_output_path(path: str, flag: str = "--dot", example: str = "graph.dot") -> None:
+    """Fails before any work when the file for ``flag`` cannot be written."""
     from tflab.errors import UsageError
 
     if os.path.isdir(path):
-        raise UsageError(f"--dot {path}: is a directory; give a file path such as {os.path.join(path, 'graph.dot')}")
+        raise UsageError(f"{flag} {path}: is a directory; give a file path such as {os.path.join(path, example)}")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
-        raise UsageError(f"--dot {path}: folder {parent} does not exist; create it or pick another path")
+        raise UsageError(f"{flag} {path}: folder {parent} does not exist; create it or pick another path")
     if not os.access(parent, os.W_OK):
-        raise UsageError(f"--dot {path}: folder {parent} is not writable")
+        raise UsageError(f"{flag} {path}: folder {parent} is not writable")
 
 
 def _write_dot(report, path: str) -> None:
