@@ -67,7 +67,9 @@ def test_python_range_unrolls_n_copies(n):
     ops = op_types_by_name(cf.mixed, VEC4, n)
     assert sum(1 for name in ops if name == "add" or name.startswith("add_")) >= n
     # The `if n > 2` branch is traced only when the Python condition holds.
-    expected = "then branch traced" if n > 2 else "neither branch made ops"
+    # (AutoGraph's if_stmt is wrapped while tracing, so the branch taken is
+    # recorded, not guessed from ops.)
+    expected = "then branch traced" if n > 2 else "condition False (then branch skipped)"
     assert by_source(d, "if n > 2").note.endswith(expected)
 
 
@@ -88,9 +90,42 @@ def test_nested_python_loops_count_copies_in_the_graph():
 def test_uneven_iterations_are_counted_by_the_statement_that_always_runs():
     d = autograph_diff(cf.uneven, VEC4)
     loop = by_source(d, "for i in range(4)")
-    # Iteration 0 adds tf.exp, so no exact period: the `x = x * 0.5` line ran 4 times.
+    # Iteration 0 adds tf.exp, the others do not: the body still ran 4 times.
     assert loop.unrolled == 4
-    assert "iterations traced different ops" in loop.note
+    assert by_source(d, "if i == 0").note == (
+        "Python condition; then branch traced 1× and condition False 3× (then branch skipped)")
+
+
+def count_ops(fn, op_type, *args):
+    return sum(1 for t in op_types_by_name(fn, *args).values() if t == op_type)
+
+
+@pytest.mark.parametrize("fn, runs, adds", [
+    ("index_if", 4, 2),       # tester's case: read as 2 from op periods before
+    ("every_third", 6, 2),    # read as 2 before: only 2 iterations make ops
+    ("breaks_at_4", 5, 4),    # the 5th run stops at `break` before its add
+], ids=["index-if", "every-third", "break"])
+def test_unrolled_counts_body_runs_exactly(fn, runs, adds):
+    d = autograph_diff(getattr(cf, fn), VEC4)
+    loop = next(s for s in d.statements if s.kind == "for")
+    assert (loop.outcome, loop.unrolled) == ("python", runs)
+    # The graph holds one AddV2 per body run that reached `x + 1.0`.
+    assert count_ops(getattr(cf, fn), "AddV2", VEC4) == adds
+
+
+@pytest.mark.parametrize("k, first_note, elif_outcome", [
+    (0, "Python condition; then branch traced", ("python", None)),
+    (1, "Python condition; else branch traced", ("graph", "StatelessIf")),
+], ids=["k=0", "k=1"])
+def test_elif_not_reached_is_said(k, first_note, elif_outcome):
+    d = autograph_diff(cf.elif_chain, VEC4, k)
+    assert by_source(d, "if k == 0").note == first_note
+    elif_ = by_source(d, "elif tf.reduce_sum")
+    assert (elif_.outcome, elif_.op_type) == elif_outcome
+    if k == 0:
+        # The elif's tensor condition was never evaluated: no If op, no branch.
+        assert elif_.note == "not reached at trace time (no branch traced)"
+        assert count_ops(cf.elif_chain, "StatelessIf", VEC4, 0) == 0
 
 
 def test_gradient_clipping_if_and_python_list_loop():

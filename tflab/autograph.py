@@ -57,8 +57,12 @@ class Statement:
             (evaluated at trace time).
         op: name of the first If/While op made from this statement (ops inside a
             branch/body FuncGraph are named there, e.g. ``"while/cond"``), or None.
-        unrolled: for a ``"python"`` loop, how many copies of its body were
-            traced into the graph (0 when the body makes no ops); None otherwise.
+        unrolled: for a ``"python"`` loop, how many times its body ran at trace
+            time, counted exactly by wrapping AutoGraph's loop operators: the
+            number of copies of the body in the graph. Summed over every time
+            the statement was reached (an inner loop of 3 inside an outer loop
+            of 2 is 6); an iteration ended by ``break`` counts. None for graph
+            loops and for ``if``.
         ops: all If/While op names from this statement (several when the
             statement itself sits in an unrolled loop).
         op_type: the op type of ``op`` (``"StatelessIf"``, ``"While"`` …) or None.
@@ -308,6 +312,121 @@ def _count_copies(keys: list[tuple], simple: tuple[tuple[int, int], ...]) -> tup
                   "run most often")
 
 
+class _TraceCounter:
+    """Counts, per source line of the function, what AutoGraph's operators did
+    while one trace ran: how often each ``for``/``while`` body ran, whether the
+    loop ran as a Python loop, and which branch each Python ``if`` took.
+
+    The generated code calls ``ag__.for_stmt``/``while_stmt``/``if_stmt``
+    (``autograph/operators/control_flow.py``) through the ``ag__`` module that
+    ``api.PyToTF.get_extra_locals`` builds once; those calls are wrapped there
+    so each body call is counted under the statement's line (read from
+    `tf_stack.extract_stack`, which AutoGraph's ``StackTraceMapper`` maps back
+    to the user's file, as for op tracebacks). ``_py_for_stmt``,
+    ``_py_while_stmt`` and ``_py_if_stmt`` (the Python-loop/if paths) are
+    wrapped in ``control_flow`` to mark a statement as run by Python.
+
+    Body calls inside AutoGraph's temporary ``FuncGraph('tmp')`` (it stages one
+    loop iteration there to type undefined loop variables; the graph is thrown
+    away) are not counted, and counts are kept per traced FuncGraph, so a
+    function traced twice (variable creation) is counted once.
+    """
+
+    def __init__(self, filename: str, first: int, last: int) -> None:
+        self.filename, self.first, self.last = filename, first, last
+        self.by_graph: dict[int, dict] = {}
+        self._stack: list[int | None] = []
+
+    def _line(self) -> int | None:
+        from tensorflow.python.util import tf_stack
+
+        best = None
+        for frame in tf_stack.extract_stack():
+            if self.first <= frame.lineno <= self.last and _same_file(frame.filename, self.filename):
+                best = frame.lineno
+        return best
+
+    def _records(self) -> dict | None:
+        """The records of the FuncGraph being traced, or None inside a 'tmp' staging graph."""
+        from tensorflow.python.framework import func_graph, ops
+
+        g = ops.get_default_graph()
+        while isinstance(getattr(g, "outer_graph", None), func_graph.FuncGraph):
+            if g.name == "tmp":
+                return None
+            g = g.outer_graph
+        return self.by_graph.setdefault(id(g), {"runs": {}, "python": set(), "reached": {},
+                                                "branches": {}})
+
+    def _wrap_stmt(self, original, body_index: int, kind: str):
+        counter = self
+
+        def wrapper(*args, **kwargs):
+            # Keyed by (line, kind): AutoGraph turns a `break` into an extra
+            # if_stmt mapped to the loop's own line.
+            line = counter._line()
+            line = None if line is None else (line, kind)
+            rec = counter._records()
+            if line is None or rec is None:
+                return original(*args, **kwargs)
+            rec["reached"][line] = rec["reached"].get(line, 0) + 1
+            args = list(args)
+            body = args[body_index]
+
+            def counted_body(*a, **k):
+                r = counter._records()
+                if r is not None:
+                    r["runs"][line] = r["runs"].get(line, 0) + 1
+                return body(*a, **k)
+
+            args[body_index] = counted_body
+            counter._stack.append(line)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                counter._stack.pop()
+        return wrapper
+
+    def _wrap_py(self, original, kind: str):
+        counter = self
+
+        def wrapper(*args, **kwargs):
+            line = counter._stack[-1] if counter._stack else None
+            rec = counter._records()
+            if line is not None and rec is not None:
+                rec["python"].add(line)
+                if kind == "if":
+                    taken = "then" if args[0] else "else"
+                    per = rec["branches"].setdefault(line, {"then": 0, "else": 0})
+                    per[taken] += 1
+            return original(*args, **kwargs)
+        return wrapper
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator["_TraceCounter"]:
+        try:
+            from tensorflow.python.autograph.impl import api
+            from tensorflow.python.autograph.operators import control_flow
+        except ImportError:  # layout changed: no counts, op-traceback reading only
+            yield self
+            return
+        ag = api._TRANSPILER.get_extra_locals()["ag__"]
+        patches = [(ag, "for_stmt", self._wrap_stmt(ag.for_stmt, 2, "for")),
+                   (ag, "while_stmt", self._wrap_stmt(ag.while_stmt, 1, "while")),
+                   (ag, "if_stmt", self._wrap_stmt(ag.if_stmt, 1, "if")),
+                   (control_flow, "_py_for_stmt", self._wrap_py(control_flow._py_for_stmt, "for")),
+                   (control_flow, "_py_while_stmt", self._wrap_py(control_flow._py_while_stmt, "while")),
+                   (control_flow, "_py_if_stmt", self._wrap_py(control_flow._py_if_stmt, "if"))]
+        olds = [(obj, attr, getattr(obj, attr)) for obj, attr, _ in patches]
+        for obj, attr, new in patches:
+            setattr(obj, attr, new)
+        try:
+            yield self
+        finally:
+            for obj, attr, old in olds:
+                setattr(obj, attr, old)
+
+
 @contextlib.contextmanager
 def _strict_env(strict: bool) -> Iterator[None]:
     """Sets ``AUTOGRAPH_STRICT_CONVERSION`` to 1 or 0 for one trace, then restores it.
@@ -480,8 +599,10 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
     catcher = _FallbackWarnings()
     tf_logger = logging.getLogger("tensorflow")
     tf_logger.addFilter(catcher)
+    last = start + source.count("\n")
+    counter = _TraceCounter(filename, start, last)
     try:
-        with _strict_env(strict_on), _fresh_allowlist():
+        with _strict_env(strict_on), _fresh_allowlist(), counter.installed():
             concrete = tf.function(python_fn).get_concrete_function(*args, **kwargs)
     except Exception as e:
         where = _autograph_frame(e, filename) or user_frame(e)
@@ -491,15 +612,15 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
     finally:
         tf_logger.removeFilter(catcher)
 
-    last = start + source.count("\n")
     ops = [(op, _user_lines(op, filename, start, last)) for op in _walk_ops(concrete.graph)]
-    statements = tuple(_classify(s, ops) for s in _find_statements(source, start))
+    records = counter.by_graph.get(id(concrete.graph))
+    statements = tuple(_classify(s, ops, records) for s in _find_statements(source, start))
     return AutographDiff(function=name, filename=filename, original=source,
                          converted=converted, unified_diff=diff, statements=statements,
                          warnings=tuple(catcher.messages), strict=strict_on)
 
 
-def _classify(stmt: _Stmt, ops: list) -> Statement:
+def _classify(stmt: _Stmt, ops: list, records: dict | None = None) -> Statement:
     want = _IF_OPS if stmt.kind == "if" else _WHILE_OPS
     # An If/While op belongs to the statement whose line is the innermost
     # in-function frame of its creation stack: AutoGraph's if_stmt/for_stmt call
@@ -509,6 +630,8 @@ def _classify(stmt: _Stmt, ops: list) -> Statement:
         return Statement(stmt.lineno, stmt.kind, "graph", mine[0].name, None,
                          ops=tuple(op.name for op in mine), op_type=mine[0].type,
                          source=stmt.source)
+    if records is not None:
+        return _classify_counted(stmt, records)
     b0, b1 = stmt.body
     in_body = [(op, lines) for op, lines in ops if any(b0 <= ln <= b1 for ln in lines)]
     if stmt.kind == "if":
@@ -525,3 +648,33 @@ def _classify(stmt: _Stmt, ops: list) -> Statement:
     copies, note = _count_copies(keys, stmt.simple_body)
     return Statement(stmt.lineno, stmt.kind, "python", None, copies, note=note,
                      source=stmt.source)
+
+
+def _classify_counted(stmt: _Stmt, records: dict) -> Statement:
+    """A statement with no If/While op of its own, read from the trace-time counts.
+
+    ``unrolled`` is the number of times the loop body ran at trace time, which
+    is the number of copies of the body traced into the FuncGraph (a ``break``
+    iteration counts: its body ran up to the break)."""
+    line = (stmt.lineno, stmt.kind)
+    reached = records["reached"].get(line, 0)
+    if stmt.kind == "if":
+        if not reached:
+            return Statement(stmt.lineno, "if", "python", None, None, source=stmt.source,
+                             note="not reached at trace time (no branch traced)")
+        taken = records["branches"].get(line, {"then": 0, "else": 0})
+        times = (lambda n: f" {n}×") if reached > 1 else (lambda n: "")
+        parts = [f"then branch traced{times(taken['then'])}"] if taken["then"] else []
+        if taken["else"]:
+            parts.append(f"else branch traced{times(taken['else'])}" if stmt.orelse
+                         else f"condition False{times(taken['else'])} (then branch skipped)")
+        return Statement(stmt.lineno, "if", "python", None, None, source=stmt.source,
+                         note="Python condition; " + " and ".join(parts))
+    runs = records["runs"].get(line, 0)
+    if not reached:
+        note = "not reached at trace time"
+    elif stmt.kind == "while" and line not in records["python"] and runs == 0:
+        note = "condition False at the first test: body never traced"
+    else:
+        note = f"statement reached {reached}× at trace time" if reached > 1 else ""
+    return Statement(stmt.lineno, stmt.kind, "python", None, runs, note=note, source=stmt.source)

@@ -632,7 +632,7 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
     except Exception as e:
         saved.restore()
         where = user_frame(e)
-        raise UsageError(f"{name} raised {error_summary(e)} when run eagerly"
+        raise UsageError(f"{name} failed when run eagerly: {error_summary(e)}"
                          + (f" (at {where})" if where else "")) from e
     saved.add_missing(probe.watched_variables())  # missed by the trace: saved after one run
     saved.restore()

@@ -71,7 +71,10 @@ def run(args: argparse.Namespace) -> int:
     if not callable(fn):
         raise UsageError(f"{args.target} is a {type(fn).__name__}, not a function; "
                          f"name a function or tf.function")
-    call_args, call_kwargs = bind_args(fn, named)
+    if not named and getattr(fn, "input_signature", None) is not None:
+        call_args, call_kwargs = (), {}  # compare_modes falls back to the input_signature
+    else:
+        call_args, call_kwargs = bind_args(fn, named)
     # Materialize here (not in compare_modes) so an unknown dim is reported
     # against the --arg that has it, before anything runs.
     rng = np.random.default_rng(args.seed)  # one stream for all arguments: x and y differ
@@ -91,10 +94,15 @@ def run(args: argparse.Namespace) -> int:
     print(_jsonutil.dumps(report) if args.json else report.to_text())
     if args.hlo and xla.error is None and not args.json:
         print(f"wrote {args.hlo} ({', '.join(report.hlo)})")
-    if xla.error is not None:
-        # The report above still compares eager and graph; the exit code says
-        # the XLA part could not run.
-        raise UsageError(f"{report.function}: {xla.error}; eager and graph were still compared")
+    failed = [m for m, r in report.modes.items() if r.error is not None]
+    if failed:
+        # The report above still compares the modes that ran; the exit code says
+        # some could not.
+        ok = [m for m, r in report.modes.items() if r.error is None]
+        raise UsageError(f"{report.function}: "
+                         + "; ".join(f"{m} failed: {report.modes[m].error}" for m in failed)
+                         + (f"; {' and '.join(ok)} still compared" if len(ok) > 1
+                            else "; only eager ran"))
     return 0
 
 

@@ -76,3 +76,34 @@ class Gate:
         if tf.reduce_max(x) > 1.0:        # tensor condition -> If op
             x = x / tf.reduce_max(x)
         return x
+
+
+def index_if(x):
+    for i in range(4):                # Python if on the loop index: 4 body runs
+        if i % 2 == 0:
+            x = x + 1.0
+        x = x * 3.0
+    return x
+
+
+def every_third(x):
+    for i in range(6):                # only iterations 0 and 3 make ops: still 6 runs
+        if i % 3 == 0:
+            x = x + 1.0
+    return x
+
+
+def breaks_at_4(x):
+    for i in range(10):               # break in iteration 4: 5 body runs, 4 adds
+        if i == 4:
+            break
+        x = x + 1.0
+    return x
+
+
+def elif_chain(x, k):
+    if k == 0:                        # Python condition
+        x = x + 1.0
+    elif tf.reduce_sum(x) > 0:        # reached only when k != 0: then an If op
+        x = x - 1.0
+    return x
