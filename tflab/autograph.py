@@ -576,10 +576,19 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
     python_fn = getattr(fn, "python_function", fn)
     if not callable(python_fn):
         raise UsageError(f"autograph_diff needs a function, got {type(fn).__name__}")
+    from tflab.modes import _check_target, _function_name, signature_args
+
+    _check_target(fn, _function_name(fn))
+    if not args and not kwargs and getattr(fn, "input_signature", None) is not None:
+        args = tuple(fn.input_signature)
+    else:
+        args, kwargs = signature_args(fn, args, kwargs)
     if not (inspect.isfunction(python_fn) or inspect.ismethod(python_fn)):
         # A Keras layer/model or another callable object: convert the method
         # that holds its code (Keras' ``call``, else ``__call__``).
         call = getattr(python_fn, "call", None)
+        if inspect.ismethod(call):
+            _build_layer(python_fn, args, kwargs)
         python_fn = call if inspect.ismethod(call) else python_fn.__call__
     name = getattr(python_fn, "__qualname__", repr(python_fn))
     source, filename, start = _source_or_raise(python_fn)
@@ -594,8 +603,6 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
         (converted if converted.endswith("\n") else converted + "\n").splitlines(keepends=True),
         fromfile=f"{filename} ({name})", tofile=f"tf.autograph.to_code({name})"))
 
-    if not args and not kwargs and getattr(fn, "input_signature", None) is not None:
-        args = tuple(fn.input_signature)
     catcher = _FallbackWarnings()
     tf_logger = logging.getLogger("tensorflow")
     tf_logger.addFilter(catcher)
@@ -618,6 +625,26 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
     return AutographDiff(function=name, filename=filename, original=source,
                          converted=converted, unified_diff=diff, statements=statements,
                          warnings=tuple(catcher.messages), strict=strict_on)
+
+
+def _build_layer(layer: Any, args: tuple, kwargs: dict) -> None:
+    """Builds an unbuilt Keras layer from its first argument's shape: tracing its
+    ``call`` directly skips ``__call__``, which is where Keras would build it
+    (and create the weights ``call`` reads)."""
+    if getattr(layer, "built", True) or not hasattr(layer, "build"):
+        return
+    first = args[0] if args else next(iter(kwargs.values()), None)
+    shape = getattr(first, "shape", None)
+    name = type(layer).__name__
+    if shape is None:
+        raise UsageError(f"{name} is an unbuilt Keras layer and its first argument has no shape "
+                         f"to build it with; call the layer once on an input first")
+    try:
+        layer.build(tuple(shape))
+    except Exception as e:
+        raise UsageError(f"{name} is an unbuilt Keras layer and {name}.build({tuple(shape)}) "
+                         f"raised {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+                         f"; call the layer once on an input first") from e
 
 
 def _classify(stmt: _Stmt, ops: list, records: dict | None = None) -> Statement:

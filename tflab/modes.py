@@ -705,19 +705,19 @@ class _VariableSnapshot:
     """Values of some variables, saved once and put back on `restore`."""
 
     def __init__(self, variables: list) -> None:
-        import tensorflow as tf
-
         self._saved: dict[int, tuple] = {}
-        for v in variables:
-            if id(v) not in self._saved:
-                self._saved[id(v)] = (v, tf.identity(v.read_value()))
+        self.add_missing(variables)
 
     def add_missing(self, variables) -> None:
         import tensorflow as tf
 
         for v in variables:
+            # A Keras 3 Variable wraps a tf.Variable (its ``value``); the tape
+            # and the FuncGraph see the inner one: save each underlying variable once.
+            inner = getattr(v, "value", None)
+            v = inner if isinstance(inner, tf.Variable) else v
             if id(v) not in self._saved:
-                self._saved[id(v)] = (v, tf.identity(v.read_value()))
+                self._saved[id(v)] = (v, tf.identity(v))
 
     def restore(self) -> None:
         for v, value in self._saved.values():

@@ -33,7 +33,13 @@ def run(args: argparse.Namespace) -> int:
     if not callable(fn):
         raise UsageError(f"{args.target} is a {type(fn).__name__}, not a function; "
                          f"name a function or tf.function")
-    call_args, call_kwargs = bind_args(fn, named)
+    from tflab.modes import _check_target
+
+    _check_target(fn, args.target.rpartition(":")[2])  # a class or unbound method: say so first
+    if not named and getattr(fn, "input_signature", None) is not None:
+        call_args, call_kwargs = (), {}  # autograph_diff traces with the input_signature
+    else:
+        call_args, call_kwargs = bind_args(fn, named)
     report = autograph_diff(fn, *call_args, strict=True if args.strict else None, **call_kwargs)
     if args.json:
         print(_jsonutil.dumps(report))

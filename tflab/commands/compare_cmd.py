@@ -71,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
     if not callable(fn):
         raise UsageError(f"{args.target} is a {type(fn).__name__}, not a function; "
                          f"name a function or tf.function")
+    from tflab.modes import _check_target
+
+    _check_target(fn, args.target.rpartition(":")[2])  # a class or unbound method: say so first
     if not named and getattr(fn, "input_signature", None) is not None:
         call_args, call_kwargs = (), {}  # compare_modes falls back to the input_signature
     else:
