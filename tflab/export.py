@@ -129,28 +129,67 @@ def _short_runtime(runtime: str) -> str:
 
 
 def variant_table(variants: dict[str, VariantResult]) -> str:
-    """The compact table of variants: size, error vs bound, argmax agreement, runtime or error."""
-    head = f"{'variant':<8} {'status':<8} {'bytes':>9} {'×float':>6} {'max|Δ|':>8} {'bound':>8} {'Δ/bound':>7} " \
-           f"{'argmax':>6} {'conv s':>6}  ops / runtime / error"
+    """The compact table of variants: size, error vs bound, argmax agreement, runtime or error.
+
+    ``|Δ|`` and ``bound`` are those of the worst element (largest ``|Δ|/bound``)
+    of the worst output, so the three columns agree; with several outputs the
+    last column names that output.
+    """
+    head = f"{'variant':<8} {'status':<8} {'bytes':>9} {'×float':>6} {'|Δ|':>8} {'bound':>8} {'Δ/bound':>7} " \
+           f"{'argmax':>6} {'conv s':>6}  worst output; ops / runtime / error"
     rows = [head]
     for q, v in variants.items():
         c = v.check
-        if c is None:
-            rows.append(f"{q:<8} {v.status:<8} {'-':>9} {'-':>6} {'-':>8} {'-':>8} {'-':>7} {'-':>6} "
-                        f"{_fmt(v.convert_seconds, '.1f'):>6}  {v.error}")
+        if c is None or not c.outputs:
+            rows.append(f"{q:<8} {v.status:<8} {('-' if c is None else c.size_bytes):>9} {'-':>6} {'-':>8} "
+                        f"{'-':>8} {'-':>7} {'-':>6} {_fmt(v.convert_seconds, '.1f'):>6}  "
+                        f"{v.error if c is None else _short_runtime(c.runtime)}")
             continue
-        ratio = max((o.bound_ratio for o in c.outputs.values()), default=None)
+        w = c.outputs[c.worst_output] if c.worst_output in c.outputs else next(iter(c.outputs.values()))
         agree = [o.argmax_agreement for o in c.outputs.values() if o.argmax_agreement is not None]
         nops = sum(c.op_counts.values())
         flex = f", Flex: {','.join(c.flex_ops)}" if c.flex_ops else ""
+        which = f"{w.name}; " if len(c.outputs) > 1 else ""
         rows.append(f"{q:<8} {v.status:<8} {c.size_bytes:>9} {_fmt(c.size_ratio, '.2f'):>6} "
-                    f"{_fmt(c.max_abs_error):>8} {_fmt(c.bound):>8} {_fmt(ratio, '.2f'):>7} "
+                    f"{_fmt(w.worst_abs_error):>8} {_fmt(w.worst_bound):>8} {_fmt(w.bound_ratio, '.2f'):>7} "
                     f"{(f'{min(agree):.0%}' if agree else '-'):>6} {_fmt(v.convert_seconds, '.1f'):>6}  "
-                    f"{nops} ops{flex}; {_short_runtime(c.runtime)}")
+                    f"{which}{nops} ops{flex}; {_short_runtime(c.runtime)}")
     return "\n".join(rows)
 
 
 # ---------------------------------------------------------------- loading models
+
+
+# The project's own custom op (custom_ops/): its library is loaded on demand,
+# because tf.saved_model.load and the TFLite converter must find it registered.
+PROJECT_CUSTOM_OPS = {"WarpSoftmax": "custom_ops (custom_ops.load_library())"}
+
+
+def unregistered_op(text: str) -> str | None:
+    """The op named by TF's "Op type not registered 'X'" error, else None."""
+    import re
+
+    m = re.search(r"Op type not registered '(\w+)'", text)
+    return m.group(1) if m else None
+
+
+def load_custom_ops_for(saved_model_dir: str | os.PathLike) -> list[str]:
+    """Loads the project's custom op library when the SavedModel's graph uses one of its ops.
+
+    Returns:
+        The project custom ops found in ``saved_model.pb`` (loaded now or before).
+    """
+    pb = os.path.join(os.fspath(saved_model_dir), "saved_model.pb")
+    try:
+        data = Path(pb).read_bytes()
+    except OSError:
+        return []
+    found = [op for op in PROJECT_CUSTOM_OPS if op.encode() in data]
+    if found:
+        from custom_ops import load_library
+
+        load_library()
+    return found
 
 
 def load_model(spec: str) -> tuple[Any, str]:
@@ -168,15 +207,24 @@ def load_model(spec: str) -> tuple[Any, str]:
     import tensorflow as tf
 
     if ".py:" in spec or spec.endswith(".py"):
-        from tflab._target import load_target
+        from tflab._target import error_summary, load_target, user_frame
+        from tflab.saved_model import _is_keras3, _is_tf_keras
 
         obj = load_target(spec)
-        if callable(obj) and not isinstance(obj, (tf.Module, tf.types.experimental.PolymorphicFunction)):
+
+        def exportable(o) -> bool:
+            return isinstance(o, tf.Module) or _is_keras3(o) or _is_tf_keras(o)
+
+        if callable(obj) and not exportable(obj) and not isinstance(obj, tf.types.experimental.PolymorphicFunction):
             try:
                 obj = obj()
-            except TypeError as e:
-                raise UsageError(f"{spec}: {e}; OBJ must be a model, a tf.Module or a function of no "
-                                 f"arguments returning one") from e
+            except Exception as e:  # the user's factory failed: point at their line, not ours
+                where = user_frame(e)
+                if isinstance(e, TypeError) and not where:
+                    raise UsageError(f"{spec}: {e}; OBJ must be a model, a tf.Module or a function of no "
+                                     f"arguments returning one") from e
+                raise UsageError(f"{spec}: calling OBJ() raised {error_summary(e)}"
+                                 + (f" (at {where})" if where else "")) from e
         if isinstance(obj, tf.types.experimental.PolymorphicFunction):
             if obj.input_signature is None:
                 raise UsageError(f"{spec} is a tf.function without input_signature: give it one "
@@ -184,7 +232,7 @@ def load_model(spec: str) -> tuple[Any, str]:
             module = tf.Module()
             module.serve = obj
             obj = module
-        if not isinstance(obj, tf.Module):
+        if not exportable(obj):
             raise UsageError(f"{spec} is a {type(obj).__name__}, not a model: OBJ must be a Keras model, a "
                              f"tf.Module or a tf.function with an input_signature")
         return obj, "python"
@@ -195,15 +243,27 @@ def load_model(spec: str) -> tuple[Any, str]:
         if not os.path.exists(pb):
             raise UsageError(f"{spec!r} is a folder without saved_model.pb, so not a SavedModel: give a "
                              f".keras file, a SavedModel folder or FILE.py:OBJ")
+        load_custom_ops_for(spec)
         try:
             return tf.saved_model.load(spec), "saved_model"
         except Exception as e:  # a corrupt protobuf raises DecodeError/OSError/ValueError
+            missing = unregistered_op(str(e))
+            if missing:
+                raise UsageError(f"{spec!r} uses op {missing}, which is not registered in this process: "
+                                 f"load the library that defines it (tf.load_op_library('....so')) "
+                                 f"before exporting") from e
             first = (str(e).strip().splitlines() or [""])[0][:200]
             raise UsageError(f"{pb} is not a readable SavedModel ({type(e).__name__}: {first}); "
                              f"re-export it") from e
     if spec.endswith(".keras"):
+        import zipfile
+
         import keras
 
+        if not zipfile.is_zipfile(spec):
+            # Keras says "File not found" for these, although the file exists.
+            raise UsageError(f"{spec!r} is not a valid .keras file: a .keras file is a zip archive and this "
+                             f"one is not (truncated or corrupt); save the model again")
         try:
             return keras.models.load_model(spec), "keras"
         except Exception as e:
@@ -260,7 +320,8 @@ def _worker_main(argv: Sequence[str]) -> int:
         try:
             model = convert(saved_model, q, batches)
         except UnsupportedOpsError as e:
-            print(json.dumps({"event": "unsupported", "quantization": q, "error": str(e), "ops": list(e.ops)}),
+            print(json.dumps({"event": "unsupported", "quantization": q, "error": str(e), "ops": list(e.ops),
+                              "kind": e.kind}),
                   flush=True)
             return 0
         except _Err as e:
@@ -299,10 +360,12 @@ def _convert_isolated(saved_model: str, outdir: str, quants: list[str], examples
     results: dict[str, dict] = {}
     pending = list(quants)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    while pending:
+    _ABANDONED.clear()
+    while pending and not _ABANDONED.is_set():
         cmd = [sys.executable, "-m", "tflab.export", "--worker", saved_model, outdir, ",".join(pending),
                examples_npz]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        _WORKERS.add(proc)
         current = None
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -322,6 +385,7 @@ def _convert_isolated(saved_model: str, outdir: str, quants: list[str], examples
                     pending = []
         stderr = proc.stderr.read() if proc.stderr else ""
         code = proc.wait()
+        _WORKERS.discard(proc)
         if current is not None:
             # The worker died inside the converter: report it, drop its partial file, go on.
             tail = [ln for ln in stderr.strip().splitlines() if ln.strip()][-1:] or [""]
@@ -354,6 +418,9 @@ def _convert_while(convert: Callable[[], dict], other: Callable[[], None]) -> di
         other()
     except LookupError:
         pass  # no gradient for some op: check_tflite reports that itself
+    except BaseException:
+        _stop_workers()  # abandoning the export (e.g. Ctrl-C, SIGTERM): do not wait for the converter
+        raise
     finally:
         thread.join()
     if "error" in box:
@@ -372,7 +439,8 @@ def _convert_inprocess(saved_model: str, outdir: str, quants: list[str], batches
         try:
             model = convert(saved_model, q, batches)
         except UnsupportedOpsError as e:
-            results[q] = {"event": "unsupported", "quantization": q, "error": str(e)}
+            results[q] = {"event": "unsupported", "quantization": q, "error": str(e), "ops": list(e.ops),
+                          "kind": e.kind}
             break
         except TflabError as e:
             results[q] = {"event": "error", "quantization": q, "error": str(e),
@@ -396,9 +464,46 @@ def parse_quantize(text: str) -> list[str]:
     """
     names = [q.strip() for q in text.split(",") if q.strip()]
     bad = [q for q in names if q not in QUANTIZATIONS]
-    if bad or not names:
-        raise UsageError(f"--quantize {text!r}: use a comma list of {', '.join(QUANTIZATIONS)}")
+    if bad:
+        raise UsageError(f"--quantize {text!r}: unknown variant(s) {', '.join(map(repr, bad))}; use a comma "
+                         f"list of {', '.join(QUANTIZATIONS)}")
+    if not names:
+        raise UsageError(f"--quantize {text!r} names no variant: use a comma list of {', '.join(QUANTIZATIONS)}")
     return list(dict.fromkeys(names))
+
+
+def check_out(out: Path, force: bool) -> None:
+    """Checks ``--out`` before any work: its parent must be (or become) a writable folder.
+
+    ``force`` replaces only a previous tflab export (a folder holding
+    ``report.json``), never a file, the current folder or one of its parents.
+
+    Raises:
+        UsageError: one line saying what is wrong with ``out``.
+    """
+    if out.exists() or out.is_symlink():
+        if not force:
+            raise UsageError(f"{out} already exists: pass --force to replace it, or choose another --out")
+        real, cwd = out.resolve(), Path.cwd().resolve()
+        if not out.is_dir():
+            raise UsageError(f"--out {out} is a file, not an export folder: --force replaces only a previous "
+                             f"tflab export; choose another --out")
+        if real == cwd or real in cwd.parents:
+            raise UsageError(f"--out {out} is the current folder or one of its parents: --force will not "
+                             f"replace it; choose a new folder")
+        if not (out / "report.json").is_file():
+            raise UsageError(f"--out {out} is a folder that is not a tflab export (no report.json): --force "
+                             f"replaces only previous exports; choose another --out")
+    parent = out.parent
+    probe = parent
+    while not probe.exists():
+        if probe.is_symlink() or probe == probe.parent:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise UsageError(f"--out {out}: {probe} is a file, not a folder; choose another --out")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out}: cannot create it, {probe} is not writable; choose another --out")
 
 
 def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] = QUANTIZATIONS,
@@ -446,8 +551,7 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
     for q in quants:
         if q not in QUANTIZATIONS:
             raise UsageError(f"unknown quantization {q!r}: use {', '.join(QUANTIZATIONS)}")
-    if out.exists() and not force:
-        raise UsageError(f"{out} already exists: pass --force to replace it, or choose another --out")
+    check_out(out, force)
     if isinstance(model, (str, os.PathLike)):
         name = model_name or os.fspath(model)
         progress(f"loading {name}")
@@ -462,11 +566,19 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
     else:
         source, batches = "seeded random (seed 0), batch sizes 1 and 4", None
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    if batches is not None:
+        from tflab.litert import check_rows
+
+        check_rows(batches)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    except OSError as e:
+        raise UsageError(f"--out {out}: cannot create a folder there ({e.strerror}); choose another --out") from e
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the export is an ordinary folder
+    previous_term = _install_sigterm()
     try:
         progress("SavedModel round trip")
         sm = save_and_reload(obj, tmp / "saved_model", batches)
@@ -483,7 +595,7 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
             conv = _convert_inprocess(os.fspath(tmp / "saved_model"), os.fspath(tmp), quants, batches, progress)
         for q, msg in conv.items():
             if msg["event"] == "unsupported":
-                raise UnsupportedOpsError(msg["error"], tuple(msg.get("ops", ())))
+                raise UnsupportedOpsError(msg["error"], tuple(msg.get("ops", ())), msg.get("kind", "flex"))
         variants: dict[str, VariantResult] = {}
         float_size = conv.get("none", {}).get("bytes")
         for q in quants:
@@ -508,8 +620,42 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         _move_into_place(tmp, out)
         return report
     except BaseException:
+        _stop_workers()
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        if previous_term is not None:
+            signal.signal(signal.SIGTERM, previous_term)
+
+
+class Terminated(SystemExit):
+    """SIGTERM arrived during an export; raised so the temporary folder is removed as for Ctrl-C."""
+
+
+def _install_sigterm():
+    """Makes SIGTERM unwind like SIGINT (cleanup runs); returns the previous handler, or None."""
+    if threading.current_thread() is not threading.main_thread():
+        return None  # signal handlers can only be set from the main thread
+
+    def on_term(signum, frame):
+        raise Terminated(128 + signal.SIGTERM)
+
+    try:
+        return signal.signal(signal.SIGTERM, on_term)
+    except (ValueError, OSError):
+        return None
+
+
+_WORKERS: set = set()
+_ABANDONED = threading.Event()
+
+
+def _stop_workers() -> None:
+    """Kills converter workers still running (the export is being abandoned)."""
+    _ABANDONED.set()
+    for proc in list(_WORKERS):
+        if proc.poll() is None:
+            proc.kill()
 
 
 def _move_into_place(tmp: Path, out: Path) -> None:

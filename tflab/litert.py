@@ -32,8 +32,13 @@ output; ``u = 2**-24`` is float32's unit roundoff):
   representative dataset made from the examples): half an output step for the
   final rounding, plus the first-order effect of the weight steps and of the
   input quantization step, doubled to estimate the requantization of the
-  intermediate tensors (an estimate, not a proof): a small multiple of the
-  output scale, which the report states in output steps.
+  intermediate tensors (an estimate, not a proof), and never less than one
+  output step (TFLite's int8 softmax is measured one step off for correctly
+  computed inputs): a small multiple of the output scale, which the report
+  states in output steps.
+
+NaN outputs in the same positions on both sides count as a match (zero
+error); a NaN on one side only is an infinite error.
 
 The first-order gradient terms use the unfolded TF variables and per-tensor
 steps ``max|w|/127``, an upper bound of the per-channel steps the converter
@@ -58,8 +63,8 @@ from typing import Mapping
 import numpy as np
 
 from tflab.errors import TflabError, UsageError
-from tflab.saved_model import (Examples, check_examples, load_saved_model, normalize_examples,
-                               signature_inputs, ulp_distance)
+from tflab.saved_model import (Examples, check_examples, check_unused, feed_for, load_saved_model,
+                               normalize_examples, signature_inputs, ulp_distance)
 
 QUANTIZATIONS = ("none", "dynamic", "float16", "int8")
 UNIT_ROUNDOFF = 2.0 ** -24  # float32
@@ -72,15 +77,20 @@ MAX_GRADIENT_ELEMENTS = 1024
 
 
 class UnsupportedOpsError(UsageError):
-    """The model uses ops outside the TFLite builtins (they need ``SELECT_TF_OPS``).
+    """The model uses ops outside the TFLite builtins.
 
     Attributes:
         ops: the TF op names, e.g. ``("StringLength",)``.
+        kind: ``"flex"`` (a TF op ``SELECT_TF_OPS`` would convert as a Flex op)
+            or ``"custom"`` (an op TF itself does not define, e.g. the project's
+            WarpSoftmax: the converter reports ERROR_NEEDS_CUSTOM_OPS; it needs
+            ``allow_custom_ops=True`` and a TFLite kernel).
     """
 
-    def __init__(self, message: str, ops: tuple[str, ...]):
+    def __init__(self, message: str, ops: tuple[str, ...], kind: str = "flex"):
         super().__init__(message)
         self.ops = ops
+        self.kind = kind
 
 
 # --------------------------------------------------------------------------- data
@@ -103,6 +113,9 @@ class OutputError:
             (ties count as agreement; rank ≥ 2, last dim ≥ 2), else None.
         reference_range: ``max − min`` of the TF output over all examples (0 means constant).
         quantization: (scale, zero point) when LiteRT returns it quantized, else None.
+        worst_abs_error: ``|lite − tf|`` at the element with the largest ``|Δ|/bound``.
+        worst_bound: the bound of that element (so ``worst_abs_error / worst_bound
+            == bound_ratio``; ``max_abs_error`` and ``bound`` may come from other elements).
     """
 
     name: str
@@ -116,6 +129,8 @@ class OutputError:
     argmax_agreement: float | None
     reference_range: float
     quantization: tuple[float, int] | None = None
+    worst_abs_error: float = 0.0
+    worst_bound: float = 0.0
 
     @property
     def within_bound(self) -> bool:
@@ -130,7 +145,10 @@ class TFLiteCheck:
         quantization: ``"none"``, ``"dynamic"``, ``"float16"`` or ``"int8"``.
         bit_exact: every output byte-identical to TF (None when not run).
         max_abs_error: largest ``|lite − tf|`` over outputs (None when not run).
-        bound: the largest bound asserted over outputs, in output units (None when not run).
+        bound: the bound of the worst output (largest ``|Δ|/bound``; the failing one
+            when a check fails): its largest elementwise bound, in that output's units
+            (None when not run). Outputs have different units, so this is not a
+            maximum over outputs; see ``worst_output`` and ``outputs[...].bound``.
         within_bound: every element within its bound (None when not run).
         outputs: output name → `OutputError`.
         op_counts: op name → count in the flatbuffer (custom ops by custom code).
@@ -147,6 +165,7 @@ class TFLiteCheck:
             shape_signature and quantization of each tensor.
         notes: other measured facts worth reading (constant outputs, float weights kept).
         convert_seconds: wall time of the conversion, seconds (None when not converted here).
+        worst_output: the output with the largest ``|Δ|/bound`` (None when not run).
     """
 
     quantization: str
@@ -167,6 +186,7 @@ class TFLiteCheck:
     signatures: dict[str, dict]
     notes: tuple[str, ...] = ()
     convert_seconds: float | None = None
+    worst_output: str | None = None
 
     def __repr__(self) -> str:
         err = "n/a" if self.max_abs_error is None else f"{self.max_abs_error:.3g}"
@@ -209,14 +229,57 @@ class TFLiteCheck:
 # -------------------------------------------------------------------- conversion
 
 
-def _representative(batches: list[dict[str, np.ndarray]]):
-    def gen():
+def _representative(batches: list[dict[str, np.ndarray]], takes: Mapping[str, list[str]] | None = None):
+    """Representative dataset: one sample per example row, per signature.
+
+    With several signatures the calibrator needs ``(signature key, inputs)``
+    samples (tensorflow/lite/python/optimize/calibrator.py); each gets only
+    the names it takes.
+    """
+    takes = takes or {}
+
+    def rows_of(batch):
         # One sample per row: calibration sees every example row.
+        rows = min(len(a) for a in batch.values()) if all(a.ndim for a in batch.values()) else 1
+        for i in range(rows):
+            yield {k: (a[i:i + 1] if a.ndim else a) for k, a in batch.items()}
+
+    def gen():
         for batch in batches:
-            rows = min(len(a) for a in batch.values()) if all(a.ndim for a in batch.values()) else 1
-            for i in range(rows):
-                yield {k: (a[i:i + 1] if a.ndim else a) for k, a in batch.items()}
+            if len(takes) > 1:
+                for key, names in takes.items():
+                    for sample in rows_of(feed_for(batch, names)):
+                        yield key, sample
+            else:
+                names = next(iter(takes.values())) if takes else list(batch)
+                yield from rows_of(feed_for(batch, names))
     return gen
+
+
+class _captured_stderr:
+    """Captures file descriptor 2 (the MLIR converter prints multi-line diagnostics there from C++)."""
+
+    def __enter__(self) -> dict:
+        import tempfile
+
+        self.box: dict = {}
+        try:
+            self.saved = os.dup(2)
+        except OSError:
+            self.saved = None
+            return self.box
+        self.tmp = tempfile.TemporaryFile()
+        os.dup2(self.tmp.fileno(), 2)
+        return self.box
+
+    def __exit__(self, *exc) -> None:
+        if self.saved is None:
+            return
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        self.tmp.seek(0)
+        self.box["text"] = self.tmp.read().decode(errors="replace")
+        self.tmp.close()
 
 
 def convert(saved_model_dir: str | os.PathLike, quantization: str = "none",
@@ -244,6 +307,9 @@ def convert(saved_model_dir: str | os.PathLike, quantization: str = "none",
 
     if quantization not in QUANTIZATIONS:
         raise UsageError(f"quantization {quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
+    from tflab.export import load_custom_ops_for
+
+    load_custom_ops_for(saved_model_dir)  # the converter loads the SavedModel: its ops must be registered
     conv = tf.lite.TFLiteConverter.from_saved_model(os.fspath(saved_model_dir))
     ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     if quantization != "none":
@@ -253,33 +319,72 @@ def convert(saved_model_dir: str | os.PathLike, quantization: str = "none",
     if quantization == "int8":
         if examples is None:
             raise UsageError("int8 quantization needs examples for its representative dataset")
-        conv.representative_dataset = _representative(normalize_examples(examples))
+        loaded = load_saved_model(saved_model_dir)
+        takes: dict[str, list[str]] = {}
+        seen_targets: set = set()
+        # The converter keeps one of several keys calling the same function
+        # (Keras' serve/serving_default): calibrate that one, serving_default first.
+        for k in sorted(loaded.signatures, key=lambda k: (k != "serving_default", k)):
+            target = _call_target(loaded.signatures[k])
+            if target is not None and target in seen_targets:
+                continue
+            seen_targets.add(target)
+            takes[k] = list(signature_inputs(loaded.signatures[k]))
+        conv.representative_dataset = _representative(normalize_examples(examples), takes)
         ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
         conv.inference_input_type = tf.int8
         conv.inference_output_type = tf.int8
     if select_tf_ops:
         ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
     conv.target_spec.supported_ops = ops
+    captured: dict = {}
     try:
         with warnings.catch_warnings():
             # int8 calibration runs TF's own deprecated tf.lite.Interpreter; not ours to fix.
             warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated")
-            return conv.convert()
+            with _captured_stderr() as captured:
+                return conv.convert()
     except Exception as e:  # ConverterError carries structured errors; others are quoted
-        raise _explain_converter_error(e, quantization) from e
+        err = _explain_converter_error(e, quantization)
+        if type(err) is TflabError and captured.get("text"):
+            # Not an error we explain: keep the converter's own diagnostics visible.
+            os.write(2, captured["text"].encode(errors="replace"))
+        raise err from e
 
 
 def _explain_converter_error(e: Exception, quantization: str) -> TflabError:
-    flex = []
+    import re
+
+    flex: list[str] = []
+    custom: list[str] = []
     for err in getattr(e, "errors", None) or []:
-        if "NEEDS_FLEX_OPS" in str(getattr(err, "error_code", "")) or "ERROR_NEEDS_FLEX_OPS" in str(err):
-            name = err.operator.name if err.HasField("operator") else ""
-            name = name[3:] if name.startswith("tf.") else name
-            if name and name not in flex:
-                flex.append(name)
-    if not flex and "neither a custom op nor a flex op" in str(e):
-        import re
-        flex = sorted(set(re.findall(r"'tf\.(\w+)' op is neither a custom op nor a flex op", str(e))))
+        code = str(getattr(err, "error_code", ""))
+        # error_code is an enum int in the proto; its name appears in str(err).
+        kind = ("custom" if "NEEDS_CUSTOM_OPS" in str(err) else
+                "flex" if "NEEDS_FLEX_OPS" in str(err) or "NEEDS_FLEX_OPS" in code else None)
+        if kind is None:
+            continue
+        name = err.operator.name if err.HasField("operator") else ""
+        name = name[3:] if name.startswith("tf.") else name
+        target = custom if kind == "custom" else flex
+        if name and name not in target:
+            target.append(name)
+    if not flex and not custom and "neither a custom op nor a flex op" in str(e):
+        found = sorted(set(re.findall(r"'tf\.(\w+)' op is neither a custom op nor a flex op", str(e))))
+        listed = re.search(r"Custom ops: ([\w, ]+)", str(e))
+        customs = set(listed.group(1).replace(" ", "").split(",")) if listed else set()
+        custom = [n for n in found if n in customs]
+        flex = [n for n in found if n not in customs]
+    if custom:
+        names = ", ".join(custom)
+        from tflab.export import PROJECT_CUSTOM_OPS
+
+        hint = " (or use tf.nn.softmax in the exported model)" if "WarpSoftmax" in custom else ""
+        return UnsupportedOpsError(
+            f"op(s) {names} are custom TF ops, neither TFLite builtins nor Flex ops, so the {quantization} "
+            f"conversion failed; SELECT_TF_OPS cannot convert them: converting needs "
+            f"converter.allow_custom_ops=True plus a TFLite kernel for {names} registered in the runtime, "
+            f"which the Python LiteRT interpreter does not have{hint}", tuple(custom), kind="custom")
     if flex:
         names = ", ".join(flex)
         return UnsupportedOpsError(
@@ -288,6 +393,15 @@ def _explain_converter_error(e: Exception, quantization: str) -> TflabError:
             f"them as Flex ops, but the Python LiteRT interpreter cannot run Flex ops, so the round trip "
             f"cannot be checked here", tuple(flex))
     text = str(e).strip()
+    from tflab.export import unregistered_op
+
+    missing = unregistered_op(text)
+    if missing:
+        from tflab.export import PROJECT_CUSTOM_OPS
+
+        lib = PROJECT_CUSTOM_OPS.get(missing, "the library that defines it (tf.load_op_library('....so'))")
+        return UsageError(f"the SavedModel uses op {missing}, which is not registered in the converter's "
+                          f"process: load {lib} first")
     first = next((ln for ln in text.splitlines() if "error" in ln.lower()), text.splitlines()[0] if text else "")
     return TflabError(f"TFLite {quantization} conversion failed: {type(e).__name__}: {first.strip()[:300]}")
 
@@ -420,8 +534,9 @@ def _sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
             continue
         if target is not None:
             done[target] = sig_key
+        names = signature_inputs(fn)
         for batch in batches:
-            feed = {n: tf.constant(a) for n, a in batch.items()}
+            feed = {n: tf.constant(a) for n, a in feed_for(batch, names).items()}
             float_inputs = {n: t for n, t in feed.items() if t.dtype.is_floating}
             with tf.GradientTape(persistent=True) as tape:
                 tape.watch(variables)
@@ -451,11 +566,12 @@ def _sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
                     grads = tape.gradient(y, variables + list(float_inputs.values()), output_gradients=seed,
                                           unconnected_gradients=tf.UnconnectedGradients.ZERO)
                     for j in range(len(variables)):
-                        g = np.abs(tf.convert_to_tensor(grads[j]).numpy().astype(np.float64))
+                        # NaN gradients (a NaN output) count as 0: NaN marks only elements not computed.
+                        g = np.nan_to_num(np.abs(tf.convert_to_tensor(grads[j]).numpy().astype(np.float64)))
                         r[i, j] = float((g * abs_vals[j]).sum())
                         a_[i, j] = float(g.sum())
                     for name, g in zip(float_inputs, grads[len(variables):]):
-                        per_in[name][i] = float(np.abs(g.numpy()).sum())
+                        per_in[name][i] = float(np.nan_to_num(np.abs(g.numpy())).sum())
                 rel[okey].append(r)
                 absl[okey].append(a_)
                 for name in float_inputs:
@@ -523,7 +639,10 @@ def _bounds_computed(quantization: str, okey: str, ref: np.ndarray, sens: _Sensi
     for name, s in input_scales.items():
         if name in sens.inputs.get(okey, {}):
             input_term = input_term + sens.inputs[okey][name] * (s / 2.0)
-    return float_b + 2.0 * (weight_term + input_term) + (output_scale or 0.0) / 2.0
+    # At least one output step: TFLite's int8 kernels (softmax in particular)
+    # routinely land one step away from the correctly rounded value.
+    return np.maximum(float_b + 2.0 * (weight_term + input_term) + (output_scale or 0.0) / 2.0,
+                      output_scale or 0.0)
 
 
 # ---------------------------------------------------------------------- checking
@@ -585,6 +704,10 @@ def _run_signatures(runners, loaded, batches, notes):
     import tensorflow as tf
 
     missing = set(loaded.signatures) - set(runners)
+    # Keras signs its endpoint as both 'serve' and 'serving_default': an alias
+    # of a converted signature (same function called) is not missing.
+    targets = {_call_target(loaded.signatures[k]) for k in runners if k in loaded.signatures}
+    missing = {k for k in missing if _call_target(loaded.signatures[k]) not in targets - {None}}
     if missing:
         notes.append(f"TFLiteConverter.from_saved_model converted signature(s) {sorted(runners)} only; "
                      f"{sorted(missing)} are not in the TFLite model (pass signature_keys to convert them)")
@@ -600,13 +723,15 @@ def _run_signatures(runners, loaded, batches, notes):
         signatures[key] = {"inputs": {n: _details(d) for n, d in sorted(in_d.items())},
                            "outputs": {n: _details(d) for n, d in sorted(o_d.items())}}
         fn = loaded.signatures[key]
-        check_examples(batches, signature_inputs(fn), f"signature {key!r}")
+        sig_in = signature_inputs(fn)
+        check_examples(batches, sig_in, f"signature {key!r}")
         for n, d in in_d.items():
             if d["quantization"][0]:
                 in_scales[n] = float(d["quantization"][0])
         for batch in batches:
-            want = {k: v.numpy() for k, v in fn(**{n: tf.constant(a) for n, a in batch.items()}).items()}
-            got = runner(**{n: _quantize(a, in_d[n]) for n, a in batch.items()})
+            feed = feed_for(batch, sig_in)
+            want = {k: v.numpy() for k, v in fn(**{n: tf.constant(a) for n, a in feed.items()}).items()}
+            got = runner(**{n: _quantize(a, in_d[n]) for n, a in feed.items()})
             if set(got) != set(want):
                 raise TflabError(f"signature {key!r}: LiteRT outputs {sorted(got)} are not TF's {sorted(want)}, "
                                  f"so they cannot be compared by name")
@@ -658,6 +783,8 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
                      f"tensors ({float_w[1]} elements) stayed float32 and this variant is the float model"
                      + (f" (size ratio {size_ratio:.2f})" if size_ratio else ""))
     loaded = load_saved_model(saved_model_dir)
+    check_rows(batches)
+    check_unused(batches, {k: signature_inputs(f) for k, f in loaded.signatures.items()})
     try:
         # The signature runner resizes inputs to each example's shape and
         # allocates on call, so a None batch dim needs no allocate_tensors here.
@@ -696,8 +823,12 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
             exact = False
         if want.dtype.kind == "f":
             g32, w32 = got.astype(np.float32), want.astype(np.float32)
-            diff = np.abs(g32.astype(np.float64) - w32.astype(np.float64))
-            ulps = ulp_distance(g32, w32)
+            both_nan = np.isnan(g32) & np.isnan(w32)
+            with np.errstate(invalid="ignore"):
+                diff = np.abs(g32.astype(np.float64) - w32.astype(np.float64))
+            # NaN in the same place on both sides matches; NaN on one side is infinitely off.
+            diff = np.where(both_nan, 0.0, np.where(np.isnan(diff), np.inf, diff))
+            ulps = np.where(both_nan, 0, ulp_distance(g32, w32))
             bound = (np.full(want.size, np.nan) if sens is None else
                      _bounds(quantization, full_keys[okey], want, sens, dyn_quantized, in_scales, scale))
             if sens is not None:
@@ -712,19 +843,26 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
             bound = np.zeros(want.size)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(diff == 0, 0.0, diff / bound)
-        ref_max = float(np.abs(want).max()) if want.size else 0.0
+        ref_max = float(np.nanmax(np.abs(want))) if want.size and not np.isnan(want).all() else 0.0
         agree = None
         if c["want"][0].ndim >= 2 and c["want"][0].shape[-1] >= 2 and want.dtype.kind == "f":
-            agree, tied = argmax_agreement(np.concatenate([g.reshape(-1, g.shape[-1]) for g in c["got"]]),
-                                           np.concatenate([w.reshape(-1, w.shape[-1]) for w in c["want"]]))
+            g_rows = np.concatenate([g.reshape(-1, g.shape[-1]) for g in c["got"]])
+            w_rows = np.concatenate([w.reshape(-1, w.shape[-1]) for w in c["want"]])
+            # Rows where TF has a NaN have no class to agree on.
+            keep = ~np.isnan(w_rows).any(axis=-1)
+            agree, tied = argmax_agreement(np.nan_to_num(g_rows[keep], nan=-np.inf), w_rows[keep])
+            if not keep.any():
+                agree = None
             if tied and scale:
                 notes.append(f"{okey}: {tied} LiteRT row(s) tie several classes at the top value "
                              f"(argmax agreement counts TF's class as agreeing when it is among them)")
-        rng = float(np.ptp(want)) if want.size and want.dtype.kind in "fiu" else 0.0
+        finite = want[np.isfinite(want)] if want.dtype.kind == "f" else want
+        rng = float(np.ptp(finite)) if finite.size and want.dtype.kind in "fiu" else 0.0
         if want.size and want.dtype.kind == "f" and rng == 0.0:
             notes.append(f"TF's {okey} is the same value ({want[0]:.6g}) for every element of every example, "
                          f"so these errors say little about the variant (e.g. a random-weight model whose "
                          f"logits collapse)")
+        worst = int(np.argmax(ratio)) if ratio.size else 0
         outputs[okey] = OutputError(
             name=okey, dtype=np.dtype(det["dtype"]).name,
             shape_signature=tuple(int(x) for x in det["shape_signature"]),
@@ -734,18 +872,59 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
             bound=float(bound.max()) if bound.size else 0.0,
             bound_ratio=float(ratio.max()) if ratio.size else 0.0,
             argmax_agreement=agree, reference_range=rng,
-            quantization=(scale, int(det["quantization"][1])) if scale else None)
+            quantization=(scale, int(det["quantization"][1])) if scale else None,
+            worst_abs_error=float(diff[worst]) if diff.size else 0.0,
+            worst_bound=float(bound[worst]) if bound.size else 0.0)
     explanation = _explanation(quantization, dyn_quantized, outputs)
+    worst_output = max(outputs, key=lambda k: outputs[k].bound_ratio, default=None)
+    if not exact and quantization == "none":
+        rng_ops = _stateful_random_ops(loaded)
+        if rng_ops:
+            notes.append(f"the graph uses stateful random op(s) {', '.join(rng_ops)}: TF and LiteRT draw "
+                         f"different random numbers, which is the likely cause of any difference here")
     if no_bound:
         explanation = (f"no bound: the first-order propagation needs TF gradients, and {no_bound}; "
                        f"the errors are measured but not judged")
     return TFLiteCheck(
         quantization=quantization, bit_exact=exact,
         max_abs_error=max((o.max_abs_error for o in outputs.values()), default=0.0),
-        bound=max((o.bound for o in outputs.values()), default=0.0),
+        bound=outputs[worst_output].bound if worst_output else 0.0, worst_output=worst_output,
         within_bound=None if no_bound else all(o.within_bound for o in outputs.values()),
         outputs=outputs, runtime=runtime, explanation=explanation, signatures=signatures,
         notes=tuple(notes), **base)
+
+
+_RANDOM_OPS = ("RandomUniform", "RandomStandardNormal", "RandomUniformInt", "TruncatedNormal",
+               "Multinomial", "RandomShuffle", "RandomGamma", "RandomPoisson")
+
+
+def _stateful_random_ops(loaded) -> list[str]:
+    """Random ops in the signatures' graphs and the functions they call."""
+    found: set[str] = set()
+    for fn in loaded.signatures.values():
+        graph = fn.graph
+        defs = [graph.as_graph_def()]
+        for g in defs:
+            for node in g.node:
+                if node.op in _RANDOM_OPS:
+                    found.add(node.op)
+            for f in g.library.function:
+                for node in f.node_def:
+                    if node.op in _RANDOM_OPS:
+                        found.add(node.op)
+    return sorted(found)
+
+
+def check_rows(batches: list[dict[str, np.ndarray]]) -> None:
+    """Refuses examples with zero rows: nothing would be compared or calibrated.
+
+    Raises:
+        UsageError: a batch whose first dimension is 0.
+    """
+    for b in batches:
+        rows = [a.shape[0] for a in b.values() if a.ndim]
+        if rows and min(rows) == 0:
+            raise UsageError("examples have 0 rows: nothing to compare or calibrate; give at least one row")
 
 
 def _explanation(quantization: str, dyn_quantized: bool, outputs: Mapping[str, OutputError]) -> str:
@@ -807,6 +986,7 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples,
     >>> c.op_counts
     {'MUL': 1}
     """
+    check_rows(normalize_examples(examples))
     t0 = time.perf_counter()
     model = convert(saved_model_dir, quantization, examples, select_tf_ops=select_tf_ops)
     seconds = time.perf_counter() - t0

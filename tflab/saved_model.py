@@ -166,6 +166,9 @@ def load_saved_model(path: str | os.PathLike) -> Any:
     path = os.fspath(path)
     key = _load_key(path)
     if key not in _LOADED:
+        from tflab.export import load_custom_ops_for
+
+        load_custom_ops_for(path)
         remember_loaded(path, tf.saved_model.load(path))
     return _LOADED[key]
 
@@ -186,19 +189,54 @@ def signature_outputs(fn) -> dict[str, TensorInfo]:
     return {k: tensor_info(k, s) for k, s in fn.structured_outputs.items()}
 
 
+def _is_batch_list(v: Any) -> bool:
+    return (isinstance(v, Sequence) and not isinstance(v, (str, bytes)) and bool(v)
+            and all(isinstance(b, Mapping) for b in v))
+
+
+def is_per_signature(examples: Any) -> bool:
+    """True for ``{signature key: {name: array}}`` (or ``{key: [batches]}``), the per-signature form."""
+    return (isinstance(examples, Mapping) and bool(examples)
+            and all(isinstance(v, Mapping) or _is_batch_list(v) for v in examples.values()))
+
+
 def normalize_examples(examples: Examples) -> list[dict[str, np.ndarray]]:
-    """Turns ``{name: array}`` or a list of such dicts into a list of numpy dicts.
+    """Turns the accepted example forms into a list of numpy dicts (one per batch).
+
+    Forms: ``{name: array}`` (one batch), a list of such dicts, or per
+    signature ``{signature key: {name: array} or [dicts]}`` for models whose
+    signatures take different inputs. The per-signature form is merged by
+    batch index into batches holding the union of names (a signature with
+    fewer batches repeats its own); each signature is later fed only the
+    names it takes. Two signatures giving different arrays for the same
+    input name cannot be merged.
 
     Raises:
-        UsageError: not a dict or a non-empty list of dicts.
+        UsageError: not one of these forms, or conflicting arrays for a shared name.
     """
+    if is_per_signature(examples):
+        per = {k: normalize_examples(v) for k, v in examples.items()}
+        n = max(len(v) for v in per.values())
+        merged: list[dict[str, np.ndarray]] = []
+        for i in range(n):
+            batch: dict[str, np.ndarray] = {}
+            for key, batches in per.items():
+                for name, a in batches[i % len(batches)].items():
+                    if name in batch and (batch[name].shape != a.shape or batch[name].dtype != a.dtype
+                                          or batch[name].tobytes() != a.tobytes()):
+                        raise UsageError(f"examples for signature {key!r} give input {name!r} another array "
+                                         f"than an earlier signature in batch {i}: signatures sharing an input "
+                                         f"name must share its examples")
+                    batch[name] = a
+            merged.append(batch)
+        return merged
     if isinstance(examples, Mapping):
         batches = [examples]
     elif isinstance(examples, Sequence) and not isinstance(examples, (str, bytes)) and examples:
         batches = list(examples)
     else:
-        raise UsageError("examples must be a dict {input name: array} (one batch) or a non-empty "
-                         "list of such dicts")
+        raise UsageError("examples must be a dict {input name: array} (one batch), a non-empty list of such "
+                         "dicts, or {signature key: {input name: array}}")
     out = []
     for i, b in enumerate(batches):
         if not isinstance(b, Mapping):
@@ -207,34 +245,76 @@ def normalize_examples(examples: Examples) -> list[dict[str, np.ndarray]]:
     return out
 
 
-def check_examples(batches: list[dict[str, np.ndarray]], inputs: Mapping[str, TensorInfo],
-                   where: str) -> None:
-    """Checks that each batch feeds exactly the signature's inputs with matching dtype/shape.
+def feed_for(batch: Mapping[str, np.ndarray], inputs: Any) -> dict[str, np.ndarray]:
+    """The part of ``batch`` a signature takes (``inputs``: its input names)."""
+    return {n: batch[n] for n in inputs if n in batch}
+
+
+def check_unused(batches: list[dict[str, np.ndarray]], takes: Mapping[str, Any]) -> None:
+    """Names that no signature takes are a mistake (a typo would otherwise be ignored).
+
+    Args:
+        takes: signature key → its input names.
 
     Raises:
-        UsageError: a missing or extra name, a wrong dtype, or an incompatible shape.
+        UsageError: a name no signature takes.
+    """
+    known = set().union(*(set(v) for v in takes.values())) if takes else set()
+    for i, batch in enumerate(batches):
+        extra = sorted(set(batch) - known)
+        if extra:
+            where = "examples" if len(batches) == 1 else f"examples[{i}]"
+            sigs = "; ".join(f"{k} takes {sorted(v)}" for k, v in takes.items())
+            raise UsageError(f"{where}: no signature takes {extra} ({sigs})")
+
+
+def check_examples(batches: list[dict[str, np.ndarray]], inputs: Mapping[str, TensorInfo],
+                   where: str) -> None:
+    """Checks that each batch feeds the signature's inputs with matching dtype/shape.
+
+    Names the signature does not take are ignored here (another signature may
+    take them; `check_unused` rejects names no signature takes).
+
+    Raises:
+        UsageError: a missing name, a wrong dtype, or an incompatible shape.
     """
     import tensorflow as tf
 
     want = ", ".join(str(t) for t in inputs.values())
     for i, batch in enumerate(batches):
+        label = "examples" if len(batches) == 1 else f"examples[{i}]"
         missing = sorted(set(inputs) - set(batch))
-        extra = sorted(set(batch) - set(inputs))
-        if missing or extra:
-            raise UsageError(f"examples[{i}] does not match {where}: "
-                             + (f"missing {missing} " if missing else "")
-                             + (f"unknown {extra} " if extra else "")
-                             + f"(the signature takes {want})")
+        if missing:
+            raise UsageError(f"{label} does not match {where}: missing {missing} (the signature takes {want})")
         for name, info in inputs.items():
             arr = batch[name]
             dt = tf.dtypes.as_dtype(arr.dtype) if arr.dtype.kind not in "OSU" else tf.string
             if dt.name != info.dtype:
-                raise UsageError(f"examples[{i}][{name!r}] is {dt.name} but {where} wants {info.dtype}: "
+                raise UsageError(f"{label}[{name!r}] is {dt.name} but {where} wants {info.dtype}: "
                                  f"cast it (e.g. x.astype(np.{info.dtype}))" if info.dtype != "string" else
-                                 f"examples[{i}][{name!r}] is {dt.name} but {where} wants string (bytes)")
+                                 f"{label}[{name!r}] is {dt.name} but {where} wants string (bytes)")
             if info.shape is not None and not tf.TensorShape(info.shape).is_compatible_with(arr.shape):
-                raise UsageError(f"examples[{i}][{name!r}] has shape {list(arr.shape)} but {where} wants "
+                raise UsageError(f"{label}[{name!r}] has shape {list(arr.shape)} but {where} wants "
                                  f"{info}: reshape it")
+
+
+def union_inputs(per_signature: Mapping[str, Mapping[str, TensorInfo]]) -> dict[str, TensorInfo]:
+    """All signatures' inputs by name, for random examples every signature can take.
+
+    Raises:
+        UsageError: two signatures take the same name with different dtype or shape.
+    """
+    out: dict[str, TensorInfo] = {}
+    owner: dict[str, str] = {}
+    for key, inputs in per_signature.items():
+        for name, info in inputs.items():
+            if name in out and (out[name].dtype, out[name].shape) != (info.dtype, info.shape):
+                raise UsageError(f"signatures {owner[name]!r} and {key!r} both take input {name!r} but as "
+                                 f"{out[name]} and {info}: random examples cannot serve both; give examples "
+                                 f"per signature ({{signature key: {{name: array}}}})")
+            out.setdefault(name, info)
+            owner.setdefault(name, key)
+    return out
 
 
 def random_examples(inputs: Mapping[str, TensorInfo], seed: int = 0,
@@ -551,10 +631,14 @@ def save_and_reload(obj: Any, path: str | os.PathLike, examples: Examples | None
         path: folder to write; it must not exist or be empty.
         examples: ``{input name: array}`` for one batch, or a list of such
             dicts. Names, dtypes and shapes must match the signature inputs
-            (e.g. ``{"x": np.zeros((4, 64), np.float32)}``); every signature
-            gets the same examples. None: seeded random batches of sizes 1
-            and 4 made from the first signature (see `random_examples`);
-            they are returned in ``.example_batches``.
+            (e.g. ``{"x": np.zeros((4, 64), np.float32)}``); each signature
+            is fed the names it takes, so one dict can hold the inputs of
+            several signatures. For signatures whose examples differ, give
+            ``{signature key: {name: array} or [dicts]}`` (see
+            `normalize_examples`). A name no signature takes is an error.
+            None: seeded random batches of sizes 1 and 4 holding every
+            signature's inputs (see `random_examples`); they are returned
+            in ``.example_batches``.
         signatures: for a tf.Module only: a `tf.function`/ConcreteFunction or
             a dict ``{key: function}``. Default: the tf.functions that have an
             input_signature (one becomes ``"serving_default"``).
@@ -630,23 +714,27 @@ def _save_and_check(obj, path: str, batches: list[dict[str, np.ndarray]], signat
 
     loaded = tf.saved_model.load(path)
     remember_loaded(path, loaded)
+    sig_inputs = {key: signature_inputs(loaded.signatures[key]) for key in refs}
+    if batches is None:
+        # Random batches hold every signature's inputs; each signature takes its own.
+        batches = random_examples(union_inputs(sig_inputs))
+    check_unused(batches, sig_inputs)
     checks = {}
     for key, ref in refs.items():
         fn = loaded.signatures[key]
-        inputs = signature_inputs(fn)
+        inputs = sig_inputs[key]
         outputs = signature_outputs(fn)
         if set(ref.input_names) != set(inputs):
             raise TflabError(f"signature {key}: inputs {sorted(inputs)} do not match the in-process "
                              f"function's {sorted(ref.input_names)}")
         if kind == "tf.Module":
             notes += _lost_dict_keys(key, ref.concrete, inputs)
-        if batches is None:
-            batches = random_examples(inputs)
         check_examples(batches, inputs, f"signature {key!r}")
         stats = {n: [0, 0.0, 0] for n in outputs}
         for batch in batches:
-            got = {k: _to_numpy(v) for k, v in fn(**{n: tf.constant(a) for n, a in batch.items()}).items()}
-            want = ref(batch)
+            feed = feed_for(batch, inputs)
+            got = {k: _to_numpy(v) for k, v in fn(**{n: tf.constant(a) for n, a in feed.items()}).items()}
+            want = ref(feed)
             for n in outputs:
                 m, d, u = compare_bits(got[n], want[n])
                 s = stats[n]
