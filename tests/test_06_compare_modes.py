@@ -387,3 +387,137 @@ def test_tour_steps_5_and_6_on_a_small_user_model(tmp_path):
     assert fwd["modes"]["xla"]["error"] is None and fwd["fusion_count"] >= 1
     # Gradients cover the input and the 4 trainable variables.
     assert len(report["modes"]["gradients"]["gradient_names"]) == 5
+
+
+# ---------------------------------------------------------------- user-test findings
+
+
+@pytest.mark.parametrize("fn, var", [
+    ("counter", "COUNTER"),       # trainable, assign_add each call
+    ("moving_mean", "MOVING"),    # trainable=False: only the traced FuncGraph sees it
+], ids=["counter", "non-trainable"])
+def test_stateful_function_starts_each_mode_from_the_same_state(fn, var):
+    v = getattr(fns, var)
+    before = float(v.numpy())
+    x = tf.constant([1.0, -2.0, 0.5, 4.0])
+    c = compare_modes(getattr(fns, fn), x, repeats=3, hlo=False)
+    # Every mode's first call starts from the saved state: counter gives x * 2
+    # (1 + 1), the moving mean 0.5 * mean(x), in eager, graph and XLA alike.
+    expected = (x * 2.0 if fn == "counter" else x - 0.5 * tf.reduce_mean(x)).numpy()
+    for m in ("eager", "graph", "xla"):
+        np.testing.assert_array_equal(c.modes[m].outputs[0], expected, err_msg=m)
+    assert c.findings == () and c.modes["xla"].max_ulp.outputs == 0
+    # 1 probe + 3 modes × (1 + 3 repeats) calls ran, yet the variable is as before.
+    assert float(v.numpy()) == before
+    assert c.variables_restored == (v.name,)
+
+
+def test_mode_failing_inside_the_function_names_the_user_line(run_cli):
+    c = compare_modes(fns.graph_only_bug, tf.TensorSpec([3]), repeats=1, hlo=False)
+    err = c.modes["graph"].error
+    # Not AutoGraph's "in user code:" preamble: the real error and the user's line.
+    assert err.startswith("ValueError: graph-only bug (at ") and "fns.py:" in err
+    assert "in user code" not in err and c.modes["xla"].error is not None
+    code, out, err = run_cli("compare", f"{FNS}:graph_only_bug", "--arg", "x=float32[3]", "--repeats", "1")
+    assert code == 2 and "finding: graph did not run: ValueError: graph-only bug" in out
+    assert err.startswith("tflab compare: error: graph_only_bug: graph failed: ValueError: graph-only bug")
+    assert err.endswith("; only eager ran\n") and err.count("\n") == 1
+
+
+def test_headline_ulp_ignores_elements_below_atol():
+    c = compare_modes(fns.softmax_matmul, X64, repeats=1, hlo=False)
+    x = c.modes["xla"]
+    # The softmax gradient is rounding noise around 0 (see above): hundreds of
+    # millions of ULP over all elements (measured 8.9e8), none above atol.
+    assert x.max_ulp.gradients > 1e6 and x.max_ulp_above_atol.gradients == 0
+    assert x.max_ulp_above_atol.outputs <= x.max_ulp.outputs <= 2
+    assert f"xla: {x.max_ulp_above_atol.overall} ULP" in repr(c)
+    text = c.to_text()
+    assert "ULP columns: elements with |value| > atol 1e-05; all elements (out / grad): xla" in text
+    assert str(int(x.max_ulp.gradients)) in text
+
+
+def test_python_number_output_and_dict_output_names():
+    c = compare_modes(fns.constant_three, tf.TensorSpec([4]), repeats=1, hlo=False)
+    # Converted with tf.convert_to_tensor in every mode: float32 3.0 everywhere.
+    for m in ("eager", "graph", "xla"):
+        (out,) = c.modes[m].outputs
+        assert out.dtype == np.float32 and out == 3.0
+    assert c.findings == () and c.modes["graph"].max_ulp.overall == 0
+    assert c.to_text().startswith("constant_three on CPU:0, ")
+    d = compare_modes(fns.named_outputs, tf.TensorSpec([4]), repeats=1, hlo=False, modes=("graph",))
+    assert d.output_names == ("output[double]", "output[sum]")  # tf.nest sorts dict keys
+    assert set(d.modes["graph"].ulp_by_tensor) >= {"output[double]", "output[sum]"}
+    assert d.to_text().endswith("no findings: graph within 4096 ULP or 1e-05 of eager")
+
+
+def test_input_signature_is_checked_and_used(run_cli):
+    c = compare_modes(fns.sig_fixed, repeats=1, hlo=False, modes=("graph",))
+    assert c.modes["eager"].outputs[0].shape == (2,)  # from input_signature [2, 3]
+    with pytest.raises(UsageError, match=r"sig_rows's input_signature has unknown \(None\) dims"):
+        compare_modes(fns.sig_rows)
+    with pytest.raises(UsageError, match=r"x does not match sig_rows's input_signature: "
+                                         r"expected TensorSpec\(shape=\(None, 3\)"):
+        compare_modes(fns.sig_rows, tf.TensorSpec([2, 4]))
+    assert compare_modes(fns.sig_rows, tf.TensorSpec([5, 3]), repeats=1, hlo=False,
+                         modes=("graph",)).modes["graph"].outputs[0].shape == (5,)
+    code, out, err = run_cli("compare", f"{FNS}:sig_rows", "--arg", "x=float32[2,4]")
+    assert code == 2 and out == "" and "x does not match sig_rows's input_signature" in err
+    code, out, err = run_cli("compare", f"{FNS}:sig_fixed", "--repeats", "1")
+    assert code == 0, err
+
+
+def test_names_of_partial_keras_model_and_bad_targets():
+    import functools
+
+    import keras
+
+    c = compare_modes(functools.partial(fns.with_seed, seed=2.0), tf.TensorSpec([3]),
+                      repeats=1, hlo=False, modes=("graph",))
+    assert c.function == "with_seed"
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    m = compare_modes(model, tf.TensorSpec([2, 3]), repeats=1, hlo=False, modes=("graph",))
+    assert m.gradient_names[0] == "arg:inputs"  # Model.call's parameter, not *args
+    with pytest.raises(UsageError, match="Scaler is a class; name an instance"):
+        compare_modes(fns.Scaler, tf.TensorSpec([3]))
+    with pytest.raises(UsageError, match="Scaler.scale is a method of class Scaler, not bound"):
+        compare_modes(fns.Scaler.scale, tf.TensorSpec([3]))
+
+
+@pytest.mark.parametrize("hlo_path, message", [
+    ("{tmp}", "is a directory"),
+    ("{tmp}/missing/h.txt", "does not exist"),
+    ("{fns}/h.txt", "does not exist"),  # a file where a folder should be
+], ids=["directory", "missing-folder", "file-as-folder"])
+def test_cli_bad_hlo_path_fails_before_running(run_cli, tmp_path, hlo_path, message):
+    path = hlo_path.format(tmp=tmp_path, fns=FNS)
+    code, out, err = run_cli("compare", f"{FNS}:relu_chain", "--arg", "x=float32[4,4]",
+                             "--hlo", path, "--force")
+    assert code == 2 and out == ""  # nothing ran
+    assert err.startswith(f"tflab compare: error: --hlo {path}: ") and message in err
+    assert err.count("\n") == 1 and not os.path.exists(path + ".tmp")
+
+
+def test_hlo_write_error_is_one_line_and_removes_the_tmp(tmp_path):
+    from tflab.commands.compare_cmd import _write_hlo
+
+    target = tmp_path / "became_a_dir"
+    (target / "inside").mkdir(parents=True)  # appears after the up-front check
+    with pytest.raises(UsageError, match=r"--hlo .*became_a_dir: cannot write it: Is a directory"):
+        _write_hlo({"hlo": "HloModule m"}, str(target))
+    assert not os.path.exists(str(target) + ".tmp")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--repeats", "0"], "argument --repeats: must be an integer >= 1, got 0"),
+    (["--ulp-bound", "-1"], "argument --ulp-bound: must be an integer >= 0, got -1"),
+    (["--atol=-1e-3"], "argument --atol: must be a number >= 0, got -1e-3"),
+], ids=["repeats", "ulp-bound", "atol"])
+def test_cli_option_ranges_exit_2(capsys, argv, message):
+    from tflab.cli import main
+
+    with pytest.raises(SystemExit) as info:  # argparse exits itself
+        main(["compare", f"{FNS}:relu_chain", "--arg", "x=float32[4,4]", *argv])
+    out, err = capsys.readouterr()
+    assert info.value.code == 2 and out == ""
+    assert err.rstrip("\n").splitlines()[-1] == f"tflab compare: error: {message}"

@@ -73,3 +73,55 @@ def with_custom_op(x):
     from custom_ops.python.ops import warp_softmax_ops
 
     return warp_softmax_ops.warp_softmax(x)
+
+
+# ---- state and odd outputs (user-test findings)
+
+COUNTER = tf.Variable(1.0, name="counter")
+MOVING = tf.Variable(0.0, trainable=False, name="moving")
+
+
+def counter(x):
+    # each call changes the state the next call reads
+    COUNTER.assign_add(1.0)
+    return x * COUNTER
+
+
+def moving_mean(x):
+    # a non-trainable variable updated like BatchNorm's moving mean: the tape
+    # does not watch it, the traced FuncGraph captures it
+    MOVING.assign(0.5 * MOVING + 0.5 * tf.reduce_mean(x))
+    return x - MOVING
+
+
+def graph_only_bug(x):
+    if tf.executing_eagerly():
+        return x * 2.0
+    raise ValueError("graph-only bug")
+
+
+def constant_three(x):
+    return 3.0  # a Python float, not a tensor
+
+
+def named_outputs(x):
+    return {"sum": tf.reduce_sum(x), "double": x * 2.0}
+
+
+def with_seed(x, seed):
+    return x * seed
+
+
+@tf.function(input_signature=[tf.TensorSpec([None, 3])])
+def sig_rows(x):
+    return tf.reduce_sum(x * x, axis=1)
+
+
+@tf.function(input_signature=[tf.TensorSpec([2, 3])])
+def sig_fixed(x):
+    return tf.reduce_sum(x * x, axis=1)
+
+
+class Scaler:
+    def scale(self, x):
+        return x * 2.0
