@@ -260,3 +260,44 @@ def test_cli_strict_and_no_source_exit_2(run_cli):
     code, _, err = run_cli("autograph", os.path.join(DATA, "no_source.py") + ":made_by_exec",
                            "--arg", "x=float32[2]")
     assert code == 2 and "made_by_exec has no retrievable source" in err and err.count("\n") == 1
+
+
+# ---------------------------------------------------------------- user-test findings
+
+
+def test_unbuilt_keras_layer_is_built_from_the_argument_shape():
+    layer = cf.Gated()
+    assert not layer.built
+    d = autograph_diff(layer, tf.TensorSpec([2, 3]), training=True)
+    assert layer.built and tuple(layer.w.shape) == (3, 2)  # build((2, 3)) ran first
+    assert [(s.kind, s.outcome, s.op_type) for s in d.statements] == [
+        ("if", "python", None), ("if", "graph", "StatelessIf")]
+    assert by_source(d, "if training").note == "Python condition; then branch traced"
+
+
+def test_class_and_unbound_method_are_one_clear_error(run_cli):
+    with pytest.raises(UsageError, match="Gate is a class; name an instance"):
+        autograph_diff(cf.Gate, VEC4)
+    code, out, err = run_cli("autograph", f"{FIXTURE}:Gate.__call__", "--arg", "x=float32[4]")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("tflab autograph: error: Gate.__call__ is a method of class Gate, not bound")
+
+
+def test_cli_falls_back_to_input_signature_and_checks_it(run_cli):
+    code, out, err = run_cli("autograph", f"{FIXTURE}:sig_loop", "--no-diff")
+    assert code == 0, err
+    assert out.splitlines()[1].split()[:5] == [str(by_source(autograph_diff(cf.sig_loop), "for").lineno),
+                                               "for", "python", "-", "2"]
+    code, out, err = run_cli("autograph", f"{FIXTURE}:sig_loop", "--arg", "x=float32[None,4]")
+    assert code == 2 and "x does not match sig_loop's input_signature" in err
+
+
+def test_exec_defined_helper_with_tensor_if_gets_a_hint():
+    ns = load_module(os.path.join(DATA, "no_source.py"))
+    with pytest.raises(UsageError) as info:
+        autograph_diff(ns.calls_exec_helper, VEC4)
+    msg = str(info.value)
+    # TF's own error is a tensor used as a Python bool; the hint says why.
+    assert "OperatorNotAllowedInGraphError" in msg
+    assert "hint: sign_flip (<string>, line 2) has no source file (defined with exec), " \
+           "so AutoGraph ran it unconverted" in msg

@@ -516,6 +516,29 @@ def _autograph_frame(e: BaseException, filename: str) -> str:
     return ""
 
 
+def _unconverted_hint(e: BaseException) -> str:
+    """For a tensor used as a Python bool inside a function without source
+    (defined with exec): AutoGraph could not convert that function, so it ran
+    as plain Python, where ``if tensor:`` cannot become ``tf.cond``."""
+    import traceback
+
+    text = str(e)
+    if "as a Python `bool`" not in text and type(e).__name__ != "OperatorNotAllowedInGraphError":
+        return ""
+    seen = set()
+    while e is not None and id(e) not in seen:  # AutoGraph may re-raise: follow the chain
+        seen.add(id(e))
+        frames = [f for f in traceback.extract_tb(e.__traceback__)
+                  if f.filename.startswith("<") and not f.filename.startswith("<frozen")]
+        if frames:
+            f = frames[-1]
+            return (f"; hint: {f.name} ({f.filename}, line {f.lineno}) has no source file "
+                    f"(defined with exec), so AutoGraph ran it unconverted and its Python "
+                    f"if/while on a tensor cannot become tf.cond/tf.while_loop: define it in a .py file")
+        e = e.__cause__ or e.__context__
+    return ""
+
+
 def _is_strict(strict: bool | None) -> bool:
     if strict is not None:
         return bool(strict)
@@ -615,7 +638,7 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
         where = _autograph_frame(e, filename) or user_frame(e)
         mode = (f" under strict AutoGraph conversion ({_STRICT_ENV}=1)" if strict_on else "")
         raise UsageError(f"tracing {name}{mode} raised {_error_line(e)}"
-                         + (f" (at {where})" if where else "")) from e
+                         + (f" (at {where})" if where else "") + _unconverted_hint(e)) from e
     finally:
         tf_logger.removeFilter(catcher)
 

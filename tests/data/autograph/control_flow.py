@@ -107,3 +107,25 @@ def elif_chain(x, k):
     elif tf.reduce_sum(x) > 0:        # reached only when k != 0: then an If op
         x = x - 1.0
     return x
+
+
+class Gated(tf.keras.layers.Layer):
+    """A Keras layer whose weight exists only after build()."""
+
+    def build(self, shape):
+        self.w = self.add_weight(shape=(shape[-1], 2))
+
+    def call(self, x, training=False):
+        if training:                  # Python bool -> decided at trace time
+            x = x * 0.5
+        y = x @ self.w
+        if tf.reduce_sum(y) > 0:      # tensor condition -> If op
+            y = tf.nn.relu(y)
+        return y
+
+
+@tf.function(input_signature=[tf.TensorSpec([None, 3])])
+def sig_loop(x):
+    for i in range(2):                # unrolled twice whatever the batch size
+        x = x * 2.0
+    return x
