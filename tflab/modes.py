@@ -538,7 +538,7 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
                   ulp_bound: int = DEFAULT_ULP_BOUND, atol: float = DEFAULT_ATOL,
                   hlo: bool | tuple[str, ...] = True, gradients: bool = True,
                   modes: tuple[str, ...] = MODES, grappler: bool | dict = True,
-                  **kwargs: Any) -> ModeComparison:
+                  state_variables: Any = None, **kwargs: Any) -> ModeComparison:
     """Runs ``fn`` forward and backward eagerly, as a graph and under XLA, and compares.
 
     Each mode computes the outputs and, with a `tf.GradientTape`, the gradients
@@ -569,9 +569,15 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
             instead (e.g. ``{"arithmetic_optimization": False}``) for graph mode
             only. Shows whether a graph-vs-eager difference comes from a
             Grappler rewrite.
+        state_variables: the variables to save before the comparison and put
+            back before each mode's first call and at the end (e.g. a Keras
+            model's ``variables``). None (default) finds them by tracing ``fn``
+            once (`ConcreteFunction.variables`: every captured variable,
+            trainable or not); a variable that trace misses but the eager
+            run's tape watches is saved after that first eager run.
         **kwargs: keyword arguments for ``fn``. ``seed``, ``repeats``,
             ``ulp_bound``, ``atol``, ``hlo``, ``gradients``, ``modes``,
-            ``grappler`` are taken by compare_modes; wrap
+            ``grappler``, ``state_variables`` are taken by compare_modes; wrap
             ``fn`` in `functools.partial` to pass such names to it.
 
     Returns:
@@ -621,7 +627,8 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
     # run: a stateful function (v.assign_add, BatchNorm moving statistics)
     # would otherwise start each mode from a different state, and the user's
     # variables would be left changed. The traced FuncGraph captures them all.
-    saved = _VariableSnapshot(_touched_variables(python_fn, args, kwargs))
+    saved = _VariableSnapshot(_touched_variables(python_fn, args, kwargs)
+                              if state_variables is None else list(state_variables))
 
     # Eager run once to learn which trainable variables the function reads.
     try:

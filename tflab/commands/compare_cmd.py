@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     call_args = tuple(materialize(a, rng) for a in call_args)
     call_kwargs = {k: materialize(v, rng) for k, v in call_kwargs.items()}
     own = {"seed", "repeats", "ulp_bound", "atol", "hlo", "gradients", "modes",
-           "grappler"} & set(call_kwargs)
+           "grappler", "state_variables"} & set(call_kwargs)
     if own:  # names compare_modes takes itself: bind them to the function instead
         fn = functools.partial(fn, **{k: call_kwargs.pop(k) for k in own})
     report = compare_modes(
