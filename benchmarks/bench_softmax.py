@@ -20,9 +20,10 @@ the softmax itself for both candidates and hides the kernels (measured:
 ``x + 1`` on a (65536, 128) float32 takes ~8x longer with malloc than with
 BFC). ``--default-allocator`` measures with malloc instead.
 
-Timing: each candidate runs in turn inside one loop (interleaved), so
-background load on a shared machine hits both alike; the median of the
-per-round times is reported. Ratios are what to read; absolute times depend
+Timing (``custom_ops.bench.time_interleaved``, which the tour's custom-op
+line uses too): two warm-up calls each, then each candidate runs in turn
+inside one loop (interleaved), so background load on a shared machine hits
+both alike; the median of the per-round times is reported. Ratios are what to read; absolute times depend
 on the machine's load.
 
 Usage: ``python benchmarks/bench_softmax.py [--device cpu|gpu] [--rounds N] [--json]``
@@ -33,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -41,6 +41,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import numpy as np  # noqa: E402
+
+from custom_ops.bench import ELEMENTS_PER_SAMPLE, time_interleaved  # noqa: E402
 
 CPU_SHAPES = [(4096, 1024), (32, 32000), (65536, 128), (256, 50257)]
 GPU_SHAPES = [(32768, 1024), (32768, 4096)]
@@ -57,32 +59,6 @@ def memcpy_gbps(nbytes: int = 256 << 20, reps: int = 5) -> float:
         np.copyto(dst, src)
         times.append(time.perf_counter() - t0)
     return 2 * nbytes / min(times) / 1e9
-
-
-def time_interleaved(fns: dict, rounds: int, inner: int, sync) -> tuple[dict, dict]:
-    """Median wall seconds and process CPU seconds per call of each fn, interleaved per round.
-
-    CPU seconds (all threads of this process) measure the work done; on a
-    machine shared with other jobs they vary much less than wall time, which
-    also counts the time our threads wait for a core.
-    """
-    for fn in fns.values():  # warm up: first call traces/compiles/allocates
-        fn()
-        fn()
-    sync()
-    wall = {k: [] for k in fns}
-    cpu = {k: [] for k in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            t0, c0 = time.perf_counter(), time.process_time()
-            for _ in range(inner):
-                out = fn()
-            sync()
-            del out
-            wall[name].append((time.perf_counter() - t0) / inner)
-            cpu[name].append((time.process_time() - c0) / inner)
-    return ({k: statistics.median(v) for k, v in wall.items()},
-            {k: statistics.median(v) for k, v in cpu.items()})
 
 
 GPU_BATCH = 8  # softmaxes per tf.function call: hides the per-call dispatch cost
@@ -171,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             if not gpu_mode:
                 x = tf.random.stateless_normal(shape, seed=[0, 1], dtype=tf.float32)
                 fns = {"tf.nn.softmax": lambda: tf.nn.softmax(x), "warp_softmax": lambda: warp_softmax(x)}
-                inner, per_call = max(1, int(2e7 // x.shape.num_elements())), 1
+                inner, per_call = max(1, int(ELEMENTS_PER_SAMPLE // x.shape.num_elements())), 1
             else:
                 fns, per_call = gpu_candidates(tf, warp_softmax, shape)
                 inner = 3

@@ -133,10 +133,17 @@ def find_cxx() -> str:
     """The host C++ compiler: ``$CXX``, else g++, c++ or clang++ on PATH.
 
     Raises:
-        BuildError: none is installed.
+        BuildError: ``$CXX`` is set but is not an executable, or none is installed.
     """
-    for cand in [os.environ.get("CXX"), "g++", "c++", "clang++"]:
-        if cand and shutil.which(cand):
+    env = os.environ.get("CXX")
+    if env:
+        # An explicit choice is never replaced silently by another compiler.
+        if shutil.which(env):
+            return shutil.which(env)
+        raise BuildError(f"$CXX={env} is not an executable compiler: fix CXX, or unset it "
+                         "to use g++, c++ or clang++ from PATH")
+    for cand in ["g++", "c++", "clang++"]:
+        if shutil.which(cand):
             return shutil.which(cand)
     raise BuildError(
         "no C++ compiler found (tried $CXX, g++, c++, clang++): install one, e.g. "
@@ -261,8 +268,10 @@ def build(force: bool = False, cuda: bool | None = None, verbose: bool = False) 
         A `BuildResult` (``so_path``, ``cuda``, ``cached``, ``seconds``, ...).
 
     Raises:
-        BuildError: no C++ compiler, or a compile/link step failed (the message
-            holds the first compiler errors and the command).
+        BuildError: no C++ compiler (or ``$CXX`` names a missing one), the cache
+            folder cannot be created or written (e.g. ``$TFLAB_CUSTOM_OPS_BUILD_DIR``
+            names a file), or a compile/link step failed (the message holds the
+            first compiler errors and the command).
 
     Example:
         >>> from custom_ops.build import build
@@ -274,7 +283,12 @@ def build(force: bool = False, cuda: bool | None = None, verbose: bool = False) 
     nvcc, note = (None, "CPU-only build requested") if cuda is False else find_nvcc()
     key = cache_key(cxx, nvcc)
     out_dir = build_dir()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # FileExistsError: the path (or a parent) is a file
+        raise BuildError(f"cannot use {out_dir} as the build cache folder "
+                         f"({e.strerror or type(e).__name__}): set TFLAB_CUSTOM_OPS_BUILD_DIR "
+                         "to a writable folder (created if missing), or unset it") from None
     so_path = out_dir / f"{LIB_STEM}.{key}.so"
     info = dict(compiler=_first_line([cxx, "--version"]),
                 nvcc=_first_line([nvcc, "--version"]) if nvcc else "", note=note, key=key)
@@ -288,6 +302,9 @@ def build(force: bool = False, cuda: bool | None = None, verbose: bool = False) 
     if not force and so_path.exists() and manifest.exists():
         m = json.loads(manifest.read_text())
         return result(True, m["cuda"], m.get("note", ""))
+    if not os.access(out_dir, os.W_OK):
+        raise BuildError(f"the build cache folder {out_dir} is not writable: set "
+                         "TFLAB_CUSTOM_OPS_BUILD_DIR to a writable folder, or unset it")
     with open(out_dir / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building this key
         if not force and so_path.exists() and manifest.exists():

@@ -318,6 +318,80 @@ def test_tour_section_reports_build_opcheck_and_ratio(built, tmp_path, capsys):
     s09_custom_op.run(ctx)
     rep = ctx.report["custom_op"]
     assert rep["build"].so_path == built.so_path and rep["opcheck"].ok and rep["opcheck_failed"] is None
-    assert rep["speedup_vs_tf_softmax"] > 0 and rep["cpu_isa"] in ("avx2+fma", "scalar")
+    assert rep["cpu_isa"] in ("avx2+fma", "scalar")
+    # The benchmark's protocol (custom_ops.bench): 2 warm-up calls, 2e7 // (4096 * 1024) = 4
+    # calls per sample, 7 interleaved rounds, and the allocator said in the line.
+    cmp = rep["bench"]
+    assert (cmp.shape, cmp.warmup, cmp.inner, cmp.rounds) == ((4096, 1024), 2, 4, 7)
+    assert cmp.allocator in ("BFC", "malloc")
+    assert rep["speedup_vs_tf_softmax"] == cmp.wall_ratio > 0
+    # Work, not wall time (load-independent enough for a test): on the AVX2 path ours
+    # does measurably less CPU work than tf.nn.softmax (benchmark: 1.8-2.6x).
+    if rep["cpu_isa"] == "avx2+fma":
+        assert cmp.cpu_ratio > 1.0, cmp
     out = capsys.readouterr().out
     assert "opcheck unsupported xla" in out and "tf.nn.softmax" in out and "×" in out
+    assert f"median of 7 interleaved rounds of 4 calls after 2 warm-up calls each, {cmp.allocator} allocator" in out
+
+
+def test_benchmark_and_tour_share_one_timing_function():
+    import importlib.util
+
+    from custom_ops import bench
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_softmax.py"
+    spec = importlib.util.spec_from_file_location("bench_softmax_under_test", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.time_interleaved is bench.time_interleaved
+
+
+# --------------------------------------------------- bad environment input
+
+def test_missing_cxx_is_one_line_not_a_silent_fallback(monkeypatch, capsys):
+    monkeypatch.setenv("CXX", "/nonexistent/g++")
+    with pytest.raises(build_mod.BuildError, match=r"^\$CXX=/nonexistent/g\+\+ is not an executable"):
+        build_mod.find_cxx()
+    assert build_mod.main(["--no-cuda"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("custom_ops.build: error: $CXX=/nonexistent/g++") and "\n" not in err
+
+
+def test_build_dir_that_is_a_file_is_one_line_exit_2(monkeypatch, tmp_path, capsys, run_cli):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for path in (afile, afile / "sub"):  # File exists / Not a directory
+        monkeypatch.setenv("TFLAB_CUSTOM_OPS_BUILD_DIR", str(path))
+        assert build_mod.main(["--no-cuda"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"custom_ops.build: error: cannot use {path} as the build cache folder")
+        assert "TFLAB_CUSTOM_OPS_BUILD_DIR" in err and "\n" not in err and "Traceback" not in err
+        code, out, err = run_cli("build-op")
+        assert code == 2 and out == "" and err.count("\n") == 1
+        assert err.startswith("tflab build-op: error: cannot use")
+
+
+def test_prebuilt_library_variable_missing_or_junk_is_one_error_naming_it(tmp_path):
+    """$TFLAB_WARP_SOFTMAX_SO is read when the library is first loaded, so a fresh process."""
+    junk = tmp_path / "junk.so"
+    junk.write_bytes(b"not an ELF file")
+    code = f"""
+import os, tensorflow as tf
+from custom_ops import warp_softmax
+from tflab.errors import UsageError
+for path in ("/missing.so", {str(junk)!r}):
+    os.environ["TFLAB_WARP_SOFTMAX_SO"] = path
+    try:
+        warp_softmax(tf.zeros([2]))
+    except UsageError as e:
+        assert e.__cause__ is None and (e.__context__ is None or e.__suppress_context__), "chained"
+        print("ERR", str(e).replace(chr(10), "|"))
+"""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("ERR ")]
+    assert len(lines) == 2, out.stderr[-2000:]
+    assert lines[0] == ("ERR TFLAB_WARP_SOFTMAX_SO=/missing.so: no such file; point it at a built "
+                        "_warp_softmax_ops*.so, or unset it to build the op")
+    assert lines[1].startswith(f"ERR TFLAB_WARP_SOFTMAX_SO={junk} could not be loaded as a TF op library (")
+    assert "|" not in lines[1]

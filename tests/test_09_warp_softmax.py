@@ -315,3 +315,34 @@ if __name__ == "__main__":  # the Bazel py_test in BUILD runs this file directly
     import sys
 
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+# ------------------------------------------- large outputs, ragged, scalars
+
+@pytest.mark.parametrize("shape", [(2100, 1001), (2048, 1024)], ids=["unaligned-rows", "aligned-rows"])
+def test_streamed_large_output_equals_small_output_bit_for_bit(ws, shape):
+    """Outputs >= 8 MiB are written with non-temporal stores (kStreamOutputBytes); rows of a
+    small input take the cached-store path. Both must give the same bits, row for row,
+    including rows whose start is not 32-byte aligned (1001 columns)."""
+    x = tf.random.stateless_normal(shape, seed=[31, 32]) * 3.0
+    assert x.shape.num_elements() * 4 >= 8 << 20
+    big = ws(x).numpy()
+    rows = [0, 1, 2, shape[0] // 2, shape[0] - 1]
+    small = ws(tf.gather(x, rows)).numpy()  # 5 rows: far below the threshold
+    np.testing.assert_array_equal(big[rows], small)
+    assert_matches(big, tf.nn.softmax(x))
+
+
+def test_ragged_input_is_a_clear_type_error(ws):
+    with pytest.raises(TypeError, match=r"^warp_softmax: RaggedTensor input is not supported.*tf\.nn\.softmax"):
+        ws(tf.ragged.constant([[1.0, 2.0], [3.0]]))
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1], ids=lambda a: f"axis{a}")
+def test_scalar_with_unknown_rank_says_rank_not_axis(ws, axis):
+    """Inside a tf.function with TensorSpec(None) the rank is known only at run time: the
+    rank check (or the kernel's own, for the last axis) fires before any axis check."""
+    f = tf.function(lambda t: ws(t, axis=axis), input_signature=[tf.TensorSpec(None, tf.float32)])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"rank >= 1") as e:
+        f(tf.constant(1.0))
+    assert "out of range" not in str(e.value)

@@ -28,9 +28,12 @@ enum class WsDtype : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 // Each call handles rows [row_begin, row_end) of a row-major [rows, cols]
 // tensor; the OpKernel spreads row ranges over TF's intra-op thread pool.
 
-// y = softmax(x) over each row.
+// y = softmax(x) over each row. stream_output: write float32 y with
+// non-temporal stores (for outputs much larger than the caches, which the
+// next op reads from DRAM anyway); results are identical either way.
 void WarpSoftmaxRowsCpu(WsDtype dtype, const void* x, void* y,
-                        int64_t row_begin, int64_t row_end, int64_t cols);
+                        int64_t row_begin, int64_t row_end, int64_t cols,
+                        bool stream_output);
 
 // dx = y * (dy - sum(dy * y)) over each row.
 void WarpSoftmaxGradRowsCpu(WsDtype dtype, const void* y, const void* dy,

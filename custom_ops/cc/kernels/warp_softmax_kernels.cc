@@ -73,6 +73,11 @@ inline void ForRowBlocks(OpKernelContext* ctx, int64_t rows, int64_t cols,
   workers->ParallelFor(rows, tsl::thread::ThreadPool::SchedulingParams::Fixed(block), fn);
 }
 
+// Outputs of at least this many bytes are written with non-temporal stores
+// (measured on the 2-core machine: faster at 16 MiB and up, slower at 4 MiB,
+// which stays in L3).
+constexpr int64_t kStreamOutputBytes = int64_t{8} << 20;
+
 // Per-device launch: the CPU and GPU specializations below.
 template <typename Device, typename T>
 struct WarpSoftmaxLaunch {
@@ -84,8 +89,12 @@ struct WarpSoftmaxLaunch {
 template <typename T>
 struct WarpSoftmaxLaunch<CPUDevice, T> {
   static void Forward(OpKernelContext* ctx, const void* x, void* y, int64_t rows, int64_t cols) {
+    // An output this large is not in cache when the next op reads it anyway,
+    // so writing it around the caches costs nothing later and saves the
+    // read-for-ownership now. Smaller outputs stay cached for the next op.
+    const bool stream = rows * cols * static_cast<int64_t>(sizeof(T)) >= kStreamOutputBytes;
     ForRowBlocks(ctx, rows, cols, [&](int64_t r0, int64_t r1) {
-      WarpSoftmaxRowsCpu(DtypeOf<T>(), x, y, r0, r1, cols);
+      WarpSoftmaxRowsCpu(DtypeOf<T>(), x, y, r0, r1, cols, stream);
     });
   }
   static void Backward(OpKernelContext* ctx, const void* y, const void* dy, void* dx,

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
+from tflab.errors import UsageError
+
 if TYPE_CHECKING:
     from custom_ops.build import BuildResult
 
@@ -45,6 +47,9 @@ def load_library(result: BuildResult | None = None) -> ModuleType:
         and ``warp_softmax_grad(softmax, grad_softmax)`` raw op functions.
 
     Raises:
+        tflab.errors.UsageError: ``$TFLAB_WARP_SOFTMAX_SO`` names a missing file,
+            or a file `tf.load_op_library` cannot load (not a shared library,
+            built for another TF) or that lacks the op.
         custom_ops.build.BuildError: no C++ compiler, or the build failed.
     """
     global _lib, _build_result
@@ -54,11 +59,26 @@ def load_library(result: BuildResult | None = None) -> ModuleType:
 
             prebuilt = os.environ.get("TFLAB_WARP_SOFTMAX_SO")
             if result is None and prebuilt:
+                if not os.path.isfile(prebuilt):
+                    raise UsageError(f"TFLAB_WARP_SOFTMAX_SO={prebuilt}: no such file; point it at a "
+                                     "built _warp_softmax_ops*.so, or unset it to build the op")
                 result = BuildResult(so_path=os.path.abspath(prebuilt), cuda=False, cached=True,
                                      seconds=0.0, key="prebuilt", compiler="", nvcc="",
                                      note="loaded from $TFLAB_WARP_SOFTMAX_SO")
-            _build_result = result or build()
-            _lib = tf.load_op_library(_build_result.so_path)
+            candidate = result or build()
+            try:
+                lib = tf.load_op_library(candidate.so_path)
+            except tf.errors.OpError as e:
+                # TF's NotFoundError holds dlopen's reason; say which file and where it came from.
+                origin = ("TFLAB_WARP_SOFTMAX_SO=" if candidate.key == "prebuilt" else "built library ")
+                reason = (e.message or str(e)).strip().splitlines()[0]
+                raise UsageError(f"{origin}{candidate.so_path} could not be loaded as a TF op library "
+                                 f"({reason}); point TFLAB_WARP_SOFTMAX_SO at a _warp_softmax_ops*.so "
+                                 "built for this TF, or unset it to build the op") from None
+            if not hasattr(lib, "warp_softmax"):
+                raise UsageError(f"{candidate.so_path} loaded but does not define the WarpSoftmax op; "
+                                 "point TFLAB_WARP_SOFTMAX_SO at a _warp_softmax_ops*.so, or unset it")
+            _build_result, _lib = candidate, lib
             if _build_result.key == "prebuilt":  # say whether it registered GPU kernels
                 import dataclasses
 
@@ -116,7 +136,10 @@ def warp_softmax(logits, axis: int = -1, name: str | None = None) -> tf.Tensor:
 
     Raises:
         tf.errors.InvalidArgumentError: dtype not float16/bfloat16/float32,
-            rank 0, or ``axis`` out of range.
+            rank 0, or ``axis`` out of range (inside a `tf.function` with an
+            unknown rank, at run time, where TF prefixes its "Graph execution
+            error" lines).
+        TypeError: ``logits`` is a `tf.RaggedTensor` or `tf.SparseTensor`.
         custom_ops.build.BuildError: the op could not be built.
 
     Example:
@@ -125,6 +148,12 @@ def warp_softmax(logits, axis: int = -1, name: str | None = None) -> tf.Tensor:
         array([[0.5   , 0.5   ],
                [0.1192, 0.8808]], dtype=float32)
     """
+    if isinstance(logits, (tf.RaggedTensor, tf.SparseTensor)):
+        # The kernel needs equal-length rows; softmax over a ragged last axis is a
+        # segment softmax, which tf.nn.softmax implements for RaggedTensor.
+        raise TypeError(f"warp_softmax: {type(logits).__name__} input is not supported (the kernel "
+                        "needs a dense tensor with equal-length rows); use tf.nn.softmax, or "
+                        "convert to a dense tensor first")
     lib = load_library()
     with tf.name_scope(name or "WarpSoftmax"):
         logits = tf.convert_to_tensor(logits)
@@ -144,9 +173,14 @@ def warp_softmax(logits, axis: int = -1, name: str | None = None) -> tf.Tensor:
             return lib.warp_softmax(logits)
         if rank is None:
             # Unknown rank inside a tf.function: build the swap permutation at run time.
+            # Rank first, so a scalar gets the rank message rather than an axis one.
+            tf.debugging.assert_rank_at_least(
+                logits, 1, message="warp_softmax: logits must have rank >= 1 (softmax runs along an "
+                "axis), got a scalar; add an axis with tf.reshape(logits, [1])")
             r = tf.rank(logits)
             tf.debugging.assert_less(axis if axis >= 0 else -axis - 1, r,
-                                     message=f"warp_softmax: axis {axis} out of range")
+                                     message=f"warp_softmax: axis {axis} is out of range for the "
+                                     "rank of logits; use an axis in [-rank, rank)")
             a = axis % r
             idx = tf.range(r)
             perm = tf.tensor_scatter_nd_update(idx, [[a], [r - 1]], [r - 1, a])

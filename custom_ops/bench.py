@@ -1,0 +1,145 @@
+"""Side-by-side timing of WarpSoftmax against tf.nn.softmax, shared by the tour and the benchmark.
+
+`benchmarks/bench_softmax.py` (all shapes, GPU mode) and the tour's custom-op
+line (`tflab/_tour/s09_custom_op.py`) both time with `time_interleaved`, so
+the tour's ratio is the benchmark's measurement at one shape, not a different
+one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+import time
+from typing import Callable
+
+# Elements run per timed sample: at (4096, 1024) that is 4 calls, so one
+# sample is ~20-40 ms, long against timer and scheduler noise.
+ELEMENTS_PER_SAMPLE = 2e7
+
+
+def time_interleaved(fns: dict[str, Callable[[], object]], rounds: int, inner: int,
+                     sync: Callable[[], None] = lambda: None, warmup: int = 2
+                     ) -> tuple[dict[str, float], dict[str, float]]:
+    """Median wall seconds and process CPU seconds per call of each fn, interleaved per round.
+
+    Each fn first runs ``warmup`` times (the first call traces, allocates and
+    faults in its output; the allocator then has a block of that size to
+    reuse). Then every round times ``inner`` calls of each fn in turn, so
+    background load on a shared machine hits all of them alike.
+
+    CPU seconds (all threads of this process, `time.process_time`) measure
+    the work done; on a shared machine they vary much less than wall time,
+    which also counts the time our threads wait for a core.
+
+    Args:
+        fns: name -> zero-argument callable returning a tensor (dropped after each sample).
+        rounds: interleaved rounds; the median over rounds is reported.
+        inner: calls per timed sample.
+        sync: waits for the device (GPU); the default does nothing (eager CPU ops are synchronous).
+        warmup: untimed calls of each fn before the first round.
+
+    Returns:
+        ({name: median wall seconds per call}, {name: median CPU seconds per call}).
+    """
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    sync()
+    wall: dict[str, list[float]] = {k: [] for k in fns}
+    cpu: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            for _ in range(inner):
+                out = fn()
+            sync()
+            del out
+            wall[name].append((time.perf_counter() - t0) / inner)
+            cpu[name].append((time.process_time() - c0) / inner)
+    return ({k: statistics.median(v) for k, v in wall.items()},
+            {k: statistics.median(v) for k, v in cpu.items()})
+
+
+def allocator_name() -> str:
+    """TF's CPU allocator in this process: "BFC" when ``TF_CPU_ALLOCATOR_USE_BFC=true``
+    was set before TF made its first CPU allocation, else "malloc" (TF's default;
+    tensorflow/core/common_runtime/process_state.cc reads the variable once)."""
+    return "BFC" if os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", "").lower() in ("true", "1") else "malloc"
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuComparison:
+    """warp_softmax against tf.nn.softmax at one float32 shape on the CPU, timed by `time_interleaved`.
+
+    Attributes:
+        shape: the input shape (float32).
+        warp_seconds / tf_seconds: median wall seconds per call.
+        wall_ratio: tf_seconds / warp_seconds (throughput ratio; > 1 means warp_softmax is faster).
+        cpu_ratio: the same ratio in process CPU seconds (work done, steadier under load).
+        rounds / inner / warmup: the timing protocol.
+        allocator: TF's CPU allocator in this process, "BFC" or "malloc".
+        load_avg: the 1-minute load average before timing (other jobs on the machine).
+        threads: TF's intra-op threads (0: TF's default, one per core).
+    """
+
+    shape: tuple[int, ...]
+    warp_seconds: float
+    tf_seconds: float
+    wall_ratio: float
+    cpu_ratio: float
+    rounds: int
+    inner: int
+    warmup: int
+    allocator: str
+    load_avg: float
+    threads: int
+
+    def __repr__(self) -> str:
+        return (f"CpuComparison({self.shape}: warp_softmax {self.warp_seconds * 1e3:.2f} ms, "
+                f"tf.nn.softmax {self.tf_seconds * 1e3:.2f} ms, {self.wall_ratio:.2f}x wall, "
+                f"{self.cpu_ratio:.2f}x CPU time)")
+
+    def to_text(self) -> str:
+        return (f"CPU {self.shape} float32: warp_softmax {self.warp_seconds * 1e3:.1f} ms, "
+                f"tf.nn.softmax {self.tf_seconds * 1e3:.1f} ms → {self.wall_ratio:.2f}× "
+                f"(CPU-time ratio {self.cpu_ratio:.2f}×; median of {self.rounds} interleaved rounds "
+                f"of {self.inner} calls after {self.warmup} warm-up calls each, {self.allocator} "
+                f"allocator, load avg {self.load_avg:.1f})")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def compare_cpu(shape: tuple[int, ...], rounds: int = 7, warmup: int = 2) -> CpuComparison:
+    """Times warp_softmax and tf.nn.softmax on one float32 input of ``shape`` on the CPU.
+
+    The protocol of ``benchmarks/bench_softmax.py``: the same stateless random
+    input (N(0, 1), seed [0, 1]), ``max(1, 2e7 // size)`` calls per sample,
+    ``rounds`` interleaved rounds, medians.
+
+    Args:
+        shape: input shape, rank >= 1.
+        rounds: interleaved rounds (median taken).
+        warmup: untimed calls of each candidate first.
+
+    Returns:
+        A `CpuComparison`.
+    """
+    import tensorflow as tf
+
+    from custom_ops.python.ops.warp_softmax_ops import warp_softmax
+
+    with tf.device("/CPU:0"):
+        x = tf.random.stateless_normal(shape, seed=[0, 1], dtype=tf.float32)
+        fns = {"tf.nn.softmax": lambda: tf.nn.softmax(x), "warp_softmax": lambda: warp_softmax(x)}
+        inner = max(1, int(ELEMENTS_PER_SAMPLE // max(1, x.shape.num_elements())))
+        load = os.getloadavg()[0]
+        wall, cpu = time_interleaved(fns, rounds, inner, warmup=warmup)
+    return CpuComparison(
+        shape=tuple(shape), warp_seconds=wall["warp_softmax"], tf_seconds=wall["tf.nn.softmax"],
+        wall_ratio=wall["tf.nn.softmax"] / wall["warp_softmax"],
+        cpu_ratio=cpu["tf.nn.softmax"] / cpu["warp_softmax"], rounds=rounds, inner=inner,
+        warmup=warmup, allocator=allocator_name(), load_avg=load,
+        threads=tf.config.threading.get_intra_op_parallelism_threads())
