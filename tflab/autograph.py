@@ -14,6 +14,13 @@ values it gets:
   trace time: the branch taken, or every loop iteration, is traced into the
   FuncGraph as plain ops (a loop is unrolled).
 
+Graph statements are found from the ops' creation tracebacks (below). Python
+statements are counted while the trace runs: `autograph_diff` wraps the
+``ag__`` operators and the Python paths ``_py_for_stmt``/``_py_while_stmt``/
+``_py_if_stmt`` for the duration of its own trace, so a loop's ``unrolled`` is
+the exact number of body runs and an ``if`` names the branch taken, or says it
+was not reached.
+
 `autograph_diff` shows the rewrite (`tf.autograph.to_code`), traces the
 function with the given arguments, and reads the FuncGraph to say what each
 statement became. Each op records the Python stack it was created from
@@ -577,8 +584,13 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
 
     Raises:
         UsageError: ``fn`` has no retrievable source (defined with ``exec``, or
-            typed into a REPL); tracing raised (the message names the user's
-            line); or, in strict mode, AutoGraph could not convert a function.
+            typed into a REPL); ``fn`` is a class or an unbound method; an
+            unbuilt Keras layer cannot be built from the first argument's
+            shape; the arguments do not match a `tf.function`'s
+            ``input_signature``; tracing raised (the message names the user's
+            line, with a hint when the tensor ``if`` sits in an exec-defined
+            helper AutoGraph ran unconverted); or, in strict mode, AutoGraph
+            could not convert a function.
 
     Example:
 

@@ -17,6 +17,12 @@ many representable floats lie between two values), and how long each mode
 takes. For XLA it also returns the HLO text of every text stage that
 ``experimental_get_compiler_ir`` offers, and counts the fusions XLA made.
 
+A stateful function (``v.assign_add``, BatchNorm's moving statistics with
+``training=True``) would give each mode a different starting state: every
+variable the function touches is saved first and put back before each mode's
+first call and at the end, so the modes are compared on equal terms and the
+user's variables are left as they were.
+
 What tests/test_06_compare_modes.py measures on TF 2.21 (CPU): graph mode gives
 eager's bits unless a Grappler pass rewrites the arithmetic (the arithmetic
 optimizer regrouping an add tree, constant folding turning ``/ 6`` into a
@@ -585,7 +591,10 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
         or string op) has ``error`` set and is a finding; the others still run.
 
     Raises:
-        UsageError: ``fn`` is not callable, a TensorSpec has unknown dims, or the
+        UsageError: ``fn`` is not callable, a class or an unbound method; a
+            TensorSpec has unknown dims (also an ``input_signature`` used
+            because no arguments were given); the arguments do not match the
+            ``input_signature``; ``repeats`` < 1 or a negative bound; or the
             eager run itself raised (the message names the user's line).
 
     Example:
