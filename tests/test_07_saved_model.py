@@ -205,3 +205,46 @@ def test_refuses_a_non_empty_folder(models, tmp_path):
     with pytest.raises(tflab.UsageError, match="already exists"):
         tflab.save_and_reload(models.dense64(), tmp_path / "full", {"x": np.ones((1, 64), np.float32)})
     assert (tmp_path / "full" / "keep.txt").read_text() == "mine"
+
+
+# ------------------------------------------------- signatures with different inputs
+
+
+@pytest.fixture(scope="module")
+def two_sig_check(models, tmp_path_factory):
+    import tflab
+
+    # examples=None: random batches holding every signature's inputs.
+    return tflab.save_and_reload(models.two_signatures(), tmp_path_factory.mktemp("sm07") / "two", None)
+
+
+def test_random_examples_cover_every_signature(two_sig_check):
+    c = two_sig_check
+    assert c.bit_exact is True and set(c.signatures) == {"serve", "masked"}
+    assert set(c.signatures["masked"].inputs) == {"x", "mask"} and set(c.signatures["serve"].inputs) == {"x"}
+    assert [sorted(b) for b in c.example_batches] == [["mask", "x"], ["mask", "x"]]
+    assert [b["x"].shape for b in c.example_batches] == [(1, 16), (4, 16)]
+
+
+def test_per_signature_examples(models, tmp_path):
+    import tflab
+
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((3, 16)).astype(np.float32)
+    mask = (rng.random((3, 16)) > 0.5).astype(np.float32)
+    c = tflab.save_and_reload(models.two_signatures(), tmp_path / "a",
+                              {"serve": {"x": x}, "masked": [{"x": x, "mask": mask}]})
+    assert c.bit_exact is True and c.examples == 1
+    # Two signatures giving different arrays for one name cannot share a batch.
+    with pytest.raises(tflab.UsageError, match="signatures sharing an input name must share its examples"):
+        tflab.save_and_reload(models.two_signatures(), tmp_path / "b",
+                              {"serve": {"x": x}, "masked": {"x": x + 1, "mask": mask}})
+    # A name no signature takes is a mistake, not silently ignored.
+    with pytest.raises(tflab.UsageError, match=r"signature 'masked': missing \['mask'\] unknown \['msk'\]"):
+        tflab.save_and_reload(models.two_signatures(), tmp_path / "c", {"x": x, "msk": mask})
+    # A signature's required input missing: named, with what it takes.
+    with pytest.raises(tflab.UsageError, match=r"examples does not match signature 'masked': missing \['mask'\]"):
+        tflab.save_and_reload(models.two_signatures(), tmp_path / "d", {"x": x})
+    with pytest.raises(tflab.UsageError, match=r"examples: no signature takes \['extra'\]"):
+        tflab.save_and_reload(models.two_signatures(), tmp_path / "e", {"x": x, "mask": mask, "extra": x})
+    assert not any((tmp_path / n).exists() for n in "bcde")

@@ -142,3 +142,6 @@ def test_e6_keras3_two_inputs(models, tmp_path):
     assert c.within_bound is True
     assert set(c.signatures["serving_default"]["inputs"]) == {"a", "b"}
     assert c.outputs["output_0"].argmax_agreement == 1.0
+    # 'serve' is an alias of 'serving_default' (one function): no note that it was left out.
+    assert sm.signatures.keys() == {"serve", "serving_default"}
+    assert not any("not in the TFLite model" in n for n in c.notes)

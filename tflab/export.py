@@ -284,6 +284,12 @@ def load_examples(path: str) -> list[dict[str, np.ndarray]]:
     """
     if not os.path.isfile(path):
         raise UsageError(f"--examples {path!r} does not exist: give an .npz with one array per input name")
+    import zipfile
+
+    if not zipfile.is_zipfile(path):
+        # np.load reads a non-zip as a pickle and blames "pickled (object) data".
+        raise UsageError(f"--examples {path!r} is not an .npz archive (np.savez writes one, an array per "
+                         f"input name)")
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
@@ -324,8 +330,10 @@ def _worker_main(argv: Sequence[str]) -> int:
                               "kind": e.kind}),
                   flush=True)
             return 0
-        except _Err as e:
-            print(json.dumps({"event": "error", "quantization": q, "error": str(e),
+        except Exception as e:  # a converter failure costs this variant only
+            msg = str(e) if isinstance(e, _Err) else f"TFLite {q} conversion failed: {type(e).__name__}: " + (
+                (str(e).strip().splitlines() or [""])[0][:300])
+            print(json.dumps({"event": "error", "quantization": q, "error": msg,
                               "seconds": time.perf_counter() - t0}), flush=True)
             continue
         seconds = time.perf_counter() - t0

@@ -256,6 +256,31 @@ def _representative(batches: list[dict[str, np.ndarray]], takes: Mapping[str, li
     return gen
 
 
+def _converter(saved_model_dir: str):
+    """``TFLiteConverter.from_saved_model``, for every signature.
+
+    TF 2.21's from_saved_model (tensorflow/lite/python/lite.py) takes any
+    SavedModel with several signatures and a root attribute ``serve`` for a
+    Keras ``model.export`` artifact and converts ``serving_default`` only,
+    which fails when there is none (a tf.Module with methods ``serve`` and
+    ``masked``). Then we build the same converter it would, with all keys.
+    """
+    import tensorflow as tf
+    from tensorflow.lite.python import lite
+
+    try:
+        return tf.lite.TFLiteConverter.from_saved_model(saved_model_dir)
+    except ValueError as e:
+        if "Invalid signature key 'serving_default'" not in str(e):
+            raise
+    loaded = load_saved_model(saved_model_dir)
+    keys = list(loaded.signatures)
+    conv = lite.TFLiteSavedModelConverterV2(saved_model_dir, {tf.saved_model.SERVING}, keys)
+    if conv.saved_model_dir:
+        return conv
+    return tf.lite.TFLiteConverter([loaded.signatures[k] for k in keys], loaded)
+
+
 class _captured_stderr:
     """Captures file descriptor 2 (the MLIR converter prints multi-line diagnostics there from C++)."""
 
@@ -310,7 +335,7 @@ def convert(saved_model_dir: str | os.PathLike, quantization: str = "none",
     from tflab.export import load_custom_ops_for
 
     load_custom_ops_for(saved_model_dir)  # the converter loads the SavedModel: its ops must be registered
-    conv = tf.lite.TFLiteConverter.from_saved_model(os.fspath(saved_model_dir))
+    conv = _converter(os.fspath(saved_model_dir))
     ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     if quantization != "none":
         conv.optimizations = [tf.lite.Optimize.DEFAULT]
@@ -536,7 +561,11 @@ def _sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
             done[target] = sig_key
         names = signature_inputs(fn)
         for batch in batches:
-            feed = {n: tf.constant(a) for n, a in feed_for(batch, names).items()}
+            # NaN inputs would make every gradient that mixes rows NaN; rows with NaN
+            # have NaN outputs (compared by position, no bound needed), so their
+            # gradients are taken at 0 and the other rows keep theirs.
+            feed = {n: tf.constant(np.nan_to_num(a, nan=0.0) if a.dtype.kind == "f" else a)
+                    for n, a in feed_for(batch, names).items()}
             float_inputs = {n: t for n, t in feed.items() if t.dtype.is_floating}
             with tf.GradientTape(persistent=True) as tape:
                 tape.watch(variables)
@@ -626,7 +655,8 @@ def _bounds_computed(quantization: str, okey: str, ref: np.ndarray, sens: _Sensi
     if ref.dtype.kind not in "f":
         return np.zeros(ref.size)
     rel, ab = sens.rel[okey], sens.abs[okey]
-    float_b = rel @ (2.0 * _gamma(sens.fan_in)) + ELEMENTWISE_ULPS * _ulp32(ref)
+    # A NaN reference element has no ULP: its bound is 0 (only a NaN in LiteRT matches it).
+    float_b = rel @ (2.0 * _gamma(sens.fan_in)) + ELEMENTWISE_ULPS * np.nan_to_num(_ulp32(ref))
     if quantization == "none":
         return float_b
     if quantization == "float16":
@@ -827,8 +857,13 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
             with np.errstate(invalid="ignore"):
                 diff = np.abs(g32.astype(np.float64) - w32.astype(np.float64))
             # NaN in the same place on both sides matches; NaN on one side is infinitely off.
-            diff = np.where(both_nan, 0.0, np.where(np.isnan(diff), np.inf, diff))
+            diff = np.where(both_nan | (g32 == w32), 0.0, np.where(np.isnan(diff), np.inf, diff))
             ulps = np.where(both_nan, 0, ulp_distance(g32, w32))
+            one_nan = int((np.isnan(g32) != np.isnan(w32)).sum())
+            if one_nan:
+                notes.append(f"{okey}: {one_nan} element(s) are NaN on one side only (TF "
+                             f"{int(np.isnan(w32).sum())} NaN, LiteRT {int(np.isnan(g32).sum())}): an infinite "
+                             f"error; e.g. dynamic-range and int8 kernels quantize a NaN input to an integer")
             bound = (np.full(want.size, np.nan) if sens is None else
                      _bounds(quantization, full_keys[okey], want, sens, dyn_quantized, in_scales, scale))
             if sens is not None:
@@ -858,7 +893,10 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
                              f"(argmax agreement counts TF's class as agreeing when it is among them)")
         finite = want[np.isfinite(want)] if want.dtype.kind == "f" else want
         rng = float(np.ptp(finite)) if finite.size and want.dtype.kind in "fiu" else 0.0
-        if want.size and want.dtype.kind == "f" and rng == 0.0:
+        if want.size and want.dtype.kind == "f" and not finite.size:
+            notes.append(f"TF's {okey} is NaN or ±inf everywhere (NaN examples?): only whether LiteRT has "
+                         f"NaN/inf in the same places is checked")
+        elif want.size and want.dtype.kind == "f" and rng == 0.0:
             notes.append(f"TF's {okey} is the same value ({want[0]:.6g}) for every element of every example, "
                          f"so these errors say little about the variant (e.g. a random-weight model whose "
                          f"logits collapse)")

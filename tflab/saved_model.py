@@ -269,11 +269,15 @@ def check_unused(batches: list[dict[str, np.ndarray]], takes: Mapping[str, Any])
 
 
 def check_examples(batches: list[dict[str, np.ndarray]], inputs: Mapping[str, TensorInfo],
-                   where: str) -> None:
+                   where: str, known: Any = None) -> None:
     """Checks that each batch feeds the signature's inputs with matching dtype/shape.
 
     Names the signature does not take are ignored here (another signature may
     take them; `check_unused` rejects names no signature takes).
+
+    Args:
+        known: names any signature takes; those outside it are listed as
+            unknown when a name is missing (default: this signature's).
 
     Raises:
         UsageError: a missing name, a wrong dtype, or an incompatible shape.
@@ -285,7 +289,9 @@ def check_examples(batches: list[dict[str, np.ndarray]], inputs: Mapping[str, Te
         label = "examples" if len(batches) == 1 else f"examples[{i}]"
         missing = sorted(set(inputs) - set(batch))
         if missing:
-            raise UsageError(f"{label} does not match {where}: missing {missing} (the signature takes {want})")
+            extra = sorted(set(batch) - set(inputs if known is None else known))
+            raise UsageError(f"{label} does not match {where}: missing {missing} "
+                             + (f"unknown {extra} " if extra else "") + f"(the signature takes {want})")
         for name, info in inputs.items():
             arr = batch[name]
             dt = tf.dtypes.as_dtype(arr.dtype) if arr.dtype.kind not in "OSU" else tf.string
@@ -718,6 +724,9 @@ def _save_and_check(obj, path: str, batches: list[dict[str, np.ndarray]], signat
     if batches is None:
         # Random batches hold every signature's inputs; each signature takes its own.
         batches = random_examples(union_inputs(sig_inputs))
+    known = set().union(*(set(v) for v in sig_inputs.values()))
+    for key, inputs in sig_inputs.items():
+        check_examples(batches, inputs, f"signature {key!r}", known)
     check_unused(batches, sig_inputs)
     checks = {}
     for key, ref in refs.items():

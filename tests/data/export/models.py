@@ -74,3 +74,69 @@ def keras_two_inputs():
     h = keras.layers.Dense(16, activation="relu")(keras.layers.Concatenate()([a, b]))
     out = keras.layers.Dense(3, activation="softmax", name="class")(h)
     return keras.Model([a, b], out)
+
+
+class _TwoSignatures(tf.Module):
+    """Signatures with different inputs: ``serve(x)`` and ``masked(x, mask)``."""
+
+    def __init__(self):
+        super().__init__()
+        rng = np.random.default_rng(5)
+        self.w = tf.Variable(rng.standard_normal((16, 8)).astype(np.float32) / 4, name="w")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 16], tf.float32, name="x")])
+    def serve(self, x):
+        return {"y": tf.matmul(x, self.w)}
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 16], tf.float32, name="x"),
+                                  tf.TensorSpec([None, 16], tf.float32, name="mask")])
+    def masked(self, x, mask):
+        return {"z": tf.reduce_sum(tf.matmul(x * mask, self.w), axis=-1)}
+
+
+def two_signatures():
+    return _TwoSignatures()
+
+
+def keras_sequential():
+    """A Keras 3 Sequential model returned by a factory (``tflab export FILE.py:keras_sequential``)."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    return keras.Sequential([keras.Input((20,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(3)])
+
+
+def raises():
+    """A factory that fails: the CLI names this line."""
+    raise RuntimeError("boom in user factory")
+
+
+class _Noisy(tf.Module):
+    """Adds ``tf.random.uniform`` noise: TF and LiteRT draw different numbers."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def serve(self, x):
+        return {"y": x + tf.random.uniform(tf.shape(x))}
+
+
+def noisy():
+    return _Noisy()
+
+
+class _Warp(tf.Module):
+    """Uses the project's custom op WarpSoftmax (custom_ops/)."""
+
+    def __init__(self):
+        super().__init__()
+        rng = np.random.default_rng(7)
+        self.w = tf.Variable(rng.standard_normal((8, 5)).astype(np.float32), name="w")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 8], tf.float32, name="x")])
+    def serve(self, x):
+        from custom_ops import warp_softmax
+
+        return {"p": warp_softmax(tf.matmul(x, self.w))}
+
+
+def warp():
+    return _Warp()
