@@ -414,16 +414,20 @@ class _TraceCounter:
         try:
             from tensorflow.python.autograph.impl import api
             from tensorflow.python.autograph.operators import control_flow
-        except ImportError:  # layout changed: no counts, op-traceback reading only
+
+            ag = api._TRANSPILER.get_extra_locals()["ag__"]
+            patches = [(ag, "for_stmt", self._wrap_stmt(ag.for_stmt, 2, "for")),
+                       (ag, "while_stmt", self._wrap_stmt(ag.while_stmt, 1, "while")),
+                       (ag, "if_stmt", self._wrap_stmt(ag.if_stmt, 1, "if")),
+                       (control_flow, "_py_for_stmt", self._wrap_py(control_flow._py_for_stmt, "for")),
+                       (control_flow, "_py_while_stmt",
+                        self._wrap_py(control_flow._py_while_stmt, "while")),
+                       (control_flow, "_py_if_stmt", self._wrap_py(control_flow._py_if_stmt, "if"))]
+        except (ImportError, AttributeError, KeyError):
+            # TF's layout changed: no counts; _classify falls back to reading
+            # op tracebacks (by_graph stays empty, so records is None).
             yield self
             return
-        ag = api._TRANSPILER.get_extra_locals()["ag__"]
-        patches = [(ag, "for_stmt", self._wrap_stmt(ag.for_stmt, 2, "for")),
-                   (ag, "while_stmt", self._wrap_stmt(ag.while_stmt, 1, "while")),
-                   (ag, "if_stmt", self._wrap_stmt(ag.if_stmt, 1, "if")),
-                   (control_flow, "_py_for_stmt", self._wrap_py(control_flow._py_for_stmt, "for")),
-                   (control_flow, "_py_while_stmt", self._wrap_py(control_flow._py_while_stmt, "while")),
-                   (control_flow, "_py_if_stmt", self._wrap_py(control_flow._py_if_stmt, "if"))]
         olds = [(obj, attr, getattr(obj, attr)) for obj, attr, _ in patches]
         for obj, attr, new in patches:
             setattr(obj, attr, new)
