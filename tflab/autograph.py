@@ -343,6 +343,7 @@ class _TraceCounter:
         self.filename, self.first, self.last = filename, first, last
         self.by_graph: dict[int, dict] = {}
         self._stack: list[int | None] = []
+        self.active = False  # True once the operators were wrapped
 
     def _line(self) -> int | None:
         from tensorflow.python.util import tf_stack
@@ -431,6 +432,7 @@ class _TraceCounter:
         olds = [(obj, attr, getattr(obj, attr)) for obj, attr, _ in patches]
         for obj, attr, new in patches:
             setattr(obj, attr, new)
+        self.active = True
         try:
             yield self
         finally:
@@ -660,6 +662,8 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
 
     ops = [(op, _user_lines(op, filename, start, last)) for op in _walk_ops(concrete.graph)]
     records = counter.by_graph.get(id(concrete.graph))
+    if records is None and counter.active:  # no statement ran at all: none was reached
+        records = {"runs": {}, "python": set(), "reached": {}, "branches": {}}
     statements = tuple(_classify(s, ops, records) for s in _find_statements(source, start))
     return AutographDiff(function=name, filename=filename, original=source,
                          converted=converted, unified_diff=diff, statements=statements,
