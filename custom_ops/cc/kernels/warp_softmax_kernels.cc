@@ -56,15 +56,19 @@ inline bool RowsCols(OpKernelContext* ctx, const Tensor& t, const char* what, in
   return true;
 }
 
-// Rows per task: about 32K elements (128 KiB of float32), so that even a
-// (4096, 1024) input makes ~128 tasks. Many small tasks, taken dynamically by
-// the pool's threads, keep a thread that the OS preempts (2 cores shared with
-// other work) from holding up the whole op, which one task per thread would.
-constexpr int64_t kElementsPerTask = 32768;
+// Rows per task: about 128K elements (512 KiB of float32), and at least
+// kMinTasks tasks. Several rows per task let the row kernel prefetch the next
+// row while computing this one (it never prefetches past its task), e.g. 4 of
+// the 32 rows of (32, 32000); many tasks, taken dynamically by the pool's
+// threads, keep a thread that the OS preempts (2 cores shared with other
+// work) from holding up the whole op, which one task per thread would.
+constexpr int64_t kElementsPerTask = 131072;
+constexpr int64_t kMinTasks = 8;
 
 inline void ForRowBlocks(OpKernelContext* ctx, int64_t rows, int64_t cols,
                          const std::function<void(int64_t, int64_t)>& fn) {
-  const int64_t block = std::max<int64_t>(1, kElementsPerTask / std::max<int64_t>(cols, 1));
+  int64_t block = std::max<int64_t>(1, kElementsPerTask / std::max<int64_t>(cols, 1));
+  block = std::max<int64_t>(1, std::min(block, (rows + kMinTasks - 1) / kMinTasks));
   if (rows <= block) {
     fn(0, rows);  // one task: no pool round trip
     return;
