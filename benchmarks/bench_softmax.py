@@ -42,8 +42,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import numpy as np  # noqa: E402
 
-from custom_ops.bench import ELEMENTS_PER_SAMPLE, time_interleaved  # noqa: E402
-
 CPU_SHAPES = [(4096, 1024), (32, 32000), (65536, 128), (256, 50257)]
 GPU_SHAPES = [(32768, 1024), (32768, 4096)]
 
@@ -106,7 +104,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import tensorflow as tf
 
+    # Imported here, after the allocator variable is set: the custom_ops package imports TF.
     from custom_ops import load_library, warp_softmax
+    from custom_ops.bench import ELEMENTS_PER_SAMPLE, time_interleaved
     from custom_ops.python.ops.warp_softmax_ops import build_result
 
     load_library()

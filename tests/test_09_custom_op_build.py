@@ -334,16 +334,27 @@ def test_tour_section_reports_build_opcheck_and_ratio(built, tmp_path, capsys):
     assert f"median of 7 interleaved rounds of 4 calls after 2 warm-up calls each, {cmp.allocator} allocator" in out
 
 
-def test_benchmark_and_tour_share_one_timing_function():
+def test_benchmark_and_tour_share_one_timing_function(built, monkeypatch, capsys):
+    """bench_softmax.py times through custom_ops.bench.time_interleaved, as the tour does."""
     import importlib.util
 
     from custom_ops import bench
 
+    class Reached(Exception):
+        pass
+
+    def spy(fns, rounds, inner, **kwargs):
+        raise Reached(sorted(fns), rounds, inner)
+
+    monkeypatch.setattr(bench, "time_interleaved", spy)
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_softmax.py"
     spec = importlib.util.spec_from_file_location("bench_softmax_under_test", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    assert mod.time_interleaved is bench.time_interleaved
+    monkeypatch.setattr(mod, "memcpy_gbps", lambda: 1.0)  # skip the 512 MiB copy
+    with pytest.raises(Reached) as e:
+        mod.main(["--default-allocator", "--rounds", "3"])
+    assert e.value.args == (["tf.nn.softmax", "warp_softmax"], 3, 4)  # (4096, 1024): 2e7 // 4M calls
 
 
 # --------------------------------------------------- bad environment input
