@@ -525,9 +525,13 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         out: the export folder; it is created by renaming a finished temporary
             folder into place.
         quantize: variants among ``"none"``, ``"dynamic"``, ``"float16"``, ``"int8"``.
-        examples: ``{name: array}``, a list of them, an ``.npz`` path, or None
-            for seeded random batches (sizes 1 and 4) made from the signature.
-        force: replace ``out`` if it exists.
+        examples: ``{name: array}``, a list of them, ``{signature key: {name:
+            array}}``, an ``.npz`` path, or None for seeded random batches
+            (sizes 1 and 4) holding every signature's inputs; each signature
+            is fed the names it takes. NaN outputs in the same places in TF
+            and LiteRT match; examples with 0 rows are refused.
+        force: replace ``out`` if it is a previous export (a folder with
+            ``report.json``); never a file, the current folder or its parents.
         isolate: convert in worker processes (a converter abort costs one
             variant, not the caller's process) while this process computes
             the gradients the bounds need; False converts in this process.
@@ -540,8 +544,11 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
 
     Raises:
         UsageError: bad input: not a model, a corrupt SavedModel, examples not
-            matching the signature, an op outside the TFLite builtins, or
-            ``out`` exists without ``force``. Nothing is left behind.
+            matching the signature or with 0 rows, an op outside the TFLite
+            builtins (`tflab.litert.UnsupportedOpsError`, ``kind`` "flex" or
+            "custom"), a SavedModel op not registered in this process, or an
+            ``out`` that cannot be written or replaced. Nothing is left behind,
+            also on Ctrl-C or SIGTERM (the handler is restored afterwards).
 
     Example:
 

@@ -996,9 +996,11 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples,
 
     Args:
         saved_model_dir: a SavedModel folder (e.g. from `save_and_reload`).
-        examples: ``{input name: array}`` (one batch) or a list of such dicts;
-            names, dtypes and shapes must match the SignatureDef. For
-            ``"int8"`` they also form the representative dataset (one sample per row).
+        examples: ``{input name: array}`` (one batch), a list of such dicts,
+            or ``{signature key: {input name: array}}``; each signature is fed
+            the names it takes (dtypes and shapes must match its SignatureDef;
+            0 rows is an error). For ``"int8"`` they also form the
+            representative dataset (one sample per row and signature).
         quantization: ``"none"``, ``"dynamic"``, ``"float16"`` or ``"int8"``.
         select_tf_ops: convert ops outside the builtins as Flex ops (the
             result is reported as not run: Python LiteRT cannot run Flex ops).
@@ -1012,7 +1014,9 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples,
         ``.size_bytes``, ``.runtime``, ``.explanation``.
 
     Raises:
-        UnsupportedOpsError: an op is not a TFLite builtin (and ``select_tf_ops`` is False).
+        UnsupportedOpsError: an op is not a TFLite builtin (and ``select_tf_ops`` is
+            False), or is a custom op (``.kind == "custom"``: needs allow_custom_ops
+            and a TFLite kernel).
         UsageError: a bad quantization name, or examples that do not match the signature.
         TflabError: the converter failed otherwise.
 

@@ -16,10 +16,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma list of TFLite variants among none,dynamic,float16,int8 (default: all)")
     p.add_argument("--out", metavar="DIR", help="export folder (default: saved_models/NAME)")
     p.add_argument("--examples", metavar="FILE.npz",
-                   help="one example batch, an array per input name (default: seeded random batches)")
+                   help="one example batch, an array per input name; with several signatures each is fed "
+                        "the names it takes (default: seeded random batches covering every signature)")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
     p.epilog = ("writes saved_model/, model_<variant>.tflite, examples.npz and report.json under --out. "
+                "--force replaces only a previous export (a folder with report.json). "
                 "exit status: 0 all checks passed; 1 a variant failed, crashed or exceeded its bound; "
                 "2 bad input (nothing written)")
 
