@@ -512,6 +512,12 @@ def check_out(out: Path, force: bool) -> None:
         raise UsageError(f"--out {out}: {probe} is a file, not a folder; choose another --out")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise UsageError(f"--out {out}: cannot create it, {probe} is not writable; choose another --out")
+    try:
+        # os.access says yes for root on read-only or virtual file systems (/proc): try it.
+        os.rmdir(tempfile.mkdtemp(prefix=".tflab-probe-", dir=probe))
+    except OSError as e:
+        raise UsageError(f"--out {out}: cannot create a folder in {probe} ({e.strerror}); "
+                         f"choose another --out") from e
 
 
 def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] = QUANTIZATIONS,
