@@ -591,16 +591,20 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         from tflab.litert import check_rows
 
         check_rows(batches)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    except OSError as e:
-        raise UsageError(f"--out {out}: cannot create a folder there ({e.strerror}); choose another --out") from e
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the export is an ordinary folder
+    # The SIGTERM handler goes in before the temporary folder exists, so a
+    # SIGTERM at any point after mkdtemp unwinds through the cleanup below.
     previous_term = _install_sigterm()
+    tmp = None
     try:
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        except OSError as e:
+            raise UsageError(f"--out {out}: cannot create a folder there ({e.strerror}); "
+                             "choose another --out") from e
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the export is an ordinary folder
         progress("SavedModel round trip")
         sm = save_and_reload(obj, tmp / "saved_model", batches)
         batches = list(sm.example_batches)
@@ -642,7 +646,8 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         return report
     except BaseException:
         _stop_workers()
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
     finally:
         if previous_term is not None:

@@ -16,7 +16,8 @@ output; ``u = 2**-24`` is float32's unit roundoff):
   Stability of Numerical Algorithms*, §3.1), so two orders differ by at most
   ``2·γ_K`` relative weight perturbation. Propagated to the output to first
   order with TF's own gradients: ``Σ_w 2·γ_K(w)·|∂y/∂w|·|w|`` plus 4 ULP of
-  ``y`` for elementwise kernels (exp, tanh) that differ in their last bits.
+  ``max(|y|, max over the output of |y|)`` for elementwise kernels (exp, tanh)
+  that differ in their last bits, measured at the scale of the tensor.
 * ``float16``: every float weight is rounded to float16 (relative step
   ``2**-11``) and dequantized back: ``Σ_w 2**-11·|∂y/∂w|·|w|`` + the float bound.
 * ``dynamic`` (dynamic-range): weight tensors of at least 1024 elements are
@@ -656,7 +657,15 @@ def _bounds_computed(quantization: str, okey: str, ref: np.ndarray, sens: _Sensi
         return np.zeros(ref.size)
     rel, ab = sens.rel[okey], sens.abs[okey]
     # A NaN reference element has no ULP: its bound is 0 (only a NaN in LiteRT matches it).
-    float_b = rel @ (2.0 * _gamma(sens.fan_in)) + ELEMENTWISE_ULPS * np.nan_to_num(_ulp32(ref))
+    # The elementwise term is 4 ULP of the element or of the output's largest
+    # magnitude, whichever is larger: exp(x - max) in a softmax carries the
+    # absolute rounding of its argument (≈ u·|x - max|) as a *relative* error,
+    # so a 1e-33 probability can be ~50 of its own ULPs off while being exact
+    # at the scale of the tensor (measured: 6.6e-39 on a 1e-33 element).
+    finite = np.abs(ref[np.isfinite(ref)])
+    scale = _ulp32(np.array([finite.max()]))[0] if finite.size else 0.0
+    float_b = rel @ (2.0 * _gamma(sens.fan_in)) + ELEMENTWISE_ULPS * np.maximum(
+        np.nan_to_num(_ulp32(ref)), scale)
     if quantization == "none":
         return float_b
     if quantization == "float16":
