@@ -40,6 +40,8 @@ _EXPORTS = {
     "SavedModelCheck": "tflab.saved_model",
     "tflite_roundtrip": "tflab.litert",
     "TFLiteCheck": "tflab.litert",
+    "UnsupportedOpsError": "tflab.litert",
+    "export_model": "tflab.export",
     "TflabError": "tflab.errors",
     "UsageError": "tflab.errors",
 }
