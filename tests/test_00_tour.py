@@ -40,11 +40,17 @@ def test_tour_tracing_sections_on_a_user_model(small_keras_file, tmp_path):
     # Step 2: batches 4, 4, 2 with Adam: first trace, TF's variable-creation re-trace, last batch.
     assert report["retrace"]["batch_sizes"] == [4, 4, 2]
     assert [t["kind"] for t in report["retrace"]["traces"]] == ["first", "variable_creation", "retrace"]
-    # Step 4: inference plain 3 / reduce_retracing 2 / input_signature 1; training 2 (first call only).
+    # Step 4: inference plain 3 / reduce_retracing 2 / input_signature 1. Training reuses
+    # step 2's optimizer, whose slot variables exist: 1 trace for every batch size.
     variants = saved["stabilize"]["inference"]["variants"]
     assert [variants[k]["traces"] for k in ("plain", "reduce_retracing", "input_signature")] == [3, 2, 1]
-    assert saved["stabilize"]["train_step"]["traces"] == 2
+    assert saved["stabilize"]["train_step"]["traces"] == 1
     assert saved["stabilize"]["train_step"]["batch_sizes"] == [4, 4, 2, 3]
+    # Alone, step 4 makes a fresh optimizer: the first call's variable-creation pair, then none.
+    alone = run_tour(model_path=str(small_keras_file), out_dir=str(tmp_path / "alone"), quiet=True,
+                     only=["s04_stabilize"])
+    assert (alone["stabilize"]["train_step"]["first_call_traces"],
+            alone["stabilize"]["train_step"]["traces"]) == (2, 2)
 
 
 @pytest.mark.parametrize("model, message", [

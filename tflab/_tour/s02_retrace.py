@@ -11,7 +11,9 @@ def run(ctx) -> None:
 
     spec = ctx.shared.get("input_spec") or model_input_spec(ctx.model)
     num_classes = int(ctx.model.outputs[0].shape[-1]) if getattr(ctx.model, "outputs", None) else 1
-    probe = RetraceProbe(make_train_step(ctx.model, keras.optimizers.Adam()))
+    optimizer = keras.optimizers.Adam()
+    ctx.shared["optimizer"] = optimizer  # step 4 reuses it: its slot variables exist by then
+    probe = RetraceProbe(make_train_step(ctx.model, optimizer))
     sizes, losses = [], []
     for x, y in tour_dataset(spec, num_classes):
         ctx.progress(f"training step on a batch of {int(x.shape[0])}")
