@@ -154,7 +154,7 @@ def test_cli_inspect_text_json_and_dot(run_cli, tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["missing.py:f"], "does not exist"),
     (["tests/data/user_fns.py:nope"], "has no 'nope'; callables defined there: branchy, broken, dense"),
-    (["tests/data/user_fns.py:NOT_A_FUNCTION"], "is a int, not a function"),
+    (["tests/data/user_fns.py:NOT_A_FUNCTION"], "is an int, not a function"),
     (["tests/data/user_fns.py:dense", "--arg", "y=3"], "takes no parameter 'y'"),
     (["tests/data/user_fns.py:dense", "--arg", "x=flot32[3]"], "not a TensorSpec"),
     (["tests/data/user_fns.py:dense"], "missing --arg x="),

@@ -188,6 +188,52 @@ def load_target(target: str) -> Callable:
     return obj
 
 
+def check_target(fn: Any, name: str) -> None:
+    """Rejects what cannot be called as given, with one clear line.
+
+    Raises:
+        UsageError: ``fn`` is not callable, is a class, or is a method reached
+            through its class (unbound: ``self`` would be missing).
+    """
+    target = getattr(fn, "python_function", fn)
+    if not callable(fn):
+        article = "an" if type(fn).__name__[:1].lower() in "aeiou" else "a"
+        raise UsageError(f"{name} is {article} {type(fn).__name__}, not a function; "
+                         "name a function or tf.function")
+    if inspect.isclass(target):
+        raise UsageError(f"{name} is a class; name an instance (e.g. a module-level "
+                         f"`obj = {name}(...)`) or a function")
+    if inspect.isfunction(target) and "." in target.__qualname__ \
+            and "<locals>" not in target.__qualname__.rsplit(".", 1)[0].rsplit(".", 1)[-1]:
+        first = next(iter(inspect.signature(target).parameters), None)
+        if first == "self":
+            cls = target.__qualname__.rsplit(".", 1)[0]
+            raise UsageError(f"{name} is a method of class {cls}, not bound to an instance; "
+                             f"name an instance's method (e.g. obj.{target.__name__} with a "
+                             f"module-level obj = {cls}(...)) or a function")
+
+
+def load_call(target: str, arg_items: list[str] | None) -> tuple[Callable, tuple, dict]:
+    """``FILE.py:FUNC`` plus ``--arg`` strings → the function and its call arguments.
+
+    The one path every function-taking verb (inspect, autograph, compare) uses:
+    parse the ``--arg`` grammar, import the target, check it is callable, and
+    bind the values to its parameters. A `tf.function` with an
+    ``input_signature`` and no ``--arg`` gets no arguments: the lab functions
+    then trace with the signature itself.
+
+    Raises:
+        UsageError: any bad ``--arg``, target, or argument/parameter mismatch.
+    """
+    named = parse_args(arg_items)
+    fn = load_target(target)
+    check_target(fn, target.rpartition(":")[2])
+    if not named and getattr(fn, "input_signature", None) is not None:
+        return fn, (), {}
+    args, kwargs = bind_args(fn, named)
+    return fn, args, kwargs
+
+
 def python_signature(fn: Callable) -> inspect.Signature | None:
     """`inspect.signature` of the Python function under a `tf.function`, or None."""
     target = getattr(fn, "python_function", fn)

@@ -403,8 +403,6 @@ def _explain_converter_error(e: Exception, quantization: str) -> TflabError:
         flex = [n for n in found if n not in customs]
     if custom:
         names = ", ".join(custom)
-        from tflab.export import PROJECT_CUSTOM_OPS
-
         hint = " (or use tf.nn.softmax in the exported model)" if "WarpSoftmax" in custom else ""
         return UnsupportedOpsError(
             f"op(s) {names} are custom TF ops, neither TFLite builtins nor Flex ops, so the {quantization} "
@@ -803,7 +801,6 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
     Raises:
         UsageError: examples do not match a signature.
     """
-    import tensorflow as tf
     from ai_edge_litert.interpreter import Interpreter
 
     saved_model_dir = os.fspath(saved_model_dir)

@@ -466,18 +466,9 @@ def _function_name(fn: Callable) -> str:
 
 def _check_target(fn: Callable, name: str) -> None:
     """A class or an unbound method cannot be run as given: one clear line."""
-    target = getattr(fn, "python_function", fn)
-    if inspect.isclass(target):
-        raise UsageError(f"{name} is a class; name an instance (e.g. a module-level "
-                         f"`obj = {name}(...)`) or a function")
-    if inspect.isfunction(target) and "." in target.__qualname__ \
-            and "<locals>" not in target.__qualname__.rsplit(".", 1)[0].rsplit(".", 1)[-1]:
-        first = next(iter(inspect.signature(target).parameters), None)
-        if first == "self":
-            cls = target.__qualname__.rsplit(".", 1)[0]
-            raise UsageError(f"{name} is a method of class {cls}, not bound to an instance; "
-                             f"name an instance's method (e.g. obj.{target.__name__} with a "
-                             f"module-level obj = {cls}(...)) or a function")
+    from tflab._target import check_target
+
+    check_target(fn, name)
 
 
 def signature_args(fn: Callable, args: tuple, kwargs: dict) -> tuple[tuple, dict]:

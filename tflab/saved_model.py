@@ -516,8 +516,6 @@ def _reference(concrete, rename=normalize_outputs) -> _Reference:
 
 
 def _module_signatures(obj, signatures) -> dict[str, Any]:
-    import tensorflow as tf
-
     if signatures is not None:
         if not isinstance(signatures, Mapping):
             signatures = {DEFAULT_SIGNATURE: signatures}

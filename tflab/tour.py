@@ -12,7 +12,6 @@ import importlib
 import json
 import logging
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any

@@ -24,22 +24,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tflab import _jsonutil
-    from tflab._target import bind_args, load_target, parse_args
+    from tflab._target import load_call
     from tflab.autograph import autograph_diff
-    from tflab.errors import UsageError
 
-    named = parse_args(args.arg)
-    fn = load_target(args.target)
-    if not callable(fn):
-        raise UsageError(f"{args.target} is a {type(fn).__name__}, not a function; "
-                         f"name a function or tf.function")
-    from tflab.modes import _check_target
-
-    _check_target(fn, args.target.rpartition(":")[2])  # a class or unbound method: say so first
-    if not named and getattr(fn, "input_signature", None) is not None:
-        call_args, call_kwargs = (), {}  # autograph_diff traces with the input_signature
-    else:
-        call_args, call_kwargs = bind_args(fn, named)
+    fn, call_args, call_kwargs = load_call(args.target, args.arg)
     report = autograph_diff(fn, *call_args, strict=True if args.strict else None, **call_kwargs)
     if args.json:
         print(_jsonutil.dumps(report))

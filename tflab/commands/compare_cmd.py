@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from tflab import _jsonutil
     import numpy as np
 
-    from tflab._target import bind_args, load_target, materialize, parse_args
+    from tflab._target import load_call, materialize
     from tflab.errors import UsageError
     from tflab.modes import compare_modes
 
@@ -66,18 +66,7 @@ def run(args: argparse.Namespace) -> int:
         _check_output_path(args.hlo, "--hlo", "hlo.txt")
         if os.path.exists(args.hlo) and not args.force:
             raise UsageError(f"--hlo {args.hlo} exists; pass --force to overwrite it")
-    named = parse_args(args.arg)
-    fn = load_target(args.target)
-    if not callable(fn):
-        raise UsageError(f"{args.target} is a {type(fn).__name__}, not a function; "
-                         f"name a function or tf.function")
-    from tflab.modes import _check_target
-
-    _check_target(fn, args.target.rpartition(":")[2])  # a class or unbound method: say so first
-    if not named and getattr(fn, "input_signature", None) is not None:
-        call_args, call_kwargs = (), {}  # compare_modes falls back to the input_signature
-    else:
-        call_args, call_kwargs = bind_args(fn, named)
+    fn, call_args, call_kwargs = load_call(args.target, args.arg)
     # Materialize here (not in compare_modes) so an unknown dim is reported
     # against the --arg that has it, before anything runs.
     rng = np.random.default_rng(args.seed)  # one stream for all arguments: x and y differ

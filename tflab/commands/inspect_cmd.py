@@ -21,17 +21,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tflab import _jsonutil
-    from tflab._target import bind_args, load_target, parse_args
-    from tflab.errors import UsageError
+    from tflab._target import load_call
     from tflab.tracing import trace_and_inspect
 
-    named = parse_args(args.arg)
     if args.dot:
         _check_output_path(args.dot)
-    fn = load_target(args.target)
-    if not callable(fn):
-        raise UsageError(f"{args.target} is a {type(fn).__name__}, not a function; name a function or tf.function")
-    call_args, call_kwargs = bind_args(fn, named)
+    fn, call_args, call_kwargs = load_call(args.target, args.arg)
     report = trace_and_inspect(fn, *call_args, **call_kwargs)
     if args.dot:
         _write_dot(report, args.dot)
