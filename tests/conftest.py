@@ -17,6 +17,24 @@ def tour_model():
     return build_default_model()
 
 
+@pytest.fixture(scope="session")
+def small_keras_file(tmp_path_factory):
+    """A user's model as a .keras file: Conv2D(4) → GAP → Dense(5, softmax) on 16×16×3."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((16, 16, 3))
+    x = keras.layers.Conv2D(4, 3, activation="relu")(inputs)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    outputs = keras.layers.Dense(5, activation="softmax")(x)
+    path = tmp_path_factory.mktemp("user_model") / "small.keras"
+    keras.Model(inputs, outputs).save(path)
+    import tensorflow as tf
+
+    tf.random.set_seed(None)  # set_random_seed set TF's global seed; do not leak it
+    return path
+
+
 @pytest.fixture
 def run_cli(capsys):
     """Runs ``tflab ARGS…`` in-process; returns (exit code, stdout, stderr)."""

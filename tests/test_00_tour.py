@@ -9,20 +9,7 @@ from __future__ import annotations
 
 import json
 
-import keras
 import pytest
-
-
-@pytest.fixture(scope="module")
-def small_keras_file(tmp_path_factory):
-    keras.utils.set_random_seed(0)
-    inputs = keras.Input((16, 16, 3))
-    x = keras.layers.Conv2D(4, 3, activation="relu")(inputs)
-    x = keras.layers.GlobalAveragePooling2D()(x)
-    outputs = keras.layers.Dense(5, activation="softmax")(x)
-    path = tmp_path_factory.mktemp("m") / "small.keras"
-    keras.Model(inputs, outputs).save(path)
-    return path
 
 
 def test_tour_tracing_sections_on_a_user_model(small_keras_file, tmp_path):

@@ -355,26 +355,11 @@ def test_cli_bad_args_exit_2(run_cli, argv, message):
 # ---------------------------------------------------------------- tour
 
 
-def test_tour_steps_5_and_6_on_a_small_user_model(tmp_path):
-    import keras
-
+def test_tour_steps_5_and_6_on_a_small_user_model(tmp_path, small_keras_file):
     from tflab.tour import run_tour
 
-    keras.utils.set_random_seed(0)
-    inputs = keras.Input((16, 16, 3))
-    h = keras.layers.Conv2D(4, 3, activation="relu")(inputs)
-    h = keras.layers.GlobalAveragePooling2D()(h)
-    outputs = keras.layers.Dense(5, activation="softmax")(h)
-    path = tmp_path / "small.keras"
-    keras.Model(inputs, outputs).save(path)
-
-    try:
-        report = run_tour(model_path=str(path), out_dir=str(tmp_path / "tour"), quiet=True,
-                          only=["s05_autograph", "s06_modes"])
-    finally:
-        # keras.utils.set_random_seed set TF's global seed; later tests that rely
-        # on unseeded random ops must not inherit it.
-        tf.random.set_seed(None)
+    report = run_tour(model_path=str(small_keras_file), out_dir=str(tmp_path / "tour"), quiet=True,
+                      only=["s05_autograph", "s06_modes"])
     # Step 5: the clipping `if` on a tensor norm is an If op, the tf.range loop a
     # While op, and the SGD loop over 4 variables (2 kernels, 2 biases) unrolls 4×.
     st = report["autograph"]["statements"]
