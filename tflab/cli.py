@@ -19,6 +19,7 @@ VERBS = {
     "retrace": "retrace_cmd",
     "autograph": "autograph_cmd",
     "compare": "compare_cmd",
+    "diagnose": "diagnose_cmd",
     "export": "export_cmd",
     "build-op": "build_op_cmd",
 }

@@ -153,17 +153,30 @@ class _Frame:
 
 
 def _frames(exc: BaseException) -> list[_Frame]:
-    """Every traceback frame of ``exc``, outermost first, with its locals."""
+    """Every traceback frame of ``exc``, outermost first, with its locals.
+
+    AutoGraph re-raises an error from converted code as a new exception of the
+    same type (``ag_error_metadata.to_exception``, ``autograph/impl/api.py``)
+    whose traceback stops at the re-raise; the original, with the raising
+    frames, is its ``__context__``. Those frames are appended after.
+    """
     out = []
-    tb = exc.__traceback__
-    while tb is not None:
-        f = tb.tb_frame
-        try:
-            loc = dict(f.f_locals)
-        except Exception:  # a frame whose locals cannot be read
-            loc = {}
-        out.append(_Frame(f.f_code.co_filename, tb.tb_lineno, f.f_code.co_name, loc))
-        tb = tb.tb_next
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        tb = exc.__traceback__
+        while tb is not None:
+            f = tb.tb_frame
+            try:
+                loc = dict(f.f_locals)
+            except Exception:  # a frame whose locals cannot be read
+                loc = {}
+            out.append(_Frame(f.f_code.co_filename, tb.tb_lineno, f.f_code.co_name, loc))
+            tb = tb.tb_next
+        nxt = exc.__cause__ or exc.__context__
+        if nxt is None or not (type(nxt) is type(exc) or hasattr(exc, "ag_error_metadata")):
+            break
+        exc = nxt
     return out
 
 
@@ -192,6 +205,10 @@ def _user_site(exc: BaseException, frames: list[_Frame]) -> tuple[str, int | Non
     for fr in reversed(frames):
         if _is_user_file(fr.filename) or _is_generated(fr.filename):
             loc = fr.locals
+            if _is_user_file(fr.filename):
+                # Unconverted user code (autograph=False, do_not_convert, a helper
+                # AutoGraph skipped) runs from the user's file: its line is real.
+                return fr.filename, fr.lineno, loc
             break
     meta = getattr(exc, "ag_error_metadata", None)
     for fr in reversed(getattr(meta, "translated_stack", None) or ()):
@@ -536,9 +553,11 @@ def _make(ctx: _Context, exc: BaseException, kind: str, filename: str, line: int
           explanation: str, fix: str) -> Diagnosis:
     from tflab.autograph import _error_line
 
+    from tflab.autograph import _strip_comment
+
     src = _Source.of(filename)
     return Diagnosis(function=ctx.name, ok=False, kind=kind, line=line,
-                     statement=src.text(line) if src else "", filename=filename,
+                     statement=_strip_comment(src.text(line)) if src else "", filename=filename,
                      error=_error_line(exc), explanation=explanation, fix=fix, stage=ctx.stage)
 
 
@@ -654,7 +673,9 @@ def _python_state(ctx: _Context) -> list[tuple[str, Any]]:
                 out.append((f"closure variable {n}", cell.cell_contents))
             except ValueError:
                 pass
-    obj = getattr(fn, "__self__", None)
+    obj = getattr(inspect.unwrap(fn), "__self__", None)
+    if type(obj).__name__ == "TfMethodTarget":  # a tf.function method: the instance is .target
+        obj = obj.target
     if obj is not None:
         out += [(f"self.{k}", v) for k, v in vars(obj).items()] if hasattr(obj, "__dict__") else []
     return out
@@ -811,8 +832,8 @@ def _rule_cond_vars(exc, ctx, frames, filename, line, loc, src, node):
         return _make(ctx, exc, "branch-variable-undefined", filename, if_line,
                      f"{_stmt_label(if_line, 'if', 'If')}; both branches of an If op must produce "
                      f"{_var_name(name)}, but the {branch} branch leaves it None or unset",
-                     f"set {name} in an else branch too (or before the if, to a tensor of the same "
-                     f"dtype and shape)")
+                     f"set {name} in the {branch} branch too (add an else if there is none), "
+                     f"or before the if to a tensor of the same dtype and shape")
     bd = getattr(body_var, "dtype", type(body_var).__name__)
     od = getattr(orelse_var, "dtype", type(orelse_var).__name__)
     bd = getattr(bd, "name", bd)
@@ -904,14 +925,16 @@ def _rule_shape_none(exc, ctx, frames, filename, line, loc, src, node):
 
 
 def _rule_dtype_mismatch(exc, ctx, frames, filename, line, loc, src, node):
-    fr = _frame_named(frames, "_ExtractInputsAndAttrs", "_apply_op_helper")
+    fr = _frame_named(frames, "_ExtractInputsAndAttrs", "_apply_op_helper", "_truediv_python3")
     if fr is None or not isinstance(exc, TypeError):
         return None
     # _ExtractInputsAndAttrs pops each input from ``keywords`` into ``inputs`` as it
     # converts it; ``values`` is the one that failed to convert.
     op_type = fr.locals.get("op_type_name", "an")
     pool = list(fr.locals.get("inputs") or []) + [fr.locals.get("values")] \
-        + list((fr.locals.get("keywords") or {}).values())
+        + list((fr.locals.get("keywords") or {}).values()) + [fr.locals.get("x"), fr.locals.get("y")]
+    if fr.name == "_truediv_python3":  # math_ops: x / y checks dtypes itself
+        op_type = "RealDiv"
     operands = [(i, v) for i, v in enumerate(pool) if hasattr(v, "dtype") and hasattr(v, "op")]
     user_scopes = [f.locals for f in frames if _is_generated(f.filename) or _is_user_file(f.filename)]
     # A loop variable whose first value fixed its dtype: its body placeholder is the operand.

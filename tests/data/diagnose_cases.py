@@ -62,3 +62,135 @@ def healthy(x, n):
     if tf.reduce_sum(x) > 0:
         x = -x
     return x
+
+
+# Other instances of each kind (not the handed snippets).
+
+def list_in_while(x):
+    vals = []
+    i = tf.constant(0)
+    while i < tf.shape(x)[0]:
+        vals.append(x[i] * 2.0)  # culprit: list append in a While body
+        i += 1
+    return tf.stack(vals)
+
+
+def cache_in_if(x, cache):
+    if tf.reduce_sum(x) > 0:
+        cache.append(x + 1.0)  # culprit: list store in an If branch
+    return cache[0]
+
+
+class Holder:
+    def __init__(self):
+        self.last = None
+
+    @tf.function
+    def step(self, x):
+        if self.last is None:
+            self.last = x * 3.0  # culprit: attribute keeps a tensor across traces
+        return self.last + x
+
+
+@tf.autograph.experimental.do_not_convert
+def _positive(x):
+    if tf.reduce_sum(x) > 0:  # culprit: unconverted helper
+        return x
+    return -x
+
+
+def calls_unconverted(x):
+    return _positive(x) * 2.0
+
+
+def while_bool_off(x):
+    while x > 1.0:  # culprit with autograph=False
+        x = x / 2.0
+    return x
+
+
+def unpack(x):
+    a, b = x  # culprit: unpacking a tensor
+    return a + b
+
+
+def for_over_tensor_off(x):
+    total = 0.0
+    for row in x:  # culprit with autograph=False
+        total += row
+    return total
+
+
+def dict_comp(x):
+    return {i: v for i, v in enumerate(x)}  # culprit: comprehension
+
+
+def np_asarray(x):
+    import numpy as np
+    return tf.constant(np.asarray(x) + 1)  # culprit
+
+
+def range_of_shape(x):
+    total = tf.zeros([])
+    for i in range(x.shape[1]):  # culprit: dim 1 is None
+        total += x[0, i]
+    return total
+
+
+def reshape_dim(x):
+    return tf.reshape(x, [x.get_shape()[0], -1])  # culprit: get_shape()[0] is None
+
+
+def size_times(x):
+    s = tf.size(x)  # culprit: int32 from tf.size
+    return x / s
+
+
+def loop_dtype(n):
+    acc = tf.constant(0)  # culprit: int32 init
+    for i in tf.range(n):
+        acc = tf.cast(i, tf.float32) * 0.5
+    return acc
+
+
+def loop_int_init(n):
+    s = 0  # culprit: Python int init makes an int32 loop variable
+    for _ in tf.range(n):
+        s = s + 0.5
+    return s
+
+
+def loop_shape(n):
+    v = tf.zeros([1])
+    for _ in tf.range(n):  # culprit: v grows
+        v = tf.concat([v, [1.0]], 0)
+    return v
+
+
+def return_in_while(x):
+    i = tf.constant(0)
+    while i < 10:
+        if tf.reduce_sum(x) > tf.cast(i, tf.float32):
+            return x  # culprit
+        i += 1
+    return -x
+
+
+def else_branch_only(x):
+    if tf.reduce_max(x) > 1.0:  # culprit
+        pass
+    else:
+        z = x + 1.0
+    return z
+
+
+def branch_int_float(x):
+    if tf.reduce_sum(x) > 0:  # culprit
+        r = tf.constant(1)
+    else:
+        r = tf.constant(2.0)
+    return r
+
+
+def strange_error(x):
+    return tf.reshape(x, [7, 5])  # culprit: not a tflab rule
