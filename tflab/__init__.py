@@ -10,7 +10,7 @@ Public names (imported lazily, since importing TensorFlow takes seconds):
 * step 6 `compare_modes` → `ModeComparison` (tflab/modes.py)
 * step 7 `save_and_reload` → `SavedModelCheck` (tflab/saved_model.py)
 * step 8 `tflite_roundtrip` → `TFLiteCheck` (tflab/litert.py)
-* `diagnose` → `Diagnosis`: why a tf.function failed (tflab/diagnose.py)
+* `diagnose` → `Diagnosis`: why a tf.function failed (tflab/diagnosis.py)
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ _EXPORTS = {
     "TFLiteCheck": "tflab.litert",
     "UnsupportedOpsError": "tflab.litert",
     "export_model": "tflab.export",
-    "diagnose": "tflab.diagnose",
-    "Diagnosis": "tflab.diagnose",
-    "DiagnosedError": "tflab.diagnose",
+    "diagnose": "tflab.diagnosis",
+    "Diagnosis": "tflab.diagnosis",
+    "DiagnosedError": "tflab.diagnosis",
     "TflabError": "tflab.errors",
     "UsageError": "tflab.errors",
 }

@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from tflab import _jsonutil
     from tflab._target import load_call
-    from tflab.diagnose import diagnose
+    from tflab.diagnosis import diagnose
 
     fn, call_args, call_kwargs = load_call(args.target, args.arg)
     d = diagnose(fn, *call_args, **call_kwargs)

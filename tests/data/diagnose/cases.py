@@ -2,6 +2,7 @@
 
 Line numbers matter: the tests assert the culprit line of each function.
 """
+import keras
 import tensorflow as tf
 
 
@@ -104,7 +105,7 @@ def calls_unconverted(x):
 
 
 def while_bool_off(x):
-    while x > 1.0:  # culprit with autograph=False
+    while x > 1.0:  # culprit: while with autograph=False
         x = x / 2.0
     return x
 
@@ -116,7 +117,7 @@ def unpack(x):
 
 def for_over_tensor_off(x):
     total = 0.0
-    for row in x:  # culprit with autograph=False
+    for row in x:  # culprit: for with autograph=False
         total += row
     return total
 
@@ -127,7 +128,7 @@ def dict_comp(x):
 
 def np_asarray(x):
     import numpy as np
-    return tf.constant(np.asarray(x) + 1)  # culprit
+    return tf.constant(np.asarray(x) + 1)  # culprit: np.asarray
 
 
 def range_of_shape(x):
@@ -171,13 +172,13 @@ def return_in_while(x):
     i = tf.constant(0)
     while i < 10:
         if tf.reduce_sum(x) > tf.cast(i, tf.float32):
-            return x  # culprit
+            return x  # culprit: return in While
         i += 1
     return -x
 
 
 def else_branch_only(x):
-    if tf.reduce_max(x) > 1.0:  # culprit
+    if tf.reduce_max(x) > 1.0:  # culprit: z unset in the main branch
         pass
     else:
         z = x + 1.0
@@ -185,7 +186,7 @@ def else_branch_only(x):
 
 
 def branch_int_float(x):
-    if tf.reduce_sum(x) > 0:  # culprit
+    if tf.reduce_sum(x) > 0:  # culprit: int32 and float32 branches
         r = tf.constant(1)
     else:
         r = tf.constant(2.0)
@@ -194,3 +195,28 @@ def branch_int_float(x):
 
 def strange_error(x):
     return tf.reshape(x, [7, 5])  # culprit: not a tflab rule
+
+
+def plain_version_of_d3(x):
+    if x > 0:  # converted by AutoGraph when autograph is on: an If op
+        return x
+    return -x
+
+
+class NumpyLayer(keras.layers.Layer):
+    def build(self, input_shape):
+        self.w = self.add_weight(shape=(input_shape[-1],), initializer="ones")
+
+    def call(self, x):
+        scale = float(tf.reduce_max(x).numpy())  # culprit: .numpy() in a layer's call
+        return x * self.w * scale
+
+
+class Accumulator:
+    def total(self, n):
+        parts = []
+        i = tf.constant(0)
+        while i < n:
+            parts.append(tf.cast(i, tf.float32))  # culprit: bound method, list in While
+            i += 1
+        return tf.add_n(parts)

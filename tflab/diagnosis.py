@@ -202,6 +202,11 @@ def _user_site(exc: BaseException, frames: list[_Frame]) -> tuple[str, int | Non
     variable names).
     """
     loc: dict = {}
+    # Frames before the first TF frame are the caller's (the line that called
+    # get_concrete_function), not the function's code.
+    first_tf = next((i for i, fr in enumerate(frames)
+                     if os.sep + "tensorflow" + os.sep in fr.filename), 0)
+    frames = frames[first_tf:]
     for fr in reversed(frames):
         if _is_user_file(fr.filename) or _is_generated(fr.filename):
             loc = fr.locals
@@ -451,21 +456,27 @@ def _recorder(filename: str, first: int, last: int):
 
 def _owner_from_ops(graph, src: _Source | None) -> tuple[int, str] | None:
     """(line, kind) of the graph if/for/while whose body made ``graph``'s ops, read
-    from the ops' creation tracebacks (used when no statement map was recorded)."""
+    from the ops' creation tracebacks (used when no statement map was recorded):
+    the innermost frame, in the user's file, on an if/for/while header line."""
+    from tflab.autograph import _same_file
+
     if src is None or graph is None:
         return None
-    lines = set()
+    kinds = {ast.For: "for", ast.While: "while", ast.If: "if"}
+    found: dict[int, int] = {}
     for op in getattr(graph, "get_operations", lambda: [])():
+        last = None
         for frame in op.traceback or ():
-            if frame.filename == src.filename or os.path.abspath(frame.filename) == src.filename:
-                lines.add(frame.lineno)
-    best = None
-    for ln in lines:
-        for node in src.loops_around(ln):
-            kind = {ast.For: "for", ast.While: "while", ast.If: "if"}[type(node)]
-            if node.lineno in lines and (best is None or node.lineno > best[0]):
-                best = (node.lineno, kind)
-    return best
+            if _same_file(frame.filename, src.filename):
+                node = src.stmt_at(frame.lineno)
+                if isinstance(node, tuple(kinds)) and node.lineno == frame.lineno:
+                    last = node
+        if last is not None:
+            found[last.lineno] = found.get(last.lineno, 0) + 1
+    if not found:
+        return None
+    line = max(found, key=lambda ln: (found[ln], ln))
+    return line, kinds[type(src.stmt_at(line))]
 
 
 # --------------------------------------------------------------------------- engine
