@@ -204,3 +204,19 @@ def test_cli_exit_codes(run_cli):
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
     code, out, err = run_cli("diagnose", target, "--arg", "n=int32[")
     assert code == 2 and "--arg n=int32[" in err
+
+
+def test_tour_step5_diagnoses_a_failing_function(small_keras_file, tmp_path):
+    import inspect
+
+    from tflab._tour import s05_autograph
+    from tflab.tour import run_tour
+
+    report = run_tour(model_path=str(small_keras_file), out_dir=str(tmp_path / "tour"), quiet=True,
+                      only=["s05_autograph"])
+    d = report["diagnosis"]
+    lines, start = inspect.getsourcelines(s05_autograph.running_sums)
+    append = start + next(i for i, ln in enumerate(lines) if "sums.append(total)" in ln)
+    assert (d["kind"], d["line"], d["statement"]) == ("python-list-in-tensor-loop", append,
+                                                      "sums.append(total)")
+    assert "TensorArray" in d["fix"]
