@@ -655,8 +655,11 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
     except Exception as e:
         where = _autograph_frame(e, filename) or user_frame(e)
         mode = (f" under strict AutoGraph conversion ({_STRICT_ENV}=1)" if strict_on else "")
-        raise UsageError(f"tracing {name}{mode} raised {_error_line(e)}"
-                         + (f" (at {where})" if where else "") + _unconverted_hint(e)) from e
+        from tflab.diagnosis import with_diagnosis
+
+        raise with_diagnosis(UsageError(f"tracing {name}{mode} raised {_error_line(e)}"
+                                        + (f" (at {where})" if where else "") + _unconverted_hint(e)),
+                             e, python_fn) from e
     finally:
         tf_logger.removeFilter(catcher)
 

@@ -517,9 +517,143 @@ def diagnose_exception(exc: BaseException, fn: Callable | None = None, *, stage:
     Returns:
         A `Diagnosis` with ``ok=False``.
     """
-    ctx = _context(fn, args, kwargs or {}, from_signature=False)
-    ctx.stage, ctx.concrete, ctx.graph_labels = stage, concrete, dict(graph_labels or {})
-    return _classify(exc, ctx)
+    ctx = _Context(name=getattr(fn, "__qualname__", None) or "<function>")
+    try:
+        ctx = _context(fn, args, kwargs or {}, from_signature=False)
+        ctx.stage, ctx.concrete, ctx.graph_labels = stage, concrete, dict(graph_labels or {})
+        return _classify(exc, ctx)
+    except Exception as bug:  # never let the diagnosis hide the user's own error
+        from tflab.autograph import _error_line
+
+        return Diagnosis(function=ctx.name, ok=False, kind="unrecognized", error=_error_line(exc),
+                         explanation=f"tflab could not classify it ({type(bug).__name__}: {bug})",
+                         fix="read TF's error", stage=stage)
+
+
+def with_diagnosis(err: BaseException, exc: BaseException, fn: Callable | None = None,
+                   **kw: Any) -> BaseException:
+    """Adds the diagnosis of ``exc`` to a tflab error about the same failure.
+
+    The hook other modules call where they turn a failed trace into one line
+    (`trace_and_inspect`, `autograph_diff`, `compare_modes`): the error keeps its
+    type and its message, gains ``; KIND at FILE:LINE: FIX`` (unless the kind is
+    ``unrecognized``) and carries the `Diagnosis` as ``err.diagnosis``.
+
+    Args:
+        err: the error about to be raised (its message is one line).
+        exc: the exception TF raised.
+        fn: the function that was traced.
+        **kw: passed to `diagnose_exception`.
+
+    Returns:
+        ``err``, for ``raise with_diagnosis(UsageError(...), e, fn) from e``.
+    """
+    d = diagnose_exception(exc, fn, **kw)
+    err.diagnosis = d
+    if d.kind != "unrecognized" and err.args and isinstance(err.args[0], str):
+        err.args = (f"{err.args[0]}; {diagnosis_suffix(d)}",) + tuple(err.args[1:])
+    return err
+
+
+def diagnosis_note(exc: BaseException, fn: Callable | None = None) -> str:
+    """``"; KIND at FILE:LINE `statement`: FIX"`` for ``exc``, or "" when unrecognized:
+    what `compare_modes` appends to a failed mode's one-line error."""
+    d = diagnose_exception(exc, fn)
+    return "" if d.kind == "unrecognized" else "; " + diagnosis_suffix(d)
+
+
+def diagnosis_suffix(d: Diagnosis) -> str:
+    """``KIND at FILE:LINE `statement`: FIX``, for one-line reports."""
+    where = f" at {os.path.basename(d.filename)}:{d.line} `{d.statement}`" if d.line else ""
+    return f"{d.kind}{where}: {d.fix}"
+
+
+def probe_diagnosis(probe: Any, trace: Any, exc: BaseException, entry: Any) -> Any:
+    """``trace`` (a `tflab.retrace.Trace`) with ``.diagnosis`` set, for a trace
+    that raised (``entry`` None) or a new trace whose call raised.
+
+    Each earlier trace's FuncGraph is labelled ``#N`` from the probe's function
+    cache (an ordered map, one entry per successful trace), so a tensor kept
+    from trace #1 is named as such.
+    """
+    concrete = None
+    labels: dict[int, str] = {}
+    try:
+        primary = probe.function._function_cache._primary
+        kept = [t for t in probe.traces if t.kind != "failed"] + ([trace] if entry is not None else [])
+        for t, (_key, cf) in zip(kept, list(primary.items())):
+            labels[id(cf.graph)] = f"#{t.index}"
+        if entry is not None:
+            concrete = primary.get(entry)
+    except (AttributeError, TypeError):
+        pass
+    d = diagnose_exception(exc, getattr(probe, "_user_fn", None) or getattr(probe, "function", None),
+                           stage="trace" if entry is None else "call", concrete=concrete,
+                           graph_labels=labels)
+    return dataclasses.replace(trace, diagnosis=d)
+
+
+class ShapeReadWarning(UserWarning):
+    """A function reads a static dim (``x.shape[i]``, ``len(x)``) that its
+    input_signature leaves None: at trace time Python gets None (or AutoGraph an
+    int32 tensor) instead of a number."""
+
+
+def shape_read_warnings(fn: Callable, input_signature: Any) -> list[str]:
+    """One message per ``x.shape[i]`` / ``x.get_shape()[i]`` / ``len(x)`` in ``fn``'s
+    source whose dim is None in ``input_signature`` (case D5), read from the AST
+    before any call.
+
+    Args:
+        fn: the Python function (a `tf.function`'s ``python_function``).
+        input_signature: one `tf.TensorSpec` per positional parameter.
+
+    Returns:
+        Messages, empty when there is no such read or no source.
+    """
+    import tensorflow as tf
+
+    target = inspect.unwrap(getattr(fn, "python_function", fn))
+    try:
+        lines, start = inspect.getsourcelines(target)
+        filename = inspect.getsourcefile(target) or ""
+        params = [p.name for p in inspect.signature(target).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, ValueError, SyntaxError):
+        return []
+    if params and params[0] == "self" and inspect.ismethod(getattr(fn, "python_function", fn)):
+        params = params[1:]
+    specs = {n: s for n, s in zip(params, input_signature or ()) if isinstance(s, tf.TensorSpec)}
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.stmt) or isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            continue
+        for name, dim, n in _shape_reads(node):
+            spec = specs.get(name)
+            if spec is None or spec.shape.rank is None:
+                continue
+            rank = spec.shape.rank
+            if not -rank <= dim < rank or spec.shape[dim] is not None:
+                continue
+            line = n.lineno + start - 1
+            where = f"{os.path.basename(filename)}:{line}"
+            if isinstance(n, ast.Call):
+                out.append(f"{where}: len({name}) reads dim 0 of {name}, which is None in the "
+                           f"input_signature {spec.shape}: AutoGraph makes it an int32 tensor, not a "
+                           f"Python int; tf.cast it before mixing it with {spec.dtype.name}")
+            else:
+                out.append(f"{where}: {ast.unparse(n)} is None when traced: dim {dim} of {name} is None "
+                           f"in the input_signature {spec.shape}; use tf.shape({name})[{dim}]")
+    return sorted(set(out), key=lambda m: int(m.split(":")[1]))
+
+
+def warn_shape_reads(fn: Callable, input_signature: Any, stacklevel: int = 3) -> None:
+    """Warns (`ShapeReadWarning`) once per read that `shape_read_warnings` finds."""
+    import warnings
+
+    for message in shape_read_warnings(fn, input_signature):
+        warnings.warn(message, ShapeReadWarning, stacklevel=stacklevel)
 
 
 def diagnosis_error(exc: BaseException, fn: Callable | None, what: str, **kw: Any) -> DiagnosedError:

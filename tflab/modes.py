@@ -665,6 +665,7 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
             [None] * (len(srcs) + len(variables))
         return outputs, grads
 
+    step.user_function = python_fn  # what tflab.diagnosis reads when a traced mode fails
     runners = {"eager": step, "graph": tf.function(step),
                "xla": tf.function(step, jit_compile=True)}
     results: dict[str, ModeResult] = {}
@@ -765,6 +766,8 @@ def _run_modes(run_modes, runners, sources, grad_names, results, name, hlo, repe
                restore, output_names, atol):
     """Runs each mode (eager first: the reference), fills ``results``, then fetches HLO.
     ``restore`` puts the function's variables back before each mode's first call."""
+    from tflab.diagnosis import diagnosis_note
+
     from tflab._target import error_summary, user_frame
 
     reference = None
@@ -789,6 +792,8 @@ def _run_modes(run_modes, runners, sources, grad_names, results, name, hlo, repe
             else:
                 where = user_frame(e)
                 reason = error_summary(e)[:300] + (f" (at {where})" if where else "")
+                if mode != "eager":  # a failed trace: kind, culprit line and fix (tflab.diagnosis)
+                    reason += diagnosis_note(e, getattr(runners["eager"], "user_function", None))
             if mode == "eager":
                 raise UsageError(f"{name}'s eager forward+backward step raised {reason}") from e
             results[mode] = ModeResult(mode, None, None, None, None, None, None, error=reason)

@@ -214,6 +214,9 @@ def stabilize(fn: Callable, input_signature: Sequence[Any] | None = None,
         jit = getattr(fn, "_jit_compile", None)
         if jit is not None:
             tf_function_kwargs["jit_compile"] = jit
+    from tflab.diagnosis import warn_shape_reads
+
+    warn_shape_reads(py_fn, input_signature)  # x.shape[i] on a dim left None (case D5)
     return tf.function(py_fn, input_signature=input_signature, **tf_function_kwargs)
 
 

@@ -347,6 +347,7 @@ def get_concrete_function(fn: Any, *args, **kwargs):
             user's frame. The original exception is ``__cause__``.
     """
     from tflab._target import error_summary, user_frame
+    from tflab.diagnosis import with_diagnosis
 
     tf_fn = as_tf_function(fn)
     try:
@@ -369,12 +370,12 @@ def get_concrete_function(fn: Any, *args, **kwargs):
                              + ("pass arguments that fit its input_signature (or drop input_signature)"
                                 if has_sig else "pass arguments that fit its parameters")) from e
         where = user_frame(e)
-        raise TraceError(f"{function_name(fn)} raised while tracing: {error_summary(e)}"
-                         + (f" (at {where})" if where else "")) from e
+        raise with_diagnosis(TraceError(f"{function_name(fn)} raised while tracing: {error_summary(e)}"
+                                        + (f" (at {where})" if where else "")), e, fn) from e
     except Exception as e:  # the user's Python body failed at trace time
         where = user_frame(e)
-        raise TraceError(f"{function_name(fn)} raised while tracing: {error_summary(e)}"
-                         + (f" (at {where})" if where else "")) from e
+        raise with_diagnosis(TraceError(f"{function_name(fn)} raised while tracing: {error_summary(e)}"
+                                        + (f" (at {where})" if where else "")), e, fn) from e
 
 
 def inspect_concrete_function(concrete_function: Any, name: str | None = None) -> TraceReport:
