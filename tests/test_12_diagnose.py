@@ -220,3 +220,94 @@ def test_tour_step5_diagnoses_a_failing_function(small_keras_file, tmp_path):
     assert (d["kind"], d["line"], d["statement"]) == ("python-list-in-tensor-loop", append,
                                                       "sums.append(total)")
     assert "TensorArray" in d["fix"]
+
+
+# ------------------------------------------------------------- the other verbs report it
+
+
+def test_trace_and_inspect_and_autograph_diff_errors_carry_the_diagnosis():
+    from tflab import autograph_diff, trace_and_inspect
+
+    with pytest.raises(UsageError) as info:
+        trace_and_inspect(c.d1_list_in_loop, INT)
+    d = info.value.diagnosis
+    assert (d.kind, d.line) == ("python-list-in-tensor-loop", line_of("D1 culprit"))
+    msg = str(info.value)
+    assert "\n" not in msg and f"cases.py:{line_of('D1 culprit')} `digits.append(i)`" in msg
+    assert "TensorArray" in msg
+    with pytest.raises(UsageError) as info:
+        autograph_diff(c.d7_branch_none, S([3]))
+    assert info.value.diagnosis.kind == "branch-variable-undefined"
+    assert "branch-variable-undefined at cases.py" in str(info.value)
+
+
+def test_cli_inspect_prints_the_diagnosis_in_one_line(run_cli):
+    code, out, err = run_cli("inspect", f"{CASES}:d8_branch_dtype", "--arg", "x=float32[3]")
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert f"branch-dtype-mismatch at cases.py:{line_of('D8 culprit')}" in err
+
+
+def test_compare_modes_graph_failure_says_why():
+    from tflab import compare_modes
+
+    r = compare_modes(c.d1_list_in_loop, tf.constant(4), repeats=1)
+    assert r.modes["eager"].error is None  # a Python list of eager tensors is fine eagerly
+    assert f"python-list-in-tensor-loop at cases.py:{line_of('D1 culprit')}" in r.modes["graph"].error
+
+
+def test_retrace_probe_d2_names_trace_1_and_the_fix():
+    from tflab import RetraceProbe
+
+    c.kept.clear()
+    probe = RetraceProbe(c.d2_kept)
+    probe(tf.ones([2]))
+    with pytest.raises(TypeError):
+        probe(tf.ones([3]))
+    c.kept.clear()
+    first, second = probe.traces
+    assert first.diagnosis is None
+    assert second.kind == "retrace" and second.reasons == ["x: shape (2,) -> (3,)"]
+    d = second.diagnosis
+    assert (d.kind, d.stage, d.line) == ("tensor-from-another-funcgraph", "call", line_of("D2 culprit"))
+    assert "the graph of trace #2 captured mul:0" in d.explanation
+    assert "trace #1's FuncGraph" in d.explanation and "`kept`" in d.explanation
+    assert "return" in d.fix and "tf.Variable" in d.fix
+
+
+def test_retrace_probe_failed_trace_carries_the_diagnosis():
+    from tflab import RetraceProbe
+
+    probe = RetraceProbe(c.d7_branch_none)
+    with pytest.raises(ValueError):
+        probe(tf.ones([3]))
+    (t,) = probe.traces
+    assert t.kind == "failed"
+    assert (t.diagnosis.kind, t.diagnosis.line) == ("branch-variable-undefined", line_of("D7 culprit"))
+
+
+def test_stabilize_warns_before_any_call_about_a_relaxed_dim():
+    from tflab import stabilize
+    from tflab.diagnosis import ShapeReadWarning
+
+    with pytest.warns(ShapeReadWarning) as seen:
+        f = stabilize(c.d5_shape.python_function, examples=[tf.ones([2, 8]), tf.ones([3, 8])])
+    assert f.experimental_get_tracing_count() == 0  # before the first call
+    (w,) = seen
+    assert str(w.message) == (f"cases.py:{line_of('D5 culprit')}: x.shape[0] is None when traced: dim 0 "
+                              f"of x is None in the input_signature (None, 8); use tf.shape(x)[0]")
+    with pytest.warns(ShapeReadWarning, match=r"len\(x\) reads dim 0 of x"):
+        stabilize(c.d6_len.python_function, examples=[tf.ones([2, 8]), tf.ones([3, 8])])
+
+
+def test_stabilize_is_silent_when_the_read_dim_is_fixed():
+    import warnings
+
+    from tflab import stabilize
+
+    def width(x):
+        return tf.zeros([x.shape[1]])  # dim 1 is 8 in every example: stays 8
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        f = stabilize(width, examples=[tf.ones([2, 8]), tf.ones([3, 8])])
+    assert f.input_signature[0].shape.as_list() == [None, 8]
