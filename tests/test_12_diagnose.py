@@ -311,3 +311,23 @@ def test_stabilize_is_silent_when_the_read_dim_is_fixed():
         warnings.simplefilter("error")
         f = stabilize(width, examples=[tf.ones([2, 8]), tf.ones([3, 8])])
     assert f.input_signature[0].shape.as_list() == [None, 8]
+
+
+def test_d9_dict_keys_renamed_in_the_signature_def(tmp_path):
+    import numpy as np
+
+    from tflab import save_and_reload, tflite_roundtrip
+
+    examples = {"foo": np.arange(3, dtype=np.int32), "bar": np.ones(3, np.float32)}
+    with pytest.raises(UsageError) as info:
+        save_and_reload(c.DictServe(), str(tmp_path / "plain"), examples)
+    msg = str(info.value)
+    assert "missing ['inputs', 'inputs_1'] unknown ['bar', 'foo']" in msg
+    assert "'bar' -> 'inputs', 'foo' -> 'inputs_1'" in msg and "tf.TensorSpec(..., name=" in msg
+    m = c.DictServe()  # save_and_reload checked the examples before saving: save it here
+    tf.saved_model.save(m, str(tmp_path / "plain"), signatures=m.serve)
+    with pytest.raises(UsageError, match="'bar' -> 'inputs', 'foo' -> 'inputs_1'"):
+        tflite_roundtrip(str(tmp_path / "plain"), examples)
+    # The fix the message names works: named TensorSpecs keep the keys.
+    check = save_and_reload(c.NamedDictServe(), str(tmp_path / "named"), examples)
+    assert check.bit_exact

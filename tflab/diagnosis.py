@@ -593,6 +593,49 @@ def probe_diagnosis(probe: Any, trace: Any, exc: BaseException, entry: Any) -> A
     return dataclasses.replace(trace, diagnosis=d)
 
 
+def renamed_keys_hint(missing: list[str], unknown: list[str], inputs: Any, batch: Any) -> str:
+    """Why a SignatureDef does not take a dict input's own keys (case D9), or "".
+
+    A SignatureDef's inputs are the flattened leaves of the function's
+    arguments: a dict argument is flattened in sorted key order
+    (`tf.nest.flatten`) and each leaf is named after the parameter, ``inputs``,
+    ``inputs_1``, … unless its `tf.TensorSpec` has a ``name``. When the missing
+    names are exactly such a run (``P``, ``P_1``, …, ``P_{k-1}``) and the user
+    gave ``k`` unknown keys whose sorted order matches them dtype by dtype, the
+    keys were renamed: the hint gives the mapping and the fix.
+
+    Args:
+        missing: the signature's input names the examples lack.
+        unknown: the example keys the signature does not take.
+        inputs: name -> TensorInfo (with ``.dtype`` as a string) of the signature;
+            a plain collection of names skips the dtype check.
+        batch: the example batch, key -> array.
+
+    Returns:
+        ``"; TF flattened … 'bar' -> 'inputs', …"`` or "".
+    """
+    import numpy as np
+
+    if not missing or len(missing) != len(unknown):
+        return ""
+    stem = min(missing, key=len)
+    flat = [stem] + [f"{stem}_{i}" for i in range(1, len(missing))]
+    if sorted(flat) != sorted(missing):
+        return ""
+    pairs = list(zip(sorted(unknown), flat))
+    for key, name in pairs:
+        arr = np.asarray(batch[key])
+        want = getattr(inputs.get(name) if isinstance(inputs, dict) else None, "dtype", None)
+        got = "string" if arr.dtype.kind in "OSU" else arr.dtype.name
+        if want is not None and str(want) != got:
+            return ""
+    mapping = ", ".join(f"{k!r} -> {n!r}" for k, n in pairs)
+    first = pairs[0][0]
+    return (f"; TF flattened the dict input {stem!r} in sorted key order and named its leaves "
+            f"{stem}, {stem}_1, …: {mapping}. Feed those names, or keep your keys as input "
+            f"names with tf.TensorSpec(..., name={first!r}) for each entry of the input_signature")
+
+
 class ShapeReadWarning(UserWarning):
     """A function reads a static dim (``x.shape[i]``, ``len(x)``) that its
     input_signature leaves None: at trace time Python gets None (or AutoGraph an

@@ -220,3 +220,21 @@ class Accumulator:
             parts.append(tf.cast(i, tf.float32))  # culprit: bound method, list in While
             i += 1
         return tf.add_n(parts)
+
+
+class DictServe(tf.Module):
+    """Case D9: a dict input; the SignatureDef names its leaves inputs, inputs_1."""
+
+    @tf.function(input_signature=[{"foo": tf.TensorSpec([None], tf.int32),
+                                   "bar": tf.TensorSpec([None], tf.float32)}])
+    def serve(self, inputs):
+        return {"foo2": inputs["foo"] * 2, "bar2": inputs["bar"] + 1.0}
+
+
+class NamedDictServe(tf.Module):
+    """D9's fix: each TensorSpec keeps its key as the input name."""
+
+    @tf.function(input_signature=[{"foo": tf.TensorSpec([None], tf.int32, name="foo"),
+                                   "bar": tf.TensorSpec([None], tf.float32, name="bar")}])
+    def serve(self, inputs):
+        return {"foo2": inputs["foo"] * 2, "bar2": inputs["bar"] + 1.0}
