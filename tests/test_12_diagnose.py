@@ -331,3 +331,18 @@ def test_d9_dict_keys_renamed_in_the_signature_def(tmp_path):
     # The fix the message names works: named TensorSpecs keep the keys.
     check = save_and_reload(c.NamedDictServe(), str(tmp_path / "named"), examples)
     assert check.bit_exact
+
+
+def test_stabilization_report_failure_is_one_line_with_the_diagnosis():
+    import warnings
+
+    from tflab import stabilization_report
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the ShapeReadWarning tested above
+        with pytest.raises(UsageError) as info:
+            stabilization_report(c.d5_shape.python_function, [tf.ones([2, 8]), tf.ones([3, 8])],
+                                 variants=("input_signature",))
+    assert info.value.diagnosis.kind == "shape-dim-is-none"
+    assert str(info.value).startswith("stabilization_report: the input_signature variant raised TypeError")
+    assert f"cases.py:{line_of('D5 culprit')}" in str(info.value) and "\n" not in str(info.value)

@@ -45,7 +45,6 @@ _EXPORTS = {
     "export_model": "tflab.export",
     "diagnose": "tflab.diagnosis",
     "Diagnosis": "tflab.diagnosis",
-    "DiagnosedError": "tflab.diagnosis",
     "TflabError": "tflab.errors",
     "UsageError": "tflab.errors",
 }

@@ -128,19 +128,6 @@ class Diagnosis:
         return dataclasses.asdict(self)
 
 
-class DiagnosedError(UsageError):
-    """A function failed to trace or run; ``.diagnosis`` holds the `Diagnosis`.
-
-    Args:
-        message: one line (the diagnosis summary, prefixed by what was done).
-        diagnosis: the `Diagnosis`.
-    """
-
-    def __init__(self, message: str, diagnosis: Diagnosis):
-        super().__init__(message)
-        self.diagnosis = diagnosis
-
-
 # --------------------------------------------------------------------------- frames
 
 
@@ -555,6 +542,14 @@ def with_diagnosis(err: BaseException, exc: BaseException, fn: Callable | None =
     return err
 
 
+def diagnosed_error(what: str, exc: BaseException, fn: Callable | None = None, **kw: Any) -> UsageError:
+    """``UsageError("{what} raised {TF's first line}; KIND at FILE:LINE: FIX")`` with
+    ``.diagnosis``, for ``raise diagnosed_error("…", e, fn) from e``."""
+    from tflab.autograph import _error_line
+
+    return with_diagnosis(UsageError(f"{what} raised {_error_line(exc)}"), exc, fn, **kw)
+
+
 def diagnosis_note(exc: BaseException, fn: Callable | None = None) -> str:
     """``"; KIND at FILE:LINE `statement`: FIX"`` for ``exc``, or "" when unrecognized:
     what `compare_modes` appends to a failed mode's one-line error."""
@@ -697,19 +692,6 @@ def warn_shape_reads(fn: Callable, input_signature: Any, stacklevel: int = 3) ->
 
     for message in shape_read_warnings(fn, input_signature):
         warnings.warn(message, ShapeReadWarning, stacklevel=stacklevel)
-
-
-def diagnosis_error(exc: BaseException, fn: Callable | None, what: str, **kw: Any) -> DiagnosedError:
-    """A `DiagnosedError` for a failure other verbs caught: ``"{what}: {summary}"``.
-
-    Args:
-        exc: the original exception.
-        fn: the function.
-        what: what was being done, e.g. ``"tracing f"``.
-        **kw: passed to `diagnose_exception`.
-    """
-    d = diagnose_exception(exc, fn, **kw)
-    return DiagnosedError(f"{what} failed: {d.error}; diagnosis: {d.summary()}", d)
 
 
 def _python_target(fn: Callable) -> Callable:

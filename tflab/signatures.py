@@ -369,7 +369,12 @@ def stabilization_report(fn: Callable, examples: Iterable[Any],
         outs = []
         first = None
         for call in calls:
-            outs.append(f(*call))
+            try:
+                outs.append(f(*call))
+            except Exception as e:  # one line with the diagnosis instead of TF's wall
+                from tflab.diagnosis import diagnosed_error
+
+                raise diagnosed_error(f"stabilization_report: the {variant} variant", e, py_fn) from e
             if first is None:
                 first = len(log)
         outputs[variant] = outs
