@@ -346,3 +346,12 @@ def test_stabilization_report_failure_is_one_line_with_the_diagnosis():
     assert info.value.diagnosis.kind == "shape-dim-is-none"
     assert str(info.value).startswith("stabilization_report: the input_signature variant raised TypeError")
     assert f"cases.py:{line_of('D5 culprit')}" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_d10_type_hints_row_counts_what_tf_counts():
+    from tflab import retrace_demo
+
+    row = retrace_demo._type_hints(tf)
+    # experimental_follow_type_hints no longer converts 1 and 2: two Literals, two traces.
+    assert (row.traces, row.tf_tracing_count, row.traces_after) == (2, 2, 1)
+    assert row.reasons == ("#2 x: 1 -> 2",) and row.prevention == "pass tf.constant(n)"

@@ -1072,8 +1072,7 @@ def _param_note(ctx: _Context, name: str, dim: int) -> str:
 
     spec = ctx.params.get(name)
     if isinstance(spec, tf.TensorSpec):
-        where = "the input_signature" if ctx.from_signature or ctx.python_fn is not None and \
-            getattr(ctx, "from_signature", False) else "its TensorSpec"
+        where = "the input_signature" if ctx.from_signature else "its TensorSpec"
         return f" ({name} is traced as {tf.TensorShape(spec.shape)} in {where})"
     return ""
 
