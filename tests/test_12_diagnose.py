@@ -82,6 +82,8 @@ OTHERS = [
      "main branch"),
     ("int_float_branches", lambda: c.branch_int_float, (S([3]),), "branch-dtype-mismatch", "culprit: int32 and float32 branches",
      "dtype"),
+    ("runtime_op_error", lambda: c.gather_out_of_range, (S([3]),), "runtime-op-error",
+     "culprit: index 10 of a length-3 vector, found at run time", "tf.debugging"),
     ("unrecognized", lambda: c.strange_error, (S([3]),), "unrecognized", "culprit: not a tflab rule", ""),
 ]
 
@@ -355,3 +357,9 @@ def test_d10_type_hints_row_counts_what_tf_counts():
     # experimental_follow_type_hints no longer converts 1 and 2: two Literals, two traces.
     assert (row.traces, row.tf_tracing_count, row.traces_after) == (2, 2, 1)
     assert row.reasons == ("#2 x: 1 -> 2",) and row.prevention == "pass tf.constant(n)"
+
+
+def test_runtime_op_error_names_the_op_and_tf_detail():
+    d = diagnose(c.gather_out_of_range, S([3]))
+    assert d.stage == "call" and d.error == "InvalidArgumentError: indices = 10 is not in [0, 3)"
+    assert "the GatherV2 op 'GatherV2' failed when the ConcreteFunction ran" in d.explanation

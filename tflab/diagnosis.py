@@ -70,6 +70,7 @@ class Diagnosis:
             ``return-in-tensor-loop``, ``comprehension-over-tensor``,
             ``tensor-iterated-in-python``, ``dtype-mismatch``,
             ``python-state-in-tensor-if``, ``tensor-from-another-funcgraph``,
+            ``runtime-op-error`` (the trace was fine, an op failed when run),
             ``unrecognized``), or None when ``ok``.
         line: the culprit line (1-based) in ``filename``: the line to change,
             which is not always the line TF's traceback ends on; None if unknown.
@@ -740,7 +741,7 @@ def _classify(exc: BaseException, ctx: _Context) -> Diagnosis:
     node = src.stmt_at(line) if src and line else None
     for rule in (_rule_escaped_tensor, _rule_foreign_capture, _rule_bool_or_iter, _rule_numpy,
                  _rule_cond_vars, _rule_loop_vars, _rule_loop_init, _rule_shape_none,
-                 _rule_dtype_mismatch):
+                 _rule_dtype_mismatch, _rule_runtime_op):
         d = rule(exc, ctx, frames, filename, line, loc, src, node)
         if d is not None:
             return d
@@ -1146,6 +1147,37 @@ def _rule_dtype_mismatch(exc, ctx, frames, filename, line, loc, src, node):
     return _make(ctx, exc, "dtype-mismatch", filename, line,
                  f"the {op_type} op needs all its inputs in one dtype; TF does not convert "
                  f"between dtypes", "tf.cast one operand to the other's dtype")
+
+
+def _rule_runtime_op(exc, ctx, frames, filename, line, loc, src, node):
+    """An op that failed when the ConcreteFunction ran (the trace was fine): the
+    runtime names the node (``[[{{node NAME}}]]``); the op of that name in the
+    FuncGraph, or in an If/While branch/body FuncGraph, records the Python stack
+    it was made from (``Operation.traceback``), whose innermost user frame is the
+    culprit."""
+    from tflab.autograph import _walk_ops
+
+    if ctx.stage != "call" or ctx.concrete is None or not hasattr(exc, "error_code"):
+        return None
+    text = str(exc)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    failed = None
+    for op in _walk_ops(ctx.concrete.graph):
+        if "{{node " + op.name + "}}" in text:
+            failed = op
+    if failed is None:
+        return None
+    frames_ = [f for f in (failed.traceback or ()) if _is_user_file(f.filename)]
+    o_file, o_line = (frames_[-1].filename, frames_[-1].lineno) if frames_ else (filename, line)
+    marker = next((i for i, ln in enumerate(lines) if ln.startswith("[[")), len(lines))
+    detail = lines[marker - 1] if marker > 0 else lines[0] if lines else ""
+    d = _make(ctx, exc, "runtime-op-error", o_file, o_line,
+              f"the trace was fine; the {failed.type} op {failed.name!r} failed when the "
+              f"ConcreteFunction ran (diagnose runs it once on seeded random values for each "
+              f"TensorSpec, {UNKNOWN_DIM_SIZE} for a None dim)",
+              "the values, not the trace, are wrong: check what reaches this op "
+              "(tf.debugging.assert_* or tf.print inside the function)")
+    return dataclasses.replace(d, error=f"{type(exc).__name__}: {detail}")
 
 
 def _other_dtype(operands, t) -> str:

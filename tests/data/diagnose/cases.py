@@ -238,3 +238,7 @@ class NamedDictServe(tf.Module):
                                    "bar": tf.TensorSpec([None], tf.float32, name="bar")}])
     def serve(self, inputs):
         return {"foo2": inputs["foo"] * 2, "bar2": inputs["bar"] + 1.0}
+
+
+def gather_out_of_range(x):
+    return tf.gather(x, 10)  # culprit: index 10 of a length-3 vector, found at run time
