@@ -348,8 +348,25 @@ def _dims(shape: str) -> list[str] | None:
     return [d.strip() for d in shape[1:-1].split(",") if d.strip()]
 
 
+# TraceType reprs another tflab module explains, by repr prefix: the module has
+# diff_trace_type(path, old, new) -> list[Reason] and describe_trace_type(text) -> str.
+TRACE_TYPE_HOOKS = {"PerReplicaSpec(": "tflab.distribute"}
+
+
+def _hook(node: _Node):
+    if node.kind == "other":
+        for prefix, module in TRACE_TYPE_HOOKS.items():
+            if node.value.startswith(prefix):
+                import importlib
+
+                return importlib.import_module(module)
+    return None
+
+
 def _describe(node: _Node) -> str:
     """A short human label for a TraceType tree (used for kind changes and first traces)."""
+    if _hook(node) is not None:
+        return _hook(node).describe_trace_type(node.value)
     if node.kind == "tensor":
         return f"{node.dtype}{node.shape}" if node.name == "TensorSpec" else f"{node.name} {node.dtype}{node.shape}"
     if node.kind == "literal":
@@ -391,6 +408,9 @@ def _child_path(path: str, node: _Node, key: str) -> str:
 def _diff(path: str, a: _Node, b: _Node, out: list[Reason]) -> None:
     """Appends one Reason per leaf where TraceType trees ``a`` (earlier) and ``b`` differ."""
     if a == b:
+        return
+    if _hook(a) is not None and _hook(a) is _hook(b):
+        out.extend(_hook(a).diff_trace_type(path, a.value, b.value))
         return
     # List vs Tuple, Dict vs NamedTuple, two NamedTuple types: a change of kind.
     if a.kind != b.kind or (a.kind in ("seq", "map") and a.name != b.name):

@@ -35,7 +35,7 @@ def _examples_list(examples: Any) -> list[tuple]:
 
     if examples is None:
         return []
-    if isinstance(examples, tf.data.Dataset):
+    if isinstance(examples, (tf.data.Dataset, tf.distribute.DistributedDataset)):
         return [_as_call(e) for e in examples]
     if not isinstance(examples, (list, tuple)) or hasattr(examples, "shape"):
         raise UsageError("examples must be a list of example calls (each a tuple of positional "
@@ -51,6 +51,8 @@ def _leaf_spec(value: Any, where: str):
         return value
     if isinstance(value, (tf.Tensor, tf.Variable, np.ndarray)):
         return tf.TensorSpec(value.shape, tf.as_dtype(value.dtype))
+    if isinstance(value, tf.distribute.DistributedValues):  # PerReplica: a PerReplicaSpec
+        return value._type_spec
     raise UsageError(f"{where} is a Python {type(value).__name__} ({value!r:.40}); an input_signature "
                      "describes tensors only: pass it as a tensor (tf.constant) or bind it with "
                      "functools.partial before stabilizing")
@@ -59,6 +61,10 @@ def _leaf_spec(value: Any, where: str):
 def _relax(a, b):
     import tensorflow as tf
 
+    if not (isinstance(a, tf.TensorSpec) and isinstance(b, tf.TensorSpec)):
+        from tflab.distribute import relax_spec  # PerReplicaSpec: relaxed per replica
+
+        return relax_spec(a, b, _relax)
     if a.dtype != b.dtype:
         raise UsageError(f"examples disagree on dtype ({a.dtype.name} vs {b.dtype.name}); an input_signature "
                          "has one dtype per input: cast the inputs to one dtype first")
