@@ -808,6 +808,16 @@ def mirrored_lab(export_dir: str | None = None) -> dict:
     except AssertionError as e:
         out["expect_traces_error"] = str(e)
 
+    # expect_traces on the tf.function itself reads TF's trace log: same reasons.
+    plain_fn = tf.function(step)
+    try:
+        with expect_traces(plain_fn, at_most=1):
+            for x, y in dist:
+                plain_fn(x, y)
+        out["expect_traces_tf_function_error"] = None
+    except AssertionError as e:
+        out["expect_traces_tf_function_error"] = str(e)
+
     # 5. drop_remainder=True: the last partial batch is dropped, so one shape, one trace.
     dr_probe = Probe(step)
     for x, y in strategy.experimental_distribute_dataset(_lab_dataset(drop_remainder=True)):
@@ -940,6 +950,8 @@ class WorkerRow:
         summary_traces: traces of the worker-local ``write_summary`` tf.function.
         summary_reasons: its retrace reasons (a worker-dependent Python flag).
         local_batches: this worker's per-step batch sizes.
+        local_data_sum: the sum of this worker's input features over all
+            steps (each worker's pipeline reads its own examples).
         reduced: ``strategy.reduce(SUM, …)`` of each step: examples over all workers.
         weights: the trained MirroredVariable after the last step.
         seconds: the worker's wall time, seconds.
@@ -955,6 +967,7 @@ class WorkerRow:
     summary_traces: int
     summary_reasons: tuple[str, ...]
     local_batches: tuple[int, ...]
+    local_data_sum: float
     reduced: tuple[float, ...]
     weights: tuple[float, ...]
     seconds: float
@@ -962,7 +975,7 @@ class WorkerRow:
 
 # Fields compared across workers for the "same / differs" lines.
 _COMPARED = ("replicas_in_sync", "step_traces", "replica_runs", "step_reasons", "summary_traces",
-             "summary_reasons", "local_batches", "reduced", "weights")
+             "summary_reasons", "local_batches", "local_data_sum", "reduced", "weights")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1135,10 +1148,12 @@ def worker_main() -> dict:
     probe = Probe(step)
     summary = RetraceProbe(write_summary)
     dist = strategy.distribute_datasets_from_function(dataset_fn)
-    batches, reduced = [], []
+    batches, reduced, data_sum = [], [], 0.0
     elements = list(dist)
     for i, (x, y) in enumerate(elements):
-        batches.append(int(strategy.experimental_local_results(x)[0].shape[0]))
+        local = strategy.experimental_local_results(x)[0]
+        batches.append(int(local.shape[0]))
+        data_sum += float(np.sum(local.numpy(), dtype=np.float64))
         total = probe(x, y)
         reduced.append(float(total))
         summary(total, verbose=(task == 0 and i == len(elements) - 1))
@@ -1150,6 +1165,31 @@ def worker_main() -> dict:
             "step_reasons": [r for t in probe.traces for r in t.reasons],
             "summary_traces": summary.trace_count,
             "summary_reasons": [r for t in summary.traces for r in t.reasons],
-            "local_batches": batches, "reduced": reduced,
+            "local_batches": batches, "local_data_sum": data_sum, "reduced": reduced,
             "weights": [float(v) for v in np.asarray(w.values[0]).ravel()],
             "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def lab_text(report: dict) -> str:
+    """The readable form of `mirrored_lab`'s report (as `run_lab_subprocess` returns it)."""
+    shapes = " ".join("/".join(str(tuple(s)) for s in step) for step in report["per_replica_shapes"])
+    lines = [f"MirroredStrategy over {report['replicas_in_sync']} logical CPUs; per-replica x shapes "
+             f"by step: {shapes}",
+             "plain @tf.function step:"]
+    lines += ["  " + ln for ln in report["plain"]["text"].splitlines()]
+    es = report["element_spec"]
+    lines.append(f"input_signature=dist_dataset.element_spec: {es['trace_count']} trace, "
+                 f"{es['replica_runs']} replica bodies ({es['replica_summary']})")
+    st = report["stabilize"]
+    lines.append(f"stabilize(step, examples=dist_dataset): {st['traces']} trace, signature "
+                 f"{'== element_spec' if st['equals_element_spec'] else st['input_signature']}")
+    lines.append(f"drop_remainder=True: {report['drop_remainder']['traces']} trace")
+    lines += report["inspect"]["text"].splitlines()
+    ex = report.get("export")
+    if ex:
+        dist_ops = ", ".join(ex["distribution_ops"]) or "none"
+        lines.append(f"export after training ({'/'.join(ex['variable_types'])} weights): SavedModel "
+                     f"{'bit-exact' if ex['saved_model_bit_exact'] else 'NOT bit-exact'}; TFLite max |Δ| "
+                     f"{ex['tflite_max_abs_error']:.3g} {'<=' if ex['tflite_within_bound'] else '>'} "
+                     f"bound {ex['tflite_bound']:.3g}; distribution ops in the SavedModel: {dist_ops}")
+    return "\n".join(lines)
