@@ -255,3 +255,22 @@ def test_logical_cpus_after_tf_initialized_is_a_usage_error():
     n = len(tf.config.list_logical_devices("CPU")) + 1
     with pytest.raises(distribute.UsageError, match="fresh process"):
         distribute.configure_logical_cpus(n)
+
+
+def test_tour_section_reports_the_lab(lab, monkeypatch, tmp_path):
+    """The tour's step 11 prints and stores the lab's facts (the lab itself is the fixture's run)."""
+    from tflab._progress import Progress
+    from tflab._tour import s11_distribute
+    from tflab.tour import TourContext
+
+    calls = []
+    monkeypatch.setattr(distribute, "run_lab_subprocess", lambda **kw: calls.append(kw) or lab)
+    ctx = TourContext(model=None, model_source="default", out_dir=tmp_path, report={},
+                      progress_line=Progress("tour", enabled=False), quiet=True)
+    s11_distribute.run(ctx)
+    assert calls == [{"export": False, "timeout": 90}]
+    rep = ctx.report["distribute"]
+    assert (rep["plain"]["trace_count"], rep["plain"]["replica_runs"]) == (2, 4)
+    assert rep["plain"]["reasons"][0] == "x: per-replica shape (2, 4) -> (1, 4)"
+    assert (rep["element_spec"]["trace_count"], rep["stabilize"]["traces"]) == (1, 1)
+    assert rep["inspect"]["cross_replica_ops"] == {"CollectiveReduceV2": 2}

@@ -10,6 +10,7 @@ Public names (imported lazily, since importing TensorFlow takes seconds):
 * step 6 `compare_modes` → `ModeComparison` (tflab/modes.py)
 * step 7 `save_and_reload` → `SavedModelCheck` (tflab/saved_model.py)
 * step 8 `tflite_roundtrip` → `TFLiteCheck` (tflab/litert.py)
+* step 11 `DistributedRetraceProbe`, `inspect_distributed`, `run_workers` (tflab/distribute.py)
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ _EXPORTS = {
     "TFLiteCheck": "tflab.litert",
     "UnsupportedOpsError": "tflab.litert",
     "export_model": "tflab.export",
+    "DistributedRetraceProbe": "tflab.distribute",
+    "inspect_distributed": "tflab.distribute",
+    "DistributedTraceReport": "tflab.distribute",
+    "run_workers": "tflab.distribute",
+    "MultiWorkerReport": "tflab.distribute",
+    "WorkerError": "tflab.distribute",
     "TflabError": "tflab.errors",
     "UsageError": "tflab.errors",
 }

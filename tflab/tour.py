@@ -28,6 +28,7 @@ SECTIONS = [
     ("s06_modes", "Step 6 · compare_modes: eager vs graph vs XLA"),
     ("s07_export", "Steps 7–8 · SavedModel and TFLite round trips"),
     ("s09_custom_op", "Custom op · WarpSoftmax"),
+    ("s11_distribute", "Step 11 · tf.distribute: traces and replica bodies under MirroredStrategy"),
 ]
 
 IMAGE_SHAPE = (96, 96, 3)
