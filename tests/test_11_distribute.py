@@ -72,7 +72,7 @@ def test_element_spec_signature_gives_one_trace_and_two_bodies(lab):
 
 def test_stabilize_infers_the_per_replica_signature(lab):
     st = lab["stabilize"]
-    assert st["equals_element_spec"] is True
+    assert st["equals_element_spec"] is True and st["given_signature_accepted"] is True
     assert (st["traces"], st["replica_runs"]) == (1, 2)
 
 

@@ -483,6 +483,13 @@ def is_distributed_dataset(value: Any) -> bool:
     return isinstance(value, tf.distribute.DistributedDataset)
 
 
+def is_per_replica_spec(spec: Any) -> bool:
+    """True for a ``PerReplicaSpec`` (the TypeSpec of a PerReplica value, ``values.py``)."""
+    from tensorflow.python.distribute import values as values_lib
+
+    return isinstance(spec, values_lib.PerReplicaSpec)
+
+
 def relax_spec(a: Any, b: Any, relax_leaf: Callable[[Any, Any], Any]) -> Any:
     """The ``PerReplicaSpec`` whose components are ``relax_leaf`` of ``a``'s and ``b``'s.
 
@@ -791,11 +798,14 @@ def mirrored_lab(export_dir: str | None = None) -> dict:
 
     # 3. stabilize(examples=dist_dataset): infers the PerReplicaSpec signature.
     stable = stabilize(step, examples=dist)
+    # A given PerReplicaSpec signature is checked against distributed examples too.
+    given = stabilize(step, input_signature=list(dist.element_spec), examples=dist)
     st_probe = Probe(stable)
     for x, y in dist:
         st_probe(x, y)
     out["stabilize"] = {"input_signature": repr(stable.input_signature),
                         "equals_element_spec": tuple(stable.input_signature) == tuple(dist.element_spec),
+                        "given_signature_accepted": tuple(given.input_signature) == tuple(dist.element_spec),
                         "traces": st_probe.trace_count, "replica_runs": st_probe.replica_run_count}
 
     # 4. expect_traces fails on the plain step, naming per-replica shapes.

@@ -61,9 +61,9 @@ def _leaf_spec(value: Any, where: str):
 def _relax(a, b):
     import tensorflow as tf
 
-    if not (isinstance(a, tf.TensorSpec) and isinstance(b, tf.TensorSpec)):
-        from tflab.distribute import relax_spec  # PerReplicaSpec: relaxed per replica
+    from tflab.distribute import is_per_replica_spec, relax_spec
 
+    if is_per_replica_spec(a) or is_per_replica_spec(b):  # relaxed per replica
         return relax_spec(a, b, _relax)
     if a.dtype != b.dtype:
         raise UsageError(f"examples disagree on dtype ({a.dtype.name} vs {b.dtype.name}); an input_signature "
