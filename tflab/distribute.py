@@ -434,6 +434,12 @@ def inspect_distributed(fn: Callable, *args: Any, **kwargs: Any) -> DistributedT
 
     Raises:
         UsageError, TraceError: as `tflab.trace_and_inspect`.
+
+    Example (a step that all-reduces ``x @ w``, ``w`` made in ``strategy.scope()``):
+
+    >>> r = inspect_distributed(step, *dist_dataset.element_spec)
+    >>> r.mirrored_variables[0].type, r.component_handles, r.cross_replica_ops
+    ('MirroredVariable', 2, {'CollectiveReduceV2': 2})
     """
     from tflab.tracing import trace_and_inspect
 
@@ -1070,6 +1076,14 @@ def run_workers(n: int = 2, timeout: float = 60.0, crash_worker: int | None = No
             naming the worker (task index and pid); the others were stopped.
         UsageError: ``n`` outside 2–4, or ``crash_worker`` not a worker index.
         KeyboardInterrupt: after stopping the workers.
+
+    Example:
+
+    >>> report = run_workers(2, timeout=60)
+    >>> [(r.task, r.step_traces, r.replica_runs) for r in report.rows]
+    [(0, 2, 2), (1, 2, 2)]
+    >>> report.differs
+    ('summary_traces', 'summary_reasons', 'local_data_sum')
     """
     if not isinstance(n, int) or not 2 <= n <= 4:
         raise UsageError(f"--workers must be 2, 3 or 4 (each worker is a process with one CPU replica), got {n!r}")
