@@ -1060,7 +1060,7 @@ def run_workers(n: int = 2, timeout: float = 60.0, crash_worker: int | None = No
     return, a worker crash, the timeout, Ctrl-C (SIGINT) or SIGTERM.
 
     Args:
-        n: number of workers (2–4; each is one replica on its CPU).
+        n: number of workers: 2 (each is one replica on its CPU).
         timeout: seconds for the whole run.
         crash_worker: for demonstrations and tests: that worker kills itself
             with SIGKILL after its first step (its peer then blocks in the
@@ -1074,7 +1074,7 @@ def run_workers(n: int = 2, timeout: float = 60.0, crash_worker: int | None = No
     Raises:
         WorkerError: a worker crashed or the run passed ``timeout``: one line
             naming the worker (task index and pid); the others were stopped.
-        UsageError: ``n`` outside 2–4, or ``crash_worker`` not a worker index.
+        UsageError: ``n`` is not 2, or ``crash_worker`` is not a worker index.
         KeyboardInterrupt: after stopping the workers.
 
     Example:
@@ -1085,8 +1085,8 @@ def run_workers(n: int = 2, timeout: float = 60.0, crash_worker: int | None = No
     >>> report.differs
     ('summary_traces', 'summary_reasons', 'local_data_sum')
     """
-    if not isinstance(n, int) or not 2 <= n <= 4:
-        raise UsageError(f"--workers must be 2, 3 or 4 (each worker is a process with one CPU replica), got {n!r}")
+    if n != 2:
+        raise UsageError(f"n must be 2 (the two-worker run is the one measured by the tests), got {n!r}")
     if crash_worker is not None and not (isinstance(crash_worker, int) and 0 <= crash_worker < n):
         raise UsageError(f"--crash-worker must be a worker index 0..{n - 1}, got {crash_worker!r}")
     if not timeout or timeout <= 0:

@@ -18,9 +18,8 @@ HELP = ("trace a strategy.run training step under MirroredStrategy (2 logical CP
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=("all", "mirrored", "workers"), default="all",
-                   help="mirrored: one process, 2 logical CPUs; workers: N worker processes on "
+                   help="mirrored: one process, 2 logical CPUs; workers: 2 worker processes on "
                         "127.0.0.1; all: both (default)")
-    p.add_argument("--workers", type=int, default=2, metavar="N", help="worker processes, 2-4 (default 2)")
     p.add_argument("--timeout", type=float, default=90.0, metavar="S",
                    help="seconds allowed per part; processes still running then are stopped (default 90)")
     p.add_argument("--no-export", action="store_true",
@@ -42,8 +41,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
     if args.crash_worker is not None and args.mode == "mirrored":
         raise UsageError("--crash-worker needs --mode workers or all: the mirrored lab has no workers")
-    if args.mode != "mirrored" and not 2 <= args.workers <= 4:
-        raise UsageError(f"--workers must be 2, 3 or 4, got {args.workers}")
+    if args.crash_worker is not None and args.crash_worker not in (0, 1):
+        raise UsageError(f"--crash-worker must be a worker index 0..1, got {args.crash_worker}")
     parts = ["mirrored"] if args.mode == "mirrored" else ["workers"] if args.mode == "workers" \
         else ["mirrored", "workers"]
     progress = Progress("distribute", total=len(parts), enabled=not args.json)
@@ -56,8 +55,8 @@ def run(args: argparse.Namespace) -> int:
             if not args.json:
                 print(distribute.lab_text(result["mirrored"]))
         else:
-            progress(f"{args.workers} MultiWorkerMirroredStrategy workers on 127.0.0.1")
-            report = distribute.run_workers(args.workers, timeout=args.timeout,
+            progress("2 MultiWorkerMirroredStrategy workers on 127.0.0.1")
+            report = distribute.run_workers(2, timeout=args.timeout,
                                             crash_worker=args.crash_worker, progress=progress.note)
             result["workers"] = report.to_dict()
             if not args.json:
