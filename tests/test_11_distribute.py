@@ -24,6 +24,7 @@ import pytest
 
 from tflab import distribute
 from tflab.distribute import WorkerError, run_lab_subprocess, run_workers
+from tflab.errors import UsageError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -244,7 +245,7 @@ def test_cli_bad_input_is_one_line_exit_2(run_cli, argv, needle):
 
 
 def test_run_workers_takes_two_workers_only():
-    with pytest.raises(distribute.UsageError, match="n must be 2"):
+    with pytest.raises(UsageError, match="n must be 2"):
         run_workers(3)
 
 
@@ -253,7 +254,7 @@ def test_logical_cpus_after_tf_initialized_is_a_usage_error():
 
     tf.constant(1.0) + 1.0  # initializes TF's context in this process
     n = len(tf.config.list_logical_devices("CPU")) + 1
-    with pytest.raises(distribute.UsageError, match="fresh process"):
+    with pytest.raises(UsageError, match="fresh process"):
         distribute.configure_logical_cpus(n)
 
 

@@ -594,10 +594,6 @@ class _Children:
                     os.killpg(p.pid, signal.SIGKILL)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     p.wait(timeout=5.0)
-        # Whatever else is left in a worker's process group (none expected).
-        for p in self.procs:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(p.pid, signal.SIGKILL)
 
 
 @contextlib.contextmanager
