@@ -475,20 +475,6 @@ def inspect_distributed(fn: Callable, *args: Any, **kwargs: Any) -> DistributedT
 # ---------------------------------------------------------------------------
 
 
-def is_distributed_value(value: Any) -> bool:
-    """True for ``tf.distribute.DistributedValues`` (PerReplica, Mirrored…)."""
-    import tensorflow as tf
-
-    return isinstance(value, tf.distribute.DistributedValues)
-
-
-def is_distributed_dataset(value: Any) -> bool:
-    """True for the result of ``strategy.experimental_distribute_dataset`` (or ``…_from_function``)."""
-    import tensorflow as tf
-
-    return isinstance(value, tf.distribute.DistributedDataset)
-
-
 def is_per_replica_spec(spec: Any) -> bool:
     """True for a ``PerReplicaSpec`` (the TypeSpec of a PerReplica value, ``values.py``)."""
     from tensorflow.python.distribute import values as values_lib
@@ -886,14 +872,14 @@ def saved_model_devices(path: str) -> list[str]:
     return sorted(devs)
 
 
-def export_after_distributed_training(strategy: Any, export_dir: str, steps: int = 3) -> dict:
+def export_after_distributed_training(strategy: Any, export_dir: str) -> dict:
     """Trains a small Keras model under ``strategy``, then saves and round-trips it.
 
     The model (Dense(8, relu) -> Dense(3) on 4 features) is built in
     ``strategy.scope()``, so its weights are MirroredVariables, and trained
-    with ``model.fit`` (each step an all-reduce); its variables stay
-    MirroredVariables when it is saved. `tflab.save_and_reload` checks the SavedModel bit by bit against
-    the in-process model; `tflab.tflite_roundtrip` converts it (float) and
+    with ``model.fit`` for 2 steps (each an all-reduce); its variables stay
+    MirroredVariables when it is saved. `tflab.save_and_reload` checks the
+    SavedModel bit by bit against the in-process model; `tflab.tflite_roundtrip` converts it (float) and
     checks LiteRT within its bound. TF saves only the primary component of
     each distributed variable and no replica structure
     (``values.DistributedVariable._export_to_saved_model_graph``), so the
@@ -921,7 +907,7 @@ def export_after_distributed_training(strategy: Any, export_dir: str, steps: int
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         variable_types = sorted({type(v.value).__name__ if hasattr(v, "value") else type(v).__name__
                                  for v in model.weights})
-    model.fit(x, y, batch_size=8, epochs=1, steps_per_epoch=min(steps, 2), verbose=0)
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0)  # 2 steps of global batch 8
     path = os.path.join(export_dir, "saved_model")
     examples = {"x": x[:4]}
     # Outside the scope: save_and_reload also reloads, and a SavedModel loaded inside
