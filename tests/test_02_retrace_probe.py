@@ -269,7 +269,7 @@ def test_reports_render_and_serialize():
     probe(tf.ones([2]), 2)
     assert repr(probe) == "<RetraceProbe <lambda>: 2 trace(s) in 2 call(s), last reason: 'n: 1 -> 2'>"
     text = probe.to_text()
-    assert "2 trace(s) in 2 call(s)" in text and "#2 retrace: n: 1 -> 2" in text and "fix:" in text
+    assert "2 trace(s) in 2 call(s)" in text and "#2 retrace vs #1: n: 1 -> 2" in text and "fix:" in text
     assert [repr(t) for t in probe.traces] == ["<Trace #1 first: x=float32(2,), n=1>",
                                                "<Trace #2 retrace: n: 1 -> 2>"]
     d = json.loads(json.dumps(probe.to_dict()))
@@ -288,9 +288,9 @@ def test_expect_traces_raises_with_reasons_for_a_probe():
     assert isinstance(err, AssertionError)
     assert err.count == 2 and err.at_most == 1
     lines = str(err).splitlines()
-    assert lines[0] == "<lambda> traced 2 time(s) in the block, expected at most 1:"
-    assert lines[1].startswith("  #2 x: shape (1,) -> (2,)  (fix: give the tf.function an input_signature")
-    assert lines[2].startswith("  #3 x: shape (2,) -> (3,)")
+    assert lines[0] == "<lambda> traced 2 time(s) in the block, expected at most 1 (#1 was traced before the block):"
+    assert lines[1].startswith("  #2 vs #1: x: shape (1,) -> (2,)  (fix: give the tf.function an input_signature")
+    assert lines[2].startswith("  #3 vs #2: x: shape (2,) -> (3,)")
 
 
 def test_expect_traces_reads_the_log_for_a_tf_function():
@@ -303,7 +303,7 @@ def test_expect_traces_reads_the_log_for_a_tf_function():
             g(tf.ones([2]), 1)
             g(tf.ones([2]), 2)
     assert info.value.count == 2
-    assert "#2 n: 1 -> 2" in str(info.value)
+    assert "#2 vs #1: n: 1 -> 2" in str(info.value)
 
 
 def test_expect_traces_passes_within_the_limit():
@@ -367,8 +367,8 @@ def test_retrace_cli_explains_each_function(run_cli):
     assert "script done" in out
     assert "retrace_script.py: 6 trace(s) in 3 tf.function(s)" in out
     assert "step: 2 trace(s)" in out
-    assert "#2 retrace: x: shape (4, 3) -> (2, 3) (dim 0: 4 -> 2)" in out
-    assert "scale: 2 trace(s)" in out and "#2 retrace: n: 1 -> 2" in out
+    assert "#2 retrace vs #1: x: shape (4, 3) -> (2, 3) (dim 0: 4 -> 2)" in out
+    assert "scale: 2 trace(s)" in out and "#2 retrace vs #1: n: 1 -> 2" in out
     assert "make_var: 2 trace(s)" in out and "#2 variable_creation: TF's own re-trace" in out
 
 
