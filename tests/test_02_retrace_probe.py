@@ -939,3 +939,24 @@ def test_a_failing_expect_traces_hides_tflab_frames_from_pytest():
     rendered = str(info.getrepr(style="long"))
     assert "retrace.py" not in rendered and "contextlib" not in rendered
     assert "#1 first trace" in rendered
+
+
+def test_trace_records_do_not_reach_pytests_log_capture(caplog):
+    """Item 7's sibling: the level-1/2 records read inside expect_traces stay out of the failure report."""
+    import logging
+
+    @tf.function
+    def g(x):
+        return x * 2.0
+
+    logger = logging.getLogger("tensorflow")
+    old = (logger.level, logger.propagate, logger.getEffectiveLevel())
+    assert old[2] >= logging.INFO  # TF's default: its level-1 records are not shown
+    caplog.handler.setLevel(0)  # catch all that reaches the root logger, as pytest's report does
+    g(tf.ones([2]))
+    with pytest.raises(RetraceError):
+        with expect_traces(g, at_most=0):
+            g(tf.ones([3]))
+            logger.warning("a warning still propagates")
+    assert [r.getMessage() for r in caplog.records if r.name == "tensorflow"] == ["a warning still propagates"]
+    assert (logger.level, logger.propagate, logger.getEffectiveLevel()) == old

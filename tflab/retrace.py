@@ -1267,7 +1267,10 @@ def capture_trace_log() -> Iterator[list[LoggedTrace]]:
 
     Lowers the ``tensorflow`` logger to level 1 for the block and keeps its
     existing handlers at their previous threshold, so nothing extra is printed.
-    TF itself is not patched.
+    Records below that threshold do not propagate to the parent loggers'
+    handlers either (pytest's log capture would show every trace record, with
+    the tensors TF logs at level 2, under a failing test). TF itself is not
+    patched.
 
     Yields:
         A list that fills with `LoggedTrace` records, in trace order.
@@ -1278,17 +1281,54 @@ def capture_trace_log() -> Iterator[list[LoggedTrace]]:
     old_level = logger.level
     threshold = logger.getEffectiveLevel()
     old_handlers = [(h, h.level) for h in logger.handlers]
+    old_propagate = logger.propagate
+    forward = _PropagateFrom(logger, threshold) if old_propagate else None
     for h, lvl in old_handlers:
         h.setLevel(max(lvl, threshold))
     logger.addHandler(handler)
+    if forward is not None:
+        logger.addHandler(forward)
+        logger.propagate = False
     logger.setLevel(1)
     try:
         yield sink
     finally:
         logger.removeHandler(handler)
+        if forward is not None:
+            logger.removeHandler(forward)
+            logger.propagate = old_propagate
         logger.setLevel(old_level)
         for h, lvl in old_handlers:
             h.setLevel(lvl)
+
+
+class _PropagateFrom(logging.Handler):
+    """Propagates records at or above ``level`` to the parent loggers' handlers.
+
+    Does what ``Logger.callHandlers`` does past the logger itself, for the
+    records that would have passed the logger's own level before
+    `capture_trace_log` lowered it.
+    """
+
+    def __init__(self, logger: logging.Logger, level: int):
+        super().__init__(level=level)
+        self.logger = logger
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        if record.levelno < self.level:
+            return False
+        parent = self.logger.parent
+        while parent is not None:
+            for h in parent.handlers:
+                if record.levelno >= h.level:
+                    h.handle(record)
+            if not parent.propagate:
+                break
+            parent = parent.parent
+        return True
+
+    def emit(self, record: logging.LogRecord) -> None:  # handle() does the work
+        pass
 
 
 @dataclasses.dataclass(frozen=True)
