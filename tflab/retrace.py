@@ -25,8 +25,14 @@ Two ways to get the FunctionTypes, one reason engine:
 * `capture_trace_log` / `trace_script` (``tflab retrace SCRIPT.py``) read the
   "Creating new FuncGraph …" record TF logs at level 1 on the ``tensorflow``
   logger for every trace, so any script can be explained without patching TF.
-  TF logs a trace as it starts, so this path cannot tell a trace that raised,
-  and it has no values, so it cannot see stale reads.
+  Traces are keyed by the tf.function OBJECT that made them (found on the call
+  stack in-process, or by the address in the log text), so two instances of a
+  class with a ``@tf.function`` method, or two closures from one factory, are
+  explained apart. TF logs a trace as it starts, so this path cannot tell a
+  trace that raised, and it has no values, so it cannot see stale reads.
+* `expect_traces(tf_function)` reads the same records for one object and
+  compares them with the traces already in its cache (``cached_traces``), so
+  a function warmed up before the block gets the real reason.
 """
 
 from __future__ import annotations
