@@ -288,7 +288,8 @@ def test_expect_traces_raises_with_reasons_for_a_probe():
     assert isinstance(err, AssertionError)
     assert err.count == 2 and err.at_most == 1
     lines = str(err).splitlines()
-    assert lines[0] == "<lambda> traced 2 time(s) in the block, expected at most 1 (#1 was traced before the block):"
+    assert lines[0] == ("<lambda> traced 2 time(s) in the block, expected at most 1 "
+                        "(#1 was traced before the block):")
     assert lines[1].startswith("  #2 vs #1: x: shape (1,) -> (2,)  (fix: give the tf.function an input_signature")
     assert lines[2].startswith("  #3 vs #2: x: shape (2,) -> (3,)")
 

@@ -1543,7 +1543,7 @@ class ScriptTraces:
 
     def __repr__(self) -> str:
         return (f"<ScriptTraces {self.script}: " + ", ".join(
-            f"{f.function}×{f.trace_count}" for f in self.functions) + ">")
+            f"{f.label or f.function}×{f.trace_count}" for f in self.functions) + ">")
 
 
 def trace_script(path: str, argv: Sequence[str] = (), include_internal: bool = False) -> ScriptTraces:
