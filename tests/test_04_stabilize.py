@@ -201,3 +201,20 @@ def test_examples_with_a_varying_dim_do_not_warn():
         g = stabilize(lambda x: x, input_signature=[tf.TensorSpec([32, 8])])  # given, not inferred
     assert f.input_signature[0].shape.as_list() == [None, 8] and r.note is None
     assert g.input_signature[0].shape.as_list() == [32, 8]
+
+
+def test_a_datasets_element_spec_relaxes_what_its_batches_did_not_show():
+    """Item 6's sibling: 8 rows in batches of 4 show only 4, but batch(4) can yield fewer (element_spec None)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # neither dataset warns: its element_spec is the authority
+        even = _pipeline(n=8)
+        assert [int(x.shape[0]) for x, _ in even] == [4, 4]
+        assert infer_input_signature(even, names=["x", "y"]) == (tf.TensorSpec([None, 8], tf.float32, "x"),
+                                                                 tf.TensorSpec([None], tf.int64, "y"))
+        f = stabilize(lambda x, y: x, examples=even)
+        assert f.input_signature[0].shape.as_list() == [None, 8]
+        f(tf.zeros([2, 8]), tf.zeros([2], tf.int64))  # the smaller batch binds
+        dropped = tf.data.Dataset.from_tensor_slices(tf.zeros([10, 8])).batch(4, drop_remainder=True)
+        assert stabilize(lambda x: x, examples=dropped).input_signature == (tf.TensorSpec([4, 8], tf.float32, "x"),)

@@ -80,6 +80,11 @@ def infer_input_signature(examples: Iterable[Any], names: Sequence[str] | None =
     Returns:
         A tuple with one `tf.TensorSpec` nest per positional argument: the
         dims that are equal in every example are kept, the others are None.
+        For a `tf.data.Dataset`, a dim its ``element_spec`` leaves None is
+        None too (e.g. the batch dim of ``batch(32)`` without
+        ``drop_remainder``, even when every batch seen had 32). When no dim
+        varies, every dim stays fixed: `stabilize` warns about that
+        (`FixedShapeWarning`).
 
     Raises:
         UsageError: no examples, examples with different numbers of arguments or
@@ -90,9 +95,32 @@ def infer_input_signature(examples: Iterable[Any], names: Sequence[str] | None =
     >>> infer_input_signature([tf.zeros([4, 8]), tf.zeros([2, 8])])
     (TensorSpec(shape=(None, 8), dtype=tf.float32, name=None),)
     """
+    return _infer(_examples_list(examples), names, _element_spec(examples))
+
+
+def _element_spec(examples: Any) -> Any:
     import tensorflow as tf
 
-    calls = _examples_list(examples)
+    return examples.element_spec if isinstance(examples, tf.data.Dataset) else None
+
+
+def _relax_to_element_spec(spec: Any, element: Any) -> Any:
+    """``spec`` with None wherever the dataset's element_spec has None."""
+    import tensorflow as tf
+
+    if not (isinstance(spec, tf.TensorSpec) and isinstance(element, tf.TensorSpec)):
+        return spec
+    if element.shape.rank is None:
+        return tf.TensorSpec(None, spec.dtype, spec.name)
+    if spec.shape.rank != element.shape.rank:
+        return spec
+    return tf.TensorSpec([None if e is None else d for d, e in zip(spec.shape.as_list(), element.shape.as_list())],
+                         spec.dtype, spec.name)
+
+
+def _infer(calls: list[tuple], names: Sequence[str] | None, element_spec: Any = None) -> tuple:
+    import tensorflow as tf
+
     if not calls:
         raise UsageError("no examples to infer an input_signature from; pass examples=[...] "
                          "or input_signature=[tf.TensorSpec(...)]")
@@ -118,6 +146,13 @@ def infer_input_signature(examples: Iterable[Any], names: Sequence[str] | None =
             raise UsageError(f"example {k} is nested differently from example 0 (different dict keys, "
                              "list lengths or nesting); an input_signature fixes the structure of every "
                              "input, so give every example the same structure") from None
+    if element_spec is not None:
+        elements = _as_call(element_spec)
+        if len(elements) == len(sig):
+            try:
+                sig = [tf.nest.map_structure(_relax_to_element_spec, s, e) for s, e in zip(sig, elements)]
+            except (ValueError, TypeError):
+                pass  # the calls' structure is not the element's: keep what the examples say
     if names:
         sig = [tf.nest.map_structure(lambda s, n=n: tf.TensorSpec(s.shape, s.dtype, n), s)
                if isinstance(s, tf.TensorSpec) else s for s, n in zip(sig, names)]
@@ -225,8 +260,10 @@ def stabilize(fn: Callable, input_signature: Sequence[Any] | None = None,
             raise UsageError("stabilize needs input_signature=[tf.TensorSpec(...)] or examples=[...] "
                              "to infer one from")
         calls = _examples_list(examples)
-        input_signature = infer_input_signature(calls, names=names or None)
-        message = _fixed_dims_message(input_signature, len(calls))
+        element_spec = _element_spec(examples)
+        input_signature = _infer(calls, names or None, element_spec)
+        # A dataset's element_spec is what it can yield: a dim it fixes is fixed.
+        message = _fixed_dims_message(input_signature, len(calls)) if element_spec is None else None
         if message:
             import warnings
 
@@ -400,7 +437,9 @@ def stabilization_report(fn: Callable, examples: Iterable[Any],
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", FixedShapeWarning)
-        stable = stabilize(fn, input_signature=input_signature, examples=calls)
+        # A dataset goes as itself: its element_spec relaxes dims too.
+        stable = stabilize(fn, input_signature=input_signature,
+                           examples=examples if _element_spec(examples) is not None else calls)
     note = next((str(w.message) for w in caught if issubclass(w.category, FixedShapeWarning)), None)
     for w in caught:  # anything else goes on to the caller's filters
         if not issubclass(w.category, FixedShapeWarning):
