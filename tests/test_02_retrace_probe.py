@@ -775,7 +775,12 @@ def _warm_train_step():
 
 def test_readme_expect_traces_example_on_a_warmed_function():
     """Item 2 and the README: the block's trace is compared with the one made before it."""
+    from tflab.retrace import cached_traces
+
     train_step, dataset = _warm_train_step()
+    (warm,), _ = cached_traces(train_step)  # the baseline: TF's trace cache before the block
+    assert (warm.index, warm.kind, dict(warm.inputs)["x"]) == (
+        1, "cached", "TensorSpec(shape=(32, 4), dtype=tf.float32, name=None)")
     # The README's example, as written (at_most=2): one new trace, for the last batch of 6.
     with expect_traces(train_step, at_most=2) as seen:
         for x, y in dataset:

@@ -148,6 +148,8 @@ class Trace:
     Attributes:
         index: 1-based trace number for this function.
         kind: "first" (no earlier trace), "retrace" (the inputs changed),
+            "cached" (read from the trace cache by `cached_traces`: a
+            baseline, no reasons),
             "variable_creation" (TF's own second trace after the first call
             created tf.Variables: not the user's fault), "concrete" (made by
             ``get_concrete_function``) or "failed" (tracing raised: the last
@@ -199,7 +201,7 @@ class Trace:
     def to_text(self) -> str:
         """One line per reason: ``#3 retrace vs #1: x: shape (3,) -> (4,)``, then ``fix: …``."""
         head = f"#{self.index} {self.kind}"
-        if self.kind == "first":
+        if self.kind in ("first", "cached"):
             return f"{head}: " + ", ".join(f"{n}={_short_type(t)}" for n, t in self.inputs)
         if self.kind == "concrete" and not self.details:
             return f"{head}: get_concrete_function(" + ", ".join(
@@ -1469,7 +1471,16 @@ def group_logged_traces(logged: Sequence[LoggedTrace], include_internal: bool = 
     return tuple(out)
 
 
-def cached_traces(fn: Any) -> tuple[list[Trace], list[str]]:
+def _cache_keys(fn: Any) -> list[tuple[Any, Any]]:
+    """The (FunctionContext, FunctionType) keys of a tf.function's trace cache, oldest first."""
+    primary = getattr(getattr(fn, "_function_cache", None), "_primary", None)
+    try:
+        return list(primary.keys()) if primary is not None else []
+    except Exception:  # private TF API moved: no earlier traces to compare with
+        return []
+
+
+def cached_traces(fn: Any, keys: Sequence[tuple[Any, Any]] | None = None) -> tuple[list[Trace], list[str]]:
     """The traces a tf.function already holds in its trace cache, as `Trace` records.
 
     TF 2.21's ``FunctionCache`` (``tensorflow/core/function/polymorphism/
@@ -1477,25 +1488,24 @@ def cached_traces(fn: Any) -> tuple[list[Trace], list[str]]:
     -> ConcreteFunction``; ``experimental_get_tracing_count()`` is its length.
     The FunctionTypes are the ones TF traced (relaxed by
     ``reduce_retracing``), oldest first; traces that raised are not cached.
+    The records are the baseline later traces are compared with: their kind
+    is "cached" and they carry no reasons of their own.
 
     Args:
         fn: a `tf.function`.
+        keys: the cache keys read earlier (``_cache_keys``); read now when None.
 
     Returns:
         (traces numbered from 1, the FunctionContext ``context`` text of each).
         Both empty when the cache cannot be read.
     """
-    primary = getattr(getattr(fn, "_function_cache", None), "_primary", None)
     traces: list[Trace] = []
     contexts: list[str] = []
-    if primary is None:
-        return traces, contexts
-    for ctx, ftype in list(primary.keys()):
+    for ctx, ftype in (_cache_keys(fn) if keys is None else keys):
         scope = getattr(getattr(ctx, "scope_type", None), "name", None)
-        context = repr(getattr(ctx, "context", None))
-        traces.append(make_trace(len(traces) + 1, function_type_inputs(ftype), traces, scope=scope,
-                                 context=context, previous_contexts=contexts))
-        contexts.append(context)
+        traces.append(Trace(index=len(traces) + 1, kind="cached", reasons=[], fixes=[],
+                            inputs=function_type_inputs(ftype), scope=scope))
+        contexts.append(repr(getattr(ctx, "context", None)))
     return traces, contexts
 
 
@@ -1640,7 +1650,8 @@ class _FunctionWatch:
     def __init__(self, fn: Any):
         self.fn = fn
         self.counts = {id(f): (f, f.experimental_get_tracing_count()) for f in [fn, *_method_instances(fn)]}
-        self.prior = {id(f): cached_traces(f) for f, _ in self.counts.values()}
+        # The keys only (cheap); they become Trace records for the objects that trace again.
+        self.prior_keys = {i: _cache_keys(f) for i, (f, _) in self.counts.items()}
         self._log = capture_trace_log()
         self.logged = self._log.__enter__()
 
@@ -1650,7 +1661,7 @@ class _FunctionWatch:
         members = {id(f): f for f in [self.fn, *_method_instances(self.fn)]}
         result.count = sum(f.experimental_get_tracing_count() - self.counts.get(i, (f, 0))[1]
                            for i, f in members.items())
-        result.before = sum(len(self.prior.get(i, ([], []))[0]) for i in members)
+        result.before = sum(len(self.prior_keys.get(i, ())) for i in members)
         by_object = any(t.function_id is not None for t in self.logged)
         target = _innermost_python_function(self.fn)
         qualname = getattr(target, "__qualname__", None) or getattr(self.fn, "__name__", "function")
@@ -1663,7 +1674,7 @@ class _FunctionWatch:
                 mine = [t for t in self.logged if t.function == qualname] if f is self.fn else []
             if not mine:
                 continue
-            prior, contexts = self.prior.get(i, ([], []))
+            prior, contexts = cached_traces(f, self.prior_keys.get(i, []))
             traces = explain_records(mine, prior, contexts, reduce_retracing)
             out.append((_function_owner(f) if f is not self.fn else "", traces))
             result.traces.extend(traces)
