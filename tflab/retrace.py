@@ -1708,7 +1708,7 @@ class _ExpectTraces:
     def __exit__(self, exc_type, exc, tb) -> bool:
         __tracebackhide__ = True  # pytest shows the user's block, not this frame
         t, result = self.target, self.result
-        groups: list[tuple[str, list[Trace]]] = []
+        no_probe_call = None
         if self._watch is not None:
             groups = self._watch.finish(result)
             target = _innermost_python_function(t)
@@ -1719,10 +1719,12 @@ class _ExpectTraces:
             result.traces = t.traces[n_traces:]
             groups = [("", result.traces)]
             name = t.name
+            if t.calls == calls and t.trace_count == count:
+                no_probe_call = _no_probe_call_error(t, original)
         if exc_type is not None:
             return False  # the block raised: that error is the story
-        if self._watch is None and t.calls == calls and t.trace_count == count:
-            raise _no_probe_call_error(t, original)
+        if no_probe_call is not None:
+            raise no_probe_call
         if result.count > self.at_most:
             raise RetraceError(_retrace_message(name, result, self.at_most, groups),
                                result.traces, result.count, self.at_most)
