@@ -33,6 +33,7 @@ _EXPORTS = {
     "StabilizeReport": "tflab.signatures",
     "infer_input_signature": "tflab.signatures",
     "stabilization_report": "tflab.signatures",
+    "FixedShapeWarning": "tflab.signatures",
     "autograph_diff": "tflab.autograph",
     "AutographDiff": "tflab.autograph",
     "compare_modes": "tflab.modes",
