@@ -322,8 +322,24 @@ def build_unbuilt_keras(obj: Any, batches: list[dict[str, np.ndarray]] | None, n
     with user_code(name, f"while building {cls} on the first --examples batch", exceptions=True):
         obj(x)
     shapes = ", ".join(f"{k}: {a.dtype}{list(a.shape)}" for k, a in batch.items())
-    return (f"{cls} was never built: tflab built it by calling it once on the first --examples batch "
+    note = (f"{cls} was never built: tflab built it by calling it once on the first --examples batch "
             f"({shapes}); the SavedModel's input shape has a None batch dim and the rest from that batch")
+    if len(arrays) == 1 and all(len(b) == 1 for b in batches):
+        # Keras names a subclassed model's serving input after the traced
+        # function's positional parameter (args_0), not after the example's key:
+        # one array feeds the one input whatever its key.
+        from keras.export import ExportArchive
+        from keras.src.export.export_utils import get_input_signature
+
+        from tflab.saved_model import _reference
+
+        serve = ExportArchive().track_and_add_endpoint("serve", obj, get_input_signature(obj))
+        names = _reference(serve.get_concrete_function()).input_names
+        if len(names) == 1:
+            batches[:] = [{names[0]: next(iter(b.values()))} for b in batches]
+            if names[0] != next(iter(batch)):
+                note += f"; the example array {next(iter(batch))!r} feeds its input {names[0]!r}"
+    return note
 
 
 def load_examples(path: str) -> list[dict[str, np.ndarray]]:
@@ -336,6 +352,9 @@ def load_examples(path: str) -> list[dict[str, np.ndarray]]:
     Raises:
         UsageError: missing or unreadable file.
     """
+    if os.path.isdir(path):
+        raise UsageError(f"--examples {path!r} is a folder: give an .npz file with one array per input name "
+                         f"(np.savez(path, x=array))")
     if not os.path.isfile(path):
         raise UsageError(f"--examples {path!r} does not exist: give an .npz with one array per input name")
     import zipfile
