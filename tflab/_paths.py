@@ -229,7 +229,7 @@ def output_path(path: str | os.PathLike, flag: str, *, folder: bool = False, ove
         raise UsageError(f"{flag}: empty path; give a {'folder' if folder else 'file'} path")
     if folder:
         if p.exists() and not p.is_dir():
-            raise UsageError(f"{flag} {p}: is a file, not a folder; choose another {flag}")
+            raise UsageError(f"{flag} {p}: exists and is not a folder; choose another {flag}")
         base = _nearest_existing(p if p.exists() else p.parent)
         if base.exists() and not base.is_dir():
             raise UsageError(f"{flag} {p}: {base} is a file, not a folder; choose another {flag}")

@@ -70,8 +70,8 @@ def parse_value(text: str, name: str | None = None) -> Any:
                     dims.append(int(d))
                 else:
                     raise UsageError(
-                        f"bad dimension {shorten(d, 20)!r} in --arg {name}={shorten(text)}: use integers or None, "
-                        f"e.g. {name}={m.group(1)}[None,8]")
+                        f"bad dimension {shorten(d, 20)!r} in --arg {name}={shorten(text)}: use integers or "
+                        f"None, e.g. {name}={m.group(1)}[None,8]")
         return tf.TensorSpec(dims, dtype, name=name)
     if m and m.group(2) is not None:
         # NAME[dims] with NAME not a dtype (float33[2]): name the bad dtype and the near ones.
@@ -79,7 +79,8 @@ def parse_value(text: str, name: str | None = None) -> Any:
 
         known = sorted(n for n in dir(tf.dtypes) if isinstance(getattr(tf.dtypes, n), tf.dtypes.DType))
         near = difflib.get_close_matches(m.group(1), known, n=3)
-        raise UsageError(f"--arg {name}={shorten(text)}: unknown dtype {shorten(m.group(1), 40)!r}"
+        raise UsageError(f"--arg {name}={shorten(text)}: not a TensorSpec: unknown dtype "
+                         f"{shorten(m.group(1), 40)!r}"
                          + (f"; did you mean {' or '.join(near)}?" if near else
                             f"; use a TF dtype such as float32, int64, bool"))
     try:

@@ -16,7 +16,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "NAME=<python literal> a Python value; repeat per parameter")
     p.add_argument("--dot", metavar="OUT.dot", help="write the FuncGraph as Graphviz DOT "
                    "(OUT.svg renders it, which needs the Graphviz `dot` program)")
-    p.add_argument("--max-ops", type=int_at_least(0), default=60, help="ops listed in text output (default: %(default)s; 0 for all)")
+    p.add_argument("--max-ops", type=int_at_least(0), default=60,
+                   help="ops listed in text output (default: %(default)s; 0 for all)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
