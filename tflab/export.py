@@ -666,7 +666,10 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         # Creates the missing parents of --out (removed again below on failure).
         tmp = target.temp_dir()
         progress("SavedModel round trip")
-        sm = save_and_reload(obj, tmp / "saved_model", batches)
+        from tflab._usercode import user_code
+
+        with user_code(name, "while TF traced and saved it as a SavedModel"):
+            sm = save_and_reload(obj, tmp / "saved_model", batches)
         if build_note:
             sm = dataclasses.replace(sm, notes=(build_note, *sm.notes))
         batches = list(sm.example_batches)
