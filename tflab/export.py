@@ -600,7 +600,8 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         examples: ``{name: array}``, a list of them, ``{signature key: {name:
             array}}``, an ``.npz`` path, or None for seeded random batches
             (sizes 1 and 4) holding every signature's inputs; each signature
-            is fed the names it takes. NaN outputs in the same places in TF
+            is fed the names it takes. A Keras subclassed model that was never
+            called is built by calling it on the first batch (a note says so). NaN outputs in the same places in TF
             and LiteRT match; examples with 0 rows are refused.
         force: replace ``out`` if it is a previous export (a folder with
             ``report.json``); never a file, the current folder or its parents.
@@ -619,8 +620,15 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
             matching the signature or with 0 rows, an op outside the TFLite
             builtins (`tflab.litert.UnsupportedOpsError`, ``kind`` "flex" or
             "custom"), a SavedModel op not registered in this process, or an
-            ``out`` that cannot be written or replaced. Nothing is left behind,
-            also on Ctrl-C or SIGTERM (the handler is restored afterwards).
+            ``out`` that cannot be written or replaced (probed by creating a
+            folder there, `tflab._paths.output_path`), a signature that fails
+            when run on the examples (one line naming the signature, the op and
+            the shapes fed, `tflab._usercode.run_signature`), a Keras
+            subclassed model never called and no examples to build it from,
+            user code (factory, tracing) calling ``sys.exit`` or raising a
+            ``BaseException`` (`tflab._usercode.user_code`). Nothing is left
+            behind, not even the parent folders of ``out`` it created, also on
+            Ctrl-C or SIGTERM (the handler is restored afterwards).
 
     Example:
 
