@@ -30,7 +30,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tflab.errors import Terminated, TflabError, UsageError  # noqa: F401 (Terminated: re-exported)
+from tflab._paths import OutputPath, output_path
+from tflab.errors import Terminated, TflabError, UsageError
 from tflab.litert import QUANTIZATIONS, TFLiteCheck
 
 # Fault injection for the crash-isolation test: the worker aborts (like an
@@ -553,7 +554,7 @@ def parse_quantize(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def check_out(out: Path, force: bool) -> "OutputPath":
+def check_out(out: Path, force: bool) -> OutputPath:
     """Checks ``--out`` before any work: its parent must be (or become) a writable folder.
 
     ``force`` replaces only a previous tflab export (a folder holding
@@ -578,8 +579,6 @@ def check_out(out: Path, force: bool) -> "OutputPath":
         if not (out / "report.json").is_file():
             raise UsageError(f"--out {out} is a folder that is not a tflab export (no report.json): --force "
                              f"replaces only previous exports; choose another --out")
-    from tflab._paths import output_path
-
     # Probes by really creating a folder there: os.access says yes for root on
     # read-only or virtual file systems (/proc). Missing parents are created only
     # once the export starts, and removed again if it fails.
