@@ -4,9 +4,16 @@ Every CLI verb that takes a function (``inspect``, ``autograph``, ``compare``)
 uses these helpers, so the grammar is the same everywhere:
 
 * ``name=dtype[dims]`` is a `tf.TensorSpec`; ``None`` marks an unknown dim,
-  ``float32[]`` is a scalar. Example: ``x=float32[None,8]``.
+  ``float32[]`` is a scalar. Example: ``x=float32[None,8]``. A negative dim
+  (``-1``) is refused rather than read as ``None``; an unknown dtype is named
+  with its nearest TF dtypes (`difflib`).
 * ``name=<python literal>`` is a Python value, read with `ast.literal_eval`.
   Example: ``n=3``, ``training=True``, ``s='abc'``.
+
+Error messages echo the user's text cut to `tflab._usercode.MAX_ECHO`
+characters, so a 5000-digit literal stays one readable line. Importing the
+user's file runs under `tflab._usercode.user_code` (``sys.exit`` at import is
+one line).
 """
 
 from __future__ import annotations
