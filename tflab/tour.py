@@ -245,10 +245,11 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
         UsageError: ``model_path`` is missing or not a model.
     """
     from tflab._jsonutil import to_jsonable
-
     from tflab._paths import output_path
 
-    target = output_path(out_dir, "--out", folder=True)  # probed by creating a folder there: fails fast
+    # A bad --out or --model path fails before any progress line is printed;
+    # --out is probed by really creating a folder there.
+    target = output_path(out_dir, "--out", folder=True)
     sections = [(m, t) for m, t in SECTIONS if only is None or m in only]
     available = []
     for modname, title in sections:
@@ -257,7 +258,6 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
         except ModuleNotFoundError as e:
             if e.name != f"tflab._tour.{modname}":
                 raise
-    # A bad --model or --out path fails before any progress line is printed.
     model = None if model_path is None else load_user_model(model_path)
     progress = Progress("tour", total=len(available) + 1)
     progress("building MobileNetV3Small" if model_path is None else f"loaded {model_path}")
