@@ -63,6 +63,7 @@ from typing import Mapping
 
 import numpy as np
 
+from tflab._usercode import run_signature
 from tflab.errors import TflabError, UsageError
 from tflab.saved_model import (Examples, check_examples, check_unused, feed_for, load_saved_model,
                                normalize_examples, signature_inputs, ulp_distance)
@@ -569,7 +570,7 @@ def _sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
             with tf.GradientTape(persistent=True) as tape:
                 tape.watch(variables)
                 tape.watch(list(float_inputs.values()))
-                outs = fn(**feed)
+                outs = run_signature(fn, sig_key, feed)
             for out_name, y in outs.items():
                 okey = f"{sig_key}/{out_name}"
                 n = int(np.prod(y.shape))
@@ -767,7 +768,8 @@ def _run_signatures(runners, loaded, batches, notes):
                 in_scales[n] = float(d["quantization"][0])
         for batch in batches:
             feed = feed_for(batch, sig_in)
-            want = {k: v.numpy() for k, v in fn(**{n: tf.constant(a) for n, a in feed.items()}).items()}
+            want = {k: v.numpy() for k, v in run_signature(
+                fn, key, {n: tf.constant(a) for n, a in feed.items()}).items()}
             got = runner(**{n: _quantize(a, in_d[n]) for n, a in feed.items()})
             if set(got) != set(want):
                 raise TflabError(f"signature {key!r}: LiteRT outputs {sorted(got)} are not TF's {sorted(want)}, "

@@ -1614,6 +1614,12 @@ def trace_script(path: str, argv: Sequence[str] = (), include_internal: bool = F
             where = user_frame(e)
             first = (str(e).strip().splitlines() or [""])[0]
             error = (f"{path} raised {type(e).__name__}: {first}" + (f" (at {where})" if where else ""))
+        except BaseException as e:  # e.g. raise BaseException("x"): one line too; Ctrl-C still interrupts
+            if isinstance(e, (KeyboardInterrupt, GeneratorExit)):
+                raise
+            from tflab._usercode import describe
+
+            error = describe(e, path, "while running")
         finally:
             sys.argv, sys.path[:] = old_argv, old_path
         level = logging.getLogger("tensorflow").level

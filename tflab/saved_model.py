@@ -698,6 +698,8 @@ def save_and_reload(obj: Any, path: str | os.PathLike, examples: Examples | None
 def _save_and_check(obj, path: str, batches: list[dict[str, np.ndarray]], signatures) -> SavedModelCheck:
     import tensorflow as tf
 
+    from tflab._usercode import run_signature
+
     notes: list[str] = []
     if _is_loaded_saved_model(obj):
         kind, refs = "SavedModel", _save_loaded(obj, path)
@@ -740,8 +742,9 @@ def _save_and_check(obj, path: str, batches: list[dict[str, np.ndarray]], signat
         stats = {n: [0, 0.0, 0] for n in outputs}
         for batch in batches:
             feed = feed_for(batch, inputs)
-            got = {k: _to_numpy(v) for k, v in fn(**{n: tf.constant(a) for n, a in feed.items()}).items()}
-            want = ref(feed)
+            got = {k: _to_numpy(v) for k, v in run_signature(
+                fn, key, {n: tf.constant(a) for n, a in feed.items()}, side="reloaded SavedModel").items()}
+            want = run_signature(lambda **f: ref(f), key, feed, side="in-process model")
             for n in outputs:
                 m, d, u = compare_bits(got[n], want[n])
                 s = stats[n]
