@@ -523,6 +523,10 @@ def test_weights_shared_between_subgraphs_are_counted_once(predict_and_loss):
     line = next(ln for ln in c.to_text().splitlines() if ln.startswith("  weights:"))
     assert "float32: 2 tensors / 2080 elements" in line and "2 shared by several signatures' subgraphs" in line
     assert c.to_dict()["shared_weights"] == 2
+    # The per-output line labels its two maxima (|Δ| and ULP come from different elements).
+    o = c.outputs["predict/logits"]
+    assert f"predict/logits: max|Δ| {o.max_abs_error:.3g} (rel {o.max_rel_error:.3g}; max ULP {o.max_ulp}, " \
+           f"its own worst element)" in c.to_text()
 
 
 def test_unsupported_op_names_its_signature(models, tmp_path):

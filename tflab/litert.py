@@ -224,8 +224,11 @@ class TFLiteCheck:
                                  + (f" scale={q[0]:.6g} zero_point={q[1]}" if q else ""))
         for o in self.outputs.values():
             am = "" if o.argmax_agreement is None else f", argmax agree {o.argmax_agreement:.0%}"
-            lines.append(f"  {o.name}: max|Δ| {o.max_abs_error:.3g} (rel {o.max_rel_error:.3g}, "
-                         f"{o.max_ulp} ULP) bound {o.bound:.3g} ratio {o.bound_ratio:.3g} "
+            # Each maximum is over its own worst element: label them so the ULP
+            # count is not read as the ULP distance of the max |Δ| element.
+            lines.append(f"  {o.name}: max|Δ| {o.max_abs_error:.3g} (rel {o.max_rel_error:.3g}; "
+                         f"max ULP {o.max_ulp}, its own worst element) bound {o.bound:.3g} "
+                         f"ratio {o.bound_ratio:.3g} "
                          f"{'ok' if o.within_bound else 'EXCEEDED'}{am}")
         lines.append(f"  why: {self.explanation}")
         lines += [f"  note: {n}" for n in self.notes]

@@ -129,7 +129,8 @@ class SavedModelCheck:
                 lines.append(f"    in  {t}")
             for o in sig.outputs.values():
                 verdict = ("bit-exact" if o.bit_exact else
-                           f"{o.mismatched} element(s) differ, max |Δ| {o.max_abs_diff:.3g}, {o.max_ulp} ULP")
+                           f"{o.mismatched} element(s) differ, max |Δ| {o.max_abs_diff:.3g}, "
+                           f"max ULP {o.max_ulp} (each its own worst element)")
                 lines.append(f"    out {TensorInfo(o.name, o.dtype, o.shape)}  {verdict}")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
