@@ -574,11 +574,13 @@ def test_random_dependencies_follow_data_flow_into_loops_not_through_shapes():
             return i + 1, acc + tf.random.uniform([3])
 
         _, looped = tf.while_loop(lambda i, acc: i < 2, body, (0, x))
-        return plain, shaped, noise, looped
+        called = x + inner()  # a nested tf.function: a PartitionedCall of its function
+        return plain, shaped, noise, looped, called
 
+    inner = tf.function(lambda: tf.random.stateless_uniform([3], seed=[1, 1]))
     cf = tf.function(f).get_concrete_function(tf.TensorSpec([3]))
     got = random_dependencies(cf.graph, tf.nest.flatten(cf.structured_outputs))
-    assert got == [(), (), ("StatelessRandomNormalV2",), ("RandomUniform",)]
+    assert got == [(), (), ("StatelessRandomNormalV2",), ("RandomUniform",), ("StatelessRandomUniformV2",)]
 
 
 def test_finding_labels_its_two_worst_elements():

@@ -629,6 +629,13 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
     Returns:
         A `ModeComparison`. A mode that cannot run (XLA on a ``tf.py_function``
         or string op) has ``error`` set and is a finding; the others still run.
+        An output or gradient that depends on a random op (found by op type in
+        the traced FuncGraph: `RANDOM_OPS`, e.g. ``tf.random.*``, Keras
+        Dropout's mask) and differs from eager is labelled a different random
+        stream (``ModeResult.random_streams``, ``.notes``), not a finding: XLA
+        lowers every random op with its own RNG, and stateful random ops in a
+        graph are seeded apart from eager's. To compare such a function's
+        arithmetic, pass the noise in as an argument.
 
     Raises:
         UsageError: ``fn`` is not callable, a class or an unbound method; a
@@ -780,7 +787,7 @@ def random_dependencies(graph, tensors) -> list[tuple[str, ...]]:
         for node in (fdef.node_def if fdef is not None else ()):
             if node.op in RANDOM_OPS:
                 found.add(node.op)
-            for callee in _called_functions(node.attr):
+            for callee in _called_functions(node.attr) + ([node.op] if node.op in library else []):
                 found |= in_function(callee)
         inner[fname] = frozenset(found)
         return inner[fname]
@@ -789,7 +796,9 @@ def random_dependencies(graph, tensors) -> list[tuple[str, ...]]:
     empty: frozenset = frozenset()
     for op in graph.get_operations():
         own = {op.type} if op.type in RANDOM_OPS else set()
-        for callee in _called_functions(op.node_def.attr):
+        # A call op names its function in an attr; a node may also use a
+        # library function's name as its op type.
+        for callee in _called_functions(op.node_def.attr) + ([op.type] if op.type in library else []):
             own |= in_function(callee)
         if op.type not in _SHAPE_ONLY_OPS:
             for t in op.inputs:
