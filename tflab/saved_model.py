@@ -551,7 +551,7 @@ def _module_signatures(obj, signatures) -> tuple[dict[str, Any], list[str]]:
                      f"without signatures= exports none of them (it picks one only when exactly one "
                      f"qualifies, signature_serialization.find_function_to_export); tflab saved each under "
                      f"its attribute name and none as serving_default. Pass signatures={{'serving_default': "
-                     f"obj.{next(iter(candidates))}, ...}} to tf.saved_model.save to choose")
+                     f"obj.{next(iter(candidates))}, ...}} (to save_and_reload or tf.saved_model.save) to choose")
         return dict(candidates), notes
     # A single traced function can still serve as the default signature.
     traced = {n: _concrete_functions(f) for n, f in _tf_functions(obj).items()}
