@@ -269,7 +269,7 @@ def test_reports_render_and_serialize():
     probe(tf.ones([2]), 2)
     assert repr(probe) == "<RetraceProbe <lambda>: 2 trace(s) in 2 call(s), last reason: 'n: 1 -> 2'>"
     text = probe.to_text()
-    assert "2 trace(s) in 2 call(s)" in text and "#2 retrace: n: 1 -> 2" in text and "fix:" in text
+    assert "2 trace(s) in 2 call(s)" in text and "#2 retrace vs #1: n: 1 -> 2" in text and "fix:" in text
     assert [repr(t) for t in probe.traces] == ["<Trace #1 first: x=float32(2,), n=1>",
                                                "<Trace #2 retrace: n: 1 -> 2>"]
     d = json.loads(json.dumps(probe.to_dict()))
@@ -288,9 +288,10 @@ def test_expect_traces_raises_with_reasons_for_a_probe():
     assert isinstance(err, AssertionError)
     assert err.count == 2 and err.at_most == 1
     lines = str(err).splitlines()
-    assert lines[0] == "<lambda> traced 2 time(s) in the block, expected at most 1:"
-    assert lines[1].startswith("  #2 x: shape (1,) -> (2,)  (fix: give the tf.function an input_signature")
-    assert lines[2].startswith("  #3 x: shape (2,) -> (3,)")
+    assert lines[0] == ("<lambda> traced 2 time(s) in the block, expected at most 1 "
+                        "(#1 was traced before the block):")
+    assert lines[1].startswith("  #2 vs #1: x: shape (1,) -> (2,)  (fix: give the tf.function an input_signature")
+    assert lines[2].startswith("  #3 vs #2: x: shape (2,) -> (3,)")
 
 
 def test_expect_traces_reads_the_log_for_a_tf_function():
@@ -303,7 +304,7 @@ def test_expect_traces_reads_the_log_for_a_tf_function():
             g(tf.ones([2]), 1)
             g(tf.ones([2]), 2)
     assert info.value.count == 2
-    assert "#2 n: 1 -> 2" in str(info.value)
+    assert "#2 vs #1: n: 1 -> 2" in str(info.value)
 
 
 def test_expect_traces_passes_within_the_limit():
@@ -367,8 +368,8 @@ def test_retrace_cli_explains_each_function(run_cli):
     assert "script done" in out
     assert "retrace_script.py: 6 trace(s) in 3 tf.function(s)" in out
     assert "step: 2 trace(s)" in out
-    assert "#2 retrace: x: shape (4, 3) -> (2, 3) (dim 0: 4 -> 2)" in out
-    assert "scale: 2 trace(s)" in out and "#2 retrace: n: 1 -> 2" in out
+    assert "#2 retrace vs #1: x: shape (4, 3) -> (2, 3) (dim 0: 4 -> 2)" in out
+    assert "scale: 2 trace(s)" in out and "#2 retrace vs #1: n: 1 -> 2" in out
     assert "make_var: 2 trace(s)" in out and "#2 variable_creation: TF's own re-trace" in out
 
 
@@ -606,3 +607,362 @@ def test_retrace_cli_report_notes_stale_reads_need_the_probe(run_cli):
     assert out.rstrip().splitlines()[-1] == (
         "note: stale closure or global reads (a Python value changed without a retrace) are "
         "detected by tflab.RetraceProbe only: TF's trace log carries no values")
+
+
+# ---------------------------------------------------------------------------
+# Issue #9, items 1-5 and 7: wrong answers on one's own code
+# ---------------------------------------------------------------------------
+
+TWO_INSTANCES = os.path.join(DATA, "two_instances.py")
+
+
+def test_retrace_cli_tells_two_instances_of_one_method_apart(run_cli):
+    """Item 1: each instance's @tf.function method is its own tf.function object, with its own cache."""
+    code, out, err = run_cli("retrace", TWO_INSTANCES)
+    assert code == 0, err
+    ids = dict(zip(out.split()[0:4:2], out.split()[1:4:2]))  # the script prints both instances' ids
+    assert set(ids) == {"student", "teacher"}
+    assert "two_instances.py: 3 trace(s) in 2 tf.function(s)" in out
+    assert f"Net.__call__ of Net@{ids['student']}: 1 trace(s)" in out
+    teacher = out[out.index(f"Net.__call__ of Net@{ids['teacher']}: 2 trace(s)"):]
+    assert "#2 retrace vs #1: x: shape (4, 3) -> (2, 3) (dim 0: 4 -> 2)" in teacher
+    # The teacher's first trace is its own first one, not an "unexplained" retrace of the student's.
+    assert "same input TraceTypes" not in out
+
+
+def test_retrace_cli_json_has_one_entry_per_object(run_cli):
+    code, out, err = run_cli("retrace", "--json", TWO_INSTANCES)
+    assert code == 0, err
+    fns = json.loads(out)["functions"]
+    assert [(f["function"], f["trace_count"]) for f in fns] == [("Net.__call__", 1), ("Net.__call__", 2)]
+    assert fns[0]["owner"] != fns[1]["owner"] and all(f["owner"].startswith("Net@0x") for f in fns)
+    assert [t["kind"] for t in fns[1]["traces"]] == ["first", "retrace"]
+    assert fns[1]["traces"][1]["reasons"] == ["x: shape (4, 3) -> (2, 3) (dim 0: 4 -> 2)"]
+
+
+def _factory(k):
+    @tf.function
+    def scaled(x):
+        return x * k
+
+    return scaled
+
+
+def test_closures_from_one_factory_are_separate_functions():
+    """Item 1's sibling: closures share a qualname; TF's records name distinct objects."""
+    from tflab.retrace import group_logged_traces
+
+    a, b = _factory(1.0), _factory(2.0)
+    with capture_trace_log() as logged:
+        a(tf.ones([2]))
+        b(tf.ones([2]))
+        b(tf.ones([3]))
+    groups = group_logged_traces(logged)
+    assert [(g.function, g.trace_count) for g in groups] == [("scaled", 1), ("scaled", 2)]
+    assert [g.owner for g in groups] == [f"@{id(a):#x}", f"@{id(b):#x}"]
+    assert groups[1].label == f"scaled of @{id(b):#x}"
+    assert groups[1].traces[1].reasons == ["x: shape (2,) -> (3,)"]
+    assert groups[1].traces[1].compared_with == 1
+
+
+def test_log_text_groups_by_address_and_joins_tf_variable_creation_retrace():
+    """From the log TEXT (no objects): the address TF prints tells objects apart; the
+    second wrapper TF logs for the variable-creation re-trace joins its function."""
+    import logging
+
+    from tflab.retrace import group_logged_traces
+
+    texts = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            if str(record.msg).startswith("Creating new FuncGraph"):
+                texts.append(record.getMessage())
+
+    class Lazy(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.v = None
+
+        @tf.function
+        def __call__(self, x):
+            if self.v is None:
+                self.v = tf.Variable(2.0)
+            return x * self.v
+
+    keep = Keep(level=1)
+    logger = logging.getLogger("tensorflow")
+    first, second = Lazy(), Lazy()
+    with capture_trace_log():
+        logger.addHandler(keep)
+        try:
+            first(tf.ones([2]))
+            second(tf.ones([2]))
+            second(tf.ones([3]))
+        finally:
+            logger.removeHandler(keep)
+    groups = group_logged_traces([parse_trace_log_message(t) for t in texts])
+    # Measured: 2 traces each on the first call (TF's variable-creation pair), +1 for [3].
+    assert [[t.kind for t in g.traces] for g in groups] == [
+        ["first", "variable_creation"], ["first", "variable_creation", "retrace"]]
+    assert groups[1].traces[2].reasons == ["x: shape (2,) -> (3,)"]
+    assert groups[1].traces[2].compared_with == 2  # the same scope: variable creation disabled
+    assert groups[0].owner != groups[1].owner and groups[0].owner.startswith("@0x")
+
+
+def test_expect_traces_on_one_instance_ignores_the_other():
+    """Item 1: expect_traces(a.__call__) around calls of b, then a: only a's traces, with a's reason."""
+
+    class Net(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = tf.Variable(tf.ones([3, 2]))
+
+        @tf.function
+        def __call__(self, x):
+            return x @ self.w
+
+    a, b = Net(), Net()
+    a(tf.ones([4, 3]))
+    with pytest.raises(RetraceError) as info:
+        with expect_traces(a.__call__, at_most=0):
+            b(tf.ones([5, 3]))
+            b(tf.ones([6, 3]))
+            a(tf.ones([2, 3]))
+    err = info.value
+    assert err.count == 1 and len(err.traces) == 1
+    assert err.traces[0].reasons == ["x: shape (4, 3) -> (2, 3) (dim 0: 4 -> 2)"]
+    assert str(err).splitlines()[1].startswith("  #2 vs #1: x: shape (4, 3) -> (2, 3)")
+    assert "(5, 3)" not in str(err) and "(6, 3)" not in str(err)
+
+
+def test_expect_traces_on_a_method_from_the_class_counts_every_instance():
+    """Item 1's sibling: Net.__call__ from the class never traces itself; each instance's copy does."""
+
+    class Net(tf.Module):
+        @tf.function
+        def __call__(self, x):
+            return x * 2.0
+
+    a, b = Net(), Net()
+    a(tf.ones([2]))
+    with pytest.raises(RetraceError) as info:
+        with expect_traces(Net.__call__, at_most=1):
+            a(tf.ones([3]))
+            b(tf.ones([2]))
+    assert info.value.count == 2
+    text = str(info.value)
+    assert f"Net@{id(a):#x} #2 vs #1: x: shape (2,) -> (3,)" in text
+    assert f"Net@{id(b):#x} #1 first trace of this object" in text
+
+
+def _warm_train_step():
+    """The README's pattern: a training step, warmed up on the full batch before the test's block."""
+    w = tf.Variable(tf.zeros([4, 1]))
+
+    @tf.function
+    def train_step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((x @ w - y) ** 2)
+        w.assign_sub(0.1 * tape.gradient(loss, w))
+        return loss
+
+    x = tf.reshape(tf.range(38 * 4, dtype=tf.float32), [38, 4]) / 100.0
+    dataset = tf.data.Dataset.from_tensor_slices((x, tf.reduce_sum(x, 1, keepdims=True))).batch(32)
+    train_step(*next(iter(dataset)))  # the README's warm-up line
+    return train_step, dataset  # batches of 32 and 6
+
+
+def test_readme_expect_traces_example_on_a_warmed_function():
+    """Item 2 and the README: the block's trace is compared with the one made before it."""
+    from tflab.retrace import cached_traces
+
+    train_step, dataset = _warm_train_step()
+    (warm,), _ = cached_traces(train_step)  # the baseline: TF's trace cache before the block
+    assert (warm.index, warm.kind, dict(warm.inputs)["x"]) == (
+        1, "cached", "TensorSpec(shape=(32, 4), dtype=tf.float32, name=None)")
+    # The README's example, as written (at_most=2): one new trace, for the last batch of 6.
+    with expect_traces(train_step, at_most=2) as seen:
+        for x, y in dataset:
+            train_step(x, y)
+    assert seen.count == 1 and seen.before == 1
+    assert seen.traces[0].index == 2 and seen.traces[0].compared_with == 1
+    assert seen.traces[0].reasons == ["x: shape (32, 4) -> (6, 4) (dim 0: 32 -> 6)",
+                                      "y: shape (32, 1) -> (6, 1) (dim 0: 32 -> 6)"]
+
+
+def test_expect_traces_on_a_warmed_function_names_the_real_reason():
+    train_step, dataset = _warm_train_step()
+    with pytest.raises(RetraceError) as info:
+        with expect_traces(train_step, at_most=0):
+            for x, y in dataset:
+                train_step(x, y)
+    lines = str(info.value).splitlines()
+    assert lines[0] == ("train_step traced 1 time(s) in the block, expected at most 0 "
+                        "(#1 was traced before the block):")
+    assert lines[1].startswith("  #2 vs #1: x: shape (32, 4) -> (6, 4) (dim 0: 32 -> 6)  (fix: ")
+    assert "first trace" not in str(info.value)
+
+
+def test_expect_traces_on_a_warmed_function_that_created_variables():
+    """The cache holds TF's variable-creation pair; a later trace compares with the second of it."""
+    holder = []
+
+    @tf.function
+    def f(x):
+        if not holder:
+            holder.append(tf.Variable(1.0))
+        return x * holder[0]
+
+    f(tf.ones([2]))
+    with pytest.raises(RetraceError) as info:
+        with expect_traces(f, at_most=0):
+            f(tf.ones([3]))
+    (t,) = info.value.traces
+    assert (t.index, t.kind, t.compared_with, t.scope) == (3, "retrace", 2, "NO_VARIABLE_CREATION")
+    assert t.reasons == ["x: shape (2,) -> (3,)"]
+
+
+def _direct_step():
+    @tf.function
+    def train_step(x):
+        return tf.reduce_sum(x)
+
+    return train_step
+
+
+def test_expect_traces_fails_when_no_call_went_through_the_probe():
+    """Item 3: calling the tf.function itself bypasses the probe; say so instead of passing with 0."""
+    train_step = _direct_step()
+    probe = RetraceProbe(train_step)
+    with pytest.raises(UsageError) as info:
+        with expect_traces(probe, at_most=1):
+            for n in (1, 2, 3, 4):
+                train_step(tf.ones([n]))
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert msg.startswith("expect_traces: no call went through RetraceProbe(train_step) inside the block "
+                          "(train_step itself traced 4 time(s) there, unseen by the probe)")
+    assert "expect_traces(train_step, at_most=...)" in msg
+    # The fix the message gives, measured: the tf.function itself needs no probe.
+    with pytest.raises(RetraceError) as info:
+        with expect_traces(train_step, at_most=1):
+            train_step(tf.ones([5]))
+            train_step(tf.ones([6]))
+    assert info.value.count == 2
+    assert info.value.traces[0].compared_with is not None  # compared with the 4 earlier traces
+
+
+def test_probe_text_says_whose_tracing_count_it_prints():
+    """Item 3: the probe's own copy traced, the tf.function given did not."""
+    train_step = _direct_step()
+    probe = RetraceProbe(train_step)
+    probe(tf.ones([1]))
+    probe(tf.ones([2]))
+    assert (probe.tf_tracing_count, probe.original_tracing_count) == (2, 0)
+    head = probe.to_text().splitlines()[:2]
+    assert head == ["RetraceProbe(train_step): 2 trace(s) in 2 call(s) through the probe; TF's "
+                    "experimental_get_tracing_count() on the probe's copy of the tf.function = 2",
+                    "  train_step itself (calls not made through the probe are not seen): "
+                    "experimental_get_tracing_count() = 0"]
+    assert probe.to_dict()["original_tracing_count"] == 0
+    assert RetraceProbe(lambda x: x).to_dict()["original_tracing_count"] is None
+
+
+def test_a_tie_is_broken_toward_the_dtype_change_and_the_runner_up_is_listed():
+    """Item 4: #5 differs by one change from #2 (a dtype) and from #3 (dict keys): blame the dtype."""
+
+    def f(batch, flag, imgs):
+        if len(imgs) != 1:
+            raise ValueError("one image per call")
+        return batch["image"] * 2.0 + imgs[0] + tf.ones([2], tf.float32)
+
+    probe = RetraceProbe(f)
+    img = tf.ones([2])
+    calls = [({"image": img}, True, [img]), ({"image": img}, False, [img]),
+             ({"image": img, "mask": img}, False, [img]), ({"image": img}, False, [img, img]),
+             ({"image": tf.ones([2], tf.float64)}, False, [img])]
+    raised = []
+    for c in calls:
+        try:
+            probe(*c)
+        except (ValueError, TypeError) as e:
+            raised.append(type(e).__name__)
+    assert raised == ["ValueError", "TypeError"]  # #4 (two images) and #5 (float64) raised
+    fifth = probe.traces[4]
+    assert (fifth.kind, fifth.compared_with) == ("failed", 2)
+    assert fifth.reasons[0] == "batch['image']: dtype float32 -> float64"
+    assert fifth.reasons[1].startswith("raised TypeError")
+    assert (fifth.runner_up, fifth.runner_up_reasons) == (3, ("batch: dict keys ['image', 'mask'] -> ['image']",))
+    assert ("runner-up vs #3 (also 1 change): batch: dict keys ['image', 'mask'] -> ['image']"
+            in fifth.to_text())
+    assert fifth.to_dict()["runner_up"] == 3
+
+
+def test_a_tie_of_equal_kinds_still_goes_to_the_latest_trace():
+    probe = RetraceProbe(lambda x, n: x * n)
+    probe(tf.ones([2]), 1)
+    probe(tf.ones([3]), 1)
+    probe(tf.ones([3]), 2)  # one change from #2 (n) only
+    probe(tf.ones([2]), 2)  # one change from #1 (n) and from #3 (shape): latest wins
+    fourth = probe.traces[3]
+    assert fourth.compared_with == 3 and fourth.reasons == ["x: shape (3,) -> (2,)"]
+    assert fourth.runner_up == 1 and fourth.runner_up_reasons == ("n: 1 -> 2",)
+
+
+LR_SCRIPT = '''
+import tensorflow as tf
+
+@tf.function
+def update(x, k, lr):
+    return x * k * lr
+
+update(tf.ones([2]), 1, 0.1)
+update(tf.ones([3]), 2, 0.1)
+update(tf.ones([2]), 1, 0.05)
+update(tf.ones([3]), 2, 0.05)
+'''
+
+
+def test_retrace_cli_says_which_trace_each_reason_compares_with(run_cli, tmp_path):
+    """Item 5: #3 and #4 have the same reason text against different traces."""
+    script = tmp_path / "lr.py"
+    script.write_text(LR_SCRIPT)
+    code, out, err = run_cli("retrace", str(script))
+    assert code == 0, err
+    assert "#3 retrace vs #1: lr: 0.1 -> 0.05" in out
+    assert "#4 retrace vs #2: lr: 0.1 -> 0.05" in out
+
+
+def test_a_failing_expect_traces_hides_tflab_frames_from_pytest():
+    """Item 7: pytest's traceback shows the user's block and the reasons, not tflab's source."""
+    probe = RetraceProbe(lambda x: x * 2.0)
+    with pytest.raises(RetraceError) as info:
+        with expect_traces(probe, at_most=0):
+            probe(tf.ones([2]))
+    shown = [e for e in info.traceback if not e.ishidden(info)]
+    assert [os.path.basename(str(e.path)) for e in shown] == ["test_02_retrace_probe.py"]
+    rendered = str(info.getrepr(style="long"))
+    assert "retrace.py" not in rendered and "contextlib" not in rendered
+    assert "#1 first trace" in rendered
+
+
+def test_trace_records_do_not_reach_pytests_log_capture(caplog):
+    """Item 7's sibling: the level-1/2 records read inside expect_traces stay out of the failure report."""
+    import logging
+
+    @tf.function
+    def g(x):
+        return x * 2.0
+
+    logger = logging.getLogger("tensorflow")
+    old = (logger.level, logger.propagate, logger.getEffectiveLevel())
+    assert old[2] >= logging.INFO  # TF's default: its level-1 records are not shown
+    caplog.handler.setLevel(0)  # catch all that reaches the root logger, as pytest's report does
+    g(tf.ones([2]))
+    with pytest.raises(RetraceError):
+        with expect_traces(g, at_most=0):
+            g(tf.ones([3]))
+            logger.warning("a warning still propagates")
+    assert [r.getMessage() for r in caplog.records if r.name == "tensorflow"] == ["a warning still propagates"]
+    assert (logger.level, logger.propagate, logger.getEffectiveLevel()) == old

@@ -160,3 +160,61 @@ def test_stabilization_report_on_a_lambda_converts_the_users_code(caplog):
         r = stabilization_report(lambda x: tf.reduce_sum(x), [tf.zeros([4, 8]), tf.zeros([2, 8])])
     assert not [rec for rec in caplog.records if "could not" in rec.getMessage().lower()]
     assert r.variants["input_signature"].traces == 1 and r.variants["plain"].traces == 2
+
+
+def test_equal_shaped_examples_warn_which_dims_stayed_fixed():
+    """Issue #9 item 6: nothing varies, so every dim is pinned; say so, and how to relax it."""
+    from tflab import FixedShapeWarning
+
+    def step(x):
+        return tf.reduce_sum(x)
+
+    with pytest.warns(FixedShapeWarning) as caught:
+        f = stabilize(step, examples=[tf.zeros([32, 8]), tf.zeros([32, 8])])
+    (w,) = caught
+    msg = str(w.message)
+    assert msg.startswith("stabilize: no dim varies across the 2 example(s), so the inferred "
+                          "input_signature pins every dim (x (32, 8))")
+    assert "another batch size" in msg and "tf.TensorSpec([None, 8], tf.float32)" in msg
+    assert w.filename == __file__  # points at the user's call
+    assert f.input_signature == (tf.TensorSpec([32, 8], tf.float32, "x"),)
+    # What the warning predicts, measured: the smaller last batch fails TF's input binding.
+    with pytest.raises(TypeError, match="Binding inputs to tf.function failed"):
+        f(tf.zeros([6, 8]))
+    # The report says it too (as a note, not a second warning).
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FixedShapeWarning)
+        r = stabilization_report(step, [tf.zeros([32, 8])])
+    assert r.note is not None and r.note.startswith("stabilize: no dim varies across the 1 example(s)")
+    assert r.to_text().endswith("note: " + r.note) and r.to_dict()["note"] == r.note
+
+
+def test_examples_with_a_varying_dim_do_not_warn():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        f = stabilize(lambda x: x, examples=[tf.zeros([4, 8]), tf.zeros([2, 8])])
+        r = stabilization_report(lambda x: x * 2.0, [tf.zeros([4, 8]), tf.zeros([2, 8])])
+        g = stabilize(lambda x: x, input_signature=[tf.TensorSpec([32, 8])])  # given, not inferred
+    assert f.input_signature[0].shape.as_list() == [None, 8] and r.note is None
+    assert g.input_signature[0].shape.as_list() == [32, 8]
+
+
+def test_a_datasets_element_spec_relaxes_what_its_batches_did_not_show():
+    """Item 6's sibling: 8 rows in batches of 4 show only 4, but batch(4) can yield fewer (element_spec None)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # neither dataset warns: its element_spec is the authority
+        even = _pipeline(n=8)
+        assert [int(x.shape[0]) for x, _ in even] == [4, 4]
+        assert infer_input_signature(even, names=["x", "y"]) == (tf.TensorSpec([None, 8], tf.float32, "x"),
+                                                                 tf.TensorSpec([None], tf.int64, "y"))
+        f = stabilize(lambda x, y: x, examples=even)
+        assert f.input_signature[0].shape.as_list() == [None, 8]
+        f(tf.zeros([2, 8]), tf.zeros([2], tf.int64))  # the smaller batch binds
+        dropped = tf.data.Dataset.from_tensor_slices(tf.zeros([10, 8])).batch(4, drop_remainder=True)
+        assert stabilize(lambda x: x, examples=dropped).input_signature == (tf.TensorSpec([4, 8], tf.float32, "x"),)

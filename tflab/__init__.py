@@ -10,6 +10,7 @@ Public names (imported lazily, since importing TensorFlow takes seconds):
 * step 6 `compare_modes` → `ModeComparison` (tflab/modes.py)
 * step 7 `save_and_reload` → `SavedModelCheck` (tflab/saved_model.py)
 * step 8 `tflite_roundtrip` → `TFLiteCheck` (tflab/litert.py)
+* step 11 `DistributedRetraceProbe`, `inspect_distributed`, `run_workers` (tflab/distribute.py)
 * `diagnose` → `Diagnosis`: why a tf.function failed (tflab/diagnosis.py)
 """
 
@@ -33,6 +34,7 @@ _EXPORTS = {
     "StabilizeReport": "tflab.signatures",
     "infer_input_signature": "tflab.signatures",
     "stabilization_report": "tflab.signatures",
+    "FixedShapeWarning": "tflab.signatures",
     "autograph_diff": "tflab.autograph",
     "AutographDiff": "tflab.autograph",
     "compare_modes": "tflab.modes",
@@ -43,6 +45,12 @@ _EXPORTS = {
     "TFLiteCheck": "tflab.litert",
     "UnsupportedOpsError": "tflab.litert",
     "export_model": "tflab.export",
+    "DistributedRetraceProbe": "tflab.distribute",
+    "inspect_distributed": "tflab.distribute",
+    "DistributedTraceReport": "tflab.distribute",
+    "run_workers": "tflab.distribute",
+    "MultiWorkerReport": "tflab.distribute",
+    "WorkerError": "tflab.distribute",
     "diagnose": "tflab.diagnosis",
     "Diagnosis": "tflab.diagnosis",
     "TflabError": "tflab.errors",

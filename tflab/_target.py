@@ -4,9 +4,16 @@ Every CLI verb that takes a function (``inspect``, ``autograph``, ``compare``)
 uses these helpers, so the grammar is the same everywhere:
 
 * ``name=dtype[dims]`` is a `tf.TensorSpec`; ``None`` marks an unknown dim,
-  ``float32[]`` is a scalar. Example: ``x=float32[None,8]``.
+  ``float32[]`` is a scalar. Example: ``x=float32[None,8]``. A negative dim
+  (``-1``) is refused rather than read as ``None``; an unknown dtype is named
+  with its nearest TF dtypes (`difflib`).
 * ``name=<python literal>`` is a Python value, read with `ast.literal_eval`.
   Example: ``n=3``, ``training=True``, ``s='abc'``.
+
+Error messages echo the user's text cut to `tflab._usercode.MAX_ECHO`
+characters, so a 5000-digit literal stays one readable line. Importing the
+user's file runs under `tflab._usercode.user_code` (``sys.exit`` at import is
+one line).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import sys
 import traceback
 from typing import Any, Callable
 
+from tflab._usercode import shorten
 from tflab.errors import UsageError
 
 _SPEC_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*(?:\[(.*)\])?\s*$")
@@ -59,20 +67,34 @@ def parse_value(text: str, name: str | None = None) -> Any:
         if dims_text is not None and dims_text.strip():
             for d in dims_text.split(","):
                 d = d.strip()
-                if d in ("None", "?", "-1"):
+                if d in ("None", "?"):
                     dims.append(None)
+                elif d.startswith("-") and d[1:].isdigit():
+                    raise UsageError(
+                        f"bad dimension {d} in --arg {name}={shorten(text)}: a dim is >= 0, or None for "
+                        f"an unknown dim, e.g. {name}={m.group(1)}[None,8]")
                 elif d.isdigit():
                     dims.append(int(d))
                 else:
                     raise UsageError(
-                        f"bad dimension {d!r} in --arg {name}={text}: use integers or None, "
-                        f"e.g. {name}={m.group(1)}[None,8]")
+                        f"bad dimension {shorten(d, 20)!r} in --arg {name}={shorten(text)}: use integers or "
+                        f"None, e.g. {name}={m.group(1)}[None,8]")
         return tf.TensorSpec(dims, dtype, name=name)
+    if m and m.group(2) is not None:
+        # NAME[dims] with NAME not a dtype (float33[2]): name the bad dtype and the near ones.
+        import difflib
+
+        known = sorted(n for n in dir(tf.dtypes) if isinstance(getattr(tf.dtypes, n), tf.dtypes.DType))
+        near = difflib.get_close_matches(m.group(1), known, n=3)
+        raise UsageError(f"--arg {name}={shorten(text)}: not a TensorSpec: unknown dtype "
+                         f"{shorten(m.group(1), 40)!r}"
+                         + (f"; did you mean {' or '.join(near)}?" if near else
+                            f"; use a TF dtype such as float32, int64, bool"))
     try:
         return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         raise UsageError(
-            f"--arg {name}={text}: not a TensorSpec (dtype[dims], e.g. float32[None,8]) "
+            f"--arg {name}={shorten(text)}: not a TensorSpec (dtype[dims], e.g. float32[None,8]) "
             f"nor a Python literal (e.g. 3, 0.5, True, 'text'); quote strings") from None
 
 
@@ -85,11 +107,11 @@ def parse_args(items: list[str] | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items or []:
         if "=" not in item:
-            raise UsageError(f"--arg {item!r}: expected NAME=VALUE, e.g. x=float32[None,8] or n=3")
+            raise UsageError(f"--arg {shorten(item)!r}: expected NAME=VALUE, e.g. x=float32[None,8] or n=3")
         name, _, value = item.partition("=")
         name = name.strip()
         if not name.isidentifier():
-            raise UsageError(f"--arg {item!r}: {name!r} is not a parameter name")
+            raise UsageError(f"--arg {shorten(item)!r}: {shorten(name, 40)!r} is not a parameter name")
         if name in out:
             raise UsageError(f"--arg {name} given twice")
         out[name] = parse_value(value, name)
@@ -148,17 +170,16 @@ def load_module(path: str, *, what: str = "script"):
     directory = os.path.dirname(os.path.abspath(path))
     if directory not in sys.path:
         sys.path.insert(0, directory)
+    from tflab._usercode import user_code
+
     try:
-        spec.loader.exec_module(module)
-    except SystemExit as e:
+        with user_code(path, "at import", exceptions=True,
+                       hint="the module must import without exiting: put script code under "
+                            "if __name__ == \"__main__\":"):
+            spec.loader.exec_module(module)
+    except BaseException:
         sys.modules.pop(mod_name, None)
-        raise UsageError(f"importing {path} called sys.exit({e.code!r}); the module must import without "
-                         "exiting: put script code under if __name__ == \"__main__\":") from None
-    except Exception as e:  # the user's module failed: say where, not a traceback wall
-        sys.modules.pop(mod_name, None)
-        where = user_frame(e)
-        raise UsageError(f"importing {path} raised {type(e).__name__}: {e}"
-                         + (f" (at {where})" if where else "")) from e
+        raise
     return module
 
 

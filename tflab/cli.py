@@ -3,6 +3,14 @@
 Each verb lives in ``tflab/commands/<verb>.py`` and defines ``HELP``,
 ``add_arguments(parser)`` and ``run(args) -> int``. Expected mistakes raise
 `tflab.errors.TflabError`; this module prints them as one line and exits 2.
+A verb writes user paths through `tflab._paths.output_path`, calls user code
+inside `tflab._usercode.user_code`, runs signatures with
+`tflab._usercode.run_signature`, and types numeric options with
+`tflab._cliargs` (see those modules).
+
+Exit codes: 0 success; 1 the work ran but a check failed (``export``: a
+variant failed or exceeded its bound); 2 bad input, one ``tflab VERB: error:``
+line (argparse errors too); 130 interrupted (Ctrl-C); 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ VERBS = {
     "diagnose": "diagnose_cmd",
     "export": "export_cmd",
     "build-op": "build_op_cmd",
+    "distribute": "distribute_cmd",
 }
 
 
@@ -73,7 +82,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``tflab`` console script. Returns the exit code."""
     _quiet_tf()
-    from tflab.errors import TflabError
+    from tflab._usercode import describe
+    from tflab.errors import Terminated, TflabError
 
     parser, modules = build_parser()
     args = parser.parse_args(argv)
@@ -88,7 +98,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"tflab {args.verb}: interrupted", file=sys.stderr)
         return 130
-
+    except Terminated:  # SIGTERM during work that installs the handler (export): cleaned up
+        print(f"tflab {args.verb}: terminated", file=sys.stderr)
+        return 143
+    except Exception:
+        raise  # a tflab bug: the traceback is what a bug report needs
+    except BaseException as e:
+        # Last resort for user code a verb called outside tflab._usercode.user_code:
+        # its sys.exit(5) or BaseException is one line, exit 2, not tflab exiting 5.
+        print(f"tflab {args.verb}: error: {describe(e, 'user code', 'while the verb ran')}", file=sys.stderr)
+        return 2
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -18,3 +18,12 @@ class TflabError(Exception):
 
 class UsageError(TflabError, ValueError):
     """Bad input to a tflab function or CLI verb (wrong type, bad spec, bad path)."""
+
+
+class Terminated(SystemExit):
+    """SIGTERM arrived during long work (``tflab export``); raised so cleanup runs as for Ctrl-C.
+
+    Its code is 143 (128 + SIGTERM), the status a shell reports for a process
+    killed by SIGTERM. `tflab._usercode.user_code` lets it through: it is not
+    the user's ``sys.exit``.
+    """

@@ -20,11 +20,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -32,7 +30,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tflab.errors import TflabError, UsageError
+from tflab._paths import OutputPath, output_path
+from tflab.errors import Terminated, TflabError, UsageError
 from tflab.litert import QUANTIZATIONS, TFLiteCheck
 
 # Fault injection for the crash-isolation test: the worker aborts (like an
@@ -216,8 +215,13 @@ def load_model(spec: str) -> tuple[Any, str]:
             return isinstance(o, tf.Module) or _is_keras3(o) or _is_tf_keras(o)
 
         if callable(obj) and not exportable(obj) and not isinstance(obj, tf.types.experimental.PolymorphicFunction):
+            from tflab._usercode import user_code
+
             try:
-                obj = obj()
+                with user_code(spec, "when called as OBJ() to build the model"):
+                    obj = obj()
+            except TflabError:
+                raise
             except Exception as e:  # the user's factory failed: point at their line, not ours
                 where = user_frame(e)
                 if isinstance(e, TypeError) and not where:
@@ -272,6 +276,73 @@ def load_model(spec: str) -> tuple[Any, str]:
     raise UsageError(f"{spec!r} is not a model: give a .keras file, a SavedModel folder or FILE.py:OBJ")
 
 
+def build_unbuilt_keras(obj: Any, batches: list[dict[str, np.ndarray]] | None, name: str) -> str | None:
+    """Builds a Keras 3 model that was never called, from the first example batch, or refuses.
+
+    A subclassed ``keras.Model`` learns its input shape on its first call;
+    before that Keras' exporter has no input signature and raises "The model
+    provided has not yet been built" (``keras/src/export/export_utils.py``,
+    ``get_input_signature``).
+
+    Args:
+        obj: the loaded model (anything else is left alone).
+        batches: the normalized ``--examples`` batches, or None when none were given.
+        name: the model's name for messages (``m.py:model``).
+
+    Returns:
+        A note saying the model was built from the examples, or None when
+        nothing needed building.
+
+    Raises:
+        UsageError: the model is unbuilt and no examples were given (one line:
+            call it once in OBJ(), or pass ``--examples``), or the build call
+            raised (the user's line named).
+    """
+    from tflab.saved_model import _is_keras3
+
+    if not _is_keras3(obj):
+        return None
+    from keras.src import models as keras_models
+
+    # Functional and Sequential models know their inputs; a subclassed one must also have been called.
+    subclassed = not isinstance(obj, (keras_models.Functional, keras_models.Sequential))
+    if obj.built and not (subclassed and not getattr(obj, "_called", False)):
+        return None
+    cls = type(obj).__name__
+    if not batches:
+        raise UsageError(f"{name}: the Keras model {cls} was never built or called, so it has no input "
+                         f"shape to export: call it once in OBJ() (e.g. model(tf.zeros([1, 8])) before "
+                         f"returning it), or pass --examples FILE.npz to build it from those")
+    batch = batches[0]
+    if isinstance(batch, dict) and batch and all(isinstance(v, dict) for v in batch.values()):
+        batch = next(iter(batch.values()))  # per-signature examples: the first signature's
+    arrays = list(batch.values())
+    x = arrays[0] if len(arrays) == 1 else dict(batch)
+    from tflab._usercode import user_code
+
+    with user_code(name, f"while building {cls} on the first --examples batch", exceptions=True):
+        obj(x)
+    shapes = ", ".join(f"{k}: {a.dtype}{list(a.shape)}" for k, a in batch.items())
+    note = (f"{cls} was never built: tflab built it by calling it once on the first --examples batch "
+            f"({shapes}); the SavedModel's input shape has a None batch dim and the rest from that batch")
+    if len(arrays) == 1 and all(len(b) == 1 for b in batches):
+        # Keras names a subclassed model's serving input after the traced
+        # function's positional parameter (args_0), not after the example's key:
+        # one array feeds the one input whatever its key.
+        from keras.export import ExportArchive
+        from keras.src.export.export_utils import get_input_signature
+
+        from tflab.saved_model import _reference
+
+        serve = ExportArchive().track_and_add_endpoint("serve", obj, get_input_signature(obj))
+        names = _reference(serve.get_concrete_function()).input_names
+        if len(names) == 1:
+            batches[:] = [{names[0]: next(iter(b.values()))} for b in batches]
+            if names[0] != next(iter(batch)):
+                note += f"; the example array {next(iter(batch))!r} feeds its input {names[0]!r}"
+    return note
+
+
 def load_examples(path: str) -> list[dict[str, np.ndarray]]:
     """Reads an .npz file of examples.
 
@@ -282,6 +353,9 @@ def load_examples(path: str) -> list[dict[str, np.ndarray]]:
     Raises:
         UsageError: missing or unreadable file.
     """
+    if os.path.isdir(path):
+        raise UsageError(f"--examples {path!r} is a folder: give an .npz file with one array per input name "
+                         f"(np.savez(path, x=array))")
     if not os.path.isfile(path):
         raise UsageError(f"--examples {path!r} does not exist: give an .npz with one array per input name")
     import zipfile
@@ -327,7 +401,7 @@ def _worker_main(argv: Sequence[str]) -> int:
             model = convert(saved_model, q, batches)
         except UnsupportedOpsError as e:
             print(json.dumps({"event": "unsupported", "quantization": q, "error": str(e), "ops": list(e.ops),
-                              "kind": e.kind}),
+                              "kind": e.kind, "signatures": e.signatures}),
                   flush=True)
             return 0
         except Exception as e:  # a converter failure costs this variant only
@@ -448,7 +522,7 @@ def _convert_inprocess(saved_model: str, outdir: str, quants: list[str], batches
             model = convert(saved_model, q, batches)
         except UnsupportedOpsError as e:
             results[q] = {"event": "unsupported", "quantization": q, "error": str(e), "ops": list(e.ops),
-                          "kind": e.kind}
+                          "kind": e.kind, "signatures": e.signatures}
             break
         except TflabError as e:
             results[q] = {"event": "error", "quantization": q, "error": str(e),
@@ -480,11 +554,14 @@ def parse_quantize(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def check_out(out: Path, force: bool) -> None:
+def check_out(out: Path, force: bool) -> OutputPath:
     """Checks ``--out`` before any work: its parent must be (or become) a writable folder.
 
     ``force`` replaces only a previous tflab export (a folder holding
     ``report.json``), never a file, the current folder or one of its parents.
+
+    Returns:
+        The probed `tflab._paths.OutputPath` to write the export through.
 
     Raises:
         UsageError: one line saying what is wrong with ``out``.
@@ -502,22 +579,10 @@ def check_out(out: Path, force: bool) -> None:
         if not (out / "report.json").is_file():
             raise UsageError(f"--out {out} is a folder that is not a tflab export (no report.json): --force "
                              f"replaces only previous exports; choose another --out")
-    parent = out.parent
-    probe = parent
-    while not probe.exists():
-        if probe.is_symlink() or probe == probe.parent:
-            break
-        probe = probe.parent
-    if probe.exists() and not probe.is_dir():
-        raise UsageError(f"--out {out}: {probe} is a file, not a folder; choose another --out")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {out}: cannot create it, {probe} is not writable; choose another --out")
-    try:
-        # os.access says yes for root on read-only or virtual file systems (/proc): try it.
-        os.rmdir(tempfile.mkdtemp(prefix=".tflab-probe-", dir=probe))
-    except OSError as e:
-        raise UsageError(f"--out {out}: cannot create a folder in {probe} ({e.strerror}); "
-                         f"choose another --out") from e
+    # Probes by really creating a folder there: os.access says yes for root on
+    # read-only or virtual file systems (/proc). Missing parents are created only
+    # once the export starts, and removed again if it fails.
+    return output_path(out, "--out", folder=True)
 
 
 def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] = QUANTIZATIONS,
@@ -534,7 +599,8 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         examples: ``{name: array}``, a list of them, ``{signature key: {name:
             array}}``, an ``.npz`` path, or None for seeded random batches
             (sizes 1 and 4) holding every signature's inputs; each signature
-            is fed the names it takes. NaN outputs in the same places in TF
+            is fed the names it takes. A Keras subclassed model that was never
+            called is built by calling it on the first batch (a note says so). NaN outputs in the same places in TF
             and LiteRT match; examples with 0 rows are refused.
         force: replace ``out`` if it is a previous export (a folder with
             ``report.json``); never a file, the current folder or its parents.
@@ -553,8 +619,15 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
             matching the signature or with 0 rows, an op outside the TFLite
             builtins (`tflab.litert.UnsupportedOpsError`, ``kind`` "flex" or
             "custom"), a SavedModel op not registered in this process, or an
-            ``out`` that cannot be written or replaced. Nothing is left behind,
-            also on Ctrl-C or SIGTERM (the handler is restored afterwards).
+            ``out`` that cannot be written or replaced (probed by creating a
+            folder there, `tflab._paths.output_path`), a signature that fails
+            when run on the examples (one line naming the signature, the op and
+            the shapes fed, `tflab._usercode.run_signature`), a Keras
+            subclassed model never called and no examples to build it from,
+            user code (factory, tracing) calling ``sys.exit`` or raising a
+            ``BaseException`` (`tflab._usercode.user_code`). Nothing is left
+            behind, not even the parent folders of ``out`` it created, also on
+            Ctrl-C or SIGTERM (the handler is restored afterwards).
 
     Example:
 
@@ -572,7 +645,7 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
     for q in quants:
         if q not in QUANTIZATIONS:
             raise UsageError(f"unknown quantization {q!r}: use {', '.join(QUANTIZATIONS)}")
-    check_out(out, force)
+    target = check_out(out, force)
     if isinstance(model, (str, os.PathLike)):
         name = model_name or os.fspath(model)
         progress(f"loading {name}")
@@ -591,22 +664,21 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         from tflab.litert import check_rows
 
         check_rows(batches)
+    build_note = build_unbuilt_keras(obj, batches, name)
     # The SIGTERM handler goes in before the temporary folder exists, so a
     # SIGTERM at any point after mkdtemp unwinds through the cleanup below.
     previous_term = _install_sigterm()
     tmp = None
     try:
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-        except OSError as e:
-            raise UsageError(f"--out {out}: cannot create a folder there ({e.strerror}); "
-                             "choose another --out") from e
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the export is an ordinary folder
+        # Creates the missing parents of --out (removed again below on failure).
+        tmp = target.temp_dir()
         progress("SavedModel round trip")
-        sm = save_and_reload(obj, tmp / "saved_model", batches)
+        from tflab._usercode import user_code
+
+        with user_code(name, "while TF traced and saved it as a SavedModel"):
+            sm = save_and_reload(obj, tmp / "saved_model", batches)
+        if build_note:
+            sm = dataclasses.replace(sm, notes=(build_note, *sm.notes))
         batches = list(sm.example_batches)
         _save_examples(batches, os.fspath(tmp / "examples.npz"))
         if isolate:
@@ -620,7 +692,8 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
             conv = _convert_inprocess(os.fspath(tmp / "saved_model"), os.fspath(tmp), quants, batches, progress)
         for q, msg in conv.items():
             if msg["event"] == "unsupported":
-                raise UnsupportedOpsError(msg["error"], tuple(msg.get("ops", ())), msg.get("kind", "flex"))
+                raise UnsupportedOpsError(msg["error"], tuple(msg.get("ops", ())), msg.get("kind", "flex"),
+                                          {k: tuple(v) for k, v in msg.get("signatures", {}).items()})
         variants: dict[str, VariantResult] = {}
         float_size = conv.get("none", {}).get("bytes")
         for q in quants:
@@ -642,20 +715,15 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         from tflab._jsonutil import dumps
 
         (tmp / "report.json").write_text(dumps(report.to_dict()))
-        _move_into_place(tmp, out)
+        target.commit(tmp)
         return report
     except BaseException:
         _stop_workers()
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+        target.discard(tmp)  # the temporary folder and the parents of --out created for it
         raise
     finally:
         if previous_term is not None:
             signal.signal(signal.SIGTERM, previous_term)
-
-
-class Terminated(SystemExit):
-    """SIGTERM arrived during an export; raised so the temporary folder is removed as for Ctrl-C."""
 
 
 def _install_sigterm():
@@ -682,17 +750,6 @@ def _stop_workers() -> None:
     for proc in list(_WORKERS):
         if proc.poll() is None:
             proc.kill()
-
-
-def _move_into_place(tmp: Path, out: Path) -> None:
-    """Renames the finished folder to ``out``; an old ``out`` (``--force``) is moved aside first."""
-    old = None
-    if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-        os.replace(out, old / out.name)
-    os.replace(tmp, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -25,8 +25,14 @@ Two ways to get the FunctionTypes, one reason engine:
 * `capture_trace_log` / `trace_script` (``tflab retrace SCRIPT.py``) read the
   "Creating new FuncGraph …" record TF logs at level 1 on the ``tensorflow``
   logger for every trace, so any script can be explained without patching TF.
-  TF logs a trace as it starts, so this path cannot tell a trace that raised,
-  and it has no values, so it cannot see stale reads.
+  Traces are keyed by the tf.function OBJECT that made them (found on the call
+  stack in-process, or by the address in the log text), so two instances of a
+  class with a ``@tf.function`` method, or two closures from one factory, are
+  explained apart. TF logs a trace as it starts, so this path cannot tell a
+  trace that raised, and it has no values, so it cannot see stale reads.
+* `expect_traces(tf_function)` reads the same records for one object and
+  compares them with the traces already in its cache (``cached_traces``), so
+  a function warmed up before the block gets the real reason.
 """
 
 from __future__ import annotations
@@ -142,6 +148,8 @@ class Trace:
     Attributes:
         index: 1-based trace number for this function.
         kind: "first" (no earlier trace), "retrace" (the inputs changed),
+            "cached" (read from the trace cache by `cached_traces`: a
+            baseline, no reasons),
             "variable_creation" (TF's own second trace after the first call
             created tf.Variables: not the user's fault), "concrete" (made by
             ``get_concrete_function``) or "failed" (tracing raised: the last
@@ -159,6 +167,10 @@ class Trace:
             looked up (``reduce_retracing`` relaxes dims to None), else None.
         call: 1-based number of the call that traced (0: not from a call).
         details: the `Reason` objects behind ``reasons``.
+        runner_up: when another earlier trace differs by as many changes as
+            ``compared_with`` (a tie, broken toward the smaller kind of
+            change), its index; else None.
+        runner_up_reasons: the reasons against ``runner_up``.
     """
 
     index: int
@@ -171,25 +183,39 @@ class Trace:
     traced_as: tuple[tuple[str, str], ...] | None = None
     call: int = 0
     details: tuple[Reason, ...] = ()
+    runner_up: int | None = None
+    runner_up_reasons: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         why = "; ".join(self.reasons) if self.reasons else ", ".join(
             f"{n}={_short_type(t)}" for n, t in self.inputs)
         return f"<Trace #{self.index} {self.kind}: {why}>"
 
+    @property
+    def versus(self) -> str:
+        """`` vs #N`` naming the trace the reasons compare with ("" when none applies)."""
+        if self.compared_with is None or self.kind in ("first", "variable_creation"):
+            return ""
+        return f" vs #{self.compared_with}"
+
     def to_text(self) -> str:
-        """One line per reason: ``#2 retrace  x: shape (3,) -> (4,)  fix: …``."""
+        """One line per reason: ``#3 retrace vs #1: x: shape (3,) -> (4,)``, then ``fix: …``."""
         head = f"#{self.index} {self.kind}"
-        if self.kind == "first":
+        if self.kind in ("first", "cached"):
             return f"{head}: " + ", ".join(f"{n}={_short_type(t)}" for n, t in self.inputs)
         if self.kind == "concrete" and not self.details:
             return f"{head}: get_concrete_function(" + ", ".join(
                 f"{n}={_short_type(t)}" for n, t in self.inputs) + ")"
+        head += self.versus
         lines, pad = [], " " * (len(head) + 2)
         for i, r in enumerate(self.details):
             lines.append(f"{head}: {r.text}" if i == 0 else f"{pad}{r.text}")
             if i + 1 == len(self.details) or self.details[i + 1].fix != r.fix:
                 lines.append(f"{pad}fix: {r.fix}")  # once per run of equal fixes
+        if self.runner_up is not None:
+            n = len(self.runner_up_reasons)
+            lines.append(f"{pad}runner-up vs #{self.runner_up} (also {n} change{'s' * (n != 1)}): "
+                         + "; ".join(self.runner_up_reasons))
         if self.traced_as:
             lines.append(f"{pad}traced as: " + ", ".join(
                 f"{n}={_short_type(t)}" for n, t in self.traced_as))
@@ -200,6 +226,7 @@ class Trace:
         return {"index": self.index, "kind": self.kind, "call": self.call,
                 "reasons": list(self.reasons), "fixes": list(self.fixes),
                 "compared_with": self.compared_with, "scope": self.scope,
+                "runner_up": self.runner_up, "runner_up_reasons": list(self.runner_up_reasons),
                 "inputs": dict(self.inputs),
                 "traced_as": dict(self.traced_as) if self.traced_as else None}
 
@@ -352,8 +379,25 @@ def _dims(shape: str) -> list[str] | None:
     return [d.strip() for d in shape[1:-1].split(",") if d.strip()]
 
 
+# TraceType reprs another tflab module explains, by repr prefix: the module has
+# diff_trace_type(path, old, new) -> list[Reason] and describe_trace_type(text) -> str.
+TRACE_TYPE_HOOKS = {"PerReplicaSpec(": "tflab.distribute"}
+
+
+def _hook(node: _Node):
+    if node.kind == "other":
+        for prefix, module in TRACE_TYPE_HOOKS.items():
+            if node.value.startswith(prefix):
+                import importlib
+
+                return importlib.import_module(module)
+    return None
+
+
 def _describe(node: _Node) -> str:
     """A short human label for a TraceType tree (used for kind changes and first traces)."""
+    if _hook(node) is not None:
+        return _hook(node).describe_trace_type(node.value)
     if node.kind == "tensor":
         return f"{node.dtype}{node.shape}" if node.name == "TensorSpec" else f"{node.name} {node.dtype}{node.shape}"
     if node.kind == "literal":
@@ -395,6 +439,9 @@ def _child_path(path: str, node: _Node, key: str) -> str:
 def _diff(path: str, a: _Node, b: _Node, out: list[Reason]) -> None:
     """Appends one Reason per leaf where TraceType trees ``a`` (earlier) and ``b`` differ."""
     if a == b:
+        return
+    if _hook(a) is not None and _hook(a) is _hook(b):
+        out.extend(_hook(a).diff_trace_type(path, a.value, b.value))
         return
     # List vs Tuple, Dict vs NamedTuple, two NamedTuple types: a change of kind.
     if a.kind != b.kind or (a.kind in ("seq", "map") and a.name != b.name):
@@ -474,6 +521,30 @@ def _param_reasons(old: dict[str, str], new: dict[str, str]) -> list[Reason]:
     return reasons
 
 
+# Changes inside the same structure (a tensor's dtype or shape, a Python
+# value, an object) rank before changes of the structure itself (a dict's keys,
+# a list's length, a kind or a parameter): on a tie in the number of changes,
+# the nearest trace is the one whose changes are the smaller kind.
+_STRUCTURE_KINDS = frozenset({"length", "keys", "kind", "signature"})
+
+
+class _Candidate(NamedTuple):
+    trace: Trace
+    reasons: list[Reason]
+
+    @property
+    def rank(self) -> tuple[int, int, int]:
+        # fewest changes, then fewest structure changes, then the latest trace
+        return (len(self.reasons), sum(r.kind in _STRUCTURE_KINDS for r in self.reasons),
+                -self.trace.index)
+
+
+def _ranked_candidates(new: dict[str, str], previous: Sequence[Trace]) -> list[_Candidate]:
+    """Every earlier trace with its reasons, nearest first (see `_Candidate.rank`)."""
+    return sorted((_Candidate(p, _param_reasons(dict(p.inputs), new)) for p in previous),
+                  key=lambda c: c.rank)
+
+
 def explain(inputs: Sequence[tuple[str, str]], previous: Sequence[Trace], *,
             scope: str | None = None, context: str | None = None,
             previous_contexts: Sequence[str | None] | None = None,
@@ -482,9 +553,11 @@ def explain(inputs: Sequence[tuple[str, str]], previous: Sequence[Trace], *,
     """Explains a new trace against the earlier ones of the same function.
 
     Compares the new FunctionType's inputs with each earlier trace's and keeps
-    the nearest (fewest changes, counting a tensor's dtype and shape
-    separately; the latest on a tie), as TF's dispatch would have used the
-    closest cached type had it matched.
+    the nearest, as TF's dispatch would have used the closest cached type had
+    it matched: the fewest changes (a tensor's dtype and shape count
+    separately); on a tie, the fewest changes of structure (dict keys, list
+    length, kind of value) rather than of a dtype, shape or value inside the
+    same structure; then the latest trace.
 
     Args:
         inputs: (parameter, TraceType text) pairs of the new trace's FunctionType.
@@ -501,8 +574,18 @@ def explain(inputs: Sequence[tuple[str, str]], previous: Sequence[Trace], *,
     Returns:
         (kind, index of the trace compared with or None, reasons).
     """
+    return _explain(inputs, previous, scope=scope, context=context,
+                    previous_contexts=previous_contexts, reduce_retracing=reduce_retracing,
+                    outcome_known=outcome_known)[:3]
+
+
+def _explain(inputs: Sequence[tuple[str, str]], previous: Sequence[Trace], *,
+             scope: str | None, context: str | None,
+             previous_contexts: Sequence[str | None] | None, reduce_retracing: bool,
+             outcome_known: bool) -> tuple[str, int | None, list[Reason], _Candidate | None]:
+    """`explain`, plus the runner-up candidate when it ties on the number of changes."""
     if not previous:
-        return "first", None, []
+        return "first", None, [], None
     new = dict(inputs)
     # TF's own re-trace: the first call traced with variable creation allowed,
     # created variables, then traced the same inputs with creation disabled
@@ -517,16 +600,13 @@ def explain(inputs: Sequence[tuple[str, str]], previous: Sequence[Trace], *,
                     text += "; TF's log does not say whether this trace succeeded"
                     fix = FIXES["variable_creation_unknown"]
                 r = Reason("", "variable_creation", VARIABLE_CREATION, NO_VARIABLE_CREATION, text, fix)
-                return "variable_creation", p.index, [r]
+                return "variable_creation", p.index, [r], None
     same_scope = [p for p in previous if scope is None or p.scope in (None, scope)] or list(previous)
-    best: tuple[int, int, list[Reason], Trace] | None = None
-    for p in same_scope:
-        reasons = _param_reasons(dict(p.inputs), new)
-        key = (len(reasons), -p.index)
-        if best is None or key < best[:2]:
-            best = (key[0], key[1], reasons, p)
-    assert best is not None
-    _, _, reasons, nearest = best
+    ranked = _ranked_candidates(new, same_scope)
+    nearest, reasons = ranked[0]
+    runner_up = None
+    if len(ranked) > 1 and reasons and len(ranked[1].reasons) == len(reasons):
+        runner_up = ranked[1]
     if reduce_retracing:
         reasons = [dataclasses.replace(r, fix=FIXES_WITH_REDUCE_RETRACING.get(r.kind, r.fix))
                    for r in reasons]
@@ -543,7 +623,7 @@ def explain(inputs: Sequence[tuple[str, str]], previous: Sequence[Trace], *,
                                f"same input TraceTypes as trace #{nearest.index}: TF could not reuse it "
                                f"(an argument object was garbage-collected, the cache was cleared"
                                f"{maybe_failed})")]
-    return "retrace", nearest.index, reasons
+    return "retrace", nearest.index, reasons, runner_up
 
 
 def _failure_reasons(auto_kind: str, reasons: list[Reason], error: str) -> list[Reason]:
@@ -581,10 +661,9 @@ def make_trace(index: int, inputs: Sequence[tuple[str, str]], previous: Sequence
             reasons end with what the error means.
         The others: as for `explain` and `Trace`.
     """
-    auto_kind, compared, reasons = explain(inputs, previous, scope=scope, context=context,
-                                           previous_contexts=previous_contexts,
-                                           reduce_retracing=reduce_retracing,
-                                           outcome_known=outcome_known)
+    auto_kind, compared, reasons, runner_up = _explain(
+        inputs, previous, scope=scope, context=context, previous_contexts=previous_contexts,
+        reduce_retracing=reduce_retracing, outcome_known=outcome_known)
     if error is not None:
         kind = "failed"
         reasons = _failure_reasons(auto_kind, reasons, error)
@@ -597,7 +676,9 @@ def make_trace(index: int, inputs: Sequence[tuple[str, str]], previous: Sequence
     return Trace(index=index, kind=kind, reasons=[r.text for r in reasons],
                  fixes=[r.fix for r in reasons], inputs=inputs, compared_with=compared,
                  scope=scope, traced_as=traced if traced and traced != inputs else None,
-                 call=call, details=tuple(reasons))
+                 call=call, details=tuple(reasons),
+                 runner_up=runner_up.trace.index if runner_up else None,
+                 runner_up_reasons=tuple(r.text for r in runner_up.reasons) if runner_up else ())
 
 
 def function_type_inputs(function_type: Any) -> tuple[tuple[str, str], ...]:
@@ -695,7 +776,8 @@ class RetraceProbe:
     Python function; the side-effect wrapper is a ``tf_decorator`` so AutoGraph
     still converts the user's function (``autograph_util.py_func_from_autograph``
     unwraps decorators and converts the innermost target). The probe has its
-    own trace cache: traces made through the original tf.function are not seen.
+    own trace cache: calls of the original tf.function itself are not seen
+    (`expect_traces` on the tf.function itself needs no probe).
 
     Args:
         fn: a `tf.function` (options kept) or a plain Python callable (wrapped
@@ -711,7 +793,9 @@ class RetraceProbe:
             callable (e.g. ``reduce_retracing=True``); not allowed with a tf.function.
 
     Attributes:
-        function: the wrapped `tf.function` that calls go through.
+        function: the wrapped `tf.function` that calls go through (the
+            probe's own copy when ``fn`` is a tf.function).
+        original: ``fn`` when it is a tf.function, else None.
         trace_count: traces counted by the side effect (includes failed traces).
         traces: one `Trace` per trace, oldest first.
         stale: `StaleRead` records, oldest first.
@@ -774,8 +858,10 @@ class RetraceProbe:
                                  + ") only apply to a plain callable; this is already a tf.function, "
                                  "so its own options are kept")
             self.function = fn._clone(python_function=wrapper)
+            self.original = fn
         else:
             self.function = tf.function(wrapper, **tf_function_kwargs)
+            self.original = None
         self._watch_names = self._stale_candidates() if watch_stale else ([], [])
 
     # -- trace-time side effect --------------------------------------------
@@ -980,6 +1066,13 @@ class RetraceProbe:
         return int(self.function.experimental_get_tracing_count())
 
     @property
+    def original_tracing_count(self) -> int | None:
+        """``experimental_get_tracing_count()`` of the tf.function given (its own calls), or None."""
+        if self.original is None:
+            return None
+        return int(self.original.experimental_get_tracing_count())
+
+    @property
     def reasons(self) -> list[str]:
         """Every reason line of every trace after the first, as ``#N reason``."""
         return [f"#{t.index} {r}" for t in self.traces for r in t.reasons]
@@ -989,8 +1082,12 @@ class RetraceProbe:
         tf_count = self.tf_tracing_count
         failed = sum(t.kind == "failed" for t in self.traces)
         note = f" ({failed} trace(s) raised, and TF caches only traces that succeed)" if failed else ""
-        lines = [f"RetraceProbe({self.name}): {self.trace_count} trace(s) in {self.calls} call(s); "
-                 f"TF's experimental_get_tracing_count() = {tf_count}{note}"]
+        whose = "the probe's copy of the tf.function" if self.original is not None else "the probe's tf.function"
+        lines = [f"RetraceProbe({self.name}): {self.trace_count} trace(s) in {self.calls} call(s) "
+                 f"through the probe; TF's experimental_get_tracing_count() on {whose} = {tf_count}{note}"]
+        if self.original is not None:
+            lines.append(f"  {self.name} itself (calls not made through the probe are not seen): "
+                         f"experimental_get_tracing_count() = {self.original_tracing_count}")
         for t in self.traces:
             lines.extend("  " + ln for ln in t.to_text().splitlines())
         for s in self.stale:
@@ -1001,6 +1098,7 @@ class RetraceProbe:
         """JSON-ready dict of the counts, traces and stale reads."""
         return {"function": self.name, "trace_count": self.trace_count,
                 "tf_tracing_count": self.tf_tracing_count, "calls": self.calls,
+                "original_tracing_count": self.original_tracing_count,
                 "traces": [t.to_dict() for t in self.traces],
                 "stale": [dataclasses.asdict(s) | {"text": s.text, "fix": s.fix} for s in self.stale]}
 
@@ -1033,7 +1131,7 @@ def _value_repr(v: Any) -> str:
 # ---------------------------------------------------------------------------
 
 _LOG_PREFIX = "Creating new FuncGraph for Python function "
-_FUNC_REPR = re.compile(r"^<(?:function|bound method) (\S+?)(?: at 0x| of )")
+_FUNC_REPR = re.compile(r"^<(?:function|bound method) (\S+?)(?: at (0x[0-9a-fA-F]+)| of )")
 _PARAM_LINE = re.compile(r"^  (\S+) \((\w+)\): (.*)$")
 _SCOPE_RE = re.compile(r"scope_type=<ScopeType\.(\w+)")
 _CONTEXT_RE = re.compile(r"FunctionContext\(context=(.*), scope_type=")
@@ -1049,6 +1147,15 @@ class LoggedTrace:
         scope: the FunctionContext scope_type name.
         context: the FunctionContext ``context`` text (eager context, device scope…).
         inputs: (parameter, TraceType text) pairs of the FunctionType TF looked up.
+        key: which tf.function object traced: ``("object", n)`` in-process
+            (the n-th distinct live `tf.function` seen), ``("address",
+            qualname, "0x…")`` from the log text (the address TF prints is
+            that of the traced wrapper, one per object and FunctionContext
+            scope), or None when unknown (grouped by name).
+        function_id: ``id()`` of the tf.function object in-process, else None.
+        owner: a label that tells objects with one qualified name apart: the
+            instance a method is bound to (``Net@0x7f…``), else the
+            tf.function's address (``@0x7f…``); "" when unknown.
     """
 
     function: str
@@ -1056,6 +1163,9 @@ class LoggedTrace:
     scope: str | None
     context: str | None
     inputs: tuple[tuple[str, str], ...]
+    key: Any = None
+    function_id: int | None = None
+    owner: str = ""
 
 
 def parse_trace_log_message(message: str) -> LoggedTrace | None:
@@ -1087,22 +1197,75 @@ def parse_trace_log_message(message: str) -> LoggedTrace | None:
             pm = _PARAM_LINE.match(line)
             if pm:
                 inputs.append((pm.group(1), pm.group(3)))
+    address = fm.group(2) if fm and fm.group(2) else None
     return LoggedTrace(function=function, module="", scope=sm.group(1) if sm else None,
-                       context=cm.group(1) if cm else None, inputs=tuple(inputs))
+                       context=cm.group(1) if cm else None, inputs=tuple(inputs),
+                       key=("address", function, address) if address else None,
+                       owner=f"@{address}" if address else "")
 
 
-def _logged_trace_from_record(record: logging.LogRecord) -> LoggedTrace | None:
+def _tracing_function_object() -> Any:
+    """The `tf.function` object whose trace is being logged, found on the call stack.
+
+    TF 2.21 logs the wrapper it traces (``TracingOptions.python_function``, a
+    new one per object and per FunctionContext scope), not the Function. The
+    Function is ``self`` in the nearest frame of
+    ``polymorphic_function.py`` (``Function._call``, ``_initialize``,
+    ``get_concrete_function``…); the nearest one, so a tf.function called
+    while another traces is told apart from its caller.
+
+    Returns:
+        The `Function`, or None when no such frame is found.
+    """
+    from tensorflow.python.eager.polymorphic_function import polymorphic_function as pf
+
+    frame = sys._getframe(1)
+    for _ in range(80):
+        if frame is None:
+            return None
+        if frame.f_code.co_filename.endswith("polymorphic_function.py"):
+            obj = frame.f_locals.get("self")
+            if isinstance(obj, pf.Function):
+                return obj
+        frame = frame.f_back
+    return None
+
+
+def _function_owner(fn: Any) -> str:
+    """``Net@0x7f…`` for a tf.function method bound to an instance, else ``@0x7f…`` (the Function's id)."""
+    from tensorflow.python.util import tf_decorator
+
+    try:
+        _, target = tf_decorator.unwrap(getattr(fn, "_python_function", None))
+        holder = getattr(target, "__self__", None)
+        # A method decorated in its class: TF binds it to a TfMethodTarget
+        # holding a weak reference to the instance (class_method_to_instance_method).
+        instance = holder.target if type(holder).__name__ == "TfMethodTarget" else holder
+    except Exception:
+        instance = None
+    if instance is not None and not isinstance(instance, (type, types.ModuleType)):
+        return f"{type(instance).__name__}@{id(instance):#x}"
+    return f"@{id(fn):#x}"
+
+
+def _logged_trace_from_record(record: logging.LogRecord,
+                              identify: Callable[[Any], Any] | None = None) -> LoggedTrace | None:
     if not isinstance(record.msg, str) or not record.msg.startswith(_LOG_PREFIX):
         return None
     args = record.args if isinstance(record.args, tuple) else ()
     if len(args) == 3 and hasattr(args[2], "parameters"):
-        # In-process: the record carries the real FunctionContext and FunctionType.
+        # In-process: the record carries the real FunctionContext and FunctionType,
+        # and the traced tf.function object is on the stack.
         fn, key, ftype = args
         scope = getattr(getattr(key, "scope_type", None), "name", None)
+        owner = _tracing_function_object()
         return LoggedTrace(function=getattr(fn, "__qualname__", None) or repr(fn),
                            module=getattr(fn, "__module__", "") or "", scope=scope,
                            context=repr(getattr(key, "context", None)),
-                           inputs=function_type_inputs(ftype))
+                           inputs=function_type_inputs(ftype),
+                           key=identify(owner) if (owner is not None and identify) else None,
+                           function_id=id(owner) if owner is not None else None,
+                           owner=_function_owner(owner) if owner is not None else "")
     return parse_trace_log_message(record.getMessage())
 
 
@@ -1110,10 +1273,24 @@ class _TraceLogHandler(logging.Handler):
     def __init__(self, sink: list[LoggedTrace]):
         super().__init__(level=1)
         self.sink = sink
+        # id -> (weak reference, serial): an id is reused once its object is
+        # freed, so a key is a serial number per distinct live object.
+        self._seen: dict[int, tuple[Any, int]] = {}
+        self._serial = 0
+
+    def _identify(self, obj: Any) -> tuple[str, int]:
+        import weakref
+
+        known = self._seen.get(id(obj))
+        if known is not None and known[0]() is obj:
+            return ("object", known[1])
+        self._serial += 1
+        self._seen[id(obj)] = (weakref.ref(obj), self._serial)
+        return ("object", self._serial)
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            t = _logged_trace_from_record(record)
+            t = _logged_trace_from_record(record, self._identify)
         except Exception:  # a log handler must never break the user's program
             return
         if t is not None:
@@ -1126,7 +1303,10 @@ def capture_trace_log() -> Iterator[list[LoggedTrace]]:
 
     Lowers the ``tensorflow`` logger to level 1 for the block and keeps its
     existing handlers at their previous threshold, so nothing extra is printed.
-    TF itself is not patched.
+    Records below that threshold do not propagate to the parent loggers'
+    handlers either (pytest's log capture would show every trace record, with
+    the tensors TF logs at level 2, under a failing test). TF itself is not
+    patched.
 
     Yields:
         A list that fills with `LoggedTrace` records, in trace order.
@@ -1137,17 +1317,54 @@ def capture_trace_log() -> Iterator[list[LoggedTrace]]:
     old_level = logger.level
     threshold = logger.getEffectiveLevel()
     old_handlers = [(h, h.level) for h in logger.handlers]
+    old_propagate = logger.propagate
+    forward = _PropagateFrom(logger, threshold) if old_propagate else None
     for h, lvl in old_handlers:
         h.setLevel(max(lvl, threshold))
     logger.addHandler(handler)
+    if forward is not None:
+        logger.addHandler(forward)
+        logger.propagate = False
     logger.setLevel(1)
     try:
         yield sink
     finally:
         logger.removeHandler(handler)
+        if forward is not None:
+            logger.removeHandler(forward)
+            logger.propagate = old_propagate
         logger.setLevel(old_level)
         for h, lvl in old_handlers:
             h.setLevel(lvl)
+
+
+class _PropagateFrom(logging.Handler):
+    """Propagates records at or above ``level`` to the parent loggers' handlers.
+
+    Does what ``Logger.callHandlers`` does past the logger itself, for the
+    records that would have passed the logger's own level before
+    `capture_trace_log` lowered it.
+    """
+
+    def __init__(self, logger: logging.Logger, level: int):
+        super().__init__(level=level)
+        self.logger = logger
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        if record.levelno < self.level:
+            return False
+        parent = self.logger.parent
+        while parent is not None:
+            for h in parent.handlers:
+                if record.levelno >= h.level:
+                    h.handle(record)
+            if not parent.propagate:
+                break
+            parent = parent.parent
+        return True
+
+    def emit(self, record: logging.LogRecord) -> None:  # handle() does the work
+        pass
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1158,27 +1375,35 @@ class FunctionTraces:
         function: the Python function's name (its qualified name without the
             enclosing function's ``<locals>`` prefix).
         traces: one `Trace` per "Creating new FuncGraph" record, oldest first.
+        owner: what tells this tf.function object apart from others with the
+            same name (``Net@0x7f…``: the instance of a method; ``@0x7f…``:
+            the object's address), or "".
+        label: the name printed: ``function``, plus ``of OWNER`` when
+            another tf.function in the same report has the same name.
     """
 
     function: str
     traces: tuple[Trace, ...]
+    owner: str = ""
+    label: str = ""
 
     @property
     def trace_count(self) -> int:
         return len(self.traces)
 
     def to_text(self) -> str:
-        lines = [f"{self.function}: {self.trace_count} trace(s)"]
+        lines = [f"{self.label or self.function}: {self.trace_count} trace(s)"]
         for t in self.traces:
             lines.extend("  " + ln for ln in t.to_text().splitlines())
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
-        return {"function": self.function, "trace_count": self.trace_count,
+        return {"function": self.function, "label": self.label or self.function,
+                "owner": self.owner, "trace_count": self.trace_count,
                 "traces": [t.to_dict() for t in self.traces]}
 
     def __repr__(self) -> str:
-        return f"<FunctionTraces {self.function}: {self.trace_count} trace(s)>"
+        return f"<FunctionTraces {self.label or self.function}: {self.trace_count} trace(s)>"
 
 
 def _is_tf_internal(t: LoggedTrace) -> bool:
@@ -1187,18 +1412,65 @@ def _is_tf_internal(t: LoggedTrace) -> bool:
         ("Function._initialize_uninitialized_variables", "StructuredFunctionWrapper."))
 
 
+def _group_key(t: LoggedTrace, aliases: dict, groups: dict) -> Any:
+    """The tf.function object a record belongs to (see `group_logged_traces`)."""
+    if t.key is None:
+        return ("name", t.function)
+    if t.key[0] != "address" or t.key in groups:
+        return aliases.get(t.key, t.key)
+    if t.key in aliases:
+        return aliases[t.key]
+    # From the log text: TF logs a new wrapper (a new address) for the first
+    # trace with variable creation disabled. It belongs to the latest object
+    # of that name whose variable-creation trace had the same inputs.
+    if t.scope == NO_VARIABLE_CREATION:
+        for key in reversed(list(groups)):
+            recs = groups[key]
+            if (key[0] == "address" and recs[0].function == t.function
+                    and not any(r.scope == NO_VARIABLE_CREATION for r in recs)
+                    and any(r.scope == VARIABLE_CREATION and r.inputs == t.inputs for r in recs)):
+                aliases[t.key] = key
+                return key
+    return t.key
+
+
+def explain_records(records: Sequence[LoggedTrace], prior: Sequence[Trace] = (),
+                    prior_contexts: Sequence[str | None] = (),
+                    reduce_retracing: bool = False) -> list[Trace]:
+    """Explains the logged traces of ONE tf.function object, after its ``prior`` traces.
+
+    Args:
+        records: that object's records, in trace order.
+        prior: traces the object made before the records (`cached_traces`);
+            the new traces are numbered after them and compared with them too.
+        prior_contexts: the FunctionContext ``context`` text of each prior trace.
+        reduce_retracing: the function has ``reduce_retracing=True``.
+
+    Returns:
+        One `Trace` per record (the prior ones are not repeated).
+    """
+    traces: list[Trace] = list(prior)
+    contexts: list[str | None] = list(prior_contexts) + [None] * (len(prior) - len(prior_contexts))
+    for rec in records:
+        traces.append(make_trace(len(traces) + 1, rec.inputs, traces, scope=rec.scope,
+                                 context=rec.context, previous_contexts=contexts,
+                                 reduce_retracing=reduce_retracing, outcome_known=False))
+        contexts.append(rec.context)
+    return traces[len(prior):]
+
+
 def group_logged_traces(logged: Sequence[LoggedTrace], include_internal: bool = False,
                         reduce_retracing: bool = False) -> tuple[FunctionTraces, ...]:
-    """Groups logged traces by function and explains each one with `explain`.
+    """Groups logged traces by tf.function object and explains each one with `explain`.
 
     TF logs a trace when it starts, so a logged trace may have raised: the
     reasons never claim it succeeded (TF's variable-creation re-trace names
     both outcomes).
 
-    Functions are grouped by qualified name: the two records TF writes for one
-    tf.function's first call (VARIABLE_CREATION, then NO_VARIABLE_CREATION)
-    name different wrapper objects, but the same function. Two tf.functions
-    with the same qualified name are therefore counted together.
+    Records are grouped by the tf.function OBJECT that traced (``key``), so
+    two instances of a class with a ``@tf.function`` method, or two closures
+    made by one factory, are two functions, each compared with its own
+    traces only. Records without a key are grouped by qualified name.
 
     Args:
         logged: records from `capture_trace_log`, in trace order.
@@ -1208,23 +1480,61 @@ def group_logged_traces(logged: Sequence[LoggedTrace], include_internal: bool = 
             log does not say; known when the tf.function object is at hand).
 
     Returns:
-        One `FunctionTraces` per function, in first-trace order.
+        One `FunctionTraces` per tf.function object, in first-trace order;
+        objects that share a name are labelled ``NAME of OWNER``.
     """
-    by_name: dict[str, list[LoggedTrace]] = {}
+    groups: dict[Any, list[LoggedTrace]] = {}
+    aliases: dict[Any, Any] = {}
     for t in logged:
         if include_internal or not _is_tf_internal(t):
-            by_name.setdefault(t.function, []).append(t)
+            groups.setdefault(_group_key(t, aliases, groups), []).append(t)
+    names = [_short_name(recs[0].function) for recs in groups.values()]
     out = []
-    for qualname, records in by_name.items():
-        traces: list[Trace] = []
-        contexts: list[str | None] = []
-        for rec in records:
-            traces.append(make_trace(len(traces) + 1, rec.inputs, traces, scope=rec.scope,
-                                     context=rec.context, previous_contexts=contexts,
-                                     reduce_retracing=reduce_retracing, outcome_known=False))
-            contexts.append(rec.context)
-        out.append(FunctionTraces(function=_short_name(qualname), traces=tuple(traces)))
+    for name, records in zip(names, groups.values()):
+        owner = records[0].owner
+        label = f"{name} of {owner}" if owner and names.count(name) > 1 else name
+        out.append(FunctionTraces(function=name, owner=owner, label=label,
+                                  traces=tuple(explain_records(records,
+                                                               reduce_retracing=reduce_retracing))))
     return tuple(out)
+
+
+def _cache_keys(fn: Any) -> list[tuple[Any, Any]]:
+    """The (FunctionContext, FunctionType) keys of a tf.function's trace cache, oldest first."""
+    primary = getattr(getattr(fn, "_function_cache", None), "_primary", None)
+    try:
+        return list(primary.keys()) if primary is not None else []
+    except Exception:  # private TF API moved: no earlier traces to compare with
+        return []
+
+
+def cached_traces(fn: Any, keys: Sequence[tuple[Any, Any]] | None = None) -> tuple[list[Trace], list[str]]:
+    """The traces a tf.function already holds in its trace cache, as `Trace` records.
+
+    TF 2.21's ``FunctionCache`` (``tensorflow/core/function/polymorphism/
+    function_cache.py``) is an ordered map ``(FunctionContext, FunctionType)
+    -> ConcreteFunction``; ``experimental_get_tracing_count()`` is its length.
+    The FunctionTypes are the ones TF traced (relaxed by
+    ``reduce_retracing``), oldest first; traces that raised are not cached.
+    The records are the baseline later traces are compared with: their kind
+    is "cached" and they carry no reasons of their own.
+
+    Args:
+        fn: a `tf.function`.
+        keys: the cache keys read earlier (``_cache_keys``); read now when None.
+
+    Returns:
+        (traces numbered from 1, the FunctionContext ``context`` text of each).
+        Both empty when the cache cannot be read.
+    """
+    traces: list[Trace] = []
+    contexts: list[str] = []
+    for ctx, ftype in (_cache_keys(fn) if keys is None else keys):
+        scope = getattr(getattr(ctx, "scope_type", None), "name", None)
+        traces.append(Trace(index=len(traces) + 1, kind="cached", reasons=[], fixes=[],
+                            inputs=function_type_inputs(ftype), scope=scope))
+        contexts.append(repr(getattr(ctx, "context", None)))
+    return traces, contexts
 
 
 # What the log-based report cannot show (also in ``tflab retrace --help``).
@@ -1271,7 +1581,7 @@ class ScriptTraces:
 
     def __repr__(self) -> str:
         return (f"<ScriptTraces {self.script}: " + ", ".join(
-            f"{f.function}×{f.trace_count}" for f in self.functions) + ">")
+            f"{f.label or f.function}×{f.trace_count}" for f in self.functions) + ">")
 
 
 def trace_script(path: str, argv: Sequence[str] = (), include_internal: bool = False) -> ScriptTraces:
@@ -1312,6 +1622,12 @@ def trace_script(path: str, argv: Sequence[str] = (), include_internal: bool = F
             where = user_frame(e)
             first = (str(e).strip().splitlines() or [""])[0]
             error = (f"{path} raised {type(e).__name__}: {first}" + (f" (at {where})" if where else ""))
+        except BaseException as e:  # e.g. raise BaseException("x"): one line too; Ctrl-C still interrupts
+            if isinstance(e, (KeyboardInterrupt, GeneratorExit)):
+                raise
+            from tflab._usercode import describe
+
+            error = describe(e, path, "while running")
         finally:
             sys.argv, sys.path[:] = old_argv, old_path
         level = logging.getLogger("tensorflow").level
@@ -1332,78 +1648,197 @@ class TraceExpectation:
 
     Attributes:
         count: traces made inside the block.
-        traces: their `Trace` records with reasons.
+        traces: their `Trace` records with reasons, numbered after the
+            traces the function made before the block.
+        before: traces the function had made before the block (for a
+            tf.function: its cache entries, which the block's traces are
+            compared with).
     """
 
     def __init__(self) -> None:
         self.count = 0
         self.traces: list[Trace] = []
+        self.before = 0
 
     def __repr__(self) -> str:
         return f"<TraceExpectation {self.count} trace(s)>"
 
 
-@contextlib.contextmanager
-def expect_traces(fn_or_probe: Any, at_most: int) -> Iterator[TraceExpectation]:
-    """Asserts that a tf.function traces at most ``at_most`` times inside the block.
+def _method_instances(fn: Any) -> list[Any]:
+    """The per-instance tf.functions TF made for a ``@tf.function`` method so far.
+
+    ``Function.__get__`` gives each instance its own Function (own cache),
+    kept in ``Function._descriptor_cache`` (TF 2.21 polymorphic_function.py),
+    so ``Net.__call__`` taken from the class never traces itself.
+    """
+    cache = getattr(fn, "_descriptor_cache", None)
+    try:
+        return [f for f in list(cache.values()) if hasattr(f, "experimental_get_tracing_count")]
+    except Exception:
+        return []
+
+
+class _FunctionWatch:
+    """Counts and explains the traces of one tf.function (and its per-instance copies) in a block."""
+
+    def __init__(self, fn: Any):
+        self.fn = fn
+        self.counts = {id(f): (f, f.experimental_get_tracing_count()) for f in [fn, *_method_instances(fn)]}
+        # The keys only (cheap); they become Trace records for the objects that trace again.
+        self.prior_keys = {i: _cache_keys(f) for i, (f, _) in self.counts.items()}
+        self._log = capture_trace_log()
+        self.logged = self._log.__enter__()
+
+    def finish(self, result: TraceExpectation) -> list[tuple[str, list[Trace]]]:
+        """Stops reading the log; fills ``result``; returns (label, traces) per object that traced."""
+        self._log.__exit__(None, None, None)
+        members = {id(f): f for f in [self.fn, *_method_instances(self.fn)]}
+        result.count = sum(f.experimental_get_tracing_count() - self.counts.get(i, (f, 0))[1]
+                           for i, f in members.items())
+        result.before = sum(len(self.prior_keys.get(i, ())) for i in members)
+        by_object = any(t.function_id is not None for t in self.logged)
+        target = _innermost_python_function(self.fn)
+        qualname = getattr(target, "__qualname__", None) or getattr(self.fn, "__name__", "function")
+        reduce_retracing = bool(getattr(self.fn, "_reduce_retracing", False))
+        out = []
+        for i, f in members.items():
+            if by_object:
+                mine = [t for t in self.logged if t.function_id == i and not _is_tf_internal(t)]
+            else:  # the log records carry no object (TF internals moved): match the name
+                mine = [t for t in self.logged if t.function == qualname] if f is self.fn else []
+            if not mine:
+                continue
+            prior, contexts = cached_traces(f, self.prior_keys.get(i, []))
+            traces = explain_records(mine, prior, contexts, reduce_retracing)
+            out.append((_function_owner(f) if f is not self.fn else "", traces))
+            result.traces.extend(traces)
+        return out
+
+
+class _ExpectTraces:
+    """The context manager `expect_traces` returns (see there)."""
+
+    def __init__(self, fn_or_probe: Any, at_most: int):
+        if not isinstance(at_most, int) or at_most < 0:
+            raise UsageError(f"expect_traces: at_most must be an int >= 0, got {at_most!r}")
+        if not isinstance(fn_or_probe, RetraceProbe) and not hasattr(fn_or_probe,
+                                                                    "experimental_get_tracing_count"):
+            raise UsageError(f"expect_traces needs a tf.function or a RetraceProbe, got "
+                             f"{type(fn_or_probe).__name__}; wrap a plain function: RetraceProbe(fn)")
+        self.target = fn_or_probe
+        self.at_most = at_most
+        self.result = TraceExpectation()
+        self._watch: _FunctionWatch | None = None
+
+    def __enter__(self) -> TraceExpectation:
+        t = self.target
+        if isinstance(t, RetraceProbe):
+            self._before = (len(t.traces), t.trace_count, t.calls, t.original_tracing_count)
+            self.result.before = len(t.traces)
+        else:
+            self._watch = _FunctionWatch(t)
+        return self.result
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        __tracebackhide__ = True  # pytest shows the user's block, not this frame
+        t, result = self.target, self.result
+        no_probe_call = None
+        if self._watch is not None:
+            groups = self._watch.finish(result)
+            target = _innermost_python_function(t)
+            name = _short_name(getattr(target, "__qualname__", None) or getattr(t, "__name__", "function"))
+        else:
+            n_traces, count, calls, original = self._before
+            result.count = t.trace_count - count
+            result.traces = t.traces[n_traces:]
+            groups = [("", result.traces)]
+            name = t.name
+            if t.calls == calls and t.trace_count == count:
+                no_probe_call = _no_probe_call_error(t, original)
+        if exc_type is not None:
+            return False  # the block raised: that error is the story
+        if no_probe_call is not None:
+            raise no_probe_call
+        if result.count > self.at_most:
+            raise RetraceError(_retrace_message(name, result, self.at_most, groups),
+                               result.traces, result.count, self.at_most)
+        return False
+
+
+def _no_probe_call_error(probe: RetraceProbe, original_before: int | None) -> UsageError:
+    traced = ""
+    if probe.original is not None and original_before is not None:
+        n = probe.original_tracing_count - original_before
+        traced = f" ({probe.name} itself traced {n} time(s) there, unseen by the probe)"
+    return UsageError(
+        f"expect_traces: no call went through RetraceProbe({probe.name}) inside the block"
+        f"{traced}, so nothing was counted: the probe sees only calls made through it; call "
+        f"probe(...) in the block, or pass the tf.function itself: "
+        f"expect_traces({probe.name}, at_most=...)")
+
+
+def _retrace_message(name: str, result: TraceExpectation, at_most: int,
+                     groups: Sequence[tuple[str, Sequence[Trace]]]) -> str:
+    before = ""
+    if result.before:
+        before = (f" (#1-#{result.before} were traced before the block)" if result.before > 1
+                  else " (#1 was traced before the block)")
+    lines = [f"{name} traced {result.count} time(s) in the block, expected at most {at_most}{before}:"]
+    for owner, traces in groups:
+        tag = f"{owner} " if owner and len(groups) > 1 else ""
+        for tr in traces:
+            head = f"  {tag}#{tr.index}{tr.versus}"
+            if tr.kind == "first" and not tr.reasons:
+                lines.append(f"{head} first trace" + (" of this object" if tag else ""))
+            for r, fix in zip(tr.reasons, tr.fixes):
+                lines.append(f"{head}: {r}  (fix: {fix})")
+            if tr.runner_up is not None:
+                lines.append(f"{' ' * len(head)}  runner-up vs #{tr.runner_up}: "
+                             + "; ".join(tr.runner_up_reasons))
+    return "\n".join(lines)
+
+
+def expect_traces(fn_or_probe: Any, at_most: int) -> _ExpectTraces:
+    """Asserts that a tf.function traces at most ``at_most`` times inside the ``with`` block.
+
+    For a tf.function, the traces are TF's own: ``experimental_get_tracing_count()``
+    counts them, TF's "Creating new FuncGraph" log records (matched to this
+    tf.function OBJECT, not to its name) give their FunctionTypes, and each is
+    compared with the traces the function made BEFORE the block too (its
+    trace cache, `cached_traces`), so a function warmed up before the block
+    gets the real reason (``x: shape (32, 4) -> (6, 4)``), not "first trace".
+    A ``@tf.function`` method taken from the class (``Net.__call__``) counts
+    the traces of every instance's copy together.
+
+    Frames of this module are hidden from pytest's traceback
+    (``__tracebackhide__``), so a failure shows the user's block and the reasons.
 
     Args:
-        fn_or_probe: a `RetraceProbe` (its traces inside the block are
-            counted) or a `tf.function` (counted with
-            ``experimental_get_tracing_count()``, reasons read from TF's
-            "Creating new FuncGraph" log records).
+        fn_or_probe: a `tf.function` (no probe needed), or a `RetraceProbe`
+            (only calls made through the probe are seen).
         at_most: the most traces allowed inside the block (>= 0).
 
-    Yields:
-        A `TraceExpectation` whose ``count`` and ``traces`` are set on exit.
+    Returns:
+        A context manager; ``with expect_traces(...) as seen:`` gives a
+        `TraceExpectation` whose ``count`` and ``traces`` are set on exit.
 
     Raises:
         RetraceError: more traces than ``at_most``; the message lists each
-            trace's reasons and fixes.
-        UsageError: ``fn_or_probe`` is neither a probe nor a tf.function, or
-            ``at_most`` is negative.
+            trace's reasons, the trace it is compared with (``vs #N``) and fixes.
+        UsageError: ``fn_or_probe`` is neither a probe nor a tf.function,
+            ``at_most`` is negative, or no call went through the probe
+            inside the block (a probe counts only its own calls).
 
     Example:
 
-    >>> probe = RetraceProbe(lambda x: x * 2)
-    >>> with expect_traces(probe, at_most=1):
-    ...     _ = probe(tf.ones([4]))
-    ...     _ = probe(tf.ones([4]))
+    >>> @tf.function
+    ... def step(x):
+    ...     return x * 2.0
+    >>> _ = step(tf.ones([32, 4]))          # warmed up before the block
+    >>> with expect_traces(step, at_most=0):
+    ...     _ = step(tf.ones([6, 4]))
+    Traceback (most recent call last):
+    RetraceError: step traced 1 time(s) in the block, expected at most 0 (#1 was traced before the block):
+      #2 vs #1: x: shape (32, 4) -> (6, 4) (dim 0: 32 -> 6)  (fix: …)
     """
-    if not isinstance(at_most, int) or at_most < 0:
-        raise UsageError(f"expect_traces: at_most must be an int >= 0, got {at_most!r}")
-    result = TraceExpectation()
-    if isinstance(fn_or_probe, RetraceProbe):
-        before = len(fn_or_probe.traces)
-        count_before = fn_or_probe.trace_count
-        try:
-            yield result
-        finally:
-            result.count = fn_or_probe.trace_count - count_before
-            result.traces = fn_or_probe.traces[before:]
-        name = fn_or_probe.name
-    elif hasattr(fn_or_probe, "experimental_get_tracing_count"):
-        target = _innermost_python_function(fn_or_probe)
-        qualname = getattr(target, "__qualname__", None) or getattr(fn_or_probe, "__name__", "function")
-        name = _short_name(qualname)
-        count_before = fn_or_probe.experimental_get_tracing_count()
-        with capture_trace_log() as logged:
-            try:
-                yield result
-            finally:
-                result.count = fn_or_probe.experimental_get_tracing_count() - count_before
-                mine = [t for t in logged if t.function == qualname]
-                groups = group_logged_traces(
-                    mine, reduce_retracing=bool(getattr(fn_or_probe, "_reduce_retracing", False)))
-                result.traces = list(groups[0].traces) if groups else []
-    else:
-        raise UsageError(f"expect_traces needs a tf.function or a RetraceProbe, got "
-                         f"{type(fn_or_probe).__name__}; wrap a plain function: RetraceProbe(fn)")
-    if result.count > at_most:
-        lines = [f"{name} traced {result.count} time(s) in the block, expected at most {at_most}:"]
-        for t in result.traces:
-            if t.kind == "first" and not t.reasons:
-                lines.append(f"  #{t.index} first trace in the block")
-            for r, fix in zip(t.reasons, t.fixes):
-                lines.append(f"  #{t.index} {r}  (fix: {fix})")
-        raise RetraceError("\n".join(lines), result.traces, result.count, at_most)
+    return _ExpectTraces(fn_or_probe, at_most)

@@ -35,7 +35,7 @@ def _examples_list(examples: Any) -> list[tuple]:
 
     if examples is None:
         return []
-    if isinstance(examples, tf.data.Dataset):
+    if isinstance(examples, (tf.data.Dataset, tf.distribute.DistributedDataset)):
         return [_as_call(e) for e in examples]
     if not isinstance(examples, (list, tuple)) or hasattr(examples, "shape"):
         raise UsageError("examples must be a list of example calls (each a tuple of positional "
@@ -51,6 +51,8 @@ def _leaf_spec(value: Any, where: str):
         return value
     if isinstance(value, (tf.Tensor, tf.Variable, np.ndarray)):
         return tf.TensorSpec(value.shape, tf.as_dtype(value.dtype))
+    if isinstance(value, tf.distribute.DistributedValues):  # PerReplica: a PerReplicaSpec
+        return value._type_spec
     raise UsageError(f"{where} is a Python {type(value).__name__} ({value!r:.40}); an input_signature "
                      "describes tensors only: pass it as a tensor (tf.constant) or bind it with "
                      "functools.partial before stabilizing")
@@ -59,6 +61,10 @@ def _leaf_spec(value: Any, where: str):
 def _relax(a, b):
     import tensorflow as tf
 
+    from tflab.distribute import is_per_replica_spec, relax_spec
+
+    if is_per_replica_spec(a) or is_per_replica_spec(b):  # relaxed per replica
+        return relax_spec(a, b, _relax)
     if a.dtype != b.dtype:
         raise UsageError(f"examples disagree on dtype ({a.dtype.name} vs {b.dtype.name}); an input_signature "
                          "has one dtype per input: cast the inputs to one dtype first")
@@ -80,6 +86,11 @@ def infer_input_signature(examples: Iterable[Any], names: Sequence[str] | None =
     Returns:
         A tuple with one `tf.TensorSpec` nest per positional argument: the
         dims that are equal in every example are kept, the others are None.
+        For a `tf.data.Dataset`, a dim its ``element_spec`` leaves None is
+        None too (e.g. the batch dim of ``batch(32)`` without
+        ``drop_remainder``, even when every batch seen had 32). When no dim
+        varies, every dim stays fixed: `stabilize` warns about that
+        (`FixedShapeWarning`).
 
     Raises:
         UsageError: no examples, examples with different numbers of arguments or
@@ -90,9 +101,32 @@ def infer_input_signature(examples: Iterable[Any], names: Sequence[str] | None =
     >>> infer_input_signature([tf.zeros([4, 8]), tf.zeros([2, 8])])
     (TensorSpec(shape=(None, 8), dtype=tf.float32, name=None),)
     """
+    return _infer(_examples_list(examples), names, _element_spec(examples))
+
+
+def _element_spec(examples: Any) -> Any:
     import tensorflow as tf
 
-    calls = _examples_list(examples)
+    return examples.element_spec if isinstance(examples, tf.data.Dataset) else None
+
+
+def _relax_to_element_spec(spec: Any, element: Any) -> Any:
+    """``spec`` with None wherever the dataset's element_spec has None."""
+    import tensorflow as tf
+
+    if not (isinstance(spec, tf.TensorSpec) and isinstance(element, tf.TensorSpec)):
+        return spec
+    if element.shape.rank is None:
+        return tf.TensorSpec(None, spec.dtype, spec.name)
+    if spec.shape.rank != element.shape.rank:
+        return spec
+    return tf.TensorSpec([None if e is None else d for d, e in zip(spec.shape.as_list(), element.shape.as_list())],
+                         spec.dtype, spec.name)
+
+
+def _infer(calls: list[tuple], names: Sequence[str] | None, element_spec: Any = None) -> tuple:
+    import tensorflow as tf
+
     if not calls:
         raise UsageError("no examples to infer an input_signature from; pass examples=[...] "
                          "or input_signature=[tf.TensorSpec(...)]")
@@ -118,10 +152,48 @@ def infer_input_signature(examples: Iterable[Any], names: Sequence[str] | None =
             raise UsageError(f"example {k} is nested differently from example 0 (different dict keys, "
                              "list lengths or nesting); an input_signature fixes the structure of every "
                              "input, so give every example the same structure") from None
+    if element_spec is not None:
+        elements = _as_call(element_spec)
+        if len(elements) == len(sig):
+            try:
+                sig = [tf.nest.map_structure(_relax_to_element_spec, s, e) for s, e in zip(sig, elements)]
+            except (ValueError, TypeError):
+                pass  # the calls' structure is not the element's: keep what the examples say
     if names:
         sig = [tf.nest.map_structure(lambda s, n=n: tf.TensorSpec(s.shape, s.dtype, n), s)
                if isinstance(s, tf.TensorSpec) else s for s, n in zip(sig, names)]
     return tuple(sig)
+
+
+class FixedShapeWarning(UserWarning):
+    """`stabilize` inferred an input_signature in which no dim varies (every example had one shape)."""
+
+
+def _fixed_dims_message(signature: Sequence[Any], n_examples: int) -> str | None:
+    """Why an inferred signature with no None dim will fail on another shape, or None.
+
+    When every example has the same shapes (or there is one example),
+    `infer_input_signature` has nothing to relax: the signature pins every
+    dim, e.g. the batch dim at 32, and a smaller last batch then fails TF's
+    input binding (``TypeError: Binding inputs to tf.function failed …``,
+    ``function_type_utils.canonicalize_function_inputs``).
+    """
+    import tensorflow as tf
+
+    leaves = [s for s in tf.nest.flatten(list(signature)) if isinstance(s, tf.TensorSpec)]
+    if not leaves or any(s.shape.rank is None or None in s.shape.as_list() for s in leaves):
+        return None
+    shaped = [s for s in leaves if s.shape.rank]
+    if not shaped:  # scalars only: nothing to vary
+        return None
+    fixed = ", ".join(f"{s.name or f'input {i}'} {tuple(s.shape.as_list())}" for i, s in enumerate(shaped))
+    first = shaped[0]
+    relaxed = [None, *first.shape.as_list()[1:]]
+    return (f"stabilize: no dim varies across the {n_examples} example(s), so the inferred input_signature "
+            f"pins every dim ({fixed}); a call with another shape, such as a smaller last batch, will "
+            f"raise TF's TypeError 'Binding inputs to tf.function failed'. Add an example with another "
+            f"batch size, or pass input_signature with None for the dims that vary, e.g. "
+            f"tf.TensorSpec({relaxed}, tf.{first.dtype.name})")
 
 
 def _python_function(fn: Any) -> Callable:
@@ -166,6 +238,11 @@ def stabilize(fn: Callable, input_signature: Sequence[Any] | None = None,
         A `tf.function` with ``input_signature`` set. Calls that do not fit the
         signature raise TF's ``TypeError`` ("Binding inputs …").
 
+    Warns:
+        FixedShapeWarning: the signature was inferred from examples in which
+            no dim varies (e.g. one example, or batches all of 32): it pins
+            every dim; the warning names them and says how to relax them.
+
     Raises:
         UsageError: neither ``input_signature`` nor ``examples`` given, an
             example that does not fit the given signature, or examples that
@@ -188,7 +265,15 @@ def stabilize(fn: Callable, input_signature: Sequence[Any] | None = None,
         if examples is None:
             raise UsageError("stabilize needs input_signature=[tf.TensorSpec(...)] or examples=[...] "
                              "to infer one from")
-        input_signature = infer_input_signature(examples, names=names or None)
+        calls = _examples_list(examples)
+        element_spec = _element_spec(examples)
+        input_signature = _infer(calls, names or None, element_spec)
+        # A dataset's element_spec is what it can yield: a dim it fixes is fixed.
+        message = _fixed_dims_message(input_signature, len(calls)) if element_spec is None else None
+        if message:
+            import warnings
+
+            warnings.warn(message, FixedShapeWarning, stacklevel=2)
     else:
         if isinstance(input_signature, (str, bytes, tf.TypeSpec)) or not isinstance(input_signature, (list, tuple)):
             raise UsageError(f"input_signature must be a list with one tf.TensorSpec (or nest of them) per "
@@ -249,6 +334,8 @@ class StabilizeReport:
         example_shapes: the argument shapes of each example call, as text.
         variants: `VariantTraces` per variant, in the order measured.
         max_abs_diff: max |output(stabilized) − output(plain)| over all calls and outputs.
+        note: None, or why the inferred signature will still fail on another
+            shape (no dim varied across the examples; see `FixedShapeWarning`).
     """
 
     function_name: str
@@ -256,6 +343,7 @@ class StabilizeReport:
     example_shapes: tuple[str, ...]
     variants: dict
     max_abs_diff: float
+    note: str | None = None
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{k}={v.traces} ({v.later_traces} after first call)" for k, v in self.variants.items())
@@ -272,6 +360,8 @@ class StabilizeReport:
             for s in v.traced_specs:
                 lines.append(f"    traced {s}")
         lines.append(f"  max |stabilized - plain| = {self.max_abs_diff:g}")
+        if self.note:
+            lines.append(f"  note: {self.note}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
@@ -280,7 +370,7 @@ class StabilizeReport:
         return {"function": self.function_name, "input_signature": to_jsonable(self.input_signature),
                 "example_shapes": list(self.example_shapes),
                 "variants": {k: dataclasses.asdict(v) for k, v in self.variants.items()},
-                "max_abs_diff": self.max_abs_diff}
+                "max_abs_diff": self.max_abs_diff, "note": self.note}
 
 
 def _describe_call(args: tuple) -> str:
@@ -352,7 +442,17 @@ def stabilization_report(fn: Callable, examples: Iterable[Any],
 
     py_fn = _python_function(fn)
     calls = _examples_list(examples)
-    stable = stabilize(fn, input_signature=input_signature, examples=calls)
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", FixedShapeWarning)
+        # A dataset goes as itself: its element_spec relaxes dims too.
+        stable = stabilize(fn, input_signature=input_signature,
+                           examples=examples if _element_spec(examples) is not None else calls)
+    note = next((str(w.message) for w in caught if issubclass(w.category, FixedShapeWarning)), None)
+    for w in caught:  # anything else goes on to the caller's filters
+        if not issubclass(w.category, FixedShapeWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     results = {}
     outputs = {}
     for variant in variants:
@@ -391,4 +491,5 @@ def stabilization_report(fn: Callable, examples: Iterable[Any],
         input_signature=tuple(stable.input_signature),
         example_shapes=tuple(_describe_call(c) for c in calls),
         variants=results,
-        max_abs_diff=diff)
+        max_abs_diff=diff,
+        note=note)

@@ -28,6 +28,7 @@ SECTIONS = [
     ("s06_modes", "Step 6 · compare_modes: eager vs graph vs XLA"),
     ("s07_export", "Steps 7–8 · SavedModel and TFLite round trips"),
     ("s09_custom_op", "Custom op · WarpSoftmax"),
+    ("s11_distribute", "Step 11 · tf.distribute: traces and replica bodies under MirroredStrategy"),
 ]
 
 IMAGE_SHAPE = (96, 96, 3)
@@ -215,6 +216,12 @@ def load_user_model(path: str):
                              f"{str(e).splitlines()[0] if str(e) else ''})") from e
     if not path.endswith(".keras"):
         raise UsageError(f"--model {path!r} is not a .keras file or a SavedModel folder")
+    import zipfile
+
+    if not zipfile.is_zipfile(path):
+        # Keras says "File not found" for these, although the file exists.
+        raise UsageError(f"--model {path!r} is not a valid .keras file: a .keras file is a zip archive and "
+                         f"this one is not (truncated or corrupt); save the model again")
     try:
         return keras.models.load_model(path)
     except Exception as e:
@@ -239,7 +246,11 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
         UsageError: ``model_path`` is missing or not a model.
     """
     from tflab._jsonutil import to_jsonable
+    from tflab._paths import output_path
 
+    # A bad --out or --model path fails before any progress line is printed;
+    # --out is probed by really creating a folder there.
+    target = output_path(out_dir, "--out", folder=True)
     sections = [(m, t) for m, t in SECTIONS if only is None or m in only]
     available = []
     for modname, title in sections:
@@ -248,21 +259,12 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
         except ModuleNotFoundError as e:
             if e.name != f"tflab._tour.{modname}":
                 raise
-    # A bad --model or --out path fails before any progress line is printed.
-    from tflab.errors import UsageError
-
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise UsageError(f"--out {out_dir}: exists and is not a folder; give a folder path")
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    if not os.path.isdir(out_dir) and os.path.exists(parent) and not os.access(parent, os.W_OK):
-        raise UsageError(f"--out {out_dir}: cannot create it in {parent} (not writable)")
     model = None if model_path is None else load_user_model(model_path)
     progress = Progress("tour", total=len(available) + 1)
     progress("building MobileNetV3Small" if model_path is None else f"loaded {model_path}")
     if model is None:
         model = build_default_model()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = target.make_dir()
     report: dict = {"model": model_path or "MobileNetV3Small(weights=None, input_shape=(96, 96, 3), classes=10)"}
     ctx = TourContext(model=model, model_source=model_path or "default", out_dir=out,
                       report=report, progress_line=progress, quiet=quiet)
@@ -278,13 +280,14 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
             t = time.perf_counter()
             mod.run(ctx)
             timings[mod.__name__.rsplit(".", 1)[-1]] = round(time.perf_counter() - t, 2)
+    except BaseException:
+        target.discard()  # the --out folders it created, if still empty
+        raise
     finally:
         tf_logger.removeFilter(quiet_retracing)
     report["section_seconds"] = timings
     report["seconds"] = round(time.perf_counter() - t0, 2)
-    tmp = out / "report.json.tmp"
-    tmp.write_text(json.dumps(to_jsonable(report), indent=2))
-    os.replace(tmp, out / "report.json")
+    output_path(out / "report.json", "--out").write(json.dumps(to_jsonable(report), indent=2))
     if not quiet:
         print(f"\nreport: {out / 'report.json'}  ({report['seconds']:.1f} s)")
     return report

@@ -28,7 +28,10 @@ def run(args: argparse.Namespace) -> int:
     from tflab.autograph import autograph_diff
 
     fn, call_args, call_kwargs = load_call(args.target, args.arg)
-    report = autograph_diff(fn, *call_args, strict=True if args.strict else None, **call_kwargs)
+    from tflab._usercode import user_code
+
+    with user_code(args.target.rpartition(":")[2], "while AutoGraph converted and traced it"):
+        report = autograph_diff(fn, *call_args, strict=True if args.strict else None, **call_kwargs)
     if args.json:
         print(_jsonutil.dumps(report))
         return 0

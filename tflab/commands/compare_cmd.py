@@ -3,30 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
-import os
+from pathlib import Path
+
+from tflab._cliargs import int_at_least as _at_least  # argparse only: cheap to import
+from tflab._cliargs import non_negative_float as _non_negative_float
+from tflab._cliargs import seed_type
 
 HELP = ("run FILE.py:FUNC forward and backward eagerly, as a graph and under XLA; "
         "print ULP distances from eager, timings, fusion count and findings")
-
-
-def _at_least(low: int):
-    """argparse type: an int >= low (argparse turns the ValueError into one line, exit 2)."""
-    def parse(text: str) -> int:
-        value = int(text)
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text}")
-        return value
-    parse.__name__ = f"integer >= {low}"
-    return parse
-
-
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
-    return value
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE",
                    help="an argument: NAME=dtype[dims] (every dim given) becomes a seeded random "
                         "tensor, NAME=<python literal> a Python value; repeat per parameter")
-    p.add_argument("--seed", type=int, default=0, help="seed for the random tensors (default: %(default)s)")
+    p.add_argument("--seed", type=seed_type, default=0, help="seed for the random tensors (default: %(default)s)")
     p.add_argument("--repeats", type=_at_least(1), default=10,
                    help="warm calls timed per mode; the median is printed (default: %(default)s)")
     from tflab.modes import DEFAULT_ATOL, DEFAULT_ULP_BOUND  # numpy only: cheap to import
@@ -55,18 +40,29 @@ def run(args: argparse.Namespace) -> int:
     from tflab import _jsonutil
     import numpy as np
 
-    from tflab._target import load_call, materialize
+    from tflab._target import MAX_RANDOM_BYTES, load_call, materialize
     from tflab.errors import UsageError
     from tflab.modes import compare_modes
 
-    if args.hlo:
-        # Checked before anything runs: a bad path must not cost a whole comparison.
-        from tflab.commands.inspect_cmd import _check_output_path
+    from tflab._memory import check_fits
+    from tflab._paths import output_path
+    from tflab._usercode import user_code
+    from tflab.modes import MODES
 
-        _check_output_path(args.hlo, "--hlo", "hlo.txt")
-        if os.path.exists(args.hlo) and not args.force:
-            raise UsageError(f"--hlo {args.hlo} exists; pass --force to overwrite it")
+    # Checked before anything runs: a bad path must not cost a whole comparison.
+    hlo = output_path(args.hlo, "--hlo", overwrite=args.force, example="hlo.txt") if args.hlo else None
     fn, call_args, call_kwargs = load_call(args.target, args.arg)
+    import tensorflow as tf
+
+    specs = [v for v in (*call_args, *call_kwargs.values())
+             if isinstance(v, tf.TensorSpec) and v.shape.is_fully_defined()]
+    sizes = [int(np.prod(s.shape.as_list(), dtype=np.float64)) * max(s.dtype.size, 1) for s in specs]
+    # Peak copies: the numpy draw and the tensor, then per mode the outputs (as large as the
+    # inputs for an elementwise function) and, with gradients, one gradient per input.
+    copies = 2 + len(MODES) * (1 if args.no_grad else 2)
+    if all(n <= MAX_RANDOM_BYTES for n in sizes):  # else materialize names the argument over its cap
+        check_fits(sum(sizes), copies, "compare",
+                   "use a smaller shape" + ("" if args.no_grad else " or --no-grad"))
     # Materialize here (not in compare_modes) so an unknown dim is reported
     # against the --arg that has it, before anything runs.
     rng = np.random.default_rng(args.seed)  # one stream for all arguments: x and y differ
@@ -76,12 +72,14 @@ def run(args: argparse.Namespace) -> int:
            "grappler", "state_variables"} & set(call_kwargs)
     if own:  # names compare_modes takes itself: bind them to the function instead
         fn = functools.partial(fn, **{k: call_kwargs.pop(k) for k in own})
-    report = compare_modes(
-        fn, *call_args, seed=args.seed, repeats=args.repeats,
-        ulp_bound=args.ulp_bound, atol=args.atol,
-        gradients=not args.no_grad, **call_kwargs)
+    name = args.target.rpartition(":")[2]
+    with user_code(name, "while running eagerly, as a graph or under XLA"):
+        report = compare_modes(
+            fn, *call_args, seed=args.seed, repeats=args.repeats,
+            ulp_bound=args.ulp_bound, atol=args.atol,
+            gradients=not args.no_grad, **call_kwargs)
     xla = report.modes["xla"]
-    if args.hlo and xla.error is None:
+    if hlo is not None and xla.error is None:
         _write_hlo(report.hlo, args.hlo)
     print(_jsonutil.dumps(report) if args.json else report.to_text())
     if args.hlo and xla.error is None and not args.json:
@@ -99,17 +97,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_hlo(hlo: dict, path: str) -> None:
-    """Writes to ``path + ".tmp"`` then renames; on any OSError removes the
-    temp file and raises one UsageError line."""
-    from tflab.errors import UsageError
+    """Writes the HLO stages through `tflab._paths.OutputPath.write` (temp file + rename).
 
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "w") as f:
-            for stage, text in hlo.items():
-                f.write(f"// ===== stage: {stage} =====\n{text}\n")
-        os.replace(tmp, path)
-    except OSError as e:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise UsageError(f"--hlo {path}: cannot write it: {e.strerror or e}") from None
+    Raises:
+        UsageError: one line when the write fails; no temporary file is left.
+    """
+    from tflab._paths import OutputPath
+
+    OutputPath(Path(path), "--hlo").write(
+        "".join(f"// ===== stage: {stage} =====\n{text}\n" for stage, text in hlo.items()))

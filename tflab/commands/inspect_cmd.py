@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
+
+from tflab._cliargs import int_at_least
 
 HELP = "trace FILE.py:FUNC once and print its FuncGraph: ops, captures, signature, control flow"
 
@@ -15,21 +16,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "NAME=<python literal> a Python value; repeat per parameter")
     p.add_argument("--dot", metavar="OUT.dot", help="write the FuncGraph as Graphviz DOT "
                    "(OUT.svg renders it, which needs the Graphviz `dot` program)")
-    p.add_argument("--max-ops", type=int, default=60, help="ops listed in text output (default: %(default)s; 0 for all)")
+    p.add_argument("--max-ops", type=int_at_least(0), default=60,
+                   help="ops listed in text output (default: %(default)s; 0 for all)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
     from tflab import _jsonutil
+    from tflab._paths import output_path
     from tflab._target import load_call
+    from tflab._usercode import user_code
     from tflab.tracing import trace_and_inspect
 
-    if args.dot:
-        _check_output_path(args.dot)
+    dot = output_path(args.dot, "--dot", example="graph.dot") if args.dot else None  # before any work
+    if dot is not None and args.dot.endswith(".svg"):
+        import shutil
+
+        from tflab.errors import UsageError
+
+        if shutil.which("dot") is None:
+            raise UsageError("rendering SVG needs the Graphviz `dot` program (apt-get install graphviz); "
+                             "or write DOT with --dot OUT.dot")
     fn, call_args, call_kwargs = load_call(args.target, args.arg)
-    report = trace_and_inspect(fn, *call_args, **call_kwargs)
-    if args.dot:
-        _write_dot(report, args.dot)
+    with user_code(args.target.rpartition(":")[2], "while tracing"):
+        report = trace_and_inspect(fn, *call_args, **call_kwargs)
+    if dot is not None:
+        source = report.to_dot()
+        if args.dot.endswith(".svg"):
+            import graphviz
+
+            dot.write(graphviz.Source(source).pipe(format="svg"))
+        else:
+            dot.write(source)
     if args.json:
         print(_jsonutil.dumps(report))
     else:
@@ -37,38 +55,3 @@ def run(args: argparse.Namespace) -> int:
         if args.dot:
             print(f"wrote {args.dot}")
     return 0
-
-
-def _check_output_path(path: str, flag: str = "--dot", example: str = "graph.dot") -> None:
-    """Fails before any work when the file for ``flag`` cannot be written."""
-    from tflab.errors import UsageError
-
-    if os.path.isdir(path):
-        raise UsageError(f"{flag} {path}: is a directory; give a file path such as {os.path.join(path, example)}")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise UsageError(f"{flag} {path}: folder {parent} does not exist; create it or pick another path")
-    if not os.access(parent, os.W_OK):
-        raise UsageError(f"{flag} {path}: folder {parent} is not writable")
-
-
-def _write_dot(report, path: str) -> None:
-    import shutil
-
-    from tflab.errors import UsageError
-
-    source = report.to_dot()
-    tmp = path + ".tmp"
-    if path.endswith(".svg"):
-        if shutil.which("dot") is None:
-            raise UsageError("rendering SVG needs the Graphviz `dot` program (apt-get install graphviz); "
-                             "or write DOT with --dot OUT.dot")
-        import graphviz
-
-        svg = graphviz.Source(source).pipe(format="svg")
-        with open(tmp, "wb") as f:
-            f.write(svg)
-    else:
-        with open(tmp, "w") as f:
-            f.write(source)
-    os.replace(tmp, path)

@@ -1,0 +1,256 @@
+"""The one guarded path for writing a user's output path (``--dot``, ``--hlo``, ``--out``, report files).
+
+Every verb that writes where the user said goes through `output_path`, so a
+path that cannot be written is refused the same way everywhere, before any
+work, as one `UsageError` line (the CLI prints it and exits 2):
+
+* **Probe by doing.** `os.access` answers for the permission bits only: it
+  says yes to root on read-only and virtual file systems (``/proc``,
+  ``/sys``), where ``open`` then fails with ENOENT or EACCES. So the probe
+  really creates a file (or folder) next to the target and removes it.
+* **Atomic writes.** A file is written to a temporary name in the same folder
+  and renamed into place (`os.replace`, atomic on POSIX within one file
+  system), so a reader never sees half a file and a failure leaves nothing.
+* **Parents only on success.** A folder output (``export --out a/b/c``)
+  creates its missing parents when it starts writing and removes the ones it
+  created (if still empty) when the work fails or is interrupted.
+
+Use from a verb (new verbs: do the same for every output option)::
+
+    from tflab._paths import output_path
+
+    def run(args):
+        dot = output_path(args.dot, "--dot", example="graph.dot") if args.dot else None  # before work
+        report = ...                                                                  # the work
+        if dot:
+            dot.write(report.to_dot())                                                # atomic
+
+    out = output_path(args.out, "--out", folder=True)      # a folder filled in a temp folder
+    tmp = out.temp_dir()
+    try:
+        ...write under tmp...
+        out.commit(tmp)
+    except BaseException:
+        out.discard(tmp)
+        raise
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from tflab.errors import UsageError
+
+
+def _nearest_existing(path: Path) -> Path:
+    """``path`` or its nearest ancestor that exists (a dangling symlink counts as existing)."""
+    probe = path
+    while not (probe.exists() or probe.is_symlink()):
+        if probe == probe.parent:
+            break
+        probe = probe.parent
+    return probe
+
+
+def _missing_parents(path: Path) -> list[Path]:
+    """The ancestors of ``path`` (and ``path`` itself) that do not exist, outermost first."""
+    missing = []
+    probe = path
+    while not (probe.exists() or probe.is_symlink()) and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    return missing[::-1]
+
+
+@dataclasses.dataclass
+class OutputPath:
+    """A user's output path that was probed writable; see `output_path`.
+
+    Attributes:
+        path: the target, as a `Path`.
+        flag: the option that named it (``"--dot"``), used in messages.
+        folder: True for a folder output, False for a file.
+        created: folders this object created (outermost first); `discard`
+            removes them again if they are empty.
+    """
+
+    path: Path
+    flag: str
+    folder: bool = False
+    created: list[Path] = dataclasses.field(default_factory=list)
+
+    def _fail(self, what: str, e: OSError) -> UsageError:
+        return UsageError(f"{self.flag} {self.path}: {what}: {e.strerror or e}; choose another {self.flag}")
+
+    # ------------------------------------------------------------------ files
+
+    def write(self, data: str | bytes) -> None:
+        """Writes a file output atomically: a temporary file in the same folder, then `os.replace`.
+
+        Args:
+            data: the whole content; `str` is written as UTF-8 text.
+
+        Raises:
+            UsageError: the write or the rename failed (e.g. the path became a
+                folder since the probe, or the disk is full); the temporary
+                file is removed.
+        """
+        parent = self.path.parent
+        tmp = None
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.tmp-", dir=parent)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data.encode() if isinstance(data, str) else data)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; the output is an ordinary file
+            os.replace(tmp, self.path)
+        except OSError as e:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.remove(tmp)
+            raise UsageError(f"{self.flag} {self.path}: cannot write it: {e.strerror or e}") from None
+
+    # ---------------------------------------------------------------- folders
+
+    def make_parents(self) -> None:
+        """Creates the missing parents of a folder output, remembering them for `discard`.
+
+        Raises:
+            UsageError: one could not be created.
+        """
+        for p in _missing_parents(self.path.parent):
+            try:
+                p.mkdir()
+            except FileExistsError:
+                continue
+            except OSError as e:
+                self.discard()
+                raise self._fail(f"cannot create the folder {p}", e) from None
+            self.created.append(p)
+
+    def make_dir(self) -> Path:
+        """Creates the folder output itself in place (its parents too); an existing folder is kept.
+
+        For outputs filled step by step (``tour --out``). Returns the path.
+        """
+        self.make_parents()
+        if not self.path.is_dir():
+            try:
+                self.path.mkdir()
+            except OSError as e:
+                self.discard()
+                raise self._fail("cannot create it", e) from None
+            self.created.append(self.path)
+        return self.path
+
+    def temp_dir(self) -> Path:
+        """Creates the parents, then a fresh temporary folder beside the target, to fill and `commit`.
+
+        Raises:
+            UsageError: the folder could not be created; what was created is removed.
+        """
+        self.make_parents()
+        try:
+            tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-", dir=self.path.parent))
+        except OSError as e:
+            self.discard()
+            raise self._fail(f"cannot create a folder in {self.path.parent}", e) from None
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the output is an ordinary folder
+        return tmp
+
+    def commit(self, tmp: Path) -> None:
+        """Renames the finished ``tmp`` folder to the target; an old target is moved aside, then removed."""
+        old = None
+        if self.path.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.old-", dir=self.path.parent))
+            os.replace(self.path, old / self.path.name)
+        os.replace(tmp, self.path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        self.created.clear()  # they hold the output now
+
+    def discard(self, tmp: Path | None = None) -> None:
+        """Removes ``tmp`` and, innermost first, the folders this object created that are empty now."""
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        for p in reversed(self.created):
+            with contextlib.suppress(OSError):
+                p.rmdir()  # only if empty: never removes anything the user put there
+        self.created.clear()
+
+
+def output_path(path: str | os.PathLike, flag: str, *, folder: bool = False, overwrite: bool = True,
+                example: str = "out.txt") -> OutputPath:
+    """Checks, before any work, that a user's output path can be written, by really writing there.
+
+    A file output needs an existing folder (its parent is never created); a
+    folder output may have missing parents, which are created only when
+    writing starts (`OutputPath.temp_dir`, `OutputPath.make_dir`) and removed
+    again by `OutputPath.discard`. The probe creates and removes a temporary
+    file (or folder) in the nearest existing folder, because `os.access`
+    ignores read-only mounts and says yes to root on ``/proc`` and ``/sys``
+    (``access(2)``: "the check is done using the calling process's real UID
+    ... root ... X_OK").
+
+    Args:
+        path: the path the user gave.
+        flag: the option that gave it (``"--dot"``, ``"--out"``), for messages.
+        folder: True when the output is a folder (``export --out``).
+        overwrite: False refuses an existing file (``--hlo`` without ``--force``).
+            Existing folders are the caller's to judge (``export --force`` rules).
+        example: a file name for the "give a file path such as" hint.
+
+    Returns:
+        An `OutputPath` to write through (`OutputPath.write` for files;
+        `OutputPath.temp_dir` + `OutputPath.commit` or `OutputPath.make_dir`
+        for folders).
+
+    Raises:
+        UsageError: one line: a folder where a file is wanted (or the reverse),
+            a missing folder, an existing file with ``overwrite=False``, or a
+            place where creating a file fails (the OS's reason quoted).
+
+    Example:
+
+    >>> output_path("/proc/x.dot", "--dot")
+    Traceback (most recent call last):
+    tflab.errors.UsageError: --dot /proc/x.dot: cannot create a file in /proc (No such file or directory); ...
+    """
+    p = Path(os.fspath(path))
+    if not os.fspath(path):
+        raise UsageError(f"{flag}: empty path; give a {'folder' if folder else 'file'} path")
+    if folder:
+        if p.exists() and not p.is_dir():
+            raise UsageError(f"{flag} {p}: exists and is not a folder; choose another {flag}")
+        base = _nearest_existing(p if p.exists() else p.parent)
+        if base.exists() and not base.is_dir():
+            raise UsageError(f"{flag} {p}: {base} is a file, not a folder; choose another {flag}")
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".tflab-probe-", dir=base))
+        except OSError as e:
+            raise UsageError(f"{flag} {p}: cannot create a folder in {base} ({e.strerror}); "
+                             f"choose another {flag}") from None
+        return OutputPath(p, flag, folder=True)
+    if p.is_dir():
+        raise UsageError(f"{flag} {p}: is a directory; give a file path such as {p / example}")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"{flag} {p}: folder {parent.absolute()} does not exist; create it or pick another path")
+    if p.exists() and not overwrite:
+        raise UsageError(f"{flag} {p} exists; pass --force to overwrite it")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".tflab-probe-", dir=parent)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        raise UsageError(f"{flag} {p}: cannot create a file in {parent.absolute()} ({e.strerror}); "
+                         f"choose another path") from None
+    return OutputPath(p, flag)

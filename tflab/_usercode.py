@@ -1,0 +1,211 @@
+"""The one guarded path for calling user code, and the one for running a signature on examples.
+
+Two policies every verb shares, so the next verb inherits them:
+
+**Calling user code** (importing ``FILE.py``, calling a factory, tracing,
+running): wrap the call in `user_code`. What the user's code raises is
+turned into one `UsageError` line (the CLI prints it and exits 2):
+
+* ``SystemExit`` (``sys.exit(5)`` in the user's function) becomes
+  "f called sys.exit(5) while tracing": without this, ``sys.exit`` would end
+  tflab with the user's status and print nothing.
+* Any other ``BaseException`` that is not an ``Exception`` (a user's
+  ``raise BaseException("x")``) becomes "f raised BaseException: x while …".
+* ``KeyboardInterrupt`` passes through (the CLI prints "interrupted" and
+  exits 130), and so does `tflab.errors.Terminated` (SIGTERM, exit 143).
+* Ordinary ``Exception`` s pass through unchanged by default: each lab
+  function already explains those in its own terms (and a tflab bug must not
+  be blamed on the user). ``exceptions=True`` converts them too, naming the
+  user's line, for calls with no such handler (importing, factories).
+
+**Running a signature on examples** (SavedModel, reloaded SavedModel, LiteRT):
+call `run_signature`. A kernel error (``InvalidArgumentError: Matrix
+size-incompatible``, a failing ``tf.debugging.assert_all_finite``) becomes one
+line naming the signature, the failing node and the shapes fed, instead of
+TF's 50-line "Graph execution error" with its node stack.
+
+Use from a verb::
+
+    from tflab._usercode import run_signature, user_code
+
+    with user_code("f", "while tracing"):
+        report = trace_and_inspect(fn, *args)
+    outputs = run_signature(loaded.signatures["serving_default"], "serving_default", feed)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Any, Callable, Iterator, Mapping
+
+from tflab.errors import Terminated, TflabError, UsageError
+
+# Echoes of user-supplied text and values are cut to this many characters.
+MAX_ECHO = 80
+
+
+def shorten(text: Any, limit: int = MAX_ECHO) -> str:
+    """``str(text)`` cut to ``limit`` characters with "…(N chars)" (a 5000-digit literal stays one line)."""
+    s = str(text)
+    if len(s) <= limit:
+        return s
+    return f"{s[:limit]}…({len(s)} chars)"
+
+
+def _exit_code_text(code: Any) -> str:
+    return "" if code is None else shorten(repr(code), 40)
+
+
+def describe(exc: BaseException, name: str, during: str, hint: str | None = None) -> str:
+    """One line for a ``SystemExit`` or other ``BaseException`` out of the user's code.
+
+    Args:
+        exc: what the user's code raised.
+        name: the user's callable or file, e.g. ``"f"`` or ``"exit.py"``.
+        during: where, e.g. ``"while tracing"``, ``"at import"``.
+        hint: what to do instead of exiting (default: return or raise).
+
+    Returns:
+        E.g. ``"f called sys.exit(5) while tracing"`` or
+        ``"f raised BaseException: base while tracing (at f.py:3 in f)"``.
+    """
+    from tflab._target import user_frame
+
+    if isinstance(exc, SystemExit):
+        return (f"{name} called sys.exit({_exit_code_text(exc.code)}) {during}; "
+                + (hint or "tflab runs it in its own process, so it must return or raise instead of exiting"))
+    where = user_frame(exc)
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return (f"{name} raised {type(exc).__name__}" + (f": {shorten(first)}" if first else "")
+            + f" {during}" + (f" (at {where})" if where else ""))
+
+
+@contextlib.contextmanager
+def user_code(name: str, during: str, *, exceptions: bool = False, hint: str | None = None) -> Iterator[None]:
+    """Runs the block as a call into user code: its ``sys.exit`` and ``BaseException`` become one line.
+
+    Args:
+        name: the user's callable or file, for the message (``"f"``, ``"m.py:model"``).
+        during: what tflab was doing (``"while tracing"``, ``"when called as OBJ()"``).
+        exceptions: also turn an ordinary ``Exception`` (not a `TflabError`)
+            into a `UsageError` naming the user's line.
+
+    Raises:
+        UsageError: the block raised ``SystemExit`` (not SIGTERM's
+            `Terminated`), a ``BaseException`` that is not an ``Exception``
+            or ``KeyboardInterrupt``, or with ``exceptions=True`` any
+            ``Exception`` but a `TflabError`.
+        KeyboardInterrupt: passed through (the CLI exits 130).
+
+    Example:
+
+    >>> def f(x):
+    ...     sys.exit(5)
+    >>> with user_code("f", "while tracing"):
+    ...     f(1)
+    Traceback (most recent call last):
+    tflab.errors.UsageError: f called sys.exit(5) while tracing; tflab runs it in its own process, ...
+    """
+    try:
+        yield
+    except (KeyboardInterrupt, GeneratorExit, Terminated):
+        raise
+    except TflabError:
+        raise
+    except Exception as e:
+        if not exceptions:
+            raise
+        raise UsageError(describe(e, name, during, hint)) from e
+    except BaseException as e:  # SystemExit, or a user's BaseException subclass
+        raise UsageError(describe(e, name, during, hint)) from None
+
+
+def call_user(fn: Callable, *args: Any, name: str, during: str, exceptions: bool = False, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` under `user_code` (same policy, for a single call)."""
+    with user_code(name, during, exceptions=exceptions):
+        return fn(*args, **kwargs)
+
+
+# ------------------------------------------------------------------ signature runs
+
+
+_NOISE = re.compile(r"^(Graph execution error:|Detected at node|<stack traces unavailable>|File \"|"
+                    r"\[\[\{\{node|Traceback|in user code:)")
+
+
+def _node_and_reason(exc: BaseException) -> tuple[str, str]:
+    """The failing node's name and the kernel's own one-line reason from a TF error."""
+    text = getattr(exc, "message", None) or str(exc)
+    nodes = re.findall(r"\{\{node ([^}]+)\}\}", text) or re.findall(r"Detected at node '?([\w/.-]+)", text)
+    node = nodes[-1] if nodes else ""
+    reason = ""
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not _NOISE.match(line) and not line.startswith(("defined at", "[[")):
+            reason = re.sub(r"\s*\[Op:[^\]]*\]\s*$", "", line)
+            break
+    return node, reason or type(exc).__name__
+
+
+def _shapes(feed: Mapping[str, Any]) -> str:
+    parts = []
+    for n, a in feed.items():
+        dtype = getattr(getattr(a, "dtype", None), "name", None) or type(a).__name__
+        shape = list(getattr(a, "shape", ()))
+        parts.append(f"{n}: {dtype}[{','.join(str(int(d)) for d in shape)}]")
+    if len(parts) > 6:
+        parts = parts[:6] + [f"… {len(parts) - 6} more"]
+    return ", ".join(parts)
+
+
+def signature_error(key: str, feed: Mapping[str, Any], exc: BaseException, side: str = "SavedModel") -> UsageError:
+    """The one-line `UsageError` for signature ``key`` failing on ``feed`` (see `run_signature`)."""
+    node, reason = _node_and_reason(exc)
+    op = node.rsplit("/", 1)[-1] if node else ""
+    at = f" in op {op} (node {node})" if node and op != node else (f" in op {op}" if op else "")
+    return UsageError(f"signature {key!r} of the {side} failed on the examples fed ({_shapes(feed)})"
+                      f"{at}: {type(exc).__name__}: {shorten(reason, 200)}; fix the model, or pass "
+                      f"--examples that it accepts")
+
+
+def run_signature(fn: Callable[..., Any], key: str, feed: Mapping[str, Any], *,
+                  side: str = "SavedModel") -> Any:
+    """Runs signature ``key`` on one example batch; a failure is one line, not TF's traceback.
+
+    Args:
+        fn: the signature's callable: ``loaded.signatures[key]`` (keyword
+            inputs), an in-process reference, or a LiteRT signature runner.
+        key: the signature key, e.g. ``"serving_default"``, for the message.
+        feed: ``{input name: array}`` passed as keyword arguments; numpy
+            arrays are passed as they are (TF converts them, LiteRT takes them).
+        side: which runtime, for the message: ``"SavedModel"``, ``"reloaded
+            SavedModel"``, ``"TFLite model"``.
+
+    Returns:
+        Whatever ``fn`` returns (a dict of output tensors/arrays).
+
+    Raises:
+        UsageError: ``fn`` raised an ``Exception`` that is not a `TflabError`
+            (``tf.errors.OpError`` from a kernel, ``ValueError``/``TypeError``
+            from argument conversion); the message names the signature, the
+            op (from the ``{{node …}}`` marker TF puts in kernel errors,
+            ``tensorflow/core/common_runtime/...``: ``[[{{node NAME}}]]``) and
+            the shapes fed. ``sys.exit`` or a ``BaseException`` in a
+            ``tf.py_function``, as in `user_code`.
+
+    Example:
+
+    >>> run_signature(loaded.signatures["serving_default"], "serving_default", {"x": np.ones([1, 3], np.float32)})
+    Traceback (most recent call last):
+    tflab.errors.UsageError: signature 'serving_default' of the SavedModel failed on the examples fed
+    (x: float32[1,3]) in op MatMul (node PartitionedCall/MatMul): InvalidArgumentError: Matrix
+    size-incompatible: In[0]: [1,3], In[1]: [1,3]; fix the model, or pass --examples that it accepts
+    """
+    with user_code(f"signature {key!r}", "while running on the examples"):
+        try:
+            return fn(**feed)
+        except TflabError:
+            raise
+        except Exception as e:
+            raise signature_error(key, feed, e, side) from e
