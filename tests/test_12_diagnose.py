@@ -274,6 +274,9 @@ def test_retrace_probe_d2_names_trace_1_and_the_fix():
     assert "the graph of trace #2 captured mul:0" in d.explanation
     assert "trace #1's FuncGraph" in d.explanation and "`kept`" in d.explanation
     assert "return" in d.fix and "tf.Variable" in d.fix
+    assert second.to_text().splitlines()[-1].strip().startswith(
+        f"diagnosis: tensor-from-another-funcgraph at cases.py:{line_of('D2 culprit')}")
+    assert second.to_dict()["diagnosis"]["kind"] == "tensor-from-another-funcgraph"
 
 
 def test_retrace_probe_failed_trace_carries_the_diagnosis():
