@@ -358,3 +358,49 @@ def test_output_path_writes_atomically_and_probes(tmp_path):
     tmp = folder.temp_dir()
     folder.discard(tmp)
     assert os.listdir(tmp_path) == ["g.dot"]
+
+
+# ---------------------------------------------------------------- hostile-tester regressions
+
+
+def test_output_to_a_device_or_fifo_is_written_in_place_never_replaced(tmp_path):
+    """``--dot /dev/null`` as root renamed a plain file over /dev/null (os.replace); now opened in place."""
+    import stat
+    import threading
+
+    from tflab._paths import output_path
+
+    assert output_path("/dev/null", "--dot").in_place  # checked without writing: a failure must not harm /dev
+    fifo = tmp_path / "pipe.dot"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()), daemon=True)
+    reader.start()
+    output_path(fifo, "--dot").write("digraph {}")
+    reader.join(10)
+    assert got == [b"digraph {}"] and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert os.listdir(tmp_path) == ["pipe.dot"]  # no temp file beside it
+    with pytest.raises(UsageError, match=r"is a FIFO, not a folder"):
+        output_path(fifo, "--out", folder=True)
+
+
+def test_output_through_a_symlink_writes_its_target_and_keeps_the_link(tmp_path):
+    from tflab._paths import output_path
+
+    (tmp_path / "link.dot").symlink_to(tmp_path / "real.dot")  # dangling: created, as the shell's > does
+    output_path(tmp_path / "link.dot", "--dot").write("a")
+    assert (tmp_path / "link.dot").is_symlink() and (tmp_path / "real.dot").read_text() == "a"
+    (tmp_path / "dead.dot").symlink_to(tmp_path / "no" / "such" / "x.dot")
+    with pytest.raises(UsageError, match=r"folder .*no/such does not exist"):
+        output_path(tmp_path / "dead.dot", "--dot")
+
+
+@pytest.mark.parametrize("bad, reason", [("x" * 300 + ".dot", "File name too long"),
+                                         ("a\0b.dot", "NUL byte")], ids=["too-long", "nul"])
+def test_odd_output_path_text_is_one_line(bad, reason, run_cli, user_files, tmp_path, monkeypatch):
+    """os.stat raised OSError(ENAMETOOLONG) / ValueError(embedded null byte) out of main()."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("inspect", f"{user_files['exits']}:ok", "--arg", "x=float32[2]", "--dot", bad)
+    line = _one_error_line("inspect", err)
+    assert code == 2 and reason in line and "--dot" in line, line
+    assert os.listdir(tmp_path) == []

@@ -14,6 +14,13 @@ work, as one `UsageError` line (the CLI prints it and exits 2):
 * **Parents only on success.** A folder output (``export --out a/b/c``)
   creates its missing parents when it starts writing and removes the ones it
   created (if still empty) when the work fails or is interrupted.
+* **Never replace what is not a regular file.** An existing device or FIFO
+  (``--dot /dev/null``, ``--dot /dev/stdout``) is opened and written in
+  place: renaming over it would replace ``/dev/null`` with a plain file when
+  tflab runs as root. A symlink is followed: its target is written (or
+  created, as the shell's ``>`` does) and the link is kept.
+* **Odd path text** (a NUL byte, a name longer than ``NAME_MAX``) is one
+  error line, not ``ValueError``/``OSError`` out of ``os.stat``.
 
 Use from a verb (new verbs: do the same for every output option)::
 
@@ -41,6 +48,7 @@ import contextlib
 import dataclasses
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -83,6 +91,7 @@ class OutputPath:
     flag: str
     folder: bool = False
     created: list[Path] = dataclasses.field(default_factory=list)
+    in_place: bool = False  # an existing device/FIFO: opened and written, never renamed over
 
     def _fail(self, what: str, e: OSError) -> UsageError:
         return UsageError(f"{self.flag} {self.path}: {what}: {e.strerror or e}; choose another {self.flag}")
@@ -100,12 +109,20 @@ class OutputPath:
                 folder since the probe, or the disk is full); the temporary
                 file is removed.
         """
+        payload = data.encode() if isinstance(data, str) else data
+        if self.in_place:  # /dev/null, /dev/stdout, a FIFO: rename would replace the device node
+            try:
+                with open(self.path, "wb") as f:
+                    f.write(payload)
+            except OSError as e:
+                raise UsageError(f"{self.flag} {self.path}: cannot write it: {e.strerror or e}") from None
+            return
         parent = self.path.parent
         tmp = None
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.tmp-", dir=parent)
             with os.fdopen(fd, "wb") as f:
-                f.write(data.encode() if isinstance(data, str) else data)
+                f.write(payload)
             umask = os.umask(0)
             os.umask(umask)
             os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; the output is an ordinary file
@@ -187,6 +204,21 @@ class OutputPath:
         self.created.clear()
 
 
+def _special_kind(p: Path) -> str | None:
+    """"character device", "FIFO", ... when ``p`` (links followed) exists and is neither file nor folder."""
+    try:
+        mode = os.stat(p).st_mode
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        return None
+    for test, name in ((stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+                       (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket")):
+        if test(mode):
+            return name
+    return None
+
+
 def output_path(path: str | os.PathLike, flag: str, *, folder: bool = False, overwrite: bool = True,
                 example: str = "out.txt") -> OutputPath:
     """Checks, before any work, that a user's output path can be written, by really writing there.
@@ -215,8 +247,11 @@ def output_path(path: str | os.PathLike, flag: str, *, folder: bool = False, ove
 
     Raises:
         UsageError: one line: a folder where a file is wanted (or the reverse),
-            a missing folder, an existing file with ``overwrite=False``, or a
+            a missing folder, an existing file with ``overwrite=False``, a
+            path with a NUL byte or a name too long for the file system, or a
             place where creating a file fails (the OS's reason quoted).
+            An existing device or FIFO is not an error: it is written in place
+            (``--dot /dev/null``); a symlink is followed (its target written).
 
     Example:
 
@@ -224,9 +259,25 @@ def output_path(path: str | os.PathLike, flag: str, *, folder: bool = False, ove
     Traceback (most recent call last):
     tflab.errors.UsageError: --dot /proc/x.dot: cannot create a file in /proc (No such file or directory); ...
     """
-    p = Path(os.fspath(path))
-    if not os.fspath(path):
+    text = os.fspath(path)
+    if not text:
         raise UsageError(f"{flag}: empty path; give a {'folder' if folder else 'file'} path")
+    if "\0" in str(text):
+        raise UsageError(f"{flag} {text!r}: the path contains a NUL byte; give a plain path")
+    try:
+        return _output_path(Path(text), flag, folder=folder, overwrite=overwrite, example=example)
+    except OSError as e:  # os.stat's ENAMETOOLONG, ELOOP, EACCES on a parent, ...
+        raise UsageError(f"{flag} {text}: {e.strerror or e}; choose another path") from None
+
+
+def _output_path(p: Path, flag: str, *, folder: bool, overwrite: bool, example: str) -> OutputPath:
+    kind = _special_kind(p)
+    if kind and not folder:
+        return OutputPath(p, flag, in_place=True)  # written in place; nothing to overwrite or probe
+    if kind:
+        raise UsageError(f"{flag} {p}: is a {kind}, not a folder; choose another {flag}")
+    if p.is_symlink():  # write through the link (its target, created if missing); keep the link
+        p = Path(os.path.realpath(p))
     if folder:
         if p.exists() and not p.is_dir():
             raise UsageError(f"{flag} {p}: exists and is not a folder; choose another {flag}")
