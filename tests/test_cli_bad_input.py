@@ -404,3 +404,21 @@ def test_odd_output_path_text_is_one_line(bad, reason, run_cli, user_files, tmp_
     line = _one_error_line("inspect", err)
     assert code == 2 and reason in line and "--dot" in line, line
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("verb", list(VERBS))
+def test_an_empty_option_value_is_refused_by_argparse(verb, run_cli, user_files, tmp_path, monkeypatch):
+    """``--dot ""`` was silently ignored (no file written, exit 0); ``export --out ""`` wrote saved_models/."""
+    p = _subparsers().get(verb)
+    if p is None:
+        pytest.skip(f"{verb}: module not built yet")
+    options = [a.option_strings[-1] for a in p._actions
+               if a.option_strings and a.nargs != 0 and a.type in (None, str) and a.choices is None]
+    if not options:
+        pytest.skip(f"{verb} has no string-valued option")
+    monkeypatch.chdir(tmp_path)
+    for option in options:
+        code, out, err = run_cli(*_argv(verb, p, user_files["exits"], "ok"), option, "")
+        line = _one_error_line(verb, err)
+        assert code == 2 and out == "" and f"argument {option}: empty value" in line, line
+    assert os.listdir(tmp_path) == []

@@ -70,6 +70,21 @@ class _OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
+    def parse_known_args(self, args=None, namespace=None):
+        # An option given an empty value (``--out ""``, ``--dot ""``) is a mistake:
+        # the verbs' ``if args.dot:`` would silently ignore it (no file written)
+        # or fall back to the default folder. argparse accepts "" for any str option.
+        ns, extras = super().parse_known_args(args, namespace)
+        for a in self._actions:
+            if not a.option_strings or a.nargs == 0 or a.type not in (None, str):
+                continue
+            value = getattr(ns, a.dest, None)
+            values = value if isinstance(value, list) else [value]
+            if any(isinstance(v, str) and not v.strip() for v in values):
+                self.error(f"argument {a.option_strings[-1]}: empty value; give a value or leave "
+                           f"the option out")
+        return ns, extras
+
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
     parser = _OneLineParser(
