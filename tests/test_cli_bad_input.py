@@ -422,3 +422,22 @@ def test_an_empty_option_value_is_refused_by_argparse(verb, run_cli, user_files,
         line = _one_error_line(verb, err)
         assert code == 2 and out == "" and f"argument {option}: empty value" in line, line
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("verb", list(VERBS))
+def test_an_unknown_option_names_the_verb(verb, run_cli, user_files, tmp_path, monkeypatch):
+    """argparse reported ``tflab: error: unrecognized arguments`` from the top parser, not ``tflab VERB:``."""
+    p = _subparsers().get(verb)
+    if p is None:
+        pytest.skip(f"{verb}: module not built yet")
+    monkeypatch.chdir(tmp_path)
+    argv = _argv(verb, p, user_files["exits"], "ok")
+    if _user_positional(p) is not None and str(_user_positional(p).metavar) == "SCRIPT.py":
+        argv.insert(1, "--bogus-option")  # after SCRIPT.py everything is the script's own argv
+    else:
+        argv.append("--bogus-option")
+    code, out, err = run_cli(*argv)
+    line = _one_error_line(verb, err)
+    assert code == 2 and "unrecognized arguments: --bogus-option" in line and f"tflab {verb} --help" in line
+    assert os.listdir(tmp_path) == []
+

@@ -114,7 +114,10 @@ def main(argv: list[str] | None = None) -> int:
 
     parser, modules = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extras = parser.parse_known_args(argv)
+        if extras:  # argparse would name the top parser ("tflab: error:"); the contract names the verb
+            verb_parser = parser._subparsers._group_actions[0].choices.get(args.verb, parser)
+            verb_parser.error(f"unrecognized arguments: {' '.join(extras)}")
     except SystemExit as e:  # --help (0) or a one-line argparse error (2): return, don't exit
         return int(e.code or 0)
     if not args.verb:
