@@ -441,3 +441,9 @@ def test_an_unknown_option_names_the_verb(verb, run_cli, user_files, tmp_path, m
     assert code == 2 and "unrecognized arguments: --bogus-option" in line and f"tflab {verb} --help" in line
     assert os.listdir(tmp_path) == []
 
+
+def test_last_resort_names_the_target_not_user_code(run_cli, user_files):
+    """``diagnose`` calls user code outside user_code: main()'s last resort said "user code … the verb ran"."""
+    code, out, err = run_cli("diagnose", f"{user_files['exits']}:exits", "--arg", "x=float32[2]")
+    line = _one_error_line("diagnose", err)
+    assert code == 2 and f"{user_files['exits']}:exits called sys.exit(5) while tflab diagnose ran" in line

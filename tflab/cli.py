@@ -139,7 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as e:
         # Last resort for user code a verb called outside tflab._usercode.user_code:
         # its sys.exit(5) or BaseException is one line, exit 2, not tflab exiting 5.
-        print(f"tflab {args.verb}: error: {describe(e, 'user code', 'while the verb ran')}", file=sys.stderr)
+        # Name what the user gave (FILE.py:FUNC, MODEL, SCRIPT.py), not "user code".
+        name = next((v for v in (getattr(args, k, None) for k in ("target", "model", "script"))
+                     if isinstance(v, str) and v), "user code")
+        print(f"tflab {args.verb}: error: {describe(e, name, f'while tflab {args.verb} ran')}", file=sys.stderr)
         return 2
 
 if __name__ == "__main__":
