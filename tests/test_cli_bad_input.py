@@ -447,3 +447,15 @@ def test_last_resort_names_the_target_not_user_code(run_cli, user_files):
     code, out, err = run_cli("diagnose", f"{user_files['exits']}:exits", "--arg", "x=float32[2]")
     line = _one_error_line("diagnose", err)
     assert code == 2 and f"{user_files['exits']}:exits called sys.exit(5) while tflab diagnose ran" in line
+
+
+@pytest.mark.parametrize("dims, message", [
+    ("²", r"bad dimension '²'"),  # str.isdigit() said yes, int() raised ValueError out of main()
+    ("２", r"bad dimension '２'"),  # fullwidth 2: was silently read as 2
+    ("99999999999999999999", r"larger than TF's int64 dims allow"),  # was "ok raised while tracing"
+], ids=["superscript", "fullwidth", "over-int64"])
+def test_dims_are_ascii_integers_that_fit_int64(dims, message, run_cli, user_files):
+    code, out, err = run_cli("inspect", f"{user_files['exits']}:ok", "--arg", f"x=float32[{dims}]")
+    line = _one_error_line("inspect", err)
+    assert code == 2 and re.search(message, line) and "--arg x=" in line and "raised" not in line, line
+

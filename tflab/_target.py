@@ -31,6 +31,10 @@ from tflab._usercode import shorten
 from tflab.errors import UsageError
 
 _SPEC_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*(?:\[(.*)\])?\s*$")
+_ASCII_INT = re.compile(r"[0-9]+")
+# TensorShape dims are int64 (tensorflow/core/framework/tensor_shape.proto: int64 size);
+# a larger one failed later as "f raised while tracing: ValueError: Value out of range".
+MAX_DIM = 2**63 - 1
 
 
 def _dtype_or_none(name: str):
@@ -69,11 +73,15 @@ def parse_value(text: str, name: str | None = None) -> Any:
                 d = d.strip()
                 if d in ("None", "?"):
                     dims.append(None)
-                elif d.startswith("-") and d[1:].isdigit():
+                elif d.startswith("-") and _ASCII_INT.fullmatch(d[1:]):
                     raise UsageError(
                         f"bad dimension {d} in --arg {name}={shorten(text)}: a dim is >= 0, or None for "
                         f"an unknown dim, e.g. {name}={m.group(1)}[None,8]")
-                elif d.isdigit():
+                elif _ASCII_INT.fullmatch(d):  # str.isdigit() also says yes to '²' and '２'
+                    if int(d) > MAX_DIM:
+                        raise UsageError(
+                            f"dimension {shorten(d, 24)} in --arg {name}={shorten(text)} is larger than "
+                            f"TF's int64 dims allow (2**63-1); use a smaller dim, or None for an unknown dim")
                     dims.append(int(d))
                 else:
                     raise UsageError(
