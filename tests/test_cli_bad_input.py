@@ -459,3 +459,9 @@ def test_dims_are_ascii_integers_that_fit_int64(dims, message, run_cli, user_fil
     line = _one_error_line("inspect", err)
     assert code == 2 and re.search(message, line) and "--arg x=" in line and "raised" not in line, line
 
+
+def test_a_huge_exception_message_is_cut_to_one_short_line(run_cli, tmp_path):
+    (tmp_path / "long_msg.py").write_text("def f(x):\n    raise ValueError('z' * 5000)\n")
+    code, out, err = run_cli("inspect", f"{tmp_path / 'long_msg.py'}:f", "--arg", "x=float32[2]")
+    line = _one_error_line("inspect", err)
+    assert code == 2 and "ValueError: zzz" in line and "(5012 chars)" in line and len(line) < 700, len(line)

@@ -147,17 +147,25 @@ def user_frame(exc: BaseException) -> str:
     return best
 
 
+# An error line quotes at most this much of the exception's message (a user's
+# 5000-character message stays one readable line).
+SUMMARY_CHARS = 300
+
+
 def error_summary(exc: BaseException) -> str:
-    """One line for an exception: ``Type: message`` without AutoGraph's 'in user code:' preamble."""
+    """One line for an exception: ``Type: message`` without AutoGraph's 'in user code:' preamble.
+
+    Cut to `SUMMARY_CHARS` characters with "…(N chars)" (`tflab._usercode.shorten`).
+    """
     text = str(exc).strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if lines and lines[0].startswith("in user code"):
         # The real error is the last 'SomethingError: …' line of the message.
         for ln in reversed(lines):
             if re.match(r"^[A-Z]\w*(Error|Exception|Warning)\b", ln):
-                return ln
-        return lines[-1]
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+                return shorten(ln, SUMMARY_CHARS)
+        return shorten(lines[-1], SUMMARY_CHARS)
+    return shorten(f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": "), SUMMARY_CHARS)
 
 
 def load_module(path: str, *, what: str = "script"):
