@@ -395,14 +395,21 @@ def test_output_through_a_symlink_writes_its_target_and_keeps_the_link(tmp_path)
         output_path(tmp_path / "dead.dot", "--dot")
 
 
-@pytest.mark.parametrize("bad, reason", [("x" * 300 + ".dot", "File name too long"),
-                                         ("a\0b.dot", "NUL byte")], ids=["too-long", "nul"])
-def test_odd_output_path_text_is_one_line(bad, reason, run_cli, user_files, tmp_path, monkeypatch):
-    """os.stat raised OSError(ENAMETOOLONG) / ValueError(embedded null byte) out of main()."""
+@pytest.mark.parametrize("verb", list(VERBS))
+def test_odd_output_path_text_is_one_line(verb, run_cli, user_files, tmp_path, monkeypatch):
+    """os.stat raised OSError(ENAMETOOLONG) / ValueError(embedded null byte) out of main() (--dot, export --out)."""
+    p = _subparsers().get(verb)
+    if p is None:
+        pytest.skip(f"{verb}: module not built yet")
+    options = _output_options(p)
+    if not options:
+        pytest.skip(f"{verb} has no output-path option")
     monkeypatch.chdir(tmp_path)
-    code, out, err = run_cli("inspect", f"{user_files['exits']}:ok", "--arg", "x=float32[2]", "--dot", bad)
-    line = _one_error_line("inspect", err)
-    assert code == 2 and reason in line and "--dot" in line, line
+    for option in options:
+        for bad, reason in [("x" * 300 + ".dot", "File name too long"), ("a\0b.dot", "NUL byte")]:
+            code, out, err = _run_walk(run_cli, *_argv(verb, p, user_files["exits"], "ok"), option, bad)
+            line = _one_error_line(verb, err)
+            assert code == 2 and reason in line and option in line and len(line) < 400, line
     assert os.listdir(tmp_path) == []
 
 

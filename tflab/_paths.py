@@ -204,6 +204,35 @@ class OutputPath:
         self.created.clear()
 
 
+def check_path_text(path: str | os.PathLike, flag: str) -> None:
+    """Refuses a path ``os.stat`` cannot even look at, as one line (call before any ``Path.exists()``).
+
+    ``Path.exists()`` raises ``ValueError: embedded null byte`` for a NUL and
+    ``OSError: [Errno 36] File name too long`` for a component over the file
+    system's ``NAME_MAX`` (255 bytes on ext4), out of ``main()`` as a traceback.
+
+    Raises:
+        UsageError: a NUL byte, or ``lstat`` failing with anything but "no
+            such file" (ENAMETOOLONG, ELOOP, EACCES on a parent folder).
+    """
+    text = os.fspath(path)
+    if "\0" in str(text):
+        raise UsageError(f"{flag} {text!r}: the path contains a NUL byte; give a plain path")
+    try:
+        os.lstat(text)
+    except (FileNotFoundError, NotADirectoryError):
+        pass  # a path to create, or under a file: the callers name that case
+    except OSError as e:
+        raise UsageError(f"{flag} {shorten_path(text)}: {e.strerror or e}; choose another path") from None
+
+
+def shorten_path(text: str | os.PathLike, limit: int = 120) -> str:
+    """A path cut to ``limit`` characters for an error line (a 300-character name stays readable)."""
+    s = os.fspath(text)
+    s = s if isinstance(s, str) else os.fsdecode(s)
+    return s if len(s) <= limit else f"{s[:limit]}…({len(s)} chars)"
+
+
 def _special_kind(p: Path) -> str | None:
     """"character device", "FIFO", ... when ``p`` (links followed) exists and is neither file nor folder."""
     try:
@@ -262,12 +291,11 @@ def output_path(path: str | os.PathLike, flag: str, *, folder: bool = False, ove
     text = os.fspath(path)
     if not text:
         raise UsageError(f"{flag}: empty path; give a {'folder' if folder else 'file'} path")
-    if "\0" in str(text):
-        raise UsageError(f"{flag} {text!r}: the path contains a NUL byte; give a plain path")
+    check_path_text(text, flag)
     try:
         return _output_path(Path(text), flag, folder=folder, overwrite=overwrite, example=example)
     except OSError as e:  # os.stat's ENAMETOOLONG, ELOOP, EACCES on a parent, ...
-        raise UsageError(f"{flag} {text}: {e.strerror or e}; choose another path") from None
+        raise UsageError(f"{flag} {shorten_path(text)}: {e.strerror or e}; choose another path") from None
 
 
 def _output_path(p: Path, flag: str, *, folder: bool, overwrite: bool, example: str) -> OutputPath:

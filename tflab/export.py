@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tflab._paths import OutputPath, output_path
+from tflab._paths import OutputPath, check_path_text, output_path
 from tflab.errors import Terminated, TflabError, UsageError
 from tflab.litert import QUANTIZATIONS, TFLiteCheck
 
@@ -566,6 +566,7 @@ def check_out(out: Path, force: bool) -> OutputPath:
     Raises:
         UsageError: one line saying what is wrong with ``out``.
     """
+    check_path_text(out, "--out")  # a NUL byte or a too-long name: one line, not os.stat's traceback
     if out.exists() or out.is_symlink():
         if not force:
             raise UsageError(f"{out} already exists: pass --force to replace it, or choose another --out")
