@@ -13,6 +13,7 @@ one subprocess checks the real interpreter exit (no traceback, status 2).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -472,3 +473,27 @@ def test_a_huge_exception_message_is_cut_to_one_short_line(run_cli, tmp_path):
     code, out, err = run_cli("inspect", f"{tmp_path / 'long_msg.py'}:f", "--arg", "x=float32[2]")
     line = _one_error_line("inspect", err)
     assert code == 2 and "ValueError: zzz" in line and "(5012 chars)" in line and len(line) < 700, len(line)
+
+
+def test_retrace_script_that_forks_reports_once(tmp_path):
+    """The fork()ed child returned out of runpy and went on as tflab: a second report (and exit status)."""
+    script = tmp_path / "forks.py"
+    script.write_text("import os\npid = os.fork()\nif pid:\n    os.waitpid(pid, 0)\nelse:\n"
+                      "    print('child done')\n")
+    env = dict(os.environ, PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-m", "tflab", "retrace", "--json", str(script)],
+                          capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["script"] == str(script)  # one JSON document: the child printed none
+    assert proc.stderr.count("child done") == 1  # the script's prints go to stderr under --json
+
+
+def test_user_code_that_changes_folder_does_not_move_the_output(run_cli, tmp_path, monkeypatch):
+    """A function that os.chdir()s while traced made the relative --dot land in that folder."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "cd.py").write_text(f"import os\ndef f(x):\n    os.chdir({str(elsewhere)!r})\n    return x\n")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("inspect", "cd.py:f", "--arg", "x=float32[2]", "--dot", "g.dot")
+    assert code == 0, err
+    assert os.getcwd() == str(tmp_path) and (tmp_path / "g.dot").is_file() and os.listdir(elsewhere) == []

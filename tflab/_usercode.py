@@ -11,6 +11,9 @@ turned into one `UsageError` line (the CLI prints it and exits 2):
   tflab with the user's status and print nothing.
 * Any other ``BaseException`` that is not an ``Exception`` (a user's
   ``raise BaseException("x")``) becomes "f raised BaseException: x while …".
+* A ``fork()`` ed child leaving the block is ended (``os._exit``) instead
+  of running on as a second tflab, and an ``os.chdir`` is undone
+  (`process_guard`).
 * ``KeyboardInterrupt`` passes through (the CLI prints "interrupted" and
   exits 130), and so does `tflab.errors.Terminated` (SIGTERM, exit 143).
 * Ordinary ``Exception`` s pass through unchanged by default: each lab
@@ -36,7 +39,9 @@ Use from a verb::
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import sys
 from typing import Any, Callable, Iterator, Mapping
 
 from tflab.errors import Terminated, TflabError, UsageError
@@ -82,6 +87,48 @@ def describe(exc: BaseException, name: str, during: str, hint: str | None = None
 
 
 @contextlib.contextmanager
+def process_guard() -> Iterator[None]:
+    """Undoes what user code does to tflab's own process: a ``fork()``, an ``os.chdir``.
+
+    * A child that the user's code ``fork()`` ed and that returns (or raises)
+      out of the block would go on running tflab: a second report, a second
+      export racing the first. It is ended here with ``os._exit`` (its
+      ``sys.exit`` status, 0 when it returned, 1 when it raised), after
+      flushing stdio, as ``os.fork``'s docs advise for children.
+    * A working directory changed by the user's code is restored, so a
+      relative ``--out``/``--dot`` probed before the work is written where it
+      was probed, not in the folder the factory ``chdir`` ed to.
+
+    Used by `user_code` (so every verb has it) and around ``tflab retrace``'s
+    ``runpy.run_path``.
+    """
+    pid = os.getpid()
+    try:
+        cwd = os.getcwd()
+    except OSError:  # the folder was removed under us: nothing to restore
+        cwd = None
+    status = 0
+    try:
+        yield
+    except SystemExit as e:
+        status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        raise
+    except BaseException:
+        status = 1
+        raise
+    finally:
+        if os.getpid() != pid:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os._exit(status)
+        if cwd is not None:
+            with contextlib.suppress(OSError):
+                if os.getcwd() != cwd:
+                    os.chdir(cwd)
+
+
+@contextlib.contextmanager
 def user_code(name: str, during: str, *, exceptions: bool = False, hint: str | None = None) -> Iterator[None]:
     """Runs the block as a call into user code: its ``sys.exit`` and ``BaseException`` become one line.
 
@@ -108,7 +155,8 @@ def user_code(name: str, during: str, *, exceptions: bool = False, hint: str | N
     tflab.errors.UsageError: f called sys.exit(5) while tracing; tflab runs it in its own process, ...
     """
     try:
-        yield
+        with process_guard():
+            yield
     except (KeyboardInterrupt, GeneratorExit, Terminated):
         raise
     except TflabError:

@@ -1606,6 +1606,7 @@ def trace_script(path: str, argv: Sequence[str] = (), include_internal: bool = F
         UsageError: ``path`` does not exist or is not a ``.py`` file.
     """
     from tflab._target import user_frame
+    from tflab._usercode import process_guard
 
     if not os.path.exists(path):
         raise UsageError(f"script {path!r} does not exist; give a path to a .py file")
@@ -1617,7 +1618,8 @@ def trace_script(path: str, argv: Sequence[str] = (), include_internal: bool = F
     error = note = None
     with capture_trace_log() as logged:
         try:
-            runpy.run_path(path, run_name="__main__")
+            with process_guard():  # a fork()ed child ends here; the script's chdir is undone
+                runpy.run_path(path, run_name="__main__")
         except SystemExit as e:
             if e.code not in (None, 0):
                 error = f"{path} exited with status {e.code}"
