@@ -497,3 +497,55 @@ def test_user_code_that_changes_folder_does_not_move_the_output(run_cli, tmp_pat
     code, out, err = run_cli("inspect", "cd.py:f", "--arg", "x=float32[2]", "--dot", "g.dot")
     assert code == 0, err
     assert os.getcwd() == str(tmp_path) and (tmp_path / "g.dot").is_file() and os.listdir(elsewhere) == []
+
+
+# ---------------------------------------------------------------- Python API misuse
+
+
+def _module_with_signature():
+    import tensorflow as tf
+
+    class Scale(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+        def serve(self, x):
+            return {"y": x * 2.0}
+
+    return Scale()
+
+
+def test_save_and_reload_probes_its_path_and_removes_the_parents_it_made(tmp_path):
+    """'/proc/x' was TF's NotFoundError after tracing; a failed check left the parents of a/b/c behind."""
+    from tflab import save_and_reload
+
+    with pytest.raises(UsageError, match=r"path /proc/x: cannot create a folder in /proc"):
+        save_and_reload(_module_with_signature(), "/proc/x", None)
+    with pytest.raises(UsageError, match=r"has shape \[2, 5\]"):
+        save_and_reload(_module_with_signature(), tmp_path / "a" / "b" / "c", {"x": np.ones([2, 5], np.float32)})
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("where, message", [("missing", "does not exist"), ("file", "is a file"),
+                                            ("empty", "without saved_model.pb"), (123, "got int")])
+def test_tflite_roundtrip_on_what_is_not_a_saved_model(where, message, tmp_path):
+    """Was OSError('SavedModel file does not exist at: …/{saved_model.pbtxt|saved_model.pb}') from the converter."""
+    from tflab import tflite_roundtrip
+
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "empty").mkdir()
+    path = where if isinstance(where, int) else tmp_path / where
+    with pytest.raises(UsageError, match=message):
+        tflite_roundtrip(path, {"x": np.ones([1, 4], np.float32)})
+
+
+def test_api_argument_misuse_is_one_clear_error(tmp_path):
+    import tensorflow as tf
+
+    from tflab import compare_modes, export_model
+
+    with pytest.raises(UsageError, match=r"seed must be an int in \[0, 2\*\*63\), got -1"):  # numpy: "expected non-negative integer"
+        compare_modes(lambda x: x * 2.0, tf.zeros([2]), seed=-1)
+    with pytest.raises(UsageError, match=r"unknown quantization 'bogus'"):  # a str was read letter by letter ('n')
+        export_model(_module_with_signature(), tmp_path / "o", quantize="none,bogus", isolate=False)
+    with pytest.raises(UsageError, match=r"out must be a folder path .*got NoneType"):  # was os.fspath's TypeError
+        export_model(_module_with_signature(), None, isolate=False)
+    assert os.listdir(tmp_path) == []

@@ -641,8 +641,11 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
 
     t0 = time.perf_counter()
     progress = progress or (lambda msg: None)
+    if not isinstance(out, (str, os.PathLike)):
+        raise UsageError(f"out must be a folder path (str or os.PathLike), got {type(out).__name__}")
     out = Path(out)
-    quants = list(quantize)
+    # quantize="none,int8" (the CLI's form) is a comma list, not the letters n, o, n, e
+    quants = [q.strip() for q in quantize.split(",") if q.strip()] if isinstance(quantize, str) else list(quantize)
     for q in quants:
         if q not in QUANTIZATIONS:
             raise UsageError(f"unknown quantization {q!r}: use {', '.join(QUANTIZATIONS)}")

@@ -1110,7 +1110,9 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples,
         UnsupportedOpsError: an op is not a TFLite builtin (and ``select_tf_ops`` is
             False), or is a custom op (``.kind == "custom"``: needs allow_custom_ops
             and a TFLite kernel).
-        UsageError: a bad quantization name, or examples that do not match the signature.
+        UsageError: a bad quantization name, examples that do not match the
+            signature, or ``saved_model_dir`` missing, a file, or a folder
+            without ``saved_model.pb`` (`tflab.saved_model.require_saved_model_dir`).
         TflabError: the converter failed otherwise.
 
     Example (the SavedModel of `tflab.save_and_reload`'s example):
@@ -1121,6 +1123,9 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples,
     >>> c.op_counts
     {'MUL': 1}
     """
+    from tflab.saved_model import require_saved_model_dir
+
+    saved_model_dir = require_saved_model_dir(saved_model_dir)
     check_rows(normalize_examples(examples))
     t0 = time.perf_counter()
     model = convert(saved_model_dir, quantization, examples, select_tf_ops=select_tf_ops)

@@ -658,6 +658,11 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
 
     if not callable(fn):
         raise UsageError(f"compare_modes needs a callable, got {type(fn).__name__}")
+    if isinstance(modes, str):  # modes="xla": one mode, not the letters x, l, a
+        modes = (modes,)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        # numpy's default_rng said only "ValueError: expected non-negative integer", 10 frames down
+        raise UsageError(f"seed must be an int in [0, 2**63), got {seed!r}")
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise UsageError(f"unknown mode(s) {unknown}; choose from {list(MODES)}")

@@ -160,6 +160,26 @@ def remember_loaded(path: str | os.PathLike, loaded: Any) -> None:
     _LOADED[_load_key(os.fspath(path))] = loaded
 
 
+def require_saved_model_dir(path: Any, what: str = "saved_model_dir") -> str:
+    """``path`` as a str when it is a SavedModel folder; else one `UsageError` line saying what it is.
+
+    TF's own answer is ``OSError: SavedModel file does not exist at:
+    PATH/{saved_model.pbtxt|saved_model.pb}`` from deep in the converter
+    (``tensorflow/python/saved_model/loader_impl.py``).
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise UsageError(f"{what} must be a SavedModel folder path (str or os.PathLike), got {type(path).__name__}")
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise UsageError(f"{what} {path!r} does not exist: give a SavedModel folder (e.g. from save_and_reload)")
+    if not os.path.isdir(path):
+        raise UsageError(f"{what} {path!r} is a file, not a SavedModel folder: give the folder holding "
+                         f"saved_model.pb")
+    if not any(os.path.isfile(os.path.join(path, f)) for f in ("saved_model.pb", "saved_model.pbtxt")):
+        raise UsageError(f"{what} {path!r} is a folder without saved_model.pb, so not a SavedModel")
+    return path
+
+
 def load_saved_model(path: str | os.PathLike) -> Any:
     """`tf.saved_model.load`, reusing the last load of the same folder and saved_model.pb version."""
     import tensorflow as tf
@@ -740,7 +760,8 @@ def save_and_reload(obj: Any, path: str | os.PathLike, examples: Examples | None
         not saved.
 
     Raises:
-        UsageError: ``path`` is a non-empty folder; ``obj`` has no signature
+        UsageError: ``path`` is a non-empty folder, or cannot be created there
+            (`tflab._paths.output_path` probes it: ``/proc/x`` as root); ``obj`` has no signature
             to export; it captures an untracked resource; the user's function
             raised while being traced (the message names the line); examples
             do not match a signature. The folder is removed on any error.
@@ -760,17 +781,27 @@ def save_and_reload(obj: Any, path: str | os.PathLike, examples: Examples | None
     >>> list(check.signatures["serving_default"].outputs)
     ['y']
     """
+    from tflab._paths import check_path_text, output_path
+
+    if not isinstance(path, (str, os.PathLike)):
+        raise UsageError(f"path must be a folder path (str or os.PathLike), got {type(path).__name__}")
     path = os.fspath(path)
+    check_path_text(path, "path")
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
         raise UsageError(f"{path!r} already exists and is not an empty folder: choose a new path")
+    # Probe by really creating a folder there (root on /proc: TF's NotFoundError after the trace before).
+    target = output_path(path, "path", folder=True)
     batches = None if examples is None else normalize_examples(examples)
     created = not os.path.exists(path)
+    if created:
+        target.make_parents()  # remembered, so a failure removes the parents it made too
     try:
         return _save_and_check(obj, path, batches, signatures)
     except BaseException as e:
-        # Nothing half-written: a failed save or check leaves no folder behind.
+        # Nothing half-written: a failed save or check leaves no folder behind (nor its new parents).
         if created:
             shutil.rmtree(path, ignore_errors=True)
+            target.discard()
         from tflab._target import user_frame
 
         where = user_frame(e) if isinstance(e, Exception) and not isinstance(e, TflabError) else ""
