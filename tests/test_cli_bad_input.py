@@ -549,3 +549,65 @@ def test_api_argument_misuse_is_one_clear_error(tmp_path):
     with pytest.raises(UsageError, match=r"out must be a folder path .*got NoneType"):  # was os.fspath's TypeError
         export_model(_module_with_signature(), None, isolate=False)
     assert os.listdir(tmp_path) == []
+
+
+# ---------------------------------------------------------------- signals and partial output
+
+
+def test_sigterm_in_any_verb_exits_143_with_one_line_and_nothing_written(tmp_path):
+    """SIGTERM's default action killed tflab at once (rc -15, no line, no cleanup) in every verb but export."""
+    import signal
+    import time
+
+    marker = tmp_path / "started"
+    (tmp_path / "slow.py").write_text(
+        "import pathlib, time\n"
+        f"def f(x):\n    pathlib.Path({str(marker)!r}).write_text('x')\n    time.sleep(120)\n    return x\n")
+    env = dict(os.environ, PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-m", "tflab", "inspect", "slow.py:f", "--arg", "x=float32[2]",
+                             "--dot", "g.dot"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert marker.exists(), proc.communicate(timeout=5)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143 and out == "" and err == "tflab inspect: terminated\n", (proc.returncode, err)
+    assert set(os.listdir(tmp_path)) <= {"__pycache__", "slow.py", "started"}  # no g.dot, no temp file
+
+
+def test_interrupted_tour_leaves_nothing_it_wrote(small_keras_file, tmp_path, monkeypatch):
+    """Ctrl-C after the trace section left --out/inference.dot (and the folders) behind, rc 130."""
+    import tflab._tour.s01_trace as s01
+    from tflab.tour import run_tour
+
+    real = s01.run
+
+    def run_then_interrupt(ctx):
+        real(ctx)
+        assert (ctx.out_dir / "inference.dot").is_file()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(s01, "run", run_then_interrupt)
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "mine.txt").write_text("the user's")
+    for out in (tmp_path / "new" / "t", tmp_path / "kept"):
+        with pytest.raises(KeyboardInterrupt):
+            run_tour(model_path=str(small_keras_file), out_dir=str(out), only=["s01_trace"], quiet=True)
+    assert sorted(os.listdir(tmp_path)) == ["kept"] and os.listdir(tmp_path / "kept") == ["mine.txt"]
+
+
+def test_sigterm_during_a_retraced_script_is_not_the_scripts_exit(tmp_path):
+    """Terminated is a SystemExit: trace_script reported it as "exited with status 143" and went on (rc 2)."""
+    from tflab.errors import Terminated
+    from tflab.retrace import trace_script
+
+    script = tmp_path / "term.py"
+    script.write_text("from tflab.errors import Terminated\nraise Terminated(143)\n")  # what the handler raises
+    with pytest.raises(Terminated):
+        trace_script(str(script))

@@ -91,6 +91,7 @@ class OutputPath:
     flag: str
     folder: bool = False
     created: list[Path] = dataclasses.field(default_factory=list)
+    preexisting: set[str] | None = None  # make_dir: the folder's entries before the work; discard keeps only these
     in_place: bool = False  # an existing device/FIFO: opened and written, never renamed over
 
     def _fail(self, what: str, e: OSError) -> UsageError:
@@ -164,6 +165,7 @@ class OutputPath:
                 self.discard()
                 raise self._fail("cannot create it", e) from None
             self.created.append(self.path)
+        self.preexisting = set(os.listdir(self.path))
         return self.path
 
     def temp_dir(self) -> Path:
@@ -195,9 +197,24 @@ class OutputPath:
         self.created.clear()  # they hold the output now
 
     def discard(self, tmp: Path | None = None) -> None:
-        """Removes ``tmp`` and, innermost first, the folders this object created that are empty now."""
+        """Removes ``tmp``, what the work added to a `make_dir` folder, then the folders this object created.
+
+        A folder filled in place (`make_dir`, ``tour --out``) loses the entries
+        that were not there when `make_dir` ran, so an interrupted or failed
+        run leaves no half-written output; what the user had there is kept.
+        The created folders are removed innermost first, only if empty.
+        """
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+        if self.preexisting is not None and self.path.is_dir():
+            for name in set(os.listdir(self.path)) - self.preexisting:
+                entry = self.path / name
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        entry.unlink()
+            self.preexisting = None
         for p in reversed(self.created):
             with contextlib.suppress(OSError):
                 p.rmdir()  # only if empty: never removes anything the user put there

@@ -123,6 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verb:
         parser.print_help()
         return 2
+    # SIGTERM unwinds like Ctrl-C in every verb (its default action killed tflab at once: a tour's
+    # half-written --out folder, no "terminated" line); export installs the same handler itself.
+    from tflab.export import _install_sigterm
+
+    previous_term = _install_sigterm()
     try:
         return int(modules[args.verb].run(args) or 0)
     except TflabError as e:
@@ -144,6 +149,11 @@ def main(argv: list[str] | None = None) -> int:
                      if isinstance(v, str) and v), "user code")
         print(f"tflab {args.verb}: error: {describe(e, name, f'while tflab {args.verb} ran')}", file=sys.stderr)
         return 2
+    finally:
+        if previous_term is not None:
+            import signal
+
+            signal.signal(signal.SIGTERM, previous_term)
 
 if __name__ == "__main__":
     sys.exit(main())

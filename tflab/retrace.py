@@ -48,7 +48,7 @@ import sys
 import types
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
-from tflab.errors import UsageError
+from tflab.errors import Terminated, UsageError
 
 # ---------------------------------------------------------------------------
 # Reports
@@ -1620,6 +1620,8 @@ def trace_script(path: str, argv: Sequence[str] = (), include_internal: bool = F
         try:
             with process_guard():  # a fork()ed child ends here; the script's chdir is undone
                 runpy.run_path(path, run_name="__main__")
+        except Terminated:  # SIGTERM (the CLI's handler), not the script's sys.exit: exit 143
+            raise
         except SystemExit as e:
             if e.code not in (None, 0):
                 error = f"{path} exited with status {e.code}"

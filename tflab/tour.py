@@ -281,7 +281,7 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
             mod.run(ctx)
             timings[mod.__name__.rsplit(".", 1)[-1]] = round(time.perf_counter() - t, 2)
     except BaseException:
-        target.discard()  # the --out folders it created, if still empty
+        target.discard()  # what this run wrote under --out, and the --out folders it created
         raise
     finally:
         tf_logger.removeFilter(quiet_retracing)
