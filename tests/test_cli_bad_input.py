@@ -611,3 +611,17 @@ def test_sigterm_during_a_retraced_script_is_not_the_scripts_exit(tmp_path):
     script.write_text("from tflab.errors import Terminated\nraise Terminated(143)\n")  # what the handler raises
     with pytest.raises(Terminated):
         trace_script(str(script))
+
+
+def test_sigterm_while_distribute_waits_for_workers_is_terminated_not_interrupted():
+    """distribute turned SIGTERM into KeyboardInterrupt: `tflab distribute` said "interrupted", exit 130."""
+    import signal
+
+    from tflab.distribute import _sigterm_as_interrupt
+    from tflab.errors import Terminated
+
+    with pytest.raises(Terminated) as info, _sigterm_as_interrupt():
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler runs at the next bytecode boundary
+        for _ in range(1000):
+            pass
+    assert info.value.code == 143

@@ -49,7 +49,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Sequence
 
-from tflab.errors import TflabError, UsageError
+from tflab.errors import Terminated, TflabError, UsageError
 from tflab.retrace import RetraceProbe
 
 # What the reason engine tells the user to do when per-replica shapes change.
@@ -584,13 +584,17 @@ class _Children:
 
 @contextlib.contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
-    """Turns SIGTERM into KeyboardInterrupt for the block (main thread only), so cleanup runs."""
+    """Turns SIGTERM into `tflab.errors.Terminated` for the block (main thread only), so cleanup runs.
+
+    Terminated, not KeyboardInterrupt: the CLI's contract is exit 143 and
+    "terminated" for SIGTERM (130 and "interrupted" are Ctrl-C's).
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum, frame):
-        raise KeyboardInterrupt
+        raise Terminated(128 + signal.SIGTERM)
 
     old = signal.signal(signal.SIGTERM, handler)
     try:
@@ -623,7 +627,8 @@ def _run_children(specs: Sequence[tuple[str, list[str], dict]], timeout: float,
     Raises:
         WorkerError: a child exited non-zero (one line naming it, with its
             last stderr line) or ran past ``timeout``.
-        KeyboardInterrupt: re-raised after the children are stopped.
+        KeyboardInterrupt: re-raised after the children are stopped (Ctrl-C).
+        Terminated: SIGTERM, re-raised after the children are stopped (exit 143).
     """
     children = _Children()
     tmp = tempfile.mkdtemp(prefix="tflab_distribute_")
