@@ -3,7 +3,8 @@
 Public names (imported lazily, since importing TensorFlow takes seconds):
 
 * step 1 `trace_and_inspect` → `TraceReport` (tflab/tracing.py)
-* step 2 `RetraceProbe`, `expect_traces`, `RetraceError` (tflab/retrace.py)
+* step 2 `RetraceProbe`, `expect_traces`, `RetraceError` (tflab/retrace.py re-exports
+  tflab/retrace_reasons.py, retrace_probe.py, retrace_log.py, retrace_expect.py)
 * step 3 `demonstrate_retracing` (tflab/retrace_demo.py)
 * step 4 `stabilize` → `StabilizeReport` (tflab/signatures.py)
 * step 5 `autograph_diff` → `AutographDiff` (tflab/autograph.py)
@@ -24,10 +25,10 @@ _EXPORTS = {
     "TraceReport": "tflab.tracing",
     "OpInfo": "tflab.tracing",
     "CaptureInfo": "tflab.tracing",
-    "RetraceProbe": "tflab.retrace",
-    "Trace": "tflab.retrace",
-    "expect_traces": "tflab.retrace",
-    "RetraceError": "tflab.retrace",
+    "RetraceProbe": "tflab.retrace_probe",
+    "Trace": "tflab.retrace_reasons",
+    "expect_traces": "tflab.retrace_expect",
+    "RetraceError": "tflab.retrace_expect",
     "demonstrate_retracing": "tflab.retrace_demo",
     "stabilize": "tflab.signatures",
     "StabilizeReport": "tflab.signatures",
