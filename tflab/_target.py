@@ -24,10 +24,11 @@ import inspect
 import os
 import re
 import sys
-import traceback
 from typing import Any, Callable
 
-from tflab._usercode import shorten
+# user_frame and error_summary live in _usercode (which must not import this
+# module); they stay importable from here.
+from tflab._usercode import error_summary, shorten, user_frame  # noqa: F401
 from tflab.errors import UsageError
 
 _SPEC_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*(?:\[(.*)\])?\s*$")
@@ -116,40 +117,6 @@ def parse_args(items: list[str] | None) -> dict[str, Any]:
             raise UsageError(f"--arg {name} given twice")
         out[name] = parse_value(value, name)
     return out
-
-
-def user_frame(exc: BaseException) -> str:
-    """The innermost traceback frame outside TF, tflab and the stdlib, as ``file:line in fn``.
-
-    Used to point at the user's own line when their function raises while tracing.
-    Returns "" when no such frame exists.
-    """
-    skip = ("tensorflow", os.sep + "tflab" + os.sep, "keras", "importlib", "autograph",
-            os.sep + "lib" + os.sep + "python3")
-    best = ""
-    for fs in traceback.extract_tb(exc.__traceback__):
-        if not any(s in fs.filename for s in skip) and "__autograph_generated" not in fs.filename:
-            best = f"{fs.filename}:{fs.lineno} in {fs.name}"
-    if not best:
-        # AutoGraph re-raises with the user's frames only in the message text:
-        # 'in user code:\n\n    File "/path/f.py", line 23, in broken\n ...'
-        for m in re.finditer(r'File "([^"]+)", line (\d+), in (\w+)', str(exc)):
-            if not any(s in m.group(1) for s in skip):
-                best = f"{m.group(1)}:{m.group(2)} in {m.group(3)}"
-    return best
-
-
-def error_summary(exc: BaseException) -> str:
-    """One line for an exception: ``Type: message`` without AutoGraph's 'in user code:' preamble."""
-    text = str(exc).strip()
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    if lines and lines[0].startswith("in user code"):
-        # The real error is the last 'SomethingError: …' line of the message.
-        for ln in reversed(lines):
-            if re.match(r"^[A-Z]\w*(Error|Exception|Warning)\b", ln):
-                return ln
-        return lines[-1]
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 def load_module(path: str, *, what: str = "script"):
