@@ -37,7 +37,7 @@ def make_clipped_step(model, classifier: bool):
 
 def run(ctx) -> None:
     from tflab.autograph import autograph_diff
-    from tflab.tour import model_input_spec
+    from tflab._tour.model import model_input_spec
 
     spec = ctx.shared.get("input_spec") or model_input_spec(ctx.model)
     outputs = getattr(ctx.model, "outputs", None) or []
