@@ -52,6 +52,8 @@ from typing import Any, Callable, Iterator, Sequence
 from tflab.errors import TflabError, UsageError
 from tflab.retrace_probe import RetraceProbe
 from tflab.retrace_reasons import PER_REPLICA_FIX, describe_per_replica, diff_per_replica  # noqa: F401
+# Per-replica input_signature relaxing lives in tflab.signatures (step 4 sits below this module).
+from tflab.signatures import is_per_replica_spec, relax_spec  # noqa: F401
 
 
 # Cross-replica communication ops TF 2.21 emits: CollectiveReduceV2 on CPU and for
@@ -411,34 +413,6 @@ def inspect_distributed(fn: Callable, *args: Any, **kwargs: Any) -> DistributedT
 # ---------------------------------------------------------------------------
 # stabilize: the PerReplicaSpec hook of tflab.signatures
 # ---------------------------------------------------------------------------
-
-
-def is_per_replica_spec(spec: Any) -> bool:
-    """True for a ``PerReplicaSpec`` (the TypeSpec of a PerReplica value, ``values.py``)."""
-    from tensorflow.python.distribute import values as values_lib
-
-    return isinstance(spec, values_lib.PerReplicaSpec)
-
-
-def relax_spec(a: Any, b: Any, relax_leaf: Callable[[Any, Any], Any]) -> Any:
-    """The ``PerReplicaSpec`` whose components are ``relax_leaf`` of ``a``'s and ``b``'s.
-
-    Used by `tflab.signatures.infer_input_signature`: per-replica batches 2, 2,
-    1 relax to ``PerReplicaSpec(TensorSpec([None, 4]), TensorSpec([None, 4]))``,
-    the same as ``dist_dataset.element_spec``.
-
-    Raises:
-        UsageError: different numbers of replicas, or a spec that is not a PerReplicaSpec.
-    """
-    from tensorflow.python.distribute import values as values_lib
-
-    if not (isinstance(a, values_lib.PerReplicaSpec) and isinstance(b, values_lib.PerReplicaSpec)):
-        raise UsageError(f"examples mix a distributed value with a tensor ({type(a).__name__} vs "
-                         f"{type(b).__name__}); give every example from the same distributed dataset")
-    ca, cb = a._value_specs, b._value_specs
-    if len(ca) != len(cb):
-        raise UsageError(f"examples have {len(ca)} and {len(cb)} replicas; use one strategy for all")
-    return values_lib.PerReplicaSpec(*[relax_leaf(x, y) for x, y in zip(ca, cb)])
 
 
 # ---------------------------------------------------------------------------
