@@ -31,6 +31,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from tflab._paths import OutputPath, output_path
+from tflab.custom_op_loader import (PROJECT_CUSTOM_OPS, load_custom_ops_for,  # noqa: F401
+                                    unregistered_op)
 from tflab.errors import Terminated, TflabError, UsageError
 from tflab.litert import QUANTIZATIONS, TFLiteCheck
 
@@ -157,38 +159,6 @@ def variant_table(variants: dict[str, VariantResult]) -> str:
 
 
 # ---------------------------------------------------------------- loading models
-
-
-# The project's own custom op (custom_ops/): its library is loaded on demand,
-# because tf.saved_model.load and the TFLite converter must find it registered.
-PROJECT_CUSTOM_OPS = {"WarpSoftmax": "custom_ops (custom_ops.load_library())"}
-
-
-def unregistered_op(text: str) -> str | None:
-    """The op named by TF's "Op type not registered 'X'" error, else None."""
-    import re
-
-    m = re.search(r"Op type not registered '(\w+)'", text)
-    return m.group(1) if m else None
-
-
-def load_custom_ops_for(saved_model_dir: str | os.PathLike) -> list[str]:
-    """Loads the project's custom op library when the SavedModel's graph uses one of its ops.
-
-    Returns:
-        The project custom ops found in ``saved_model.pb`` (loaded now or before).
-    """
-    pb = os.path.join(os.fspath(saved_model_dir), "saved_model.pb")
-    try:
-        data = Path(pb).read_bytes()
-    except OSError:
-        return []
-    found = [op for op in PROJECT_CUSTOM_OPS if op.encode() in data]
-    if found:
-        from custom_ops import load_library
-
-        load_library()
-    return found
 
 
 def load_model(spec: str) -> tuple[Any, str]:

@@ -334,7 +334,7 @@ def convert(saved_model_dir: str | os.PathLike, quantization: str = "none",
 
     if quantization not in QUANTIZATIONS:
         raise UsageError(f"quantization {quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
-    from tflab.export import load_custom_ops_for
+    from tflab.custom_op_loader import load_custom_ops_for
 
     load_custom_ops_for(saved_model_dir)  # the converter loads the SavedModel: its ops must be registered
     conv = _converter(os.fspath(saved_model_dir))
@@ -418,11 +418,11 @@ def _explain_converter_error(e: Exception, quantization: str) -> TflabError:
             f"them as Flex ops, but the Python LiteRT interpreter cannot run Flex ops, so the round trip "
             f"cannot be checked here", tuple(flex))
     text = str(e).strip()
-    from tflab.export import unregistered_op
+    from tflab.custom_op_loader import unregistered_op
 
     missing = unregistered_op(text)
     if missing:
-        from tflab.export import PROJECT_CUSTOM_OPS
+        from tflab.custom_op_loader import PROJECT_CUSTOM_OPS
 
         lib = PROJECT_CUSTOM_OPS.get(missing, "the library that defines it (tf.load_op_library('....so'))")
         return UsageError(f"the SavedModel uses op {missing}, which is not registered in the converter's "

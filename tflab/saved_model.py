@@ -166,7 +166,7 @@ def load_saved_model(path: str | os.PathLike) -> Any:
     path = os.fspath(path)
     key = _load_key(path)
     if key not in _LOADED:
-        from tflab.export import load_custom_ops_for
+        from tflab.custom_op_loader import load_custom_ops_for
 
         load_custom_ops_for(path)
         remember_loaded(path, tf.saved_model.load(path))
