@@ -51,6 +51,11 @@ class StaleRead:
                 f"{self.current}: no retrace, the graph still uses {self.traced}")
 
     @property
+    def change(self) -> str:
+        """The change in one phrase, as the probe's repr names it: ``global SCALE 2.0 -> 3.0``."""
+        return f"{self.scope} {self.name} {self.traced} -> {self.current}"
+
+    @property
     def fix(self) -> str:
         return (f"pass {self.name} as an argument (a tensor, so changing it needs no retrace) "
                 f"or keep it in a tf.Variable and .assign() new values")
@@ -472,7 +477,11 @@ class RetraceProbe:
     def __repr__(self) -> str:
         last = next((t for t in reversed(self.traces) if t.reasons), None)
         why = f", last reason: {last.reasons[0]!r}" if last else ""
-        stale = f", {len(self.stale)} stale" if self.stale else ""
+        stale = ""
+        if self.stale:  # name the stale read (the latest one when there are several)
+            n = len(self.stale)
+            stale = (f", 1 stale: {self.stale[0].change}" if n == 1
+                     else f", {n} stale, latest: {self.stale[-1].change}")
         return (f"<RetraceProbe {self.name}: {self.trace_count} trace(s) in {self.calls} call(s)"
                 f"{why}{stale}>")
 

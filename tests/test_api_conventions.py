@@ -1,0 +1,77 @@
+"""Issue 11: the API rough edges, one test each (one convention across the result objects)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+import tflab  # noqa: E402
+from tflab.retrace_reasons import reasons_between  # noqa: E402
+
+SCALE = 2.0
+
+
+def test_capture_summary_counts_baked_and_fed_tensors_with_their_bytes():
+    """TF 2.21 bakes a captured eager tensor of <= 128 elements as a Const, feeds a larger one."""
+    small = tf.constant(np.ones(10, np.float32))    # 10 × 4 B, baked
+    large = tf.constant(np.ones(300, np.float32))   # 300 × 4 B, fed at call time
+
+    r = tflab.trace_and_inspect(lambda x: x + tf.reduce_sum(small) + tf.reduce_sum(large),
+                                tf.TensorSpec([2]))
+    assert (r.baked_bytes, r.fed_bytes) == (40, 1200)
+    assert r.capture_summary() == "1 baked (40 B), 1 fed at call time (1200 B)"
+    assert "eager tensors: 1 baked (40 B), 1 fed at call time (1200 B)" in r.to_text()
+    assert "eager tensors: 1 baked (40 B), 1 fed at call time (1200 B)" in repr(r)
+    assert r.to_dict()["fed_bytes"] == 1200
+    none = tflab.trace_and_inspect(lambda x: x * 2.0, tf.TensorSpec([2]))
+    assert none.capture_summary() == "none" and "eager tensors: none" in repr(none)
+
+
+def test_input_signature_is_one_convention_a_tuple_of_specs():
+    """TraceReport and StabilizeReport: ``input_signature`` is what tf.function(input_signature=…) takes."""
+    spec = tf.TensorSpec([None, 8], tf.float32)
+
+    def f(x):
+        return tf.reduce_sum(x)
+
+    traced = tflab.trace_and_inspect(f, spec)
+    stable = tflab.stabilize(f, input_signature=[spec])
+    assert isinstance(traced.input_signature, tuple) and isinstance(stable.input_signature, tuple)
+    assert [s.shape.as_list() for s in traced.input_signature] == [[None, 8]]
+    assert [s.shape.as_list() for s in stable.input_signature] == [[None, 8]]
+    # TF's (args, kwargs) pair keeps TF's name.
+    args, kwargs = traced.structured_input_signature
+    assert args == traced.input_signature and kwargs == {}
+    # what it says is what tf.function accepts
+    assert tf.function(f, input_signature=traced.input_signature).get_concrete_function() is not None
+
+
+def test_probe_repr_names_the_stale_read():
+    global SCALE
+    SCALE = 2.0
+
+    def f(x):
+        return x * SCALE
+
+    probe = tflab.RetraceProbe(f)
+    try:
+        probe(tf.ones([2]))
+        SCALE = 3.0
+        probe(tf.ones([2]))
+    finally:
+        SCALE = 2.0
+    assert repr(probe) == "<RetraceProbe f: 1 trace(s) in 2 call(s), 1 stale: global SCALE 2.0 -> 3.0>"
+    assert probe.stale[0].change == "global SCALE 2.0 -> 3.0"
+    assert "global 'SCALE' was 2.0 at trace #1, now 3.0" in probe.to_text()
+
+
+def test_reasons_between_takes_tf_function_types():
+    """The explain engine, reusable: two ConcreteFunctions' FunctionTypes -> one Reason per change."""
+    f = tf.function(lambda x, n: x * n)
+    a = f.get_concrete_function(tf.TensorSpec([3], tf.float32), 2).function_type
+    b = f.get_concrete_function(tf.TensorSpec([4], tf.int32), 3).function_type
+    got = [(r.parameter, r.kind, r.old, r.new) for r in reasons_between(a, b)]
+    assert got == [("x", "dtype", "float32", "int32"), ("x", "shape", "(3,)", "(4,)"), ("n", "value", "2", "3")]
+    assert reasons_between(a, a) == []
