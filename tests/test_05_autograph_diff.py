@@ -301,3 +301,27 @@ def test_exec_defined_helper_with_tensor_if_gets_a_hint():
     assert "OperatorNotAllowedInGraphError" in msg
     assert "hint: sign_flip (<string>, line 2) has no source file (defined with exec), " \
            "so AutoGraph ran it unconverted" in msg
+
+
+def test_bound_tf_function_method_converts_the_users_method():
+    """Issue 9 item 8: ``m.run`` where ``run`` is a @tf.function method is a new
+    Function whose python_function is TF's bound_method_wrapper; the user's
+    method bound to ``m`` is what must be converted and traced."""
+    m = cf.Stepper()
+    d = autograph_diff(m.run, tf.TensorSpec([3]))
+    assert d.function == "Stepper.run"
+    loop = by_source(d, "for i in tf.range(2)")
+    assert (loop.outcome, loop.op_type, loop.unrolled) == ("graph", "StatelessWhile", None)
+    # The same statement in TF's own trace of m.run is that op.
+    graph = m.run.get_concrete_function(tf.TensorSpec([3])).graph
+    assert graph.get_operation_by_name(loop.op).type == loop.op_type
+    assert "bound_method_wrapper" not in d.converted and "def tf__run(self, x)" in d.converted
+    # The instance itself, its tf.function __call__, and a Keras layer whose call
+    # is a tf.function: the same unwrapping.
+    for target in (m, m.__call__):
+        d = autograph_diff(target, tf.TensorSpec([3]))
+        assert d.function == "Stepper.__call__"
+        assert [(s.kind, s.outcome, s.unrolled) for s in d.statements] == [("for", "python", 3)]
+    d = autograph_diff(cf.TracedCallLayer(), tf.TensorSpec([3]))
+    assert d.function == "TracedCallLayer.call"
+    assert [(s.kind, s.outcome, s.op_type) for s in d.statements] == [("if", "graph", "StatelessIf")]

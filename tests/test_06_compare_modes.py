@@ -191,14 +191,21 @@ def test_custom_op_without_xla_kernel_is_reported_by_name():
     assert c.modes["graph"].max_ulp.overall == 0
 
 
-def test_disagreeing_modes_are_findings_not_crashes():
+def test_stateful_random_op_is_a_random_stream_not_a_finding():
     c = compare_modes(fns.noisy, tf.TensorSpec([8]), repeats=1, hlo=False)
-    # An unseeded tf.random.uniform draws different numbers in each mode.
-    assert len(c.findings) == 2
-    assert c.findings[0].startswith("graph: 8 element(s) of output differ from eager by more than 4096 ULP")
-    assert c.modes["graph"].max_abs_diff.outputs > 1e-3
-    # d(x + noise)/dx is 1 in every mode: the gradients agree exactly.
-    assert c.modes["xla"].max_ulp.gradients == 0
+    # An unseeded tf.random.uniform (a stateful RandomUniform kernel) draws
+    # different numbers in each mode, graph mode included: labelled, not a finding.
+    assert c.random_ops == {"output": ("RandomUniform",)}
+    for mode, where in (("graph", "in graph mode"), ("xla", "under XLA")):
+        r = c.modes[mode]
+        assert r.random_streams == ("output",)
+        assert r.ulp_by_tensor["output"] > 4096  # measured, kept per tensor
+        assert r.max_abs_diff.outputs == 0 and r.max_ulp.outputs == 0  # not in the numeric columns
+        assert any(n.startswith(f"{mode}: output is a different random stream {where} (not arithmetic)")
+                   for n in c.notes)
+    assert c.findings == ()
+    # d(x + noise)/dx reads only the noise's shape: 1 in every mode, not random.
+    assert "arg:x" not in c.random_ops and c.modes["xla"].max_ulp.gradients == 0
 
 
 def _sum_of_term_magnitudes(fn, x):
@@ -418,7 +425,9 @@ def test_headline_ulp_ignores_elements_below_atol():
     assert x.max_ulp_above_atol.outputs <= x.max_ulp.outputs <= 2
     assert f"xla: {x.max_ulp_above_atol.overall} ULP" in repr(c)
     text = c.to_text()
-    assert "ULP columns: elements with |value| > atol 1e-05; all elements (out / grad): xla" in text
+    assert ("ULP columns: the largest ULP distance over elements with |value| > atol 1e-05 (worst element "
+            "by ULP; max |diff| is the worst by absolute difference, often another element); "
+            "all elements (out / grad): xla") in text
     assert str(int(x.max_ulp.gradients)) in text
 
 
@@ -506,3 +515,92 @@ def test_cli_option_ranges_exit_2(capsys, argv, message):
     out, err = capsys.readouterr()
     assert info.value.code == 2 and out == ""
     assert err.rstrip("\n").splitlines()[-1] == f"tflab compare: error: {message}"
+
+
+# ------------------------------------------------ random streams and labelled worsts (issue 9)
+
+
+def test_stateless_random_op_differs_only_under_xla():
+    """Item 14: tf.random.stateless_uniform gives eager's numbers as a graph, XLA's own
+    RNG lowering gives others: a different random stream, not an arithmetic difference."""
+    c = compare_modes(fns.stateless_noise, tf.TensorSpec([8]), repeats=1, hlo=False)
+    assert c.random_ops == {"output": ("StatelessRandomUniformV2",)}
+    g, x = c.modes["graph"], c.modes["xla"]
+    assert g.random_streams == () and g.max_ulp.overall == 0  # same kernel, same seed, same bits
+    assert x.random_streams == ("output",) and x.ulp_by_tensor["output"] > 4096
+    assert x.max_ulp.outputs == 0 and x.max_ulp_above_atol.outputs == 0
+    assert c.findings == ()
+    (note,) = c.notes
+    assert note.startswith("xla: output is a different random stream under XLA (not arithmetic): "
+                           "it depends on StatelessRandomUniformV2")
+    assert "pass the noise in as an argument" in note
+    text = c.to_text()
+    assert "random stream: xla: output" in text and text.endswith("(random streams left out, above)")
+    # The advice works: the same noise passed in gives XLA's arithmetic only.
+    noise = tf.random.stateless_uniform([8], seed=[1, 2])
+    d = compare_modes(fns.noise_as_argument, tf.TensorSpec([8]), noise, repeats=1, hlo=False)
+    assert d.random_ops == {} and d.notes == () and d.modes["xla"].max_ulp.overall == 0
+
+
+def test_keras_dropout_mask_is_a_random_stream_under_xla():
+    import keras
+
+    layer = keras.layers.Dropout(0.5, seed=3)
+
+    def dropout(x):
+        return layer(x, training=True) * 3.0
+
+    c = compare_modes(dropout, tf.TensorSpec([4, 8]), repeats=1, hlo=False)
+    # Keras draws the mask with stateless ops from a SeedGenerator variable, which
+    # compare_modes restores before each mode: graph mode draws eager's mask.
+    assert c.modes["graph"].max_ulp.overall == 0 and c.modes["graph"].random_streams == ()
+    # The output and its gradient wrt x (the mask over the keep rate) both depend on it.
+    assert set(c.random_ops) == {"output", "arg:x"}
+    assert all("StatelessRandomUniformV2" in ops for ops in c.random_ops.values())
+    assert set(c.modes["xla"].random_streams) == {"output", "arg:x"}
+    assert c.findings == () and c.modes["xla"].max_ulp.overall == 0
+
+
+def test_random_dependencies_follow_data_flow_into_loops_not_through_shapes():
+    from tflab.modes import random_dependencies
+
+    def f(x):
+        seeds = tf.constant([4, 2])
+        noise = tf.random.stateless_normal([3], seed=seeds)
+        plain = x * 2.0
+        shaped = tf.ones(tf.shape(noise))  # reads only the noise's shape
+
+        def body(i, acc):
+            return i + 1, acc + tf.random.uniform([3])
+
+        _, looped = tf.while_loop(lambda i, acc: i < 2, body, (0, x))
+        called = x + inner()  # a nested tf.function: a PartitionedCall of its function
+        return plain, shaped, noise, looped, called
+
+    inner = tf.function(lambda: tf.random.stateless_uniform([3], seed=[1, 1]))
+    cf = tf.function(f).get_concrete_function(tf.TensorSpec([3]))
+    got = random_dependencies(cf.graph, tf.nest.flatten(cf.structured_outputs))
+    assert got == [(), (), ("StatelessRandomNormalV2",), ("RandomUniform",), ("StatelessRandomUniformV2",)]
+
+
+def test_finding_labels_its_two_worst_elements():
+    """Item 15: the element with the largest |diff| and the one with the largest ULP
+    distance are different elements here; each number says which worst it is."""
+    from tflab.modes import ModeResult, _findings
+
+    eager = np.array([1.0, 1e-6, 0.5], np.float32)
+    other = np.array([1.001, 3e-6, 0.5], np.float32)
+    u = ulp_distance(eager, other)
+    assert u[1] > u[0]  # near zero, 2e-6 is more ULP than 1e-3 at 1.0
+    r = ModeResult("graph", (other,), {}, None, None, 0.1, 0.1, ulp_by_tensor={"output": float(u.max())})
+    (finding,) = _findings({"graph": r}, ((eager,), {}), 0, 0.0, ["output"])
+    assert finding == (f"graph: 2 element(s) of output differ from eager by more than 0 ULP and 0; "
+                       f"largest |diff| 0.001 ({int(u[0])} ULP) at flat index 0; "
+                       f"largest ULP {int(u[1])} (|diff| 2e-06) at flat index 1")
+    # One element worst both ways: one label for both.
+    import dataclasses
+
+    both = dataclasses.replace(r, outputs=(np.array([1.5, 1e-6, 0.5], np.float32),))
+    (finding,) = _findings({"graph": both}, ((eager,), {}), 0, 0.0, ["output"])
+    assert finding.endswith(f"largest |diff| and largest ULP: 0.5 ({int(ulp_distance(eager, both.outputs[0])[0])} "
+                            f"ULP) at flat index 0")

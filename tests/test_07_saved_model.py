@@ -80,6 +80,9 @@ def test_a_difference_is_detected(tmp_path):
     out = c.signatures["serving_default"].outputs["y"]
     assert c.bit_exact is False and out.bit_exact is False
     assert out.mismatched == 8 and 0 < out.max_abs_diff < 1
+    # Two maxima, each over its own worst element, each labelled (issue 9 item 15's kind).
+    assert (f"8 element(s) differ, max |Δ| {out.max_abs_diff:.3g}, max ULP {out.max_ulp} "
+            f"(each its own worst element)") in c.to_text()
 
 
 @pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
@@ -248,3 +251,69 @@ def test_per_signature_examples(models, tmp_path):
     with pytest.raises(tflab.UsageError, match=r"examples: no signature takes \['extra'\]"):
         tflab.save_and_reload(models.two_signatures(), tmp_path / "e", {"x": x, "mask": mask, "extra": x})
     assert not any((tmp_path / n).exists() for n in "bcde")
+
+
+# ------------------------------------- which functions become signatures (issue 9, items 9-10)
+
+
+def _signature_zoo():
+    """tf.Modules whose signatures tf.saved_model.save(obj) chooses by its own rules."""
+    import tensorflow as tf
+
+    spec = tf.TensorSpec([None, 3], tf.float32, name="x")
+
+    class Lin(tf.Module):  # __call__ with an input_signature: TF exports it as serving_default
+        def __init__(self):
+            super().__init__()
+            self.w = tf.Variable(tf.ones([3, 2]))
+
+        @tf.function(input_signature=[spec])
+        def __call__(self, x):
+            return x @ self.w
+
+    class ServeAndUpdate(Lin):  # update returns nothing: not a valid signature, __call__ still is
+        @tf.function(input_signature=[tf.TensorSpec([], tf.float32, name="v")])
+        def update(self, v):
+            self.w.assign_add(tf.fill([3, 2], v))
+
+    class Explicit(Lin):  # _default_save_signature wins over every other function
+        @tf.function(input_signature=[spec])
+        def _default_save_signature(self, x):
+            return {"doubled": x * 2.0}
+
+    return {"call": Lin, "call+update": ServeAndUpdate, "default_attr": Explicit}
+
+
+@pytest.mark.parametrize("name", ["call", "call+update", "default_attr"])
+def test_signatures_follow_tf_saved_model_save(name, tmp_path):
+    import tensorflow as tf
+
+    import tflab
+
+    cls = _signature_zoo()[name]
+    tf.saved_model.save(cls(), str(tmp_path / "tf"))  # TF's own choice, no signatures=
+    by_tf = tf.saved_model.load(str(tmp_path / "tf")).signatures
+    assert set(by_tf) == {"serving_default"}
+    c = tflab.save_and_reload(cls(), tmp_path / "lab", {"x": np.ones((2, 3), np.float32)})
+    assert set(c.signatures) == {"serving_default"} and c.bit_exact
+    assert set(c.signatures["serving_default"].outputs) == set(by_tf["serving_default"].structured_outputs)
+    if name == "call+update":
+        assert any(n.startswith("update: has an input_signature but tf.saved_model.save does not make it "
+                                "a signature: it returns no tensor") for n in c.notes)
+
+
+def test_several_signature_functions_none_is_serving_default(two_sig_check, models, tmp_path):
+    """TF exports no signature when two functions qualify; tflab checks both under
+    their names, says that neither is serving_default, and its docs say the same."""
+    import tensorflow as tf
+
+    import tflab
+
+    tf.saved_model.save(models.two_signatures(), str(tmp_path / "tf"))
+    assert not tf.saved_model.load(str(tmp_path / "tf")).signatures
+    assert set(two_sig_check.signatures) == {"serve", "masked"}
+    assert set(tf.saved_model.load(two_sig_check.path).signatures) == {"serve", "masked"}
+    (note,) = [n for n in two_sig_check.notes if "can be signatures" in n]
+    assert "exports none of them" in note and "none as serving_default" in note
+    doc = " ".join(tflab.save_and_reload.__doc__.split())
+    assert "one becomes" not in doc and "TF exports none" in doc

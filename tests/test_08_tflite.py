@@ -477,3 +477,73 @@ def test_sigterm_leaves_no_temporary_folder(tmp_path):
     # once (not reproduced), so only "did not succeed" is asserted about it.
     assert code != 0, err[-2000:]
     assert os.listdir(tmp_path) == [], err[-2000:]
+
+
+# ------------------------------------------- two signatures sharing weights (issue 9, items 11-13)
+
+
+@pytest.fixture(scope="module")
+def predict_and_loss(models, tmp_path_factory):
+    """(float flatbuffer, SavedModel path, one example batch) of predict(x) + scalar loss(x, y)."""
+    import tflab
+    from tflab.litert import convert
+
+    rng = np.random.default_rng(11)
+    batch = {"x": rng.standard_normal((4, 64)).astype(np.float32),
+             "y": np.eye(32, dtype=np.float32)[[3, 1, 4, 1]]}
+    sm = tflab.save_and_reload(models.predict_and_loss(), tmp_path_factory.mktemp("sm08") / "pl", batch)
+    assert set(sm.signatures) == {"predict", "loss"}
+    return convert(sm.path, "none"), sm.path, batch
+
+
+def test_scalar_output_on_one_batch_gets_no_constant_note(predict_and_loss):
+    """One scalar always has range 0: the 'same value for every element' note needs > 1 value."""
+    from tflab.litert import check_tflite
+
+    model, path, batch = predict_and_loss
+    one = check_tflite(model, path, [batch], "none")
+    assert one.outputs["loss/loss"].reference_range == 0.0 and one.within_bound is True
+    assert not any("same value" in n for n in one.notes), one.notes
+    # Two identical batches: two equal losses, one per example batch. Now the note is true.
+    two = check_tflite(model, path, [batch, batch], "none")
+    assert any(n.startswith("TF's loss/loss is the same value") for n in two.notes), two.notes
+    assert not any("predict/logits" in n and "same value" in n for n in two.notes)
+
+
+def test_weights_shared_between_subgraphs_are_counted_once(predict_and_loss):
+    """Both signatures read w (64×32) and b (32): two subgraphs, one buffer each."""
+    from tflab.litert import analyze_flatbuffer, check_tflite
+
+    model, path, batch = predict_and_loss
+    stats = analyze_flatbuffer(model)
+    assert stats.weights["float32"] == [2, 64 * 32 + 32]
+    assert stats.subgraphs == 2 and stats.shared_weights == 2
+    c = check_tflite(model, path, [batch], "none")
+    assert c.weights["float32"] == [2, 64 * 32 + 32] and c.shared_weights == 2
+    line = next(ln for ln in c.to_text().splitlines() if ln.startswith("  weights:"))
+    assert "float32: 2 tensors / 2080 elements" in line and "2 shared by several signatures' subgraphs" in line
+    assert c.to_dict()["shared_weights"] == 2
+    # The per-output line labels its two maxima (|Δ| and ULP come from different elements).
+    o = c.outputs["predict/logits"]
+    assert f"predict/logits: max|Δ| {o.max_abs_error:.3g} (rel {o.max_rel_error:.3g}; max ULP {o.max_ulp}, " \
+           f"its own worst element)" in c.to_text()
+
+
+def test_unsupported_op_names_its_signature(models, tmp_path):
+    import tflab
+    from tflab.litert import UnsupportedOpsError
+
+    feed = {"x": np.ones((2, 64), np.float32), "label": np.array([1, 2], np.int32)}
+    sm = tflab.save_and_reload(models.predict_and_evaluate(), tmp_path / "pe", feed)
+    assert set(sm.signatures) == {"predict", "evaluate"}
+    with pytest.raises(UnsupportedOpsError) as info:
+        tflab.tflite_roundtrip(sm.path, feed, "none")
+    op = "SparseSoftmaxCrossEntropyWithLogits"
+    assert info.value.ops == (op,)
+    assert f"op(s) {op} (in signature 'evaluate') are not TFLite builtins" in str(info.value)
+    assert info.value.signatures == {op: ("evaluate",)}  # predict does not run it
+    # export_model carries the same through its converter's report.
+    with pytest.raises(UnsupportedOpsError) as info:
+        tflab.export_model(models.predict_and_evaluate(), tmp_path / "out", quantize=["none"],
+                           examples=feed, isolate=False)
+    assert info.value.signatures == {op: ("evaluate",)} and "(in signature 'evaluate')" in str(info.value)

@@ -614,7 +614,7 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
 
     from tflab._target import user_frame
 
-    python_fn = getattr(fn, "python_function", fn)
+    python_fn = _user_callable(fn)
     if not callable(python_fn):
         raise UsageError(f"autograph_diff needs a function, got {type(fn).__name__}")
     from tflab.modes import _check_target, _function_name, signature_args
@@ -627,10 +627,10 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
     if not (inspect.isfunction(python_fn) or inspect.ismethod(python_fn)):
         # A Keras layer/model or another callable object: convert the method
         # that holds its code (Keras' ``call``, else ``__call__``).
-        call = getattr(python_fn, "call", None)
+        call = _user_callable(getattr(python_fn, "call", None))
         if inspect.ismethod(call):
             _build_layer(python_fn, args, kwargs)
-        python_fn = call if inspect.ismethod(call) else python_fn.__call__
+        python_fn = call if inspect.ismethod(call) else _user_callable(python_fn.__call__)
     name = getattr(python_fn, "__qualname__", repr(python_fn))
     source, filename, start = _source_or_raise(python_fn)
     strict_on = _is_strict(strict)
@@ -668,6 +668,33 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
     return AutographDiff(function=name, filename=filename, original=source,
                          converted=converted, unified_diff=diff, statements=statements,
                          warnings=tuple(catcher.messages), strict=strict_on)
+
+
+def _user_callable(fn: Any) -> Any:
+    """The user's own Python callable under ``fn``: a `tf.function`'s
+    ``python_function``, and for a `tf.function` reached through an instance
+    (``m.run``, ``m.__call__``) the user's method bound to that instance.
+
+    A `tf.function` method read from an instance is a new Function made by
+    ``class_method_to_instance_method`` (``eager/polymorphic_function/
+    polymorphic_function.py``): its ``python_function`` is TF's
+    ``bound_method_wrapper``, whose ``__wrapped__`` is the user's function bound
+    to a ``TfMethodTarget`` holding a weak reference to the instance
+    (``tf_method_target.py``). Converting the wrapper would show AutoGraph's
+    rewrite of TF's own code and trace statements that are not the user's;
+    the method re-bound to the real instance is what TF converts and traces.
+    Anything else is returned unchanged.
+    """
+    import types
+
+    target = getattr(fn, "python_function", fn)
+    wrapped = getattr(target, "__wrapped__", None)
+    owner = getattr(wrapped, "__self__", None)
+    if inspect.ismethod(wrapped) and hasattr(owner, "weakrefself_target__"):
+        instance = owner.target
+        if instance is not None:
+            return types.MethodType(wrapped.__func__, instance)
+    return target
 
 
 def _build_layer(layer: Any, args: tuple, kwargs: dict) -> None:

@@ -371,7 +371,7 @@ def _worker_main(argv: Sequence[str]) -> int:
             model = convert(saved_model, q, batches)
         except UnsupportedOpsError as e:
             print(json.dumps({"event": "unsupported", "quantization": q, "error": str(e), "ops": list(e.ops),
-                              "kind": e.kind}),
+                              "kind": e.kind, "signatures": e.signatures}),
                   flush=True)
             return 0
         except Exception as e:  # a converter failure costs this variant only
@@ -492,7 +492,7 @@ def _convert_inprocess(saved_model: str, outdir: str, quants: list[str], batches
             model = convert(saved_model, q, batches)
         except UnsupportedOpsError as e:
             results[q] = {"event": "unsupported", "quantization": q, "error": str(e), "ops": list(e.ops),
-                          "kind": e.kind}
+                          "kind": e.kind, "signatures": e.signatures}
             break
         except TflabError as e:
             results[q] = {"event": "error", "quantization": q, "error": str(e),
@@ -662,7 +662,8 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
             conv = _convert_inprocess(os.fspath(tmp / "saved_model"), os.fspath(tmp), quants, batches, progress)
         for q, msg in conv.items():
             if msg["event"] == "unsupported":
-                raise UnsupportedOpsError(msg["error"], tuple(msg.get("ops", ())), msg.get("kind", "flex"))
+                raise UnsupportedOpsError(msg["error"], tuple(msg.get("ops", ())), msg.get("kind", "flex"),
+                                          {k: tuple(v) for k, v in msg.get("signatures", {}).items()})
         variants: dict[str, VariantResult] = {}
         float_size = conv.get("none", {}).get("bytes")
         for q in quants:

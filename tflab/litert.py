@@ -87,12 +87,17 @@ class UnsupportedOpsError(UsageError):
             or ``"custom"`` (an op TF itself does not define, e.g. the project's
             WarpSoftmax: the converter reports ERROR_NEEDS_CUSTOM_OPS; it needs
             ``allow_custom_ops=True`` and a TFLite kernel).
+        signatures: op → the signature keys whose graphs hold it, e.g.
+            ``{"SparseSoftmaxCrossEntropyWithLogits": ("evaluate",)}`` (empty
+            tuple when unknown); the message names them too.
     """
 
-    def __init__(self, message: str, ops: tuple[str, ...], kind: str = "flex"):
+    def __init__(self, message: str, ops: tuple[str, ...], kind: str = "flex",
+                 signatures: Mapping[str, tuple[str, ...]] | None = None):
         super().__init__(message)
         self.ops = ops
         self.kind = kind
+        self.signatures = dict(signatures or {})
 
 
 # --------------------------------------------------------------------------- data
@@ -157,7 +162,10 @@ class TFLiteCheck:
         flex_ops: Select-TF ops (custom code ``Flex…``).
         custom_ops: other custom ops.
         tensor_dtypes: dtype name → number of tensors.
-        weights: constant tensors by dtype: ``{dtype: [count, elements]}``.
+        weights: constant (weight) buffers by dtype: ``{dtype: [count, elements]}``,
+            each buffer counted once even when the tensors of several subgraphs
+            (signatures) point at it.
+        shared_weights: how many of those buffers several subgraphs share.
         size_bytes: flatbuffer size in bytes.
         size_ratio: ``size_bytes / float variant size`` when known (not assumed < 1).
         runtime: what ran it, e.g. ``"ai_edge_litert 2.3.0 Interpreter + XNNPACK delegate"``,
@@ -189,6 +197,7 @@ class TFLiteCheck:
     notes: tuple[str, ...] = ()
     convert_seconds: float | None = None
     worst_output: str | None = None
+    shared_weights: int = 0
 
     def __repr__(self) -> str:
         err = "n/a" if self.max_abs_error is None else f"{self.max_abs_error:.3g}"
@@ -205,7 +214,9 @@ class TFLiteCheck:
         lines.append(f"  ops: {ops}")
         lines.append("  tensors: " + ", ".join(f"{k}×{v}" for k, v in sorted(self.tensor_dtypes.items())))
         lines.append("  weights: " + (", ".join(f"{k}: {c} tensors / {e} elements"
-                                                for k, (c, e) in sorted(self.weights.items())) or "none"))
+                                                for k, (c, e) in sorted(self.weights.items())) or "none")
+                     + (f" (unique buffers; {self.shared_weights} shared by several signatures' subgraphs, "
+                        f"stored once)" if self.shared_weights else ""))
         for key, sig in self.signatures.items():
             for role in ("inputs", "outputs"):
                 for n, d in sig[role].items():
@@ -214,8 +225,11 @@ class TFLiteCheck:
                                  + (f" scale={q[0]:.6g} zero_point={q[1]}" if q else ""))
         for o in self.outputs.values():
             am = "" if o.argmax_agreement is None else f", argmax agree {o.argmax_agreement:.0%}"
-            lines.append(f"  {o.name}: max|Δ| {o.max_abs_error:.3g} (rel {o.max_rel_error:.3g}, "
-                         f"{o.max_ulp} ULP) bound {o.bound:.3g} ratio {o.bound_ratio:.3g} "
+            # Each maximum is over its own worst element: label them so the ULP
+            # count is not read as the ULP distance of the max |Δ| element.
+            lines.append(f"  {o.name}: max|Δ| {o.max_abs_error:.3g} (rel {o.max_rel_error:.3g}; "
+                         f"max ULP {o.max_ulp}, its own worst element) bound {o.bound:.3g} "
+                         f"ratio {o.bound_ratio:.3g} "
                          f"{'ok' if o.within_bound else 'EXCEEDED'}{am}")
         lines.append(f"  why: {self.explanation}")
         lines += [f"  note: {n}" for n in self.notes]
@@ -372,14 +386,15 @@ def convert(saved_model_dir: str | os.PathLike, quantization: str = "none",
             with _captured_stderr() as captured:
                 return conv.convert()
     except Exception as e:  # ConverterError carries structured errors; others are quoted
-        err = _explain_converter_error(e, quantization)
+        err = _explain_converter_error(e, quantization, os.fspath(saved_model_dir))
         if type(err) is TflabError and captured.get("text"):
             # Not an error we explain: keep the converter's own diagnostics visible.
             os.write(2, captured["text"].encode(errors="replace"))
         raise err from e
 
 
-def _explain_converter_error(e: Exception, quantization: str) -> TflabError:
+def _explain_converter_error(e: Exception, quantization: str,
+                             saved_model_dir: str | None = None) -> TflabError:
     import re
 
     flex: list[str] = []
@@ -404,19 +419,21 @@ def _explain_converter_error(e: Exception, quantization: str) -> TflabError:
         flex = [n for n in found if n not in customs]
     if custom:
         names = ", ".join(custom)
+        located, where = _where_ops(saved_model_dir, custom, str(e))
         hint = " (or use tf.nn.softmax in the exported model)" if "WarpSoftmax" in custom else ""
         return UnsupportedOpsError(
-            f"op(s) {names} are custom TF ops, neither TFLite builtins nor Flex ops, so the {quantization} "
+            f"op(s) {located} are custom TF ops, neither TFLite builtins nor Flex ops, so the {quantization} "
             f"conversion failed; SELECT_TF_OPS cannot convert them: converting needs "
             f"converter.allow_custom_ops=True plus a TFLite kernel for {names} registered in the runtime, "
-            f"which the Python LiteRT interpreter does not have{hint}", tuple(custom), kind="custom")
+            f"which the Python LiteRT interpreter does not have{hint}", tuple(custom), kind="custom",
+            signatures=where)
     if flex:
-        names = ", ".join(flex)
+        located, where = _where_ops(saved_model_dir, flex, str(e))
         return UnsupportedOpsError(
-            f"op(s) {names} are not TFLite builtins, so the {quantization} conversion with builtins only "
+            f"op(s) {located} are not TFLite builtins, so the {quantization} conversion with builtins only "
             f"failed; converter.target_spec.supported_ops=[TFLITE_BUILTINS, SELECT_TF_OPS] would convert "
             f"them as Flex ops, but the Python LiteRT interpreter cannot run Flex ops, so the round trip "
-            f"cannot be checked here", tuple(flex))
+            f"cannot be checked here", tuple(flex), signatures=where)
     text = str(e).strip()
     from tflab.custom_op_loader import unregistered_op
 
@@ -442,7 +459,9 @@ class FlatbufferStats:
     flex_ops: tuple[str, ...]
     custom_ops: tuple[str, ...]
     tensor_dtypes: dict[str, int]
-    weights: dict[str, list[int]]  # dtype -> [constant tensors, elements]
+    weights: dict[str, list[int]]  # dtype -> [unique constant buffers, elements]
+    shared_weights: int = 0  # constant buffers that tensors of several subgraphs point at
+    subgraphs: int = 1
 
 
 def analyze_flatbuffer(model: bytes) -> FlatbufferStats:
@@ -452,6 +471,13 @@ def analyze_flatbuffer(model: bytes) -> FlatbufferStats:
     because a model with Flex ops cannot even be prepared by the Python
     interpreter, and a delegate (XNNPACK) replaces the ops it runs by
     ``DELEGATE`` nodes.
+
+    Weights are counted per buffer, not per tensor: each subgraph (one per
+    signature) has its own tensor table, and the converter points the tensors
+    of several subgraphs that hold the same variable at one buffer
+    (``Tensor.buffer`` indexes ``Model.buffers``, tensorflow/compiler/mlir/
+    lite/schema/schema.fbs), so the file stores it once. ``shared_weights``
+    counts the buffers used by more than one subgraph.
     """
     from tensorflow.lite.python import schema_py_generated as fb
 
@@ -468,7 +494,8 @@ def analyze_flatbuffer(model: bytes) -> FlatbufferStats:
     ops: collections.Counter = collections.Counter()
     dtypes: collections.Counter = collections.Counter()
     weights: dict[str, list[int]] = {}
-    for sg in m.subgraphs or []:
+    users: dict[int, set[int]] = {}  # buffer index -> subgraphs whose tensors point at it
+    for si, sg in enumerate(m.subgraphs or []):
         for op in sg.operators or []:
             ops[names[op.opcodeIndex]] += 1
         for t in sg.tensors or []:
@@ -477,14 +504,18 @@ def analyze_flatbuffer(model: bytes) -> FlatbufferStats:
             buf = m.buffers[t.buffer] if t.buffer < len(m.buffers) else None
             has_data = buf is not None and ((buf.data is not None and len(buf.data) > 0) or buf.size > 0)
             if has_data:
-                entry = weights.setdefault(dt, [0, 0])
-                entry[0] += 1
-                entry[1] += int(np.prod(t.shape)) if t.shape is not None else 0
+                if t.buffer not in users:  # one buffer is stored once, whoever points at it
+                    entry = weights.setdefault(dt, [0, 0])
+                    entry[0] += 1
+                    entry[1] += int(np.prod(t.shape)) if t.shape is not None else 0
+                users.setdefault(t.buffer, set()).add(si)
     opcodes = set(ops)
     custom = {n for n in opcodes if n not in builtin.values()}
     flex = tuple(sorted(n for n in custom if n.startswith("Flex")))
     return FlatbufferStats(dict(sorted(ops.items())), flex, tuple(sorted(custom - set(flex))),
-                           dict(sorted(dtypes.items())), weights)
+                           dict(sorted(dtypes.items())), weights,
+                           shared_weights=sum(1 for u in users.values() if len(u) > 1),
+                           subgraphs=len(m.subgraphs or []))
 
 
 # ------------------------------------------------------- first-order sensitivities
@@ -813,7 +844,8 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
     dyn_quantized = stats.weights.get("int8", [0, 0])[0] > 0
     float_w = stats.weights.get("float32", [0, 0])
     base = dict(op_counts=stats.op_counts, flex_ops=stats.flex_ops, custom_ops=stats.custom_ops,
-                tensor_dtypes=stats.tensor_dtypes, weights=stats.weights, size_bytes=len(model),
+                tensor_dtypes=stats.tensor_dtypes, weights=stats.weights,
+                shared_weights=stats.shared_weights, size_bytes=len(model),
                 size_ratio=size_ratio, convert_seconds=convert_seconds)
     if quantization == "dynamic" and not dyn_quantized:
         notes.append(f"no weight tensor was quantized: dynamic-range quantization only quantizes weight "
@@ -904,7 +936,9 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
         if want.size and want.dtype.kind == "f" and not finite.size:
             notes.append(f"TF's {okey} is NaN or ±inf everywhere (NaN examples?): only whether LiteRT has "
                          f"NaN/inf in the same places is checked")
-        elif want.size and want.dtype.kind == "f" and rng == 0.0:
+        elif want.size > 1 and want.dtype.kind == "f" and rng == 0.0:
+            # Only with more than one value: a single value (a scalar loss on one
+            # batch) always has range 0 and says nothing about the model.
             notes.append(f"TF's {okey} is the same value ({want[0]:.6g}) for every element of every example, "
                          f"so these errors say little about the variant (e.g. a random-weight model whose "
                          f"logits collapse)")
@@ -947,18 +981,69 @@ _RANDOM_OPS = ("RandomUniform", "RandomStandardNormal", "RandomUniformInt", "Tru
 def _stateful_random_ops(loaded) -> list[str]:
     """Random ops in the signatures' graphs and the functions they call."""
     found: set[str] = set()
-    for fn in loaded.signatures.values():
-        graph = fn.graph
-        defs = [graph.as_graph_def()]
-        for g in defs:
-            for node in g.node:
-                if node.op in _RANDOM_OPS:
-                    found.add(node.op)
-            for f in g.library.function:
-                for node in f.node_def:
-                    if node.op in _RANDOM_OPS:
-                        found.add(node.op)
+    for types in signature_op_types(loaded).values():
+        found.update(t for t in types if t in _RANDOM_OPS)
     return sorted(found)
+
+
+def signature_op_types(loaded) -> dict[str, set[str]]:
+    """Signature key → the op types its graph runs, functions it calls included.
+
+    Each signature of a loaded SavedModel is a FuncGraph that calls the saved
+    function through ``StatefulPartitionedCall``; the op types are collected
+    from the graph and from every library function reachable from it through a
+    function-valued attr (``f`` of a call, ``body``/``cond`` of a ``While``,
+    ``then_branch``/``else_branch`` of an ``If``), so an op is attributed to
+    the signatures that really run it, not to every function in the library.
+    """
+    out: dict[str, set[str]] = {}
+    for key, fn in loaded.signatures.items():
+        gdef = fn.graph.as_graph_def()
+        library = {f.signature.name: f for f in gdef.library.function}
+        types: set[str] = set()
+        seen: set[str] = set()
+        pending = [list(gdef.node)]
+        while pending:
+            for node in pending.pop():
+                types.add(node.op)
+                for attr in node.attr.values():
+                    names = [attr.func.name] if attr.HasField("func") else []
+                    if attr.HasField("list"):
+                        names += [f.name for f in attr.list.func]
+                    for name in names:
+                        if name in library and name not in seen:
+                            seen.add(name)
+                            pending.append(list(library[name].node_def))
+        out[key] = types
+    return out
+
+
+def _where_ops(saved_model_dir: str | None, ops: list[str],
+               error_text: str) -> tuple[str, dict[str, tuple[str, ...]]]:
+    """The ops as text with the signatures that hold them (``"X (in signature
+    'evaluate')"``), and ``{op: signature keys}``.
+
+    The keys are read from the SavedModel's signature graphs
+    (`signature_op_types`). An op the graphs do not show (one the converter
+    made) falls back on the converter's own "failed while converting: 'KEY'"
+    lines; with neither, the op is named alone.
+    """
+    import re
+
+    by_sig: dict[str, set[str]] = {}
+    if saved_model_dir is not None:
+        try:
+            by_sig = signature_op_types(load_saved_model(saved_model_dir))
+        except Exception:  # the message stays useful without the signature names
+            by_sig = {}
+    failed = sorted(set(re.findall(r"failed while converting: '([^']+)'", error_text)))
+    parts, where = [], {}
+    for op in ops:
+        keys = tuple(sorted(k for k, types in by_sig.items() if op in types) or failed)
+        where[op] = keys
+        s = "s" if len(keys) > 1 else ""
+        parts.append(f"{op} (in signature{s} {', '.join(repr(k) for k in keys)})" if keys else op)
+    return ", ".join(parts), where
 
 
 def check_rows(batches: list[dict[str, np.ndarray]]) -> None:

@@ -58,6 +58,36 @@ DEFAULT_ATOL = 1e-5
 _XLA_UNSUPPORTED_RE = re.compile(r"(\w+) \((.*?)\)\{\{node ([^}]+)\}\}")
 _NODE_REF_RE = re.compile(r"\{\{node ([^}]+)\}\}")
 
+# Random-number ops by type (tensorflow/core/ops/random_ops.cc, stateless_random_ops.cc,
+# stateless_random_ops_v2.cc, stateful_random_ops.cc; tf2xla's XlaRngBitGenerator).
+# Stateful ones draw from a per-kernel (or per-variable) stream: eager and graph
+# kernels are seeded apart, so their numbers differ even between eager and graph.
+# Stateless ones are a pure function of (seed, counter, algorithm) on one kernel:
+# graph mode reproduces eager's numbers, but XLA lowers every random op with its
+# own RNG code (tf2xla/kernels/random_ops.cc, stateless_random_ops*.cc), so its
+# numbers differ. Keras Dropout (keras.random.dropout) draws its mask with
+# StatelessRandomUniformV2 from a SeedGenerator variable; tf.nn.dropout with RandomUniform.
+STATEFUL_RANDOM_OPS = frozenset({
+    "RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal",
+    "ParameterizedTruncatedNormal", "RandomGamma", "RandomPoisson", "RandomPoissonV2",
+    "RandomShuffle", "RandomCrop", "Multinomial", "SampleDistortedBoundingBox",
+    "SampleDistortedBoundingBoxV2", "StatefulUniform", "StatefulUniformInt", "StatefulUniformFullInt",
+    "StatefulStandardNormal", "StatefulStandardNormalV2", "StatefulTruncatedNormal",
+    "StatefulRandomBinomial", "RandomIndexShuffle"})
+STATELESS_RANDOM_OPS = frozenset({
+    "StatelessRandomUniform", "StatelessRandomUniformInt", "StatelessRandomUniformFullInt",
+    "StatelessRandomNormal", "StatelessTruncatedNormal", "StatelessRandomUniformV2",
+    "StatelessRandomUniformIntV2", "StatelessRandomUniformFullIntV2", "StatelessRandomNormalV2",
+    "StatelessTruncatedNormalV2", "StatelessMultinomial", "StatelessParameterizedTruncatedNormal",
+    "StatelessRandomBinomial", "StatelessRandomPoisson", "StatelessRandomGammaV2",
+    "StatelessRandomGammaV3", "StatelessShuffle", "StatelessSampleDistortedBoundingBox",
+    "RngBitGenerator", "XlaRngBitGenerator"})
+RANDOM_OPS = STATEFUL_RANDOM_OPS | STATELESS_RANDOM_OPS
+# Ops whose output depends on their input's shape only, not its values: a
+# gradient that reads the shape of a random tensor does not depend on its numbers.
+_SHAPE_ONLY_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank", "ZerosLike", "OnesLike",
+                             "BroadcastGradientArgs"})
+
 
 @dataclasses.dataclass(frozen=True)
 class Distance:
@@ -114,7 +144,14 @@ class ModeResult:
             fetched to host).
         error: None, or why the mode could not run (for XLA: the op name, type and
             TF's reason).
-        ulp_by_tensor: tensor name → max ULP from eager.
+        ulp_by_tensor: tensor name → max ULP from eager (every tensor, random
+            streams included).
+        random_streams: tensors that differ from eager because this mode draws
+            other random numbers (they depend on a random op this mode does not
+            reproduce: any under XLA, stateful ones in graph mode; see
+            `ModeComparison.random_ops`). They are left out of ``max_abs_diff``,
+            ``max_ulp``, ``max_ulp_above_atol`` and the findings: their
+            difference is not arithmetic.
     """
 
     mode: str
@@ -127,6 +164,7 @@ class ModeResult:
     error: str | None = None
     ulp_by_tensor: dict = dataclasses.field(default_factory=dict)
     max_ulp_above_atol: Distance | None = None
+    random_streams: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         if self.error:
@@ -167,6 +205,11 @@ class ModeComparison:
         variables_restored: names of the variables the function touches
             (trainable or not) that were saved before the comparison and put
             back before each mode's first call and at the end.
+        random_ops: tensor name (output or gradient) → the random op types of
+            the traced FuncGraph its values depend on (e.g.
+            ``("StatelessRandomUniformV2",)``); tensors without any are absent.
+        notes: one line per mode and tensor left out as a random stream, with
+            how to compare it anyway.
     """
 
     function: str
@@ -182,6 +225,8 @@ class ModeComparison:
     findings: tuple[str, ...]
     output_names: tuple[str, ...] = ()
     variables_restored: tuple[str, ...] = ()
+    random_ops: dict = dataclasses.field(default_factory=dict)
+    notes: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         parts = []
@@ -228,7 +273,9 @@ class ModeComparison:
                     if self.variables_restored else "")]
         lines += ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
                   + (f"  {r[6]}" if r[6] else "") for r in rows]
-        lines.append(f"ULP columns: elements with |value| > atol {self.atol:g}"
+        lines.append(f"ULP columns: the largest ULP distance over elements with |value| > atol {self.atol:g} "
+                     f"(worst element by ULP; max |diff| is the worst by absolute difference, "
+                     f"often another element)"
                      + (f"; all elements (out / grad): {', '.join(raw_notes)}" if raw_notes else ""))
         for slow, fast in (("eager", "graph"), ("graph", "xla")):
             ratio = self.speed_ratio(slow, fast)
@@ -240,8 +287,10 @@ class ModeComparison:
         if self.hlo_stages:
             lines.append("HLO stages: " + ", ".join(self.hlo_stages))
         compared = " and ".join(m.replace("xla", "XLA") for m in MODES[1:] if m in self.modes)
+        lines += [f"random stream: {n}" for n in self.notes]
+        left_out = " (random streams left out, above)" if self.notes else ""
         lines += [f"finding: {f}" for f in self.findings] or [
-            f"no findings: {compared} within {self.ulp_bound} ULP or {self.atol:g} of eager"
+            f"no findings: {compared} within {self.ulp_bound} ULP or {self.atol:g} of eager{left_out}"
             if compared else "no findings: only eager ran"]
         return "\n".join(lines)
 
@@ -580,6 +629,13 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
     Returns:
         A `ModeComparison`. A mode that cannot run (XLA on a ``tf.py_function``
         or string op) has ``error`` set and is a finding; the others still run.
+        An output or gradient that depends on a random op (found by op type in
+        the traced FuncGraph: `RANDOM_OPS`, e.g. ``tf.random.*``, Keras
+        Dropout's mask) and differs from eager is labelled a different random
+        stream (``ModeResult.random_streams``, ``.notes``), not a finding: XLA
+        lowers every random op with its own RNG, and stateful random ops in a
+        graph are seeded apart from eager's. To compare such a function's
+        arithmetic, pass the noise in as an argument.
 
     Raises:
         UsageError: ``fn`` is not callable, a class or an unbound method; a
@@ -678,12 +734,141 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
         logging.getLogger("tensorflow").removeFilter(quiet)
         saved.restore()
     reference = (results["eager"].outputs, results["eager"].gradients)
+    random_ops = _random_ops_by_tensor(runners, results, sources, output_names, grad_names)
+    notes = _separate_random_streams(results, reference, random_ops, output_names, atol)
     findings = _findings(results, reference, ulp_bound, atol, output_names)
     return ModeComparison(function=name, device=device, modes=results,
                           gradient_names=grad_names, hlo=hlo_text, hlo_stages=stages,
                           fusion_count=fusions, fusion_kinds=kinds, ulp_bound=ulp_bound,
                           atol=atol, findings=tuple(findings), output_names=tuple(output_names),
-                          variables_restored=saved.names())
+                          variables_restored=saved.names(), random_ops=random_ops, notes=tuple(notes))
+
+
+def _called_functions(attrs) -> list[str]:
+    """Names of the functions a node's attrs call (``f`` of a call op, ``body``/``cond``
+    of a While, ``then_branch``/``else_branch`` of an If, ``branches`` of a Case)."""
+    names = []
+    for attr in attrs.values():
+        if attr.HasField("func"):
+            names.append(attr.func.name)
+        if attr.HasField("list"):
+            names += [f.name for f in attr.list.func]
+    return names
+
+
+def random_dependencies(graph, tensors) -> list[tuple[str, ...]]:
+    """For each tensor of a FuncGraph, the random op types its values depend on.
+
+    Walks the data flow from the tensor back to the graph's inputs in the
+    graph's creation order (a topological order: an op is made after its
+    inputs). An op is random when its type is in `RANDOM_OPS` or a function
+    it calls (a ``While`` body, an ``If`` branch, a ``PartitionedCall``) holds
+    one. Shape-only ops (``Shape``, ``ZerosLike``, ``BroadcastGradientArgs`` …)
+    do not carry the dependency: a gradient that reads the shape of a random
+    tensor does not depend on its numbers.
+
+    Args:
+        graph: a `FuncGraph` (``ConcreteFunction.graph``).
+        tensors: tensors of that graph (None entries allowed).
+
+    Returns:
+        One sorted tuple of op types per tensor (empty: no random op upstream).
+    """
+    gdef = graph.as_graph_def()
+    library = {f.signature.name: f for f in gdef.library.function}
+    inner: dict[str, frozenset] = {}
+
+    def in_function(fname: str) -> frozenset:
+        if fname in inner:
+            return inner[fname]
+        inner[fname] = frozenset()  # a function calling itself adds nothing new
+        found: set[str] = set()
+        fdef = library.get(fname)
+        for node in (fdef.node_def if fdef is not None else ()):
+            if node.op in RANDOM_OPS:
+                found.add(node.op)
+            for callee in _called_functions(node.attr) + ([node.op] if node.op in library else []):
+                found |= in_function(callee)
+        inner[fname] = frozenset(found)
+        return inner[fname]
+
+    deps: dict[str, frozenset] = {}
+    empty: frozenset = frozenset()
+    for op in graph.get_operations():
+        own = {op.type} if op.type in RANDOM_OPS else set()
+        # A call op names its function in an attr; a node may also use a
+        # library function's name as its op type.
+        for callee in _called_functions(op.node_def.attr) + ([op.type] if op.type in library else []):
+            own |= in_function(callee)
+        if op.type not in _SHAPE_ONLY_OPS:
+            for t in op.inputs:
+                own |= deps.get(t.op.name, empty)
+        deps[op.name] = frozenset(own)
+    return [tuple(sorted(deps.get(t.op.name, empty))) if t is not None else () for t in tensors]
+
+
+def _random_ops_by_tensor(runners, results, sources, output_names, grad_names) -> dict[str, tuple]:
+    """Output/gradient name → random op types it depends on, read from the FuncGraph
+    the graph or XLA mode traced (both trace the same step); {} when neither ran."""
+    import tensorflow as tf
+
+    mode = next((m for m in ("xla", "graph") if m in results and results[m].error is None), None)
+    if mode is None:
+        return {}
+    try:
+        concrete = runners[mode].get_concrete_function(sources)
+        outs, grads = concrete.structured_outputs
+    except Exception:  # the comparison stands without the labels
+        return {}
+
+    def components(value):  # an IndexedSlices gradient: its values and indices
+        return [t for t in tf.nest.flatten(value, expand_composites=True) if isinstance(t, tf.Tensor)]
+
+    names, tensors = [], []
+    for name, value in list(zip(output_names, tf.nest.flatten(outs))) + list(zip(grad_names, grads)):
+        for t in components(value) if value is not None else ():
+            names.append(name)
+            tensors.append(t)
+    found: dict[str, set] = {}
+    for name, ops in zip(names, random_dependencies(concrete.graph, tensors)):
+        if ops:
+            found.setdefault(name, set()).update(ops)
+    return {n: tuple(sorted(ops)) for n, ops in found.items()}
+
+
+def _separate_random_streams(results, reference, random_ops, output_names, atol) -> list[str]:
+    """Moves tensors that differ because a mode draws other random numbers out of
+    that mode's distances (they stay in ``ulp_by_tensor``) and says so, one note each.
+
+    Under XLA every random op is compiled by XLA's own RNG lowering; in graph mode
+    stateless ops run eager's kernel on eager's seed (same numbers), stateful ones
+    a kernel seeded apart from eager's."""
+    notes = []
+    for mode in MODES[1:]:
+        r = results.get(mode)
+        if r is None or r.error:
+            continue
+        kinds = RANDOM_OPS if mode == "xla" else STATEFUL_RANDOM_OPS
+        streams = {n: [o for o in ops if o in kinds] for n, ops in random_ops.items()}
+        streams = {n: ops for n, ops in streams.items() if ops and r.ulp_by_tensor.get(n, 0) > 0}
+        if not streams:
+            continue
+        abs_d, ulp_d, _, ulp_sig = _distances(reference, list(r.outputs), r.gradients, output_names, atol,
+                                              skip=set(streams))
+        results[mode] = dataclasses.replace(r, max_abs_diff=abs_d, max_ulp=ulp_d, max_ulp_above_atol=ulp_sig,
+                                            random_streams=tuple(streams))
+        why = ("XLA compiles random ops with its own RNG code (tf2xla), so it draws other numbers than "
+               "TF's kernels" if mode == "xla" else
+               "stateful random ops in a graph are seeded apart from the eager kernels, so they draw "
+               "other numbers")
+        where = "under XLA" if mode == "xla" else "in graph mode"
+        for n, ops in streams.items():
+            notes.append(f"{mode}: {n} is a different random stream {where} (not arithmetic): it depends on "
+                         f"{', '.join(ops)}; {why}. Left out of the ULP columns and findings "
+                         f"({_fmt_num(r.ulp_by_tensor[n])} ULP). To compare the arithmetic, pass the noise "
+                         f"in as an argument: draw it (or Dropout's mask) outside the function and give it "
+                         f"to every mode")
+    return notes
 
 
 def _as_tensor(value):
@@ -853,12 +1038,16 @@ def _pairs(reference, outputs, grad_map, output_names):
         yield "gradients", name, a, grad_map.get(name)
 
 
-def _distances(reference, outputs, grad_map, output_names, atol):
+def _distances(reference, outputs, grad_map, output_names, atol, skip=frozenset()):
+    """Max |diff|, max ULP, per-tensor ULP and max ULP above atol; tensors named
+    in ``skip`` (random streams) are left out of all but the per-tensor numbers."""
     abs_max = {"outputs": 0.0, "gradients": 0.0}
     ulp_max = {"outputs": 0.0, "gradients": 0.0}
     sig_max = {"outputs": 0.0, "gradients": 0.0}
     per: dict[str, float] = {}
     for group, name, a, b in _pairs(reference, outputs, grad_map, output_names):
+        if name in skip:
+            continue
         if a is None or b is None:
             if (a is None) != (b is None):
                 per[name] = math.inf
@@ -901,6 +1090,8 @@ def _findings(results, reference, ulp_bound: int, atol: float, output_names) -> 
             out.append(f"{mode} did not run: {r.error}")
             continue
         for group, name, a, b in _pairs(reference, r.outputs, r.gradients, output_names):
+            if name in r.random_streams:  # not arithmetic: reported in the notes
+                continue
             if a is None or b is None or a.shape != b.shape or a.dtype != b.dtype:
                 if a is not None or b is not None:
                     out.append(f"{mode}: {name} does not match eager in presence, shape or dtype")
@@ -912,8 +1103,15 @@ def _findings(results, reference, ulp_bound: int, atol: float, output_names) -> 
             u, d = ulp_distance(a, b), _abs_diff(a, b)
             bad = (u > ulp_bound) & (d > atol)
             if bad.any():
+                # Two worsts, each labelled: the element with the largest |diff| and
+                # the one with the largest ULP distance (near zero, a small |diff|
+                # is many ULP), among the elements beyond both bounds.
                 i = int(np.argmax(np.where(bad, d, -1.0)))
+                j = int(np.argmax(np.where(bad, u, -1.0)))
+                by_diff = (f"{float(d.flat[i]):.3g} ({_fmt_num(float(u.flat[i]))} ULP) at flat index {i}")
+                worst = (f"largest |diff| and largest ULP: {by_diff}" if u.flat[j] == u.flat[i] else
+                         f"largest |diff| {by_diff}; largest ULP {_fmt_num(float(u.flat[j]))} "
+                         f"(|diff| {float(d.flat[j]):.3g}) at flat index {j}")
                 out.append(f"{mode}: {int(bad.sum())} element(s) of {name} differ from eager by more "
-                           f"than {ulp_bound} ULP and {atol:g}; worst {float(d.flat[i]):.3g} "
-                           f"({_fmt_num(float(u.flat[i]))} ULP) at flat index {i}")
+                           f"than {ulp_bound} ULP and {atol:g}; {worst}")
     return out

@@ -129,7 +129,8 @@ class SavedModelCheck:
                 lines.append(f"    in  {t}")
             for o in sig.outputs.values():
                 verdict = ("bit-exact" if o.bit_exact else
-                           f"{o.mismatched} element(s) differ, max |Δ| {o.max_abs_diff:.3g}, {o.max_ulp} ULP")
+                           f"{o.mismatched} element(s) differ, max |Δ| {o.max_abs_diff:.3g}, "
+                           f"max ULP {o.max_ulp} (each its own worst element)")
                 lines.append(f"    out {TensorInfo(o.name, o.dtype, o.shape)}  {verdict}")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
@@ -422,7 +423,7 @@ def _tf_functions(obj) -> dict[str, Any]:
         names.update(vars(klass))
     names.update(getattr(obj, "__dict__", {}))
     for name in sorted(names):
-        if name.startswith("__"):
+        if name.startswith("__") and name != "__call__":  # AutoTrackable lists __call__ too
             continue
         try:
             value = getattr(obj, name)
@@ -515,27 +516,101 @@ def _reference(concrete, rename=normalize_outputs) -> _Reference:
     return _Reference(concrete, names, rename)
 
 
-def _module_signatures(obj, signatures) -> dict[str, Any]:
+def _module_signatures(obj, signatures) -> tuple[dict[str, Any], list[str]]:
+    """The signatures to save for a tf.Module, and notes on how they were chosen.
+
+    With ``signatures`` given, those. Without, ``tf.saved_model.save``'s own
+    rule (``save.py`` calls ``signature_serialization.find_function_to_export``
+    on the object's SavedModel children, which ``AutoTrackable`` lists from
+    ``dir(obj)``, ``__call__`` included): an attribute named
+    ``_default_save_signature`` wins; otherwise, if exactly one child
+    `tf.function` with an ``input_signature`` (or ConcreteFunction) is a valid
+    signature (``_valid_signature``: it returns at least one tensor, takes no
+    `tf.Variable`, and its outputs are a tensor, a list/tuple or a str-keyed
+    dict of tensors), it becomes ``serving_default``. TF exports no signature
+    when several qualify; tflab then checks each under its attribute name
+    (none is ``serving_default``) and says so in a note. With none, a single
+    traced `tf.function` (one ConcreteFunction) is checked as
+    ``serving_default``, also with a note, since TF would export nothing.
+    """
     if signatures is not None:
         if not isinstance(signatures, Mapping):
             signatures = {DEFAULT_SIGNATURE: signatures}
         out = {}
         for k, f in signatures.items():
             out[k] = f.get_concrete_function() if hasattr(f, "get_concrete_function") else f
-        return out
-    fns = {n: f for n, f in _tf_functions(obj).items() if f.input_signature is not None}
-    if not fns:
-        # A single traced function can still serve as the default signature.
-        traced = {n: _concrete_functions(f) for n, f in _tf_functions(obj).items()}
-        traced = {n: c for n, c in traced.items() if len(c) == 1}
-        if len(traced) == 1:
-            return {DEFAULT_SIGNATURE: next(iter(traced.values()))[0]}
-        raise UsageError(f"{type(obj).__name__} has no tf.function with an input_signature to export as "
-                         f"a signature: decorate one with @tf.function(input_signature=[tf.TensorSpec(...)]) "
-                         f"or pass signatures={{'serving_default': fn}}")
-    if len(fns) == 1:
-        return {DEFAULT_SIGNATURE: next(iter(fns.values())).get_concrete_function()}
-    return {n: f.get_concrete_function() for n, f in fns.items()}
+        return out, []
+    chosen, candidates, rejected = _tf_signature_choice(obj)
+    notes = [f"{n}: has an input_signature but tf.saved_model.save does not make it a signature: {why}"
+             for n, why in rejected.items()]
+    if chosen is not None:
+        return {DEFAULT_SIGNATURE: chosen}, notes
+    if len(candidates) > 1:
+        names = ", ".join(candidates)
+        notes.append(f"{len(candidates)} functions can be signatures ({names}): tf.saved_model.save(obj) "
+                     f"without signatures= exports none of them (it picks one only when exactly one "
+                     f"qualifies, signature_serialization.find_function_to_export); tflab saved each under "
+                     f"its attribute name and none as serving_default. Pass signatures={{'serving_default': "
+                     f"obj.{next(iter(candidates))}, ...}} (to save_and_reload or tf.saved_model.save) to choose")
+        return dict(candidates), notes
+    # A single traced function can still serve as the default signature.
+    traced = {n: _concrete_functions(f) for n, f in _tf_functions(obj).items()}
+    traced = {n: c for n, c in traced.items() if len(c) == 1}
+    if len(traced) == 1:
+        (name, (concrete,)), = traced.items()
+        notes.append(f"{name} has no input_signature, so tf.saved_model.save(obj) alone would export no "
+                     f"signature; tflab saved its one traced ConcreteFunction as serving_default "
+                     f"(signatures={{'serving_default': obj.{name}.get_concrete_function(...)}})")
+        return {DEFAULT_SIGNATURE: concrete}, notes
+    raise UsageError(f"{type(obj).__name__} has no tf.function with an input_signature to export as "
+                     f"a signature: decorate one with @tf.function(input_signature=[tf.TensorSpec(...)]) "
+                     f"or pass signatures={{'serving_default': fn}}")
+
+
+def _tf_signature_choice(obj) -> tuple[Any, dict[str, Any], dict[str, str]]:
+    """What ``tf.saved_model.save(obj)`` without ``signatures=`` would export.
+
+    Runs TF's own ``signature_serialization.find_function_to_export`` on the
+    ``_AugmentedGraphView`` that ``tf.saved_model.save`` builds, and applies
+    the same ``_get_signature``/``_valid_signature`` tests to each child.
+
+    Returns:
+        (the ConcreteFunction TF would save as ``serving_default`` or None,
+        {attribute: ConcreteFunction} for every child that could be a
+        signature, {attribute: why not} for functions that have an
+        input_signature but are not valid signatures).
+    """
+    import tensorflow as tf
+    from tensorflow.python.saved_model import save as save_lib
+    from tensorflow.python.saved_model import signature_serialization as ss
+
+    view = save_lib._AugmentedGraphView(obj)  # noqa: SLF001 - TF's own rule, not a copy of it
+    chosen = ss.find_function_to_export(view)
+    candidates: dict[str, Any] = {}
+    rejected: dict[str, str] = {}
+    for ref in view.list_children(view.root):
+        child = ref.ref
+        if not isinstance(child, (tf.types.experimental.PolymorphicFunction,
+                                  tf.types.experimental.ConcreteFunction)):
+            continue
+        concrete = ss._get_signature(child)  # noqa: SLF001
+        if concrete is None:
+            continue
+        if ss._valid_signature(concrete):  # noqa: SLF001
+            candidates[ref.name] = concrete
+        elif not concrete.outputs:
+            rejected[ref.name] = "it returns no tensor"
+        else:
+            rejected[ref.name] = ("it takes a tf.Variable or returns something other than tensors "
+                                  "(a tensor, a list/tuple or a str-keyed dict of them)")
+    if chosen is not None and not isinstance(chosen, tf.types.experimental.ConcreteFunction):
+        # `_default_save_signature` may hold a tf.function: TF resolves it the same way.
+        concrete = ss._get_signature(chosen)  # noqa: SLF001
+        if concrete is None:
+            raise UsageError(f"{type(obj).__name__}._default_save_signature is a tf.function without an "
+                             f"input_signature: give it one, or pass signatures=")
+        chosen = concrete
+    return chosen, candidates, rejected
 
 
 def _is_loaded_saved_model(obj) -> bool:
@@ -606,12 +681,12 @@ def _save_tf_keras(model, path: str) -> dict[str, _Reference]:
 def _save_module(obj, path: str, signatures) -> dict[str, _Reference]:
     import tensorflow as tf
 
-    sigs = _module_signatures(obj, signatures)
+    sigs, notes = _module_signatures(obj, signatures)
     try:
         tf.saved_model.save(obj, path, signatures=sigs)
     except (AssertionError, ValueError) as e:
         raise _explain_save_error(e) from e
-    return {k: _reference(cf) for k, cf in sigs.items()}
+    return {k: _reference(cf) for k, cf in sigs.items()}, notes
 
 
 # -------------------------------------------------------------------------- public
@@ -644,8 +719,12 @@ def save_and_reload(obj: Any, path: str | os.PathLike, examples: Examples | None
             signature's inputs (see `random_examples`); they are returned
             in ``.example_batches``.
         signatures: for a tf.Module only: a `tf.function`/ConcreteFunction or
-            a dict ``{key: function}``. Default: the tf.functions that have an
-            input_signature (one becomes ``"serving_default"``).
+            a dict ``{key: function}``. Default: what
+            ``tf.saved_model.save(obj)`` itself exports: the one
+            `tf.function` with an ``input_signature`` (``__call__``
+            included) becomes ``"serving_default"``. When several have one,
+            TF exports none; tflab then checks each under its attribute name,
+            none of them as ``"serving_default"``, and a note says so.
 
     Returns:
         A `SavedModelCheck`: ``.bit_exact`` over all signatures and outputs,
@@ -713,7 +792,8 @@ def _save_and_check(obj, path: str, batches: list[dict[str, np.ndarray]], signat
     elif isinstance(obj, tf.Module):
         kind = "tf.Module"
         notes = unsaved_notes(obj)
-        refs = _save_module(obj, path, signatures)
+        refs, how = _save_module(obj, path, signatures)
+        notes += how
     else:
         raise UsageError(f"cannot save a {type(obj).__name__}: give a tf.Module, a Keras 3 model "
                          f"or a tf-keras model")

@@ -67,6 +67,8 @@ def run(ctx) -> None:
         if plain.error is None:
             ctx.line(f"  with Grappler off: max {plain.max_ulp.gradients} ULP"
                      + (" (its graph rewrites change the rounding)" if plain.max_ulp.gradients == 0 else ""))
+    for n in fwd.notes + grad.notes:  # outputs of random ops: not arithmetic, not findings
+        ctx.line(f"random stream: {n}")
     for f in fwd.findings + grad.findings:
         ctx.line(f"finding: {f}")
     ctx.report["modes"] = {

@@ -129,3 +129,33 @@ def sig_loop(x):
     for i in range(2):                # unrolled twice whatever the batch size
         x = x * 2.0
     return x
+
+
+class Stepper(tf.Module):
+    """tf.function methods reached through an instance (issue 9, item 8)."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = tf.Variable(2.0)
+
+    @tf.function
+    def run(self, x):
+        for i in tf.range(2):         # tensor loop -> While op
+            x = x + 1.0
+        return x
+
+    @tf.function
+    def __call__(self, x):
+        for i in range(3):            # Python loop -> unrolled 3 times
+            x = x * self.scale
+        return x
+
+
+class TracedCallLayer(tf.keras.layers.Layer):
+    """A Keras layer whose own call is a tf.function."""
+
+    @tf.function
+    def call(self, x):
+        if tf.reduce_sum(x) > 0:      # tensor condition -> If op
+            x = -x
+        return x

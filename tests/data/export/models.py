@@ -140,3 +140,44 @@ class _Warp(tf.Module):
 
 def warp():
     return _Warp()
+
+
+class _PredictAndLoss(tf.Module):
+    """Two signatures sharing one Dense layer: ``predict(x)`` and a scalar ``loss(x, y)``
+    (issue 9 items 11-12: a scalar output; weights shared by two TFLite subgraphs)."""
+
+    def __init__(self):
+        super().__init__()
+        rng = np.random.default_rng(9)
+        self.w = tf.Variable(rng.standard_normal((64, 32)).astype(np.float32) / 8, name="w")
+        self.b = tf.Variable(rng.standard_normal(32).astype(np.float32), name="b")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 64], tf.float32, name="x")])
+    def predict(self, x):
+        return {"logits": tf.matmul(x, self.w) + self.b}
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 64], tf.float32, name="x"),
+                                  tf.TensorSpec([None, 32], tf.float32, name="y")])
+    def loss(self, x, y):
+        log_probs = tf.nn.log_softmax(tf.matmul(x, self.w) + self.b)
+        return {"loss": -tf.reduce_mean(tf.reduce_sum(y * log_probs, axis=-1))}
+
+
+def predict_and_loss():
+    return _PredictAndLoss()
+
+
+class _PredictAndEvaluate(_PredictAndLoss):
+    """``evaluate`` uses SparseSoftmaxCrossEntropyWithLogits, not a TFLite builtin (issue 9 item 13)."""
+
+    loss = None  # only predict and evaluate are signatures
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 64], tf.float32, name="x"),
+                                  tf.TensorSpec([None], tf.int32, name="label")])
+    def evaluate(self, x, label):
+        logits = tf.matmul(x, self.w) + self.b
+        return {"loss": tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(label, logits))}
+
+
+def predict_and_evaluate():
+    return _PredictAndEvaluate()

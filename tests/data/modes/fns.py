@@ -125,3 +125,15 @@ def sig_fixed(x):
 class Scaler:
     def scale(self, x):
         return x * 2.0
+
+
+# Random streams (issue 9, item 14).
+def stateless_noise(x):
+    # the same numbers eager and as a graph; XLA lowers the RNG itself
+    return x + tf.random.stateless_uniform([8], seed=[1, 2])
+
+
+def noise_as_argument(x, noise):
+    # the fix the report suggests: the noise comes in, every mode adds the same numbers
+    return x + noise
+
