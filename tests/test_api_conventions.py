@@ -75,3 +75,62 @@ def test_reasons_between_takes_tf_function_types():
     got = [(r.parameter, r.kind, r.old, r.new) for r in reasons_between(a, b)]
     assert got == [("x", "dtype", "float32", "int32"), ("x", "shape", "(3,)", "(4,)"), ("n", "value", "2", "3")]
     assert reasons_between(a, a) == []
+
+
+def _comparison(**kwargs):
+    from tflab.modes import compare_modes
+
+    def f(x):
+        return tf.tanh(x) * 3.0
+
+    return compare_modes(f, tf.TensorSpec([64], tf.float32), repeats=2, hlo=False,
+                         modes=("eager", "graph"), **kwargs)
+
+
+def test_distance_compares_sorts_formats_and_floats_as_its_overall_maximum():
+    from tflab.modes import Distance
+
+    d, e = Distance(outputs=3, gradients=120), Distance(outputs=7, gradients=0)
+    assert d <= 128 and not d < 120 and d > 64 and d >= 120.0 and d == 120
+    assert float(d) == 120.0 and max(d) == 120 and max(e) == 7
+    assert sorted([d, e]) == [e, d] and max([d, e]) is d
+    assert f"{d:.1f}" == "120.0" and repr(d) == "(outputs=3, gradients=120)"
+    assert d != Distance(outputs=120, gradients=3) and d == Distance(outputs=3, gradients=120)
+    assert (d.outputs, d.gradients) == (3, 120)
+    with pytest.raises(TypeError):
+        d < "8"
+    c = _comparison()
+    g = c.modes["graph"]
+    assert g.max_ulp <= 8 and g.max_abs_diff < 1e-5 and max(g.max_ulp) == g.max_ulp.overall
+    # the repr says which ULP number it shows
+    assert "graph: " in repr(c) and " ULP above atol, " in repr(c)
+    assert "ULP>atol out" in c.to_text()
+
+
+def test_speed_ratio_one_convention_in_code_and_text():
+    c = _comparison()
+    eager, graph = c.modes["eager"].median_seconds, c.modes["graph"].median_seconds
+    r = c.speed_ratio("graph", "eager")
+    assert r == pytest.approx(eager / graph)
+    assert c.speed_ratio("eager", "graph") == pytest.approx(1 / r)
+    assert c.speedups == {"graph vs eager": r, "xla vs graph": None}
+    word = "faster" if r >= 1 else ", slower"
+    assert f"graph vs eager: {r:.2f}×{' ' if r >= 1 else ''}{word} per call" in c.to_text()
+    assert c.to_dict()["speed"]["graph_vs_eager"] == r
+    with pytest.warns(DeprecationWarning):
+        assert c.speed_ratio(slow="eager", fast="graph") == r
+    from tflab.modes import speed_text
+
+    assert (speed_text(1.75), speed_text(0.97)) == ("1.75× faster", "0.97×, slower")
+
+
+def test_grappler_setting_is_recorded_in_text_and_dict():
+    on, off = _comparison(), _comparison(grappler=False)
+    opts = _comparison(grappler={"arithmetic_optimization": False})
+    assert (on.grappler, off.grappler) == (True, False)
+    assert "graph mode: Grappler on" in on.to_text()
+    assert "graph mode: Grappler off (meta optimizer disabled)" in off.to_text()
+    assert "Grappler off" in repr(off) and "Grappler" not in repr(on)
+    assert (on.to_dict()["grappler"], off.to_dict()["grappler"]) == (True, False)
+    assert opts.to_dict()["grappler"] == {"arithmetic_optimization": False}
+    assert "graph mode: Grappler options arithmetic_optimization=False" in opts.to_text()

@@ -38,6 +38,16 @@ _retrace_message expect_traces
 """.split()
 
 
+OLD_LITERT_NAMES = """
+QUANTIZATIONS UNIT_ROUNDOFF FLOAT16_STEP MIN_WEIGHT_ELEMENTS ELEMENTWISE_ULPS MAX_GRADIENT_ELEMENTS
+UnsupportedOpsError OutputError TFLiteCheck _representative _converter _captured_stderr convert
+_explain_converter_error FlatbufferStats analyze_flatbuffer _Sensitivity _SENSITIVITY_CACHE _cache_key
+_call_target _sensitivity prepare_bounds _gamma _ulp32 _bounds _bounds_computed _runtime_name _details
+_quantize _dequantize argmax_agreement _run_signatures check_tflite _RANDOM_OPS _stateful_random_ops
+signature_op_types _where_ops check_rows _explanation tflite_roundtrip
+""".split()
+
+
 def test_the_import_graph_of_tflab_has_no_cycle():
     graph = build_graph()
     assert len(graph) > 30 and graph["tflab.retrace_expect"] >= {"tflab.retrace_probe",
@@ -62,16 +72,16 @@ def test_the_cycle_finder_sees_a_cycle_through_an_import_inside_a_function(tmp_p
     assert cycles(graph) == [["tflab.high", "tflab.low"]]
 
 
-def test_nobody_imports_export_or_the_retrace_facade():
-    """export.py is the top orchestrator; tflab.retrace only re-exports the four retrace parts."""
+def test_nobody_imports_export_or_the_compatibility_modules():
+    """export.py is the top orchestrator; tflab.retrace and tflab.litert only re-export their parts."""
     graph = build_graph()
-    for top in ("tflab.export", "tflab.retrace"):
+    for top in ("tflab.export", "tflab.retrace", "tflab.litert"):
         users = sorted(m for m, deps in graph.items() if top in deps and m != "tflab")
         allowed = {"tflab.export": {"tflab._tour.s07_export", "tflab.commands.export_cmd"},
-                   "tflab.retrace": set()}[top]
+                   "tflab.retrace": set(), "tflab.litert": set()}[top]
         assert set(users) <= allowed, (top, users)
     # custom-op loading is below everything that loads a SavedModel or converts one
-    for m in ("tflab.saved_model", "tflab.litert", "tflab.export"):
+    for m in ("tflab.saved_model", "tflab.litert_convert", "tflab.export"):
         assert "tflab.custom_op_loader" in graph[m]
     assert graph["tflab.custom_op_loader"] == set()
     # the reason engine is the bottom of the retrace family
@@ -105,8 +115,40 @@ def test_every_old_tflab_retrace_name_still_resolves_to_its_new_home():
         assert getattr(facade, name) is getattr(homes[0], name), name
     for name in ("RetraceProbe", "expect_traces", "RetraceError", "Trace"):
         assert getattr(tflab, name) is getattr(facade, name)
+    # a name set on the old module reaches the part whose functions read it
+    old = facade.STALE_READ_NOTE
+    try:
+        facade.STALE_READ_NOTE = "changed"
+        assert retrace_log.STALE_READ_NOTE == "changed"
+    finally:
+        facade.STALE_READ_NOTE = old
+    assert retrace_log.STALE_READ_NOTE == old
     # the module that runs `tflab retrace` no longer imports the whole family
     assert "tflab.retrace_probe" not in build_graph()["tflab.retrace_log"]
+
+
+def test_every_old_tflab_litert_name_still_resolves_and_writes_reach_the_part():
+    import tflab
+    import tflab.litert as facade
+    from tflab import litert_bounds, litert_check, litert_convert
+
+    parts = (litert_convert, litert_bounds, litert_check)
+    for name in OLD_LITERT_NAMES:
+        homes = [p for p in parts if name in vars(p)]
+        assert homes, name
+        assert getattr(facade, name) is getattr(homes[0], name), name
+    for name in ("tflite_roundtrip", "TFLiteCheck", "UnsupportedOpsError"):
+        assert getattr(tflab, name) is getattr(facade, name)
+    old = facade.MAX_GRADIENT_ELEMENTS
+    try:
+        facade.MAX_GRADIENT_ELEMENTS = 7
+        assert litert_bounds.MAX_GRADIENT_ELEMENTS == 7
+    finally:
+        facade.MAX_GRADIENT_ELEMENTS = old
+    assert litert_bounds.MAX_GRADIENT_ELEMENTS == old
+    # "how is the int8 bound derived" is answered by the file name
+    assert "int8" in litert_bounds.__doc__ and "output step" in litert_bounds.__doc__
+    assert not hasattr(litert_convert, "check_tflite") and not hasattr(litert_check, "_bounds_computed")
 
 
 # One interpreter that imports the heavy third-party packages once, then forks a

@@ -10,7 +10,8 @@ Public names (imported lazily, since importing TensorFlow takes seconds):
 * step 5 `autograph_diff` → `AutographDiff` (tflab/autograph.py)
 * step 6 `compare_modes` → `ModeComparison` (tflab/modes.py)
 * step 7 `save_and_reload` → `SavedModelCheck` (tflab/saved_model.py)
-* step 8 `tflite_roundtrip` → `TFLiteCheck` (tflab/litert.py)
+* step 8 `tflite_roundtrip` → `TFLiteCheck` (tflab/litert.py re-exports
+  tflab/litert_convert.py, litert_bounds.py, litert_check.py)
 * step 11 `DistributedRetraceProbe`, `inspect_distributed`, `run_workers` (tflab/distribute.py)
 """
 
@@ -41,9 +42,9 @@ _EXPORTS = {
     "ModeComparison": "tflab.modes",
     "save_and_reload": "tflab.saved_model",
     "SavedModelCheck": "tflab.saved_model",
-    "tflite_roundtrip": "tflab.litert",
-    "TFLiteCheck": "tflab.litert",
-    "UnsupportedOpsError": "tflab.litert",
+    "tflite_roundtrip": "tflab.litert_check",
+    "TFLiteCheck": "tflab.litert_check",
+    "UnsupportedOpsError": "tflab.litert_convert",
     "export_model": "tflab.export",
     "DistributedRetraceProbe": "tflab.distribute",
     "inspect_distributed": "tflab.distribute",

@@ -9,7 +9,7 @@ The steps, in order:
    --worker``), because the MLIR converter can abort the whole process (LLVM
    fatal errors call ``abort()``); a dead worker costs one variant, reported
    as crashed, and a fresh worker takes the rest;
-4. `tflab.litert.check_tflite` each variant against the SavedModel;
+4. `tflab.litert_check.check_tflite` each variant against the SavedModel;
 5. write ``report.json`` and rename the temporary folder to ``--out``.
 
 Any error before step 5 removes the temporary folder: nothing is half-written.
@@ -34,7 +34,8 @@ from tflab._paths import OutputPath, output_path
 from tflab.custom_op_loader import (PROJECT_CUSTOM_OPS, load_custom_ops_for,  # noqa: F401
                                     unregistered_op)
 from tflab.errors import Terminated, TflabError, UsageError
-from tflab.litert import QUANTIZATIONS, TFLiteCheck
+from tflab.litert_check import TFLiteCheck
+from tflab.litert_convert import QUANTIZATIONS
 
 # Fault injection for the crash-isolation test: the worker aborts (like an
 # LLVM fatal error) when it starts converting this variant.
@@ -100,7 +101,7 @@ class ExportReport:
         sm = self.saved_model
         lines = [f"export {self.model} -> {self.out}   (examples: {self.examples})",
                  f"SavedModel: {'bit-exact' if sm.bit_exact else 'NOT bit-exact'} "
-                 f"({', '.join(sm.signatures)}; {sm.examples} example batch(es))"]
+                 f"({', '.join(sm.signatures)}; {sm.batch_count} example batch(es))"]
         lines += [f"  note: {n}" for n in sm.notes]
         lines.append(variant_table(self.variants))
         seen: set[str] = set()
@@ -359,7 +360,7 @@ def _worker_main(argv: Sequence[str]) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
     from tflab.errors import TflabError as _Err
-    from tflab.litert import UnsupportedOpsError, convert
+    from tflab.litert_convert import UnsupportedOpsError, convert
 
     batches = load_examples(examples_path)
     for q in quants.split(","):
@@ -482,7 +483,7 @@ def _convert_while(convert: Callable[[], dict], other: Callable[[], None]) -> di
 
 def _convert_inprocess(saved_model: str, outdir: str, quants: list[str], batches,
                        progress: Callable[[str], None]) -> dict[str, dict]:
-    from tflab.litert import UnsupportedOpsError, convert
+    from tflab.litert_convert import UnsupportedOpsError, convert
 
     results: dict[str, dict] = {}
     for q in quants:
@@ -587,7 +588,7 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
     Raises:
         UsageError: bad input: not a model, a corrupt SavedModel, examples not
             matching the signature or with 0 rows, an op outside the TFLite
-            builtins (`tflab.litert.UnsupportedOpsError`, ``kind`` "flex" or
+            builtins (`tflab.litert_convert.UnsupportedOpsError`, ``kind`` "flex" or
             "custom"), a SavedModel op not registered in this process, or an
             ``out`` that cannot be written or replaced (probed by creating a
             folder there, `tflab._paths.output_path`), a signature that fails
@@ -605,8 +606,11 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
     >>> r.saved_model.bit_exact, r.variants["dynamic"].status, r.variants["dynamic"].check.bit_exact
     (True, 'ok', False)
     """
-    from tflab.litert import UnsupportedOpsError, check_tflite, prepare_bounds
-    from tflab.saved_model import normalize_examples, save_and_reload
+    from tflab.litert_bounds import prepare_bounds
+    from tflab.litert_check import check_tflite
+    from tflab.litert_convert import UnsupportedOpsError
+    from tflab.examples import Examples
+    from tflab.saved_model import save_and_reload
 
     t0 = time.perf_counter()
     progress = progress or (lambda msg: None)
@@ -624,17 +628,18 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         obj, name = model, model_name or type(model).__name__
     if isinstance(examples, (str, os.PathLike)):
         source = os.fspath(examples)
-        batches = normalize_examples(load_examples(source))
+        batches = Examples.of(load_examples(source))
     elif examples is not None:
-        source, batches = "given", normalize_examples(examples)
+        source, batches = "given", Examples.of(examples)
     else:
         source, batches = "seeded random (seed 0), batch sizes 1 and 4", None
 
     if batches is not None:
-        from tflab.litert import check_rows
-
-        check_rows(batches)
-    build_note = build_unbuilt_keras(obj, batches, name)
+        batches.check_rows()
+    listed = None if batches is None else list(batches)
+    build_note = build_unbuilt_keras(obj, listed, name)
+    if listed is not None and any(x is not y for x, y in zip(listed, batches)):
+        batches = Examples(tuple(listed))  # renamed to the built model's input (already numpy)
     # The SIGTERM handler goes in before the temporary folder exists, so a
     # SIGTERM at any point after mkdtemp unwinds through the cleanup below.
     previous_term = _install_sigterm()
@@ -649,7 +654,7 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
             sm = save_and_reload(obj, tmp / "saved_model", batches)
         if build_note:
             sm = dataclasses.replace(sm, notes=(build_note, *sm.notes))
-        batches = list(sm.example_batches)
+        batches = sm.example_batches  # checked against the SignatureDefs: passed on as is
         _save_examples(batches, os.fspath(tmp / "examples.npz"))
         if isolate:
             conv = _convert_while(

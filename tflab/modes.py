@@ -91,11 +91,22 @@ _SHAPE_ONLY_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank", "ZerosLike", "On
 
 @dataclasses.dataclass(frozen=True)
 class Distance:
-    """A distance from eager, split into outputs and gradients.
+    """A distance from eager, split into outputs and gradients, that acts as its overall maximum.
+
+    ``float(d)``, comparisons with numbers and with other Distances (``d <= 8``,
+    ``sorted(...)``), and format specs (``f"{d:.3g}"``) use ``overall``; ``max(d)``
+    iterates over ``(outputs, gradients)``. Two Distances are ``==`` when both
+    parts are; a Distance ``==`` a number when its overall maximum is.
 
     Attributes:
         outputs: the maximum over all output elements.
         gradients: the maximum over all gradient elements (0 when there are none).
+
+    Example:
+
+    >>> d = Distance(outputs=3, gradients=120)
+    >>> d <= 128, float(d), max(d), f"{d:.0f}"
+    (True, 120.0, 120, '120')
     """
 
     outputs: float
@@ -103,10 +114,58 @@ class Distance:
 
     @property
     def overall(self) -> float:
+        """``max(outputs, gradients)``."""
         return max(self.outputs, self.gradients)
 
     def __repr__(self) -> str:
         return f"(outputs={_fmt_num(self.outputs)}, gradients={_fmt_num(self.gradients)})"
+
+    def __float__(self) -> float:
+        return float(self.overall)
+
+    def __iter__(self):
+        return iter((self.outputs, self.gradients))
+
+    def __format__(self, spec: str) -> str:
+        return format(self.overall, spec) if spec else repr(self)
+
+    @staticmethod
+    def _value(other: Any) -> float | None:
+        if isinstance(other, Distance):
+            return other.overall
+        if isinstance(other, (int, float, np.integer, np.floating)) and not isinstance(other, bool):
+            return float(other)
+        return None
+
+    def __eq__(self, other: Any) -> bool:
+        if isinstance(other, Distance):
+            return (self.outputs, self.gradients) == (other.outputs, other.gradients)
+        v = self._value(other)
+        return NotImplemented if v is None else float(self.overall) == v
+
+    def __hash__(self) -> int:
+        return hash((self.outputs, self.gradients))
+
+    def __lt__(self, other: Any) -> bool:
+        v = self._value(other)
+        return NotImplemented if v is None else float(self.overall) < v
+
+    def __le__(self, other: Any) -> bool:
+        v = self._value(other)
+        return NotImplemented if v is None else float(self.overall) <= v
+
+    def __gt__(self, other: Any) -> bool:
+        v = self._value(other)
+        return NotImplemented if v is None else float(self.overall) > v
+
+    def __ge__(self, other: Any) -> bool:
+        v = self._value(other)
+        return NotImplemented if v is None else float(self.overall) >= v
+
+
+def speed_text(ratio: float) -> str:
+    """``1.75× faster`` or ``0.97×, slower``: a speed ratio (> 1: faster) said with its direction."""
+    return f"{ratio:.2f}× faster" if ratio >= 1 else f"{ratio:.2f}×, slower"
 
 
 def _fmt_num(x: float) -> str:
@@ -210,6 +269,10 @@ class ModeComparison:
             ``("StatelessRandomUniformV2",)``); tensors without any are absent.
         notes: one line per mode and tensor left out as a random stream, with
             how to compare it anyway.
+        grappler: how graph mode ran Grappler: True (TF's default
+            optimizations), False (meta optimizer disabled) or the
+            ``tf.config.optimizer`` options given; in ``to_text()`` and
+            ``to_dict()`` too.
     """
 
     function: str
@@ -227,6 +290,16 @@ class ModeComparison:
     variables_restored: tuple[str, ...] = ()
     random_ops: dict = dataclasses.field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    grappler: Any = True
+
+    @property
+    def grappler_text(self) -> str:
+        """``Grappler on`` / ``Grappler off (meta optimizer disabled)`` / ``Grappler options {…}``."""
+        if self.grappler is True:
+            return "Grappler on (TF's default graph optimizations)"
+        if self.grappler is False:
+            return "Grappler off (meta optimizer disabled)"
+        return "Grappler options " + ", ".join(f"{k}={v}" for k, v in sorted(self.grappler.items()))
 
     def __repr__(self) -> str:
         parts = []
@@ -235,23 +308,63 @@ class ModeComparison:
             if r is None:
                 continue
             parts.append(f"{m}: error" if r.error else
-                         f"{m}: {_fmt_num(r.max_ulp_above_atol.overall)} ULP, {r.median_seconds * 1e3:.3g} ms")
+                         f"{m}: {_fmt_num(r.max_ulp_above_atol.overall)} ULP above atol, "
+                         f"{r.median_seconds * 1e3:.3g} ms")
         extra = f", {self.fusion_count} fusions" if self.fusion_count is not None else ""
+        if self.grappler is not True and "graph" in self.modes:
+            extra += ", graph: " + self.grappler_text
         return (f"ModeComparison({self.function}: " + "; ".join(parts) + extra
                 + f", {len(self.findings)} finding(s))")
 
-    def speed_ratio(self, slow: str, fast: str) -> float | None:
-        """median_seconds[slow] / median_seconds[fast]; > 1 means ``fast`` is faster."""
-        a, b = self.modes.get(slow), self.modes.get(fast)
-        if not a or not b or a.error or b.error or not b.median_seconds:
+    def speed_ratio(self, mode: str | None = None, baseline: str = "eager",
+                    **deprecated: str) -> float | None:
+        """How many times faster ``mode`` runs than ``baseline``, per warm call.
+
+        One convention in code and text: ``speed_ratio("xla", "graph")`` is
+        ``median_seconds["graph"] / median_seconds["xla"]``, printed
+        ``xla vs graph: 1.75× faster``; below 1 ``mode`` is slower
+        (``xla vs graph: 0.97×, slower``).
+
+        Args:
+            mode: the mode timed (``"graph"``, ``"xla"``, ``"eager"``).
+            baseline: the mode it is compared with.
+            **deprecated: the old keywords ``slow=``/``fast=`` (ratio
+                slow/fast, the same number as ``speed_ratio(fast, slow)``),
+                kept with a DeprecationWarning.
+
+        Returns:
+            The ratio, or None when either mode did not run or failed.
+
+        Raises:
+            UsageError: an unknown keyword, or no mode.
+        """
+        if deprecated:
+            unknown = set(deprecated) - {"slow", "fast"}
+            if unknown:
+                raise UsageError(f"speed_ratio: unknown argument(s) {sorted(unknown)}; "
+                                 f"call speed_ratio(mode, baseline)")
+            import warnings
+
+            warnings.warn("speed_ratio(slow=, fast=) is deprecated: speed_ratio(mode, baseline) says how "
+                          "many times faster mode is", DeprecationWarning, stacklevel=2)
+            mode, baseline = deprecated.get("fast", mode), deprecated.get("slow", baseline)
+        if mode is None:
+            raise UsageError("speed_ratio needs the mode to time: speed_ratio(mode, baseline)")
+        a, b = self.modes.get(mode), self.modes.get(baseline)
+        if not a or not b or a.error or b.error or not a.median_seconds:
             return None
-        return a.median_seconds / b.median_seconds
+        return b.median_seconds / a.median_seconds
+
+    @property
+    def speedups(self) -> dict[str, float | None]:
+        """``{"graph vs eager": speed_ratio("graph", "eager"), "xla vs graph": speed_ratio("xla", "graph")}``."""
+        return {f"{m} vs {b}": self.speed_ratio(m, b) for m, b in (("graph", "eager"), ("xla", "graph"))}
 
     def to_text(self) -> str:
         """A table of modes, then XLA's fusion count and the findings."""
         # ULP columns count only elements above atol in magnitude (raw maxima,
         # near-zero noise included, are in a footnote when they differ).
-        rows = [("mode", "max ULP out", "max ULP grad", "max |diff|", "first call s", "median ms", "")]
+        rows = [("mode", "ULP>atol out", "ULP>atol grad", "max |diff|", "first call s", "median ms", "")]
         raw_notes = []
         for m in MODES:
             r = self.modes.get(m)
@@ -270,17 +383,17 @@ class ModeComparison:
         lines = [f"{self.function} on {self.device.rsplit('device:', 1)[-1] or 'unknown device'}, "
                  f"gradients wrt {len(self.gradient_names)} source(s)"
                  + (f"; restored {len(self.variables_restored)} variable(s) before each mode"
-                    if self.variables_restored else "")]
+                    if self.variables_restored else "")
+                 + (f"; graph mode: {self.grappler_text}" if "graph" in self.modes else "")]
         lines += ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
                   + (f"  {r[6]}" if r[6] else "") for r in rows]
         lines.append(f"ULP columns: the largest ULP distance over elements with |value| > atol {self.atol:g} "
                      f"(worst element by ULP; max |diff| is the worst by absolute difference, "
                      f"often another element)"
                      + (f"; all elements (out / grad): {', '.join(raw_notes)}" if raw_notes else ""))
-        for slow, fast in (("eager", "graph"), ("graph", "xla")):
-            ratio = self.speed_ratio(slow, fast)
+        for label, ratio in self.speedups.items():
             if ratio is not None:
-                lines.append(f"{fast} vs {slow}: {ratio:.2f}× per call")
+                lines.append(f"{label}: {speed_text(ratio)} per call")
         if self.fusion_count is not None:
             kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.fusion_kinds.items()))
             lines.append(f"XLA optimized HLO: {self.fusion_count} fusions ({kinds})")
@@ -311,8 +424,7 @@ class ModeComparison:
             elif f.name == "hlo" and not arrays:
                 v = {k: f"{len(t)} characters" for k, t in v.items()}
             out[f.name] = to_jsonable(v)
-        out["speed"] = {"graph_vs_eager": self.speed_ratio("eager", "graph"),
-                        "xla_vs_graph": self.speed_ratio("graph", "xla")}
+        out["speed"] = {k.replace(" vs ", "_vs_"): v for k, v in self.speedups.items()}
         return out
 
 
@@ -741,7 +853,8 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
                           gradient_names=grad_names, hlo=hlo_text, hlo_stages=stages,
                           fusion_count=fusions, fusion_kinds=kinds, ulp_bound=ulp_bound,
                           atol=atol, findings=tuple(findings), output_names=tuple(output_names),
-                          variables_restored=saved.names(), random_ops=random_ops, notes=tuple(notes))
+                          variables_restored=saved.names(), random_ops=random_ops, notes=tuple(notes),
+                          grappler=grappler if isinstance(grappler, bool) else dict(grappler))
 
 
 def _called_functions(attrs) -> list[str]:

@@ -13,11 +13,13 @@ The retrace code is four modules, one concern each, imported bottom-up:
 
 This module re-exports every name the single ``tflab/retrace.py`` had (public
 and private, so ``tflab.retrace.X`` keeps working); it holds no code of its
-own, and no tflab module imports it (it would pull in all four parts).
+own, and no tflab module imports it (it would pull in all four parts). A name
+set on it is set on the part that uses it too.
 """
 
 from __future__ import annotations
 
+from tflab import _facade, retrace_expect, retrace_log, retrace_probe, retrace_reasons
 from tflab.retrace_reasons import (  # noqa: F401
     describe_per_replica, diff_per_replica, explain, FIXES, FIXES_WITH_REDUCE_RETRACING,
     function_type_inputs, make_trace, NO_VARIABLE_CREATION, parse_trace_type, PER_REPLICA_FIX,
@@ -38,3 +40,5 @@ from tflab.retrace_log import (  # noqa: F401
 from tflab.retrace_expect import (  # noqa: F401
     expect_traces, RetraceError, TraceExpectation, _ExpectTraces, _FunctionWatch,
     _method_instances, _no_probe_call_error, _retrace_message)
+
+_facade.forward_writes(__name__, (retrace_reasons, retrace_probe, retrace_log, retrace_expect))
