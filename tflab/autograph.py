@@ -99,7 +99,8 @@ class AutographDiff:
     """AutoGraph's rewrite of a function and what each control-flow statement became.
 
     Attributes:
-        function: the function's qualified name.
+        function_name: the function's qualified name (``function``, its old
+            name, is a deprecated alias).
         filename: the file the source came from.
         original: the function's source text (``inspect.getsource``).
         converted: AutoGraph's generated source (`tf.autograph.to_code`).
@@ -108,9 +109,10 @@ class AutographDiff:
         warnings: AutoGraph's "could not transform … will run it as-is" warnings
             seen while tracing (one line each); empty in strict mode, which raises.
         strict: whether strict conversion (``AUTOGRAPH_STRICT_CONVERSION``) was on.
+        table: (property) the statement table as aligned text lines.
     """
 
-    function: str
+    function_name: str
     filename: str
     original: str
     converted: str
@@ -122,12 +124,25 @@ class AutographDiff:
     def __repr__(self) -> str:
         parts = ", ".join(repr(s)[1:-1] for s in self.statements) or "no if/for/while"
         warn = f", {len(self.warnings)} warning(s)" if self.warnings else ""
-        return f"AutographDiff({self.function}: {parts}{warn})"
+        return f"AutographDiff({self.function_name}: {parts}{warn})"
 
+    @property
+    def function(self) -> str:
+        """Deprecated alias of `function_name`."""
+        from tflab._compat import deprecated
+
+        return deprecated("AutographDiff.function", "AutographDiff.function_name", self.function_name)
+
+    @property
     def table(self) -> str:
-        """The statement table as aligned text lines."""
+        """The statement table as aligned text lines; ``table()`` (a method before) still works, deprecated."""
+        from tflab._compat import callable_str
+
+        return callable_str(self._table(), "AutographDiff.table()", "AutographDiff.table (a property)")
+
+    def _table(self) -> str:
         if not self.statements:
-            return f"{self.function} has no if, for or while statements"
+            return f"{self.function_name} has no if, for or while statements"
         rows = [("line", "kind", "outcome", "op", "unrolled", "source")]
         for s in self.statements:
             op = f"{s.op_type} {s.op}" if s.op else "-"
@@ -157,7 +172,7 @@ class AutographDiff:
             out.append(f"… ({len(all_lines) - diff_lines} more diff lines)")
         if out:
             out.append("")
-        out.append(self.table())
+        out.append(self.table)
         out += [f"note line {s.lineno}: {s.note}" for s in self.statements if s.note]
         out += [f"warning: {w}" for w in self.warnings]
         return "\n".join(out)
@@ -166,7 +181,9 @@ class AutographDiff:
         """JSON-ready dict of every field."""
         from tflab._jsonutil import to_jsonable
 
-        return {f.name: to_jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        out = {f.name: to_jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        out["function"] = self.function_name  # the old key
+        return out
 
 
 def _colour(line: str) -> str:
@@ -665,7 +682,7 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
     if records is None and counter.active:  # no statement ran at all: none was reached
         records = {"runs": {}, "python": set(), "reached": {}, "branches": {}}
     statements = tuple(_classify(s, ops, records) for s in _find_statements(source, start))
-    return AutographDiff(function=name, filename=filename, original=source,
+    return AutographDiff(function_name=name, filename=filename, original=source,
                          converted=converted, unified_diff=diff, statements=statements,
                          warnings=tuple(catcher.messages), strict=strict_on)
 

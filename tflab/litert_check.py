@@ -148,7 +148,7 @@ class TFLiteCheck:
             for role in ("inputs", "outputs"):
                 for n, d in sig[role].items():
                     q = d.get("quantization")
-                    lines.append(f"  {key} {role[:-1]} {n}: {d['dtype']}{list(d['shape_signature'])}"
+                    lines.append(f"  {key} {role[:-1]} {n}: {d['dtype']}{_shape_text(d['shape_signature'])}"
                                  + (f" scale={q[0]:.6g} zero_point={q[1]}" if q else ""))
         for o in self.outputs.values():
             am = "" if o.argmax_agreement is None else f", argmax agree {o.argmax_agreement:.0%}"
@@ -167,6 +167,11 @@ class TFLiteCheck:
         d["outputs"] = {k: dict(dataclasses.asdict(o), within_bound=o.within_bound)
                         for k, o in self.outputs.items()}
         return d
+
+
+def _shape_text(shape_signature) -> str:
+    """LiteRT's ``[-1, 64]`` in the lab's shape notation: ``[None,64]`` (a dynamic dim is None)."""
+    return "[" + ",".join("None" if int(d) < 0 else str(int(d)) for d in shape_signature) + "]"
 
 
 # ---------------------------------------------------------------------- checking

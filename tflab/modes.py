@@ -243,7 +243,8 @@ class ModeComparison:
     """Eager vs graph vs XLA for one function: numbers, timings, HLO and findings.
 
     Attributes:
-        function: the function's name.
+        function_name: the function's name (``function``, its old name, is a
+            deprecated alias).
         device: the device eager ran on (e.g. ``/job:localhost/…/device:CPU:0``).
         modes: ``"eager"``, ``"graph"``, ``"xla"`` → `ModeResult`.
         gradient_names: the gradient sources, in order (``"arg:x"``, ``"var:dense/kernel"``).
@@ -275,7 +276,7 @@ class ModeComparison:
             ``to_dict()`` too.
     """
 
-    function: str
+    function_name: str
     device: str
     modes: dict
     gradient_names: tuple[str, ...]
@@ -291,6 +292,13 @@ class ModeComparison:
     random_ops: dict = dataclasses.field(default_factory=dict)
     notes: tuple[str, ...] = ()
     grappler: Any = True
+
+    @property
+    def function(self) -> str:
+        """Deprecated alias of `function_name`."""
+        from tflab._compat import deprecated
+
+        return deprecated("ModeComparison.function", "ModeComparison.function_name", self.function_name)
 
     @property
     def grappler_text(self) -> str:
@@ -313,7 +321,7 @@ class ModeComparison:
         extra = f", {self.fusion_count} fusions" if self.fusion_count is not None else ""
         if self.grappler is not True and "graph" in self.modes:
             extra += ", graph: " + self.grappler_text
-        return (f"ModeComparison({self.function}: " + "; ".join(parts) + extra
+        return (f"ModeComparison({self.function_name}: " + "; ".join(parts) + extra
                 + f", {len(self.findings)} finding(s))")
 
     def speed_ratio(self, mode: str | None = None, baseline: str = "eager",
@@ -380,7 +388,7 @@ class ModeComparison:
                          f"{r.max_abs_diff.overall:.3g}", f"{r.first_call_seconds:.3f}",
                          f"{r.median_seconds * 1e3:.3f}", ""))
         widths = [max(len(r[i]) for r in rows) for i in range(6)]
-        lines = [f"{self.function} on {self.device.rsplit('device:', 1)[-1] or 'unknown device'}, "
+        lines = [f"{self.function_name} on {self.device.rsplit('device:', 1)[-1] or 'unknown device'}, "
                  f"gradients wrt {len(self.gradient_names)} source(s)"
                  + (f"; restored {len(self.variables_restored)} variable(s) before each mode"
                     if self.variables_restored else "")
@@ -425,6 +433,7 @@ class ModeComparison:
                 v = {k: f"{len(t)} characters" for k, t in v.items()}
             out[f.name] = to_jsonable(v)
         out["speed"] = {k.replace(" vs ", "_vs_"): v for k, v in self.speedups.items()}
+        out["function"] = self.function_name  # the old key
         return out
 
 
@@ -849,7 +858,7 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
     random_ops = _random_ops_by_tensor(runners, results, sources, output_names, grad_names)
     notes = _separate_random_streams(results, reference, random_ops, output_names, atol)
     findings = _findings(results, reference, ulp_bound, atol, output_names)
-    return ModeComparison(function=name, device=device, modes=results,
+    return ModeComparison(function_name=name, device=device, modes=results,
                           gradient_names=grad_names, hlo=hlo_text, hlo_stages=stages,
                           fusion_count=fusions, fusion_kinds=kinds, ulp_bound=ulp_bound,
                           atol=atol, findings=tuple(findings), output_names=tuple(output_names),

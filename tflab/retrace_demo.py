@@ -62,9 +62,13 @@ class RetracingDemo:
                 return r
         raise KeyError(f"no trigger {trigger!r}; triggers: {', '.join(r.trigger for r in self.results)}")
 
+    @property
     def counts(self) -> dict[str, tuple[int, int]]:
-        """trigger -> (traces, traces after prevention)."""
-        return {r.trigger: (r.traces, r.traces_after) for r in self.results}
+        """trigger -> (traces, traces after prevention); ``counts()`` (a method before) still works, deprecated."""
+        from tflab._compat import callable_dict
+
+        return callable_dict({r.trigger: (r.traces, r.traces_after) for r in self.results},
+                             "RetracingDemo.counts()", "RetracingDemo.counts (a property)")
 
     def to_text(self, compact: bool = False) -> str:
         """A table: trigger, traces, prevention, traces after; ``compact`` drops the details."""

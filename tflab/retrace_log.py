@@ -294,6 +294,11 @@ class FunctionTraces:
     def trace_count(self) -> int:
         return len(self.traces)
 
+    @property
+    def function_name(self) -> str:
+        """``function``, under the name every result uses for the function's name."""
+        return self.function
+
     def to_text(self) -> str:
         lines = [f"{self.label or self.function}: {self.trace_count} trace(s)"]
         for t in self.traces:

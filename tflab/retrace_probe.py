@@ -171,6 +171,8 @@ class RetraceProbe:
     Attributes:
         function: the wrapped `tf.function` that calls go through (the
             probe's own copy when ``fn`` is a tf.function).
+        function_name: the user's function's name, as in every other result
+            (``name`` is the same).
         original: ``fn`` when it is a tf.function, else None.
         trace_count: traces counted by the side effect (includes failed traces).
         traces: one `Trace` per trace, oldest first.
@@ -427,6 +429,11 @@ class RetraceProbe:
             f"or pass its numbers as tensors")
 
     # -- reports ------------------------------------------------------------------
+    @property
+    def function_name(self) -> str:
+        """The user's function's name (``name``): ``function`` is the wrapped tf.function itself."""
+        return self.name
+
     @property
     def trace_count(self) -> int:
         """Traces counted by the trace-time side effect (failed traces included)."""

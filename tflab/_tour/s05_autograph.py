@@ -57,7 +57,7 @@ def run(ctx) -> None:
         ctx.line(ln if len(ln) <= 100 else ln[:99] + "…")
     ctx.line(f"diff: {len(d.unified_diff.splitlines())} lines (tflab autograph FILE.py:FUNC prints it)")
     ctx.report["autograph"] = {
-        "function": d.function,
+        "function": d.function_name,
         "statements": [{"lineno": s.lineno, "kind": s.kind, "outcome": s.outcome, "op": s.op,
                         "op_type": s.op_type, "unrolled": s.unrolled, "source": s.source}
                        for s in d.statements],
