@@ -68,6 +68,7 @@ EXPECTED = {
     "changed closure": (1, 1),                # no retrace at all (stale), tensor argument
     "tf.Variable on the first call": (2, 1),  # TF's own second trace -> variable outside
     "tf.Variable on a later call": (3, 2),    # 2 + the failed trace -> variables made first
+    "Python value with a tf.Tensor hint": (2, 1),  # D10: the hint no longer converts -> tf.constant(n)
 }
 
 
@@ -86,7 +87,8 @@ def test_triggers_in_lab_order(demo):
     ("new dtype", ("#2 x: dtype float32 -> int32",)),
     ("new Python value", ("#2 n: 1 -> 2", "#3 n: 2 -> 3")),
     ("changed closure", ()),
-], ids=["shape", "dtype", "python_value", "closure"])
+    ("Python value with a tf.Tensor hint", ("#2 x: 1 -> 2",)),
+], ids=["shape", "dtype", "python_value", "closure", "type_hint"])
 def test_reasons(demo, trigger, reasons):
     assert demo[trigger].reasons == reasons
 

@@ -13,6 +13,7 @@ Public names (imported lazily, since importing TensorFlow takes seconds):
 * step 8 `tflite_roundtrip` → `TFLiteCheck` (tflab/litert.py re-exports
   tflab/litert_convert.py, litert_bounds.py, litert_check.py)
 * step 11 `DistributedRetraceProbe`, `inspect_distributed`, `run_workers` (tflab/distribute.py)
+* `diagnose` → `Diagnosis`: why a tf.function failed (tflab/diagnosis.py)
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ _EXPORTS = {
     "run_workers": "tflab.distribute",
     "MultiWorkerReport": "tflab.distribute",
     "WorkerError": "tflab.distribute",
+    "diagnose": "tflab.diagnosis",
+    "Diagnosis": "tflab.diagnosis",
     "TflabError": "tflab.errors",
     "UsageError": "tflab.errors",
 }

@@ -3,7 +3,7 @@
 Every numeric option of every verb uses one of these instead of a bare
 ``int``/``float``, so ``--seed -1`` is refused while parsing, not by numpy
 halfway through the work (``ValueError: expected non-negative integer``).
-``tests/test_10_bad_input.py`` walks `tflab.cli.VERBS` and fails on any
+``tests/test_cli_bad_input.py`` walks `tflab.cli.VERBS` and fails on any
 option typed with a bare ``int`` or ``float``.
 
 Use::
@@ -62,3 +62,14 @@ def non_negative_float(text: str) -> float:
 # numpy's Generator takes seeds in [0, 2**128); TF's stateless seeds are int64 pairs.
 seed_type = int_at_least(0, 2**63 - 1)
 seed_type.__name__ = "seed"
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (refuses 0, nan and inf), e.g. a timeout in seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text[:40]}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text[:40]}")
+    return value

@@ -27,6 +27,7 @@ VERBS = {
     "retrace": "retrace_cmd",
     "autograph": "autograph_cmd",
     "compare": "compare_cmd",
+    "diagnose": "diagnose_cmd",
     "export": "export_cmd",
     "build-op": "build_op_cmd",
     "distribute": "distribute_cmd",
@@ -58,8 +59,20 @@ def _quiet_tf() -> None:
         os.close(devnull)
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (``tflab VERB: error: …``), exit 2.
+
+    argparse's default prints the whole usage block before the error; the lab's
+    contract for an expected mistake is one line that says what was wrong and
+    where to look (``--help``).
+    """
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="tflab",
         description="TensorFlow tracing and export lab: FuncGraphs, retracing, AutoGraph, "
                     "XLA, SavedModel and LiteRT round trips.")
@@ -85,7 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     from tflab.errors import Terminated, TflabError
 
     parser, modules = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help (0) or a one-line argparse error (2): return, don't exit
+        return int(e.code or 0)
     if not args.verb:
         parser.print_help()
         return 2

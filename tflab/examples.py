@@ -245,7 +245,11 @@ def check_unused(batches: list[dict[str, np.ndarray]], takes: Mapping[str, Any])
         if extra:
             where = "examples" if len(batches) == 1 else f"examples[{i}]"
             sigs = "; ".join(f"{k} takes {sorted(v)}" for k, v in takes.items())
-            raise UsageError(f"{where}: no signature takes {extra} ({sigs})")
+            from tflab.diagnosis import renamed_keys_hint
+
+            hint = next(filter(None, (renamed_keys_hint(sorted(set(v) - set(batch)), extra, v, batch)
+                                      for v in takes.values())), "")  # case D9
+            raise UsageError(f"{where}: no signature takes {extra} ({sigs}){hint}")
 
 
 def check_examples(batches: list[dict[str, np.ndarray]], inputs: Mapping[str, TensorInfo],
@@ -264,6 +268,8 @@ def check_examples(batches: list[dict[str, np.ndarray]], inputs: Mapping[str, Te
     """
     import tensorflow as tf
 
+    from tflab.diagnosis import renamed_keys_hint
+
     want = ", ".join(str(t) for t in inputs.values())
     for i, batch in enumerate(batches):
         label = "examples" if len(batches) == 1 else f"examples[{i}]"
@@ -271,7 +277,8 @@ def check_examples(batches: list[dict[str, np.ndarray]], inputs: Mapping[str, Te
         if missing:
             extra = sorted(set(batch) - set(inputs if known is None else known))
             raise UsageError(f"{label} does not match {where}: missing {missing} "
-                             + (f"unknown {extra} " if extra else "") + f"(the signature takes {want})")
+                             + (f"unknown {extra} " if extra else "") + f"(the signature takes {want})"
+                             + renamed_keys_hint(missing, extra, inputs, batch))  # case D9
         for name, info in inputs.items():
             arr = batch[name]
             dt = tf.dtypes.as_dtype(arr.dtype) if arr.dtype.kind not in "OSU" else tf.string

@@ -45,6 +45,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+# The user-function helpers live in tflab._target (tflab.diagnosis uses them too);
+# kept importable from here.
+from tflab._target import _check_target, _function_name, _parameter_names, signature_args  # noqa: F401
 from tflab.errors import UsageError
 
 MODES = ("eager", "graph", "xla")
@@ -610,76 +613,6 @@ def _flatten_sources(fn: Callable, args: tuple, kwargs: dict):
     return [leaves[i] for i in idx], [f"arg:{labels[i]}" for i in idx], rebuild
 
 
-def _parameter_names(fn: Callable) -> list[str]:
-    """Positional parameter names for labels; a Keras layer's ``call`` rather than
-    its ``__call__(*args, **kwargs)``, and no name for ``*args``."""
-    target = getattr(fn, "python_function", fn)
-    while isinstance(target, functools.partial):
-        target = target.func
-    call = getattr(target, "call", None)
-    if not inspect.isroutine(target) and inspect.ismethod(call):
-        target = call
-    try:
-        params = inspect.signature(target).parameters.values()
-    except (TypeError, ValueError):
-        return []
-    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-
-
-def _function_name(fn: Callable) -> str:
-    target = getattr(fn, "python_function", fn)
-    while isinstance(target, functools.partial):  # the CLI binds a `seed` parameter this way
-        target = target.func
-    return (getattr(target, "__qualname__", None) or getattr(target, "name", None)
-            or type(target).__name__)
-
-
-def _check_target(fn: Callable, name: str) -> None:
-    """A class or an unbound method cannot be run as given: one clear line."""
-    from tflab._target import check_target
-
-    check_target(fn, name)
-
-
-def signature_args(fn: Callable, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """Checks ``args``/``kwargs`` against a `tf.function`'s ``input_signature``, or
-    falls back to it when none are given.
-
-    Raises:
-        UsageError: an argument does not match its TensorSpec (dtype or shape),
-            or the wrong number of arguments is given.
-    """
-    import tensorflow as tf
-
-    sig = getattr(fn, "input_signature", None)
-    if sig is None:
-        return args, kwargs
-    name = _function_name(fn)
-    if not args and not kwargs:
-        return tuple(sig), {}
-    names = _parameter_names(fn)
-    given = dict(zip(names, args))
-    given.update(kwargs)
-    if len(given) != len(sig) or any(n not in given for n in names[:len(sig)]):
-        raise UsageError(f"{name} has input_signature for ({', '.join(names[:len(sig)])}); "
-                         f"got arguments ({', '.join(given)}); give exactly those or none")
-    for pname, spec in zip(names, sig):
-        value = given[pname]
-        ok = True
-        try:
-            for s_, v in zip(tf.nest.flatten(spec), tf.nest.flatten(value)):
-                vspec = v if isinstance(v, tf.TensorSpec) else tf.TensorSpec.from_tensor(
-                    tf.convert_to_tensor(v))
-                ok = ok and s_.dtype == vspec.dtype and s_.shape.is_compatible_with(vspec.shape)
-        except (TypeError, ValueError):
-            ok = False
-        if not ok:
-            shown = value if isinstance(value, tf.TensorSpec) else getattr(value, "shape", value)
-            raise UsageError(f"{pname} does not match {name}'s input_signature: expected {spec}, "
-                             f"got {shown}{' ' + value.dtype.name if hasattr(value, 'dtype') else ''}")
-    return tuple(given[n] for n in names[:len(sig)]), {}
-
-
 def _prepare(args: tuple, kwargs: dict, seed: int):
     import tensorflow as tf
 
@@ -842,6 +775,7 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
             [None] * (len(srcs) + len(variables))
         return outputs, grads
 
+    step.user_function = python_fn  # what tflab.diagnosis reads when a traced mode fails
     runners = {"eager": step, "graph": tf.function(step),
                "xla": tf.function(step, jit_compile=True)}
     results: dict[str, ModeResult] = {}
@@ -1072,6 +1006,8 @@ def _run_modes(run_modes, runners, sources, grad_names, results, name, hlo, repe
                restore, output_names, atol):
     """Runs each mode (eager first: the reference), fills ``results``, then fetches HLO.
     ``restore`` puts the function's variables back before each mode's first call."""
+    from tflab.diagnosis import diagnosis_note
+
     from tflab._target import error_summary, user_frame
 
     reference = None
@@ -1096,6 +1032,8 @@ def _run_modes(run_modes, runners, sources, grad_names, results, name, hlo, repe
             else:
                 where = user_frame(e)
                 reason = error_summary(e)[:300] + (f" (at {where})" if where else "")
+                if mode != "eager":  # a failed trace: kind, culprit line and fix (tflab.diagnosis)
+                    reason += diagnosis_note(e, getattr(runners["eager"], "user_function", None))
             if mode == "eager":
                 raise UsageError(f"{name}'s eager forward+backward step raised {reason}") from e
             results[mode] = ModeResult(mode, None, None, None, None, None, None, error=reason)

@@ -221,6 +221,28 @@ def _variable_later_call(tf) -> TriggerResult:
         "no error")
 
 
+
+def _type_hints(tf) -> TriggerResult:
+    # Case D10: tf.function(experimental_follow_type_hints=True) once converted a
+    # Python value passed to a `tf.Tensor`-hinted parameter into a tensor. TF 2.21
+    # still accepts the option (deprecated through deprecation.deprecated_args,
+    # which logs once) but no longer converts: each value is a new Literal.
+    def double(x: tf.Tensor):
+        return x * 2
+
+    probe = RetraceProbe(double, experimental_follow_type_hints=True)
+    probe(1)
+    probe(2)
+    fixed = RetraceProbe(double, experimental_follow_type_hints=True)
+    fixed(tf.constant(1))
+    fixed(tf.constant(2))
+    return TriggerResult(
+        "Python value with a tf.Tensor hint",
+        "f(x: tf.Tensor) with experimental_follow_type_hints=True, x = 1, then 2",
+        probe.trace_count, probe.tf_tracing_count, tuple(probe.reasons),
+        "the hint does not turn the Python ints into tensors: each is its own Literal",
+        "pass tf.constant(n)", fixed.trace_count)
+
 # TF 2.21 polymorphic_function._FrequentTracingDetector warns "N out of the last
 # M calls to <function> triggered tf.function retracing…" on the `tensorflow`
 # logger; here the retraces are the point of the demo.
@@ -270,6 +292,10 @@ def demonstrate_retracing() -> RetracingDemo:
       new input raises ``ValueError: tf.function only supports singleton
       tf.Variables created on the first call``; prevented by creating every
       variable before the first call.
+    * **Python value with a tf.Tensor hint** (case D10):
+      ``experimental_follow_type_hints=True`` no longer stops retracing on TF
+      2.21 (the option is deprecated): ``f(1)`` then ``f(2)`` trace twice;
+      prevented by passing ``tf.constant(n)``.
 
     Where TF 2.21 differs from common teaching: many guides (and this
     project's seed document) list "a changed closure" as a retrace trigger. On
@@ -300,5 +326,5 @@ def demonstrate_retracing() -> RetracingDemo:
 
     with _quiet_frequent_retracing_warning():
         results = (_new_shape(tf), _new_dtype(tf), _python_value(tf), _closure(tf),
-                   _variable_first_call(tf), _variable_later_call(tf))
+                   _variable_first_call(tf), _variable_later_call(tf), _type_hints(tf))
     return RetracingDemo(tf_version=tf.__version__, results=results)

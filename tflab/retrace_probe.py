@@ -371,6 +371,10 @@ class RetraceProbe:
             t = make_trace(len(self.traces) + 1, inputs, [p for p in self.traces if p.kind != "failed"],
                            scope=scope, traced_as=traced_as, call=self.calls if kind is None else 0,
                            kind=kind, reduce_retracing=reduce_retracing, error=failed)
+            if error is not None and j == n_new - 1:  # this trace or its call raised: why
+                from tflab.diagnosis import probe_diagnosis
+
+                t = probe_diagnosis(self, t, error, entry)
             self.traces.append(t)
 
     def _new_cache_entries(self) -> list[tuple[Any, Any]]:

@@ -155,6 +155,8 @@ class Trace:
             ``compared_with`` (a tie, broken toward the smaller kind of
             change), its index; else None.
         runner_up_reasons: the reasons against ``runner_up``.
+        diagnosis: for a trace that raised, or whose call raised, the
+            `tflab.diagnosis.Diagnosis` (kind, culprit line, fix); else None.
     """
 
     index: int
@@ -203,6 +205,9 @@ class Trace:
         if self.traced_as:
             lines.append(f"{pad}traced as: " + ", ".join(
                 f"{n}={_short_type(t)}" for n, t in self.traced_as))
+        if self.diagnosis is not None:
+            lines = lines or [head]
+            lines.append(f"{pad}diagnosis: {self.diagnosis.summary()}")
         return "\n".join(lines) if lines else head
 
     def to_dict(self) -> dict:
@@ -212,7 +217,12 @@ class Trace:
                 "compared_with": self.compared_with, "scope": self.scope,
                 "runner_up": self.runner_up, "runner_up_reasons": list(self.runner_up_reasons),
                 "inputs": dict(self.inputs),
-                "traced_as": dict(self.traced_as) if self.traced_as else None}
+                "traced_as": dict(self.traced_as) if self.traced_as else None,
+                "diagnosis": self.diagnosis.to_dict() if self.diagnosis is not None else None}
+
+    # Why the trace, or the call that made it, raised: a tflab.diagnosis.Diagnosis
+    # (set by tflab.diagnosis.probe_diagnosis), else None.
+    diagnosis: Any = None
 
 
 

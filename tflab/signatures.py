@@ -325,6 +325,9 @@ def stabilize(fn: Callable, input_signature: Sequence[Any] | None = None,
         jit = getattr(fn, "_jit_compile", None)
         if jit is not None:
             tf_function_kwargs["jit_compile"] = jit
+    from tflab.diagnosis import warn_shape_reads
+
+    warn_shape_reads(py_fn, input_signature)  # x.shape[i] on a dim left None (case D5)
     return tf.function(py_fn, input_signature=input_signature, **tf_function_kwargs)
 
 
@@ -492,7 +495,12 @@ def stabilization_report(fn: Callable, examples: Iterable[Any],
         outs = []
         first = None
         for call in calls:
-            outs.append(f(*call))
+            try:
+                outs.append(f(*call))
+            except Exception as e:  # one line with the diagnosis instead of TF's wall
+                from tflab.diagnosis import diagnosed_error
+
+                raise diagnosed_error(f"stabilization_report: the {variant} variant", e, py_fn) from e
             if first is None:
                 first = len(log)
         outputs[variant] = outs

@@ -382,34 +382,24 @@ def get_concrete_function(fn: Any, *args, **kwargs):
             user's frame. The original exception is ``__cause__``.
     """
     from tflab._target import error_summary, user_frame
+    from tflab.diagnosis import with_diagnosis
 
     tf_fn = as_tf_function(fn)
     try:
         return tf_fn.get_concrete_function(*args, **kwargs)
     except TypeError as e:
-        msg = str(e).strip().splitlines()
-        first = msg[0] if msg else type(e).__name__
-        if "Binding inputs" in first or "input_signature" in str(e) or "missing a required" in str(e) \
-                or "got an unexpected keyword" in str(e) or "takes" in first and "positional" in first:
-            detail = " ".join(line.strip() for line in msg[:3])
-            m = re.search(r"Can not cast (.*?) to (.*?)`", detail)
-            missing = re.search(r"missing a required argument: '(\w+)'", detail)
-            if m:  # TF's message repeats the argument values; the cast is the point
-                detail = f"got {m.group(1)}, the input_signature wants {m.group(2)}"
-            elif missing:
-                raise UsageError(f"{function_name(fn)} needs argument {missing.group(1)!r}: pass a value "
-                                 f"or a tf.TensorSpec for it") from e
-            has_sig = getattr(tf_fn, "input_signature", None) is not None
-            raise UsageError(f"the call does not match {function_name(fn)}'s signature: {detail}; "
-                             + ("pass arguments that fit its input_signature (or drop input_signature)"
-                                if has_sig else "pass arguments that fit its parameters")) from e
+        from tflab._target import binding_error
+
+        mismatch = binding_error(function_name(fn), tf_fn, e)
+        if mismatch is not None:
+            raise mismatch from e
         where = user_frame(e)
-        raise TraceError(f"{function_name(fn)} raised while tracing: {error_summary(e)}"
-                         + (f" (at {where})" if where else "")) from e
+        raise with_diagnosis(TraceError(f"{function_name(fn)} raised while tracing: {error_summary(e)}"
+                                        + (f" (at {where})" if where else "")), e, fn) from e
     except Exception as e:  # the user's Python body failed at trace time
         where = user_frame(e)
-        raise TraceError(f"{function_name(fn)} raised while tracing: {error_summary(e)}"
-                         + (f" (at {where})" if where else "")) from e
+        raise with_diagnosis(TraceError(f"{function_name(fn)} raised while tracing: {error_summary(e)}"
+                                        + (f" (at {where})" if where else "")), e, fn) from e
 
 
 def inspect_concrete_function(concrete_function: Any, name: str | None = None) -> TraceReport:

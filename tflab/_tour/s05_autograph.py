@@ -35,6 +35,17 @@ def make_clipped_step(model, classifier: bool):
     return clipped_step
 
 
+def running_sums(x, steps):
+    """A common mistake for `diagnose` to read: a Python list filled inside a
+    ``tf.range`` loop (a While op), so the appended tensors cannot leave it."""
+    sums = []
+    total = tf.zeros_like(x)
+    for _ in tf.range(steps):
+        total += x
+        sums.append(total)
+    return tf.stack(sums)
+
+
 def run(ctx) -> None:
     from tflab.autograph import autograph_diff
     from tflab._tour.model import model_input_spec
@@ -56,6 +67,12 @@ def run(ctx) -> None:
     for ln in rewritten[:2]:
         ctx.line(ln if len(ln) <= 100 else ln[:99] + "…")
     ctx.line(f"diff: {len(d.unified_diff.splitlines())} lines (tflab autograph FILE.py:FUNC prints it)")
+    from tflab.diagnosis import diagnose
+
+    bad = diagnose(running_sums, tf.TensorSpec([4], tf.float32), tf.TensorSpec([], tf.int32))
+    ctx.line(f"diagnose(running_sums): line {bad.line} `{bad.statement}` -> {bad.kind}")
+    ctx.line(f"  fix: {bad.fix}")
+    ctx.report["diagnosis"] = bad.to_dict()
     ctx.report["autograph"] = {
         "function": d.function_name,
         "statements": [{"lineno": s.lineno, "kind": s.kind, "outcome": s.outcome, "op": s.op,

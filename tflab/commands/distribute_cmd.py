@@ -11,6 +11,8 @@ import argparse
 import json
 import sys
 
+from tflab._cliargs import int_at_least, positive_float
+
 HELP = ("trace a strategy.run training step under MirroredStrategy (2 logical CPUs) and under "
         "MultiWorkerMirroredStrategy on 2 local worker processes; report traces, replica bodies and "
         "reasons per worker")
@@ -20,11 +22,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=("all", "mirrored", "workers"), default="all",
                    help="mirrored: one process, 2 logical CPUs; workers: 2 worker processes on "
                         "127.0.0.1; all: both (default)")
-    p.add_argument("--timeout", type=float, default=90.0, metavar="S",
+    p.add_argument("--timeout", type=positive_float, default=90.0, metavar="S",
                    help="seconds allowed per part; processes still running then are stopped (default 90)")
     p.add_argument("--no-export", action="store_true",
                    help="skip the export after distributed training (SavedModel + TFLite) in mirrored mode")
-    p.add_argument("--crash-worker", type=int, default=None, metavar="I",
+    p.add_argument("--crash-worker", type=int_at_least(0, 1), default=None, metavar="I",
                    help="demonstration: worker I kills itself after its first step; the run stops the "
                         "others and names it (exit status 2)")
     p.add_argument("--json", action="store_true", help="print a JSON report")
@@ -37,12 +39,8 @@ def run(args: argparse.Namespace) -> int:
     from tflab._progress import Progress
     from tflab.errors import UsageError
 
-    if args.timeout <= 0:
-        raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
     if args.crash_worker is not None and args.mode == "mirrored":
         raise UsageError("--crash-worker needs --mode workers or all: the mirrored lab has no workers")
-    if args.crash_worker is not None and args.crash_worker not in (0, 1):
-        raise UsageError(f"--crash-worker must be a worker index 0..1, got {args.crash_worker}")
     parts = ["mirrored"] if args.mode == "mirrored" else ["workers"] if args.mode == "workers" \
         else ["mirrored", "workers"]
     progress = Progress("distribute", total=len(parts), enabled=not args.json)
