@@ -134,3 +134,37 @@ def test_grappler_setting_is_recorded_in_text_and_dict():
     assert (on.to_dict()["grappler"], off.to_dict()["grappler"]) == (True, False)
     assert opts.to_dict()["grappler"] == {"arithmetic_optimization": False}
     assert "graph mode: Grappler options arithmetic_optimization=False" in opts.to_text()
+
+
+def test_names_and_kinds_one_convention_with_deprecated_aliases():
+    """function_name is the function's name everywhere; data are properties; old spellings warn."""
+    from tflab.autograph import AutographDiff
+    from tflab.litert_check import TFLiteCheck
+    from tflab.retrace_demo import RetracingDemo, TriggerResult
+
+    c = _comparison()
+    name = "_comparison.<locals>.f"  # compare_modes names a function by its qualified name
+    assert c.function_name == name and c.to_dict()["function_name"] == c.to_dict()["function"] == name
+    with pytest.warns(DeprecationWarning, match="function_name"):
+        assert c.function == name
+    probe = tflab.RetraceProbe(lambda x: x)
+    assert probe.function_name == probe.name == "<lambda>" and callable(probe.function)
+    d = AutographDiff(function_name="step", filename="f.py", original="", converted="", unified_diff="",
+                      statements=())
+    assert d.table == "step has no if, for or while statements"  # a property now
+    with pytest.warns(DeprecationWarning, match="table"):
+        assert d.table() == d.table
+    with pytest.warns(DeprecationWarning, match="function_name"):
+        assert d.function == "step"
+    r = TriggerResult("new Python value", "f(1); f(2)", 2, 2, ("n: 1 -> 2",), "", "tf.constant", 1)
+    demo = RetracingDemo("2.21.0", (r,))
+    assert demo.counts == {"new Python value": (2, 1)}
+    with pytest.warns(DeprecationWarning, match="counts"):
+        assert demo.counts() == {"new Python value": (2, 1)}
+    # TFLite text: the lab's shape notation, not LiteRT's [-1, 64]
+    t = TFLiteCheck(quantization="none", bit_exact=None, max_abs_error=None, bound=None, within_bound=None,
+                    outputs={}, op_counts={}, flex_ops=(), custom_ops=(), tensor_dtypes={}, weights={},
+                    size_bytes=0, size_ratio=None, runtime="not run: test", explanation="",
+                    signatures={"serve": {"inputs": {"x": {"dtype": "float32", "shape_signature": (-1, 64),
+                                                           "quantization": None}}, "outputs": {}}})
+    assert "serve input x: float32[None,64]" in t.to_text() and "[-1" not in t.to_text()

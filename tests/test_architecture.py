@@ -86,6 +86,13 @@ def test_nobody_imports_export_or_the_compatibility_modules():
     assert graph["tflab.custom_op_loader"] == set()
     # the reason engine is the bottom of the retrace family
     assert graph["tflab.retrace_reasons"] == set()
+    # export uses saved_model's public API only (it imported _is_keras3/_is_tf_keras/_reference)
+    import ast
+
+    tree = ast.parse(open(os.path.join(REPO, "tflab", "export.py"), encoding="utf-8").read())
+    private = [a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "tflab.saved_model"
+               for a in n.names if a.name.startswith("_")]
+    assert private == []
 
 
 def _doc_map() -> list[str]:
@@ -101,6 +108,32 @@ def test_the_architecture_map_is_the_import_graph():
     expected = map_lines(build_graph())
     assert _doc_map() == expected, "\n".join(["docs/architecture.md import map is stale; it should be:"]
                                            + expected)
+
+
+def _doc_layers() -> list[list[str]]:
+    text = open(DOC, encoding="utf-8").read()
+    section = text.split("## Layers (bottom to top)", 1)[1].split("\n## ", 1)[0]
+    rows = [ln for ln in section.splitlines() if ln.startswith("| ") and not ln.startswith("| layer")]
+    return [re.findall(r"`([\w.*]+)`", row.split("|")[2]) for row in rows]
+
+
+def test_imports_go_only_downward_through_the_documented_layers():
+    """Every module sits in one row of the layer table, and imports only its own row or rows below."""
+    graph = build_graph()
+
+    def row_of(module: str) -> int | None:
+        name = module[len("tflab."):]
+        for i, row in enumerate(_doc_layers()):
+            for token in row:
+                if token == name or (token.endswith(".*") and name.startswith(token[:-1])):
+                    return i
+        return None
+
+    unplaced = sorted(m for m in graph if m != "tflab" and row_of(m) is None)
+    assert unplaced == [], f"modules missing from the layer table of docs/architecture.md: {unplaced}"
+    upward = sorted(f"{a} -> {b}" for a, deps in graph.items() if a != "tflab"
+                    for b in deps if row_of(b) > row_of(a))
+    assert upward == [], "imports that go up the layer table: " + "; ".join(upward)
 
 
 def test_every_old_tflab_retrace_name_still_resolves_to_its_new_home():

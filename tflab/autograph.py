@@ -471,7 +471,7 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
     python_fn = _user_callable(fn)
     if not callable(python_fn):
         raise UsageError(f"autograph_diff needs a function, got {type(fn).__name__}")
-    from tflab.modes import _check_target, _function_name, signature_args
+    from tflab._target import _check_target, _function_name, signature_args
 
     _check_target(fn, _function_name(fn))
     if not args and not kwargs and getattr(fn, "input_signature", None) is not None:

@@ -178,12 +178,12 @@ def load_model(spec: str) -> tuple[Any, str]:
 
     if ".py:" in spec or spec.endswith(".py"):
         from tflab._target import error_summary, load_target, user_frame
-        from tflab.saved_model import _is_keras3, _is_tf_keras
+        from tflab.saved_model import is_keras3, is_tf_keras
 
         obj = load_target(spec)
 
         def exportable(o) -> bool:
-            return isinstance(o, tf.Module) or _is_keras3(o) or _is_tf_keras(o)
+            return isinstance(o, tf.Module) or is_keras3(o) or is_tf_keras(o)
 
         if callable(obj) and not exportable(obj) and not isinstance(obj, tf.types.experimental.PolymorphicFunction):
             from tflab._usercode import user_code
@@ -269,9 +269,9 @@ def build_unbuilt_keras(obj: Any, batches: list[dict[str, np.ndarray]] | None, n
             call it once in OBJ(), or pass ``--examples``), or the build call
             raised (the user's line named).
     """
-    from tflab.saved_model import _is_keras3
+    from tflab.saved_model import is_keras3
 
-    if not _is_keras3(obj):
+    if not is_keras3(obj):
         return None
     from keras.src import models as keras_models
 
@@ -303,10 +303,10 @@ def build_unbuilt_keras(obj: Any, batches: list[dict[str, np.ndarray]] | None, n
         from keras.export import ExportArchive
         from keras.src.export.export_utils import get_input_signature
 
-        from tflab.saved_model import _reference
+        from tflab.saved_model import signature_input_names
 
         serve = ExportArchive().track_and_add_endpoint("serve", obj, get_input_signature(obj))
-        names = _reference(serve.get_concrete_function()).input_names
+        names = signature_input_names(serve.get_concrete_function())
         if len(names) == 1:
             batches[:] = [{names[0]: next(iter(b.values()))} for b in batches]
             if names[0] != next(iter(batch)):

@@ -482,7 +482,8 @@ def _save_loaded(obj, path: str) -> dict[str, _Reference]:
     return {k: _reference(f, dict) for k, f in sigs.items()}
 
 
-def _is_keras3(obj) -> bool:
+def is_keras3(obj: Any) -> bool:
+    """True for a Keras 3 ``keras.Model`` (saved the way ``model.export`` writes it)."""
     try:
         import keras
     except ImportError:
@@ -490,12 +491,26 @@ def _is_keras3(obj) -> bool:
     return isinstance(obj, keras.Model) and keras.__version__.startswith("3")
 
 
-def _is_tf_keras(obj) -> bool:
+def is_tf_keras(obj: Any) -> bool:
+    """True for a tf-keras (Keras 2) model (saved with ``tf.saved_model.save``)."""
     try:
         import tf_keras
     except ImportError:
         return False
     return isinstance(obj, tf_keras.Model)
+
+
+_is_keras3, _is_tf_keras = is_keras3, is_tf_keras  # the old private names
+
+
+def signature_input_names(concrete: Any) -> list[str]:
+    """The SignatureDef input name of each flat input of ``concrete``, in flatten order.
+
+    Signature inputs are named after the FuncGraph's placeholders (a spec's
+    ``name``, else the parameter's), which is how a SavedModel signature
+    will call them.
+    """
+    return list(_reference(concrete).input_names)
 
 
 def _save_keras3(model, path: str) -> dict[str, _Reference]:
