@@ -38,7 +38,6 @@ import difflib
 import inspect
 import logging
 import os
-import re
 import textwrap
 from typing import Any, Callable, Iterator
 

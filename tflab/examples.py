@@ -252,7 +252,7 @@ def check_unused(batches: list[dict[str, np.ndarray]], takes: Mapping[str, Any])
             raise UsageError(f"{where}: no signature takes {extra} ({sigs}){hint}")
 
 
-def check_examples(batches: list[dict[str, np.ndarray]], inputs: Mapping[str, TensorInfo],
+def check_examples(batches: list[dict[str, np.ndarray]], inputs: Mapping[str, Any],
                    where: str, known: Any = None) -> None:
     """Checks that each batch feeds the signature's inputs with matching dtype/shape.
 
@@ -291,13 +291,13 @@ def check_examples(batches: list[dict[str, np.ndarray]], inputs: Mapping[str, Te
                                  f"{info}: reshape it")
 
 
-def union_inputs(per_signature: Mapping[str, Mapping[str, TensorInfo]]) -> dict[str, TensorInfo]:
+def union_inputs(per_signature: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """All signatures' inputs by name, for random examples every signature can take.
 
     Raises:
         UsageError: two signatures take the same name with different dtype or shape.
     """
-    out: dict[str, TensorInfo] = {}
+    out: dict[str, Any] = {}
     owner: dict[str, str] = {}
     for key, inputs in per_signature.items():
         for name, info in inputs.items():
@@ -310,7 +310,7 @@ def union_inputs(per_signature: Mapping[str, Mapping[str, TensorInfo]]) -> dict[
     return out
 
 
-def random_examples(inputs: Mapping[str, TensorInfo], seed: int = 0,
+def random_examples(inputs: Mapping[str, Any], seed: int = 0,
                     batch_sizes: Sequence[int] = (1, 4)) -> list[dict[str, np.ndarray]]:
     """Seeded random example batches for a signature: one batch per size in ``batch_sizes``.
 

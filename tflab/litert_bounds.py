@@ -256,7 +256,7 @@ def _bounds_computed(quantization: str, okey: str, ref: np.ndarray, sens: _Sensi
                       output_scale or 0.0)
 
 
-def _explanation(quantization: str, dyn_quantized: bool, outputs: Mapping[str, OutputError]) -> str:
+def _explanation(quantization: str, dyn_quantized: bool, outputs: Mapping[str, Any]) -> str:
     float_why = ("XNNPACK and the converter's fusions (BatchNorm folded into weights, bias and activation "
                  "fused) reorder float32 sums; a length-K sum in another order is off by at most 2·γ_K "
                  "relative weight error (Higham §3.1), propagated to the output with TF's gradients "

@@ -26,7 +26,7 @@ import dataclasses
 import os
 import re
 import shutil
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
