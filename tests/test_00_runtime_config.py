@@ -182,4 +182,4 @@ def test_env_cli_bad_option_is_one_line(capsys):
     out, err = capsys.readouterr()
     assert out == ""
     assert err.strip().splitlines() == [
-        "tflab env: error: unrecognized arguments: --bogus (see 'tflab env --help')"]
+        "tflab env: error: unrecognized arguments: --bogus"]

@@ -57,7 +57,7 @@ class _OneLineParser(argparse.ArgumentParser):
     """
 
     def error(self, message: str):  # noqa: D401 - argparse API
-        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
