@@ -452,6 +452,8 @@ def test_tour_steps_5_and_6_on_a_small_user_model(tmp_path, small_keras_file):
     fwd = report["modes"]["forward"]
     assert fwd["modes"]["graph"]["max_ulp"]["outputs"] == 0
     assert fwd["modes"]["xla"]["error"] is None and fwd["fusion_count"] >= 1
+    # Its speed line names the TF CPU kernels eager and graph ran (issue 8).
+    assert report["modes"]["tf_cpu_kernels"] == ("oneDNN" if fwd["config"]["onednn_enabled"] else "Eigen")
     # Gradients cover the input and the 4 trainable variables.
     assert len(report["modes"]["gradients"]["gradient_names"]) == 5
 
