@@ -183,3 +183,25 @@ def test_env_cli_bad_option_is_one_line(capsys):
     assert out == ""
     assert err.strip().splitlines() == [
         "tflab env: error: unrecognized arguments: --bogus"]
+
+
+@pytest.mark.onednn
+def test_onednn_field_predicts_tf_softmax_on_a_special_row():
+    """The field names the kernels that run: tf.nn.softmax of [1, +inf, 2, 0] is all NaN
+    under Eigen (the IEEE formula: exp(inf - inf) is NaN and it reaches every element
+    through the sum), but [0, NaN, 0, 0] under oneDNN's softmax; XLA's is all NaN on both.
+    ``make test`` runs this under TF_ENABLE_ONEDNN_OPTS=0 and =1 (portability.md P2)."""
+    import numpy as np
+    import tensorflow as tf
+
+    import tflab
+
+    x = tf.constant([[1.0, np.inf, 2.0, 0.0]])
+    eager = tf.nn.softmax(x).numpy()[0]
+    graph = tf.function(tf.nn.softmax)(x).numpy()[0]
+    xla = tf.function(tf.nn.softmax, jit_compile=True)(x).numpy()[0]
+    want = [False, True, False, False] if tflab.runtime_config().onednn_enabled else [True] * 4
+    assert np.isnan(eager).tolist() == want and np.isnan(graph).tolist() == want
+    if tflab.runtime_config().onednn_enabled:
+        assert eager[[0, 2, 3]].tolist() == [0.0, 0.0, 0.0]
+    assert np.isnan(xla).all()
