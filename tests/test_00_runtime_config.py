@@ -213,3 +213,23 @@ def test_onednn_field_predicts_tf_softmax_on_a_special_row():
     if tflab.runtime_config().onednn_enabled:
         assert eager[[0, 2, 3]].tolist() == [0.0, 0.0, 0.0]
     assert np.isnan(xla).all()
+
+
+@pytest.mark.slow
+def test_opcheck_report_names_the_configuration():
+    import tensorflow as tf
+
+    from custom_ops.build import BuildError
+    from custom_ops.opcheck import opcheck
+    from custom_ops.python.ops import warp_softmax_ops as ops
+    from tflab.runtime import runtime_config
+
+    try:
+        ops.load_library()  # builds on first use (cached)
+    except BuildError as e:
+        pytest.skip(f"WarpSoftmax cannot be built here: {e}")
+    report = opcheck(ops.warp_softmax, tf.random.stateless_normal([4, 37], seed=[9, 9]))
+    cfg = runtime_config()
+    assert (report.config["onednn_enabled"], report.config["onednn_reason"]) == (
+        cfg.onednn_enabled, cfg.onednn_reason)
+    assert repr(report).splitlines()[-1] == f"  measured on: {cfg.one_line()}"

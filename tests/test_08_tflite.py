@@ -81,6 +81,9 @@ def test_float_variant_within_reordering_bound(dense64):
         # XNNPACK sum in different orders, and near-zero outputs turn the same
         # absolute error into any number of ULP (README, "Configurations").
     assert "Higham" in flt.explanation and "XNNPACK" in flt.explanation
+    # The TF reference ran on one CPU path (oneDNN or Eigen): the check says which.
+    assert isinstance(flt.config["onednn_enabled"], bool) and flt.config["tf_version"].startswith("2.21")
+    assert flt.to_text().splitlines()[-1] == f"  measured on: {flt.config['one_line']}"
 
 
 def test_bounds_are_not_vacuous(dense64):
