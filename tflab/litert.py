@@ -164,11 +164,12 @@ class TFLiteCheck:
         explanation: why the bound holds, one or two sentences.
         signatures: key → ``{"inputs": {...}, "outputs": {...}}`` with dtype,
             shape_signature and quantization of each tensor.
+        config: `tflab.runtime_config()` as a dict, filled in when the check is
+            made: the TF build, CPU ISA and TF CPU kernel path (oneDNN or Eigen)
+            the TF reference ran on.
         notes: other measured facts worth reading (constant outputs, float weights kept).
         convert_seconds: wall time of the conversion, seconds (None when not converted here).
         worst_output: the output with the largest ``|Δ|/bound`` (None when not run).
-        config: `tflab.runtime_config()` as a dict: the TF build, CPU ISA and
-            TF CPU kernel path (oneDNN or Eigen) the TF reference ran on.
     """
 
     quantization: str
@@ -187,10 +188,10 @@ class TFLiteCheck:
     runtime: str
     explanation: str
     signatures: dict[str, dict]
+    config: dict = dataclasses.field(default_factory=lambda: _runtime_config_dict())
     notes: tuple[str, ...] = ()
     convert_seconds: float | None = None
     worst_output: str | None = None
-    config: dict = dataclasses.field(default_factory=dict)
 
     def __repr__(self) -> str:
         err = "n/a" if self.max_abs_error is None else f"{self.max_abs_error:.3g}"
@@ -823,7 +824,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
     float_w = stats.weights.get("float32", [0, 0])
     base = dict(op_counts=stats.op_counts, flex_ops=stats.flex_ops, custom_ops=stats.custom_ops,
                 tensor_dtypes=stats.tensor_dtypes, weights=stats.weights, size_bytes=len(model),
-                size_ratio=size_ratio, convert_seconds=convert_seconds, config=_runtime_config_dict())
+                size_ratio=size_ratio, convert_seconds=convert_seconds)
     if quantization == "dynamic" and not dyn_quantized:
         notes.append(f"no weight tensor was quantized: dynamic-range quantization only quantizes weight "
                      f"tensors of at least {MIN_WEIGHT_ELEMENTS} elements, so all {float_w[0]} weight "

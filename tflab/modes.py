@@ -161,14 +161,15 @@ class ModeComparison:
         atol: the absolute tolerance used for findings.
         findings: one line per mode and tensor that disagrees with eager beyond
             both bounds, or per mode that failed.
+        config: `tflab.runtime_config()` as a dict, filled in when the
+            comparison is made: the TF CPU kernel path (oneDNN or Eigen) and CPU
+            ISA the numbers were measured on.
         output_names: one name per flattened output: ``"output"`` for a single
             tensor, else ``"output[KEY]"`` with the `tf.nest` path (dict keys,
             tuple indices).
         variables_restored: names of the variables the function touches
             (trainable or not) that were saved before the comparison and put
             back before each mode's first call and at the end.
-        config: `tflab.runtime_config()` as a dict: the TF CPU kernel path
-            (oneDNN or Eigen) and CPU ISA the numbers were measured on.
     """
 
     function: str
@@ -182,9 +183,9 @@ class ModeComparison:
     ulp_bound: int
     atol: float
     findings: tuple[str, ...]
+    config: dict = dataclasses.field(default_factory=lambda: _runtime_config_dict())
     output_names: tuple[str, ...] = ()
     variables_restored: tuple[str, ...] = ()
-    config: dict = dataclasses.field(default_factory=dict)
 
     def __repr__(self) -> str:
         parts = []
@@ -688,7 +689,7 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
                           gradient_names=grad_names, hlo=hlo_text, hlo_stages=stages,
                           fusion_count=fusions, fusion_kinds=kinds, ulp_bound=ulp_bound,
                           atol=atol, findings=tuple(findings), output_names=tuple(output_names),
-                          variables_restored=saved.names(), config=_runtime_config_dict())
+                          variables_restored=saved.names())
 
 
 def _runtime_config_dict() -> dict:
