@@ -51,14 +51,15 @@ class RetracingDemo:
     Attributes:
         tf_version: ``tf.__version__`` the numbers were measured on.
         results: one `TriggerResult` per trigger, in lab order.
-        config: `tflab.runtime_config()` as a dict. The trace counts are the
+        config: `tflab.runtime_config()` as a dict, filled in when the demo
+            is made. The trace counts are the
             same on every configuration (tracing is Python-side); it is
             recorded so the report says what it ran on.
     """
 
     tf_version: str
     results: tuple[TriggerResult, ...]
-    config: dict = dataclasses.field(default_factory=dict)
+    config: dict = dataclasses.field(default_factory=lambda: _runtime_config_dict())
 
     def __getitem__(self, trigger: str) -> TriggerResult:
         for r in self.results:
@@ -96,6 +97,12 @@ class RetracingDemo:
     def __repr__(self) -> str:
         body = ", ".join(f"{r.trigger}: {r.traces}->{r.traces_after}" for r in self.results)
         return f"<RetracingDemo TF {self.tf_version}: {body}>"
+
+
+def _runtime_config_dict() -> dict:
+    from tflab.runtime import runtime_config
+
+    return runtime_config().to_dict()
 
 
 def _first_line(e: BaseException) -> str:
@@ -303,7 +310,4 @@ def demonstrate_retracing() -> RetracingDemo:
     with _quiet_frequent_retracing_warning():
         results = (_new_shape(tf), _new_dtype(tf), _python_value(tf), _closure(tf),
                    _variable_first_call(tf), _variable_later_call(tf))
-    from tflab.runtime import runtime_config
-
-    return RetracingDemo(tf_version=tf.__version__, results=results,
-                         config=runtime_config().to_dict())
+    return RetracingDemo(tf_version=tf.__version__, results=results)
