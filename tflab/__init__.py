@@ -15,6 +15,7 @@ Public names (imported lazily, since importing TensorFlow takes seconds):
   tflab/litert_convert.py, litert_bounds.py, litert_check.py)
 * step 11 `DistributedRetraceProbe`, `inspect_distributed`, `run_workers` (tflab/distribute.py)
 * `diagnose` → `Diagnosis`: why a tf.function failed (tflab/diagnosis.py)
+* `runtime_config` → `RuntimeConfig`: what a measurement ran on (tflab/runtime.py)
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ _EXPORTS = {
     "WorkerError": "tflab.distribute",
     "diagnose": "tflab.diagnosis",
     "Diagnosis": "tflab.diagnosis",
+    "runtime_config": "tflab.runtime",
+    "RuntimeConfig": "tflab.runtime",
     "TflabError": "tflab.errors",
     "UsageError": "tflab.errors",
 }

@@ -31,6 +31,7 @@ VERBS = {
     "export": "export_cmd",
     "build-op": "build_op_cmd",
     "distribute": "distribute_cmd",
+    "env": "env_cmd",
 }
 
 
@@ -99,7 +100,13 @@ def main(argv: list[str] | None = None) -> int:
 
     parser, modules = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra and args.verb:
+            # Name the verb in the error: "tflab env: error: unrecognized arguments: --bogus".
+            sub = parser._subparsers._group_actions[0].choices[args.verb]
+            sub.error(f"unrecognized arguments: {' '.join(extra)}")
+        elif extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as e:  # --help (0) or a one-line argparse error (2): return, don't exit
         return int(e.code or 0)
     if not args.verb:

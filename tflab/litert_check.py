@@ -100,6 +100,9 @@ class TFLiteCheck:
         explanation: why the bound holds, one or two sentences.
         signatures: key → ``{"inputs": {...}, "outputs": {...}}`` with dtype,
             shape_signature and quantization of each tensor.
+        config: `tflab.runtime_config()` as a dict, filled in when the check is
+            made: the TF build, CPU ISA and TF CPU kernel path (oneDNN or Eigen)
+            the TF reference ran on.
         notes: other measured facts worth reading (constant outputs, float weights kept).
         convert_seconds: wall time of the conversion, seconds (None when not converted here).
         worst_output: the output with the largest ``|Δ|/bound`` (None when not run).
@@ -121,6 +124,7 @@ class TFLiteCheck:
     runtime: str
     explanation: str
     signatures: dict[str, dict]
+    config: dict = dataclasses.field(default_factory=lambda: _runtime_config_dict())
     notes: tuple[str, ...] = ()
     convert_seconds: float | None = None
     worst_output: str | None = None
@@ -160,6 +164,8 @@ class TFLiteCheck:
                          f"{'ok' if o.within_bound else 'EXCEEDED'}{am}")
         lines.append(f"  why: {self.explanation}")
         lines += [f"  note: {n}" for n in self.notes]
+        if self.config.get("one_line"):
+            lines.append(f"  measured on: {self.config['one_line']}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
@@ -167,6 +173,12 @@ class TFLiteCheck:
         d["outputs"] = {k: dict(dataclasses.asdict(o), within_bound=o.within_bound)
                         for k, o in self.outputs.items()}
         return d
+
+
+def _runtime_config_dict() -> dict:
+    from tflab.runtime import runtime_config
+
+    return runtime_config().to_dict()
 
 
 def _shape_text(shape_signature) -> str:

@@ -260,6 +260,9 @@ class ModeComparison:
         atol: the absolute tolerance used for findings.
         findings: one line per mode and tensor that disagrees with eager beyond
             both bounds, or per mode that failed.
+        config: `tflab.runtime_config()` as a dict, filled in when the
+            comparison is made: the TF CPU kernel path (oneDNN or Eigen) and CPU
+            ISA the numbers were measured on.
         output_names: one name per flattened output: ``"output"`` for a single
             tensor, else ``"output[KEY]"`` with the `tf.nest` path (dict keys,
             tuple indices).
@@ -288,6 +291,7 @@ class ModeComparison:
     ulp_bound: int
     atol: float
     findings: tuple[str, ...]
+    config: dict = dataclasses.field(default_factory=lambda: _runtime_config_dict())
     output_names: tuple[str, ...] = ()
     variables_restored: tuple[str, ...] = ()
     random_ops: dict = dataclasses.field(default_factory=dict)
@@ -394,6 +398,8 @@ class ModeComparison:
                  + (f"; restored {len(self.variables_restored)} variable(s) before each mode"
                     if self.variables_restored else "")
                  + (f"; graph mode: {self.grappler_text}" if "graph" in self.modes else "")]
+        if self.config.get("one_line"):
+            lines.append(f"measured on: {self.config['one_line']}")
         lines += ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
                   + (f"  {r[6]}" if r[6] else "") for r in rows]
         lines.append(f"ULP columns: the largest ULP distance over elements with |value| > atol {self.atol:g} "
@@ -923,6 +929,12 @@ def _separate_random_streams(results, reference, random_ops, output_names, atol)
                          f"in as an argument: draw it (or Dropout's mask) outside the function and give it "
                          f"to every mode")
     return notes
+
+
+def _runtime_config_dict() -> dict:
+    from tflab.runtime import runtime_config
+
+    return runtime_config().to_dict()
 
 
 def _as_tensor(value):
