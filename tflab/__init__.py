@@ -10,6 +10,7 @@ Public names (imported lazily, since importing TensorFlow takes seconds):
 * step 6 `compare_modes` → `ModeComparison` (tflab/modes.py)
 * step 7 `save_and_reload` → `SavedModelCheck` (tflab/saved_model.py)
 * step 8 `tflite_roundtrip` → `TFLiteCheck` (tflab/litert.py)
+* step 10 `float_info`, `compare_precisions` → `PrecisionComparison`, `demonstrate_loss_scaling` (tflab/precision.py)
 """
 
 from __future__ import annotations
@@ -42,6 +43,13 @@ _EXPORTS = {
     "TFLiteCheck": "tflab.litert",
     "UnsupportedOpsError": "tflab.litert",
     "export_model": "tflab.export",
+    "float_info": "tflab.precision",
+    "FloatInfo": "tflab.precision",
+    "compare_precisions": "tflab.precision",
+    "PrecisionComparison": "tflab.precision",
+    "PolicyResult": "tflab.precision",
+    "demonstrate_loss_scaling": "tflab.precision",
+    "LossScalingDemo": "tflab.precision",
     "TflabError": "tflab.errors",
     "UsageError": "tflab.errors",
 }
