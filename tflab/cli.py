@@ -21,6 +21,7 @@ VERBS = {
     "compare": "compare_cmd",
     "export": "export_cmd",
     "build-op": "build_op_cmd",
+    "precision": "precision_cmd",
 }
 
 
