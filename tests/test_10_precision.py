@@ -148,6 +148,17 @@ def test_float16_output_error_below_bfloat16_on_a_well_scaled_mlp():
     assert keras.mixed_precision.dtype_policy().name == "float32"
 
 
+def test_tf_keras_factory_gets_its_global_policy():
+    cmp = compare_precisions(fns.tf_keras_mlp, tf.TensorSpec([64, 32], tf.float32), seed=3)
+    f16, bf16 = cmp.policies["mixed_float16"], cmp.policies["mixed_bfloat16"]
+    # Non-zero errors: the layers really computed in 16 bits (set_global_policy took
+    # effect although the factory imported tf_keras itself); float16 < bfloat16 as above.
+    assert 0 < f16.output_error < bf16.output_error
+    import tf_keras
+
+    assert tf_keras.mixed_precision.global_policy().name == "float32"
+
+
 def test_policy_restored_when_the_factory_fails():
     import keras
 
@@ -246,3 +257,16 @@ def test_cli_from_a_fresh_process_with_a_keras_factory():
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["kind"] == "keras model factory" and report["flagged"] == []
+
+
+def test_tour_section_on_a_user_model_runs_the_small_example_only(small_keras_file, tmp_path):
+    from tflab.tour import run_tour
+
+    report = run_tour(model_path=str(small_keras_file), out_dir=str(tmp_path / "tour"), quiet=True,
+                      only=["s10_precision"])
+    section = report["precision"]
+    assert section["float_info"]["float16"]["smallest_subnormal"] == 2.0 ** -24
+    f16 = section["tiny_loss"]["policies"]["mixed_float16"]
+    assert f16["unscaled"]["underflow"] == {"arg:x": 512} and f16["underflow"] == {}
+    # The loss-scaling demo rebuilds MobileNetV3Small per policy: not a loaded user model.
+    assert "loss_scaling" not in section

@@ -43,3 +43,11 @@ def plain_variable_fn(x):
 
 
 W = tf.Variable(tf.ones([4, 2]))
+
+
+def tf_keras_mlp():
+    """A tf_keras factory that imports tf_keras itself (set_global_policy must still apply)."""
+    import tf_keras
+
+    return tf_keras.Sequential([tf_keras.Input((32,)), tf_keras.layers.Dense(64, activation="relu"),
+                                tf_keras.layers.Dense(8)])
