@@ -11,6 +11,7 @@ Public names (imported lazily, since importing TensorFlow takes seconds):
 * step 7 `save_and_reload` → `SavedModelCheck` (tflab/saved_model.py)
 * step 8 `tflite_roundtrip` → `TFLiteCheck` (tflab/litert.py)
 * step 10 `float_info`, `compare_precisions` → `PrecisionComparison`, `demonstrate_loss_scaling` (tflab/precision.py)
+* `runtime_config` → `RuntimeConfig`: what a measurement ran on (tflab/runtime.py)
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ _EXPORTS = {
     "PolicyResult": "tflab.precision",
     "demonstrate_loss_scaling": "tflab.precision",
     "LossScalingDemo": "tflab.precision",
+    "runtime_config": "tflab.runtime",
+    "RuntimeConfig": "tflab.runtime",
     "TflabError": "tflab.errors",
     "UsageError": "tflab.errors",
 }
