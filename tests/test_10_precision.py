@@ -1,10 +1,10 @@
 """Lab step 10: float32 vs mixed_bfloat16 vs mixed_float16, underflow, overflow, loss scaling.
 
 Every number is measured on tensorflow 2.21.0 (CPU) and holds with
-TF_ENABLE_ONEDNN_OPTS=0 and =1: the exact values below are powers of two, which
-every kernel computes exactly, and the other assertions are orderings that
-follow from the formats (stated at each one). The functions live in
-tests/data/precision/fns.py.
+TF_ENABLE_ONEDNN_OPTS=0 and =1 (the ``onednn`` marker: ``make test`` runs those
+tests under both): the exact values below are powers of two, which every kernel
+computes exactly, and the other assertions are orderings that follow from the
+formats (stated at each one). The functions live in tests/data/precision/fns.py.
 """
 
 from __future__ import annotations
@@ -84,6 +84,7 @@ def unscaled() -> PrecisionComparison:
     return compare_precisions(fns.issue_loss, X, W)
 
 
+@pytest.mark.onednn
 def test_tiny_gradient_underflows_in_float16_only(unscaled):
     ref = unscaled.policies["float32"].gradients["arg:x"]
     # dL/dx = 2^-20 * sum_j w = 4 * 2^-28 = 2^-26 (powers of two: exact in float32).
@@ -100,6 +101,7 @@ def test_tiny_gradient_underflows_in_float16_only(unscaled):
     assert unscaled.flagged == ("mixed_float16",)
 
 
+@pytest.mark.onednn
 @pytest.mark.parametrize("loss_scale", [INITIAL_LOSS_SCALE, "dynamic"], ids=["2^15", "dynamic"])
 def test_loss_scale_rescues_float16(loss_scale):
     cmp = compare_precisions(fns.issue_loss, X, W, loss_scale=loss_scale)
@@ -116,6 +118,7 @@ def test_loss_scale_rescues_float16(loss_scale):
     assert cmp.flagged == ()
 
 
+@pytest.mark.onednn
 def test_overflow_in_float16_not_bfloat16_and_dynamic_halving():
     cmp = compare_precisions(fns.mul, tf.constant(100.0), tf.constant(1000.0), loss_scale="dynamic")
     f16, bf16 = cmp.policies["mixed_float16"], cmp.policies["mixed_bfloat16"]
@@ -131,6 +134,7 @@ def test_overflow_in_float16_not_bfloat16_and_dynamic_halving():
     assert cmp.flagged == ("mixed_float16",)
 
 
+@pytest.mark.onednn
 def test_float16_output_error_below_bfloat16_on_a_well_scaled_mlp():
     import keras
 
@@ -148,6 +152,7 @@ def test_float16_output_error_below_bfloat16_on_a_well_scaled_mlp():
     assert keras.mixed_precision.dtype_policy().name == "float32"
 
 
+@pytest.mark.onednn
 def test_tf_keras_factory_gets_its_global_policy():
     cmp = compare_precisions(fns.tf_keras_mlp, tf.TensorSpec([64, 32], tf.float32), seed=3)
     f16, bf16 = cmp.policies["mixed_float16"], cmp.policies["mixed_bfloat16"]
@@ -197,6 +202,7 @@ def demo():
     return demonstrate_loss_scaling(input_shape=(64, 64, 3), batch=4)
 
 
+@pytest.mark.onednn
 def test_demo_bfloat16_never_underflows_by_range(demo):
     assert [r.label for r in demo.rows] == ["float32", "mixed_bfloat16", "mixed_float16",
                                             "mixed_float16 + dynamic loss scale"]
@@ -206,6 +212,7 @@ def test_demo_bfloat16_never_underflows_by_range(demo):
     assert demo.row("mixed_bfloat16").loss_scale is None
 
 
+@pytest.mark.onednn
 def test_demo_float16_underflows_and_dynamic_scale_rescues(demo):
     ref = demo.comparison.policies["float32"].gradients.values()
     below_f16 = sum(int(((g != 0) & (np.abs(g) < 2.0 ** -25)).sum()) for g in ref if g is not None)
@@ -219,9 +226,12 @@ def test_demo_float16_underflows_and_dynamic_scale_rescues(demo):
     assert scaled.loss_scale == hist[-1] >= 1 and scaled.overflow == 0
     # Scaling by S >= 2 lifts every backward intermediate by S, so fewer fall below 2^-24.
     assert scaled.loss_scale >= 2 and scaled.range_underflow_fraction < f16.range_underflow_fraction
-    assert demo.configuration["tensorflow"] == tf.__version__
-    assert demo.configuration["oneDNN"].split()[0] in ("on", "off")
-    assert "ran on: tensorflow" in demo.to_text()
+    from tflab.runtime import runtime_config
+
+    assert demo.configuration["tf_version"] == tf.__version__
+    assert demo.configuration["onednn_enabled"] == runtime_config().onednn_enabled
+    assert demo.configuration["input"] == "4×64×64×3"
+    assert f"ran on: {runtime_config().one_line()}" in demo.to_text()
 
 
 # ---------------------------------------------------------------- CLI

@@ -899,7 +899,8 @@ class LossScalingDemo:
         model: what ran (``MobileNetV3Small(weights=None, input_shape=…, classes=10)``).
         step: the training step's forward and loss.
         rows: `LossScalingRow` per configuration, float32 first.
-        configuration: TF and Keras versions, oneDNN, CPU, device, input shape, batch.
+        configuration: `tflab.runtime_config()`'s dict (TF build, CPU ISA, oneDNN on/off
+            and why, allocator, threads) plus ``keras_version`` and ``input`` (batch×H×W×C).
         comparison: the underlying `PrecisionComparison` (arrays included).
     """
 
@@ -934,7 +935,8 @@ class LossScalingDemo:
         lines.append("underflow: gradient elements non-zero in float32 and 0 (share of the non-zero ones); "
                      "range: of those, |float32 value| below the compute dtype's smallest normal")
         c = self.configuration
-        lines.append("ran on: " + ", ".join(f"{k} {v}" for k, v in c.items()))
+        lines.append(f"ran on: {c.get('one_line', '?')} · Keras {c.get('keras_version', '?')} · "
+                     f"input {c.get('input', '?')}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -945,35 +947,13 @@ class LossScalingDemo:
 
 
 def runtime_configuration(**extra: Any) -> dict[str, Any]:
-    """TF/Keras versions, oneDNN on or off, CPU model and device: what a measurement ran on."""
-    # TODO(i8): use tflab.runtime_config() once branch i8 lands; this is the local fallback.
-    try:
-        from tflab import runtime_config  # type: ignore[attr-defined]
-
-        return {**runtime_config(), **extra}
-    except (ImportError, AttributeError):
-        pass
-    import os
-    import platform
-
+    """`tflab.runtime_config()` as a dict (TF build, CPU ISA, oneDNN on/off and why,
+    allocator, threads), plus Keras' version and ``extra`` (e.g. the input shape)."""
     import keras
-    import tensorflow as tf
 
-    try:
-        from tensorflow.python.util import _pywrap_util_port
+    from tflab.runtime import runtime_config
 
-        onednn = bool(_pywrap_util_port.IsMklEnabled())
-    except (ImportError, AttributeError):
-        onednn = None
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    return {"tensorflow": tf.__version__, "keras": keras.__version__,
-            "oneDNN": {True: "on", False: "off", None: "unknown"}[onednn]
-            + f" (TF_ENABLE_ONEDNN_OPTS={os.environ.get('TF_ENABLE_ONEDNN_OPTS', 'unset')})",
-            "cpu": cpu, "devices": ",".join(d.device_type for d in tf.config.list_logical_devices()),
-            **extra}
+    return {**runtime_config().to_dict(), "keras_version": keras.__version__, **extra}
 
 
 def demonstrate_loss_scaling(input_shape: tuple = (64, 64, 3), batch: int = 4, seed: int = 0,
