@@ -36,7 +36,7 @@ well-scaled MLP float16's output error is below bfloat16's (11 vs 8
 significand bits). On the MobileNetV3Small training step (64×64×3, batch 4,
 ``training=True``), bfloat16 zeroes some gradient elements too (0.1–0.4 % here),
 but none by range: sums that round to exactly 0 with 8 significand bits, which
-no loss scale changes. float16 zeroes a similar share, most of it below its
+no loss scale changes. float16 zeroes a similar share, about half of it below its
 range, and Keras' dynamic loss scale (2^15 overflows the cross-entropy's
 gradient, so 2^14) rescues most of that part. That is the measured answer to
 "why does bfloat16 need no loss scaling": it has float32's exponent range.
