@@ -13,6 +13,7 @@ Public names (imported lazily, since importing TensorFlow takes seconds):
   example batches steps 7-8 and export take (tflab/examples.py)
 * step 8 `tflite_roundtrip` → `TFLiteCheck` (tflab/litert.py re-exports
   tflab/litert_convert.py, litert_bounds.py, litert_check.py)
+* step 10 `float_info`, `compare_precisions` → `PrecisionComparison`, `demonstrate_loss_scaling` (tflab/precision.py)
 * step 11 `DistributedRetraceProbe`, `inspect_distributed`, `run_workers` (tflab/distribute.py)
 * `diagnose` → `Diagnosis`: why a tf.function failed (tflab/diagnosis.py)
 * `runtime_config` → `RuntimeConfig`: what a measurement ran on (tflab/runtime.py)
@@ -58,6 +59,13 @@ _EXPORTS = {
     "WorkerError": "tflab.distribute",
     "diagnose": "tflab.diagnosis",
     "Diagnosis": "tflab.diagnosis",
+    "float_info": "tflab.precision",
+    "FloatInfo": "tflab.precision",
+    "compare_precisions": "tflab.precision",
+    "PrecisionComparison": "tflab.precision",
+    "PolicyResult": "tflab.precision",
+    "demonstrate_loss_scaling": "tflab.precision",
+    "LossScalingDemo": "tflab.precision",
     "runtime_config": "tflab.runtime",
     "RuntimeConfig": "tflab.runtime",
     "TflabError": "tflab.errors",

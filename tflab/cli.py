@@ -30,6 +30,7 @@ VERBS = {
     "diagnose": "diagnose_cmd",
     "export": "export_cmd",
     "build-op": "build_op_cmd",
+    "precision": "precision_cmd",
     "distribute": "distribute_cmd",
     "env": "env_cmd",
 }

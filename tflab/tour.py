@@ -32,6 +32,7 @@ SECTIONS = [
     ("s06_modes", "Step 6 · compare_modes: eager vs graph vs XLA"),
     ("s07_export", "Steps 7–8 · SavedModel and TFLite round trips"),
     ("s09_custom_op", "Custom op · WarpSoftmax"),
+    ("s10_precision", "Step 10 · compare_precisions: float32 vs mixed_bfloat16 vs mixed_float16"),
     ("s11_distribute", "Step 11 · tf.distribute: traces and replica bodies under MirroredStrategy"),
 ]
 
