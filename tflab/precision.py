@@ -970,7 +970,7 @@ def demonstrate_loss_scaling(input_shape: tuple = (64, 64, 3), batch: int = 4, s
     classes=10)`` under float32, mixed_bfloat16 and mixed_float16 (same
     weights), runs the tour's training-step forward pass (``training=True``,
     sparse categorical cross-entropy of the float32-cast softmax output, as
-    `tflab.tour.make_train_step` does) on a seeded batch of images in
+    `tflab._tour.model.make_train_step` does) on a seeded batch of images in
     [0, 255], and takes the loss gradients wrt all trainable variables: in
     float16 once without scaling and once with Keras' dynamic loss scale.
 
@@ -994,7 +994,7 @@ def demonstrate_loss_scaling(input_shape: tuple = (64, 64, 3), batch: int = 4, s
     import keras
     import tensorflow as tf
 
-    from tflab.tour import NUM_CLASSES, example_batch
+    from tflab._tour.model import NUM_CLASSES, example_batch
 
     if len(input_shape) != 3 or input_shape[2] != 3 or min(input_shape[:2]) < 32:
         raise UsageError(f"input_shape must be (H, W, 3) with H, W >= 32, got {input_shape}")
