@@ -100,6 +100,8 @@ class OpcheckReport:
         kwargs: the keyword arguments passed to the op (repr strings).
         checks: the `Check` results, in the order run.
         xla_fallback: what to call under jit_compile=True, e.g. "tf.nn.softmax".
+        config: `tflab.runtime_config()` as a dict: the CPU ISA and TF CPU path
+            (oneDNN or Eigen) the reference ran on.
     """
 
     op: str
@@ -107,6 +109,7 @@ class OpcheckReport:
     kwargs: tuple[str, ...]
     checks: tuple[Check, ...]
     xla_fallback: str
+    config: dict = dataclasses.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -124,13 +127,20 @@ class OpcheckReport:
                   for s in ("pass", "fail", "skip", "unsupported")}
         summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
         return f"OpcheckReport({self.op} {', '.join(self.inputs)}: {summary})\n" + "\n".join(
-            f"  {c.status:<11} {c.name:<17} {c.detail}" for c in self.checks)
+            f"  {c.status:<11} {c.name:<17} {c.detail}" for c in self.checks) + (
+            f"\n  measured on: {self.config['one_line']}" if self.config.get("one_line") else "")
 
     def to_text(self) -> str:
         return repr(self)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def _runtime_config_dict() -> dict:
+    from tflab.runtime import runtime_config
+
+    return runtime_config().to_dict()
 
 
 def _describe(t: tf.Tensor) -> str:
@@ -274,7 +284,8 @@ def opcheck(op: Callable[..., tf.Tensor], *args: Any, **kwargs: Any) -> OpcheckR
 
     report = OpcheckReport(op=op_type, inputs=tuple(_describe(t) for t in inputs),
                            kwargs=tuple(f"{k}={v!r}" for k, v in kwargs.items()),
-                           checks=tuple(checks), xla_fallback=fallback)
+                           checks=tuple(checks), xla_fallback=fallback,
+                           config=_runtime_config_dict())
     if not report.ok:
         raise OpcheckError(report)
     return report

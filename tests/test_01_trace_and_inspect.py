@@ -39,7 +39,7 @@ def test_ops_counts_and_signature_of_a_dense_layer():
     assert matmul.outputs == (("matmul:0", "float32", [None, 4]),)
     # The Python int is part of the FunctionType as a Literal; the tensor as its TensorSpec.
     assert "n: Literal[3]" in r.function_type
-    args, kwargs = r.input_signature
+    args, kwargs = r.structured_input_signature
     assert args[0] == tf.TensorSpec([None, 8], tf.float32, name="x") and args[1] == 3 and kwargs == {}
     assert r.output_spec == {"y": tf.TensorSpec([None, 4], tf.float32),
                              "total": tf.TensorSpec([], tf.float32)}
@@ -94,7 +94,7 @@ def test_tf_function_keeps_its_input_signature_and_mismatch_is_one_error():
         return x + 1
 
     r = trace_and_inspect(f, tf.constant([1, 2, 3]))
-    assert r.input_signature[0][0].shape.as_list() == [None]  # the signature, not the value's [3]
+    assert r.structured_input_signature[0][0].shape.as_list() == [None]  # the signature, not the value's [3]
     with pytest.raises(UsageError, match="does not match f's signature"):
         trace_and_inspect(f, tf.constant([1.0, 2.0]))
 

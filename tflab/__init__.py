@@ -3,15 +3,20 @@
 Public names (imported lazily, since importing TensorFlow takes seconds):
 
 * step 1 `trace_and_inspect` → `TraceReport` (tflab/tracing.py)
-* step 2 `RetraceProbe`, `expect_traces`, `RetraceError` (tflab/retrace.py)
+* step 2 `RetraceProbe`, `expect_traces`, `RetraceError` (tflab/retrace.py re-exports
+  tflab/retrace_reasons.py, retrace_probe.py, retrace_log.py, retrace_expect.py)
 * step 3 `demonstrate_retracing` (tflab/retrace_demo.py)
 * step 4 `stabilize` → `StabilizeReport` (tflab/signatures.py)
 * step 5 `autograph_diff` → `AutographDiff` (tflab/autograph.py)
 * step 6 `compare_modes` → `ModeComparison` (tflab/modes.py)
-* step 7 `save_and_reload` → `SavedModelCheck` (tflab/saved_model.py)
-* step 8 `tflite_roundtrip` → `TFLiteCheck` (tflab/litert.py)
+* step 7 `save_and_reload` → `SavedModelCheck` (tflab/saved_model.py); `Examples`, the
+  example batches steps 7-8 and export take (tflab/examples.py)
+* step 8 `tflite_roundtrip` → `TFLiteCheck` (tflab/litert.py re-exports
+  tflab/litert_convert.py, litert_bounds.py, litert_check.py)
+* step 10 `float_info`, `compare_precisions` → `PrecisionComparison`, `demonstrate_loss_scaling` (tflab/precision.py)
 * step 11 `DistributedRetraceProbe`, `inspect_distributed`, `run_workers` (tflab/distribute.py)
 * `diagnose` → `Diagnosis`: why a tf.function failed (tflab/diagnosis.py)
+* `runtime_config` → `RuntimeConfig`: what a measurement ran on (tflab/runtime.py)
 """
 
 from __future__ import annotations
@@ -25,10 +30,10 @@ _EXPORTS = {
     "TraceReport": "tflab.tracing",
     "OpInfo": "tflab.tracing",
     "CaptureInfo": "tflab.tracing",
-    "RetraceProbe": "tflab.retrace",
-    "Trace": "tflab.retrace",
-    "expect_traces": "tflab.retrace",
-    "RetraceError": "tflab.retrace",
+    "RetraceProbe": "tflab.retrace_probe",
+    "Trace": "tflab.retrace_reasons",
+    "expect_traces": "tflab.retrace_expect",
+    "RetraceError": "tflab.retrace_expect",
     "demonstrate_retracing": "tflab.retrace_demo",
     "stabilize": "tflab.signatures",
     "StabilizeReport": "tflab.signatures",
@@ -39,11 +44,12 @@ _EXPORTS = {
     "AutographDiff": "tflab.autograph",
     "compare_modes": "tflab.modes",
     "ModeComparison": "tflab.modes",
+    "Examples": "tflab.examples",
     "save_and_reload": "tflab.saved_model",
     "SavedModelCheck": "tflab.saved_model",
-    "tflite_roundtrip": "tflab.litert",
-    "TFLiteCheck": "tflab.litert",
-    "UnsupportedOpsError": "tflab.litert",
+    "tflite_roundtrip": "tflab.litert_check",
+    "TFLiteCheck": "tflab.litert_check",
+    "UnsupportedOpsError": "tflab.litert_convert",
     "export_model": "tflab.export",
     "DistributedRetraceProbe": "tflab.distribute",
     "inspect_distributed": "tflab.distribute",
@@ -53,6 +59,15 @@ _EXPORTS = {
     "WorkerError": "tflab.distribute",
     "diagnose": "tflab.diagnosis",
     "Diagnosis": "tflab.diagnosis",
+    "float_info": "tflab.precision",
+    "FloatInfo": "tflab.precision",
+    "compare_precisions": "tflab.precision",
+    "PrecisionComparison": "tflab.precision",
+    "PolicyResult": "tflab.precision",
+    "demonstrate_loss_scaling": "tflab.precision",
+    "LossScalingDemo": "tflab.precision",
+    "runtime_config": "tflab.runtime",
+    "RuntimeConfig": "tflab.runtime",
     "TflabError": "tflab.errors",
     "UsageError": "tflab.errors",
 }

@@ -22,12 +22,14 @@ import ast
 import importlib.util
 import inspect
 import os
+import functools
 import re
 import sys
-import traceback
 from typing import Any, Callable
 
-from tflab._usercode import shorten
+# user_frame and error_summary live in _usercode (which must not import this
+# module); they stay importable from here.
+from tflab._usercode import error_summary, shorten, user_frame  # noqa: F401
 from tflab.errors import UsageError
 
 _SPEC_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*(?:\[(.*)\])?\s*$")
@@ -124,48 +126,6 @@ def parse_args(items: list[str] | None) -> dict[str, Any]:
             raise UsageError(f"--arg {name} given twice")
         out[name] = parse_value(value, name)
     return out
-
-
-def user_frame(exc: BaseException) -> str:
-    """The innermost traceback frame outside TF, tflab and the stdlib, as ``file:line in fn``.
-
-    Used to point at the user's own line when their function raises while tracing.
-    Returns "" when no such frame exists.
-    """
-    skip = ("tensorflow", os.sep + "tflab" + os.sep, "keras", "importlib", "autograph",
-            os.sep + "lib" + os.sep + "python3")
-    best = ""
-    for fs in traceback.extract_tb(exc.__traceback__):
-        if not any(s in fs.filename for s in skip) and "__autograph_generated" not in fs.filename:
-            best = f"{fs.filename}:{fs.lineno} in {fs.name}"
-    if not best:
-        # AutoGraph re-raises with the user's frames only in the message text:
-        # 'in user code:\n\n    File "/path/f.py", line 23, in broken\n ...'
-        for m in re.finditer(r'File "([^"]+)", line (\d+), in (\w+)', str(exc)):
-            if not any(s in m.group(1) for s in skip):
-                best = f"{m.group(1)}:{m.group(2)} in {m.group(3)}"
-    return best
-
-
-# An error line quotes at most this much of the exception's message (a user's
-# 5000-character message stays one readable line).
-SUMMARY_CHARS = 300
-
-
-def error_summary(exc: BaseException) -> str:
-    """One line for an exception: ``Type: message`` without AutoGraph's 'in user code:' preamble.
-
-    Cut to `SUMMARY_CHARS` characters with "…(N chars)" (`tflab._usercode.shorten`).
-    """
-    text = str(exc).strip()
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    if lines and lines[0].startswith("in user code"):
-        # The real error is the last 'SomethingError: …' line of the message.
-        for ln in reversed(lines):
-            if re.match(r"^[A-Z]\w*(Error|Exception|Warning)\b", ln):
-                return shorten(ln, SUMMARY_CHARS)
-        return shorten(lines[-1], SUMMARY_CHARS)
-    return shorten(f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": "), SUMMARY_CHARS)
 
 
 def load_module(path: str, *, what: str = "script"):
@@ -361,3 +321,111 @@ def materialize(value: Any, seed: "int | Any" = 0) -> Any:
     if dt == tf.bool:
         return tf.constant(rng.integers(0, 2, size=shape).astype(bool))
     raise UsageError(f"{label}: cannot make random values of dtype {dt.name}; pass a float, int or bool spec")
+
+
+# ------------------------------------------ a function and its arguments (compare, diagnose)
+
+
+def _parameter_names(fn: Callable) -> list[str]:
+    """Positional parameter names for labels; a Keras layer's ``call`` rather than
+    its ``__call__(*args, **kwargs)``, and no name for ``*args``."""
+    target = getattr(fn, "python_function", fn)
+    while isinstance(target, functools.partial):
+        target = target.func
+    call = getattr(target, "call", None)
+    if not inspect.isroutine(target) and inspect.ismethod(call):
+        target = call
+    try:
+        params = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def _function_name(fn: Callable) -> str:
+    target = getattr(fn, "python_function", fn)
+    while isinstance(target, functools.partial):  # the CLI binds a `seed` parameter this way
+        target = target.func
+    return (getattr(target, "__qualname__", None) or getattr(target, "name", None)
+            or type(target).__name__)
+
+
+def _check_target(fn: Callable, name: str) -> None:
+    """A class or an unbound method cannot be run as given: one clear line."""
+    check_target(fn, name)
+
+
+def signature_args(fn: Callable, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Checks ``args``/``kwargs`` against a `tf.function`'s ``input_signature``, or
+    falls back to it when none are given.
+
+    Raises:
+        UsageError: an argument does not match its TensorSpec (dtype or shape),
+            or the wrong number of arguments is given.
+    """
+    import tensorflow as tf
+
+    sig = getattr(fn, "input_signature", None)
+    if sig is None:
+        return args, kwargs
+    name = _function_name(fn)
+    if not args and not kwargs:
+        return tuple(sig), {}
+    names = _parameter_names(fn)
+    given = dict(zip(names, args))
+    given.update(kwargs)
+    if len(given) != len(sig) or any(n not in given for n in names[:len(sig)]):
+        raise UsageError(f"{name} has input_signature for ({', '.join(names[:len(sig)])}); "
+                         f"got arguments ({', '.join(given)}); give exactly those or none")
+    for pname, spec in zip(names, sig):
+        value = given[pname]
+        ok = True
+        try:
+            for s_, v in zip(tf.nest.flatten(spec), tf.nest.flatten(value)):
+                vspec = v if isinstance(v, tf.TensorSpec) else tf.TensorSpec.from_tensor(
+                    tf.convert_to_tensor(v))
+                ok = ok and s_.dtype == vspec.dtype and s_.shape.is_compatible_with(vspec.shape)
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            shown = value if isinstance(value, tf.TensorSpec) else getattr(value, "shape", value)
+            raise UsageError(f"{pname} does not match {name}'s input_signature: expected {spec}, "
+                             f"got {shown}{' ' + value.dtype.name if hasattr(value, 'dtype') else ''}")
+    return tuple(given[n] for n in names[:len(sig)]), {}
+
+
+def binding_error(name: str, tf_fn: Any, e: BaseException) -> UsageError | None:
+    """The one-line error for arguments that do not bind to a tf.function, else None.
+
+    TF raises ``TypeError: Binding inputs …`` (or Python's "missing a required
+    argument") from ``get_concrete_function`` when the call does not fit the
+    ``input_signature`` or the parameters; used by `tflab.tracing` and
+    `tflab.diagnosis`.
+
+    Args:
+        name: the function's name for the message.
+        tf_fn: the `tf.function` that was called (its ``input_signature`` is read).
+        e: what ``get_concrete_function`` raised.
+
+    Returns:
+        A `UsageError` to raise (``from e``), or None when ``e`` is another error.
+    """
+    if not isinstance(e, TypeError):
+        return None
+    msg = str(e).strip().splitlines()
+    first = msg[0] if msg else type(e).__name__
+    if not ("Binding inputs" in first or "input_signature" in str(e) or "missing a required" in str(e)
+            or "got an unexpected keyword" in str(e) or "takes" in first and "positional" in first):
+        return None
+    detail = " ".join(line.strip() for line in msg[:3])
+    m = re.search(r"Can not cast (.*?) to (.*?)`", detail)
+    missing = re.search(r"missing a required argument: '(\w+)'", detail)
+    if m:  # TF's message repeats the argument values; the cast is the point
+        detail = f"got {m.group(1)}, the input_signature wants {m.group(2)}"
+    elif missing:
+        return UsageError(f"{name} needs argument {missing.group(1)!r}: pass a value "
+                          f"or a tf.TensorSpec for it")
+    has_sig = getattr(tf_fn, "input_signature", None) is not None
+    return UsageError(f"the call does not match {name}'s signature: {detail}; "
+                      + ("pass arguments that fit its input_signature (or drop input_signature)"
+                         if has_sig else "pass arguments that fit its parameters"))

@@ -42,6 +42,7 @@ import contextlib
 import os
 import re
 import sys
+import traceback
 from typing import Any, Callable, Iterator, Mapping
 
 from tflab.errors import Terminated, TflabError, UsageError
@@ -56,6 +57,48 @@ def shorten(text: Any, limit: int = MAX_ECHO) -> str:
     if len(s) <= limit:
         return s
     return f"{s[:limit]}…({len(s)} chars)"
+
+
+def user_frame(exc: BaseException) -> str:
+    """The innermost traceback frame outside TF, tflab and the stdlib, as ``file:line in fn``.
+
+    Used to point at the user's own line when their function raises while tracing.
+    Returns "" when no such frame exists.
+    """
+    skip = ("tensorflow", os.sep + "tflab" + os.sep, "keras", "importlib", "autograph",
+            os.sep + "lib" + os.sep + "python3")
+    best = ""
+    for fs in traceback.extract_tb(exc.__traceback__):
+        if not any(s in fs.filename for s in skip) and "__autograph_generated" not in fs.filename:
+            best = f"{fs.filename}:{fs.lineno} in {fs.name}"
+    if not best:
+        # AutoGraph re-raises with the user's frames only in the message text:
+        # 'in user code:\n\n    File "/path/f.py", line 23, in broken\n ...'
+        for m in re.finditer(r'File "([^"]+)", line (\d+), in (\w+)', str(exc)):
+            if not any(s in m.group(1) for s in skip):
+                best = f"{m.group(1)}:{m.group(2)} in {m.group(3)}"
+    return best
+
+
+# An error line quotes at most this much of the exception's message (a user's
+# 5000-character message stays one readable line).
+SUMMARY_CHARS = 300
+
+
+def error_summary(exc: BaseException) -> str:
+    """One line for an exception: ``Type: message`` without AutoGraph's 'in user code:' preamble.
+
+    Cut to `SUMMARY_CHARS` characters with "…(N chars)" (`shorten`).
+    """
+    text = str(exc).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if lines and lines[0].startswith("in user code"):
+        # The real error is the last 'SomethingError: …' line of the message.
+        for ln in reversed(lines):
+            if re.match(r"^[A-Z]\w*(Error|Exception|Warning)\b", ln):
+                return shorten(ln, SUMMARY_CHARS)
+        return shorten(lines[-1], SUMMARY_CHARS)
+    return shorten(f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": "), SUMMARY_CHARS)
 
 
 def _exit_code_text(code: Any) -> str:
@@ -75,8 +118,6 @@ def describe(exc: BaseException, name: str, during: str, hint: str | None = None
         E.g. ``"f called sys.exit(5) while tracing"`` or
         ``"f raised BaseException: base while tracing (at f.py:3 in f)"``.
     """
-    from tflab._target import user_frame
-
     if isinstance(exc, SystemExit):
         return (f"{name} called sys.exit({_exit_code_text(exc.code)}) {during}; "
                 + (hint or "tflab runs it in its own process, so it must return or raise instead of exiting"))

@@ -38,16 +38,15 @@ import difflib
 import inspect
 import logging
 import os
-import re
 import textwrap
 from typing import Any, Callable, Iterator
 
+from tflab._source_map import (_SUBGRAPH_ATTRS, _TraceCounter, _build_layer,  # noqa: F401
+                               _error_line, _same_file, _shorten, _strip_comment, _walk_ops)
 from tflab.errors import UsageError
 
 _IF_OPS = frozenset({"If", "StatelessIf"})
 _WHILE_OPS = frozenset({"While", "StatelessWhile"})
-# Attributes cond_v2/while_v2 set on the op object for the branch/body FuncGraphs.
-_SUBGRAPH_ATTRS = ("_true_graph", "_false_graph", "_cond_graph", "_body_graph")
 _STRICT_ENV = "AUTOGRAPH_STRICT_CONVERSION"
 
 _GREEN, _RED, _CYAN, _BOLD, _RESET = "\x1b[32m", "\x1b[31m", "\x1b[36m", "\x1b[1m", "\x1b[0m"
@@ -99,7 +98,8 @@ class AutographDiff:
     """AutoGraph's rewrite of a function and what each control-flow statement became.
 
     Attributes:
-        function: the function's qualified name.
+        function_name: the function's qualified name (``function``, its old
+            name, is a deprecated alias).
         filename: the file the source came from.
         original: the function's source text (``inspect.getsource``).
         converted: AutoGraph's generated source (`tf.autograph.to_code`).
@@ -108,9 +108,10 @@ class AutographDiff:
         warnings: AutoGraph's "could not transform … will run it as-is" warnings
             seen while tracing (one line each); empty in strict mode, which raises.
         strict: whether strict conversion (``AUTOGRAPH_STRICT_CONVERSION``) was on.
+        table: (property) the statement table as aligned text lines.
     """
 
-    function: str
+    function_name: str
     filename: str
     original: str
     converted: str
@@ -122,12 +123,25 @@ class AutographDiff:
     def __repr__(self) -> str:
         parts = ", ".join(repr(s)[1:-1] for s in self.statements) or "no if/for/while"
         warn = f", {len(self.warnings)} warning(s)" if self.warnings else ""
-        return f"AutographDiff({self.function}: {parts}{warn})"
+        return f"AutographDiff({self.function_name}: {parts}{warn})"
 
+    @property
+    def function(self) -> str:
+        """Deprecated alias of `function_name`."""
+        from tflab._compat import deprecated
+
+        return deprecated("AutographDiff.function", "AutographDiff.function_name", self.function_name)
+
+    @property
     def table(self) -> str:
-        """The statement table as aligned text lines."""
+        """The statement table as aligned text lines; ``table()`` (a method before) still works, deprecated."""
+        from tflab._compat import callable_str
+
+        return callable_str(self._table(), "AutographDiff.table()", "AutographDiff.table (a property)")
+
+    def _table(self) -> str:
         if not self.statements:
-            return f"{self.function} has no if, for or while statements"
+            return f"{self.function_name} has no if, for or while statements"
         rows = [("line", "kind", "outcome", "op", "unrolled", "source")]
         for s in self.statements:
             op = f"{s.op_type} {s.op}" if s.op else "-"
@@ -157,7 +171,7 @@ class AutographDiff:
             out.append(f"… ({len(all_lines) - diff_lines} more diff lines)")
         if out:
             out.append("")
-        out.append(self.table())
+        out.append(self.table)
         out += [f"note line {s.lineno}: {s.note}" for s in self.statements if s.note]
         out += [f"warning: {w}" for w in self.warnings]
         return "\n".join(out)
@@ -166,7 +180,9 @@ class AutographDiff:
         """JSON-ready dict of every field."""
         from tflab._jsonutil import to_jsonable
 
-        return {f.name: to_jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        out = {f.name: to_jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        out["function"] = self.function_name  # the old key
+        return out
 
 
 def _colour(line: str) -> str:
@@ -240,22 +256,6 @@ def _find_statements(source: str, start: int) -> list[_Stmt]:
     return sorted(found, key=lambda s: s.lineno)
 
 
-def _strip_comment(line: str) -> str:
-    code, _, _ = line.partition("  #")  # table display only; keeps '#' inside strings mostly
-    return code.strip()
-
-
-def _walk_ops(graph) -> Iterator:
-    """Every op of a FuncGraph and of its If/While branch/body FuncGraphs, depth first,
-    each nested graph's ops placed before the op that owns them (their creation order)."""
-    for op in graph.get_operations():
-        for attr in _SUBGRAPH_ATTRS:
-            sub = getattr(op, attr, None)
-            if sub is not None:
-                yield from _walk_ops(sub)
-        yield op
-
-
 def _user_lines(op, filename: str, first: int, last: int) -> tuple[int, ...]:
     """Line numbers of the op's creation stack that fall inside the function, outermost first."""
     tb = op.traceback
@@ -266,13 +266,6 @@ def _user_lines(op, filename: str, first: int, last: int) -> tuple[int, ...]:
         if first <= frame.lineno <= last and _same_file(frame.filename, filename):
             out.append(frame.lineno)
     return tuple(out)
-
-
-def _same_file(a: str, b: str) -> bool:
-    if a == b:
-        return True
-    # Frames may carry a path relative to the root ("tmp/x.py" for "/tmp/x.py").
-    return os.path.abspath(a) == os.path.abspath(b) or b.endswith(os.sep + a.lstrip(os.sep))
 
 
 def _period_copies(keys: list) -> int | None:
@@ -317,127 +310,6 @@ def _count_copies(keys: list[tuple], simple: tuple[tuple[int, int], ...]) -> tup
         return 1, "iterations traced different ops; no simple statement to count by"
     return best, ("iterations traced different ops; counted by the body statement "
                   "run most often")
-
-
-class _TraceCounter:
-    """Counts, per source line of the function, what AutoGraph's operators did
-    while one trace ran: how often each ``for``/``while`` body ran, whether the
-    loop ran as a Python loop, and which branch each Python ``if`` took.
-
-    The generated code calls ``ag__.for_stmt``/``while_stmt``/``if_stmt``
-    (``autograph/operators/control_flow.py``) through the ``ag__`` module that
-    ``api.PyToTF.get_extra_locals`` builds once; those calls are wrapped there
-    so each body call is counted under the statement's line (read from
-    `tf_stack.extract_stack`, which AutoGraph's ``StackTraceMapper`` maps back
-    to the user's file, as for op tracebacks). ``_py_for_stmt``,
-    ``_py_while_stmt`` and ``_py_if_stmt`` (the Python-loop/if paths) are
-    wrapped in ``control_flow`` to mark a statement as run by Python.
-
-    Body calls inside AutoGraph's temporary ``FuncGraph('tmp')`` (it stages one
-    loop iteration there to type undefined loop variables; the graph is thrown
-    away) are not counted, and counts are kept per traced FuncGraph, so a
-    function traced twice (variable creation) is counted once.
-    """
-
-    def __init__(self, filename: str, first: int, last: int) -> None:
-        self.filename, self.first, self.last = filename, first, last
-        self.by_graph: dict[int, dict] = {}
-        self._stack: list[int | None] = []
-        self.active = False  # True once the operators were wrapped
-
-    def _line(self) -> int | None:
-        from tensorflow.python.util import tf_stack
-
-        best = None
-        for frame in tf_stack.extract_stack():
-            if self.first <= frame.lineno <= self.last and _same_file(frame.filename, self.filename):
-                best = frame.lineno
-        return best
-
-    def _records(self) -> dict | None:
-        """The records of the FuncGraph being traced, or None inside a 'tmp' staging graph."""
-        from tensorflow.python.framework import func_graph, ops
-
-        g = ops.get_default_graph()
-        while isinstance(getattr(g, "outer_graph", None), func_graph.FuncGraph):
-            if g.name == "tmp":
-                return None
-            g = g.outer_graph
-        return self.by_graph.setdefault(id(g), {"runs": {}, "python": set(), "reached": {},
-                                                "branches": {}})
-
-    def _wrap_stmt(self, original, body_index: int, kind: str):
-        counter = self
-
-        def wrapper(*args, **kwargs):
-            # Keyed by (line, kind): AutoGraph turns a `break` into an extra
-            # if_stmt mapped to the loop's own line.
-            line = counter._line()
-            line = None if line is None else (line, kind)
-            rec = counter._records()
-            if line is None or rec is None:
-                return original(*args, **kwargs)
-            rec["reached"][line] = rec["reached"].get(line, 0) + 1
-            args = list(args)
-            body = args[body_index]
-
-            def counted_body(*a, **k):
-                r = counter._records()
-                if r is not None:
-                    r["runs"][line] = r["runs"].get(line, 0) + 1
-                return body(*a, **k)
-
-            args[body_index] = counted_body
-            counter._stack.append(line)
-            try:
-                return original(*args, **kwargs)
-            finally:
-                counter._stack.pop()
-        return wrapper
-
-    def _wrap_py(self, original, kind: str):
-        counter = self
-
-        def wrapper(*args, **kwargs):
-            line = counter._stack[-1] if counter._stack else None
-            rec = counter._records()
-            if line is not None and rec is not None:
-                rec["python"].add(line)
-                if kind == "if":
-                    taken = "then" if args[0] else "else"
-                    per = rec["branches"].setdefault(line, {"then": 0, "else": 0})
-                    per[taken] += 1
-            return original(*args, **kwargs)
-        return wrapper
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator["_TraceCounter"]:
-        try:
-            from tensorflow.python.autograph.impl import api
-            from tensorflow.python.autograph.operators import control_flow
-
-            ag = api._TRANSPILER.get_extra_locals()["ag__"]
-            patches = [(ag, "for_stmt", self._wrap_stmt(ag.for_stmt, 2, "for")),
-                       (ag, "while_stmt", self._wrap_stmt(ag.while_stmt, 1, "while")),
-                       (ag, "if_stmt", self._wrap_stmt(ag.if_stmt, 1, "if")),
-                       (control_flow, "_py_for_stmt", self._wrap_py(control_flow._py_for_stmt, "for")),
-                       (control_flow, "_py_while_stmt",
-                        self._wrap_py(control_flow._py_while_stmt, "while")),
-                       (control_flow, "_py_if_stmt", self._wrap_py(control_flow._py_if_stmt, "if"))]
-        except (ImportError, AttributeError, KeyError):
-            # TF's layout changed: no counts; _classify falls back to reading
-            # op tracebacks (by_graph stays empty, so records is None).
-            yield self
-            return
-        olds = [(obj, attr, getattr(obj, attr)) for obj, attr, _ in patches]
-        for obj, attr, new in patches:
-            setattr(obj, attr, new)
-        self.active = True
-        try:
-            yield self
-        finally:
-            for obj, attr, old in olds:
-                setattr(obj, attr, old)
 
 
 @contextlib.contextmanager
@@ -496,25 +368,6 @@ class _FallbackWarnings(logging.Filter):
         cause = next((ln for ln in lines if ln.startswith("Cause:")), "")
         self.messages.append(_shorten(f"{lines[0]} {cause}"))
         return False
-
-
-def _shorten(text: str, limit: int = 240) -> str:
-    text = re.sub(r" at 0x[0-9a-fA-F]+", "", text.strip())
-    return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-def _error_line(e: BaseException) -> str:
-    """The informative line of an exception: AutoGraph's StagingError starts with
-    "in user code:" and puts the real ``XxxError: …`` line last."""
-    text = str(e).strip()
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    if not lines:
-        return type(e).__name__
-    if lines[0].startswith("in user code"):
-        inner = [ln for ln in lines if re.match(r"^[A-Za-z_.]*(Error|Exception):", ln)]
-        if inner:
-            return _shorten(inner[-1])
-    return _shorten(f"{type(e).__name__}: {lines[0]}")
 
 
 def _autograph_frame(e: BaseException, filename: str) -> str:
@@ -617,7 +470,7 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
     python_fn = _user_callable(fn)
     if not callable(python_fn):
         raise UsageError(f"autograph_diff needs a function, got {type(fn).__name__}")
-    from tflab.modes import _check_target, _function_name, signature_args
+    from tflab._target import _check_target, _function_name, signature_args
 
     _check_target(fn, _function_name(fn))
     if not args and not kwargs and getattr(fn, "input_signature", None) is not None:
@@ -668,7 +521,7 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
     if records is None and counter.active:  # no statement ran at all: none was reached
         records = {"runs": {}, "python": set(), "reached": {}, "branches": {}}
     statements = tuple(_classify(s, ops, records) for s in _find_statements(source, start))
-    return AutographDiff(function=name, filename=filename, original=source,
+    return AutographDiff(function_name=name, filename=filename, original=source,
                          converted=converted, unified_diff=diff, statements=statements,
                          warnings=tuple(catcher.messages), strict=strict_on)
 
@@ -698,26 +551,6 @@ def _user_callable(fn: Any) -> Any:
         if instance is not None:
             return types.MethodType(wrapped.__func__, instance)
     return target
-
-
-def _build_layer(layer: Any, args: tuple, kwargs: dict) -> None:
-    """Builds an unbuilt Keras layer from its first argument's shape: tracing its
-    ``call`` directly skips ``__call__``, which is where Keras would build it
-    (and create the weights ``call`` reads)."""
-    if getattr(layer, "built", True) or not hasattr(layer, "build"):
-        return
-    first = args[0] if args else next(iter(kwargs.values()), None)
-    shape = getattr(first, "shape", None)
-    name = type(layer).__name__
-    if shape is None:
-        raise UsageError(f"{name} is an unbuilt Keras layer and its first argument has no shape "
-                         f"to build it with; call the layer once on an input first")
-    try:
-        layer.build(tuple(shape))
-    except Exception as e:
-        raise UsageError(f"{name} is an unbuilt Keras layer and {name}.build({tuple(shape)}) "
-                         f"raised {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-                         f"; call the layer once on an input first") from e
 
 
 def _classify(stmt: _Stmt, ops: list, records: dict | None = None) -> Statement:

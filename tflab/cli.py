@@ -30,7 +30,9 @@ VERBS = {
     "diagnose": "diagnose_cmd",
     "export": "export_cmd",
     "build-op": "build_op_cmd",
+    "precision": "precision_cmd",
     "distribute": "distribute_cmd",
+    "env": "env_cmd",
 }
 
 
@@ -114,10 +116,13 @@ def main(argv: list[str] | None = None) -> int:
 
     parser, modules = build_parser()
     try:
-        args, extras = parser.parse_known_args(argv)
-        if extras:  # argparse would name the top parser ("tflab: error:"); the contract names the verb
-            verb_parser = parser._subparsers._group_actions[0].choices.get(args.verb, parser)
-            verb_parser.error(f"unrecognized arguments: {' '.join(extras)}")
+        args, extra = parser.parse_known_args(argv)
+        if extra and args.verb:
+            # Name the verb in the error: "tflab env: error: unrecognized arguments: --bogus".
+            sub = parser._subparsers._group_actions[0].choices[args.verb]
+            sub.error(f"unrecognized arguments: {' '.join(extra)}")
+        elif extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as e:  # --help (0) or a one-line argparse error (2): return, don't exit
         return int(e.code or 0)
     if not args.verb:
@@ -125,9 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # SIGTERM unwinds like Ctrl-C in every verb (its default action killed tflab at once: a tour's
     # half-written --out folder, no "terminated" line); export installs the same handler itself.
-    from tflab.export import _install_sigterm
+    from tflab.errors import install_sigterm_handler
 
-    previous_term = _install_sigterm()
+    previous_term = install_sigterm_handler()
     try:
         return int(modules[args.verb].run(args) or 0)
     except TflabError as e:

@@ -425,7 +425,7 @@ class _StatementMap:
 def _recorder(filename: str, first: int, last: int):
     """A `tflab.autograph._TraceCounter` that also remembers, for each body
     FuncGraph it sees, the statement running it."""
-    from tflab.autograph import _TraceCounter
+    from tflab._source_map import _TraceCounter
 
     class _Recorder(_TraceCounter):
         def __init__(self, *a):
@@ -446,7 +446,7 @@ def _owner_from_ops(graph, src: _Source | None) -> tuple[int, str] | None:
     """(line, kind) of the graph if/for/while whose body made ``graph``'s ops, read
     from the ops' creation tracebacks (used when no statement map was recorded):
     the innermost frame, in the user's file, on an if/for/while header line."""
-    from tflab.autograph import _same_file
+    from tflab._source_map import _same_file
 
     if src is None or graph is None:
         return None
@@ -511,7 +511,7 @@ def diagnose_exception(exc: BaseException, fn: Callable | None = None, *, stage:
         ctx.stage, ctx.concrete, ctx.graph_labels = stage, concrete, dict(graph_labels or {})
         return _classify(exc, ctx)
     except Exception as bug:  # never let the diagnosis hide the user's own error
-        from tflab.autograph import _error_line
+        from tflab._source_map import _error_line
 
         return Diagnosis(function=ctx.name, ok=False, kind="unrecognized", error=_error_line(exc),
                          explanation=f"tflab could not classify it ({type(bug).__name__}: {bug})",
@@ -546,7 +546,7 @@ def with_diagnosis(err: BaseException, exc: BaseException, fn: Callable | None =
 def diagnosed_error(what: str, exc: BaseException, fn: Callable | None = None, **kw: Any) -> UsageError:
     """``UsageError("{what} raised {TF's first line}; KIND at FILE:LINE: FIX")`` with
     ``.diagnosis``, for ``raise diagnosed_error("…", e, fn) from e``."""
-    from tflab.autograph import _error_line
+    from tflab._source_map import _error_line
 
     return with_diagnosis(UsageError(f"{what} raised {_error_line(exc)}"), exc, fn, **kw)
 
@@ -722,9 +722,9 @@ def _context(fn: Callable | None, args: tuple, kwargs: dict, from_signature: boo
 
 def _make(ctx: _Context, exc: BaseException, kind: str, filename: str, line: int | None,
           explanation: str, fix: str) -> Diagnosis:
-    from tflab.autograph import _error_line
+    from tflab._source_map import _error_line
 
-    from tflab.autograph import _strip_comment
+    from tflab._source_map import _strip_comment
 
     src = _Source.of(filename)
     return Diagnosis(function=ctx.name, ok=False, kind=kind, line=line,
@@ -1155,7 +1155,7 @@ def _rule_runtime_op(exc, ctx, frames, filename, line, loc, src, node):
     FuncGraph, or in an If/While branch/body FuncGraph, records the Python stack
     it was made from (``Operation.traceback``), whose innermost user frame is the
     culprit."""
-    from tflab.autograph import _walk_ops
+    from tflab._source_map import _walk_ops
 
     if ctx.stage != "call" or ctx.concrete is None or not hasattr(exc, "error_code"):
         return None
@@ -1273,7 +1273,7 @@ def diagnose(fn: Callable, *args: Any, **kwargs: Any) -> Diagnosis:
     >>> d.fix
     'use a tf.TensorArray (ta = ta.write(i, value) in the loop, ta.stack() after it), which is a loop variable'
     """
-    from tflab.modes import _check_target, _function_name, signature_args
+    from tflab._target import _check_target, _function_name, signature_args
 
     if not callable(fn):
         raise UsageError(f"diagnose needs a function, got {type(fn).__name__}")
@@ -1286,7 +1286,7 @@ def diagnose(fn: Callable, *args: Any, **kwargs: Any) -> Diagnosis:
         from_sig = getattr(fn, "input_signature", None) is not None
     python_fn = _python_target(fn)
     if python_fn is not getattr(fn, "python_function", fn):  # a Keras layer/model: build it first
-        from tflab.autograph import _build_layer
+        from tflab._source_map import _build_layer
 
         _build_layer(getattr(fn, "python_function", fn), args, kwargs)
     ctx = _context(fn, args, kwargs, from_signature=from_sig)
@@ -1303,9 +1303,12 @@ def diagnose(fn: Callable, *args: Any, **kwargs: Any) -> Diagnosis:
                 concrete = tf_fn.get_concrete_function(*args, **kwargs)
         except Exception as e:
             if _is_binding_error(e):
-                from tflab.tracing import get_concrete_function
+                from tflab._target import binding_error
 
-                get_concrete_function(tf_fn, *args, **kwargs)  # raises its UsageError
+                target = getattr(tf_fn, "python_function", tf_fn)
+                mismatch = binding_error(getattr(target, "__name__", None) or type(target).__name__, tf_fn, e)
+                if mismatch is not None:  # the same one line as trace_and_inspect's
+                    raise mismatch from e
             return _classify(e, ctx)
         ctx.concrete, ctx.stage = concrete, "call"
         try:

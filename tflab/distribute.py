@@ -50,12 +50,11 @@ import time
 from typing import Any, Callable, Iterator, Sequence
 
 from tflab.errors import Terminated, TflabError, UsageError
-from tflab.retrace import RetraceProbe
+from tflab.retrace_probe import RetraceProbe
+from tflab.retrace_reasons import PER_REPLICA_FIX, describe_per_replica, diff_per_replica  # noqa: F401
+# Per-replica input_signature relaxing lives in tflab.signatures (step 4 sits below this module).
+from tflab.signatures import is_per_replica_spec, relax_spec  # noqa: F401
 
-# What the reason engine tells the user to do when per-replica shapes change.
-PER_REPLICA_FIX = ("give the tf.function input_signature=dist_dataset.element_spec (a PerReplicaSpec "
-                   "with None batch dims: one trace for every batch), or batch the dataset with "
-                   "drop_remainder=True so every step has the same per-replica shape")
 
 # Cross-replica communication ops TF 2.21 emits: CollectiveReduceV2 on CPU and for
 # MultiWorkerMirroredStrategy, NcclAllReduce for MirroredStrategy on GPUs.
@@ -110,69 +109,10 @@ def mirrored_strategy(n: int = 2):
     return tf.distribute.MirroredStrategy(configure_logical_cpus(n))
 
 
-# ---------------------------------------------------------------------------
-# Per-replica reasons: the PerReplicaSpec hook of tflab.retrace
-# ---------------------------------------------------------------------------
-
-_PER_REPLICA_PREFIX = "PerReplicaSpec("
-
-
-def _components(text: str) -> list | None:
-    """The component TraceType nodes of a ``PerReplicaSpec(…)`` repr, or None."""
-    from tflab.retrace import _split_top, parse_trace_type
-
-    text = text.strip()
-    if not (text.startswith(_PER_REPLICA_PREFIX) and text.endswith(")")):
-        return None
-    return [parse_trace_type(t) for t in _split_top(text[len(_PER_REPLICA_PREFIX):-1])]
-
-
-def _shapes_text(nodes: list) -> str:
-    shapes = [n.shape if n.kind == "tensor" else n.value for n in nodes]
-    return shapes[0] if len(set(shapes)) == 1 else "[" + ", ".join(shapes) + "]"
-
-
-def describe_trace_type(text: str) -> str:
-    """A short label for a ``PerReplicaSpec`` TraceType: ``per-replica float32(2, 4) ×2``."""
-    comps = _components(text)
-    if not comps:
-        return text
-    dtypes = sorted({c.dtype for c in comps if c.kind == "tensor"})
-    return f"per-replica {'/'.join(dtypes)}{_shapes_text(comps)} ×{len(comps)}"
-
-
-def diff_trace_type(path: str, old: str, new: str) -> list:
-    """Reasons for a change between two ``PerReplicaSpec`` TraceTypes of parameter ``path``.
-
-    Returns:
-        `tflab.retrace.Reason`s: ``x: per-replica shape (2, 4) -> (1, 4)``
-        (kind ``per_replica_shape``), a per-replica dtype change, or a change in
-        the number of replicas; each fix names ``dist_dataset.element_spec`` or
-        ``drop_remainder=True``.
-    """
-    from tflab.retrace import Reason
-
-    a, b = _components(old), _components(new)
-    if a is None or b is None:
-        return [Reason(path, "kind", old, new, f"{path}: {old} -> {new}", PER_REPLICA_FIX)]
-    if len(a) != len(b):
-        return [Reason(path, "replicas", str(len(a)), str(len(b)),
-                       f"{path}: {len(a)} replicas -> {len(b)}",
-                       "call it under the same strategy (same number of replicas) every time")]
-    out = []
-    da = sorted({c.dtype for c in a})
-    db = sorted({c.dtype for c in b})
-    if da != db:
-        out.append(Reason(path, "dtype", "/".join(da), "/".join(db),
-                          f"{path}: per-replica dtype {'/'.join(da)} -> {'/'.join(db)}",
-                          "cast the dataset to one dtype (dataset.map(lambda x: tf.cast(x, ...)))"))
-    sa, sb = _shapes_text(a), _shapes_text(b)
-    if sa != sb:
-        out.append(Reason(path, "per_replica_shape", sa, sb,
-                          f"{path}: per-replica shape {sa} -> {sb}", PER_REPLICA_FIX))
-    if not out:
-        out.append(Reason(path, "kind", old, new, f"{path}: {old} -> {new}", PER_REPLICA_FIX))
-    return out
+# Per-replica reasons live in tflab.retrace_reasons (the reason engine explains a
+# PerReplicaSpec TraceType itself); the names here stay for compatibility.
+describe_trace_type = describe_per_replica
+diff_trace_type = diff_per_replica
 
 
 # ---------------------------------------------------------------------------
@@ -475,34 +415,6 @@ def inspect_distributed(fn: Callable, *args: Any, **kwargs: Any) -> DistributedT
 # ---------------------------------------------------------------------------
 
 
-def is_per_replica_spec(spec: Any) -> bool:
-    """True for a ``PerReplicaSpec`` (the TypeSpec of a PerReplica value, ``values.py``)."""
-    from tensorflow.python.distribute import values as values_lib
-
-    return isinstance(spec, values_lib.PerReplicaSpec)
-
-
-def relax_spec(a: Any, b: Any, relax_leaf: Callable[[Any, Any], Any]) -> Any:
-    """The ``PerReplicaSpec`` whose components are ``relax_leaf`` of ``a``'s and ``b``'s.
-
-    Used by `tflab.signatures.infer_input_signature`: per-replica batches 2, 2,
-    1 relax to ``PerReplicaSpec(TensorSpec([None, 4]), TensorSpec([None, 4]))``,
-    the same as ``dist_dataset.element_spec``.
-
-    Raises:
-        UsageError: different numbers of replicas, or a spec that is not a PerReplicaSpec.
-    """
-    from tensorflow.python.distribute import values as values_lib
-
-    if not (isinstance(a, values_lib.PerReplicaSpec) and isinstance(b, values_lib.PerReplicaSpec)):
-        raise UsageError(f"examples mix a distributed value with a tensor ({type(a).__name__} vs "
-                         f"{type(b).__name__}); give every example from the same distributed dataset")
-    ca, cb = a._value_specs, b._value_specs
-    if len(ca) != len(cb):
-        raise UsageError(f"examples have {len(ca)} and {len(cb)} replicas; use one strategy for all")
-    return values_lib.PerReplicaSpec(*[relax_leaf(x, y) for x, y in zip(ca, cb)])
-
-
 # ---------------------------------------------------------------------------
 # Process management: every child is bounded, and stopped on every exit path
 # ---------------------------------------------------------------------------
@@ -749,7 +661,7 @@ def mirrored_lab(export_dir: str | None = None) -> dict:
     strategy = mirrored_strategy(2)
     import tensorflow as tf
 
-    from tflab.retrace import expect_traces
+    from tflab.retrace_expect import expect_traces
     from tflab.signatures import stabilize
 
     Probe = DistributedRetraceProbe
@@ -897,7 +809,7 @@ def export_after_distributed_training(strategy: Any, export_dir: str) -> dict:
     import keras
     import numpy as np
 
-    from tflab.litert import tflite_roundtrip
+    from tflab.litert_check import tflite_roundtrip
     from tflab.saved_model import save_and_reload
 
     keras.utils.set_random_seed(0)

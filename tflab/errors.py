@@ -27,3 +27,31 @@ class Terminated(SystemExit):
     killed by SIGTERM. `tflab._usercode.user_code` lets it through: it is not
     the user's ``sys.exit``.
     """
+
+
+def install_sigterm_handler():
+    """Makes SIGTERM raise `Terminated` (code 143) so cleanup runs as for Ctrl-C.
+
+    ``tflab.cli.main`` installs it around every verb: SIGTERM's default action
+    ends the process at once (shell status 143, but no ``terminated`` line and
+    no cleanup: a half-written ``tour --out``). Python runs the handler in the
+    main thread between bytecodes (``signal`` docs), so a long TF kernel
+    delays it as it delays Ctrl-C.
+
+    Returns:
+        The previous handler (to restore with ``signal.signal``), or None when
+        not called from the main thread (handlers can only be set there).
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def on_term(signum, frame):
+        raise Terminated(128 + signal.SIGTERM)
+
+    try:
+        return signal.signal(signal.SIGTERM, on_term)
+    except (ValueError, OSError):
+        return None

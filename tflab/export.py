@@ -9,7 +9,7 @@ The steps, in order:
    --worker``), because the MLIR converter can abort the whole process (LLVM
    fatal errors call ``abort()``); a dead worker costs one variant, reported
    as crashed, and a fresh worker takes the rest;
-4. `tflab.litert.check_tflite` each variant against the SavedModel;
+4. `tflab.litert_check.check_tflite` each variant against the SavedModel;
 5. write ``report.json`` and rename the temporary folder to ``--out``.
 
 Any error before step 5 removes the temporary folder: nothing is half-written.
@@ -31,8 +31,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from tflab._paths import OutputPath, check_path_text, output_path
+from tflab.custom_op_loader import (PROJECT_CUSTOM_OPS, load_custom_ops_for,  # noqa: F401
+                                    unregistered_op)
 from tflab.errors import Terminated, TflabError, UsageError
-from tflab.litert import QUANTIZATIONS, TFLiteCheck
+from tflab.litert_check import TFLiteCheck
+from tflab.litert_convert import QUANTIZATIONS
 
 # Fault injection for the crash-isolation test: the worker aborts (like an
 # LLVM fatal error) when it starts converting this variant.
@@ -98,7 +101,7 @@ class ExportReport:
         sm = self.saved_model
         lines = [f"export {self.model} -> {self.out}   (examples: {self.examples})",
                  f"SavedModel: {'bit-exact' if sm.bit_exact else 'NOT bit-exact'} "
-                 f"({', '.join(sm.signatures)}; {sm.examples} example batch(es))"]
+                 f"({', '.join(sm.signatures)}; {sm.batch_count} example batch(es))"]
         lines += [f"  note: {n}" for n in sm.notes]
         lines.append(variant_table(self.variants))
         seen: set[str] = set()
@@ -159,38 +162,6 @@ def variant_table(variants: dict[str, VariantResult]) -> str:
 # ---------------------------------------------------------------- loading models
 
 
-# The project's own custom op (custom_ops/): its library is loaded on demand,
-# because tf.saved_model.load and the TFLite converter must find it registered.
-PROJECT_CUSTOM_OPS = {"WarpSoftmax": "custom_ops (custom_ops.load_library())"}
-
-
-def unregistered_op(text: str) -> str | None:
-    """The op named by TF's "Op type not registered 'X'" error, else None."""
-    import re
-
-    m = re.search(r"Op type not registered '(\w+)'", text)
-    return m.group(1) if m else None
-
-
-def load_custom_ops_for(saved_model_dir: str | os.PathLike) -> list[str]:
-    """Loads the project's custom op library when the SavedModel's graph uses one of its ops.
-
-    Returns:
-        The project custom ops found in ``saved_model.pb`` (loaded now or before).
-    """
-    pb = os.path.join(os.fspath(saved_model_dir), "saved_model.pb")
-    try:
-        data = Path(pb).read_bytes()
-    except OSError:
-        return []
-    found = [op for op in PROJECT_CUSTOM_OPS if op.encode() in data]
-    if found:
-        from custom_ops import load_library
-
-        load_library()
-    return found
-
-
 def load_model(spec: str) -> tuple[Any, str]:
     """Loads ``MODEL`` for `tflab export`: a .keras file, a SavedModel folder or ``FILE.py:OBJ``.
 
@@ -207,12 +178,12 @@ def load_model(spec: str) -> tuple[Any, str]:
 
     if ".py:" in spec or spec.endswith(".py"):
         from tflab._target import error_summary, load_target, user_frame
-        from tflab.saved_model import _is_keras3, _is_tf_keras
+        from tflab.saved_model import is_keras3, is_tf_keras
 
         obj = load_target(spec)
 
         def exportable(o) -> bool:
-            return isinstance(o, tf.Module) or _is_keras3(o) or _is_tf_keras(o)
+            return isinstance(o, tf.Module) or is_keras3(o) or is_tf_keras(o)
 
         if callable(obj) and not exportable(obj) and not isinstance(obj, tf.types.experimental.PolymorphicFunction):
             from tflab._usercode import user_code
@@ -298,9 +269,9 @@ def build_unbuilt_keras(obj: Any, batches: list[dict[str, np.ndarray]] | None, n
             call it once in OBJ(), or pass ``--examples``), or the build call
             raised (the user's line named).
     """
-    from tflab.saved_model import _is_keras3
+    from tflab.saved_model import is_keras3
 
-    if not _is_keras3(obj):
+    if not is_keras3(obj):
         return None
     from keras.src import models as keras_models
 
@@ -332,10 +303,10 @@ def build_unbuilt_keras(obj: Any, batches: list[dict[str, np.ndarray]] | None, n
         from keras.export import ExportArchive
         from keras.src.export.export_utils import get_input_signature
 
-        from tflab.saved_model import _reference
+        from tflab.saved_model import signature_input_names
 
         serve = ExportArchive().track_and_add_endpoint("serve", obj, get_input_signature(obj))
-        names = _reference(serve.get_concrete_function()).input_names
+        names = signature_input_names(serve.get_concrete_function())
         if len(names) == 1:
             batches[:] = [{names[0]: next(iter(b.values()))} for b in batches]
             if names[0] != next(iter(batch)):
@@ -389,7 +360,7 @@ def _worker_main(argv: Sequence[str]) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
     from tflab.errors import TflabError as _Err
-    from tflab.litert import UnsupportedOpsError, convert
+    from tflab.litert_convert import UnsupportedOpsError, convert
 
     batches = load_examples(examples_path)
     for q in quants.split(","):
@@ -512,7 +483,7 @@ def _convert_while(convert: Callable[[], dict], other: Callable[[], None]) -> di
 
 def _convert_inprocess(saved_model: str, outdir: str, quants: list[str], batches,
                        progress: Callable[[str], None]) -> dict[str, dict]:
-    from tflab.litert import UnsupportedOpsError, convert
+    from tflab.litert_convert import UnsupportedOpsError, convert
 
     results: dict[str, dict] = {}
     for q in quants:
@@ -618,7 +589,7 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
     Raises:
         UsageError: bad input: not a model, a corrupt SavedModel, examples not
             matching the signature or with 0 rows, an op outside the TFLite
-            builtins (`tflab.litert.UnsupportedOpsError`, ``kind`` "flex" or
+            builtins (`tflab.litert_convert.UnsupportedOpsError`, ``kind`` "flex" or
             "custom"), a SavedModel op not registered in this process, or an
             ``out`` that cannot be written or replaced (probed by creating a
             folder there, `tflab._paths.output_path`), a signature that fails
@@ -636,8 +607,11 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
     >>> r.saved_model.bit_exact, r.variants["dynamic"].status, r.variants["dynamic"].check.bit_exact
     (True, 'ok', False)
     """
-    from tflab.litert import UnsupportedOpsError, check_tflite, prepare_bounds
-    from tflab.saved_model import normalize_examples, save_and_reload
+    from tflab.litert_bounds import prepare_bounds
+    from tflab.litert_check import check_tflite
+    from tflab.litert_convert import UnsupportedOpsError
+    from tflab.examples import Examples
+    from tflab.saved_model import save_and_reload
 
     t0 = time.perf_counter()
     progress = progress or (lambda msg: None)
@@ -658,17 +632,18 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         obj, name = model, model_name or type(model).__name__
     if isinstance(examples, (str, os.PathLike)):
         source = os.fspath(examples)
-        batches = normalize_examples(load_examples(source))
+        batches = Examples.of(load_examples(source))
     elif examples is not None:
-        source, batches = "given", normalize_examples(examples)
+        source, batches = "given", Examples.of(examples)
     else:
         source, batches = "seeded random (seed 0), batch sizes 1 and 4", None
 
     if batches is not None:
-        from tflab.litert import check_rows
-
-        check_rows(batches)
-    build_note = build_unbuilt_keras(obj, batches, name)
+        batches.check_rows()
+    listed = None if batches is None else list(batches)
+    build_note = build_unbuilt_keras(obj, listed, name)
+    if listed is not None and any(x is not y for x, y in zip(listed, batches)):
+        batches = Examples(tuple(listed))  # renamed to the built model's input (already numpy)
     # The SIGTERM handler goes in before the temporary folder exists, so a
     # SIGTERM at any point after mkdtemp unwinds through the cleanup below.
     previous_term = _install_sigterm()
@@ -683,7 +658,7 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
             sm = save_and_reload(obj, tmp / "saved_model", batches)
         if build_note:
             sm = dataclasses.replace(sm, notes=(build_note, *sm.notes))
-        batches = list(sm.example_batches)
+        batches = sm.example_batches  # checked against the SignatureDefs: passed on as is
         _save_examples(batches, os.fspath(tmp / "examples.npz"))
         if isolate:
             conv = _convert_while(

@@ -34,8 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
-import inspect
 import logging
 import math
 import re
@@ -45,6 +43,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+# The user-function helpers live in tflab._target (tflab.diagnosis uses them too);
+# kept importable from here.
+from tflab._target import _check_target, _function_name, _parameter_names, signature_args  # noqa: F401
 from tflab.errors import UsageError
 
 MODES = ("eager", "graph", "xla")
@@ -91,11 +92,22 @@ _SHAPE_ONLY_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank", "ZerosLike", "On
 
 @dataclasses.dataclass(frozen=True)
 class Distance:
-    """A distance from eager, split into outputs and gradients.
+    """A distance from eager, split into outputs and gradients, that acts as its overall maximum.
+
+    ``float(d)``, comparisons with numbers and with other Distances (``d <= 8``,
+    ``sorted(...)``), and format specs (``f"{d:.3g}"``) use ``overall``; ``max(d)``
+    iterates over ``(outputs, gradients)``. Two Distances are ``==`` when both
+    parts are; a Distance ``==`` a number when its overall maximum is.
 
     Attributes:
         outputs: the maximum over all output elements.
         gradients: the maximum over all gradient elements (0 when there are none).
+
+    Example:
+
+    >>> d = Distance(outputs=3, gradients=120)
+    >>> d <= 128, float(d), max(d), f"{d:.0f}"
+    (True, 120.0, 120, '120')
     """
 
     outputs: float
@@ -103,10 +115,58 @@ class Distance:
 
     @property
     def overall(self) -> float:
+        """``max(outputs, gradients)``."""
         return max(self.outputs, self.gradients)
 
     def __repr__(self) -> str:
         return f"(outputs={_fmt_num(self.outputs)}, gradients={_fmt_num(self.gradients)})"
+
+    def __float__(self) -> float:
+        return float(self.overall)
+
+    def __iter__(self):
+        return iter((self.outputs, self.gradients))
+
+    def __format__(self, spec: str) -> str:
+        return format(self.overall, spec) if spec else repr(self)
+
+    @staticmethod
+    def _value(other: Any) -> float | None:
+        if isinstance(other, Distance):
+            return other.overall
+        if isinstance(other, (int, float, np.integer, np.floating)) and not isinstance(other, bool):
+            return float(other)
+        return None
+
+    def __eq__(self, other: Any) -> bool:
+        if isinstance(other, Distance):
+            return (self.outputs, self.gradients) == (other.outputs, other.gradients)
+        v = self._value(other)
+        return NotImplemented if v is None else float(self.overall) == v
+
+    def __hash__(self) -> int:
+        return hash((self.outputs, self.gradients))
+
+    def __lt__(self, other: Any) -> bool:
+        v = self._value(other)
+        return NotImplemented if v is None else float(self.overall) < v
+
+    def __le__(self, other: Any) -> bool:
+        v = self._value(other)
+        return NotImplemented if v is None else float(self.overall) <= v
+
+    def __gt__(self, other: Any) -> bool:
+        v = self._value(other)
+        return NotImplemented if v is None else float(self.overall) > v
+
+    def __ge__(self, other: Any) -> bool:
+        v = self._value(other)
+        return NotImplemented if v is None else float(self.overall) >= v
+
+
+def speed_text(ratio: float) -> str:
+    """``1.75× faster`` or ``0.97×, slower``: a speed ratio (> 1: faster) said with its direction."""
+    return f"{ratio:.2f}× faster" if ratio >= 1 else f"{ratio:.2f}×, slower"
 
 
 def _fmt_num(x: float) -> str:
@@ -184,7 +244,8 @@ class ModeComparison:
     """Eager vs graph vs XLA for one function: numbers, timings, HLO and findings.
 
     Attributes:
-        function: the function's name.
+        function_name: the function's name (``function``, its old name, is a
+            deprecated alias).
         device: the device eager ran on (e.g. ``/job:localhost/…/device:CPU:0``).
         modes: ``"eager"``, ``"graph"``, ``"xla"`` → `ModeResult`.
         gradient_names: the gradient sources, in order (``"arg:x"``, ``"var:dense/kernel"``).
@@ -199,6 +260,9 @@ class ModeComparison:
         atol: the absolute tolerance used for findings.
         findings: one line per mode and tensor that disagrees with eager beyond
             both bounds, or per mode that failed.
+        config: `tflab.runtime_config()` as a dict, filled in when the
+            comparison is made: the TF CPU kernel path (oneDNN or Eigen) and CPU
+            ISA the numbers were measured on.
         output_names: one name per flattened output: ``"output"`` for a single
             tensor, else ``"output[KEY]"`` with the `tf.nest` path (dict keys,
             tuple indices).
@@ -210,9 +274,13 @@ class ModeComparison:
             ``("StatelessRandomUniformV2",)``); tensors without any are absent.
         notes: one line per mode and tensor left out as a random stream, with
             how to compare it anyway.
+        grappler: how graph mode ran Grappler: True (TF's default
+            optimizations), False (meta optimizer disabled) or the
+            ``tf.config.optimizer`` options given; in ``to_text()`` and
+            ``to_dict()`` too.
     """
 
-    function: str
+    function_name: str
     device: str
     modes: dict
     gradient_names: tuple[str, ...]
@@ -223,10 +291,28 @@ class ModeComparison:
     ulp_bound: int
     atol: float
     findings: tuple[str, ...]
+    config: dict = dataclasses.field(default_factory=lambda: _runtime_config_dict())
     output_names: tuple[str, ...] = ()
     variables_restored: tuple[str, ...] = ()
     random_ops: dict = dataclasses.field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    grappler: Any = True
+
+    @property
+    def function(self) -> str:
+        """Deprecated alias of `function_name`."""
+        from tflab._compat import deprecated
+
+        return deprecated("ModeComparison.function", "ModeComparison.function_name", self.function_name)
+
+    @property
+    def grappler_text(self) -> str:
+        """``Grappler on`` / ``Grappler off (meta optimizer disabled)`` / ``Grappler options {…}``."""
+        if self.grappler is True:
+            return "Grappler on (TF's default graph optimizations)"
+        if self.grappler is False:
+            return "Grappler off (meta optimizer disabled)"
+        return "Grappler options " + ", ".join(f"{k}={v}" for k, v in sorted(self.grappler.items()))
 
     def __repr__(self) -> str:
         parts = []
@@ -235,23 +321,63 @@ class ModeComparison:
             if r is None:
                 continue
             parts.append(f"{m}: error" if r.error else
-                         f"{m}: {_fmt_num(r.max_ulp_above_atol.overall)} ULP, {r.median_seconds * 1e3:.3g} ms")
+                         f"{m}: {_fmt_num(r.max_ulp_above_atol.overall)} ULP above atol, "
+                         f"{r.median_seconds * 1e3:.3g} ms")
         extra = f", {self.fusion_count} fusions" if self.fusion_count is not None else ""
-        return (f"ModeComparison({self.function}: " + "; ".join(parts) + extra
+        if self.grappler is not True and "graph" in self.modes:
+            extra += ", graph: " + self.grappler_text
+        return (f"ModeComparison({self.function_name}: " + "; ".join(parts) + extra
                 + f", {len(self.findings)} finding(s))")
 
-    def speed_ratio(self, slow: str, fast: str) -> float | None:
-        """median_seconds[slow] / median_seconds[fast]; > 1 means ``fast`` is faster."""
-        a, b = self.modes.get(slow), self.modes.get(fast)
-        if not a or not b or a.error or b.error or not b.median_seconds:
+    def speed_ratio(self, mode: str | None = None, baseline: str = "eager",
+                    **deprecated: str) -> float | None:
+        """How many times faster ``mode`` runs than ``baseline``, per warm call.
+
+        One convention in code and text: ``speed_ratio("xla", "graph")`` is
+        ``median_seconds["graph"] / median_seconds["xla"]``, printed
+        ``xla vs graph: 1.75× faster``; below 1 ``mode`` is slower
+        (``xla vs graph: 0.97×, slower``).
+
+        Args:
+            mode: the mode timed (``"graph"``, ``"xla"``, ``"eager"``).
+            baseline: the mode it is compared with.
+            **deprecated: the old keywords ``slow=``/``fast=`` (ratio
+                slow/fast, the same number as ``speed_ratio(fast, slow)``),
+                kept with a DeprecationWarning.
+
+        Returns:
+            The ratio, or None when either mode did not run or failed.
+
+        Raises:
+            UsageError: an unknown keyword, or no mode.
+        """
+        if deprecated:
+            unknown = set(deprecated) - {"slow", "fast"}
+            if unknown:
+                raise UsageError(f"speed_ratio: unknown argument(s) {sorted(unknown)}; "
+                                 f"call speed_ratio(mode, baseline)")
+            import warnings
+
+            warnings.warn("speed_ratio(slow=, fast=) is deprecated: speed_ratio(mode, baseline) says how "
+                          "many times faster mode is", DeprecationWarning, stacklevel=2)
+            mode, baseline = deprecated.get("fast", mode), deprecated.get("slow", baseline)
+        if mode is None:
+            raise UsageError("speed_ratio needs the mode to time: speed_ratio(mode, baseline)")
+        a, b = self.modes.get(mode), self.modes.get(baseline)
+        if not a or not b or a.error or b.error or not a.median_seconds:
             return None
-        return a.median_seconds / b.median_seconds
+        return b.median_seconds / a.median_seconds
+
+    @property
+    def speedups(self) -> dict[str, float | None]:
+        """``{"graph vs eager": speed_ratio("graph", "eager"), "xla vs graph": speed_ratio("xla", "graph")}``."""
+        return {f"{m} vs {b}": self.speed_ratio(m, b) for m, b in (("graph", "eager"), ("xla", "graph"))}
 
     def to_text(self) -> str:
         """A table of modes, then XLA's fusion count and the findings."""
         # ULP columns count only elements above atol in magnitude (raw maxima,
         # near-zero noise included, are in a footnote when they differ).
-        rows = [("mode", "max ULP out", "max ULP grad", "max |diff|", "first call s", "median ms", "")]
+        rows = [("mode", "ULP>atol out", "ULP>atol grad", "max |diff|", "first call s", "median ms", "")]
         raw_notes = []
         for m in MODES:
             r = self.modes.get(m)
@@ -267,20 +393,22 @@ class ModeComparison:
                          f"{r.max_abs_diff.overall:.3g}", f"{r.first_call_seconds:.3f}",
                          f"{r.median_seconds * 1e3:.3f}", ""))
         widths = [max(len(r[i]) for r in rows) for i in range(6)]
-        lines = [f"{self.function} on {self.device.rsplit('device:', 1)[-1] or 'unknown device'}, "
+        lines = [f"{self.function_name} on {self.device.rsplit('device:', 1)[-1] or 'unknown device'}, "
                  f"gradients wrt {len(self.gradient_names)} source(s)"
                  + (f"; restored {len(self.variables_restored)} variable(s) before each mode"
-                    if self.variables_restored else "")]
+                    if self.variables_restored else "")
+                 + (f"; graph mode: {self.grappler_text}" if "graph" in self.modes else "")]
+        if self.config.get("one_line"):
+            lines.append(f"measured on: {self.config['one_line']}")
         lines += ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
                   + (f"  {r[6]}" if r[6] else "") for r in rows]
         lines.append(f"ULP columns: the largest ULP distance over elements with |value| > atol {self.atol:g} "
                      f"(worst element by ULP; max |diff| is the worst by absolute difference, "
                      f"often another element)"
                      + (f"; all elements (out / grad): {', '.join(raw_notes)}" if raw_notes else ""))
-        for slow, fast in (("eager", "graph"), ("graph", "xla")):
-            ratio = self.speed_ratio(slow, fast)
+        for label, ratio in self.speedups.items():
             if ratio is not None:
-                lines.append(f"{fast} vs {slow}: {ratio:.2f}× per call")
+                lines.append(f"{label}: {speed_text(ratio)} per call")
         if self.fusion_count is not None:
             kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.fusion_kinds.items()))
             lines.append(f"XLA optimized HLO: {self.fusion_count} fusions ({kinds})")
@@ -311,8 +439,8 @@ class ModeComparison:
             elif f.name == "hlo" and not arrays:
                 v = {k: f"{len(t)} characters" for k, t in v.items()}
             out[f.name] = to_jsonable(v)
-        out["speed"] = {"graph_vs_eager": self.speed_ratio("eager", "graph"),
-                        "xla_vs_graph": self.speed_ratio("graph", "xla")}
+        out["speed"] = {k.replace(" vs ", "_vs_"): v for k, v in self.speedups.items()}
+        out["function"] = self.function_name  # the old key
         return out
 
 
@@ -487,76 +615,6 @@ def _flatten_sources(fn: Callable, args: tuple, kwargs: dict):
         return tuple(a), k
 
     return [leaves[i] for i in idx], [f"arg:{labels[i]}" for i in idx], rebuild
-
-
-def _parameter_names(fn: Callable) -> list[str]:
-    """Positional parameter names for labels; a Keras layer's ``call`` rather than
-    its ``__call__(*args, **kwargs)``, and no name for ``*args``."""
-    target = getattr(fn, "python_function", fn)
-    while isinstance(target, functools.partial):
-        target = target.func
-    call = getattr(target, "call", None)
-    if not inspect.isroutine(target) and inspect.ismethod(call):
-        target = call
-    try:
-        params = inspect.signature(target).parameters.values()
-    except (TypeError, ValueError):
-        return []
-    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-
-
-def _function_name(fn: Callable) -> str:
-    target = getattr(fn, "python_function", fn)
-    while isinstance(target, functools.partial):  # the CLI binds a `seed` parameter this way
-        target = target.func
-    return (getattr(target, "__qualname__", None) or getattr(target, "name", None)
-            or type(target).__name__)
-
-
-def _check_target(fn: Callable, name: str) -> None:
-    """A class or an unbound method cannot be run as given: one clear line."""
-    from tflab._target import check_target
-
-    check_target(fn, name)
-
-
-def signature_args(fn: Callable, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """Checks ``args``/``kwargs`` against a `tf.function`'s ``input_signature``, or
-    falls back to it when none are given.
-
-    Raises:
-        UsageError: an argument does not match its TensorSpec (dtype or shape),
-            or the wrong number of arguments is given.
-    """
-    import tensorflow as tf
-
-    sig = getattr(fn, "input_signature", None)
-    if sig is None:
-        return args, kwargs
-    name = _function_name(fn)
-    if not args and not kwargs:
-        return tuple(sig), {}
-    names = _parameter_names(fn)
-    given = dict(zip(names, args))
-    given.update(kwargs)
-    if len(given) != len(sig) or any(n not in given for n in names[:len(sig)]):
-        raise UsageError(f"{name} has input_signature for ({', '.join(names[:len(sig)])}); "
-                         f"got arguments ({', '.join(given)}); give exactly those or none")
-    for pname, spec in zip(names, sig):
-        value = given[pname]
-        ok = True
-        try:
-            for s_, v in zip(tf.nest.flatten(spec), tf.nest.flatten(value)):
-                vspec = v if isinstance(v, tf.TensorSpec) else tf.TensorSpec.from_tensor(
-                    tf.convert_to_tensor(v))
-                ok = ok and s_.dtype == vspec.dtype and s_.shape.is_compatible_with(vspec.shape)
-        except (TypeError, ValueError):
-            ok = False
-        if not ok:
-            shown = value if isinstance(value, tf.TensorSpec) else getattr(value, "shape", value)
-            raise UsageError(f"{pname} does not match {name}'s input_signature: expected {spec}, "
-                             f"got {shown}{' ' + value.dtype.name if hasattr(value, 'dtype') else ''}")
-    return tuple(given[n] for n in names[:len(sig)]), {}
 
 
 def _prepare(args: tuple, kwargs: dict, seed: int):
@@ -743,11 +801,12 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
     random_ops = _random_ops_by_tensor(runners, results, sources, output_names, grad_names)
     notes = _separate_random_streams(results, reference, random_ops, output_names, atol)
     findings = _findings(results, reference, ulp_bound, atol, output_names)
-    return ModeComparison(function=name, device=device, modes=results,
+    return ModeComparison(function_name=name, device=device, modes=results,
                           gradient_names=grad_names, hlo=hlo_text, hlo_stages=stages,
                           fusion_count=fusions, fusion_kinds=kinds, ulp_bound=ulp_bound,
                           atol=atol, findings=tuple(findings), output_names=tuple(output_names),
-                          variables_restored=saved.names(), random_ops=random_ops, notes=tuple(notes))
+                          variables_restored=saved.names(), random_ops=random_ops, notes=tuple(notes),
+                          grappler=grappler if isinstance(grappler, bool) else dict(grappler))
 
 
 def _called_functions(attrs) -> list[str]:
@@ -875,6 +934,12 @@ def _separate_random_streams(results, reference, random_ops, output_names, atol)
                          f"in as an argument: draw it (or Dropout's mask) outside the function and give it "
                          f"to every mode")
     return notes
+
+
+def _runtime_config_dict() -> dict:
+    from tflab.runtime import runtime_config
+
+    return runtime_config().to_dict()
 
 
 def _as_tensor(value):

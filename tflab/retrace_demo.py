@@ -13,7 +13,7 @@ import dataclasses
 import logging
 from typing import Any, Iterator
 
-from tflab.retrace import RetraceProbe
+from tflab.retrace_probe import RetraceProbe
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,10 +51,15 @@ class RetracingDemo:
     Attributes:
         tf_version: ``tf.__version__`` the numbers were measured on.
         results: one `TriggerResult` per trigger, in lab order.
+        config: `tflab.runtime_config()` as a dict, filled in when the demo
+            is made. The trace counts are the
+            same on every configuration (tracing is Python-side); it is
+            recorded so the report says what it ran on.
     """
 
     tf_version: str
     results: tuple[TriggerResult, ...]
+    config: dict = dataclasses.field(default_factory=lambda: _runtime_config_dict())
 
     def __getitem__(self, trigger: str) -> TriggerResult:
         for r in self.results:
@@ -62,9 +67,13 @@ class RetracingDemo:
                 return r
         raise KeyError(f"no trigger {trigger!r}; triggers: {', '.join(r.trigger for r in self.results)}")
 
+    @property
     def counts(self) -> dict[str, tuple[int, int]]:
-        """trigger -> (traces, traces after prevention)."""
-        return {r.trigger: (r.traces, r.traces_after) for r in self.results}
+        """trigger -> (traces, traces after prevention); ``counts()`` (a method before) still works, deprecated."""
+        from tflab._compat import callable_dict
+
+        return callable_dict({r.trigger: (r.traces, r.traces_after) for r in self.results},
+                             "RetracingDemo.counts()", "RetracingDemo.counts (a property)")
 
     def to_text(self, compact: bool = False) -> str:
         """A table: trigger, traces, prevention, traces after; ``compact`` drops the details."""
@@ -80,16 +89,24 @@ class RetracingDemo:
                     lines.append(f"{'':<{w}}          observed: {r.observed}")
                 if r.observed_after:
                     lines.append(f"{'':<{w}}          after prevention: {r.observed_after}")
+        if not compact and self.config.get("one_line"):
+            lines.append(f"measured on: {self.config['one_line']}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
         """JSON-ready dict."""
         return {"tf_version": self.tf_version,
-                "results": [dataclasses.asdict(r) for r in self.results]}
+                "results": [dataclasses.asdict(r) for r in self.results], "config": self.config}
 
     def __repr__(self) -> str:
         body = ", ".join(f"{r.trigger}: {r.traces}->{r.traces_after}" for r in self.results)
         return f"<RetracingDemo TF {self.tf_version}: {body}>"
+
+
+def _runtime_config_dict() -> dict:
+    from tflab.runtime import runtime_config
+
+    return runtime_config().to_dict()
 
 
 def _first_line(e: BaseException) -> str:

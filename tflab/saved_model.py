@@ -26,15 +26,17 @@ import dataclasses
 import os
 import re
 import shutil
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from tflab.errors import TflabError, UsageError
+# The example batches are tflab.examples' concern; these names stay importable from here.
+from tflab.examples import (Examples, _is_batch_list, check_examples, check_unused,  # noqa: F401
+                            feed_for, is_per_signature, normalize_examples, random_examples,
+                            union_inputs)
 
 DEFAULT_SIGNATURE = "serving_default"  # tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
-
-Examples = Mapping[str, Any] | Sequence[Mapping[str, Any]]
 
 
 # --------------------------------------------------------------------------- data
@@ -103,17 +105,31 @@ class SavedModelCheck:
         kind: ``"tf.Module"``, ``"keras"`` (Keras 3) or ``"tf_keras"``.
         bit_exact: every output of every signature matched byte for byte.
         signatures: signature key → `SignatureCheck`.
-        examples: number of example batches run through each signature.
+        batch_count: number of example batches run through each signature
+            (``examples``, the old name of this count, is a deprecated alias:
+            the parameter ``examples`` is the batches themselves).
         notes: what the SavedModel did not keep, one sentence each.
+        example_batches: the batches run (the given ones, or the seeded
+            random ones when ``examples=None``), as a `tflab.examples.Examples`
+            checked against the signatures: pass it on as is.
     """
 
     path: str
     kind: str
     bit_exact: bool
     signatures: dict[str, SignatureCheck]
-    examples: int
+    batch_count: int
     notes: tuple[str, ...] = ()
-    example_batches: tuple[dict, ...] = dataclasses.field(default=(), repr=False, compare=False)
+    example_batches: Any = dataclasses.field(default=(), repr=False, compare=False)
+
+    @property
+    def examples(self) -> int:
+        """Deprecated alias of `batch_count`."""
+        import warnings
+
+        warnings.warn("SavedModelCheck.examples is deprecated: use .batch_count (the number of batches) "
+                      "or .example_batches (the batches)", DeprecationWarning, stacklevel=2)
+        return self.batch_count
 
     def __repr__(self) -> str:
         sigs = ", ".join(f"{k}({'exact' if s.bit_exact else 'DIFFERS'})" for k, s in self.signatures.items())
@@ -122,7 +138,7 @@ class SavedModelCheck:
 
     def to_text(self) -> str:
         lines = [f"SavedModel {self.path} ({self.kind}): "
-                 f"{'bit-exact' if self.bit_exact else 'NOT bit-exact'} over {self.examples} example batch(es)"]
+                 f"{'bit-exact' if self.bit_exact else 'NOT bit-exact'} over {self.batch_count} example batch(es)"]
         for key, sig in self.signatures.items():
             lines.append(f"  signature {key}")
             for t in sig.inputs.values():
@@ -137,7 +153,8 @@ class SavedModelCheck:
 
     def to_dict(self) -> dict:
         return {"path": self.path, "kind": self.kind, "bit_exact": self.bit_exact,
-                "examples": self.examples, "notes": list(self.notes),
+                "batch_count": self.batch_count, "examples": self.batch_count,  # "examples": the old key
+                "notes": list(self.notes),
                 "signatures": {k: {"bit_exact": s.bit_exact,
                                    "inputs": {n: dataclasses.asdict(t) for n, t in s.inputs.items()},
                                    "outputs": {n: dataclasses.asdict(o) for n, o in s.outputs.items()}}
@@ -187,7 +204,7 @@ def load_saved_model(path: str | os.PathLike) -> Any:
     path = os.fspath(path)
     key = _load_key(path)
     if key not in _LOADED:
-        from tflab.export import load_custom_ops_for
+        from tflab.custom_op_loader import load_custom_ops_for
 
         load_custom_ops_for(path)
         remember_loaded(path, tf.saved_model.load(path))
@@ -208,177 +225,6 @@ def signature_inputs(fn) -> dict[str, TensorInfo]:
 def signature_outputs(fn) -> dict[str, TensorInfo]:
     """Outputs of a loaded signature function, by name."""
     return {k: tensor_info(k, s) for k, s in fn.structured_outputs.items()}
-
-
-def _is_batch_list(v: Any) -> bool:
-    return (isinstance(v, Sequence) and not isinstance(v, (str, bytes)) and bool(v)
-            and all(isinstance(b, Mapping) for b in v))
-
-
-def is_per_signature(examples: Any) -> bool:
-    """True for ``{signature key: {name: array}}`` (or ``{key: [batches]}``), the per-signature form."""
-    return (isinstance(examples, Mapping) and bool(examples)
-            and all(isinstance(v, Mapping) or _is_batch_list(v) for v in examples.values()))
-
-
-def normalize_examples(examples: Examples) -> list[dict[str, np.ndarray]]:
-    """Turns the accepted example forms into a list of numpy dicts (one per batch).
-
-    Forms: ``{name: array}`` (one batch), a list of such dicts, or per
-    signature ``{signature key: {name: array} or [dicts]}`` for models whose
-    signatures take different inputs. The per-signature form is merged by
-    batch index into batches holding the union of names (a signature with
-    fewer batches repeats its own); each signature is later fed only the
-    names it takes. Two signatures giving different arrays for the same
-    input name cannot be merged.
-
-    Raises:
-        UsageError: not one of these forms, or conflicting arrays for a shared name.
-    """
-    if is_per_signature(examples):
-        per = {k: normalize_examples(v) for k, v in examples.items()}
-        n = max(len(v) for v in per.values())
-        merged: list[dict[str, np.ndarray]] = []
-        for i in range(n):
-            batch: dict[str, np.ndarray] = {}
-            for key, batches in per.items():
-                for name, a in batches[i % len(batches)].items():
-                    if name in batch and (batch[name].shape != a.shape or batch[name].dtype != a.dtype
-                                          or batch[name].tobytes() != a.tobytes()):
-                        raise UsageError(f"examples for signature {key!r} give input {name!r} another array "
-                                         f"than an earlier signature in batch {i}: signatures sharing an input "
-                                         f"name must share its examples")
-                    batch[name] = a
-            merged.append(batch)
-        return merged
-    if isinstance(examples, Mapping):
-        batches = [examples]
-    elif isinstance(examples, Sequence) and not isinstance(examples, (str, bytes)) and examples:
-        batches = list(examples)
-    else:
-        raise UsageError("examples must be a dict {input name: array} (one batch), a non-empty list of such "
-                         "dicts, or {signature key: {input name: array}}")
-    out = []
-    for i, b in enumerate(batches):
-        if not isinstance(b, Mapping):
-            raise UsageError(f"examples[{i}] is a {type(b).__name__}, expected a dict {{input name: array}}")
-        out.append({str(k): np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in b.items()})
-    return out
-
-
-def feed_for(batch: Mapping[str, np.ndarray], inputs: Any) -> dict[str, np.ndarray]:
-    """The part of ``batch`` a signature takes (``inputs``: its input names)."""
-    return {n: batch[n] for n in inputs if n in batch}
-
-
-def check_unused(batches: list[dict[str, np.ndarray]], takes: Mapping[str, Any]) -> None:
-    """Names that no signature takes are a mistake (a typo would otherwise be ignored).
-
-    Args:
-        takes: signature key → its input names.
-
-    Raises:
-        UsageError: a name no signature takes.
-    """
-    known = set().union(*(set(v) for v in takes.values())) if takes else set()
-    for i, batch in enumerate(batches):
-        extra = sorted(set(batch) - known)
-        if extra:
-            where = "examples" if len(batches) == 1 else f"examples[{i}]"
-            sigs = "; ".join(f"{k} takes {sorted(v)}" for k, v in takes.items())
-            from tflab.diagnosis import renamed_keys_hint
-
-            hint = next(filter(None, (renamed_keys_hint(sorted(set(v) - set(batch)), extra, v, batch)
-                                      for v in takes.values())), "")  # case D9
-            raise UsageError(f"{where}: no signature takes {extra} ({sigs}){hint}")
-
-
-def check_examples(batches: list[dict[str, np.ndarray]], inputs: Mapping[str, TensorInfo],
-                   where: str, known: Any = None) -> None:
-    """Checks that each batch feeds the signature's inputs with matching dtype/shape.
-
-    Names the signature does not take are ignored here (another signature may
-    take them; `check_unused` rejects names no signature takes).
-
-    Args:
-        known: names any signature takes; those outside it are listed as
-            unknown when a name is missing (default: this signature's).
-
-    Raises:
-        UsageError: a missing name, a wrong dtype, or an incompatible shape.
-    """
-    import tensorflow as tf
-
-    from tflab.diagnosis import renamed_keys_hint
-
-    want = ", ".join(str(t) for t in inputs.values())
-    for i, batch in enumerate(batches):
-        label = "examples" if len(batches) == 1 else f"examples[{i}]"
-        missing = sorted(set(inputs) - set(batch))
-        if missing:
-            extra = sorted(set(batch) - set(inputs if known is None else known))
-            raise UsageError(f"{label} does not match {where}: missing {missing} "
-                             + (f"unknown {extra} " if extra else "") + f"(the signature takes {want})"
-                             + renamed_keys_hint(missing, extra, inputs, batch))  # case D9
-        for name, info in inputs.items():
-            arr = batch[name]
-            dt = tf.dtypes.as_dtype(arr.dtype) if arr.dtype.kind not in "OSU" else tf.string
-            if dt.name != info.dtype:
-                raise UsageError(f"{label}[{name!r}] is {dt.name} but {where} wants {info.dtype}: "
-                                 f"cast it (e.g. x.astype(np.{info.dtype}))" if info.dtype != "string" else
-                                 f"{label}[{name!r}] is {dt.name} but {where} wants string (bytes)")
-            if info.shape is not None and not tf.TensorShape(info.shape).is_compatible_with(arr.shape):
-                raise UsageError(f"{label}[{name!r}] has shape {list(arr.shape)} but {where} wants "
-                                 f"{info}: reshape it")
-
-
-def union_inputs(per_signature: Mapping[str, Mapping[str, TensorInfo]]) -> dict[str, TensorInfo]:
-    """All signatures' inputs by name, for random examples every signature can take.
-
-    Raises:
-        UsageError: two signatures take the same name with different dtype or shape.
-    """
-    out: dict[str, TensorInfo] = {}
-    owner: dict[str, str] = {}
-    for key, inputs in per_signature.items():
-        for name, info in inputs.items():
-            if name in out and (out[name].dtype, out[name].shape) != (info.dtype, info.shape):
-                raise UsageError(f"signatures {owner[name]!r} and {key!r} both take input {name!r} but as "
-                                 f"{out[name]} and {info}: random examples cannot serve both; give examples "
-                                 f"per signature ({{signature key: {{name: array}}}})")
-            out.setdefault(name, info)
-            owner.setdefault(name, key)
-    return out
-
-
-def random_examples(inputs: Mapping[str, TensorInfo], seed: int = 0,
-                    batch_sizes: Sequence[int] = (1, 4)) -> list[dict[str, np.ndarray]]:
-    """Seeded random example batches for a signature: one batch per size in ``batch_sizes``.
-
-    Unknown (None) dims are the batch size for the first dim and 1 elsewhere.
-    Floats are standard normal, integers uniform in [0, 10), bools fair coins,
-    strings ``b"tflab"``.
-    """
-    rng = np.random.default_rng(seed)
-    out = []
-    for b in batch_sizes:
-        batch = {}
-        for name, info in inputs.items():
-            shape = [(b if i == 0 else 1) if d is None else d for i, d in enumerate(info.shape or ())]
-            dt = np.dtype(info.dtype) if info.dtype not in ("string", "bfloat16") else None
-            if info.dtype == "string":
-                batch[name] = np.full(shape, b"tflab", dtype=object)
-            elif dt is not None and dt.kind == "f":
-                batch[name] = rng.standard_normal(shape).astype(dt)
-            elif dt is not None and dt.kind in "iu":
-                batch[name] = rng.integers(0, 10, size=shape).astype(dt)
-            elif dt is not None and dt.kind == "b":
-                batch[name] = rng.integers(0, 2, size=shape).astype(bool)
-            else:
-                raise UsageError(f"cannot make random examples of dtype {info.dtype} for input {name!r}: "
-                                 f"give examples (an .npz file with one array per input)")
-        out.append(batch)
-    return out
 
 
 def _ordered_ints(a: np.ndarray) -> np.ndarray:
@@ -656,7 +502,8 @@ def _save_loaded(obj, path: str) -> dict[str, _Reference]:
     return {k: _reference(f, dict) for k, f in sigs.items()}
 
 
-def _is_keras3(obj) -> bool:
+def is_keras3(obj: Any) -> bool:
+    """True for a Keras 3 ``keras.Model`` (saved the way ``model.export`` writes it)."""
     try:
         import keras
     except ImportError:
@@ -664,12 +511,26 @@ def _is_keras3(obj) -> bool:
     return isinstance(obj, keras.Model) and keras.__version__.startswith("3")
 
 
-def _is_tf_keras(obj) -> bool:
+def is_tf_keras(obj: Any) -> bool:
+    """True for a tf-keras (Keras 2) model (saved with ``tf.saved_model.save``)."""
     try:
         import tf_keras
     except ImportError:
         return False
     return isinstance(obj, tf_keras.Model)
+
+
+_is_keras3, _is_tf_keras = is_keras3, is_tf_keras  # the old private names
+
+
+def signature_input_names(concrete: Any) -> list[str]:
+    """The SignatureDef input name of each flat input of ``concrete``, in flatten order.
+
+    Signature inputs are named after the FuncGraph's placeholders (a spec's
+    ``name``, else the parameter's), which is how a SavedModel signature
+    will call them.
+    """
+    return list(_reference(concrete).input_names)
 
 
 def _save_keras3(model, path: str) -> dict[str, _Reference]:
@@ -719,7 +580,7 @@ def _save_module(obj, path: str, signatures) -> dict[str, _Reference]:
 # -------------------------------------------------------------------------- public
 
 
-def save_and_reload(obj: Any, path: str | os.PathLike, examples: Examples | None, *,
+def save_and_reload(obj: Any, path: str | os.PathLike, examples: Any, *,
                     signatures: Any = None) -> SavedModelCheck:
     """Saves ``obj`` as a SavedModel, reloads it, and compares every signature bit by bit.
 
@@ -735,13 +596,15 @@ def save_and_reload(obj: Any, path: str | os.PathLike, examples: Examples | None
             loaded SavedModel (``tf.saved_model.load``), saved again with its
             signatures, which is what ``tflab export DIR`` checks.
         path: folder to write; it must not exist or be empty.
-        examples: ``{input name: array}`` for one batch, or a list of such
-            dicts. Names, dtypes and shapes must match the signature inputs
+        examples: ``{input name: array}`` for one batch, a list of such
+            dicts, or a `tflab.examples.Examples` (used as is). Names, dtypes and
+            shapes must match the signature inputs
             (e.g. ``{"x": np.zeros((4, 64), np.float32)}``); each signature
             is fed the names it takes, so one dict can hold the inputs of
             several signatures. For signatures whose examples differ, give
             ``{signature key: {name: array} or [dicts]}`` (see
-            `normalize_examples`). A name no signature takes is an error.
+            `tflab.examples`). A name no signature takes is an error; a bare
+            array or a list of arrays says which form to use.
             None: seeded random batches of sizes 1 and 4 holding every
             signature's inputs (see `random_examples`); they are returned
             in ``.example_batches``.
@@ -791,7 +654,7 @@ def save_and_reload(obj: Any, path: str | os.PathLike, examples: Examples | None
         raise UsageError(f"{path!r} already exists and is not an empty folder: choose a new path")
     # Probe by really creating a folder there (root on /proc: TF's NotFoundError after the trace before).
     target = output_path(path, "path", folder=True)
-    batches = None if examples is None else normalize_examples(examples)
+    batches = None if examples is None else Examples.of(examples)
     created = not os.path.exists(path)
     if created:
         target.make_parents()  # remembered, so a failure removes the parents it made too
@@ -812,7 +675,7 @@ def save_and_reload(obj: Any, path: str | os.PathLike, examples: Examples | None
         raise
 
 
-def _save_and_check(obj, path: str, batches: list[dict[str, np.ndarray]], signatures) -> SavedModelCheck:
+def _save_and_check(obj, path: str, batches: Examples | None, signatures) -> SavedModelCheck:
     import tensorflow as tf
 
     from tflab._usercode import run_signature
@@ -841,11 +704,8 @@ def _save_and_check(obj, path: str, batches: list[dict[str, np.ndarray]], signat
     sig_inputs = {key: signature_inputs(loaded.signatures[key]) for key in refs}
     if batches is None:
         # Random batches hold every signature's inputs; each signature takes its own.
-        batches = random_examples(union_inputs(sig_inputs))
-    known = set().union(*(set(v) for v in sig_inputs.values()))
-    for key, inputs in sig_inputs.items():
-        check_examples(batches, inputs, f"signature {key!r}", known)
-    check_unused(batches, sig_inputs)
+        batches = Examples.of(random_examples(union_inputs(sig_inputs)))
+    batches = batches.check(sig_inputs)  # once: names, dtypes, shapes against every SignatureDef
     checks = {}
     for key, ref in refs.items():
         fn = loaded.signatures[key]
@@ -856,10 +716,8 @@ def _save_and_check(obj, path: str, batches: list[dict[str, np.ndarray]], signat
                              f"function's {sorted(ref.input_names)}")
         if kind == "tf.Module":
             notes += _lost_dict_keys(key, ref.concrete, inputs)
-        check_examples(batches, inputs, f"signature {key!r}")
         stats = {n: [0, 0.0, 0] for n in outputs}
-        for batch in batches:
-            feed = feed_for(batch, inputs)
+        for feed in batches.feeds(key):
             got = {k: _to_numpy(v) for k, v in run_signature(
                 fn, key, {n: tf.constant(a) for n, a in feed.items()}, side="reloaded SavedModel").items()}
             want = run_signature(lambda **f: ref(f), key, feed, side="in-process model")
@@ -873,8 +731,8 @@ def _save_and_check(obj, path: str, batches: list[dict[str, np.ndarray]], signat
                       for n in outputs}
         checks[key] = SignatureCheck(key, inputs, out_checks)
     return SavedModelCheck(path=path, kind=kind, bit_exact=all(c.bit_exact for c in checks.values()),
-                           signatures=checks, examples=len(batches or ()), notes=tuple(notes),
-                           example_batches=tuple(batches or ()))
+                           signatures=checks, batch_count=len(batches), notes=tuple(notes),
+                           example_batches=batches)
 
 
 def _lost_dict_keys(key: str, concrete, inputs: Mapping[str, TensorInfo]) -> list[str]:

@@ -58,10 +58,36 @@ def _leaf_spec(value: Any, where: str):
                      "functools.partial before stabilizing")
 
 
+def is_per_replica_spec(spec: Any) -> bool:
+    """True for a ``PerReplicaSpec`` (the TypeSpec of a PerReplica value, ``values.py``)."""
+    from tensorflow.python.distribute import values as values_lib
+
+    return isinstance(spec, values_lib.PerReplicaSpec)
+
+
+def relax_spec(a: Any, b: Any, relax_leaf: Callable[[Any, Any], Any]) -> Any:
+    """The ``PerReplicaSpec`` whose components are ``relax_leaf`` of ``a``'s and ``b``'s.
+
+    Used by `infer_input_signature`: per-replica batches 2, 2,
+    1 relax to ``PerReplicaSpec(TensorSpec([None, 4]), TensorSpec([None, 4]))``,
+    the same as ``dist_dataset.element_spec``.
+
+    Raises:
+        UsageError: different numbers of replicas, or a spec that is not a PerReplicaSpec.
+    """
+    from tensorflow.python.distribute import values as values_lib
+
+    if not (isinstance(a, values_lib.PerReplicaSpec) and isinstance(b, values_lib.PerReplicaSpec)):
+        raise UsageError(f"examples mix a distributed value with a tensor ({type(a).__name__} vs "
+                         f"{type(b).__name__}); give every example from the same distributed dataset")
+    ca, cb = a._value_specs, b._value_specs
+    if len(ca) != len(cb):
+        raise UsageError(f"examples have {len(ca)} and {len(cb)} replicas; use one strategy for all")
+    return values_lib.PerReplicaSpec(*[relax_leaf(x, y) for x, y in zip(ca, cb)])
+
+
 def _relax(a, b):
     import tensorflow as tf
-
-    from tflab.distribute import is_per_replica_spec, relax_spec
 
     if is_per_replica_spec(a) or is_per_replica_spec(b):  # relaxed per replica
         return relax_spec(a, b, _relax)

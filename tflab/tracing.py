@@ -133,8 +133,12 @@ class TraceReport:
         concrete_function: the `ConcreteFunction` traced.
         func_graph: its `FuncGraph` (``concrete_function.graph``).
         function_type: the `FunctionType` TF keyed the trace by, as text.
-        input_signature: ``concrete_function.structured_input_signature``: ``(args, kwargs)``
-            with `tf.TensorSpec` for tensors and the Python values as traced.
+        structured_input_signature: ``concrete_function.structured_input_signature``:
+            ``(args, kwargs)`` with `tf.TensorSpec` for tensors and the Python
+            values as traced (TF's name for this pair).
+        input_signature: (property) the positional part, a tuple of specs and
+            traced Python values: the convention of ``tf.function(input_signature=…)``
+            and `tflab.StabilizeReport.input_signature`.
         output_spec: the structured outputs with `tf.TensorSpec` in place of tensors.
         ops: every op in graph order.
         op_counts: op type → count, most common first.
@@ -146,7 +150,7 @@ class TraceReport:
     concrete_function: Any = dataclasses.field(repr=False)
     func_graph: Any = dataclasses.field(repr=False)
     function_type: str
-    input_signature: Any
+    structured_input_signature: Any
     output_spec: Any
     ops: tuple[OpInfo, ...]
     op_counts: dict
@@ -164,9 +168,40 @@ class TraceReport:
         return tuple(c for c in self.captures if c.kind == "tensor")
 
     @property
+    def input_signature(self) -> tuple:
+        """The positional specs, as ``tf.function(input_signature=…)`` takes them: ``(TensorSpec, …)``.
+
+        The same convention as `tflab.StabilizeReport.input_signature`; the
+        ``(args, kwargs)`` pair TF keeps is `structured_input_signature`.
+        """
+        return tuple(self.structured_input_signature[0])
+
+    @property
     def baked_bytes(self) -> int:
         """Total bytes of captured eager tensors baked into the GraphDef as Const ops."""
         return sum(c.baked_bytes for c in self.captures)
+
+    @property
+    def fed_bytes(self) -> int:
+        """Total bytes of captured eager tensors fed at call time (a Placeholder, not a Const)."""
+        return sum(c.bytes for c in self.captured_tensors if c.internal_op_type != "Const")
+
+    def capture_summary(self) -> str:
+        """The captured eager tensors, split by how they reach the graph.
+
+        Returns:
+            E.g. ``"1 baked (40 B), 1 fed at call time (1200 B)"``: TF 2.21
+            bakes a captured eager tensor of up to 128 elements into the
+            GraphDef as a ``Const`` and feeds a larger one through a
+            ``Placeholder`` at call time (``capture_container.py``); bytes are
+            elements × itemsize. ``"none"`` when no tensor is captured.
+        """
+        tensors = self.captured_tensors
+        if not tensors:
+            return "none"
+        baked = sum(c.internal_op_type == "Const" for c in tensors)
+        return (f"{baked} baked ({self.baked_bytes} B), "
+                f"{len(tensors) - baked} fed at call time ({self.fed_bytes} B)")
 
     def __repr__(self) -> str:
         top = ", ".join(f"{t}×{n}" for t, n in list(self.op_counts.items())[:4])
@@ -177,11 +212,11 @@ class TraceReport:
         return (f"TraceReport({self.function_name}{self._signature_str()} -> "
                 f"{self._outputs_str()}; {len(self.ops)} ops [{top}]; "
                 f"captures: {len(self.variables)} variables ({var_bytes:,} bytes), "
-                f"{len(self.captured_tensors)} tensors ({self.baked_bytes:,} bytes baked); "
+                f"eager tensors: {self.capture_summary()}; "
                 f"control flow: {cf})")
 
     def _signature_str(self) -> str:
-        args, kwargs = self.input_signature
+        args, kwargs = self.structured_input_signature
         try:  # parameter names come from the FunctionType; cosmetic, never fail the repr
             names = list(self.concrete_function.function_type.parameters)
         except Exception:
@@ -210,8 +245,7 @@ class TraceReport:
                  "  op types: " + ", ".join(f"{t}×{n}" for t, n in self.op_counts.items())]
         var_bytes = sum(c.bytes for c in self.variables)
         lines.append(f"  captures: {len(self.variables)} variables ({var_bytes:,} bytes, fed as "
-                     f"resource handles), {len(self.captured_tensors)} eager tensors "
-                     f"({self.baked_bytes:,} bytes baked into the graph as Const)")
+                     f"resource handles); eager tensors: {self.capture_summary()}")
         for c in self.variables[:8]:
             lines.append(f"    variable {c.name}: {c.dtype}{_fmt_shape(c.shape)}")
         if len(self.variables) > 8:
@@ -279,7 +313,7 @@ class TraceReport:
         """JSON-ready dict (no TF objects)."""
         from tflab._jsonutil import to_jsonable
 
-        args, kwargs = self.input_signature
+        args, kwargs = self.structured_input_signature
         return {
             "function": self.function_name,
             "function_type": self.function_type,
@@ -289,6 +323,7 @@ class TraceReport:
             "op_counts": dict(self.op_counts),
             "captures": [dataclasses.asdict(c) for c in self.captures],
             "baked_bytes": self.baked_bytes,
+            "fed_bytes": self.fed_bytes,
             "control_flow": [dataclasses.asdict(o) for o in self.control_flow],
             "ops": [dataclasses.asdict(o) for o in self.ops],
         }
@@ -353,22 +388,11 @@ def get_concrete_function(fn: Any, *args, **kwargs):
     try:
         return tf_fn.get_concrete_function(*args, **kwargs)
     except TypeError as e:
-        msg = str(e).strip().splitlines()
-        first = msg[0] if msg else type(e).__name__
-        if "Binding inputs" in first or "input_signature" in str(e) or "missing a required" in str(e) \
-                or "got an unexpected keyword" in str(e) or "takes" in first and "positional" in first:
-            detail = " ".join(line.strip() for line in msg[:3])
-            m = re.search(r"Can not cast (.*?) to (.*?)`", detail)
-            missing = re.search(r"missing a required argument: '(\w+)'", detail)
-            if m:  # TF's message repeats the argument values; the cast is the point
-                detail = f"got {m.group(1)}, the input_signature wants {m.group(2)}"
-            elif missing:
-                raise UsageError(f"{function_name(fn)} needs argument {missing.group(1)!r}: pass a value "
-                                 f"or a tf.TensorSpec for it") from e
-            has_sig = getattr(tf_fn, "input_signature", None) is not None
-            raise UsageError(f"the call does not match {function_name(fn)}'s signature: {detail}; "
-                             + ("pass arguments that fit its input_signature (or drop input_signature)"
-                                if has_sig else "pass arguments that fit its parameters")) from e
+        from tflab._target import binding_error
+
+        mismatch = binding_error(function_name(fn), tf_fn, e)
+        if mismatch is not None:
+            raise mismatch from e
         where = user_frame(e)
         raise with_diagnosis(TraceError(f"{function_name(fn)} raised while tracing: {error_summary(e)}"
                                         + (f" (at {where})" if where else "")), e, fn) from e
@@ -440,7 +464,7 @@ def inspect_concrete_function(concrete_function: Any, name: str | None = None) -
         concrete_function=concrete_function,
         func_graph=graph,
         function_type=ftype,
-        input_signature=concrete_function.structured_input_signature,
+        structured_input_signature=concrete_function.structured_input_signature,
         output_spec=_output_spec(concrete_function.structured_outputs),
         ops=tuple(ops),
         op_counts=dict(counts.most_common()),

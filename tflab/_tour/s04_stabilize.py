@@ -7,7 +7,7 @@ def run(ctx) -> None:
     import keras
 
     from tflab.signatures import count_traces, stabilization_report, stabilize
-    from tflab.tour import example_batch, make_train_step, model_input_spec, tour_dataset
+    from tflab._tour.model import example_batch, make_train_step, model_input_spec, tour_dataset
 
     spec = ctx.shared.get("input_spec") or model_input_spec(ctx.model)
     num_classes = int(ctx.model.outputs[0].shape[-1]) if getattr(ctx.model, "outputs", None) else 1

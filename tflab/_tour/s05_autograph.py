@@ -48,7 +48,7 @@ def running_sums(x, steps):
 
 def run(ctx) -> None:
     from tflab.autograph import autograph_diff
-    from tflab.tour import model_input_spec
+    from tflab._tour.model import model_input_spec
 
     spec = ctx.shared.get("input_spec") or model_input_spec(ctx.model)
     outputs = getattr(ctx.model, "outputs", None) or []
@@ -74,7 +74,7 @@ def run(ctx) -> None:
     ctx.line(f"  fix: {bad.fix}")
     ctx.report["diagnosis"] = bad.to_dict()
     ctx.report["autograph"] = {
-        "function": d.function,
+        "function": d.function_name,
         "statements": [{"lineno": s.lineno, "kind": s.kind, "outcome": s.outcome, "op": s.op,
                         "op_type": s.op_type, "unrolled": s.unrolled, "source": s.source}
                        for s in d.statements],

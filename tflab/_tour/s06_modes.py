@@ -10,8 +10,8 @@ def run(ctx) -> None:
     import numpy as np
     import tensorflow as tf
 
-    from tflab.modes import compare_modes
-    from tflab.tour import example_batch, model_input_spec
+    from tflab.modes import compare_modes, speed_text
+    from tflab._tour.model import example_batch, model_input_spec
 
     model = ctx.model
     spec = ctx.shared.get("input_spec") or model_input_spec(model)
@@ -30,11 +30,12 @@ def run(ctx) -> None:
         ctx.line(f"forward {name:5s}: " + (f"error: {r.error}" if r.error else
                  f"max {_ulp(r, 'outputs')}, max |diff| {r.max_abs_diff.outputs:.2g} vs eager; "
                  f"first call {r.first_call_seconds:.1f} s"))
-    ratios = {"graph_vs_eager": fwd.speed_ratio("eager", "graph"),
-              "xla_vs_graph": fwd.speed_ratio("graph", "xla")}
+    ratios = {"graph_vs_eager": fwd.speed_ratio("graph", "eager"),
+              "xla_vs_graph": fwd.speed_ratio("xla", "graph")}
     ctx.line("per call: " + ", ".join(
-        f"{k.replace('_vs_', ' vs ')} {v:.2f}×" for k, v in ratios.items() if v is not None)
-        + f" (eager {fwd.modes['eager'].median_seconds * 1e3:.0f} ms)")
+        f"{k.replace('_vs_', ' vs ')} {speed_text(v)}" for k, v in ratios.items() if v is not None)
+        + f" (eager {fwd.modes['eager'].median_seconds * 1e3:.0f} ms; eager and graph run TF's "
+        + ("oneDNN" if fwd.config.get("onednn_enabled") else "Eigen") + " CPU kernels)")
     if fwd.fusion_count is not None:
         ctx.line(f"XLA optimized HLO: {fwd.fusion_count} fusions "
                  f"({', '.join(f'{k} {v}' for k, v in sorted(fwd.fusion_kinds.items()))})")
@@ -58,7 +59,7 @@ def run(ctx) -> None:
     ctx.line(f"gradients ({len(grad.gradient_names)} sources) graph vs eager: "
              + (f"error: {g.error}" if g.error else
                 f"max {_ulp(g, 'gradients')}, max |diff| {g.max_abs_diff.gradients:.2g}; "
-                f"{grad.speed_ratio('eager', 'graph'):.2f}× per call"))
+                f"graph {speed_text(grad.speed_ratio('graph', 'eager'))} per call"))
     plain = None
     if g.error is None and g.max_ulp.gradients:
         # Is the difference Grappler's? Same graph, meta optimizer off.
@@ -77,6 +78,7 @@ def run(ctx) -> None:
         "gradients": grad.to_dict(),
         "gradients_grappler_off_max_ulp": None if plain is None or plain.error else plain.max_ulp.gradients,
         "speed": ratios,
+        "tf_cpu_kernels": "oneDNN" if fwd.config.get("onednn_enabled") else "Eigen",
         "fusion_count": fwd.fusion_count,
     }
 

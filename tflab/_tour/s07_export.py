@@ -18,7 +18,7 @@ def run(ctx) -> None:
     report = export_model(model, ctx.out_dir / "export", force=True, isolate=True,
                           progress=ctx.progress, model_name=name)
     sm = report.saved_model
-    ctx.line(f"SavedModel: {'bit-exact' if sm.bit_exact else 'NOT bit-exact'} over {sm.examples} batches "
+    ctx.line(f"SavedModel: {'bit-exact' if sm.bit_exact else 'NOT bit-exact'} over {sm.batch_count} batches "
              f"({', '.join(sm.signatures)}) -> {report.out}")
     for line in variant_table(report.variants).splitlines():
         ctx.line(line)

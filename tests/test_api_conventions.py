@@ -1,0 +1,170 @@
+"""Issue 11: the API rough edges, one test each (one convention across the result objects)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+import tflab  # noqa: E402
+from tflab.retrace_reasons import reasons_between  # noqa: E402
+
+SCALE = 2.0
+
+
+def test_capture_summary_counts_baked_and_fed_tensors_with_their_bytes():
+    """TF 2.21 bakes a captured eager tensor of <= 128 elements as a Const, feeds a larger one."""
+    small = tf.constant(np.ones(10, np.float32))    # 10 × 4 B, baked
+    large = tf.constant(np.ones(300, np.float32))   # 300 × 4 B, fed at call time
+
+    r = tflab.trace_and_inspect(lambda x: x + tf.reduce_sum(small) + tf.reduce_sum(large),
+                                tf.TensorSpec([2]))
+    assert (r.baked_bytes, r.fed_bytes) == (40, 1200)
+    assert r.capture_summary() == "1 baked (40 B), 1 fed at call time (1200 B)"
+    assert "eager tensors: 1 baked (40 B), 1 fed at call time (1200 B)" in r.to_text()
+    assert "eager tensors: 1 baked (40 B), 1 fed at call time (1200 B)" in repr(r)
+    assert r.to_dict()["fed_bytes"] == 1200
+    none = tflab.trace_and_inspect(lambda x: x * 2.0, tf.TensorSpec([2]))
+    assert none.capture_summary() == "none" and "eager tensors: none" in repr(none)
+
+
+def test_input_signature_is_one_convention_a_tuple_of_specs():
+    """TraceReport and StabilizeReport: ``input_signature`` is what tf.function(input_signature=…) takes."""
+    spec = tf.TensorSpec([None, 8], tf.float32)
+
+    def f(x):
+        return tf.reduce_sum(x)
+
+    traced = tflab.trace_and_inspect(f, spec)
+    stable = tflab.stabilize(f, input_signature=[spec])
+    assert isinstance(traced.input_signature, tuple) and isinstance(stable.input_signature, tuple)
+    assert [s.shape.as_list() for s in traced.input_signature] == [[None, 8]]
+    assert [s.shape.as_list() for s in stable.input_signature] == [[None, 8]]
+    # TF's (args, kwargs) pair keeps TF's name.
+    args, kwargs = traced.structured_input_signature
+    assert args == traced.input_signature and kwargs == {}
+    # what it says is what tf.function accepts
+    assert tf.function(f, input_signature=traced.input_signature).get_concrete_function() is not None
+
+
+def test_probe_repr_names_the_stale_read():
+    global SCALE
+    SCALE = 2.0
+
+    def f(x):
+        return x * SCALE
+
+    probe = tflab.RetraceProbe(f)
+    try:
+        probe(tf.ones([2]))
+        SCALE = 3.0
+        probe(tf.ones([2]))
+    finally:
+        SCALE = 2.0
+    assert repr(probe) == "<RetraceProbe f: 1 trace(s) in 2 call(s), 1 stale: global SCALE 2.0 -> 3.0>"
+    assert probe.stale[0].change == "global SCALE 2.0 -> 3.0"
+    assert "global 'SCALE' was 2.0 at trace #1, now 3.0" in probe.to_text()
+
+
+def test_reasons_between_takes_tf_function_types():
+    """The explain engine, reusable: two ConcreteFunctions' FunctionTypes -> one Reason per change."""
+    f = tf.function(lambda x, n: x * n)
+    a = f.get_concrete_function(tf.TensorSpec([3], tf.float32), 2).function_type
+    b = f.get_concrete_function(tf.TensorSpec([4], tf.int32), 3).function_type
+    got = [(r.parameter, r.kind, r.old, r.new) for r in reasons_between(a, b)]
+    assert got == [("x", "dtype", "float32", "int32"), ("x", "shape", "(3,)", "(4,)"), ("n", "value", "2", "3")]
+    assert reasons_between(a, a) == []
+
+
+def _comparison(**kwargs):
+    from tflab.modes import compare_modes
+
+    def f(x):
+        return tf.tanh(x) * 3.0
+
+    return compare_modes(f, tf.TensorSpec([64], tf.float32), repeats=2, hlo=False,
+                         modes=("eager", "graph"), **kwargs)
+
+
+def test_distance_compares_sorts_formats_and_floats_as_its_overall_maximum():
+    from tflab.modes import Distance
+
+    d, e = Distance(outputs=3, gradients=120), Distance(outputs=7, gradients=0)
+    assert d <= 128 and not d < 120 and d > 64 and d >= 120.0 and d == 120
+    assert float(d) == 120.0 and max(d) == 120 and max(e) == 7
+    assert sorted([d, e]) == [e, d] and max([d, e]) is d
+    assert f"{d:.1f}" == "120.0" and repr(d) == "(outputs=3, gradients=120)"
+    assert d != Distance(outputs=120, gradients=3) and d == Distance(outputs=3, gradients=120)
+    assert (d.outputs, d.gradients) == (3, 120)
+    with pytest.raises(TypeError):
+        d < "8"
+    c = _comparison()
+    g = c.modes["graph"]
+    assert g.max_ulp <= 8 and g.max_abs_diff < 1e-5 and max(g.max_ulp) == g.max_ulp.overall
+    # the repr says which ULP number it shows
+    assert "graph: " in repr(c) and " ULP above atol, " in repr(c)
+    assert "ULP>atol out" in c.to_text()
+
+
+def test_speed_ratio_one_convention_in_code_and_text():
+    c = _comparison()
+    eager, graph = c.modes["eager"].median_seconds, c.modes["graph"].median_seconds
+    r = c.speed_ratio("graph", "eager")
+    assert r == pytest.approx(eager / graph)
+    assert c.speed_ratio("eager", "graph") == pytest.approx(1 / r)
+    assert c.speedups == {"graph vs eager": r, "xla vs graph": None}
+    word = "faster" if r >= 1 else ", slower"
+    assert f"graph vs eager: {r:.2f}×{' ' if r >= 1 else ''}{word} per call" in c.to_text()
+    assert c.to_dict()["speed"]["graph_vs_eager"] == r
+    with pytest.warns(DeprecationWarning):
+        assert c.speed_ratio(slow="eager", fast="graph") == r
+    from tflab.modes import speed_text
+
+    assert (speed_text(1.75), speed_text(0.97)) == ("1.75× faster", "0.97×, slower")
+
+
+def test_grappler_setting_is_recorded_in_text_and_dict():
+    on, off = _comparison(), _comparison(grappler=False)
+    opts = _comparison(grappler={"arithmetic_optimization": False})
+    assert (on.grappler, off.grappler) == (True, False)
+    assert "graph mode: Grappler on" in on.to_text()
+    assert "graph mode: Grappler off (meta optimizer disabled)" in off.to_text()
+    assert "Grappler off" in repr(off) and "Grappler" not in repr(on)
+    assert (on.to_dict()["grappler"], off.to_dict()["grappler"]) == (True, False)
+    assert opts.to_dict()["grappler"] == {"arithmetic_optimization": False}
+    assert "graph mode: Grappler options arithmetic_optimization=False" in opts.to_text()
+
+
+def test_names_and_kinds_one_convention_with_deprecated_aliases():
+    """function_name is the function's name everywhere; data are properties; old spellings warn."""
+    from tflab.autograph import AutographDiff
+    from tflab.litert_check import TFLiteCheck
+    from tflab.retrace_demo import RetracingDemo, TriggerResult
+
+    c = _comparison()
+    name = "_comparison.<locals>.f"  # compare_modes names a function by its qualified name
+    assert c.function_name == name and c.to_dict()["function_name"] == c.to_dict()["function"] == name
+    with pytest.warns(DeprecationWarning, match="function_name"):
+        assert c.function == name
+    probe = tflab.RetraceProbe(lambda x: x)
+    assert probe.function_name == probe.name == "<lambda>" and callable(probe.function)
+    d = AutographDiff(function_name="step", filename="f.py", original="", converted="", unified_diff="",
+                      statements=())
+    assert d.table == "step has no if, for or while statements"  # a property now
+    with pytest.warns(DeprecationWarning, match="table"):
+        assert d.table() == d.table
+    with pytest.warns(DeprecationWarning, match="function_name"):
+        assert d.function == "step"
+    r = TriggerResult("new Python value", "f(1); f(2)", 2, 2, ("n: 1 -> 2",), "", "tf.constant", 1)
+    demo = RetracingDemo("2.21.0", (r,))
+    assert demo.counts == {"new Python value": (2, 1)}
+    with pytest.warns(DeprecationWarning, match="counts"):
+        assert demo.counts() == {"new Python value": (2, 1)}
+    # TFLite text: the lab's shape notation, not LiteRT's [-1, 64]
+    t = TFLiteCheck(quantization="none", bit_exact=None, max_abs_error=None, bound=None, within_bound=None,
+                    outputs={}, op_counts={}, flex_ops=(), custom_ops=(), tensor_dtypes={}, weights={},
+                    size_bytes=0, size_ratio=None, runtime="not run: test", explanation="",
+                    signatures={"serve": {"inputs": {"x": {"dtype": "float32", "shape_signature": (-1, 64),
+                                                           "quantization": None}}, "outputs": {}}})
+    assert "serve input x: float32[None,64]" in t.to_text() and "[-1" not in t.to_text()

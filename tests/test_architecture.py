@@ -1,0 +1,247 @@
+"""Issue 11: one concern per module, imports only downward, and a map that matches the code.
+
+The import graph is read from the source with `ast` (tests/_import_graph.py):
+imports inside functions count, since a cycle through a lazy import still
+breaks on the call that takes it. The map in docs/architecture.md lists the
+same graph, edge for edge.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _import_graph import build_graph, cycles, map_lines, module_files  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOC = os.path.join(REPO, "docs", "architecture.md")
+
+# Every top-level name the single tflab/retrace.py had before the split (issue 11).
+OLD_RETRACE_NAMES = """
+VARIABLE_CREATION NO_VARIABLE_CREATION FIXES FIXES_WITH_REDUCE_RETRACING _SINGLETON_VARIABLE Reason
+Trace StaleRead RetraceError _Node _OPEN _CLOSE _WEAKREF_FIX _TENSOR_RE _WEAKREF_TO _split_top
+parse_trace_type _dims TRACE_TYPE_HOOKS _hook _describe _short_type _kind_label _child_path _diff
+_reason _param_reasons _STRUCTURE_KINDS _Candidate _ranked_candidates explain _explain
+_failure_reasons make_trace function_type_inputs _SCALARS _MISSING _BY_IDENTITY _is_watchable _same
+_innermost_python_function _code_names _closure_cells RetraceProbe _short_name _value_repr
+_LOG_PREFIX _FUNC_REPR _PARAM_LINE _SCOPE_RE _CONTEXT_RE LoggedTrace parse_trace_log_message
+_tracing_function_object _function_owner _logged_trace_from_record _TraceLogHandler
+capture_trace_log _PropagateFrom FunctionTraces _is_tf_internal _group_key explain_records
+group_logged_traces _cache_keys cached_traces STALE_READ_NOTE ScriptTraces trace_script
+TraceExpectation _method_instances _FunctionWatch _ExpectTraces _no_probe_call_error
+_retrace_message expect_traces
+""".split()
+
+
+OLD_LITERT_NAMES = """
+QUANTIZATIONS UNIT_ROUNDOFF FLOAT16_STEP MIN_WEIGHT_ELEMENTS ELEMENTWISE_ULPS MAX_GRADIENT_ELEMENTS
+UnsupportedOpsError OutputError TFLiteCheck _representative _converter _captured_stderr convert
+_explain_converter_error FlatbufferStats analyze_flatbuffer _Sensitivity _SENSITIVITY_CACHE _cache_key
+_call_target _sensitivity prepare_bounds _gamma _ulp32 _bounds _bounds_computed _runtime_name _details
+_quantize _dequantize argmax_agreement _run_signatures check_tflite _RANDOM_OPS _stateful_random_ops
+signature_op_types _where_ops check_rows _explanation tflite_roundtrip
+""".split()
+
+
+def test_the_import_graph_of_tflab_has_no_cycle():
+    graph = build_graph()
+    assert len(graph) > 30 and graph["tflab.retrace_expect"] >= {"tflab.retrace_probe",
+                                                                  "tflab.retrace_log"}
+    assert cycles(graph) == []
+
+
+def test_the_cycle_finder_sees_a_cycle_through_an_import_inside_a_function(tmp_path):
+    """The check itself can fail: a lazy import back up the graph is a cycle."""
+    pkg = tmp_path / "tflab"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text('_EXPORTS = {"f": "tflab.low"}\n')
+    (pkg / "low.py").write_text("def f():\n    from tflab.high import g\n    return g()\n")
+    (pkg / "high.py").write_text("from tflab import f\n\ndef g():\n    return 1\n")
+    (pkg / "sub").mkdir()
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "a.py").write_text("import importlib\nimportlib.import_module(f'tflab.sub.{1}')\n")
+    graph = build_graph(str(pkg))
+    assert graph["tflab.high"] == {"tflab.low"}  # `from tflab import f` is the _EXPORTS module
+    assert graph["tflab.low"] == {"tflab.high"}
+    assert graph["tflab.sub.a"] == set()  # an f-string prefix names its package's modules but itself
+    assert cycles(graph) == [["tflab.high", "tflab.low"]]
+
+
+def test_nobody_imports_export_or_the_compatibility_modules():
+    """export.py is the top orchestrator; tflab.retrace and tflab.litert only re-export their parts."""
+    graph = build_graph()
+    for top in ("tflab.export", "tflab.retrace", "tflab.litert"):
+        users = sorted(m for m, deps in graph.items() if top in deps and m != "tflab")
+        allowed = {"tflab.export": {"tflab._tour.s07_export", "tflab.commands.export_cmd"},
+                   "tflab.retrace": set(), "tflab.litert": set()}[top]
+        assert set(users) <= allowed, (top, users)
+    # custom-op loading is below everything that loads a SavedModel or converts one
+    for m in ("tflab.saved_model", "tflab.litert_convert", "tflab.export"):
+        assert "tflab.custom_op_loader" in graph[m]
+    assert graph["tflab.custom_op_loader"] == set()
+    # the reason engine is the bottom of the retrace family
+    assert graph["tflab.retrace_reasons"] == set()
+    # export uses saved_model's public API only (it imported _is_keras3/_is_tf_keras/_reference)
+    import ast
+
+    tree = ast.parse(open(os.path.join(REPO, "tflab", "export.py"), encoding="utf-8").read())
+    private = [a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "tflab.saved_model"
+               for a in n.names if a.name.startswith("_")]
+    assert private == []
+
+
+def _doc_map() -> list[str]:
+    text = open(DOC, encoding="utf-8").read()
+    m = re.search(r"<!-- import-map:begin -->\s*```text\n(.*?)```\s*<!-- import-map:end -->", text, re.S)
+    assert m, "docs/architecture.md has no import-map block"
+    return [ln.rstrip() for ln in m.group(1).splitlines() if ln.strip()]
+
+
+def test_the_architecture_map_is_the_import_graph():
+    """docs/architecture.md lists every module and its imports; regenerate with
+    ``python tests/_import_graph.py`` when this fails."""
+    expected = map_lines(build_graph())
+    assert _doc_map() == expected, "\n".join(["docs/architecture.md import map is stale; it should be:"]
+                                           + expected)
+
+
+def _doc_layers() -> list[list[str]]:
+    text = open(DOC, encoding="utf-8").read()
+    section = text.split("## Layers (bottom to top)", 1)[1].split("\n## ", 1)[0]
+    rows = [ln for ln in section.splitlines() if ln.startswith("| ") and not ln.startswith("| layer")]
+    return [re.findall(r"`([\w.*]+)`", row.split("|")[2]) for row in rows]
+
+
+def test_imports_go_only_downward_through_the_documented_layers():
+    """Every module sits in one row of the layer table, and imports only its own row or rows below."""
+    graph = build_graph()
+
+    def row_of(module: str) -> int | None:
+        name = module[len("tflab."):]
+        for i, row in enumerate(_doc_layers()):
+            for token in row:
+                if token == name or (token.endswith(".*") and name.startswith(token[:-1])):
+                    return i
+        return None
+
+    unplaced = sorted(m for m in graph if m != "tflab" and row_of(m) is None)
+    assert unplaced == [], f"modules missing from the layer table of docs/architecture.md: {unplaced}"
+    upward = sorted(f"{a} -> {b}" for a, deps in graph.items() if a != "tflab"
+                    for b in deps if row_of(b) > row_of(a))
+    assert upward == [], "imports that go up the layer table: " + "; ".join(upward)
+
+
+def test_every_old_tflab_retrace_name_still_resolves_to_its_new_home():
+    import tflab
+    import tflab.retrace as facade
+    from tflab import retrace_expect, retrace_log, retrace_probe, retrace_reasons
+
+    parts = (retrace_reasons, retrace_probe, retrace_log, retrace_expect)
+    for name in OLD_RETRACE_NAMES:
+        homes = [p for p in parts if name in vars(p)]
+        assert homes, name
+        assert getattr(facade, name) is getattr(homes[0], name), name
+    for name in ("RetraceProbe", "expect_traces", "RetraceError", "Trace"):
+        assert getattr(tflab, name) is getattr(facade, name)
+    # a name set on the old module reaches the part whose functions read it
+    old = facade.STALE_READ_NOTE
+    try:
+        facade.STALE_READ_NOTE = "changed"
+        assert retrace_log.STALE_READ_NOTE == "changed"
+    finally:
+        facade.STALE_READ_NOTE = old
+    assert retrace_log.STALE_READ_NOTE == old
+    # the module that runs `tflab retrace` no longer imports the whole family
+    assert "tflab.retrace_probe" not in build_graph()["tflab.retrace_log"]
+
+
+def test_every_old_tflab_litert_name_still_resolves_and_writes_reach_the_part():
+    import tflab
+    import tflab.litert as facade
+    from tflab import litert_bounds, litert_check, litert_convert
+
+    parts = (litert_convert, litert_bounds, litert_check)
+    for name in OLD_LITERT_NAMES:
+        homes = [p for p in parts if name in vars(p)]
+        assert homes, name
+        assert getattr(facade, name) is getattr(homes[0], name), name
+    for name in ("tflite_roundtrip", "TFLiteCheck", "UnsupportedOpsError"):
+        assert getattr(tflab, name) is getattr(facade, name)
+    old = facade.MAX_GRADIENT_ELEMENTS
+    try:
+        facade.MAX_GRADIENT_ELEMENTS = 7
+        assert litert_bounds.MAX_GRADIENT_ELEMENTS == 7
+    finally:
+        facade.MAX_GRADIENT_ELEMENTS = old
+    assert litert_bounds.MAX_GRADIENT_ELEMENTS == old
+    # "how is the int8 bound derived" is answered by the file name
+    assert "int8" in litert_bounds.__doc__ and "output step" in litert_bounds.__doc__
+    assert not hasattr(litert_convert, "check_tflite") and not hasattr(litert_check, "_bounds_computed")
+
+
+# One interpreter that imports the heavy third-party packages once, then forks a
+# child per tflab module: each child starts with NO tflab module loaded, imports
+# one, and lists the tflab modules that came with it.
+_FORK_IMPORTER = r"""
+import importlib, json, os, sys
+import numpy, tensorflow  # shared, not part of tflab
+mods = json.loads(sys.argv[1])
+for m in mods:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            importlib.import_module(m)
+            out = {"ok": True, "loaded": sorted(k for k in sys.modules if k == "tflab" or k.startswith("tflab."))}
+        except BaseException as e:
+            out = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+        os.write(w, json.dumps(out).encode())
+        os._exit(0)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    print(m, data.decode(), flush=True)
+"""
+
+# Modules that run something on import.
+_NOT_IMPORTED_ALONE = {"tflab.__main__"}
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_each_tflab_module_imports_alone_in_a_fresh_interpreter():
+    import json
+
+    graph = build_graph()
+    mods = sorted(m for m in module_files() if m not in _NOT_IMPORTED_ALONE)
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run([sys.executable, "-c", _FORK_IMPORTER, json.dumps(mods)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if line.startswith("tflab"))
+    assert sorted(results) == mods
+
+    def closure(m: str) -> set[str]:
+        seen, todo = set(), [m]
+        while todo:
+            x = todo.pop()
+            if x not in seen:
+                seen.add(x)
+                todo.extend(graph.get(x, ()))
+        return seen
+
+    for m in mods:
+        r = json.loads(results[m])
+        assert r["ok"], f"import {m} alone: {r.get('error')}"
+        # What Python loaded is within what the ast graph says m can reach (plus parent packages).
+        reach = closure(m)
+        parents = {".".join(x.split(".")[:i]) for x in reach for i in range(1, x.count(".") + 1)}
+        assert set(r["loaded"]) <= reach | parents, (m, sorted(set(r["loaded"]) - reach - parents))

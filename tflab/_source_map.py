@@ -1,0 +1,207 @@
+"""Traced ops and AutoGraph statements mapped back to the user's source lines.
+
+Shared by `tflab.autograph` (what each ``if``/``for``/``while`` became) and
+`tflab.diagnosis` (which line made a trace fail), below both:
+
+* `_TraceCounter`: counts, per source line, what AutoGraph's operators did
+  while one trace ran;
+* `_walk_ops`: every op of a FuncGraph and of its If/While branch graphs;
+* `_same_file`, `_strip_comment`, `_error_line`, `_shorten`: source and error
+  text helpers; `_build_layer`: builds an unbuilt Keras layer before its
+  ``call`` is traced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from typing import Any, Iterator
+
+from tflab.errors import UsageError
+
+# Attributes cond_v2/while_v2 set on the op object for the branch/body FuncGraphs.
+_SUBGRAPH_ATTRS = ("_true_graph", "_false_graph", "_cond_graph", "_body_graph")
+
+
+def _strip_comment(line: str) -> str:
+    code, _, _ = line.partition("  #")  # table display only; keeps '#' inside strings mostly
+    return code.strip()
+
+
+def _walk_ops(graph) -> Iterator:
+    """Every op of a FuncGraph and of its If/While branch/body FuncGraphs, depth first,
+    each nested graph's ops placed before the op that owns them (their creation order)."""
+    for op in graph.get_operations():
+        for attr in _SUBGRAPH_ATTRS:
+            sub = getattr(op, attr, None)
+            if sub is not None:
+                yield from _walk_ops(sub)
+        yield op
+
+
+def _same_file(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    # Frames may carry a path relative to the root ("tmp/x.py" for "/tmp/x.py").
+    return os.path.abspath(a) == os.path.abspath(b) or b.endswith(os.sep + a.lstrip(os.sep))
+
+
+class _TraceCounter:
+    """Counts, per source line of the function, what AutoGraph's operators did
+    while one trace ran: how often each ``for``/``while`` body ran, whether the
+    loop ran as a Python loop, and which branch each Python ``if`` took.
+
+    The generated code calls ``ag__.for_stmt``/``while_stmt``/``if_stmt``
+    (``autograph/operators/control_flow.py``) through the ``ag__`` module that
+    ``api.PyToTF.get_extra_locals`` builds once; those calls are wrapped there
+    so each body call is counted under the statement's line (read from
+    `tf_stack.extract_stack`, which AutoGraph's ``StackTraceMapper`` maps back
+    to the user's file, as for op tracebacks). ``_py_for_stmt``,
+    ``_py_while_stmt`` and ``_py_if_stmt`` (the Python-loop/if paths) are
+    wrapped in ``control_flow`` to mark a statement as run by Python.
+
+    Body calls inside AutoGraph's temporary ``FuncGraph('tmp')`` (it stages one
+    loop iteration there to type undefined loop variables; the graph is thrown
+    away) are not counted, and counts are kept per traced FuncGraph, so a
+    function traced twice (variable creation) is counted once.
+    """
+
+    def __init__(self, filename: str, first: int, last: int) -> None:
+        self.filename, self.first, self.last = filename, first, last
+        self.by_graph: dict[int, dict] = {}
+        self._stack: list[int | None] = []
+        self.active = False  # True once the operators were wrapped
+
+    def _line(self) -> int | None:
+        from tensorflow.python.util import tf_stack
+
+        best = None
+        for frame in tf_stack.extract_stack():
+            if self.first <= frame.lineno <= self.last and _same_file(frame.filename, self.filename):
+                best = frame.lineno
+        return best
+
+    def _records(self) -> dict | None:
+        """The records of the FuncGraph being traced, or None inside a 'tmp' staging graph."""
+        from tensorflow.python.framework import func_graph, ops
+
+        g = ops.get_default_graph()
+        while isinstance(getattr(g, "outer_graph", None), func_graph.FuncGraph):
+            if g.name == "tmp":
+                return None
+            g = g.outer_graph
+        return self.by_graph.setdefault(id(g), {"runs": {}, "python": set(), "reached": {},
+                                                "branches": {}})
+
+    def _wrap_stmt(self, original, body_index: int, kind: str):
+        counter = self
+
+        def wrapper(*args, **kwargs):
+            # Keyed by (line, kind): AutoGraph turns a `break` into an extra
+            # if_stmt mapped to the loop's own line.
+            line = counter._line()
+            line = None if line is None else (line, kind)
+            rec = counter._records()
+            if line is None or rec is None:
+                return original(*args, **kwargs)
+            rec["reached"][line] = rec["reached"].get(line, 0) + 1
+            args = list(args)
+            body = args[body_index]
+
+            def counted_body(*a, **k):
+                r = counter._records()
+                if r is not None:
+                    r["runs"][line] = r["runs"].get(line, 0) + 1
+                return body(*a, **k)
+
+            args[body_index] = counted_body
+            counter._stack.append(line)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                counter._stack.pop()
+        return wrapper
+
+    def _wrap_py(self, original, kind: str):
+        counter = self
+
+        def wrapper(*args, **kwargs):
+            line = counter._stack[-1] if counter._stack else None
+            rec = counter._records()
+            if line is not None and rec is not None:
+                rec["python"].add(line)
+                if kind == "if":
+                    taken = "then" if args[0] else "else"
+                    per = rec["branches"].setdefault(line, {"then": 0, "else": 0})
+                    per[taken] += 1
+            return original(*args, **kwargs)
+        return wrapper
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator["_TraceCounter"]:
+        try:
+            from tensorflow.python.autograph.impl import api
+            from tensorflow.python.autograph.operators import control_flow
+
+            ag = api._TRANSPILER.get_extra_locals()["ag__"]
+            patches = [(ag, "for_stmt", self._wrap_stmt(ag.for_stmt, 2, "for")),
+                       (ag, "while_stmt", self._wrap_stmt(ag.while_stmt, 1, "while")),
+                       (ag, "if_stmt", self._wrap_stmt(ag.if_stmt, 1, "if")),
+                       (control_flow, "_py_for_stmt", self._wrap_py(control_flow._py_for_stmt, "for")),
+                       (control_flow, "_py_while_stmt",
+                        self._wrap_py(control_flow._py_while_stmt, "while")),
+                       (control_flow, "_py_if_stmt", self._wrap_py(control_flow._py_if_stmt, "if"))]
+        except (ImportError, AttributeError, KeyError):
+            # TF's layout changed: no counts; _classify falls back to reading
+            # op tracebacks (by_graph stays empty, so records is None).
+            yield self
+            return
+        olds = [(obj, attr, getattr(obj, attr)) for obj, attr, _ in patches]
+        for obj, attr, new in patches:
+            setattr(obj, attr, new)
+        self.active = True
+        try:
+            yield self
+        finally:
+            for obj, attr, old in olds:
+                setattr(obj, attr, old)
+
+
+def _shorten(text: str, limit: int = 240) -> str:
+    text = re.sub(r" at 0x[0-9a-fA-F]+", "", text.strip())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _error_line(e: BaseException) -> str:
+    """The informative line of an exception: AutoGraph's StagingError starts with
+    "in user code:" and puts the real ``XxxError: …`` line last."""
+    text = str(e).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return type(e).__name__
+    if lines[0].startswith("in user code"):
+        inner = [ln for ln in lines if re.match(r"^[A-Za-z_.]*(Error|Exception):", ln)]
+        if inner:
+            return _shorten(inner[-1])
+    return _shorten(f"{type(e).__name__}: {lines[0]}")
+
+
+def _build_layer(layer: Any, args: tuple, kwargs: dict) -> None:
+    """Builds an unbuilt Keras layer from its first argument's shape: tracing its
+    ``call`` directly skips ``__call__``, which is where Keras would build it
+    (and create the weights ``call`` reads)."""
+    if getattr(layer, "built", True) or not hasattr(layer, "build"):
+        return
+    first = args[0] if args else next(iter(kwargs.values()), None)
+    shape = getattr(first, "shape", None)
+    name = type(layer).__name__
+    if shape is None:
+        raise UsageError(f"{name} is an unbuilt Keras layer and its first argument has no shape "
+                         f"to build it with; call the layer once on an input first")
+    try:
+        layer.build(tuple(shape))
+    except Exception as e:
+        raise UsageError(f"{name} is an unbuilt Keras layer and {name}.build({tuple(shape)}) "
+                         f"raised {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+                         f"; call the layer once on an input first") from e

@@ -1,0 +1,81 @@
+"""``tflab precision FILE.py:FUNC --arg …``: lab step 10 on a user's function.
+
+Exit status: 0 when no policy underflows or overflows, 1 when one does (the
+report says which and what a loss scale changes), 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+
+from tflab._cliargs import int_at_least
+
+HELP = ("run FILE.py:FUNC forward and backward under float32, mixed_bfloat16 and mixed_float16; "
+        "print errors against float32, gradient underflow, overflow and what loss scaling changes")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("target", metavar="FILE.py:FUNC",
+                   help="a function of tensors, a tf.function, or a zero-argument factory that "
+                        "builds a Keras model (its --arg values are the model's inputs, in order)")
+    p.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE",
+                   help="an argument: NAME=dtype[dims] (every dim given) becomes a seeded random "
+                        "tensor, NAME=<python literal> a Python value; repeat per parameter")
+    p.add_argument("--seed", type=int_at_least(0), default=0,
+                   help="seed for the random tensors and Keras initializers (default: %(default)s)")
+    p.add_argument("--policies", default="float32,mixed_bfloat16,mixed_float16", metavar="LIST",
+                   help="comma-separated Keras dtype policies; float32 always runs as the reference "
+                        "(default: %(default)s)")
+    p.add_argument("--loss-scale", default=None, metavar="N|dynamic",
+                   help="loss scale for the float16 policies: a positive number, or 'dynamic' "
+                        "(Keras' LossScaleOptimizer rule: 2^15, halved on inf/NaN gradients)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def _loss_scale(text: str | None):
+    from tflab.errors import UsageError
+
+    if text is None or text == "dynamic":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not value > 0 or value == float("inf"):
+        raise UsageError(f"--loss-scale {text}: give a positive number (e.g. 32768) or 'dynamic'")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from tflab import _jsonutil
+    from tflab._target import bind_args, check_target, load_target, materialize, parse_args, python_signature
+    from tflab.precision import compare_precisions, parse_policies
+
+    # Options first: a typo in --policies must not cost an import of the user's file.
+    policies = parse_policies(args.policies)
+    loss_scale = _loss_scale(args.loss_scale)
+    # load_call's steps, except that a zero-parameter factory takes the --arg
+    # values positionally (they are its model's inputs).
+    named = parse_args(args.arg)
+    fn = load_target(args.target)
+    check_target(fn, args.target.rpartition(":")[2])
+    sig = python_signature(fn)
+    if named and sig is not None and not sig.parameters:
+        call_args, call_kwargs = tuple(named.values()), {}
+    elif not named and getattr(fn, "input_signature", None) is not None:
+        call_args, call_kwargs = (), {}
+    else:
+        call_args, call_kwargs = bind_args(fn, named)
+    rng = np.random.default_rng(args.seed)  # one stream for all arguments: x and y differ
+    call_args = tuple(materialize(a, rng) for a in call_args)
+    call_kwargs = {k: materialize(v, rng) for k, v in call_kwargs.items()}
+    own = {"policies", "loss_scale", "seed"} & set(call_kwargs)
+    if own:  # names compare_precisions takes itself: bind them to the function instead
+        fn = functools.partial(fn, **{k: call_kwargs.pop(k) for k in own})
+    report = compare_precisions(fn, *call_args, policies=policies, loss_scale=loss_scale,
+                                seed=args.seed, **call_kwargs)
+    print(_jsonutil.dumps(report) if args.json else report.to_text())
+    return 1 if report.flagged else 0

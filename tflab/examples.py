@@ -1,0 +1,352 @@
+"""The user's example batches: normalized ONCE into one typed value, `Examples`, and passed on as is.
+
+Every lab function that runs a SignatureDef on the user's data takes the same
+forms (``examples`` of `tflab.save_and_reload`, `tflab.tflite_roundtrip`, the
+converter's representative dataset, ``tflab export --examples``):
+
+* ``{input name: array}``: one batch, e.g. ``{"x": np.zeros((4, 64), np.float32)}``;
+* a list of such dicts: several batches;
+* ``{signature key: {input name: array} or [dicts]}``: per signature, for
+  models whose signatures take different inputs;
+* an `Examples` value (returned as is: nothing is read twice).
+
+`Examples.of` turns any of them into one frozen value (numpy arrays, named
+batches), and `Examples.check` checks it ONCE against the SignatureDefs
+(names, dtypes, shapes; one clear `UsageError` for the first mismatch) and
+keeps, per signature, the feeds that signature takes. The natural first
+guesses (``[x]``, a bare ndarray) are refused with the form to use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from tflab.errors import UsageError
+
+FORMS = ("examples must be a dict {input name: array} (one batch), a non-empty list of such dicts, "
+         "or {signature key: {input name: array}}")
+
+
+@dataclasses.dataclass(frozen=True, repr=False, eq=False)
+class Examples:
+    """Example batches for a model's SignatureDefs, normalized once.
+
+    Iterating gives the batches (``{name: ndarray}`` dicts); ``len()`` is
+    their number, so code that took a list of dicts takes an `Examples`.
+
+    Attributes:
+        batches: the batches, each ``{input name: np.ndarray}``; with the
+            per-signature form, merged by batch index (a signature with fewer
+            batches repeats its own; each signature is fed only its names).
+        signatures: after `check`: signature key → the feeds it takes, one
+            ``{name: ndarray}`` per batch; empty before.
+
+    Example:
+
+    >>> ex = Examples.of({"x": np.ones((4, 64), np.float32)})
+    >>> ex
+    Examples(1 batch: x float32[4,64])
+    >>> Examples.of(ex) is ex
+    True
+    """
+
+    batches: tuple[dict[str, np.ndarray], ...]
+    signatures: Mapping[str, tuple[dict[str, np.ndarray], ...]] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def of(cls, examples: Any) -> "Examples":
+        """The `Examples` for any accepted form; an `Examples` is returned as is.
+
+        Raises:
+            UsageError: not one of the forms (the message shows them), or two
+                signatures giving different arrays for one input name.
+        """
+        if isinstance(examples, Examples):
+            return examples
+        return cls(tuple(_normalize(examples)))
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        return self.batches[i]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every input name in the batches, sorted."""
+        return tuple(sorted(set().union(*(set(b) for b in self.batches)))) if self.batches else ()
+
+    def check(self, inputs: Mapping[str, Mapping[str, Any]]) -> "Examples":
+        """Checks the batches against SignatureDefs once; returns the value with per-signature feeds.
+
+        Args:
+            inputs: signature key → its inputs, name → a `tflab.saved_model.TensorInfo`
+                (``.dtype`` name, ``.shape`` with None dims).
+
+        Returns:
+            ``self`` when it was already checked against these signatures,
+            else a copy whose ``signatures[key]`` holds each batch's feed.
+
+        Raises:
+            UsageError: a name no signature takes, a missing input, a wrong
+                dtype or an incompatible shape (the first, in one line).
+        """
+        if self.signatures and set(self.signatures) == set(inputs) and all(
+                set(self.signatures[k][0]) == set(v) for k, v in inputs.items() if self.signatures[k]):
+            return self
+        known = set().union(*(set(v) for v in inputs.values())) if inputs else set()
+        batches = list(self.batches)
+        for key, sig in inputs.items():
+            check_examples(batches, sig, f"signature {key!r}", known)
+        check_unused(batches, inputs)
+        feeds = {key: tuple(feed_for(b, sig) for b in batches) for key, sig in inputs.items()}
+        return dataclasses.replace(self, signatures=feeds)
+
+    def feeds(self, key: str) -> tuple[dict[str, np.ndarray], ...]:
+        """The feeds of signature ``key`` (after `check`).
+
+        Raises:
+            UsageError: ``key`` was not checked.
+        """
+        if key not in self.signatures:
+            raise UsageError(f"examples were not checked against signature {key!r}; "
+                             f"checked: {sorted(self.signatures) or 'none'}")
+        return self.signatures[key]
+
+    def check_rows(self) -> "Examples":
+        """Refuses batches with zero rows (nothing would be compared or calibrated); returns self."""
+        check_rows(self.batches)
+        return self
+
+    def describe(self) -> str:
+        """``x float32[4,64]; mask bool[4,16]`` for the first batch, then ``(+N batches)``."""
+        if not self.batches:
+            return "no batches"
+        first = "; ".join(f"{n} {_array_text(a)}" for n, a in self.batches[0].items())
+        more = f" (+{len(self.batches) - 1} batch(es))" if len(self.batches) > 1 else ""
+        return first + more
+
+    def __repr__(self) -> str:
+        n = len(self.batches)
+        checked = f", checked for {', '.join(self.signatures)}" if self.signatures else ""
+        return f"Examples({n} batch{'es' * (n != 1)}: {self.describe()}{checked})"
+
+    def to_dict(self) -> dict:
+        """JSON-ready summary (no arrays): batch count, names, per-batch dtype and shape."""
+        return {"batch_count": len(self.batches), "names": list(self.names),
+                "batches": [{n: _array_text(a) for n, a in b.items()} for b in self.batches],
+                "signatures": sorted(self.signatures)}
+
+
+def _array_text(a: np.ndarray) -> str:
+    return f"{a.dtype.name}[{','.join(str(d) for d in a.shape)}]"
+
+
+def as_examples(examples: Any) -> Examples:
+    """`Examples.of`, as a function."""
+    return Examples.of(examples)
+
+
+def normalize_examples(examples: Any) -> list[dict[str, np.ndarray]]:
+    """The batches of `Examples.of(examples)` as a list (kept for callers that want a list)."""
+    return list(Examples.of(examples).batches)
+
+
+def _normalize(examples: Any) -> list[dict[str, np.ndarray]]:
+    """The one place the accepted forms are read (see the module docstring)."""
+    if isinstance(examples, np.ndarray) or hasattr(examples, "numpy") and not isinstance(examples, Mapping):
+        raise UsageError(f"examples is a bare {type(examples).__name__}: name it by its signature input, "
+                         f"e.g. {{'x': array}} (one batch); " + FORMS)
+    if (isinstance(examples, Sequence) and not isinstance(examples, (str, bytes)) and examples
+            and not any(isinstance(b, Mapping) for b in examples)):
+        raise UsageError(f"examples is a list of {type(examples[0]).__name__}, not of dicts: name each "
+                         f"array by its signature input, e.g. [{{'x': array}}]; " + FORMS)
+    return _normalize_batches(examples)
+
+
+def _is_batch_list(v: Any) -> bool:
+    return (isinstance(v, Sequence) and not isinstance(v, (str, bytes)) and bool(v)
+            and all(isinstance(b, Mapping) for b in v))
+
+
+def is_per_signature(examples: Any) -> bool:
+    """True for ``{signature key: {name: array}}`` (or ``{key: [batches]}``), the per-signature form."""
+    return (isinstance(examples, Mapping) and bool(examples)
+            and all(isinstance(v, Mapping) or _is_batch_list(v) for v in examples.values()))
+
+
+def _normalize_batches(examples: Any) -> list[dict[str, np.ndarray]]:
+    """Turns the accepted example forms into a list of numpy dicts (one per batch).
+
+    Forms: ``{name: array}`` (one batch), a list of such dicts, or per
+    signature ``{signature key: {name: array} or [dicts]}`` for models whose
+    signatures take different inputs. The per-signature form is merged by
+    batch index into batches holding the union of names (a signature with
+    fewer batches repeats its own); each signature is later fed only the
+    names it takes. Two signatures giving different arrays for the same
+    input name cannot be merged.
+
+    Raises:
+        UsageError: not one of these forms, or conflicting arrays for a shared name.
+    """
+    if is_per_signature(examples):
+        per = {k: _normalize_batches(v) for k, v in examples.items()}
+        n = max(len(v) for v in per.values())
+        merged: list[dict[str, np.ndarray]] = []
+        for i in range(n):
+            batch: dict[str, np.ndarray] = {}
+            for key, batches in per.items():
+                for name, a in batches[i % len(batches)].items():
+                    if name in batch and (batch[name].shape != a.shape or batch[name].dtype != a.dtype
+                                          or batch[name].tobytes() != a.tobytes()):
+                        raise UsageError(f"examples for signature {key!r} give input {name!r} another array "
+                                         f"than an earlier signature in batch {i}: signatures sharing an input "
+                                         f"name must share its examples")
+                    batch[name] = a
+            merged.append(batch)
+        return merged
+    if isinstance(examples, Mapping):
+        batches = [examples]
+    elif isinstance(examples, Sequence) and not isinstance(examples, (str, bytes)) and examples:
+        batches = list(examples)
+    else:
+        raise UsageError(FORMS)
+    out = []
+    for i, b in enumerate(batches):
+        if not isinstance(b, Mapping):
+            raise UsageError(f"examples[{i}] is a {type(b).__name__}, expected a dict {{input name: array}}")
+        out.append({str(k): np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in b.items()})
+    return out
+
+
+def feed_for(batch: Mapping[str, np.ndarray], inputs: Any) -> dict[str, np.ndarray]:
+    """The part of ``batch`` a signature takes (``inputs``: its input names)."""
+    return {n: batch[n] for n in inputs if n in batch}
+
+
+def check_unused(batches: list[dict[str, np.ndarray]], takes: Mapping[str, Any]) -> None:
+    """Names that no signature takes are a mistake (a typo would otherwise be ignored).
+
+    Args:
+        takes: signature key → its input names.
+
+    Raises:
+        UsageError: a name no signature takes.
+    """
+    known = set().union(*(set(v) for v in takes.values())) if takes else set()
+    for i, batch in enumerate(batches):
+        extra = sorted(set(batch) - known)
+        if extra:
+            where = "examples" if len(batches) == 1 else f"examples[{i}]"
+            sigs = "; ".join(f"{k} takes {sorted(v)}" for k, v in takes.items())
+            from tflab.diagnosis import renamed_keys_hint
+
+            hint = next(filter(None, (renamed_keys_hint(sorted(set(v) - set(batch)), extra, v, batch)
+                                      for v in takes.values())), "")  # case D9
+            raise UsageError(f"{where}: no signature takes {extra} ({sigs}){hint}")
+
+
+def check_examples(batches: list[dict[str, np.ndarray]], inputs: Mapping[str, Any],
+                   where: str, known: Any = None) -> None:
+    """Checks that each batch feeds the signature's inputs with matching dtype/shape.
+
+    Names the signature does not take are ignored here (another signature may
+    take them; `check_unused` rejects names no signature takes).
+
+    Args:
+        known: names any signature takes; those outside it are listed as
+            unknown when a name is missing (default: this signature's).
+
+    Raises:
+        UsageError: a missing name, a wrong dtype, or an incompatible shape.
+    """
+    import tensorflow as tf
+
+    from tflab.diagnosis import renamed_keys_hint
+
+    want = ", ".join(str(t) for t in inputs.values())
+    for i, batch in enumerate(batches):
+        label = "examples" if len(batches) == 1 else f"examples[{i}]"
+        missing = sorted(set(inputs) - set(batch))
+        if missing:
+            extra = sorted(set(batch) - set(inputs if known is None else known))
+            raise UsageError(f"{label} does not match {where}: missing {missing} "
+                             + (f"unknown {extra} " if extra else "") + f"(the signature takes {want})"
+                             + renamed_keys_hint(missing, extra, inputs, batch))  # case D9
+        for name, info in inputs.items():
+            arr = batch[name]
+            dt = tf.dtypes.as_dtype(arr.dtype) if arr.dtype.kind not in "OSU" else tf.string
+            if dt.name != info.dtype:
+                raise UsageError(f"{label}[{name!r}] is {dt.name} but {where} wants {info.dtype}: "
+                                 f"cast it (e.g. x.astype(np.{info.dtype}))" if info.dtype != "string" else
+                                 f"{label}[{name!r}] is {dt.name} but {where} wants string (bytes)")
+            if info.shape is not None and not tf.TensorShape(info.shape).is_compatible_with(arr.shape):
+                raise UsageError(f"{label}[{name!r}] has shape {list(arr.shape)} but {where} wants "
+                                 f"{info}: reshape it")
+
+
+def union_inputs(per_signature: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """All signatures' inputs by name, for random examples every signature can take.
+
+    Raises:
+        UsageError: two signatures take the same name with different dtype or shape.
+    """
+    out: dict[str, Any] = {}
+    owner: dict[str, str] = {}
+    for key, inputs in per_signature.items():
+        for name, info in inputs.items():
+            if name in out and (out[name].dtype, out[name].shape) != (info.dtype, info.shape):
+                raise UsageError(f"signatures {owner[name]!r} and {key!r} both take input {name!r} but as "
+                                 f"{out[name]} and {info}: random examples cannot serve both; give examples "
+                                 f"per signature ({{signature key: {{name: array}}}})")
+            out.setdefault(name, info)
+            owner.setdefault(name, key)
+    return out
+
+
+def random_examples(inputs: Mapping[str, Any], seed: int = 0,
+                    batch_sizes: Sequence[int] = (1, 4)) -> list[dict[str, np.ndarray]]:
+    """Seeded random example batches for a signature: one batch per size in ``batch_sizes``.
+
+    Unknown (None) dims are the batch size for the first dim and 1 elsewhere.
+    Floats are standard normal, integers uniform in [0, 10), bools fair coins,
+    strings ``b"tflab"``.
+    """
+    rng = np.random.default_rng(seed)
+    out = []
+    for b in batch_sizes:
+        batch = {}
+        for name, info in inputs.items():
+            shape = [(b if i == 0 else 1) if d is None else d for i, d in enumerate(info.shape or ())]
+            dt = np.dtype(info.dtype) if info.dtype not in ("string", "bfloat16") else None
+            if info.dtype == "string":
+                batch[name] = np.full(shape, b"tflab", dtype=object)
+            elif dt is not None and dt.kind == "f":
+                batch[name] = rng.standard_normal(shape).astype(dt)
+            elif dt is not None and dt.kind in "iu":
+                batch[name] = rng.integers(0, 10, size=shape).astype(dt)
+            elif dt is not None and dt.kind == "b":
+                batch[name] = rng.integers(0, 2, size=shape).astype(bool)
+            else:
+                raise UsageError(f"cannot make random examples of dtype {info.dtype} for input {name!r}: "
+                                 f"give examples (an .npz file with one array per input)")
+        out.append(batch)
+    return out
+
+
+def check_rows(batches: Sequence[Mapping[str, np.ndarray]]) -> None:
+    """Refuses examples with zero rows: nothing would be compared or calibrated.
+
+    Raises:
+        UsageError: a batch whose first dimension is 0.
+    """
+    for b in batches:
+        rows = [a.shape[0] for a in b.values() if a.ndim]
+        if rows and min(rows) == 0:
+            raise UsageError("examples have 0 rows: nothing to compare or calibrate; give at least one row")

@@ -1,0 +1,512 @@
+"""Lab step 8: a TFLite/LiteRT round trip is close, within a bound we can defend.
+
+`tflite_roundtrip` converts a SavedModel (`tflab.litert_convert.convert`), runs
+each SignatureDef with the LiteRT interpreter
+(``ai_edge_litert.interpreter.Interpreter``, by signature runner, feeding and
+reading tensors by name) and compares every output with the reloaded
+SavedModel run by TF (`check_tflite`), each element against the bound of
+`tflab.litert_bounds` (read that module for how each bound is derived).
+
+NaN outputs in the same positions on both sides count as a match (zero
+error); a NaN on one side only is an infinite error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any, Mapping
+
+import numpy as np
+
+from tflab._usercode import run_signature
+from tflab.errors import TflabError, UsageError
+from tflab.litert_bounds import MIN_WEIGHT_ELEMENTS, _bounds, _explanation, _sensitivity
+from tflab.litert_convert import _call_target, analyze_flatbuffer, convert, signature_op_types
+from tflab.examples import Examples, check_rows  # noqa: F401  (check_rows: kept importable here)
+from tflab.saved_model import load_saved_model, signature_inputs, ulp_distance
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputError:
+    """One output of one signature, LiteRT vs TF, compared by name.
+
+    Attributes:
+        name: output key (``"sig/name"`` when the model has several signatures).
+        dtype: dtype LiteRT returns (int8 outputs are dequantized before comparing).
+        shape_signature: dims with -1 for dynamic ones, as LiteRT reports them.
+        max_abs_error: ``max |lite − tf|`` over all examples, output units.
+        max_rel_error: ``max |lite − tf| / max |tf|`` (normwise, so zeros in tf do not blow up).
+        max_ulp: largest elementwise distance in float32 ULPs.
+        bound: the largest elementwise bound asserted, output units.
+        bound_ratio: ``max |lite − tf| / bound`` taken elementwise; ≤ 1 means within bound.
+        argmax_agreement: fraction of rows where TF's argmax class also has LiteRT's top value
+            (ties count as agreement; rank ≥ 2, last dim ≥ 2), else None.
+        reference_range: ``max − min`` of the TF output over all examples (0 means constant).
+        quantization: (scale, zero point) when LiteRT returns it quantized, else None.
+        worst_abs_error: ``|lite − tf|`` at the element with the largest ``|Δ|/bound``.
+        worst_bound: the bound of that element (so ``worst_abs_error / worst_bound
+            == bound_ratio``; ``max_abs_error`` and ``bound`` may come from other elements).
+    """
+
+    name: str
+    dtype: str
+    shape_signature: tuple[int, ...]
+    max_abs_error: float
+    max_rel_error: float
+    max_ulp: int
+    bound: float
+    bound_ratio: float
+    argmax_agreement: float | None
+    reference_range: float
+    quantization: tuple[float, int] | None = None
+    worst_abs_error: float = 0.0
+    worst_bound: float = 0.0
+
+    @property
+    def within_bound(self) -> bool:
+        return self.bound_ratio <= 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class TFLiteCheck:
+    """One TFLite variant of a SavedModel, run by LiteRT and compared with TF.
+
+    Attributes:
+        quantization: ``"none"``, ``"dynamic"``, ``"float16"`` or ``"int8"``.
+        bit_exact: every output byte-identical to TF (None when not run).
+        max_abs_error: largest ``|lite − tf|`` over outputs (None when not run).
+        bound: the bound of the worst output (largest ``|Δ|/bound``; the failing one
+            when a check fails): its largest elementwise bound, in that output's units
+            (None when not run). Outputs have different units, so this is not a
+            maximum over outputs; see ``worst_output`` and ``outputs[...].bound``.
+        within_bound: every element within its bound (None when not run).
+        outputs: output name → `OutputError`.
+        op_counts: op name → count in the flatbuffer (custom ops by custom code).
+        flex_ops: Select-TF ops (custom code ``Flex…``).
+        custom_ops: other custom ops.
+        tensor_dtypes: dtype name → number of tensors.
+        weights: constant (weight) buffers by dtype: ``{dtype: [count, elements]}``,
+            each buffer counted once even when the tensors of several subgraphs
+            (signatures) point at it.
+        shared_weights: how many of those buffers several subgraphs share.
+        size_bytes: flatbuffer size in bytes.
+        size_ratio: ``size_bytes / float variant size`` when known (not assumed < 1).
+        runtime: what ran it, e.g. ``"ai_edge_litert 2.3.0 Interpreter + XNNPACK delegate"``,
+            or ``"not run: <reason>"``.
+        explanation: why the bound holds, one or two sentences.
+        signatures: key → ``{"inputs": {...}, "outputs": {...}}`` with dtype,
+            shape_signature and quantization of each tensor.
+        config: `tflab.runtime_config()` as a dict, filled in when the check is
+            made: the TF build, CPU ISA and TF CPU kernel path (oneDNN or Eigen)
+            the TF reference ran on.
+        notes: other measured facts worth reading (constant outputs, float weights kept).
+        convert_seconds: wall time of the conversion, seconds (None when not converted here).
+        worst_output: the output with the largest ``|Δ|/bound`` (None when not run).
+    """
+
+    quantization: str
+    bit_exact: bool | None
+    max_abs_error: float | None
+    bound: float | None
+    within_bound: bool | None
+    outputs: dict[str, OutputError]
+    op_counts: dict[str, int]
+    flex_ops: tuple[str, ...]
+    custom_ops: tuple[str, ...]
+    tensor_dtypes: dict[str, int]
+    weights: dict[str, list[int]]
+    size_bytes: int
+    size_ratio: float | None
+    runtime: str
+    explanation: str
+    signatures: dict[str, dict]
+    config: dict = dataclasses.field(default_factory=lambda: _runtime_config_dict())
+    notes: tuple[str, ...] = ()
+    convert_seconds: float | None = None
+    worst_output: str | None = None
+    shared_weights: int = 0
+
+    def __repr__(self) -> str:
+        err = "n/a" if self.max_abs_error is None else f"{self.max_abs_error:.3g}"
+        bound = "n/a" if self.bound is None else f"{self.bound:.3g}"
+        return (f"TFLiteCheck(quantization={self.quantization!r}, bit_exact={self.bit_exact}, "
+                f"max_abs_error={err}, bound={bound}, within_bound={self.within_bound}, "
+                f"size_bytes={self.size_bytes}, flex_ops={list(self.flex_ops)})")
+
+    def to_text(self) -> str:
+        ratio = "" if self.size_ratio is None else f" ({self.size_ratio:.2f}× float)"
+        lines = [f"TFLite {self.quantization}: {self.size_bytes} bytes{ratio}, runtime: {self.runtime}"]
+        ops = ", ".join(f"{k}×{v}" + (" [Flex]" if k in self.flex_ops else " [custom]" if k in self.custom_ops
+                                      else "") for k, v in sorted(self.op_counts.items()))
+        lines.append(f"  ops: {ops}")
+        lines.append("  tensors: " + ", ".join(f"{k}×{v}" for k, v in sorted(self.tensor_dtypes.items())))
+        lines.append("  weights: " + (", ".join(f"{k}: {c} tensors / {e} elements"
+                                                for k, (c, e) in sorted(self.weights.items())) or "none")
+                     + (f" (unique buffers; {self.shared_weights} shared by several signatures' subgraphs, "
+                        f"stored once)" if self.shared_weights else ""))
+        for key, sig in self.signatures.items():
+            for role in ("inputs", "outputs"):
+                for n, d in sig[role].items():
+                    q = d.get("quantization")
+                    lines.append(f"  {key} {role[:-1]} {n}: {d['dtype']}{_shape_text(d['shape_signature'])}"
+                                 + (f" scale={q[0]:.6g} zero_point={q[1]}" if q else ""))
+        for o in self.outputs.values():
+            am = "" if o.argmax_agreement is None else f", argmax agree {o.argmax_agreement:.0%}"
+            # Each maximum is over its own worst element: label them so the ULP
+            # count is not read as the ULP distance of the max |Δ| element.
+            lines.append(f"  {o.name}: max|Δ| {o.max_abs_error:.3g} (rel {o.max_rel_error:.3g}; "
+                         f"max ULP {o.max_ulp}, its own worst element) bound {o.bound:.3g} "
+                         f"ratio {o.bound_ratio:.3g} "
+                         f"{'ok' if o.within_bound else 'EXCEEDED'}{am}")
+        lines.append(f"  why: {self.explanation}")
+        lines += [f"  note: {n}" for n in self.notes]
+        if self.config.get("one_line"):
+            lines.append(f"  measured on: {self.config['one_line']}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["outputs"] = {k: dict(dataclasses.asdict(o), within_bound=o.within_bound)
+                        for k, o in self.outputs.items()}
+        return d
+
+
+def _runtime_config_dict() -> dict:
+    from tflab.runtime import runtime_config
+
+    return runtime_config().to_dict()
+
+
+def _shape_text(shape_signature) -> str:
+    """LiteRT's ``[-1, 64]`` in the lab's shape notation: ``[None,64]`` (a dynamic dim is None)."""
+    return "[" + ",".join("None" if int(d) < 0 else str(int(d)) for d in shape_signature) + "]"
+
+
+# ---------------------------------------------------------------------- checking
+
+
+def _runtime_name(interp) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        v = version("ai-edge-litert")
+    except PackageNotFoundError:
+        v = "?"
+    delegated = any(d.get("op_name") == "DELEGATE" for d in interp._get_ops_details())  # noqa: SLF001
+    return f"ai_edge_litert {v} Interpreter" + (" + XNNPACK delegate" if delegated else " (builtin kernels)")
+
+
+def _details(d: Mapping) -> dict:
+    scale, zp = d.get("quantization", (0.0, 0))
+    return {"dtype": np.dtype(d["dtype"]).name, "shape_signature": tuple(int(x) for x in d["shape_signature"]),
+            "quantization": (float(scale), int(zp)) if scale else None}
+
+
+def _quantize(a: np.ndarray, detail: Mapping) -> np.ndarray:
+    dt = np.dtype(detail["dtype"])
+    scale, zp = detail.get("quantization", (0.0, 0))
+    if dt.kind in "iu" and scale and a.dtype.kind == "f":
+        info = np.iinfo(dt)
+        return np.clip(np.round(a / scale + zp), info.min, info.max).astype(dt)
+    return a
+
+
+def _dequantize(a: np.ndarray, detail: Mapping) -> np.ndarray:
+    scale, zp = detail.get("quantization", (0.0, 0))
+    if a.dtype.kind in "iu" and scale:
+        return ((a.astype(np.float32) - zp) * scale).astype(np.float32)
+    return a
+
+
+def argmax_agreement(got: np.ndarray, want: np.ndarray) -> tuple[float, int]:
+    """(fraction of rows where TF's argmax class has LiteRT's top value, rows where LiteRT ties).
+
+    A quantized output can tie several classes at its top value; plain argmax
+    would pick the first of them, so TF's class counts as agreeing when it is
+    among the tied ones.
+
+    Args:
+        got: LiteRT output rows, shape ``(rows, classes)``.
+        want: TF output rows, same shape.
+    """
+    wa = want.argmax(axis=-1)
+    top = got.max(axis=-1)
+    agree = float((got[np.arange(len(wa)), wa] == top).mean()) if len(wa) else 1.0
+    tied = int(((got == top[:, None]).sum(axis=-1) > 1).sum())
+    return agree, tied
+
+
+def _run_signatures(runners, loaded, examples: Examples, notes):
+    """Runs every signature in TF and LiteRT on every example; collects outputs by name."""
+    import tensorflow as tf
+
+    missing = set(loaded.signatures) - set(runners)
+    # Keras signs its endpoint as both 'serve' and 'serving_default': an alias
+    # of a converted signature (same function called) is not missing.
+    targets = {_call_target(loaded.signatures[k]) for k in runners if k in loaded.signatures}
+    missing = {k for k in missing if _call_target(loaded.signatures[k]) not in targets - {None}}
+    if missing:
+        notes.append(f"TFLiteConverter.from_saved_model converted signature(s) {sorted(runners)} only; "
+                     f"{sorted(missing)} are not in the TFLite model (pass signature_keys to convert them)")
+    multi = len(runners) > 1
+    signatures: dict[str, dict] = {}
+    collected: dict[str, dict[str, list]] = {}
+    out_details: dict[str, Mapping] = {}
+    in_scales: dict[str, float] = {}
+    full_keys: dict[str, str] = {}
+    for key, runner in runners.items():
+        in_d = runner.get_input_details()
+        o_d = runner.get_output_details()
+        signatures[key] = {"inputs": {n: _details(d) for n, d in sorted(in_d.items())},
+                           "outputs": {n: _details(d) for n, d in sorted(o_d.items())}}
+        fn = loaded.signatures[key]
+        for n, d in in_d.items():
+            if d["quantization"][0]:
+                in_scales[n] = float(d["quantization"][0])
+        for feed in examples.feeds(key):  # checked against the SignatureDefs once, by check_tflite
+            want = {k: v.numpy() for k, v in run_signature(
+                fn, key, {n: tf.constant(a) for n, a in feed.items()}).items()}
+            got = runner(**{n: _quantize(a, in_d[n]) for n, a in feed.items()})
+            if set(got) != set(want):
+                raise TflabError(f"signature {key!r}: LiteRT outputs {sorted(got)} are not TF's {sorted(want)}, "
+                                 f"so they cannot be compared by name")
+            for n, w in want.items():
+                okey = f"{key}/{n}" if multi else n
+                collected.setdefault(okey, {"got": [], "want": []})
+                collected[okey]["got"].append(_dequantize(np.asarray(got[n]), o_d[n]))
+                collected[okey]["want"].append(w)
+                out_details[okey] = o_d[n]
+                full_keys[okey] = f"{key}/{n}"
+    return signatures, collected, out_details, in_scales, full_keys
+
+
+def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Examples | Any,
+                 quantization: str = "none", *, float_size: int | None = None,
+                 convert_seconds: float | None = None) -> TFLiteCheck:
+    """Runs a converted flatbuffer with LiteRT and compares it with the SavedModel in TF.
+
+    Args:
+        model: flatbuffer bytes from `convert`.
+        saved_model_dir: the SavedModel it was converted from (the TF reference).
+        examples: a `tflab.examples.Examples` (used as is; ``save_and_reload(...).example_batches``
+            is one) or any form `Examples.of` takes, matching every signature.
+        quantization: which recipe made ``model`` (selects the bound).
+        float_size: size in bytes of the float variant, for ``size_ratio``.
+        convert_seconds: recorded in the report as is.
+
+    Returns:
+        A `TFLiteCheck` (see `tflite_roundtrip`).
+
+    Raises:
+        UsageError: examples do not match a signature.
+    """
+    from ai_edge_litert.interpreter import Interpreter
+
+    saved_model_dir = os.fspath(saved_model_dir)
+    batches = Examples.of(examples).check_rows()
+    stats = analyze_flatbuffer(model)
+    size_ratio = None if not float_size else len(model) / float_size
+    notes: list[str] = []
+    dyn_quantized = stats.weights.get("int8", [0, 0])[0] > 0
+    float_w = stats.weights.get("float32", [0, 0])
+    base = dict(op_counts=stats.op_counts, flex_ops=stats.flex_ops, custom_ops=stats.custom_ops,
+                tensor_dtypes=stats.tensor_dtypes, weights=stats.weights,
+                shared_weights=stats.shared_weights, size_bytes=len(model),
+                size_ratio=size_ratio, convert_seconds=convert_seconds)
+    if quantization == "dynamic" and not dyn_quantized:
+        notes.append(f"no weight tensor was quantized: dynamic-range quantization only quantizes weight "
+                     f"tensors of at least {MIN_WEIGHT_ELEMENTS} elements, so all {float_w[0]} weight "
+                     f"tensors ({float_w[1]} elements) stayed float32 and this variant is the float model"
+                     + (f" (size ratio {size_ratio:.2f})" if size_ratio else ""))
+    loaded = load_saved_model(saved_model_dir)
+    # once, against every SignatureDef (as is when save_and_reload already checked it)
+    batches = batches.check({k: signature_inputs(f) for k, f in loaded.signatures.items()})
+    try:
+        # The signature runner resizes inputs to each example's shape and
+        # allocates on call, so a None batch dim needs no allocate_tensors here.
+        interp = Interpreter(model_content=model)
+        runners = {k: interp.get_signature_runner(k) for k in interp.get_signature_list()}
+        signatures, collected, out_details, in_scales, full_keys = _run_signatures(runners, loaded, batches,
+                                                                                   notes)
+    except (RuntimeError, ValueError) as e:
+        if isinstance(e, UsageError):
+            raise
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if stats.flex_ops:
+            reason = (f"Flex op(s) {', '.join(stats.flex_ops)} need the Flex delegate, which the Python "
+                      f"LiteRT interpreter does not have ({reason[:200]})")
+        return TFLiteCheck(quantization=quantization, bit_exact=None, max_abs_error=None, bound=None,
+                           within_bound=None, outputs={}, runtime=f"not run: {reason}",
+                           explanation="not checked: LiteRT could not run this model in Python",
+                           signatures={}, notes=tuple(notes), **base)
+    runtime = _runtime_name(interp)
+    need_bounds = any(np.concatenate([w.ravel() for w in c["want"]]).dtype.kind == "f" for c in collected.values())
+    sens, no_bound = None, ""
+    if need_bounds:
+        try:
+            sens = _sensitivity(saved_model_dir, loaded, batches)
+        except LookupError as e:  # an op without a registered gradient
+            no_bound = str(e).strip().splitlines()[0][:200]
+
+    outputs = {}
+    exact = True
+    for okey, c in collected.items():
+        got = np.concatenate([g.ravel() for g in c["got"]])
+        want = np.concatenate([w.ravel() for w in c["want"]])
+        det = out_details[okey]
+        scale = float(det["quantization"][0]) or None
+        if got.dtype != want.dtype or got.tobytes() != want.tobytes():
+            exact = False
+        if want.dtype.kind == "f":
+            g32, w32 = got.astype(np.float32), want.astype(np.float32)
+            both_nan = np.isnan(g32) & np.isnan(w32)
+            with np.errstate(invalid="ignore"):
+                diff = np.abs(g32.astype(np.float64) - w32.astype(np.float64))
+            # NaN in the same place on both sides matches; NaN on one side is infinitely off.
+            diff = np.where(both_nan | (g32 == w32), 0.0, np.where(np.isnan(diff), np.inf, diff))
+            ulps = np.where(both_nan, 0, ulp_distance(g32, w32))
+            one_nan = int((np.isnan(g32) != np.isnan(w32)).sum())
+            if one_nan:
+                notes.append(f"{okey}: {one_nan} element(s) are NaN on one side only (TF "
+                             f"{int(np.isnan(w32).sum())} NaN, LiteRT {int(np.isnan(g32).sum())}): an infinite "
+                             f"error; e.g. dynamic-range and int8 kernels quantize a NaN input to an integer")
+            bound = (np.full(want.size, np.nan) if sens is None else
+                     _bounds(quantization, full_keys[okey], want, sens, dyn_quantized, in_scales, scale))
+            if sens is not None:
+                estimated = int(np.isnan(sens.rel[full_keys[okey]][:, :1]).sum()) if len(sens.fan_in) else 0
+                if estimated:
+                    notes.append(f"{okey}: bounds computed by gradient for {want.size - estimated} of "
+                                 f"{want.size} elements; the other {estimated} use the largest of those "
+                                 f"(an estimate; give fewer or smaller examples for a full bound)")
+        else:
+            diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+            ulps = np.zeros(1, dtype=np.int64)
+            bound = np.zeros(want.size)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(diff == 0, 0.0, diff / bound)
+        ref_max = float(np.nanmax(np.abs(want))) if want.size and not np.isnan(want).all() else 0.0
+        agree = None
+        if c["want"][0].ndim >= 2 and c["want"][0].shape[-1] >= 2 and want.dtype.kind == "f":
+            g_rows = np.concatenate([g.reshape(-1, g.shape[-1]) for g in c["got"]])
+            w_rows = np.concatenate([w.reshape(-1, w.shape[-1]) for w in c["want"]])
+            # Rows where TF has a NaN have no class to agree on.
+            keep = ~np.isnan(w_rows).any(axis=-1)
+            agree, tied = argmax_agreement(np.nan_to_num(g_rows[keep], nan=-np.inf), w_rows[keep])
+            if not keep.any():
+                agree = None
+            if tied and scale:
+                notes.append(f"{okey}: {tied} LiteRT row(s) tie several classes at the top value "
+                             f"(argmax agreement counts TF's class as agreeing when it is among them)")
+        finite = want[np.isfinite(want)] if want.dtype.kind == "f" else want
+        rng = float(np.ptp(finite)) if finite.size and want.dtype.kind in "fiu" else 0.0
+        if want.size and want.dtype.kind == "f" and not finite.size:
+            notes.append(f"TF's {okey} is NaN or ±inf everywhere (NaN examples?): only whether LiteRT has "
+                         f"NaN/inf in the same places is checked")
+        elif want.size > 1 and want.dtype.kind == "f" and rng == 0.0:
+            # Only with more than one value: a single value (a scalar loss on one
+            # batch) always has range 0 and says nothing about the model.
+            notes.append(f"TF's {okey} is the same value ({want[0]:.6g}) for every element of every example, "
+                         f"so these errors say little about the variant (e.g. a random-weight model whose "
+                         f"logits collapse)")
+        worst = int(np.argmax(ratio)) if ratio.size else 0
+        outputs[okey] = OutputError(
+            name=okey, dtype=np.dtype(det["dtype"]).name,
+            shape_signature=tuple(int(x) for x in det["shape_signature"]),
+            max_abs_error=float(diff.max()) if diff.size else 0.0,
+            max_rel_error=float(diff.max() / ref_max) if ref_max else float(diff.max() if diff.size else 0.0),
+            max_ulp=int(ulps.max()) if ulps.size else 0,
+            bound=float(bound.max()) if bound.size else 0.0,
+            bound_ratio=float(ratio.max()) if ratio.size else 0.0,
+            argmax_agreement=agree, reference_range=rng,
+            quantization=(scale, int(det["quantization"][1])) if scale else None,
+            worst_abs_error=float(diff[worst]) if diff.size else 0.0,
+            worst_bound=float(bound[worst]) if bound.size else 0.0)
+    explanation = _explanation(quantization, dyn_quantized, outputs)
+    worst_output = max(outputs, key=lambda k: outputs[k].bound_ratio, default=None)
+    if not exact and quantization == "none":
+        rng_ops = _stateful_random_ops(loaded)
+        if rng_ops:
+            notes.append(f"the graph uses stateful random op(s) {', '.join(rng_ops)}: TF and LiteRT draw "
+                         f"different random numbers, which is the likely cause of any difference here")
+    if no_bound:
+        explanation = (f"no bound: the first-order propagation needs TF gradients, and {no_bound}; "
+                       f"the errors are measured but not judged")
+    return TFLiteCheck(
+        quantization=quantization, bit_exact=exact,
+        max_abs_error=max((o.max_abs_error for o in outputs.values()), default=0.0),
+        bound=outputs[worst_output].bound if worst_output else 0.0, worst_output=worst_output,
+        within_bound=None if no_bound else all(o.within_bound for o in outputs.values()),
+        outputs=outputs, runtime=runtime, explanation=explanation, signatures=signatures,
+        notes=tuple(notes), **base)
+
+
+_RANDOM_OPS = ("RandomUniform", "RandomStandardNormal", "RandomUniformInt", "TruncatedNormal",
+               "Multinomial", "RandomShuffle", "RandomGamma", "RandomPoisson")
+
+
+def _stateful_random_ops(loaded) -> list[str]:
+    """Random ops in the signatures' graphs and the functions they call."""
+    found: set[str] = set()
+    for types in signature_op_types(loaded).values():
+        found.update(t for t in types if t in _RANDOM_OPS)
+    return sorted(found)
+
+
+def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | Any,
+                     quantization: str = "none", *, select_tf_ops: bool = False,
+                     float_size: int | None = None) -> TFLiteCheck:
+    """Converts a SavedModel to TFLite, runs it with LiteRT, and checks it against TF.
+
+    Args:
+        saved_model_dir: a SavedModel folder (e.g. from `save_and_reload`).
+        examples: ``{input name: array}`` (one batch), a list of such dicts,
+            ``{signature key: {input name: array}}``, or a `tflab.examples.Examples`
+            (read once here and passed on as is); each signature is fed
+            the names it takes (dtypes and shapes must match its SignatureDef;
+            0 rows is an error). For ``"int8"`` they also form the
+            representative dataset (one sample per row and signature).
+        quantization: ``"none"``, ``"dynamic"``, ``"float16"`` or ``"int8"``.
+        select_tf_ops: convert ops outside the builtins as Flex ops (the
+            result is reported as not run: Python LiteRT cannot run Flex ops).
+        float_size: the float variant's size in bytes, to report ``size_ratio``;
+            for a quantized variant it is measured by converting ``"none"`` too
+            when not given.
+
+    Returns:
+        A `TFLiteCheck`: ``.bit_exact``, ``.max_abs_error``, ``.bound``,
+        ``.within_bound``, ``.outputs`` by name, ``.op_counts``, ``.flex_ops``,
+        ``.size_bytes``, ``.runtime``, ``.explanation``.
+
+    Raises:
+        UnsupportedOpsError: an op is not a TFLite builtin (and ``select_tf_ops`` is
+            False), or is a custom op (``.kind == "custom"``: needs allow_custom_ops
+            and a TFLite kernel).
+        UsageError: a bad quantization name, examples that do not match the
+            signature, or ``saved_model_dir`` missing, a file, or a folder
+            without ``saved_model.pb`` (`tflab.saved_model.require_saved_model_dir`).
+        TflabError: the converter failed otherwise.
+
+    Example (the SavedModel of `tflab.save_and_reload`'s example):
+
+    >>> c = tflab.tflite_roundtrip("/tmp/scale_sm", {"x": np.ones(3, np.float32)}, "none")
+    >>> c
+    TFLiteCheck(quantization='none', bit_exact=True, max_abs_error=0, bound=1.19e-06, within_bound=True, size_bytes=936, flex_ops=[])
+    >>> c.op_counts
+    {'MUL': 1}
+    """
+    from tflab.saved_model import require_saved_model_dir
+
+    saved_model_dir = require_saved_model_dir(saved_model_dir)  # TF's OSError from the converter before
+    examples = Examples.of(examples).check_rows()  # read once; convert and check_tflite take it as is
+    t0 = time.perf_counter()
+    model = convert(saved_model_dir, quantization, examples, select_tf_ops=select_tf_ops)
+    seconds = time.perf_counter() - t0
+    if float_size is None:
+        float_size = len(model) if quantization == "none" else len(
+            convert(saved_model_dir, "none", select_tf_ops=select_tf_ops))
+    return check_tflite(model, saved_model_dir, examples, quantization, float_size=float_size,
+                        convert_seconds=seconds)

@@ -1,0 +1,401 @@
+"""Lab step 8, conversion: a SavedModel → a TFLite flatbuffer, and what the flatbuffer holds.
+
+`convert` runs ``tf.lite.TFLiteConverter.from_saved_model`` with one of four
+recipes (``none``, ``dynamic``, ``float16``, ``int8``; the int8 one calibrated
+by a representative dataset made of the examples' rows) and turns the
+converter's failures into one clear error (`UnsupportedOpsError` names the
+ops outside the builtins and the signatures that hold them).
+`analyze_flatbuffer` reads the result with TF's generated schema: op
+histogram, tensor dtypes, weight buffers.
+
+Select-TF (Flex) ops convert only with ``SELECT_TF_OPS``, and the Python
+LiteRT interpreter cannot run them (it has no Flex delegate linked): such a
+variant is reported as not checked, with the interpreter's reason.
+
+The error bounds are in `tflab.litert_bounds`; running the flatbuffer with
+LiteRT and checking it against TF is `tflab.litert_check`.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import warnings
+from typing import Any, Mapping
+
+import numpy as np
+
+from tflab.errors import TflabError, UsageError
+from tflab.examples import Examples, feed_for
+from tflab.saved_model import load_saved_model, signature_inputs
+
+QUANTIZATIONS = ("none", "dynamic", "float16", "int8")
+
+
+class UnsupportedOpsError(UsageError):
+    """The model uses ops outside the TFLite builtins.
+
+    Attributes:
+        ops: the TF op names, e.g. ``("StringLength",)``.
+        kind: ``"flex"`` (a TF op ``SELECT_TF_OPS`` would convert as a Flex op)
+            or ``"custom"`` (an op TF itself does not define, e.g. the project's
+            WarpSoftmax: the converter reports ERROR_NEEDS_CUSTOM_OPS; it needs
+            ``allow_custom_ops=True`` and a TFLite kernel).
+        signatures: op → the signature keys whose graphs hold it, e.g.
+            ``{"SparseSoftmaxCrossEntropyWithLogits": ("evaluate",)}`` (empty
+            tuple when unknown); the message names them too.
+    """
+
+    def __init__(self, message: str, ops: tuple[str, ...], kind: str = "flex",
+                 signatures: Mapping[str, tuple[str, ...]] | None = None):
+        super().__init__(message)
+        self.ops = ops
+        self.kind = kind
+        self.signatures = dict(signatures or {})
+
+
+# -------------------------------------------------------------------- conversion
+
+
+def _representative(batches: Examples, takes: Mapping[str, list[str]] | None = None):
+    """Representative dataset: one sample per example row, per signature.
+
+    With several signatures the calibrator needs ``(signature key, inputs)``
+    samples (tensorflow/lite/python/optimize/calibrator.py); each gets only
+    the names it takes.
+    """
+    takes = takes or {}
+
+    def rows_of(batch):
+        # One sample per row: calibration sees every example row.
+        rows = min(len(a) for a in batch.values()) if all(a.ndim for a in batch.values()) else 1
+        for i in range(rows):
+            yield {k: (a[i:i + 1] if a.ndim else a) for k, a in batch.items()}
+
+    def gen():
+        for batch in batches:
+            if len(takes) > 1:
+                for key, names in takes.items():
+                    for sample in rows_of(feed_for(batch, names)):
+                        yield key, sample
+            else:
+                names = next(iter(takes.values())) if takes else list(batch)
+                yield from rows_of(feed_for(batch, names))
+    return gen
+
+
+def _converter(saved_model_dir: str):
+    """``TFLiteConverter.from_saved_model``, for every signature.
+
+    TF 2.21's from_saved_model (tensorflow/lite/python/lite.py) takes any
+    SavedModel with several signatures and a root attribute ``serve`` for a
+    Keras ``model.export`` artifact and converts ``serving_default`` only,
+    which fails when there is none (a tf.Module with methods ``serve`` and
+    ``masked``). Then we build the same converter it would, with all keys.
+    """
+    import tensorflow as tf
+    from tensorflow.lite.python import lite
+
+    try:
+        return tf.lite.TFLiteConverter.from_saved_model(saved_model_dir)
+    except ValueError as e:
+        if "Invalid signature key 'serving_default'" not in str(e):
+            raise
+    loaded = load_saved_model(saved_model_dir)
+    keys = list(loaded.signatures)
+    conv = lite.TFLiteSavedModelConverterV2(saved_model_dir, {tf.saved_model.SERVING}, keys)
+    if conv.saved_model_dir:
+        return conv
+    return tf.lite.TFLiteConverter([loaded.signatures[k] for k in keys], loaded)
+
+
+class _captured_stderr:
+    """Captures file descriptor 2 (the MLIR converter prints multi-line diagnostics there from C++)."""
+
+    def __enter__(self) -> dict:
+        import tempfile
+
+        self.box: dict = {}
+        try:
+            self.saved = os.dup(2)
+        except OSError:
+            self.saved = None
+            return self.box
+        self.tmp = tempfile.TemporaryFile()
+        os.dup2(self.tmp.fileno(), 2)
+        return self.box
+
+    def __exit__(self, *exc) -> None:
+        if self.saved is None:
+            return
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        self.tmp.seek(0)
+        self.box["text"] = self.tmp.read().decode(errors="replace")
+        self.tmp.close()
+
+
+def convert(saved_model_dir: str | os.PathLike, quantization: str = "none",
+            examples: Examples | Any = None, *, select_tf_ops: bool = False) -> bytes:
+    """Converts a SavedModel to a TFLite flatbuffer with one of the four recipes.
+
+    Args:
+        saved_model_dir: a SavedModel folder (every SignatureDef is converted).
+        quantization: ``"none"``, ``"dynamic"`` (``optimizations=[DEFAULT]``),
+            ``"float16"`` (``supported_types=[tf.float16]``) or ``"int8"`` (full
+            integer: ``TFLITE_BUILTINS_INT8``, int8 inputs/outputs, calibrated by
+            a representative dataset made of the examples' rows).
+        examples: required for ``"int8"``: a `tflab.examples.Examples` (used as is) or any
+            form `Examples.of` takes (``{name: array}``, a list of them, per signature).
+        select_tf_ops: also allow ``SELECT_TF_OPS`` (Flex ops).
+
+    Returns:
+        The flatbuffer bytes.
+
+    Raises:
+        UnsupportedOpsError: ops outside the TFLite builtins (named in the message).
+        UsageError: unknown quantization, or ``"int8"`` without examples.
+        TflabError: any other converter failure (its first line quoted).
+    """
+    import tensorflow as tf
+
+    if quantization not in QUANTIZATIONS:
+        raise UsageError(f"quantization {quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
+    from tflab.custom_op_loader import load_custom_ops_for
+
+    load_custom_ops_for(saved_model_dir)  # the converter loads the SavedModel: its ops must be registered
+    conv = _converter(os.fspath(saved_model_dir))
+    ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    if quantization != "none":
+        conv.optimizations = [tf.lite.Optimize.DEFAULT]
+    if quantization == "float16":
+        conv.target_spec.supported_types = [tf.float16]
+    if quantization == "int8":
+        if examples is None:
+            raise UsageError("int8 quantization needs examples for its representative dataset")
+        loaded = load_saved_model(saved_model_dir)
+        takes: dict[str, list[str]] = {}
+        seen_targets: set = set()
+        # The converter keeps one of several keys calling the same function
+        # (Keras' serve/serving_default): calibrate that one, serving_default first.
+        for k in sorted(loaded.signatures, key=lambda k: (k != "serving_default", k)):
+            target = _call_target(loaded.signatures[k])
+            if target is not None and target in seen_targets:
+                continue
+            seen_targets.add(target)
+            takes[k] = list(signature_inputs(loaded.signatures[k]))
+        conv.representative_dataset = _representative(Examples.of(examples), takes)
+        ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        conv.inference_input_type = tf.int8
+        conv.inference_output_type = tf.int8
+    if select_tf_ops:
+        ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
+    conv.target_spec.supported_ops = ops
+    captured: dict = {}
+    try:
+        with warnings.catch_warnings():
+            # int8 calibration runs TF's own deprecated tf.lite.Interpreter; not ours to fix.
+            warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated")
+            with _captured_stderr() as captured:
+                return conv.convert()
+    except Exception as e:  # ConverterError carries structured errors; others are quoted
+        err = _explain_converter_error(e, quantization, os.fspath(saved_model_dir))
+        if type(err) is TflabError and captured.get("text"):
+            # Not an error we explain: keep the converter's own diagnostics visible.
+            os.write(2, captured["text"].encode(errors="replace"))
+        raise err from e
+
+
+def _explain_converter_error(e: Exception, quantization: str,
+                             saved_model_dir: str | None = None) -> TflabError:
+    import re
+
+    flex: list[str] = []
+    custom: list[str] = []
+    for err in getattr(e, "errors", None) or []:
+        code = str(getattr(err, "error_code", ""))
+        # error_code is an enum int in the proto; its name appears in str(err).
+        kind = ("custom" if "NEEDS_CUSTOM_OPS" in str(err) else
+                "flex" if "NEEDS_FLEX_OPS" in str(err) or "NEEDS_FLEX_OPS" in code else None)
+        if kind is None:
+            continue
+        name = err.operator.name if err.HasField("operator") else ""
+        name = name[3:] if name.startswith("tf.") else name
+        target = custom if kind == "custom" else flex
+        if name and name not in target:
+            target.append(name)
+    if not flex and not custom and "neither a custom op nor a flex op" in str(e):
+        found = sorted(set(re.findall(r"'tf\.(\w+)' op is neither a custom op nor a flex op", str(e))))
+        listed = re.search(r"Custom ops: ([\w, ]+)", str(e))
+        customs = set(listed.group(1).replace(" ", "").split(",")) if listed else set()
+        custom = [n for n in found if n in customs]
+        flex = [n for n in found if n not in customs]
+    if custom:
+        names = ", ".join(custom)
+        located, where = _where_ops(saved_model_dir, custom, str(e))
+        hint = " (or use tf.nn.softmax in the exported model)" if "WarpSoftmax" in custom else ""
+        return UnsupportedOpsError(
+            f"op(s) {located} are custom TF ops, neither TFLite builtins nor Flex ops, so the {quantization} "
+            f"conversion failed; SELECT_TF_OPS cannot convert them: converting needs "
+            f"converter.allow_custom_ops=True plus a TFLite kernel for {names} registered in the runtime, "
+            f"which the Python LiteRT interpreter does not have{hint}", tuple(custom), kind="custom",
+            signatures=where)
+    if flex:
+        located, where = _where_ops(saved_model_dir, flex, str(e))
+        return UnsupportedOpsError(
+            f"op(s) {located} are not TFLite builtins, so the {quantization} conversion with builtins only "
+            f"failed; converter.target_spec.supported_ops=[TFLITE_BUILTINS, SELECT_TF_OPS] would convert "
+            f"them as Flex ops, but the Python LiteRT interpreter cannot run Flex ops, so the round trip "
+            f"cannot be checked here", tuple(flex), signatures=where)
+    text = str(e).strip()
+    from tflab.custom_op_loader import unregistered_op
+
+    missing = unregistered_op(text)
+    if missing:
+        from tflab.custom_op_loader import PROJECT_CUSTOM_OPS
+
+        lib = PROJECT_CUSTOM_OPS.get(missing, "the library that defines it (tf.load_op_library('....so'))")
+        return UsageError(f"the SavedModel uses op {missing}, which is not registered in the converter's "
+                          f"process: load {lib} first")
+    first = next((ln for ln in text.splitlines() if "error" in ln.lower()), text.splitlines()[0] if text else "")
+    return TflabError(f"TFLite {quantization} conversion failed: {type(e).__name__}: {first.strip()[:300]}")
+
+
+# ------------------------------------------------------------- flatbuffer analysis
+
+
+@dataclasses.dataclass(frozen=True)
+class FlatbufferStats:
+    """What the flatbuffer holds, read with TF's generated schema (schema_py_generated)."""
+
+    op_counts: dict[str, int]
+    flex_ops: tuple[str, ...]
+    custom_ops: tuple[str, ...]
+    tensor_dtypes: dict[str, int]
+    weights: dict[str, list[int]]  # dtype -> [unique constant buffers, elements]
+    shared_weights: int = 0  # constant buffers that tensors of several subgraphs point at
+    subgraphs: int = 1
+
+
+def analyze_flatbuffer(model: bytes) -> FlatbufferStats:
+    """Op histogram, tensor dtypes and constant (weight) tensors of a TFLite flatbuffer.
+
+    We read the flatbuffer itself rather than the interpreter's op list
+    because a model with Flex ops cannot even be prepared by the Python
+    interpreter, and a delegate (XNNPACK) replaces the ops it runs by
+    ``DELEGATE`` nodes.
+
+    Weights are counted per buffer, not per tensor: each subgraph (one per
+    signature) has its own tensor table, and the converter points the tensors
+    of several subgraphs that hold the same variable at one buffer
+    (``Tensor.buffer`` indexes ``Model.buffers``, tensorflow/compiler/mlir/
+    lite/schema/schema.fbs), so the file stores it once. ``shared_weights``
+    counts the buffers used by more than one subgraph.
+    """
+    from tensorflow.lite.python import schema_py_generated as fb
+
+    m = fb.ModelT.InitFromPackedBuf(bytearray(model), 0)
+    builtin = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
+    types = {v: k.lower() for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
+    names = []
+    for oc in m.operatorCodes or []:
+        code = max(oc.builtinCode, oc.deprecatedBuiltinCode)
+        if code == fb.BuiltinOperator.CUSTOM:
+            names.append(oc.customCode.decode() if isinstance(oc.customCode, bytes) else str(oc.customCode))
+        else:
+            names.append(builtin.get(code, f"BUILTIN_{code}"))
+    ops: collections.Counter = collections.Counter()
+    dtypes: collections.Counter = collections.Counter()
+    weights: dict[str, list[int]] = {}
+    users: dict[int, set[int]] = {}  # buffer index -> subgraphs whose tensors point at it
+    for si, sg in enumerate(m.subgraphs or []):
+        for op in sg.operators or []:
+            ops[names[op.opcodeIndex]] += 1
+        for t in sg.tensors or []:
+            dt = types.get(t.type, str(t.type))
+            dtypes[dt] += 1
+            buf = m.buffers[t.buffer] if t.buffer < len(m.buffers) else None
+            has_data = buf is not None and ((buf.data is not None and len(buf.data) > 0) or buf.size > 0)
+            if has_data:
+                if t.buffer not in users:  # one buffer is stored once, whoever points at it
+                    entry = weights.setdefault(dt, [0, 0])
+                    entry[0] += 1
+                    entry[1] += int(np.prod(t.shape)) if t.shape is not None else 0
+                users.setdefault(t.buffer, set()).add(si)
+    opcodes = set(ops)
+    custom = {n for n in opcodes if n not in builtin.values()}
+    flex = tuple(sorted(n for n in custom if n.startswith("Flex")))
+    return FlatbufferStats(dict(sorted(ops.items())), flex, tuple(sorted(custom - set(flex))),
+                           dict(sorted(dtypes.items())), weights,
+                           shared_weights=sum(1 for u in users.values() if len(u) > 1),
+                           subgraphs=len(m.subgraphs or []))
+
+
+# ------------------------------------------------------- signature graphs
+
+
+def _call_target(fn) -> str | None:
+    """Name of the one function a signature wrapper calls (Keras' serve and serving_default share it)."""
+    calls = [op for op in fn.graph.get_operations() if op.type in ("StatefulPartitionedCall", "PartitionedCall")]
+    return calls[0].get_attr("f").name if len(calls) == 1 else None
+
+
+def signature_op_types(loaded) -> dict[str, set[str]]:
+    """Signature key → the op types its graph runs, functions it calls included.
+
+    Each signature of a loaded SavedModel is a FuncGraph that calls the saved
+    function through ``StatefulPartitionedCall``; the op types are collected
+    from the graph and from every library function reachable from it through a
+    function-valued attr (``f`` of a call, ``body``/``cond`` of a ``While``,
+    ``then_branch``/``else_branch`` of an ``If``), so an op is attributed to
+    the signatures that really run it, not to every function in the library.
+    """
+    out: dict[str, set[str]] = {}
+    for key, fn in loaded.signatures.items():
+        gdef = fn.graph.as_graph_def()
+        library = {f.signature.name: f for f in gdef.library.function}
+        types: set[str] = set()
+        seen: set[str] = set()
+        pending = [list(gdef.node)]
+        while pending:
+            for node in pending.pop():
+                types.add(node.op)
+                for attr in node.attr.values():
+                    names = [attr.func.name] if attr.HasField("func") else []
+                    if attr.HasField("list"):
+                        names += [f.name for f in attr.list.func]
+                    for name in names:
+                        if name in library and name not in seen:
+                            seen.add(name)
+                            pending.append(list(library[name].node_def))
+        out[key] = types
+    return out
+
+
+def _where_ops(saved_model_dir: str | None, ops: list[str],
+               error_text: str) -> tuple[str, dict[str, tuple[str, ...]]]:
+    """The ops as text with the signatures that hold them (``"X (in signature
+    'evaluate')"``), and ``{op: signature keys}``.
+
+    The keys are read from the SavedModel's signature graphs
+    (`signature_op_types`). An op the graphs do not show (one the converter
+    made) falls back on the converter's own "failed while converting: 'KEY'"
+    lines; with neither, the op is named alone.
+    """
+    import re
+
+    by_sig: dict[str, set[str]] = {}
+    if saved_model_dir is not None:
+        try:
+            by_sig = signature_op_types(load_saved_model(saved_model_dir))
+        except Exception:  # the message stays useful without the signature names
+            by_sig = {}
+    failed = sorted(set(re.findall(r"failed while converting: '([^']+)'", error_text)))
+    parts, where = [], {}
+    for op in ops:
+        keys = tuple(sorted(k for k, types in by_sig.items() if op in types) or failed)
+        where[op] = keys
+        s = "s" if len(keys) > 1 else ""
+        parts.append(f"{op} (in signature{s} {', '.join(repr(k) for k in keys)})" if keys else op)
+    return ", ".join(parts), where

@@ -1,0 +1,510 @@
+"""Lab step 2: `RetraceProbe` wraps a function, counts its traces and explains each one.
+
+The probe counts traces by a Python side effect in the traced body (it runs
+only while TF traces), cross-checked with TF's own
+``experimental_get_tracing_count()``, and gives each trace its reasons with
+`tflab.retrace_reasons.make_trace`. It also notices a stale closure or global:
+a Python number read at trace time that changed later without a retrace (on
+TF 2.21 the graph keeps the old value).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import types
+from typing import Any, Callable
+
+from tflab.errors import UsageError
+from tflab.retrace_reasons import (NO_VARIABLE_CREATION, Trace, _short_name,
+                                   function_type_inputs, make_trace)
+
+@dataclasses.dataclass(frozen=True)
+class StaleRead:
+    """A closure variable or global read at trace time that changed later, without a retrace.
+
+    On TF 2.21 a Python number read by the traced body is baked into the
+    FuncGraph as a constant and is not part of the FunctionType, so changing it
+    does not retrace: the graph keeps computing with the traced value. The same
+    holds when the name is rebound to a new eager tensor or tf.Variable (the
+    graph captured the old one); ``.assign()`` on the same variable is seen.
+
+    Attributes:
+        name: the variable's name.
+        scope: "closure" (a cell of the function) or "global".
+        traced: repr of the value the FuncGraph was traced with.
+        current: repr of the value it has now.
+        trace: index of the trace that baked in ``traced``.
+        call: 1-based number of the call that first saw the change.
+    """
+
+    name: str
+    scope: str
+    traced: str
+    current: str
+    trace: int
+    call: int
+
+    @property
+    def text(self) -> str:
+        return (f"{self.scope} {self.name!r} was {self.traced} at trace #{self.trace}, now "
+                f"{self.current}: no retrace, the graph still uses {self.traced}")
+
+    @property
+    def change(self) -> str:
+        """The change in one phrase, as the probe's repr names it: ``global SCALE 2.0 -> 3.0``."""
+        return f"{self.scope} {self.name} {self.traced} -> {self.current}"
+
+    @property
+    def fix(self) -> str:
+        return (f"pass {self.name} as an argument (a tensor, so changing it needs no retrace) "
+                f"or keep it in a tf.Variable and .assign() new values")
+
+
+
+# ---------------------------------------------------------------------------
+# RetraceProbe
+# ---------------------------------------------------------------------------
+
+# Values whose staleness we can judge: they are baked into the FuncGraph as
+# constants when read at trace time. Containers, modules and functions are not.
+_SCALARS = (bool, int, float, complex, str, bytes, type(None))
+_MISSING = object()
+
+
+# Rebinding a name to a new eager tensor or tf.Variable is stale too: the
+# FuncGraph captured the old one (by value for a tensor, by handle for a
+# variable). .assign() on the same variable is not: the handle is unchanged.
+_BY_IDENTITY = ("EagerTensor", "ResourceVariable", "UninitializedVariable")
+
+
+def _is_watchable(value: Any) -> bool:
+    if isinstance(value, _SCALARS):
+        return True
+    mod = type(value).__module__ or ""
+    return (mod == "numpy" and hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0) or \
+        type(value).__name__ in _BY_IDENTITY
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if type(a).__name__ in _BY_IDENTITY or type(b).__name__ in _BY_IDENTITY:
+        return False
+    try:
+        return bool(type(a) is type(b) and a == b)
+    except Exception:  # an odd __eq__: treat as changed
+        return False
+
+
+def _innermost_python_function(fn: Any) -> Any:
+    """The user's own function under tf.function / tf_decorator / functools.wraps layers."""
+    from tensorflow.python.util import tf_decorator
+
+    seen = 0
+    while seen < 20:
+        seen += 1
+        fn = getattr(fn, "python_function", fn)
+        _, target = tf_decorator.unwrap(fn)
+        if target is not fn:
+            fn = target
+            continue
+        if isinstance(fn, types.MethodType):
+            fn = fn.__func__
+            continue
+        if hasattr(fn, "__wrapped__"):
+            fn = fn.__wrapped__
+            continue
+        break
+    if not hasattr(fn, "__code__") and callable(fn) and hasattr(type(fn), "__call__"):
+        fn = getattr(type(fn).__call__, "__func__", type(fn).__call__)
+    return fn
+
+
+def _code_names(code: types.CodeType) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:  # nested lambdas / comprehensions read globals too
+        if isinstance(const, types.CodeType):
+            names |= _code_names(const)
+    return names
+
+
+def _closure_cells(fn: Any) -> list[tuple[str, Any]]:
+    code = getattr(fn, "__code__", None)
+    cells = getattr(fn, "__closure__", None) or ()
+    return list(zip(code.co_freevars, cells)) if code is not None else []
+
+
+class RetraceProbe:
+    """Wraps a function, counts its traces and explains each one.
+
+    The wrapper calls a Python side effect inside the traced body: it runs
+    while TF traces a new FuncGraph and never on a cached call, so the count is
+    exact. Each trace gets the FunctionType TF looked up (TF 2.21
+    ``function_type_utils.make_canonicalized_monomorphic_type``, the same type
+    the "Creating new FuncGraph" log prints) and the FunctionContext scope of
+    the cache entry it added, and `explain` turns the difference with the
+    nearest earlier trace into reasons.
+
+    A `tf.function` is re-wrapped with all its options (input_signature,
+    reduce_retracing, jit_compile, autograph…) through TF's own
+    ``Function._clone``, the same path TF uses to copy a Function onto a new
+    Python function; the side-effect wrapper is a ``tf_decorator`` so AutoGraph
+    still converts the user's function (``autograph_util.py_func_from_autograph``
+    unwraps decorators and converts the innermost target). The probe has its
+    own trace cache: calls of the original tf.function itself are not seen
+    (`expect_traces` on the tf.function itself needs no probe).
+
+    Args:
+        fn: a `tf.function` (options kept) or a plain Python callable (wrapped
+            in ``tf.function(**tf_function_kwargs)``).
+        watch_stale: record the closure cells and globals the Python function
+            reads (its own code and nested lambdas/comprehensions; not the
+            functions it calls, nor object attributes like ``self.rate``) that
+            hold numbers, strings, bools, eager tensors or tf.Variables at
+            trace time, and
+            report in `stale` when one changed without a retrace. The per-call
+            check compares identities only.
+        **tf_function_kwargs: options for ``tf.function`` when ``fn`` is a plain
+            callable (e.g. ``reduce_retracing=True``); not allowed with a tf.function.
+
+    Attributes:
+        function: the wrapped `tf.function` that calls go through (the
+            probe's own copy when ``fn`` is a tf.function).
+        function_name: the user's function's name, as in every other result
+            (``name`` is the same).
+        original: ``fn`` when it is a tf.function, else None.
+        trace_count: traces counted by the side effect (includes failed traces).
+        traces: one `Trace` per trace, oldest first.
+        stale: `StaleRead` records, oldest first.
+        calls: number of calls made through the probe.
+
+    Raises:
+        UsageError: ``fn`` is not callable, or tf.function options were given
+            for a function that already is a tf.function.
+
+    Example:
+
+    >>> probe = RetraceProbe(lambda x, n: x * n)
+    >>> for n in (1, 2, 3):
+    ...     _ = probe(tf.constant([1.0]), n)
+    >>> probe.trace_count
+    3
+    >>> probe.traces[1].reasons
+    ['n: 1 -> 2']
+    """
+
+    def __init__(self, fn: Callable, *, watch_stale: bool = True, **tf_function_kwargs: Any):
+        import tensorflow as tf
+        from tensorflow.python.util import tf_decorator
+
+        if not callable(fn):
+            raise UsageError(f"RetraceProbe needs a callable (a tf.function or a Python function), "
+                             f"got {type(fn).__name__}")
+        self._count = 0
+        self.calls = 0
+        self.traces: list[Trace] = []
+        self.stale: list[StaleRead] = []
+        self._traced_values: list[dict[str, Any]] = []   # per trace: name -> value read
+        self._gwatch: list[list] = []   # [globals dict, name, last seen value]
+        self._cwatch: list[list] = []   # [name, cell, last seen value]
+        self._watch_stale = watch_stale
+        self._cache_len = 0
+        self._pending_kind: str | None = None
+
+        is_tf_function = isinstance(fn, tf.types.experimental.PolymorphicFunction) or hasattr(fn, "_clone")
+        python_fn = fn.python_function if is_tf_function else fn
+        self._user_fn = _innermost_python_function(python_fn)
+        if not is_tf_function and not hasattr(fn, "__qualname__"):
+            self.name = type(fn).__name__  # a callable object, e.g. a Keras model
+        else:
+            self.name = _short_name(getattr(self._user_fn, "__qualname__", None)
+                                    or getattr(fn, "__name__", type(fn).__name__))
+
+        probe = self
+
+        def traced_body(*args, **kwargs):
+            probe._on_trace()
+            # tf_decorator.rewrap swaps __wrapped__ for the AutoGraph-converted
+            # target, so the call must go through the attribute.
+            return traced_body.__wrapped__(*args, **kwargs)
+
+        wrapper = tf_decorator.make_decorator(python_fn, traced_body, decorator_name="RetraceProbe")
+        if is_tf_function:
+            if tf_function_kwargs:
+                raise UsageError("RetraceProbe: tf.function options (" + ", ".join(tf_function_kwargs)
+                                 + ") only apply to a plain callable; this is already a tf.function, "
+                                 "so its own options are kept")
+            self.function = fn._clone(python_function=wrapper)
+            self.original = fn
+        else:
+            self.function = tf.function(wrapper, **tf_function_kwargs)
+            self.original = None
+        self._watch_names = self._stale_candidates() if watch_stale else ([], [])
+
+    # -- trace-time side effect --------------------------------------------
+    def _stale_candidates(self) -> tuple[list[str], list[tuple[str, Any]]]:
+        fn = self._user_fn
+        code = getattr(fn, "__code__", None)
+        if code is None:
+            return [], []
+        globs = getattr(fn, "__globals__", {})
+        gnames = sorted(n for n in _code_names(code) if n in globs)
+        return gnames, _closure_cells(fn)
+
+    def _on_trace(self) -> None:
+        self._count += 1
+        if not self._watch_stale:
+            return
+        gnames, cells = self._watch_names
+        globs = getattr(self._user_fn, "__globals__", {})
+        snapshot: dict[str, Any] = {}
+        gwatch, cwatch = [], []
+        for n in gnames:
+            v = globs.get(n, _MISSING)
+            if v is not _MISSING and _is_watchable(v):
+                snapshot[n] = v
+                gwatch.append([globs, n, v])
+        for n, cell in cells:
+            try:
+                v = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if _is_watchable(v):
+                snapshot[n] = v
+                cwatch.append([n, cell, v])
+        self._traced_values.append(snapshot)
+        self._gwatch, self._cwatch = gwatch, cwatch
+
+    # -- calls ----------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Calls the wrapped tf.function; records any traces it made.
+
+        Raises:
+            UsageError: an argument has no TraceType (e.g. a non-frozen
+                dataclass): the message names the parameter and the fixes.
+            Whatever the function raises while tracing or running.
+        """
+        self.calls += 1
+        before = self._count
+        try:
+            out = self.function(*args, **kwargs)
+        except TypeError as e:
+            if "Could not generate a generic TraceType" in str(e):
+                raise self._no_trace_type_error(args, kwargs, e) from e
+            self._record(before, args, kwargs, error=e)
+            raise
+        except Exception as e:
+            self._record(before, args, kwargs, error=e)
+            raise
+        if self._count != before:
+            self._record(before, args, kwargs)
+        elif self._gwatch or self._cwatch:
+            self._check_stale()
+        return out
+
+    def get_concrete_function(self, *args: Any, **kwargs: Any) -> Any:
+        """``get_concrete_function`` of the wrapped tf.function; a trace it makes is recorded.
+
+        Returns:
+            The `ConcreteFunction` for these arguments / `tf.TensorSpec`s.
+        """
+        before = self._count
+        try:
+            cf = self.function.get_concrete_function(*args, **kwargs)
+        except Exception as e:
+            self._record(before, args, kwargs, kind="concrete", error=e)
+            raise
+        self._record(before, args, kwargs, kind="concrete")
+        return cf
+
+    def _check_stale(self) -> None:
+        # Hot path of a cached call: identity checks only, the slow compare
+        # runs only when an identity changed.
+        for w in self._gwatch:
+            cur = w[0].get(w[1], _MISSING)
+            if cur is not w[2]:
+                self._note_change(w[1], "global", w, cur)
+        for w in self._cwatch:
+            try:
+                cur = w[1].cell_contents
+            except ValueError:
+                cur = _MISSING
+            if cur is not w[2]:
+                self._note_change(w[0], "closure", w, cur)
+
+    def _note_change(self, name: str, scope: str, w: list, cur: Any) -> None:
+        w[-1] = cur
+        last = len(self._traced_values)
+        traced = self._traced_values[-1].get(name, _MISSING) if last else _MISSING
+        if traced is _MISSING or _same(traced, cur):
+            return
+        self.stale.append(StaleRead(name=name, scope=scope, traced=_value_repr(traced),
+                                    current=_value_repr(cur), trace=last, call=self.calls))
+
+    def _record(self, before: int, args: tuple, kwargs: dict, kind: str | None = None,
+                error: BaseException | None = None) -> None:
+        from tflab._target import error_summary
+
+        n_new = self._count - before
+        if n_new <= 0:
+            return
+        entries = self._new_cache_entries()
+        lookup = self._lookup_inputs(args, kwargs)
+        reduce_retracing = bool(getattr(self.function, "_reduce_retracing", False))
+        for j in range(n_new):
+            entry = entries[j] if j < len(entries) else None
+            if entry is not None:
+                scope = getattr(getattr(entry[0], "scope_type", None), "name", None)
+            else:
+                # A failed trace left no cache entry. Once the first call has
+                # created tf.Variables, TF traces only with variable creation
+                # disabled (polymorphic_function.Function._call).
+                scope = NO_VARIABLE_CREATION if getattr(self.function, "_created_variables", None) else None
+            inputs = lookup if lookup is not None else (
+                function_type_inputs(entry[1]) if entry else ())
+            traced_as = function_type_inputs(entry[1]) if entry else None
+            failed = None
+            if entry is None:  # the trace raised: the last one of this call is the one
+                failed = error_summary(error) if error is not None else "an error (not seen by the probe)"
+                failed = failed.split(". Make sure", 1)[0]  # TF's advice follows; ours is the fix
+            t = make_trace(len(self.traces) + 1, inputs, [p for p in self.traces if p.kind != "failed"],
+                           scope=scope, traced_as=traced_as, call=self.calls if kind is None else 0,
+                           kind=kind, reduce_retracing=reduce_retracing, error=failed)
+            if error is not None and j == n_new - 1:  # this trace or its call raised: why
+                from tflab.diagnosis import probe_diagnosis
+
+                t = probe_diagnosis(self, t, error, entry)
+            self.traces.append(t)
+
+    def _new_cache_entries(self) -> list[tuple[Any, Any]]:
+        # The FunctionCache is an ordered map (FunctionContext, FunctionType) ->
+        # ConcreteFunction; experimental_get_tracing_count() is its length.
+        cache = getattr(self.function, "_function_cache", None)
+        primary = getattr(cache, "_primary", None)
+        if primary is None:
+            return []
+        keys = list(primary.keys())
+        new = keys[self._cache_len:]
+        self._cache_len = len(keys)
+        return new
+
+    def _lookup_inputs(self, args: tuple, kwargs: dict) -> tuple[tuple[str, str], ...] | None:
+        """The FunctionType TF looked up for this call (before reduce_retracing relaxes it)."""
+        try:
+            from tensorflow.python.eager.polymorphic_function import function_type_utils as ftu
+
+            f = self.function
+            bound = ftu.canonicalize_function_inputs(args, kwargs, f._function_type,
+                                                     f._default_values, f._is_pure)
+            a, k = bound.args, bound.kwargs
+            if f.input_signature is not None:
+                a = (*f.input_signature, *a[len(f.input_signature):])
+            ftype, _ = ftu.make_canonicalized_monomorphic_type(a, k, {}, f._function_type)
+            return function_type_inputs(ftype)
+        except Exception:  # private TF API moved: fall back to the cache entry's type
+            return None
+
+    def _no_trace_type_error(self, args: tuple, kwargs: dict, err: Exception) -> UsageError:
+        from tensorflow.core.function import trace_type
+
+        culprit, value = None, None
+        try:
+            sig = inspect.signature(self._user_fn)
+            bound = sig.bind_partial(*args, **kwargs) if not isinstance(self._user_fn, types.MethodType) else None
+            items = list(bound.arguments.items()) if bound else list(kwargs.items())
+        except (TypeError, ValueError):
+            items = [(f"argument {i}", a) for i, a in enumerate(args)] + list(kwargs.items())
+        for name, v in items:
+            try:
+                trace_type.from_value(v)
+            except TypeError:
+                culprit, value = name, v
+                break
+        what = f"argument {culprit!r} ({type(value).__name__})" if culprit else "an argument"
+        # Measured (tests/test_cases_tracing.py T4): frozen=True alone makes it
+        # hashable, so TF traces it as a Weakref TraceType matched by == while
+        # alive; a fresh instance per call retraces once the previous is freed.
+        return UsageError(
+            f"{self.name}: {what} has no TraceType: it is mutable or unhashable (a non-frozen "
+            f"dataclass?), so tf.function cannot key its cache on it; @dataclass(frozen=True) "
+            f"makes it traceable (TF keeps a weak reference and matches equal live instances), "
+            f"add __tf_tracing_type__ to trace it by value and avoid a retrace per new instance, "
+            f"or pass its numbers as tensors")
+
+    # -- reports ------------------------------------------------------------------
+    @property
+    def function_name(self) -> str:
+        """The user's function's name (``name``): ``function`` is the wrapped tf.function itself."""
+        return self.name
+
+    @property
+    def trace_count(self) -> int:
+        """Traces counted by the trace-time side effect (failed traces included)."""
+        return self._count
+
+    @property
+    def tf_tracing_count(self) -> int:
+        """TF's own count: ``experimental_get_tracing_count()``, the number of cache entries."""
+        return int(self.function.experimental_get_tracing_count())
+
+    @property
+    def original_tracing_count(self) -> int | None:
+        """``experimental_get_tracing_count()`` of the tf.function given (its own calls), or None."""
+        if self.original is None:
+            return None
+        return int(self.original.experimental_get_tracing_count())
+
+    @property
+    def reasons(self) -> list[str]:
+        """Every reason line of every trace after the first, as ``#N reason``."""
+        return [f"#{t.index} {r}" for t in self.traces for r in t.reasons]
+
+    def to_text(self) -> str:
+        """A readable report: counts, one block per trace, then stale reads."""
+        tf_count = self.tf_tracing_count
+        failed = sum(t.kind == "failed" for t in self.traces)
+        note = f" ({failed} trace(s) raised, and TF caches only traces that succeed)" if failed else ""
+        whose = "the probe's copy of the tf.function" if self.original is not None else "the probe's tf.function"
+        lines = [f"RetraceProbe({self.name}): {self.trace_count} trace(s) in {self.calls} call(s) "
+                 f"through the probe; TF's experimental_get_tracing_count() on {whose} = {tf_count}{note}"]
+        if self.original is not None:
+            lines.append(f"  {self.name} itself (calls not made through the probe are not seen): "
+                         f"experimental_get_tracing_count() = {self.original_tracing_count}")
+        for t in self.traces:
+            lines.extend("  " + ln for ln in t.to_text().splitlines())
+        for s in self.stale:
+            lines.append(f"  stale: {s.text}\n      fix: {s.fix}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict of the counts, traces and stale reads."""
+        return {"function": self.name, "trace_count": self.trace_count,
+                "tf_tracing_count": self.tf_tracing_count, "calls": self.calls,
+                "original_tracing_count": self.original_tracing_count,
+                "traces": [t.to_dict() for t in self.traces],
+                "stale": [dataclasses.asdict(s) | {"text": s.text, "fix": s.fix} for s in self.stale]}
+
+    def __repr__(self) -> str:
+        last = next((t for t in reversed(self.traces) if t.reasons), None)
+        why = f", last reason: {last.reasons[0]!r}" if last else ""
+        stale = ""
+        if self.stale:  # name the stale read (the latest one when there are several)
+            n = len(self.stale)
+            stale = (f", 1 stale: {self.stale[0].change}" if n == 1
+                     else f", {n} stale, latest: {self.stale[-1].change}")
+        return (f"<RetraceProbe {self.name}: {self.trace_count} trace(s) in {self.calls} call(s)"
+                f"{why}{stale}>")
+
+
+
+def _value_repr(v: Any) -> str:
+    if v is _MISSING:
+        return "<deleted>"
+    if type(v).__name__ == "EagerTensor":
+        return f"<tf.Tensor {v.dtype.name}{tuple(v.shape)} at {id(v):#x}>"
+    if type(v).__name__ in _BY_IDENTITY:
+        return f"<tf.Variable {v.name!r} {v.dtype.name}{tuple(v.shape)} at {id(v):#x}>"
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
