@@ -625,3 +625,19 @@ def test_sigterm_while_distribute_waits_for_workers_is_terminated_not_interrupte
         for _ in range(1000):
             pass
     assert info.value.code == 143
+
+
+def test_precision_refuses_random_inputs_that_cannot_fit(run_cli, user_files, monkeypatch):
+    """precision allocated without the memory check compare has: past the limit the OOM killer ends it (137)."""
+    import tflab._memory
+    import tflab._target
+
+    monkeypatch.setattr(tflab._memory, "available_memory", lambda: (1 << 30, "test limit"))
+    allocated = []
+    real = tflab._target.materialize
+    monkeypatch.setattr(tflab._target, "materialize", lambda *a, **k: allocated.append(a) or real(*a, **k))
+    # 50e6 float32 = 0.19 GiB; 3 policies: 2 + 2×3 = 8 copies = 1.5 GiB > 1 GiB.
+    code, out, err = run_cli("precision", f"{user_files['exits']}:ok", "--arg", "x=float32[50000000]")
+    line = _one_error_line("precision", err)
+    assert code == 2 and out == "" and allocated == []
+    assert "about 1.5 GiB (8 copies of 0.2 GiB" in line and "fewer --policies" in line, line

@@ -69,6 +69,21 @@ def run(args: argparse.Namespace) -> int:
         call_args, call_kwargs = (), {}
     else:
         call_args, call_kwargs = bind_args(fn, named)
+    # Refuse before allocating what cannot fit (the OOM killer ends the process: exit 137, no
+    # line). Peak copies: the numpy draw and the float32 tensor, then per policy (float32
+    # included) the outputs (as large as the inputs for an elementwise function) and one
+    # gradient per input; the bfloat16/float16 casts are half-size and not counted.
+    import tensorflow as tf
+
+    from tflab._memory import check_fits
+    from tflab._target import MAX_RANDOM_BYTES
+
+    specs = [v for v in (*call_args, *call_kwargs.values())
+             if isinstance(v, tf.TensorSpec) and v.shape.is_fully_defined()]
+    sizes = [int(np.prod(s.shape.as_list(), dtype=np.float64)) * max(s.dtype.size, 1) for s in specs]
+    if all(n <= MAX_RANDOM_BYTES for n in sizes):  # else materialize names the argument over its cap
+        check_fits(sum(sizes), 2 + 2 * len(policies), "precision",
+                   "use a smaller shape or fewer --policies")
     rng = np.random.default_rng(args.seed)  # one stream for all arguments: x and y differ
     call_args = tuple(materialize(a, rng) for a in call_args)
     call_kwargs = {k: materialize(v, rng) for k, v in call_kwargs.items()}
