@@ -641,3 +641,16 @@ def test_precision_refuses_random_inputs_that_cannot_fit(run_cli, user_files, mo
     line = _one_error_line("precision", err)
     assert code == 2 and out == "" and allocated == []
     assert "about 1.5 GiB (8 copies of 0.2 GiB" in line and "fewer --policies" in line, line
+
+
+def test_stdout_closed_by_the_reader_is_quiet_exit_141(tmp_path):
+    """`tflab retrace big.py | head -c 10`: BrokenPipeError traceback, exit 1; now quiet, 141 (128 + SIGPIPE)."""
+    script = tmp_path / "big.py"
+    script.write_text("print('x' * 1_000_000)\n")  # more than a pipe buffer (64 KiB)
+    env = dict(os.environ, PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-m", "tflab", "retrace", str(script)], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.read(10)
+    proc.stdout.close()  # the reader goes away, as head does
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 141 and err == "", err[-500:]

@@ -16,6 +16,7 @@ line (argparse errors too); 130 interrupted (Ctrl-C); 143 terminated (SIGTERM).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -144,6 +145,17 @@ def main(argv: list[str] | None = None) -> int:
     except Terminated:  # SIGTERM during work that installs the handler (export): cleaned up
         print(f"tflab {args.verb}: terminated", file=sys.stderr)
         return 143
+    except BrokenPipeError:
+        # `tflab VERB | head`: the reader closed stdout. Not a bug and not bad input; exit like a
+        # process killed by SIGPIPE (128 + 13), quietly. stdout is pointed at /dev/null so the
+        # interpreter's final flush does not print "Exception ignored … BrokenPipeError"
+        # (the recipe in Python's signal docs, "Note on SIGPIPE").
+        if not _stdout_is_broken():
+            raise  # a pipe of the user's code or of tflab itself: a real error
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return 141
     except Exception:
         raise  # a tflab bug: the traceback is what a bug report needs
     except BaseException as e:
@@ -159,6 +171,19 @@ def main(argv: list[str] | None = None) -> int:
             import signal
 
             signal.signal(signal.SIGTERM, previous_term)
+
+def _stdout_is_broken() -> bool:
+    """True when stdout is a pipe whose reader is gone (poll(2) reports POLLERR on its write end)."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
 
 if __name__ == "__main__":
     sys.exit(main())
