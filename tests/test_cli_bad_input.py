@@ -654,3 +654,13 @@ def test_stdout_closed_by_the_reader_is_quiet_exit_141(tmp_path):
     proc.stdout.close()  # the reader goes away, as head does
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=300) == 141 and err == "", err[-500:]
+
+
+@pytest.mark.parametrize("verb", ["inspect", "autograph", "diagnose"])
+def test_json_stdout_is_only_the_report_when_user_code_prints(verb, run_cli, tmp_path):
+    """The user's print() while traced came before the JSON document: stdout was not valid JSON."""
+    (tmp_path / "printer.py").write_text("def f(x):\n    print('hello from user code')\n    return x * 2.0\n")
+    code, out, err = run_cli(verb, f"{tmp_path / 'printer.py'}:f", "--arg", "x=float32[2]", "--json")
+    assert code == 0, err
+    json.loads(out)  # the whole of stdout is the report
+    assert "hello from user code" in err and "hello" not in out

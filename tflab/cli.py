@@ -134,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     from tflab.errors import install_sigterm_handler
 
     previous_term = install_sigterm_handler()
+    real_stdout = sys.stdout
+    if getattr(args, "json", False):
+        sys.stdout = _ReportOnlyStdout(real_stdout, sys.stderr)
     try:
         return int(modules[args.verb].run(args) or 0)
     except TflabError as e:
@@ -167,10 +170,43 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tflab {args.verb}: error: {describe(e, name, f'while tflab {args.verb} ran')}", file=sys.stderr)
         return 2
     finally:
+        if isinstance(sys.stdout, _ReportOnlyStdout):
+            sys.stdout = real_stdout
         if previous_term is not None:
             import signal
 
             signal.signal(signal.SIGTERM, previous_term)
+
+class _ReportOnlyStdout:
+    """``sys.stdout`` under ``--json``: only the verb's own writes reach stdout, the rest goes to stderr.
+
+    A user's ``print`` while tflab traces or runs their function (and any
+    library chatter) landed before the JSON document and made stdout invalid
+    JSON for ``jq`` or ``json.load``. A write counts as the verb's when the
+    first caller outside the standard library (``print``, ``json.dump``) is
+    a module under ``tflab/commands/``, where every verb prints its report.
+    """
+
+    _VERBS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "commands") + os.sep
+    _STDLIB = os.path.dirname(os.path.abspath(argparse.__file__)) + os.sep
+
+    def __init__(self, out, err):
+        self._out, self._err = out, err
+
+    def write(self, text: str) -> int:
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename.startswith(self._STDLIB):
+            frame = frame.f_back
+        verb = frame is not None and frame.f_code.co_filename.startswith(self._VERBS_DIR)
+        return (self._out if verb else self._err).write(text)
+
+    def flush(self) -> None:
+        self._out.flush()
+        self._err.flush()
+
+    def __getattr__(self, name):  # fileno, isatty, encoding, …: the real stdout's
+        return getattr(self._out, name)
+
 
 def _stdout_is_broken() -> bool:
     """True when stdout is a pipe whose reader is gone (poll(2) reports POLLERR on its write end)."""
