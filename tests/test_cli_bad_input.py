@@ -664,3 +664,18 @@ def test_json_stdout_is_only_the_report_when_user_code_prints(verb, run_cli, tmp
     assert code == 0, err
     json.loads(out)  # the whole of stdout is the report (autograph's quotes the source: not the print)
     assert "hello from user code\n" in err and not out.startswith("hello")
+
+
+def test_examples_that_is_a_device_and_tracing_a_class(run_cli, user_files, tmp_path):
+    """--examples /dev/null said "does not exist"; trace_and_inspect(SomeClass, x) failed inside the trace."""
+    code, out, err = run_cli("export", f"{user_files['exits']}:ok", "--examples", "/dev/null",
+                             "--out", str(tmp_path / "o"))
+    line = _one_error_line("export", err)
+    assert code == 2 and "is not a regular file" in line and os.listdir(tmp_path) == []
+
+    import keras
+
+    from tflab import trace_and_inspect
+
+    with pytest.raises(UsageError, match=r"got the class Dense; pass an instance's method"):
+        trace_and_inspect(keras.layers.Dense, np.ones([2, 3], np.float32))

@@ -327,6 +327,9 @@ def load_examples(path: str) -> list[dict[str, np.ndarray]]:
     if os.path.isdir(path):
         raise UsageError(f"--examples {path!r} is a folder: give an .npz file with one array per input name "
                          f"(np.savez(path, x=array))")
+    if os.path.exists(path) and not os.path.isfile(path):  # /dev/null, a FIFO: said "does not exist"
+        raise UsageError(f"--examples {path!r} is not a regular file: give an .npz with one array per "
+                         f"input name (np.savez(path, x=array))")
     if not os.path.isfile(path):
         raise UsageError(f"--examples {path!r} does not exist: give an .npz with one array per input name")
     import zipfile

@@ -362,6 +362,9 @@ def as_tf_function(fn: Any) -> Any:
     if not callable(fn):
         raise UsageError(f"expected a function or tf.function, got {type(fn).__name__} "
                          f"({fn!r:.60}); pass the callable itself, e.g. trace_and_inspect(f, x)")
+    if isinstance(fn, type):  # tracing M(x) built an instance: "expected string…, got 'SymbolicTensor'"
+        raise UsageError(f"expected a function or tf.function, got the class {fn.__name__}; pass an "
+                         f"instance's method or a function, e.g. trace_and_inspect({fn.__name__}(...).call, x)")
     return tf.function(fn)
 
 
