@@ -114,9 +114,13 @@ __device__ __forceinline__ float BlockSum(float v, float* scratch) {
   return WarpSum(v);
 }
 
-// 1/sum, or NaN when the max is +-inf: an +inf element gives inf - inf and
-// an all -inf row gives -inf - -inf, and tf.nn.softmax returns a NaN row in
-// both cases (the online kernel would otherwise return a finite row).
+// Special rows follow the IEEE formula exp(x - max) / sum, as TF's Eigen and
+// GPU kernels and XLA do (not TF's oneDNN CPU kernel, which gives
+// [0, NaN, 0, 0] for [1, inf, 2, 0]; custom_ops/README.md, "Semantics"):
+//   * NaN: fmaxf drops it from the max, but exp(NaN - m) makes the sum NaN,
+//     so 1/sum and every output are NaN;
+//   * +inf or all -inf: the max is +-inf (inf - inf, -inf - -inf), so 1/sum
+//     is made NaN here (the online kernel would otherwise give a finite row).
 __device__ __forceinline__ float InvSum(float m, float s) {
   return isinf(m) ? __int_as_float(0x7fffffff) : 1.0f / s;
 }

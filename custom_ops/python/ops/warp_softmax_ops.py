@@ -132,7 +132,10 @@ def warp_softmax(logits, axis: int = -1, name: str | None = None) -> tf.Tensor:
     Returns:
         A tensor of the same shape and dtype as ``logits`` whose slices along
         ``axis`` sum to 1. A slice holding NaN or +inf, or only -inf, is all
-        NaN (as in `tf.nn.softmax`).
+        NaN: the IEEE formula exp(x - max) / sum, as TF's Eigen CPU kernel,
+        its GPU kernel and XLA give. (TF's oneDNN CPU kernel, on by default on
+        CPUs with AVX-512 VNNI/BF16 or AMX, gives ``[0, NaN, 0, 0]`` for
+        ``[1, inf, 2, 0]``; this op does not depend on which one TF runs.)
 
     Raises:
         tf.errors.InvalidArgumentError: dtype not float16/bfloat16/float32,
@@ -174,16 +177,22 @@ def warp_softmax(logits, axis: int = -1, name: str | None = None) -> tf.Tensor:
         if rank is None:
             # Unknown rank inside a tf.function: build the swap permutation at run time.
             # Rank first, so a scalar gets the rank message rather than an axis one.
-            tf.debugging.assert_rank_at_least(
+            rank_ok = tf.debugging.assert_rank_at_least(
                 logits, 1, message="warp_softmax: logits must have rank >= 1 (softmax runs along an "
                 "axis), got a scalar; add an axis with tf.reshape(logits, [1])")
-            r = tf.rank(logits)
-            tf.debugging.assert_less(axis if axis >= 0 else -axis - 1, r,
-                                     message=f"warp_softmax: axis {axis} is out of range for the "
-                                     "rank of logits; use an axis in [-rank, rank)")
-            a = axis % r
-            idx = tf.range(r)
-            perm = tf.tensor_scatter_nd_update(idx, [[a], [r - 1]], [r - 1, a])
+            # Graph ops run as soon as their inputs are ready, so each check is an explicit
+            # control dependency of what it guards: without it, `axis % rank` could run
+            # first on a scalar and raise "Integer division by zero" instead of the rank message.
+            with tf.control_dependencies([rank_ok]):
+                r = tf.rank(logits)
+                axis_ok = tf.debugging.assert_less(
+                    axis if axis >= 0 else -axis - 1, r,
+                    message=f"warp_softmax: axis {axis} is out of range for the rank of logits; "
+                    "use an axis in [-rank, rank)")
+            with tf.control_dependencies([axis_ok]):
+                a = axis % tf.maximum(r, 1)
+                idx = tf.range(r)
+                perm = tf.tensor_scatter_nd_update(idx, [[a], [r - 1]], [r - 1, a])
         else:
             a = axis % rank
             perm = list(range(rank))
@@ -196,6 +205,10 @@ def warp_softmax(logits, axis: int = -1, name: str | None = None) -> tf.Tensor:
 warp_softmax.reference = tf.nn.softmax
 warp_softmax.op_type = "WarpSoftmax"
 warp_softmax.xla_fallback = "tf.nn.softmax"
+# Slices with NaN, +inf or only -inf are all NaN (the IEEE formula, as TF's Eigen and GPU
+# kernels and XLA give); opcheck compares those against custom_ops.opcheck.ieee_softmax,
+# not against tf.nn.softmax, whose oneDNN CPU kernel gives [0, NaN, 0, 0] for [1, inf, 2, 0].
+warp_softmax.ieee_specials = True
 
 
 @tf.RegisterGradient("WarpSoftmax")
