@@ -104,6 +104,8 @@ class OpcheckReport:
         kwargs: the keyword arguments passed to the op (repr strings).
         checks: the `Check` results, in the order run.
         xla_fallback: what to call under jit_compile=True, e.g. "tf.nn.softmax".
+        cpu_path: the CPU kernel's code path in this process (``op.cpu_path()``, e.g.
+            "avx512", "avx2+fma" or "scalar" for `warp_softmax`), or None.
     """
 
     op: str
@@ -111,6 +113,7 @@ class OpcheckReport:
     kwargs: tuple[str, ...]
     checks: tuple[Check, ...]
     xla_fallback: str
+    cpu_path: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -127,7 +130,8 @@ class OpcheckReport:
         counts = {s: sum(c.status == s for c in self.checks)
                   for s in ("pass", "fail", "skip", "unsupported")}
         summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-        return f"OpcheckReport({self.op} {', '.join(self.inputs)}: {summary})\n" + "\n".join(
+        path = f"; CPU kernel path {self.cpu_path}" if self.cpu_path else ""
+        return f"OpcheckReport({self.op} {', '.join(self.inputs)}: {summary}{path})\n" + "\n".join(
             f"  {c.status:<11} {c.name:<17} {c.detail}" for c in self.checks)
 
     def to_text(self) -> str:
@@ -234,7 +238,9 @@ def opcheck(op: Callable[..., tf.Tensor], *args: Any, **kwargs: Any) -> OpcheckR
         op: a custom op wrapper with a ``reference`` attribute (the TF op it
             must match, e.g. `warp_softmax.reference` is `tf.nn.softmax`), an
             ``op_type`` attribute (its REGISTER_OP name) and optionally
-            ``xla_fallback`` (the name to report for jit_compile=True).
+            ``xla_fallback`` (the name to report for jit_compile=True),
+            ``ieee_specials`` (compare NaN/+inf/all -inf slices with
+            `ieee_softmax`) and ``cpu_path`` (a callable naming the CPU code path).
         *args: the op's tensor inputs (the first one is differentiated).
         **kwargs: non-tensor arguments passed to both op and reference (e.g. axis=0).
 
@@ -341,7 +347,8 @@ def opcheck(op: Callable[..., tf.Tensor], *args: Any, **kwargs: Any) -> OpcheckR
 
     report = OpcheckReport(op=op_type, inputs=tuple(_describe(t) for t in inputs),
                            kwargs=tuple(f"{k}={v!r}" for k, v in kwargs.items()),
-                           checks=tuple(checks), xla_fallback=fallback)
+                           checks=tuple(checks), xla_fallback=fallback,
+                           cpu_path=op.cpu_path() if callable(getattr(op, "cpu_path", None)) else None)
     if not report.ok:
         raise OpcheckError(report)
     return report

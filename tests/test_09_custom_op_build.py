@@ -138,7 +138,7 @@ def test_library_links_cudart_statically(built):
 
 @pytest.mark.onednn
 def test_scalar_path_matches_on_a_cpu_without_avx2(built):
-    """TFLAB_WARP_SOFTMAX_SCALAR=1 takes the path a CPU without AVX2 takes."""
+    """TFLAB_WARP_SOFTMAX_ISA=scalar takes the path a CPU without AVX2 takes, for every dtype."""
     code = """
 import numpy as np, tensorflow as tf
 from custom_ops import warp_softmax
@@ -159,7 +159,7 @@ g = load_library().warp_softmax_grad(y, dy).numpy()
 assert np.abs(g).max() < 1e-6
 print("scalar-ok")
 """
-    env = dict(os.environ, TFLAB_WARP_SOFTMAX_SCALAR="1", TF_CPP_MIN_LOG_LEVEL="3")
+    env = dict(os.environ, TFLAB_WARP_SOFTMAX_ISA="scalar", TF_CPP_MIN_LOG_LEVEL="3")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert "scalar-ok" in out.stdout, out.stderr[-2000:]
 
@@ -180,6 +180,9 @@ def test_opcheck_reports_every_check(built):
     assert report.xla_fallback == "tf.nn.softmax"
     assert report.check("cpu_vs_reference").measured <= TOLERANCES[tf.float32][0]
     assert "OpcheckReport(WarpSoftmax float32[4, 37]" in repr(report)
+    from custom_ops.python.ops.warp_softmax_ops import cpu_isa
+
+    assert report.cpu_path == cpu_isa() and f"CPU kernel path {cpu_isa()}" in repr(report)
     json.dumps(report.to_dict())  # JSON-ready
 
 
@@ -322,7 +325,8 @@ def test_tour_section_reports_build_opcheck_and_ratio(built, tmp_path, capsys):
     s09_custom_op.run(ctx)
     rep = ctx.report["custom_op"]
     assert rep["build"].so_path == built.so_path and rep["opcheck"].ok and rep["opcheck_failed"] is None
-    assert rep["cpu_isa"] in ("avx2+fma", "scalar")
+    assert rep["cpu_isa"] in ("avx512", "avx2+fma", "scalar")
+    assert rep["opcheck"].cpu_path == rep["cpu_isa"]
     # The benchmark's protocol (custom_ops.bench): 2 warm-up calls, 2e7 // (4096 * 1024) = 4
     # calls per sample, 7 interleaved rounds, and the allocator said in the line.
     cmp = rep["bench"]

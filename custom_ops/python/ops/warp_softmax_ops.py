@@ -78,6 +78,9 @@ def load_library(result: BuildResult | None = None) -> ModuleType:
             if not hasattr(lib, "warp_softmax"):
                 raise UsageError(f"{candidate.so_path} loaded but does not define the WarpSoftmax op; "
                                  "point TFLAB_WARP_SOFTMAX_SO at a _warp_softmax_ops*.so, or unset it")
+            isa_error = _cdll(candidate.so_path).tflab_warp_softmax_isa_error()
+            if isa_error:  # a bad $TFLAB_WARP_SOFTMAX_ISA: say so before any kernel runs
+                raise UsageError(isa_error.decode())
             _build_result, _lib = candidate, lib
             if _build_result.key == "prebuilt":  # say whether it registered GPU kernels
                 import dataclasses
@@ -96,18 +99,75 @@ def build_result() -> BuildResult:
     return _build_result
 
 
-def cpu_isa() -> str:
-    """The CPU kernels' code path in this process: "avx2+fma" or "scalar".
+ISAS = ("scalar", "avx2", "avx512")  # values of $TFLAB_WARP_SOFTMAX_ISA, in C++'s Isa order
 
-    Chosen once at run time from the CPU (``__builtin_cpu_supports``), so the
-    same library runs on CPUs without AVX2; ``TFLAB_WARP_SOFTMAX_SCALAR=1``
-    forces the scalar path (for tests).
-    """
+
+def _cdll(so_path: str):
+    """The library's C entry points through ctypes (dlopen of a loaded library: the same handle)."""
     import ctypes
 
-    lib = ctypes.CDLL(build_result().so_path)  # already loaded: same handle
+    lib = ctypes.CDLL(so_path)
     lib.tflab_warp_softmax_cpu_isa.restype = ctypes.c_char_p
-    return lib.tflab_warp_softmax_cpu_isa().decode()
+    lib.tflab_warp_softmax_isa_error.restype = ctypes.c_char_p
+    lib.tflab_warp_softmax_cpu_has.restype = ctypes.c_int
+    lib.tflab_warp_softmax_cpu_has.argtypes = [ctypes.c_int]
+    lib.tflab_warp_softmax_rows_f32.restype = ctypes.c_int
+    lib.tflab_warp_softmax_rows_f32.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                                ctypes.c_int64, ctypes.c_int64, ctypes.c_int]
+    return lib
+
+
+def cpu_isa() -> str:
+    """The CPU kernels' code path in this process: "avx512", "avx2+fma" or "scalar".
+
+    Chosen once per process at run time: the best the CPU has
+    (``__builtin_cpu_supports``: AVX-512 F/BW/VL/DQ, else AVX2+FMA+F16C, else
+    scalar), so the same library runs on any x86-64 CPU. Every path is compiled
+    into the library (function target attributes).
+    ``TFLAB_WARP_SOFTMAX_ISA=scalar|avx2|avx512`` forces one (read when the
+    library is loaded; a bad value or a path the CPU lacks raises
+    `tflab.errors.UsageError` then). ``TFLAB_WARP_SOFTMAX_SCALAR=1`` is the
+    older spelling of ``=scalar``.
+
+    Returns:
+        "avx512", "avx2+fma" or "scalar".
+    """
+    return _cdll(build_result().so_path).tflab_warp_softmax_cpu_isa().decode()
+
+
+def cpu_has(isa: str) -> bool:
+    """Whether this CPU can run path ``isa`` ("scalar", "avx2" or "avx512")."""
+    return bool(_cdll(build_result().so_path).tflab_warp_softmax_cpu_has(ISAS.index(isa)))
+
+
+def softmax_rows_with_isa(x, isa: str, stream: bool = False):
+    """Softmax of a float32 [rows, cols] numpy array through one CPU path, in this process,
+    without TF (for tests and benchmarks that compare the paths side by side).
+
+    Args:
+        x: numpy float32 array of rank 2 (made C-contiguous).
+        isa: "scalar", "avx2" or "avx512".
+        stream: write with non-temporal stores (the kernel's path for outputs >= 8 MiB).
+
+    Returns:
+        numpy float32 array of x's shape.
+
+    Raises:
+        tflab.errors.UsageError: bad ``isa``, or this CPU lacks it.
+    """
+    import numpy as np
+
+    if isa not in ISAS:
+        raise UsageError(f"isa {isa!r} is not a CPU path; use one of {', '.join(ISAS)}")
+    x = np.ascontiguousarray(x, np.float32)
+    if x.ndim != 2:
+        raise UsageError(f"softmax_rows_with_isa: x must be rank 2, got shape {x.shape}")
+    y = np.empty_like(x)
+    rc = _cdll(build_result().so_path).tflab_warp_softmax_rows_f32(
+        ISAS.index(isa), x.ctypes.data, y.ctypes.data, x.shape[0], x.shape[1], int(stream))
+    if rc != 0:
+        raise UsageError(f"this CPU lacks the {isa} path of WarpSoftmax")
+    return y
 
 
 def _bad(msg: str) -> tf.errors.InvalidArgumentError:
@@ -209,6 +269,7 @@ warp_softmax.xla_fallback = "tf.nn.softmax"
 # kernels and XLA give); opcheck compares those against custom_ops.opcheck.ieee_softmax,
 # not against tf.nn.softmax, whose oneDNN CPU kernel gives [0, NaN, 0, 0] for [1, inf, 2, 0].
 warp_softmax.ieee_specials = True
+warp_softmax.cpu_path = lambda: cpu_isa()  # opcheck reports it
 
 
 @tf.RegisterGradient("WarpSoftmax")
