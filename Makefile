@@ -1,6 +1,14 @@
 # The two set-up commands of the README: `make tour` and `make test`.
 # Each creates .venv when it is missing and installs tflab into it.
-PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# The newest WORKING python3.13 … python3.10, then python3 (TF 2.21 and
+# ai-edge-litert ship wheels for CPython 3.10–3.13; CI tests 3.11). Each
+# candidate is run, not just found: a pyenv shim for a version that is not
+# installed is on PATH but fails.
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(shell for p in python3.13 python3.12 python3.11 python3.10 python3; do \
+            $$p -c 'import sys; assert (3, 10) <= sys.version_info[:2] < (3, 14)' >/dev/null 2>&1 \
+            && { command -v $$p; break; }; done)
+endif
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tflab-installed
@@ -12,6 +20,8 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
+	@test -x $(BIN)/python || test -n "$(PYTHON)" || { \
+	  echo "make: no working python3.13, 3.12, 3.11, 3.10 or python3 (3.10-3.13) on PATH; install one or pass PYTHON=/path/to/python3.X" >&2; exit 2; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
@@ -20,8 +30,15 @@ $(STAMP): pyproject.toml
 tour: $(STAMP)
 	$(BIN)/tflab tour
 
+# Three passes; each stops the target on failure, so the last summary line
+# printed is the failing pass's (CI reads the last one). The tests marked
+# `onednn` depend on TF's CPU kernel path (oneDNN or Eigen) and XLA's codegen:
+# they run once with TF_ENABLE_ONEDNN_OPTS=0 and once with =1, whatever this
+# CPU's default is; everything else runs once, in the default configuration.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q --durations=15 -m "not onednn"
+	TF_ENABLE_ONEDNN_OPTS=0 $(BIN)/python -m pytest -q -m onednn
+	TF_ENABLE_ONEDNN_OPTS=1 $(BIN)/python -m pytest -q -m onednn
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done

@@ -9,6 +9,22 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import pytest  # noqa: E402
 
 
+def pytest_sessionstart(session):
+    """Print the configuration the run measures on (TF, CPU ISA, oneDNN on/off and why).
+
+    ``make test`` runs the ``onednn``-marked tests under TF_ENABLE_ONEDNN_OPTS=0
+    and =1; this line says which pass is which. Printed even under ``-q``.
+    """
+    from tflab.cli import _quiet_tf
+    from tflab.runtime import runtime_config
+
+    _quiet_tf()  # TF's start-up lines (cuInit, ...) would precede ours
+    line = f"tflab runtime: {runtime_config().one_line()}"
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(line)
+
+
 @pytest.fixture(scope="session")
 def tour_model():
     """The tour's MobileNetV3Small(weights=None, 96×96×3, 10 classes), built once."""

@@ -42,6 +42,8 @@ _EXPORTS = {
     "TFLiteCheck": "tflab.litert",
     "UnsupportedOpsError": "tflab.litert",
     "export_model": "tflab.export",
+    "runtime_config": "tflab.runtime",
+    "RuntimeConfig": "tflab.runtime",
     "TflabError": "tflab.errors",
     "UsageError": "tflab.errors",
 }

@@ -21,6 +21,7 @@ VERBS = {
     "compare": "compare_cmd",
     "export": "export_cmd",
     "build-op": "build_op_cmd",
+    "env": "env_cmd",
 }
 
 
@@ -49,8 +50,18 @@ def _quiet_tf() -> None:
         os.close(devnull)
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad option is ONE line (``tflab VERB: error: ...``), exit 2.
+
+    argparse's default prints the whole usage block before the error.
+    """
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="tflab",
         description="TensorFlow tracing and export lab: FuncGraphs, retracing, AutoGraph, "
                     "XLA, SavedModel and LiteRT round trips.")
@@ -75,7 +86,13 @@ def main(argv: list[str] | None = None) -> int:
     from tflab.errors import TflabError
 
     parser, modules = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.verb:
+        # Name the verb in the error: "tflab env: error: unrecognized arguments: --bogus".
+        sub = parser._subparsers._group_actions[0].choices[args.verb]
+        sub.error(f"unrecognized arguments: {' '.join(extra)}")
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not args.verb:
         parser.print_help()
         return 2

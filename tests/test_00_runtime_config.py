@@ -1,0 +1,185 @@
+"""tflab.runtime_config() and `tflab env`: which TF CPU path (oneDNN or Eigen) runs, and why.
+
+TF 2.21 decides oneDNN once, when its libraries load: on Linux x86-64 it is on
+by default on CPUs with AVX-512 VNNI/BF16, AVX-VNNI or AMX, and
+TF_ENABLE_ONEDNN_OPTS=0/1 forces it (tensorflow/core/util/port.cc). The
+subprocess tests check our record against TF's own log line, which TF prints
+exactly when the kernels are on, so they hold on any x86-64 CPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tflab.runtime import (ISA_FLAGS, explain_onednn, isa_summary, onednn_default_for,
+                           parse_env_bool, read_cpuinfo)
+
+ONEDNN_LOG = "oneDNN custom operations are on"
+
+# /proc/cpuinfo heads of three CPUs TF treats differently (flags trimmed to the relevant ones).
+ZEN4 = """processor\t: 0
+vendor_id\t: AuthenticAMD
+model name\t: AMD EPYC 9R14 96-Core Processor
+flags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512bw avx512_vnni avx512_bf16
+
+processor\t: 1
+vendor_id\t: AuthenticAMD
+model name\t: ignored second block
+flags\t\t: fpu
+"""
+SKYLAKE_SP = """vendor_id\t: GenuineIntel
+model name\t: Intel(R) Xeon(R) Platinum 8175M CPU @ 2.50GHz
+flags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512bw avx512cd
+"""
+SAPPHIRE_RAPIDS = """vendor_id\t: GenuineIntel
+model name\t: Intel(R) Xeon(R) Platinum 8488C
+flags\t\t: sse4_2 avx avx2 fma avx512f avx512_vnni avx512_bf16 avx_vnni amx_bf16 amx_tile amx_int8
+"""
+HASWELL = """vendor_id\t: GenuineIntel
+model name\t: Intel(R) Xeon(R) CPU E5-2676 v3 @ 2.40GHz
+flags\t\t: sse4_2 avx avx2 fma
+"""
+
+
+def test_read_cpuinfo_reads_the_first_block():
+    model, vendor, isa = read_cpuinfo(ZEN4)
+    assert model == "AMD EPYC 9R14 96-Core Processor"
+    assert vendor == "AuthenticAMD"
+    assert set(isa) == set(ISA_FLAGS)
+    assert [f for f in ISA_FLAGS if isa[f]] == ["sse4_2", "avx", "avx2", "fma", "avx512f",
+                                                 "avx512_vnni", "avx512_bf16"]
+
+
+@pytest.mark.parametrize("text, default, tag", [
+    (ZEN4, True, "avx512f+vnni+bf16"),
+    (SKYLAKE_SP, False, "avx512f"),           # AVX-512 without VNNI/BF16: Eigen by default
+    (SAPPHIRE_RAPIDS, True, "avx512f+vnni+bf16+amx"),
+    (HASWELL, False, "avx2+fma"),
+    ("", False, "isa unknown"),
+])
+def test_onednn_default_follows_tf_policy(text, default, tag):
+    isa = read_cpuinfo(text)[2]
+    assert onednn_default_for(isa) is default
+    assert isa_summary(isa) == tag
+    # Off by default outside Linux whatever the CPU (port.cc: Windows off).
+    assert onednn_default_for(isa, "Windows") is False
+
+
+@pytest.mark.parametrize("raw, parsed", [
+    (None, None), ("0", False), ("false", False), ("FALSE", False), ("1", True),
+    ("True", True), ("", None), ("yes", None), ("2", None),
+])
+def test_env_values_parse_like_read_bool_from_env_var(raw, parsed):
+    assert parse_env_bool(raw) is parsed
+
+
+def test_explain_onednn_names_the_cause():
+    zen4 = read_cpuinfo(ZEN4)[2]
+    haswell = read_cpuinfo(HASWELL)[2]
+    assert explain_onednn(None, zen4) == (
+        True, "TF default for this CPU: has avx512_vnni, avx512_bf16")
+    assert explain_onednn(None, haswell) == (
+        False, "TF default for this CPU: no AVX-512 VNNI/BF16, AVX-VNNI or AMX")
+    assert explain_onednn("0", zen4) == (False, "TF_ENABLE_ONEDNN_OPTS=0")
+    assert explain_onednn("1", haswell) == (True, "TF_ENABLE_ONEDNN_OPTS=1")
+    enabled, reason = explain_onednn("yes", haswell)
+    assert enabled is False and "is not 0/1/true/false" in reason and "no AVX-512" in reason
+
+
+_PROBE = ("import json, tflab; c = tflab.runtime_config(); "
+          "print(json.dumps({'on': c.onednn_enabled, 'reason': c.onednn_reason, "
+          "'default': c.onednn_default, 'line': c.one_line()}))")
+
+
+def _probe(env_value):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0")  # let TF print its INFO line
+    env.pop("TF_ENABLE_ONEDNN_OPTS", None)
+    if env_value is not None:
+        env["TF_ENABLE_ONEDNN_OPTS"] = env_value
+    proc = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+@pytest.mark.parametrize("env_value", [None, "0", "1"])
+def test_onednn_field_matches_what_tf_does(env_value):
+    """Our field agrees with TF's own log line under each setting, on any x86-64 CPU.
+
+    With =1 this also checks that the variable turns oneDNN on where TF's default is off.
+    """
+    rec, stderr = _probe(env_value)
+    assert rec["on"] is (ONEDNN_LOG in stderr), (rec, stderr[-1500:])
+    if env_value is None:
+        assert rec["on"] is rec["default"]
+        assert rec["reason"].startswith("TF default for this CPU")
+        assert "(TF default for this CPU)" in rec["line"]
+    else:
+        assert rec["on"] is (env_value == "1")
+        assert rec["reason"] == f"TF_ENABLE_ONEDNN_OPTS={env_value}"
+        assert f"oneDNN {'on' if env_value == '1' else 'off'} (TF_ENABLE_ONEDNN_OPTS=" \
+               in rec["line"]
+
+
+def test_runtime_config_in_process_is_complete():
+    import tensorflow as tf
+
+    import tflab
+
+    cfg = tflab.runtime_config()
+    assert cfg.tf_version == tf.version.VERSION
+    assert cfg.tf_git_version == tf.version.GIT_VERSION
+    assert cfg.python_version == ".".join(map(str, sys.version_info[:3]))
+    assert cfg.onednn_enabled == explain_onednn(cfg.onednn_env, cfg.isa)[0]
+    d = cfg.to_dict()
+    json.dumps(d)  # JSON types only
+    assert d["onednn_enabled"] is cfg.onednn_enabled
+    assert "is_cuda_build" in d["build"]
+    line = cfg.one_line()
+    assert "\n" not in line
+    assert line.startswith(f"TF {tf.version.VERSION} · Python ")
+    assert ("oneDNN on" if cfg.onednn_enabled else "oneDNN off") in line
+    assert cfg.onednn_reason in cfg.to_text()
+    assert repr(cfg) == f"RuntimeConfig({line!r})"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.onednn_enabled = not cfg.onednn_enabled
+
+
+def test_allocator_follows_bfc_variable(monkeypatch):
+    from tflab.runtime import _allocator
+
+    monkeypatch.setenv("TF_CPU_ALLOCATOR_USE_BFC", "1")
+    assert _allocator(True) == ("BFC", "TF_CPU_ALLOCATOR_USE_BFC=1")
+    monkeypatch.delenv("TF_CPU_ALLOCATOR_USE_BFC")
+    assert _allocator(True)[0] == "MklCPUAllocator"
+    assert _allocator(False)[0] == "DefaultCPUAllocator (malloc)"
+
+
+def test_env_cli_json_has_onednn_field(run_cli):
+    code, out, err = run_cli("env", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert isinstance(d["onednn_enabled"], bool)
+    assert d["onednn_reason"]
+    code, out, err = run_cli("env")
+    assert code == 0
+    assert out.splitlines()[0].startswith("TensorFlow")
+    assert any(ln.startswith("oneDNN") for ln in out.splitlines())
+
+
+def test_env_cli_bad_option_is_one_line(capsys):
+    from tflab.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["env", "--bogus"])
+    assert e.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.strip().splitlines() == [
+        "tflab env: error: unrecognized arguments: --bogus"]

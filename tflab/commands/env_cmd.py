@@ -1,0 +1,32 @@
+"""``tflab env [--json]``: print the runtime configuration measurements depend on.
+
+The work is `tflab.runtime.runtime_config`; this verb prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+HELP = ("print the configuration TF runs on here: TF build, Python, CPU ISA, whether oneDNN "
+        "is on and why, XLA_FLAGS, CPU allocator, threads, GPUs")
+
+EPILOG = ("oneDNN: TF 2.21 turns its oneDNN CPU kernels on by default on Linux CPUs with "
+          "AVX-512 VNNI/BF16, AVX-VNNI or AMX; TF_ENABLE_ONEDNN_OPTS=0/1 forces the choice "
+          "(read once, when TF loads).")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = EPILOG
+    p.add_argument("--json", action="store_true", help="print the record as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tflab.runtime import runtime_config
+
+    cfg = runtime_config()
+    if args.json:
+        print(json.dumps(cfg.to_dict(), indent=2))
+    else:
+        print(cfg.to_text())
+    return 0
