@@ -63,10 +63,14 @@ def time_interleaved(fns: dict[str, Callable[[], object]], rounds: int, inner: i
 
 
 def allocator_name() -> str:
-    """TF's CPU allocator in this process: "BFC" when ``TF_CPU_ALLOCATOR_USE_BFC=true``
-    was set before TF made its first CPU allocation, else "malloc" (TF's default;
-    tensorflow/core/common_runtime/process_state.cc reads the variable once)."""
-    return "BFC" if os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", "").lower() in ("true", "1") else "malloc"
+    """TF's CPU allocator in this process: "BFC" when ``TF_CPU_ALLOCATOR_USE_BFC`` was true
+    before TF made its first CPU allocation; otherwise TF's default, "MklCPUAllocator" with
+    oneDNN on (a BFC allocator for large blocks) or "DefaultCPUAllocator (malloc)" with it off
+    (`tflab.runtime_config`; tensorflow/core/common_runtime/process_state.cc reads the variable
+    once)."""
+    from tflab.runtime import runtime_config
+
+    return runtime_config().cpu_allocator
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +83,7 @@ class CpuComparison:
         wall_ratio: tf_seconds / warp_seconds (throughput ratio; > 1 means warp_softmax is faster).
         cpu_ratio: the same ratio in process CPU seconds (work done, steadier under load).
         rounds / inner / warmup: the timing protocol.
-        allocator: TF's CPU allocator in this process, "BFC" or "malloc".
+        allocator: TF's CPU allocator in this process (`allocator_name`).
         load_avg: the 1-minute load average before timing (other jobs on the machine).
         threads: TF's intra-op threads (0: TF's default, one per core).
     """

@@ -331,7 +331,7 @@ def test_tour_section_reports_build_opcheck_and_ratio(built, tmp_path, capsys):
     # calls per sample, 7 interleaved rounds, and the allocator said in the line.
     cmp = rep["bench"]
     assert (cmp.shape, cmp.warmup, cmp.inner, cmp.rounds) == ((4096, 1024), 2, 4, 7)
-    assert cmp.allocator in ("BFC", "malloc")
+    assert cmp.allocator in ("BFC", "MklCPUAllocator", "DefaultCPUAllocator (malloc)")
     # No speed assertion (ratios depend on the CPU, oneDNN on/off and the load): the
     # benchmark reports them. The test checks the ratios are the measured medians' ratios.
     assert rep["speedup_vs_tf_softmax"] == cmp.wall_ratio == cmp.tf_seconds / cmp.warp_seconds > 0
@@ -358,10 +358,27 @@ def test_benchmark_and_tour_share_one_timing_function(built, monkeypatch, capsys
     spec = importlib.util.spec_from_file_location("bench_softmax_under_test", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    monkeypatch.setattr(mod, "memcpy_gbps", lambda: 1.0)  # skip the 512 MiB copy
     with pytest.raises(Reached) as e:
-        mod.main(["--default-allocator", "--rounds", "3"])
-    assert e.value.args == (["tf.nn.softmax", "warp_softmax"], 3, 4)  # (4096, 1024): 2e7 // 4M calls
+        mod.main(["--child", "--rounds", "3", "--shapes", "4096x1024"])  # one configuration's run
+    # The copy roofline, TF's softmax, XLA's and ours, interleaved; (4096, 1024): 2e7 // 4M calls.
+    assert e.value.args == (["copy", "tf.nn.softmax", "warp_softmax", "xla_softmax"], 3, 4)
+    out = capsys.readouterr().out
+    assert "WarpSoftmax CPU path" in out and "oneDNN" in out and "allocator" in out  # config line
+
+
+def test_benchmark_threaded_copy_copies_every_byte():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_softmax.py"
+    spec = importlib.util.spec_from_file_location("bench_softmax_copy", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    src = np.arange(1001, dtype=np.float32).reshape(7, 143)
+    for threads in (1, 3):
+        np.testing.assert_array_equal(mod.ThreadedCopy(src, threads)(), src.reshape(-1))
+    assert mod.parse_shapes("4096x1024,32x32000") == [(4096, 1024), (32, 32000)]
+    with pytest.raises(Exception, match="not a list of shapes"):
+        mod.parse_shapes("4096by1024")
 
 
 # --------------------------------------------------- bad environment input
