@@ -338,6 +338,10 @@ def test_tour_section_reports_build_opcheck_and_ratio(built, tmp_path, capsys):
     assert cmp.cpu_ratio > 0
     out = capsys.readouterr().out
     assert "opcheck unsupported xla" in out and "tf.nn.softmax" in out and "×" in out
+    from tflab.runtime import runtime_config
+
+    assert cmp.tf_path == runtime_config().onednn_label and f"tf.nn.softmax ({cmp.tf_path})" in out
+    assert f"CPU kernel path: {rep['cpu_isa']}" in out
     assert f"median of 7 interleaved rounds of 4 calls after 2 warm-up calls each, {cmp.allocator} allocator" in out
 
 

@@ -42,7 +42,8 @@ def run(ctx) -> None:
     # warm-up calls first, then several calls per sample, interleaved rounds.
     cmp = compare_cpu(BENCH_SHAPE, rounds=ROUNDS)
     ctx.line(cmp.to_text())
-    ctx.line("  (benchmarks/bench_softmax.py: all issue-5 shapes, BFC allocator)")
+    ctx.line(f"  (the ratio is against tf.nn.softmax's {cmp.tf_path} kernel on this CPU only; "
+             "benchmarks/bench_softmax.py measures both TF paths, XLA and the copy roofline)")
     ctx.report["custom_op"] = {
         "build": res, "cpu_isa": ops.cpu_isa(), "opcheck": report, "opcheck_failed": failed,
         "bench_shape": list(BENCH_SHAPE), "bench": cmp, "warp_softmax_seconds": cmp.warp_seconds,
