@@ -111,6 +111,30 @@ def test_cuda_kernels_compile_for_sm80_and_sm90(built):
 
 
 @pytest.mark.skipif(not HAS_NVCC, reason="nvcc not installed: CPU-only build")
+def test_warp_kernels_are_instantiated_for_every_iters_bucket(built):
+    """DispatchIters (one template helper for the forward and backward warp kernels) instantiates
+    ITERS = 1, 2, 4, ... up to 1024 / (32 * VEC) for each dtype and vector width, and no more:
+    read from the host-side kernel stubs in the library's symbol table."""
+    import re
+
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm (binutils) not installed")
+    syms = subprocess.run([nm, "-C", built.so_path], capture_output=True, text=True).stdout
+    for kernel in ("SoftmaxWarpKernel", "GradWarpKernel"):
+        found = {tuple(map(int, m)) for m in
+                 re.findall(kernel + r"<\(tflab::WsDtype\)(\d), (\d+), (\d+)>", syms)}
+        want = set()
+        for dtype, vec in ((0, 4), (1, 8), (2, 8)):  # 16-byte packs: 4 floats, 8 halves
+            for v in (1, vec):
+                n = 1
+                while n <= 1024 // (32 * v):
+                    want.add((dtype, v, n))
+                    n *= 2
+        assert found == want, (kernel, sorted(found ^ want))
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc not installed: CPU-only build")
 def test_gpu_kernels_are_registered_for_every_dtype(built):
     """The OpKernel file compiled with GOOGLE_CUDA=1 registers DEVICE_GPU kernels."""
     from tensorflow.python.framework import kernels
