@@ -147,3 +147,26 @@ print("ISA", o.cpu_isa(), same)
 """
     out = _run("avx2", code)
     assert "ISA avx2+fma True" in out.stdout, out.stderr[-2000:]
+
+
+def test_planned_path_matches_the_loaded_library_and_the_rule(ops):
+    """`tflab env` names the path from the CPU flags (no library load); the library agrees."""
+    assert ops.planned_cpu_path() == ops.cpu_isa()
+    full = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq"}
+    assert ops.planned_cpu_path(full, {}) == "avx512"
+    assert ops.planned_cpu_path(full - {"avx512vl"}, {}) == "avx2+fma"
+    assert ops.planned_cpu_path({"sse4_2"}, {}) == "scalar"
+    assert ops.planned_cpu_path(full, {"TFLAB_WARP_SOFTMAX_ISA": "avx2"}) == "avx2+fma"
+    assert ops.planned_cpu_path(full, {"TFLAB_WARP_SOFTMAX_SCALAR": "1"}) == "scalar"
+    assert ops.planned_cpu_path({"avx2", "fma", "f16c"}, {"TFLAB_WARP_SOFTMAX_ISA": "avx512"}).startswith(
+        "invalid: TFLAB_WARP_SOFTMAX_ISA=avx512: this CPU lacks it")
+    assert ops.planned_cpu_path(full, {"TFLAB_WARP_SOFTMAX_ISA": "sse"}).startswith("invalid")
+
+
+def test_tflab_env_names_the_warp_softmax_path(ops, run_cli):
+    import json
+
+    code, out, _ = run_cli("env", "--json")
+    assert code == 0 and json.loads(out)["warp_softmax_cpu_path"] == ops.cpu_isa()
+    code, out, _ = run_cli("env")
+    assert code == 0 and f"WarpSoftmax CPU path: {ops.cpu_isa()}" in out

@@ -135,6 +135,49 @@ def cpu_isa() -> str:
     return _cdll(build_result().so_path).tflab_warp_softmax_cpu_isa().decode()
 
 
+_ISA_CPU_FLAGS = {"scalar": (), "avx2": ("avx2", "fma", "f16c"),
+                  "avx512": ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq")}
+_ISA_LABEL = {"scalar": "scalar", "avx2": "avx2+fma", "avx512": "avx512"}
+
+
+def planned_cpu_path(cpu_flags: set[str] | None = None, env: dict | None = None) -> str:
+    """The CPU path the library will take in a process, without building or loading it.
+
+    The C++ rule (warp_softmax_cpu.cc, ``Choice``) from the CPU flags the kernel lists in
+    /proc/cpuinfo (the same ones ``__builtin_cpu_supports`` tests) and the environment:
+    ``TFLAB_WARP_SOFTMAX_ISA`` if set and valid for this CPU, else the best path.
+    `tflab env` prints it; a test checks it against `cpu_isa` of the loaded library.
+
+    Args:
+        cpu_flags: CPU flags (default: read from /proc/cpuinfo; empty where it is missing).
+        env: environment (default: os.environ).
+
+    Returns:
+        "avx512", "avx2+fma", "scalar", or "invalid: <the loader's error>" for a bad request.
+    """
+    env = os.environ if env is None else env
+    if cpu_flags is None:
+        cpu_flags = set()
+        try:
+            with open("/proc/cpuinfo") as f:
+                for line in f:
+                    if line.startswith("flags"):
+                        cpu_flags = set(line.split(":", 1)[1].split())
+                        break
+        except OSError:
+            pass
+    has = {isa: all(fl in cpu_flags for fl in flags) for isa, flags in _ISA_CPU_FLAGS.items()}
+    req = env.get("TFLAB_WARP_SOFTMAX_ISA") or ("scalar" if env.get("TFLAB_WARP_SOFTMAX_SCALAR") is not None
+                                                else "")
+    if req:
+        if req not in ISAS:
+            return f"invalid: TFLAB_WARP_SOFTMAX_ISA={req} is not a CPU path"
+        if not has[req]:
+            return f"invalid: TFLAB_WARP_SOFTMAX_ISA={req}: this CPU lacks it"
+        return _ISA_LABEL[req]
+    return _ISA_LABEL["avx512" if has["avx512"] else "avx2" if has["avx2"] else "scalar"]
+
+
 def cpu_has(isa: str) -> bool:
     """Whether this CPU can run path ``isa`` ("scalar", "avx2" or "avx512")."""
     return bool(_cdll(build_result().so_path).tflab_warp_softmax_cpu_has(ISAS.index(isa)))
