@@ -44,8 +44,10 @@ def main() -> None:
     from ai_edge_litert.interpreter import Interpreter
 
     from tflab.litert import QUANTIZATIONS, convert
+    from tflab.runtime import runtime_config
     from tflab.tour import build_default_model
 
+    print(f"configuration: {runtime_config().one_line()}")  # what the numbers below ran on
     model = build_default_model()
     rng = np.random.default_rng(0)
     x = rng.uniform(0, 255, (1, 96, 96, 3)).astype(np.float32)

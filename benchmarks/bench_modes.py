@@ -39,7 +39,10 @@ def main() -> None:
     import tensorflow as tf
 
     from tflab._progress import Progress
+    from tflab.runtime import runtime_config
     from tflab.tour import build_default_model, make_train_step
+
+    print(f"configuration: {runtime_config().one_line()}")  # what the numbers below ran on
 
     progress = Progress("bench_modes", total=5)
     progress("building MobileNetV3Small")

@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     import tensorflow as tf
 
     from tflab.retrace import RetraceProbe
+    from tflab.runtime import runtime_config
+
+    print(f"configuration: {runtime_config().one_line()}")  # what the numbers below ran on
 
     offset = 1.0
 

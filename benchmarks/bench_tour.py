@@ -30,6 +30,8 @@ def main() -> int:
         return proc.returncode
     report = json.load(open(os.path.join(out, "report.json")))
     print(f"tflab tour on {os.cpu_count()} cores")
+    if report.get("config"):  # the tour's own record of what it ran on
+        print(f"configuration: {report['config']['one_line']}")
     for name, secs in report.get("section_seconds", {}).items():
         print(f"  {name:16s} {secs:7.1f} s")
     print(f"  process wall     {wall:7.1f} s  (includes TF import and model build)")

@@ -110,6 +110,8 @@ class OpcheckReport:
         xla_fallback: what to call under jit_compile=True, e.g. "tf.nn.softmax".
         cpu_path: the CPU kernel's code path in this process (``op.cpu_path()``, e.g.
             "avx512", "avx2+fma" or "scalar" for `warp_softmax`), or None.
+        config: `tflab.runtime_config()` as a dict: the CPU ISA and TF CPU path
+            (oneDNN or Eigen) the reference ran on.
     """
 
     op: str
@@ -118,6 +120,7 @@ class OpcheckReport:
     checks: tuple[Check, ...]
     xla_fallback: str
     cpu_path: str | None = None
+    config: dict = dataclasses.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -136,13 +139,20 @@ class OpcheckReport:
         summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
         path = f"; CPU kernel path {self.cpu_path}" if self.cpu_path else ""
         return f"OpcheckReport({self.op} {', '.join(self.inputs)}: {summary}{path})\n" + "\n".join(
-            f"  {c.status:<11} {c.name:<17} {c.detail}" for c in self.checks)
+            f"  {c.status:<11} {c.name:<17} {c.detail}" for c in self.checks) + (
+            f"\n  measured on: {self.config['one_line']}" if self.config.get("one_line") else "")
 
     def to_text(self) -> str:
         return repr(self)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def _runtime_config_dict() -> dict:
+    from tflab.runtime import runtime_config
+
+    return runtime_config().to_dict()
 
 
 def _describe(t: tf.Tensor) -> str:
@@ -352,7 +362,8 @@ def opcheck(op: Callable[..., tf.Tensor], *args: Any, **kwargs: Any) -> OpcheckR
     report = OpcheckReport(op=op_type, inputs=tuple(_describe(t) for t in inputs),
                            kwargs=tuple(f"{k}={v!r}" for k, v in kwargs.items()),
                            checks=tuple(checks), xla_fallback=fallback,
-                           cpu_path=op.cpu_path() if callable(getattr(op, "cpu_path", None)) else None)
+                           cpu_path=op.cpu_path() if callable(getattr(op, "cpu_path", None)) else None,
+                           config=_runtime_config_dict())
     if not report.ok:
         raise OpcheckError(report)
     return report

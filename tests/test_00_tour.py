@@ -20,6 +20,13 @@ def test_tour_tracing_sections_on_a_user_model(small_keras_file, tmp_path):
                       only=["s01_trace", "s02_retrace", "s04_stabilize"])
     saved = json.loads((out / "report.json").read_text())
     assert saved["model"] == str(small_keras_file)
+    # The configuration every number was measured on (issue 8): TF CPU path and why.
+    from tflab.runtime import runtime_config
+
+    cfg = runtime_config()
+    assert (saved["config"]["onednn_enabled"], saved["config"]["onednn_reason"]) == (
+        cfg.onednn_enabled, cfg.onednn_reason)
+    assert saved["config"]["tf_version"] == cfg.tf_version
     # Step 1: Conv2D kernel+bias and Dense kernel+bias are the captured variables.
     assert saved["trace"]["variables"] == 4
     assert saved["trace"]["op_counts"]["Conv2D"] == 1
@@ -38,6 +45,15 @@ def test_tour_tracing_sections_on_a_user_model(small_keras_file, tmp_path):
                      only=["s04_stabilize"])
     assert (alone["stabilize"]["train_step"]["first_call_traces"],
             alone["stabilize"]["train_step"]["traces"]) == (2, 2)
+
+
+def test_tour_prints_its_configuration_first(small_keras_file, tmp_path, capsys):
+    from tflab.runtime import runtime_config
+    from tflab.tour import run_tour
+
+    run_tour(model_path=str(small_keras_file), out_dir=str(tmp_path / "t"), only=[])
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == f"configuration: {runtime_config().one_line()}"
 
 
 @pytest.mark.parametrize("model, message", [

@@ -77,8 +77,13 @@ def test_float_variant_within_reordering_bound(dense64):
         assert out.max_abs_error <= out.bound, name
         # A rounding-level bound, not a loose tolerance: K=64 sums, u = 2^-24.
         assert out.bound < 1e-4, name
-        assert out.max_ulp < 2000, name
+        # No ULP count is asserted: TF's MatMul (oneDNN or Eigen, by CPU) and
+        # XNNPACK sum in different orders, and near-zero outputs turn the same
+        # absolute error into any number of ULP (README, "Configurations").
     assert "Higham" in flt.explanation and "XNNPACK" in flt.explanation
+    # The TF reference ran on one CPU path (oneDNN or Eigen): the check says which.
+    assert isinstance(flt.config["onednn_enabled"], bool) and flt.config["tf_version"].startswith("2.21")
+    assert flt.to_text().splitlines()[-1] == f"  measured on: {flt.config['one_line']}"
 
 
 def test_bounds_are_not_vacuous(dense64):

@@ -10,6 +10,7 @@ Public names (imported lazily, since importing TensorFlow takes seconds):
 * step 6 `compare_modes` → `ModeComparison` (tflab/modes.py)
 * step 7 `save_and_reload` → `SavedModelCheck` (tflab/saved_model.py)
 * step 8 `tflite_roundtrip` → `TFLiteCheck` (tflab/litert.py)
+* `runtime_config` → `RuntimeConfig`: what a measurement ran on (tflab/runtime.py)
 """
 
 from __future__ import annotations

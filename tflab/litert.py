@@ -167,6 +167,8 @@ class TFLiteCheck:
         notes: other measured facts worth reading (constant outputs, float weights kept).
         convert_seconds: wall time of the conversion, seconds (None when not converted here).
         worst_output: the output with the largest ``|Δ|/bound`` (None when not run).
+        config: `tflab.runtime_config()` as a dict: the TF build, CPU ISA and
+            TF CPU kernel path (oneDNN or Eigen) the TF reference ran on.
     """
 
     quantization: str
@@ -188,6 +190,7 @@ class TFLiteCheck:
     notes: tuple[str, ...] = ()
     convert_seconds: float | None = None
     worst_output: str | None = None
+    config: dict = dataclasses.field(default_factory=dict)
 
     def __repr__(self) -> str:
         err = "n/a" if self.max_abs_error is None else f"{self.max_abs_error:.3g}"
@@ -218,6 +221,8 @@ class TFLiteCheck:
                          f"{'ok' if o.within_bound else 'EXCEEDED'}{am}")
         lines.append(f"  why: {self.explanation}")
         lines += [f"  note: {n}" for n in self.notes]
+        if self.config.get("one_line"):
+            lines.append(f"  measured on: {self.config['one_line']}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
@@ -225,6 +230,12 @@ class TFLiteCheck:
         d["outputs"] = {k: dict(dataclasses.asdict(o), within_bound=o.within_bound)
                         for k, o in self.outputs.items()}
         return d
+
+
+def _runtime_config_dict() -> dict:
+    from tflab.runtime import runtime_config
+
+    return runtime_config().to_dict()
 
 
 # -------------------------------------------------------------------- conversion
@@ -812,7 +823,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
     float_w = stats.weights.get("float32", [0, 0])
     base = dict(op_counts=stats.op_counts, flex_ops=stats.flex_ops, custom_ops=stats.custom_ops,
                 tensor_dtypes=stats.tensor_dtypes, weights=stats.weights, size_bytes=len(model),
-                size_ratio=size_ratio, convert_seconds=convert_seconds)
+                size_ratio=size_ratio, convert_seconds=convert_seconds, config=_runtime_config_dict())
     if quantization == "dynamic" and not dyn_quantized:
         notes.append(f"no weight tensor was quantized: dynamic-range quantization only quantizes weight "
                      f"tensors of at least {MIN_WEIGHT_ELEMENTS} elements, so all {float_w[0]} weight "

@@ -167,6 +167,8 @@ class ModeComparison:
         variables_restored: names of the variables the function touches
             (trainable or not) that were saved before the comparison and put
             back before each mode's first call and at the end.
+        config: `tflab.runtime_config()` as a dict: the TF CPU kernel path
+            (oneDNN or Eigen) and CPU ISA the numbers were measured on.
     """
 
     function: str
@@ -182,6 +184,7 @@ class ModeComparison:
     findings: tuple[str, ...]
     output_names: tuple[str, ...] = ()
     variables_restored: tuple[str, ...] = ()
+    config: dict = dataclasses.field(default_factory=dict)
 
     def __repr__(self) -> str:
         parts = []
@@ -226,6 +229,8 @@ class ModeComparison:
                  f"gradients wrt {len(self.gradient_names)} source(s)"
                  + (f"; restored {len(self.variables_restored)} variable(s) before each mode"
                     if self.variables_restored else "")]
+        if self.config.get("one_line"):
+            lines.append(f"measured on: {self.config['one_line']}")
         lines += ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
                   + (f"  {r[6]}" if r[6] else "") for r in rows]
         lines.append(f"ULP columns: elements with |value| > atol {self.atol:g}"
@@ -683,7 +688,13 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
                           gradient_names=grad_names, hlo=hlo_text, hlo_stages=stages,
                           fusion_count=fusions, fusion_kinds=kinds, ulp_bound=ulp_bound,
                           atol=atol, findings=tuple(findings), output_names=tuple(output_names),
-                          variables_restored=saved.names())
+                          variables_restored=saved.names(), config=_runtime_config_dict())
+
+
+def _runtime_config_dict() -> dict:
+    from tflab.runtime import runtime_config
+
+    return runtime_config().to_dict()
 
 
 def _as_tensor(value):

@@ -51,10 +51,14 @@ class RetracingDemo:
     Attributes:
         tf_version: ``tf.__version__`` the numbers were measured on.
         results: one `TriggerResult` per trigger, in lab order.
+        config: `tflab.runtime_config()` as a dict. The trace counts are the
+            same on every configuration (tracing is Python-side); it is
+            recorded so the report says what it ran on.
     """
 
     tf_version: str
     results: tuple[TriggerResult, ...]
+    config: dict = dataclasses.field(default_factory=dict)
 
     def __getitem__(self, trigger: str) -> TriggerResult:
         for r in self.results:
@@ -80,12 +84,14 @@ class RetracingDemo:
                     lines.append(f"{'':<{w}}          observed: {r.observed}")
                 if r.observed_after:
                     lines.append(f"{'':<{w}}          after prevention: {r.observed_after}")
+        if not compact and self.config.get("one_line"):
+            lines.append(f"measured on: {self.config['one_line']}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
         """JSON-ready dict."""
         return {"tf_version": self.tf_version,
-                "results": [dataclasses.asdict(r) for r in self.results]}
+                "results": [dataclasses.asdict(r) for r in self.results], "config": self.config}
 
     def __repr__(self) -> str:
         body = ", ".join(f"{r.trigger}: {r.traces}->{r.traces_after}" for r in self.results)
@@ -297,4 +303,7 @@ def demonstrate_retracing() -> RetracingDemo:
     with _quiet_frequent_retracing_warning():
         results = (_new_shape(tf), _new_dtype(tf), _python_value(tf), _closure(tf),
                    _variable_first_call(tf), _variable_later_call(tf))
-    return RetracingDemo(tf_version=tf.__version__, results=results)
+    from tflab.runtime import runtime_config
+
+    return RetracingDemo(tf_version=tf.__version__, results=results,
+                         config=runtime_config().to_dict())

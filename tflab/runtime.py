@@ -375,6 +375,9 @@ def runtime_config() -> RuntimeConfig:
     Returns:
         A frozen `RuntimeConfig`; ``.one_line()``, ``.to_text()``, ``.to_dict()``.
 
+    Raises:
+        ImportError: TensorFlow is not installed.
+
     Example:
         >>> cfg = tflab.runtime_config()
         >>> cfg.onednn_enabled, cfg.onednn_reason

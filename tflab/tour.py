@@ -264,6 +264,12 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     report: dict = {"model": model_path or "MobileNetV3Small(weights=None, input_shape=(96, 96, 3), classes=10)"}
+    from tflab.runtime import runtime_config
+
+    config = runtime_config()  # what every number below was measured on (issue 8)
+    report["config"] = config.to_dict()
+    if not quiet:
+        print(f"configuration: {config.one_line()}")
     ctx = TourContext(model=model, model_source=model_path or "default", out_dir=out,
                       report=report, progress_line=progress, quiet=quiet)
     t0 = time.perf_counter()

@@ -34,7 +34,8 @@ def run(ctx) -> None:
               "xla_vs_graph": fwd.speed_ratio("graph", "xla")}
     ctx.line("per call: " + ", ".join(
         f"{k.replace('_vs_', ' vs ')} {v:.2f}×" for k, v in ratios.items() if v is not None)
-        + f" (eager {fwd.modes['eager'].median_seconds * 1e3:.0f} ms)")
+        + f" (eager {fwd.modes['eager'].median_seconds * 1e3:.0f} ms; eager and graph run TF's "
+        + ("oneDNN" if fwd.config.get("onednn_enabled") else "Eigen") + " CPU kernels)")
     if fwd.fusion_count is not None:
         ctx.line(f"XLA optimized HLO: {fwd.fusion_count} fusions "
                  f"({', '.join(f'{k} {v}' for k, v in sorted(fwd.fusion_kinds.items()))})")
@@ -75,6 +76,7 @@ def run(ctx) -> None:
         "gradients": grad.to_dict(),
         "gradients_grappler_off_max_ulp": None if plain is None or plain.error else plain.max_ulp.gradients,
         "speed": ratios,
+        "tf_cpu_kernels": "oneDNN" if fwd.config.get("onednn_enabled") else "Eigen",
         "fusion_count": fwd.fusion_count,
     }
 

@@ -42,11 +42,22 @@ def run(ctx) -> None:
     # warm-up calls first, then several calls per sample, interleaved rounds.
     cmp = compare_cpu(BENCH_SHAPE, rounds=ROUNDS)
     ctx.line(cmp.to_text())
-    ctx.line(f"  (the ratio is against tf.nn.softmax's {cmp.tf_path} kernel on this CPU only; "
-             "benchmarks/bench_softmax.py measures both TF paths, XLA and the copy roofline)")
+    # A speed ratio names its baseline: tf.nn.softmax runs oneDNN's kernel or
+    # Eigen's depending on the CPU and TF_ENABLE_ONEDNN_OPTS (3-8x apart, see
+    # README "Measured values by configuration"); the ratio holds for this path only.
+    config = ctx.report.get("config")
+    if not config:  # a section run on its own
+        from tflab.runtime import runtime_config
+
+        config = runtime_config().to_dict()
+    baseline = "oneDNN" if config.get("onednn_enabled") else "Eigen"
+    ctx.line(f"  baseline: tf.nn.softmax on TF's {baseline} CPU path "
+             f"({config['onednn_reason']})")
+    ctx.line("  (the ratio holds against that kernel on this CPU only; benchmarks/bench_softmax.py "
+             "measures both TF paths, XLA and the copy roofline)")
     ctx.report["custom_op"] = {
         "build": res, "cpu_isa": ops.cpu_isa(), "opcheck": report, "opcheck_failed": failed,
         "bench_shape": list(BENCH_SHAPE), "bench": cmp, "warp_softmax_seconds": cmp.warp_seconds,
         "tf_softmax_seconds": cmp.tf_seconds, "speedup_vs_tf_softmax": cmp.wall_ratio,
-        "cpu_time_ratio": cmp.cpu_ratio,
+        "cpu_time_ratio": cmp.cpu_ratio, "baseline": f"tf.nn.softmax ({baseline})",
     }
