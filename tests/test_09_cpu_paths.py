@@ -133,20 +133,41 @@ except UsageError as e:
                      "or unset it to take the best path this CPU has"], out.stderr[-2000:]
 
 
-def test_isa_variable_forces_the_path_the_op_and_report_name(ops):
-    """TFLAB_WARP_SOFTMAX_ISA=avx2 on any CPU with AVX2 (all x86-64 CPUs TF 2.21 targets in
-    practice; else skipped): the op reports avx2+fma and gives the avx2 path's bits."""
+def test_isa_variable_forces_the_path_the_op_and_report_name(ops, tmp_path):
+    """TFLAB_WARP_SOFTMAX_ISA=avx2 on any CPU with AVX2 (else skipped): the op reports avx2+fma and
+    gives the avx2 path's bits, for float32, float16 and bfloat16 (the 16-bit loads, tails and
+    rounding of the AVX2 path run only there when this CPU has AVX-512). Where this process runs the
+    AVX-512 path, its outputs must be the same bits (same arithmetic, same rounding)."""
+    import tensorflow as tf
+
+    from custom_ops.opcheck import compare
+
     _need(ops, "avx2")
-    code = """
+    out = tmp_path / "avx2.npz"
+    code = f"""
 import numpy as np, tensorflow as tf
 from custom_ops import warp_softmax
 from custom_ops.python.ops import warp_softmax_ops as o
-x = np.random.default_rng(1).normal(size=(64, 1000)).astype(np.float32)
+x = np.random.default_rng(1).normal(size=(64, 1000)).astype(np.float32) * 4
 same = np.array_equal(warp_softmax(tf.constant(x)).numpy(), o.softmax_rows_with_isa(x, "avx2"))
+res = {{d: tf.cast(warp_softmax(tf.cast(x[:, :37 + i], d)), tf.float32).numpy()
+        for i, d in enumerate(("float32", "float16", "bfloat16"))}}
+np.savez({str(out)!r}, **res)
 print("ISA", o.cpu_isa(), same)
 """
-    out = _run("avx2", code)
-    assert "ISA avx2+fma True" in out.stdout, out.stderr[-2000:]
+    proc = _run("avx2", code)
+    assert "ISA avx2+fma True" in proc.stdout, proc.stderr[-2000:]
+    x = (np.random.default_rng(1).normal(size=(64, 1000)).astype(np.float32) * 4)
+    from custom_ops import warp_softmax
+
+    got = np.load(out)
+    for i, d in enumerate(("float32", "float16", "bfloat16")):
+        xd = tf.cast(x[:, :37 + i], d)
+        ref = ieee_softmax(tf.cast(xd, tf.float32).numpy())
+        ok, _, _, detail = compare(got[d], ref, tf.as_dtype(d))
+        assert ok, (d, detail)
+        if ops.cpu_isa() == "avx512":
+            np.testing.assert_array_equal(got[d], tf.cast(warp_softmax(xd), tf.float32).numpy(), err_msg=d)
 
 
 def test_planned_path_matches_the_loaded_library_and_the_rule(ops):
