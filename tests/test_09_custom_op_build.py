@@ -394,6 +394,32 @@ def test_benchmark_and_tour_share_one_timing_function(built, monkeypatch, capsys
     assert "WarpSoftmax CPU path" in out and "oneDNN" in out and "allocator" in out  # config line
 
 
+def test_benchmark_gpu_mode_runs_its_candidates_on_the_cpu(built, monkeypatch, capsys):
+    """The GPU benchmark's code path (never run on a GPU here) checked on the CPU: the copy, both
+    softmaxes and XLA's, 8 softmaxes per tf.function call, and the goal lines."""
+    import importlib.util
+
+    from custom_ops import bench
+
+    seen = []
+
+    def fake(fns, rounds, inner, sync=lambda: None, warmup=2):
+        seen.append(sorted(fns))
+        for fn in fns.values():
+            fn()  # each candidate really runs once
+        return {k: 1e-3 for k in fns}, {k: 1e-3 for k in fns}
+
+    monkeypatch.setattr(bench, "time_interleaved", fake)
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_softmax.py"
+    spec = importlib.util.spec_from_file_location("bench_softmax_gpu", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--gpu-path-on-cpu", "--rounds", "1"]) == 0
+    assert seen == [["d2d_copy", "tf.nn.softmax", "warp_softmax", "xla_softmax"]] * 2
+    out = capsys.readouterr().out
+    assert out.count("of D2D copy") == 2 and "goal >= 85%" in out and "WarpSoftmax CPU path" in out
+
+
 def test_benchmark_threaded_copy_copies_every_byte():
     import importlib.util
 
