@@ -145,6 +145,19 @@ def test_tf_softmax_special_row_depends_on_the_cpu_path_ours_does_not(ws, bad):
         assert np.isnan(tf.function(ws)(x).numpy()).all()
 
 
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16], ids=lambda d: d.name)
+@pytest.mark.parametrize("n", [7, 40, 70000], ids=lambda n: f"n{n}")
+def test_s2_special_rows_in_16bit_dtypes(ws, dtype, n):
+    """NaN rows survive the 16-bit stores (NaN stays NaN, quiet bit set) on every row length:
+    vector tail only, body + masked tail, and the online pass."""
+    x = np.tile(np.linspace(-2, 2, n, dtype=np.float32), (5, 1))
+    x[0, n // 2], x[1, -1], x[2, :], x[3, : n - 3] = INF, NAN, -INF, -INF
+    y = tf.cast(ws(tf.cast(tf.constant(x), dtype)), tf.float32).numpy()
+    ref = ieee_softmax(tf.cast(tf.cast(x, dtype), tf.float32).numpy())
+    assert np.isnan(y[:3]).all() and not np.isnan(y[3:]).any()
+    assert_matches(y, ref, dtype)
+
+
 def test_s2_all_equal_row_is_uniform(ws):
     for n in (1, 33, 4097):
         y = ws(tf.fill([2, n], 7.5)).numpy()
