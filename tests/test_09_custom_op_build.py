@@ -389,7 +389,8 @@ def test_benchmark_and_tour_share_one_timing_function(built, monkeypatch, capsys
     with pytest.raises(Reached) as e:
         mod.main(["--child", "--rounds", "3", "--shapes", "4096x1024"])  # one configuration's run
     # The copy roofline, TF's softmax, XLA's and ours, interleaved; (4096, 1024): 2e7 // 4M calls.
-    assert e.value.args == (["copy", "tf.nn.softmax", "warp_softmax", "xla_softmax"], 3, 4)
+    assert e.value.args == (["copy_1thread", "copy_threads", "tf.nn.softmax", "warp_softmax", "xla_softmax"],
+                            3, 4)
     out = capsys.readouterr().out
     assert "WarpSoftmax CPU path" in out and "oneDNN" in out and "allocator" in out  # config line
 
