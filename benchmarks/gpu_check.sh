@@ -6,9 +6,12 @@
 #   4. the GPU benchmark: 32768x1024 and 32768x4096 fp32 against device-to-device
 #      copy bandwidth, tf.nn.softmax and jit_compile tf.nn.softmax, printing the ratios
 #      (goals: >= 85% of copy bandwidth, >= 2x tf.nn.softmax, >= 1x XLA).
-# A few minutes in all. Exit status: non-zero when a step fails.
+# A few minutes in all. Every step runs even when an earlier one fails, so one run prints
+# everything; the exit status is the number of failed steps (0: all passed).
 # Usage: benchmarks/gpu_check.sh   (PYTHON=... to pick the interpreter)
-set -euo pipefail
+set -uo pipefail
+failed=0
+step() { echo "== $1"; shift; "$@" || { echo "!! step failed (exit $?)"; failed=$((failed + 1)); }; }
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-}"
 if [ -z "$PY" ]; then
@@ -23,11 +26,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ||
 command -v nvcc >/dev/null && nvcc --version | grep release || echo "nvcc missing: the build will be CPU-only and step 4 will stop"
 "$PY" -c "import tensorflow as tf; print('TF', tf.__version__, 'GPUs:', tf.config.list_physical_devices('GPU'))"
 
-echo "== 1. build"
-time "$PY" -m custom_ops.build
+step "1. build" "$PY" -m custom_ops.build
 
 echo "== 2. opcheck on GPU"
-"$PY" - <<'PY'
+"$PY" - <<'PY' || { echo "!! step failed"; failed=$((failed + 1)); }
 import tensorflow as tf
 from custom_ops import opcheck, warp_softmax
 assert tf.config.list_physical_devices("GPU"), "TensorFlow sees no GPU"
@@ -41,8 +43,8 @@ for shape, dtype in [((4, 37), tf.float32), ((64, 1000), tf.float32), ((8, 4096)
     assert g.status == "pass", g
 PY
 
-echo "== 3. GPU tests"
-"$PY" -m pytest -q -m gpu tests/test_09_custom_op_build.py
+step "3. GPU tests" "$PY" -m pytest -q -m gpu tests/test_09_custom_op_build.py
 
-echo "== 4. benchmark"
-"$PY" benchmarks/bench_softmax.py --device gpu
+step "4. benchmark" "$PY" benchmarks/bench_softmax.py --device gpu
+echo "== done: $failed step(s) failed"
+exit "$failed"

@@ -63,10 +63,14 @@ def time_interleaved(fns: dict[str, Callable[[], object]], rounds: int, inner: i
 
 
 def allocator_name() -> str:
-    """TF's CPU allocator in this process: "BFC" when ``TF_CPU_ALLOCATOR_USE_BFC=true``
-    was set before TF made its first CPU allocation, else "malloc" (TF's default;
-    tensorflow/core/common_runtime/process_state.cc reads the variable once)."""
-    return "BFC" if os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", "").lower() in ("true", "1") else "malloc"
+    """TF's CPU allocator in this process: "BFC" when ``TF_CPU_ALLOCATOR_USE_BFC`` was true
+    before TF made its first CPU allocation; otherwise TF's default, "MklCPUAllocator" with
+    oneDNN on (a BFC allocator for large blocks) or "DefaultCPUAllocator (malloc)" with it off
+    (`tflab.runtime_config`; tensorflow/core/common_runtime/process_state.cc reads the variable
+    once)."""
+    from tflab.runtime import runtime_config
+
+    return runtime_config().cpu_allocator
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,9 +83,11 @@ class CpuComparison:
         wall_ratio: tf_seconds / warp_seconds (throughput ratio; > 1 means warp_softmax is faster).
         cpu_ratio: the same ratio in process CPU seconds (work done, steadier under load).
         rounds / inner / warmup: the timing protocol.
-        allocator: TF's CPU allocator in this process, "BFC" or "malloc".
+        allocator: TF's CPU allocator in this process (`allocator_name`).
         load_avg: the 1-minute load average before timing (other jobs on the machine).
         threads: TF's intra-op threads (0: TF's default, one per core).
+        tf_path: which tf.nn.softmax kernel is the baseline: "oneDNN on" or "Eigen (oneDNN off)"
+            (`tflab.runtime_config`); the ratio is against that one only.
     """
 
     shape: tuple[int, ...]
@@ -95,6 +101,7 @@ class CpuComparison:
     allocator: str
     load_avg: float
     threads: int
+    tf_path: str = ""
 
     def __repr__(self) -> str:
         return (f"CpuComparison({self.shape}: warp_softmax {self.warp_seconds * 1e3:.2f} ms, "
@@ -103,7 +110,7 @@ class CpuComparison:
 
     def to_text(self) -> str:
         return (f"CPU {self.shape} float32: warp_softmax {self.warp_seconds * 1e3:.1f} ms, "
-                f"tf.nn.softmax {self.tf_seconds * 1e3:.1f} ms → {self.wall_ratio:.2f}× "
+                f"tf.nn.softmax ({self.tf_path}) {self.tf_seconds * 1e3:.1f} ms → {self.wall_ratio:.2f}× "
                 f"(CPU-time ratio {self.cpu_ratio:.2f}×; median of {self.rounds} interleaved rounds "
                 f"of {self.inner} calls after {self.warmup} warm-up calls each, {self.allocator} "
                 f"allocator, load avg {self.load_avg:.1f})")
@@ -130,6 +137,7 @@ def compare_cpu(shape: tuple[int, ...], rounds: int = 7, warmup: int = 2) -> Cpu
     import tensorflow as tf
 
     from custom_ops.python.ops.warp_softmax_ops import warp_softmax
+    from tflab.runtime import runtime_config
 
     with tf.device("/CPU:0"):
         x = tf.random.stateless_normal(shape, seed=[0, 1], dtype=tf.float32)
@@ -142,4 +150,5 @@ def compare_cpu(shape: tuple[int, ...], rounds: int = 7, warmup: int = 2) -> Cpu
         wall_ratio=wall["tf.nn.softmax"] / wall["warp_softmax"],
         cpu_ratio=cpu["tf.nn.softmax"] / cpu["warp_softmax"], rounds=rounds, inner=inner,
         warmup=warmup, allocator=allocator_name(), load_avg=load,
-        threads=tf.config.threading.get_intra_op_parallelism_threads())
+        threads=tf.config.threading.get_intra_op_parallelism_threads(),
+        tf_path=runtime_config().onednn_label)

@@ -9,7 +9,11 @@ custom op's schema, its kernels and the TF machinery around them:
   false), with the exact input shape, and with unknown rank.
 * **cpu_vs_reference**: the CPU kernel against the op's reference
   (``op.reference``, `tf.nn.softmax` for `warp_softmax`), within the bound
-  for the dtype (`TOLERANCES`), NaN where the reference has NaN.
+  for the dtype (`TOLERANCES`), NaN where the reference has NaN. For an op
+  with ``op.ieee_specials = True`` (`warp_softmax`), slices holding NaN,
+  +inf or only -inf are compared with the IEEE formula instead (all NaN,
+  `ieee_softmax`), since tf.nn.softmax's oneDNN CPU kernel gives other values
+  there; the detail line says what the reference op gave.
 * **gpu_vs_cpu**: the GPU kernel against the CPU kernel (skipped without GPU).
 * **gradient**: `tf.test.compute_gradient` (theoretical vs finite
   differences, float32) and the registered gradient against the reference's
@@ -42,7 +46,11 @@ import tensorflow as tf
 # * float32: ours and tf.nn.softmax subtract the same max (same rounding),
 #   then differ by each one's exp (1-2 ULP) and the order of the row sum
 #   (grows with row length): measured < 1e-6 relative; the bound is 2^-18.
-#   atol covers outputs near FLT_MIN that one side flushes to zero.
+#   atol covers outputs near FLT_MIN that one side flushes to zero: ours (and
+#   Eigen, TF runs kernels with flush-to-zero) flush below FLT_MIN = 2^-126,
+#   TF's oneDNN softmax below 2^-125 (measured on TF 2.21: a softmax output of
+#   2^-126 comes out 0, one of 2^-125 is kept; its exp seemingly builds
+#   2^(n-1) then doubles). atol = 2^-124 is twice the larger threshold.
 # * float16/bfloat16: the reference is tf.nn.softmax on the input cast to
 #   float32 (we compute in float32 and round once); the bound is one unit
 #   roundoff 2^-p of the storage type, doubled for the float32 error, plus
@@ -50,9 +58,9 @@ import tensorflow as tf
 #   16-bit intermediates and is much further from the true softmax; opcheck
 #   reports that distance too.
 TOLERANCES = {
-    tf.float32: (2.0 ** -18, 2e-38),
+    tf.float32: (2.0 ** -18, 2.0 ** -124),
     tf.float16: (2.0 ** -10, 2.0 ** -24),
-    tf.bfloat16: (2.0 ** -7, 2e-38),
+    tf.bfloat16: (2.0 ** -7, 2.0 ** -124),
 }
 GRAD_FD_BOUND = 1e-3      # finite differences in float32 (case S4)
 GRAD_REF_BOUND = 1e-6     # analytic gradient vs the reference's (case S4)
@@ -100,6 +108,8 @@ class OpcheckReport:
         kwargs: the keyword arguments passed to the op (repr strings).
         checks: the `Check` results, in the order run.
         xla_fallback: what to call under jit_compile=True, e.g. "tf.nn.softmax".
+        cpu_path: the CPU kernel's code path in this process (``op.cpu_path()``, e.g.
+            "avx512", "avx2+fma" or "scalar" for `warp_softmax`), or None.
         config: `tflab.runtime_config()` as a dict: the CPU ISA and TF CPU path
             (oneDNN or Eigen) the reference ran on.
     """
@@ -109,6 +119,7 @@ class OpcheckReport:
     kwargs: tuple[str, ...]
     checks: tuple[Check, ...]
     xla_fallback: str
+    cpu_path: str | None = None
     config: dict = dataclasses.field(default_factory=dict)
 
     @property
@@ -126,7 +137,8 @@ class OpcheckReport:
         counts = {s: sum(c.status == s for c in self.checks)
                   for s in ("pass", "fail", "skip", "unsupported")}
         summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-        return f"OpcheckReport({self.op} {', '.join(self.inputs)}: {summary})\n" + "\n".join(
+        path = f"; CPU kernel path {self.cpu_path}" if self.cpu_path else ""
+        return f"OpcheckReport({self.op} {', '.join(self.inputs)}: {summary}{path})\n" + "\n".join(
             f"  {c.status:<11} {c.name:<17} {c.detail}" for c in self.checks) + (
             f"\n  measured on: {self.config['one_line']}" if self.config.get("one_line") else "")
 
@@ -178,6 +190,56 @@ def compare(ours: np.ndarray, ref: np.ndarray, dtype: tf.DType) -> tuple[bool, f
                                   f"{int(nan_b.sum())} NaN as in the reference)")
 
 
+def ieee_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """The IEEE formula exp(x - max) / sum(exp(x - max)), in float64 after a float32 ``x - max``.
+
+    This is the special-value reference (case S2 of shared/cases/softmax.md): a
+    slice holding NaN or +inf (inf - inf = NaN), or only -inf (-inf - -inf =
+    NaN), is all NaN. TF's Eigen CPU kernel (tensorflow/core/kernels/
+    softmax_op_functor.h), its GPU kernel and XLA compute this formula, so they
+    give all NaN; TF's oneDNN CPU kernel (on by default on CPUs with AVX-512
+    VNNI/BF16 or AMX) gives ``[0, NaN, 0, 0]`` for ``[1, +inf, 2, 0]`` instead,
+    which is why special rows are never compared against `tf.nn.softmax`.
+    ``x - max`` is rounded to float32 as every float32 kernel rounds it; exp and
+    the sum run in float64, so the result is the float32 kernels' answer
+    without their exp or summation error.
+
+    Args:
+        x: float array (any float dtype; 16-bit values are widened exactly).
+        axis: the axis to normalize.
+
+    Returns:
+        float32 array of x's shape.
+    """
+    x32 = np.asarray(x, np.float32)
+    with np.errstate(invalid="ignore", over="ignore", under="ignore"):
+        # np.max propagates NaN, as the formula does.
+        d = (x32 - np.max(x32, axis=axis, keepdims=True)).astype(np.float64)
+        e = np.exp(d)
+        return (e / np.sum(e, axis=axis, keepdims=True)).astype(np.float32)
+
+
+def special_slices(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Boolean mask of x's shape: True on every element of a slice along ``axis`` that holds
+    NaN or +inf, or only -inf (the slices the IEEE formula makes all NaN)."""
+    x32 = np.asarray(x, np.float32)
+    if x32.size == 0:
+        return np.zeros(x32.shape, bool)
+    bad = np.any(np.isnan(x32) | (x32 == np.inf), axis=axis, keepdims=True)
+    bad |= np.all(x32 == -np.inf, axis=axis, keepdims=True)
+    return np.broadcast_to(bad, x32.shape)
+
+
+def reference_with_ieee_specials(ref: np.ndarray, x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """``ref`` (e.g. `tf.nn.softmax`'s output) with every special slice replaced by the IEEE
+    formula's all-NaN slice (`ieee_softmax`): the reference is then the same whichever CPU
+    kernel (oneDNN or Eigen) tf.nn.softmax ran."""
+    mask = special_slices(x, axis)
+    out = np.array(ref, np.float32, copy=True)
+    out[mask] = np.nan
+    return out
+
+
 def _first_line(e: BaseException) -> str:
     msg = str(e).strip().splitlines()
     return f"{type(e).__name__}: {msg[0] if msg else ''}"
@@ -190,7 +252,9 @@ def opcheck(op: Callable[..., tf.Tensor], *args: Any, **kwargs: Any) -> OpcheckR
         op: a custom op wrapper with a ``reference`` attribute (the TF op it
             must match, e.g. `warp_softmax.reference` is `tf.nn.softmax`), an
             ``op_type`` attribute (its REGISTER_OP name) and optionally
-            ``xla_fallback`` (the name to report for jit_compile=True).
+            ``xla_fallback`` (the name to report for jit_compile=True),
+            ``ieee_specials`` (compare NaN/+inf/all -inf slices with
+            `ieee_softmax`) and ``cpu_path`` (a callable naming the CPU code path).
         *args: the op's tensor inputs (the first one is differentiated).
         **kwargs: non-tensor arguments passed to both op and reference (e.g. axis=0).
 
@@ -253,7 +317,20 @@ def opcheck(op: Callable[..., tf.Tensor], *args: Any, **kwargs: Any) -> OpcheckR
     except Exception as e:  # a shape function that raises is itself a failure
         checks.append(Check("shape_fn", "fail", _first_line(e)))
 
+    # Special slices (NaN, +inf, all -inf) against the IEEE formula, never against whichever
+    # tf.nn.softmax kernel this CPU runs (oneDNN gives [0, NaN, 0, 0] for [1, inf, 2, 0]).
+    x_np = tf.cast(x, tf.float32).numpy()
+    axis = kwargs.get("axis", -1)
+    special = (special_slices(x_np, axis) if getattr(op, "ieee_specials", False)
+               else np.zeros(ours_cpu.shape, bool))
+    special_note = ""
+    if special.any():
+        tf_nan = int(np.isnan(np.asarray(ref_cpu, np.float32))[special].sum())
+        ref_cpu = reference_with_ieee_specials(ref_cpu, x_np, axis)
+        special_note = (f"; {int(special.sum())} elements in slices with NaN/+inf/all -inf compared "
+                        f"with the IEEE formula (all NaN), where the reference op gave NaN at {tf_nan}")
     ok, max_abs, _, detail = compare(ours_cpu, ref_cpu, dtype)
+    detail += special_note
     if wide:
         native_err = float(np.nanmax(np.abs(ref_native.astype(np.float32) - ref_cpu), initial=0.0))
         detail = (f"vs reference in float32: {detail}; the reference run in {dtype.name} is "
@@ -285,6 +362,7 @@ def opcheck(op: Callable[..., tf.Tensor], *args: Any, **kwargs: Any) -> OpcheckR
     report = OpcheckReport(op=op_type, inputs=tuple(_describe(t) for t in inputs),
                            kwargs=tuple(f"{k}={v!r}" for k, v in kwargs.items()),
                            checks=tuple(checks), xla_fallback=fallback,
+                           cpu_path=op.cpu_path() if callable(getattr(op, "cpu_path", None)) else None,
                            config=_runtime_config_dict())
     if not report.ok:
         raise OpcheckError(report)

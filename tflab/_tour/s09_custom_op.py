@@ -53,7 +53,8 @@ def run(ctx) -> None:
     baseline = "oneDNN" if config.get("onednn_enabled") else "Eigen"
     ctx.line(f"  baseline: tf.nn.softmax on TF's {baseline} CPU path "
              f"({config['onednn_reason']})")
-    ctx.line("  (benchmarks/bench_softmax.py: all issue-5 shapes, BFC allocator)")
+    ctx.line("  (the ratio holds against that kernel on this CPU only; benchmarks/bench_softmax.py "
+             "measures both TF paths, XLA and the copy roofline)")
     ctx.report["custom_op"] = {
         "build": res, "cpu_isa": ops.cpu_isa(), "opcheck": report, "opcheck_failed": failed,
         "bench_shape": list(BENCH_SHAPE), "bench": cmp, "warp_softmax_seconds": cmp.warp_seconds,

@@ -24,9 +24,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from tflab.runtime import runtime_config
 
+    from custom_ops.python.ops.warp_softmax_ops import planned_cpu_path
+
     cfg = runtime_config()
+    path = planned_cpu_path()  # from the CPU flags and TFLAB_WARP_SOFTMAX_ISA; builds nothing
     if args.json:
-        print(json.dumps(cfg.to_dict(), indent=2))
+        print(json.dumps({**cfg.to_dict(), "warp_softmax_cpu_path": path}, indent=2))
     else:
         print(cfg.to_text())
+        print(f"WarpSoftmax CPU path: {path}")
     return 0

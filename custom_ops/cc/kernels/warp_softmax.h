@@ -40,8 +40,9 @@ void WarpSoftmaxGradRowsCpu(WsDtype dtype, const void* y, const void* dy,
                             void* dx, int64_t row_begin, int64_t row_end,
                             int64_t cols);
 
-// "avx2+fma" or "scalar": which code path the CPU kernels picked at run time
-// (decided once, from the CPU this process runs on).
+// "avx512", "avx2+fma" or "scalar": which code path the CPU kernels picked at
+// run time (decided once, from the CPU this process runs on, or forced by
+// $TFLAB_WARP_SOFTMAX_ISA=scalar|avx2|avx512).
 const char* WarpSoftmaxCpuIsa();
 
 #if GOOGLE_CUDA

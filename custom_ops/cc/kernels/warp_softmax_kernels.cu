@@ -30,6 +30,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "warp_softmax.h"
 
@@ -114,9 +115,13 @@ __device__ __forceinline__ float BlockSum(float v, float* scratch) {
   return WarpSum(v);
 }
 
-// 1/sum, or NaN when the max is +-inf: an +inf element gives inf - inf and
-// an all -inf row gives -inf - -inf, and tf.nn.softmax returns a NaN row in
-// both cases (the online kernel would otherwise return a finite row).
+// Special rows follow the IEEE formula exp(x - max) / sum, as TF's Eigen and
+// GPU kernels and XLA do (not TF's oneDNN CPU kernel, which gives
+// [0, NaN, 0, 0] for [1, inf, 2, 0]; custom_ops/README.md, "Semantics"):
+//   * NaN: fmaxf drops it from the max, but exp(NaN - m) makes the sum NaN,
+//     so 1/sum and every output are NaN;
+//   * +inf or all -inf: the max is +-inf (inf - inf, -inf - -inf), so 1/sum
+//     is made NaN here (the online kernel would otherwise give a finite row).
 __device__ __forceinline__ float InvSum(float m, float s) {
   return isinf(m) ? __int_as_float(0x7fffffff) : 1.0f / s;
 }
@@ -417,6 +422,24 @@ int MaxSharedBytes() {
   return bytes;
 }
 
+// The warp kernels keep ITERS packs per lane in registers, so ITERS is a
+// template parameter: it is bucketed into powers of two from 1 up to
+// kMaxWarpCols / (32 * VEC) (32 floats per lane at most). DispatchIters calls
+// launch(std::integral_constant<int, N>{}) for the smallest bucket N >= iters,
+// and returns cudaErrorInvalidValue when iters exceeds the largest bucket.
+// One helper for the forward and the backward warp kernels.
+template <int VEC, int N = 1, typename Launch>
+cudaError_t DispatchIters(int iters, const Launch& launch) {
+  constexpr int kMaxIters = kMaxWarpCols / (kWarp * VEC);
+  static_assert(kMaxIters >= 1 && (kMaxIters & (kMaxIters - 1)) == 0, "power-of-two buckets");
+  if (iters <= N) return launch(std::integral_constant<int, N>{});
+  if constexpr (2 * N <= kMaxIters) {
+    return DispatchIters<VEC, 2 * N>(iters, launch);
+  } else {
+    return cudaErrorInvalidValue;
+  }
+}
+
 template <WsDtype D, int VEC>
 cudaError_t ForwardWarp(const void* xv, void* yv, int64_t rows, int cols, cudaStream_t st) {
   using T = typename Elem<D>::T;
@@ -424,20 +447,11 @@ cudaError_t ForwardWarp(const void* xv, void* yv, int64_t rows, int cols, cudaSt
   T* y = static_cast<T*>(yv);
   const dim3 block(kWarp, kWarpRowsPerBlock);
   const int iters = (cols + kWarp * VEC - 1) / (kWarp * VEC);
-  // ITERS buckets are powers of two up to kMaxWarpCols / (32 * VEC).
-#define TFLAB_CASE(N)                                                              \
-  if (iters <= N) {                                                                \
-    SoftmaxWarpKernel<D, VEC, N><<<WarpGrid(rows), block, 0, st>>>(x, y, rows, cols); \
-    return cudaGetLastError();                                                     \
-  }
-  TFLAB_CASE(1)
-  TFLAB_CASE(2)
-  TFLAB_CASE(4)
-  if constexpr (kMaxWarpCols / (kWarp * VEC) >= 8) { TFLAB_CASE(8) }
-  if constexpr (kMaxWarpCols / (kWarp * VEC) >= 16) { TFLAB_CASE(16) }
-  if constexpr (kMaxWarpCols / (kWarp * VEC) >= 32) { TFLAB_CASE(32) }
-#undef TFLAB_CASE
-  return cudaErrorInvalidValue;
+  return DispatchIters<VEC>(iters, [&](auto bucket) {
+    SoftmaxWarpKernel<D, VEC, decltype(bucket)::value>
+        <<<WarpGrid(rows), block, 0, st>>>(x, y, rows, cols);
+    return cudaGetLastError();
+  });
 }
 
 template <WsDtype D, int VEC>
@@ -483,19 +497,11 @@ cudaError_t BackwardImpl(const void* yv, const void* dyv, void* dxv, int64_t row
   if (cols <= kMaxWarpCols) {
     const dim3 block(kWarp, kWarpRowsPerBlock);
     const int iters = (cols + kWarp * VEC - 1) / (kWarp * VEC);
-#define TFLAB_CASE(N)                                                                     \
-  if (iters <= N) {                                                                       \
-    GradWarpKernel<D, VEC, N><<<WarpGrid(rows), block, 0, st>>>(y, dy, dx, rows, cols);  \
-    return cudaGetLastError();                                                            \
-  }
-    TFLAB_CASE(1)
-    TFLAB_CASE(2)
-    TFLAB_CASE(4)
-    if constexpr (kMaxWarpCols / (kWarp * VEC) >= 8) { TFLAB_CASE(8) }
-    if constexpr (kMaxWarpCols / (kWarp * VEC) >= 16) { TFLAB_CASE(16) }
-    if constexpr (kMaxWarpCols / (kWarp * VEC) >= 32) { TFLAB_CASE(32) }
-#undef TFLAB_CASE
-    return cudaErrorInvalidValue;
+    return DispatchIters<VEC>(iters, [&](auto bucket) {
+      GradWarpKernel<D, VEC, decltype(bucket)::value>
+          <<<WarpGrid(rows), block, 0, st>>>(y, dy, dx, rows, cols);
+      return cudaGetLastError();
+    });
   }
   GradBlockKernel<D, VEC><<<BlockGrid(rows), BlockThreads(cols / VEC), 0, st>>>(y, dy, dx, rows, cols);
   return cudaGetLastError();

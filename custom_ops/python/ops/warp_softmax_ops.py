@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from custom_ops.build import BuildResult
 
 _ALLOWED = (tf.float16, tf.bfloat16, tf.float32)
+_EagerTensor = type(tf.constant(0.0))  # tensorflow.python.framework.ops.EagerTensor
 _lock = threading.Lock()
 _lib: ModuleType | None = None
 _build_result: BuildResult | None = None
@@ -78,6 +79,9 @@ def load_library(result: BuildResult | None = None) -> ModuleType:
             if not hasattr(lib, "warp_softmax"):
                 raise UsageError(f"{candidate.so_path} loaded but does not define the WarpSoftmax op; "
                                  "point TFLAB_WARP_SOFTMAX_SO at a _warp_softmax_ops*.so, or unset it")
+            isa_error = _cdll(candidate.so_path).tflab_warp_softmax_isa_error()
+            if isa_error:  # a bad $TFLAB_WARP_SOFTMAX_ISA: say so before any kernel runs
+                raise UsageError(isa_error.decode())
             _build_result, _lib = candidate, lib
             if _build_result.key == "prebuilt":  # say whether it registered GPU kernels
                 import dataclasses
@@ -96,18 +100,118 @@ def build_result() -> BuildResult:
     return _build_result
 
 
-def cpu_isa() -> str:
-    """The CPU kernels' code path in this process: "avx2+fma" or "scalar".
+ISAS = ("scalar", "avx2", "avx512")  # values of $TFLAB_WARP_SOFTMAX_ISA, in C++'s Isa order
 
-    Chosen once at run time from the CPU (``__builtin_cpu_supports``), so the
-    same library runs on CPUs without AVX2; ``TFLAB_WARP_SOFTMAX_SCALAR=1``
-    forces the scalar path (for tests).
-    """
+
+def _cdll(so_path: str):
+    """The library's C entry points through ctypes (dlopen of a loaded library: the same handle)."""
     import ctypes
 
-    lib = ctypes.CDLL(build_result().so_path)  # already loaded: same handle
+    lib = ctypes.CDLL(so_path)
     lib.tflab_warp_softmax_cpu_isa.restype = ctypes.c_char_p
-    return lib.tflab_warp_softmax_cpu_isa().decode()
+    lib.tflab_warp_softmax_isa_error.restype = ctypes.c_char_p
+    lib.tflab_warp_softmax_cpu_has.restype = ctypes.c_int
+    lib.tflab_warp_softmax_cpu_has.argtypes = [ctypes.c_int]
+    lib.tflab_warp_softmax_rows_f32.restype = ctypes.c_int
+    lib.tflab_warp_softmax_rows_f32.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                                ctypes.c_int64, ctypes.c_int64, ctypes.c_int]
+    return lib
+
+
+def cpu_isa() -> str:
+    """The CPU kernels' code path in this process: "avx512", "avx2+fma" or "scalar".
+
+    Chosen once per process at run time: the best the CPU has
+    (``__builtin_cpu_supports``: AVX-512 F/BW/VL/DQ, else AVX2+FMA+F16C, else
+    scalar), so the same library runs on any x86-64 CPU. Every path is compiled
+    into the library (function target attributes).
+    ``TFLAB_WARP_SOFTMAX_ISA=scalar|avx2|avx512`` forces one (read when the
+    library is loaded; a bad value or a path the CPU lacks raises
+    `tflab.errors.UsageError` then). ``TFLAB_WARP_SOFTMAX_SCALAR=1`` is the
+    older spelling of ``=scalar``.
+
+    Returns:
+        "avx512", "avx2+fma" or "scalar".
+    """
+    return _cdll(build_result().so_path).tflab_warp_softmax_cpu_isa().decode()
+
+
+_ISA_CPU_FLAGS = {"scalar": (), "avx2": ("avx2", "fma", "f16c"),
+                  "avx512": ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq")}
+_ISA_LABEL = {"scalar": "scalar", "avx2": "avx2+fma", "avx512": "avx512"}
+
+
+def planned_cpu_path(cpu_flags: set[str] | None = None, env: dict | None = None) -> str:
+    """The CPU path the library will take in a process, without building or loading it.
+
+    The C++ rule (warp_softmax_cpu.cc, ``Choice``) from the CPU flags the kernel lists in
+    /proc/cpuinfo (the same ones ``__builtin_cpu_supports`` tests) and the environment:
+    ``TFLAB_WARP_SOFTMAX_ISA`` if set and valid for this CPU, else the best path.
+    `tflab env` prints it; a test checks it against `cpu_isa` of the loaded library.
+
+    Args:
+        cpu_flags: CPU flags (default: read from /proc/cpuinfo; empty where it is missing).
+        env: environment (default: os.environ).
+
+    Returns:
+        "avx512", "avx2+fma", "scalar", or "invalid: <the loader's error>" for a bad request.
+    """
+    env = os.environ if env is None else env
+    if cpu_flags is None:
+        cpu_flags = set()
+        try:
+            with open("/proc/cpuinfo") as f:
+                for line in f:
+                    if line.startswith("flags"):
+                        cpu_flags = set(line.split(":", 1)[1].split())
+                        break
+        except OSError:
+            pass
+    has = {isa: all(fl in cpu_flags for fl in flags) for isa, flags in _ISA_CPU_FLAGS.items()}
+    req = env.get("TFLAB_WARP_SOFTMAX_ISA") or ("scalar" if env.get("TFLAB_WARP_SOFTMAX_SCALAR") is not None
+                                                else "")
+    if req:
+        if req not in ISAS:
+            return f"invalid: TFLAB_WARP_SOFTMAX_ISA={req} is not a CPU path"
+        if not has[req]:
+            return f"invalid: TFLAB_WARP_SOFTMAX_ISA={req}: this CPU lacks it"
+        return _ISA_LABEL[req]
+    return _ISA_LABEL["avx512" if has["avx512"] else "avx2" if has["avx2"] else "scalar"]
+
+
+def cpu_has(isa: str) -> bool:
+    """Whether this CPU can run path ``isa`` ("scalar", "avx2" or "avx512")."""
+    return bool(_cdll(build_result().so_path).tflab_warp_softmax_cpu_has(ISAS.index(isa)))
+
+
+def softmax_rows_with_isa(x, isa: str, stream: bool = False):
+    """Softmax of a float32 [rows, cols] numpy array through one CPU path, in this process,
+    without TF (for tests and benchmarks that compare the paths side by side).
+
+    Args:
+        x: numpy float32 array of rank 2 (made C-contiguous).
+        isa: "scalar", "avx2" or "avx512".
+        stream: write with non-temporal stores (the kernel's path for outputs >= 8 MiB).
+
+    Returns:
+        numpy float32 array of x's shape.
+
+    Raises:
+        tflab.errors.UsageError: bad ``isa``, or this CPU lacks it.
+    """
+    import numpy as np
+
+    if isa not in ISAS:
+        raise UsageError(f"isa {isa!r} is not a CPU path; use one of {', '.join(ISAS)}")
+    x = np.ascontiguousarray(x, np.float32)
+    if x.ndim != 2:
+        raise UsageError(f"softmax_rows_with_isa: x must be rank 2, got shape {x.shape}")
+    y = np.empty_like(x)
+    rc = _cdll(build_result().so_path).tflab_warp_softmax_rows_f32(
+        ISAS.index(isa), x.ctypes.data, y.ctypes.data, x.shape[0], x.shape[1], int(stream))
+    if rc != 0:
+        raise UsageError(f"this CPU lacks the {isa} path of WarpSoftmax")
+    return y
 
 
 def _bad(msg: str) -> tf.errors.InvalidArgumentError:
@@ -132,7 +236,10 @@ def warp_softmax(logits, axis: int = -1, name: str | None = None) -> tf.Tensor:
     Returns:
         A tensor of the same shape and dtype as ``logits`` whose slices along
         ``axis`` sum to 1. A slice holding NaN or +inf, or only -inf, is all
-        NaN (as in `tf.nn.softmax`).
+        NaN: the IEEE formula exp(x - max) / sum, as TF's Eigen CPU kernel,
+        its GPU kernel and XLA give. (TF's oneDNN CPU kernel, on by default on
+        CPUs with AVX-512 VNNI/BF16 or AMX, gives ``[0, NaN, 0, 0]`` for
+        ``[1, inf, 2, 0]``; this op does not depend on which one TF runs.)
 
     Raises:
         tf.errors.InvalidArgumentError: dtype not float16/bfloat16/float32,
@@ -148,6 +255,13 @@ def warp_softmax(logits, axis: int = -1, name: str | None = None) -> tf.Tensor:
         array([[0.5   , 0.5   ],
                [0.1192, 0.8808]], dtype=float32)
     """
+    # Eager fast path: the usual call (an eager float tensor of rank >= 1, last axis) goes straight
+    # to the op. The checks below cost ~90 us per call (name scope, conversion, the loader's lock),
+    # which is ~10% of a 1 MiB softmax. Anything else (graph mode, other axes, bad input) takes the
+    # full path below, with its messages.
+    if (_lib is not None and axis == -1 and name is None and type(logits) is _EagerTensor
+            and logits.dtype in _ALLOWED and logits.shape.rank):
+        return _lib.warp_softmax(logits)
     if isinstance(logits, (tf.RaggedTensor, tf.SparseTensor)):
         # The kernel needs equal-length rows; softmax over a ragged last axis is a
         # segment softmax, which tf.nn.softmax implements for RaggedTensor.
@@ -174,16 +288,22 @@ def warp_softmax(logits, axis: int = -1, name: str | None = None) -> tf.Tensor:
         if rank is None:
             # Unknown rank inside a tf.function: build the swap permutation at run time.
             # Rank first, so a scalar gets the rank message rather than an axis one.
-            tf.debugging.assert_rank_at_least(
+            rank_ok = tf.debugging.assert_rank_at_least(
                 logits, 1, message="warp_softmax: logits must have rank >= 1 (softmax runs along an "
                 "axis), got a scalar; add an axis with tf.reshape(logits, [1])")
-            r = tf.rank(logits)
-            tf.debugging.assert_less(axis if axis >= 0 else -axis - 1, r,
-                                     message=f"warp_softmax: axis {axis} is out of range for the "
-                                     "rank of logits; use an axis in [-rank, rank)")
-            a = axis % r
-            idx = tf.range(r)
-            perm = tf.tensor_scatter_nd_update(idx, [[a], [r - 1]], [r - 1, a])
+            # Graph ops run as soon as their inputs are ready, so each check is an explicit
+            # control dependency of what it guards: without it, `axis % rank` could run
+            # first on a scalar and raise "Integer division by zero" instead of the rank message.
+            with tf.control_dependencies([rank_ok]):
+                r = tf.rank(logits)
+                axis_ok = tf.debugging.assert_less(
+                    axis if axis >= 0 else -axis - 1, r,
+                    message=f"warp_softmax: axis {axis} is out of range for the rank of logits; "
+                    "use an axis in [-rank, rank)")
+            with tf.control_dependencies([axis_ok]):
+                a = axis % tf.maximum(r, 1)
+                idx = tf.range(r)
+                perm = tf.tensor_scatter_nd_update(idx, [[a], [r - 1]], [r - 1, a])
         else:
             a = axis % rank
             perm = list(range(rank))
@@ -196,6 +316,11 @@ def warp_softmax(logits, axis: int = -1, name: str | None = None) -> tf.Tensor:
 warp_softmax.reference = tf.nn.softmax
 warp_softmax.op_type = "WarpSoftmax"
 warp_softmax.xla_fallback = "tf.nn.softmax"
+# Slices with NaN, +inf or only -inf are all NaN (the IEEE formula, as TF's Eigen and GPU
+# kernels and XLA give); opcheck compares those against custom_ops.opcheck.ieee_softmax,
+# not against tf.nn.softmax, whose oneDNN CPU kernel gives [0, NaN, 0, 0] for [1, inf, 2, 0].
+warp_softmax.ieee_specials = True
+warp_softmax.cpu_path = lambda: cpu_isa()  # opcheck reports it
 
 
 @tf.RegisterGradient("WarpSoftmax")
