@@ -280,3 +280,25 @@ def test_tour_section_on_a_user_model_runs_the_small_example_only(small_keras_fi
     assert f16["unscaled"]["underflow"] == {"arg:x": 512} and f16["underflow"] == {}
     # The loss-scaling demo rebuilds MobileNetV3Small per policy: not a loaded user model.
     assert "loss_scaling" not in section
+
+
+def test_a_function_closing_over_a_built_keras_model_is_refused_not_measured_in_float32():
+    """The model's layers keep the float32 policy they were built with and cast the float16/bfloat16
+    arguments back: the MatMul runs in float32, so 'mixed_float16: out err 0' would be false."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((16,))
+    model = keras.Model(inp, keras.layers.Dense(4)(inp))
+    x = np.random.RandomState(1).randn(8, 16).astype(np.float32)
+    with pytest.raises(UsageError, match=r"none of its 1 MatMul/Conv op\(s\) ran in (bfloat16|float16) "
+                                         r"\(MatMul in float32\).*zero-argument factory"):
+        compare_precisions(lambda x: tf.reduce_sum(model(x)), x)
+
+    def build():
+        i = keras.Input((16,))
+        return keras.Model(i, keras.layers.Dense(4)(i))
+
+    built = compare_precisions(build, x)  # the factory form measures each policy's own arithmetic
+    assert built.policies["mixed_float16"].output_error > 0
+    assert built.policies["mixed_bfloat16"].output_error > 0

@@ -524,14 +524,54 @@ class _Run:
     variables: list
 
 
-def _forward(call: Callable, sources: list, compute: str, variables: list | None):
-    """Runs ``call`` under a persistent tape; the target is sum(float outputs) in float32."""
+# The ops that carry a policy's arithmetic: what a compute dtype is for.
+_COMPUTE_OPS = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum", "Conv2D",
+                          "Conv3D", "DepthwiseConv2dNative", "Conv", "Conv2DBackpropInput",
+                          "Conv3DBackpropInputV2"})
+
+
+@contextlib.contextmanager
+def _record_compute_ops():
+    """Records (op type, output dtype name) of every `_COMPUTE_OPS` op run in the block.
+
+    Uses TF's op callbacks (``tensorflow/python/framework/op_callbacks.py``), which
+    see each eager op and each op created while tracing.
+    """
+    from tensorflow.python.framework import op_callbacks
+
+    seen: list[tuple[str, str]] = []
+
+    def callback(op_type, inputs, attrs, outputs, op_name=None, graph=None):
+        op_type = op_type.decode() if isinstance(op_type, bytes) else op_type
+        if op_type in _COMPUTE_OPS and outputs:
+            seen.append((op_type, outputs[0].dtype.name))
+        return None
+
+    op_callbacks.add_op_callback(callback)
+    try:
+        yield seen
+    finally:
+        op_callbacks.remove_op_callback(callback)
+
+
+def _forward(call: Callable, sources: list, compute: str, variables: list | None,
+             compute_ops: list | None = None):
+    """Runs ``call`` under a persistent tape; the target is sum(float outputs) in float32.
+
+    ``compute_ops``, when a list, receives (op type, output dtype) of the
+    MatMul/Conv-class ops the forward pass ran (`_record_compute_ops`).
+    """
     import tensorflow as tf
 
     t0 = time.perf_counter()
     with tf.GradientTape(persistent=True) as tape:
         tape.watch(sources)
-        structure = call(sources)
+        if compute_ops is None:
+            structure = call(sources)
+        else:
+            with _record_compute_ops() as seen:
+                structure = call(sources)
+            compute_ops.extend(seen)
         outputs = tf.nest.flatten(structure)
         outputs = [tf.convert_to_tensor(o) if not isinstance(o, tf.Tensor) else o for o in outputs]
         floats = [tf.cast(o, tf.float32) if o.dtype.is_floating else o for o in outputs]
@@ -710,10 +750,11 @@ def _run_policies(subject: _Subject, policies: tuple, loss_scale: Any, name: str
         compute, _ = POLICIES[policy]
         if progress:
             progress(f"{policy}: build, forward and backward in {compute}")
+        compute_ops: list = []
         try:
             obj = subject.build(policy)
             run = _forward(subject.call(obj, compute), subject.sources, compute,
-                           subject.variables_of(obj))
+                           subject.variables_of(obj), compute_ops)
         except UsageError:
             raise
         except Exception as e:
@@ -723,6 +764,18 @@ def _run_policies(subject: _Subject, policies: tuple, loss_scale: Any, name: str
                     if not subject.factory and policy != REFERENCE else "")
             raise UsageError(f"{name} failed under {policy}: {error_summary(e)[:300]}"
                              + (f" (at {where})" if where else "") + hint) from e
+        if not subject.factory and compute != "float32" and compute_ops \
+                and not any(dt == compute for _, dt in compute_ops):
+            # Only the arguments were cast, and every MatMul/Conv still ran in another dtype:
+            # typically a Keras model built earlier, whose layers keep the float32 policy
+            # they were built with and cast the inputs back (Keras autocasting).
+            kinds = ", ".join(sorted({f"{op} in {dt}" for op, dt in compute_ops}))
+            raise UsageError(
+                f"{name} under {policy}: none of its {len(compute_ops)} MatMul/Conv op(s) ran in {compute} "
+                f"({kinds}): only the arguments are cast, and a Keras layer built earlier keeps its "
+                "dtype policy and casts them back, so this would measure float32 arithmetic; pass a "
+                "zero-argument factory that builds the model (it is built once per policy), or cast "
+                "the weights inside the function")
         scaled = compute == "float16" and loss_scale is not None
         if ref is None:
             grads, t = run.grad_fn(1.0)
@@ -817,7 +870,10 @@ def compare_precisions(fn: Callable, *args: Any,
 
     Raises:
         UsageError: an unknown policy, a bad loss_scale, a built Keras model
-            instead of a factory, or ``fn`` failing under a policy (the message
+            instead of a factory, a plain function none of whose MatMul/Conv ops
+            ran in the policy's compute dtype (it calls a Keras model built
+            earlier, which casts the arguments back to float32: seen through TF's
+            op callbacks), or ``fn`` failing under a policy (the message
             names the policy and the user's line).
 
     Example:
