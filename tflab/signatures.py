@@ -136,7 +136,8 @@ def infer_input_signature(examples: Iterable[Any], names: Sequence[str] | None =
         dims that are equal in every example are kept, the others are None.
         For a `tf.data.Dataset`, a dim its ``element_spec`` leaves None is
         None too (e.g. the batch dim of ``batch(32)`` without
-        ``drop_remainder``, even when every batch seen had 32). When no dim
+        ``drop_remainder``, even when every batch seen had 32); for a
+        distributed dataset, per replica. When no dim
         varies, every dim stays fixed: `stabilize` warns about that
         (`FixedShapeWarning`).
 
@@ -155,13 +156,20 @@ def infer_input_signature(examples: Iterable[Any], names: Sequence[str] | None =
 def _element_spec(examples: Any) -> Any:
     import tensorflow as tf
 
-    return examples.element_spec if isinstance(examples, tf.data.Dataset) else None
+    # A DistributedDataset's element_spec is per replica (PerReplicaSpec): what every
+    # step can be given, e.g. a batch that leaves one replica short.
+    return (examples.element_spec
+            if isinstance(examples, (tf.data.Dataset, tf.distribute.DistributedDataset)) else None)
 
 
 def _relax_to_element_spec(spec: Any, element: Any) -> Any:
-    """``spec`` with None wherever the dataset's element_spec has None."""
+    """``spec`` with None wherever the dataset's element_spec has None (per replica too)."""
     import tensorflow as tf
 
+    if is_per_replica_spec(spec) and is_per_replica_spec(element) \
+            and len(spec._value_specs) == len(element._value_specs):
+        return type(spec)(*[_relax_to_element_spec(a, b)
+                            for a, b in zip(spec._value_specs, element._value_specs)])
     if not (isinstance(spec, tf.TensorSpec) and isinstance(element, tf.TensorSpec)):
         return spec
     if element.shape.rank is None:
