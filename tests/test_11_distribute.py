@@ -312,3 +312,18 @@ def test_stabilize_on_a_distributed_dataset_keeps_its_element_spec_none_dims_per
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["spec"] == got["element_spec"] == [[None, 4]] * 3
     assert got["runs"] == [24.0, 12.0]
+
+
+def test_a_per_replica_reason_names_the_replica_that_changed():
+    """Batch 6 on 3 replicas, then 5: only replica 2 goes (2, 4) -> (1, 4); the reason said
+    '(2, 4) -> [(2, 4), (2, 4), (1, 4)]', one shape against a list."""
+    import tensorflow as tf
+    from tensorflow.python.distribute import values as values_lib
+
+    from tflab.retrace_reasons import diff_per_replica
+
+    spec = lambda *rows: repr(values_lib.PerReplicaSpec(*[tf.TensorSpec([r, 4]) for r in rows]))
+    (short,) = diff_per_replica("x", spec(2, 2, 2), spec(2, 2, 1))
+    assert short.text == "x: per-replica shape replica 2 (2, 4) -> (1, 4) (of 3 replicas)"
+    (all_short,) = diff_per_replica("x", spec(2, 2), spec(1, 1))
+    assert all_short.text == "x: per-replica shape (2, 4) -> (1, 4)"
