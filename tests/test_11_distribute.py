@@ -114,9 +114,9 @@ def test_reason_engine_on_per_replica_trace_types():
 
     first = make_trace(1, [("x", spec("(2, 4)", "(2, 4)"))], [])
     assert first.to_text() == "#1 first: x=per-replica float32(2, 4) ×2"
-    # A global batch of 3 splits as 2 and 1: the shapes are listed per replica.
+    # A global batch of 3 splits as 2 and 1: the replica that changed is named.
     t = make_trace(2, [("x", spec("(2, 4)", "(1, 4)"))], [first])
-    assert t.reasons == ["x: per-replica shape (2, 4) -> [(2, 4), (1, 4)]"]
+    assert t.reasons == ["x: per-replica shape replica 1 (2, 4) -> (1, 4) (of 2 replicas)"]
     r = distribute.diff_trace_type("x", spec("(2, 4)", "(2, 4)"), spec("(2, 4)"))
     assert [x.text for x in r] == ["x: 2 replicas -> 1"]
 
