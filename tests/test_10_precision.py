@@ -302,3 +302,20 @@ def test_a_function_closing_over_a_built_keras_model_is_refused_not_measured_in_
     built = compare_precisions(build, x)  # the factory form measures each policy's own arithmetic
     assert built.policies["mixed_float16"].output_error > 0
     assert built.policies["mixed_bfloat16"].output_error > 0
+
+
+def test_an_error_measured_over_no_element_reads_n_a_not_0():
+    """x * 1e-6 in float16 is subnormal everywhere (|y| < 2^-14): relative errors of percents,
+    which the table printed as 'out err 0, grad err 0' because it measured no element."""
+    x = np.random.RandomState(0).randn(64).astype(np.float32)
+    cmp = compare_precisions(lambda x: x * 1e-6, x)
+    half = cmp.policies["mixed_float16"]
+    assert (half.output_error_elements, half.gradient_error_elements) == (0, 0)
+    assert cmp.policies["mixed_bfloat16"].output_error_elements == 64  # bfloat16's range holds 1e-6
+    row = next(line for line in cmp.to_text().splitlines() if line.startswith("mixed_float16"))
+    assert row.split()[2:4] == ["n/a", "n/a"]
+    assert "mixed_float16: out n/a, grad n/a" in repr(cmp)
+    # What 'n/a' hides, measured with numpy: float16 is far from exact there.
+    y16 = (x.astype(np.float16) * np.float16(1e-6)).astype(np.float64)
+    rel = np.abs(y16 - x.astype(np.float64) * 1e-6) / np.abs(x.astype(np.float64) * 1e-6)
+    assert rel.max() > 2.0 ** -11  # worse than float16's normal rounding

@@ -274,6 +274,10 @@ class PolicyResult:
             scaling (a `PolicyResult`), else None.
         nonzero_gradient_elements: gradient elements non-zero in float32 (the underflow
             denominator).
+        output_error_elements: how many output elements ``output_error`` was measured
+            over (|float32 value| >= smallest normal); 0 means it measured nothing, and
+            the tables print ``n/a``, not 0. None when not recorded.
+        gradient_error_elements: the same for ``gradient_error``.
     """
 
     policy: str
@@ -292,7 +296,15 @@ class PolicyResult:
     seconds: float
     nonzero_gradient_elements: int
     unscaled: "PolicyResult | None" = None
+    output_error_elements: int | None = None
+    gradient_error_elements: int | None = None
     _nonzero_by_name: dict = dataclasses.field(default_factory=dict)
+
+    def _err_text(self, which: str) -> str:
+        """``output_error``/``gradient_error`` as a table cell: ``n/a`` when no element was measured."""
+        if getattr(self, f"{which}_error_elements") == 0:
+            return "n/a"
+        return _fmt_err(getattr(self, f"{which}_error"))
 
     @property
     def underflow_count(self) -> int:
@@ -405,7 +417,7 @@ class PrecisionComparison:
         return tuple(p for p, r in self.policies.items() if r.underflow or r.overflow)
 
     def __repr__(self) -> str:
-        parts = [f"{p}: out {_fmt_err(r.output_error)}, grad {_fmt_err(r.gradient_error)}, "
+        parts = [f"{p}: out {r._err_text('output')}, grad {r._err_text('gradient')}, "
                  f"underflow {r.underflow_count}, overflow {r.overflow_count}"
                  for p, r in self.policies.items() if p != REFERENCE]
         return f"PrecisionComparison({self.function}: " + "; ".join(parts) + ")"
@@ -420,7 +432,7 @@ class PrecisionComparison:
         rows = [("policy", "compute", "out err", "grad err", "underflow", "overflow", "loss scale",
                  "seconds", "verdict")]
         for p, r in self.policies.items():
-            rows.append((p, r.compute_dtype, _fmt_err(r.output_error), _fmt_err(r.gradient_error),
+            rows.append((p, r.compute_dtype, r._err_text("output"), r._err_text("gradient"),
                          f"{r.underflow_count}/{r.nonzero_gradient_elements}", str(r.overflow_count),
                          _fmt_scale(r.loss_scale), f"{r.seconds:.3f}", r.verdict))
         widths = [max(len(r[i]) for r in rows) for i in range(8)]
@@ -428,6 +440,13 @@ class PrecisionComparison:
                   + "  " + r[8] for r in rows]
         lines.append("err: max relative error vs float32 over elements with |float32 value| >= the "
                      "compute dtype's smallest normal; underflow: non-zero in float32, 0 here")
+        unmeasured = sorted({f"{r.compute_dtype} {_pow2(float_info(r.compute_dtype).smallest_normal)}"
+                             for r in self.policies.values()
+                             if 0 in (r.output_error_elements, r.gradient_error_elements)})
+        if unmeasured:
+            lines.append("n/a: every float32 value is below the compute dtype's smallest normal ("
+                         + ", ".join(unmeasured) + "), so no relative error was measured: the values "
+                         "there are subnormal or 0, not exact")
         return "\n".join(lines)
 
     def to_dict(self, arrays: bool = False) -> dict[str, Any]:
@@ -647,6 +666,7 @@ def _measure(policy: str, ref_out: list, ref_grads: list, out: list, grads: list
         underflow=underflow, underflow_below_normal=below, overflow=overflow,
         loss_scale=loss_scale, loss_scale_history=tuple(history), seconds=seconds,
         nonzero_gradient_elements=sum(nonzero.values()), unscaled=unscaled,
+        output_error_elements=int(out_all.size), gradient_error_elements=int(grad_all.size),
         _nonzero_by_name=nonzero)
 
 
