@@ -5,6 +5,7 @@ Every number here was measured on tensorflow 2.21.0 (CPU).
 
 from __future__ import annotations
 
+import collections
 import json
 
 import numpy as np
@@ -195,3 +196,22 @@ def test_cli_inspect_module_that_exits_on_import(run_cli, tmp_path):
     script.write_text("import sys\nsys.exit(3)\n")
     code, out, err = run_cli("inspect", f"{script}:f")
     assert code == 2 and "called sys.exit(3)" in err and err.count("\n") == 1
+
+
+class _ScaledModule(tf.Module):
+    def __init__(self):
+        self.w = tf.Variable([2.0, 3.0, 4.0])
+
+    @tf.function
+    def __call__(self, x):
+        return x * self.w
+
+
+def test_a_module_whose_call_is_a_tf_function_is_traced_as_itself_not_wrapped():
+    """It reported a wrapper FuncGraph holding one StatefulPartitionedCall, not the module's ops."""
+    module = _ScaledModule()
+    r = trace_and_inspect(module, tf.TensorSpec([3]))
+    own = module.__call__.get_concrete_function(tf.TensorSpec([3])).graph.get_operations()
+    assert r.op_counts == dict(collections.Counter(op.type for op in own).most_common())
+    assert "StatefulPartitionedCall" not in r.op_counts and r.op_counts["Mul"] == 1
+    assert [c.name for c in r.variables] == [module.w.name]

@@ -350,7 +350,7 @@ def _nested_str(x: Any) -> str:
 
 
 def as_tf_function(fn: Any) -> Any:
-    """Returns ``fn`` if it is a `tf.function`, else ``tf.function(fn)``.
+    """Returns ``fn`` if it is a `tf.function`, ``fn.__call__`` if that is one, else ``tf.function(fn)``.
 
     Raises:
         UsageError: ``fn`` is not callable.
@@ -362,6 +362,12 @@ def as_tf_function(fn: Any) -> Any:
     if not callable(fn):
         raise UsageError(f"expected a function or tf.function, got {type(fn).__name__} "
                          f"({fn!r:.60}); pass the callable itself, e.g. trace_and_inspect(f, x)")
+    bound = getattr(fn, "__call__", None)
+    if not isinstance(fn, type) and hasattr(bound, "get_concrete_function") and hasattr(bound, "python_function"):
+        # An object whose __call__ is a tf.function (a tf.Module with @tf.function __call__):
+        # that bound tf.function is what TF traces; wrapping the object again would give an
+        # outer FuncGraph holding one StatefulPartitionedCall instead of the ops.
+        return bound
     return tf.function(fn)
 
 
