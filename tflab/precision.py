@@ -275,8 +275,10 @@ class PolicyResult:
         nonzero_gradient_elements: gradient elements non-zero in float32 (the underflow
             denominator).
         output_error_elements: how many output elements ``output_error`` was measured
-            over (|float32 value| >= smallest normal); 0 means it measured nothing, and
-            the tables print ``n/a``, not 0. None when not recorded.
+            over (|float32 value| >= smallest normal); 0 means every non-zero float32
+            value is below that, so it measured nothing, and the tables print
+            ``n/a``, not 0. None when there is no non-zero float value at all
+            (integer outputs; tables print ``-``).
         gradient_error_elements: the same for ``gradient_error``.
     """
 
@@ -302,9 +304,8 @@ class PolicyResult:
 
     def _err_text(self, which: str) -> str:
         """``output_error``/``gradient_error`` as a table cell: ``n/a`` when no element was measured."""
-        if getattr(self, f"{which}_error_elements") == 0:
-            return "n/a"
-        return _fmt_err(getattr(self, f"{which}_error"))
+        n = getattr(self, f"{which}_error_elements")
+        return "n/a" if n == 0 else "-" if n is None else _fmt_err(getattr(self, f"{which}_error"))
 
     @property
     def underflow_count(self) -> int:
@@ -631,6 +632,13 @@ def _rel_errors(ref: np.ndarray, got: np.ndarray, floor: float) -> np.ndarray:
     return np.where(np.isfinite(g), e, np.inf)
 
 
+def _measured(errors: np.ndarray, refs: list) -> int | None:
+    """How many elements an error was measured over; None when no float32 value was non-zero."""
+    if not any(np.count_nonzero(np.isfinite(r) & (r != 0)) for r in refs):
+        return None
+    return int(errors.size)
+
+
 def _measure(policy: str, ref_out: list, ref_grads: list, out: list, grads: list,
              output_names, grad_names, loss_scale, history, seconds, unscaled=None) -> PolicyResult:
     compute, variable = POLICIES[policy]
@@ -666,7 +674,9 @@ def _measure(policy: str, ref_out: list, ref_grads: list, out: list, grads: list
         underflow=underflow, underflow_below_normal=below, overflow=overflow,
         loss_scale=loss_scale, loss_scale_history=tuple(history), seconds=seconds,
         nonzero_gradient_elements=sum(nonzero.values()), unscaled=unscaled,
-        output_error_elements=int(out_all.size), gradient_error_elements=int(grad_all.size),
+        output_error_elements=_measured(out_all, [r for r in ref_out if r.dtype.kind == "f"]),
+        gradient_error_elements=_measured(grad_all, [r for r, g in zip(ref_grads, grads)
+                                                     if r is not None and g is not None]),
         _nonzero_by_name=nonzero)
 
 
