@@ -215,3 +215,17 @@ def test_a_module_whose_call_is_a_tf_function_is_traced_as_itself_not_wrapped():
     assert r.op_counts == dict(collections.Counter(op.type for op in own).most_common())
     assert "StatefulPartitionedCall" not in r.op_counts and r.op_counts["Mul"] == 1
     assert [c.name for c in r.variables] == [module.w.name]
+
+
+@pytest.mark.slow
+def test_tour_model_output_depends_on_its_input(tour_model):
+    """Freshly initialized MobileNetV3Small gave softmax exactly 0.1 everywhere (logits ~1e-10),
+    so every tour comparison compared a constant; its BatchNorm statistics are now calibrated."""
+    from tflab._tour.model import example_batch, model_input_spec
+
+    spec = model_input_spec(tour_model)
+    a = tour_model(example_batch(spec, 2, seed=1), training=False).numpy()
+    b = tour_model(example_batch(spec, 2, seed=2), training=False).numpy()
+    assert not np.array_equal(a, b)
+    assert np.abs(a - np.float32(0.1)).max() > 1e-3  # not the uniform distribution
+    np.testing.assert_allclose(a.sum(axis=1), 1.0, rtol=1e-5)
