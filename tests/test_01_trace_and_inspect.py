@@ -5,6 +5,7 @@ Every number here was measured on tensorflow 2.21.0 (CPU).
 
 from __future__ import annotations
 
+import collections
 import json
 
 import numpy as np
@@ -195,3 +196,36 @@ def test_cli_inspect_module_that_exits_on_import(run_cli, tmp_path):
     script.write_text("import sys\nsys.exit(3)\n")
     code, out, err = run_cli("inspect", f"{script}:f")
     assert code == 2 and "called sys.exit(3)" in err and err.count("\n") == 1
+
+
+class _ScaledModule(tf.Module):
+    def __init__(self):
+        self.w = tf.Variable([2.0, 3.0, 4.0])
+
+    @tf.function
+    def __call__(self, x):
+        return x * self.w
+
+
+def test_a_module_whose_call_is_a_tf_function_is_traced_as_itself_not_wrapped():
+    """It reported a wrapper FuncGraph holding one StatefulPartitionedCall, not the module's ops."""
+    module = _ScaledModule()
+    r = trace_and_inspect(module, tf.TensorSpec([3]))
+    own = module.__call__.get_concrete_function(tf.TensorSpec([3])).graph.get_operations()
+    assert r.op_counts == dict(collections.Counter(op.type for op in own).most_common())
+    assert "StatefulPartitionedCall" not in r.op_counts and r.op_counts["Mul"] == 1
+    assert [c.name for c in r.variables] == [module.w.name]
+
+
+@pytest.mark.slow
+def test_tour_model_output_depends_on_its_input(tour_model):
+    """Freshly initialized MobileNetV3Small gave softmax exactly 0.1 everywhere (logits ~1e-10),
+    so every tour comparison compared a constant; its BatchNorm statistics are now calibrated."""
+    from tflab._tour.model import example_batch, model_input_spec
+
+    spec = model_input_spec(tour_model)
+    a = tour_model(example_batch(spec, 2, seed=1), training=False).numpy()
+    b = tour_model(example_batch(spec, 2, seed=2), training=False).numpy()
+    assert not np.array_equal(a, b)
+    assert np.abs(a - np.float32(0.1)).max() > 1e-3  # not the uniform distribution
+    np.testing.assert_allclose(a.sum(axis=1), 1.0, rtol=1e-5)

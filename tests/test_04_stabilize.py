@@ -218,3 +218,24 @@ def test_a_datasets_element_spec_relaxes_what_its_batches_did_not_show():
         f(tf.zeros([2, 8]), tf.zeros([2], tf.int64))  # the smaller batch binds
         dropped = tf.data.Dataset.from_tensor_slices(tf.zeros([10, 8])).batch(4, drop_remainder=True)
         assert stabilize(lambda x: x, examples=dropped).input_signature == (tf.TensorSpec([4, 8], tf.float32, "x"),)
+
+
+def test_ragged_and_sparse_examples_give_their_own_typespecs():
+    """A RaggedTensor/SparseTensor example is a tensor, not a Python value: an input_signature
+    takes its RaggedTensorSpec/SparseTensorSpec, relaxed like TF's TraceType supertype."""
+    traced = []
+
+    def row_sums(r):
+        traced.append(1)
+        return tf.reduce_sum(r, axis=1)
+
+    step = stabilize(row_sums, examples=[tf.ragged.constant([[1.0, 2.0], [3.0]]),
+                                         tf.ragged.constant([[1.0], [2.0], [3.0, 4.0, 5.0]])])
+    assert step.input_signature == (tf.RaggedTensorSpec([None, None], tf.float32, 1, tf.int64),)
+    assert step(tf.ragged.constant([[1.0, 2.0, 3.0, 4.0], [5.0]])).numpy().tolist() == [10.0, 5.0]
+    assert step(tf.ragged.constant([[1.0]])).numpy().tolist() == [1.0]
+    assert len(traced) == 1  # one trace for every batch size and row length
+    sparse = infer_input_signature([tf.sparse.from_dense(tf.eye(3)), tf.sparse.from_dense(tf.ones([5, 3]))])
+    assert sparse == (tf.SparseTensorSpec([None, 3], tf.float32),)
+    with pytest.raises(UsageError, match="mix RaggedTensorSpec and TensorSpec"):
+        infer_input_signature([tf.ragged.constant([[1.0]]), tf.ones([2, 2])])

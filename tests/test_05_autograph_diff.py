@@ -325,3 +325,32 @@ def test_bound_tf_function_method_converts_the_users_method():
     d = autograph_diff(cf.TracedCallLayer(), tf.TensorSpec([3]))
     assert d.function == "TracedCallLayer.call"
     assert [(s.kind, s.outcome, s.op_type) for s in d.statements] == [("if", "graph", "StatelessIf")]
+
+
+def _dataset_sum(ds):
+    s = tf.constant(0, tf.int64)
+    for x in ds:  # a dataset reduction: ReduceDataset, the body traced once
+        s += x
+    return s
+
+
+def _dataset_sum_until(ds):
+    s = tf.constant(0, tf.int64)
+    for x in ds:
+        if x > 2:  # a tensor condition inside the scan function: an If op there
+            break
+        s += x
+    return s
+
+
+def test_a_for_loop_over_a_dataset_is_a_reduce_dataset_op_not_python():
+    """It was reported as 'python ×1' (unrolled once); TF makes it a ReduceDataset op."""
+    ds = tf.data.Dataset.range(5)
+    (loop,) = autograph_diff(_dataset_sum, ds).statements
+    graph_ops = {op.type for op in tf.function(_dataset_sum).get_concrete_function(ds).graph.get_operations()}
+    assert "ReduceDataset" in graph_ops and not graph_ops & {"While", "StatelessWhile"}
+    assert (loop.kind, loop.outcome, loop.op_type, loop.unrolled) == ("for", "graph", "ReduceDataset", None)
+    loop, branch = autograph_diff(_dataset_sum_until, ds).statements
+    assert (loop.outcome, loop.op_type) == ("graph", "ReduceDataset")
+    assert (branch.kind, branch.outcome, branch.op_type) == ("if", "graph", "StatelessIf")
+    assert int(tf.function(_dataset_sum_until)(ds)) == 0 + 1 + 2

@@ -704,3 +704,31 @@ def test_finding_labels_its_two_worst_elements():
     (finding,) = _findings({"graph": both}, ((eager,), {}), 0, 0.0, ["output"])
     assert finding.endswith(f"largest |diff| and largest ULP: 0.5 ({int(ulp_distance(eager, both.outputs[0])[0])} "
                             f"ULP) at flat index 0")
+
+
+def _tensor_while(x):
+    i = tf.constant(0)
+    while i < 3:  # a tensor condition: a While op with no maximum_iterations
+        x = tf.tanh(x) * 1.5
+        i += 1
+    return x
+
+
+def _range_while(x):
+    for _ in tf.range(3):  # AutoGraph gives this While op maximum_iterations=3
+        x = tf.tanh(x) * 1.5
+    return x
+
+
+def test_xla_gradient_of_a_while_loop_without_maximum_iterations_is_named_as_such():
+    """TF's error speaks of a TensorArray the code does not have; the cause is the loop's gradient."""
+    x = np.linspace(-1, 1, 6, dtype=np.float32)
+    m = compare_modes(_tensor_while, x, repeats=1, hlo=False, modes=("eager", "xla"))
+    err = m.modes["xla"].error
+    assert err.startswith("XLA cannot compile the gradient of a while loop without maximum_iterations"), err
+    assert "/accumulator'" in err and "tf.range(n)" in err and "gradients=False" in err
+    # Each fix it names works: forward only, and the tf.range form with gradients.
+    assert compare_modes(_tensor_while, x, repeats=1, hlo=False, modes=("eager", "xla"),
+                         gradients=False).modes["xla"].error is None
+    fixed = compare_modes(_range_while, x, repeats=1, hlo=False, modes=("eager", "xla")).modes["xla"]
+    assert fixed.error is None and len(fixed.gradients) == 1

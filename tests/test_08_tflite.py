@@ -552,3 +552,21 @@ def test_unsupported_op_names_its_signature(models, tmp_path):
         tflab.export_model(models.predict_and_evaluate(), tmp_path / "out", quantize=["none"],
                            examples=feed, isolate=False)
     assert info.value.signatures == {op: ("evaluate",)} and "(in signature 'evaluate')" in str(info.value)
+
+
+def test_int8_with_plain_example_dicts_on_a_keras_export_calibrates_serving_default_only(tmp_path):
+    """A Keras model.export SavedModel has serve and serving_default; the converter keeps
+    serving_default only, and a representative sample for 'serve' failed the whole conversion
+    ('Invalid signature_key provided: "serve"') when examples were plain {input: array} dicts."""
+    import keras
+
+    import tflab
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((8,))
+    sm = tflab.save_and_reload(keras.Model(inp, keras.layers.Dense(3)(inp)), tmp_path / "k", None)
+    assert set(sm.signatures) == {"serve", "serving_default"}
+    plain = list(sm.example_batches)  # [{input name: array}, ...]: no signature key
+    assert all(isinstance(b, dict) and not isinstance(next(iter(b.values())), dict) for b in plain)
+    c = tflab.tflite_roundtrip(sm.path, plain, "int8")
+    assert c.within_bound is True and set(c.outputs) == {"output_0"}

@@ -280,3 +280,46 @@ def test_tour_section_on_a_user_model_runs_the_small_example_only(small_keras_fi
     assert f16["unscaled"]["underflow"] == {"arg:x": 512} and f16["underflow"] == {}
     # The loss-scaling demo rebuilds MobileNetV3Small per policy: not a loaded user model.
     assert "loss_scaling" not in section
+
+
+def test_a_function_closing_over_a_built_keras_model_is_refused_not_measured_in_float32():
+    """The model's layers keep the float32 policy they were built with and cast the float16/bfloat16
+    arguments back: the MatMul runs in float32, so 'mixed_float16: out err 0' would be false."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((16,))
+    model = keras.Model(inp, keras.layers.Dense(4)(inp))
+    x = np.random.RandomState(1).randn(8, 16).astype(np.float32)
+    with pytest.raises(UsageError, match=r"none of its 1 MatMul/Conv op\(s\) ran in (bfloat16|float16) "
+                                         r"\(MatMul in float32\).*zero-argument factory"):
+        compare_precisions(lambda x: tf.reduce_sum(model(x)), x)
+
+    def build():
+        i = keras.Input((16,))
+        return keras.Model(i, keras.layers.Dense(4)(i))
+
+    built = compare_precisions(build, x)  # the factory form measures each policy's own arithmetic
+    assert built.policies["mixed_float16"].output_error > 0
+    assert built.policies["mixed_bfloat16"].output_error > 0
+
+
+def test_an_error_measured_over_no_element_reads_n_a_not_0():
+    """x * 1e-6 in float16 is subnormal everywhere (|y| < 2^-14): relative errors of percents,
+    which the table printed as 'out err 0, grad err 0' because it measured no element."""
+    x = np.random.RandomState(0).randn(64).astype(np.float32)
+    cmp = compare_precisions(lambda x: x * 1e-6, x)
+    half = cmp.policies["mixed_float16"]
+    assert (half.output_error_elements, half.gradient_error_elements) == (0, 0)
+    assert cmp.policies["mixed_bfloat16"].output_error_elements == 64  # bfloat16's range holds 1e-6
+    row = next(line for line in cmp.to_text().splitlines() if line.startswith("mixed_float16"))
+    assert row.split()[2:4] == ["n/a", "n/a"]
+    assert "mixed_float16: out n/a, grad n/a" in repr(cmp)
+    # What 'n/a' hides, measured with numpy: float16 is far from exact there.
+    y16 = (x.astype(np.float16) * np.float16(1e-6)).astype(np.float64)
+    rel = np.abs(y16 - x.astype(np.float64) * 1e-6) / np.abs(x.astype(np.float64) * 1e-6)
+    assert rel.max() > 2.0 ** -11  # worse than float16's normal rounding
+    # No float value at all (an integer function): '-', and no n/a footnote.
+    ints = compare_precisions(lambda ids: tf.reduce_sum(ids * 2), tf.constant([1, 2, 3]))
+    assert ints.policies["mixed_float16"].output_error_elements is None
+    assert "n/a" not in ints.to_text() and "mixed_float16: out -, grad -" in repr(ints)

@@ -114,9 +114,9 @@ def test_reason_engine_on_per_replica_trace_types():
 
     first = make_trace(1, [("x", spec("(2, 4)", "(2, 4)"))], [])
     assert first.to_text() == "#1 first: x=per-replica float32(2, 4) ×2"
-    # A global batch of 3 splits as 2 and 1: the shapes are listed per replica.
+    # A global batch of 3 splits as 2 and 1: the replica that changed is named.
     t = make_trace(2, [("x", spec("(2, 4)", "(1, 4)"))], [first])
-    assert t.reasons == ["x: per-replica shape (2, 4) -> [(2, 4), (1, 4)]"]
+    assert t.reasons == ["x: per-replica shape replica 1 (2, 4) -> (1, 4) (of 2 replicas)"]
     r = distribute.diff_trace_type("x", spec("(2, 4)", "(2, 4)"), spec("(2, 4)"))
     assert [x.text for x in r] == ["x: 2 replicas -> 1"]
 
@@ -278,3 +278,52 @@ def test_tour_section_reports_the_lab(lab, monkeypatch, tmp_path):
     assert rep["plain"]["reasons"][0] == "x: per-replica shape (2, 4) -> (1, 4)"
     assert (rep["element_spec"]["trace_count"], rep["stabilize"]["traces"]) == (1, 1)
     assert rep["inspect"]["cross_replica_ops"] == {"CollectiveReduceV2": 2}
+
+
+_THREE_REPLICAS = r'''
+import json
+from tflab.distribute import configure_logical_cpus, mirrored_strategy
+configure_logical_cpus(3)
+import numpy as np
+import tensorflow as tf
+from tflab import stabilize
+strategy = mirrored_strategy(3)
+# 11 rows in batches of 6: per replica (2, 2, 2), then (2, 2, 1): replicas 0 and 1 never vary.
+data = tf.data.Dataset.from_tensor_slices(np.ones((11, 4), np.float32)).batch(6)
+dist = strategy.experimental_distribute_dataset(data)
+step = lambda x: strategy.run(tf.reduce_sum, args=(x,))
+stable = stabilize(step, examples=dist)
+shorter = strategy.experimental_distribute_dataset(
+    tf.data.Dataset.from_tensor_slices(np.ones((9, 4), np.float32)).batch(6))  # (2, 2, 2), (1, 1, 1)
+runs = [float(strategy.reduce("SUM", stable(x), axis=None)) for x in shorter]
+print(json.dumps({"spec": [s.shape.as_list() for s in stable.input_signature[0]._value_specs],
+                  "element_spec": [s.shape.as_list() for s in dist.element_spec._value_specs],
+                  "runs": runs}))
+'''
+
+
+def test_stabilize_on_a_distributed_dataset_keeps_its_element_spec_none_dims_per_replica():
+    """A replica whose shape never varied in the examples still gets the element_spec's None batch
+    dim: a later batch may leave it short (was (2, 4), so a (1, 4) replica batch was refused)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    done = subprocess.run([sys.executable, "-c", _THREE_REPLICAS], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["spec"] == got["element_spec"] == [[None, 4]] * 3
+    assert got["runs"] == [24.0, 12.0]
+
+
+def test_a_per_replica_reason_names_the_replica_that_changed():
+    """Batch 6 on 3 replicas, then 5: only replica 2 goes (2, 4) -> (1, 4); the reason said
+    '(2, 4) -> [(2, 4), (2, 4), (1, 4)]', one shape against a list."""
+    import tensorflow as tf
+    from tensorflow.python.distribute import values as values_lib
+
+    from tflab.retrace_reasons import diff_per_replica
+
+    spec = lambda *rows: repr(values_lib.PerReplicaSpec(*[tf.TensorSpec([r, 4]) for r in rows]))
+    (short,) = diff_per_replica("x", spec(2, 2, 2), spec(2, 2, 1))
+    assert short.text == "x: per-replica shape replica 2 (2, 4) -> (1, 4) (of 3 replicas)"
+    (all_short,) = diff_per_replica("x", spec(2, 2), spec(1, 1))
+    assert all_short.text == "x: per-replica shape (2, 4) -> (1, 4)"

@@ -366,3 +366,29 @@ def test_runtime_op_error_names_the_op_and_tf_detail():
     d = diagnose(c.gather_out_of_range, S([3]))
     assert d.stage == "call" and d.error == "InvalidArgumentError: indices = 10 is not in [0, 3)"
     assert "the GatherV2 op 'GatherV2' failed when the ConcreteFunction ran" in d.explanation
+
+
+def _appends_outer_tensor(x):
+    out = []
+    for _ in tf.range(3):
+        out.append(x)  # silent: the While body is traced once
+    return tf.stack(out)
+
+
+def _appends_in_python_loop(x):
+    out = []
+    for _ in range(3):  # unrolled: appends 3 times, as eager does
+        out.append(x)
+    return tf.stack(out)
+
+
+def test_a_list_appended_in_a_while_body_without_error_is_diagnosed_not_ok():
+    """TF raises nothing here, but the graph's list holds 1 entry where eager's holds 3."""
+    x = tf.ones([2])
+    assert (tf.function(_appends_outer_tensor)(x).shape[0], _appends_outer_tensor(x).shape[0]) == (1, 3)
+    d = diagnose(_appends_outer_tensor, tf.TensorSpec([2]))
+    assert (d.ok, d.kind, d.stage, d.statement) == (False, "python-list-in-tensor-loop", "silent",
+                                                    "out.append(x)")
+    assert "became a While op, whose body is traced once" in d.explanation and "TensorArray" in d.fix
+    assert "TF said: nothing (no error)" in d.to_text()
+    assert diagnose(_appends_in_python_loop, tf.TensorSpec([2])).ok  # unrolled at trace time: fine

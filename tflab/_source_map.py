@@ -37,7 +37,28 @@ def _walk_ops(graph) -> Iterator:
             sub = getattr(op, attr, None)
             if sub is not None:
                 yield from _walk_ops(sub)
+        for sub in _dataset_function_graphs(graph, op):
+            yield from _walk_ops(sub)
         yield op
+
+
+def _dataset_function_graphs(graph, op) -> list:
+    """The FuncGraphs of a tf.data op's functions (``f`` of ScanDataset/ReduceDataset/MapDataset,
+    ``predicate`` of TakeWhileDataset/FilterDataset): where AutoGraph puts the body of a
+    ``for x in dataset`` loop, kept in the graph's function library, not on the op."""
+    if not op.type.endswith("Dataset"):
+        return []
+    out = []
+    for attr in ("f", "predicate"):
+        try:
+            name = op.get_attr(attr).name
+            fn = graph._get_function(name)  # pylint: disable=protected-access
+        except (ValueError, TypeError, AttributeError):
+            continue
+        sub = getattr(fn, "graph", None)
+        if sub is not None:
+            out.append(sub)
+    return out
 
 
 def _same_file(a: str, b: str) -> bool:

@@ -47,6 +47,10 @@ from tflab.errors import UsageError
 
 _IF_OPS = frozenset({"If", "StatelessIf"})
 _WHILE_OPS = frozenset({"While", "StatelessWhile"})
+# ``for x in dataset`` becomes a dataset reduction (``dataset_autograph._tf_ag_dataset_for_stmt``:
+# ``ds.reduce``, after a ``ds.scan`` when the loop has a break): the body is traced once
+# into the ReduceDataset op's function, not unrolled and not a While op.
+_DATASET_LOOP_OPS = frozenset({"ReduceDataset"})
 _STRICT_ENV = "AUTOGRAPH_STRICT_CONVERSION"
 
 _GREEN, _RED, _CYAN, _BOLD, _RESET = "\x1b[32m", "\x1b[31m", "\x1b[36m", "\x1b[1m", "\x1b[0m"
@@ -59,7 +63,8 @@ class Statement:
     Attributes:
         lineno: line number in the function's file.
         kind: ``"if"``, ``"for"`` or ``"while"``.
-        outcome: ``"graph"`` (an If/While op in the FuncGraph) or ``"python"``
+        outcome: ``"graph"`` (an If/While op in the FuncGraph, or a
+            ReduceDataset op for ``for x in dataset``) or ``"python"``
             (evaluated at trace time).
         op: name of the first If/While op made from this statement (ops inside a
             branch/body FuncGraph are named there, e.g. ``"while/cond"``), or None.
@@ -554,7 +559,7 @@ def _user_callable(fn: Any) -> Any:
 
 
 def _classify(stmt: _Stmt, ops: list, records: dict | None = None) -> Statement:
-    want = _IF_OPS if stmt.kind == "if" else _WHILE_OPS
+    want = _IF_OPS if stmt.kind == "if" else _WHILE_OPS | (_DATASET_LOOP_OPS if stmt.kind == "for" else set())
     # An If/While op belongs to the statement whose line is the innermost
     # in-function frame of its creation stack: AutoGraph's if_stmt/for_stmt call
     # is mapped back to the statement's own line.

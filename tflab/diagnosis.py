@@ -81,7 +81,10 @@ class Diagnosis:
             a While op; …".
         fix: one sentence naming the API to use.
         stage: ``"trace"`` (get_concrete_function raised), ``"call"`` (the
-            ConcreteFunction raised when run) or ``""`` when ok.
+            ConcreteFunction raised when run), ``"silent"`` (nothing raised, but
+            the graph does not do what the Python reads: a list appended to in
+            a loop that became a While op gets one entry; ``error`` is empty)
+            or ``""`` when ok.
     """
 
     function: str
@@ -113,11 +116,13 @@ class Diagnosis:
         if self.ok:
             return f"{self.function}: ok (traced and ran once)"
         where = f"{self.filename}:{self.line}" if self.line else "(no line in the user's code)"
-        lines = [f"{self.function}: {self.kind} ({self.stage} failed)",
+        head = ("traced and ran, but not as the Python reads" if self.stage == SILENT_STAGE
+                else f"{self.stage} failed")
+        lines = [f"{self.function}: {self.kind} ({head})",
                  f"  culprit: {where}"]
         if self.statement:
             lines.append(f"      {self.statement}")
-        lines.append(f"  TF said: {self.error}")
+        lines.append(f"  TF said: {self.error or 'nothing (no error)'}")
         if self.explanation:
             lines.append(f"  why: {self.explanation}")
         if self.fix:
@@ -801,8 +806,11 @@ def _rule_escaped_tensor(exc, ctx, frames, filename, line, loc, src, node):
     return _make(ctx, exc, "python-list-in-tensor-loop", filename, culprit,
                  f"{_stmt_label(o_line, o_kind, 'While')}; {what} is not a loop variable, so "
                  f"the tensors stored in it inside the body ({tensor.name}) cannot leave the loop",
-                 "use a tf.TensorArray (ta = ta.write(i, value) in the loop, ta.stack() after it), "
-                 "which is a loop variable")
+                 _LIST_FIX)
+
+
+_LIST_FIX = ("use a tf.TensorArray (ta = ta.write(i, value) in the loop, ta.stack() after it), "
+             "which is a loop variable")
 
 
 def _holders_of(tensor, scopes: list[dict]) -> set[str]:
@@ -1252,7 +1260,9 @@ def diagnose(fn: Callable, *args: Any, **kwargs: Any) -> Diagnosis:
         **kwargs: the same, by keyword.
 
     Returns:
-        A `Diagnosis`: ``ok=True, kind=None`` when it traced and ran; else the
+        A `Diagnosis`: ``ok=True, kind=None`` when it traced and ran and no
+        Python list is appended to in a loop that became a While op (that
+        silently keeps one entry: ``stage="silent"``); else the
         kind, the culprit line in the user's file, TF's first error line, what
         TF did and the fix.
 
@@ -1315,7 +1325,59 @@ def diagnose(fn: Callable, *args: Any, **kwargs: Any) -> Diagnosis:
             concrete(*_materialize(args), **_materialize(kwargs))
         except Exception as e:
             return _classify(e, ctx)
-    return Diagnosis(function=ctx.name, ok=True)
+    silent = _silent_list_append(ctx, code.co_filename if code is not None else "")
+    return silent or Diagnosis(function=ctx.name, ok=True)
+
+
+# Diagnosis.stage of a function that traced and ran but does not do what its Python says.
+SILENT_STAGE = "silent"
+
+_LIST_MUTATORS = frozenset({"append", "extend", "insert"})
+
+
+def _silent_list_append(ctx: _Context, filename: str) -> Diagnosis | None:
+    """A Python list appended to inside a loop that became a While op, with no error.
+
+    The While body is traced once (``while_v2``), so ``acc.append(v)`` runs once at
+    trace time: when ``v`` is a tensor from outside the loop (or a Python value)
+    nothing fails and ``acc`` silently ends with one entry instead of one per
+    iteration; eager Python gives one per iteration.
+    """
+    graph = ctx.stmap.graph_lines() if ctx.stmap is not None else {}
+    loops = {line for line, kind in graph.items() if kind in ("for", "while")}
+    src = _Source.of(filename) if filename and loops else None
+    if src is None:
+        return None
+    for fn_node in ast.walk(src.tree):
+        if not isinstance(fn_node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        lists = {t.id for a in ast.walk(fn_node) if isinstance(a, ast.Assign)
+                 and (isinstance(a.value, ast.List) or (isinstance(a.value, ast.Call)
+                      and isinstance(a.value.func, ast.Name) and a.value.func.id == "list"))
+                 for t in a.targets if isinstance(t, ast.Name)}
+        for loop in ast.walk(fn_node):
+            if not isinstance(loop, (ast.For, ast.While)) or loop.lineno not in loops:
+                continue
+            rebound = {n.id for b in loop.body for n in ast.walk(b)
+                       if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            for b in loop.body:
+                for call in ast.walk(b):
+                    if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                            and call.func.attr in _LIST_MUTATORS and isinstance(call.func.value, ast.Name)
+                            and call.func.value.id in lists and call.func.value.id not in rebound):
+                        name, kind = call.func.value.id, graph[loop.lineno]
+                        from tflab._source_map import _strip_comment
+
+                        return Diagnosis(
+                            function=ctx.name, ok=False, kind="python-list-in-tensor-loop",
+                            line=call.lineno, statement=_strip_comment(src.text(call.lineno)),
+                            filename=filename, error="",
+                            explanation=(f"{_stmt_label(loop.lineno, kind, 'While')}, whose body is traced "
+                                         f"once: '{name}.{call.func.attr}(...)' ran once at trace time, so "
+                                         f"'{name}' gets one entry, not one per iteration as in eager "
+                                         "Python; no error is raised"),
+                            fix=_LIST_FIX, stage=SILENT_STAGE)
+    return None
 
 
 def _is_binding_error(e: BaseException) -> bool:

@@ -177,9 +177,14 @@ def convert(saved_model_dir: str | os.PathLike, quantization: str = "none",
         loaded = load_saved_model(saved_model_dir)
         takes: dict[str, list[str]] = {}
         seen_targets: set = set()
+        # Calibrate only the keys the converter converts: from_saved_model keeps
+        # serving_default alone for a Keras model.export artifact (lite.py), and the
+        # calibrator refuses a sample for any other key ("Invalid signature_key").
+        converted = set(getattr(conv, "_saved_model_exported_names", None) or loaded.signatures)
         # The converter keeps one of several keys calling the same function
         # (Keras' serve/serving_default): calibrate that one, serving_default first.
-        for k in sorted(loaded.signatures, key=lambda k: (k != "serving_default", k)):
+        for k in sorted((k for k in loaded.signatures if k in converted),
+                        key=lambda k: (k != "serving_default", k)):
             target = _call_target(loaded.signatures[k])
             if target is not None and target in seen_targets:
                 continue

@@ -57,6 +57,7 @@ DEFAULT_ULP_BOUND = 1 << 12
 DEFAULT_ATOL = 1e-5
 
 _XLA_UNSUPPORTED_RE = re.compile(r"(\w+) \((.*?)\)\{\{node ([^}]+)\}\}")
+_XLA_TENSOR_LIST_SIZE = "XLA compilation requires a fixed tensor list size"
 _NODE_REF_RE = re.compile(r"\{\{node ([^}]+)\}\}")
 
 # Random-number ops by type (tensorflow/core/ops/random_ops.cc, stateless_random_ops.cc,
@@ -543,6 +544,19 @@ def xla_reason(exc: BaseException) -> str:
         ops = "; ".join(f"{op_type} op {node!r}: " + _NODE_REF_RE.sub(r"'\1'", reason)
                         for op_type, reason, node in found)
         return f"XLA cannot compile {ops}{last}"
+    if _XLA_TENSOR_LIST_SIZE in text:
+        node = _NODE_REF_RE.search(text)
+        name = node.group(1) if node else ""
+        if "/accumulator" in name:
+            # while_v2's gradient: the forward loop pushes every iteration's intermediates
+            # onto a TensorList accumulator (while_v2.py _WhileBodyGradFuncGraph); XLA needs
+            # its size, which only maximum_iterations gives (tf2xla tensor_list_utils).
+            return ("XLA cannot compile the gradient of a while loop without maximum_iterations "
+                    f"(TensorList accumulator {name!r}; TF says \"{_XLA_TENSOR_LIST_SIZE}\" and names a "
+                    "TensorArray, but this list is the gradient's, not one in the code): the backward pass stores every iteration's values in a "
+                    "list whose size XLA must know; write the loop as `for _ in tf.range(n)` (AutoGraph "
+                    "sets maximum_iterations) or tf.while_loop(..., maximum_iterations=n), or compare "
+                    "the forward pass only (gradients=False)")
     from tflab._target import error_summary, user_frame
 
     where = user_frame(exc)

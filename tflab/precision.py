@@ -274,6 +274,12 @@ class PolicyResult:
             scaling (a `PolicyResult`), else None.
         nonzero_gradient_elements: gradient elements non-zero in float32 (the underflow
             denominator).
+        output_error_elements: how many output elements ``output_error`` was measured
+            over (|float32 value| >= smallest normal); 0 means every non-zero float32
+            value is below that, so it measured nothing, and the tables print
+            ``n/a``, not 0. None when there is no non-zero float value at all
+            (integer outputs; tables print ``-``).
+        gradient_error_elements: the same for ``gradient_error``.
     """
 
     policy: str
@@ -292,7 +298,14 @@ class PolicyResult:
     seconds: float
     nonzero_gradient_elements: int
     unscaled: "PolicyResult | None" = None
+    output_error_elements: int | None = None
+    gradient_error_elements: int | None = None
     _nonzero_by_name: dict = dataclasses.field(default_factory=dict)
+
+    def _err_text(self, which: str) -> str:
+        """``output_error``/``gradient_error`` as a table cell: ``n/a`` when no element was measured."""
+        n = getattr(self, f"{which}_error_elements")
+        return "n/a" if n == 0 else "-" if n is None else _fmt_err(getattr(self, f"{which}_error"))
 
     @property
     def underflow_count(self) -> int:
@@ -405,7 +418,7 @@ class PrecisionComparison:
         return tuple(p for p, r in self.policies.items() if r.underflow or r.overflow)
 
     def __repr__(self) -> str:
-        parts = [f"{p}: out {_fmt_err(r.output_error)}, grad {_fmt_err(r.gradient_error)}, "
+        parts = [f"{p}: out {r._err_text('output')}, grad {r._err_text('gradient')}, "
                  f"underflow {r.underflow_count}, overflow {r.overflow_count}"
                  for p, r in self.policies.items() if p != REFERENCE]
         return f"PrecisionComparison({self.function}: " + "; ".join(parts) + ")"
@@ -420,7 +433,7 @@ class PrecisionComparison:
         rows = [("policy", "compute", "out err", "grad err", "underflow", "overflow", "loss scale",
                  "seconds", "verdict")]
         for p, r in self.policies.items():
-            rows.append((p, r.compute_dtype, _fmt_err(r.output_error), _fmt_err(r.gradient_error),
+            rows.append((p, r.compute_dtype, r._err_text("output"), r._err_text("gradient"),
                          f"{r.underflow_count}/{r.nonzero_gradient_elements}", str(r.overflow_count),
                          _fmt_scale(r.loss_scale), f"{r.seconds:.3f}", r.verdict))
         widths = [max(len(r[i]) for r in rows) for i in range(8)]
@@ -428,6 +441,13 @@ class PrecisionComparison:
                   + "  " + r[8] for r in rows]
         lines.append("err: max relative error vs float32 over elements with |float32 value| >= the "
                      "compute dtype's smallest normal; underflow: non-zero in float32, 0 here")
+        unmeasured = sorted({f"{r.compute_dtype} {_pow2(float_info(r.compute_dtype).smallest_normal)}"
+                             for r in self.policies.values()
+                             if 0 in (r.output_error_elements, r.gradient_error_elements)})
+        if unmeasured:
+            lines.append("n/a: every float32 value is below the compute dtype's smallest normal ("
+                         + ", ".join(unmeasured) + "), so no relative error was measured: the values "
+                         "there are subnormal or 0, not exact")
         return "\n".join(lines)
 
     def to_dict(self, arrays: bool = False) -> dict[str, Any]:
@@ -524,14 +544,54 @@ class _Run:
     variables: list
 
 
-def _forward(call: Callable, sources: list, compute: str, variables: list | None):
-    """Runs ``call`` under a persistent tape; the target is sum(float outputs) in float32."""
+# The ops that carry a policy's arithmetic: what a compute dtype is for.
+_COMPUTE_OPS = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum", "Conv2D",
+                          "Conv3D", "DepthwiseConv2dNative", "Conv", "Conv2DBackpropInput",
+                          "Conv3DBackpropInputV2"})
+
+
+@contextlib.contextmanager
+def _record_compute_ops():
+    """Records (op type, output dtype name) of every `_COMPUTE_OPS` op run in the block.
+
+    Uses TF's op callbacks (``tensorflow/python/framework/op_callbacks.py``), which
+    see each eager op and each op created while tracing.
+    """
+    from tensorflow.python.framework import op_callbacks
+
+    seen: list[tuple[str, str]] = []
+
+    def callback(op_type, inputs, attrs, outputs, op_name=None, graph=None):
+        op_type = op_type.decode() if isinstance(op_type, bytes) else op_type
+        if op_type in _COMPUTE_OPS and outputs:
+            seen.append((op_type, outputs[0].dtype.name))
+        return None
+
+    op_callbacks.add_op_callback(callback)
+    try:
+        yield seen
+    finally:
+        op_callbacks.remove_op_callback(callback)
+
+
+def _forward(call: Callable, sources: list, compute: str, variables: list | None,
+             compute_ops: list | None = None):
+    """Runs ``call`` under a persistent tape; the target is sum(float outputs) in float32.
+
+    ``compute_ops``, when a list, receives (op type, output dtype) of the
+    MatMul/Conv-class ops the forward pass ran (`_record_compute_ops`).
+    """
     import tensorflow as tf
 
     t0 = time.perf_counter()
     with tf.GradientTape(persistent=True) as tape:
         tape.watch(sources)
-        structure = call(sources)
+        if compute_ops is None:
+            structure = call(sources)
+        else:
+            with _record_compute_ops() as seen:
+                structure = call(sources)
+            compute_ops.extend(seen)
         outputs = tf.nest.flatten(structure)
         outputs = [tf.convert_to_tensor(o) if not isinstance(o, tf.Tensor) else o for o in outputs]
         floats = [tf.cast(o, tf.float32) if o.dtype.is_floating else o for o in outputs]
@@ -572,6 +632,13 @@ def _rel_errors(ref: np.ndarray, got: np.ndarray, floor: float) -> np.ndarray:
     return np.where(np.isfinite(g), e, np.inf)
 
 
+def _measured(errors: np.ndarray, refs: list) -> int | None:
+    """How many elements an error was measured over; None when no float32 value was non-zero."""
+    if not any(np.count_nonzero(np.isfinite(r) & (r != 0)) for r in refs):
+        return None
+    return int(errors.size)
+
+
 def _measure(policy: str, ref_out: list, ref_grads: list, out: list, grads: list,
              output_names, grad_names, loss_scale, history, seconds, unscaled=None) -> PolicyResult:
     compute, variable = POLICIES[policy]
@@ -607,6 +674,9 @@ def _measure(policy: str, ref_out: list, ref_grads: list, out: list, grads: list
         underflow=underflow, underflow_below_normal=below, overflow=overflow,
         loss_scale=loss_scale, loss_scale_history=tuple(history), seconds=seconds,
         nonzero_gradient_elements=sum(nonzero.values()), unscaled=unscaled,
+        output_error_elements=_measured(out_all, [r for r in ref_out if r.dtype.kind == "f"]),
+        gradient_error_elements=_measured(grad_all, [r for r, g in zip(ref_grads, grads)
+                                                     if r is not None and g is not None]),
         _nonzero_by_name=nonzero)
 
 
@@ -710,10 +780,11 @@ def _run_policies(subject: _Subject, policies: tuple, loss_scale: Any, name: str
         compute, _ = POLICIES[policy]
         if progress:
             progress(f"{policy}: build, forward and backward in {compute}")
+        compute_ops: list = []
         try:
             obj = subject.build(policy)
             run = _forward(subject.call(obj, compute), subject.sources, compute,
-                           subject.variables_of(obj))
+                           subject.variables_of(obj), compute_ops)
         except UsageError:
             raise
         except Exception as e:
@@ -723,6 +794,18 @@ def _run_policies(subject: _Subject, policies: tuple, loss_scale: Any, name: str
                     if not subject.factory and policy != REFERENCE else "")
             raise UsageError(f"{name} failed under {policy}: {error_summary(e)[:300]}"
                              + (f" (at {where})" if where else "") + hint) from e
+        if not subject.factory and compute != "float32" and compute_ops \
+                and not any(dt == compute for _, dt in compute_ops):
+            # Only the arguments were cast, and every MatMul/Conv still ran in another dtype:
+            # typically a Keras model built earlier, whose layers keep the float32 policy
+            # they were built with and cast the inputs back (Keras autocasting).
+            kinds = ", ".join(sorted({f"{op} in {dt}" for op, dt in compute_ops}))
+            raise UsageError(
+                f"{name} under {policy}: none of its {len(compute_ops)} MatMul/Conv op(s) ran in {compute} "
+                f"({kinds}): only the arguments are cast, and a Keras layer built earlier keeps its "
+                "dtype policy and casts them back, so this would measure float32 arithmetic; pass a "
+                "zero-argument factory that builds the model (it is built once per policy), or cast "
+                "the weights inside the function")
         scaled = compute == "float16" and loss_scale is not None
         if ref is None:
             grads, t = run.grad_fn(1.0)
@@ -817,7 +900,10 @@ def compare_precisions(fn: Callable, *args: Any,
 
     Raises:
         UsageError: an unknown policy, a bad loss_scale, a built Keras model
-            instead of a factory, or ``fn`` failing under a policy (the message
+            instead of a factory, a plain function none of whose MatMul/Conv ops
+            ran in the policy's compute dtype (it calls a Keras model built
+            earlier, which casts the arguments back to float32: seen through TF's
+            op callbacks), or ``fn`` failing under a policy (the message
             names the policy and the user's line).
 
     Example:

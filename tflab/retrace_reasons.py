@@ -684,6 +684,10 @@ def _per_replica_components(text: str) -> list | None:
     return [parse_trace_type(t) for t in _split_top(text[len(_PER_REPLICA_PREFIX):-1])]
 
 
+def _shapes_list(nodes: list) -> list:
+    return [n.shape if n.kind == "tensor" else n.value for n in nodes]
+
+
 def _shapes_text(nodes: list) -> str:
     shapes = [n.shape if n.kind == "tensor" else n.value for n in nodes]
     return shapes[0] if len(set(shapes)) == 1 else "[" + ", ".join(shapes) + "]"
@@ -723,8 +727,15 @@ def diff_per_replica(path: str, old: str, new: str) -> list[Reason]:
                           "cast the dataset to one dtype (dataset.map(lambda x: tf.cast(x, ...)))"))
     sa, sb = _shapes_text(a), _shapes_text(b)
     if sa != sb:
-        out.append(Reason(path, "per_replica_shape", sa, sb,
-                          f"{path}: per-replica shape {sa} -> {sb}", PER_REPLICA_FIX))
+        changed = [(i, x, y) for i, (x, y) in enumerate(zip(_shapes_list(a), _shapes_list(b))) if x != y]
+        if sa.startswith("[") or sb.startswith("["):
+            # Not every replica has one shape: say which replicas changed, e.g. the last
+            # replica of 3 gets the short remainder of a batch (2, 2, 1).
+            what = "; ".join(f"replica {i} {x} -> {y}" for i, x, y in changed)
+            text = f"{path}: per-replica shape {what} (of {len(a)} replicas)"
+        else:
+            text = f"{path}: per-replica shape {sa} -> {sb}"
+        out.append(Reason(path, "per_replica_shape", sa, sb, text, PER_REPLICA_FIX))
     if not out:
         out.append(Reason(path, "kind", old, new, f"{path}: {old} -> {new}", PER_REPLICA_FIX))
     return out

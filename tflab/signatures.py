@@ -53,9 +53,19 @@ def _leaf_spec(value: Any, where: str):
         return tf.TensorSpec(value.shape, tf.as_dtype(value.dtype))
     if isinstance(value, tf.distribute.DistributedValues):  # PerReplica: a PerReplicaSpec
         return value._type_spec
+    if isinstance(value, (tf.RaggedTensor, tf.SparseTensor)) or _is_composite(value):
+        # A RaggedTensor/SparseTensor (any CompositeTensor) has its own TypeSpec, which an
+        # input_signature accepts: RaggedTensorSpec, SparseTensorSpec (type_spec.py).
+        return tf.type_spec_from_value(value)
     raise UsageError(f"{where} is a Python {type(value).__name__} ({value!r:.40}); an input_signature "
                      "describes tensors only: pass it as a tensor (tf.constant) or bind it with "
                      "functools.partial before stabilizing")
+
+
+def _is_composite(value: Any) -> bool:
+    from tensorflow.python.framework import composite_tensor
+
+    return isinstance(value, composite_tensor.CompositeTensor)
 
 
 def is_per_replica_spec(spec: Any) -> bool:
@@ -91,9 +101,20 @@ def _relax(a, b):
 
     if is_per_replica_spec(a) or is_per_replica_spec(b):  # relaxed per replica
         return relax_spec(a, b, _relax)
+    if type(a) is not type(b):
+        raise UsageError(f"examples mix {type(a).__name__} and {type(b).__name__} for one input; an "
+                         "input_signature has one TypeSpec per input: pass the same kind of tensor every time")
     if a.dtype != b.dtype:
         raise UsageError(f"examples disagree on dtype ({a.dtype.name} vs {b.dtype.name}); an input_signature "
                          "has one dtype per input: cast the inputs to one dtype first")
+    if not isinstance(a, tf.TensorSpec):
+        # RaggedTensorSpec, SparseTensorSpec, ...: TF's own relaxation, the TraceType supertype
+        # (RaggedTensorSpec keeps ragged_rank and row_splits_dtype and relaxes the dims).
+        common = a.most_specific_common_supertype([b])
+        if common is None:
+            raise UsageError(f"examples have incompatible {type(a).__name__}s ({a} vs {b}), e.g. a different "
+                             "ragged_rank; give every example the same kind of tensor")
+        return common
     if a.shape.rank != b.shape.rank:
         return tf.TensorSpec(None, a.dtype, a.name)
     dims = [da if da == db else None for da, db in zip(a.shape.as_list(), b.shape.as_list())]
@@ -106,7 +127,8 @@ def infer_input_signature(examples: Iterable[Any], names: Sequence[str] | None =
     Args:
         examples: a list of example calls, each a tuple of positional arguments
             (or one argument), or a `tf.data.Dataset` whose elements are calls.
-            Arguments are tensors, numpy arrays or nests (dicts, tuples) of them.
+            Arguments are tensors, numpy arrays, RaggedTensors, SparseTensors
+            (their RaggedTensorSpec/SparseTensorSpec) or nests (dicts, tuples) of them.
         names: parameter names, used as TensorSpec names (optional).
 
     Returns:
@@ -114,7 +136,8 @@ def infer_input_signature(examples: Iterable[Any], names: Sequence[str] | None =
         dims that are equal in every example are kept, the others are None.
         For a `tf.data.Dataset`, a dim its ``element_spec`` leaves None is
         None too (e.g. the batch dim of ``batch(32)`` without
-        ``drop_remainder``, even when every batch seen had 32). When no dim
+        ``drop_remainder``, even when every batch seen had 32); for a
+        distributed dataset, per replica. When no dim
         varies, every dim stays fixed: `stabilize` warns about that
         (`FixedShapeWarning`).
 
@@ -133,13 +156,20 @@ def infer_input_signature(examples: Iterable[Any], names: Sequence[str] | None =
 def _element_spec(examples: Any) -> Any:
     import tensorflow as tf
 
-    return examples.element_spec if isinstance(examples, tf.data.Dataset) else None
+    # A DistributedDataset's element_spec is per replica (PerReplicaSpec): what every
+    # step can be given, e.g. a batch that leaves one replica short.
+    return (examples.element_spec
+            if isinstance(examples, (tf.data.Dataset, tf.distribute.DistributedDataset)) else None)
 
 
 def _relax_to_element_spec(spec: Any, element: Any) -> Any:
-    """``spec`` with None wherever the dataset's element_spec has None."""
+    """``spec`` with None wherever the dataset's element_spec has None (per replica too)."""
     import tensorflow as tf
 
+    if is_per_replica_spec(spec) and is_per_replica_spec(element) \
+            and len(spec._value_specs) == len(element._value_specs):
+        return type(spec)(*[_relax_to_element_spec(a, b)
+                            for a, b in zip(spec._value_specs, element._value_specs)])
     if not (isinstance(spec, tf.TensorSpec) and isinstance(element, tf.TensorSpec)):
         return spec
     if element.shape.rank is None:

@@ -350,7 +350,7 @@ def _nested_str(x: Any) -> str:
 
 
 def as_tf_function(fn: Any) -> Any:
-    """Returns ``fn`` if it is a `tf.function`, else ``tf.function(fn)``.
+    """Returns ``fn`` if it is a `tf.function`, ``fn.__call__`` if that is one, else ``tf.function(fn)``.
 
     Raises:
         UsageError: ``fn`` is not callable.
@@ -365,6 +365,12 @@ def as_tf_function(fn: Any) -> Any:
     if isinstance(fn, type):  # tracing M(x) built an instance: "expected string…, got 'SymbolicTensor'"
         raise UsageError(f"expected a function or tf.function, got the class {fn.__name__}; pass an "
                          f"instance's method or a function, e.g. trace_and_inspect({fn.__name__}(...).call, x)")
+    bound = getattr(fn, "__call__", None)
+    if not isinstance(fn, type) and hasattr(bound, "get_concrete_function") and hasattr(bound, "python_function"):
+        # An object whose __call__ is a tf.function (a tf.Module with @tf.function __call__):
+        # that bound tf.function is what TF traces; wrapping the object again would give an
+        # outer FuncGraph holding one StatefulPartitionedCall instead of the ops.
+        return bound
     return tf.function(fn)
 
 

@@ -20,13 +20,47 @@ def build_default_model(seed: int = 0):
 
     Returns:
         An uncompiled `keras.Model` taking float32 ``(batch, 96, 96, 3)`` in [0, 255]
-        and returning ``(batch, 10)`` softmax probabilities.
+        and returning ``(batch, 10)`` softmax probabilities that depend on the input.
+
+    Freshly initialized, its BatchNormalization layers hold Keras' default
+    statistics (moving mean 0, variance 1), so at inference nothing is
+    normalized and the signal shrinks through the blocks to logits of ~1e-10:
+    the softmax is exactly 0.1 for every class and every input (measured on
+    TF 2.21 / Keras 3), which would make every output comparison of the tour
+    (XLA vs eager, SavedModel, TFLite argmax) compare a constant. One
+    training-mode pass over a seeded batch with ``momentum=0`` sets each
+    layer's moving statistics to that batch's (Keras ``BatchNormalization``:
+    ``moving = moving * momentum + batch * (1 - momentum)``); no weight is
+    trained.
     """
     import keras
 
     keras.utils.set_random_seed(seed)
-    return keras.applications.MobileNetV3Small(
+    model = keras.applications.MobileNetV3Small(
         weights=None, input_shape=IMAGE_SHAPE, classes=NUM_CLASSES)
+    calibrate_batch_norm(model, example_batch(model_input_spec(model), 16, seed=seed))
+    return model
+
+
+def calibrate_batch_norm(model, batch) -> None:
+    """Sets every BatchNormalization layer's moving mean/variance to ``batch``'s statistics.
+
+    Args:
+        model: a built Keras model.
+        batch: one input batch (at least 2 rows), e.g. `example_batch`.
+    """
+    import keras
+
+    layers = [layer for layer in model._flatten_layers()  # pylint: disable=protected-access
+              if isinstance(layer, keras.layers.BatchNormalization)]
+    saved = [layer.momentum for layer in layers]
+    try:
+        for layer in layers:
+            layer.momentum = 0.0
+        model(batch, training=True)
+    finally:
+        for layer, momentum in zip(layers, saved):
+            layer.momentum = momentum
 
 
 def model_input_spec(model) -> Any:
