@@ -168,3 +168,23 @@ def test_names_and_kinds_one_convention_with_deprecated_aliases():
                     signatures={"serve": {"inputs": {"x": {"dtype": "float32", "shape_signature": (-1, 64),
                                                            "quantization": None}}, "outputs": {}}})
     assert "serve input x: float32[None,64]" in t.to_text() and "[-1" not in t.to_text()
+
+
+def test_user_sys_exit_is_one_usage_error_from_the_python_api():
+    """A user's ``sys.exit(3)`` would end the interpreter; the API raises the CLI's one line instead."""
+    import sys
+
+    def f(x):
+        sys.exit(3)
+
+    with pytest.raises(tflab.UsageError, match=r"^f called sys\.exit\(3\) while tracing;"):
+        tflab.trace_and_inspect(f, tf.TensorSpec([2]))
+    probe = tflab.RetraceProbe(f)
+    with pytest.raises(tflab.UsageError, match=r"^f called sys\.exit\(3\) when called through RetraceProbe;"):
+        probe(tf.constant([1.0]))
+
+    def interrupted(x):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):   # Ctrl-C must still stop the caller
+        tflab.trace_and_inspect(interrupted, tf.TensorSpec([2]))

@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterator
 
 from tflab._source_map import (_SUBGRAPH_ATTRS, _TraceCounter, _build_layer,  # noqa: F401
                                _error_line, _same_file, _shorten, _strip_comment, _walk_ops)
+from tflab._usercode import user_entry
 from tflab.errors import UsageError
 
 _IF_OPS = frozenset({"If", "StatelessIf"})
@@ -419,6 +420,7 @@ def _is_strict(strict: bool | None) -> bool:
         return False
 
 
+@user_entry("while AutoGraph converted and traced it")
 def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
                    **kwargs: Any) -> AutographDiff:
     """Shows AutoGraph's rewrite of ``fn`` and what each ``if``/``for``/``while`` became.

@@ -15,6 +15,7 @@ import inspect
 import types
 from typing import Any, Callable
 
+from tflab._usercode import user_entry
 from tflab.errors import UsageError
 from tflab.retrace_reasons import (NO_VARIABLE_CREATION, Trace, _short_name,
                                    function_type_inputs, make_trace)
@@ -277,6 +278,7 @@ class RetraceProbe:
         self._gwatch, self._cwatch = gwatch, cwatch
 
     # -- calls ----------------------------------------------------------------
+    @user_entry("when called through RetraceProbe", name=lambda self, *a, **k: self.name)
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Calls the wrapped tf.function; records any traces it made.
 

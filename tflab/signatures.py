@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Iterable, Sequence
 
+from tflab._usercode import user_entry
 from tflab.errors import UsageError
 
 
@@ -271,6 +272,7 @@ def _param_names(py_fn: Callable) -> list[str]:
         return []
 
 
+@user_entry("while tracing")
 def stabilize(fn: Callable, input_signature: Sequence[Any] | None = None,
               examples: Iterable[Any] | None = None, **tf_function_kwargs: Any):
     """Returns a `tf.function` of ``fn`` with a fixed input_signature.
