@@ -444,6 +444,9 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
         notes=tuple(notes), **base)
 
 
+# The smallest possible .tflite file: root offset + "TFL3" identifier (see tflite_roundtrip).
+MIN_TFLITE_BYTES = 8
+
 _RANDOM_OPS = ("RandomUniform", "RandomStandardNormal", "RandomUniformInt", "TruncatedNormal",
                "Multinomial", "RandomShuffle", "RandomGamma", "RandomPoisson")
 
@@ -485,7 +488,8 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | An
         UnsupportedOpsError: an op is not a TFLite builtin (and ``select_tf_ops`` is
             False), or is a custom op (``.kind == "custom"``: needs allow_custom_ops
             and a TFLite kernel).
-        UsageError: a bad quantization name, examples that do not match the
+        UsageError: a bad quantization name, a ``float_size`` that is not an
+            int of at least 8 bytes, examples that do not match the
             signature, or ``saved_model_dir`` missing, a file, or a folder
             without ``saved_model.pb`` (`tflab.saved_model.require_saved_model_dir`).
         TflabError: the converter failed otherwise.
@@ -500,6 +504,14 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | An
     """
     from tflab.saved_model import require_saved_model_dir
 
+    # A .tflite flatbuffer starts with a 4-byte root offset and the 4-byte file
+    # identifier "TFL3" (tensorflow/lite/python/util.py _TFLITE_FILE_IDENTIFIER), so no
+    # float model is smaller than 8 bytes: 2, 3 or 4 is a dtype width, not a size.
+    if float_size is not None and (isinstance(float_size, bool) or not isinstance(float_size, (int, np.integer))
+                                   or float_size < MIN_TFLITE_BYTES):
+        raise UsageError(f"tflite_roundtrip: float_size is the float .tflite model's size in bytes "
+                         f"(an int >= {MIN_TFLITE_BYTES}, e.g. len(float_model)), got {float_size!r}; "
+                         f"omit it to measure it, and pass quantization='float16' for a float16 model")
     saved_model_dir = require_saved_model_dir(saved_model_dir)  # TF's OSError from the converter before
     examples = Examples.of(examples).check_rows()  # read once; convert and check_tflite take it as is
     t0 = time.perf_counter()

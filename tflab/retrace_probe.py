@@ -202,6 +202,10 @@ class RetraceProbe:
         if not callable(fn):
             raise UsageError(f"RetraceProbe needs a callable (a tf.function or a Python function), "
                              f"got {type(fn).__name__}")
+        if isinstance(fn, type):  # callable, but calling it builds an instance: nothing to trace
+            raise UsageError(f"RetraceProbe needs a function, a tf.function or a callable object, got the "
+                             f"class {fn.__name__}; pass an instance (RetraceProbe({fn.__name__}(...))) "
+                             f"or one of its bound methods")
         self._count = 0
         self.calls = 0
         self.traces: list[Trace] = []
