@@ -220,6 +220,10 @@ def user_code(name: str, during: str, *, exceptions: bool = False, hint: str | N
 _INSIDE: contextvars.ContextVar[bool] = contextvars.ContextVar("tflab_user_code", default=False)
 
 
+# In the Python API the user's function runs in the caller's own interpreter.
+_API_HINT = "it runs in your Python process, which sys.exit would end: return or raise instead"
+
+
 def _callable_name(fn: Any) -> str:
     fn = getattr(fn, "python_function", fn)  # a tf.function: its Python function's name
     return str(getattr(fn, "__name__", None) or type(fn).__name__)
@@ -254,7 +258,7 @@ def user_entry(during: str, name: Callable[..., str] | None = None) -> Callable[
 
     >>> trace_and_inspect(lambda x: sys.exit(3), 1.0)
     Traceback (most recent call last):
-    tflab.errors.UsageError: <lambda> called sys.exit(3) while tracing; tflab runs it in its own process, ...
+    tflab.errors.UsageError: <lambda> called sys.exit(3) while tracing; it runs in your Python process, ...
     """
     def decorate(api: Callable) -> Callable:
         @functools.wraps(api)
@@ -271,7 +275,7 @@ def user_entry(during: str, name: Callable[..., str] | None = None) -> Callable[
                     who = name(*args, **kwargs)
                 else:
                     who = _callable_name(args[0] if args else kwargs.get("fn"))
-                raise UsageError(describe(e, who, during)) from None
+                raise UsageError(describe(e, who, during, _API_HINT)) from None
             finally:
                 _INSIDE.reset(token)
         return wrapper
