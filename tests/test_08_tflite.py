@@ -609,6 +609,8 @@ def test_vacuous_bound_is_said_plainly_when_it_exceeds_the_outputs_range(tmp_pat
                                                  f"{o.reference_range:.3g}")
     assert "this check cannot fail for probs" in note[0] and "compare argmax agreement instead" in note[0]
     assert note[0] in c.to_text() and c.to_dict()["vacuous_outputs"] == ("probs",)
+    # Rows far from 0.5 keep bounds under 1, so a LiteRT value outside TF's range could still fail them.
+    assert " elements whose bound is that large unless LiteRT leaves TF's range;" in note[0]
 
 
 def test_bound_tighter_than_the_range_is_not_called_vacuous(tmp_path):

@@ -463,7 +463,8 @@ def _vacuous_note(okey: str, got: np.ndarray, want: np.ndarray, bound: np.ndarra
     Any LiteRT value inside TF's range ``[min, max]`` is within ``rng`` of every
     TF value, so an element whose bound is ``>= rng`` fails only if LiteRT
     leaves that range. For a probability (TF's and LiteRT's values all in
-    [0, 1]) no ``|Δ|`` exceeds 1, so a bound ``>= 1`` cannot fail at all.
+    [0, 1]) no ``|Δ|`` exceeds 1, so when every element's bound is ``>= 1``
+    the check cannot fail at all and the note drops that proviso.
     The output's bound is its largest elementwise bound (as reported); the note
     says how many elements have a bound that large.
     """
@@ -485,7 +486,7 @@ def _vacuous_note(okey: str, got: np.ndarray, want: np.ndarray, bound: np.ndarra
     instead = (f"compare argmax agreement instead (here {agree:.0%})" if agree is not None
                else "compare a task metric on real data instead")
     return (f"bound {b.max():.3g} exceeds {what}: this check cannot fail for {okey}{which}"
-            + ("" if probability else " unless LiteRT leaves TF's range") + f"; {instead}")
+            + ("" if probability and b.min() >= 1.0 else " unless LiteRT leaves TF's range") + f"; {instead}")
 
 
 # The smallest possible .tflite file: root offset + "TFL3" identifier (see tflite_roundtrip).
