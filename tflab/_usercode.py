@@ -224,6 +224,17 @@ _INSIDE: contextvars.ContextVar[bool] = contextvars.ContextVar("tflab_user_code"
 _API_HINT = "it runs in your Python process, which sys.exit would end: return or raise instead"
 
 
+@contextlib.contextmanager
+def cli_verb() -> Iterator[None]:
+    """Marks a CLI verb's run: the verb's `user_code` blocks, or ``tflab.cli.main``'s last
+    resort, word a user's ``sys.exit`` (naming FILE.py:FUNC), so `user_entry` passes it on."""
+    token = _INSIDE.set(True)
+    try:
+        yield
+    finally:
+        _INSIDE.reset(token)
+
+
 def _callable_name(fn: Any) -> str:
     fn = getattr(fn, "python_function", fn)  # a tf.function: its Python function's name
     return str(getattr(fn, "__name__", None) or type(fn).__name__)
@@ -236,8 +247,8 @@ def user_entry(during: str, name: Callable[..., str] | None = None) -> Callable[
     user's function becomes one `UsageError` ("f called sys.exit(3) while
     tracing") instead of ending the interpreter; ``KeyboardInterrupt``,
     `tflab.errors.Terminated` and every ``Exception`` pass through unchanged.
-    Inside an outer `user_code` block (the CLI's) the outer block words the
-    message. Unlike `user_code` there is no `process_guard`: this wraps
+    Inside an outer `user_code` block or a CLI verb (`cli_verb`) the outer
+    handler words the message, so the CLI's lines are unchanged. Unlike `user_code` there is no `process_guard`: this wraps
     per-call paths such as ``RetraceProbe.__call__`` (whose overhead goal is
     < 5% of a cached tf.function call), so it is one ``try`` and one
     ``ContextVar`` set.
