@@ -91,6 +91,7 @@ def test_bounds_are_not_vacuous(dense64):
     for q in ("dynamic", "float16", "int8"):
         worst = max(o.bound_ratio for o in dense64[1][q].outputs.values())
         assert 0.02 < worst <= 1.0, q
+        assert dense64[1][q].vacuous_outputs == (), q   # every bound is under its output's range
 
 
 def test_float16_variant(dense64):
@@ -570,3 +571,54 @@ def test_int8_with_plain_example_dicts_on_a_keras_export_calibrates_serving_defa
     assert all(isinstance(b, dict) and not isinstance(next(iter(b.values())), dict) for b in plain)
     c = tflab.tflite_roundtrip(sm.path, plain, "int8")
     assert c.within_bound is True and set(c.outputs) == {"output_0"}
+
+
+def _scaled_softmax(tmp_path, scale: float):
+    """SavedModel of softmax(scale·x @ w): 256×4 = 1024 weights, the least dynamic-range quantization takes."""
+    import tensorflow as tf
+
+    import tflab
+
+    class ScaledSoftmax(tf.Module):
+        def __init__(self):
+            super().__init__()
+            rng = np.random.default_rng(1)
+            self.w = tf.Variable(rng.standard_normal((256, 4)).astype(np.float32) / np.float32(16.0))
+            self.serve = tf.function(lambda x: {"probs": tf.nn.softmax(tf.matmul(x * scale, self.w))},
+                                     input_signature=[tf.TensorSpec([None, 256], tf.float32, name="x")])
+
+    ex = [{"x": np.random.default_rng(0).standard_normal((4, 256)).astype(np.float32)}]
+    return tflab.save_and_reload(ScaledSoftmax(), tmp_path / "sm", ex).path, ex
+
+
+def test_vacuous_bound_is_said_plainly_when_it_exceeds_the_outputs_range(tmp_path):
+    """×10 inputs: the first-order bound of the int8-weight error on a softmax row near 0.5 passes 1.
+
+    A probability's |Δ| never exceeds its range (≤ 1), so a bound at least that
+    large cannot fail: the check must say so instead of reporting "ok".
+    """
+    import tflab
+
+    path, ex = _scaled_softmax(tmp_path, 10.0)
+    c = tflab.tflite_roundtrip(path, ex, "dynamic", float_size=10_000)
+    o = c.outputs["probs"]
+    assert o.bound >= o.reference_range > 0.99   # saturated softmax rows: range ≈ 1
+    assert c.vacuous_outputs == ("probs",)
+    note = [n for n in c.notes if "cannot fail" in n]
+    assert len(note) == 1 and note[0].startswith(f"bound {o.bound:.3g} exceeds the output's range "
+                                                 f"{o.reference_range:.3g}")
+    assert "this check cannot fail for probs" in note[0] and "compare argmax agreement instead" in note[0]
+    assert note[0] in c.to_text() and c.to_dict()["vacuous_outputs"] == ("probs",)
+    # Rows far from 0.5 keep bounds under 1, so a LiteRT value outside TF's range could still fail them.
+    assert " elements whose bound is that large unless LiteRT leaves TF's range;" in note[0]
+
+
+def test_bound_tighter_than_the_range_is_not_called_vacuous(tmp_path):
+    """Same model with ×1 inputs: the bound stays well under the output's range, so the check can fail."""
+    import tflab
+
+    path, ex = _scaled_softmax(tmp_path, 1.0)
+    c = tflab.tflite_roundtrip(path, ex, "dynamic", float_size=10_000)
+    o = c.outputs["probs"]
+    assert o.bound < o.reference_range
+    assert c.vacuous_outputs == () and not any("cannot fail" in n for n in c.notes)

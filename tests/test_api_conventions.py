@@ -168,3 +168,49 @@ def test_names_and_kinds_one_convention_with_deprecated_aliases():
                     signatures={"serve": {"inputs": {"x": {"dtype": "float32", "shape_signature": (-1, 64),
                                                            "quantization": None}}, "outputs": {}}})
     assert "serve input x: float32[None,64]" in t.to_text() and "[-1" not in t.to_text()
+
+
+def test_user_sys_exit_is_one_usage_error_from_the_python_api():
+    """A user's ``sys.exit(3)`` would end the interpreter; the API raises the CLI's one line instead."""
+    import sys
+
+    def f(x):
+        sys.exit(3)
+
+    with pytest.raises(tflab.UsageError, match=r"^f called sys\.exit\(3\) while tracing;"):
+        tflab.trace_and_inspect(f, tf.TensorSpec([2]))
+    probe = tflab.RetraceProbe(f)
+    with pytest.raises(tflab.UsageError, match=r"^f called sys\.exit\(3\) when called through RetraceProbe;"):
+        probe(tf.constant([1.0]))
+
+    def interrupted(x):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):   # Ctrl-C must still stop the caller
+        tflab.trace_and_inspect(interrupted, tf.TensorSpec([2]))
+
+
+def test_retrace_probe_rejects_a_class():
+    """A class is callable, but calling it builds an instance: there is no function to trace."""
+    class Scaler:
+        def __call__(self, x):
+            return x * SCALE
+
+    with pytest.raises(tflab.UsageError, match=r"got the class Scaler; pass an instance \(RetraceProbe\(Scaler"):
+        tflab.RetraceProbe(Scaler)
+    assert tflab.RetraceProbe(Scaler())(tf.constant([1.0])).numpy().tolist() == [SCALE]
+
+
+@pytest.mark.parametrize("strict", ["yes", 1, "no"], ids=["yes", "one", "no"])
+def test_autograph_diff_strict_must_be_a_bool(strict):
+    """``bool("no")`` is True, so a non-bool ``strict`` is refused rather than guessed."""
+    with pytest.raises(tflab.UsageError, match=r"^autograph_diff: strict must be True, False or None .*got "):
+        tflab.autograph_diff(lambda x: x, tf.TensorSpec([2]), strict=strict)
+
+
+@pytest.mark.parametrize("size", [3, 4, 2.5, True, "936"], ids=["three", "f32-width", "float", "bool", "str"])
+def test_tflite_roundtrip_float_size_must_be_a_byte_count(size, tmp_path):
+    """A .tflite file holds at least its 4-byte root offset and 4-byte "TFL3" identifier: 8 bytes."""
+    with pytest.raises(tflab.UsageError, match=r"^tflite_roundtrip: float_size is the float \.tflite model's "
+                                               r"size in bytes \(an int >= 8"):
+        tflab.tflite_roundtrip(tmp_path, {"x": np.ones(3, np.float32)}, "dynamic", float_size=size)

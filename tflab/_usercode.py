@@ -39,6 +39,8 @@ Use from a verb::
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import functools
 import os
 import re
 import sys
@@ -195,6 +197,7 @@ def user_code(name: str, during: str, *, exceptions: bool = False, hint: str | N
     Traceback (most recent call last):
     tflab.errors.UsageError: f called sys.exit(5) while tracing; tflab runs it in its own process, ...
     """
+    token = _INSIDE.set(True)
     try:
         with process_guard():
             yield
@@ -208,6 +211,86 @@ def user_code(name: str, during: str, *, exceptions: bool = False, hint: str | N
         raise UsageError(describe(e, name, during, hint)) from e
     except BaseException as e:  # SystemExit, or a user's BaseException subclass
         raise UsageError(describe(e, name, during, hint)) from None
+    finally:
+        _INSIDE.reset(token)
+
+
+# True while a `user_code` block or a `user_entry` function runs: an inner one
+# then lets the outer one word the message (the CLI's own, with its FILE.py:FUNC).
+_INSIDE: contextvars.ContextVar[bool] = contextvars.ContextVar("tflab_user_code", default=False)
+
+
+# In the Python API the user's function runs in the caller's own interpreter.
+_API_HINT = "it runs in your Python process, which sys.exit would end: return or raise instead"
+
+
+@contextlib.contextmanager
+def cli_verb() -> Iterator[None]:
+    """Marks a CLI verb's run: the verb's `user_code` blocks, or ``tflab.cli.main``'s last
+    resort, word a user's ``sys.exit`` (naming FILE.py:FUNC), so `user_entry` passes it on."""
+    token = _INSIDE.set(True)
+    try:
+        yield
+    finally:
+        _INSIDE.reset(token)
+
+
+def _callable_name(fn: Any) -> str:
+    fn = getattr(fn, "python_function", fn)  # a tf.function: its Python function's name
+    return str(getattr(fn, "__name__", None) or type(fn).__name__)
+
+
+def user_entry(during: str, name: Callable[..., str] | None = None) -> Callable[[Callable], Callable]:
+    """Decorates a public API function that calls user code: the `user_code` policy for Python callers.
+
+    A ``sys.exit(3)`` (or another non-``Exception`` ``BaseException``) in the
+    user's function becomes one `UsageError` ("f called sys.exit(3) while
+    tracing") instead of ending the interpreter; ``KeyboardInterrupt``,
+    `tflab.errors.Terminated` and every ``Exception`` pass through unchanged.
+    Inside an outer `user_code` block or a CLI verb (`cli_verb`) the outer
+    handler words the message, so the CLI's lines are unchanged. Unlike `user_code` there is no `process_guard`: this wraps
+    per-call paths such as ``RetraceProbe.__call__`` (whose overhead goal is
+    < 5% of a cached tf.function call), so it is one ``try`` and one
+    ``ContextVar`` set.
+
+    Args:
+        during: what tflab was doing, e.g. ``"while tracing"``.
+        name: ``name(*args, **kwargs)`` gives the user callable's name for
+            the message; default: the name of the first positional argument
+            (or of ``fn=``).
+
+    Returns:
+        The decorator.
+
+    Raises:
+        UsageError: (from the decorated function) as above.
+
+    Example:
+
+    >>> trace_and_inspect(lambda x: sys.exit(3), 1.0)
+    Traceback (most recent call last):
+    tflab.errors.UsageError: <lambda> called sys.exit(3) while tracing; it runs in your Python process, ...
+    """
+    def decorate(api: Callable) -> Callable:
+        @functools.wraps(api)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if _INSIDE.get():
+                return api(*args, **kwargs)
+            token = _INSIDE.set(True)
+            try:
+                return api(*args, **kwargs)
+            except (Exception, KeyboardInterrupt, GeneratorExit, Terminated):
+                raise
+            except BaseException as e:  # SystemExit, or a user's BaseException subclass
+                if name is not None:
+                    who = name(*args, **kwargs)
+                else:
+                    who = _callable_name(args[0] if args else kwargs.get("fn"))
+                raise UsageError(describe(e, who, during, _API_HINT)) from None
+            finally:
+                _INSIDE.reset(token)
+        return wrapper
+    return decorate
 
 
 def call_user(fn: Callable, *args: Any, name: str, during: str, exceptions: bool = False, **kwargs: Any) -> Any:

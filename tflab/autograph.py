@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterator
 
 from tflab._source_map import (_SUBGRAPH_ATTRS, _TraceCounter, _build_layer,  # noqa: F401
                                _error_line, _same_file, _shorten, _strip_comment, _walk_ops)
+from tflab._usercode import shorten, user_entry
 from tflab.errors import UsageError
 
 _IF_OPS = frozenset({"If", "StatelessIf"})
@@ -419,6 +420,7 @@ def _is_strict(strict: bool | None) -> bool:
         return False
 
 
+@user_entry("while AutoGraph converted and traced it")
 def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
                    **kwargs: Any) -> AutographDiff:
     """Shows AutoGraph's rewrite of ``fn`` and what each ``if``/``for``/``while`` became.
@@ -454,7 +456,7 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
             ``input_signature``; tracing raised (the message names the user's
             line, with a hint when the tensor ``if`` sits in an exec-defined
             helper AutoGraph ran unconverted); or, in strict mode, AutoGraph
-            could not convert a function.
+            could not convert a function; ``strict`` is not a bool or None.
 
     Example:
 
@@ -472,6 +474,9 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
 
     from tflab._target import user_frame
 
+    if strict is not None and not isinstance(strict, bool):  # bool("no") is True: never guess
+        raise UsageError(f"autograph_diff: strict must be True, False or None (follow "
+                         f"{_STRICT_ENV}), got {type(strict).__name__} {shorten(repr(strict))}")
     python_fn = _user_callable(fn)
     if not callable(python_fn):
         raise UsageError(f"autograph_diff needs a function, got {type(fn).__name__}")

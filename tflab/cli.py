@@ -112,7 +112,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``tflab`` console script. Returns the exit code."""
     _quiet_tf()
-    from tflab._usercode import describe
+    from tflab._usercode import cli_verb, describe
     from tflab.errors import Terminated, TflabError
 
     parser, modules = build_parser()
@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "json", False):
         sys.stdout = _ReportOnlyStdout(real_stdout, sys.stderr)
     try:
-        return int(modules[args.verb].run(args) or 0)
+        with cli_verb():
+            return int(modules[args.verb].run(args) or 0)
     except TflabError as e:
         print(f"tflab {args.verb}: error: {e}", file=sys.stderr)
         return 2

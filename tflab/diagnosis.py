@@ -44,6 +44,7 @@ import os
 import textwrap
 from typing import Any, Callable, Iterator
 
+from tflab._usercode import user_entry
 from tflab.errors import UsageError
 
 # Size given to a None dim when a TensorSpec is materialized for the one call.
@@ -1243,6 +1244,7 @@ def _tf_function_for(fn: Callable, python_fn: Callable):
     return tf.function(python_fn)
 
 
+@user_entry("while tracing and running")
 def diagnose(fn: Callable, *args: Any, **kwargs: Any) -> Diagnosis:
     """Traces ``fn`` and runs it once; on failure, says which line to change and how.
 

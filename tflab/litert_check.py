@@ -106,6 +106,12 @@ class TFLiteCheck:
         notes: other measured facts worth reading (constant outputs, float weights kept).
         convert_seconds: wall time of the conversion, seconds (None when not converted here).
         worst_output: the output with the largest ``|Δ|/bound`` (None when not run).
+        vacuous_outputs: outputs whose bound (largest elementwise bound) is at least
+            the output's reference range (``max − min`` of TF's values over the
+            examples), or at least 1 for a probability (TF's and LiteRT's values all
+            in [0, 1]): their check cannot fail (on the elements with such bounds),
+            so ``within_bound`` says little about them; a note says so and points to
+            ``argmax_agreement``.
     """
 
     quantization: str
@@ -129,6 +135,7 @@ class TFLiteCheck:
     convert_seconds: float | None = None
     worst_output: str | None = None
     shared_weights: int = 0
+    vacuous_outputs: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         err = "n/a" if self.max_abs_error is None else f"{self.max_abs_error:.3g}"
@@ -353,6 +360,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
             no_bound = str(e).strip().splitlines()[0][:200]
 
     outputs = {}
+    vacuous: list[str] = []
     exact = True
     for okey, c in collected.items():
         got = np.concatenate([g.ravel() for g in c["got"]])
@@ -412,6 +420,10 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
             notes.append(f"TF's {okey} is the same value ({want[0]:.6g}) for every element of every example, "
                          f"so these errors say little about the variant (e.g. a random-weight model whose "
                          f"logits collapse)")
+        vacuous_note = _vacuous_note(okey, got, want, bound, rng, agree)
+        if vacuous_note:
+            notes.append(vacuous_note)
+            vacuous.append(okey)
         worst = int(np.argmax(ratio)) if ratio.size else 0
         outputs[okey] = OutputError(
             name=okey, dtype=np.dtype(det["dtype"]).name,
@@ -441,8 +453,44 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
         bound=outputs[worst_output].bound if worst_output else 0.0, worst_output=worst_output,
         within_bound=None if no_bound else all(o.within_bound for o in outputs.values()),
         outputs=outputs, runtime=runtime, explanation=explanation, signatures=signatures,
-        notes=tuple(notes), **base)
+        notes=tuple(notes), vacuous_outputs=tuple(vacuous), **base)
 
+
+def _vacuous_note(okey: str, got: np.ndarray, want: np.ndarray, bound: np.ndarray, rng: float,
+                  agree: float | None) -> str:
+    """A note when ``okey``'s bound is no smaller than what it bounds (the check cannot fail), else "".
+
+    Any LiteRT value inside TF's range ``[min, max]`` is within ``rng`` of every
+    TF value, so an element whose bound is ``>= rng`` fails only if LiteRT
+    leaves that range. For a probability (TF's and LiteRT's values all in
+    [0, 1]) no ``|Δ|`` exceeds 1, so when every element's bound is ``>= 1``
+    the check cannot fail at all and the note drops that proviso.
+    The output's bound is its largest elementwise bound (as reported); the note
+    says how many elements have a bound that large.
+    """
+    finite = np.isfinite(want) & np.isfinite(bound) if want.dtype.kind == "f" else None
+    if finite is None or not finite.any():
+        return ""
+    b = bound[finite]
+    g = got.astype(np.float64)
+    probability = bool(np.all((want[finite] >= 0) & (want[finite] <= 1))
+                       and np.all(np.isfinite(g)) and np.all((g >= 0) & (g <= 1)))
+    if rng > 0 and b.max() >= rng:
+        what, limit = f"the output's range {rng:.3g} (max − min of TF's {okey} over the examples)", rng
+    elif probability and b.max() >= 1.0:
+        what, limit = "1, the range of a probability", 1.0
+    else:
+        return ""
+    count = int((b >= limit).sum())
+    which = "" if count == b.size else f" on the {count} of {b.size} elements whose bound is that large"
+    instead = (f"compare argmax agreement instead (here {agree:.0%})" if agree is not None
+               else "compare a task metric on real data instead")
+    return (f"bound {b.max():.3g} exceeds {what}: this check cannot fail for {okey}{which}"
+            + ("" if probability and b.min() >= 1.0 else " unless LiteRT leaves TF's range") + f"; {instead}")
+
+
+# The smallest possible .tflite file: root offset + "TFL3" identifier (see tflite_roundtrip).
+MIN_TFLITE_BYTES = 8
 
 _RANDOM_OPS = ("RandomUniform", "RandomStandardNormal", "RandomUniformInt", "TruncatedNormal",
                "Multinomial", "RandomShuffle", "RandomGamma", "RandomPoisson")
@@ -485,7 +533,8 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | An
         UnsupportedOpsError: an op is not a TFLite builtin (and ``select_tf_ops`` is
             False), or is a custom op (``.kind == "custom"``: needs allow_custom_ops
             and a TFLite kernel).
-        UsageError: a bad quantization name, examples that do not match the
+        UsageError: a bad quantization name, a ``float_size`` that is not an
+            int of at least 8 bytes, examples that do not match the
             signature, or ``saved_model_dir`` missing, a file, or a folder
             without ``saved_model.pb`` (`tflab.saved_model.require_saved_model_dir`).
         TflabError: the converter failed otherwise.
@@ -500,6 +549,14 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | An
     """
     from tflab.saved_model import require_saved_model_dir
 
+    # A .tflite flatbuffer starts with a 4-byte root offset and the 4-byte file
+    # identifier "TFL3" (tensorflow/lite/python/util.py _TFLITE_FILE_IDENTIFIER), so no
+    # float model is smaller than 8 bytes: 2, 3 or 4 is a dtype width, not a size.
+    if float_size is not None and (isinstance(float_size, bool) or not isinstance(float_size, (int, np.integer))
+                                   or float_size < MIN_TFLITE_BYTES):
+        raise UsageError(f"tflite_roundtrip: float_size is the float .tflite model's size in bytes "
+                         f"(an int >= {MIN_TFLITE_BYTES}, e.g. len(float_model)), got {float_size!r}; "
+                         f"omit it to measure it, and pass quantization='float16' for a float16 model")
     saved_model_dir = require_saved_model_dir(saved_model_dir)  # TF's OSError from the converter before
     examples = Examples.of(examples).check_rows()  # read once; convert and check_tflite take it as is
     t0 = time.perf_counter()

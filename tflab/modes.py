@@ -46,6 +46,7 @@ import numpy as np
 # The user-function helpers live in tflab._target (tflab.diagnosis uses them too);
 # kept importable from here.
 from tflab._target import _check_target, _function_name, _parameter_names, signature_args  # noqa: F401
+from tflab._usercode import user_entry
 from tflab.errors import UsageError
 
 MODES = ("eager", "graph", "xla")
@@ -652,6 +653,7 @@ def _to_numpy(x):
     return None if x is None else np.asarray(x.numpy() if hasattr(x, "numpy") else x)
 
 
+@user_entry("while running eagerly, as a graph or under XLA")
 def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
                   ulp_bound: int = DEFAULT_ULP_BOUND, atol: float = DEFAULT_ATOL,
                   hlo: bool | tuple[str, ...] = True, gradients: bool = True,

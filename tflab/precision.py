@@ -54,6 +54,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tflab._usercode import user_entry
 from tflab.errors import UsageError
 
 # Keras policy name -> (compute dtype, variable dtype), as DTypePolicy parses them.
@@ -854,6 +855,7 @@ def _check_same_weights(variables: list, ref_values: list, policy: str, name: st
                              "so its weights can be copied")
 
 
+@user_entry("while running under each dtype policy")
 def compare_precisions(fn: Callable, *args: Any,
                        policies: Any = DEFAULT_POLICIES, loss_scale: Any = None,
                        seed: int = 0, **kwargs: Any) -> PrecisionComparison:

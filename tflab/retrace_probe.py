@@ -15,6 +15,7 @@ import inspect
 import types
 from typing import Any, Callable
 
+from tflab._usercode import user_entry
 from tflab.errors import UsageError
 from tflab.retrace_reasons import (NO_VARIABLE_CREATION, Trace, _short_name,
                                    function_type_inputs, make_trace)
@@ -201,6 +202,10 @@ class RetraceProbe:
         if not callable(fn):
             raise UsageError(f"RetraceProbe needs a callable (a tf.function or a Python function), "
                              f"got {type(fn).__name__}")
+        if isinstance(fn, type):  # callable, but calling it builds an instance: nothing to trace
+            raise UsageError(f"RetraceProbe needs a function, a tf.function or a callable object, got the "
+                             f"class {fn.__name__}; pass an instance (RetraceProbe({fn.__name__}(...))) "
+                             f"or one of its bound methods")
         self._count = 0
         self.calls = 0
         self.traces: list[Trace] = []
@@ -277,6 +282,7 @@ class RetraceProbe:
         self._gwatch, self._cwatch = gwatch, cwatch
 
     # -- calls ----------------------------------------------------------------
+    @user_entry("when called through RetraceProbe", name=lambda self, *a, **k: self.name)
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Calls the wrapped tf.function; records any traces it made.
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Iterable, Sequence
 
+from tflab._usercode import user_entry
 from tflab.errors import UsageError
 
 
@@ -271,6 +272,7 @@ def _param_names(py_fn: Callable) -> list[str]:
         return []
 
 
+@user_entry("while tracing")
 def stabilize(fn: Callable, input_signature: Sequence[Any] | None = None,
               examples: Iterable[Any] | None = None, **tf_function_kwargs: Any):
     """Returns a `tf.function` of ``fn`` with a fixed input_signature.
@@ -329,7 +331,7 @@ def stabilize(fn: Callable, input_signature: Sequence[Any] | None = None,
         if message:
             import warnings
 
-            warnings.warn(message, FixedShapeWarning, stacklevel=2)
+            warnings.warn(message, FixedShapeWarning, stacklevel=3)  # past the user_entry wrapper
     else:
         if isinstance(input_signature, (str, bytes, tf.TypeSpec)) or not isinstance(input_signature, (list, tuple)):
             raise UsageError(f"input_signature must be a list with one tf.TensorSpec (or nest of them) per "
@@ -357,7 +359,8 @@ def stabilize(fn: Callable, input_signature: Sequence[Any] | None = None,
             tf_function_kwargs["jit_compile"] = jit
     from tflab.diagnosis import warn_shape_reads
 
-    warn_shape_reads(py_fn, input_signature)  # x.shape[i] on a dim left None (case D5)
+    # x.shape[i] on a dim left None (case D5); stacklevel 4: past stabilize and its user_entry wrapper
+    warn_shape_reads(py_fn, input_signature, stacklevel=4)
     return tf.function(py_fn, input_signature=input_signature, **tf_function_kwargs)
 
 

@@ -21,6 +21,7 @@ import re
 import dataclasses
 from typing import Any, Callable
 
+from tflab._usercode import user_entry
 from tflab.errors import UsageError
 
 CONTROL_FLOW_OP_TYPES = frozenset(
@@ -482,6 +483,7 @@ def inspect_concrete_function(concrete_function: Any, name: str | None = None) -
     )
 
 
+@user_entry("while tracing")
 def trace_and_inspect(fn: Callable, *args: Any, **kwargs: Any) -> TraceReport:
     """Traces ``fn`` once and reports its ConcreteFunction's FuncGraph.
 

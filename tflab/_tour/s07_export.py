@@ -43,6 +43,7 @@ def run(ctx) -> None:
                     "size_bytes": v.check.size_bytes, "size_ratio": v.check.size_ratio,
                     "bit_exact": v.check.bit_exact, "max_abs_error": v.check.max_abs_error,
                     "bound": v.check.bound, "within_bound": v.check.within_bound,
+                    "vacuous_outputs": list(v.check.vacuous_outputs),  # bound >= range: cannot fail
                     "argmax_agreement": min((o.argmax_agreement for o in v.check.outputs.values()
                                              if o.argmax_agreement is not None), default=None),
                     "op_counts": v.check.op_counts, "runtime": v.check.runtime})}
