@@ -679,3 +679,32 @@ def test_examples_that_is_a_device_and_tracing_a_class(run_cli, user_files, tmp_
 
     with pytest.raises(UsageError, match=r"got the class Dense; pass an instance's method"):
         trace_and_inspect(keras.layers.Dense, np.ones([2, 3], np.float32))
+
+
+def test_sigterm_lost_in_a_finalizer_is_still_seen_before_committing():
+    """Python runs a signal handler at the next bytecode of the main thread; inside a ``__del__``
+    its exception is printed as "Exception ignored" and dropped (seen once as an export that
+    exited 0 after SIGTERM). The handler also records the signal, so the commit and the CLI's
+    return path still stop with `Terminated` (143)."""
+    import gc
+    import signal
+
+    from tflab import errors
+
+    previous = errors.install_sigterm_handler()
+    try:
+        class Finalizer:
+            def __del__(self):
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(100):  # bytecodes: the handler runs here, its raise is swallowed
+                    pass
+
+        Finalizer()
+        gc.collect()
+        with pytest.raises(errors.Terminated) as info:
+            errors.raise_if_terminated()
+        assert info.value.code == 143
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        errors._TERM_RECEIVED = False
+    errors.raise_if_terminated()  # nothing pending once cleared: no raise

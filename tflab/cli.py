@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # SIGTERM unwinds like Ctrl-C in every verb (its default action killed tflab at once: a tour's
     # half-written --out folder, no "terminated" line); export installs the same handler itself.
-    from tflab.errors import install_sigterm_handler
+    from tflab.errors import install_sigterm_handler, raise_if_terminated
 
     previous_term = install_sigterm_handler()
     real_stdout = sys.stdout
@@ -139,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout = _ReportOnlyStdout(real_stdout, sys.stderr)
     try:
         with cli_verb():
-            return int(modules[args.verb].run(args) or 0)
+            code = int(modules[args.verb].run(args) or 0)
+        raise_if_terminated()  # SIGTERM whose exception was lost in a finalizer: still 143
+        return code
     except TflabError as e:
         print(f"tflab {args.verb}: error: {e}", file=sys.stderr)
         return 2

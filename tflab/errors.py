@@ -29,6 +29,29 @@ class Terminated(SystemExit):
     """
 
 
+_TERM_RECEIVED = False
+
+
+def raise_if_terminated() -> None:
+    """Raises `Terminated` if SIGTERM arrived since the handler was installed.
+
+    The handler's exception can be lost: Python runs a signal handler at the
+    next bytecode boundary of the main thread, which may be inside a
+    finalizer (``__del__``, a weakref callback; TF runs many), where an
+    exception is printed as "Exception ignored in …" and dropped. The handler
+    therefore also records the signal, and work that must not complete after
+    a SIGTERM (renaming an export into place, a verb returning success) calls
+    this first.
+
+    Raises:
+        Terminated: SIGTERM arrived (code 143).
+    """
+    import signal
+
+    if _TERM_RECEIVED:
+        raise Terminated(128 + signal.SIGTERM)
+
+
 def install_sigterm_handler():
     """Makes SIGTERM raise `Terminated` (code 143) so cleanup runs as for Ctrl-C.
 
@@ -45,10 +68,16 @@ def install_sigterm_handler():
     import signal
     import threading
 
+    global _TERM_RECEIVED
+
     if threading.current_thread() is not threading.main_thread():
         return None
+    _TERM_RECEIVED = False
 
     def on_term(signum, frame):
+        global _TERM_RECEIVED
+
+        _TERM_RECEIVED = True  # sticky: raise_if_terminated() sees it even if the raise below is lost
         raise Terminated(128 + signal.SIGTERM)
 
     try:

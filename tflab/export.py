@@ -33,7 +33,7 @@ import numpy as np
 from tflab._paths import OutputPath, check_path_text, output_path
 from tflab.custom_op_loader import (PROJECT_CUSTOM_OPS, load_custom_ops_for,  # noqa: F401
                                     unregistered_op)
-from tflab.errors import Terminated, TflabError, UsageError
+from tflab.errors import Terminated, TflabError, UsageError, raise_if_terminated
 from tflab.litert_check import TFLiteCheck
 from tflab.litert_convert import QUANTIZATIONS
 
@@ -697,6 +697,7 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         from tflab._jsonutil import dumps
 
         (tmp / "report.json").write_text(dumps(report.to_dict()))
+        raise_if_terminated()  # a SIGTERM whose exception a finalizer swallowed: do not commit
         target.commit(tmp)
         return report
     except BaseException:
@@ -709,17 +710,14 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
 
 
 def _install_sigterm():
-    """Makes SIGTERM unwind like SIGINT (cleanup runs); returns the previous handler, or None."""
-    if threading.current_thread() is not threading.main_thread():
-        return None  # signal handlers can only be set from the main thread
+    """Makes SIGTERM unwind like SIGINT (cleanup runs); returns the previous handler, or None.
 
-    def on_term(signum, frame):
-        raise Terminated(128 + signal.SIGTERM)
+    The same handler as the CLI's (`tflab.errors.install_sigterm_handler`), installed again
+    here for Python callers of `export_model`.
+    """
+    from tflab.errors import install_sigterm_handler
 
-    try:
-        return signal.signal(signal.SIGTERM, on_term)
-    except (ValueError, OSError):
-        return None
+    return install_sigterm_handler()
 
 
 _WORKERS: set = set()
