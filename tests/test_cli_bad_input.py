@@ -681,6 +681,8 @@ def test_examples_that_is_a_device_and_tracing_a_class(run_cli, user_files, tmp_
         trace_and_inspect(keras.layers.Dense, np.ones([2, 3], np.float32))
 
 
+# The "Exception ignored in __del__" that pytest reports is the swallowed Terminated this test makes.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_sigterm_lost_in_a_finalizer_is_still_seen_before_committing():
     """Python runs a signal handler at the next bytecode of the main thread; inside a ``__del__``
     its exception is printed as "Exception ignored" and dropped (seen once as an export that
