@@ -9,7 +9,11 @@ custom op's schema, its kernels and the TF machinery around them:
   false), with the exact input shape, and with unknown rank.
 * **cpu_vs_reference**: the CPU kernel against the op's reference
   (``op.reference``, `tf.nn.softmax` for `warp_softmax`), within the bound
-  for the dtype (`TOLERANCES`), NaN where the reference has NaN. For an op
+  for the dtype (`TOLERANCES`), NaN where the reference has NaN. An op that
+  computes the IEEE softmax (``ieee_specials``) is bounded against the exact
+  answer instead (`EXACT_TOLERANCES`), and against the reference by that bound
+  plus the reference's own measured error (`compare`), so no accuracy of
+  tf.nn.softmax's exp (which differs by CPU path and ISA) is assumed. For an op
   with ``op.ieee_specials = True`` (`warp_softmax`), slices holding NaN,
   +inf or only -inf are compared with the IEEE formula instead (all NaN,
   `ieee_softmax`), since tf.nn.softmax's oneDNN CPU kernel gives other values
@@ -59,6 +63,22 @@ import tensorflow as tf
 #   reports that distance too.
 TOLERANCES = {
     tf.float32: (2.0 ** -18, 2.0 ** -124),
+    tf.float16: (2.0 ** -10, 2.0 ** -24),
+    tf.bfloat16: (2.0 ** -7, 2.0 ** -124),
+}
+
+# Bounds of OURS against an exact answer (for warp_softmax: `ieee_softmax` in float64),
+# as (rtol, atol), used by `compare(..., exact=...)`. They follow from our kernel's
+# arithmetic alone, never from the other side's exp (which differs between Eigen and
+# oneDNN, and between oneDNN's AVX2 and AVX-512 code: on an AVX2-only EPYC with oneDNN
+# forced on, tf.nn.softmax is 4.3e-6 from ours at 50257 columns, past the 2^-18 above):
+# * float32: 40u = 40 * 2^-24 = 2.4e-6, the vector paths' derived bound (exp 4u, the
+#   blocked row sum 32u + u, the division 2u; tests/test_09_cpu_paths.py derives it
+#   and the scalar path's 8u); atol as above (outputs near FLT_MIN flushed to zero).
+# * float16/bfloat16: one unit roundoff of the storage type for rounding the float32
+#   result once, plus the float32 bound (< one more unit): the same 2 units as above.
+EXACT_TOLERANCES = {
+    tf.float32: (40 * 2.0 ** -24, 2.0 ** -124),
     tf.float16: (2.0 ** -10, 2.0 ** -24),
     tf.bfloat16: (2.0 ** -7, 2.0 ** -124),
 }
@@ -159,17 +179,40 @@ def _describe(t: tf.Tensor) -> str:
     return f"{t.dtype.name}{t.shape.as_list()}"
 
 
-def compare(ours: np.ndarray, ref: np.ndarray, dtype: tf.DType) -> tuple[bool, float, float, str]:
-    """Compares two outputs in float32 under `TOLERANCES[dtype]`.
+def compare(ours: np.ndarray, ref: np.ndarray, dtype: tf.DType,
+            exact: np.ndarray | None = None) -> tuple[bool, float, float, str]:
+    """Compares our output with a reference op's output, in float32.
+
+    Without ``exact``, the bound is `TOLERANCES[dtype]`: ``|ours - ref| <= atol +
+    rtol * |ref|``, which assumes the reference is itself that accurate.
+
+    With ``exact`` (an exact answer for the same input, e.g. ``ieee_softmax(x,
+    dtype=np.float64)``), no accuracy of the reference is assumed. Per element:
+
+    * ours against the exact answer: ``|ours - exact| <= atol + rtol * |exact|``
+      with ``(rtol, atol) = EXACT_TOLERANCES[dtype]``, a bound that follows from
+      our kernel's arithmetic (this is the check that fails on a wrong kernel);
+    * ours against the reference: ``|ours - ref| <= atol + rtol * |exact| +
+      |ref - exact|``, our own bound plus the reference's measured distance from
+      the exact answer. tf.nn.softmax runs a different exp under Eigen, oneDNN's
+      AVX2 code and oneDNN's AVX-512 code; its error is measured, not assumed.
+
+    Args:
+        ours: the op's output, any float dtype, shape S.
+        ref: the reference op's output, shape S.
+        dtype: the op's storage dtype (selects the bound).
+        exact: optional exact answer of shape S (float64 preferred); NaN where
+            the answer is NaN.
 
     Returns:
-        (ok, max abs error, max relative error where |ref| is a normal number of
-        the dtype, detail line).
-        NaNs must sit at the same places; they are excluded from the errors.
+        (ok, max abs error vs ref, max relative error vs ref where |ref| is a
+        normal number of the dtype, detail line). NaNs must sit at the same
+        places (in ref, and in exact when given); they are excluded from the
+        errors.
     """
     a = np.asarray(ours, np.float32)
     b = np.asarray(ref, np.float32)
-    rtol, atol = TOLERANCES[dtype]
+    rtol, atol = TOLERANCES[dtype] if exact is None else EXACT_TOLERANCES[dtype]
     if a.shape != b.shape:
         return False, float("inf"), float("inf"), f"shape {a.shape} != reference {b.shape}"
     nan_a, nan_b = np.isnan(a), np.isnan(b)
@@ -184,13 +227,34 @@ def compare(ours: np.ndarray, ref: np.ndarray, dtype: tf.DType) -> tuple[bool, f
     # Relative error only where the reference is a normal number of the dtype.
     big = refv >= (np.finfo(np.float16).tiny if dtype == tf.float16 else np.finfo(np.float32).tiny)
     max_rel = float((diff[big] / refv[big]).max()) if big.any() else 0.0
-    ok = bool(np.all(diff <= atol + rtol * refv))
-    return ok, max_abs, max_rel, (f"max abs err {max_abs:.3g}, max rel err {max_rel:.3g} "
-                                  f"(bound {rtol:.3g} rel + {atol:.3g} abs; "
-                                  f"{int(nan_b.sum())} NaN as in the reference)")
+    if exact is None:
+        ok = bool(np.all(diff <= atol + rtol * refv))
+        return ok, max_abs, max_rel, (f"max abs err {max_abs:.3g}, max rel err {max_rel:.3g} "
+                                      f"(bound {rtol:.3g} rel + {atol:.3g} abs; "
+                                      f"{int(nan_b.sum())} NaN as in the reference)")
+    e = np.asarray(exact, np.float64)
+    if e.shape != a.shape:
+        return False, float("inf"), float("inf"), f"shape {a.shape} != exact answer {e.shape}"
+    nan_e = np.isnan(e)
+    if not np.array_equal(nan_a, nan_e):
+        return False, float("inf"), float("inf"), (
+            f"NaN at {int((nan_a & ~nan_e).sum())} places where the exact answer has none, "
+            f"missing at {int((nan_e & ~nan_a).sum())}")
+    ev = np.abs(e[ok_mask])
+    own = np.abs(a[ok_mask].astype(np.float64) - e[ok_mask])       # ours vs exact
+    ref_err = np.abs(b[ok_mask].astype(np.float64) - e[ok_mask])   # the reference's own error
+    own_bound = atol + rtol * ev
+    ok = bool(np.all(own <= own_bound) and np.all(diff <= own_bound + ref_err))
+    normal = ev >= np.finfo(np.float32).tiny
+    own_rel = float((own[normal] / ev[normal]).max()) if normal.any() else 0.0
+    ref_rel = float((ref_err[normal] / ev[normal]).max()) if normal.any() else 0.0
+    return ok, max_abs, max_rel, (
+        f"max abs err {max_abs:.3g}, max rel err {max_rel:.3g} vs the reference, which is itself "
+        f"{ref_rel:.3g} (rel) from the exact answer; ours is {own_rel:.3g} from it "
+        f"(bound {rtol:.3g} rel + {atol:.3g} abs; {int(nan_b.sum())} NaN as in the reference)")
 
 
-def ieee_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+def ieee_softmax(x: np.ndarray, axis: int = -1, dtype=np.float32) -> np.ndarray:
     """The IEEE formula exp(x - max) / sum(exp(x - max)), in float64 after a float32 ``x - max``.
 
     This is the special-value reference (case S2 of shared/cases/softmax.md): a
@@ -207,16 +271,19 @@ def ieee_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     Args:
         x: float array (any float dtype; 16-bit values are widened exactly).
         axis: the axis to normalize.
+        dtype: the result's dtype: float32 (default), or float64 for the unrounded
+            answer (`compare`'s ``exact``).
 
     Returns:
-        float32 array of x's shape.
+        array of x's shape and ``dtype``.
     """
     x32 = np.asarray(x, np.float32)
     with np.errstate(invalid="ignore", over="ignore", under="ignore"):
-        # np.max propagates NaN, as the formula does.
-        d = (x32 - np.max(x32, axis=axis, keepdims=True)).astype(np.float64)
+        # np.max propagates NaN, as the formula does; initial=-inf lets a zero-length axis
+        # through (an empty result, as the op gives).
+        d = (x32 - np.max(x32, axis=axis, keepdims=True, initial=-np.inf)).astype(np.float64)
         e = np.exp(d)
-        return (e / np.sum(e, axis=axis, keepdims=True)).astype(np.float32)
+        return (e / np.sum(e, axis=axis, keepdims=True)).astype(dtype)
 
 
 def special_slices(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -329,14 +396,17 @@ def opcheck(op: Callable[..., tf.Tensor], *args: Any, **kwargs: Any) -> OpcheckR
         ref_cpu = reference_with_ieee_specials(ref_cpu, x_np, axis)
         special_note = (f"; {int(special.sum())} elements in slices with NaN/+inf/all -inf compared "
                         f"with the IEEE formula (all NaN), where the reference op gave NaN at {tf_nan}")
-    ok, max_abs, _, detail = compare(ours_cpu, ref_cpu, dtype)
+    # The exact answer of an op that computes the IEEE softmax formula (float64 after the
+    # float32 x - max): ours is bounded against it, the reference's own error is measured.
+    exact = ieee_softmax(x_np, axis, np.float64) if getattr(op, "ieee_specials", False) else None
+    ok, max_abs, _, detail = compare(ours_cpu, ref_cpu, dtype, exact=exact)
     detail += special_note
     if wide:
         native_err = float(np.nanmax(np.abs(ref_native.astype(np.float32) - ref_cpu), initial=0.0))
         detail = (f"vs reference in float32: {detail}; the reference run in {dtype.name} is "
                   f"{native_err:.3g} (max abs) from its float32 result")
     checks.append(Check("cpu_vs_reference", "pass" if ok else "fail", detail, max_abs,
-                        TOLERANCES[dtype][0]))
+                        (TOLERANCES if exact is None else EXACT_TOLERANCES)[dtype][0]))
 
     if tf.config.list_physical_devices("GPU"):
         with tf.device("/GPU:0"):

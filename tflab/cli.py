@@ -139,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout = _ReportOnlyStdout(real_stdout, sys.stderr)
     try:
         with cli_verb():
+            # ISA caps oneDNN and XLA would ignore silently: refused before any verb runs.
+            from tflab.runtime import read_isa_caps
+
+            read_isa_caps()
             code = int(modules[args.verb].run(args) or 0)
         raise_if_terminated()  # SIGTERM whose exception was lost in a finalizer: still 143
         return code

@@ -17,6 +17,17 @@ switches that change numbers are:
 * **XLA.** XLA's CPU backend compiles for the host CPU's ISA (``XLA_FLAGS``,
   e.g. ``--xla_cpu_max_isa=AVX2``, can cap it).
 
+Three ISA caps let one CPU run what an older CPU runs (`read_isa_caps`):
+``ONEDNN_MAX_CPU_ISA`` caps oneDNN's JIT code generation (measured on TF 2.21,
+which bundles oneDNN 3.7: with ``ONEDNN_VERBOSE=1`` and ``=SSE41`` on an
+AVX2 CPU, softmax runs ``jit:sse41`` instead of ``jit:avx2``; any case is
+accepted; an unknown value is ignored without a word), ``XLA_FLAGS=
+--xla_cpu_max_isa=AVX2`` caps XLA (an unknown value only logs "Unknown CPU
+ISA" and is ignored; ``xla/backends/cpu/codegen/cpu_features.cc``), and
+``TFLAB_WARP_SOFTMAX_ISA`` picks WarpSoftmax's CPU path. Since two of the
+three ignore a bad value silently, tflab refuses one: `read_isa_caps` raises
+`tflab.errors.UsageError`, and every CLI verb exits 2 with that one line.
+
 The CPU allocator also changes timings: ``TF_CPU_ALLOCATOR_USE_BFC=1`` selects
 the BFC allocator; otherwise TF takes the highest-priority registered
 allocator, ``MklCPUAllocator`` (priority 200) when oneDNN is on and the
@@ -50,6 +61,29 @@ ONEDNN_DEFAULT_ON_FLAGS = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile",
 
 ONEDNN_ENV = "TF_ENABLE_ONEDNN_OPTS"
 BFC_ENV = "TF_CPU_ALLOCATOR_USE_BFC"
+
+ONEDNN_ISA_ENV = "ONEDNN_MAX_CPU_ISA"
+WARP_ISA_ENV = "TFLAB_WARP_SOFTMAX_ISA"
+# oneDNN 3.7's dispatcher-control values (doc/performance_considerations/dispatcher_control.md),
+# each with the vector width class it allows: sse4 < avx < avx2 < avx512.
+ONEDNN_ISA_VALUES = {
+    "SSE41": "sse4", "AVX": "avx", "AVX2": "avx2", "AVX2_VNNI": "avx2", "AVX2_VNNI_2": "avx2",
+    "AVX512_CORE": "avx512", "AVX512_CORE_VNNI": "avx512", "AVX512_CORE_BF16": "avx512",
+    "AVX10_1_512": "avx512", "AVX512_CORE_FP16": "avx512", "AVX10_1_512_AMX": "avx512",
+    "AVX512_CORE_AMX": "avx512", "AVX10_1_512_AMX_FP16": "avx512", "AVX512_CORE_AMX_FP16": "avx512",
+    "DEFAULT": "avx512",
+}
+# XLA's --xla_cpu_max_isa values (xla/backends/cpu/codegen/cpu_features.cc); each measured on
+# TF 2.21 not to log "Unknown CPU ISA".
+XLA_ISA_VALUES = {"SSE4_2": "sse4", "AVX": "avx", "AVX2": "avx2", "AVX512": "avx512",
+                  "AVX512_VNNI": "avx512", "AVX512_BF16": "avx512", "AMX": "avx512",
+                  "AMX_FP16": "avx512"}
+# WarpSoftmax's CPU paths and the /proc/cpuinfo flags each needs (warp_softmax_cpu.cc, Choice).
+WARP_SOFTMAX_ISA_FLAGS = {
+    "scalar": (), "avx2": ("avx2", "fma", "f16c"),
+    "avx512": ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq")}
+_WARP_CLASS = {"scalar": "scalar", "avx2": "avx2", "avx512": "avx512"}
+_ISA_ORDER = ("scalar", "sse4", "avx", "avx2", "avx512")
 
 
 def parse_env_bool(value: str | None) -> bool | None:
@@ -190,6 +224,139 @@ def isa_summary(isa: Mapping[str, bool]) -> str:
     return tag
 
 
+def cpu_flags() -> frozenset[str]:
+    """Every flag of the first ``flags`` line of /proc/cpuinfo (empty where it is unreadable)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def _host_class(flags: frozenset[str]) -> str:
+    if "avx512f" in flags:
+        return "avx512"
+    if "avx2" in flags:
+        return "avx2"
+    if "avx" in flags:
+        return "avx"
+    return "sse4" if "sse4_2" in flags or "sse4_1" in flags else "scalar"
+
+
+def xla_max_isa(xla_flags: str | None) -> str | None:
+    """The value of ``--xla_cpu_max_isa`` in an ``XLA_FLAGS`` string (the last one wins), or None."""
+    value = None
+    for tok in (xla_flags or "").split():
+        if tok.startswith("--xla_cpu_max_isa="):
+            value = tok.split("=", 1)[1]
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class IsaCaps:
+    """The ISA caps in force in this process (see the module docstring).
+
+    Attributes:
+        onednn: ``ONEDNN_MAX_CPU_ISA`` in oneDNN's spelling (upper case), or None.
+        xla: ``--xla_cpu_max_isa`` of ``XLA_FLAGS`` (upper case), or None.
+        warp_softmax: ``TFLAB_WARP_SOFTMAX_ISA`` ("scalar", "avx2", "avx512"), or None.
+        host: this CPU's vector class: "avx512", "avx2", "avx", "sse4" or "scalar".
+        lowers: for each cap that is set, whether it is below this CPU's class (a cap at
+            or above it changes nothing), e.g. ``{"onednn": True}``.
+    """
+
+    onednn: str | None
+    xla: str | None
+    warp_softmax: str | None
+    host: str
+    lowers: dict
+
+    @property
+    def any(self) -> bool:
+        """Whether any cap is set."""
+        return any(v is not None for v in (self.onednn, self.xla, self.warp_softmax))
+
+    def describe(self) -> str:
+        """E.g. "oneDNN<=AVX2, XLA<=AVX2 (no effect: this CPU is avx2), WarpSoftmax=avx2", or "none"."""
+        parts = []
+        for key, label, value, op in (("onednn", "oneDNN", self.onednn, "<="), ("xla", "XLA", self.xla, "<="),
+                                      ("warp_softmax", "WarpSoftmax", self.warp_softmax, "=")):
+            if value is not None:
+                parts.append(f"{label}{op}{value}" + ("" if self.lowers.get(key) else
+                                                      f" (no effect: this CPU is {self.host})"))
+        return ", ".join(parts) or "none"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"onednn_max_cpu_isa": self.onednn, "xla_cpu_max_isa": self.xla,
+                "warp_softmax_isa": self.warp_softmax, "host": self.host, "lowers": dict(self.lowers),
+                "summary": self.describe()}
+
+
+def read_isa_caps(env: Mapping[str, str] | None = None,
+                  flags: frozenset[str] | None = None) -> IsaCaps:
+    """Reads and checks the three ISA caps; imports nothing heavy.
+
+    Args:
+        env: the environment (default ``os.environ``).
+        flags: the CPU flags (default: /proc/cpuinfo, `cpu_flags`).
+
+    Returns:
+        An `IsaCaps`.
+
+    Raises:
+        tflab.errors.UsageError: a cap has a value its reader would ignore (oneDNN and XLA
+            ignore an unknown ISA silently), or ``TFLAB_WARP_SOFTMAX_ISA`` names a path this
+            CPU lacks. One line naming the variable and the values it takes.
+
+    Example:
+        >>> read_isa_caps({"ONEDNN_MAX_CPU_ISA": "avx2"}).onednn
+        'AVX2'
+    """
+    from tflab.errors import UsageError
+
+    env = os.environ if env is None else env
+    flags = cpu_flags() if flags is None else flags
+    host = _host_class(flags)
+    rank = _ISA_ORDER.index
+
+    onednn = env.get(ONEDNN_ISA_ENV)
+    if onednn is not None:
+        onednn = onednn.strip().upper()
+        if onednn not in ONEDNN_ISA_VALUES:
+            raise UsageError(f"{ONEDNN_ISA_ENV}={env.get(ONEDNN_ISA_ENV)!r} is not an ISA oneDNN knows "
+                             f"(it would ignore it silently); use one of "
+                             f"{', '.join(ONEDNN_ISA_VALUES)}, or unset it")
+    raw_xla = xla_max_isa(env.get("XLA_FLAGS"))
+    xla = None
+    if raw_xla is not None:
+        xla = raw_xla.strip().upper()
+        if xla not in XLA_ISA_VALUES:
+            raise UsageError(f"XLA_FLAGS: --xla_cpu_max_isa={raw_xla!r} is not an ISA XLA knows (it "
+                             f"would only log 'Unknown CPU ISA' and compile for this CPU); use one of "
+                             f"{', '.join(XLA_ISA_VALUES)}, or drop the flag")
+    warp = env.get(WARP_ISA_ENV) or None
+    if warp is not None:
+        if warp not in WARP_SOFTMAX_ISA_FLAGS:
+            raise UsageError(f"{WARP_ISA_ENV}={warp} is not a CPU path; use scalar, avx2 or avx512, "
+                             f"or unset it")
+        missing = [f for f in WARP_SOFTMAX_ISA_FLAGS[warp] if f not in flags]
+        if missing and flags:
+            raise UsageError(f"{WARP_ISA_ENV}={warp}: this CPU lacks {', '.join(missing)}; use "
+                             f"{'avx2 or ' if warp == 'avx512' and 'avx2' in flags else ''}scalar, "
+                             f"or unset it")
+    lowers = {}
+    if onednn is not None:
+        lowers["onednn"] = rank(ONEDNN_ISA_VALUES[onednn]) < rank(host) and onednn != "DEFAULT"
+    if xla is not None:
+        lowers["xla"] = rank(XLA_ISA_VALUES[xla]) < rank(host)
+    if warp is not None:
+        lowers["warp_softmax"] = rank(_WARP_CLASS[warp]) < rank(host)
+    return IsaCaps(onednn=onednn, xla=xla, warp_softmax=warp, host=host, lowers=lowers)
+
+
 @dataclasses.dataclass(frozen=True)
 class RuntimeConfig:
     """The configuration a tflab measurement ran on (see the module docstring).
@@ -222,6 +389,9 @@ class RuntimeConfig:
             (``TF_NUM_INTRAOP_THREADS`` if set, else `schedulable_cpus`).
         inter_op_threads: likewise for inter-op (``TF_NUM_INTEROP_THREADS``).
         gpus: visible GPUs, e.g. ``("GPU:0 NVIDIA H200 (cc 9.0)",)``; empty on CPU.
+        isa_caps: `IsaCaps.to_dict` of the caps in force (``ONEDNN_MAX_CPU_ISA``,
+            ``--xla_cpu_max_isa``, ``TFLAB_WARP_SOFTMAX_ISA``) and whether each lowers
+            anything on this CPU.
     """
 
     tf_version: str
@@ -245,6 +415,7 @@ class RuntimeConfig:
     intra_op_threads: int
     inter_op_threads: int
     gpus: tuple
+    isa_caps: dict = dataclasses.field(default_factory=dict)
 
     @property
     def isa_summary(self) -> str:
@@ -289,6 +460,8 @@ class RuntimeConfig:
                  f"oneDNN {'on' if self.onednn_enabled else 'off'} ({why})",
                  f"XLA_FLAGS {self.xla_flags!r}" if self.xla_flags else "XLA_FLAGS unset",
                  f"allocator {self.cpu_allocator}"]
+        if self.isa_caps.get("summary", "none") != "none":
+            parts.append(f"ISA caps {self.isa_caps['summary']}")
         if self.gpus:
             parts.append(f"{len(self.gpus)} GPU" + ("s" if len(self.gpus) > 1 else ""))
         return " · ".join(parts)
@@ -309,6 +482,9 @@ class RuntimeConfig:
             ("oneDNN", f"{'on' if self.onednn_enabled else 'off'}: {self.onednn_reason}"),
             ("XLA_FLAGS", self.xla_flags if self.xla_flags else "unset"),
             ("TF_XLA_FLAGS", self.tf_xla_flags if self.tf_xla_flags else "unset"),
+            ("ISA caps", self.isa_caps.get("summary", "none") + (
+                "" if self.isa_caps.get("summary", "none") != "none" else
+                f"  ({ONEDNN_ISA_ENV}, XLA_FLAGS=--xla_cpu_max_isa=, {WARP_ISA_ENV} cap them)")),
             ("CPU allocator", f"{self.cpu_allocator} ({self.cpu_allocator_reason})"),
             ("threads", threads),
             ("GPUs", ", ".join(self.gpus) if self.gpus else "none visible"),
@@ -377,12 +553,14 @@ def runtime_config() -> RuntimeConfig:
 
     Raises:
         ImportError: TensorFlow is not installed.
+        tflab.errors.UsageError: an ISA cap has a value that would be ignored (`read_isa_caps`).
 
     Example:
         >>> cfg = tflab.runtime_config()
         >>> cfg.onednn_enabled, cfg.onednn_reason
         (True, 'TF default for this CPU: has avx512_vnni, avx512_bf16, avx_vnni')
     """
+    caps = read_isa_caps()  # a bad cap is one UsageError before TF loads
     import tensorflow as tf
     from tensorflow.python.util import _pywrap_util_port
 
@@ -423,6 +601,7 @@ def runtime_config() -> RuntimeConfig:
         intra_op_threads=int(tf.config.threading.get_intra_op_parallelism_threads()),
         inter_op_threads=int(tf.config.threading.get_inter_op_parallelism_threads()),
         gpus=_gpus(tf),
+        isa_caps=caps.to_dict(),
     )
 
 
