@@ -30,14 +30,25 @@ $(STAMP): pyproject.toml
 tour: $(STAMP)
 	$(BIN)/tflab tour
 
-# Three passes; each stops the target on failure, so the last summary line
+# Four passes; each stops the target on failure, so the last summary line
 # printed is the failing pass's (CI reads the last one). The tests marked
-# `onednn` depend on TF's CPU kernel path (oneDNN or Eigen) and XLA's codegen:
-# they run once with TF_ENABLE_ONEDNN_OPTS=0 and once with =1, whatever this
-# CPU's default is; everything else runs once, in the default configuration.
+# `onednn` depend on TF's CPU kernel path (oneDNN or Eigen) and the ISA that
+# oneDNN, XLA and WarpSoftmax generate code for: they run with
+# TF_ENABLE_ONEDNN_OPTS=0, with oneDNN forced on and every ISA cap at AVX2
+# (what an AVX2-only CPU runs; skipped, with a line saying so, on a CPU that is
+# at AVX2 or below already, where it would repeat the next pass), and with
+# oneDNN forced on, whatever this CPU's default is; everything else runs once,
+# in the default configuration. `python -m tflab.runtime --capped-env` prints
+# the caps that lower this CPU (ONEDNN_MAX_CPU_ISA, XLA_FLAGS, TFLAB_WARP_SOFTMAX_ISA).
 test: $(STAMP)
+	@caps="$$($(BIN)/python -m tflab.runtime --capped-env)"; \
+	  if [ -n "$$caps" ]; then echo "make test: pass 3 emulates an AVX2 CPU: $$caps"; \
+	  else echo "make test: pass 3 (ISA caps at AVX2) skipped: this CPU is at AVX2 or below, so pass 4 (oneDNN on) runs what it would"; fi
 	$(BIN)/python -m pytest -q --durations=15 -m "not onednn"
 	TF_ENABLE_ONEDNN_OPTS=0 $(BIN)/python -m pytest -q -m onednn
+	@caps="$$($(BIN)/python -m tflab.runtime --capped-env)"; \
+	  if [ -n "$$caps" ]; then echo "pass 3: TF_ENABLE_ONEDNN_OPTS=1 $$caps"; \
+	    eval "env TF_ENABLE_ONEDNN_OPTS=1 $$caps $(BIN)/python -m pytest -q -m onednn"; fi
 	TF_ENABLE_ONEDNN_OPTS=1 $(BIN)/python -m pytest -q -m onednn
 
 bench: $(STAMP)

@@ -357,6 +357,35 @@ def read_isa_caps(env: Mapping[str, str] | None = None,
     return IsaCaps(onednn=onednn, xla=xla, warp_softmax=warp, host=host, lowers=lowers)
 
 
+CAPPED_PASS_ISA = {ONEDNN_ISA_ENV: "AVX2", "XLA_FLAGS": "--xla_cpu_max_isa=AVX2", WARP_ISA_ENV: "avx2"}
+
+
+def capped_pass_env(flags: frozenset[str] | None = None,
+                    env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of `make test`'s emulated-AVX2 pass: each cap that lowers this CPU.
+
+    A cap at or above this CPU changes nothing, so it is left out; on an AVX2-only
+    CPU the result is empty and the pass would repeat the oneDNN-on pass. An
+    ``XLA_FLAGS`` already set keeps its other flags.
+
+    Args:
+        flags: the CPU flags (default: /proc/cpuinfo).
+        env: the environment to extend (default ``os.environ``).
+
+    Returns:
+        ``{variable: value}``, e.g. ``{"ONEDNN_MAX_CPU_ISA": "AVX2", "XLA_FLAGS":
+        "--xla_cpu_max_isa=AVX2", "TFLAB_WARP_SOFTMAX_ISA": "avx2"}`` on an AVX-512 CPU.
+    """
+    env = os.environ if env is None else env
+    flags = cpu_flags() if flags is None else flags
+    if _ISA_ORDER.index(_host_class(flags)) <= _ISA_ORDER.index("avx2"):
+        return {}
+    out = dict(CAPPED_PASS_ISA)
+    if env.get("XLA_FLAGS"):
+        out["XLA_FLAGS"] = env["XLA_FLAGS"] + " " + out["XLA_FLAGS"]
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class RuntimeConfig:
     """The configuration a tflab measurement ran on (see the module docstring).
@@ -611,5 +640,10 @@ def config_dict() -> dict[str, Any]:
 
 
 if __name__ == "__main__":  # pragma: no cover
+    if sys.argv[1:] == ["--capped-env"]:  # the Makefile's emulated-AVX2 pass; no TF import
+        import shlex
+
+        print(" ".join(f"{k}={shlex.quote(v)}" for k, v in capped_pass_env().items()))
+        sys.exit(0)
     print(runtime_config().to_text())
     sys.exit(0)
