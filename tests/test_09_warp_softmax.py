@@ -141,17 +141,24 @@ def test_s2_special_values_match_ieee_reference(ws, case, n):
 @pytest.mark.onednn
 @pytest.mark.parametrize("bad", [INF, NAN], ids=["+inf", "nan"])
 def test_tf_softmax_special_row_depends_on_the_cpu_path_ours_does_not(ws, bad):
-    """What the docs show: tf.nn.softmax([1, bad, 2, 0]) is [0, NaN, 0, 0] under oneDNN and all NaN
-    under Eigen (portability.md P2); WarpSoftmax is all NaN either way, at widths 4 and 64."""
+    """What the docs show: tf.nn.softmax([1, bad, 2, 0]) is all NaN under Eigen, and under oneDNN
+    NaN at the bad element and not the IEEE formula's all-NaN row (portability.md P2); WarpSoftmax
+    is all NaN either way, at widths 4 and 64.
+
+    oneDNN's exact pattern depends on the ISA its JIT targets (measured on TF 2.21, oneDNN 3.7):
+    AVX2 and AVX-512 code gives [0, NaN, 0, 0] for +inf and for NaN; SSE4.1 code
+    (ONEDNN_MAX_CPU_ISA=SSE41) gives [0, NaN, NaN, 0] for NaN, since SSE's maxps returns its second
+    operand when either is NaN. So only what holds on every ISA is asserted: NaN at the bad element,
+    zeros wherever the output is not NaN, and not all NaN."""
     for width in (4, 64):
         row = np.zeros((1, width), np.float32)
         row[0, :4] = [1.0, bad, 2.0, 0.0]
         x = tf.constant(row)
         tf_out = tf.nn.softmax(x).numpy()
         if onednn_on():
-            want = np.zeros_like(row)
-            want[0, 1] = np.nan
-            np.testing.assert_array_equal(tf_out, want)
+            nan = np.isnan(tf_out)
+            assert nan[0, 1] and not nan.all()
+            np.testing.assert_array_equal(tf_out[~nan], 0.0)
         else:
             assert np.isnan(tf_out).all()
         assert np.isnan(ws(x).numpy()).all()
@@ -461,9 +468,14 @@ def test_opcheck_compares_special_rows_with_the_ieee_formula(ws):
     assert check.status == "pass"
     tf_out = tf.nn.softmax(tf.constant(x)).numpy()
     tf_nan = int(np.isnan(tf_out).sum())
-    # oneDNN: NaN only at the +inf and at the NaN (portability.md P2); an all -inf row is all NaN
-    # on both paths (-inf - -inf); the finite row has none.
-    assert np.isnan(tf_out).sum(axis=1).tolist() == ([1, 1, 4, 0] if onednn_on() else [4, 4, 4, 0])
+    # oneDNN: NaN at the +inf and at the NaN, but not the whole row (portability.md P2; SSE4.1 code
+    # makes one more NaN in the NaN row, see the test above); an all -inf row is all NaN on both
+    # paths (-inf - -inf); the finite row has none. Eigen: the IEEE formula, all NaN.
+    per_row = np.isnan(tf_out).sum(axis=1).tolist()
+    if onednn_on():
+        assert 1 <= per_row[0] < 4 and 1 <= per_row[1] < 4 and per_row[2:] == [4, 0], per_row
+    else:
+        assert per_row == [4, 4, 4, 0]
     assert (f"12 elements in slices with NaN/+inf/all -inf compared with the IEEE formula (all NaN), "
             f"where the reference op gave NaN at {tf_nan}") in check.detail
 
