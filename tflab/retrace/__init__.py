@@ -17,34 +17,45 @@ The package, bottom-up (each module imports only those above it):
 * `tflab.retrace.expect`: `expect_traces`, `RetraceError`;
 * `tflab.retrace.demo`: `demonstrate_retracing` (lab step 3).
 
-Importing this package does not import TensorFlow.
+Importing this package imports nothing (names load on first use), and no part
+imports TensorFlow at import time.
 """
 
 from __future__ import annotations
 
-from tflab.retrace.records import (  # noqa: F401
-    FIXES, FIXES_WITH_REDUCE_RETRACING, NO_VARIABLE_CREATION, Reason, Trace, VARIABLE_CREATION)
-from tflab.retrace.diff import (  # noqa: F401
-    Node, PER_REPLICA_FIX, describe_per_replica, diff_per_replica, explain, function_type_inputs,
-    make_trace, node_of, nodes_of, parse_trace_type, reasons_between)
-from tflab.retrace.event import (  # noqa: F401
-    TraceEvent, capture_trace_events, current_trace_event, event_from_frame, parse_trace_log_message)
-from tflab.retrace.sideeffects import SideEffect, trace_time_effects  # noqa: F401
-from tflab.retrace.log import (  # noqa: F401
-    FunctionTraces, NameGroup, STALE_READ_NOTE, ScriptTraces, cached_traces, explain_records,
-    group_logged_traces, name_groups, trace_from_event, trace_script)
-from tflab.retrace.probe import RetraceProbe, StaleRead  # noqa: F401
-from tflab.retrace.expect import RetraceError, TraceExpectation, expect_traces  # noqa: F401
-from tflab.retrace.demo import demonstrate_retracing  # noqa: F401
+import importlib
 
-__all__ = [
-    "FIXES", "FIXES_WITH_REDUCE_RETRACING", "NO_VARIABLE_CREATION", "Reason", "Trace",
-    "VARIABLE_CREATION", "Node", "PER_REPLICA_FIX", "describe_per_replica", "diff_per_replica",
-    "explain", "function_type_inputs", "make_trace", "node_of", "nodes_of", "parse_trace_type",
-    "reasons_between", "TraceEvent", "capture_trace_events", "current_trace_event",
-    "event_from_frame", "parse_trace_log_message", "SideEffect", "trace_time_effects",
-    "FunctionTraces", "NameGroup", "STALE_READ_NOTE", "ScriptTraces", "cached_traces",
-    "explain_records", "group_logged_traces", "name_groups", "trace_from_event", "trace_script",
-    "RetraceProbe", "StaleRead", "RetraceError", "TraceExpectation", "expect_traces",
-    "demonstrate_retracing",
-]
+# Public name -> the submodule that defines it. Imported on first use (PEP 562
+# module __getattr__), so importing one part (tflab.retrace.diff) loads only
+# that part and what it imports, never the whole package.
+_EXPORTS = {
+    **dict.fromkeys(("FIXES", "FIXES_WITH_REDUCE_RETRACING", "NO_VARIABLE_CREATION", "Reason",
+                     "Trace", "VARIABLE_CREATION"), "records"),
+    **dict.fromkeys(("Node", "PER_REPLICA_FIX", "describe_per_replica", "diff_per_replica",
+                     "explain", "function_type_inputs", "make_trace", "node_of", "nodes_of",
+                     "parse_trace_type", "reasons_between"), "diff"),
+    **dict.fromkeys(("TraceEvent", "capture_trace_events", "current_trace_event",
+                     "event_from_frame", "parse_trace_log_message"), "event"),
+    **dict.fromkeys(("SideEffect", "trace_time_effects"), "sideeffects"),
+    **dict.fromkeys(("FunctionTraces", "NameGroup", "STALE_READ_NOTE", "ScriptTraces",
+                     "cached_traces", "explain_records", "group_logged_traces", "name_groups",
+                     "trace_from_event", "trace_script"), "log"),
+    **dict.fromkeys(("RetraceProbe", "StaleRead"), "probe"),
+    **dict.fromkeys(("RetraceError", "TraceExpectation", "expect_traces"), "expect"),
+    "demonstrate_retracing": "demo",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    part = _EXPORTS.get(name)
+    if part is None:
+        raise AttributeError(f"module 'tflab.retrace' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"tflab.retrace.{part}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

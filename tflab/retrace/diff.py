@@ -192,7 +192,8 @@ def node_of(trace_type: Any) -> "Node":
         return Node("object", name=type(obj).__qualname__, value=_object_key(obj), what=what,
                     label=label)
     if cls in ("List", "Tuple"):
-        kids = tuple((str(i), node_of(c)) for i, c in enumerate(trace_type.components))
+        comps = trace_type.components_tuple.components if cls == "List" else trace_type.components
+        kids = tuple((str(i), node_of(c)) for i, c in enumerate(comps))
         inner = ", ".join(k.label for _, k in kids)
         label = f"[{inner}]" if cls == "List" else f"({inner}{',' if len(kids) == 1 else ''})"
         return Node("seq", name=cls, children=kids, label=label)
@@ -263,12 +264,12 @@ def _split_top(text: str) -> list[str]:
                 i += 1
             elif c == quote:
                 quote = ""
-        elif c in "'\"" and depth >= 0:
+        elif c in "'\"":
             quote = c
         elif c in _OPEN:
             depth += 1
-        elif c in _CLOSE:
-            depth -= 1
+        elif c in _CLOSE:  # an unmatched close (TF's Weakref repr ends in "])") is ignored
+            depth = max(0, depth - 1)
         elif c == "," and depth == 0:
             parts.append(text[start:i].strip())
             start = i + 1
@@ -363,7 +364,7 @@ def _kind_label(node: Node) -> str:
     if node.kind == "tensor":
         return f"tensor {node.label}"
     if node.kind == "literal":
-        return f"Python {type(node.value).__name__} {node.label}"
+        return f"Python value {node.label}"
     if node.kind == "seq":
         return f"{node.name.lower()} of {len(node.children)}"
     if node.kind == "map":
@@ -467,8 +468,8 @@ def _diff(path: str, a: Node, b: Node, out: list[Reason], ctx: _Ctx = _Ctx(),
         if changed:
             fix = None
             if not ctx.reduce_retracing:
-                fix = (f"give the tf.function input_signature=[{_relaxed_spec(a, b)}] for {path} (None "
-                       f"for the dims that vary), or use reduce_retracing=True")
+                fix = (f"give the tf.function an input_signature with None for the dims that vary "
+                       f"({path}: {_relaxed_spec(a, b)}), or use reduce_retracing=True")
             out.append(_reason(path, shape_kind, _fmt_shape(a.shape), _fmt_shape(b.shape),
                                f"{path}: {what}shape {_fmt_shape(a.shape)} -> {_fmt_shape(b.shape)}{note}",
                                ctx, t, b, fix=fix))
@@ -485,12 +486,12 @@ def _diff(path: str, a: Node, b: Node, out: list[Reason], ctx: _Ctx = _Ctx(),
             gone = "; the earlier one was garbage-collected" if _collected(a) else ""
             text = (f"{path}: a new {'lambda' if b.what == 'lambda' else 'function object'} each call "
                     f"({b.label}); TF matches a function argument by identity{gone}")
+        elif "bound_method" in (a.what, b.what):
+            kind, text = "bound_method", (f"{path}: new object each call ({b.label}; "
+                                          f"TF matches it by weak reference)")
         elif _collected(a):
             kind, text = "collected", (f"{path}: the object trace #N was made for was garbage-collected "
                                        f"(TF keeps a weak reference); now {b.label}")
-        elif "bound_method" in (a.what, b.what):
-            kind, text = "bound_method", (f"{path}: a new bound method object ({b.label}); "
-                                          f"TF matches it by weak reference")
         elif a.value[0] == "eq" and b.value[0] == "eq" and a.name == b.name:
             kind, text = "object_value", f"{path}: {a.label} -> {b.label} (TF matches it by ==)"
         else:
