@@ -305,8 +305,14 @@ def parse_trace_type(text: str) -> Node:
         return Node("tensor", name=m.group(1), shape=dims, dtype=m.group(3),
                     label=f"{m.group(3)}{_fmt_shape(dims)}")
     if text.startswith("Literal[") and text.endswith("]"):
+        import ast
+
         v = text[len("Literal["):-1]
-        return Node("literal", value=v, label=v)
+        try:
+            value = ast.literal_eval(v)
+        except (ValueError, SyntaxError):
+            value = v
+        return Node("literal", value=value, label=v)
     if text.startswith("Weakref["):
         if "; dead>" in text:
             return Node("object", value=("dead", text), what="collected", label="a garbage-collected object")
@@ -725,6 +731,8 @@ def _failure_reasons(auto_kind: str, reasons: list[Reason], error: str) -> list[
 def _pairs_text(function_type: Any) -> tuple[tuple[str, str], ...]:
     if function_type is None:
         return ()
+    if isinstance(function_type, Mapping) and all(isinstance(v, Node) for v in function_type.values()):
+        return tuple((str(n), v.label) for n, v in function_type.items())
     if hasattr(function_type, "parameters"):
         return function_type_inputs(function_type)
     items = function_type.items() if isinstance(function_type, Mapping) else function_type
@@ -737,7 +745,7 @@ def make_trace(index: int, inputs: Any, previous: Sequence[Trace], *,
                previous_contexts: Sequence[str | None] | None = None,
                reduce_retracing: bool = False, outcome_known: bool = True,
                error: str | None = None, options: Mapping[str, Any] | None = None,
-               site: str = "") -> Trace:
+               site: str = "", inputs_text: Any = None, traced_text: Any = None) -> Trace:
     """Builds a `Trace` with its reasons from a trace's FunctionTypes.
 
     Args:
@@ -749,6 +757,8 @@ def make_trace(index: int, inputs: Any, previous: Sequence[Trace], *,
         error: for a trace that raised, the error as one line; the kind is "failed".
         options: the tf.function options in force (from the `TraceEvent`).
         site: the user's call site, ``file:line``.
+        inputs_text, traced_text: (parameter, TraceType repr) pairs for JSON,
+            when ``inputs`` / ``traced_as`` are already `Node` trees.
         The others: as for `explain` and `Trace`.
 
     Returns:
@@ -766,8 +776,9 @@ def make_trace(index: int, inputs: Any, previous: Sequence[Trace], *,
         reasons = [] if auto_kind == "first" else reasons
     else:
         kind = kind or auto_kind
-    in_text = _pairs_text(inputs)
-    tr_text = _pairs_text(traced_as) if traced_as is not None else None
+    in_text = tuple(inputs_text) if inputs_text is not None else _pairs_text(inputs)
+    tr_text = (tuple(traced_text) if traced_text is not None else
+               _pairs_text(traced_as) if traced_as is not None else None)
     relaxed = traced is not None and traced != new
     return Trace(index=index, kind=kind, reasons=[r.text for r in reasons],
                  fixes=[r.fix for r in reasons], inputs=in_text, compared_with=compared,

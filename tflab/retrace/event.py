@@ -94,6 +94,14 @@ class TraceEvent:
     replica: str | None = None
     source: str = "frame"
     tf_function: Any = dataclasses.field(default=None, repr=False, compare=False)
+    # The `tflab.retrace.diff.Node` trees of lookup_type / traced_type, made
+    # when the event is (while the argument objects are alive; O(parameters)).
+    nodes: Any = dataclasses.field(default=None, repr=False, compare=False)
+    traced_nodes: Any = dataclasses.field(default=None, repr=False, compare=False)
+    # A `Trace` made from this event at trace time by a consumer that keeps
+    # the history (`tflab.retrace.log`), so an argument object's liveness is
+    # judged when TF looked it up; [] until then.
+    explained: list = dataclasses.field(default_factory=list, repr=False, compare=False)
 
     @property
     def relaxed(self) -> bool:
@@ -198,7 +206,7 @@ def event_from_frame(frame: Any, identify: Callable[[Any], Any] | None = None) -
     Returns:
         The event, or None when the frame lacks TF 2.21's locals.
     """
-    from tflab.retrace.diff import function_type_inputs
+    from tflab.retrace.diff import function_type_inputs, nodes_of
 
     loc = frame.f_locals
     opts = loc.get("tracing_options")
@@ -217,6 +225,7 @@ def event_from_frame(frame: Any, identify: Callable[[Any], Any] | None = None) -
                 traced = lookup
     fn, fn_frame = _function_frame(frame)
     py = opts.python_function
+    nodes = nodes_of(lookup)
     return TraceEvent(
         function=getattr(py, "__qualname__", None) or repr(py),
         module=getattr(py, "__module__", "") or "",
@@ -228,7 +237,8 @@ def event_from_frame(frame: Any, identify: Callable[[Any], Any] | None = None) -
         owner=function_owner(fn) if fn is not None else "",
         lookup_type=lookup, traced_type=traced, options=_options(opts, fn),
         site=_user_site(fn_frame if fn_frame is not None else frame), replica=_replica(),
-        source="frame", tf_function=weakref.ref(fn) if fn is not None else None)
+        source="frame", tf_function=weakref.ref(fn) if fn is not None else None,
+        nodes=nodes, traced_nodes=nodes if traced is lookup else nodes_of(traced))
 
 
 def current_trace_event(identify: Callable[[Any], Any] | None = None) -> TraceEvent | None:
@@ -305,9 +315,10 @@ class _Serials:
 class _TraceHandler(logging.Handler):
     """Turns each "Creating new FuncGraph" record into a `TraceEvent` from TF's tracing frame."""
 
-    def __init__(self, sink: list[TraceEvent]):
+    def __init__(self, sink: list[TraceEvent], on_event: Callable[[TraceEvent], None] | None = None):
         super().__init__(level=1)
         self.sink = sink
+        self.on_event = on_event
         self._identify = _Serials()
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -324,6 +335,11 @@ class _TraceHandler(logging.Handler):
             return
         if event is not None:
             self.sink.append(event)
+            if self.on_event is not None:
+                try:
+                    self.on_event(event)
+                except Exception:  # the trace is listed; only its early explanation is lost
+                    pass
 
 
 class _PropagateFrom(logging.Handler):
@@ -356,7 +372,8 @@ class _PropagateFrom(logging.Handler):
 
 
 @contextlib.contextmanager
-def capture_trace_events() -> Iterator[list[TraceEvent]]:
+def capture_trace_events(on_event: Callable[[TraceEvent], None] | None = None
+                         ) -> Iterator[list[TraceEvent]]:
     """Collects a `TraceEvent` for every trace any tf.function starts inside the block.
 
     Lowers the ``tensorflow`` logger to level 1 for the block, so TF's
@@ -364,6 +381,10 @@ def capture_trace_events() -> Iterator[list[TraceEvent]]:
     the logger's existing handlers keep their previous threshold (nothing
     extra is printed), and records below it do not propagate to the parent
     loggers either. TF itself is not patched.
+
+    Args:
+        on_event: called with each event as TF starts the trace (TF's frame
+            and the argument objects are alive); it must not raise.
 
     Yields:
         A list that fills with `TraceEvent`s, in trace order.
@@ -376,7 +397,7 @@ def capture_trace_events() -> Iterator[list[TraceEvent]]:
     """
     logger = logging.getLogger("tensorflow")
     sink: list[TraceEvent] = []
-    handler = _TraceHandler(sink)
+    handler = _TraceHandler(sink, on_event)
     old_level = logger.level
     threshold = logger.getEffectiveLevel()
     old_handlers = [(h, h.level) for h in logger.handlers]

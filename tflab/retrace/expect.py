@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from tflab.errors import UsageError
-from tflab.retrace.event import capture_trace_events, function_owner
-from tflab.retrace.log import _cache_keys, _is_tf_internal, cached_traces, explain_records
+from tflab.retrace.event import function_owner
+from tflab.retrace.log import (_cache_keys, _is_tf_internal, cached_traces, capture_explained,
+                               explain_records)
 from tflab.retrace.probe import RetraceProbe, _innermost_python_function
 from tflab.retrace.records import Trace, _short_name
 
@@ -83,7 +84,7 @@ class _FunctionWatch:
         self.counts = {id(f): (f, f.experimental_get_tracing_count()) for f in [fn, *_method_instances(fn)]}
         # The keys only (cheap); they become Trace records for the objects that trace again.
         self.prior_keys = {i: _cache_keys(f) for i, (f, _) in self.counts.items()}
-        self._log = capture_trace_events()
+        self._log = capture_explained()
         self.logged = self._log.__enter__()
 
     def finish(self, result: TraceExpectation) -> list[tuple[str, list[Trace]]]:

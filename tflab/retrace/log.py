@@ -112,14 +112,50 @@ def trace_from_event(event: TraceEvent, index: int, previous: Sequence[Trace],
     Every consumer (the probe, the log path, `expect_traces`) turns an event
     into a Trace here, so one script gives the same reasons either way.
     """
-    structured = event.lookup_type is not None
-    return make_trace(index, event.lookup_type if structured else event.inputs, previous,
+    structured = event.nodes is not None
+    return make_trace(index, event.nodes if structured else event.inputs, previous,
                       scope=event.scope, context=event.context,
                       previous_contexts=previous_contexts,
-                      traced_as=event.traced_type if structured else None, call=call, kind=kind,
+                      traced_as=event.traced_nodes if structured else None,
+                      inputs_text=event.inputs,
+                      traced_text=(function_type_inputs(event.traced_type)
+                                   if structured and event.relaxed else None),
+                      call=call, kind=kind,
                       reduce_retracing=reduce_retracing or event.reduce_retracing,
                       outcome_known=outcome_known, error=error, options=event.options,
                       site=event.site)
+
+
+class LiveExplainer:
+    """An ``on_event`` for `capture_trace_events`: explains each event as TF starts its trace.
+
+    Keeps each tf.function object's traces, seeded with what its trace cache
+    held at its first event (`cached_traces`), and stores the `Trace` in
+    ``event.explained``. Diffing then, not after the block, judges an
+    argument object alive or collected as TF did when it looked the call up.
+    """
+
+    def __init__(self) -> None:
+        self._history: dict[Any, tuple[list[Trace], list[str | None]]] = {}
+
+    def __call__(self, event: TraceEvent) -> None:
+        if event.nodes is None or event.key is None or _is_tf_internal(event):
+            return
+        hist = self._history.get(event.key)
+        if hist is None:
+            fn = event.function_object()
+            prior, contexts = cached_traces(fn) if fn is not None else ([], [])
+            hist = self._history[event.key] = (list(prior), list(contexts))
+        traces, contexts = hist
+        t = trace_from_event(event, len(traces) + 1, traces, contexts, outcome_known=False)
+        traces.append(t)
+        contexts.append(event.context)
+        event.explained.append(t)
+
+
+def capture_explained() -> Any:
+    """`capture_trace_events` with a `LiveExplainer`: the events come with their `Trace`."""
+    return capture_trace_events(on_event=LiveExplainer())
 
 
 def explain_records(records: Sequence[TraceEvent], prior: Sequence[Trace] = (),
@@ -137,6 +173,10 @@ def explain_records(records: Sequence[TraceEvent], prior: Sequence[Trace] = (),
     Returns:
         One `Trace` per record (the prior ones are not repeated).
     """
+    # Explained at trace time (`LiveExplainer`) after the same prior traces: use that.
+    if records and all(r.explained for r in records) and \
+            records[0].explained[0].index == len(prior) + 1:
+        return [r.explained[0] for r in records]
     traces: list[Trace] = list(prior)
     contexts: list[str | None] = list(prior_contexts) + [None] * (len(prior) - len(prior_contexts))
     for rec in records:
@@ -365,7 +405,7 @@ def trace_script(path: str, argv: Sequence[str] = (), include_internal: bool = F
     sys.argv = [path, *argv]
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     error = note = None
-    with capture_trace_events() as logged:
+    with capture_explained() as logged:
         try:
             with process_guard():  # a fork()ed child ends here; the script's chdir is undone
                 runpy.run_path(path, run_name="__main__")

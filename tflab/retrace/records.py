@@ -38,8 +38,9 @@ FIXES = {
     "object_value": "TF matches a hashable Python object by == while it is alive: each new value "
                     "traces once; pass the fields that vary as tensors, or give the class "
                     "__tf_tracing_type__ to key it by the fields that matter",
-    "collected": "keep the object alive and pass that same one: TF holds only a weak reference, so "
-                 "the trace of a garbage-collected argument can never match again",
+    "collected": "keep the object alive and pass that same one (TF holds only a weak reference, so "
+                 "the trace of a garbage-collected argument can never match again), or give its class "
+                 "__tf_tracing_type__ (a TraceType by value), or pass its numbers as tensors",
     "string": "a Python str is part of the TraceType (one trace per distinct string): keep it to a "
               "few fixed values, or pass tf.constant(s), a tf.string tensor, if it varies",
     "none": "None and a value are different TraceTypes (one trace per form): pass the same type "
