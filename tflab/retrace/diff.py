@@ -624,10 +624,10 @@ def _window(previous: Sequence[Trace]) -> list[Trace]:
     return [previous[0], *previous[-_WINDOW:]]
 
 
-def _ranked_candidates(new: Mapping[str, Node], previous: Sequence[Trace], ctx: _Ctx = _Ctx(),
+def _ranked_candidates(new: Mapping[str, Node], candidates: Sequence[Trace], ctx: _Ctx = _Ctx(),
                        traced: Mapping[str, Node] | None = None) -> list[_Candidate]:
     return sorted((_Candidate(p, _param_reasons(_cached_nodes(p), new, ctx, traced))
-                   for p in _window(previous)), key=lambda c: c.rank)
+                   for p in candidates), key=lambda c: c.rank)
 
 
 def _explain(new: Mapping[str, Node], previous: Sequence[Trace], *, scope: str | None,
@@ -641,7 +641,7 @@ def _explain(new: Mapping[str, Node], previous: Sequence[Trace], *, scope: str |
     # TF's own re-trace: the first call traced with variable creation allowed,
     # created variables, then traced the same inputs with creation disabled
     # (polymorphic_function.Function._initialize / _call).
-    if scope == NO_VARIABLE_CREATION and not any(p.scope == NO_VARIABLE_CREATION for p in previous):
+    if scope == NO_VARIABLE_CREATION and not any(p.scope == NO_VARIABLE_CREATION for p in _window(previous)):
         for p in reversed(previous):
             if p.scope == VARIABLE_CREATION and (p.nodes if p.nodes is not None else
                                                  nodes_of(p.inputs)) == dict(new):
@@ -653,7 +653,8 @@ def _explain(new: Mapping[str, Node], previous: Sequence[Trace], *, scope: str |
                     fix = FIXES["variable_creation_unknown"]
                 r = Reason("", "variable_creation", VARIABLE_CREATION, NO_VARIABLE_CREATION, text, fix)
                 return "variable_creation", p.index, [r], None
-    same_scope = [p for p in previous if scope is None or p.scope in (None, scope)] or list(previous)
+    window = _window(previous)
+    same_scope = [p for p in window if scope is None or p.scope in (None, scope)] or window
     ranked = _ranked_candidates(new, same_scope, ctx, traced)
     nearest, reasons = ranked[0]
     reasons = [dataclasses.replace(r, text=r.text.replace("trace #N", f"trace #{nearest.index}"))
@@ -662,8 +663,10 @@ def _explain(new: Mapping[str, Node], previous: Sequence[Trace], *, scope: str |
     if len(ranked) > 1 and reasons and len(ranked[1].reasons) == len(reasons):
         runner_up = ranked[1]
     if not reasons:
-        ctxs = list(previous_contexts or [])
-        pos = list(previous).index(nearest)
+        ctxs = previous_contexts or ()
+        pos = nearest.index - previous[0].index  # traces are numbered in order…
+        if not (0 <= pos < len(previous) and previous[pos] is nearest):  # …but failed ones are left out
+            pos = next(i for i, p in enumerate(previous) if p is nearest)
         if context is not None and pos < len(ctxs) and ctxs[pos] is not None and ctxs[pos] != context:
             reasons = [Reason("", "context", ctxs[pos], context,
                               "same inputs, but called from a different FunctionContext "
