@@ -472,10 +472,12 @@ def _diff(path: str, a: Node, b: Node, out: list[Reason], ctx: _Ctx = _Ctx(),
                                f"{path}: {what}dtype {a.dtype} -> {b.dtype}", ctx, t, b))
         changed, note = _shape_change(a.shape, b.shape)
         if changed:
-            fix = None
             if not ctx.reduce_retracing:
                 fix = (f"give the tf.function an input_signature with None for the dims that vary "
                        f"({path}: {_relaxed_spec(a, b)}), or use reduce_retracing=True")
+            else:
+                spec = _relaxed_spec(a, t if t is not None and t.kind == b.kind else b)
+                fix = f"{FIXES_WITH_REDUCE_RETRACING[shape_kind].rsplit(' (', 1)[0]} ({path}: {spec})"
             out.append(_reason(path, shape_kind, _fmt_shape(a.shape), _fmt_shape(b.shape),
                                f"{path}: {what}shape {_fmt_shape(a.shape)} -> {_fmt_shape(b.shape)}{note}",
                                ctx, t, b, fix=fix))
