@@ -432,3 +432,40 @@ def test_no_raw_trace_type_repr_anywhere_in_the_retrace_corpus():
     planted = dataclasses.replace(traces[1], reasons=["fn: Weakref[<weakref at 0x1; to 'function'>]"])
     with pytest.raises(AssertionError):
         _no_raw_repr([planted])
+
+
+class _Plain:  # no __eq__: TF's Weakref matches only the same live object
+    pass
+
+
+def _use(x, obj):
+    return x + 1.0
+
+
+def test_weakref_identity_live_object_vs_collected_object():
+    p = RetraceProbe(_use)
+    a, b = _Plain(), _Plain()
+    p(tf.ones([1]), a), p(tf.ones([1]), b)  # both alive, not ==: a new object
+    (r,) = p.traces[1].details
+    assert (r.kind, r.text) == ("object", "obj: new object each call (_Plain object; TF matches it by weak reference)")
+    p(tf.ones([1]), a)  # the same live object: TF's cache hit
+    assert p.trace_count == 2
+    del a
+    import gc
+
+    gc.collect()
+    p(tf.ones([1]), _Plain())  # trace #1's object is gone; #2's (b) is alive but another object
+    kinds = {d.kind for d in p.traces[2].details}
+    assert kinds <= {"object", "collected"} and p.trace_count == 3
+    _no_raw_repr(p.traces)
+
+
+def test_per_replica_specs_are_diffed_from_the_objects():
+    from tensorflow.python.distribute import values as values_lib
+
+    spec = lambda *rows: values_lib.PerReplicaSpec(*[tf.TensorSpec([r, 4]) for r in rows])  # noqa: E731
+    (r,) = reasons_between({"x": spec(2, 2)}, {"x": spec(2, 1)})
+    assert (r.kind, r.text) == ("per_replica_shape",
+                                "x: per-replica shape replica 1 (2, 4) -> (1, 4) (of 2 replicas)")
+    assert "element_spec" in r.fix
+    assert reasons_between({"x": spec(2, 2)}, {"x": spec(2, 2)}) == []
