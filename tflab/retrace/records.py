@@ -228,7 +228,7 @@ class Trace:
                 "traced_as": dict(self.traced_as) if self.traced_as else None,
                 "labels": dict(self.labels),
                 "traced_labels": dict(self.traced_labels) if self.traced_as else None,
-                "site": self.site or None,
+                "site": self.site or None, "options": dict(self.options) if self.options else None,
                 "diagnosis": self.diagnosis.to_dict() if self.diagnosis is not None else None}
 
     # Why the trace, or the call that made it, raised: a tflab.diagnosis.Diagnosis
