@@ -1,4 +1,4 @@
-"""RetraceProbe's overhead on a cached call, against the bare tf.function. Goal: < 5%.
+"""RetraceProbe's overhead on a cached call (goal < 5%), and its cost per trace (goal O(parameters)).
 
 Both functions trace once, then are called alternately, call by call (so
 machine noise hits both alike), each call timed alone with
@@ -7,7 +7,15 @@ then the probe's own Python work measured over a no-op.
 The probed function reads a global and a closure number, so the per-call stale
 check is part of what is measured.
 
-Usage: python benchmarks/bench_probe_overhead.py [--rounds 41] [--calls 200]
+Then the cost of EXPLAINING a trace (issue 20): a 10-parameter function is
+traced ``--traces`` times (one Python int parameter changes each call), and
+tflab's own work per trace (`trace_from_event`: the TraceEvent's trees diffed
+with the candidate earlier traces) is timed again for early and for late
+traces, interleaved; the same for a 20-parameter function. O(parameters)
+means late/early stays near 1 (the old engine re-parsed every earlier trace:
+O(traces × parameters)) and 20-param/10-param near 2.
+
+Usage: python benchmarks/bench_probe_overhead.py [--rounds 41] [--calls 200] [--traces 1000]
 """
 
 from __future__ import annotations
@@ -27,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=41, help="interleaved rounds (default: %(default)s)")
     parser.add_argument("--calls", type=int, default=200, help="calls per round (default: %(default)s)")
+    parser.add_argument("--traces", type=int, default=1000,
+                        help="traces of the 10-parameter function (default: %(default)s)")
     args = parser.parse_args(argv)
 
     import tensorflow as tf
@@ -88,7 +98,51 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  ratio probe/bare   {ratio:8.3f}  (overhead {100 * (ratio - 1):+.1f}%, goal < +5%)")
     print(f"  probe's own Python work {t_own * 1e6:.2f} us/call = "
           f"{100 * t_own / mb:.2f}% of a bare cached call")
+    explain_cost(tf, args.traces, args.rounds)
     return 0
+
+
+def _probe_with_traces(tf, n_params: int, n_traces: int):
+    from tflab.retrace import RetraceProbe
+
+    names = [f"p{i}" for i in range(n_params)]
+    ns: dict = {"tf": tf}
+    exec(f"def body({', '.join(names)}):\n    return {names[0]} * {names[-1]}\n", ns)
+    probe = RetraceProbe(ns["body"], watch_stale=False)
+    args = [tf.ones([2])] * (n_params - 1)
+    for k in range(n_traces):
+        probe(*args, k)  # a new Python int each call: one trace each
+    assert probe.trace_count == n_traces and all(e is not None for e in probe.events)
+    return probe
+
+
+def explain_cost(tf, n_traces: int, rounds: int) -> None:
+    """Seconds per `trace_from_event` for early vs late traces, and 10 vs 20 parameters."""
+    from tflab.retrace.log import trace_from_event
+
+    p10 = _probe_with_traces(tf, 10, n_traces)
+    p20 = _probe_with_traces(tf, 20, min(n_traces, 200))
+    clock = time.perf_counter
+
+    def cost(probe, k: int) -> float:
+        ev, prev = probe.events[k], probe.traces[:k]
+        t0 = clock()
+        trace_from_event(ev, k + 1, prev)
+        return clock() - t0
+
+    mid = len(p20.traces)
+    early, late, narrow, wide = [], [], [], []
+    for r in range(rounds * 5):  # interleaved: each kind in turn
+        early.append(cost(p10, 10 + r % 20))
+        late.append(cost(p10, n_traces - 1 - r % 20))
+        narrow.append(cost(p10, mid - 1 - r % 20))
+        wide.append(cost(p20, mid - 1 - r % 20))
+    me, ml, mn, mw = (statistics.median(v) for v in (early, late, narrow, wide))
+    print(f"explaining one trace (tflab's diff only, median of {len(early)} each):")
+    print(f"  10 params, trace ~#20        {me * 1e6:8.1f} us")
+    print(f"  10 params, trace ~#{n_traces:<9} {ml * 1e6:8.1f} us   late/early {ml / me:6.2f}  (goal ~1: O(parameters))")
+    print(f"  10 params, trace ~#{mid:<9} {mn * 1e6:8.1f} us")
+    print(f"  20 params, trace ~#{mid:<9} {mw * 1e6:8.1f} us   20/10 params {mw / mn:6.2f}  (<= 2: linear in parameters plus a fixed cost per trace)")
 
 
 if __name__ == "__main__":

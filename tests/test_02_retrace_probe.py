@@ -17,7 +17,7 @@ tf = pytest.importorskip("tensorflow")
 
 from tflab.errors import UsageError  # noqa: E402
 from tflab.retrace import (  # noqa: E402
-    RetraceError, RetraceProbe, capture_trace_log, expect_traces, parse_trace_log_message,
+    RetraceError, RetraceProbe, capture_trace_events, expect_traces, parse_trace_log_message,
     parse_trace_type)
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "retrace")
@@ -79,7 +79,8 @@ REASON_CASES = [
     ("dtype", lambda x: x + x, _dtype, 2, "x: dtype float32 -> int32", "tf.cast"),
     ("python_value", lambda x, n: x * n, _value, 2, "n: 4 -> 8", "tf.constant"),
     ("bound_method", lambda fn, x: fn(x), _bound_method, 2,
-     "fn: new object each call (bound method; TF matches it by weak reference)", "outside the loop"),
+     "fn: new object each call (bound method _Obj.method; TF matches it by weak reference)",
+     "outside the loop"),
     ("list_length", lambda xs: tf.add_n(xs), _list_len, 2, "xs: list length 2 -> 3", "tf.stack"),
     ("dict_keys", lambda d: d["a"], _dict_keys, 2, "d: dict keys ['a'] -> ['a', 'b']", "same keys"),
     ("namedtuple_field", lambda pt: pt.x * pt.y, _namedtuple_field, 2, "pt.y: 1 -> 2", "tf.constant"),
@@ -151,8 +152,10 @@ def test_reduce_retracing_records_the_relaxed_type():
     for n in range(1, 6):
         probe(tf.ones([n]))
     assert probe.trace_count == 2
-    # The reason names the shapes TF looked up; the relaxed type it traced is kept aside.
-    assert probe.traces[1].reasons == ["x: shape (1,) -> (2,)"]
+    # The reason names the shapes TF looked up, and the relaxed spec TF traced for them.
+    assert probe.traces[1].reasons == ["x: shape (1,) -> (2,); TF traced it relaxed, as float32(None,)"]
+    (r,) = probe.traces[1].details
+    assert (r.traced, r.relaxed) == ("relaxed", "float32(None,)")
     assert probe.traces[1].traced_as == (("x", "TensorSpec(shape=(None,), dtype=tf.float32, name=None)"),)
 
 
@@ -336,7 +339,7 @@ def test_log_text_parser_matches_the_in_process_record():
 
     keep = Keep(level=1)
     logger = logging.getLogger("tensorflow")
-    with capture_trace_log() as logged:
+    with capture_trace_events() as logged:
         logger.addHandler(keep)
         try:
             @tf.function
@@ -359,7 +362,7 @@ def test_log_text_parser_matches_the_in_process_record():
 def test_trace_type_parser_handles_weakref_repr():
     node = parse_trace_type("List[Weakref[<weakref at 0x7f00; to 'method' at 0x7f01>]), Literal[1]]")
     assert node.kind == "seq" and [c.kind for _, c in node.children] == ["object", "literal"]
-    assert node.children[0][1].value == "bound method"
+    assert node.children[0][1].what == "bound_method"
 
 
 def test_retrace_cli_explains_each_function(run_cli):
@@ -652,7 +655,7 @@ def test_closures_from_one_factory_are_separate_functions():
     from tflab.retrace import group_logged_traces
 
     a, b = _factory(1.0), _factory(2.0)
-    with capture_trace_log() as logged:
+    with capture_trace_events() as logged:
         a(tf.ones([2]))
         b(tf.ones([2]))
         b(tf.ones([3]))
@@ -692,7 +695,7 @@ def test_log_text_groups_by_address_and_joins_tf_variable_creation_retrace():
     keep = Keep(level=1)
     logger = logging.getLogger("tensorflow")
     first, second = Lazy(), Lazy()
-    with capture_trace_log():
+    with capture_trace_events():
         logger.addHandler(keep)
         try:
             first(tf.ones([2]))

@@ -14,8 +14,8 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from tflab import retrace_demo  # noqa: E402
-from tflab.retrace_demo import RetracingDemo, demonstrate_retracing  # noqa: E402
+from tflab.retrace import demo as retrace_demo  # noqa: E402
+from tflab.retrace.demo import RetracingDemo, demonstrate_retracing  # noqa: E402
 
 RETRACING_WARNING = "triggered tf.function retracing"
 

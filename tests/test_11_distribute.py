@@ -320,7 +320,7 @@ def test_a_per_replica_reason_names_the_replica_that_changed():
     import tensorflow as tf
     from tensorflow.python.distribute import values as values_lib
 
-    from tflab.retrace_reasons import diff_per_replica
+    from tflab.retrace import diff_per_replica
 
     spec = lambda *rows: repr(values_lib.PerReplicaSpec(*[tf.TensorSpec([r, 4]) for r in rows]))
     (short,) = diff_per_replica("x", spec(2, 2, 2), spec(2, 2, 1))

@@ -354,7 +354,7 @@ def test_stabilization_report_failure_is_one_line_with_the_diagnosis():
 
 
 def test_d10_type_hints_row_counts_what_tf_counts():
-    from tflab import retrace_demo
+    from tflab.retrace import demo as retrace_demo
 
     row = retrace_demo._type_hints(tf)
     # experimental_follow_type_hints no longer converts 1 and 2: two Literals, two traces.

@@ -8,7 +8,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 import tflab  # noqa: E402
-from tflab.retrace_reasons import reasons_between  # noqa: E402
+from tflab.retrace import reasons_between  # noqa: E402
 
 SCALE = 2.0
 
@@ -140,7 +140,7 @@ def test_names_and_kinds_one_convention_with_deprecated_aliases():
     """function_name is the function's name everywhere; data are properties; old spellings warn."""
     from tflab.autograph import AutographDiff
     from tflab.litert_check import TFLiteCheck
-    from tflab.retrace_demo import RetracingDemo, TriggerResult
+    from tflab.retrace.demo import RetracingDemo, TriggerResult
 
     c = _comparison()
     name = "_comparison.<locals>.f"  # compare_modes names a function by its qualified name

@@ -21,20 +21,20 @@ from _import_graph import build_graph, cycles, map_lines, module_files  # noqa: 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(REPO, "docs", "architecture.md")
 
-# Every top-level name the single tflab/retrace.py had before the split (issue 11).
-OLD_RETRACE_NAMES = """
-VARIABLE_CREATION NO_VARIABLE_CREATION FIXES FIXES_WITH_REDUCE_RETRACING _SINGLETON_VARIABLE Reason
-Trace StaleRead RetraceError _Node _OPEN _CLOSE _WEAKREF_FIX _TENSOR_RE _WEAKREF_TO _split_top
-parse_trace_type _dims TRACE_TYPE_HOOKS _hook _describe _short_type _kind_label _child_path _diff
-_reason _param_reasons _STRUCTURE_KINDS _Candidate _ranked_candidates explain _explain
-_failure_reasons make_trace function_type_inputs _SCALARS _MISSING _BY_IDENTITY _is_watchable _same
-_innermost_python_function _code_names _closure_cells RetraceProbe _short_name _value_repr
-_LOG_PREFIX _FUNC_REPR _PARAM_LINE _SCOPE_RE _CONTEXT_RE LoggedTrace parse_trace_log_message
-_tracing_function_object _function_owner _logged_trace_from_record _TraceLogHandler
-capture_trace_log _PropagateFrom FunctionTraces _is_tf_internal _group_key explain_records
-group_logged_traces _cache_keys cached_traces STALE_READ_NOTE ScriptTraces trace_script
-TraceExpectation _method_instances _FunctionWatch _ExpectTraces _no_probe_call_error
-_retrace_message expect_traces
+# The retrace package (issue 20): its public names, each importable as
+# `from tflab.retrace import X`; the ones also on `tflab` itself.
+RETRACE_PUBLIC = """
+FIXES FIXES_WITH_REDUCE_RETRACING NO_VARIABLE_CREATION Reason Trace VARIABLE_CREATION Node
+PER_REPLICA_FIX describe_per_replica diff_per_replica explain function_type_inputs make_trace
+node_of nodes_of parse_trace_type reasons_between TraceEvent capture_trace_events
+current_trace_event event_from_frame parse_trace_log_message SideEffect trace_time_effects
+FunctionTraces NameGroup STALE_READ_NOTE ScriptTraces cached_traces explain_records
+group_logged_traces name_groups trace_from_event trace_script RetraceProbe StaleRead RetraceError
+TraceExpectation expect_traces demonstrate_retracing
+""".split()
+RETRACE_ON_TFLAB = """
+RetraceProbe StaleRead Trace Reason TraceEvent capture_trace_events reasons_between trace_script
+ScriptTraces SideEffect expect_traces RetraceError TraceExpectation demonstrate_retracing
 """.split()
 
 
@@ -50,8 +50,8 @@ signature_op_types _where_ops check_rows _explanation tflite_roundtrip
 
 def test_the_import_graph_of_tflab_has_no_cycle():
     graph = build_graph()
-    assert len(graph) > 30 and graph["tflab.retrace_expect"] >= {"tflab.retrace_probe",
-                                                                  "tflab.retrace_log"}
+    assert len(graph) > 30 and graph["tflab.retrace.expect"] >= {"tflab.retrace.probe",
+                                                                  "tflab.retrace.log"}
     assert cycles(graph) == []
 
 
@@ -73,7 +73,8 @@ def test_the_cycle_finder_sees_a_cycle_through_an_import_inside_a_function(tmp_p
 
 
 def test_nobody_imports_export_or_the_compatibility_modules():
-    """export.py is the top orchestrator; tflab.retrace and tflab.litert only re-export their parts."""
+    """export.py is the top orchestrator; the tflab.retrace package root and tflab.litert only
+    re-export their parts (tflab modules import the part itself)."""
     graph = build_graph()
     for top in ("tflab.export", "tflab.retrace", "tflab.litert"):
         users = sorted(m for m, deps in graph.items() if top in deps and m != "tflab")
@@ -84,8 +85,9 @@ def test_nobody_imports_export_or_the_compatibility_modules():
     for m in ("tflab.saved_model", "tflab.litert_convert", "tflab.export"):
         assert "tflab.custom_op_loader" in graph[m]
     assert graph["tflab.custom_op_loader"] == set()
-    # the reason engine is the bottom of the retrace family
-    assert graph["tflab.retrace_reasons"] == set()
+    # the records are the bottom of the retrace package, the diff right above them
+    assert graph["tflab.retrace.records"] == set()
+    assert graph["tflab.retrace.diff"] == {"tflab.retrace.records"}
     # export uses saved_model's public API only (it imported _is_keras3/_is_tf_keras/_reference)
     import ast
 
@@ -136,28 +138,27 @@ def test_imports_go_only_downward_through_the_documented_layers():
     assert upward == [], "imports that go up the layer table: " + "; ".join(upward)
 
 
-def test_every_old_tflab_retrace_name_still_resolves_to_its_new_home():
-    import tflab
-    import tflab.retrace as facade
-    from tflab import retrace_expect, retrace_log, retrace_probe, retrace_reasons
+def test_the_retrace_package_replaces_the_old_modules_and_keeps_its_public_names():
+    """Issue 20: tflab/retrace/ is a package; retrace_*.py, the facade and _facade are gone
+    (a 0.x package: no aliases), and every public name is importable from tflab.retrace."""
+    import importlib
 
-    parts = (retrace_reasons, retrace_probe, retrace_log, retrace_expect)
-    for name in OLD_RETRACE_NAMES:
-        homes = [p for p in parts if name in vars(p)]
-        assert homes, name
-        assert getattr(facade, name) is getattr(homes[0], name), name
-    for name in ("RetraceProbe", "expect_traces", "RetraceError", "Trace"):
-        assert getattr(tflab, name) is getattr(facade, name)
-    # a name set on the old module reaches the part whose functions read it
-    old = facade.STALE_READ_NOTE
-    try:
-        facade.STALE_READ_NOTE = "changed"
-        assert retrace_log.STALE_READ_NOTE == "changed"
-    finally:
-        facade.STALE_READ_NOTE = old
-    assert retrace_log.STALE_READ_NOTE == old
-    # the module that runs `tflab retrace` no longer imports the whole family
-    assert "tflab.retrace_probe" not in build_graph()["tflab.retrace_log"]
+    import tflab
+    import tflab.retrace as pkg
+
+    for gone in ("tflab.retrace_reasons", "tflab.retrace_probe", "tflab.retrace_log",
+                 "tflab.retrace_expect", "tflab.retrace_demo", "tflab._facade"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(gone)
+    assert os.path.isdir(os.path.join(REPO, "tflab", "retrace"))
+    assert sorted(pkg.__all__) == sorted(RETRACE_PUBLIC)
+    for name in RETRACE_PUBLIC:
+        assert getattr(pkg, name) is not None, name
+    for name in RETRACE_ON_TFLAB:
+        assert getattr(tflab, name) is getattr(pkg, name), name
+    graph = build_graph()
+    # the module that runs `tflab retrace` does not import the probe or expect
+    assert not graph["tflab.retrace.log"] & {"tflab.retrace.probe", "tflab.retrace.expect"}
 
 
 def test_every_old_tflab_litert_name_still_resolves_and_writes_reach_the_part():

@@ -66,7 +66,7 @@ def test_t3_bound_method_is_a_new_object_each_call():
         probe(obj.method, x)
     assert probe.trace_count == 3
     for t in probe.traces[1:]:
-        assert t.reasons == ["fn: new object each call (bound method; TF matches it by weak reference)"]
+        assert t.reasons == ["fn: new object each call (bound method _Model.method; TF matches it by weak reference)"]
         assert "bind the method once outside the loop" in t.fixes[0]
     # The fix, measured: one bound method, bound once.
     hoisted = RetraceProbe(lambda fn, x: fn(x))
@@ -129,7 +129,9 @@ def test_t4_frozen_dataclass_config_each_call():
     for _ in range(3):
         probe(x, _Cfg(scale=2.0))
     assert probe.trace_count == 3
-    assert probe.traces[1].reasons == ["cfg: new object each call (_Cfg object; TF matches it by weak reference)"]
+    # Each call's instance is freed after the call: TF's Weakref to it is dead.
+    assert probe.traces[1].reasons == ["cfg: the object trace #1 was made for was garbage-collected "
+                                       "(TF keeps a weak reference); now _Cfg(scale=2.0)"]
     assert "__tf_tracing_type__" in probe.traces[1].fixes[0]
     # Measured nuance: TF's Weakref TraceType compares live referents with ==,
     # so equal instances that are all still alive share ONE trace; the three
@@ -216,7 +218,7 @@ def test_t6_reduce_retracing_method_and_free_function():
             probe(tf.zeros([n]))
         assert probe.trace_count == 2
         assert probe.traces[0].traced_as is None  # the exact shape first
-        assert probe.traces[1].reasons == ["x: shape (1,) -> (2,)"]
+        assert probe.traces[1].reasons == ["x: shape (1,) -> (2,); TF traced it relaxed, as float32(None,)"]
         assert probe.traces[1].traced_as == (
             ("x", "TensorSpec(shape=(None,), dtype=tf.float32, name=None)"),)  # then [None]
 

@@ -3,9 +3,9 @@
 Public names (imported lazily, since importing TensorFlow takes seconds):
 
 * step 1 `trace_and_inspect` → `TraceReport` (tflab/tracing.py)
-* step 2 `RetraceProbe`, `expect_traces`, `RetraceError` (tflab/retrace.py re-exports
-  tflab/retrace_reasons.py, retrace_probe.py, retrace_log.py, retrace_expect.py)
-* step 3 `demonstrate_retracing` (tflab/retrace_demo.py)
+* step 2 `RetraceProbe`, `expect_traces`, `RetraceError`, `Trace`, `Reason`, `TraceEvent`,
+  `capture_trace_events`, `trace_script`, `reasons_between` (the tflab/retrace/ package)
+* step 3 `demonstrate_retracing` (tflab/retrace/demo.py)
 * step 4 `stabilize` → `StabilizeReport` (tflab/signatures.py)
 * step 5 `autograph_diff` → `AutographDiff` (tflab/autograph.py)
 * step 6 `compare_modes` → `ModeComparison` (tflab/modes.py)
@@ -30,11 +30,20 @@ _EXPORTS = {
     "TraceReport": "tflab.tracing",
     "OpInfo": "tflab.tracing",
     "CaptureInfo": "tflab.tracing",
-    "RetraceProbe": "tflab.retrace_probe",
-    "Trace": "tflab.retrace_reasons",
-    "expect_traces": "tflab.retrace_expect",
-    "RetraceError": "tflab.retrace_expect",
-    "demonstrate_retracing": "tflab.retrace_demo",
+    "RetraceProbe": "tflab.retrace.probe",
+    "StaleRead": "tflab.retrace.probe",
+    "Trace": "tflab.retrace.records",
+    "Reason": "tflab.retrace.records",
+    "TraceEvent": "tflab.retrace.event",
+    "capture_trace_events": "tflab.retrace.event",
+    "reasons_between": "tflab.retrace.diff",
+    "trace_script": "tflab.retrace.log",
+    "ScriptTraces": "tflab.retrace.log",
+    "SideEffect": "tflab.retrace.sideeffects",
+    "expect_traces": "tflab.retrace.expect",
+    "RetraceError": "tflab.retrace.expect",
+    "TraceExpectation": "tflab.retrace.expect",
+    "demonstrate_retracing": "tflab.retrace.demo",
     "stabilize": "tflab.signatures",
     "StabilizeReport": "tflab.signatures",
     "infer_input_signature": "tflab.signatures",

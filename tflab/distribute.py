@@ -50,8 +50,8 @@ import time
 from typing import Any, Callable, Iterator, Sequence
 
 from tflab.errors import Terminated, TflabError, UsageError
-from tflab.retrace_probe import RetraceProbe
-from tflab.retrace_reasons import PER_REPLICA_FIX, describe_per_replica, diff_per_replica  # noqa: F401
+from tflab.retrace.probe import RetraceProbe
+from tflab.retrace.diff import PER_REPLICA_FIX, describe_per_replica, diff_per_replica  # noqa: F401
 # Per-replica input_signature relaxing lives in tflab.signatures (step 4 sits below this module).
 from tflab.signatures import is_per_replica_spec, relax_spec  # noqa: F401
 
@@ -109,7 +109,7 @@ def mirrored_strategy(n: int = 2):
     return tf.distribute.MirroredStrategy(configure_logical_cpus(n))
 
 
-# Per-replica reasons live in tflab.retrace_reasons (the reason engine explains a
+# Per-replica reasons live in tflab.retrace.diff (the reason engine explains a
 # PerReplicaSpec TraceType itself); the names here stay for compatibility.
 describe_trace_type = describe_per_replica
 diff_trace_type = diff_per_replica
@@ -661,7 +661,7 @@ def mirrored_lab(export_dir: str | None = None) -> dict:
     strategy = mirrored_strategy(2)
     import tensorflow as tf
 
-    from tflab.retrace_expect import expect_traces
+    from tflab.retrace.expect import expect_traces
     from tflab.signatures import stabilize
 
     Probe = DistributedRetraceProbe

@@ -17,7 +17,10 @@ part that uses it. It holds no code of its own; no tflab module imports it.
 
 from __future__ import annotations
 
-from tflab import _facade, litert_bounds, litert_check, litert_convert
+import sys
+import types
+
+from tflab import litert_bounds, litert_check, litert_convert
 from tflab.litert_convert import (  # noqa: F401
     analyze_flatbuffer, convert, FlatbufferStats, QUANTIZATIONS, signature_op_types,
     UnsupportedOpsError, _call_target, _captured_stderr, _converter, _explain_converter_error,
@@ -31,4 +34,19 @@ from tflab.litert_check import (  # noqa: F401
     _dequantize, _details, _quantize, _RANDOM_OPS, _run_signatures, _runtime_name,
     _stateful_random_ops)
 
-_facade.forward_writes(__name__, (litert_convert, litert_bounds, litert_check))
+
+
+class _ForwardWrites(types.ModuleType):
+    """A name WRITTEN on this module (``monkeypatch.setattr(tflab.litert, "MAX_GRADIENT_ELEMENTS",
+    100)``) is written on the part that defines it too: that part's functions read their own globals."""
+
+    _parts = (litert_convert, litert_bounds, litert_check)
+
+    def __setattr__(self, name: str, value) -> None:
+        for part in self._parts:
+            if name in vars(part):
+                setattr(part, name, value)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _ForwardWrites

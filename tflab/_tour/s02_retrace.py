@@ -6,7 +6,7 @@ from __future__ import annotations
 def run(ctx) -> None:
     import keras
 
-    from tflab.retrace_probe import RetraceProbe
+    from tflab.retrace.probe import RetraceProbe
     from tflab._tour.model import make_train_step, model_input_spec, tour_dataset
 
     spec = ctx.shared.get("input_spec") or model_input_spec(ctx.model)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def run(ctx) -> None:
-    from tflab.retrace_demo import demonstrate_retracing
+    from tflab.retrace.demo import demonstrate_retracing
 
     demo = demonstrate_retracing()
     for line in demo.to_text(compact=True).splitlines():

@@ -1,6 +1,6 @@
 """``tflab retrace [--json] [--internal] SCRIPT.py [ARGS…]``: run a script, explain every tf.function trace.
 
-The work is `tflab.retrace_log.trace_script`; this verb parses arguments and prints.
+The work is `tflab.retrace.log.trace_script`; this verb parses arguments and prints.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ EPILOG = ("Options such as --json go BEFORE SCRIPT.py: everything after SCRIPT.p
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from tflab.retrace_log import STALE_READ_NOTE
+    from tflab.retrace.log import STALE_READ_NOTE
 
     p.epilog = EPILOG + STALE_READ_NOTE + "."
     p.add_argument("--json", action="store_true",
@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tflab._jsonutil import to_jsonable
-    from tflab.retrace_log import trace_script
+    from tflab.retrace.log import trace_script
 
     # Under --json the script's prints would corrupt the JSON on stdout.
     redirect = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()

@@ -1,7 +1,7 @@
 """Lab step 2: `expect_traces` asserts how often a tf.function traces in a block.
 
 For a tf.function it reads TF's own trace count and log records
-(`tflab.retrace_log`) and compares them with the function's trace cache; for a
+(`tflab.retrace.event` TraceEvents) and compares them with the function's trace cache; for a
 `RetraceProbe` it reads the probe's records. Too many traces raise
 `RetraceError`, an AssertionError that lists each trace's reasons and fixes.
 """
@@ -11,10 +11,11 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from tflab.errors import UsageError
-from tflab.retrace_log import (_cache_keys, _function_owner, _is_tf_internal, cached_traces,
-                               capture_trace_log, explain_records)
-from tflab.retrace_probe import RetraceProbe, _innermost_python_function
-from tflab.retrace_reasons import Trace, _short_name
+from tflab.retrace.event import function_owner
+from tflab.retrace.log import (_cache_keys, _is_tf_internal, cached_traces, capture_explained,
+                               explain_records)
+from tflab.retrace.probe import RetraceProbe, _innermost_python_function
+from tflab.retrace.records import Trace, _short_name
 
 class RetraceError(AssertionError):
     """`expect_traces` saw more traces than allowed; the message lists the reasons.
@@ -83,7 +84,7 @@ class _FunctionWatch:
         self.counts = {id(f): (f, f.experimental_get_tracing_count()) for f in [fn, *_method_instances(fn)]}
         # The keys only (cheap); they become Trace records for the objects that trace again.
         self.prior_keys = {i: _cache_keys(f) for i, (f, _) in self.counts.items()}
-        self._log = capture_trace_log()
+        self._log = capture_explained()
         self.logged = self._log.__enter__()
 
     def finish(self, result: TraceExpectation) -> list[tuple[str, list[Trace]]]:
@@ -107,7 +108,7 @@ class _FunctionWatch:
                 continue
             prior, contexts = cached_traces(f, self.prior_keys.get(i, []))
             traces = explain_records(mine, prior, contexts, reduce_retracing)
-            out.append((_function_owner(f) if f is not self.fn else "", traces))
+            out.append((function_owner(f) if f is not self.fn else "", traces))
             result.traces.extend(traces)
         return out
 

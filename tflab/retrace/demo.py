@@ -13,7 +13,7 @@ import dataclasses
 import logging
 from typing import Any, Iterator
 
-from tflab.retrace_probe import RetraceProbe
+from tflab.retrace.probe import RetraceProbe
 
 
 @dataclasses.dataclass(frozen=True)

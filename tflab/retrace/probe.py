@@ -2,10 +2,13 @@
 
 The probe counts traces by a Python side effect in the traced body (it runs
 only while TF traces), cross-checked with TF's own
-``experimental_get_tracing_count()``, and gives each trace its reasons with
-`tflab.retrace_reasons.make_trace`. It also notices a stale closure or global:
-a Python number read at trace time that changed later without a retrace (on
-TF 2.21 the graph keeps the old value).
+``experimental_get_tracing_count()``. At that moment it takes the trace's
+`TraceEvent` from TF's tracing frame (`tflab.retrace.event.current_trace_event`)
+and turns it into a `Trace` with the same function the log path uses
+(`tflab.retrace.log.trace_from_event`). It also notices a stale closure or
+global (a Python number read at trace time that changed later without a
+retrace: on TF 2.21 the graph keeps the old value), and lists the body's
+Python side effects that run only while tracing (`tflab.retrace.sideeffects`).
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from typing import Any, Callable
 
 from tflab._usercode import user_entry
 from tflab.errors import UsageError
-from tflab.retrace_reasons import (NO_VARIABLE_CREATION, Trace, _short_name,
-                                   function_type_inputs, make_trace)
+from tflab.retrace.event import TraceEvent, current_trace_event
+from tflab.retrace.log import trace_from_event
+from tflab.retrace.records import NO_VARIABLE_CREATION, Trace, _short_name
+from tflab.retrace.sideeffects import SideEffect, global_writes, trace_time_effects
 
 @dataclasses.dataclass(frozen=True)
 class StaleRead:
@@ -96,6 +101,23 @@ def _same(a: Any, b: Any) -> bool:
         return bool(type(a) is type(b) and a == b)
     except Exception:  # an odd __eq__: treat as changed
         return False
+
+
+def _check_tf_function_kwargs(kwargs: dict) -> None:
+    """A keyword tf.function does not take raises UsageError here, naming it (not TF's TypeError)."""
+    if not kwargs:
+        return
+    import tensorflow as tf
+
+    try:
+        allowed = [n for n in inspect.signature(tf.function).parameters if n != "func"]
+    except (TypeError, ValueError):
+        return
+    unknown = [k for k in kwargs if k not in allowed]
+    if unknown:
+        raise UsageError(f"RetraceProbe: unknown keyword argument{'s' * (len(unknown) > 1)} "
+                         f"{', '.join(repr(k) for k in unknown)}: RetraceProbe takes watch_stale and "
+                         f"tf.function's own options ({', '.join(allowed)})")
 
 
 def _innermost_python_function(fn: Any) -> Any:
@@ -206,6 +228,7 @@ class RetraceProbe:
             raise UsageError(f"RetraceProbe needs a function, a tf.function or a callable object, got the "
                              f"class {fn.__name__}; pass an instance (RetraceProbe({fn.__name__}(...))) "
                              f"or one of its bound methods")
+        _check_tf_function_kwargs(tf_function_kwargs)
         self._count = 0
         self.calls = 0
         self.traces: list[Trace] = []
@@ -215,7 +238,7 @@ class RetraceProbe:
         self._cwatch: list[list] = []   # [name, cell, last seen value]
         self._watch_stale = watch_stale
         self._cache_len = 0
-        self._pending_kind: str | None = None
+        self._events: list[TraceEvent | None] = []   # one per trace, from TF's tracing frame
 
         is_tf_function = isinstance(fn, tf.types.experimental.PolymorphicFunction) or hasattr(fn, "_clone")
         python_fn = fn.python_function if is_tf_function else fn
@@ -246,6 +269,7 @@ class RetraceProbe:
             self.function = tf.function(wrapper, **tf_function_kwargs)
             self.original = None
         self._watch_names = self._stale_candidates() if watch_stale else ([], [])
+        self._effects = trace_time_effects(self._user_fn)
 
     # -- trace-time side effect --------------------------------------------
     def _stale_candidates(self) -> tuple[list[str], list[tuple[str, Any]]]:
@@ -254,11 +278,19 @@ class RetraceProbe:
         if code is None:
             return [], []
         globs = getattr(fn, "__globals__", {})
-        gnames = sorted(n for n in _code_names(code) if n in globs)
+        # A global the body itself writes (`global TRACES; TRACES += 1`) is the
+        # user's own trace counter: it changes because the body ran, it is not
+        # a value the graph read and kept.
+        written = global_writes(code)
+        gnames = sorted(n for n in _code_names(code) if n in globs and n not in written)
         return gnames, _closure_cells(fn)
 
     def _on_trace(self) -> None:
         self._count += 1
+        try:
+            self._events.append(current_trace_event())
+        except Exception:  # TF internals moved: the trace is still counted
+            self._events.append(None)
         if not self._watch_stale:
             return
         gnames, cells = self._watch_names
@@ -355,61 +387,41 @@ class RetraceProbe:
         n_new = self._count - before
         if n_new <= 0:
             return
-        entries = self._new_cache_entries()
-        lookup = self._lookup_inputs(args, kwargs)
-        reduce_retracing = bool(getattr(self.function, "_reduce_retracing", False))
+        # TF caches one ConcreteFunction per successful trace; a trace that
+        # raised left none, and it is the last trace of its call.
+        cache = getattr(self.function, "_function_cache", None)
+        cache_len = len(cache) if cache is not None else self._cache_len + n_new
+        n_cached, self._cache_len = cache_len - self._cache_len, cache_len
+        events = self._events[before:self._count]
         for j in range(n_new):
-            entry = entries[j] if j < len(entries) else None
-            if entry is not None:
-                scope = getattr(getattr(entry[0], "scope_type", None), "name", None)
-            else:
-                # A failed trace left no cache entry. Once the first call has
-                # created tf.Variables, TF traces only with variable creation
-                # disabled (polymorphic_function.Function._call).
-                scope = NO_VARIABLE_CREATION if getattr(self.function, "_created_variables", None) else None
-            inputs = lookup if lookup is not None else (
-                function_type_inputs(entry[1]) if entry else ())
-            traced_as = function_type_inputs(entry[1]) if entry else None
+            event = events[j] if j < len(events) else None
+            trace_failed = j >= n_cached
             failed = None
-            if entry is None:  # the trace raised: the last one of this call is the one
+            if trace_failed:
                 failed = error_summary(error) if error is not None else "an error (not seen by the probe)"
                 failed = failed.split(". Make sure", 1)[0]  # TF's advice follows; ours is the fix
-            t = make_trace(len(self.traces) + 1, inputs, [p for p in self.traces if p.kind != "failed"],
-                           scope=scope, traced_as=traced_as, call=self.calls if kind is None else 0,
-                           kind=kind, reduce_retracing=reduce_retracing, error=failed)
+            previous = [p for p in self.traces if p.kind != "failed"]
+            call = self.calls if kind is None else 0
+            if event is not None:
+                if trace_failed and event.scope is None and getattr(self.function, "_created_variables", None):
+                    event = dataclasses.replace(event, scope=NO_VARIABLE_CREATION)
+                t = trace_from_event(event, len(self.traces) + 1, previous, call=call, kind=kind,
+                                     error=failed)
+            else:
+                from tflab.retrace.diff import make_trace
+
+                t = make_trace(len(self.traces) + 1, (), previous, call=call, kind=kind, error=failed)
             if error is not None and j == n_new - 1:  # this trace or its call raised: why
                 from tflab.diagnosis import probe_diagnosis
 
+                entry = None
+                if not trace_failed:
+                    try:
+                        entry = next(reversed(cache._primary))
+                    except Exception:
+                        entry = None
                 t = probe_diagnosis(self, t, error, entry)
             self.traces.append(t)
-
-    def _new_cache_entries(self) -> list[tuple[Any, Any]]:
-        # The FunctionCache is an ordered map (FunctionContext, FunctionType) ->
-        # ConcreteFunction; experimental_get_tracing_count() is its length.
-        cache = getattr(self.function, "_function_cache", None)
-        primary = getattr(cache, "_primary", None)
-        if primary is None:
-            return []
-        keys = list(primary.keys())
-        new = keys[self._cache_len:]
-        self._cache_len = len(keys)
-        return new
-
-    def _lookup_inputs(self, args: tuple, kwargs: dict) -> tuple[tuple[str, str], ...] | None:
-        """The FunctionType TF looked up for this call (before reduce_retracing relaxes it)."""
-        try:
-            from tensorflow.python.eager.polymorphic_function import function_type_utils as ftu
-
-            f = self.function
-            bound = ftu.canonicalize_function_inputs(args, kwargs, f._function_type,
-                                                     f._default_values, f._is_pure)
-            a, k = bound.args, bound.kwargs
-            if f.input_signature is not None:
-                a = (*f.input_signature, *a[len(f.input_signature):])
-            ftype, _ = ftu.make_canonicalized_monomorphic_type(a, k, {}, f._function_type)
-            return function_type_inputs(ftype)
-        except Exception:  # private TF API moved: fall back to the cache entry's type
-            return None
 
     def _no_trace_type_error(self, args: tuple, kwargs: dict, err: Exception) -> UsageError:
         from tensorflow.core.function import trace_type
@@ -462,6 +474,28 @@ class RetraceProbe:
         return int(self.original.experimental_get_tracing_count())
 
     @property
+    def side_effects(self) -> list[str]:
+        """The body's Python side effects that ran only while tracing, one line each.
+
+        ``\`o.value += 1\` (line 9) ran 1 time in 5 calls: it runs only while
+        tracing; use a tf.Variable …`` (`tflab.retrace.sideeffects`). Empty
+        before the first trace, or when every call traced (nothing was skipped).
+        """
+        if not self._count or self._count >= self.calls:
+            return []
+        return [e.text(self._count, self.calls) for e in self._effects]
+
+    @property
+    def side_effect_records(self) -> list[SideEffect]:
+        """The `SideEffect` statements found in the body (whether or not a call skipped them)."""
+        return list(self._effects)
+
+    @property
+    def events(self) -> list[TraceEvent | None]:
+        """The `TraceEvent` of each trace (None where TF's tracing frame could not be read)."""
+        return list(self._events)
+
+    @property
     def reasons(self) -> list[str]:
         """Every reason line of every trace after the first, as ``#N reason``."""
         return [f"#{t.index} {r}" for t in self.traces for r in t.reasons]
@@ -481,6 +515,8 @@ class RetraceProbe:
             lines.extend("  " + ln for ln in t.to_text().splitlines())
         for s in self.stale:
             lines.append(f"  stale: {s.text}\n      fix: {s.fix}")
+        for e in self.side_effects:
+            lines.append(f"  side effect: {e}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
@@ -489,7 +525,8 @@ class RetraceProbe:
                 "tf_tracing_count": self.tf_tracing_count, "calls": self.calls,
                 "original_tracing_count": self.original_tracing_count,
                 "traces": [t.to_dict() for t in self.traces],
-                "stale": [dataclasses.asdict(s) | {"text": s.text, "fix": s.fix} for s in self.stale]}
+                "stale": [dataclasses.asdict(s) | {"text": s.text, "fix": s.fix} for s in self.stale],
+                "side_effects": self.side_effects}
 
     def __repr__(self) -> str:
         last = next((t for t in reversed(self.traces) if t.reasons), None)

@@ -1,16 +1,17 @@
-"""Traces read from TF's log: `capture_trace_log`, `group_logged_traces`, `trace_script`.
+"""Every tf.function a block or a script traced: `group_logged_traces`, `trace_script`.
 
-TF 2.21 logs "Creating new FuncGraph …" at level 1 on the ``tensorflow``
-logger for every trace (``tracing_compilation._maybe_define_function``), so
-any script can be explained without patching TF (``tflab retrace SCRIPT.py``).
-Traces are keyed by the tf.function OBJECT that made them (found on the call
-stack in-process, or by the address in the log text), so two instances of a
-class with a ``@tf.function`` method, or two closures from one factory, are
-explained apart. TF logs a trace as it starts, so this path cannot tell a
-trace that raised, and it has no values, so it cannot see stale reads (only
-`tflab.RetraceProbe` can). `cached_traces` reads a tf.function's trace cache,
-the baseline later traces are compared with. The reasons come from
-`tflab.retrace_reasons`.
+The traces are `TraceEvent`s from `tflab.retrace.event.capture_trace_events`
+(TF's trace-time record, read from TF's own tracing frame), so any script can
+be explained without patching TF (``tflab retrace SCRIPT.py``). Traces are
+keyed by the tf.function OBJECT that made them, so two instances of a class
+with a ``@tf.function`` method, or two closures from one factory, are
+explained apart; objects that share a qualified name are then grouped again
+(`NameGroup`): many objects that each traced once is "a new tf.function each
+time", the first cause in TF's retracing warning. TF's record comes before
+the trace, so this path cannot tell a trace that raised, and it has no
+values, so it cannot see stale reads (only `tflab.RetraceProbe` can).
+`cached_traces` reads a tf.function's trace cache, the baseline later traces
+are compared with. The reasons come from `tflab.retrace.diff`.
 """
 
 from __future__ import annotations
@@ -26,249 +27,9 @@ import types
 from typing import Any, Callable, Iterator, Sequence
 
 from tflab.errors import Terminated, UsageError
-from tflab.retrace_reasons import (NO_VARIABLE_CREATION, VARIABLE_CREATION, Trace, _short_name,
-                                   function_type_inputs, make_trace)
-
-# ---------------------------------------------------------------------------
-# The "Creating new FuncGraph" log record
-# ---------------------------------------------------------------------------
-
-_LOG_PREFIX = "Creating new FuncGraph for Python function "
-_FUNC_REPR = re.compile(r"^<(?:function|bound method) (\S+?)(?: at (0x[0-9a-fA-F]+)| of )")
-_PARAM_LINE = re.compile(r"^  (\S+) \((\w+)\): (.*)$")
-_SCOPE_RE = re.compile(r"scope_type=<ScopeType\.(\w+)")
-_CONTEXT_RE = re.compile(r"FunctionContext\(context=(.*), scope_type=")
-
-
-@dataclasses.dataclass(frozen=True)
-class LoggedTrace:
-    """One parsed "Creating new FuncGraph …" record.
-
-    Attributes:
-        function: the Python function's qualified name (``step``, ``Model.call``).
-        module: its module when known ("" from text), used to hide TF's own helpers.
-        scope: the FunctionContext scope_type name.
-        context: the FunctionContext ``context`` text (eager context, device scope…).
-        inputs: (parameter, TraceType text) pairs of the FunctionType TF looked up.
-        key: which tf.function object traced: ``("object", n)`` in-process
-            (the n-th distinct live `tf.function` seen), ``("address",
-            qualname, "0x…")`` from the log text (the address TF prints is
-            that of the traced wrapper, one per object and FunctionContext
-            scope), or None when unknown (grouped by name).
-        function_id: ``id()`` of the tf.function object in-process, else None.
-        owner: a label that tells objects with one qualified name apart: the
-            instance a method is bound to (``Net@0x7f…``), else the
-            tf.function's address (``@0x7f…``); "" when unknown.
-    """
-
-    function: str
-    module: str
-    scope: str | None
-    context: str | None
-    inputs: tuple[tuple[str, str], ...]
-    key: Any = None
-    function_id: int | None = None
-    owner: str = ""
-
-
-def parse_trace_log_message(message: str) -> LoggedTrace | None:
-    """Parses the text of TF 2.21's level-1 "Creating new FuncGraph …" log message.
-
-    The record comes from ``tracing_compilation._maybe_define_function``:
-    ``"Creating new FuncGraph for Python function %r (key: %r, %r)"`` with the
-    Python function, its FunctionContext and the FunctionType TF looked up.
-
-    Returns:
-        A `LoggedTrace`, or None when ``message`` is another record.
-    """
-    if not message.startswith(_LOG_PREFIX):
-        return None
-    rest = message[len(_LOG_PREFIX):]
-    fm = _FUNC_REPR.match(rest)
-    function = fm.group(1) if fm else rest.split(" (key: ", 1)[0]
-    sm = _SCOPE_RE.search(rest)
-    cm = _CONTEXT_RE.search(rest)
-    inputs = []
-    in_params = False
-    for line in rest.splitlines():
-        if line.rstrip().endswith("Input Parameters:"):
-            in_params = True
-            continue
-        if line.startswith("Output Type:"):
-            break
-        if in_params:
-            pm = _PARAM_LINE.match(line)
-            if pm:
-                inputs.append((pm.group(1), pm.group(3)))
-    address = fm.group(2) if fm and fm.group(2) else None
-    return LoggedTrace(function=function, module="", scope=sm.group(1) if sm else None,
-                       context=cm.group(1) if cm else None, inputs=tuple(inputs),
-                       key=("address", function, address) if address else None,
-                       owner=f"@{address}" if address else "")
-
-
-def _tracing_function_object() -> Any:
-    """The `tf.function` object whose trace is being logged, found on the call stack.
-
-    TF 2.21 logs the wrapper it traces (``TracingOptions.python_function``, a
-    new one per object and per FunctionContext scope), not the Function. The
-    Function is ``self`` in the nearest frame of
-    ``polymorphic_function.py`` (``Function._call``, ``_initialize``,
-    ``get_concrete_function``…); the nearest one, so a tf.function called
-    while another traces is told apart from its caller.
-
-    Returns:
-        The `Function`, or None when no such frame is found.
-    """
-    from tensorflow.python.eager.polymorphic_function import polymorphic_function as pf
-
-    frame = sys._getframe(1)
-    for _ in range(80):
-        if frame is None:
-            return None
-        if frame.f_code.co_filename.endswith("polymorphic_function.py"):
-            obj = frame.f_locals.get("self")
-            if isinstance(obj, pf.Function):
-                return obj
-        frame = frame.f_back
-    return None
-
-
-def _function_owner(fn: Any) -> str:
-    """``Net@0x7f…`` for a tf.function method bound to an instance, else ``@0x7f…`` (the Function's id)."""
-    from tensorflow.python.util import tf_decorator
-
-    try:
-        _, target = tf_decorator.unwrap(getattr(fn, "_python_function", None))
-        holder = getattr(target, "__self__", None)
-        # A method decorated in its class: TF binds it to a TfMethodTarget
-        # holding a weak reference to the instance (class_method_to_instance_method).
-        instance = holder.target if type(holder).__name__ == "TfMethodTarget" else holder
-    except Exception:
-        instance = None
-    if instance is not None and not isinstance(instance, (type, types.ModuleType)):
-        return f"{type(instance).__name__}@{id(instance):#x}"
-    return f"@{id(fn):#x}"
-
-
-def _logged_trace_from_record(record: logging.LogRecord,
-                              identify: Callable[[Any], Any] | None = None) -> LoggedTrace | None:
-    if not isinstance(record.msg, str) or not record.msg.startswith(_LOG_PREFIX):
-        return None
-    args = record.args if isinstance(record.args, tuple) else ()
-    if len(args) == 3 and hasattr(args[2], "parameters"):
-        # In-process: the record carries the real FunctionContext and FunctionType,
-        # and the traced tf.function object is on the stack.
-        fn, key, ftype = args
-        scope = getattr(getattr(key, "scope_type", None), "name", None)
-        owner = _tracing_function_object()
-        return LoggedTrace(function=getattr(fn, "__qualname__", None) or repr(fn),
-                           module=getattr(fn, "__module__", "") or "", scope=scope,
-                           context=repr(getattr(key, "context", None)),
-                           inputs=function_type_inputs(ftype),
-                           key=identify(owner) if (owner is not None and identify) else None,
-                           function_id=id(owner) if owner is not None else None,
-                           owner=_function_owner(owner) if owner is not None else "")
-    return parse_trace_log_message(record.getMessage())
-
-
-class _TraceLogHandler(logging.Handler):
-    def __init__(self, sink: list[LoggedTrace]):
-        super().__init__(level=1)
-        self.sink = sink
-        # id -> (weak reference, serial): an id is reused once its object is
-        # freed, so a key is a serial number per distinct live object.
-        self._seen: dict[int, tuple[Any, int]] = {}
-        self._serial = 0
-
-    def _identify(self, obj: Any) -> tuple[str, int]:
-        import weakref
-
-        known = self._seen.get(id(obj))
-        if known is not None and known[0]() is obj:
-            return ("object", known[1])
-        self._serial += 1
-        self._seen[id(obj)] = (weakref.ref(obj), self._serial)
-        return ("object", self._serial)
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            t = _logged_trace_from_record(record, self._identify)
-        except Exception:  # a log handler must never break the user's program
-            return
-        if t is not None:
-            self.sink.append(t)
-
-
-@contextlib.contextmanager
-def capture_trace_log() -> Iterator[list[LoggedTrace]]:
-    """Collects every "Creating new FuncGraph …" record logged inside the block.
-
-    Lowers the ``tensorflow`` logger to level 1 for the block and keeps its
-    existing handlers at their previous threshold, so nothing extra is printed.
-    Records below that threshold do not propagate to the parent loggers'
-    handlers either (pytest's log capture would show every trace record, with
-    the tensors TF logs at level 2, under a failing test). TF itself is not
-    patched.
-
-    Yields:
-        A list that fills with `LoggedTrace` records, in trace order.
-    """
-    logger = logging.getLogger("tensorflow")
-    sink: list[LoggedTrace] = []
-    handler = _TraceLogHandler(sink)
-    old_level = logger.level
-    threshold = logger.getEffectiveLevel()
-    old_handlers = [(h, h.level) for h in logger.handlers]
-    old_propagate = logger.propagate
-    forward = _PropagateFrom(logger, threshold) if old_propagate else None
-    for h, lvl in old_handlers:
-        h.setLevel(max(lvl, threshold))
-    logger.addHandler(handler)
-    if forward is not None:
-        logger.addHandler(forward)
-        logger.propagate = False
-    logger.setLevel(1)
-    try:
-        yield sink
-    finally:
-        logger.removeHandler(handler)
-        if forward is not None:
-            logger.removeHandler(forward)
-            logger.propagate = old_propagate
-        logger.setLevel(old_level)
-        for h, lvl in old_handlers:
-            h.setLevel(lvl)
-
-
-class _PropagateFrom(logging.Handler):
-    """Propagates records at or above ``level`` to the parent loggers' handlers.
-
-    Does what ``Logger.callHandlers`` does past the logger itself, for the
-    records that would have passed the logger's own level before
-    `capture_trace_log` lowered it.
-    """
-
-    def __init__(self, logger: logging.Logger, level: int):
-        super().__init__(level=level)
-        self.logger = logger
-
-    def handle(self, record: logging.LogRecord) -> bool:
-        if record.levelno < self.level:
-            return False
-        parent = self.logger.parent
-        while parent is not None:
-            for h in parent.handlers:
-                if record.levelno >= h.level:
-                    h.handle(record)
-            if not parent.propagate:
-                break
-            parent = parent.parent
-        return True
-
-    def emit(self, record: logging.LogRecord) -> None:  # handle() does the work
-        pass
-
+from tflab.retrace.diff import function_type_inputs, make_trace, nodes_of
+from tflab.retrace.event import TraceEvent, capture_trace_events
+from tflab.retrace.records import NO_VARIABLE_CREATION, VARIABLE_CREATION, Trace, _short_name
 
 @dataclasses.dataclass(frozen=True)
 class FunctionTraces:
@@ -314,13 +75,13 @@ class FunctionTraces:
         return f"<FunctionTraces {self.label or self.function}: {self.trace_count} trace(s)>"
 
 
-def _is_tf_internal(t: LoggedTrace) -> bool:
+def _is_tf_internal(t: TraceEvent) -> bool:
     # TF's own helpers (variable initializers, tf.data wrappers) are not the user's functions.
     return t.module.startswith("tensorflow") or t.function.startswith(
         ("Function._initialize_uninitialized_variables", "StructuredFunctionWrapper."))
 
 
-def _group_key(t: LoggedTrace, aliases: dict, groups: dict) -> Any:
+def _group_key(t: TraceEvent, aliases: dict, groups: dict) -> Any:
     """The tf.function object a record belongs to (see `group_logged_traces`)."""
     if t.key is None:
         return ("name", t.function)
@@ -342,7 +103,62 @@ def _group_key(t: LoggedTrace, aliases: dict, groups: dict) -> Any:
     return t.key
 
 
-def explain_records(records: Sequence[LoggedTrace], prior: Sequence[Trace] = (),
+def trace_from_event(event: TraceEvent, index: int, previous: Sequence[Trace],
+                     previous_contexts: Sequence[str | None] = (), *, call: int = 0,
+                     kind: str | None = None, reduce_retracing: bool = False,
+                     outcome_known: bool = True, error: str | None = None) -> Trace:
+    """The `Trace` of one `TraceEvent`: its reasons diffed from the event's FunctionTypes.
+
+    Every consumer (the probe, the log path, `expect_traces`) turns an event
+    into a Trace here, so one script gives the same reasons either way.
+    """
+    structured = event.nodes is not None
+    return make_trace(index, event.nodes if structured else event.inputs, previous,
+                      scope=event.scope, context=event.context,
+                      previous_contexts=previous_contexts,
+                      traced_as=event.traced_nodes if structured else None,
+                      inputs_text=event.inputs,
+                      traced_text=(function_type_inputs(event.traced_type)
+                                   if structured and event.relaxed else None),
+                      call=call, kind=kind,
+                      reduce_retracing=reduce_retracing or event.reduce_retracing,
+                      outcome_known=outcome_known, error=error, options=event.options,
+                      site=event.site)
+
+
+class LiveExplainer:
+    """An ``on_event`` for `capture_trace_events`: explains each event as TF starts its trace.
+
+    Keeps each tf.function object's traces, seeded with what its trace cache
+    held at its first event (`cached_traces`), and stores the `Trace` in
+    ``event.explained``. Diffing then, not after the block, judges an
+    argument object alive or collected as TF did when it looked the call up.
+    """
+
+    def __init__(self) -> None:
+        self._history: dict[Any, tuple[list[Trace], list[str | None]]] = {}
+
+    def __call__(self, event: TraceEvent) -> None:
+        if event.nodes is None or event.key is None or _is_tf_internal(event):
+            return
+        hist = self._history.get(event.key)
+        if hist is None:
+            fn = event.function_object()
+            prior, contexts = cached_traces(fn) if fn is not None else ([], [])
+            hist = self._history[event.key] = (list(prior), list(contexts))
+        traces, contexts = hist
+        t = trace_from_event(event, len(traces) + 1, traces, contexts, outcome_known=False)
+        traces.append(t)
+        contexts.append(event.context)
+        event.explained.append(t)
+
+
+def capture_explained() -> Any:
+    """`capture_trace_events` with a `LiveExplainer`: the events come with their `Trace`."""
+    return capture_trace_events(on_event=LiveExplainer())
+
+
+def explain_records(records: Sequence[TraceEvent], prior: Sequence[Trace] = (),
                     prior_contexts: Sequence[str | None] = (),
                     reduce_retracing: bool = False) -> list[Trace]:
     """Explains the logged traces of ONE tf.function object, after its ``prior`` traces.
@@ -357,17 +173,20 @@ def explain_records(records: Sequence[LoggedTrace], prior: Sequence[Trace] = (),
     Returns:
         One `Trace` per record (the prior ones are not repeated).
     """
+    # Explained at trace time (`LiveExplainer`) after the same prior traces: use that.
+    if records and all(r.explained for r in records) and \
+            records[0].explained[0].index == len(prior) + 1:
+        return [r.explained[0] for r in records]
     traces: list[Trace] = list(prior)
     contexts: list[str | None] = list(prior_contexts) + [None] * (len(prior) - len(prior_contexts))
     for rec in records:
-        traces.append(make_trace(len(traces) + 1, rec.inputs, traces, scope=rec.scope,
-                                 context=rec.context, previous_contexts=contexts,
-                                 reduce_retracing=reduce_retracing, outcome_known=False))
+        traces.append(trace_from_event(rec, len(traces) + 1, traces, contexts,
+                                       reduce_retracing=reduce_retracing, outcome_known=False))
         contexts.append(rec.context)
     return traces[len(prior):]
 
 
-def group_logged_traces(logged: Sequence[LoggedTrace], include_internal: bool = False,
+def group_logged_traces(logged: Sequence[TraceEvent], include_internal: bool = False,
                         reduce_retracing: bool = False) -> tuple[FunctionTraces, ...]:
     """Groups logged traces by tf.function object and explains each one with `explain`.
 
@@ -381,7 +200,7 @@ def group_logged_traces(logged: Sequence[LoggedTrace], include_internal: bool = 
     traces only. Records without a key are grouped by qualified name.
 
     Args:
-        logged: records from `capture_trace_log`, in trace order.
+        logged: events from `capture_trace_events`, in trace order.
         include_internal: keep TF's own helper functions (variable
             initializers, tf.data wrappers).
         reduce_retracing: the functions have ``reduce_retracing=True`` (the
@@ -391,7 +210,7 @@ def group_logged_traces(logged: Sequence[LoggedTrace], include_internal: bool = 
         One `FunctionTraces` per tf.function object, in first-trace order;
         objects that share a name are labelled ``NAME of OWNER``.
     """
-    groups: dict[Any, list[LoggedTrace]] = {}
+    groups: dict[Any, list[TraceEvent]] = {}
     aliases: dict[Any, Any] = {}
     for t in logged:
         if include_internal or not _is_tf_internal(t):
@@ -439,8 +258,11 @@ def cached_traces(fn: Any, keys: Sequence[tuple[Any, Any]] | None = None) -> tup
     contexts: list[str] = []
     for ctx, ftype in (_cache_keys(fn) if keys is None else keys):
         scope = getattr(getattr(ctx, "scope_type", None), "name", None)
+        nodes = nodes_of(ftype)
         traces.append(Trace(index=len(traces) + 1, kind="cached", reasons=[], fixes=[],
-                            inputs=function_type_inputs(ftype), scope=scope))
+                            inputs=function_type_inputs(ftype), scope=scope,
+                            labels=tuple((n, c.label) for n, c in nodes.items()),
+                            nodes=nodes, traced_nodes=nodes))
         contexts.append(repr(getattr(ctx, "context", None)))
     return traces, contexts
 
@@ -448,6 +270,64 @@ def cached_traces(fn: Any, keys: Sequence[tuple[Any, Any]] | None = None) -> tup
 # What the log-based report cannot show (also in ``tflab retrace --help``).
 STALE_READ_NOTE = ("stale closure or global reads (a Python value changed without a retrace) are "
                    "detected by tflab.RetraceProbe only: TF's trace log carries no values")
+
+
+NEW_FUNCTION_FIX = ("build it once, outside the loop, and reuse it (the model, layer or tf.function); "
+                    "for a Keras model call model(x) or model.predict_on_batch(x) in a loop rather than "
+                    "building a model, or calling predict/fit, per step")
+
+
+@dataclasses.dataclass(frozen=True)
+class NameGroup:
+    """tf.function objects that share a qualified name (a new model, layer or closure per call).
+
+    Attributes:
+        function: the shared name.
+        objects: how many tf.function objects had it.
+        traces: their traces, all together.
+        retraced: how many of the objects traced again for their own inputs
+            (traces other than the first and TF's variable-creation re-trace).
+        text: the finding, e.g. ``predict_function: 6 tf.function objects … a
+            new tf.function each time``.
+        fix: what to do (`NEW_FUNCTION_FIX`).
+    """
+
+    function: str
+    objects: int
+    traces: int
+    retraced: int
+    text: str
+    fix: str = NEW_FUNCTION_FIX
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def name_groups(functions: Sequence[FunctionTraces]) -> tuple[NameGroup, ...]:
+    """Groups per-object `FunctionTraces` by name; a name shared by 2+ objects is a `NameGroup`.
+
+    TF's retracing warning counts calls that traced, over all objects of one
+    Python function; its first cause is "creating @tf.function repeatedly in
+    a loop". Many objects of one name, each tracing once, is that cause, and
+    no retrace of any one object.
+    """
+    by_name: dict[str, list[FunctionTraces]] = {}
+    for f in functions:
+        by_name.setdefault(f.function, []).append(f)
+    out = []
+    for name, objs in by_name.items():
+        if len(objs) < 2:
+            continue
+        n_traces = sum(f.trace_count for f in objs)
+        retraced = sum(any(t.kind not in ("first", "variable_creation", "cached") for t in f.traces)
+                       for f in objs)
+        which = ("none of them retraced" if retraced == 0 else
+                 f"{retraced} of them also retraced for their own inputs (listed below)")
+        text = (f"{name}: {len(objs)} tf.function objects of this name made {n_traces} trace(s): "
+                f"a new tf.function each time (a new model, layer or closure per call), the first "
+                f"cause TF's retracing warning names; {which}")
+        out.append(NameGroup(name, len(objs), n_traces, retraced, text))
+    return tuple(out)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -471,20 +351,27 @@ class ScriptTraces:
     def trace_count(self) -> int:
         return sum(f.trace_count for f in self.functions)
 
+    @property
+    def shared_names(self) -> tuple[NameGroup, ...]:
+        """Names shared by several tf.function objects (`name_groups`)."""
+        return name_groups(self.functions)
+
     def to_text(self) -> str:
         if not self.functions:
             head = f"{self.script}: no tf.function traced"
         else:
             head = (f"{self.script}: {self.trace_count} trace(s) in {len(self.functions)} "
                     f"tf.function(s)")
+        shared = [ln for g in self.shared_names for ln in (g.text, f"  fix: {g.fix}")]
         tail = [f"note: {self.note}"] if self.note else []
         if self.functions:
             tail.append(f"note: {STALE_READ_NOTE}")
-        return "\n".join([head] + [f.to_text() for f in self.functions] + tail)
+        return "\n".join([head] + shared + [f.to_text() for f in self.functions] + tail)
 
     def to_dict(self) -> dict:
         return {"script": self.script, "trace_count": self.trace_count,
                 "functions": [f.to_dict() for f in self.functions], "error": self.error,
+                "shared_names": [g.to_dict() for g in self.shared_names],
                 "note": self.note}
 
     def __repr__(self) -> str:
@@ -518,7 +405,7 @@ def trace_script(path: str, argv: Sequence[str] = (), include_internal: bool = F
     sys.argv = [path, *argv]
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     error = note = None
-    with capture_trace_log() as logged:
+    with capture_explained() as logged:
         try:
             with process_guard():  # a fork()ed child ends here; the script's chdir is undone
                 runpy.run_path(path, run_name="__main__")

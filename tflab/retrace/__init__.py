@@ -1,0 +1,61 @@
+"""Lab steps 2-3: why a tf.function traced again, from TF's own structures.
+
+The package, bottom-up (each module imports only those above it):
+
+* `tflab.retrace.records`: the `Trace` and `Reason` records and the FIXES table;
+* `tflab.retrace.diff`: TraceType objects -> `Node` trees, and the structured
+  diff that gives each `Reason` (parameter path, old -> new, exact or relaxed,
+  a fix that fits the options already on);
+* `tflab.retrace.event`: the `TraceEvent`, made at one place from TF's tracing
+  frame (``tracing_compilation._maybe_define_function``), and
+  `capture_trace_events`;
+* `tflab.retrace.sideeffects`: Python side effects in the body that run only
+  while tracing;
+* `tflab.retrace.log`: traces of every tf.function in a block or a script
+  (``tflab retrace SCRIPT.py``), grouped by object and by qualified name;
+* `tflab.retrace.probe`: `RetraceProbe`;
+* `tflab.retrace.expect`: `expect_traces`, `RetraceError`;
+* `tflab.retrace.demo`: `demonstrate_retracing` (lab step 3).
+
+Importing this package imports nothing (names load on first use), and no part
+imports TensorFlow at import time.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+# Public name -> the submodule that defines it. Imported on first use (PEP 562
+# module __getattr__), so importing one part (tflab.retrace.diff) loads only
+# that part and what it imports, never the whole package.
+_EXPORTS = {
+    **dict.fromkeys(("FIXES", "FIXES_WITH_REDUCE_RETRACING", "NO_VARIABLE_CREATION", "Reason",
+                     "Trace", "VARIABLE_CREATION"), "records"),
+    **dict.fromkeys(("Node", "PER_REPLICA_FIX", "describe_per_replica", "diff_per_replica",
+                     "explain", "function_type_inputs", "make_trace", "node_of", "nodes_of",
+                     "parse_trace_type", "reasons_between"), "diff"),
+    **dict.fromkeys(("TraceEvent", "capture_trace_events", "current_trace_event",
+                     "event_from_frame", "parse_trace_log_message"), "event"),
+    **dict.fromkeys(("SideEffect", "trace_time_effects"), "sideeffects"),
+    **dict.fromkeys(("FunctionTraces", "NameGroup", "STALE_READ_NOTE", "ScriptTraces",
+                     "cached_traces", "explain_records", "group_logged_traces", "name_groups",
+                     "trace_from_event", "trace_script"), "log"),
+    **dict.fromkeys(("RetraceProbe", "StaleRead"), "probe"),
+    **dict.fromkeys(("RetraceError", "TraceExpectation", "expect_traces"), "expect"),
+    "demonstrate_retracing": "demo",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    part = _EXPORTS.get(name)
+    if part is None:
+        raise AttributeError(f"module 'tflab.retrace' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"tflab.retrace.{part}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,0 +1,861 @@
+"""Why a tf.function traced again: a structured diff of TraceType trees.
+
+A `tf.function` keeps a cache of ConcreteFunctions keyed by FunctionType: one
+TraceType per parameter (``TensorSpec`` for a tensor, ``RaggedTensorSpec`` /
+``SparseTensorSpec`` / any ``TypeSpec`` for a composite tensor or
+ExtensionType, ``Literal`` for a Python number/str/bool/None, ``Weakref`` for
+any other hashable Python object, ``List``/``Tuple``/``Dict``/``NamedTuple``/
+``Attrs`` for containers, ``PerReplicaSpec`` for a tf.distribute value) and a
+FunctionContext. A call whose FunctionType is not a subtype of a cached one
+traces a new FuncGraph (TF 2.21 ``tensorflow/core/function/trace_type/
+default_types.py``, ``tensorflow/core/function/polymorphism/type_dispatch.py``,
+``tensorflow/python/eager/polymorphic_function/tracing_compilation.py``).
+
+`node_of` walks the TraceType OBJECTS into a `Node` tree once per trace (no
+repr is parsed); `reasons_between` / `make_trace` diff the new trace's tree
+with the earlier traces' trees the way JAX's cache-miss explainer diffs its
+structured cache key: context first, then tree structure, then leaf types,
+ranking the candidates by how many differences they have. Each `Reason`
+names the parameter path (``batch['boxes']``, ``args[1][0]``), the old and
+new value, whether TF traced the new value exactly or relaxed it (and the
+relaxed spec), and a fix that fits the kind of change and the options
+already on (a fix never suggests an option that is set).
+
+An earlier trace is compared by the FunctionType TF CACHED for it (its
+``traced_as``, relaxed by ``reduce_retracing``), since that is what TF's
+dispatch compared with: a dim already relaxed to None is never blamed.
+
+The text parser `parse_trace_type` is kept for the one path that has only
+text: a saved log file (`tflab.retrace.log.parse_trace_log_message`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Mapping, NamedTuple, Sequence
+
+from tflab.retrace.records import (FIXES, FIXES_WITH_REDUCE_RETRACING, NO_VARIABLE_CREATION,
+                                   VARIABLE_CREATION, _SINGLETON_VARIABLE, Reason, Trace)
+
+
+# ---------------------------------------------------------------------------
+# The tree
+# ---------------------------------------------------------------------------
+
+
+class Node(NamedTuple):
+    """One TraceType, as a comparable tree.
+
+    Attributes:
+        kind: "tensor" (TensorSpec), "ragged", "sparse", "spec" (another
+            TypeSpec, e.g. an ExtensionType's), "literal", "object" (a
+            Weakref), "seq" (List/Tuple), "map" (Dict/NamedTuple/Attrs),
+            "per_replica" or "other".
+        name: the TraceType or TypeSpec class name (``TensorSpec``, ``List``,
+            ``Dict``, the NamedTuple's type name, ``MaskedTensor.Spec``…).
+        shape: a tensor's dims (ints, None for an unknown dim), or None for
+            an unknown rank.
+        dtype: a tensor's dtype name (``float32``).
+        value: a literal's Python value; for an object, a key that is equal
+            exactly when TF's Weakref would match (see `_object_key`).
+        label: readable text for the value (``float32(3,)``, ``'a'``,
+            ``lambda at demo.py:4``), never a TraceType repr.
+        what: for an object: "function", "lambda", "bound_method", "object"
+            or "collected".
+        children: ((key, Node), ...) of a container, spec or PerReplicaSpec.
+    """
+
+    kind: str
+    name: str = ""
+    shape: Any = None
+    dtype: str = ""
+    value: Any = None
+    label: str = ""
+    what: str = ""
+    children: tuple = ()
+
+
+def _fmt_shape(shape: Any) -> str:
+    if shape is None:
+        return "<unknown rank>"
+    dims = ", ".join("None" if d is None else str(d) for d in shape)
+    return f"({dims},)" if len(shape) == 1 else f"({dims})"
+
+
+def _dims_of(tensor_shape: Any) -> tuple | None:
+    try:
+        if tensor_shape.rank is None:
+            return None
+        return tuple(tensor_shape.as_list())
+    except (AttributeError, ValueError):
+        return None
+
+
+def _dtype_name(dtype: Any) -> str:
+    return getattr(dtype, "name", str(dtype))
+
+
+def _object_label(obj: Any) -> tuple[str, str]:
+    """(what, label) of a live Python object TF keyed by weak reference."""
+    import types
+
+    if isinstance(obj, types.MethodType):
+        owner = type(obj.__self__).__name__
+        return "bound_method", f"bound method {owner}.{obj.__func__.__name__}"
+    code = getattr(obj, "__code__", None)
+    if isinstance(obj, types.FunctionType) and code is not None:
+        where = f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno}"
+        if obj.__name__ == "<lambda>":
+            return "lambda", f"lambda at {where}"
+        return "function", f"function {obj.__qualname__.rsplit('<locals>.', 1)[-1]} at {where}"
+    if type(obj).__name__ == "partial" and hasattr(obj, "func"):
+        return "function", f"functools.partial of {getattr(obj.func, '__name__', 'a callable')}"
+    text = repr(obj)
+    if len(text) > 60 or text.startswith("<"):
+        text = f"{type(obj).__name__} object"
+    return "object", text
+
+
+def _object_key(obj: Any) -> Any:
+    # Weakref.__eq__ (default_types.py): the same live object, or == between
+    # two live objects. The key holds a weak reference too (never keeping the
+    # user's object alive): two weakrefs are == when both referents are alive
+    # and ==, else only when they are the same weakref.
+    import weakref
+
+    try:
+        ref = weakref.ref(obj)
+    except TypeError:
+        return ("id", id(obj), None)
+    mode = "eq" if type(obj).__eq__ is not object.__eq__ else "id"
+    return (mode, id(obj) if mode == "id" else 0, ref)
+
+
+def _collected(node: "Node") -> bool:
+    if node.what == "collected":
+        return True
+    ref = node.value[2] if isinstance(node.value, tuple) and len(node.value) == 3 else None
+    return ref is not None and ref() is None
+
+
+def _leaf(value: Any) -> "Node":
+    """A non-TraceType field of a TypeSpec's serialization (a shape, a dtype, a number)."""
+    if type(value).__name__ == "TensorShape":
+        return Node("tensor", name="shape", shape=_dims_of(value), label=_fmt_shape(_dims_of(value)))
+    if type(value).__name__ == "DType":
+        return Node("literal", value=value.name, label=value.name)
+    if hasattr(value, "_serialize") or hasattr(value, "is_subtype_of"):
+        return node_of(value)
+    if isinstance(value, (tuple, list)):
+        return Node("seq", name="Tuple", children=tuple((str(i), _leaf(v)) for i, v in enumerate(value)),
+                    label="(" + ", ".join(_leaf(v).label for v in value) + ")")
+    try:
+        hash(value)
+    except TypeError:
+        value = repr(value)
+    return Node("literal", value=value, label=repr(value))
+
+
+def node_of(trace_type: Any) -> "Node":
+    """The `Node` tree of one TF TraceType object (or of its repr text, for a log file).
+
+    Args:
+        trace_type: a TraceType from a FunctionType's parameter
+            (``p.type_constraint``): ``tf.TensorSpec``, ``tf.RaggedTensorSpec``,
+            ``tf.SparseTensorSpec``, another ``tf.TypeSpec``,
+            ``default_types.Literal`` / ``Weakref`` / ``List`` / ``Tuple`` /
+            ``NamedTuple`` / ``Attrs`` / ``Dict``, ``PerReplicaSpec``; or a
+            str (parsed with `parse_trace_type`).
+
+    Returns:
+        The tree; a TraceType it does not know is an "other" leaf labelled by
+        its class name.
+    """
+    if isinstance(trace_type, Node):
+        return trace_type
+    if isinstance(trace_type, str):
+        return parse_trace_type(trace_type)
+    cls = type(trace_type).__name__
+    if cls in ("TensorSpec", "BoundedTensorSpec", "DenseSpec"):
+        dims, dt = _dims_of(trace_type.shape), _dtype_name(trace_type.dtype)
+        return Node("tensor", name=cls, shape=dims, dtype=dt, label=f"{dt}{_fmt_shape(dims)}")
+    if cls == "Literal":
+        v = trace_type.value
+        return Node("literal", value=v, label=repr(v))
+    if cls == "Weakref":
+        obj = trace_type._ref()
+        if obj is None:
+            return Node("object", value=("dead", id(trace_type)), what="collected",
+                        label="a garbage-collected object")
+        what, label = _object_label(obj)
+        return Node("object", name=type(obj).__qualname__, value=_object_key(obj), what=what,
+                    label=label)
+    if cls in ("List", "Tuple"):
+        comps = trace_type.components_tuple.components if cls == "List" else trace_type.components
+        kids = tuple((str(i), node_of(c)) for i, c in enumerate(comps))
+        inner = ", ".join(k.label for _, k in kids)
+        label = f"[{inner}]" if cls == "List" else f"({inner}{',' if len(kids) == 1 else ''})"
+        return Node("seq", name=cls, children=kids, label=label)
+    if cls == "Dict":
+        kids = tuple((repr(k), node_of(v)) for k, v in trace_type.mapping.items())
+        return Node("map", name="Dict", children=kids,
+                    label="{" + ", ".join(f"{k}: {c.label}" for k, c in kids) + "}")
+    if cls in ("NamedTuple", "Attrs"):
+        names = trace_type.attribute_names
+        comps = trace_type.attributes.components
+        kids = tuple((str(n), node_of(c)) for n, c in zip(names, comps))
+        tname = trace_type.type_name
+        return Node("map", name=tname, children=kids,
+                    label=f"{tname}(" + ", ".join(f"{k}={c.label}" for k, c in kids) + ")")
+    if cls == "PerReplicaSpec":
+        kids = tuple((str(i), node_of(s)) for i, s in enumerate(trace_type._value_specs))
+        return Node("per_replica", name=cls, children=kids, label=_per_replica_label(kids))
+    if cls == "RaggedTensorSpec":
+        dims, dt = _dims_of(trace_type._shape), _dtype_name(trace_type._dtype)
+        kids = (("ragged_rank", _leaf(trace_type._ragged_rank)),
+                ("row_splits_dtype", _leaf(trace_type._row_splits_dtype)))
+        return Node("ragged", name=cls, shape=dims, dtype=dt, children=kids,
+                    label=f"ragged {dt}{_fmt_shape(dims)}")
+    if cls == "SparseTensorSpec":
+        dims, dt = _dims_of(trace_type._shape), _dtype_name(trace_type._dtype)
+        return Node("sparse", name=cls, shape=dims, dtype=dt, label=f"sparse {dt}{_fmt_shape(dims)}")
+    if hasattr(trace_type, "_serialize"):  # an ExtensionType's spec or another TypeSpec
+        try:
+            fields = trace_type._serialize()
+        except Exception:
+            fields = ()
+        kids = []
+        for i, f in enumerate(fields if isinstance(fields, (tuple, list)) else (fields,)):
+            if isinstance(f, tuple) and len(f) == 2 and isinstance(f[0], str):
+                kids.append((f[0], _leaf(f[1])))
+            else:
+                kids.append((str(i), _leaf(f)))
+        name = type(trace_type).__qualname__
+        return Node("spec", name=name, children=tuple(kids),
+                    label=f"{name}(" + ", ".join(f"{k}={c.label}" for k, c in kids) + ")")
+    return Node("other", name=cls, value=("other", id(trace_type)), label=f"a {cls}")
+
+
+def _per_replica_label(kids: Sequence[tuple[str, Node]]) -> str:
+    dts = sorted({c.dtype for _, c in kids if c.dtype})
+    shapes = [c.label[len(c.dtype):] if c.kind == "tensor" else c.label for _, c in kids]
+    sh = shapes[0] if len(set(shapes)) == 1 else "[" + ", ".join(shapes) + "]"
+    return f"per-replica {'/'.join(dts)}{sh} ×{len(kids)}"
+
+
+# ---------------------------------------------------------------------------
+# Text fallback (a log file): TraceType repr -> the same Node tree
+# ---------------------------------------------------------------------------
+
+_OPEN = {"(": ")", "[": "]", "{": "}", "<": ">"}
+_CLOSE = set(_OPEN.values())
+_TENSOR_RE = re.compile(r"^(\w*Spec)\(shape=(.*?), dtype=tf\.(\w+)")
+_WEAKREF_TO = re.compile(r"; to '([^']+)' at (0x[0-9a-fA-F]+)(?: \((.*)\))?>")
+
+
+def _split_top(text: str) -> list[str]:
+    """Splits on commas that are outside brackets and quotes."""
+    parts, depth, quote, start, i = [], 0, "", 0, 0
+    while i < len(text):
+        c = text[i]
+        if quote:
+            if c == "\\":
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        elif c in _OPEN:
+            depth += 1
+        elif c in _CLOSE:  # an unmatched close (TF's Weakref repr ends in "])") is ignored
+            depth = max(0, depth - 1)
+        elif c == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+        i += 1
+    tail = text[start:].strip()
+    if tail:
+        parts.append(tail)
+    return parts
+
+
+def _parse_shape(text: str) -> tuple | None:
+    text = text.strip()
+    if not (text.startswith("(") and text.endswith(")")):
+        return None
+    out = []
+    for d in text[1:-1].split(","):
+        d = d.strip()
+        if d:
+            out.append(None if d == "None" else int(d) if d.lstrip("-").isdigit() else d)
+    return tuple(out)
+
+
+def parse_trace_type(text: str) -> Node:
+    """Parses the repr of a TF 2.21 TraceType (as a log file prints it) into a `Node` tree.
+
+    Only for text that has no TraceType object behind it (a saved log); in
+    process `node_of` walks the objects.
+    """
+    text = text.strip()
+    m = _TENSOR_RE.match(text)
+    if m:
+        dims = _parse_shape(m.group(2))
+        return Node("tensor", name=m.group(1), shape=dims, dtype=m.group(3),
+                    label=f"{m.group(3)}{_fmt_shape(dims)}")
+    if text.startswith("Literal[") and text.endswith("]"):
+        import ast
+
+        v = text[len("Literal["):-1]
+        try:
+            value = ast.literal_eval(v)
+        except (ValueError, SyntaxError):
+            value = v
+        return Node("literal", value=value, label=v)
+    if text.startswith("Weakref["):
+        if "; dead>" in text:
+            return Node("object", value=("dead", text), what="collected", label="a garbage-collected object")
+        m = _WEAKREF_TO.search(text)
+        kind, addr, extra = (m.group(1), m.group(2), m.group(3)) if m else ("object", text, None)
+        if kind == "method":
+            what, label = "bound_method", "bound method"
+        elif kind == "function":
+            what = "lambda" if extra == "<lambda>" else "function"
+            label = "lambda" if extra == "<lambda>" else f"function {extra or ''}".strip()
+        else:
+            what, label = "object", f"{kind} object"
+        return Node("object", value=("id", addr), what=what, label=label)
+    if text.startswith("PerReplicaSpec(") and text.endswith(")"):
+        kids = tuple((str(i), parse_trace_type(t))
+                     for i, t in enumerate(_split_top(text[len("PerReplicaSpec("):-1])))
+        return Node("per_replica", name="PerReplicaSpec", children=kids, label=_per_replica_label(kids))
+    m = re.match(r"^([A-Za-z_][\w.]*)\[(.*)\]$", text, re.S)
+    if m:
+        name, body = m.group(1), m.group(2)
+        items = _split_top(body)
+        if name in ("List", "Tuple"):
+            kids = tuple((str(i), parse_trace_type(t)) for i, t in enumerate(items))
+            inner = ", ".join(k.label for _, k in kids)
+            return Node("seq", name=name, children=kids,
+                        label=f"[{inner}]" if name == "List" else f"({inner})")
+        pairs = []
+        for item in items:
+            if item.startswith("[") and item.endswith("]"):
+                kv = _split_top(item[1:-1])
+                if len(kv) == 2:
+                    pairs.append((kv[0], parse_trace_type(kv[1])))
+                    continue
+            pairs.append((str(len(pairs)), parse_trace_type(item)))
+        return Node("map", name=name, children=tuple(pairs),
+                    label="{" + ", ".join(f"{k}: {c.label}" for k, c in pairs) + "}")
+    head = re.match(r"^([A-Za-z_][\w.]*)", text)
+    return Node("other", name=head.group(1) if head else "", value=("text", text),
+                label=f"a {head.group(1)}" if head else "a value")
+
+
+# ---------------------------------------------------------------------------
+# The diff
+# ---------------------------------------------------------------------------
+
+
+def _child_path(path: str, node: Node, key: str) -> str:
+    """``xs[0]`` / ``d['a']`` for List, Tuple and Dict; ``cfg.scale`` for NamedTuple/attrs/specs."""
+    if node.kind in ("spec", "map") and node.name != "Dict":
+        return f"{path}.{key.strip(chr(39))}"
+    return f"{path}[{key}]"
+
+
+def _kind_label(node: Node) -> str:
+    if node.kind == "tensor":
+        return f"tensor {node.label}"
+    if node.kind == "literal":
+        return f"Python value {node.label}"
+    if node.kind == "seq":
+        return f"{node.name.lower()} of {len(node.children)}"
+    if node.kind == "map":
+        return "dict" if node.name == "Dict" else node.name
+    return node.label
+
+
+def _shape_change(a: Any, b: Any) -> tuple[bool, str]:
+    """Does shape ``b`` fall outside the traced shape ``a`` (None dims match any), and which dims."""
+    if a is None:
+        return False, ""
+    if b is None:
+        return True, ""
+    if len(a) != len(b):
+        return True, f" (rank {len(a)} -> {len(b)})"
+    changed = [f"dim {i}: {x} -> {y}" for i, (x, y) in enumerate(zip(a, b)) if x is not None and x != y]
+    if not changed:
+        return False, ""
+    return True, f" ({', '.join(changed)})" if len(a) > 1 else ""
+
+
+class _Ctx(NamedTuple):
+    reduce_retracing: bool = False
+    has_signature: bool = False
+
+
+def _fix(kind: str, ctx: _Ctx, relaxed: str = "") -> str:
+    if ctx.reduce_retracing and kind in FIXES_WITH_REDUCE_RETRACING:
+        return FIXES_WITH_REDUCE_RETRACING[kind]
+    return FIXES[kind]
+
+
+def _relaxed_spec(a: Node, b: Node) -> str:
+    """``tf.TensorSpec([None, 3], tf.float32)``: ``b``'s spec with None where it differs from ``a``."""
+    dims = b.shape
+    if dims is not None and a.shape is not None and len(a.shape) == len(dims):
+        dims = [y if x == y else None for x, y in zip(a.shape, dims)]
+    shape = "None" if dims is None else "[" + ", ".join("None" if d is None else str(d) for d in dims) + "]"
+    if b.kind == "ragged":
+        extra = dict(b.children)
+        rr, rsd = extra.get("ragged_rank"), extra.get("row_splits_dtype")
+        return (f"tf.RaggedTensorSpec({shape}, tf.{b.dtype}, {rr.label if rr else 1}, "
+                f"tf.{rsd.value if rsd else 'int64'})")
+    if b.kind == "sparse":
+        return f"tf.SparseTensorSpec({shape}, tf.{b.dtype})"
+    return f"tf.TensorSpec({shape}, tf.{b.dtype})"
+
+
+def _reason(path: str, kind: str, old: str, new: str, text: str, ctx: _Ctx = _Ctx(),
+            t: Node | None = None, b: Node | None = None, fix: str | None = None) -> Reason:
+    traced = relaxed = ""
+    if t is not None and b is not None:
+        if t == b:
+            traced = "exact"
+        else:
+            traced, relaxed = "relaxed", t.label
+            text += f"; TF traced it relaxed, as {t.label}"
+    return Reason(parameter=path, kind=kind, old=old, new=new, text=text,
+                  fix=fix if fix is not None else _fix(kind, ctx), traced=traced, relaxed=relaxed)
+
+
+def _literal_kind(a: Any, b: Any) -> str:
+    if isinstance(a, bool) and isinstance(b, bool):
+        return "flag"
+    if a is None or b is None:
+        return "none"
+    if isinstance(a, str) or isinstance(b, str):
+        return "string" if isinstance(a, str) and isinstance(b, str) else "kind"
+    if isinstance(a, (int, float, complex)) and isinstance(b, (int, float, complex)):
+        return "value"
+    return "kind" if type(a) is not type(b) else "value"
+
+
+def _diff(path: str, a: Node, b: Node, out: list[Reason], ctx: _Ctx = _Ctx(),
+          t: Node | None = None) -> None:
+    """Appends one Reason per leaf where tree ``b`` (new) does not fit ``a`` (earlier, as cached).
+
+    ``t`` is the new trace's TRACED node at the same path (relaxed by
+    reduce_retracing), so each reason says how TF traced the new value.
+    """
+    if a == b:
+        return
+    same_class = a.kind == b.kind and (a.kind not in ("seq", "map", "spec") or a.name == b.name)
+    if not same_class:
+        if a.kind == "literal" and b.kind == "literal":
+            pass
+        else:
+            k = "none" if (a.kind == "literal" and a.value is None) or (
+                b.kind == "literal" and b.value is None) else "kind"
+            out.append(_reason(path, k, _kind_label(a), _kind_label(b),
+                               f"{path}: {_kind_label(a)} -> {_kind_label(b)}", ctx, t, b))
+            return
+    tkids = dict(t.children) if t is not None and t.kind == b.kind else {}
+    if b.kind in ("tensor", "ragged", "sparse"):
+        shape_kind = {"tensor": "shape", "ragged": "ragged_shape", "sparse": "sparse_shape"}[b.kind]
+        what = {"tensor": "", "ragged": "ragged ", "sparse": "sparse "}[b.kind]
+        if a.dtype != b.dtype:
+            out.append(_reason(path, "dtype", a.dtype, b.dtype,
+                               f"{path}: {what}dtype {a.dtype} -> {b.dtype}", ctx, t, b))
+        changed, note = _shape_change(a.shape, b.shape)
+        if changed:
+            if not ctx.reduce_retracing:
+                fix = (f"give the tf.function an input_signature with None for the dims that vary "
+                       f"({path}: {_relaxed_spec(a, b)}), or use reduce_retracing=True")
+            else:
+                spec = _relaxed_spec(a, t if t is not None and t.kind == b.kind else b)
+                fix = f"{FIXES_WITH_REDUCE_RETRACING[shape_kind].rsplit(' (', 1)[0]} ({path}: {spec})"
+            out.append(_reason(path, shape_kind, _fmt_shape(a.shape), _fmt_shape(b.shape),
+                               f"{path}: {what}shape {_fmt_shape(a.shape)} -> {_fmt_shape(b.shape)}{note}",
+                               ctx, t, b, fix=fix))
+        for (k, ca), (_, cb) in zip(a.children, b.children):
+            if ca != cb:
+                out.append(_reason(_child_path(path, Node("spec"), k), "spec", ca.label, cb.label,
+                                   f"{path}: {k} {ca.label} -> {cb.label}", ctx, t, b))
+    elif b.kind == "literal":
+        kind = _literal_kind(a.value, b.value)
+        out.append(_reason(path, kind, a.label, b.label, f"{path}: {a.label} -> {b.label}", ctx, t, b))
+    elif b.kind == "object":
+        if b.what in ("function", "lambda"):
+            kind = "function"
+            gone = "; the earlier one was garbage-collected" if _collected(a) else ""
+            text = (f"{path}: a new {'lambda' if b.what == 'lambda' else 'function object'} each call "
+                    f"({b.label}); TF matches a function argument by identity{gone}")
+        elif "bound_method" in (a.what, b.what):
+            kind, text = "bound_method", (f"{path}: new object each call ({b.label}; "
+                                          f"TF matches it by weak reference)")
+        elif _collected(a):
+            kind, text = "collected", (f"{path}: the object trace #N was made for was garbage-collected "
+                                       f"(TF keeps a weak reference); now {b.label}")
+        elif a.value[0] == "eq" and b.value[0] == "eq" and a.name == b.name:
+            kind, text = "object_value", f"{path}: {a.label} -> {b.label} (TF matches it by ==)"
+        else:
+            kind, text = "object", (f"{path}: new object each call ({b.label}; TF matches it "
+                                    f"by weak reference)")
+        out.append(_reason(path, kind, a.label, b.label, text, ctx, t, b))
+    elif b.kind == "per_replica":
+        out.extend(_diff_per_replica_nodes(path, a, b))
+    elif b.kind == "seq":
+        if len(a.children) != len(b.children):
+            what = "list" if b.name == "List" else "tuple"
+            out.append(_reason(path, "length", str(len(a.children)), str(len(b.children)),
+                               f"{path}: {what} length {len(a.children)} -> {len(b.children)}", ctx))
+            return
+        for (k, ca), (_, cb) in zip(a.children, b.children):
+            _diff(_child_path(path, a, k), ca, cb, out, ctx, tkids.get(k))
+    elif b.kind in ("map", "spec"):
+        ka = [k for k, _ in a.children]
+        kb = [k for k, _ in b.children]
+        if sorted(ka) != sorted(kb):
+            out.append(_reason(path, "keys", f"[{', '.join(ka)}]", f"[{', '.join(kb)}]",
+                               f"{path}: {'dict ' if a.name == 'Dict' else a.name + ' '}keys "
+                               f"[{', '.join(ka)}] -> [{', '.join(kb)}]", ctx))
+            return
+        cb_map = dict(b.children)
+        for k, ca in a.children:
+            cb = cb_map[k]
+            if b.kind == "spec" and cb.kind in ("literal", "tensor") and ca != cb:
+                if cb.kind == "tensor" and ca.kind == "tensor":
+                    changed, note = _shape_change(ca.shape, cb.shape)
+                    if not changed:
+                        continue
+                out.append(_reason(_child_path(path, a, k), "spec", ca.label, cb.label,
+                                   f"{_child_path(path, a, k)}: {ca.label} -> {cb.label} "
+                                   f"(a field of {b.name})", ctx, tkids.get(k), cb))
+                continue
+            _diff(_child_path(path, a, k), ca, cb, out, ctx, tkids.get(k))
+    else:
+        out.append(_reason(path, "kind", a.label, b.label, f"{path}: {a.label} -> {b.label}", ctx, t, b))
+
+
+def _param_reasons(old: Mapping[str, Node], new: Mapping[str, Node], ctx: _Ctx = _Ctx(),
+                   traced: Mapping[str, Node] | None = None) -> list[Reason]:
+    """One Reason per change between two FunctionTypes' parameter trees (old as TF cached it)."""
+    reasons: list[Reason] = []
+    traced = traced or {}
+    for name, node in new.items():
+        if name not in old:
+            reasons.append(_reason(name, "signature", "absent", node.label,
+                                   f"{name}: new argument ({node.label})", ctx))
+            continue
+        if old[name] != node:
+            _diff(name, old[name], node, reasons, ctx, traced.get(name))
+    for name, node in old.items():
+        if name not in new:
+            reasons.append(_reason(name, "signature", node.label, "absent", f"{name}: no longer passed", ctx))
+    return reasons
+
+
+def nodes_of(function_type: Any) -> dict[str, Node]:
+    """``{parameter: Node}`` of a TF FunctionType, a ``{name: TraceType or text}`` mapping, or pairs."""
+    if function_type is None:
+        return {}
+    if hasattr(function_type, "parameters"):
+        return {p.name: node_of(p.type_constraint) for p in function_type.parameters.values()}
+    items = function_type.items() if isinstance(function_type, Mapping) else function_type
+    return {str(k): node_of(v) for k, v in items}
+
+
+def reasons_between(old: Any, new: Any) -> list[Reason]:
+    """The reasons a call with FunctionType ``new`` does not reuse the trace of ``old``.
+
+    Args:
+        old: the earlier FunctionType, as TF cached it: a TF ``FunctionType``
+            (e.g. ``concrete_fn.function_type``), a ``{parameter: TraceType}``
+            mapping, or (parameter, TraceType) pairs; TraceType text is parsed.
+        new: the later one, in any of those forms.
+
+    Returns:
+        One `Reason` per change of a parameter's TraceType tree (a tensor's
+        dtype and shape count separately), in parameter order; [] when ``new``
+        fits ``old``.
+
+    Example:
+
+    >>> [r.text for r in reasons_between({"x": tf.TensorSpec([3])}, {"x": tf.TensorSpec([4])})]
+    ['x: shape (3,) -> (4,)']
+    """
+    return _param_reasons(nodes_of(old), nodes_of(new))
+
+
+# Changes inside one structure (a dtype, shape or value) rank before changes of
+# the structure itself (keys, length, kind, a parameter), as JAX ranks its
+# cache-miss candidates: on a tie, the nearest trace has the smaller changes.
+_STRUCTURE_KINDS = frozenset({"length", "keys", "kind", "signature", "none"})
+
+# How many earlier traces a new trace is diffed with: the latest ones and the
+# first, plus any with the same tree hash. Explaining a trace costs
+# O(parameters × _WINDOW), not O(traces × parameters).
+_WINDOW = 8
+
+
+class _Candidate(NamedTuple):
+    trace: Trace
+    reasons: list[Reason]
+
+    @property
+    def rank(self) -> tuple[int, int, int]:
+        return (len(self.reasons), sum(r.kind in _STRUCTURE_KINDS for r in self.reasons),
+                -self.trace.index)
+
+
+def _cached_nodes(p: Trace) -> dict[str, Node]:
+    if p.traced_nodes is not None:
+        return p.traced_nodes
+    if p.nodes is not None:
+        return p.nodes
+    return nodes_of(p.traced_as or p.inputs)
+
+
+def _window(previous: Sequence[Trace]) -> list[Trace]:
+    if len(previous) <= _WINDOW + 1:
+        return list(previous)
+    return [previous[0], *previous[-_WINDOW:]]
+
+
+def _ranked_candidates(new: Mapping[str, Node], candidates: Sequence[Trace], ctx: _Ctx = _Ctx(),
+                       traced: Mapping[str, Node] | None = None) -> list[_Candidate]:
+    return sorted((_Candidate(p, _param_reasons(_cached_nodes(p), new, ctx, traced))
+                   for p in candidates), key=lambda c: c.rank)
+
+
+def _explain(new: Mapping[str, Node], previous: Sequence[Trace], *, scope: str | None,
+             context: str | None, previous_contexts: Sequence[str | None] | None,
+             reduce_retracing: bool, outcome_known: bool,
+             traced: Mapping[str, Node] | None = None
+             ) -> tuple[str, int | None, list[Reason], _Candidate | None]:
+    if not previous:
+        return "first", None, [], None
+    ctx = _Ctx(reduce_retracing=reduce_retracing)
+    # TF's own re-trace: the first call traced with variable creation allowed,
+    # created variables, then traced the same inputs with creation disabled
+    # (polymorphic_function.Function._initialize / _call).
+    if scope == NO_VARIABLE_CREATION and not any(p.scope == NO_VARIABLE_CREATION for p in _window(previous)):
+        for p in reversed(previous):
+            if p.scope == VARIABLE_CREATION and (p.nodes if p.nodes is not None else
+                                                 nodes_of(p.inputs)) == dict(new):
+                text = ("TF's own re-trace: the first call created tf.Variables, so TF traced "
+                        "again with variable creation disabled (not caused by the inputs)")
+                fix = FIXES["variable_creation"]
+                if not outcome_known:
+                    text += "; TF's log does not say whether this trace succeeded"
+                    fix = FIXES["variable_creation_unknown"]
+                r = Reason("", "variable_creation", VARIABLE_CREATION, NO_VARIABLE_CREATION, text, fix)
+                return "variable_creation", p.index, [r], None
+    window = _window(previous)
+    same_scope = [p for p in window if scope is None or p.scope in (None, scope)] or window
+    ranked = _ranked_candidates(new, same_scope, ctx, traced)
+    nearest, reasons = ranked[0]
+    reasons = [dataclasses.replace(r, text=r.text.replace("trace #N", f"trace #{nearest.index}"))
+               for r in reasons]
+    runner_up = None
+    if len(ranked) > 1 and reasons and len(ranked[1].reasons) == len(reasons):
+        runner_up = ranked[1]
+    if not reasons:
+        ctxs = previous_contexts or ()
+        pos = nearest.index - previous[0].index  # traces are numbered in order…
+        if not (0 <= pos < len(previous) and previous[pos] is nearest):  # …but failed ones are left out
+            pos = next(i for i, p in enumerate(previous) if p is nearest)
+        if context is not None and pos < len(ctxs) and ctxs[pos] is not None and ctxs[pos] != context:
+            reasons = [Reason("", "context", ctxs[pos], context,
+                              "same inputs, but called from a different FunctionContext "
+                              "(device scope, outer graph or strategy)", FIXES["context"])]
+        else:
+            maybe_failed = "" if outcome_known else f", or trace #{nearest.index} raised"
+            reasons = [Reason("", "unexplained", "", "",
+                              f"same input TraceTypes as trace #{nearest.index}: TF could not reuse it "
+                              f"(an argument object was garbage-collected, the cache was cleared"
+                              f"{maybe_failed})", FIXES["unexplained"])]
+    return "retrace", nearest.index, reasons, runner_up
+
+
+def explain(inputs: Any, previous: Sequence[Trace], *, scope: str | None = None,
+            context: str | None = None, previous_contexts: Sequence[str | None] | None = None,
+            reduce_retracing: bool = False, outcome_known: bool = True,
+            traced_as: Any = None) -> tuple[str, int | None, list[Reason]]:
+    """Explains a new trace against the earlier ones of the same function.
+
+    Diffs the new FunctionType's tree with each candidate earlier trace's
+    CACHED tree and keeps the nearest: the fewest changes (a tensor's dtype
+    and shape count separately); on a tie, the fewest changes of structure;
+    then the latest trace. The candidates are the first trace and the
+    `_WINDOW` latest ones, so the cost does not grow with the number of traces.
+
+    Args:
+        inputs: the new trace's lookup FunctionType (a TF FunctionType, or
+            (parameter, TraceType) pairs).
+        previous: earlier `Trace` records of the same function, oldest first.
+        scope: the new trace's FunctionContext scope_type name, if known.
+        context: the new trace's FunctionContext ``context`` text, if known.
+        previous_contexts: the ``context`` text of each earlier trace.
+        reduce_retracing: the tf.function has ``reduce_retracing=True``: a
+            shape change's fix does not suggest turning it on.
+        outcome_known: False when the caller cannot tell whether the trace
+            succeeded (TF's log).
+        traced_as: the FunctionType TF traced for this call (relaxed), if known.
+
+    Returns:
+        (kind, index of the trace compared with or None, reasons).
+    """
+    traced = nodes_of(traced_as) if traced_as is not None else None
+    return _explain(nodes_of(inputs), previous, scope=scope, context=context,
+                    previous_contexts=previous_contexts, reduce_retracing=reduce_retracing,
+                    outcome_known=outcome_known, traced=traced)[:3]
+
+
+def _failure_reasons(auto_kind: str, reasons: list[Reason], error: str) -> list[Reason]:
+    """The reasons of a trace that raised ``error`` (one line, ``Type: message``)."""
+    kept = [r for r in reasons if r.kind not in ("variable_creation", "unexplained")]
+    if _SINGLETON_VARIABLE in error:
+        if auto_kind == "variable_creation":
+            text = ("raised ValueError because the function creates a tf.Variable on every trace: "
+                    "after the first trace created one, TF traced again with variable creation "
+                    f"disabled (TF: \"{_SINGLETON_VARIABLE}\")")
+        else:
+            text = ("raised ValueError because the function created a tf.Variable on a trace "
+                    f"after the first call (TF: \"{_SINGLETON_VARIABLE}\")")
+        return kept + [Reason("", "variable_per_trace", "", "ValueError", text,
+                              FIXES["variable_per_trace"])]
+    short = error if len(error) <= 200 else error[:197] + "..."
+    return kept + [Reason("", "error", "", short.split(":", 1)[0], f"raised {short}", FIXES["error"])]
+
+
+def _pairs_text(function_type: Any) -> tuple[tuple[str, str], ...]:
+    if function_type is None:
+        return ()
+    if isinstance(function_type, Mapping) and all(isinstance(v, Node) for v in function_type.values()):
+        return tuple((str(n), v.label) for n, v in function_type.items())
+    if hasattr(function_type, "parameters"):
+        return function_type_inputs(function_type)
+    items = function_type.items() if isinstance(function_type, Mapping) else function_type
+    return tuple((str(n), str(t) if isinstance(t, str) else repr(t)) for n, t in items)
+
+
+def make_trace(index: int, inputs: Any, previous: Sequence[Trace], *,
+               scope: str | None = None, traced_as: Any = None,
+               call: int = 0, kind: str | None = None, context: str | None = None,
+               previous_contexts: Sequence[str | None] | None = None,
+               reduce_retracing: bool = False, outcome_known: bool = True,
+               error: str | None = None, options: Mapping[str, Any] | None = None,
+               site: str = "", inputs_text: Any = None, traced_text: Any = None) -> Trace:
+    """Builds a `Trace` with its reasons from a trace's FunctionTypes.
+
+    Args:
+        index: the trace's 1-based number.
+        inputs: the FunctionType TF looked up: a TF ``FunctionType`` or
+            (parameter, TraceType) pairs (TraceType text is parsed).
+        previous: the function's earlier traces, oldest first.
+        traced_as: the FunctionType TF traced (relaxed by reduce_retracing), if known.
+        error: for a trace that raised, the error as one line; the kind is "failed".
+        options: the tf.function options in force (from the `TraceEvent`).
+        site: the user's call site, ``file:line``.
+        inputs_text, traced_text: (parameter, TraceType repr) pairs for JSON,
+            when ``inputs`` / ``traced_as`` are already `Node` trees.
+        The others: as for `explain` and `Trace`.
+
+    Returns:
+        The `Trace`.
+    """
+    new = nodes_of(inputs)
+    traced = nodes_of(traced_as) if traced_as is not None else None
+    auto_kind, compared, reasons, runner_up = _explain(
+        new, previous, scope=scope, context=context, previous_contexts=previous_contexts,
+        reduce_retracing=reduce_retracing, outcome_known=outcome_known, traced=traced)
+    if error is not None:
+        kind = "failed"
+        reasons = _failure_reasons(auto_kind, reasons, error)
+    elif kind == "concrete" and auto_kind != "variable_creation":
+        reasons = [] if auto_kind == "first" else reasons
+    else:
+        kind = kind or auto_kind
+    in_text = tuple(inputs_text) if inputs_text is not None else _pairs_text(inputs)
+    tr_text = (tuple(traced_text) if traced_text is not None else
+               _pairs_text(traced_as) if traced_as is not None else None)
+    relaxed = traced is not None and traced != new
+    return Trace(index=index, kind=kind, reasons=[r.text for r in reasons],
+                 fixes=[r.fix for r in reasons], inputs=in_text, compared_with=compared,
+                 scope=scope, traced_as=tr_text if relaxed else None,
+                 call=call, details=tuple(reasons),
+                 runner_up=runner_up.trace.index if runner_up else None,
+                 runner_up_reasons=tuple(r.text for r in runner_up.reasons) if runner_up else (),
+                 labels=tuple((n, c.label) for n, c in new.items()),
+                 traced_labels=tuple((n, c.label) for n, c in traced.items()) if relaxed else (),
+                 nodes=new, traced_nodes=traced if traced is not None else new,
+                 options=dict(options) if options else None, site=site)
+
+
+def function_type_inputs(function_type: Any) -> tuple[tuple[str, str], ...]:
+    """(parameter, TraceType repr) pairs of a TF FunctionType (for JSON; reasons never use them)."""
+    return tuple((p.name, repr(p.type_constraint)) for p in function_type.parameters.values())
+
+
+# ---------------------------------------------------------------------------
+# PerReplicaSpec: the TraceType of a tf.distribute dataset element
+# ---------------------------------------------------------------------------
+
+PER_REPLICA_FIX = ("give the tf.function input_signature=dist_dataset.element_spec (a PerReplicaSpec "
+                   "with None batch dims: one trace for every batch), or batch the dataset with "
+                   "drop_remainder=True so every step has the same per-replica shape")
+
+
+def describe_per_replica(spec: Any) -> str:
+    """A short label for a ``PerReplicaSpec`` (object or repr): ``per-replica float32(2, 4) ×2``."""
+    node = node_of(spec)
+    return node.label if node.kind == "per_replica" else str(spec)
+
+
+def _diff_per_replica_nodes(path: str, a: Node, b: Node) -> list[Reason]:
+    ka, kb = [c for _, c in a.children], [c for _, c in b.children]
+    if len(ka) != len(kb):
+        return [Reason(path, "replicas", str(len(ka)), str(len(kb)),
+                       f"{path}: {len(ka)} replicas -> {len(kb)}",
+                       "call it under the same strategy (same number of replicas) every time")]
+    out = []
+    da, db = sorted({c.dtype for c in ka}), sorted({c.dtype for c in kb})
+    if da != db:
+        out.append(Reason(path, "dtype", "/".join(da), "/".join(db),
+                          f"{path}: per-replica dtype {'/'.join(da)} -> {'/'.join(db)}",
+                          "cast the dataset to one dtype (dataset.map(lambda x: tf.cast(x, ...)))"))
+    sa, sb = [_fmt_shape(c.shape) for c in ka], [_fmt_shape(c.shape) for c in kb]
+    changed = [(i, x, y) for i, (ca, cb, x, y) in enumerate(zip(ka, kb, sa, sb))
+               if _shape_change(ca.shape, cb.shape)[0]]
+    if changed:
+        one_a, one_b = len(set(sa)) == 1, len(set(sb)) == 1
+        if one_a and one_b:
+            text = f"{path}: per-replica shape {sa[0]} -> {sb[0]}"
+        else:
+            what = "; ".join(f"replica {i} {x} -> {y}" for i, x, y in changed)
+            text = f"{path}: per-replica shape {what} (of {len(ka)} replicas)"
+        out.append(Reason(path, "per_replica_shape", sa[0] if one_a else "[" + ", ".join(sa) + "]",
+                          sb[0] if one_b else "[" + ", ".join(sb) + "]", text, PER_REPLICA_FIX))
+    if not out:
+        out.append(Reason(path, "kind", a.label, b.label, f"{path}: {a.label} -> {b.label}", PER_REPLICA_FIX))
+    return out
+
+
+def diff_per_replica(path: str, old: Any, new: Any) -> list[Reason]:
+    """Reasons for a change between two ``PerReplicaSpec``s (objects or reprs) of parameter ``path``.
+
+    Returns:
+        `Reason`s: ``x: per-replica shape (2, 4) -> (1, 4)`` (kind
+        ``per_replica_shape``), a per-replica dtype change, or a change in the
+        number of replicas; each fix names ``dist_dataset.element_spec`` or
+        ``drop_remainder=True``.
+    """
+    a, b = node_of(old), node_of(new)
+    if a.kind != "per_replica" or b.kind != "per_replica":
+        return [Reason(path, "kind", a.label, b.label, f"{path}: {a.label} -> {b.label}", PER_REPLICA_FIX)]
+    return _diff_per_replica_nodes(path, a, b)
