@@ -324,9 +324,9 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
                 tensor_dtypes=stats.tensor_dtypes, weights=stats.weights,
                 shared_weights=stats.shared_weights, size_bytes=len(model),
                 size_ratio=size_ratio, convert_seconds=convert_seconds)
-    from tflab.litert_nan import nan_note, variable_note
+    from tflab.litert_nan import conversion_notes, nan_note
 
-    notes += [n for n in (variable_note(model, stats.op_counts),) if n]  # known before running: said first
+    notes += conversion_notes(model, stats.op_counts)  # known before running: said first
     if quantization == "dynamic" and not dyn_quantized:
         notes.append(f"no weight tensor was quantized: dynamic-range quantization only quantizes weight "
                      f"tensors of at least {MIN_WEIGHT_ELEMENTS} elements, so all {float_w[0]} weight "
@@ -565,9 +565,9 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | An
     t0 = time.perf_counter()
     model = convert(saved_model_dir, quantization, examples, select_tf_ops=select_tf_ops)
     seconds = time.perf_counter() - t0
-    from tflab.litert_nan import warn_uninitialized
+    from tflab.litert_nan import warn_after_conversion
 
-    warn_uninitialized(model, f"tflite_roundtrip {quantization}")  # before LiteRT runs it
+    warn_after_conversion(model, f"tflite_roundtrip {quantization}")  # before LiteRT runs it
     if float_size is None:
         float_size = len(model) if quantization == "none" else len(
             convert(saved_model_dir, "none", select_tf_ops=select_tf_ops))

@@ -196,7 +196,8 @@ def uninitialized_variables(model: bytes) -> tuple[UninitializedVariable, ...]:
 
 
 class UninitializedVariableWarning(UserWarning):
-    """A converted flatbuffer reads resource variables nothing initializes (`variable_note` says which)."""
+    """A converted flatbuffer reads resource variables nothing initializes, or has an int8 scale of 0
+    (`conversion_notes` says which)."""
 
 
 def variable_note(model: bytes, op_counts: Mapping[str, int] | None = None) -> str:
@@ -227,22 +228,52 @@ def variable_note(model: bytes, op_counts: Mapping[str, int] | None = None) -> s
             + VARIABLE_FIX)
 
 
-def warn_uninitialized(model: bytes, where: str, say=None) -> str:
-    """Says `variable_note` right after conversion, before anything runs the model; returns it ("" if none).
+def zero_scale_note(model: bytes) -> str:
+    """One line naming the quantized tensors whose scale is 0 (and the op that writes each), or "".
+
+    A real value is ``scale · (q − zero_point)``: with scale 0 every value is 0
+    and requantizing into the tensor divides by 0. LiteRT's XNNPACK delegate
+    refuses such a tensor ("unsupported scale value (0.000000)") and the model
+    is not run at all.
+    """
+    found = []
+    for g in _read_model(model):
+        writer = {t: op for op in g.ops for t in op.outputs}
+        for t, scales in enumerate(g.scales):
+            if scales and any(sc == 0.0 for sc in scales) and g.dtypes[t] in ("int8", "uint8", "int16", "int32"):
+                op = writer.get(t)
+                found.append(f"{g.names[t]!r} ({g.dtypes[t]}, written by "
+                             + (f"op {op.index} {op.name}" if op else "no op: a constant or input") + ")")
+    if not found:
+        return ""
+    return (f"int8 tensor(s) with quantization scale 0: {', '.join(found[:4])}"
+            + (f" and {len(found) - 4} more" if len(found) > 4 else "")
+            + ": every value dequantizes to 0 and requantizing into it divides by 0 (NaN, inf or garbage "
+              "integers downstream). Fix: calibrate with a representative dataset whose rows make that tensor "
+              "vary, or keep that op float")
+
+
+def conversion_notes(model: bytes, op_counts: Mapping[str, int] | None = None) -> tuple[str, ...]:
+    """What the flatbuffer alone says will make NaN/garbage: `variable_note`, `zero_scale_note`."""
+    return tuple(n for n in (variable_note(model, op_counts), zero_scale_note(model)) if n)
+
+
+def warn_after_conversion(model: bytes, where: str, say=None) -> tuple[str, ...]:
+    """Says `conversion_notes` right after conversion, before anything runs the model; returns them.
 
     Args:
         model: flatbuffer bytes.
         where: who converted it, e.g. ``"tflite_roundtrip none"``.
-        say: called with the line (``tflab export``'s progress); None raises an
+        say: called with each line (``tflab export``'s progress); None raises an
             `UninitializedVariableWarning` instead (the Python API).
     """
-    note = variable_note(model)
-    if note:
+    notes = conversion_notes(model)
+    for note in notes:
         if say is None:
             warnings.warn(f"{where}: {note}", UninitializedVariableWarning, stacklevel=3)
         else:
             say(f"warning: {where}: {note}")
-    return note
+    return notes
 
 
 # ------------------------------------------------------------ per-op runner
@@ -270,9 +301,11 @@ class NanOrigin:
     cause: str
     why: str
     fix: str = ""
+    dropped: bool = False  # True: the first op that loses TF's NaN/inf (`find_nan_sink`)
 
     def to_text(self) -> str:
-        return (f"first non-finite value at op {self.op_index} {self.op} (tensor {self.tensor!r}, signature "
+        where = "NaN/inf lost at" if self.dropped else "first non-finite value at"
+        return (f"{where} op {self.op_index} {self.op} (tensor {self.tensor!r}, signature "
                 f"{self.signature!r}): {self.cause.replace('_', ' ')}: {self.why}"
                 + (f"; fix: {self.fix}" if self.fix else ""))
 
@@ -420,6 +453,10 @@ def _classify(graph: _Graph, op: _Op, values: Mapping[int, np.ndarray], key: str
     finite_in = [values[t] for t in op.inputs if t >= 0 and t in values and values[t].dtype.kind == "f"
                  and values[t].size]
     span = max((float(np.abs(v).max()) for v in finite_in), default=0.0)
+    if graph.dtypes[out] == "float16" and span > FLOAT16_MAX:
+        return origin("float16_overflow", f"{op.name} writes the float16 tensor {name!r} from values up to "
+                      f"{span:.6g}, past float16's largest finite value {FLOAT16_MAX:g} ({made})",
+                      f"scale the values below {FLOAT16_MAX:g} before the cast, or keep that tensor float32")
     return origin("unexplained", f"{op.name} made {made} from finite inputs (largest |input| {span:.3g}); "
                   f"none of the causes tflab recognizes (non-finite input, float16 weight overflow, int8 "
                   f"scale 0, division or log of zero) applies")
@@ -473,11 +510,11 @@ def find_nan_sink(model: bytes, key: str, feed: Mapping[str, np.ndarray]) -> Nan
         op = next((op for op in graph.ops if t in op.inputs), None)
         scale, zp = graph.scales[t][0], graph.zero_points[t][0]
         return NanOrigin(key, op.index if op else -1, op.name if op else "(none)", graph.names[t],
-                         "int8_nonfinite_input",
+                         "int8_nonfinite_input", dropped=True, why=
                          f"the model input {name!r} is {graph.dtypes[t]} (scale {scale:.6g}, zero point {zp}) and "
                          f"the examples hold {count} NaN/inf there: an integer has no NaN, so quantizing the "
                          f"example makes them integers and LiteRT's output is finite where TF's is NaN/inf",
-                         "feed finite inputs (int8 kernels cannot carry NaN/inf), or keep float inputs")
+                         fix="feed finite inputs (int8 kernels cannot carry NaN/inf), or keep float inputs")
     for op in graph.ops:
         bad_in = [t for t in op.inputs if t >= 0 and t in values and _nonfinite(values[t])]
         outs = [t for t in op.outputs if t in values]
@@ -490,10 +527,10 @@ def find_nan_sink(model: bytes, key: str, feed: Mapping[str, np.ndarray]) -> Nan
                              f"its input, {src} {graph.names[t]!r}, holds {_describe(values[t])}, and it "
                              f"writes the {graph.dtypes[o]} tensor {graph.names[o]!r}: an integer has no NaN, so "
                              f"LiteRT's output is finite where TF's is NaN/inf",
-                             "feed finite inputs (int8 kernels cannot carry NaN/inf)")
+                             "feed finite inputs (int8 kernels cannot carry NaN/inf)", dropped=True)
         return NanOrigin(key, op.index, op.name, graph.names[t], "nonfinite_input",
                          f"its input, {src} {graph.names[t]!r}, holds {_describe(values[t])}, and its output "
-                         f"{graph.names[o]!r} is finite", "feed finite inputs")
+                         f"{graph.names[o]!r} is finite", "feed finite inputs", dropped=True)
     return None
 
 

@@ -109,3 +109,36 @@ def big_weight():
 
 def big_weight_folded():
     return _Scaled(False)
+
+
+class _Half(tf.Module):
+    """``cast(x · k, float16)``: past 65504 the cast gives inf, in TF and in LiteRT alike."""
+
+    def __init__(self, k: float):
+        super().__init__()
+        self.k = np.float32(k)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 8], tf.float32, name="x")])
+    def serve(self, x):
+        return {"h": tf.cast(tf.cast(x * self.k, tf.float16), tf.float32)}
+
+
+def half_overflow():
+    return _Half(1e5)
+
+
+def half_scaled():
+    return _Half(1e3)
+
+
+class Counter(tf.Module):
+    """A variable the signature writes: the converter keeps it with an initializer subgraph."""
+
+    def __init__(self):
+        super().__init__()
+        self.total = tf.Variable(tf.zeros([4]), name="total")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def serve(self, x):
+        self.total.assign_add(tf.reduce_sum(x, axis=0))
+        return {"t": self.total + 0.0}
