@@ -33,7 +33,7 @@ def _roundtrip(model, path, ex, q="none"):
 
 
 def _nan_notes(check):
-    return [n for n in check.notes if "NaN/inf" in n]
+    return [n for n in check.notes if "element(s) are NaN/inf" in n]
 
 
 def _lite_finite(check):
@@ -57,10 +57,10 @@ def snippet(models, tmp_path_factory):
 
 def test_snippet_roundtrip_warns_before_running_and_names_read_variable(snippet):
     import tflab
-    from tflab.litert_nan import UninitializedVariableWarning
+    from tflab.litert_nan import ConversionWarning
 
     mm, d, ex = snippet
-    with pytest.warns(UninitializedVariableWarning, match=r"tflite_roundtrip none: READ_VARIABLE .*uninitialized "
+    with pytest.warns(ConversionWarning, match=r"tflite_roundtrip none: READ_VARIABLE .*uninitialized "
                                                           r"resource variable"):
         c = tflab.tflite_roundtrip(d, ex, "none")
     assert c.op_counts == {"ADD": 2, "BATCH_MATMUL": 2, "READ_VARIABLE": 4, "VAR_HANDLE": 4}
@@ -118,6 +118,8 @@ def test_each_fix_the_note_gives_is_checked_on_the_snippet(models, snippet, tmp_
     from tflab.litert_nan import VARIABLE_FIX, uninitialized_variables
 
     mm, d, ex = snippet
+    # Why the note blames the wrapper: tf.Module lists no keras.Variable, only tf.Variables.
+    assert len(mm.variables) == 0 and len(models.keras_in_module_tracked().variables) == 4
     if fix == "keras_export":
         mm.m.export(str(tmp_path / "k"), verbose=False)
         model = tf.lite.TFLiteConverter.from_saved_model(str(tmp_path / "k")).convert()
@@ -239,6 +241,18 @@ def test_int8_input_swallows_nan_and_is_named(models, tmp_path):
     assert _nan_notes(fixed) == []
 
 
+def test_dynamic_range_kernel_swallows_nan_and_is_named(models, tmp_path):
+    """The 32×32 weight (1024 elements, at the dynamic-range threshold) is int8; the input stays float."""
+    x = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32)
+    x[0, 3] = np.nan
+    _, c = _roundtrip(models.big_weight_folded(), tmp_path / "a", {"x": x}, "dynamic")
+    (note,) = _nan_notes(c)
+    assert "TF only 32" in note and "NaN/inf lost at op 0 FULLY_CONNECTED" in note, note
+    assert "dynamic-range kernel quantizes its float input" in note
+    _, fixed = _roundtrip(models.big_weight_folded(), tmp_path / "b", {"x": np.nan_to_num(x)}, "dynamic")
+    assert _nan_notes(fixed) == []
+
+
 def test_int8_zero_scale_is_named_and_the_calibrated_model_has_none(models, tmp_path):
     """A planted defect: one int8 tensor's scale set to 0 in the flatbuffer."""
     import flatbuffers
@@ -268,3 +282,18 @@ def test_no_note_without_nonfinite_values(models, tmp_path):
     x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
     _, c = _roundtrip(models.ratio(), tmp_path / "a", {"x": x, "y": x + 10.0})
     assert _nan_notes(c) == [] and c.within_bound is True
+
+
+def test_float16_recipe_saturates_a_big_weight_and_the_note_says_so(models, tmp_path):
+    """TF 2.21 stores a weight beyond 65504 as ±65504 (not inf): a wrong answer, named, not a NaN."""
+    from tflab.litert_convert import convert
+    from tflab.litert_nan import _read_model
+
+    x = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32)
+    sm, c = _roundtrip(models.big_weight(), tmp_path / "a", {"x": x}, "float16")
+    (w16,) = [v for v in _read_model(convert(sm.path, "float16"))[0].constants.values() if v.size == 1024]
+    assert np.isfinite(w16).all() and np.abs(w16.astype(np.float32)).max() == 65504.0
+    (note,) = [n for n in c.notes if n.startswith("float16 weight(s) at ±65504")]
+    assert c.within_bound is False and _nan_notes(c) == []
+    _, fixed = _roundtrip(models.big_weight_folded(), tmp_path / "b", {"x": x}, "float16")
+    assert fixed.within_bound is True and not any(n.startswith("float16 weight") for n in fixed.notes)

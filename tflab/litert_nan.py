@@ -16,11 +16,13 @@ different trace in the per-op tensors. This module finds the trace:
   and keeps no intermediates, so it is off for this pass; the builtin
   kernels are the reference LiteRT itself falls back on) and walks the ops
   in execution order. The first op whose output holds a NaN/inf is named,
-  with the cause its inputs show: an input already non-finite, a float16
-  weight that overflowed 65504, an int8 tensor whose scale is zero, a
-  division or log of zero. When TF has a NaN that LiteRT does not, the op
-  named is the first one that takes a non-finite input and gives a finite
-  output (an int8 QUANTIZE turns NaN into an integer).
+  with the cause its inputs show: an input or weight already non-finite, a
+  cast to float16 past 65504, an int8 tensor whose scale is zero, a division
+  or log of zero. When TF has a NaN that LiteRT does not, the op named is the
+  first one that takes a non-finite input and gives a finite output (an int8
+  input or a dynamic-range kernel turns NaN into an integer).
+* `conversion_notes` says what the flatbuffer alone shows: uninitialized
+  variables, int8 scales of 0, float16 weights saturated at 65504.
 
 Only what is measured is named: a NaN from finite inputs by another op is
 reported as such, with the input range, and no guessed cause.
@@ -39,12 +41,14 @@ import numpy as np
 # float16's largest finite value (IEEE 754 binary16: (2 − 2^-10) · 2^15).
 FLOAT16_MAX = 65504.0
 
-# TF 2.21's converter (tensorflow/lite/python/lite.py) turns a SavedModel's
-# variables into constants when it can prove them read-only; with
-# ``experimental_enable_resource_variables`` (its default, True) it keeps the
-# others as TFLite resource variables and gives each its value in an
-# initializer subgraph (CALL_ONCE). The fixes below were each checked on the
-# issue-26 model (tests/test_08_tflite_nan.py::test_each_fix_...).
+# Measured on TF 2.21's converter (tests/test_08_tflite_nan.py): a read-only
+# tf.Variable of a tf.Module becomes a constant weight; one a signature
+# assigns stays a TFLite resource variable with an initializer subgraph
+# (CALL_ONCE), as ``experimental_enable_resource_variables`` (default True,
+# tensorflow/lite/python/lite.py) allows; the keras.Variables of a Keras 3
+# model inside a tf.Module (which lists none of them in ``.variables``) stay
+# resource variables with no initializer at all. Each fix below was checked on
+# that model (test_each_fix_the_note_gives_is_checked_on_the_snippet).
 VARIABLE_FIX = ("export with Keras' own model.export(DIR) (a Keras 3 model's weights are keras.Variable "
                 "objects, which a tf.Module wrapper does not list in .variables), or freeze the function "
                 "first (tf.lite.TFLiteConverter.from_concrete_functions([convert_variables_to_constants_v2("
@@ -195,9 +199,9 @@ def uninitialized_variables(model: bytes) -> tuple[UninitializedVariable, ...]:
     return tuple(found)
 
 
-class UninitializedVariableWarning(UserWarning):
-    """A converted flatbuffer reads resource variables nothing initializes, or has an int8 scale of 0
-    (`conversion_notes` says which)."""
+class ConversionWarning(UserWarning):
+    """A converted flatbuffer reads resource variables nothing initializes, has an int8 scale of 0 or
+    float16 weights saturated at 65504 (`conversion_notes` says which)."""
 
 
 def variable_note(model: bytes, op_counts: Mapping[str, int] | None = None) -> str:
@@ -253,9 +257,34 @@ def zero_scale_note(model: bytes) -> str:
               "vary, or keep that op float")
 
 
+def float16_note(model: bytes) -> str:
+    """One line naming float16 weights at ±65504, or "".
+
+    TF 2.21's float16 recipe saturates a float32 weight beyond float16's range
+    to ±65504 rather than storing inf (measured: tests/test_08_tflite_nan.py),
+    so such a weight gives a wrong answer, not a NaN. A weight exactly ±65504
+    in float32 is possible but rare; the note says "at", not "beyond".
+    """
+    found = []
+    for g in _read_model(model):
+        for t, v in g.constants.items():
+            if v.dtype == np.float16:
+                n = int((np.abs(v.astype(np.float32)) >= FLOAT16_MAX).sum())
+                if n:
+                    found.append(f"{g.names[t]!r} ({n} of {v.size} elements)")
+    if not found:
+        return ""
+    return (f"float16 weight(s) at ±{FLOAT16_MAX:g}, float16's largest finite value: {', '.join(found[:4])}"
+            + (f" and {len(found) - 4} more" if len(found) > 4 else "")
+            + f": the float16 recipe saturates a float32 weight beyond {FLOAT16_MAX:g} there, so those "
+              f"products are wrong. Fix: keep weights below {FLOAT16_MAX:g} in magnitude (move a large factor "
+              f"out of the weight into a later op) or use the float32 or dynamic variant")
+
+
 def conversion_notes(model: bytes, op_counts: Mapping[str, int] | None = None) -> tuple[str, ...]:
-    """What the flatbuffer alone says will make NaN/garbage: `variable_note`, `zero_scale_note`."""
-    return tuple(n for n in (variable_note(model, op_counts), zero_scale_note(model)) if n)
+    """What the flatbuffer alone says will make NaN or wrong values: `variable_note`,
+    `zero_scale_note`, `float16_note` (each "" when it does not apply, and left out)."""
+    return tuple(n for n in (variable_note(model, op_counts), zero_scale_note(model), float16_note(model)) if n)
 
 
 def warn_after_conversion(model: bytes, where: str, say=None) -> tuple[str, ...]:
@@ -265,12 +294,12 @@ def warn_after_conversion(model: bytes, where: str, say=None) -> tuple[str, ...]
         model: flatbuffer bytes.
         where: who converted it, e.g. ``"tflite_roundtrip none"``.
         say: called with each line (``tflab export``'s progress); None raises an
-            `UninitializedVariableWarning` instead (the Python API).
+            `ConversionWarning` instead (the Python API).
     """
     notes = conversion_notes(model)
     for note in notes:
         if say is None:
-            warnings.warn(f"{where}: {note}", UninitializedVariableWarning, stacklevel=3)
+            warnings.warn(f"{where}: {note}", ConversionWarning, stacklevel=3)
         else:
             say(f"warning: {where}: {note}")
     return notes
@@ -527,6 +556,14 @@ def find_nan_sink(model: bytes, key: str, feed: Mapping[str, np.ndarray]) -> Nan
                              f"its input, {src} {graph.names[t]!r}, holds {_describe(values[t])}, and it "
                              f"writes the {graph.dtypes[o]} tensor {graph.names[o]!r}: an integer has no NaN, so "
                              f"LiteRT's output is finite where TF's is NaN/inf",
+                             "feed finite inputs (int8 kernels cannot carry NaN/inf)", dropped=True)
+        weights = [w for w in op.inputs if w >= 0 and w not in graph.inputs and graph.dtypes[w] in ("int8", "int4")]
+        if weights:  # a hybrid (dynamic-range) kernel: int8 weights, float activations quantized on the fly
+            return NanOrigin(key, op.index, op.name, graph.names[t], "int8_nonfinite_input",
+                             f"its input, {src} {graph.names[t]!r}, holds {_describe(values[t])}, and its "
+                             f"weight {graph.names[weights[0]]!r} is {graph.dtypes[weights[0]]}: this dynamic-range "
+                             f"kernel quantizes its float input to int8 on the fly, where a NaN/inf becomes an "
+                             f"integer, so its output {graph.names[o]!r} is finite where TF's is NaN/inf",
                              "feed finite inputs (int8 kernels cannot carry NaN/inf)", dropped=True)
         return NanOrigin(key, op.index, op.name, graph.names[t], "nonfinite_input",
                          f"its input, {src} {graph.names[t]!r}, holds {_describe(values[t])}, and its output "
