@@ -505,6 +505,10 @@ def find_nan_origin(model: bytes, key: str, feed: Mapping[str, np.ndarray]) -> N
         the origin too (cause ``uninitialized_variable``): the builtin kernel
         refuses where XNNPACK returns garbage.
 
+    Raises:
+        RuntimeError: another op failed to invoke with the builtin kernels before
+            any NaN/inf appeared (the message names it).
+
     Example (``x / y`` with a zero in ``y``):
 
     >>> find_nan_origin(model, "serving_default", {"x": x, "y": y}).cause
@@ -519,20 +523,34 @@ def find_nan_origin(model: bytes, key: str, feed: Mapping[str, np.ndarray]) -> N
                              f"it reads resource variable {var!r}, which no initializer subgraph or signature "
                              f"writes (LiteRT's builtin kernel: {failed[1]})", VARIABLE_FIX)
     for op in graph.ops:
+        if failed is not None and op.index >= failed[0] >= 0:
+            break  # tensors from the failing op on were never computed
         if any(t >= 0 and t in values and _nonfinite(values[t]) for t in op.outputs):
             return _classify(graph, op, values, key)
+    if failed is not None:
+        raise RuntimeError(f"op {failed[0]} failed to invoke: {failed[1]}")
     return None
 
 
 def find_nan_sink(model: bytes, key: str, feed: Mapping[str, np.ndarray]) -> NanOrigin | None:
     """The first op that takes a NaN/inf and gives finite values (TF keeps the NaN, LiteRT loses it).
 
+    Args:
+        model: flatbuffer bytes.
+        key: signature key.
+        feed: ``{input name: array}`` as fed to TF (quantized here for an int8 input).
+
+    Raises:
+        RuntimeError: an op failed to invoke with the builtin kernels.
+
     Returns:
         A `NanOrigin` (cause ``int8_nonfinite_input`` when the op's output is an
         integer tensor, e.g. QUANTIZE; else ``nonfinite_input`` for a float op
         that drops it), or None when no tensor of the LiteRT run is non-finite.
     """
-    graph, values, _ = run_per_op(model, key, feed)
+    graph, values, failed = run_per_op(model, key, feed)
+    if failed is not None:
+        raise RuntimeError(f"op {failed[0]} failed to invoke: {failed[1]}")
     swallowed = _as_fed(graph, feed)[1]
     for name, count in swallowed.items():
         t = graph.feeds[name]
@@ -574,6 +592,12 @@ def find_nan_sink(model: bytes, key: str, feed: Mapping[str, np.ndarray]) -> Nan
 # ----------------------------------------------------------- check hook
 
 
+@functools.lru_cache(maxsize=16)
+def _origin(model: bytes, key: str, frozen: tuple, which: str) -> NanOrigin | None:
+    feed = {n: np.frombuffer(b, dtype=np.dtype(dt)).reshape(shape) for n, dt, shape, b in frozen}
+    return (find_nan_origin if which == "origin" else find_nan_sink)(model, key, feed)
+
+
 def nan_note(model: bytes, okey: str, key: str, feeds: Sequence[Mapping[str, np.ndarray]], lite_only: int,
              tf_only: int, both: int = 0) -> str:
     """The note for an output with NaN/inf, naming the first op that makes it (measured) and why.
@@ -603,9 +627,16 @@ def nan_note(model: bytes, okey: str, key: str, feeds: Sequence[Mapping[str, np.
     found: NanOrigin | None = None
     try:
         for feed in feeds:
-            found = find_nan_origin(model, key, feed) if lite_only or both else None
-            if found is None and tf_only:
-                found = find_nan_sink(model, key, feed)
+            # Several outputs of one signature share the rerun of each feed (cached).
+            frozen = tuple((n, np.asarray(a).dtype.str, np.asarray(a).shape, np.asarray(a).tobytes())
+                           for n, a in sorted(feed.items()) if np.asarray(a).dtype.kind != "O")
+            if any(np.asarray(a).dtype.kind == "O" for a in feed.values()):  # bytes objects: no cache key
+                found = find_nan_origin(model, key, feed) if lite_only or both else None
+                found = found or (find_nan_sink(model, key, feed) if tf_only else None)
+            else:
+                found = _origin(model, key, frozen, "origin") if lite_only or both else None
+                if found is None and tf_only:
+                    found = _origin(model, key, frozen, "sink")
             if found is not None:
                 break
     except (RuntimeError, ValueError) as e:  # the builtin kernels could not even prepare it
