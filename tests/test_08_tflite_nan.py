@@ -297,3 +297,14 @@ def test_float16_recipe_saturates_a_big_weight_and_the_note_says_so(models, tmp_
     assert c.within_bound is False and _nan_notes(c) == []
     _, fixed = _roundtrip(models.big_weight_folded(), tmp_path / "b", {"x": x}, "float16")
     assert fixed.within_bound is True and not any(n.startswith("float16 weight") for n in fixed.notes)
+
+
+def test_nonfinite_weight_is_named_and_a_clean_weight_removes_it(models, tmp_path):
+    x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    _, c = _roundtrip(models.nan_weight(), tmp_path / "a", {"x": x})
+    (note,) = _nan_notes(c)
+    # Column 5 of x @ w is NaN in every row, in TF and in LiteRT alike: 4 elements.
+    assert "4 element(s) are NaN/inf in LiteRT and in TF alike" in note and "nonfinite weight" in note, note
+    assert "FULLY_CONNECTED" in note and "already holds 1 NaN" in note
+    _, fixed = _roundtrip(models.clean_weight(), tmp_path / "b", {"x": x})
+    assert _nan_notes(fixed) == [] and fixed.within_bound is True

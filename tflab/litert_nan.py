@@ -88,11 +88,12 @@ class _Graph:
     scales: tuple[tuple[float, ...], ...]
     zero_points: tuple[tuple[int, ...], ...]
     feeds: Mapping[str, int]  # signature input name -> tensor index
-    constants: Mapping[int, np.ndarray]
+    constants: Mapping[int, np.ndarray]  # float16 constants (weights of the float16 recipe), by tensor
+    constant_ids: frozenset[int]  # every tensor with a constant buffer
     variables: Mapping[int, str]  # VAR_HANDLE output tensor -> "container/shared_name"
 
 
-@functools.lru_cache(maxsize=2)
+@functools.lru_cache(maxsize=1)  # one model: check_tflite and the export's warning read the same bytes
 def _read_model(model: bytes) -> tuple[_Graph, ...]:
     """Every subgraph of ``model``, parsed once (the per-op rerun reads it once per example batch)."""
     from tensorflow.lite.python import schema_py_generated as fb
@@ -120,10 +121,14 @@ def _read_model(model: bytes) -> tuple[_Graph, ...]:
                                                    and t.quantization.zeroPoint is not None else ()))
                             for t in tensors)
         constants: dict[int, np.ndarray] = {}
+        constant_ids = set()
         for ti, t in enumerate(tensors):
             buf = m.buffers[t.buffer] if 0 < t.buffer < len(m.buffers) else None
-            if buf is not None and buf.data is not None and len(buf.data) and dtypes[ti] in ("float16", "float32"):
-                constants[ti] = np.frombuffer(bytes(bytearray(buf.data)), dtype=np.dtype(dtypes[ti]))
+            has_data = buf is not None and buf.data is not None and len(buf.data) > 0
+            if has_data or (buf is not None and buf.size > 0):  # size: stored past the flatbuffer (> 2 GB)
+                constant_ids.add(ti)
+            if has_data and dtypes[ti] == "float16":
+                constants[ti] = np.frombuffer(bytes(bytearray(buf.data)), dtype=np.float16)
         ops, variables = [], {}
         for oi, op in enumerate(sg.operators or []):
             name = opnames[op.opcodeIndex]
@@ -136,7 +141,8 @@ def _read_model(model: bytes) -> tuple[_Graph, ...]:
                     variables[o] = var if var != "/" else f"{si}:{names[o]}"
         graphs.append(_Graph(si, keys.get(si), tuple(ops),
                              tuple(int(i) for i in (sg.inputs if sg.inputs is not None else ())),
-                             names, dtypes, scales, zero_points, feeds.get(si, {}), constants, variables))
+                             names, dtypes, scales, zero_points, feeds.get(si, {}), constants,
+                             frozenset(constant_ids), variables))
     return tuple(graphs)
 
 
@@ -458,7 +464,7 @@ def _classify(graph: _Graph, op: _Op, values: Mapping[int, np.ndarray], key: str
                           f"float32 weight beyond it became inf when converted",
                           f"keep that weight below {FLOAT16_MAX:g} in magnitude (rescale it, or fold the "
                           f"scale into the next op) or use the float32 or dynamic variant")
-        if t in graph.constants:
+        if t in graph.constant_ids:
             return origin("nonfinite_weight", f"the constant {graph.names[t]!r} already holds "
                           f"{_describe(values[t])}, as in the SavedModel's weights")
     zero = [t for t in op.inputs + op.outputs if t >= 0 and _zero_scale(graph, t)]
@@ -592,10 +598,17 @@ def find_nan_sink(model: bytes, key: str, feed: Mapping[str, np.ndarray]) -> Nan
 # ----------------------------------------------------------- check hook
 
 
-@functools.lru_cache(maxsize=16)
+_ORIGINS: dict = {"model": None, "found": {}}  # reruns of the last model only (no model is kept past the next)
+
+
 def _origin(model: bytes, key: str, frozen: tuple, which: str) -> NanOrigin | None:
-    feed = {n: np.frombuffer(b, dtype=np.dtype(dt)).reshape(shape) for n, dt, shape, b in frozen}
-    return (find_nan_origin if which == "origin" else find_nan_sink)(model, key, feed)
+    if _ORIGINS["model"] is not model:
+        _ORIGINS.update(model=model, found={})
+    found = _ORIGINS["found"]
+    if (key, frozen, which) not in found:
+        feed = {n: np.frombuffer(b, dtype=np.dtype(dt)).reshape(shape) for n, dt, shape, b in frozen}
+        found[(key, frozen, which)] = (find_nan_origin if which == "origin" else find_nan_sink)(model, key, feed)
+    return found[(key, frozen, which)]
 
 
 def nan_note(model: bytes, okey: str, key: str, feeds: Sequence[Mapping[str, np.ndarray]], lite_only: int,

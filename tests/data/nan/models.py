@@ -142,3 +142,26 @@ class Counter(tf.Module):
     def serve(self, x):
         self.total.assign_add(tf.reduce_sum(x, axis=0))
         return {"t": self.total + 0.0}
+
+
+class _Weighted(tf.Module):
+    """``x @ w`` with one weight NaN (a corrupt checkpoint), or the clean weight."""
+
+    def __init__(self, corrupt: bool):
+        super().__init__()
+        w = np.random.default_rng(2).standard_normal((8, 8)).astype(np.float32)
+        if corrupt:
+            w[3, 5] = np.nan
+        self.w = tf.Variable(w, name="w")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 8], tf.float32, name="x")])
+    def serve(self, x):
+        return {"y": tf.matmul(x, self.w)}
+
+
+def nan_weight():
+    return _Weighted(True)
+
+
+def clean_weight():
+    return _Weighted(False)
