@@ -685,6 +685,9 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
                 continue
             progress(f"checking {q} with LiteRT")
             data = (tmp / msg["file"]).read_bytes()
+            from tflab.litert_nan import warn_after_conversion
+
+            warn_after_conversion(data, f"TFLite {q}", getattr(progress, "note", progress))  # before running it
             check = check_tflite(data, tmp / "saved_model", batches, q, float_size=float_size,
                                  convert_seconds=msg["seconds"])
             status = ("not run" if check.runtime.startswith("not run") else

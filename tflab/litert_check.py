@@ -324,6 +324,9 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
                 tensor_dtypes=stats.tensor_dtypes, weights=stats.weights,
                 shared_weights=stats.shared_weights, size_bytes=len(model),
                 size_ratio=size_ratio, convert_seconds=convert_seconds)
+    from tflab.litert_nan import conversion_notes, nan_note
+
+    notes += conversion_notes(model, stats.op_counts)  # known before running: said first
     if quantization == "dynamic" and not dyn_quantized:
         notes.append(f"no weight tensor was quantized: dynamic-range quantization only quantizes weight "
                      f"tensors of at least {MIN_WEIGHT_ELEMENTS} elements, so all {float_w[0]} weight "
@@ -377,11 +380,11 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
             # NaN in the same place on both sides matches; NaN on one side is infinitely off.
             diff = np.where(both_nan | (g32 == w32), 0.0, np.where(np.isnan(diff), np.inf, diff))
             ulps = np.where(both_nan, 0, ulp_distance(g32, w32))
-            one_nan = int((np.isnan(g32) != np.isnan(w32)).sum())
-            if one_nan:
-                notes.append(f"{okey}: {one_nan} element(s) are NaN on one side only (TF "
-                             f"{int(np.isnan(w32).sum())} NaN, LiteRT {int(np.isnan(g32).sum())}): an infinite "
-                             f"error; e.g. dynamic-range and int8 kernels quantize a NaN input to an integer")
+            bad_g, bad_w = ~np.isfinite(g32), ~np.isfinite(w32)
+            if bad_g.any() or (bad_w & ~bad_g).any():  # the first op that makes (or drops) it, measured
+                key = max((k for k in runners if full_keys[okey].startswith(k + "/")), key=len)
+                notes.append(nan_note(model, okey, key, batches.feeds(key), int((bad_g & ~bad_w).sum()),
+                                      int((bad_w & ~bad_g).sum()), int((bad_g & bad_w).sum())))
             bound = (np.full(want.size, np.nan) if sens is None else
                      _bounds(quantization, full_keys[okey], want, sens, dyn_quantized, in_scales, scale))
             if sens is not None:
@@ -562,6 +565,9 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | An
     t0 = time.perf_counter()
     model = convert(saved_model_dir, quantization, examples, select_tf_ops=select_tf_ops)
     seconds = time.perf_counter() - t0
+    from tflab.litert_nan import warn_after_conversion
+
+    warn_after_conversion(model, f"tflite_roundtrip {quantization}")  # before LiteRT runs it
     if float_size is None:
         float_size = len(model) if quantization == "none" else len(
             convert(saved_model_dir, "none", select_tf_ops=select_tf_ops))

@@ -1,0 +1,664 @@
+"""Lab step 8, NaN origin: which TFLite op first makes a NaN or ±inf, and why.
+
+"My TFLite model outputs NaN" has a handful of causes, and each leaves a
+different trace in the per-op tensors. This module finds the trace:
+
+* `uninitialized_variables` reads the flatbuffer (TF's generated schema,
+  ``schema_py_generated``) for resource variables: a ``VAR_HANDLE`` whose
+  variable a ``READ_VARIABLE`` reads but no ``ASSIGN_VARIABLE`` of any
+  subgraph writes (neither an initializer subgraph run by ``CALL_ONCE`` nor a
+  signature). LiteRT's builtin READ_VARIABLE kernel then fails
+  (``tflite/kernels/read_variable.cc``: ``variable != nullptr``) and the
+  XNNPACK delegate reads memory nobody wrote: NaN, inf or garbage. This is
+  known right after `tflab.litert_convert.convert`, before anything runs.
+* `find_nan_origin` reruns one signature with LiteRT's builtin kernels and
+  ``experimental_preserve_all_tensors=True`` (the XNNPACK delegate fuses ops
+  and keeps no intermediates, so it is off for this pass; the builtin
+  kernels are the reference LiteRT itself falls back on) and walks the ops
+  in execution order. The first op whose output holds a NaN/inf is named,
+  with the cause its inputs show: an input or weight already non-finite, a
+  cast to float16 past 65504, an int8 tensor whose scale is zero, a division
+  or log of zero. When TF has a NaN that LiteRT does not, the op named is the
+  first one that takes a non-finite input and gives a finite output (an int8
+  input or a dynamic-range kernel turns NaN into an integer).
+* `conversion_notes` says what the flatbuffer alone shows: uninitialized
+  variables, int8 scales of 0, float16 weights saturated at 65504.
+
+Only what is measured is named: a NaN from finite inputs by another op is
+reported as such, with the input range, and no guessed cause.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+import warnings
+from typing import Mapping, Sequence
+
+import numpy as np
+
+# float16's largest finite value (IEEE 754 binary16: (2 − 2^-10) · 2^15).
+FLOAT16_MAX = 65504.0
+
+# Measured on TF 2.21's converter (tests/test_08_tflite_nan.py): a read-only
+# tf.Variable of a tf.Module becomes a constant weight; one a signature
+# assigns stays a TFLite resource variable with an initializer subgraph
+# (CALL_ONCE), as ``experimental_enable_resource_variables`` (default True,
+# tensorflow/lite/python/lite.py) allows; the keras.Variables of a Keras 3
+# model inside a tf.Module (which lists none of them in ``.variables``) stay
+# resource variables with no initializer at all. Each fix below was checked on
+# that model (test_each_fix_the_note_gives_is_checked_on_the_snippet).
+VARIABLE_FIX = ("export with Keras' own model.export(DIR) (a Keras 3 model's weights are keras.Variable "
+                "objects, which a tf.Module wrapper does not list in .variables), or freeze the function "
+                "first (tf.lite.TFLiteConverter.from_concrete_functions([convert_variables_to_constants_v2("
+                "fn.get_concrete_function())]), from tensorflow.python.framework.convert_to_constants), or "
+                "track the backing tf.Variables on the module before tf.saved_model.save "
+                "(self.tf_vars = [v.value for v in model.weights]); "
+                "converter.experimental_enable_resource_variables=False does not help: the variables stay")
+
+CAUSES = ("uninitialized_variable", "nonfinite_input", "nonfinite_weight", "float16_overflow",
+          "int8_zero_scale", "int8_nonfinite_input", "division_by_zero", "log_of_zero", "unexplained")
+
+_DIVISIONS = ("DIV", "FLOOR_DIV", "FLOOR_MOD")
+_LOGS = ("LOG", "RSQRT", "POW")
+
+
+# -------------------------------------------------------------- flatbuffer
+
+
+@dataclasses.dataclass(frozen=True)
+class _Op:
+    index: int
+    name: str
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Graph:
+    """One subgraph of the flatbuffer: ops in execution order and tensor facts."""
+
+    index: int
+    key: str | None  # signature key, None for an initializer or control-flow subgraph
+    ops: tuple[_Op, ...]
+    inputs: tuple[int, ...]
+    names: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    scales: tuple[tuple[float, ...], ...]
+    zero_points: tuple[tuple[int, ...], ...]
+    feeds: Mapping[str, int]  # signature input name -> tensor index
+    constants: Mapping[int, np.ndarray]  # float16 constants (weights of the float16 recipe), by tensor
+    constant_ids: frozenset[int]  # every tensor with a constant buffer
+    variables: Mapping[int, str]  # VAR_HANDLE output tensor -> "container/shared_name"
+
+
+@functools.lru_cache(maxsize=1)  # one model: check_tflite and the export's warning read the same bytes
+def _read_model(model: bytes) -> tuple[_Graph, ...]:
+    """Every subgraph of ``model``, parsed once (the per-op rerun reads it once per example batch)."""
+    from tensorflow.lite.python import schema_py_generated as fb
+
+    m = fb.ModelT.InitFromPackedBuf(bytearray(model), 0)
+    builtin = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
+    types = {v: k.lower() for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
+    opnames = []
+    for oc in m.operatorCodes or []:
+        code = max(oc.builtinCode, oc.deprecatedBuiltinCode)
+        opnames.append(builtin.get(code, f"BUILTIN_{code}") if code != fb.BuiltinOperator.CUSTOM else
+                       (oc.customCode.decode() if isinstance(oc.customCode, bytes) else str(oc.customCode)))
+    keys = {int(s.subgraphIndex): _text(s.signatureKey) for s in m.signatureDefs or []}
+    feeds = {int(s.subgraphIndex): {_text(t.name): int(t.tensorIndex) for t in s.inputs or []}
+             for s in m.signatureDefs or []}
+    graphs = []
+    for si, sg in enumerate(m.subgraphs or []):
+        tensors = sg.tensors or []
+        names = tuple(_text(t.name) for t in tensors)
+        dtypes = tuple(types.get(t.type, str(t.type)) for t in tensors)
+        scales = tuple(tuple(float(s) for s in (t.quantization.scale if t.quantization is not None
+                                                 and t.quantization.scale is not None else ()))
+                       for t in tensors)
+        zero_points = tuple(tuple(int(z) for z in (t.quantization.zeroPoint if t.quantization is not None
+                                                   and t.quantization.zeroPoint is not None else ()))
+                            for t in tensors)
+        constants: dict[int, np.ndarray] = {}
+        constant_ids = set()
+        for ti, t in enumerate(tensors):
+            buf = m.buffers[t.buffer] if 0 < t.buffer < len(m.buffers) else None
+            has_data = buf is not None and buf.data is not None and len(buf.data) > 0
+            if has_data or (buf is not None and buf.size > 0):  # size: stored past the flatbuffer (> 2 GB)
+                constant_ids.add(ti)
+            if has_data and dtypes[ti] == "float16":
+                constants[ti] = np.frombuffer(bytes(bytearray(buf.data)), dtype=np.float16)
+        ops, variables = [], {}
+        for oi, op in enumerate(sg.operators or []):
+            name = opnames[op.opcodeIndex]
+            ops.append(_Op(oi, name, tuple(int(i) for i in (op.inputs if op.inputs is not None else ())),
+                           tuple(int(i) for i in (op.outputs if op.outputs is not None else ()))))
+            if name == "VAR_HANDLE":
+                opt = op.builtinOptions
+                var = f"{_text(getattr(opt, 'container', b''))}/{_text(getattr(opt, 'sharedName', b''))}"
+                for o in ops[-1].outputs:
+                    variables[o] = var if var != "/" else f"{si}:{names[o]}"
+        graphs.append(_Graph(si, keys.get(si), tuple(ops),
+                             tuple(int(i) for i in (sg.inputs if sg.inputs is not None else ())),
+                             names, dtypes, scales, zero_points, feeds.get(si, {}), constants,
+                             frozenset(constant_ids), variables))
+    return tuple(graphs)
+
+
+def _text(v) -> str:
+    if v is None:
+        return ""
+    return v.decode(errors="replace") if isinstance(v, (bytes, bytearray)) else str(v)
+
+
+@dataclasses.dataclass(frozen=True)
+class UninitializedVariable:
+    """A resource variable that a signature reads and no subgraph writes.
+
+    Attributes:
+        variable: the VAR_HANDLE's ``shared_name`` (TF's variable name, e.g.
+            ``"sequential/dense/kernel"``).
+        signature: the signature key whose subgraph reads it.
+        op_index: index of the first READ_VARIABLE of it in that subgraph
+            (LiteRT's "Node number" in its error).
+    """
+
+    variable: str
+    signature: str
+    op_index: int
+
+
+def uninitialized_variables(model: bytes) -> tuple[UninitializedVariable, ...]:
+    """Resource variables a READ_VARIABLE reads and no ASSIGN_VARIABLE in any subgraph writes.
+
+    Args:
+        model: TFLite flatbuffer bytes (`tflab.litert_convert.convert`).
+
+    Returns:
+        One `UninitializedVariable` per (variable, signature), in op order; empty
+        when every variable read is written somewhere (an initializer subgraph
+        run by CALL_ONCE, or a signature such as on-device training's
+        ``restore``) or the model has no resource variables.
+
+    Example (the issue-26 model: a Keras 3 model inside a tf.Module):
+
+    >>> [v.variable for v in uninitialized_variables(model)]
+    ['sequential/dense_1/bias', 'sequential/dense_1/kernel', 'sequential/dense/bias', 'sequential/dense/kernel']
+    """
+    graphs = _read_model(model)
+    written = {g.variables.get(op.inputs[0]) for g in graphs for op in g.ops
+               if op.name == "ASSIGN_VARIABLE" and op.inputs}
+    found: list[UninitializedVariable] = []
+    seen: set[tuple[str, str]] = set()
+    for g in graphs:
+        for op in g.ops:
+            if op.name != "READ_VARIABLE" or not op.inputs:
+                continue
+            var = g.variables.get(op.inputs[0])
+            if var is None or var in written:
+                continue
+            key = g.key if g.key is not None else f"subgraph {g.index}"
+            if (var, key) not in seen:
+                seen.add((var, key))
+                found.append(UninitializedVariable(var.lstrip("/"), key, op.index))
+    return tuple(found)
+
+
+class ConversionWarning(UserWarning):
+    """A converted flatbuffer reads resource variables nothing initializes, has an int8 scale of 0 or
+    float16 weights saturated at 65504 (`conversion_notes` says which)."""
+
+
+def variable_note(model: bytes, op_counts: Mapping[str, int] | None = None) -> str:
+    """One line naming READ_VARIABLE of uninitialized resource variables and the fix, or "" when none.
+
+    Known from the flatbuffer alone, so `tflab.litert_check.check_tflite`
+    puts it first, before LiteRT runs the model, and `tflab.tflite_roundtrip`
+    and ``tflab export`` say it as soon as the conversion is done.
+
+    Args:
+        model: flatbuffer bytes.
+        op_counts: the op histogram when already known
+            (`tflab.litert_convert.analyze_flatbuffer`): without READ_VARIABLE
+            the flatbuffer is not parsed again.
+    """
+    if op_counts is not None and "READ_VARIABLE" not in op_counts:
+        return ""
+    found = uninitialized_variables(model)
+    if not found:
+        return ""
+    names = sorted({v.variable for v in found})
+    first = found[0]
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    return (f"READ_VARIABLE (op {first.op_index} of signature {first.signature!r}) reads an uninitialized "
+            f"resource variable: {len(names)} variable(s) ({shown}) are VAR_HANDLE/READ_VARIABLE ops that no "
+            f"initializer subgraph or signature writes, so LiteRT's outputs are NaN or garbage: the "
+            f"converter kept them as resource variables instead of freezing them into weights. Fix: "
+            + VARIABLE_FIX)
+
+
+def zero_scale_note(model: bytes) -> str:
+    """One line naming the quantized tensors whose scale is 0 (and the op that writes each), or "".
+
+    A real value is ``scale · (q − zero_point)``: with scale 0 every value is 0
+    and requantizing into the tensor divides by 0. LiteRT's XNNPACK delegate
+    refuses such a tensor ("unsupported scale value (0.000000)") and the model
+    is not run at all.
+    """
+    found = []
+    for g in _read_model(model):
+        writer = {t: op for op in g.ops for t in op.outputs}
+        for t, scales in enumerate(g.scales):
+            if scales and any(sc == 0.0 for sc in scales) and g.dtypes[t] in ("int8", "uint8", "int16", "int32"):
+                op = writer.get(t)
+                found.append(f"{g.names[t]!r} ({g.dtypes[t]}, written by "
+                             + (f"op {op.index} {op.name}" if op else "no op: a constant or input") + ")")
+    if not found:
+        return ""
+    return (f"int8 tensor(s) with quantization scale 0: {', '.join(found[:4])}"
+            + (f" and {len(found) - 4} more" if len(found) > 4 else "")
+            + ": every value dequantizes to 0 and requantizing into it divides by 0 (NaN, inf or garbage "
+              "integers downstream). Fix: calibrate with a representative dataset whose rows make that tensor "
+              "vary, or keep that op float")
+
+
+def float16_note(model: bytes) -> str:
+    """One line naming float16 weights at ±65504, or "".
+
+    TF 2.21's float16 recipe saturates a float32 weight beyond float16's range
+    to ±65504 rather than storing inf (measured: tests/test_08_tflite_nan.py),
+    so such a weight gives a wrong answer, not a NaN. A weight exactly ±65504
+    in float32 is possible but rare; the note says "at", not "beyond".
+    """
+    found = []
+    for g in _read_model(model):
+        for t, v in g.constants.items():
+            if v.dtype == np.float16:
+                n = int((np.abs(v.astype(np.float32)) >= FLOAT16_MAX).sum())
+                if n:
+                    found.append(f"{g.names[t]!r} ({n} of {v.size} elements)")
+    if not found:
+        return ""
+    return (f"float16 weight(s) at ±{FLOAT16_MAX:g}, float16's largest finite value: {', '.join(found[:4])}"
+            + (f" and {len(found) - 4} more" if len(found) > 4 else "")
+            + f": the float16 recipe saturates a float32 weight beyond {FLOAT16_MAX:g} there, so those "
+              f"products are wrong. Fix: keep weights below {FLOAT16_MAX:g} in magnitude (move a large factor "
+              f"out of the weight into a later op) or use the float32 or dynamic variant")
+
+
+def conversion_notes(model: bytes, op_counts: Mapping[str, int] | None = None) -> tuple[str, ...]:
+    """What the flatbuffer alone says will make NaN or wrong values: `variable_note`,
+    `zero_scale_note`, `float16_note` (each "" when it does not apply, and left out)."""
+    return tuple(n for n in (variable_note(model, op_counts), zero_scale_note(model), float16_note(model)) if n)
+
+
+def warn_after_conversion(model: bytes, where: str, say=None) -> tuple[str, ...]:
+    """Says `conversion_notes` right after conversion, before anything runs the model; returns them.
+
+    Args:
+        model: flatbuffer bytes.
+        where: who converted it, e.g. ``"tflite_roundtrip none"``.
+        say: called with each line (``tflab export``'s progress); None raises an
+            `ConversionWarning` instead (the Python API).
+    """
+    notes = conversion_notes(model)
+    for note in notes:
+        if say is None:
+            warnings.warn(f"{where}: {note}", ConversionWarning, stacklevel=3)
+        else:
+            say(f"warning: {where}: {note}")
+    return notes
+
+
+# ------------------------------------------------------------ per-op runner
+
+
+@dataclasses.dataclass(frozen=True)
+class NanOrigin:
+    """The first TFLite op where a NaN/inf appears (or disappears), and its measured cause.
+
+    Attributes:
+        signature: signature key that was run.
+        op_index: the op's index in its subgraph (execution order).
+        op: the builtin op name, e.g. ``"DIV"``.
+        tensor: name of the op's output tensor holding the non-finite values
+            (or, for ``int8_nonfinite_input``, of the input it swallowed).
+        cause: one of `CAUSES`.
+        why: one sentence of measured facts.
+        fix: what to change, or "" when no fix is known.
+    """
+
+    signature: str
+    op_index: int
+    op: str
+    tensor: str
+    cause: str
+    why: str
+    fix: str = ""
+    dropped: bool = False  # True: the first op that loses TF's NaN/inf (`find_nan_sink`)
+
+    def to_text(self) -> str:
+        where = "NaN/inf lost at" if self.dropped else "first non-finite value at"
+        return (f"{where} op {self.op_index} {self.op} (tensor {self.tensor!r}, signature "
+                f"{self.signature!r}): {self.cause.replace('_', ' ')}: {self.why}"
+                + (f"; fix: {self.fix}" if self.fix else ""))
+
+
+# LiteRT's builtin float kernels clamp a fused activation of NONE to
+# [-FLT_MAX, FLT_MAX] (CalculateActivationRange in tflite/kernels/kernel_util.h),
+# so where TF and XNNPACK give ±inf (x / 0) they give ±3.4028235e38: in the
+# per-op rerun that value counts as an infinity.
+_FLT_MAX = float(np.finfo(np.float32).max)
+
+
+def _bad(a: np.ndarray) -> np.ndarray:
+    if a.dtype.kind != "f":
+        return np.zeros(a.shape, dtype=bool)
+    bad = ~np.isfinite(a)
+    return bad | (np.abs(a) >= _FLT_MAX) if a.dtype == np.float32 else bad
+
+
+def _nonfinite(a: np.ndarray) -> int:
+    return int(_bad(a).sum())
+
+
+def _as_fed(graph: _Graph, feed: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """The feed as LiteRT takes it (a float example quantized for an int8 input), and the inputs
+    whose NaN/inf that quantization turned into integers (name → count)."""
+    fed, swallowed = {}, {}
+    for name, a in feed.items():
+        a = np.asarray(a)
+        t = graph.feeds.get(name)
+        if t is not None and graph.dtypes[t] in ("int8", "uint8", "int16") and graph.scales[t] and a.dtype.kind == "f":
+            info = np.iinfo(np.dtype(graph.dtypes[t]))
+            bad = int((~np.isfinite(a)).sum())
+            if bad:
+                swallowed[name] = bad
+            with np.errstate(invalid="ignore"):
+                q = np.round(np.nan_to_num(a, nan=0.0) / graph.scales[t][0] + graph.zero_points[t][0])
+            a = np.clip(q, info.min, info.max).astype(info.dtype)
+        fed[name] = a
+    return fed, swallowed
+
+
+def run_per_op(model: bytes, key: str, feed: Mapping[str, np.ndarray]):
+    """Runs signature ``key`` once with LiteRT's builtin kernels, keeping every tensor.
+
+    Args:
+        model: flatbuffer bytes.
+        key: signature key.
+        feed: ``{input name: array}``; a float array for an int8 input is quantized
+            with that input's scale and zero point.
+
+    Returns:
+        ``(graph, values, failed)``: the `_Graph` of that signature, ``{tensor index:
+        array}`` for every tensor LiteRT could return, and ``(op index, message)``
+        when an op failed to invoke (LiteRT's "Node number N (OP) failed to
+        invoke"), else None.
+    """
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    graphs = _read_model(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "preserve_all_tensors is for debugging": that is what this is
+        interp = Interpreter(model_content=model, experimental_preserve_all_tensors=True,
+                             experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    runner = interp.get_signature_runner(key)
+    sg = int(runner._subgraph_index)  # noqa: SLF001  (the signature's subgraph; no public getter)
+    graph = graphs[sg]
+    failed = None
+    try:
+        runner(**_as_fed(graph, feed)[0])
+    except (RuntimeError, ValueError) as e:
+        found = re.search(r"Node number (\d+) \((\w+)\) failed to invoke", str(e))
+        failed = (int(found.group(1)) if found else -1, str(e).strip().splitlines()[0][:200])
+    values: dict[int, np.ndarray] = {}
+    for op in graph.ops:
+        for t in op.inputs + op.outputs:
+            if t < 0 or t in values or graph.dtypes[t] in ("resource", "variant", "string"):
+                continue
+            try:
+                values[t] = np.array(interp.get_tensor(t, sg))
+            except (ValueError, RuntimeError):
+                pass
+    for t in graph.inputs:
+        if t not in values:
+            try:
+                values[t] = np.array(interp.get_tensor(t, sg))
+            except (ValueError, RuntimeError):
+                pass
+    return graph, values, failed
+
+
+def _describe(values: np.ndarray) -> str:
+    a = values.astype(np.float64).ravel()
+    text = f"{int(np.isnan(a).sum())} NaN, {int(np.isposinf(a).sum())} +inf, {int(np.isneginf(a).sum())} -inf"
+    clamped = int((np.isfinite(a) & (np.abs(a) >= _FLT_MAX)).sum()) if values.dtype == np.float32 else 0
+    return text + (f", {clamped} ±3.4e38 (an inf the builtin kernel clamped to the float32 range)"
+                   if clamped else "")
+
+
+def _zero_scale(graph: _Graph, t: int) -> bool:
+    return graph.dtypes[t] in ("int8", "uint8", "int16", "int32") and any(s == 0.0 for s in graph.scales[t]) \
+        and len(graph.scales[t]) > 0
+
+
+def _classify(graph: _Graph, op: _Op, values: Mapping[int, np.ndarray], key: str) -> NanOrigin:
+    out = next((t for t in op.outputs if t in values and _nonfinite(values[t])), op.outputs[0])
+    made = _describe(values[out]) if out in values else "non-finite values"
+    name = graph.names[out]
+
+    def origin(cause, why, fix=""):
+        return NanOrigin(key, op.index, op.name, name, cause, why, fix)
+
+    bad_in = [t for t in op.inputs if t >= 0 and t in values and _nonfinite(values[t])]
+    for t in bad_in:
+        if t in graph.inputs:
+            return origin("nonfinite_input", f"the model input {graph.names[t]!r} already holds "
+                          f"{_describe(values[t])} (the examples fed), and {op.name} passes them on ({made})",
+                          "clean the examples (np.nan_to_num, or drop the rows) before feeding them")
+        if t in graph.constants and graph.dtypes[t] == "float16":
+            return origin("float16_overflow", f"the float16 weight {graph.names[t]!r} holds "
+                          f"{_describe(values[t])}: float16's largest finite value is {FLOAT16_MAX:g}, so a "
+                          f"float32 weight beyond it became inf when converted",
+                          f"keep that weight below {FLOAT16_MAX:g} in magnitude (rescale it, or fold the "
+                          f"scale into the next op) or use the float32 or dynamic variant")
+        if t in graph.constant_ids:
+            return origin("nonfinite_weight", f"the constant {graph.names[t]!r} already holds "
+                          f"{_describe(values[t])}, as in the SavedModel's weights")
+    zero = [t for t in op.inputs + op.outputs if t >= 0 and _zero_scale(graph, t)]
+    if zero:
+        return origin("int8_zero_scale", f"tensor {graph.names[zero[0]]!r} is {graph.dtypes[zero[0]]} with "
+                      f"quantization scale 0, so dequantizing or requantizing by it divides by zero ({made})",
+                      "give the representative dataset rows that make this tensor vary (a tensor constant "
+                      "over every calibration row gets a degenerate range)")
+    if op.name in _DIVISIONS and len(op.inputs) > 1 and op.inputs[1] in values:
+        zeros = int((values[op.inputs[1]] == 0).sum())
+        if zeros:
+            return origin("division_by_zero", f"its divisor {graph.names[op.inputs[1]]!r} has {zeros} zero(s) "
+                          f"({made})", "guard the divisor (tf.math.divide_no_nan, or add an epsilon)")
+    if op.name in _LOGS and op.inputs and op.inputs[0] in values:
+        x = values[op.inputs[0]]
+        zeros, negative = int((x == 0).sum()), int((x < 0).sum())
+        if zeros or negative:
+            return origin("log_of_zero", f"its input {graph.names[op.inputs[0]]!r} has {zeros} zero(s) and "
+                          f"{negative} negative value(s) ({made})",
+                          "clamp the input first (tf.math.log(tf.maximum(x, eps)) or log1p)")
+    finite_in = [values[t] for t in op.inputs if t >= 0 and t in values and values[t].dtype.kind == "f"
+                 and values[t].size]
+    span = max((float(np.abs(v).max()) for v in finite_in), default=0.0)
+    if graph.dtypes[out] == "float16" and span > FLOAT16_MAX:
+        return origin("float16_overflow", f"{op.name} writes the float16 tensor {name!r} from values up to "
+                      f"{span:.6g}, past float16's largest finite value {FLOAT16_MAX:g} ({made})",
+                      f"scale the values below {FLOAT16_MAX:g} before the cast, or keep that tensor float32")
+    return origin("unexplained", f"{op.name} made {made} from finite inputs (largest |input| {span:.3g}); "
+                  f"none of the causes tflab recognizes (non-finite input, float16 weight overflow, int8 "
+                  f"scale 0, division or log of zero) applies")
+
+
+def find_nan_origin(model: bytes, key: str, feed: Mapping[str, np.ndarray]) -> NanOrigin | None:
+    """The first op of signature ``key`` that makes a NaN/inf on ``feed``, and why.
+
+    Args:
+        model: flatbuffer bytes.
+        key: signature key.
+        feed: ``{input name: array}`` as fed to TF (quantized here for an int8 input).
+
+    Returns:
+        A `NanOrigin`, or None when no tensor of the run holds a NaN/inf.
+        A READ_VARIABLE that fails because its variable was never written is
+        the origin too (cause ``uninitialized_variable``): the builtin kernel
+        refuses where XNNPACK returns garbage.
+
+    Raises:
+        RuntimeError: another op failed to invoke with the builtin kernels before
+            any NaN/inf appeared (the message names it).
+
+    Example (``x / y`` with a zero in ``y``):
+
+    >>> find_nan_origin(model, "serving_default", {"x": x, "y": y}).cause
+    'division_by_zero'
+    """
+    graph, values, failed = run_per_op(model, key, feed)
+    if failed is not None:
+        at = next((op for op in graph.ops if op.index == failed[0]), None)
+        if at is not None and at.name == "READ_VARIABLE":
+            var = graph.variables.get(at.inputs[0], graph.names[at.inputs[0]]).lstrip("/")
+            return NanOrigin(key, at.index, at.name, graph.names[at.outputs[0]], "uninitialized_variable",
+                             f"it reads resource variable {var!r}, which no initializer subgraph or signature "
+                             f"writes (LiteRT's builtin kernel: {failed[1]})", VARIABLE_FIX)
+    for op in graph.ops:
+        if failed is not None and op.index >= failed[0] >= 0:
+            break  # tensors from the failing op on were never computed
+        if any(t >= 0 and t in values and _nonfinite(values[t]) for t in op.outputs):
+            return _classify(graph, op, values, key)
+    if failed is not None:
+        raise RuntimeError(f"op {failed[0]} failed to invoke: {failed[1]}")
+    return None
+
+
+def find_nan_sink(model: bytes, key: str, feed: Mapping[str, np.ndarray]) -> NanOrigin | None:
+    """The first op that takes a NaN/inf and gives finite values (TF keeps the NaN, LiteRT loses it).
+
+    Args:
+        model: flatbuffer bytes.
+        key: signature key.
+        feed: ``{input name: array}`` as fed to TF (quantized here for an int8 input).
+
+    Raises:
+        RuntimeError: an op failed to invoke with the builtin kernels.
+
+    Returns:
+        A `NanOrigin` (cause ``int8_nonfinite_input`` when the op's output is an
+        integer tensor, e.g. QUANTIZE; else ``nonfinite_input`` for a float op
+        that drops it), or None when no tensor of the LiteRT run is non-finite.
+    """
+    graph, values, failed = run_per_op(model, key, feed)
+    if failed is not None:
+        raise RuntimeError(f"op {failed[0]} failed to invoke: {failed[1]}")
+    swallowed = _as_fed(graph, feed)[1]
+    for name, count in swallowed.items():
+        t = graph.feeds[name]
+        op = next((op for op in graph.ops if t in op.inputs), None)
+        scale, zp = graph.scales[t][0], graph.zero_points[t][0]
+        return NanOrigin(key, op.index if op else -1, op.name if op else "(none)", graph.names[t],
+                         "int8_nonfinite_input", dropped=True, why=
+                         f"the model input {name!r} is {graph.dtypes[t]} (scale {scale:.6g}, zero point {zp}) and "
+                         f"the examples hold {count} NaN/inf there: an integer has no NaN, so quantizing the "
+                         f"example makes them integers and LiteRT's output is finite where TF's is NaN/inf",
+                         fix="feed finite inputs (int8 kernels cannot carry NaN/inf), or keep float inputs")
+    for op in graph.ops:
+        bad_in = [t for t in op.inputs if t >= 0 and t in values and _nonfinite(values[t])]
+        outs = [t for t in op.outputs if t in values]
+        if not bad_in or not outs or any(_nonfinite(values[t]) for t in outs):
+            continue
+        t, o = bad_in[0], outs[0]
+        src = "model input" if t in graph.inputs else "tensor"
+        if graph.dtypes[o] in ("int8", "uint8", "int16", "int32"):
+            return NanOrigin(key, op.index, op.name, graph.names[t], "int8_nonfinite_input",
+                             f"its input, {src} {graph.names[t]!r}, holds {_describe(values[t])}, and it "
+                             f"writes the {graph.dtypes[o]} tensor {graph.names[o]!r}: an integer has no NaN, so "
+                             f"LiteRT's output is finite where TF's is NaN/inf",
+                             "feed finite inputs (int8 kernels cannot carry NaN/inf)", dropped=True)
+        weights = [w for w in op.inputs if w >= 0 and w not in graph.inputs and graph.dtypes[w] in ("int8", "int4")]
+        if weights:  # a hybrid (dynamic-range) kernel: int8 weights, float activations quantized on the fly
+            return NanOrigin(key, op.index, op.name, graph.names[t], "int8_nonfinite_input",
+                             f"its input, {src} {graph.names[t]!r}, holds {_describe(values[t])}, and its "
+                             f"weight {graph.names[weights[0]]!r} is {graph.dtypes[weights[0]]}: this dynamic-range "
+                             f"kernel quantizes its float input to int8 on the fly, where a NaN/inf becomes an "
+                             f"integer, so its output {graph.names[o]!r} is finite where TF's is NaN/inf",
+                             "feed finite inputs (int8 kernels cannot carry NaN/inf)", dropped=True)
+        return NanOrigin(key, op.index, op.name, graph.names[t], "nonfinite_input",
+                         f"its input, {src} {graph.names[t]!r}, holds {_describe(values[t])}, and its output "
+                         f"{graph.names[o]!r} is finite", "feed finite inputs", dropped=True)
+    return None
+
+
+# ----------------------------------------------------------- check hook
+
+
+_ORIGINS: dict = {"model": None, "found": {}}  # reruns of the last model only (no model is kept past the next)
+
+
+def _origin(model: bytes, key: str, frozen: tuple, which: str) -> NanOrigin | None:
+    if _ORIGINS["model"] is not model:
+        _ORIGINS.update(model=model, found={})
+    found = _ORIGINS["found"]
+    if (key, frozen, which) not in found:
+        feed = {n: np.frombuffer(b, dtype=np.dtype(dt)).reshape(shape) for n, dt, shape, b in frozen}
+        found[(key, frozen, which)] = (find_nan_origin if which == "origin" else find_nan_sink)(model, key, feed)
+    return found[(key, frozen, which)]
+
+
+def nan_note(model: bytes, okey: str, key: str, feeds: Sequence[Mapping[str, np.ndarray]], lite_only: int,
+             tf_only: int, both: int = 0) -> str:
+    """The note for an output with NaN/inf, naming the first op that makes it (measured) and why.
+
+    Replaces a generic explanation: the op and cause come from a per-op rerun
+    (`find_nan_origin`, or `find_nan_sink` when only TF has them).
+
+    Args:
+        model: flatbuffer bytes.
+        okey: the output's name in the report.
+        key: its signature key.
+        feeds: the examples, as fed to TF (float; quantized here for an int8 input).
+        lite_only: elements non-finite in LiteRT's output and finite in TF's.
+        tf_only: elements non-finite in TF's output and finite in LiteRT's.
+        both: elements non-finite on both sides (they match).
+
+    Returns:
+        One line, or ``""`` when all three counts are 0.
+    """
+    if not (lite_only or tf_only or both):
+        return ""
+    if lite_only or tf_only:
+        head = (f"{okey}: {lite_only + tf_only} element(s) are NaN/inf on one side only (LiteRT only "
+                f"{lite_only}, TF only {tf_only}; {both} on both): an infinite error")
+    else:
+        head = f"{okey}: {both} element(s) are NaN/inf in LiteRT and in TF alike (they match)"
+    found: NanOrigin | None = None
+    try:
+        for feed in feeds:
+            # Several outputs of one signature share the rerun of each feed (cached).
+            frozen = tuple((n, np.asarray(a).dtype.str, np.asarray(a).shape, np.asarray(a).tobytes())
+                           for n, a in sorted(feed.items()) if np.asarray(a).dtype.kind != "O")
+            if any(np.asarray(a).dtype.kind == "O" for a in feed.values()):  # bytes objects: no cache key
+                found = find_nan_origin(model, key, feed) if lite_only or both else None
+                found = found or (find_nan_sink(model, key, feed) if tf_only else None)
+            else:
+                found = _origin(model, key, frozen, "origin") if lite_only or both else None
+                if found is None and tf_only:
+                    found = _origin(model, key, frozen, "sink")
+            if found is not None:
+                break
+    except (RuntimeError, ValueError) as e:  # the builtin kernels could not even prepare it
+        return f"{head}; the per-op rerun with builtin kernels failed ({str(e).strip()[:160]})"
+    if found is None:
+        side = ("no tensor of the per-op rerun with LiteRT's builtin kernels holds a NaN/inf, so the kernels of "
+                "the checked run (XNNPACK delegate) made it" if lite_only or both else
+                "no tensor of the LiteRT run holds a NaN/inf: TF's kernels made it, LiteRT's do not")
+        return f"{head}; {side}"
+    if found.cause == "uninitialized_variable":  # its fix is in the READ_VARIABLE note already
+        found = dataclasses.replace(found, fix="see the READ_VARIABLE note")
+    return f"{head}; {found.to_text()}"
