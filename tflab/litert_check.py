@@ -112,6 +112,12 @@ class TFLiteCheck:
             in [0, 1]): their check cannot fail (on the elements with such bounds),
             so ``within_bound`` says little about them; a note says so and points to
             ``argmax_agreement``.
+        per_op: the per-op check (`tflab.litert_per_op.PerOpCheck`): every op run on
+            its own inputs with the builtin kernels and compared with a float64
+            reference using the float model's weights (None when it could not run;
+            a note says why).
+        model: the flatbuffer bytes that were checked (not in ``to_dict``).
+        path: where those bytes are written, when known (``tflab export`` sets it).
     """
 
     quantization: str
@@ -136,12 +142,32 @@ class TFLiteCheck:
     worst_output: str | None = None
     shared_weights: int = 0
     vacuous_outputs: tuple[str, ...] = ()
+    per_op: Any = None
+    model: bytes = dataclasses.field(default=b"", repr=False, compare=False)
+    path: str | None = None
+
+    @property
+    def ops(self) -> tuple:
+        """One `tflab.litert_per_op.OpCheck` per op (empty when the per-op check did not run)."""
+        return () if self.per_op is None else self.per_op.ops
+
+    @property
+    def ok(self) -> bool | None:
+        """The verdict: every checked op inside its local bound (None when the per-op check did not run).
+
+        End-to-end ``max_abs_error``, ``within_bound`` and argmax agreement stay measurements.
+        """
+        return None if self.per_op is None else self.per_op.ok
 
     def __repr__(self) -> str:
         err = "n/a" if self.max_abs_error is None else f"{self.max_abs_error:.3g}"
-        bound = "n/a" if self.bound is None else f"{self.bound:.3g}"
-        return (f"TFLiteCheck(quantization={self.quantization!r}, bit_exact={self.bit_exact}, "
-                f"max_abs_error={err}, bound={bound}, within_bound={self.within_bound}, "
+        per_op = "" if self.per_op is None else (
+            f"ok={self.ok}, ops_checked={self.per_op.checked}, ops_outside={len(self.per_op.outside)}, ")
+        # The end-to-end error and its bound belong to one output: name it.
+        worst = "" if self.worst_output is None else (
+            f"worst_output={self.worst_output!r} (|Δ|/bound {self.outputs[self.worst_output].bound_ratio:.3g}), ")
+        return (f"TFLiteCheck(quantization={self.quantization!r}, {per_op}bit_exact={self.bit_exact}, "
+                f"max_abs_error={err}, {worst}within_bound={self.within_bound}, "
                 f"size_bytes={self.size_bytes}, flex_ops={list(self.flex_ops)})")
 
     def to_text(self) -> str:
@@ -170,13 +196,17 @@ class TFLiteCheck:
                          f"ratio {o.bound_ratio:.3g} "
                          f"{'ok' if o.within_bound else 'EXCEEDED'}{am}")
         lines.append(f"  why: {self.explanation}")
+        if self.per_op is not None:
+            lines.append(self.per_op.to_text())
         lines += [f"  note: {n}" for n in self.notes]
         if self.config.get("one_line"):
             lines.append(f"  measured on: {self.config['one_line']}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("model", "per_op")}
+        d["per_op"] = None if self.per_op is None else self.per_op.to_dict()
+        d["ok"] = self.ok
         d["outputs"] = {k: dict(dataclasses.asdict(o), within_bound=o.within_bound)
                         for k, o in self.outputs.items()}
         return d
@@ -293,7 +323,8 @@ def _run_signatures(runners, loaded, examples: Examples, notes):
 
 def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Examples | Any,
                  quantization: str = "none", *, float_size: int | None = None,
-                 convert_seconds: float | None = None) -> TFLiteCheck:
+                 convert_seconds: float | None = None, float_model: bytes | None = None,
+                 per_op: bool = True) -> TFLiteCheck:
     """Runs a converted flatbuffer with LiteRT and compares it with the SavedModel in TF.
 
     Args:
@@ -304,6 +335,11 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
         quantization: which recipe made ``model`` (selects the bound).
         float_size: size in bytes of the float variant, for ``size_ratio``.
         convert_seconds: recorded in the report as is.
+        float_model: a float (``"none"``) conversion of the same SavedModel, whose
+            weights are the per-op reference; converted here when not given (for
+            the float variant too: the bytes checked may not be what the
+            converter makes).
+        per_op: run the per-op check (`tflab.litert_per_op.check_ops`).
 
     Returns:
         A `TFLiteCheck` (see `tflite_roundtrip`).
@@ -323,7 +359,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
     base = dict(op_counts=stats.op_counts, flex_ops=stats.flex_ops, custom_ops=stats.custom_ops,
                 tensor_dtypes=stats.tensor_dtypes, weights=stats.weights,
                 shared_weights=stats.shared_weights, size_bytes=len(model),
-                size_ratio=size_ratio, convert_seconds=convert_seconds)
+                size_ratio=size_ratio, convert_seconds=convert_seconds, model=bytes(model))
     if quantization == "dynamic" and not dyn_quantized:
         notes.append(f"no weight tensor was quantized: dynamic-range quantization only quantizes weight "
                      f"tensors of at least {MIN_WEIGHT_ELEMENTS} elements, so all {float_w[0]} weight "
@@ -438,6 +474,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
             worst_abs_error=float(diff[worst]) if diff.size else 0.0,
             worst_bound=float(bound[worst]) if bound.size else 0.0)
     explanation = _explanation(quantization, dyn_quantized, outputs)
+    per_op_check = _per_op(model, saved_model_dir, batches, quantization, float_model, notes) if per_op else None
     worst_output = max(outputs, key=lambda k: outputs[k].bound_ratio, default=None)
     if not exact and quantization == "none":
         rng_ops = _stateful_random_ops(loaded)
@@ -453,7 +490,42 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
         bound=outputs[worst_output].bound if worst_output else 0.0, worst_output=worst_output,
         within_bound=None if no_bound else all(o.within_bound for o in outputs.values()),
         outputs=outputs, runtime=runtime, explanation=explanation, signatures=signatures,
-        notes=tuple(notes), vacuous_outputs=tuple(vacuous), **base)
+        notes=tuple(notes), vacuous_outputs=tuple(vacuous), per_op=per_op_check, **base)
+
+
+_FLOAT_MODELS: dict = {}
+
+
+def float_reference(saved_model_dir: str | os.PathLike) -> bytes:
+    """The float (``"none"``) conversion of a SavedModel, cached per folder and ``saved_model.pb`` mtime."""
+    pb = os.path.join(os.fspath(saved_model_dir), "saved_model.pb")
+    key = (os.path.realpath(pb), os.stat(pb).st_mtime_ns)
+    if key not in _FLOAT_MODELS:
+        _FLOAT_MODELS.clear()  # one SavedModel at a time: the bytes can be large
+        _FLOAT_MODELS[key] = convert(saved_model_dir, "none")
+    return _FLOAT_MODELS[key]
+
+
+def _per_op(model: bytes, saved_model_dir: str, batches: Examples, quantization: str,
+            float_model: bytes | None, notes: list):
+    """The per-op check, or None with a note saying why it did not run."""
+    from tflab.litert_per_op import check_ops
+
+    try:
+        ref = float_model if float_model is not None else float_reference(saved_model_dir)
+        keys = read_signature_keys(model)
+        return check_ops(model, ref, {k: batches.feeds(k) for k in keys if k in batches.signatures}, quantization)
+    except (RuntimeError, ValueError, TflabError) as e:
+        if isinstance(e, UsageError) and not str(e).startswith("not a TFLite"):
+            raise
+        notes.append(f"per-op check not run: {type(e).__name__}: {str(e).strip().splitlines()[0][:200]}")
+        return None
+
+
+def read_signature_keys(model: bytes) -> list[str]:
+    from tflab.litert_ops import read_ops
+
+    return list(read_ops(model).signatures)
 
 
 def _vacuous_note(okey: str, got: np.ndarray, want: np.ndarray, bound: np.ndarray, rng: float,
@@ -562,8 +634,9 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | An
     t0 = time.perf_counter()
     model = convert(saved_model_dir, quantization, examples, select_tf_ops=select_tf_ops)
     seconds = time.perf_counter() - t0
+    float_model = model if quantization == "none" else None
     if float_size is None:
-        float_size = len(model) if quantization == "none" else len(
-            convert(saved_model_dir, "none", select_tf_ops=select_tf_ops))
+        float_model = float_model or convert(saved_model_dir, "none", select_tf_ops=select_tf_ops)
+        float_size = len(float_model)
     return check_tflite(model, saved_model_dir, examples, quantization, float_size=float_size,
-                        convert_seconds=seconds)
+                        convert_seconds=seconds, float_model=float_model)

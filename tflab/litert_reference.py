@@ -244,6 +244,14 @@ def _transpose(ins, o, out_shape):
     return np.transpose(ins[0], np.asarray(ins[1]).astype(np.int64)), Terms(kind="exact")
 
 
+def _shape(ins, o, out_shape):
+    return np.asarray(ins[0].shape, np.float64), Terms(kind="exact")
+
+
+def _pack(ins, o, out_shape):
+    return np.stack(ins, axis=int(o.axis) % len(out_shape)), Terms(kind="exact")
+
+
 def _identity_convert(ins, o, out_shape):
     return ins[0].reshape(out_shape), Terms(kind="convert")
 
@@ -284,6 +292,8 @@ REFERENCES: dict[str, Callable[[Sequence[np.ndarray], Any, tuple], tuple[np.ndar
     "PADV2": _pad,
     "STRIDED_SLICE": _strided_slice,
     "TRANSPOSE": _transpose,
+    "SHAPE": _shape,
+    "PACK": _pack,
     "QUANTIZE": _identity_convert,
     "DEQUANTIZE": _identity_convert,
 }
@@ -291,7 +301,7 @@ REFERENCES["LEAKY_RELU"] = lambda ins, o, s: (np.where(ins[0] >= 0, ins[0], ins[
                                               Terms(kind="arith"))
 
 # Inputs that are shapes, axes or paddings (int tensors read as they are, never dequantized).
-INDEX_INPUTS = {"MEAN": (1,), "SUM": (1,), "REDUCE_MAX": (1,), "RESHAPE": (1,), "PAD": (1,), "PADV2": (1,),
+INDEX_INPUTS = {"SHAPE": (0,), "MEAN": (1,), "SUM": (1,), "REDUCE_MAX": (1,), "RESHAPE": (1,), "PAD": (1,), "PADV2": (1,),
                 "STRIDED_SLICE": (1, 2, 3), "TRANSPOSE": (1,), "EXPAND_DIMS": (1,)}
 
 
