@@ -34,6 +34,7 @@ from tflab._paths import OutputPath, check_path_text, output_path
 from tflab.custom_op_loader import (PROJECT_CUSTOM_OPS, load_custom_ops_for,  # noqa: F401
                                     unregistered_op)
 from tflab.errors import Terminated, TflabError, UsageError, raise_if_terminated
+from tflab.examples import load_examples  # noqa: F401  (moved there; kept importable here)
 from tflab.litert_check import TFLiteCheck
 from tflab.litert_convert import QUANTIZATIONS
 
@@ -314,42 +315,7 @@ def build_unbuilt_keras(obj: Any, batches: list[dict[str, np.ndarray]] | None, n
     return note
 
 
-def load_examples(path: str) -> list[dict[str, np.ndarray]]:
-    """Reads an .npz file of examples.
-
-    Keys are input names (one batch), or ``"<i>/<name>"`` for several batches,
-    the layout of the ``examples.npz`` that `export_model` writes, so an
-    export's examples can be given back with ``--examples``.
-
-    Raises:
-        UsageError: missing or unreadable file.
-    """
-    if os.path.isdir(path):
-        raise UsageError(f"--examples {path!r} is a folder: give an .npz file with one array per input name "
-                         f"(np.savez(path, x=array))")
-    if os.path.exists(path) and not os.path.isfile(path):  # /dev/null, a FIFO: said "does not exist"
-        raise UsageError(f"--examples {path!r} is not a regular file: give an .npz with one array per "
-                         f"input name (np.savez(path, x=array))")
-    if not os.path.isfile(path):
-        raise UsageError(f"--examples {path!r} does not exist: give an .npz with one array per input name")
-    import zipfile
-
-    if not zipfile.is_zipfile(path):
-        # np.load reads a non-zip as a pickle and blames "pickled (object) data".
-        raise UsageError(f"--examples {path!r} is not an .npz archive (np.savez writes one, an array per "
-                         f"input name)")
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except Exception as e:
-        raise UsageError(f"--examples {path!r} is not a readable .npz ({type(e).__name__}: {e})") from e
-    if arrays and all("/" in k and k.partition("/")[0].isdigit() for k in arrays):
-        by_batch: dict[int, dict[str, np.ndarray]] = {}
-        for k, a in arrays.items():
-            i, _, name = k.partition("/")
-            by_batch.setdefault(int(i), {})[name] = a
-        return [by_batch[i] for i in sorted(by_batch)]
-    return [arrays]
+# load_examples moved to tflab.examples (check-tflite reads --examples too); kept importable here.
 
 
 # ------------------------------------------------------------ converter isolation

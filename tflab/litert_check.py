@@ -522,6 +522,40 @@ def _per_op(model: bytes, saved_model_dir: str, batches: Examples, quantization:
         return None
 
 
+def require_matching_signatures(model: bytes, loaded) -> None:
+    """Refuses a flatbuffer whose signatures are not the SavedModel's (same keys, input and output names).
+
+    Args:
+        model: TFLite flatbuffer bytes.
+        loaded: the SavedModel, loaded (`tflab.saved_model.load_saved_model`).
+
+    Raises:
+        UsageError: a TFLite signature key the SavedModel lacks, or different input/output names.
+    """
+    from ai_edge_litert.interpreter import Interpreter
+
+    try:
+        lite = Interpreter(model_content=bytes(model)).get_signature_list()
+    except (RuntimeError, ValueError) as e:
+        raise UsageError(f"LiteRT cannot load this flatbuffer ({str(e).strip().splitlines()[0][:200]}): "
+                         f"give a .tflite file tf.lite.TFLiteConverter wrote") from None
+    have = sorted(loaded.signatures)
+    if not lite:
+        raise UsageError("the flatbuffer has no signatures (SignatureDefs), so its tensors cannot be matched to "
+                         "the SavedModel's by name: convert with TFLiteConverter.from_saved_model")
+    for key, sig in lite.items():
+        if key not in loaded.signatures:
+            raise UsageError(f"the flatbuffer's signature {key!r} is not in the SavedModel (it has {have}): "
+                             f"give the SavedModel this .tflite was converted from")
+        fn = loaded.signatures[key]
+        want_in = sorted(signature_inputs(fn))
+        want_out = sorted(fn.structured_outputs)
+        if sorted(sig["inputs"]) != want_in or sorted(sig["outputs"]) != want_out:
+            raise UsageError(f"signature {key!r} differs: the flatbuffer takes {sorted(sig['inputs'])} and "
+                             f"returns {sorted(sig['outputs'])}, the SavedModel takes {want_in} and returns "
+                             f"{want_out}: give the SavedModel this .tflite was converted from")
+
+
 def read_signature_keys(model: bytes) -> list[str]:
     from tflab.litert_ops import read_ops
 

@@ -285,3 +285,41 @@ def run_ops(model: bytes, feed: Mapping[str, np.ndarray], signature_key: str | N
         out.append(OpTensors(op.index, op.op_type, op, op.inputs, op.outputs,
                              tuple(get(t) for t in op.inputs), tuple(get(t) for t in op.outputs)))
     return out
+
+
+def variant_of(model: bytes) -> str:
+    """Which of the four recipes made ``model``, read from its tensors.
+
+    ``"int8"`` when a signature input is int8 with a scale (full-integer
+    conversion with int8 inputs), ``"float16"`` when a constant is float16,
+    ``"dynamic"`` when a constant is int8 with a scale (dynamic-range weights),
+    else ``"none"``.
+
+    Args:
+        model: TFLite flatbuffer bytes.
+
+    Returns:
+        ``"none"``, ``"dynamic"``, ``"float16"`` or ``"int8"``.
+    """
+    from tensorflow.lite.python import schema_py_generated as fb
+
+    parsed = read_ops(model)
+    m = fb.ModelT.InitFromPackedBuf(bytearray(bytes(model)), 0)
+    tensors = {}
+    for sg in parsed.subgraphs:
+        for op in sg:
+            for t in (*op.inputs, *op.outputs):
+                if t is not None:
+                    tensors[(id(sg), t.index)] = t
+    for si, sg in enumerate(m.subgraphs or []):
+        for i in sg.inputs if sg.inputs is not None else []:
+            t = sg.tensors[i]
+            if t.type == fb.TensorType.INT8 and t.quantization is not None and t.quantization.scale is not None \
+                    and len(t.quantization.scale):
+                return "int8"
+    consts = [t for t in tensors.values() if t.constant is not None]
+    if any(t.dtype == "float16" for t in consts):
+        return "float16"
+    if any(t.dtype == "int8" and t.quantized for t in consts):
+        return "dynamic"
+    return "none"
