@@ -122,7 +122,7 @@ def _examples(shape, n: int = 8, seed: int = 0, scale: float = 1.0):
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
-    """name → (examples, {variant: flatbuffer bytes}) for the MLP, CNN and MobileNet-like block."""
+    """name → (examples, {variant: flatbuffer bytes}, SavedModel path) for the MLP, CNN and MobileNet-like block."""
     from tflab.litert_convert import convert
 
     root = tmp_path_factory.mktemp("per_op")
@@ -131,7 +131,7 @@ def converted(tmp_path_factory):
                                ("mobilenet_block", _mobilenet_block, (16, 16, 3))):
         sm = _save(build(), root / name)
         ex = _examples(shape)
-        out[name] = (ex, {q: convert(sm, q, [ex]) for q in VARIANTS})
+        out[name] = (ex, {q: convert(sm, q, [ex]) for q in VARIANTS}, sm)
     return out
 
 
@@ -230,7 +230,7 @@ def test_planted_defect_caught_at_its_op(converted, name, q, defect):
     charged. The bias defects use non-zero biases (set by `_nonzero_biases`).
     The mobilenet block's convs have no bias (folded BatchNorm gives them one).
     """
-    ex, models = converted[name]
+    ex, models, _ = converted[name]
     op_type, nth = TARGET[name]
     planted, index = _plant(models[q], op_type, defect, nth)
     healthy = _check(models[q], models["none"], ex, q)
@@ -253,7 +253,7 @@ def test_healthy_models_pass_every_op(converted, name, q):
     FULLY_CONNECTED, MEAN, MAX_POOL_2D, HARD_SWISH, SOFTMAX, RESHAPE, ADD, MUL,
     QUANTIZE, DEQUANTIZE ...) all have references, so nothing is left unchecked.
     """
-    ex, models = converted[name]
+    ex, models, _ = converted[name]
     r = _check(models[q], models["none"], ex, q)
     assert r.ok, r.to_text()
     assert r.unchecked == {}, r.unchecked
@@ -265,7 +265,7 @@ def test_mobilenet_block_batchnorm_folded_and_matched(converted):
     """BatchNorm is folded into the convs in every variant, so op-by-position matching pairs all ops."""
     from tflab.litert_ops import read_ops
 
-    _, models = converted["mobilenet_block"]
+    _, models, _ = converted["mobilenet_block"]
     types = {q: [o.op_type for o in read_ops(b).subgraphs[0] if o.op_type not in ("QUANTIZE", "DEQUANTIZE")]
              for q, b in models.items()}
     assert len({tuple(t) for t in types.values()}) == 1, types
@@ -332,10 +332,81 @@ def test_run_ops_returns_every_intermediate(converted):
     """`run_ops` keeps every tensor: each op's output equals the next op's input it feeds, by tensor index."""
     from tflab.litert_ops import run_ops
 
-    ex, models = converted["cnn"]
+    ex, models, _ = converted["cnn"]
     ops = run_ops(models["none"], ex)
     assert [o.op_type for o in ops][:2] == ["CONV_2D", "CONV_2D"]
     for prev, nxt in zip(ops, ops[1:]):
         if nxt.inputs[0] is not None and nxt.inputs[0].index == prev.outputs[0].index:
             np.testing.assert_array_equal(nxt.input_arrays[0], prev.output_arrays[0])
     assert ops[0].output_arrays[0].shape == (8, 12, 12, 16)
+
+
+# ------------------------------------------------------------------ TFLiteCheck and the CLI
+
+
+def test_tflite_check_carries_the_per_op_verdict(converted):
+    """`check_tflite` runs the per-op pass: ``.ok`` is its verdict, ``.ops`` its records, ``.model`` the bytes."""
+    from tflab.litert_check import check_tflite
+
+    ex, models, sm = converted["mlp"]
+    good = check_tflite(models["int8"], sm, [ex], "int8", float_model=models["none"])
+    assert good.ok is True and len(good.ops) == good.per_op.checked > 0
+    assert good.model == models["int8"]
+    planted, index = _plant(models["int8"], "FULLY_CONNECTED", "scale_x1.1", 1)
+    bad = check_tflite(planted, sm, [ex], "int8", float_model=models["none"])
+    assert bad.ok is False and [o.index for o in bad.ops if o.verdict == "OUTSIDE"] == [index]
+    assert "ok=False" in repr(bad) and "1 outside their bound" in bad.to_text()
+    d = bad.to_dict()
+    assert d["ok"] is False and d["per_op"]["outside"] == 1 and "model" not in d
+
+
+@pytest.fixture(scope="module")
+def cli_files(converted, tmp_path_factory):
+    ex, models, sm = converted["mlp"]
+    root = tmp_path_factory.mktemp("check_cli")
+    paths = {}
+    for q in ("none", "int8"):
+        paths[q] = root / f"mlp_{q}.tflite"
+        paths[q].write_bytes(models[q])
+    paths["bad"] = root / "bad.tflite"
+    paths["bad"].write_bytes(_plant(models["int8"], "FULLY_CONNECTED", "weight_x1.1", 1)[0])
+    paths["npz"] = root / "ex.npz"
+    np.savez(paths["npz"], **ex)
+    paths["other_cnn"] = root / "cnn.tflite"
+    paths["other_cnn"].write_bytes(converted["cnn"][1]["none"])
+    paths["text"] = root / "notes.tflite"
+    paths["text"].write_text("not a model\n")
+    return sm, paths
+
+
+def test_cli_check_tflite_exit_codes(run_cli, cli_files):
+    """``tflab check-tflite``: 0 for a healthy flatbuffer, 1 for a planted defect (named), JSON on --json."""
+    import json
+
+    sm, p = cli_files
+    code, out, err = run_cli("check-tflite", str(p["int8"]), sm, "--examples", str(p["npz"]))
+    assert code == 0, out + err
+    assert "0 outside their bound" in out
+    code, out, err = run_cli("check-tflite", str(p["bad"]), sm, "--examples", str(p["npz"]), "--json")
+    assert code == 1, err
+    d = json.loads(out)
+    assert d["ok"] is False and d["quantization"] == "int8" and d["path"].endswith("bad.tflite")
+    assert [o["op_type"] for o in d["per_op"]["ops"] if o["verdict"] == "OUTSIDE"] == ["FULLY_CONNECTED"]
+
+
+@pytest.mark.parametrize("case", ["not_flatbuffer", "signature_mismatch", "missing_examples", "missing_model"])
+def test_cli_check_tflite_bad_input_one_line_exit_2(run_cli, cli_files, case):
+    """Bad input: one ``tflab check-tflite: error: …`` line, exit 2, before any conversion."""
+    sm, p = cli_files
+    argv = {"not_flatbuffer": [str(p["text"]), sm],
+            "signature_mismatch": [str(p["other_cnn"]), sm],
+            "missing_examples": [str(p["none"]), sm, "--examples", str(p["npz"]) + ".missing"],
+            "missing_model": [str(p["none"]) + ".missing", sm]}[case]
+    code, out, err = run_cli("check-tflite", *argv)
+    assert code == 2, (out, err)
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("tflab check-tflite: error:"), err
+    assert "Traceback" not in err
+    word = {"not_flatbuffer": "TFLite flatbuffer", "signature_mismatch": "differs",
+            "missing_examples": "does not exist", "missing_model": "does not exist"}[case]
+    assert word in lines[0], lines[0]

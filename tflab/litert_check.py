@@ -25,7 +25,7 @@ from tflab.errors import TflabError, UsageError
 from tflab.litert_bounds import MIN_WEIGHT_ELEMENTS, _bounds, _explanation, _sensitivity
 from tflab.litert_convert import _call_target, analyze_flatbuffer, convert, signature_op_types
 from tflab.examples import Examples, check_rows  # noqa: F401  (check_rows: kept importable here)
-from tflab.saved_model import load_saved_model, signature_inputs, ulp_distance
+from tflab.saved_model import load_saved_model, signature_inputs, signature_outputs, ulp_distance
 
 # --------------------------------------------------------------------------- data
 
@@ -535,7 +535,8 @@ def require_matching_signatures(model: bytes, loaded) -> None:
     from ai_edge_litert.interpreter import Interpreter
 
     try:
-        lite = Interpreter(model_content=bytes(model)).get_signature_list()
+        interp = Interpreter(model_content=bytes(model))
+        lite = interp.get_signature_list()
     except (RuntimeError, ValueError) as e:
         raise UsageError(f"LiteRT cannot load this flatbuffer ({str(e).strip().splitlines()[0][:200]}): "
                          f"give a .tflite file tf.lite.TFLiteConverter wrote") from None
@@ -554,6 +555,19 @@ def require_matching_signatures(model: bytes, loaded) -> None:
             raise UsageError(f"signature {key!r} differs: the flatbuffer takes {sorted(sig['inputs'])} and "
                              f"returns {sorted(sig['outputs'])}, the SavedModel takes {want_in} and returns "
                              f"{want_out}: give the SavedModel this .tflite was converted from")
+        # Same names, other shapes (two Keras exports both take 'x' and return 'output_0'):
+        # every static dim must agree; a dynamic dim (-1 / None) matches anything.
+        runner = interp.get_signature_runner(key)
+        specs = {**signature_inputs(fn), **signature_outputs(fn)}
+        for name, d in {**runner.get_input_details(), **runner.get_output_details()}.items():
+            lite_shape = [int(x) for x in d["shape_signature"]]
+            tf_shape = [None if x is None else int(x) for x in (specs[name].shape or ())]
+            if len(lite_shape) != len(tf_shape) or any(
+                    a >= 0 and b is not None and a != b for a, b in zip(lite_shape, tf_shape)):
+                shown = [None if a < 0 else a for a in lite_shape]
+                raise UsageError(f"signature {key!r} differs: tensor {name!r} has shape {shown} in the "
+                                 f"flatbuffer and {tf_shape} in the SavedModel: give the SavedModel this "
+                                 f".tflite was converted from")
 
 
 def read_signature_keys(model: bytes) -> list[str]:

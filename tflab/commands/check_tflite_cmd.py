@@ -65,10 +65,9 @@ def run(args: argparse.Namespace) -> int:
         batches = Examples.of(load_examples(args.examples))
     else:
         batches = None
-    progress = Progress("check-tflite", total=3, enabled=not args.json)
-    progress("loading the SavedModel")
     loaded = load_saved_model(sm_dir)
-    require_matching_signatures(data, loaded)
+    require_matching_signatures(data, loaded)  # bad input is refused before any progress line or work
+    progress = Progress("check-tflite", total=1, enabled=not args.json)
     if batches is None:
         batches = Examples.of(random_examples(union_inputs(
             {k: signature_inputs(f) for k, f in loaded.signatures.items()})))
