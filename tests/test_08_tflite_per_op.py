@@ -288,6 +288,64 @@ def test_cancellation_117542_float_passes_per_op(tmp_path):
     r = _check(fm, fm, ex, "none")
     assert r.ok, r.to_text()
     assert r.checked >= 3  # FULLY_CONNECTED/BATCH_MATMUL ×≥2, SUB
+    # Conditioning, said plainly: the SUB's output is a tiny fraction of |p1| + |p2|.
+    sub = next(o for o in r.ops if o.op_type == "SUB")
+    assert sub.condition < 2.0 ** -10 and sub in r.ill_conditioned
+    assert r.notes and r.notes[0].startswith("output is ill-conditioned here: SUB")
+    # only the cancelling op is flagged: the note does not fire on ordinary ops
+    assert not any(o.condition is not None and o.condition < 2.0 ** -10 for o in r.ops if o.op_type != "SUB")
+
+
+def test_floormod_58206_int8_verdict_and_explanation(tmp_path):
+    """tensorflow#58206: int8 ``floormod(bits @ G, 2)``. Every op is right; the flips come from conditioning.
+
+    The FULLY_CONNECTED output is requantized to 256 levels, within one step
+    of its reference, and FLOOR_MOD is exact on the input it got: the
+    verdict is ok, and the note names the discontinuous op and the
+    requantized tensor feeding it (the cause the issue asked to be named).
+    """
+    import tensorflow as tf
+
+    from tflab.litert_convert import convert
+
+    rng = np.random.default_rng(0)
+    g = tf.constant(rng.integers(0, 2, (16, 8)).astype("float32"))
+
+    class M(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 16], tf.float32, name="x")])
+        def serve(self, x):
+            return {"y": tf.math.floormod(tf.matmul(x, g), 2.0)}
+
+    sm = _save(M(), tmp_path / "floormod", keras_model=False)
+    ex = {"x": rng.integers(0, 2, (32, 16)).astype("float32")}
+    fm = convert(sm, "none")
+    r = _check(convert(sm, "int8", [ex]), fm, ex, "int8")
+    assert r.ok, r.to_text()
+    assert any("FLOOR_MOD" in n and "FULLY_CONNECTED" in n and "256 levels" in n for n in r.notes), r.notes
+    assert not _check(fm, fm, ex, "none").notes  # float: nothing requantized, nothing to say
+
+
+@pytest.mark.slow
+def test_tour_model_every_op_within_bound_int8_and_float16(tour_model, tmp_path):
+    """MobileNetV3Small (the tour model): all 114 float ops matched by position and name, none outside.
+
+    int8 is the variant where the most ops are requantized (MEAN in the
+    squeeze-excite blocks is the tightest, about one output step);
+    float16 the one whose bound is tightest (DEPTHWISE_CONV_2D outputs that
+    are their folded bias alone reach ~0.98 of ``2**-11·|b|``).
+    """
+    import tflab
+    from tflab.litert_convert import convert
+
+    sm = tflab.save_and_reload(tour_model, tmp_path / "mobilenet", None)
+    feeds = {"serving_default": sm.example_batches.feeds("serving_default")}
+    fm = convert(sm.path, "none")
+    from tflab.litert_per_op import check_ops
+
+    for q in ("int8", "float16"):
+        r = check_ops(convert(sm.path, q, sm.example_batches), fm, feeds, q)
+        assert r.ok, (q, r.to_text())
+        assert r.matched == 114 and r.unmatched == 0 and r.unchecked == {}, (q, r.to_text())
 
 
 def test_scale_float16_passes_per_op(tmp_path):

@@ -514,7 +514,10 @@ def _per_op(model: bytes, saved_model_dir: str, batches: Examples, quantization:
     try:
         ref = float_model if float_model is not None else float_reference(saved_model_dir)
         keys = read_signature_keys(model)
-        return check_ops(model, ref, {k: batches.feeds(k) for k in keys if k in batches.signatures}, quantization)
+        result = check_ops(model, ref, {k: batches.feeds(k) for k in keys if k in batches.signatures},
+                           quantization)
+        notes.extend(result.notes)  # conditioning, said plainly
+        return result
     except (RuntimeError, ValueError, TflabError) as e:
         if isinstance(e, UsageError) and not str(e).startswith("not a TFLite"):
             raise

@@ -66,6 +66,8 @@ FLOAT16_SUBNORMAL_STEP = 2.0 ** -25  # half the spacing of float16 subnormals
 CONVERSION_OPS = ("QUANTIZE", "DEQUANTIZE")
 LUT_OPS = ("LOGISTIC", "TANH", "SOFTMAX", "HARD_SWISH", "EXP")
 TRANSCENDENTAL_ULPS = 64
+# An op output below this fraction of Σ|x||w| is cancellation (float32 keeps ~24 bits; 2**-10 leaves 14).
+ILL_CONDITIONED = 2.0 ** -10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +87,10 @@ class OpCheck:
         float_index: index of the matching op in the float model (None when unmatched).
         weights: names of the float model's constants used as this op's weights.
         signature: the signature key whose subgraph holds the op.
+        condition: ``max|y| / max Σ|x||w|`` over the op's output (None for ops without such
+            terms): much below 1 means the output cancels, so any float32 evaluation of it,
+            TF's own included, carries rounding noise of about ``γ_K·Σ|x||w|``.
+        noise: that noise, ``γ_K·max Σ|x||w|``, output units (None with ``condition``).
     """
 
     index: int
@@ -99,6 +105,8 @@ class OpCheck:
     float_index: int | None = None
     weights: tuple[str, ...] = ()
     signature: str = ""
+    condition: float | None = None
+    noise: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -123,6 +131,8 @@ class PerOpCheck:
         named_alike: of the matched pairs, how many have the same first output tensor name.
         runtime: what ran the per-op pass (builtin kernels, every tensor preserved).
         seconds: wall time of the per-op pass.
+        notes: conditioning, said plainly: cancelling ops (`conditioning_note`) and
+            discontinuous ops (FLOOR_MOD, FLOOR, ROUND, ...) fed by a quantized tensor.
     """
 
     ops: tuple[OpCheck, ...]
@@ -132,6 +142,7 @@ class PerOpCheck:
     named_alike: int
     runtime: str
     seconds: float
+    notes: tuple[str, ...] = ()
 
     @property
     def checked(self) -> int:
@@ -140,6 +151,24 @@ class PerOpCheck:
     @property
     def outside(self) -> tuple[OpCheck, ...]:
         return tuple(o for o in self.ops if o.verdict == "OUTSIDE")
+
+    @property
+    def ill_conditioned(self) -> tuple[OpCheck, ...]:
+        """Checked ops whose output is under `ILL_CONDITIONED` of the magnitude of its terms."""
+        return tuple(o for o in self.ops if o.verdict != "unchecked" and o.condition is not None
+                     and o.condition < ILL_CONDITIONED)
+
+    def conditioning_note(self) -> str:
+        """A sentence naming the cancelling ops, or "" (the verdict does not depend on it)."""
+        ops = sorted(self.ill_conditioned, key=lambda o: o.condition)
+        if not ops:
+            return ""
+        o = ops[0]
+        more = f" (and {len(ops) - 1} more op(s))" if len(ops) > 1 else ""
+        return (f"output is ill-conditioned here: {o.op_type} #{o.index} {o.name.split(';')[0]} gives values "
+                f"{o.condition:.2g} of the size of the terms it sums{more}, so float32 itself, in TF as in "
+                f"LiteRT, carries about {o.noise:.2g} of rounding noise there; judge this model by the "
+                f"per-op verdict, not by the end-to-end error")
 
     @property
     def ok(self) -> bool:
@@ -164,6 +193,7 @@ class PerOpCheck:
                  f"name), {self.unmatched} unmatched; run: {self.runtime}",
                  "    |Δ| and bound are at the same element (the op's worst |Δ|/bound); max|Δ| is the op's "
                  "largest error anywhere"]
+        lines += [f"    {n}" for n in self.notes]
         ranked = sorted((o for o in self.ops if o.verdict != "unchecked"), key=lambda o: -o.ratio)[:limit]
         for o in ranked:
             lines.append(f"    #{o.index:<3} {o.op_type:<18} |Δ| {o.error:<9.3g} bound {o.bound:<9.3g} "
@@ -174,6 +204,7 @@ class PerOpCheck:
         return {"ops": [dataclasses.asdict(o) for o in self.ops], "unchecked": dict(self.unchecked),
                 "matched": self.matched, "unmatched": self.unmatched, "named_alike": self.named_alike,
                 "checked": self.checked, "outside": len(self.outside), "ok": self.ok,
+                "notes": list(self.notes),
                 "runtime": self.runtime, "seconds": round(self.seconds, 3)}
 
 
@@ -230,6 +261,11 @@ def _local_bound(op: OpTensors, quantization: str, ref: np.ndarray, terms: Terms
         b = TRANSCENDENTAL_ULPS * u * (a_ref + (a_ref.max() if a_ref.size else 0.0))
     else:  # exact data movement, conversions
         b = u * a_ref
+        x_t = op.inputs[0] if op.inputs else None
+        if kind == "convert" and x_t is not None and x_t.quantized:
+            # (q − z)·s in float32: the kernel may form s·q − s·z, two roundings of terms up to |z·s|
+            zs = float(np.abs(x_t.zero_point).max() * x_t.scale.max()) if x_t.scale.size else 0.0
+            b = 2 * u * (a_ref + 2 * zs)
     b = np.broadcast_to(b, ref.shape).astype(np.float64)
     has_const = any(float_const)
     if quantization == "float16" and has_const and terms.dot is not None:
@@ -287,6 +323,16 @@ class _Acc:
     def __init__(self):
         self.ratio, self.error, self.bound, self.max_error = 0.0, 0.0, 0.0, 0.0
         self.reason = ""
+        self.max_out, self.max_terms, self.k = 0.0, None, 1
+
+    def terms(self, ref: np.ndarray, terms: Terms) -> None:
+        if terms.dot is None or terms.kind not in ("dot", "arith", "reduce") or not ref.size:
+            return
+        finite = np.isfinite(ref)
+        if finite.any():
+            self.max_out = max(self.max_out, float(np.abs(ref[finite]).max()))
+            self.max_terms = max(self.max_terms or 0.0, float(np.nanmax(np.broadcast_to(terms.dot, ref.shape))))
+            self.k = max(self.k, terms.k)
 
     def add(self, got: np.ndarray, ref: np.ndarray, bound: np.ndarray) -> None:
         both_nan = np.isnan(got) & np.isnan(ref)
@@ -368,12 +414,45 @@ def check_ops(model: bytes, float_model: bytes, feeds: Mapping[str, Sequence[Map
                 results.append(OpCheck(op.index, op.op_type, name, verdict="unchecked", reason=reason,
                                        float_index=fi, signature=key or ""))
                 continue
+            cond = noise = None
+            if acc.max_terms:
+                cond, noise = acc.max_out / acc.max_terms, _gamma(acc.k) * acc.max_terms
             results.append(OpCheck(op.index, op.op_type, name, acc.error, acc.bound, acc.ratio, acc.max_error,
                                    "ok" if acc.ratio <= 1.0 else "OUTSIDE", float_index=fi, weights=weights,
-                                   signature=key or ""))
+                                   signature=key or "", condition=cond, noise=noise))
     unchecked = collections.Counter(o.op_type for o in results if o.verdict == "unchecked")
-    return PerOpCheck(tuple(results), dict(sorted(unchecked.items())), matched, unmatched, alike,
-                      _runtime_text(), time.perf_counter() - t0)
+    out = PerOpCheck(tuple(results), dict(sorted(unchecked.items())), matched, unmatched, alike,
+                     _runtime_text(), time.perf_counter() - t0)
+    notes = [out.conditioning_note()] if out.conditioning_note() else []
+    for si in pq.signatures.values() or [0]:
+        notes += _discontinuity_notes(pq.subgraphs[si])
+    return dataclasses.replace(out, notes=tuple(notes))
+
+
+DISCONTINUOUS = ("FLOOR_MOD", "FLOOR_DIV", "FLOOR", "CEIL", "ROUND", "ARG_MAX", "ARG_MIN", "SIGN")
+
+
+def _discontinuity_notes(ops: Sequence) -> list[str]:
+    """Discontinuous ops whose input is (dequantized from) a quantized tensor: flips are expected there."""
+    producer = {t.index: op for op in ops for t in op.outputs}
+    notes = []
+    for op in ops:
+        if op.op_type not in DISCONTINUOUS or not op.inputs or op.inputs[0] is None:
+            continue
+        t = op.inputs[0]
+        src = producer.get(t.index)
+        if not t.quantized and src is not None and src.op_type == "DEQUANTIZE" and src.inputs[0] is not None:
+            t = src.inputs[0]
+            src = producer.get(t.index)
+        if not t.quantized:
+            continue
+        by = f" ({src.op_type} #{src.index}'s output {t.name.split(';')[0]!r})" if src is not None else ""
+        notes.append(f"output is ill-conditioned here: {op.op_type} #{op.index} jumps where its input crosses "
+                     f"a step, and its input{by} is requantized to {2 ** (8 * np.dtype(t.dtype).itemsize)} "
+                     f"levels of {float(t.scale.max()):.3g}: a correctly computed quantized model can flip "
+                     f"these outputs; keep that op and its input in float (or leave this variant) if they "
+                     f"must be exact")
+    return notes
 
 
 def _runtime_text() -> str:
@@ -433,3 +512,4 @@ def _check_one(op: OpTensors, f_op, quantization: str, acc: _Acc) -> None:
     got = out.dequantize(got_raw)
     bound = _local_bound(op, quantization, ref, terms, ins, consts)
     acc.add(got, ref, bound)
+    acc.terms(ref, terms)
