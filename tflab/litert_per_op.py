@@ -346,6 +346,8 @@ class _Acc:
         w = int(np.argmax(ratio))
         if ratio.flat[w] > self.ratio or self.ratio == 0.0 and diff.flat[w] > self.error:
             self.ratio, self.error, self.bound = float(ratio.flat[w]), float(diff.flat[w]), float(bound.flat[w])
+        elif self.ratio == 0.0 and self.error == 0.0:  # exact so far: show the widest bound it met
+            self.bound = max(self.bound, float(np.nanmax(bound)))
         self.max_error = max(self.max_error, float(diff.max()))
 
 
