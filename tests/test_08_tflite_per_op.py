@@ -468,3 +468,28 @@ def test_cli_check_tflite_bad_input_one_line_exit_2(run_cli, cli_files, case):
     word = {"not_flatbuffer": "TFLite flatbuffer", "signature_mismatch": "differs",
             "missing_examples": "does not exist", "missing_model": "does not exist"}[case]
     assert word in lines[0], lines[0]
+
+
+def test_node_data_is_model_explorer_node_data(run_cli, cli_files, tmp_path):
+    """``--node-data`` writes what Model Explorer's own builder writes for the same values.
+
+    Rebuilt with ``model_explorer.node_data_builder`` (optional extra
+    ``explorer``; skipped without it) from our ratios, the JSON must be equal:
+    same keys (output tensor names), values, thresholds (it adds display defaults).
+    """
+    import json
+
+    ndb = pytest.importorskip("model_explorer.node_data_builder")
+    sm, p = cli_files
+    out = tmp_path / "nodes.json"
+    code, _, err = run_cli("check-tflite", str(p["bad"]), sm, "--examples", str(p["npz"]), "--node-data", str(out))
+    assert code == 1, err
+    ours = json.loads(out.read_text())
+    (graph, data), = ours.items()
+    assert max(r["value"] for r in data["results"].values()) > 1  # the planted op is red
+    theirs = ndb.ModelNodeData(graphsData={graph: ndb.GraphNodeData(
+        results={k: ndb.NodeDataResult(value=v["value"]) for k, v in data["results"].items()},
+        thresholds=[ndb.ThresholdItem(value=t["value"], bgColor=t["bgColor"]) for t in data["thresholds"]])})
+    built = json.loads(theirs.to_json_string())[graph]
+    # the builder adds its display defaults (gradient, hide… flags); the data itself must be equal
+    assert {k: built[k] for k in data} == data

@@ -26,11 +26,15 @@ op's input and output arrays. Both settings matter:
 Preserving tensors turns off buffer reuse, so the run needs the sum of all
 tensor sizes in memory (not the arena's peak): fine for lab-sized models.
 
-Example:
+Example (the float conversion of README's ``Scale`` model, ``y = x * w``):
 
->>> ops = run_ops(model_bytes, {"x": np.ones((1, 4), np.float32)})
->>> ops[0].op_type, ops[0].inputs[0].name, ops[0].outputs[0].array.shape
-('FULLY_CONNECTED', 'serving_default_x:0', (1, 8))
+>>> ops = run_ops(convert("/tmp/scale_sm", "none"), {"x": np.ones((4, 64), np.float32)})
+>>> ops
+[OpTensors(#0 MUL ['StatefulPartitionedCall:0'] [(4, 64)])]
+>>> ops[0].inputs[0].name, ops[0].output_arrays[0].shape
+('serving_default_x:0', (4, 64))
+
+`tflab.litert_nan` (the first-NaN finder) and `tflab.litert_per_op` both read these records.
 """
 
 from __future__ import annotations

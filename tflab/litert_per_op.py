@@ -200,6 +200,29 @@ class PerOpCheck:
                          f"ratio {o.ratio:<8.3g} max|Δ| {o.max_error:<9.3g} {o.verdict:<7} {o.name.split(';')[0]}")
         return "\n".join(lines)
 
+    def node_data(self) -> dict:
+        """The per-op ``|Δ|/bound`` as Model Explorer node data, keyed by each op's output tensor name.
+
+        The layout of ``model_explorer.node_data_builder.ModelNodeData`` (package
+        ``ai-edge-model-explorer``): ``{graph id: {"results": {tensor name: {"value": ratio}},
+        "thresholds": [...]}}``, one graph per signature key. Ratios above 1 are the ops
+        outside their bound (red); unchecked ops are left out. Load the file in Model
+        Explorer's "node data" panel next to the .tflite to see the hot ops on the graph.
+
+        Returns:
+            A JSON-ready dict.
+        """
+        graphs: dict[str, dict] = {}
+        for o in self.ops:
+            if o.verdict == "unchecked" or not o.name:
+                continue
+            g = graphs.setdefault(o.signature or "main", {
+                "results": {},
+                "thresholds": [{"value": 0.5, "bgColor": "#c8e6c9"}, {"value": 1.0, "bgColor": "#fff59d"},
+                               {"value": float("1e300"), "bgColor": "#ef9a9a"}]})
+            g["results"][o.name] = {"value": round(o.ratio, 6)}
+        return graphs
+
     def to_dict(self) -> dict:
         return {"ops": [dataclasses.asdict(o) for o in self.ops], "unchecked": dict(self.unchecked),
                 "matched": self.matched, "unmatched": self.unmatched, "named_alike": self.named_alike,

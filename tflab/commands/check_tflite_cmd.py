@@ -24,6 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "sizes 1 and 4 for every signature)")
     p.add_argument("--quantization", choices=("none", "dynamic", "float16", "int8"),
                    help="the recipe that made MODEL (default: read from its tensors)")
+    p.add_argument("--node-data", metavar="OUT.json",
+                   help="also write each op's |Δ|/bound as Model Explorer node data (keyed by output tensor "
+                        "name) to OUT.json")
     p.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
     p.epilog = ("exit status: 0 every checked op inside its bound; 1 an op outside its bound, or the per-op "
                 "check could not run; 2 bad input (not a flatbuffer, signatures differ from the "
@@ -57,6 +60,9 @@ def run(args: argparse.Namespace) -> int:
     from tflab.litert_ops import variant_of
     from tflab.saved_model import load_saved_model, require_saved_model_dir, signature_inputs
 
+    from tflab._paths import output_path
+
+    node_out = output_path(args.node_data, "--node-data", example="nodes.json") if args.node_data else None
     data = _read_model(args.model)
     sm_dir = require_saved_model_dir(args.saved_model)
     if args.examples:
@@ -75,5 +81,7 @@ def run(args: argparse.Namespace) -> int:
     progress(f"checking the {quantization} flatbuffer op by op and end to end")
     check = check_tflite(data, sm_dir, batches, quantization)
     check = dataclasses.replace(check, path=os.path.abspath(args.model))
+    if node_out is not None and check.per_op is not None:
+        node_out.write(dumps(check.per_op.node_data()))
     print(dumps(check.to_dict()) if args.json else check.to_text())
     return 0 if check.ok else 1
