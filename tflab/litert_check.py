@@ -648,8 +648,8 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | An
             when not given.
 
     Returns:
-        A `TFLiteCheck`: ``.bit_exact``, ``.max_abs_error``, ``.bound``,
-        ``.within_bound``, ``.outputs`` by name, ``.op_counts``, ``.flex_ops``,
+        A `TFLiteCheck`: ``.ok`` (the per-op verdict), ``.ops`` (one `OpCheck` per op),
+        ``.bit_exact``, ``.max_abs_error``, ``.bound``, ``.within_bound``, ``.outputs`` by name, ``.op_counts``, ``.flex_ops``,
         ``.size_bytes``, ``.runtime``, ``.explanation``.
 
     Raises:
@@ -664,9 +664,9 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | An
 
     Example (the SavedModel of `tflab.save_and_reload`'s example):
 
-    >>> c = tflab.tflite_roundtrip("/tmp/scale_sm", {"x": np.ones(3, np.float32)}, "none")
+    >>> c = tflab.tflite_roundtrip("/tmp/scale_sm", {"x": np.ones((4, 64), np.float32)}, "none")
     >>> c
-    TFLiteCheck(quantization='none', bit_exact=True, max_abs_error=0, bound=1.19e-06, within_bound=True, size_bytes=936, flex_ops=[])
+    TFLiteCheck(quantization='none', ok=True, ops_checked=1, ops_outside=0, bit_exact=True, max_abs_error=0, worst_output='y' (|Δ|/bound 0), within_bound=True, size_bytes=952, flex_ops=[])
     >>> c.op_counts
     {'MUL': 1}
     """
