@@ -416,6 +416,9 @@ def test_tflite_check_carries_the_per_op_verdict(converted):
     planted, index = _plant(models["int8"], "FULLY_CONNECTED", "scale_x1.1", 1)
     bad = check_tflite(planted, sm, [ex], "int8", float_model=models["none"])
     assert bad.ok is False and [o.index for o in bad.ops if o.verdict == "OUTSIDE"] == [index]
+    # The old verdict (end-to-end, first-order bound summed over all weights) passes this very
+    # defect: it is the row "int8 MLP, per-channel weight scales ×1.1 ... caught: no" of issue 19.
+    assert bad.within_bound is True
     assert "ok=False" in repr(bad) and "1 outside their bound" in bad.to_text()
     d = bad.to_dict()
     assert d["ok"] is False and d["per_op"]["outside"] == 1 and "model" not in d
