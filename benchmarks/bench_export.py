@@ -4,7 +4,11 @@ Prints, from one run on this machine:
 
 * TFLite conversion seconds per variant, and each as a ratio to the float conversion;
 * latency per call (batch 1) of each LiteRT variant vs TF's ``tf.function``
-  (the in-process Keras serving function), as a ratio LiteRT / TF.
+  (the in-process Keras serving function), as a ratio LiteRT / TF;
+* the per-op check's cost (`tflab.litert_per_op.check_ops`: builtin kernels,
+  every tensor kept, a float64 reference per op) as a ratio to the rest of
+  the variant's check (conversion + `check_tflite` end to end, without the
+  per-op pass), measured variant by variant in the same run.
 
 Timings are medians over repeated calls after warm-up. The variants run side
 by side in the same process, so the ratios compare like with like even on a
@@ -63,6 +67,7 @@ def main() -> None:
             t0 = time.perf_counter()
             models[q] = convert(path, q, examples)
             conv_s[q] = time.perf_counter() - t0
+        e2e_s, per_op_s = _per_op_overhead(path, examples, models)
 
     serve = tf.function(lambda t: model(t, training=False))
     xt = tf.constant(x)
@@ -84,6 +89,34 @@ def main() -> None:
         print(f"{q:<8} {conv_s[q]:>9.2f} {conv_s[q] / conv_s['none']:>8.2f} {len(models[q]):>9} "
               f"{lite_s[q] * 1e3:>9.2f} {tf_s * 1e3:>7.2f} {lite_s[q] / tf_s:>9.2f}")
     print(f"(median of {args.calls} calls, batch 1, after one warm-up call; {os.cpu_count()} CPUs visible)")
+    print(f"{'variant':<8} {'convert s':>9} {'check s':>8} {'per-op s':>8} {'per-op ÷ (convert+check)':>25}")
+    for q in QUANTIZATIONS:
+        rest = conv_s[q] + e2e_s[q]
+        print(f"{q:<8} {conv_s[q]:>9.2f} {e2e_s[q]:>8.2f} {per_op_s[q]:>8.2f} {per_op_s[q] / rest:>25.2f}")
+    print("(check s: check_tflite without the per-op pass, the first variant also computing the shared "
+          "gradients of the end-to-end bound; per-op s: check_ops on the same examples)")
+    print(f"load average while measuring: {os.getloadavg()[0]:.1f}")
+
+
+def _per_op_overhead(path, examples, models):
+    """Seconds of the end-to-end check and of the per-op check, per variant, run one after the other."""
+    from tflab.examples import Examples
+    from tflab.litert_check import check_tflite
+    from tflab.litert_per_op import check_ops
+    from tflab.saved_model import load_saved_model, signature_inputs
+
+    loaded = load_saved_model(path)
+    batches = Examples.of(examples).check({k: signature_inputs(f) for k, f in loaded.signatures.items()})
+    feeds = {"serving_default": batches.feeds("serving_default")}
+    e2e, per_op = {}, {}
+    for q, flat in models.items():
+        t0 = time.perf_counter()
+        check_tflite(flat, path, batches, q, per_op=False)
+        e2e[q] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        check_ops(flat, models["none"], feeds, q)
+        per_op[q] = time.perf_counter() - t0
+    return e2e, per_op
 
 
 if __name__ == "__main__":

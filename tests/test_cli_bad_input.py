@@ -25,8 +25,8 @@ import pytest
 from tflab.cli import VERBS, build_parser
 from tflab.errors import UsageError
 
-# Options a verb requires that the walks cannot guess (verb -> extra argv); none so far.
-WALK_EXTRA_ARGS: dict[str, list[str]] = {}
+# Options a verb requires that the walks cannot guess (verb -> extra argv).
+WALK_EXTRA_ARGS: dict[str, list[str]] = {"check-tflite": ["model.tflite", "saved_model"]}
 # /proc refuses new files with ENOENT, /sys with EACCES, also for root (os.access says yes to root).
 UNWRITABLE = ["/proc/x.dot", "/sys/x"]
 PROGRESS = re.compile(r"^\[\w[\w-]* \d+(/\d+)? \+")

@@ -34,6 +34,7 @@ VERBS = {
     "precision": "precision_cmd",
     "distribute": "distribute_cmd",
     "env": "env_cmd",
+    "check-tflite": "check_tflite_cmd",
 }
 
 

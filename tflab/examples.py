@@ -20,6 +20,7 @@ guesses (``[x]``, a bare ndarray) are refused with the form to use.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -350,3 +351,41 @@ def check_rows(batches: Sequence[Mapping[str, np.ndarray]]) -> None:
         rows = [a.shape[0] for a in b.values() if a.ndim]
         if rows and min(rows) == 0:
             raise UsageError("examples have 0 rows: nothing to compare or calibrate; give at least one row")
+
+
+def load_examples(path: str) -> list[dict[str, np.ndarray]]:
+    """Reads an .npz file of examples.
+
+    Keys are input names (one batch), or ``"<i>/<name>"`` for several batches,
+    the layout of the ``examples.npz`` that `export_model` writes, so an
+    export's examples can be given back with ``--examples``.
+
+    Raises:
+        UsageError: missing or unreadable file.
+    """
+    if os.path.isdir(path):
+        raise UsageError(f"--examples {path!r} is a folder: give an .npz file with one array per input name "
+                         f"(np.savez(path, x=array))")
+    if os.path.exists(path) and not os.path.isfile(path):  # /dev/null, a FIFO: said "does not exist"
+        raise UsageError(f"--examples {path!r} is not a regular file: give an .npz with one array per "
+                         f"input name (np.savez(path, x=array))")
+    if not os.path.isfile(path):
+        raise UsageError(f"--examples {path!r} does not exist: give an .npz with one array per input name")
+    import zipfile
+
+    if not zipfile.is_zipfile(path):
+        # np.load reads a non-zip as a pickle and blames "pickled (object) data".
+        raise UsageError(f"--examples {path!r} is not an .npz archive (np.savez writes one, an array per "
+                         f"input name)")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except Exception as e:
+        raise UsageError(f"--examples {path!r} is not a readable .npz ({type(e).__name__}: {e})") from e
+    if arrays and all("/" in k and k.partition("/")[0].isdigit() for k in arrays):
+        by_batch: dict[int, dict[str, np.ndarray]] = {}
+        for k, a in arrays.items():
+            i, _, name = k.partition("/")
+            by_batch.setdefault(int(i), {})[name] = a
+        return [by_batch[i] for i in sorted(by_batch)]
+    return [arrays]

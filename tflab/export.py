@@ -34,6 +34,7 @@ from tflab._paths import OutputPath, check_path_text, output_path
 from tflab.custom_op_loader import (PROJECT_CUSTOM_OPS, load_custom_ops_for,  # noqa: F401
                                     unregistered_op)
 from tflab.errors import Terminated, TflabError, UsageError, raise_if_terminated
+from tflab.examples import load_examples  # noqa: F401  (moved there; kept importable here)
 from tflab.litert_check import TFLiteCheck
 from tflab.litert_convert import QUANTIZATIONS
 
@@ -89,9 +90,11 @@ class ExportReport:
 
     @property
     def ok(self) -> bool:
-        """SavedModel bit-exact and every variant converted, run and within its bound."""
+        """SavedModel bit-exact and every variant converted, run and passed: every op inside its local
+        bound (`TFLiteCheck.ok`), or, where the per-op check could not run, the end-to-end bound."""
         return bool(self.saved_model.bit_exact) and all(
-            v.status == "ok" and v.check is not None and v.check.within_bound for v in self.variants.values())
+            v.status == "ok" and v.check is not None
+            and (v.check.ok if v.check.ok is not None else v.check.within_bound) for v in self.variants.values())
 
     def __repr__(self) -> str:
         vs = ", ".join(f"{q}:{v.status}" for q, v in self.variants.items())
@@ -107,6 +110,8 @@ class ExportReport:
         seen: set[str] = set()
         for q, v in self.variants.items():
             if v.check is not None:
+                if v.check.per_op is not None:
+                    lines.append(f"{q}: {v.check.per_op.summary()}")
                 lines.append(f"{q}: {v.check.explanation}")
                 lines += [f"  note: {n}" for n in v.check.notes if not (n in seen or seen.add(n))]
         return "\n".join(lines)
@@ -314,42 +319,7 @@ def build_unbuilt_keras(obj: Any, batches: list[dict[str, np.ndarray]] | None, n
     return note
 
 
-def load_examples(path: str) -> list[dict[str, np.ndarray]]:
-    """Reads an .npz file of examples.
-
-    Keys are input names (one batch), or ``"<i>/<name>"`` for several batches,
-    the layout of the ``examples.npz`` that `export_model` writes, so an
-    export's examples can be given back with ``--examples``.
-
-    Raises:
-        UsageError: missing or unreadable file.
-    """
-    if os.path.isdir(path):
-        raise UsageError(f"--examples {path!r} is a folder: give an .npz file with one array per input name "
-                         f"(np.savez(path, x=array))")
-    if os.path.exists(path) and not os.path.isfile(path):  # /dev/null, a FIFO: said "does not exist"
-        raise UsageError(f"--examples {path!r} is not a regular file: give an .npz with one array per "
-                         f"input name (np.savez(path, x=array))")
-    if not os.path.isfile(path):
-        raise UsageError(f"--examples {path!r} does not exist: give an .npz with one array per input name")
-    import zipfile
-
-    if not zipfile.is_zipfile(path):
-        # np.load reads a non-zip as a pickle and blames "pickled (object) data".
-        raise UsageError(f"--examples {path!r} is not an .npz archive (np.savez writes one, an array per "
-                         f"input name)")
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except Exception as e:
-        raise UsageError(f"--examples {path!r} is not a readable .npz ({type(e).__name__}: {e})") from e
-    if arrays and all("/" in k and k.partition("/")[0].isdigit() for k in arrays):
-        by_batch: dict[int, dict[str, np.ndarray]] = {}
-        for k, a in arrays.items():
-            i, _, name = k.partition("/")
-            by_batch.setdefault(int(i), {})[name] = a
-        return [by_batch[i] for i in sorted(by_batch)]
-    return [arrays]
+# load_examples moved to tflab.examples (check-tflite reads --examples too); kept importable here.
 
 
 # ------------------------------------------------------------ converter isolation
@@ -688,9 +658,15 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
             from tflab.litert_nan import warn_after_conversion
 
             warn_after_conversion(data, f"TFLite {q}", getattr(progress, "note", progress))  # before running it
+            float_msg = conv.get("none", {})
+            # The float variant's bytes are the per-op reference weights (else check_tflite converts them).
+            float_model = (tmp / float_msg["file"]).read_bytes() if float_msg.get("event") == "done" else None
             check = check_tflite(data, tmp / "saved_model", batches, q, float_size=float_size,
-                                 convert_seconds=msg["seconds"])
+                                 convert_seconds=msg["seconds"], float_model=float_model)
+            check = dataclasses.replace(check, path=os.fspath(out / msg["file"]))
+            # The per-op check is the verdict; the end-to-end bound decides only when it did not run.
             status = ("not run" if check.runtime.startswith("not run") else
+                      {True: "ok", False: "OUTSIDE"}[check.ok] if check.ok is not None else
                       {True: "ok", False: "EXCEEDED", None: "no bound"}[check.within_bound])
             variants[q] = VariantResult(q, status, check=check, file=msg["file"], convert_seconds=msg["seconds"])
         # Paths inside the report point at the final folder.

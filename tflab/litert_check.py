@@ -25,7 +25,7 @@ from tflab.errors import TflabError, UsageError
 from tflab.litert_bounds import MIN_WEIGHT_ELEMENTS, _bounds, _explanation, _sensitivity
 from tflab.litert_convert import _call_target, analyze_flatbuffer, convert, signature_op_types
 from tflab.examples import Examples, check_rows  # noqa: F401  (check_rows: kept importable here)
-from tflab.saved_model import load_saved_model, signature_inputs, ulp_distance
+from tflab.saved_model import load_saved_model, signature_inputs, signature_outputs, ulp_distance
 
 # --------------------------------------------------------------------------- data
 
@@ -112,6 +112,12 @@ class TFLiteCheck:
             in [0, 1]): their check cannot fail (on the elements with such bounds),
             so ``within_bound`` says little about them; a note says so and points to
             ``argmax_agreement``.
+        per_op: the per-op check (`tflab.litert_per_op.PerOpCheck`): every op run on
+            its own inputs with the builtin kernels and compared with a float64
+            reference using the float model's weights (None when it could not run;
+            a note says why).
+        model: the flatbuffer bytes that were checked (not in ``to_dict``).
+        path: where those bytes are written, when known (``tflab export`` sets it).
     """
 
     quantization: str
@@ -136,12 +142,32 @@ class TFLiteCheck:
     worst_output: str | None = None
     shared_weights: int = 0
     vacuous_outputs: tuple[str, ...] = ()
+    per_op: Any = None
+    model: bytes = dataclasses.field(default=b"", repr=False, compare=False)
+    path: str | None = None
+
+    @property
+    def ops(self) -> tuple:
+        """One `tflab.litert_per_op.OpCheck` per op (empty when the per-op check did not run)."""
+        return () if self.per_op is None else self.per_op.ops
+
+    @property
+    def ok(self) -> bool | None:
+        """The verdict: every checked op inside its local bound (None when the per-op check did not run).
+
+        End-to-end ``max_abs_error``, ``within_bound`` and argmax agreement stay measurements.
+        """
+        return None if self.per_op is None else self.per_op.ok
 
     def __repr__(self) -> str:
         err = "n/a" if self.max_abs_error is None else f"{self.max_abs_error:.3g}"
-        bound = "n/a" if self.bound is None else f"{self.bound:.3g}"
-        return (f"TFLiteCheck(quantization={self.quantization!r}, bit_exact={self.bit_exact}, "
-                f"max_abs_error={err}, bound={bound}, within_bound={self.within_bound}, "
+        per_op = "" if self.per_op is None else (
+            f"ok={self.ok}, ops_checked={self.per_op.checked}, ops_outside={len(self.per_op.outside)}, ")
+        # The end-to-end error and its bound belong to one output: name it.
+        worst = "" if self.worst_output is None else (
+            f"worst_output={self.worst_output!r} (|Δ|/bound {self.outputs[self.worst_output].bound_ratio:.3g}), ")
+        return (f"TFLiteCheck(quantization={self.quantization!r}, {per_op}bit_exact={self.bit_exact}, "
+                f"max_abs_error={err}, {worst}within_bound={self.within_bound}, "
                 f"size_bytes={self.size_bytes}, flex_ops={list(self.flex_ops)})")
 
     def to_text(self) -> str:
@@ -170,13 +196,17 @@ class TFLiteCheck:
                          f"ratio {o.bound_ratio:.3g} "
                          f"{'ok' if o.within_bound else 'EXCEEDED'}{am}")
         lines.append(f"  why: {self.explanation}")
+        if self.per_op is not None:
+            lines.append(self.per_op.to_text())
         lines += [f"  note: {n}" for n in self.notes]
         if self.config.get("one_line"):
             lines.append(f"  measured on: {self.config['one_line']}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("model", "per_op")}
+        d["per_op"] = None if self.per_op is None else self.per_op.to_dict()
+        d["ok"] = self.ok
         d["outputs"] = {k: dict(dataclasses.asdict(o), within_bound=o.within_bound)
                         for k, o in self.outputs.items()}
         return d
@@ -293,7 +323,8 @@ def _run_signatures(runners, loaded, examples: Examples, notes):
 
 def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Examples | Any,
                  quantization: str = "none", *, float_size: int | None = None,
-                 convert_seconds: float | None = None) -> TFLiteCheck:
+                 convert_seconds: float | None = None, float_model: bytes | None = None,
+                 per_op: bool = True) -> TFLiteCheck:
     """Runs a converted flatbuffer with LiteRT and compares it with the SavedModel in TF.
 
     Args:
@@ -304,6 +335,11 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
         quantization: which recipe made ``model`` (selects the bound).
         float_size: size in bytes of the float variant, for ``size_ratio``.
         convert_seconds: recorded in the report as is.
+        float_model: a float (``"none"``) conversion of the same SavedModel, whose
+            weights are the per-op reference; converted here when not given (for
+            the float variant too: the bytes checked may not be what the
+            converter makes).
+        per_op: run the per-op check (`tflab.litert_per_op.check_ops`).
 
     Returns:
         A `TFLiteCheck` (see `tflite_roundtrip`).
@@ -323,7 +359,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
     base = dict(op_counts=stats.op_counts, flex_ops=stats.flex_ops, custom_ops=stats.custom_ops,
                 tensor_dtypes=stats.tensor_dtypes, weights=stats.weights,
                 shared_weights=stats.shared_weights, size_bytes=len(model),
-                size_ratio=size_ratio, convert_seconds=convert_seconds)
+                size_ratio=size_ratio, convert_seconds=convert_seconds, model=bytes(model))
     from tflab.litert_nan import conversion_notes, nan_note
 
     notes += conversion_notes(model, stats.op_counts)  # known before running: said first
@@ -441,6 +477,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
             worst_abs_error=float(diff[worst]) if diff.size else 0.0,
             worst_bound=float(bound[worst]) if bound.size else 0.0)
     explanation = _explanation(quantization, dyn_quantized, outputs)
+    per_op_check = _per_op(model, saved_model_dir, batches, quantization, float_model, notes) if per_op else None
     worst_output = max(outputs, key=lambda k: outputs[k].bound_ratio, default=None)
     if not exact and quantization == "none":
         rng_ops = _stateful_random_ops(loaded)
@@ -456,7 +493,94 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
         bound=outputs[worst_output].bound if worst_output else 0.0, worst_output=worst_output,
         within_bound=None if no_bound else all(o.within_bound for o in outputs.values()),
         outputs=outputs, runtime=runtime, explanation=explanation, signatures=signatures,
-        notes=tuple(notes), vacuous_outputs=tuple(vacuous), **base)
+        notes=tuple(notes), vacuous_outputs=tuple(vacuous), per_op=per_op_check, **base)
+
+
+_FLOAT_MODELS: dict = {}
+
+
+def float_reference(saved_model_dir: str | os.PathLike) -> bytes:
+    """The float (``"none"``) conversion of a SavedModel, cached per folder and ``saved_model.pb`` mtime."""
+    pb = os.path.join(os.fspath(saved_model_dir), "saved_model.pb")
+    key = (os.path.realpath(pb), os.stat(pb).st_mtime_ns)
+    if key not in _FLOAT_MODELS:
+        _FLOAT_MODELS.clear()  # one SavedModel at a time: the bytes can be large
+        _FLOAT_MODELS[key] = convert(saved_model_dir, "none")
+    return _FLOAT_MODELS[key]
+
+
+def _per_op(model: bytes, saved_model_dir: str, batches: Examples, quantization: str,
+            float_model: bytes | None, notes: list):
+    """The per-op check, or None with a note saying why it did not run."""
+    from tflab.litert_per_op import check_ops
+
+    try:
+        ref = float_model if float_model is not None else float_reference(saved_model_dir)
+        keys = read_signature_keys(model)
+        result = check_ops(model, ref, {k: batches.feeds(k) for k in keys if k in batches.signatures},
+                           quantization)
+        notes.extend(result.notes)  # conditioning, said plainly
+        return result
+    except Exception as e:  # noqa: BLE001  the end-to-end check stands; ok stays None and says why
+        if isinstance(e, UsageError) and not str(e).startswith("not a TFLite"):
+            raise
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        notes.append(f"per-op check not run, so there is no per-op verdict (ok=None): {type(e).__name__}: {first}")
+        return None
+
+
+def require_matching_signatures(model: bytes, loaded) -> None:
+    """Refuses a flatbuffer whose signatures are not the SavedModel's (same keys, input and output names).
+
+    Args:
+        model: TFLite flatbuffer bytes.
+        loaded: the SavedModel, loaded (`tflab.saved_model.load_saved_model`).
+
+    Raises:
+        UsageError: a TFLite signature key the SavedModel lacks, or different input/output names.
+    """
+    from ai_edge_litert.interpreter import Interpreter
+
+    try:
+        interp = Interpreter(model_content=bytes(model))
+        lite = interp.get_signature_list()
+    except (RuntimeError, ValueError) as e:
+        raise UsageError(f"LiteRT cannot load this flatbuffer ({str(e).strip().splitlines()[0][:200]}): "
+                         f"give a .tflite file tf.lite.TFLiteConverter wrote") from None
+    have = sorted(loaded.signatures)
+    if not lite:
+        raise UsageError("the flatbuffer has no signatures (SignatureDefs), so its tensors cannot be matched to "
+                         "the SavedModel's by name: convert with TFLiteConverter.from_saved_model")
+    for key, sig in lite.items():
+        if key not in loaded.signatures:
+            raise UsageError(f"the flatbuffer's signature {key!r} is not in the SavedModel (it has {have}): "
+                             f"give the SavedModel this .tflite was converted from")
+        fn = loaded.signatures[key]
+        want_in = sorted(signature_inputs(fn))
+        want_out = sorted(fn.structured_outputs)
+        if sorted(sig["inputs"]) != want_in or sorted(sig["outputs"]) != want_out:
+            raise UsageError(f"signature {key!r} differs: the flatbuffer takes {sorted(sig['inputs'])} and "
+                             f"returns {sorted(sig['outputs'])}, the SavedModel takes {want_in} and returns "
+                             f"{want_out}: give the SavedModel this .tflite was converted from")
+        # Same names, other shapes (two Keras exports both take 'x' and return 'output_0'):
+        # every static dim must agree; a dynamic dim (-1 / None) matches anything.
+        runner = interp.get_signature_runner(key)
+        specs = {**signature_inputs(fn), **signature_outputs(fn)}
+        for name, d in {**runner.get_input_details(), **runner.get_output_details()}.items():
+            lite_shape = [int(x) for x in d["shape_signature"]]
+            tf_shape = [None if x is None else int(x) for x in (specs[name].shape or ())]
+            if len(lite_shape) != len(tf_shape) or any(
+                    a >= 0 and b is not None and a != b for a, b in zip(lite_shape, tf_shape)):
+                shown = [None if a < 0 else a for a in lite_shape]
+                raise UsageError(f"signature {key!r} differs: tensor {name!r} has shape {shown} in the "
+                                 f"flatbuffer and {tf_shape} in the SavedModel: give the SavedModel this "
+                                 f".tflite was converted from")
+
+
+def read_signature_keys(model: bytes) -> list[str]:
+    from tflab.litert_ops import read_ops
+
+    return list(read_ops(model).signatures)
 
 
 def _vacuous_note(okey: str, got: np.ndarray, want: np.ndarray, bound: np.ndarray, rng: float,
@@ -528,8 +652,8 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | An
             when not given.
 
     Returns:
-        A `TFLiteCheck`: ``.bit_exact``, ``.max_abs_error``, ``.bound``,
-        ``.within_bound``, ``.outputs`` by name, ``.op_counts``, ``.flex_ops``,
+        A `TFLiteCheck`: ``.ok`` (the per-op verdict), ``.ops`` (one `OpCheck` per op),
+        ``.bit_exact``, ``.max_abs_error``, ``.bound``, ``.within_bound``, ``.outputs`` by name, ``.op_counts``, ``.flex_ops``,
         ``.size_bytes``, ``.runtime``, ``.explanation``.
 
     Raises:
@@ -544,9 +668,9 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | An
 
     Example (the SavedModel of `tflab.save_and_reload`'s example):
 
-    >>> c = tflab.tflite_roundtrip("/tmp/scale_sm", {"x": np.ones(3, np.float32)}, "none")
+    >>> c = tflab.tflite_roundtrip("/tmp/scale_sm", {"x": np.ones((4, 64), np.float32)}, "none")
     >>> c
-    TFLiteCheck(quantization='none', bit_exact=True, max_abs_error=0, bound=1.19e-06, within_bound=True, size_bytes=936, flex_ops=[])
+    TFLiteCheck(quantization='none', ok=True, ops_checked=1, ops_outside=0, bit_exact=True, max_abs_error=0, worst_output='y' (|Δ|/bound 0), within_bound=True, size_bytes=952, flex_ops=[])
     >>> c.op_counts
     {'MUL': 1}
     """
@@ -568,8 +692,9 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | An
     from tflab.litert_nan import warn_after_conversion
 
     warn_after_conversion(model, f"tflite_roundtrip {quantization}")  # before LiteRT runs it
+    float_model = model if quantization == "none" else None
     if float_size is None:
-        float_size = len(model) if quantization == "none" else len(
-            convert(saved_model_dir, "none", select_tf_ops=select_tf_ops))
+        float_model = float_model or convert(saved_model_dir, "none", select_tf_ops=select_tf_ops)
+        float_size = len(float_model)
     return check_tflite(model, saved_model_dir, examples, quantization, float_size=float_size,
-                        convert_seconds=seconds)
+                        convert_seconds=seconds, float_model=float_model)

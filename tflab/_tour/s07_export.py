@@ -22,6 +22,9 @@ def run(ctx) -> None:
              f"({', '.join(sm.signatures)}) -> {report.out}")
     for line in variant_table(report.variants).splitlines():
         ctx.line(line)
+    for q, v in report.variants.items():  # the verdict: every op against its float reference
+        if v.check is not None and v.check.per_op is not None:
+            ctx.line(f"{q}: {v.check.per_op.summary()}")
     seen = set()
     for q, v in report.variants.items():
         if v.check is None:
@@ -46,6 +49,10 @@ def run(ctx) -> None:
                     "vacuous_outputs": list(v.check.vacuous_outputs),  # bound >= range: cannot fail
                     "argmax_agreement": min((o.argmax_agreement for o in v.check.outputs.values()
                                              if o.argmax_agreement is not None), default=None),
-                    "op_counts": v.check.op_counts, "runtime": v.check.runtime})}
+                    "op_counts": v.check.op_counts, "runtime": v.check.runtime,
+                    "ok": v.check.ok,  # per-op verdict (None: the per-op check did not run)
+                    **({} if v.check.per_op is None else {
+                        "ops_checked": v.check.per_op.checked, "ops_outside": len(v.check.per_op.outside),
+                        "ops_unchecked": v.check.per_op.unchecked})})}
             for q, v in report.variants.items()},
     }

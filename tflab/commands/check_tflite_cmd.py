@@ -1,0 +1,87 @@
+"""``tflab check-tflite MODEL.tflite SAVED_MODEL``: check a flatbuffer made elsewhere, op by op.
+
+The work is `tflab.litert_check.check_tflite` with the per-op check of
+`tflab.litert_per_op` (its reference weights come from a float conversion
+of SAVED_MODEL that tflab makes for the purpose); this verb reads the files,
+refuses what cannot be checked before any work, and prints the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+
+HELP = ("check a .tflite flatbuffer against the SavedModel it was converted from: every op against a float "
+        "reference on its own inputs, and the outputs end to end")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL.tflite", help="the TFLite flatbuffer to check")
+    p.add_argument("saved_model", metavar="SAVED_MODEL", help="the SavedModel folder it was converted from")
+    p.add_argument("--examples", metavar="F.npz",
+                   help="example batch(es), an array per input name (default: seeded random batches of "
+                        "sizes 1 and 4 for every signature)")
+    p.add_argument("--quantization", choices=("none", "dynamic", "float16", "int8"),
+                   help="the recipe that made MODEL (default: read from its tensors)")
+    p.add_argument("--node-data", metavar="OUT.json",
+                   help="also write each op's |Δ|/bound as Model Explorer node data (keyed by output tensor "
+                        "name) to OUT.json")
+    p.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
+    p.epilog = ("exit status: 0 every checked op inside its bound; 1 an op outside its bound, or the per-op "
+                "check could not run; 2 bad input (not a flatbuffer, signatures differ from the "
+                "SavedModel's, missing examples file)")
+
+
+def _read_model(path: str) -> bytes:
+    from tflab.errors import UsageError
+    from tflab.litert_ops import read_ops
+
+    if not os.path.isfile(path):
+        what = "is a folder" if os.path.isdir(path) else "does not exist"
+        raise UsageError(f"MODEL.tflite {path!r} {what}: give the .tflite file tf.lite.TFLiteConverter wrote")
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        read_ops(data)
+    except UsageError as e:
+        raise UsageError(f"{path!r} is {str(e)}") from None
+    except Exception as e:  # a file with the identifier but a broken table
+        raise UsageError(f"{path!r} is not a readable TFLite flatbuffer ({type(e).__name__}); "
+                         f"give the .tflite file tf.lite.TFLiteConverter wrote") from None
+    return data
+
+
+def run(args: argparse.Namespace) -> int:
+    from tflab._jsonutil import dumps
+    from tflab._progress import Progress
+    from tflab.examples import Examples, random_examples, union_inputs
+    from tflab.litert_check import check_tflite, require_matching_signatures
+    from tflab.litert_ops import variant_of
+    from tflab.saved_model import load_saved_model, require_saved_model_dir, signature_inputs
+
+    from tflab._paths import output_path
+
+    node_out = output_path(args.node_data, "--node-data", example="nodes.json") if args.node_data else None
+    data = _read_model(args.model)
+    sm_dir = require_saved_model_dir(args.saved_model)
+    if args.examples:
+        from tflab.examples import load_examples
+
+        batches = Examples.of(load_examples(args.examples))
+    else:
+        batches = None
+    loaded = load_saved_model(sm_dir)
+    require_matching_signatures(data, loaded)  # bad input is refused before any progress line or work
+    progress = Progress("check-tflite", total=1, enabled=not args.json)
+    if batches is None:
+        batches = Examples.of(random_examples(union_inputs(
+            {k: signature_inputs(f) for k, f in loaded.signatures.items()})))
+    quantization = args.quantization or variant_of(data)
+    progress(f"checking the {quantization} flatbuffer op by op and end to end")
+    check = check_tflite(data, sm_dir, batches, quantization)
+    check = dataclasses.replace(check, path=os.path.abspath(args.model))
+    if node_out is not None and check.per_op is not None:
+        node_out.write(dumps(check.per_op.node_data()))
+    print(dumps(check.to_dict()) if args.json else check.to_text())
+    return 0 if check.ok else 1

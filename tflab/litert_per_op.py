@@ -1,0 +1,540 @@
+"""Lab step 8, the per-op verdict: every TFLite op checked against a float reference on its own inputs.
+
+For each op of the variant being checked, `check_ops` computes what the op
+should have written, in float64 (`tflab.litert_reference`), from
+
+* **the op's actual inputs** as LiteRT computed them in this run (read with
+  every tensor preserved and the builtin kernels, `tflab.litert_ops.run_ops`;
+  int8 tensors dequantized with their own scale and zero point), and
+* **the float model's weights**: the constants of the matching op of a float
+  conversion of the same SavedModel. A reference built from the checked
+  model's own weights and scales would agree with a consistently wrong
+  scale; the float model's cannot. This is the comparison
+  ``tf.lite.experimental.QuantizationDebugger``'s NumericVerify debug model
+  makes (tensorflow/lite/tools/optimize/debugging/python/debugger.py).
+
+Ops are matched to the float model by position: the op types of both
+subgraphs, QUANTIZE/DEQUANTIZE left out (the float16 and int8 conversions add
+them), are aligned with `difflib.SequenceMatcher`; a pair counts as named
+alike when their first output tensors have the same name. An op without a
+float partner, or without a reference, is *unchecked*, listed with its count.
+
+The local bound is built from the op's own K terms, in magnitudes only
+(``u = 2**-24``, ``γ_K = K·u/(1−K·u)``; Higham, *Accuracy and Stability of
+Numerical Algorithms*, §3.1), so a cancelling output cannot shrink it:
+
+* float32, any op: ``2·γ_K·Σ|x||w|`` (any summation order, any blocking)
+  plus rounding of the result; elementwise exp/tanh/softmax kernels get
+  64 ULP of the tensor's largest value; data movement is exact.
+* float16: the float32 bound plus ``2**-11·Σ|x||w|`` (each float16 weight
+  is within ``2**-11`` relatively of the float32 one; ``2**-25`` absolutely
+  for subnormals). It is tight where an output is its bias alone (ReLU'd
+  zeros in front): measured up to 0.98 of it on MobileNetV3Small.
+* dynamic (hybrid kernels): with int8 weights of per-channel step ``s_w`` and
+  the activation quantized at run time to step ``s_x = max|x|/127``:
+  ``Σ|x|·s_w/2 + Σ|w|·s_x/2 + K·s_x·s_w/4`` plus the float32 bound.
+* int8: one output step ``s_y`` (rounding and the fixed-point multiplier;
+  two for the look-up-table kernels LOGISTIC, TANH, SOFTMAX, HARD_SWISH, and
+  for the reductions MEAN, SUM, AVERAGE_POOL_2D, whose integer kernels round
+  the scaled sum and then requantize it: measured up to 1.14 steps on
+  MobileNetV3Small's squeeze-excite means)
+  plus ``Σ|x|·s_w/2`` for the weights and ``s_x·s_w/2`` for the int32 bias.
+  The reference is clipped to the output's representable range, which is
+  part of the quantized op's meaning.
+
+A wrong weight or scale, a dropped bias or a permutation then shows at the op
+that holds it: its inputs are the checked model's own, so nothing upstream
+is charged to it.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import difflib
+import time
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from tflab.litert_ops import ModelOps, OpTensors, TensorInfo, preserving_interpreter, read_ops, run_ops
+from tflab.litert_reference import INDEX_INPUTS, Terms, reference
+
+UNIT_ROUNDOFF = 2.0 ** -24
+FLOAT16_STEP = 2.0 ** -11  # unit roundoff of float16 (10 stored mantissa bits, round to nearest)
+FLOAT16_SUBNORMAL_STEP = 2.0 ** -25  # half the spacing of float16 subnormals
+CONVERSION_OPS = ("QUANTIZE", "DEQUANTIZE")
+LUT_OPS = ("LOGISTIC", "TANH", "SOFTMAX", "HARD_SWISH", "EXP")
+TRANSCENDENTAL_ULPS = 64
+# An op output below this fraction of Σ|x||w| is cancellation (float32 keeps ~24 bits; 2**-10 leaves 14).
+ILL_CONDITIONED = 2.0 ** -10
+
+
+@dataclasses.dataclass(frozen=True)
+class OpCheck:
+    """One op of a TFLite variant against its float reference.
+
+    Attributes:
+        index: op index in the checked subgraph (execution order).
+        op_type: builtin name, e.g. ``"CONV_2D"``.
+        name: the op's first output tensor name (the converter's, e.g. ``"model/conv2d_5/BiasAdd"``).
+        error: ``|lite − reference|`` at the element with the largest ``|Δ|/bound``, output units.
+        bound: the local bound at that same element (so ``error / bound == ratio``).
+        ratio: the largest ``|Δ|/bound`` over the op's output elements and all examples.
+        max_error: the largest ``|lite − reference|`` anywhere in the output (may be another element).
+        verdict: ``"ok"``, ``"OUTSIDE"`` (some element beyond its bound) or ``"unchecked"``.
+        reason: why unchecked, else "".
+        float_index: index of the matching op in the float model (None when unmatched).
+        weights: names of the float model's constants used as this op's weights.
+        signature: the signature key whose subgraph holds the op.
+        condition: ``max|y| / max Σ|x||w|`` over the op's output (None for ops without such
+            terms): much below 1 means the output cancels, so any float32 evaluation of it,
+            TF's own included, carries rounding noise of about ``γ_K·Σ|x||w|``.
+        noise: that noise, ``γ_K·max Σ|x||w|``, output units (None with ``condition``).
+    """
+
+    index: int
+    op_type: str
+    name: str
+    error: float = 0.0
+    bound: float = 0.0
+    ratio: float = 0.0
+    max_error: float = 0.0
+    verdict: str = "unchecked"
+    reason: str = ""
+    float_index: int | None = None
+    weights: tuple[str, ...] = ()
+    signature: str = ""
+    condition: float | None = None
+    noise: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == "ok"
+
+    def __repr__(self) -> str:
+        if self.verdict == "unchecked":
+            return f"OpCheck(#{self.index} {self.op_type} {self.name!r} unchecked: {self.reason})"
+        return (f"OpCheck(#{self.index} {self.op_type} {self.name!r} |Δ| {self.error:.3g} bound {self.bound:.3g} "
+                f"(ratio {self.ratio:.3g}, same element) {self.verdict})")
+
+
+@dataclasses.dataclass(frozen=True)
+class PerOpCheck:
+    """All ops of one variant checked on their own inputs.
+
+    Attributes:
+        ops: one `OpCheck` per op, signature by signature, in execution order.
+        unchecked: op type → how many ops of that type have no verdict.
+        matched: ops paired with an op of the float model.
+        unmatched: ops (QUANTIZE/DEQUANTIZE aside) the alignment left without a float partner.
+        named_alike: of the matched pairs, how many have the same first output tensor name.
+        runtime: what ran the per-op pass (builtin kernels, every tensor preserved).
+        seconds: wall time of the per-op pass.
+        notes: conditioning, said plainly: cancelling ops (`conditioning_note`) and
+            discontinuous ops (FLOOR_MOD, FLOOR, ROUND, ...) fed by a quantized tensor.
+    """
+
+    ops: tuple[OpCheck, ...]
+    unchecked: dict[str, int]
+    matched: int
+    unmatched: int
+    named_alike: int
+    runtime: str
+    seconds: float
+    notes: tuple[str, ...] = ()
+
+    @property
+    def checked(self) -> int:
+        return sum(1 for o in self.ops if o.verdict != "unchecked")
+
+    @property
+    def outside(self) -> tuple[OpCheck, ...]:
+        return tuple(o for o in self.ops if o.verdict == "OUTSIDE")
+
+    @property
+    def ill_conditioned(self) -> tuple[OpCheck, ...]:
+        """Checked ops whose output is under `ILL_CONDITIONED` of the magnitude of its terms."""
+        return tuple(o for o in self.ops if o.verdict != "unchecked" and o.condition is not None
+                     and o.condition < ILL_CONDITIONED)
+
+    def conditioning_note(self) -> str:
+        """A sentence naming the cancelling ops, or "" (the verdict does not depend on it)."""
+        ops = sorted(self.ill_conditioned, key=lambda o: o.condition)
+        if not ops:
+            return ""
+        o = ops[0]
+        more = f" (and {len(ops) - 1} more op(s))" if len(ops) > 1 else ""
+        return (f"output is ill-conditioned here: {o.op_type} #{o.index} {o.name.split(';')[0]} gives values "
+                f"{o.condition:.2g} of the size of the terms it sums{more}, so float32 itself, in TF as in "
+                f"LiteRT, carries about {o.noise:.2g} of rounding noise there; judge this model by the "
+                f"per-op verdict, not by the end-to-end error")
+
+    @property
+    def ok(self) -> bool:
+        """Every checked op inside its bound (and at least one op checked)."""
+        return self.checked > 0 and not self.outside
+
+    def summary(self) -> str:
+        un = ", ".join(f"{k}×{v}" if v > 1 else k for k, v in sorted(self.unchecked.items()))
+        worst = max((o for o in self.ops if o.verdict != "unchecked"), key=lambda o: o.ratio, default=None)
+        text = (f"{self.checked} ops checked, {len(self.outside)} outside their bound"
+                + (f" ({sum(self.unchecked.values())} unchecked: {un})" if un else ""))
+        if self.outside:
+            text += "; outside: " + ", ".join(f"{o.op_type} #{o.index} {o.name.split(';')[0]} "
+                                              f"(ratio {o.ratio:.3g})" for o in self.outside[:3])
+        elif worst is not None:
+            text += f"; worst {worst.op_type} #{worst.index} at {worst.ratio:.2g} of its bound"
+        return text
+
+    def to_text(self, limit: int = 12) -> str:
+        lines = [f"  per-op: {self.summary()}",
+                 f"    matched to the float model: {self.matched} ops ({self.named_alike} with the same output "
+                 f"name), {self.unmatched} unmatched; run: {self.runtime}",
+                 "    |Δ| and bound are at the same element (the op's worst |Δ|/bound); max|Δ| is the op's "
+                 "largest error anywhere"]
+        lines += [f"    {n}" for n in self.notes]
+        ranked = sorted((o for o in self.ops if o.verdict != "unchecked"), key=lambda o: -o.ratio)[:limit]
+        for o in ranked:
+            lines.append(f"    #{o.index:<3} {o.op_type:<18} |Δ| {o.error:<9.3g} bound {o.bound:<9.3g} "
+                         f"ratio {o.ratio:<8.3g} max|Δ| {o.max_error:<9.3g} {o.verdict:<7} {o.name.split(';')[0]}")
+        return "\n".join(lines)
+
+    def node_data(self) -> dict:
+        """The per-op ``|Δ|/bound`` as Model Explorer node data, keyed by each op's output tensor name.
+
+        The layout of ``model_explorer.node_data_builder.ModelNodeData`` (package
+        ``ai-edge-model-explorer``): ``{graph id: {"results": {tensor name: {"value": ratio}},
+        "thresholds": [...]}}``, one graph per signature key. Ratios above 1 are the ops
+        outside their bound (red); unchecked ops are left out. Load the file in Model
+        Explorer's "node data" panel next to the .tflite to see the hot ops on the graph.
+
+        Returns:
+            A JSON-ready dict.
+        """
+        graphs: dict[str, dict] = {}
+        for o in self.ops:
+            if o.verdict == "unchecked" or not o.name:
+                continue
+            g = graphs.setdefault(o.signature or "main", {
+                "results": {},
+                "thresholds": [{"value": 0.5, "bgColor": "#c8e6c9"}, {"value": 1.0, "bgColor": "#fff59d"},
+                               {"value": float("1e300"), "bgColor": "#ef9a9a"}]})
+            g["results"][o.name] = {"value": round(o.ratio, 6)}
+        return graphs
+
+    def to_dict(self) -> dict:
+        return {"ops": [dataclasses.asdict(o) for o in self.ops], "unchecked": dict(self.unchecked),
+                "matched": self.matched, "unmatched": self.unmatched, "named_alike": self.named_alike,
+                "checked": self.checked, "outside": len(self.outside), "ok": self.ok,
+                "notes": list(self.notes),
+                "runtime": self.runtime, "seconds": round(self.seconds, 3)}
+
+
+# -------------------------------------------------------------------- matching
+
+
+def match_ops(checked: Sequence, float_ops: Sequence) -> tuple[dict[int, int], int]:
+    """Pairs ops of the checked subgraph with ops of the float subgraph by aligned position.
+
+    Args:
+        checked: the checked subgraph's `OpInfo` list.
+        float_ops: the float model's `OpInfo` list for the same signature.
+
+    Returns:
+        ``({checked op index: float op index}, unmatched count)``; QUANTIZE/DEQUANTIZE
+        ops of the checked model are neither matched nor counted as unmatched.
+    """
+    a = [o for o in checked if o.op_type not in CONVERSION_OPS]
+    b = [o for o in float_ops if o.op_type not in CONVERSION_OPS]
+    sm = difflib.SequenceMatcher(None, [o.op_type for o in a], [o.op_type for o in b], autojunk=False)
+    pairs: dict[int, int] = {}
+    for block in sm.get_matching_blocks():
+        for k in range(block.size):
+            pairs[a[block.a + k].index] = b[block.b + k].index
+    return pairs, len(a) - len(pairs)
+
+
+# -------------------------------------------------------------------- bounds
+
+
+def _gamma(k: int) -> float:
+    ku = k * UNIT_ROUNDOFF
+    return ku / (1 - ku)
+
+
+def _channel(scale: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """A per-channel step along the output's last axis (per tensor: a scalar)."""
+    if scale.size <= 1:
+        return np.float64(scale.reshape(-1)[0] if scale.size else 0.0)
+    return scale.reshape((1,) * (len(shape) - 1) + (scale.size,))
+
+
+def _local_bound(op: OpTensors, quantization: str, ref: np.ndarray, terms: Terms,
+                 ref_inputs: Sequence, float_const: Sequence[bool]) -> np.ndarray:
+    u = UNIT_ROUNDOFF
+    out = op.outputs[0]
+    a_ref = np.abs(ref)
+    kind = terms.kind
+    if kind in ("dot", "reduce"):
+        b = 2 * _gamma(terms.k + 1) * terms.dot + 2 * u * a_ref
+    elif kind == "arith":
+        b = 2 * u * ((terms.dot if terms.dot is not None else 0.0) + a_ref)
+    elif kind == "transcendental":
+        b = TRANSCENDENTAL_ULPS * u * (a_ref + (a_ref.max() if a_ref.size else 0.0))
+    else:  # exact data movement, conversions
+        b = u * a_ref
+        x_t = op.inputs[0] if op.inputs else None
+        if kind == "convert" and x_t is not None and x_t.quantized:
+            # (q − z)·s in float32: the kernel may form s·q − s·z, two roundings of terms up to |z·s|
+            zs = float(np.abs(x_t.zero_point).max() * x_t.scale.max()) if x_t.scale.size else 0.0
+            b = 2 * u * (a_ref + 2 * zs)
+    b = np.broadcast_to(b, ref.shape).astype(np.float64)
+    has_const = any(float_const)
+    if quantization == "float16" and has_const and terms.dot is not None:
+        # relative step 2**-11 for normal float16 values, absolute 2**-25 below 2**-14 (subnormals)
+        b = b + FLOAT16_STEP * terms.dot
+        if terms.x_abs is not None:
+            b = b + FLOAT16_SUBNORMAL_STEP * (terms.x_abs + 1.0)
+    w_i = terms.weight
+    w_t: TensorInfo | None = op.inputs[w_i] if w_i is not None and w_i < len(op.inputs) else None
+    w_quant = w_t is not None and w_t.quantized
+    if w_quant and terms.x_abs is not None:
+        s_w = _channel(w_t.scale, ref.shape)
+        b = b + terms.x_abs * s_w / 2
+        x_t = op.inputs[0]
+        if x_t is not None and x_t.quantized:  # int8: the int32 bias has step s_x·s_w
+            b = b + float(x_t.scale.max()) * s_w / 2
+        elif quantization == "dynamic":  # hybrid kernel: the input quantized at run time, step max|x|/127
+            x = np.abs(ref_inputs[0])
+            if op.op_type == "FULLY_CONNECTED":
+                rows = x.reshape(-1, ref_inputs[1].shape[1]).max(axis=1) / 127
+                s_x = rows.reshape(ref.shape[:-1] + (1,)) if ref.ndim >= 1 and rows.size == int(
+                    np.prod(ref.shape[:-1])) else rows.max()
+            else:
+                s_x = x.max() / 127 if x.size else 0.0
+            b = b + terms.w_abs * s_x / 2 + terms.k * s_x * s_w / 4
+    if quantization == "int8" or out.quantized:
+        for i, is_const in enumerate(float_const):
+            t = op.inputs[i] if i < len(op.inputs) else None
+            if not is_const or t is None or not t.quantized or i == w_i:
+                continue
+            s_c = float(t.scale.max())
+            if op.op_type == "MUL":
+                other = np.abs(ref_inputs[1 - i]) if i in (0, 1) else 0.0
+                b = b + np.broadcast_to(other * s_c / 2, ref.shape)
+            elif op.op_type in ("ADD", "SUB"):
+                b = b + s_c / 2
+    if out.quantized:
+        s_y = float(out.scale.max())
+        b = b + s_y * (2 if op.op_type in LUT_OPS or kind == "reduce" else 1)
+    return b
+
+
+def _clip_to_output(ref: np.ndarray, out: TensorInfo) -> np.ndarray:
+    if not out.quantized or out.scale.size != 1:
+        return ref
+    info = np.iinfo(np.dtype(out.dtype))
+    s, z = float(out.scale[0]), float(out.zero_point[0])
+    return np.clip(ref, (info.min - z) * s, (info.max - z) * s)
+
+
+# -------------------------------------------------------------------- checking
+
+
+class _Acc:
+    def __init__(self):
+        self.ratio, self.error, self.bound, self.max_error = 0.0, 0.0, 0.0, 0.0
+        self.reason = ""
+        self.max_out, self.max_terms, self.k = 0.0, None, 1
+
+    def terms(self, ref: np.ndarray, terms: Terms) -> None:
+        if terms.dot is None or terms.kind not in ("dot", "arith", "reduce") or not ref.size:
+            return
+        finite = np.isfinite(ref)
+        if finite.any():
+            self.max_out = max(self.max_out, float(np.abs(ref[finite]).max()))
+            self.max_terms = max(self.max_terms or 0.0, float(np.nanmax(np.broadcast_to(terms.dot, ref.shape))))
+            self.k = max(self.k, terms.k)
+
+    def add(self, got: np.ndarray, ref: np.ndarray, bound: np.ndarray) -> None:
+        both_nan = np.isnan(got) & np.isnan(ref)
+        with np.errstate(invalid="ignore"):
+            diff = np.abs(got - ref)
+        diff = np.where(both_nan | (got == ref), 0.0, np.where(np.isnan(diff), np.inf, diff))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(diff == 0, 0.0, diff / bound)
+        if not ratio.size:
+            return
+        w = int(np.argmax(ratio))
+        if ratio.flat[w] > self.ratio or self.ratio == 0.0 and diff.flat[w] > self.error:
+            self.ratio, self.error, self.bound = float(ratio.flat[w]), float(diff.flat[w]), float(bound.flat[w])
+        elif self.ratio == 0.0 and self.error == 0.0:  # exact so far: show the widest bound it met
+            self.bound = max(self.bound, float(np.nanmax(bound)))
+        self.max_error = max(self.max_error, float(diff.max()))
+
+
+def _quantize_feed(feed: Mapping[str, np.ndarray], details: Mapping) -> dict:
+    out = {}
+    for n, a in feed.items():
+        d = details[n]
+        dt = np.dtype(d["dtype"])
+        scale, zp = d.get("quantization", (0.0, 0))
+        if dt.kind in "iu" and scale and np.asarray(a).dtype.kind == "f":
+            info = np.iinfo(dt)
+            a = np.clip(np.round(np.asarray(a) / scale + zp), info.min, info.max).astype(dt)
+        out[n] = a
+    return out
+
+
+def check_ops(model: bytes, float_model: bytes, feeds: Mapping[str, Sequence[Mapping[str, np.ndarray]]],
+              quantization: str) -> PerOpCheck:
+    """Checks every op of ``model`` against a float64 reference on its own inputs.
+
+    Args:
+        model: the flatbuffer being checked (any of the four variants).
+        float_model: a float (``"none"``) conversion of the same SavedModel: its
+            constants are the reference weights. Passing ``model`` itself for the
+            float variant checks the kernels, not the weights.
+        feeds: signature key → example feeds ``{input name: float array}`` (int8
+            inputs are quantized here with the input's own scale).
+        quantization: ``"none"``, ``"dynamic"``, ``"float16"`` or ``"int8"`` (selects the bound).
+
+    Returns:
+        A `PerOpCheck`.
+
+    Raises:
+        UsageError: either model is not a TFLite flatbuffer.
+    """
+    t0 = time.perf_counter()
+    pq: ModelOps = read_ops(model)
+    pf: ModelOps = read_ops(float_model)
+    interp = preserving_interpreter(model)
+    results: list[OpCheck] = []
+    matched = unmatched = alike = 0
+    for key, si in pq.signatures.items() or {None: 0}.items():
+        q_ops = pq.subgraphs[si]
+        f_ops = pf.subgraphs[pf.signatures[key]] if key in pf.signatures else ()
+        pairs, n_un = match_ops(q_ops, f_ops)
+        matched += len(pairs)
+        unmatched += n_un
+        alike += sum(1 for qi, fi in pairs.items() if q_ops[qi].outputs and f_ops[fi].outputs
+                     and q_ops[qi].outputs[0].name == f_ops[fi].outputs[0].name)
+        accs = {o.index: _Acc() for o in q_ops}
+        details = interp.get_signature_runner(key).get_input_details() if key is not None else {}
+        for feed in feeds.get(key, ()) if key is not None else ():
+            ran = run_ops(model, _quantize_feed(feed, details), key, parsed=pq, interpreter=interp)
+            for op in ran:
+                _check_one(op, f_ops[pairs[op.index]] if op.index in pairs else None, quantization,
+                           accs[op.index])
+        for op in q_ops:
+            acc = accs[op.index]
+            fi = pairs.get(op.index)
+            name = op.outputs[0].name if op.outputs else ""
+            weights = () if fi is None else tuple(
+                t.name for t in f_ops[fi].inputs if t is not None and t.constant is not None
+                and np.dtype(t.dtype).kind == "f")
+            if acc.reason or (fi is None and op.op_type not in CONVERSION_OPS):
+                reason = acc.reason or "no matching op in the float model"
+                results.append(OpCheck(op.index, op.op_type, name, verdict="unchecked", reason=reason,
+                                       float_index=fi, signature=key or ""))
+                continue
+            cond = noise = None
+            if acc.max_terms:
+                cond, noise = acc.max_out / acc.max_terms, _gamma(acc.k) * acc.max_terms
+            results.append(OpCheck(op.index, op.op_type, name, acc.error, acc.bound, acc.ratio, acc.max_error,
+                                   "ok" if acc.ratio <= 1.0 else "OUTSIDE", float_index=fi, weights=weights,
+                                   signature=key or "", condition=cond, noise=noise))
+    unchecked = collections.Counter(o.op_type for o in results if o.verdict == "unchecked")
+    out = PerOpCheck(tuple(results), dict(sorted(unchecked.items())), matched, unmatched, alike,
+                     _runtime_text(), time.perf_counter() - t0)
+    notes = [out.conditioning_note()] if out.conditioning_note() else []
+    for si in pq.signatures.values() or [0]:
+        notes += _discontinuity_notes(pq.subgraphs[si])
+    return dataclasses.replace(out, notes=tuple(notes))
+
+
+DISCONTINUOUS = ("FLOOR_MOD", "FLOOR_DIV", "FLOOR", "CEIL", "ROUND", "ARG_MAX", "ARG_MIN", "SIGN")
+
+
+def _discontinuity_notes(ops: Sequence) -> list[str]:
+    """Discontinuous ops whose input is (dequantized from) a quantized tensor: flips are expected there."""
+    producer = {t.index: op for op in ops for t in op.outputs}
+    notes = []
+    for op in ops:
+        if op.op_type not in DISCONTINUOUS or not op.inputs or op.inputs[0] is None:
+            continue
+        t = op.inputs[0]
+        src = producer.get(t.index)
+        if not t.quantized and src is not None and src.op_type == "DEQUANTIZE" and src.inputs[0] is not None:
+            t = src.inputs[0]
+            src = producer.get(t.index)
+        if not t.quantized:
+            continue
+        by = f" ({src.op_type} #{src.index}'s output {t.name.split(';')[0]!r})" if src is not None else ""
+        notes.append(f"output is ill-conditioned here: {op.op_type} #{op.index} jumps where its input crosses "
+                     f"a step, and its input{by} is requantized to {2 ** (8 * np.dtype(t.dtype).itemsize)} "
+                     f"levels of {float(t.scale.max()):.3g}: a correctly computed quantized model can flip "
+                     f"these outputs; keep that op and its input in float (or leave this variant) if they "
+                     f"must be exact")
+    return notes
+
+
+def _runtime_text() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        v = version("ai-edge-litert")
+    except PackageNotFoundError:
+        v = "?"
+    return f"ai_edge_litert {v} Interpreter, builtin kernels (no XNNPACK), experimental_preserve_all_tensors=True"
+
+
+def _check_one(op: OpTensors, f_op, quantization: str, acc: _Acc) -> None:
+    if acc.reason:
+        return
+    if not op.outputs or op.output_arrays[0] is None:
+        acc.reason = "output not kept by the interpreter"
+        return
+    out = op.outputs[0]
+    if np.dtype(out.dtype).kind not in "fiu":  # int outputs (shapes, indices) compare exactly
+        acc.reason = f"{out.dtype} output (not a number)"
+        return
+    index_inputs = INDEX_INPUTS.get(op.op_type, ())
+    ins: list = []
+    consts: list[bool] = []
+    src = f_op.inputs if f_op is not None else (None,) * len(op.inputs)
+    if f_op is not None and len(f_op.inputs) != len(op.inputs):
+        acc.reason = f"{len(op.inputs)} inputs, the float model's op has {len(f_op.inputs)}"
+        return
+    for i, (t, a) in enumerate(zip(op.inputs, op.input_arrays)):
+        ft = src[i]
+        if t is None:
+            ins.append(None)
+            consts.append(False)
+        elif i in index_inputs:
+            ins.append(np.asarray(a))
+            consts.append(False)
+        elif ft is not None and ft.constant is not None and np.dtype(ft.dtype).kind == "f":
+            ins.append(ft.constant.astype(np.float64))  # the float model's weight
+            consts.append(True)
+        elif a is None:
+            acc.reason = f"input {t.name!r} not kept by the interpreter"
+            return
+        else:
+            ins.append(t.dequantize(a) if t.quantized or np.dtype(t.dtype).kind == "f" else np.asarray(a))
+            consts.append(False)
+    got_raw = op.output_arrays[0]
+    try:
+        ref, terms = reference(op.op_type, op.info.options, ins, tuple(got_raw.shape))
+    except KeyError:
+        acc.reason = f"no reference for {op.op_type}"
+        return
+    except (ValueError, IndexError, AttributeError, TypeError) as e:
+        acc.reason = f"reference failed on these inputs ({type(e).__name__}: {str(e)[:80]})"
+        return
+    ref = _clip_to_output(ref, out)
+    got = out.dequantize(got_raw)
+    bound = _local_bound(op, quantization, ref, terms, ins, consts)
+    acc.add(got, ref, bound)
+    acc.terms(ref, terms)
