@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tflab._paths import OutputPath, check_path_text, output_path
+from tflab._paths import OutputPath, check_path_text, describe_existing, output_path
 from tflab.custom_op_loader import (PROJECT_CUSTOM_OPS, load_custom_ops_for,  # noqa: F401
                                     unregistered_op)
 from tflab.errors import Terminated, TflabError, UsageError, raise_if_terminated
@@ -541,13 +541,17 @@ def check_out(out: Path, force: bool) -> OutputPath:
         UsageError: one line saying what is wrong with ``out``.
     """
     check_path_text(out, "--out")  # a NUL byte or a too-long name: one line, not os.stat's traceback
+    what = describe_existing(out)
+    if what not in (None, "a folder", "a regular file", "a dangling symlink"):
+        # A FIFO, a device or a symlink loop: --force never replaces those, so do not offer it.
+        raise UsageError(f"--out {out} is {what}, not an export folder; choose another --out")
     if out.exists() or out.is_symlink():
         if not force:
             raise UsageError(f"{out} already exists: pass --force to replace it, or choose another --out")
         real, cwd = out.resolve(), Path.cwd().resolve()
         if not out.is_dir():
-            raise UsageError(f"--out {out} is a file, not an export folder: --force replaces only a previous "
-                             f"tflab export; choose another --out")
+            raise UsageError(f"--out {out} is {what or 'a file'}, not an export folder: --force replaces only a "
+                             f"previous tflab export; choose another --out")
         if real == cwd or real in cwd.parents:
             raise UsageError(f"--out {out} is the current folder or one of its parents: --force will not "
                              f"replace it; choose a new folder")
@@ -557,7 +561,9 @@ def check_out(out: Path, force: bool) -> OutputPath:
     # Probes by really creating a folder there: os.access says yes for root on
     # read-only or virtual file systems (/proc). Missing parents are created only
     # once the export starts, and removed again if it fails.
-    return output_path(out, "--out", folder=True)
+    # Without --force the publishing rename is exclusive: two exports racing to the same new
+    # --out cannot both succeed (the second gets "already exists", exit 2).
+    return output_path(out, "--out", folder=True, exclusive=not force)
 
 
 def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] = QUANTIZATIONS,
@@ -617,15 +623,18 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
     from tflab.saved_model import save_and_reload
 
     t0 = time.perf_counter()
-    progress = progress or (lambda msg: None)
     if not isinstance(out, (str, os.PathLike)):
         raise UsageError(f"out must be a folder path (str or os.PathLike), got {type(out).__name__}")
     out = Path(out)
-    # quantize="none,int8" (the CLI's form) is a comma list, not the letters n, o, n, e
-    quants = [q.strip() for q in quantize.split(",") if q.strip()] if isinstance(quantize, str) else list(quantize)
-    for q in quants:
-        if q not in QUANTIZATIONS:
-            raise UsageError(f"unknown quantization {q!r}: use {', '.join(QUANTIZATIONS)}")
+    from tflab._argcheck import check_callable, check_names
+
+    # quantize="none,int8" (the CLI's form) is a comma list, not the letters n, o, n, e; "" or []
+    # names no variant: refused, not an "ok" export with nothing checked.
+    quants = check_names(quantize, QUANTIZATIONS, "quantize", "export_model")
+    check_callable(progress, "progress", "export_model")
+    if not isinstance(force, bool) or not isinstance(isolate, bool):
+        raise UsageError(f"export_model: force and isolate must be True or False, got {force!r}, {isolate!r}")
+    progress = progress or (lambda msg: None)
     target = check_out(out, force)
     if isinstance(model, (str, os.PathLike)):
         name = model_name or os.fspath(model)

@@ -351,7 +351,8 @@ class ModeComparison:
             The ratio, or None when either mode did not run or failed.
 
         Raises:
-            UsageError: an unknown keyword, or no mode.
+            UsageError: an unknown keyword, no mode, or a mode name that is
+                not one of `MODES` ("XLA" for "xla").
         """
         if deprecated:
             unknown = set(deprecated) - {"slow", "fast"}
@@ -365,6 +366,12 @@ class ModeComparison:
             mode, baseline = deprecated.get("fast", mode), deprecated.get("slow", baseline)
         if mode is None:
             raise UsageError("speed_ratio needs the mode to time: speed_ratio(mode, baseline)")
+        from tflab._argcheck import check_choice
+
+        # A typo ("XLA") is not "did not run": None would read as a mode that failed.
+        known = list(dict.fromkeys([*MODES, *self.modes]))
+        check_choice(mode, known, "mode", "speed_ratio")
+        check_choice(baseline, known, "baseline", "speed_ratio")
         a, b = self.modes.get(mode), self.modes.get(baseline)
         if not a or not b or a.error or b.error or not a.median_seconds:
             return None

@@ -243,6 +243,9 @@ class RetraceProbe:
             self.function = fn._clone(python_function=wrapper)
             self.original = fn
         else:
+            from tflab._argcheck import check_keywords
+
+            check_keywords(tf_function_kwargs, tf.function, "RetraceProbe", "tf.function")
             self.function = tf.function(wrapper, **tf_function_kwargs)
             self.original = None
         self._watch_names = self._stale_candidates() if watch_stale else ([], [])

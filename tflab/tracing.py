@@ -237,8 +237,14 @@ class TraceReport:
         """A readable multi-line report.
 
         Args:
-            max_ops: list at most this many ops (None for all).
+            max_ops: list at most this many ops (None for all; an int >= 0).
+
+        Raises:
+            UsageError: ``max_ops`` is not None or an int >= 0.
         """
+        from tflab._argcheck import check_int
+
+        max_ops = check_int(max_ops, "max_ops", "TraceReport.to_text", minimum=0, allow_none=True)
         lines = [f"FuncGraph of {self.function_name}: {len(self.ops)} ops",
                  f"  FunctionType: {self.function_type}",
                  f"  inputs:  {self._signature_str()}",
