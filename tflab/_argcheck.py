@@ -72,7 +72,7 @@ def check_choice(value: Any, choices: Iterable[str], name: str, where: str) -> s
     return value
 
 
-def check_names(value: Any, choices: Sequence[str], name: str, where: str) -> list[str]:
+def check_names(value: Any, choices: Sequence[str], name: str, where: str, item: str | None = None) -> list[str]:
     """A non-empty list of names among ``choices``: a comma string (``"none,int8"``) or a sequence of str.
 
     Raises:
@@ -88,7 +88,7 @@ def check_names(value: Any, choices: Sequence[str], name: str, where: str) -> li
                          f"{', '.join(choices)}, got {_got(value)}")
     for q in names:
         if q not in choices:
-            raise UsageError(f"{where}: unknown {name} {q!r}: use {', '.join(choices)}")
+            raise UsageError(f"{where}: unknown {item or name} {q!r}: use {', '.join(choices)}")
     if not names:
         raise UsageError(f"{where}: {name} {value!r} names nothing: give at least one of {', '.join(choices)}")
     return list(dict.fromkeys(names))

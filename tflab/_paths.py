@@ -132,7 +132,12 @@ class OutputPath:
             if self.replace:
                 os.replace(tmp, self.path)
             else:
-                _publish_noreplace(Path(tmp), self.path, self.flag)
+                try:
+                    _publish_noreplace(Path(tmp), self.path, self.flag)
+                except UsageError:
+                    with contextlib.suppress(OSError):
+                        os.remove(tmp)
+                    raise
         except OSError as e:
             if tmp is not None:
                 with contextlib.suppress(OSError):

@@ -630,7 +630,7 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
 
     # quantize="none,int8" (the CLI's form) is a comma list, not the letters n, o, n, e; "" or []
     # names no variant: refused, not an "ok" export with nothing checked.
-    quants = check_names(quantize, QUANTIZATIONS, "quantize", "export_model")
+    quants = check_names(quantize, QUANTIZATIONS, "quantize", "export_model", item="quantization")
     check_callable(progress, "progress", "export_model")
     if not isinstance(force, bool) or not isinstance(isolate, bool):
         raise UsageError(f"export_model: force and isolate must be True or False, got {force!r}, {isolate!r}")
