@@ -8,9 +8,26 @@ inside `tflab._usercode.user_code`, runs signatures with
 `tflab._usercode.run_signature`, and types numeric options with
 `tflab._cliargs` (see those modules).
 
+Rules for verb modules:
+
+* **No TensorFlow (or Keras) import at module import time or in
+  ``add_arguments``.** The ``tflab`` console script (`supervise`) builds
+  the parser of every verb before it starts the child that runs one, so
+  ``tflab --help`` and ``tflab VERB --bogus`` stay well under 0.5 s
+  (``tests/test_hostile.py::test_parsing_imports_no_tensorflow``). Import
+  TF inside ``run``.
+* Print the report to ``sys.stdout`` from ``run`` (under the supervisor that
+  is the report pipe); progress and notes go to stderr.
+
+Entry points: `supervise` (the console script and ``python -m tflab``) runs
+the verb in one child process through `tflab._subprocess.run_child`; `main`
+runs it in this process (tests, ``TFLAB_IN_PROCESS=1``).
+
 Exit codes: 0 success; 1 the work ran but a check failed (``export``: a
 variant failed or exceeded its bound); 2 bad input, one ``tflab VERB: error:``
-line (argparse errors too); 130 interrupted (Ctrl-C); 143 terminated (SIGTERM).
+line (argparse errors too; the user's ``os._exit``; a bad ``XLA_FLAGS``);
+70 the child crashed (`tflab._subprocess.CRASH_EXIT`); 130 interrupted
+(Ctrl-C); 141 stdout closed or broken; 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
