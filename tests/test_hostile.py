@@ -494,3 +494,44 @@ def test_parsing_imports_no_tensorflow():
             "('tensorflow', 'keras', 'tf_keras')))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert p.returncode == 0 and p.stdout.strip() == "[]", (p.stdout[:300], p.stderr[-500:])
+
+
+# ------------------------------------------------------------------ every written file was declared
+
+# verb -> (its output options with values, the paths they declare under the working folder). A verb
+# with an output option that is missing here fails the walk: declare what it writes.
+DECLARED = {
+    "inspect": (["--dot", "g.dot"], ["g.dot"]),
+    "compare": (["--hlo", "h.txt", "--no-grad", "--repeats", "1"], ["h.txt"]),
+    "export": (["--out", "e", "--quantize", "none"], ["e/"]),
+    "tour": (["--out", "t"], ["t/"]),
+}
+
+
+def test_every_verb_writes_only_what_its_output_options_declare(run_cli, work, tmp_path, monkeypatch,
+                                                                small_keras_file):
+    """B1's class of bug: a verb writing through a path it did not probe. Walks `tflab.cli.VERBS`."""
+    import tflab.tour
+    from tflab.cli import VERBS
+
+    from test_cli_bad_input import _output_options, _subparsers
+
+    subs = _subparsers()
+    with_outputs = {v for v in VERBS if v in subs and _output_options(subs[v])}
+    assert with_outputs <= set(DECLARED), f"declare what {sorted(with_outputs - set(DECLARED))} write"
+    monkeypatch.setattr(tflab.tour, "SECTIONS", [s for s in tflab.tour.SECTIONS if s[0] == "s01_trace"])
+    positional = {"inspect": [f"{work}/h.py:f", "--arg", "x=float32[4]"],
+                  "compare": [f"{work}/h.py:f", "--arg", "x=float32[4]"],
+                  "export": [f"{work}/h.py:tiny"], "tour": ["--model", str(small_keras_file)]}
+    for verb in sorted(with_outputs):
+        folder = tmp_path / verb
+        folder.mkdir()
+        monkeypatch.chdir(folder)
+        opts, declared = DECLARED[verb]
+        code, out, err = run_cli(verb, *positional[verb], *opts)
+        assert code == 0, (verb, err[-800:])
+        written = {str(p.relative_to(folder)) + ("/" if p.is_dir() else "") for p in folder.rglob("*")}
+        top = {w for w in written if w.count("/") == 0 or (w.count("/") == 1 and w.endswith("/"))}
+        assert top == set(declared), (verb, sorted(written))  # nothing else, no temp file left
+        for d in declared:
+            assert (folder / d).exists()

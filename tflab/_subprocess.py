@@ -346,6 +346,55 @@ def describe_end(end: ChildEnd, memory_limit: str | None = None) -> tuple[int, s
                         + (f"; its last line: {last.strip()[:300]!r}" if last else ""))
 
 
+# ----------------------------------------------------------------------------- worker processes
+
+
+class ChildGroup:
+    """Worker processes each in its own process group; `stop` ends every one and reaps it.
+
+    The export's converter workers and distribute's worker processes are
+    started and stopped here, so every tflab child dies the same way on every
+    exit path: SIGTERM to its whole group (its own children too), ``grace``
+    seconds, then SIGKILL, then ``wait`` (no zombie left).
+    """
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, argv: list[str], env: dict | None = None, **popen_kwargs) -> subprocess.Popen:
+        """Starts ``argv`` in a new session (Ctrl-C in the terminal reaches only this process)."""
+        popen_kwargs.setdefault("stdin", subprocess.DEVNULL)
+        p = subprocess.Popen(argv, env=env, start_new_session=True, **popen_kwargs)
+        self.procs.append(p)
+        return p
+
+    def forget(self, proc: subprocess.Popen) -> None:
+        """Drops a process that ended and was reaped by its caller."""
+        with contextlib.suppress(ValueError):
+            self.procs.remove(proc)
+
+    def stop(self, grace: float = 3.0) -> None:
+        """SIGTERM to each running group, up to ``grace`` s, then SIGKILL; every process is reaped."""
+        running = [p for p in self.procs if p.poll() is None]
+        if grace > 0:
+            for p in running:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(p.pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            for p in running:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=max(0.05, deadline - time.monotonic()))
+        for p in self.procs:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    p.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=5.0)
+        self.procs = [p for p in self.procs if p.returncode is None]
+
+
 # ----------------------------------------------------------------------------- the child's end
 
 

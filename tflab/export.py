@@ -420,8 +420,7 @@ def _convert_isolated(saved_model: str, outdir: str, quants: list[str], examples
     while pending and not _ABANDONED.is_set():
         cmd = [sys.executable, "-m", "tflab.export", "--worker", saved_model, outdir, ",".join(pending),
                examples_npz]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        _WORKERS.add(proc)
+        proc = _workers().start(cmd, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         current = None
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -441,7 +440,7 @@ def _convert_isolated(saved_model: str, outdir: str, quants: list[str], examples
                     pending = []
         stderr = proc.stderr.read() if proc.stderr else ""
         code = proc.wait()
-        _WORKERS.discard(proc)
+        _workers().forget(proc)
         if current is not None:
             # The worker died inside the converter: report it, drop its partial file, go on.
             tail = [ln for ln in stderr.strip().splitlines() if ln.strip()][-1:] or [""]
@@ -729,16 +728,24 @@ def _install_sigterm():
     return install_sigterm_handler()
 
 
-_WORKERS: set = set()
+_WORKERS = None  # the converter workers: a tflab._subprocess.ChildGroup, made on first use
 _ABANDONED = threading.Event()
 
 
+def _workers():
+    global _WORKERS
+
+    if _WORKERS is None:
+        from tflab._subprocess import ChildGroup
+
+        _WORKERS = ChildGroup()
+    return _WORKERS
+
+
 def _stop_workers() -> None:
-    """Kills converter workers still running (the export is being abandoned)."""
+    """Kills converter workers still running and reaps them (the export is being abandoned)."""
     _ABANDONED.set()
-    for proc in list(_WORKERS):
-        if proc.poll() is None:
-            proc.kill()
+    _workers().stop(grace=0)  # no grace: a converter has nothing to clean up
 
 
 if __name__ == "__main__":
