@@ -98,7 +98,7 @@ def tflab(work: Path, *argv: str, env: dict | None = None, timeout: float = 300,
     full_env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                     TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
     p = subprocess.run([sys.executable, "-m", "tflab", *argv], cwd=work, env=full_env, capture_output=True,
-                       text=True, timeout=timeout, **kw)
+                       text=True, timeout=timeout, stdin=subprocess.DEVNULL, **kw)
     return p.returncode, p.stdout, p.stderr
 
 
@@ -325,7 +325,8 @@ def test_b9_signal_while_tf_loads_is_one_line(work, sig, code, word):
     """Ctrl-C during the seconds-long TF import printed a KeyboardInterrupt traceback."""
     env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.Popen([sys.executable, "-m", "tflab", "inspect", "h.py:f", "--arg", "x=float32[4]"],
-                            cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)  # no terminal: the supervisor forwards signals
     try:
         deadline = time.monotonic() + 30
         while not _children(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
@@ -392,7 +393,7 @@ def test_sigterm_after_start_up_is_forwarded_and_cleaned_up(work, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2", MARK=str(mark))
     proc = subprocess.Popen([sys.executable, "-m", "tflab", "inspect", "h.py:slow", "--arg", "x=float32[2]",
                              "--dot", str(tmp_path / "g.dot")], cwd=work, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 240
         while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:

@@ -27,12 +27,18 @@ The protocol between the two ends (both live here, so they cannot drift):
   ``TF_XLA_FLAGS`` is a ``LOG(QFATAL)``: exit 1, its ``F…`` line), the
   parent still reads the line from the file and quotes it.
 
-Signals: the child runs in its own process group, so a terminal's Ctrl-C
-reaches the parent only, and the parent forwards exactly one SIGINT or
-SIGTERM. Before the child said ``ready`` (Python start-up, nothing written)
-it is killed at once; after, it gets ``grace`` seconds to clean up, then
-SIGKILL for its whole process group. A second SIGTERM is not lost: the
-parent records every signal (sticky) and the result carries the first.
+Signals: the child starts with SIGINT ignored and turns Ctrl-C into
+``KeyboardInterrupt`` when it says ``ready`` (inside tflab's ``try``), so a
+Ctrl-C during Python's start-up cannot print a traceback. When this process
+runs in the terminal's foreground (stdin a tty), the child shares its process
+group, so the terminal's Ctrl-C and Ctrl-Z reach both and ``pdb`` or
+``input()`` in the user's code can read the terminal; the parent then does not
+forward a SIGINT the child got itself. Otherwise (scripts, CI, ``kill PID``)
+the child gets its own process group and the parent forwards exactly one
+SIGINT or SIGTERM. Before the child said ``ready`` (nothing written yet) it
+is killed at once; after, it gets ``grace`` seconds to clean up, then SIGKILL
+(its whole process group when it has its own). A second signal is not lost:
+the parent records every signal (sticky) and the result carries the first.
 The child asks the kernel for SIGKILL when the parent dies
 (``PR_SET_PDEATHSIG``), so a parent killed with SIGKILL leaves no orphan.
 
@@ -150,11 +156,13 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
     received: list[int] = []
     state = {"ready": False, "deadline": None, "killed": False}
     proc = None
+    same_group = _terminal_foreground()
 
     def kill_group() -> None:
         state["killed"] = True
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        if not same_group:  # never killpg our own group: it holds this process (and the shell's job)
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
         with contextlib.suppress(OSError):
             proc.kill()
 
@@ -166,10 +174,11 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
             return  # one forward; the grace deadline is already running
         if not state["ready"]:
             kill_group()  # Python start-up: nothing written yet, nothing to clean
-        else:
+            return
+        if not (same_group and signum == signal.SIGINT):  # the terminal's Ctrl-C reached the child too
             with contextlib.suppress(OSError):
                 os.kill(proc.pid, signum)
-            state["deadline"] = time.monotonic() + grace
+        state["deadline"] = time.monotonic() + grace
 
     previous = {}
     if forward_signals:
@@ -185,10 +194,13 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
     status_buf = bytearray()
     timed_out = False
     try:
-        # Own process group: the terminal's Ctrl-C reaches this process only, which forwards it once.
-        group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+        def child_setup():  # runs in the forked child before exec
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # kept across exec; ChildChannel.ready undoes it
+            if not same_group:
+                os.setpgrp()
+
         proc = subprocess.Popen(cmd, env=child_env, stdin=None, stdout=err_w, stderr=err_w,
-                                pass_fds=(report_w, status_w, quiet.fileno()), **group)
+                                pass_fds=(report_w, status_w, quiet.fileno()), preexec_fn=child_setup)
         for fd in (report_w, status_w, err_w):
             os.close(fd)
         report_w = status_w = err_w = -1
@@ -262,9 +274,9 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
             kill_group()
         if proc is not None:
             proc.wait()
-            if state["killed"] or received:
+            if (state["killed"] or received) and not same_group:
                 with contextlib.suppress(OSError):
-                    os.killpg(proc.pid, signal.SIGKILL)  # converter workers and the like
+                    os.killpg(proc.pid, signal.SIGKILL)  # what the child started in its group
         for fd in (report_r, status_r, err_r, report_w, status_w, err_w):
             if fd >= 0:
                 with contextlib.suppress(OSError):
@@ -279,6 +291,14 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
                     stderr_tail=quiet_text + tail.decode(errors="replace"),
                     signal_received=received[0] if received else None,
                     killed=state["killed"], timed_out=timed_out, stdout_broken=stdout_broken)
+
+
+def _terminal_foreground() -> bool:
+    """True when stdin is a terminal whose foreground process group is this process's."""
+    try:
+        return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
+    except OSError:
+        return False
 
 
 def _signal_name(num: int) -> str:
@@ -487,7 +507,11 @@ class ChildChannel:
             os.write(self._status_fd, f"{line}\n".encode())
 
     def ready(self) -> None:
-        """Says the child's handlers are installed: a signal now is forwarded, not a kill."""
+        """Turns Ctrl-C into KeyboardInterrupt again and says so: a signal now is forwarded, not a kill."""
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         self._send("ready")
 
     def finish(self, code: int, verb: str) -> int:

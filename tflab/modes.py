@@ -747,8 +747,15 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise UsageError(f"unknown mode(s) {unknown}; choose from {list(MODES)}")
-    if repeats < 1:
-        raise UsageError(f"repeats must be >= 1, got {repeats}")
+    from tflab._argcheck import check_int
+
+    repeats = check_int(repeats, "repeats", "compare_modes", minimum=1)
+    ulp_bound = check_int(ulp_bound, "ulp_bound", "compare_modes", minimum=0)
+    if isinstance(atol, bool) or not isinstance(atol, (int, float)):
+        raise UsageError(f"compare_modes: atol must be a float >= 0, got {atol!r} ({type(atol).__name__})")
+    if not [m for m in modes if m != "eager"]:  # eager against itself: nothing would be compared
+        raise UsageError(f"compare_modes: modes={modes!r} names no mode to compare with eager (the reference "
+                         f"always runs); give one or more of 'graph', 'xla'")
     if ulp_bound < 0 or not atol >= 0:
         raise UsageError(f"ulp_bound and atol must be >= 0, got {ulp_bound} and {atol}")
     run_modes = [m for m in MODES if m == "eager" or m in modes]

@@ -206,6 +206,8 @@ class RetraceProbe:
             raise UsageError(f"RetraceProbe needs a function, a tf.function or a callable object, got the "
                              f"class {fn.__name__}; pass an instance (RetraceProbe({fn.__name__}(...))) "
                              f"or one of its bound methods")
+        if not isinstance(watch_stale, bool):
+            raise UsageError(f"RetraceProbe: watch_stale must be True or False, got {watch_stale!r}")
         self._count = 0
         self.calls = 0
         self.traces: list[Trace] = []
