@@ -66,6 +66,12 @@ def killed(x):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def hijack(x):
+    import io
+    sys.stdout = io.StringIO()  # the verb's report would vanish into it
+    return x * 2.0
+
+
 def slow(x):
     import pathlib
     pathlib.Path(os.environ["MARK"]).write_text("x")
@@ -357,6 +363,12 @@ def test_b11_retrace_script_that_os_exits_0_is_not_success(work):
 def test_b12_user_code_closing_stdout_does_not_lose_the_report(work, func):
     code, out, err = tflab(work, "inspect", f"h.py:{func}", "--arg", "x=float32[4]")
     assert code == 0 and out.startswith(f"FuncGraph of {func}:") and "Traceback" not in err, (code, err)
+
+
+def test_no_exit_0_without_the_report(work):
+    """User code replacing sys.stdout swallowed the report; exit 0 said all was well."""
+    code, out, err = tflab(work, "inspect", "h.py:hijack", "--arg", "x=float32[4]")
+    assert code == 2 and out == "" and "no report was written" in one_line("inspect", err), (code, err)
 
 
 def test_b15_closed_stdout_is_141_not_a_silent_0(work):
