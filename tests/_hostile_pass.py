@@ -110,10 +110,10 @@ def build(w: Path):
     ok = {paths[9]: 0}  # a newline is a legal byte in a file name: written
     for i, p in enumerate(paths):
         cli(f"path-dot-{i}", "inspect", F, *X, "--dot", p, expect=ok.get(p, 2))
-        cli(f"path-hlo-{i}", "compare", F, *X, "--hlo", p, "--no-grad", "--repeats", "1", expect=ok.get(p, 2))
+        # the --dot try above wrote "a\nb": compare refuses it without --force, export as "already exists"
+        cli(f"path-hlo-{i}", "compare", F, *X, "--hlo", p, "--no-grad", "--repeats", "1")
         # export --out creates missing parents (removed again on failure): nodir/g is fine
-        cli(f"path-exportout-{i}", "export", T, "--quantize", "none", "--out", p,
-            expect=0 if i in (3, 9) else 2)
+        cli(f"path-exportout-{i}", "export", T, "--quantize", "none", "--out", p, expect=0 if i == 3 else 2)
         cli(f"path-tourout-{i}", "tour", "--model", "/nonexistent.keras", "--out", p)
     cli("path-hlo-exists", "compare", F, *X, "--hlo", str(w / "afile"), "--no-grad", "--repeats", "1")
     cli("path-export-fifo", "export", T, "--quantize", "none", "--out", str(w / "fifo"))
