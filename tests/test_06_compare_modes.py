@@ -581,7 +581,7 @@ def test_names_of_partial_keras_model_and_bad_targets():
 @pytest.mark.parametrize("hlo_path, message", [
     ("{tmp}", "is a directory"),
     ("{tmp}/missing/h.txt", "does not exist"),
-    ("{fns}/h.txt", "does not exist"),  # a file where a folder should be
+    ("{fns}/h.txt", "is a regular file, not a folder"),  # a file where a folder should be (issue 21 B14)
 ], ids=["directory", "missing-folder", "file-as-folder"])
 def test_cli_bad_hlo_path_fails_before_running(run_cli, tmp_path, hlo_path, message):
     path = hlo_path.format(tmp=tmp_path, fns=FNS)
