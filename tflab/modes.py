@@ -49,13 +49,9 @@ from tflab._target import _check_target, _function_name, _parameter_names, signa
 from tflab._usercode import user_entry
 from tflab.errors import UsageError
 
-MODES = ("eager", "graph", "xla")
-
-# Default disagreement bound: an element is a finding when it is more than this
-# many ULP *and* more than `atol` away from eager. ULP alone flags every result
-# near zero (a 1e-9 difference around 1e-12 is millions of ULP), so both are used.
-DEFAULT_ULP_BOUND = 1 << 12
-DEFAULT_ATOL = 1e-5
+# MODES, and the default disagreement bound: an element is a finding when it is more than
+# DEFAULT_ULP_BOUND ULP *and* more than DEFAULT_ATOL away from eager (see tflab/_mode_defaults.py).
+from tflab._mode_defaults import DEFAULT_ATOL, DEFAULT_ULP_BOUND, MODES  # noqa: E402,F401
 
 _XLA_UNSUPPORTED_RE = re.compile(r"(\w+) \((.*?)\)\{\{node ([^}]+)\}\}")
 _XLA_TENSOR_LIST_SIZE = "XLA compilation requires a fixed tensor list size"

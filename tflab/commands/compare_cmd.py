@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=seed_type, default=0, help="seed for the random tensors (default: %(default)s)")
     p.add_argument("--repeats", type=_at_least(1), default=10,
                    help="warm calls timed per mode; the median is printed (default: %(default)s)")
-    from tflab.modes import DEFAULT_ATOL, DEFAULT_ULP_BOUND  # numpy only: cheap to import
+    from tflab._mode_defaults import DEFAULT_ATOL, DEFAULT_ULP_BOUND  # no numpy: --help stays fast
 
     p.add_argument("--ulp-bound", type=_at_least(0), default=DEFAULT_ULP_BOUND, metavar="N",
                    help="report elements more than N ULP and more than --atol from eager "
