@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 tour: $(STAMP)
-	$(BIN)/tflab tour
+	$(BIN)/tflab tour --force
 
 # Four passes; each stops the target on failure, so the last summary line
 # printed is the failing pass's (CI reads the last one). The tests marked

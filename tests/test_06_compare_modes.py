@@ -581,7 +581,7 @@ def test_names_of_partial_keras_model_and_bad_targets():
 @pytest.mark.parametrize("hlo_path, message", [
     ("{tmp}", "is a directory"),
     ("{tmp}/missing/h.txt", "does not exist"),
-    ("{fns}/h.txt", "does not exist"),  # a file where a folder should be
+    ("{fns}/h.txt", "is a regular file, not a folder"),  # a file where a folder should be (issue 21 B14)
 ], ids=["directory", "missing-folder", "file-as-folder"])
 def test_cli_bad_hlo_path_fails_before_running(run_cli, tmp_path, hlo_path, message):
     path = hlo_path.format(tmp=tmp_path, fns=FNS)
@@ -593,13 +593,15 @@ def test_cli_bad_hlo_path_fails_before_running(run_cli, tmp_path, hlo_path, mess
 
 
 def test_hlo_write_error_is_one_line_and_removes_the_tmp(tmp_path):
+    from tflab._paths import output_path
     from tflab.commands.compare_cmd import _write_hlo
 
     target = tmp_path / "became_a_dir"
+    out = output_path(target, "--hlo")  # the up-front check (issue 21: _write_hlo writes through it)
     (target / "inside").mkdir(parents=True)  # appears after the up-front check
     with pytest.raises(UsageError, match=r"--hlo .*became_a_dir: cannot write it: Is a directory"):
-        _write_hlo({"hlo": "HloModule m"}, str(target))
-    assert not os.path.exists(str(target) + ".tmp")
+        _write_hlo({"hlo": "HloModule m"}, out)
+    assert os.listdir(tmp_path) == ["became_a_dir"]  # no temporary file left
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -598,7 +598,9 @@ def test_interrupted_tour_leaves_nothing_it_wrote(small_keras_file, tmp_path, mo
     (tmp_path / "kept" / "mine.txt").write_text("the user's")
     for out in (tmp_path / "new" / "t", tmp_path / "kept"):
         with pytest.raises(KeyboardInterrupt):
-            run_tour(model_path=str(small_keras_file), out_dir=str(out), only=["s01_trace"], quiet=True)
+            # force: "kept" is not empty (a tour refuses it without --force, issue 21 B3)
+            run_tour(model_path=str(small_keras_file), out_dir=str(out), only=["s01_trace"], quiet=True,
+                     force=True)
     assert sorted(os.listdir(tmp_path)) == ["kept"] and os.listdir(tmp_path / "kept") == ["mine.txt"]
 
 

@@ -1,5 +1,5 @@
 import sys
 
-from tflab.cli import main
+from tflab.cli import supervise
 
-sys.exit(main())
+sys.exit(supervise())

@@ -11,11 +11,16 @@ bytes`` and compares it with the memory it may use:
 * the machine's: ``MemAvailable`` from ``/proc/meminfo`` (free plus
   reclaimable page cache; ``proc(5)``), else
   ``os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")``;
-* the cgroup's (containers, systemd units): ``memory.max - memory.current``
-  from cgroup v2 (``/sys/fs/cgroup``), or ``memory.limit_in_bytes -
-  memory.usage_in_bytes`` from cgroup v1.
+* the process's OWN cgroup (containers, systemd units, ``systemd-run -p
+  MemoryMax=``, a nested memcg): its path is read from ``/proc/self/cgroup``
+  (``0::/PATH`` for v2, ``N:memory:/PATH`` for v1; ``cgroups(7)``), and
+  every level from there up to the hierarchy's root is read, because a
+  parent's limit binds its children too: ``memory.max - memory.current``
+  (v2) or ``memory.limit_in_bytes - memory.usage_in_bytes`` (v1);
+* the address-space limit ``RLIMIT_AS`` (``ulimit -v``) minus the process's
+  ``VmSize`` (``/proc/self/status``).
 
-The smaller one wins. The estimate is a lower bound when outputs are as large
+The smallest one wins. The estimate is a lower bound when outputs are as large
 as the inputs (elementwise functions): a verb refuses only what cannot fit.
 
 Use from a verb (new verbs that make random inputs: do the same)::
@@ -74,19 +79,126 @@ def machine_available() -> int | None:
         return None
 
 
+def own_cgroup_dirs(proc_cgroup: str = "/proc/self/cgroup", root: str = CGROUP_ROOT) -> list[tuple[str, str]]:
+    """The memory-controller folders of this process's cgroup and of each ancestor, innermost first.
+
+    Args:
+        proc_cgroup: the ``/proc/PID/cgroup`` file (``hierarchy:controllers:path`` lines).
+        root: where the hierarchies are mounted.
+
+    Returns:
+        ``[(version, folder), …]``: ``"v2"`` folders under ``root``, ``"v1"``
+        folders under ``root/memory``; those that do not exist are left out.
+    """
+    try:
+        with open(proc_cgroup) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    found: list[tuple[str, str]] = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hier, controllers, path = parts
+        if hier == "0" and controllers == "":
+            version, base = "v2", root
+            if not os.path.exists(os.path.join(root, "cgroup.controllers")):
+                base = os.path.join(root, "unified")  # hybrid mode: v2 mounted beside v1
+        elif "memory" in controllers.split(","):
+            version, base = "v1", os.path.join(root, "memory")
+        else:
+            continue
+        rel = path.strip("/")
+        while True:
+            folder = os.path.join(base, rel) if rel else base
+            if os.path.isdir(folder):
+                found.append((version, folder))
+            if not rel:
+                break
+            rel = os.path.dirname(rel)
+    return found
+
+
+def own_cgroup_limit(proc_cgroup: str = "/proc/self/cgroup",
+                     root: str = CGROUP_ROOT) -> tuple[int, int, str] | None:
+    """The tightest memory limit over this process's cgroup and its ancestors: ``(limit, free, folder)``.
+
+    ``free`` is that level's limit minus its usage; None when no level sets
+    a limit (v2 ``max``, v1's near-2**63 "unlimited").
+    """
+    best = None
+    for version, folder in own_cgroup_dirs(proc_cgroup, root):
+        limit_f, usage_f = (("memory.max", "memory.current") if version == "v2"
+                            else ("memory.limit_in_bytes", "memory.usage_in_bytes"))
+        limit = _read_int(os.path.join(folder, limit_f))
+        if limit is None or limit >= 1 << 60:
+            continue
+        free = max(limit - (_read_int(os.path.join(folder, usage_f)) or 0), 0)
+        if best is None or free < best[1]:
+            best = (limit, free, f"{folder}/{limit_f}")
+    return best
+
+
+def address_space_available() -> tuple[int, int] | None:
+    """``(RLIMIT_AS soft limit, bytes left under it)``, or None when unlimited."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    except (ImportError, ValueError, OSError):
+        return None
+    if soft == resource.RLIM_INFINITY or soft < 0:
+        return None
+    used = 0
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    used = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return soft, max(soft - used, 0)
+
+
 def available_memory() -> tuple[int | None, str]:
     """The bytes this process may still allocate, and where that number came from.
 
+    The smallest of: the own cgroup's (and its ancestors') limit minus usage,
+    ``RLIMIT_AS`` minus ``VmSize``, and ``MemAvailable``.
+
     Returns:
-        ``(bytes, source)``; ``(None, "unknown")`` when neither the machine
-        nor the cgroup says.
+        ``(bytes, source)``; ``(None, "unknown")`` when none says.
     """
-    machine, group = machine_available(), cgroup_available()
-    if group is not None and (machine is None or group < machine):
-        return group, "cgroup memory.max minus memory.current"
+    options: list[tuple[int, str]] = []
+    own = own_cgroup_limit()
+    if own is not None:
+        options.append((own[1], f"cgroup limit {_gib(own[0])} ({own[2]}) minus usage"))
+    else:
+        group = cgroup_available()  # the hierarchy's root (a container's own namespace root)
+        if group is not None:
+            options.append((group, "cgroup memory.max minus memory.current"))
+    rl = address_space_available()
+    if rl is not None:
+        options.append((rl[1], f"RLIMIT_AS {_gib(rl[0])} minus VmSize"))
+    machine = machine_available()
     if machine is not None:
-        return machine, "MemAvailable"
-    return None, "unknown"
+        options.append((machine, "MemAvailable"))
+    if not options:
+        return None, "unknown"
+    return min(options)
+
+
+def limit_text() -> str:
+    """Words for the memory limit in force, for a message about an OOM kill."""
+    own = own_cgroup_limit()
+    if own is not None:
+        return f"cgroup limit {_gib(own[0])} ({own[2]})"
+    rl = address_space_available()
+    if rl is not None:
+        return f"RLIMIT_AS {_gib(rl[0])}"
+    machine = machine_available()
+    return f"no cgroup or RLIMIT_AS limit; MemAvailable now {_gib(machine)}" if machine else "unknown"
 
 
 def _gib(n: float) -> str:

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import os
 import shutil
 import stat
@@ -93,6 +94,7 @@ class OutputPath:
     created: list[Path] = dataclasses.field(default_factory=list)
     preexisting: set[str] | None = None  # make_dir: the folder's entries before the work; discard keeps only these
     in_place: bool = False  # an existing device/FIFO: opened and written, never renamed over
+    replace: bool = True  # False: publishing fails with "already exists" if anything took the path meanwhile
 
     def _fail(self, what: str, e: OSError) -> UsageError:
         return UsageError(f"{self.flag} {self.path}: {what}: {e.strerror or e}; choose another {self.flag}")
@@ -127,7 +129,15 @@ class OutputPath:
             umask = os.umask(0)
             os.umask(umask)
             os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; the output is an ordinary file
-            os.replace(tmp, self.path)
+            if self.replace:
+                os.replace(tmp, self.path)
+            else:
+                try:
+                    _publish_noreplace(Path(tmp), self.path, self.flag)
+                except UsageError:
+                    with contextlib.suppress(OSError):
+                        os.remove(tmp)
+                    raise
         except OSError as e:
             if tmp is not None:
                 with contextlib.suppress(OSError):
@@ -186,8 +196,20 @@ class OutputPath:
         return tmp
 
     def commit(self, tmp: Path) -> None:
-        """Renames the finished ``tmp`` folder to the target; an old target is moved aside, then removed."""
+        """Renames the finished ``tmp`` folder to the target; an old target is moved aside, then removed.
+
+        Without ``replace`` (no ``--force``) the rename is exclusive
+        (`_publish_noreplace`): of two runs writing the same new path, the
+        second gets "already exists" and its ``tmp`` is kept for `discard`.
+
+        Raises:
+            UsageError: without ``replace``, the target appeared since the check.
+        """
         old = None
+        if not self.replace:
+            _publish_noreplace(tmp, self.path, self.flag)
+            self.created.clear()
+            return
         if self.path.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.old-", dir=self.path.parent))
             os.replace(self.path, old / self.path.name)
@@ -219,6 +241,87 @@ class OutputPath:
             with contextlib.suppress(OSError):
                 p.rmdir()  # only if empty: never removes anything the user put there
         self.created.clear()
+
+
+_RENAME_NOREPLACE = 1  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def _renameat2_noreplace(src: Path, dst: Path) -> bool:
+    """``renameat2(src, dst, RENAME_NOREPLACE)``; False when the C library or file system lacks it.
+
+    Raises:
+        FileExistsError: ``dst`` exists.
+        OSError: any other failure of the rename.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+        return False  # not on this file system: fall back
+    raise OSError(err, os.strerror(err), os.fspath(dst))
+
+
+def _publish_noreplace(tmp: Path, dst: Path, flag: str) -> None:
+    """Renames ``tmp`` to ``dst`` only if ``dst`` does not exist, atomically (two writers: one wins).
+
+    ``renameat2(RENAME_NOREPLACE)`` where the kernel and file system have it;
+    else a file is published with ``link(2)`` (fails with EEXIST) and a folder
+    by claiming ``dst`` with ``mkdir(2)`` (fails with EEXIST) and renaming
+    over that empty folder, which ``rename(2)`` allows.
+
+    Raises:
+        UsageError: ``dst`` exists ("already exists", exit 2); ``tmp`` is left for the caller to remove.
+    """
+    taken = UsageError(f"{flag} {dst} already exists (another run wrote it since the check); "
+                       f"pass --force to replace it, or choose another {flag}")
+    try:
+        if _renameat2_noreplace(tmp, dst):
+            return
+        if tmp.is_dir():
+            os.mkdir(dst)
+            os.rename(tmp, dst)
+        else:
+            os.link(tmp, dst)
+            os.unlink(tmp)
+    except FileExistsError:
+        raise taken from None
+    except OSError as e:
+        if e.errno in (errno.EEXIST, errno.ENOTEMPTY):
+            raise taken from None
+        raise
+
+
+def describe_existing(p: Path) -> str | None:
+    """What stands at ``p``, for a message: "a FIFO", "a character device", "a symlink loop", ...
+
+    Returns:
+        None when nothing is there (a dangling symlink is "a dangling symlink").
+    """
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        return "a dangling symlink" if os.path.islink(p) else None
+    except NotADirectoryError:
+        return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "a symlink loop"
+        raise
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISREG, "a regular file"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+        if test(st.st_mode):
+            return name
+    return "not a file or folder"
 
 
 def check_path_text(path: str | os.PathLike, flag: str) -> None:
@@ -266,7 +369,7 @@ def _special_kind(p: Path) -> str | None:
 
 
 def output_path(path: str | os.PathLike, flag: str, *, folder: bool = False, overwrite: bool = True,
-                example: str = "out.txt") -> OutputPath:
+                example: str = "out.txt", exclusive: bool = False) -> OutputPath:
     """Checks, before any work, that a user's output path can be written, by really writing there.
 
     A file output needs an existing folder (its parent is never created); a
@@ -285,6 +388,8 @@ def output_path(path: str | os.PathLike, flag: str, *, folder: bool = False, ove
         overwrite: False refuses an existing file (``--hlo`` without ``--force``).
             Existing folders are the caller's to judge (``export --force`` rules).
         example: a file name for the "give a file path such as" hint.
+        exclusive: for a folder output, publish it only if nothing took the
+            path since this check (`OutputPath.commit` without ``--force``).
 
     Returns:
         An `OutputPath` to write through (`OutputPath.write` for files;
@@ -309,8 +414,14 @@ def output_path(path: str | os.PathLike, flag: str, *, folder: bool = False, ove
     if not text:
         raise UsageError(f"{flag}: empty path; give a {'folder' if folder else 'file'} path")
     check_path_text(text, flag)
+    if describe_existing(Path(text)) == "a symlink loop":
+        raise UsageError(f"{flag} {shorten_path(text)}: is a symlink loop (the links point at each other); "
+                         f"remove them or choose another {flag}")
     try:
-        return _output_path(Path(text), flag, folder=folder, overwrite=overwrite, example=example)
+        out = _output_path(Path(text), flag, folder=folder, overwrite=overwrite, example=example)
+        if folder:
+            out.replace = not exclusive
+        return out
     except OSError as e:  # os.stat's ENAMETOOLONG, ELOOP, EACCES on a parent, ...
         raise UsageError(f"{flag} {shorten_path(text)}: {e.strerror or e}; choose another path") from None
 
@@ -339,8 +450,12 @@ def _output_path(p: Path, flag: str, *, folder: bool, overwrite: bool, example: 
         raise UsageError(f"{flag} {p}: is a directory; give a file path such as {p / example}")
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
+        base = _nearest_existing(parent)
+        what = describe_existing(base) if base != parent or parent.exists() or parent.is_symlink() else None
+        if what not in (None, "a folder"):  # out/afile/g.dot with out/afile a file: "create it" would fail
+            raise UsageError(f"{flag} {p}: {base} is {what}, not a folder; choose another path")
         raise UsageError(f"{flag} {p}: folder {parent.absolute()} does not exist; create it or pick another path")
-    if p.exists() and not overwrite:
+    if (p.exists() or p.is_symlink()) and not overwrite:
         raise UsageError(f"{flag} {p} exists; pass --force to overwrite it")
     try:
         fd, probe = tempfile.mkstemp(prefix=".tflab-probe-", dir=parent)
@@ -349,4 +464,4 @@ def _output_path(p: Path, flag: str, *, folder: bool, overwrite: bool, example: 
     except OSError as e:
         raise UsageError(f"{flag} {p}: cannot create a file in {parent.absolute()} ({e.strerror}); "
                          f"choose another path") from None
-    return OutputPath(p, flag)
+    return OutputPath(p, flag, replace=overwrite)

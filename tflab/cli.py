@@ -8,9 +8,26 @@ inside `tflab._usercode.user_code`, runs signatures with
 `tflab._usercode.run_signature`, and types numeric options with
 `tflab._cliargs` (see those modules).
 
+Rules for verb modules:
+
+* **No TensorFlow (or Keras) import at module import time or in
+  ``add_arguments``.** The ``tflab`` console script (`supervise`) builds
+  the parser of every verb before it starts the child that runs one, so
+  ``tflab --help`` and ``tflab VERB --bogus`` stay well under 0.5 s
+  (``tests/test_hostile.py::test_parsing_imports_no_tensorflow``). Import
+  TF inside ``run``.
+* Print the report to ``sys.stdout`` from ``run`` (under the supervisor that
+  is the report pipe); progress and notes go to stderr.
+
+Entry points: `supervise` (the console script and ``python -m tflab``) runs
+the verb in one child process through `tflab._subprocess.run_child`; `main`
+runs it in this process (tests, ``TFLAB_IN_PROCESS=1``).
+
 Exit codes: 0 success; 1 the work ran but a check failed (``export``: a
 variant failed or exceeded its bound); 2 bad input, one ``tflab VERB: error:``
-line (argparse errors too); 130 interrupted (Ctrl-C); 143 terminated (SIGTERM).
+line (argparse errors too; the user's ``os._exit``; a bad ``XLA_FLAGS``);
+70 the child crashed (`tflab._subprocess.CRASH_EXIT`); 130 interrupted
+(Ctrl-C); 141 stdout closed or broken; 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
@@ -38,20 +55,25 @@ VERBS = {
 }
 
 
-def _quiet_tf() -> None:
+def _quiet_tf(sink_fd: int | None = None) -> None:
     """Imports TF with its C++ start-up lines silenced.
 
     The wheel prints "Could not find cuda drivers" and "failed call to cuInit"
     through absl before logging is initialised, ignoring TF_CPP_MIN_LOG_LEVEL,
     so stderr's file descriptor is pointed at /dev/null while TF loads and
     enumerates devices. Python-level errors are still raised normally.
+
+    Args:
+        sink_fd: where those lines go instead (the supervisor's quiet file, so
+            a fatal ``F…`` line during the import can still be quoted);
+            default /dev/null.
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if "tensorflow" in sys.modules:
         return
     sys.stderr.flush()
     saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
+    devnull = os.open(os.devnull, os.O_WRONLY) if sink_fd is None else os.dup(sink_fd)
     try:
         os.dup2(devnull, 2)
         import tensorflow as tf
@@ -110,13 +132,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
     return parser, modules
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``tflab`` console script. Returns the exit code."""
-    _quiet_tf()
-    from tflab._usercode import cli_verb, describe
-    from tflab.errors import Terminated, TflabError
-
-    parser, modules = build_parser()
+def _parse(parser: argparse.ArgumentParser, argv: list[str] | None):
+    """``(args, None)``, or ``(None, code)`` for ``--help`` (0), a one-line usage error (2) or no verb (2)."""
     try:
         args, extra = parser.parse_known_args(argv)
         if extra and args.verb:
@@ -126,19 +143,40 @@ def main(argv: list[str] | None = None) -> int:
         elif extra:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as e:  # --help (0) or a one-line argparse error (2): return, don't exit
-        return int(e.code or 0)
+        return None, int(e.code or 0)
     if not args.verb:
         parser.print_help()
-        return 2
+        return None, 2
+    return args, None
+
+
+def main(argv: list[str] | None = None, *, _channel=None) -> int:
+    """Runs one verb in THIS process and returns its exit code (tests, ``TFLAB_IN_PROCESS=1``).
+
+    The ``tflab`` console script is `supervise`, which runs this in a child
+    process. In-process, what user code does to the process itself
+    (``os._exit``, closing fd 1) cannot be caught.
+    """
+    from tflab._usercode import cli_verb, describe
+    from tflab.errors import Terminated, TflabError
+
+    parser, modules = build_parser()
+    args, code = _parse(parser, argv)
+    if args is None:
+        return code
     # SIGTERM unwinds like Ctrl-C in every verb (its default action killed tflab at once: a tour's
     # half-written --out folder, no "terminated" line); export installs the same handler itself.
     from tflab.errors import install_sigterm_handler, raise_if_terminated
 
     previous_term = install_sigterm_handler()
     real_stdout = sys.stdout
-    if getattr(args, "json", False):
-        sys.stdout = _ReportOnlyStdout(real_stdout, sys.stderr)
     try:
+        if _channel is not None:
+            _channel.ready()  # from here a forwarded Ctrl-C/SIGTERM is handled below
+        # Inside the try: Ctrl-C or SIGTERM during TF's seconds-long import is "interrupted" (B9).
+        _quiet_tf(_channel.quiet_fd if _channel is not None else None)
+        if getattr(args, "json", False):
+            sys.stdout = _ReportOnlyStdout(real_stdout, sys.stderr)
         with cli_verb():
             # ISA caps oneDNN and XLA would ignore silently: refused before any verb runs.
             from tflab.runtime import read_isa_caps
@@ -185,6 +223,91 @@ def main(argv: list[str] | None = None) -> int:
 
             signal.signal(signal.SIGTERM, previous_term)
 
+
+def supervise(argv: list[str] | None = None) -> int:
+    """Entry point of the ``tflab`` console script: parse here, run the verb in one child process.
+
+    Parsing needs no TensorFlow (verb modules' ``add_arguments`` import none),
+    so ``--help`` and usage errors are quick. The verb then runs in a child
+    Python process (`tflab._subprocess.run_child`) whose report comes back
+    through its own pipe; this process owns stdout and names every abnormal
+    end of the child in one ``tflab VERB: error: …`` line
+    (`tflab._subprocess.describe_end`). ``TFLAB_IN_PROCESS=1`` runs the verb
+    in this process instead (`main`).
+
+    Returns:
+        The exit code (README table): 0, 1, 2, 70 (crash), 130, 141, 143.
+    """
+    try:
+        os.fstat(1)
+    except OSError:  # `tflab env >&-`: no stdout to write the report to (B15)
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # nothing else may take fd 1
+        return 141
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        parser, _ = build_parser()
+        args, code = _parse(parser, argv)
+        if args is None:
+            sys.stdout.flush()  # `tflab --help | head -1`: EPIPE here, not in the interpreter's final flush
+            return code
+        if os.environ.get("TFLAB_IN_PROCESS") == "1":
+            return main(argv)
+        # ISA caps oneDNN and XLA would ignore silently: one line before a child (and TF) starts.
+        from tflab.errors import TflabError
+        from tflab.runtime import read_isa_caps
+
+        try:
+            read_isa_caps()
+        except TflabError as e:
+            print(f"tflab {args.verb}: error: {e}", file=sys.stderr)
+            return 2
+        from tflab import _subprocess
+
+        cmd = [sys.executable, "-c", "import sys; from tflab.cli import _child_main; sys.exit(_child_main())",
+               *argv]
+        end = _subprocess.run_child(cmd)
+    except KeyboardInterrupt:  # before the child started
+        print("tflab: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return _quiet_141()
+    code, line = _subprocess.describe_end(end, _memory_limit_text())
+    if line is not None:
+        print(f"tflab {args.verb}: {line}", file=sys.stderr)
+    if code == 141:
+        return _quiet_141()
+    return code
+
+
+def _memory_limit_text() -> str | None:
+    from tflab._memory import limit_text
+
+    with contextlib.suppress(Exception):
+        return limit_text()
+    return None
+
+
+def _quiet_141() -> int:
+    """141 for a stdout whose reader is gone; stdout pointed at /dev/null so the final flush is quiet."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141
+
+
+def _child_main() -> int:
+    """The child's side of `supervise`: the report goes to the fd the parent passed, status on another."""
+    from tflab._subprocess import ChildChannel
+
+    channel = ChildChannel.open()
+    argv = sys.argv[1:]
+    code = main(argv, _channel=channel)
+    if channel is None:
+        return code
+    verb = next((a for a in argv if a in VERBS), "")
+    return channel.finish(code, verb)
+
+
 class _ReportOnlyStdout:
     """``sys.stdout`` under ``--json``: only the verb's own writes reach stdout, the rest goes to stderr.
 
@@ -230,4 +353,4 @@ def _stdout_is_broken() -> bool:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(supervise())

@@ -1222,15 +1222,41 @@ def _materialize(value: Any) -> Any:
 
     def conv(v):
         if isinstance(v, tf.TensorSpec):
-            if v.shape.rank is None:
-                v = tf.TensorSpec([UNKNOWN_DIM_SIZE], v.dtype, v.name)
-            elif not v.shape.is_fully_defined():
-                v = tf.TensorSpec([UNKNOWN_DIM_SIZE if d is None else d for d in v.shape.as_list()],
-                                  v.dtype, v.name)
-            return materialize(v, 0)
+            return materialize(_sized(v), 0)
         return v
 
     return tf.nest.map_structure(conv, value)
+
+
+def _sized(v):
+    """The spec with each None dim (or an unknown rank) given `UNKNOWN_DIM_SIZE`."""
+    import tensorflow as tf
+
+    if v.shape.rank is None:
+        return tf.TensorSpec([UNKNOWN_DIM_SIZE], v.dtype, v.name)
+    if not v.shape.is_fully_defined():
+        return tf.TensorSpec([UNKNOWN_DIM_SIZE if d is None else d for d in v.shape.as_list()], v.dtype, v.name)
+    return v
+
+
+def _check_inputs_fit(args: Any, kwargs: Any) -> None:
+    """Refuses random inputs that cannot fit (`tflab._memory.check_fits`) before any is drawn.
+
+    Peak copies: the numpy draw, the tensor and an output as large (elementwise).
+
+    Raises:
+        UsageError: too large (bad input, exit 2), never a diagnosed failure of the user's code.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    from tflab._memory import check_fits
+    from tflab._target import MAX_RANDOM_BYTES
+
+    specs = [_sized(v) for v in tf.nest.flatten((args, kwargs)) if isinstance(v, tf.TensorSpec)]
+    sizes = [int(np.prod(s.shape.as_list(), dtype=np.float64)) * max(s.dtype.size, 1) for s in specs]
+    if all(n <= MAX_RANDOM_BYTES for n in sizes):  # else materialize names the argument over its cap
+        check_fits(sum(sizes), 3, "diagnose", "use a smaller shape")
 
 
 def _tf_function_for(fn: Callable, python_fn: Callable):
@@ -1269,8 +1295,10 @@ def diagnose(fn: Callable, *args: Any, **kwargs: Any) -> Diagnosis:
         TF did and the fix.
 
     Raises:
-        UsageError: ``fn`` is not callable, is a class or an unbound method, or
-            the arguments do not match its ``input_signature``.
+        UsageError: ``fn`` is not callable, is a class or an unbound method,
+            the arguments do not match its ``input_signature``, or random
+            inputs made from its specs would not fit in memory
+            (`tflab._memory.check_fits`).
 
     Example:
 
@@ -1323,8 +1351,11 @@ def diagnose(fn: Callable, *args: Any, **kwargs: Any) -> Diagnosis:
                     raise mismatch from e
             return _classify(e, ctx)
         ctx.concrete, ctx.stage = concrete, "call"
+        # Inputs too large are bad input (UsageError, exit 2), not a failure of the user's code.
+        _check_inputs_fit(args, kwargs)
+        call_args, call_kwargs = _materialize(args), _materialize(kwargs)
         try:
-            concrete(*_materialize(args), **_materialize(kwargs))
+            concrete(*call_args, **call_kwargs)
         except Exception as e:
             return _classify(e, ctx)
     silent = _silent_list_append(ctx, code.co_filename if code is not None else "")

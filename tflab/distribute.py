@@ -461,37 +461,11 @@ def _last_line(path: str) -> str:
     return (py or lines or [""])[-1][:300]
 
 
-class _Children:
-    """Started worker processes; `stop` ends each one (SIGTERM, then SIGKILL) and reaps it."""
+def _Children():
+    """The worker processes of one run: `tflab._subprocess.ChildGroup` (the one supervisor)."""
+    from tflab._subprocess import ChildGroup
 
-    def __init__(self) -> None:
-        self.procs: list[subprocess.Popen] = []
-
-    def start(self, argv: list[str], env: dict, stdout, stderr) -> subprocess.Popen:
-        # A new session: Ctrl-C in the terminal reaches only this process, which
-        # then stops the workers in order (and a worker's children die with its group).
-        p = subprocess.Popen(argv, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
-                             start_new_session=True)
-        self.procs.append(p)
-        return p
-
-    def stop(self, grace: float = 3.0) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(p.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for p in self.procs:
-            try:
-                p.wait(timeout=max(0.05, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        for p in self.procs:
-            if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    p.wait(timeout=5.0)
+    return ChildGroup()
 
 
 @contextlib.contextmanager

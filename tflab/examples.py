@@ -222,7 +222,14 @@ def _normalize_batches(examples: Any) -> list[dict[str, np.ndarray]]:
     for i, b in enumerate(batches):
         if not isinstance(b, Mapping):
             raise UsageError(f"examples[{i}] is a {type(b).__name__}, expected a dict {{input name: array}}")
-        out.append({str(k): np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in b.items()})
+        batch = {str(k): np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in b.items()}
+        for k, a in batch.items():
+            # An object array is a tf.string input only when it holds bytes/str; anything else
+            # (Python objects, nested lists of mixed length) cannot become a tensor.
+            if a.dtype == object and not all(isinstance(x, (bytes, str)) for x in a.ravel()):
+                raise UsageError(f"examples[{i}][{k!r}] is an object array of Python objects, not numbers or "
+                                 f"strings: give a numeric array (np.asarray(..., dtype=np.float32)) or bytes")
+        out.append(batch)
     return out
 
 

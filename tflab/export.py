@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tflab._paths import OutputPath, check_path_text, output_path
+from tflab._paths import OutputPath, check_path_text, describe_existing, output_path
 from tflab.custom_op_loader import (PROJECT_CUSTOM_OPS, load_custom_ops_for,  # noqa: F401
                                     unregistered_op)
 from tflab.errors import Terminated, TflabError, UsageError, raise_if_terminated
@@ -390,8 +390,7 @@ def _convert_isolated(saved_model: str, outdir: str, quants: list[str], examples
     while pending and not _ABANDONED.is_set():
         cmd = [sys.executable, "-m", "tflab.export", "--worker", saved_model, outdir, ",".join(pending),
                examples_npz]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        _WORKERS.add(proc)
+        proc = _workers().start(cmd, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         current = None
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -411,7 +410,7 @@ def _convert_isolated(saved_model: str, outdir: str, quants: list[str], examples
                     pending = []
         stderr = proc.stderr.read() if proc.stderr else ""
         code = proc.wait()
-        _WORKERS.discard(proc)
+        _workers().forget(proc)
         if current is not None:
             # The worker died inside the converter: report it, drop its partial file, go on.
             tail = [ln for ln in stderr.strip().splitlines() if ln.strip()][-1:] or [""]
@@ -511,13 +510,17 @@ def check_out(out: Path, force: bool) -> OutputPath:
         UsageError: one line saying what is wrong with ``out``.
     """
     check_path_text(out, "--out")  # a NUL byte or a too-long name: one line, not os.stat's traceback
+    what = describe_existing(out)
+    if what not in (None, "a folder", "a regular file", "a dangling symlink"):
+        # A FIFO, a device or a symlink loop: --force never replaces those, so do not offer it.
+        raise UsageError(f"--out {out} is {what}, not an export folder; choose another --out")
     if out.exists() or out.is_symlink():
         if not force:
             raise UsageError(f"{out} already exists: pass --force to replace it, or choose another --out")
         real, cwd = out.resolve(), Path.cwd().resolve()
         if not out.is_dir():
-            raise UsageError(f"--out {out} is a file, not an export folder: --force replaces only a previous "
-                             f"tflab export; choose another --out")
+            raise UsageError(f"--out {out} is {what or 'a file'}, not an export folder: --force replaces only a "
+                             f"previous tflab export; choose another --out")
         if real == cwd or real in cwd.parents:
             raise UsageError(f"--out {out} is the current folder or one of its parents: --force will not "
                              f"replace it; choose a new folder")
@@ -527,7 +530,9 @@ def check_out(out: Path, force: bool) -> OutputPath:
     # Probes by really creating a folder there: os.access says yes for root on
     # read-only or virtual file systems (/proc). Missing parents are created only
     # once the export starts, and removed again if it fails.
-    return output_path(out, "--out", folder=True)
+    # Without --force the publishing rename is exclusive: two exports racing to the same new
+    # --out cannot both succeed (the second gets "already exists", exit 2).
+    return output_path(out, "--out", folder=True, exclusive=not force)
 
 
 def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] = QUANTIZATIONS,
@@ -587,15 +592,18 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
     from tflab.saved_model import save_and_reload
 
     t0 = time.perf_counter()
-    progress = progress or (lambda msg: None)
     if not isinstance(out, (str, os.PathLike)):
         raise UsageError(f"out must be a folder path (str or os.PathLike), got {type(out).__name__}")
     out = Path(out)
-    # quantize="none,int8" (the CLI's form) is a comma list, not the letters n, o, n, e
-    quants = [q.strip() for q in quantize.split(",") if q.strip()] if isinstance(quantize, str) else list(quantize)
-    for q in quants:
-        if q not in QUANTIZATIONS:
-            raise UsageError(f"unknown quantization {q!r}: use {', '.join(QUANTIZATIONS)}")
+    from tflab._argcheck import check_callable, check_names
+
+    # quantize="none,int8" (the CLI's form) is a comma list, not the letters n, o, n, e; "" or []
+    # names no variant: refused, not an "ok" export with nothing checked.
+    quants = check_names(quantize, QUANTIZATIONS, "quantize", "export_model", item="quantization")
+    check_callable(progress, "progress", "export_model")
+    if not isinstance(force, bool) or not isinstance(isolate, bool):
+        raise UsageError(f"export_model: force and isolate must be True or False, got {force!r}, {isolate!r}")
+    progress = progress or (lambda msg: None)
     target = check_out(out, force)
     if isinstance(model, (str, os.PathLike)):
         name = model_name or os.fspath(model)
@@ -699,16 +707,24 @@ def _install_sigterm():
     return install_sigterm_handler()
 
 
-_WORKERS: set = set()
+_WORKERS = None  # the converter workers: a tflab._subprocess.ChildGroup, made on first use
 _ABANDONED = threading.Event()
 
 
+def _workers():
+    global _WORKERS
+
+    if _WORKERS is None:
+        from tflab._subprocess import ChildGroup
+
+        _WORKERS = ChildGroup()
+    return _WORKERS
+
+
 def _stop_workers() -> None:
-    """Kills converter workers still running (the export is being abandoned)."""
+    """Kills converter workers still running and reaps them (the export is being abandoned)."""
     _ABANDONED.set()
-    for proc in list(_WORKERS):
-        if proc.poll() is None:
-            proc.kill()
+    _workers().stop(grace=0)  # no grace: a converter has nothing to clean up
 
 
 if __name__ == "__main__":

@@ -674,7 +674,7 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | An
     >>> c.op_counts
     {'MUL': 1}
     """
-    from tflab.saved_model import require_saved_model_dir
+    from tflab.saved_model import require_readable_saved_model
 
     # A .tflite flatbuffer starts with a 4-byte root offset and the 4-byte file
     # identifier "TFL3" (tensorflow/lite/python/util.py _TFLITE_FILE_IDENTIFIER), so no
@@ -684,7 +684,7 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | An
         raise UsageError(f"tflite_roundtrip: float_size is the float .tflite model's size in bytes "
                          f"(an int >= {MIN_TFLITE_BYTES}, e.g. len(float_model)), got {float_size!r}; "
                          f"omit it to measure it, and pass quantization='float16' for a float16 model")
-    saved_model_dir = require_saved_model_dir(saved_model_dir)  # TF's OSError from the converter before
+    saved_model_dir = require_readable_saved_model(saved_model_dir)  # TF's OSError from the converter before
     examples = Examples.of(examples).check_rows()  # read once; convert and check_tflite take it as is
     t0 = time.perf_counter()
     model = convert(saved_model_dir, quantization, examples, select_tf_ops=select_tf_ops)

@@ -49,13 +49,9 @@ from tflab._target import _check_target, _function_name, _parameter_names, signa
 from tflab._usercode import user_entry
 from tflab.errors import UsageError
 
-MODES = ("eager", "graph", "xla")
-
-# Default disagreement bound: an element is a finding when it is more than this
-# many ULP *and* more than `atol` away from eager. ULP alone flags every result
-# near zero (a 1e-9 difference around 1e-12 is millions of ULP), so both are used.
-DEFAULT_ULP_BOUND = 1 << 12
-DEFAULT_ATOL = 1e-5
+# MODES, and the default disagreement bound: an element is a finding when it is more than
+# DEFAULT_ULP_BOUND ULP *and* more than DEFAULT_ATOL away from eager (see tflab/_mode_defaults.py).
+from tflab._mode_defaults import DEFAULT_ATOL, DEFAULT_ULP_BOUND, MODES  # noqa: E402,F401
 
 _XLA_UNSUPPORTED_RE = re.compile(r"(\w+) \((.*?)\)\{\{node ([^}]+)\}\}")
 _XLA_TENSOR_LIST_SIZE = "XLA compilation requires a fixed tensor list size"
@@ -351,7 +347,8 @@ class ModeComparison:
             The ratio, or None when either mode did not run or failed.
 
         Raises:
-            UsageError: an unknown keyword, or no mode.
+            UsageError: an unknown keyword, no mode, or a mode name that is
+                not one of `MODES` ("XLA" for "xla").
         """
         if deprecated:
             unknown = set(deprecated) - {"slow", "fast"}
@@ -365,6 +362,12 @@ class ModeComparison:
             mode, baseline = deprecated.get("fast", mode), deprecated.get("slow", baseline)
         if mode is None:
             raise UsageError("speed_ratio needs the mode to time: speed_ratio(mode, baseline)")
+        from tflab._argcheck import check_choice
+
+        # A typo ("XLA") is not "did not run": None would read as a mode that failed.
+        known = list(dict.fromkeys([*MODES, *self.modes]))
+        check_choice(mode, known, "mode", "speed_ratio")
+        check_choice(baseline, known, "baseline", "speed_ratio")
         a, b = self.modes.get(mode), self.modes.get(baseline)
         if not a or not b or a.error or b.error or not a.median_seconds:
             return None
@@ -740,8 +743,15 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise UsageError(f"unknown mode(s) {unknown}; choose from {list(MODES)}")
-    if repeats < 1:
-        raise UsageError(f"repeats must be >= 1, got {repeats}")
+    from tflab._argcheck import check_int
+
+    repeats = check_int(repeats, "repeats", "compare_modes", minimum=1)
+    ulp_bound = check_int(ulp_bound, "ulp_bound", "compare_modes", minimum=0)
+    if isinstance(atol, bool) or not isinstance(atol, (int, float)):
+        raise UsageError(f"compare_modes: atol must be a float >= 0, got {atol!r} ({type(atol).__name__})")
+    if not [m for m in modes if m != "eager"]:  # eager against itself: nothing would be compared
+        raise UsageError(f"compare_modes: modes={modes!r} names no mode to compare with eager (the reference "
+                         f"always runs); give one or more of 'graph', 'xla'")
     if ulp_bound < 0 or not atol >= 0:
         raise UsageError(f"ulp_bound and atol must be >= 0, got {ulp_bound} and {atol}")
     run_modes = [m for m in MODES if m == "eager" or m in modes]

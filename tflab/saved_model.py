@@ -197,6 +197,33 @@ def require_saved_model_dir(path: Any, what: str = "saved_model_dir") -> str:
     return path
 
 
+def require_readable_saved_model(path: Any, what: str = "saved_model_dir") -> str:
+    """`require_saved_model_dir`, then ``saved_model.pb`` parsed as TF's ``SavedModel`` protobuf.
+
+    TF's own answer for a corrupt file is ``OSError: Cannot parse file …:
+    Error parsing message with type 'tensorflow.SavedModel'`` from the
+    converter (``loader_impl.parse_saved_model``).
+
+    Raises:
+        UsageError: not a SavedModel folder, or its ``saved_model.pb`` is not
+            a readable ``tensorflow.SavedModel`` message (truncated, corrupt).
+    """
+    path = require_saved_model_dir(path, what)
+    pb = os.path.join(path, "saved_model.pb")
+    if os.path.isfile(pb):
+        from google.protobuf.message import DecodeError
+        from tensorflow.core.protobuf import saved_model_pb2
+
+        try:
+            with open(pb, "rb") as f:
+                saved_model_pb2.SavedModel().ParseFromString(f.read())
+        except (DecodeError, OSError, ValueError) as e:
+            raise UsageError(f"{what} {path!r}: {pb} is not a readable SavedModel ({type(e).__name__}: "
+                             f"{str(e).splitlines()[0][:160] if str(e) else 'cannot parse'}); export it "
+                             f"again") from None
+    return path
+
+
 def load_saved_model(path: str | os.PathLike) -> Any:
     """`tf.saved_model.load`, reusing the last load of the same folder and saved_model.pb version."""
     import tensorflow as tf
@@ -654,7 +681,8 @@ def save_and_reload(obj: Any, path: str | os.PathLike, examples: Any, *,
         raise UsageError(f"{path!r} already exists and is not an empty folder: choose a new path")
     # Probe by really creating a folder there (root on /proc: TF's NotFoundError after the trace before).
     target = output_path(path, "path", folder=True)
-    batches = None if examples is None else Examples.of(examples)
+    # 0 rows: nothing would be compared, so "bit_exact=True" would be vacuous.
+    batches = None if examples is None else Examples.of(examples).check_rows()
     created = not os.path.exists(path)
     if created:
         target.make_parents()  # remembered, so a failure removes the parents it made too

@@ -50,7 +50,10 @@ class TourContext:
     Attributes:
         model: the Keras model under study (default: `build_default_model()`).
         model_source: "default" or the user's ``--model`` path.
-        out_dir: where sections write files (``saved_models/tour``).
+        out_dir: where sections write files: a temporary folder beside
+            ``--out`` that is renamed into place whole when the tour ends.
+        final_dir: the ``--out`` folder itself (``saved_models/tour``); paths
+            shown to the user go through `final_path`.
         report: JSON report; each section stores its numbers under its own key.
         progress_line: the tour's `Progress` (one step per section); call
             ``ctx.progress(msg)`` for a line within a section.
@@ -64,6 +67,17 @@ class TourContext:
     progress_line: Progress
     quiet: bool = False
     shared: dict = dataclasses.field(default_factory=dict)
+    final_dir: Path | None = None
+
+    def final_path(self, path: str | os.PathLike) -> Path:
+        """Where ``path`` (under `out_dir`) will be once the tour commits its folder."""
+        p = Path(path)
+        if self.final_dir is None:
+            return p
+        try:
+            return self.final_dir / p.relative_to(self.out_dir)
+        except ValueError:
+            return p
 
     def progress(self, message: str) -> None:
         """A progress line on stderr within the current section."""
@@ -115,12 +129,18 @@ def load_user_model(path: str):
 
 
 def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
-             quiet: bool = False, only: list[str] | None = None) -> dict:
+             quiet: bool = False, only: list[str] | None = None, force: bool = False) -> dict:
     """Runs every available tour section and writes ``report.json`` under ``out_dir``.
+
+    The sections write into a temporary folder beside ``out_dir``, which is
+    renamed into place whole at the end (as ``export`` does): a failed or
+    interrupted tour leaves ``out_dir`` as it was.
 
     Args:
         model_path: a ``.keras`` file or SavedModel folder; None for the default model.
-        out_dir: output folder (created; files inside are replaced).
+        out_dir: output folder; a non-empty one is refused unless ``force``.
+        force: replace a non-empty ``out_dir`` (a folder; never the current
+            folder or one of its parents).
         quiet: print nothing to stdout (the progress line still goes to stderr).
         only: section module names to run (default: all).
 
@@ -128,14 +148,17 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
         The JSON report as a dict (also written to ``out_dir/report.json``).
 
     Raises:
-        UsageError: ``model_path`` is missing or not a model.
+        UsageError: ``model_path`` is missing or not a model; ``out_dir`` is
+            not a folder path, or a non-empty folder without ``force``.
     """
     from tflab._jsonutil import to_jsonable
     from tflab._paths import output_path
 
     # A bad --out or --model path fails before any progress line is printed;
     # --out is probed by really creating a folder there.
-    target = output_path(out_dir, "--out", folder=True)
+    target = output_path(out_dir, "--out", folder=True, exclusive=not force)
+    if _check_tour_out(target.path, force):
+        target.replace = True  # an empty folder, or --force: renamed over; else the rename is exclusive
     sections = [(m, t) for m, t in SECTIONS if only is None or m in only]
     available = []
     for modname, title in sections:
@@ -149,7 +172,8 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
     progress("building MobileNetV3Small" if model_path is None else f"loaded {model_path}")
     if model is None:
         model = build_default_model()
-    out = target.make_dir()
+    tmp = target.temp_dir()
+    out = tmp
     report: dict = {"model": model_path or "MobileNetV3Small(weights=None, input_shape=(96, 96, 3), classes=10)"}
     from tflab.runtime import runtime_config
 
@@ -158,7 +182,7 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
     if not quiet:
         print(f"configuration: {config.one_line()}")
     ctx = TourContext(model=model, model_source=model_path or "default", out_dir=out,
-                      report=report, progress_line=progress, quiet=quiet)
+                      report=report, progress_line=progress, quiet=quiet, final_dir=target.path)
     t0 = time.perf_counter()
     timings = {}
     tf_logger = logging.getLogger("tensorflow")
@@ -171,14 +195,50 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
             t = time.perf_counter()
             mod.run(ctx)
             timings[mod.__name__.rsplit(".", 1)[-1]] = round(time.perf_counter() - t, 2)
+        report["section_seconds"] = timings
+        report["seconds"] = round(time.perf_counter() - t0, 2)
+        # Paths in the report name the final folder, not the temporary one.
+        report = json.loads(json.dumps(to_jsonable(report)).replace(
+            json.dumps(str(tmp))[1:-1], json.dumps(str(target.path))[1:-1]))
+        output_path(out / "report.json", "--out").write(json.dumps(report, indent=2))
+        from tflab.errors import raise_if_terminated
+
+        raise_if_terminated()  # a SIGTERM a finalizer swallowed: do not commit
+        target.commit(tmp)
     except BaseException:
-        target.discard()  # what this run wrote under --out, and the --out folders it created
+        target.discard(tmp)  # the temporary folder and the --out parents created for it
         raise
     finally:
         tf_logger.removeFilter(quiet_retracing)
-    report["section_seconds"] = timings
-    report["seconds"] = round(time.perf_counter() - t0, 2)
-    output_path(out / "report.json", "--out").write(json.dumps(to_jsonable(report), indent=2))
     if not quiet:
-        print(f"\nreport: {out / 'report.json'}  ({report['seconds']:.1f} s)")
+        print(f"\nreport: {target.path / 'report.json'}  ({report['seconds']:.1f} s)")
     return report
+
+
+def _check_tour_out(out: Path, force: bool) -> bool | None:
+    """``export``'s rules for ``tour --out``: a non-empty folder needs ``force``; never cwd or its parents.
+
+    Raises:
+        UsageError: one line naming what is there.
+
+    Returns:
+        True when an existing folder will be replaced, None when ``out`` is new.
+    """
+    from tflab._paths import describe_existing
+    from tflab.errors import UsageError
+
+    what = describe_existing(out)
+    if what is None:
+        return None
+    if what != "a folder":
+        raise UsageError(f"--out {out}: exists and is not a folder ({what}); choose another --out")
+    if not any(out.iterdir()):
+        return True  # an empty folder: nothing of the user's to lose; renamed over
+    if not force:
+        raise UsageError(f"--out {out} is a folder that is not empty: pass --force to replace it, "
+                         f"or choose another --out")
+    real, cwd = out.resolve(), Path.cwd().resolve()
+    if real == cwd or real in cwd.parents:
+        raise UsageError(f"--out {out} is the current folder or one of its parents: --force will not "
+                         f"replace it; choose a new folder")
+    return True

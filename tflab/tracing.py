@@ -237,8 +237,14 @@ class TraceReport:
         """A readable multi-line report.
 
         Args:
-            max_ops: list at most this many ops (None for all).
+            max_ops: list at most this many ops (None for all; an int >= 0).
+
+        Raises:
+            UsageError: ``max_ops`` is not None or an int >= 0.
         """
+        from tflab._argcheck import check_int
+
+        max_ops = check_int(max_ops, "max_ops", "TraceReport.to_text", minimum=0, allow_none=True)
         lines = [f"FuncGraph of {self.function_name}: {len(self.ops)} ops",
                  f"  FunctionType: {self.function_type}",
                  f"  inputs:  {self._signature_str()}",
@@ -277,9 +283,15 @@ class TraceReport:
         ellipses, control-flow ops as diamonds, Const ops grey.
 
         Args:
-            max_ops: draw at most this many ops (None for all); big models make
-                unreadable pictures.
+            max_ops: draw at most this many ops (None for all; an int >= 0); big
+                models make unreadable pictures.
+
+        Raises:
+            UsageError: ``max_ops`` is not None or an int >= 0.
         """
+        from tflab._argcheck import check_int
+
+        max_ops = check_int(max_ops, "max_ops", "TraceReport.to_dot", minimum=0, allow_none=True)
         import graphviz
 
         # A name like "<lambda>" would read as an HTML-like ID in DOT.

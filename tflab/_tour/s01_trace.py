@@ -16,10 +16,10 @@ def run(ctx) -> None:
     report = trace_and_inspect(serve, spec)
     ctx.shared["input_spec"] = spec
     ctx.shared["serve"] = serve
+    from tflab._paths import output_path
+
     dot_path = ctx.out_dir / "inference.dot"
-    tmp = dot_path.with_suffix(".dot.tmp")
-    tmp.write_text(report.to_dot(max_ops=None))
-    tmp.replace(dot_path)
+    output_path(dot_path, "--out").write(report.to_dot(max_ops=None))
     var_bytes = sum(c.bytes for c in report.variables)
     top = ", ".join(f"{t}×{n}" for t, n in list(report.op_counts.items())[:6])
     ctx.line(f"serve{report._signature_str()} -> {report._outputs_str()}")
@@ -29,7 +29,7 @@ def run(ctx) -> None:
              f"{len(report.captured_tensors)} eager tensors ({report.baked_bytes:,} bytes baked as Const)")
     cf = ", ".join(sorted({o.type for o in report.control_flow})) or "none"
     ctx.line(f"control-flow ops: {cf}")
-    ctx.line(f"FuncGraph DOT: {dot_path}")
+    ctx.line(f"FuncGraph DOT: {ctx.final_path(dot_path)}")
     ctx.report["trace"] = {
         "function_type": report.function_type,
         "op_count": len(report.ops),
@@ -39,5 +39,5 @@ def run(ctx) -> None:
         "captured_tensors": len(report.captured_tensors),
         "baked_bytes": report.baked_bytes,
         "control_flow": [o.type for o in report.control_flow],
-        "dot": str(dot_path),
+        "dot": str(ctx.final_path(dot_path)),
     }

@@ -19,7 +19,7 @@ def run(ctx) -> None:
                           progress=ctx.progress, model_name=name)
     sm = report.saved_model
     ctx.line(f"SavedModel: {'bit-exact' if sm.bit_exact else 'NOT bit-exact'} over {sm.batch_count} batches "
-             f"({', '.join(sm.signatures)}) -> {report.out}")
+             f"({', '.join(sm.signatures)}) -> {ctx.final_path(report.out)}")
     for line in variant_table(report.variants).splitlines():
         ctx.line(line)
     for q, v in report.variants.items():  # the verdict: every op against its float reference

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-from pathlib import Path
 
 from tflab._cliargs import int_at_least as _at_least  # argparse only: cheap to import
 from tflab._cliargs import non_negative_float as _non_negative_float
@@ -22,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=seed_type, default=0, help="seed for the random tensors (default: %(default)s)")
     p.add_argument("--repeats", type=_at_least(1), default=10,
                    help="warm calls timed per mode; the median is printed (default: %(default)s)")
-    from tflab.modes import DEFAULT_ATOL, DEFAULT_ULP_BOUND  # numpy only: cheap to import
+    from tflab._mode_defaults import DEFAULT_ATOL, DEFAULT_ULP_BOUND  # no numpy: --help stays fast
 
     p.add_argument("--ulp-bound", type=_at_least(0), default=DEFAULT_ULP_BOUND, metavar="N",
                    help="report elements more than N ULP and more than --atol from eager "
@@ -80,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
             gradients=not args.no_grad, **call_kwargs)
     xla = report.modes["xla"]
     if hlo is not None and xla.error is None:
-        _write_hlo(report.hlo, args.hlo)
+        _write_hlo(report.hlo, hlo)
     print(_jsonutil.dumps(report) if args.json else report.to_text())
     if args.hlo and xla.error is None and not args.json:
         print(f"wrote {args.hlo} ({', '.join(report.hlo)})")
@@ -96,13 +95,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_hlo(hlo: dict, path: str) -> None:
-    """Writes the HLO stages through `tflab._paths.OutputPath.write` (temp file + rename).
+def _write_hlo(hlo: dict, out) -> None:
+    """Writes the HLO stages through the `tflab._paths.OutputPath` that `output_path` probed.
+
+    That object knows a device or FIFO is written in place and a symlink's
+    target is written (a second, unprobed ``OutputPath`` renamed a temp file
+    over ``/dev/null`` or the link).
 
     Raises:
         UsageError: one line when the write fails; no temporary file is left.
     """
-    from tflab._paths import OutputPath
-
-    OutputPath(Path(path), "--hlo").write(
-        "".join(f"// ===== stage: {stage} =====\n{text}\n" for stage, text in hlo.items()))
+    out.write("".join(f"// ===== stage: {stage} =====\n{text}\n" for stage, text in hlo.items()))

@@ -229,6 +229,8 @@ class RetraceProbe:
                              f"class {fn.__name__}; pass an instance (RetraceProbe({fn.__name__}(...))) "
                              f"or one of its bound methods")
         _check_tf_function_kwargs(tf_function_kwargs)
+        if not isinstance(watch_stale, bool):
+            raise UsageError(f"RetraceProbe: watch_stale must be True or False, got {watch_stale!r}")
         self._count = 0
         self.calls = 0
         self.traces: list[Trace] = []
@@ -266,6 +268,9 @@ class RetraceProbe:
             self.function = fn._clone(python_function=wrapper)
             self.original = fn
         else:
+            from tflab._argcheck import check_keywords
+
+            check_keywords(tf_function_kwargs, tf.function, "RetraceProbe", "tf.function")
             self.function = tf.function(wrapper, **tf_function_kwargs)
             self.original = None
         self._watch_names = self._stale_candidates() if watch_stale else ([], [])

@@ -1,0 +1,553 @@
+"""The hostile pass of issue 21 (shared/cases/trial_hostile.md, B1–B23): each break is a test here.
+
+Every test fails on main 176dbcb (before the supervising ``tflab`` process,
+exclusive publishing and the argument checks) and passes now. The CLI tests
+that need the real process (os._exit, closed fds, signals, fatal TF lines)
+run ``python -m tflab`` (the console script's `tflab.cli.supervise`); the
+others run `tflab.cli.main` in-process (``run_cli``), which is cheaper.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tflab.errors import UsageError
+
+REPO = Path(__file__).resolve().parents[1]
+
+HOSTILE = '''
+import os
+import sys
+import tensorflow as tf
+
+
+def f(x):
+    return tf.sin(x) * 2.0
+
+
+def oexit(x):
+    os._exit(9)
+
+
+def closestdout(x):
+    sys.stdout.close()
+    return x * 2.0
+
+
+def closefd1(x):
+    os.close(1)
+    return x * 2.0
+
+
+def printer(x):
+    os.write(1, b"FD WRITE\\n")
+    print("to stdout via sys.__stdout__", file=sys.__stdout__)
+    print("a plain print")
+    return x + 1.0
+
+
+def segfault(x):
+    import ctypes
+    ctypes.string_at(0)
+
+
+def killed(x):
+    import signal
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def hijack(x):
+    import io
+    sys.stdout = io.StringIO()  # the verb's report would vanish into it
+    return x * 2.0
+
+
+def slow(x):
+    import pathlib
+    pathlib.Path(os.environ["MARK"]).write_text("x")
+    import time
+    time.sleep(120)
+    return x
+
+
+class Tiny(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def serve(self, x):
+        return {"y": x * 2.0}
+
+
+def tiny():
+    return Tiny()
+'''
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hostile")
+    (d / "h.py").write_text(HOSTILE)
+    (d / "s_oexit.py").write_text("import os\nos._exit(0)\n")
+    return d
+
+
+def tflab(work: Path, *argv: str, env: dict | None = None, timeout: float = 300, **kw):
+    """Runs ``python -m tflab ARGV`` (the supervising entry) in ``work``; returns (rc, stdout, stderr)."""
+    full_env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                    TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
+    p = subprocess.run([sys.executable, "-m", "tflab", *argv], cwd=work, env=full_env, capture_output=True,
+                       text=True, timeout=timeout, stdin=subprocess.DEVNULL, **kw)
+    return p.returncode, p.stdout, p.stderr
+
+
+def one_line(verb: str, err: str) -> str:
+    assert "Traceback" not in err, err
+    lines = [ln for ln in err.splitlines() if ln.startswith(f"tflab {verb}:")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+# ------------------------------------------------------------------ B1: --hlo replaced what it wrote to
+
+
+def test_b1_compare_hlo_keeps_a_symlink_and_a_fifo(run_cli, work, tmp_path):
+    """`_write_hlo` built a second, unprobed OutputPath: it renamed a regular file over the link / FIFO."""
+    target = tmp_path / "hlo_target.txt"
+    target.write_text("target content")
+    link = tmp_path / "hlo_link.txt"
+    link.symlink_to(target)
+    code, out, err = run_cli("compare", f"{work}/h.py:f", "--arg", "x=float32[4]", "--no-grad",
+                             "--repeats", "1", "--hlo", str(link), "--force")
+    assert code == 0, err
+    assert link.is_symlink()  # the link is kept ...
+    assert "stage:" in target.read_text()  # ... and its target holds the HLO (old: the link became a file)
+
+    fifo = tmp_path / "fifo_hlo"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()), daemon=True)
+    reader.start()
+    code, out, err = run_cli("compare", f"{work}/h.py:f", "--arg", "x=float32[4]", "--no-grad",
+                             "--repeats", "1", "--hlo", str(fifo))
+    reader.join(30)
+    assert code == 0, err
+    assert fifo.is_fifo() and got and b"stage:" in got[0]  # old: a regular file, the reader got 0 bytes
+
+
+# ------------------------------------------------------------------ B2: two writers of one new path
+
+
+def test_b2_second_writer_of_the_same_new_out_gets_already_exists(tmp_path):
+    """Both exports passed check_out (the folder did not exist yet); the second commit deleted the first."""
+    from tflab.export import check_out
+
+    out = tmp_path / "same"
+    a, b = check_out(out, False), check_out(out, False)  # both checked before either commits
+    ta, tb = a.temp_dir(), b.temp_dir()
+    (ta / "report.json").write_text('{"model": "A"}')
+    (tb / "report.json").write_text('{"model": "B"}')
+    a.commit(ta)
+    with pytest.raises(UsageError, match="already exists"):
+        b.commit(tb)
+    b.discard(tb)
+    assert json.loads((out / "report.json").read_text()) == {"model": "A"}  # the first one's, kept
+    assert sorted(os.listdir(tmp_path)) == ["same"]  # no temporary folder left
+
+
+def test_b2_exclusive_file_publish(tmp_path):
+    """A file output without --force (compare --hlo) is published with link(2): never over a new file."""
+    from tflab._paths import output_path
+
+    p = tmp_path / "h.txt"
+    first = output_path(p, "--hlo", overwrite=False)
+    p.write_text("someone else's")  # appears between the check and the write
+    with pytest.raises(UsageError, match="already exists"):
+        first.write("ours")
+    assert p.read_text() == "someone else's" and os.listdir(tmp_path) == ["h.txt"]
+
+
+# ------------------------------------------------------------------ B3: tour --out
+
+
+def test_b3_tour_refuses_a_non_empty_out_without_force(run_cli, tmp_path, small_keras_file):
+    out = tmp_path / "tourx"
+    out.mkdir()
+    (out / "inference.dot").write_text("USER DOT - precious")
+    code, _, err = run_cli("tour", "--model", str(small_keras_file), "--out", str(out))
+    assert code == 2 and "not empty: pass --force" in one_line("tour", err)
+    assert (out / "inference.dot").read_text() == "USER DOT - precious"
+
+
+def test_b3_interrupted_tour_with_force_leaves_the_old_folder_as_it_was(small_keras_file, tmp_path, monkeypatch):
+    """The tour wrote inference.dot in place: after Ctrl-C the folder was half old, half new."""
+    import tflab._tour.s01_trace as s01
+    from tflab.tour import run_tour
+
+    real = s01.run
+
+    def run_then_interrupt(ctx):
+        real(ctx)
+        raise KeyboardInterrupt
+
+    out = tmp_path / "tourx"
+    out.mkdir()
+    (out / "inference.dot").write_text("USER DOT - precious")
+    (out / "report.json").write_text("USER REPORT - precious")
+    monkeypatch.setattr(s01, "run", run_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        run_tour(model_path=str(small_keras_file), out_dir=str(out), only=["s01_trace"], quiet=True, force=True)
+    assert (out / "inference.dot").read_text() == "USER DOT - precious"
+    assert sorted(os.listdir(tmp_path)) == ["tourx"] and sorted(os.listdir(out)) == ["inference.dot",
+                                                                                    "report.json"]
+    monkeypatch.setattr(s01, "run", real)
+    report = run_tour(model_path=str(small_keras_file), out_dir=str(out), only=["s01_trace"], quiet=True,
+                      force=True)  # completes: the whole folder is the tour's, paths name the final folder
+    assert "digraph" in (out / "inference.dot").read_text()
+    assert report["trace"]["dot"] == str(out / "inference.dot"), report["trace"]
+
+
+# ------------------------------------------------------------------ B4, B5: memory
+
+
+def test_b4_diagnose_refuses_inputs_that_cannot_fit(run_cli, work, monkeypatch):
+    """diagnose exited 1 ("a problem was diagnosed") and blamed the user's code for tflab's own input."""
+    import tensorflow as tf
+
+    import tflab
+    import tflab._memory
+
+    code, _, err = run_cli("diagnose", f"{work}/h.py:f", "--arg", "x=float32[1099511627776,1048576]")
+    assert code == 2 and "GiB of random data" in one_line("diagnose", err)
+    monkeypatch.setattr(tflab._memory, "available_memory", lambda: (1 << 30, "test limit"))
+    code, _, err = run_cli("diagnose", f"{work}/h.py:f", "--arg", "x=float32[16384,16384]")  # 1 GiB × 3 copies
+    assert code == 2 and "only 1.0 GiB is available (test limit)" in one_line("diagnose", err)
+    with pytest.raises(UsageError, match="random data"):
+        tflab.diagnose(lambda x: x * 2, tf.TensorSpec([2**40, 2**20]))
+
+
+def test_b5_the_own_cgroup_and_its_ancestors_are_read(tmp_path):
+    """_memory read /sys/fs/cgroup/memory.max at the hierarchy's root, not the process's own cgroup."""
+    from tflab._memory import own_cgroup_limit
+
+    root = tmp_path / "cg"
+    (root / "user.slice" / "run-1.scope").mkdir(parents=True)
+    (root / "cgroup.controllers").write_text("memory\n")
+    (root / "memory.max").write_text("max\n")
+    (root / "user.slice" / "memory.max").write_text(f"{8 << 30}\n")
+    (root / "user.slice" / "memory.current").write_text(f"{1 << 30}\n")
+    (root / "user.slice" / "run-1.scope" / "memory.max").write_text(f"{3 << 30}\n")
+    (root / "user.slice" / "run-1.scope" / "memory.current").write_text(f"{1 << 30}\n")
+    proc = tmp_path / "cgroup"
+    proc.write_text("0::/user.slice/run-1.scope\n")
+    limit, free, where = own_cgroup_limit(str(proc), str(root))
+    assert (limit, free) == (3 << 30, 2 << 30) and where.endswith("run-1.scope/memory.max")
+    # v1: a nested memcg with a tighter parent
+    v1 = tmp_path / "v1"
+    (v1 / "memory" / "a" / "b").mkdir(parents=True)
+    (v1 / "memory" / "a" / "memory.limit_in_bytes").write_text(f"{1 << 30}\n")
+    (v1 / "memory" / "a" / "memory.usage_in_bytes").write_text("0\n")
+    (v1 / "memory" / "a" / "b" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    proc.write_text("4:memory:/a/b\n1:cpu:/\n")
+    assert own_cgroup_limit(str(proc), str(v1))[:2] == (1 << 30, 1 << 30)
+
+
+def test_b5_rlimit_as_is_a_limit(tmp_path):
+    """RLIMIT_AS (ulimit -v) was not read: allocations past it fail in TF, not as tflab's exit 2."""
+    code = ("import resource; resource.setrlimit(resource.RLIMIT_AS, (6 << 30, resource.RLIM_INFINITY));"
+            "from tflab._memory import available_memory; n, src = available_memory(); print(n, src)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
+    n, _, src = p.stdout.strip().partition(" ")
+    assert p.returncode == 0 and int(n) <= 6 << 30, p.stderr  # whatever the machine has, at most the limit
+    assert "RLIMIT_AS" in src or int(n) < 6 << 30, src
+
+
+# ------------------------------------------------------------------ B6, B7: bad XLA flags
+
+
+def test_b6_bad_tf_xla_flags(work):
+    """Every verb, even --help, exited 1 with no output: the F line went to /dev/null while TF loaded."""
+    code, out, err = tflab(work, "--help", env={"TF_XLA_FLAGS": "--tf_bogus=1"}, timeout=60)
+    assert code == 0 and out.startswith("usage: tflab"), err  # parsing needs no TF
+    code, out, err = tflab(work, "inspect", "h.py:f", "--arg", "x=float32[4]", env={"TF_XLA_FLAGS": "--tf_bogus=1"})
+    line = one_line("inspect", err)
+    assert code == 2 and "TF_XLA_FLAGS" in line and "--tf_bogus=1" in line and out == "", err
+
+
+def test_b7_bad_xla_flags(work):
+    """compare ended with XLA's C++ fatal line and exit 1 (1 means "a check failed")."""
+    code, out, err = tflab(work, "compare", "h.py:f", "--arg", "x=float32[4]", "--no-grad", "--repeats", "1",
+                           env={"XLA_FLAGS": "--xla_bogus_flag=1"})
+    line = one_line("compare", err)
+    assert code == 2 and "XLA_FLAGS" in line and "Unknown flag" in line, err
+
+
+# ------------------------------------------------------------------ B8, B13, B14: what the path is
+
+
+def test_b8_b13_out_that_is_a_loop_a_fifo_or_a_device(run_cli, work, tmp_path):
+    (tmp_path / "loopA").symlink_to(tmp_path / "loopB")
+    (tmp_path / "loopB").symlink_to(tmp_path / "loopA")
+    os.mkfifo(tmp_path / "fifo1")
+    cases = [(tmp_path / "loopA", "symlink loop"), (tmp_path / "fifo1", "is a FIFO"),
+             (Path("/dev/full"), "is a character device")]
+    for out, words in cases:
+        for force in ([], ["--force"]):
+            code, _, err = run_cli("export", f"{work}/h.py:tiny", "--quantize", "none", "--out", str(out), *force)
+            line = one_line("export", err)
+            assert code == 2 and words in line and "pass --force" not in line, (out, force, line)
+    assert (tmp_path / "fifo1").is_fifo() and (tmp_path / "loopA").is_symlink()
+
+
+def test_b14_dot_under_a_regular_file(run_cli, work, tmp_path):
+    (tmp_path / "afile").write_text("x")
+    code, _, err = run_cli("inspect", f"{work}/h.py:f", "--arg", "x=float32[4]", "--dot",
+                           str(tmp_path / "afile" / "g.dot"))
+    line = one_line("inspect", err)
+    assert code == 2 and "is a regular file, not a folder" in line and "does not exist" not in line, line
+
+
+# ------------------------------------------------------------------ B9: Ctrl-C during start-up
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"),
+                                             (signal.SIGTERM, 143, "terminated")], ids=["SIGINT", "SIGTERM"])
+def test_b9_signal_while_tf_loads_is_one_line(work, sig, code, word):
+    """Ctrl-C during the seconds-long TF import printed a KeyboardInterrupt traceback."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.Popen([sys.executable, "-m", "tflab", "inspect", "h.py:f", "--arg", "x=float32[4]"],
+                            cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)  # no terminal: the supervisor forwards signals
+    try:
+        deadline = time.monotonic() + 30
+        while not _children(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.5)  # the child is importing TensorFlow (seconds)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == code and err == f"tflab inspect: {word}\n" and out == "", (proc.returncode, err)
+
+
+# ------------------------------------------------------------------ B10, B11, B12, B15, B16: the process
+
+
+def test_b10_os_exit_in_user_code_is_named(work):
+    code, out, err = tflab(work, "inspect", "h.py:oexit", "--arg", "x=float32[4]")
+    assert code == 2 and "os._exit(9)" in one_line("inspect", err), (code, err)
+
+
+def test_b11_retrace_script_that_os_exits_0_is_not_success(work):
+    code, out, err = tflab(work, "retrace", "s_oexit.py")
+    assert code == 2 and "os._exit(0)" in one_line("retrace", err), (code, err)
+
+
+@pytest.mark.parametrize("func", ["closestdout", "closefd1"])
+def test_b12_user_code_closing_stdout_does_not_lose_the_report(work, func):
+    code, out, err = tflab(work, "inspect", f"h.py:{func}", "--arg", "x=float32[4]")
+    assert code == 0 and out.startswith(f"FuncGraph of {func}:") and "Traceback" not in err, (code, err)
+
+
+def test_no_exit_0_without_the_report(work):
+    """User code replacing sys.stdout swallowed the report; exit 0 said all was well."""
+    code, out, err = tflab(work, "inspect", "h.py:hijack", "--arg", "x=float32[4]")
+    assert code == 2 and out == "" and "no report was written" in one_line("inspect", err), (code, err)
+
+
+def test_b15_closed_stdout_is_141_not_a_silent_0(work):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    p = subprocess.run([sys.executable, "-m", "tflab", "env"], cwd=work, env=env, stderr=subprocess.PIPE,
+                       preexec_fn=lambda: os.close(1), timeout=120)
+    assert p.returncode == 141 and p.stderr == b"", p.stderr
+
+
+def test_b16_json_is_valid_when_user_code_writes_to_the_real_stdout(work):
+    code, out, err = tflab(work, "inspect", "--json", "h.py:printer", "--arg", "x=float32[4]")
+    assert code == 0, err
+    assert json.loads(out)["function"] == "printer"  # old: stdout began with "FD WRITE"
+    assert "FD WRITE" in err and "sys.__stdout__" in err  # the user's writes are not lost: stderr
+
+
+# ------------------------------------------------------------------ crashes the supervisor names
+
+
+@pytest.mark.parametrize("func, words", [("segfault", "segmentation fault"), ("killed", "SIGKILL")])
+def test_crash_of_the_child_is_one_line_with_the_crash_code(work, func, words):
+    """A segfault or SIGKILL ended tflab with -11/-9 and no line; now one line and exit 70 (README)."""
+    from tflab._subprocess import CRASH_EXIT
+
+    code, out, err = tflab(work, "inspect", f"h.py:{func}", "--arg", "x=float32[4]")
+    line = one_line("inspect", err)
+    assert code == CRASH_EXIT == 70 and words in line, err
+    if func == "killed":
+        assert "memory limit in force" in line
+
+
+def test_sigterm_after_start_up_is_forwarded_and_cleaned_up(work, tmp_path):
+    mark = tmp_path / "started"
+    env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2", MARK=str(mark))
+    proc = subprocess.Popen([sys.executable, "-m", "tflab", "inspect", "h.py:slow", "--arg", "x=float32[2]",
+                             "--dot", str(tmp_path / "g.dot")], cwd=work, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 240
+        while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        child = _children(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143 and err == "tflab inspect: terminated\n", (proc.returncode, err)
+    assert sorted(os.listdir(tmp_path)) == ["started"]  # no g.dot, no temp file
+    assert child and not any(os.path.exists(f"/proc/{c}") for c in child)  # the child is gone
+
+
+# ------------------------------------------------------------------ B17–B23: the Python API
+
+
+def test_b17_tflite_roundtrip_on_a_corrupt_saved_model(tmp_path):
+    import tflab
+
+    (tmp_path / "corrupt_sm").mkdir()
+    (tmp_path / "corrupt_sm" / "saved_model.pb").write_bytes(b"\x08\xff\xff garbage not a proto" * 3)
+    with pytest.raises(UsageError, match="not a readable SavedModel"):
+        tflab.tflite_roundtrip(tmp_path / "corrupt_sm", {"x": np.ones((2, 4), np.float32)})
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"quantize": 5}, "quantize must be a comma string or a list"),
+    ({"quantize": ["none"], "progress": "x"}, "progress must be a callable"),
+    ({"quantize": ""}, "names nothing"),          # B22: an "ok" export with no variant
+    ({"quantize": []}, "names nothing"),
+], ids=["quantize-int", "progress-str", "quantize-empty-str", "quantize-empty-list"])
+def test_b18_b22_export_model_arguments(tmp_path, work, kwargs, words):
+    import tflab
+
+    with pytest.raises(UsageError, match=words):
+        tflab.export_model(f"{work}/h.py:tiny", tmp_path / "x", **kwargs)
+    assert not (tmp_path / "x").exists()
+
+
+def test_b19_retrace_probe_unknown_tf_function_keyword():
+    import tflab
+
+    with pytest.raises(UsageError, match="bogus_kw"):
+        tflab.RetraceProbe(lambda x: x, bogus_kw=3)
+
+
+def test_b20_to_text_max_ops_is_checked():
+    import tensorflow as tf
+
+    import tflab
+
+    report = tflab.trace_and_inspect(lambda x: x * 2.0, tf.TensorSpec([4], tf.float32))
+    for bad in ("x", -1, 1.5, True):
+        with pytest.raises(UsageError, match="max_ops must be an int >= 0"):
+            report.to_text(max_ops=bad)
+    assert len(report.to_text(max_ops=None)) > len(report.to_text(max_ops=0))  # both still work
+
+
+def test_b21_save_and_reload_with_zero_rows_is_refused(tmp_path):
+    import tensorflow as tf
+
+    import tflab
+
+    class Tiny(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+        def serve(self, x):
+            return {"y": x * 2.0}
+
+    with pytest.raises(UsageError, match="0 rows"):
+        tflab.save_and_reload(Tiny(), tmp_path / "b07", {"x": np.ones((0, 4), np.float32)})
+    assert not (tmp_path / "b07").exists()
+
+
+def test_b23_speed_ratio_of_an_unknown_mode():
+    import tensorflow as tf
+
+    import tflab
+
+    r = tflab.compare_modes(lambda x: x * 2.0, tf.TensorSpec([4], tf.float32), repeats=1, gradients=False,
+                            modes=("eager", "graph"))
+    assert r.speed_ratio("graph", "eager") > 0  # a real ratio
+    assert r.speed_ratio("xla", "graph") is None  # known, did not run: None as documented
+    for bad in ("bogus", "XLA"):
+        with pytest.raises(UsageError, match="must be one of"):
+            r.speed_ratio(bad, "graph")
+    with pytest.raises(UsageError, match="baseline must be one of"):
+        r.speed_ratio("graph", "Eager")
+
+
+# ------------------------------------------------------------------ parsing without TF (S1)
+
+
+def test_parsing_imports_no_tensorflow():
+    """`tflab --help` took 5-6 s because main() imported TF first; verb modules must not import it.
+
+    numpy too: it is most of what is left (about 0.1 s of a 0.2 s `--help` on an idle machine).
+    """
+    code = ("import sys; from tflab.cli import build_parser, _parse; p, _ = build_parser();"
+            "_parse(p, ['env', '--json']); print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('tensorflow', 'keras', 'tf_keras', 'numpy')))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert p.returncode == 0 and p.stdout.strip() == "[]", (p.stdout[:300], p.stderr[-500:])
+
+
+# ------------------------------------------------------------------ every written file was declared
+
+# verb -> (its output options with values, the paths they declare under the working folder). A verb
+# with an output option that is missing here fails the walk: declare what it writes.
+DECLARED = {
+    "inspect": (["--dot", "g.dot"], ["g.dot"]),
+    "compare": (["--hlo", "h.txt", "--no-grad", "--repeats", "1"], ["h.txt"]),
+    "export": (["--out", "e", "--quantize", "none"], ["e/"]),
+    "tour": (["--out", "t"], ["t/"]),
+}
+
+
+def test_every_verb_writes_only_what_its_output_options_declare(run_cli, work, tmp_path, monkeypatch,
+                                                                small_keras_file):
+    """B1's class of bug: a verb writing through a path it did not probe. Walks `tflab.cli.VERBS`."""
+    import tflab.tour
+    from tflab.cli import VERBS
+
+    from test_cli_bad_input import _output_options, _subparsers
+
+    subs = _subparsers()
+    with_outputs = {v for v in VERBS if v in subs and _output_options(subs[v])}
+    assert with_outputs <= set(DECLARED), f"declare what {sorted(with_outputs - set(DECLARED))} write"
+    monkeypatch.setattr(tflab.tour, "SECTIONS", [s for s in tflab.tour.SECTIONS if s[0] == "s01_trace"])
+    positional = {"inspect": [f"{work}/h.py:f", "--arg", "x=float32[4]"],
+                  "compare": [f"{work}/h.py:f", "--arg", "x=float32[4]"],
+                  "export": [f"{work}/h.py:tiny"], "tour": ["--model", str(small_keras_file)]}
+    for verb in sorted(with_outputs):
+        folder = tmp_path / verb
+        folder.mkdir()
+        monkeypatch.chdir(folder)
+        opts, declared = DECLARED[verb]
+        code, out, err = run_cli(verb, *positional[verb], *opts)
+        assert code == 0, (verb, err[-800:])
+        written = {str(p.relative_to(folder)) + ("/" if p.is_dir() else "") for p in folder.rglob("*")}
+        top = {w for w in written if w.count("/") == 0 or (w.count("/") == 1 and w.endswith("/"))}
+        assert top == set(declared), (verb, sorted(written))  # nothing else, no temp file left
+        for d in declared:
+            assert (folder / d).exists()

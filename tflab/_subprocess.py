@@ -1,0 +1,550 @@
+"""The one supervisor of tflab's child processes: start, watch, forward signals, kill on every exit path.
+
+The ``tflab`` console script (`tflab.cli.supervise`) parses its arguments
+without TensorFlow, then runs the verb in ONE child Python process through
+`run_child` and judges how it ended (`describe_end`). The child is where
+TensorFlow and the user's code run; whatever they do to the process
+(``os._exit(7)``, closing fd 1, writing to ``sys.__stdout__``, a C++
+``LOG(FATAL)``, a segfault, the OOM killer's SIGKILL) ends or corrupts the
+child only, and the parent, which never imported TF, says in one line what
+happened.
+
+The protocol between the two ends (both live here, so they cannot drift):
+
+* **report fd**: the child writes its report (text or JSON) to a pipe the
+  parent copies to its own stdout. The child's fd 1 and fd 2 both go to a
+  second pipe that the parent copies to its stderr, so nothing the user's
+  code writes at the fd level can corrupt the report (``--json | jq`` stays
+  valid). A closed or broken stdout of the parent is exit 141, quietly.
+* **status fd**: the child writes ``ready`` once its handlers are installed,
+  ``exit N`` when tflab itself returns N, and ``os_exit N`` when the user's
+  code calls ``os._exit(N)`` (`ChildChannel` wraps ``os._exit`` for the
+  child's own pid). A child that ends without ``exit N`` did not end through
+  tflab: that is what `describe_end` names.
+* **quiet fd**: a temporary file the parent owns. The child points its fd 2
+  there while TF loads (TF's wheel prints cuInit noise through absl before
+  logging is set up); when TF stops the process during that import (a bad
+  ``TF_XLA_FLAGS`` is a ``LOG(QFATAL)``: exit 1, its ``F…`` line), the
+  parent still reads the line from the file and quotes it.
+
+Signals: the child starts with SIGINT ignored and turns Ctrl-C into
+``KeyboardInterrupt`` when it says ``ready`` (inside tflab's ``try``), so a
+Ctrl-C during Python's start-up cannot print a traceback. When this process
+runs in the terminal's foreground (stdin a tty), the child shares its process
+group, so the terminal's Ctrl-C and Ctrl-Z reach both and ``pdb`` or
+``input()`` in the user's code can read the terminal; the parent then does not
+forward a SIGINT the child got itself. Otherwise (scripts, CI, ``kill PID``)
+the child gets its own process group and the parent forwards exactly one
+SIGINT or SIGTERM. Before the child said ``ready`` (nothing written yet) it
+is killed at once; after, it gets ``grace`` seconds to clean up, then SIGKILL
+(its whole process group when it has its own). A second signal is not lost:
+the parent records every signal (sticky) and the result carries the first.
+The child asks the kernel for SIGKILL when the parent dies
+(``PR_SET_PDEATHSIG``), so a parent killed with SIGKILL leaves no orphan.
+
+The Python API does not come here: it runs in the caller's process, where
+``os._exit`` in user code cannot be caught (it ends the caller's process too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import os
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+#: Exit code for a child that crashed: segfault, a native abort, SIGKILL
+#: (out of memory), or an end tflab cannot explain. ``sysexits.h``'s
+#: EX_SOFTWARE, "an internal software error has been detected".
+CRASH_EXIT = 70
+
+_ENV = "TFLAB_CHILD_FDS"  # "report,status,quiet,out_tty,err_tty" for the child
+_FATAL_LINE = re.compile(r"^F\d{4} [^\n]*\]\s*(?P<msg>[^\n]*)$", re.M)  # glog: F0000 00:00:… file.cc:234] msg
+_TAIL = 64 * 1024
+
+
+@dataclasses.dataclass
+class ChildEnd:
+    """How a supervised child ended.
+
+    Attributes:
+        returncode: the child's exit status; negative for a signal (``-9``).
+        status: the lines the child wrote on the status fd (``ready``,
+            ``exit 0``, ``os_exit 7``).
+        stderr_tail: the last 64 KiB the child wrote to its fd 1 and 2, plus
+            what the quiet fd caught while TF loaded.
+        signal_received: the first SIGINT/SIGTERM the parent received and
+            forwarded, or None.
+        killed: True when the parent had to SIGKILL the child (no ``ready``
+            yet, the grace period ran out, or the timeout).
+        timed_out: True when ``timeout`` ran out.
+        stdout_broken: True when the parent's stdout was closed or its reader
+            went away (exit 141).
+    """
+
+    returncode: int
+    status: list[str]
+    stderr_tail: str
+    signal_received: int | None = None
+    killed: bool = False
+    timed_out: bool = False
+    stdout_broken: bool = False
+
+    def exit_status(self) -> int | None:
+        """The N of the child's ``exit N`` line: tflab returned N. None when the child ended otherwise."""
+        for line in reversed(self.status):
+            if line.startswith("exit "):
+                return int(line.split()[1])
+        return None
+
+    def os_exit(self) -> int | None:
+        """The N of ``os._exit(N)`` called by the user's code in the child, or None."""
+        for line in self.status:
+            if line.startswith("os_exit "):
+                return int(line.split()[1])
+        return None
+
+    def fatal_line(self) -> str | None:
+        """The last ``F…`` line of TF's or XLA's logging (``LOG(FATAL)``) the child printed, or None."""
+        found = list(_FATAL_LINE.finditer(self.stderr_tail))
+        return found[-1].group(0).strip() if found else None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float | None = None,
+              grace: float = 10.0, stdout_fd: int = 1, stderr_fd: int = 2,
+              forward_signals: bool = True) -> ChildEnd:
+    """Runs ``cmd`` (a Python child that opens a `ChildChannel`) to its end; see the module docstring.
+
+    Args:
+        cmd: the argv; ``sys.executable`` and a module that calls
+            `ChildChannel.open`.
+        env: the child's environment (default: this process's).
+        timeout: seconds of wall clock before the child is killed
+            (`ChildEnd.timed_out`); None waits for ever.
+        grace: seconds a signalled child gets to clean up before SIGKILL.
+        stdout_fd: where the report is copied (this process's stdout).
+        stderr_fd: where the child's fd 1 and 2 are copied.
+        forward_signals: install SIGINT/SIGTERM handlers that forward to the
+            child (only possible in the main thread; elsewhere skipped).
+
+    Returns:
+        A `ChildEnd`. The child and its process group are gone when this
+        returns or raises.
+    """
+    report_r, report_w = os.pipe()
+    status_r, status_w = os.pipe()
+    err_r, err_w = os.pipe()
+    quiet = tempfile.TemporaryFile()
+    tty = f"{int(os.isatty(stdout_fd))},{int(os.isatty(stderr_fd))}"
+    child_env = dict(os.environ if env is None else env)
+    child_env[_ENV] = f"{report_w},{status_w},{quiet.fileno()},{tty}"
+    child_env["TFLAB_SUPERVISOR_PID"] = str(os.getpid())
+    received: list[int] = []
+    state = {"ready": False, "deadline": None, "killed": False}
+    proc = None
+    same_group = _terminal_foreground()
+
+    def kill_group() -> None:
+        state["killed"] = True
+        if not same_group:  # never killpg our own group: it holds this process (and the shell's job)
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            proc.kill()
+
+    def on_signal(signum, frame):
+        received.append(signum)  # sticky: judged after the child is gone
+        if proc is None or proc.poll() is not None:
+            return
+        if len(received) > 1:
+            return  # one forward; the grace deadline is already running
+        if not state["ready"]:
+            kill_group()  # Python start-up: nothing written yet, nothing to clean
+            return
+        if not (same_group and signum == signal.SIGINT):  # the terminal's Ctrl-C reached the child too
+            with contextlib.suppress(OSError):
+                os.kill(proc.pid, signum)
+        state["deadline"] = time.monotonic() + grace
+
+    previous = {}
+    if forward_signals:
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGINT, signal.SIGTERM):
+                if signal.getsignal(s) is signal.SIG_IGN:
+                    continue  # nohup, a background job of a script: the caller asked not to be stopped
+                previous[s] = signal.signal(s, on_signal)
+    stdout_broken = False
+    tail = bytearray()
+    status_buf = bytearray()
+    timed_out = False
+    try:
+        def child_setup():  # runs in the forked child before exec
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # kept across exec; ChildChannel.ready undoes it
+            if not same_group:
+                os.setpgrp()
+
+        proc = subprocess.Popen(cmd, env=child_env, stdin=None, stdout=err_w, stderr=err_w,
+                                pass_fds=(report_w, status_w, quiet.fileno()), preexec_fn=child_setup)
+        for fd in (report_w, status_w, err_w):
+            os.close(fd)
+        report_w = status_w = err_w = -1
+        start = time.monotonic()
+        sel = selectors.DefaultSelector()
+        for fd in (report_r, status_r, err_r):
+            os.set_blocking(fd, False)
+            sel.register(fd, selectors.EVENT_READ)
+        open_fds = {report_r, status_r, err_r}
+        while True:
+            for key, _ in sel.select(0.05):
+                fd = key.fd
+                try:
+                    data = os.read(fd, 65536)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    sel.unregister(fd)
+                    open_fds.discard(fd)
+                    continue
+                if fd == report_r:
+                    if not stdout_broken:
+                        try:
+                            _write_all(stdout_fd, data)
+                        except (BrokenPipeError, OSError):
+                            stdout_broken = True
+                            # The child's next report write gets EPIPE: it ends quietly with 141.
+                            sel.unregister(fd)
+                            open_fds.discard(fd)
+                            os.close(fd)
+                            report_r = -1
+                elif fd == err_r:
+                    tail += data
+                    del tail[:-_TAIL]
+                    with contextlib.suppress(OSError):
+                        _write_all(stderr_fd, data)
+                else:
+                    status_buf += data
+                    if b"ready\n" in status_buf:
+                        state["ready"] = True
+            if proc.poll() is not None:
+                ended = state.setdefault("ended", time.monotonic())
+                if report_r not in open_fds and status_r not in open_fds:
+                    break
+                if time.monotonic() - ended > 0.5:
+                    break  # a process the child forked holds a pipe open; the child itself is gone
+            now = time.monotonic()
+            if state["deadline"] is not None and now > state["deadline"] and proc.poll() is None:
+                kill_group()
+            if timeout is not None and now - start > timeout and proc.poll() is None:
+                timed_out = True
+                kill_group()
+        # Drain what is left without waiting for grandchildren.
+        for fd in list(open_fds):
+            with contextlib.suppress(OSError):
+                while data := os.read(fd, 65536):
+                    if fd == err_r:
+                        tail += data
+                        with contextlib.suppress(OSError):
+                            _write_all(stderr_fd, data)
+                    elif fd == status_r:
+                        status_buf += data
+                    elif not stdout_broken:
+                        try:
+                            _write_all(stdout_fd, data)
+                        except OSError:
+                            stdout_broken = True
+        sel.close()
+    finally:
+        if proc is not None and proc.poll() is None:
+            kill_group()
+        if proc is not None:
+            proc.wait()
+            if (state["killed"] or received) and not same_group:
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)  # what the child started in its group
+        for fd in (report_r, status_r, err_r, report_w, status_w, err_w):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        for s, h in previous.items():
+            signal.signal(s, h)
+    quiet.seek(0)
+    quiet_text = quiet.read()[-_TAIL:].decode(errors="replace")
+    quiet.close()
+    return ChildEnd(returncode=proc.returncode,
+                    status=status_buf.decode(errors="replace").splitlines(),
+                    stderr_tail=quiet_text + tail.decode(errors="replace"),
+                    signal_received=received[0] if received else None,
+                    killed=state["killed"], timed_out=timed_out, stdout_broken=stdout_broken)
+
+
+def _terminal_foreground() -> bool:
+    """True when stdin is a terminal whose foreground process group is this process's."""
+    try:
+        return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
+    except OSError:
+        return False
+
+
+def _signal_name(num: int) -> str:
+    with contextlib.suppress(ValueError):
+        return signal.Signals(num).name
+    return f"signal {num}"
+
+
+def describe_end(end: ChildEnd, memory_limit: str | None = None) -> tuple[int, str | None]:
+    """The exit code and the one line (or None: nothing to add) for how a child ended.
+
+    Args:
+        end: from `run_child`.
+        memory_limit: words for the memory limit in force, named for a SIGKILL
+            (`tflab._memory.limit_text`).
+
+    Returns:
+        ``(code, line)``: the child's own code when tflab returned it (it
+        printed its own line); 141 for a broken stdout; 130/143 with
+        "interrupted"/"terminated" for a signal; 2 with a cause for the
+        user's ``os._exit`` or a fatal flag error in ``XLA_FLAGS`` /
+        ``TF_XLA_FLAGS``; `CRASH_EXIT` for a crash.
+    """
+    if end.stdout_broken:
+        return 141, None
+    own = end.exit_status()
+    if own is not None:
+        return own, None
+    if end.signal_received is not None:
+        code = 128 + end.signal_received
+        word = "interrupted" if end.signal_received == signal.SIGINT else "terminated"
+        if end.killed and "ready" in end.status:
+            word += " (it did not stop within the grace period and was killed)"
+        return code, word
+    if end.timed_out:
+        return CRASH_EXIT, "error: it ran past its time limit and was killed"
+    n = end.os_exit()
+    if n is not None:
+        return 2, (f"error: your code ended the process with os._exit({n}) before tflab wrote its report; "
+                   f"return or raise instead (tflab cannot report on a process that was ended under it)")
+    fatal = end.fatal_line()
+    if fatal is not None:
+        flags = [v for v in ("XLA_FLAGS", "TF_XLA_FLAGS") if re.search(rf"\b{v}\b", fatal)]
+        if not flags:  # the line may not name the variable: a set variable whose flag it quotes
+            flags = [v for v in ("TF_XLA_FLAGS", "XLA_FLAGS")
+                     if os.environ.get(v, "").strip() and any(
+                         tok.split("=")[0] in fatal for tok in os.environ[v].split() if tok.startswith("--"))]
+        if flags:
+            v = flags[0]
+            return 2, (f"error: TensorFlow stopped on a bad {v}: {fatal!r}; fix or unset {v} "
+                       f"(now {os.environ.get(v, '')!r})")
+        return CRASH_EXIT, f"error: TensorFlow stopped the process (a fatal check): {fatal!r}"
+    rc = end.returncode
+    if rc == -signal.SIGKILL:
+        limit = f" (memory limit in force: {memory_limit})" if memory_limit else ""
+        return CRASH_EXIT, ("error: the process was killed with SIGKILL, most likely by the kernel's "
+                            f"out-of-memory killer{limit}; use smaller inputs or give it more memory")
+    if rc == -signal.SIGSEGV:
+        return CRASH_EXIT, ("error: the process crashed with a segmentation fault (SIGSEGV) in native "
+                            "code (TensorFlow, a custom op or an extension your code loaded)")
+    if rc < 0:
+        return CRASH_EXIT, f"error: the process was killed by {_signal_name(-rc)}"
+    last = next((ln for ln in reversed(end.stderr_tail.splitlines()) if ln.strip()), "")
+    return CRASH_EXIT, (f"error: the process ended with status {rc} before tflab wrote its report"
+                        + (f"; its last line: {last.strip()[:300]!r}" if last else ""))
+
+
+# ----------------------------------------------------------------------------- worker processes
+
+
+class ChildGroup:
+    """Worker processes each in its own process group; `stop` ends every one and reaps it.
+
+    The export's converter workers and distribute's worker processes are
+    started and stopped here, so every tflab child dies the same way on every
+    exit path: SIGTERM to its whole group (its own children too), ``grace``
+    seconds, then SIGKILL, then ``wait`` (no zombie left).
+    """
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, argv: list[str], env: dict | None = None, **popen_kwargs) -> subprocess.Popen:
+        """Starts ``argv`` in a new session (Ctrl-C in the terminal reaches only this process)."""
+        popen_kwargs.setdefault("stdin", subprocess.DEVNULL)
+        p = subprocess.Popen(argv, env=env, start_new_session=True, **popen_kwargs)
+        self.procs.append(p)
+        return p
+
+    def forget(self, proc: subprocess.Popen) -> None:
+        """Drops a process that ended and was reaped by its caller."""
+        with contextlib.suppress(ValueError):
+            self.procs.remove(proc)
+
+    def stop(self, grace: float = 3.0) -> None:
+        """SIGTERM to each running group, up to ``grace`` s, then SIGKILL; every process is reaped."""
+        running = [p for p in self.procs if p.poll() is None]
+        if grace > 0:
+            for p in running:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(p.pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            for p in running:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=max(0.05, deadline - time.monotonic()))
+        for p in self.procs:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    p.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=5.0)
+        self.procs = [p for p in self.procs if p.returncode is None]
+
+
+# ----------------------------------------------------------------------------- the child's end
+
+
+class _Stream(io.TextIOBase):
+    """A text stream in the child that cannot be closed by user code and reports the parent's tty."""
+
+    def __init__(self, raw: io.TextIOBase, tty: bool):
+        self._raw, self._tty = raw, tty
+        self.written = 0
+
+    def write(self, text: str) -> int:
+        self.written += len(text)
+        return self._raw.write(text)
+
+    def flush(self) -> None:
+        self._raw.flush()
+
+    def close(self) -> None:  # the user's sys.stdout.close() must not lose tflab's report
+        with contextlib.suppress(Exception):
+            self._raw.flush()
+
+    @property
+    def closed(self) -> bool:
+        return False
+
+    def isatty(self) -> bool:
+        return self._tty
+
+    def fileno(self) -> int:
+        return self._raw.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def encoding(self):
+        return self._raw.encoding
+
+    @property
+    def errors(self):
+        return self._raw.errors
+
+    @property
+    def buffer(self):
+        return self._raw.buffer
+
+
+class ChildChannel:
+    """The child's end of the protocol (see the module docstring); `open` it first thing.
+
+    Attributes:
+        quiet_fd: the parent's file for TF's start-up lines, or None.
+        report: the report stream (installed as ``sys.stdout``).
+    """
+
+    def __init__(self, report_fd: int, status_fd: int, quiet_fd: int, out_tty: bool, err_tty: bool):
+        self._status_fd = status_fd
+        self.quiet_fd = quiet_fd
+        self._pid = os.getpid()
+        enc = getattr(sys.stdout, "encoding", None) or "utf-8"
+        raw = io.TextIOWrapper(io.FileIO(report_fd, "w", closefd=True), encoding=enc,
+                               errors="backslashreplace", line_buffering=True)
+        self.report = _Stream(raw, out_tty)
+        sys.stdout = self.report
+        if sys.stderr is not None:
+            sys.stderr = _Stream(sys.stderr, err_tty)
+        real_exit = os._exit
+
+        def _exit(n):  # the user's os._exit(n): say so to the parent before the process ends
+            if os.getpid() == self._pid:
+                self._send(f"os_exit {int(n) if isinstance(n, int) else n}")
+            real_exit(n)
+
+        self._real_exit = real_exit
+        os._exit = _exit
+
+    @classmethod
+    def open(cls) -> ChildChannel | None:
+        """The channel the supervisor passed in the environment, or None (not run under `run_child`)."""
+        spec = os.environ.pop(_ENV, None)
+        parent = os.environ.pop("TFLAB_SUPERVISOR_PID", None)
+        if not spec:
+            return None
+        report, status, quiet, out_tty, err_tty = (int(x) for x in spec.split(","))
+        _die_with_parent(parent)
+        return cls(report, status, quiet, bool(out_tty), bool(err_tty))
+
+    def _send(self, line: str) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self._status_fd, f"{line}\n".encode())
+
+    def ready(self) -> None:
+        """Turns Ctrl-C into KeyboardInterrupt again and says so: a signal now is forwarded, not a kill."""
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        self._send("ready")
+
+    def finish(self, code: int, verb: str) -> int:
+        """Flushes the report and sends ``exit CODE``; a report that could not be written is not a 0.
+
+        Returns:
+            ``code``; 141 when the parent's stdout went away; 2 when the verb
+            returned 0 without writing any report (the user's code replaced
+            ``sys.stdout``).
+        """
+        try:
+            self.report.flush()
+        except BrokenPipeError:
+            code = 141
+        except OSError as e:
+            print(f"tflab {verb}: error: the report could not be written: {e.strerror or e}", file=sys.stderr)
+            code = 2
+        if code == 0 and self.report.written == 0:
+            print(f"tflab {verb}: error: no report was written (did your code replace sys.stdout?)",
+                  file=sys.stderr)
+            code = 2
+        self._send(f"exit {code}")
+        return code
+
+
+def _die_with_parent(parent: str | None) -> None:
+    """Asks Linux for SIGKILL when the supervising parent dies (``prctl(PR_SET_PDEATHSIG)``)."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+        if parent and os.getppid() != int(parent):
+            os.kill(os.getpid(), signal.SIGKILL)  # the parent died before prctl ran
