@@ -339,6 +339,9 @@ def _output_path(p: Path, flag: str, *, folder: bool, overwrite: bool, example: 
         raise UsageError(f"{flag} {p}: is a directory; give a file path such as {p / example}")
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
+        base = _nearest_existing(parent)
+        if base.exists() and not base.is_dir():
+            raise UsageError(f"{flag} {p}: {base} is a file, not a folder; choose another {flag}")
         raise UsageError(f"{flag} {p}: folder {parent.absolute()} does not exist; create it or pick another path")
     if p.exists() and not overwrite:
         raise UsageError(f"{flag} {p} exists; pass --force to overwrite it")

@@ -16,6 +16,7 @@ def run(ctx) -> None:
     report = trace_and_inspect(serve, spec)
     ctx.shared["input_spec"] = spec
     ctx.shared["serve"] = serve
+    ctx.shared["trace_report"] = report  # the --html page draws it; --tensorboard writes it
     dot_path = ctx.out_dir / "inference.dot"
     tmp = dot_path.with_suffix(".dot.tmp")
     tmp.write_text(report.to_dot(max_ops=None))
