@@ -584,6 +584,21 @@ def fragment(obj: Any) -> str:
         body = tflite_fragment(obj)
     elif kind == "ExportReport":
         body = export_fragment(obj)
+    elif kind == "DistributedTraceReport":
+        devices = {d or "(unplaced inputs/outputs)": {"ops": n} for d, n in obj.ops_per_device.items()}
+        body = (text_fragment(obj) + "<h4>ops per device (one row per replica)</h4>"
+                + dict_table(devices, chart="ops", chart_colour="#0f766e")
+                + trace_fragment(obj.report, op_list=False) + f"<script>{SEARCH_JS}</script>")
+    elif kind == "MultiWorkerReport":
+        rows = {f"worker {r.task}": {"replicas_in_sync": r.replicas_in_sync, "step_traces": r.step_traces,
+                                     "replica_runs": r.replica_runs, "local_batches": str(list(r.local_batches)),
+                                     "local_data_sum": r.local_data_sum, "seconds": r.seconds}
+                for r in obj.rows}
+        body = (text_fragment(obj) + "<h4>per-worker rows</h4>"
+                + dict_table(rows, chart="local_data_sum", chart_colour="#0f766e"))
+    elif kind in ("DistributedRetraceProbe",):
+        body = (f"<h3>{esc(kind)}({esc(obj.function_name)}): {obj.trace_count} trace(s) in {obj.calls} call(s)"
+                f"</h3>" + timeline_fragment(probe_groups(obj)) + text_fragment(obj))
     else:
         body = text_fragment(obj)
     return f'<div class="tflab">{_style()}{body}</div>'

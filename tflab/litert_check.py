@@ -137,6 +137,12 @@ class TFLiteCheck:
     shared_weights: int = 0
     vacuous_outputs: tuple[str, ...] = ()
 
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
+        from tflab._html import fragment
+
+        return fragment(self)
+
     def __repr__(self) -> str:
         err = "n/a" if self.max_abs_error is None else f"{self.max_abs_error:.3g}"
         bound = "n/a" if self.bound is None else f"{self.bound:.3g}"

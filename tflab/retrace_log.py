@@ -487,6 +487,12 @@ class ScriptTraces:
                 "functions": [f.to_dict() for f in self.functions], "error": self.error,
                 "note": self.note}
 
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
+        from tflab._html import fragment
+
+        return fragment(self)
+
     def __repr__(self) -> str:
         return (f"<ScriptTraces {self.script}: " + ", ".join(
             f"{f.label or f.function}×{f.trace_count}" for f in self.functions) + ">")

@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="one example batch, an array per input name; with several signatures each is fed "
                         "the names it takes (default: seeded random batches covering every signature)")
     p.add_argument("--force", action="store_true", help="replace --out (and --html FILE) if it exists")
-    p.add_argument("--html", metavar="FILE", help="also write one self-contained HTML page: the variants "
+    p.add_argument("--html", metavar="OUT.html", help="also write one self-contained HTML page: the variants "
                    "table with each variant's error against its bound")
     p.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
     p.epilog = ("writes saved_model/, model_<variant>.tflite, examples.npz and report.json under --out. "

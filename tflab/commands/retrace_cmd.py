@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true",
                    help="print a JSON report (the script's own stdout goes to stderr)")
     p.add_argument("--internal", action="store_true", help="also list TF's own helper functions")
-    p.add_argument("--html", metavar="FILE", help="also write one self-contained HTML page: the trace "
+    p.add_argument("--html", metavar="OUT.html", help="also write one self-contained HTML page: the trace "
                    "timeline of each tf.function and its newest FuncGraph as SVG")
     p.add_argument("--force", action="store_true", help="replace --html FILE if it exists")
     p.add_argument("script", metavar="SCRIPT.py", help="the script to run as __main__")
