@@ -30,6 +30,11 @@ from typing import Iterable, Sequence
 # Node box size and spacing in SVG pixels (the networkx engine; dot's own sizes are scaled to match).
 NODE_W, NODE_H = 120, 22
 GAP_X, GAP_Y = 14, 34
+# dot's crossing reduction grows much faster than linearly: on the tour's ~1,100-op
+# FuncGraph it ran for minutes on a loaded 2-core machine, so larger graphs take the
+# networkx layout (well under a second there), and a dot run is cut at DOT_TIMEOUT_S.
+DOT_MAX_NODES = 400
+DOT_TIMEOUT_S = 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +61,9 @@ def layout_graph(nodes: Sequence[str], edges: Iterable[tuple[str, str]], *,
     Args:
         nodes: node names (op names), in graph order.
         edges: (producer, consumer) pairs; pairs naming an unknown node are ignored.
-        engine: ``"dot"``, ``"networkx"`` or None (dot when the program is on PATH).
+        engine: ``"dot"``, ``"networkx"`` or None (dot when the program is on PATH and the
+            graph has at most `DOT_MAX_NODES` nodes; networkx otherwise, and when dot
+            runs past `DOT_TIMEOUT_S` seconds or fails).
 
     Returns:
         A `Layout` with a position for every node.
@@ -67,7 +74,12 @@ def layout_graph(nodes: Sequence[str], edges: Iterable[tuple[str, str]], *,
     known = set(nodes)
     edge_list = [(a, b) for a, b in edges if a in known and b in known and a != b]
     if engine is None:
-        engine = "dot" if shutil.which("dot") else "networkx"
+        if shutil.which("dot") and len(known) <= DOT_MAX_NODES:
+            try:
+                return _dot_layout(list(nodes), edge_list)
+            except Exception:  # timeout or a dot failure: the pure-Python layout still draws it
+                pass
+        engine = "networkx"
     if engine == "dot":
         if not shutil.which("dot"):
             raise ValueError("the Graphviz `dot` program is not on PATH")
@@ -135,7 +147,11 @@ def _dot_layout(nodes: list[str], edges: list[tuple[str, str]]) -> Layout:
         dot.node(ids[n])
     for a, b in edges:
         dot.edge(ids[a], ids[b])
-    plain = dot.pipe(format="plain").decode()
+    import subprocess
+
+    # The graphviz package writes the DOT source; the dot program is run here to bound its time.
+    plain = subprocess.run(["dot", "-Tplain"], input=dot.source, capture_output=True, text=True,
+                           timeout=DOT_TIMEOUT_S, check=True).stdout
     back = {v: k for k, v in ids.items()}
     width = height = 0.0
     centres = {}
