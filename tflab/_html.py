@@ -33,12 +33,14 @@ from tflab._graph_layout import NODE_H, NODE_W, layout_graph
 
 CONTROL_FLOW = frozenset({"If", "StatelessIf", "While", "StatelessWhile", "Case", "StatelessCase"})
 
+# Notebook front ends style tables too (JupyterLab right-aligns cells), hence the !important.
 CSS = ("""
 .tflab{font:13px/1.4 system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;color:#1d2330}
 .tflab h1{font-size:20px;margin:4px 0 8px}.tflab h2{font-size:16px;margin:18px 0 6px;border-bottom:1px solid #dde}
 .tflab h3{font-size:14px;margin:10px 0 4px}
 .tflab table{border-collapse:collapse;margin:4px 0 8px}.tflab td,.tflab th{border:1px solid #d8dbe3;padding:2px 6px;
-text-align:left;vertical-align:top}.tflab th{background:#f1f3f8}.tflab td.num{text-align:right;font-variant-numeric:tabular-nums}
+text-align:left!important;vertical-align:top}.tflab th{background:#f1f3f8}
+.tflab td.num{text-align:right!important;font-variant-numeric:tabular-nums}
 .tflab .config{font-family:ui-monospace,Menlo,Consolas,monospace;background:#f6f7fa;padding:4px 6px;border-radius:3px}
 .tflab pre{background:#f6f7fa;padding:6px;overflow:auto;max-height:360px;font-size:12px}
 .tflab .bar{display:inline-block;height:10px;vertical-align:middle;border-radius:2px}
