@@ -31,6 +31,7 @@ from typing import Any, Iterable, Sequence
 
 from tflab._graph_layout import NODE_H, NODE_W, layout_graph
 
+FIT_WIDTH = 1400  # pixels: a wider FuncGraph drawing opens fitted to the page width
 CONTROL_FLOW = frozenset({"If", "StatelessIf", "While", "StatelessWhile", "Case", "StatelessCase"})
 
 # Notebook front ends style tables too (JupyterLab right-aligns cells), hence the !important.
@@ -46,6 +47,7 @@ text-align:left!important;vertical-align:top}.tflab th{background:#f1f3f8}
 .tflab .bar{display:inline-block;height:10px;vertical-align:middle;border-radius:2px}
 .tflab .ok{color:#17803d}.tflab .bad{color:#b3261e;font-weight:600}
 .tflab .graphbox{overflow:auto;max-height:560px;border:1px solid #d8dbe3;background:#fff}
+.tflab .graphbox.fit svg{width:100%%;height:auto}
 .tflab svg.funcgraph text{font:10px ui-monospace,Menlo,Consolas,monospace;pointer-events:none}
 .tflab svg.funcgraph .edge{stroke:#9aa3b5;stroke-width:1;fill:none}
 .tflab svg.funcgraph .op rect{stroke:#55607a;stroke-width:.6;rx:3px;width:%dpx;height:%dpx}
@@ -62,6 +64,10 @@ text-align:left!important;vertical-align:top}.tflab th{background:#f1f3f8}
 # The search box: marks every op whose name or type contains the query, dims the rest,
 # scrolls the first match into view and says how many matched.
 SEARCH_JS = """
+function tflabZoom(button){
+  var box=button.closest('.funcgraph-section').querySelector('.graphbox');
+  box.classList.toggle('fit');button.textContent=box.classList.contains('fit')?'zoom to 100%':'fit to width';
+}
 function tflabSearch(input){
   var box=input.closest('.funcgraph-section');var svg=box.querySelector('svg.funcgraph');
   var q=input.value.trim().toLowerCase();var n=0,first=null;
@@ -219,6 +225,9 @@ def trace_fragment(report: Any, *, engine: str | None = None, op_list: bool = Tr
     """
     var_bytes = sum(c.bytes for c in report.variables)
     cf = ", ".join(f"{o.type} {o.name} → {', '.join(o.functions)}" for o in report.control_flow) or "none"
+    svg = funcgraph_svg(report, engine=engine)
+    # A wide graph opens fitted to the box's width (the whole shape at a glance); the button zooms to 1:1.
+    fit = int(svg.split('width="', 1)[1].split('"', 1)[0]) > FIT_WIDTH
     counts = list(report.op_counts.items())
     legend = "".join(f'<span><i style="background:{type_colour(t)}"></i>{esc(t)} ×{n}</span>'
                      for t, n in counts[:24])
@@ -236,8 +245,10 @@ def trace_fragment(report: Any, *, engine: str | None = None, op_list: bool = Tr
              f'<div class="legend">{legend}<span><i style="border:2px dashed #1f5fbf"></i>capture</span>'
              f'<span><i style="border:3px solid #c77700"></i>control flow</span></div>',
              '<p><input type="search" class="op-search" placeholder="search ops by name or type" '
-             'oninput="tflabSearch(this)" aria-label="search ops"> <span class="search-count"></span></p>',
-             f'<div class="graphbox">{funcgraph_svg(report, engine=engine)}</div>']
+             'oninput="tflabSearch(this)" aria-label="search ops"> <span class="search-count"></span> '
+             f'<button type="button" onclick="tflabZoom(this)">{"zoom to 100%" if fit else "fit to width"}'
+             '</button></p>',
+             f'<div class="graphbox{" fit" if fit else ""}">{svg}</div>']
     if op_list:
         items = "".join(f"<tr><td>{esc(op.name)}</td><td>{esc(op.type)}</td><td>{esc(', '.join(op.inputs))}</td>"
                         f"<td>{esc(', '.join(f'{d}{s}' for _, d, s in op.outputs))}</td></tr>"
@@ -275,9 +286,12 @@ def timeline_svg(traces: Sequence[dict], calls: int | None) -> str:
         parts.append(f'<text x="{left}" y="56">call 1</text><text x="{w - left - 40}" y="56">call {n}</text>')
     else:
         parts.append(f'<text x="{left}" y="56">traces in order (a trace log does not count calls)</text>')
+    seen_calls: dict = {}
     for i, t in enumerate(traces):
         c = t.get("call") if known else i + 1
-        x = left + (c - 1) * step
+        # Traces made by one call (TF's variable-creation re-trace) sit side by side, not on top of each other.
+        dup = seen_calls[c] = seen_calls.get(c, -1) + 1
+        x = left + (c - 1) * step + dup * 16
         colour = _TRACE_COLOURS.get(t.get("kind"), "#444")
         why = "; ".join(t.get("reasons") or []) or t.get("kind", "")
         parts.append(f'<g class="trace-mark" data-kind="{esc(t.get("kind"))}"><title>#{t["index"]} '
