@@ -329,3 +329,19 @@ def test_tour_page_in_chromium(tour_model, small_keras_file, tmp_path):
                              "report"]
     assert r["op_nodes"] == len(trace.func_graph.get_operations())
     assert r["hits"] == _matching(trace.func_graph.get_operations(), "Conv2D") >= trace.op_counts["Conv2D"] > 0
+
+
+def test_per_op_error_heat_list_is_worst_first_with_proportional_bars():
+    """`TFLiteCheck.ops` (another issue's per-op records) rendered when present: worst op first, bar ∝ error."""
+    import re
+
+    from tflab._html import _op_records_fragment
+
+    recs = [{"name": "conv", "type": "CONV_2D", "bound_ratio": 0.25},
+            {"name": "fc", "type": "FULLY_CONNECTED", "bound_ratio": 1.0},
+            {"name": "soft", "type": "SOFTMAX", "bound_ratio": 0.5}]
+    html = _op_records_fragment(recs)
+    assert [m for m in re.findall(r"<td>(conv|fc|soft)</td>", html)] == ["fc", "soft", "conv"]
+    widths = [int(w) for w in re.findall(r"width:(\d+)px", html)]
+    assert widths == [120, 60, 30]  # 120 px for the worst, then 0.5 and 0.25 of it
+    assert _op_records_fragment(None) == "" and _op_records_fragment([]) == ""

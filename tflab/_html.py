@@ -442,9 +442,22 @@ def export_fragment(report: Any) -> str:
              table(("variant", "status", "bytes", "×float", "|Δ|", "bound", "Δ/bound", "", "argmax",
                     "convert s", "ops / runtime / error"), rows, raw=True),
              "".join(details),
-             "<p>Per-op data for Google's Model Explorer (<code>ai-edge-model-explorer</code>): open the "
-             "<code>.tflite</code> files of the export folder there.</p>", "</div>"]
+             _model_explorer_links(report.out), "</div>"]
     return "".join(parts)
+
+
+def _model_explorer_links(out: str) -> str:
+    """Links to Model Explorer node-data files (``*node_data*.json``) in the export folder, when there are any."""
+    import glob
+    import os
+    from pathlib import Path
+
+    files = sorted(glob.glob(os.path.join(str(out), "**", "*node_data*.json"), recursive=True))
+    links = ", ".join(f'<a href="{esc(Path(os.path.abspath(f)).as_uri())}">{esc(os.path.relpath(f, out))}</a>'
+                      for f in files)
+    return ("<p>Google's Model Explorer (<code>pip install ai-edge-model-explorer</code>) draws the "
+            "<code>.tflite</code> files of the export folder" + (f"; per-op node data: {links}" if links else "")
+            + ".</p>")
 
 
 # --------------------------------------------------------------------------- generic tables
