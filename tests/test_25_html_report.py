@@ -345,3 +345,23 @@ def test_per_op_error_heat_list_is_worst_first_with_proportional_bars():
     widths = [int(w) for w in re.findall(r"width:(\d+)px", html)]
     assert widths == [120, 60, 30]  # 120 px for the worst, then 0.5 and 0.25 of it
     assert _op_records_fragment(None) == "" and _op_records_fragment([]) == ""
+
+
+@pytest.mark.slow
+def test_export_html_page_has_the_variants_table(small_keras_file, run_cli, tmp_path):
+    """``tflab export --html``: the page names each variant with its status and |Δ|/bound, as report.json does."""
+    import json
+    import re
+
+    page = tmp_path / "export.html"
+    code, out, _ = run_cli("export", str(small_keras_file), "--quantize", "none,float16", "--out",
+                           str(tmp_path / "e"), "--html", str(page))
+    report = json.loads((tmp_path / "e" / "report.json").read_text())
+    assert code == (0 if report["ok"] else 1)
+    text = page.read_text()
+    for sid in ("config", "export", "variants", "report"):
+        assert f'<section id="{sid}"' in text
+    for q, v in report["variants"].items():
+        row = re.search(rf"<tr><td>{q}</td><td><span class=\"\w+\">([^<]+)</span>", text)
+        assert row and row.group(1) == v["status"], q
+    assert text.count('class="tflab tflite-section"') == 2
