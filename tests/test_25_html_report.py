@@ -365,3 +365,27 @@ def test_export_html_page_has_the_variants_table(small_keras_file, run_cli, tmp_
         row = re.search(rf"<tr><td>{q}</td><td><span class=\"\w+\">([^<]+)</span>", text)
         assert row and row.group(1) == v["status"], q
     assert text.count('class="tflab tflite-section"') == 2
+
+
+def test_tour_writes_the_page_and_the_tensorboard_graph(small_keras_file, tmp_path):
+    """``run_tour(html=…, tensorboard=…)`` on a user model, steps 1–2: the page and the event file agree with TF."""
+    import tensorflow as tf
+
+    from tflab.tour import run_tour
+
+    page, logdir = tmp_path / "tour.html", tmp_path / "tb"
+    report = run_tour(model_path=str(small_keras_file), out_dir=str(tmp_path / "t"), quiet=True,
+                      only=["s01_trace", "s02_retrace"], html=str(page), tensorboard=str(logdir))
+    text = page.read_text()
+    assert '<section id="timeline"' in text and '<section id="funcgraph"' in text
+    assert text.count('<g class="op ') == report["trace"]["op_count"]
+    (event,) = [f for f in os.listdir(logdir) if f.startswith("events.out.tfevents")]
+    (gdef,) = [tf.compat.v1.GraphDef.FromString(e.graph_def)
+               for e in tf.compat.v1.train.summary_iterator(str(logdir / event)) if e.graph_def]
+    assert len(gdef.node) == report["trace"]["op_count"]
+    from tflab.errors import UsageError
+
+    with pytest.raises(UsageError, match="--html .* exists; pass --force"):
+        run_tour(model_path=str(small_keras_file), out_dir=str(tmp_path / "t2"), quiet=True, only=[],
+                 html=str(page))
+    assert not (tmp_path / "t2").exists()  # refused before any work
