@@ -328,6 +328,13 @@ def test_tour_page_in_chromium(tour_model, small_keras_file, tmp_path):
     assert r["sections"] == ["config", "timeline", "funcgraph", "export", "modes", "precision", "distribute",
                              "report"]
     assert r["op_nodes"] == len(trace.func_graph.get_operations())
+    # dL/dx = 4 · 2^-8 · 2^-20 = 2^-26 per element, below float16's smallest subnormal 2^-24: all 8×64
+    # elements flush to 0 without a loss scale (2^15 lifts them to 2^-11), and the table must say so.
+    import re
+
+    row = re.search(r"<tr><td>mixed_float16</td><td>[^<]*</td><td>([\d,]+)</td><td>([\d,]+)</td>",
+                    page.read_text())
+    assert row and row.groups() == ("512", "0"), row
     assert r["hits"] == _matching(trace.func_graph.get_operations(), "Conv2D") >= trace.op_counts["Conv2D"] > 0
 
 

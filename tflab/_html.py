@@ -515,19 +515,23 @@ def modes_fragment(d: Any) -> str:
 def precision_fragment(d: Any) -> str:
     """A `tflab.PrecisionComparison` (or its dict): per policy verdict, underflow and overflow (bar: underflow)."""
     d = d.to_dict() if hasattr(d, "to_dict") else d
-    rows = {p: {"verdict": r.get("verdict"), "underflow_count": r.get("underflow_count"),
-                "overflow_count": r.get("overflow_count"), "loss_scale": r.get("loss_scale"),
-                "seconds": r.get("seconds")} for p, r in (d.get("policies") or {}).items()}
+    rows = {}
+    for p, r in (d.get("policies") or {}).items():
+        # With a loss scale the policy's own numbers are the scaled run's; the unscaled run shows the underflow.
+        unscaled = r.get("unscaled") or r
+        rows[p] = {"verdict": r.get("verdict"), "underflow (no loss scale)": unscaled.get("underflow_count"),
+                   "underflow (loss scaled)": r.get("underflow_count") if r.get("unscaled") else None,
+                   "overflow": r.get("overflow_count"), "loss_scale": r.get("loss_scale"), "seconds": r.get("seconds")}
     return (f'<div class="tflab precision-section"><h3>{esc(d.get("function") or "")}: per-policy underflow</h3>'
-            + dict_table(rows, chart="underflow_count", chart_colour="#b3261e") + "</div>")
+            + dict_table(rows, chart="underflow (no loss scale)", chart_colour="#b3261e") + "</div>")
 
 
 def loss_scaling_fragment(d: dict) -> str:
     """`demonstrate_loss_scaling`'s dict: one row per run."""
-    runs = {k: v for k, v in d.items() if isinstance(v, dict)}
-    scalars = {k: v for k, v in d.items() if _scalar(v)}
-    rows = runs or {"result": scalars}
-    return dict_table(rows)
+    rows = {r.get("label", str(i)): {k: v for k, v in r.items() if k != "label"}
+            for i, r in enumerate(d.get("rows") or []) if isinstance(r, dict)}
+    head = " · ".join(esc(d[k]) for k in ("model", "step") if _scalar(d.get(k)) and d.get(k))
+    return (f"<p>{head}</p>" if head else "") + dict_table(rows, chart="underflow_fraction", chart_colour="#b3261e")
 
 
 def distribute_fragment(d: dict) -> str:
