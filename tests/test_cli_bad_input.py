@@ -137,6 +137,12 @@ def _argv(verb: str, p: argparse.ArgumentParser, file: str, func: str) -> list[s
 
 
 def _run_walk(run_cli, verb: str, *argv: str):
+    p = _subparsers().get(verb)
+    if p is not None and any(a.nargs == argparse.REMAINDER for a in p._actions):
+        # `tflab retrace SCRIPT.py ARGS…`: what follows SCRIPT.py is the script's; options go first.
+        i = next((k for k, a in enumerate(argv) if a.endswith(".py")), None)
+        if i is not None:
+            argv = argv[:i] + argv[i + 1:] + argv[i:i + 1]
     try:
         return run_cli(verb, *argv)
     except SystemExit as e:  # argparse refused the walk's command line
@@ -426,7 +432,7 @@ def test_an_empty_option_value_is_refused_by_argparse(verb, run_cli, user_files,
         pytest.skip(f"{verb} has no string-valued option")
     monkeypatch.chdir(tmp_path)
     for option in options:
-        code, out, err = run_cli(*_argv(verb, p, user_files["exits"], "ok"), option, "")
+        code, out, err = _run_walk(run_cli, *_argv(verb, p, user_files["exits"], "ok"), option, "")
         line = _one_error_line(verb, err)
         assert code == 2 and out == "" and f"argument {option}: empty value" in line, line
     assert os.listdir(tmp_path) == []

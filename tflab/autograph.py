@@ -126,6 +126,12 @@ class AutographDiff:
     warnings: tuple[str, ...] = ()
     strict: bool = False
 
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
+        from tflab._html import fragment
+
+        return fragment(self)
+
     def __repr__(self) -> str:
         parts = ", ".join(repr(s)[1:-1] for s in self.statements) or "no if/for/while"
         warn = f", {len(self.warnings)} warning(s)" if self.warnings else ""

@@ -99,6 +99,12 @@ class Diagnosis:
     fix: str = ""
     stage: str = ""
 
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
+        from tflab._html import fragment
+
+        return fragment(self)
+
     def __repr__(self) -> str:
         if self.ok:
             return f"Diagnosis({self.function}: ok)"

@@ -327,6 +327,12 @@ class DistributedTraceReport:
     component_handles: int
     cross_replica_ops: dict
 
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
+        from tflab._html import fragment
+
+        return fragment(self)
+
     def __repr__(self) -> str:
         cross = ", ".join(f"{t}×{n}" for t, n in self.cross_replica_ops.items()) or "none"
         return (f"DistributedTraceReport({self.report.function_name}: {len(self.replicas)} replicas, "
@@ -882,6 +888,12 @@ class MultiWorkerReport:
     same: tuple[str, ...]
     differs: tuple[str, ...]
     seconds: float
+
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
+        from tflab._html import fragment
+
+        return fragment(self)
 
     def __repr__(self) -> str:
         traces = ", ".join(f"worker {r.task}: {r.step_traces}" for r in self.rows)

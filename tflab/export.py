@@ -96,6 +96,12 @@ class ExportReport:
             v.status == "ok" and v.check is not None
             and (v.check.ok if v.check.ok is not None else v.check.within_bound) for v in self.variants.values())
 
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
+        from tflab._html import fragment
+
+        return fragment(self)
+
     def __repr__(self) -> str:
         vs = ", ".join(f"{q}:{v.status}" for q, v in self.variants.items())
         return f"ExportReport(out={self.out!r}, saved_model_bit_exact={self.saved_model.bit_exact}, variants=[{vs}])"

@@ -159,6 +159,12 @@ class TFLiteCheck:
         """
         return None if self.per_op is None else self.per_op.ok
 
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
+        from tflab._html import fragment
+
+        return fragment(self)
+
     def __repr__(self) -> str:
         err = "n/a" if self.max_abs_error is None else f"{self.max_abs_error:.3g}"
         per_op = "" if self.per_op is None else (

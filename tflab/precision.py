@@ -418,6 +418,12 @@ class PrecisionComparison:
         """Policies with underflow or overflow (after loss scaling, where applied)."""
         return tuple(p for p, r in self.policies.items() if r.underflow or r.overflow)
 
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
+        from tflab._html import fragment
+
+        return fragment(self)
+
     def __repr__(self) -> str:
         parts = [f"{p}: out {r._err_text('output')}, grad {r._err_text('gradient')}, "
                  f"underflow {r.underflow_count}, overflow {r.overflow_count}"
@@ -1006,6 +1012,12 @@ class LossScalingDemo:
 
     def row(self, label: str) -> LossScalingRow:
         return next(r for r in self.rows if r.label == label)
+
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
+        from tflab._html import fragment
+
+        return fragment(self)
 
     def __repr__(self) -> str:
         return "LossScalingDemo(" + "; ".join(

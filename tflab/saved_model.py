@@ -131,6 +131,12 @@ class SavedModelCheck:
                       "or .example_batches (the batches)", DeprecationWarning, stacklevel=2)
         return self.batch_count
 
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
+        from tflab._html import fragment
+
+        return fragment(self)
+
     def __repr__(self) -> str:
         sigs = ", ".join(f"{k}({'exact' if s.bit_exact else 'DIFFERS'})" for k, s in self.signatures.items())
         return (f"SavedModelCheck(kind={self.kind!r}, bit_exact={self.bit_exact}, "

@@ -404,6 +404,12 @@ class StabilizeReport:
     max_abs_diff: float
     note: str | None = None
 
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
+        from tflab._html import fragment
+
+        return fragment(self)
+
     def __repr__(self) -> str:
         counts = ", ".join(f"{k}={v.traces} ({v.later_traces} after first call)" for k, v in self.variants.items())
         return f"StabilizeReport({self.function_name}: {len(self.example_shapes)} calls; traces: {counts})"

@@ -128,8 +128,23 @@ def load_user_model(path: str):
                          f"{str(e).splitlines()[0] if str(e) else ''})") from e
 
 
+def _write_views(report: dict, shared: dict, html_target, tb_target, quiet: bool) -> None:
+    """The ``--html`` page and the ``--tensorboard`` event file, after the report."""
+    from tflab._report_pages import tour_page, write_tensorboard
+
+    if html_target is not None:
+        html_target.write(tour_page(report, shared))
+        if not quiet:
+            print(f"page: {html_target.path}")
+    if tb_target is not None and shared.get("trace_report") is not None:
+        event = write_tensorboard(tb_target, shared["trace_report"])
+        if not quiet:
+            print(f"TensorBoard event file: {event}  (tensorboard --logdir {tb_target.path})")
+
+
 def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
-             quiet: bool = False, only: list[str] | None = None, force: bool = False) -> dict:
+             quiet: bool = False, only: list[str] | None = None, html: str | None = None,
+             force: bool = False, tensorboard: str | None = None) -> dict:
     """Runs every available tour section and writes ``report.json`` under ``out_dir``.
 
     The sections write into a temporary folder beside ``out_dir``, which is
@@ -143,13 +158,17 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
             folder or one of its parents).
         quiet: print nothing to stdout (the progress line still goes to stderr).
         only: section module names to run (default: all).
+        html: also write the self-contained HTML page there (`tflab._report_pages.tour_page`).
+        force: replace an existing ``html`` file.
+        tensorboard: also write step 1's FuncGraph as a TensorBoard event file under this folder.
 
     Returns:
         The JSON report as a dict (also written to ``out_dir/report.json``).
 
     Raises:
         UsageError: ``model_path`` is missing or not a model; ``out_dir`` is
-            not a folder path, or a non-empty folder without ``force``.
+            not a folder path, or a non-empty folder without ``force``; ``html``
+            exists (without ``force``), is a folder or lies under a regular file.
     """
     from tflab._jsonutil import to_jsonable
     from tflab._paths import output_path
@@ -159,6 +178,9 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
     target = output_path(out_dir, "--out", folder=True, exclusive=not force)
     if _check_tour_out(target.path, force):
         target.replace = True  # an empty folder, or --force: renamed over; else the rename is exclusive
+    from tflab._report_pages import html_output, tensorboard_output
+
+    html_target, tb_target = html_output(html, force), tensorboard_output(tensorboard)
     sections = [(m, t) for m, t in SECTIONS if only is None or m in only]
     available = []
     for modname, title in sections:
@@ -212,6 +234,7 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
         tf_logger.removeFilter(quiet_retracing)
     if not quiet:
         print(f"\nreport: {target.path / 'report.json'}  ({report['seconds']:.1f} s)")
+    _write_views(report, ctx.shared, html_target, tb_target, quiet)
     return report
 
 

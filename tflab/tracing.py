@@ -204,6 +204,12 @@ class TraceReport:
         return (f"{baked} baked ({self.baked_bytes} B), "
                 f"{len(tensors) - baked} fed at call time ({self.fed_bytes} B)")
 
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
+        from tflab._html import fragment
+
+        return fragment(self)
+
     def __repr__(self) -> str:
         top = ", ".join(f"{t}×{n}" for t, n in list(self.op_counts.items())[:4])
         if len(self.op_counts) > 4:

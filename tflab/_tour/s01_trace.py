@@ -18,6 +18,7 @@ def run(ctx) -> None:
     ctx.shared["serve"] = serve
     from tflab._paths import output_path
 
+    ctx.shared["trace_report"] = report  # the --html page draws it; --tensorboard writes it
     dot_path = ctx.out_dir / "inference.dot"
     output_path(dot_path, "--out").write(report.to_dot(max_ops=None))
     var_bytes = sum(c.bytes for c in report.variables)

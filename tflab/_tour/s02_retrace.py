@@ -14,6 +14,7 @@ def run(ctx) -> None:
     optimizer = keras.optimizers.Adam()
     ctx.shared["optimizer"] = optimizer  # step 4 reuses it: its slot variables exist by then
     probe = RetraceProbe(make_train_step(ctx.model, optimizer))
+    ctx.shared["probe"] = probe  # the --html page's trace timeline
     sizes, losses = [], []
     for x, y in tour_dataset(spec, num_classes):
         ctx.progress(f"training step on a batch of {int(x.shape[0])}")

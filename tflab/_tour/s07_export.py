@@ -17,6 +17,7 @@ def run(ctx) -> None:
     # process compute the bounds' gradients meanwhile.
     report = export_model(model, ctx.out_dir / "export", force=True, isolate=True,
                           progress=ctx.progress, model_name=name)
+    ctx.shared["export_report"] = report  # the --html page's variants table
     sm = report.saved_model
     ctx.line(f"SavedModel: {'bit-exact' if sm.bit_exact else 'NOT bit-exact'} over {sm.batch_count} batches "
              f"({', '.join(sm.signatures)}) -> {ctx.final_path(report.out)}")

@@ -18,7 +18,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--examples", metavar="FILE.npz",
                    help="one example batch, an array per input name; with several signatures each is fed "
                         "the names it takes (default: seeded random batches covering every signature)")
-    p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    p.add_argument("--force", action="store_true", help="replace --out (and --html FILE) if it exists")
+    p.add_argument("--html", metavar="OUT.html", help="also write one self-contained HTML page: the variants "
+                   "table with each variant's error against its bound")
     p.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
     p.epilog = ("writes saved_model/, model_<variant>.tflite, examples.npz and report.json under --out. "
                 "--force replaces only a previous export (a folder with report.json). "
@@ -41,11 +43,16 @@ def run(args: argparse.Namespace) -> int:
     from tflab._progress import Progress
     from tflab.export import export_model, parse_quantize
 
+    from tflab._report_pages import export_page, html_output
+
+    html = html_output(args.html, args.force)  # before any work
     quants = parse_quantize(args.quantize)
     out = args.out or default_out(args.model)
     # loading, SavedModel, then convert + check per variant
     progress = Progress("export", total=2 + 2 * len(quants), enabled=not args.json)
     report = export_model(args.model, out, quantize=quants, examples=args.examples, force=args.force,
                           progress=progress, model_name=args.model)
+    if html is not None:
+        html.write(export_page(report))
     print(dumps(report.to_dict()) if args.json else report.to_text())
     return 0 if report.ok else 1

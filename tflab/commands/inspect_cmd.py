@@ -16,6 +16,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "NAME=<python literal> a Python value; repeat per parameter")
     p.add_argument("--dot", metavar="OUT.dot", help="write the FuncGraph as Graphviz DOT "
                    "(OUT.svg renders it, which needs the Graphviz `dot` program)")
+    p.add_argument("--tensorboard", metavar="DIR", help="also write the FuncGraph as a TensorBoard event file "
+                   "under DIR (tensorboard --logdir DIR, Graphs dashboard); an existing folder is kept")
     p.add_argument("--max-ops", type=int_at_least(0), default=60,
                    help="ops listed in text output (default: %(default)s; 0 for all)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -28,7 +30,10 @@ def run(args: argparse.Namespace) -> int:
     from tflab._usercode import user_code
     from tflab.tracing import trace_and_inspect
 
+    from tflab._report_pages import tensorboard_output, write_tensorboard
+
     dot = output_path(args.dot, "--dot", example="graph.dot") if args.dot else None  # before any work
+    board = tensorboard_output(args.tensorboard)
     if dot is not None and args.dot.endswith(".svg"):
         import shutil
 
@@ -48,10 +53,13 @@ def run(args: argparse.Namespace) -> int:
             dot.write(graphviz.Source(source).pipe(format="svg"))
         else:
             dot.write(source)
+    event = write_tensorboard(board, report) if board is not None else None
     if args.json:
         print(_jsonutil.dumps(report))
     else:
         print(report.to_text(max_ops=None if args.max_ops == 0 else args.max_ops))
         if args.dot:
             print(f"wrote {args.dot}")
+        if event:
+            print(f"wrote {event} (tensorboard --logdir {args.tensorboard})")
     return 0

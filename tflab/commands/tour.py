@@ -14,13 +14,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true",
                    help="replace a non-empty --out folder (the tour commits its folder whole at the end)")
     p.add_argument("--json", action="store_true", help="print the JSON report instead of text")
+    p.add_argument("--html", metavar="OUT.html", help="also write one self-contained HTML page: trace timeline, "
+                   "FuncGraph as SVG with a search box, export variants, modes, precision, distribute")
+    p.add_argument("--force", action="store_true", help="replace --html FILE if it exists")
+    p.add_argument("--tensorboard", metavar="DIR", help="also write the inference FuncGraph as a TensorBoard "
+                   "event file under DIR (tensorboard --logdir DIR, Graphs dashboard)")
 
 
 def run(args: argparse.Namespace) -> int:
     from tflab._jsonutil import to_jsonable
     from tflab.tour import run_tour
 
-    report = run_tour(model_path=args.model, out_dir=args.out, quiet=args.json, force=args.force)
+    report = run_tour(model_path=args.model, out_dir=args.out, quiet=args.json, html=args.html,
+                      force=args.force, tensorboard=args.tensorboard)
     if args.json:
         print(json.dumps(to_jsonable(report), indent=2))
     return 0

@@ -98,6 +98,12 @@ class RetracingDemo:
         return {"tf_version": self.tf_version,
                 "results": [dataclasses.asdict(r) for r in self.results], "config": self.config}
 
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
+        from tflab._html import fragment
+
+        return fragment(self)
+
     def __repr__(self) -> str:
         body = ", ".join(f"{r.trigger}: {r.traces}->{r.traces_after}" for r in self.results)
         return f"<RetracingDemo TF {self.tf_version}: {body}>"

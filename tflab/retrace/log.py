@@ -374,6 +374,12 @@ class ScriptTraces:
                 "shared_names": [g.to_dict() for g in self.shared_names],
                 "note": self.note}
 
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
+        from tflab._html import fragment
+
+        return fragment(self)
+
     def __repr__(self) -> str:
         return (f"<ScriptTraces {self.script}: " + ", ".join(
             f"{f.label or f.function}×{f.trace_count}" for f in self.functions) + ">")

@@ -533,6 +533,12 @@ class RetraceProbe:
                 "stale": [dataclasses.asdict(s) | {"text": s.text, "fix": s.fix} for s in self.stale],
                 "side_effects": self.side_effects}
 
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
+        from tflab._html import fragment
+
+        return fragment(self)
+
     def __repr__(self) -> str:
         last = next((t for t in reversed(self.traces) if t.reasons), None)
         why = f", last reason: {last.reasons[0]!r}" if last else ""
