@@ -429,3 +429,46 @@ def binding_error(name: str, tf_fn: Any, e: BaseException) -> UsageError | None:
     return UsageError(f"the call does not match {name}'s signature: {detail}; "
                       + ("pass arguments that fit its input_signature (or drop input_signature)"
                          if has_sig else "pass arguments that fit its parameters"))
+
+
+# ------------------------------------------ bound tf.function methods (autograph_diff, diagnose)
+
+
+def bound_user_method(fn: Any) -> tuple[Any, tuple]:
+    """The user's own Python callable under ``fn``, and the leading arguments TF passes it.
+
+    A `tf.function` method read from an instance (``m.run``) is a new Function
+    made by ``class_method_to_instance_method`` (``eager/polymorphic_function/
+    polymorphic_function.py``). Its ``python_function`` is TF's
+    ``bound_method_wrapper``, whose ``__wrapped__`` is the user's function bound
+    to a ``TfMethodTarget`` (``tf_method_target.py``) that holds only a *weak*
+    reference to the instance. Two cases follow:
+
+    * the instance is alive: the user's method is re-bound to it with a strong
+      reference (``types.MethodType``), so it cannot be collected while tflab
+      converts and traces it;
+    * nothing else referenced it (``Gate().run``): the instance was freed when
+      the expression ended, and TF itself then calls the method with
+      ``self=None`` (``wrapped_fn(weak_instance(), …)``). The user's plain
+      function is returned with ``(None,)`` as its leading argument, so the
+      statements traced are the user's, as TF traces them.
+
+    Anything else is returned unchanged, with no leading argument.
+
+    Args:
+        fn: a function, a `tf.function` or a bound `tf.function` method.
+
+    Returns:
+        ``(callable, leading_args)``: call ``callable(*leading_args, *args)``.
+    """
+    import types
+
+    target = getattr(fn, "python_function", fn)
+    wrapped = getattr(target, "__wrapped__", None)
+    owner = getattr(wrapped, "__self__", None)
+    if inspect.ismethod(wrapped) and hasattr(owner, "weakrefself_target__"):
+        instance = owner.target
+        if instance is not None:
+            return types.MethodType(wrapped.__func__, instance), ()
+        return wrapped.__func__, (None,)
+    return target, ()
