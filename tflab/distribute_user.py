@@ -320,6 +320,21 @@ def user_text(result: dict) -> str:
     return "\n".join(lines)
 
 
+def check_counts(step: UserStep, replicas: int | None, workers: int | None) -> None:
+    """Raises `UsageError` for a replica or worker count out of range, or a global
+    batch the workers do not divide (each worker is one replica)."""
+    if replicas is not None and (not isinstance(replicas, int) or not 1 <= replicas <= MAX_REPLICAS):
+        raise UsageError(f"--replicas must be 1..{MAX_REPLICAS}, got {replicas!r}")
+    if workers is not None:
+        if not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
+            raise UsageError(f"--workers must be 1..{MAX_WORKERS} (each worker is a process with its "
+                             f"own TF on this machine), got {workers!r}")
+        if step.global_batch % workers:
+            raise UsageError(f"--workers {workers}: the global batch of {step.global_batch} rows does "
+                             f"not split evenly over {workers} workers (one replica each; "
+                             f"ctx.get_per_replica_batch_size); give a dim 0 that {workers} divides")
+
+
 def run_user_step(step: UserStep, replicas: int | None = 2, workers: int | None = 2,
                   timeout: float = 60.0, progress: Callable[[str], None] | None = None,
                   on_start: Callable[[list[int]], None] | None = None) -> dict:
@@ -344,20 +359,12 @@ def run_user_step(step: UserStep, replicas: int | None = 2, workers: int | None 
     """
     from tflab.distribute import _run_children, pick_free_ports, tf_config
 
+    check_counts(step, replicas, workers)
     specs = []
     if replicas is not None:
-        if not isinstance(replicas, int) or not 1 <= replicas <= MAX_REPLICAS:
-            raise UsageError(f"--replicas must be 1..{MAX_REPLICAS}, got {replicas!r}")
         argv, extra = _child_spec(step, "user-mirrored", {"TFLAB_REPLICAS": replicas})
         specs.append(("mirrored step", argv, extra))
     if workers is not None:
-        if not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
-            raise UsageError(f"--workers must be 1..{MAX_WORKERS} (each worker is a process with its "
-                             f"own TF on this machine), got {workers!r}")
-        if step.global_batch % workers:
-            raise UsageError(f"--workers {workers}: the global batch of {step.global_batch} rows does "
-                             f"not split evenly over {workers} workers (one replica each; "
-                             f"ctx.get_per_replica_batch_size); give a dim 0 that {workers} divides")
         ports = pick_free_ports(workers)
         for i in range(workers):
             argv, extra = _child_spec(step, "user-worker", {"TF_CONFIG": json.dumps(tf_config(ports, i))})

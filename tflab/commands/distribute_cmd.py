@@ -102,10 +102,12 @@ def _run_user(args: argparse.Namespace) -> int:
     step = distribute_user.check_user_step(args.target, args.arg)
     replicas = (args.replicas or 2) if "mirrored" in parts else None
     workers = (args.workers or 2) if "workers" in parts else None
+    distribute_user.check_counts(step, replicas, workers)
     progress = Progress("distribute", total=1, enabled=not args.json)
     name = step.target.rpartition(":")[2]
-    progress(" and ".join(([f"{name} under MirroredStrategy on {replicas} logical CPUs"] if replicas else [])
-                          + ([f"on {workers} MultiWorkerMirroredStrategy workers"] if workers else []))
+    progress(f"{name}: " + " and ".join(([f"MirroredStrategy on {replicas} logical CPUs"] if replicas else [])
+                                        + ([f"{workers} MultiWorkerMirroredStrategy workers"] if workers
+                                           else []))
              + " (processes run together)")
     result: dict = {"step": args.target}
     result.update(distribute_user.run_user_step(step, replicas, workers, timeout=args.timeout,
