@@ -106,3 +106,42 @@ def test_a_failing_user_step_stops_every_process_and_names_the_error():
     msg = str(e.value)
     assert "\n" not in msg and "exited with status 1" in msg and "numpy" in msg, msg
     assert len(pids) == 3 and not any(_alive(p) for p in pids)
+
+
+_INSPECT = """
+import json, tensorflow as tf
+from tflab.distribute import mirrored_strategy
+from tflab import trace_and_inspect
+s = mirrored_strategy(3)
+with s.scope():
+    v = tf.Variable(tf.ones([4, 1]))
+def rs(x):
+    return tf.distribute.get_replica_context().all_reduce("SUM", tf.matmul(x, v))
+def step(x):
+    return s.run(rs, args=(x,))
+ds = s.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices(tf.ones([6, 4])).batch(6))
+r = trace_and_inspect(step, ds.element_spec)
+groups = {k: [(c.name, c.device) for c in comps] for k, comps in r.distributed_variables().items()}
+print(json.dumps({"text": r.to_text(max_ops=0), "groups": groups, "variables": len(r.variables)}))
+"""
+
+
+def test_trace_and_inspect_names_one_mirrored_variable_with_its_components():
+    """Item 3a: on old main trace_and_inspect listed Variable:0, Variable/replica_1:0 and
+    Variable/replica_2:0 as 3 variables; they are one MirroredVariable on 3 replicas.
+    Logical CPUs need a fresh process."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    res = subprocess.run([sys.executable, "-c", _INSPECT], capture_output=True, text=True, timeout=240,
+                         env=env, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert res.returncode == 0, res.stderr[-2000:]
+    rep = json.loads(res.stdout.strip().splitlines()[-1])
+    assert rep["variables"] == 3  # TF captures one handle per component
+    ((label, comps),) = rep["groups"].items()
+    assert label == "MirroredVariable Variable:0"
+    assert [n for n, _ in comps] == ["Variable:0", "Variable/replica_1:0", "Variable/replica_2:0"]
+    assert [d.rsplit("/", 1)[-1] for _, d in comps] == ["device:CPU:0", "device:CPU:1", "device:CPU:2"]
+    assert "3 of these handles are components of 1 distributed variable(s)" in rep["text"]
+    assert "ops per device: device:CPU:0: " in rep["text"]
