@@ -89,10 +89,16 @@ def run(args: argparse.Namespace) -> int:
         # The report above still compares the modes that ran; the exit code says
         # some could not.
         ok = [m for m, r in report.modes.items() if r.error is None]
-        raise UsageError(f"{report.function}: "
-                         + "; ".join(f"{m} failed: {report.modes[m].error}" for m in failed)
-                         + (f"; {' and '.join(ok)} still compared" if len(ok) > 1
-                            else "; only eager ran"))
+        line = (f"{report.function}: " + "; ".join(f"{m} failed: {report.modes[m].error}" for m in failed)
+                + (f"; {' and '.join(ok)} still compared" if len(ok) > 1 else "; only eager ran"))
+        if "eager" in failed:  # the function itself does not run on these arguments: bad input
+            raise UsageError(line)
+        # Eager ran, so the input was valid: a mode that cannot run it (XLA on a string
+        # op) is a finding of the comparison, exit 1 like a failed check (case W4).
+        import sys
+
+        print(f"tflab compare: finding: {line}", file=sys.stderr)
+        return 1
     return 0
 
 
