@@ -11,3 +11,32 @@ def stringy(x):
 def scaled_loss(x):
     """#38357: a loss multiplied by a large constant: 300 * 1000 = 3e5 > float16's max 65504."""
     return tf.reduce_sum(x * 1000.0)
+
+
+class Noisy(tf.Module):
+    """M3: a random op in the signature: every call draws new values."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+    def __call__(self, x):
+        return {"y": x + tf.random.uniform(tf.shape(x))}
+
+
+class Counter(tf.Module):
+    """M9: a stateful model; each call adds 1 to ``count``."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = tf.Variable(0.0, name="count")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+    def __call__(self, x):
+        self.count.assign_add(1.0)
+        return {"y": x * 2.0}
+
+
+class Fixed(tf.Module):
+    """#36461: __call__ without an input_signature, traced at float32[3,4]."""
+
+    @tf.function
+    def __call__(self, x):
+        return {"y": x * 2.0}
