@@ -118,3 +118,25 @@ def test_save_and_reload_warns_about_a_fixed_traced_batch_dim(tmp_path):
     assert refused
     relaxed = save_and_reload(m.Counter(), str(tmp_path / "n"), {"x": np.ones((3, 3), np.float32)})
     assert not any("dim 0 is fixed" in n for n in relaxed.notes)
+
+
+# ------------------------------------------------------------------ inspect
+
+
+def test_inspect_a_module_whose_call_has_an_input_signature_needs_no_arg(run_cli):
+    """X4: old main said 'missing --arg x=…'; the signature's specs are used."""
+    code, out, err = run_cli("inspect", f"{FNS}:serve")
+    assert code == 0, err
+    assert "inputs:  (x: float32[None,6], idx: int32[None])" in out
+    assert "MatMul×1" in out and "GatherV2×1" in out
+
+
+def test_inspect_a_keras_model_with_a_wrong_arg_name_names_its_parameter(run_cli):
+    """M6: old main pointed into keras/src/utils/traceback_utils.py."""
+    code, out, err = run_cli("inspect", f"{FNS}:mlp", "--arg", "x=float32[2,16]")
+    assert code == 2 and out == ""
+    assert err == ("tflab inspect: error: --arg x: Functional.call takes no parameter 'x'; its parameters "
+                   "are (inputs, training, mask): pass --arg inputs=float32[2,16]\n")
+    assert "traceback_utils" not in err
+    code, out, err = run_cli("inspect", f"{FNS}:mlp", "--arg", "inputs=float32[2,16]")
+    assert code == 0 and "MatMul×1" in out, err

@@ -227,8 +227,22 @@ def load_call(target: str, arg_items: list[str] | None) -> tuple[Callable, tuple
     check_target(fn, target.rpartition(":")[2])
     if not named and getattr(fn, "input_signature", None) is not None:
         return fn, (), {}
+    if not named and _own_input_signature(fn) is not None:
+        # An object whose __call__ has the input_signature: its specs are the arguments.
+        return fn, tuple(_own_input_signature(fn)), {}
     args, kwargs = bind_args(fn, named)
     return fn, args, kwargs
+
+
+def _own_input_signature(fn: Any) -> Any:
+    """The ``input_signature`` of a `tf.function`, or of an object's ``__call__`` when
+    that is one (a tf.Module with ``@tf.function(input_signature=…) def __call__``, case X4)."""
+    sig = getattr(fn, "input_signature", None)
+    if sig is None and not inspect.isroutine(fn) and not inspect.isclass(fn):
+        call = getattr(fn, "__call__", None)
+        if hasattr(call, "get_concrete_function") and hasattr(call, "python_function"):
+            sig = getattr(call, "input_signature", None)
+    return sig
 
 
 def python_signature(fn: Callable) -> inspect.Signature | None:
@@ -253,6 +267,29 @@ def bind_args(fn: Callable, named: dict[str, Any]) -> tuple[tuple, dict]:
         return (), dict(named)
     params = sig.parameters
     has_var_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    call = getattr(fn, "call", None)
+    if has_var_kw and not inspect.isroutine(fn) and inspect.ismethod(call):
+        # A Keras layer/model: __call__(*args, **kwargs) passes everything on to call();
+        # check the names against call's parameters (``inputs``, …), case M6.
+        try:
+            call_params = inspect.signature(call).parameters
+        except (TypeError, ValueError):
+            call_params = {}
+        # call's own names only: Keras' Functional.call(inputs, training, mask, **kwargs) takes
+        # **kwargs for call options, not for the model's input.
+        call_params = {k: v for k, v in call_params.items() if v.kind not in (v.VAR_POSITIONAL,
+                                                                              v.VAR_KEYWORD)}
+        if call_params:
+            for n in named:
+                if n not in call_params:
+                    v = named[n]
+                    shape = getattr(v, "shape", None)
+                    text = (f"{v.dtype.name}[{','.join('None' if d is None else str(d) for d in shape)}]"
+                            if shape is not None and getattr(shape, "rank", None) is not None
+                            and hasattr(v, "dtype") else "…")
+                    raise UsageError(f"--arg {n}: {type(fn).__name__}.call takes no parameter {n!r}; "
+                                     f"its parameters are ({', '.join(call_params)}): pass --arg "
+                                     f"{next(iter(call_params))}={text}")
     for n in named:
         if n not in params and not has_var_kw:
             raise UsageError(f"--arg {n}: the function takes no parameter {n!r}; "

@@ -40,3 +40,28 @@ class Fixed(tf.Module):
     @tf.function
     def __call__(self, x):
         return {"y": x * 2.0}
+
+
+class Serve(tf.Module):
+    """X4: __call__ has an input_signature, so `tflab inspect FILE.py:serve` needs no --arg."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = tf.Variable(tf.ones([6, 2]))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 6], tf.float32), tf.TensorSpec([None], tf.int32)])
+    def __call__(self, x, idx):
+        return tf.gather(tf.matmul(x, self.w), idx)
+
+
+serve = Serve()
+
+
+def _mlp():
+    import keras
+
+    inputs = keras.Input((16,))
+    return keras.Model(inputs, keras.layers.Dense(3)(inputs))
+
+
+mlp = _mlp()
