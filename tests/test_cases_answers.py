@@ -140,3 +140,36 @@ def test_inspect_a_keras_model_with_a_wrong_arg_name_names_its_parameter(run_cli
     assert "traceback_utils" not in err
     code, out, err = run_cli("inspect", f"{FNS}:mlp", "--arg", "inputs=float32[2,16]")
     assert code == 0 and "MatMul×1" in out, err
+
+
+# ------------------------------------------------------------------ export
+
+
+def test_export_of_a_keras_file_with_an_unknown_custom_layer_quotes_keras_whole_and_names_the_fix(
+        run_cli, tmp_path):
+    """M7: old main cut Keras's error at 200 characters, mid-word, with no fix. The custom
+    layer is registered while saving and unregistered before loading (as in a fresh process
+    that never imported the module defining it)."""
+    import keras
+
+    @keras.saving.register_keras_serializable(package="tflab_m7")
+    class Scale(keras.layers.Layer):
+        def call(self, x):
+            return x * 2.0
+
+    inputs = keras.Input((4,))
+    path = tmp_path / "custom.keras"
+    keras.Model(inputs, Scale()(inputs)).save(path)
+    registry = keras.saving.get_custom_objects()
+    key = next(k for k in registry if k.endswith("Scale") and k.startswith("tflab_m7"))
+    del registry[key]
+    code, out, err = run_cli("export", str(path), "--out", str(tmp_path / "out"))
+    (line,) = [ln for ln in err.splitlines() if not ln.startswith("[export ")]  # one error line
+    assert code == 2 and line.startswith("tflab export: error: "), err
+    assert "tflab export FILE.py:OBJ" in err and "register_keras_serializable" in err
+    # The whole of Keras's first line is quoted: its last word is there, not cut.
+    try:
+        keras.models.load_model(path)
+    except Exception as e:  # the same error, read from Keras itself
+        first = str(e).strip().splitlines()[0]
+    assert first in err and len(first) > 200
