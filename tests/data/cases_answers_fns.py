@@ -65,3 +65,15 @@ def _mlp():
 
 
 mlp = _mlp()
+
+
+def tan_cosh(x):
+    """#58752 (x passed in): tan(cosh(cosh(x))) at x = 3.3 is tan of 3.9e5, where float32's
+    ULP (0.03) is a large part of tan's period pi: ill-conditioned."""
+    return tf.tan(tf.cosh(tf.cosh(x)))
+
+
+def off_by_one_in_graph(x):
+    """A real difference, not conditioning: traced modes add 1 (Python reads executing_eagerly
+    at trace time)."""
+    return x * 2.0 + (0.0 if tf.executing_eagerly() else 1.0)

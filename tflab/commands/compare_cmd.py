@@ -91,10 +91,10 @@ def run(args: argparse.Namespace) -> int:
         ok = [m for m, r in report.modes.items() if r.error is None]
         line = (f"{report.function}: " + "; ".join(f"{m} failed: {report.modes[m].error}" for m in failed)
                 + (f"; {' and '.join(ok)} still compared" if len(ok) > 1 else "; only eager ran"))
-        if "eager" in failed:  # the function itself does not run on these arguments: bad input
+        if failed != ["xla"]:  # eager or graph cannot run the function on these arguments
             raise UsageError(line)
-        # Eager ran, so the input was valid: a mode that cannot run it (XLA on a string
-        # op) is a finding of the comparison, exit 1 like a failed check (case W4).
+        # Eager and graph ran and were compared, so the input was valid: XLA not compiling
+        # an op (a string op, a py_function) is a finding, exit 1 like a failed check (case W4).
         import sys
 
         print(f"tflab compare: finding: {line}", file=sys.stderr)
