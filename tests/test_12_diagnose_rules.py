@@ -183,3 +183,17 @@ def test_autograph_diff_of_a_method_of_a_freed_instance_sees_the_tensor_if():
 def test_diagnose_of_a_method_of_a_freed_instance_finds_the_user_line():
     d = diagnose(c.Gate().broken, S([3]))
     assert (d.kind, d.line) == ("variable-created-in-function", line_of("R13 culprit"))
+
+
+def test_the_other_tools_on_a_method_of_a_freed_instance_trace_the_tensor_if():
+    """trace_and_inspect, compare_modes and stabilize trace through TF's own bound Function
+    (self=None once the instance is freed), so they already saw the If op; kept here so the
+    five tools stay in agreement."""
+    from tflab import compare_modes, stabilize, trace_and_inspect
+
+    assert [o.type for o in trace_and_inspect(c.Gate().run, S([3])).control_flow] == ["StatelessIf"]
+    m = compare_modes(c.Gate().run, tf.constant([1.0, 2.0, 3.0]), gradients=False)
+    assert m.findings == () and all(r.error is None for r in m.modes.values())
+    np.testing.assert_array_equal(m.modes["graph"].outputs[0], [-1.0, -2.0, -3.0])  # the If took x = -x
+    st = stabilize(c.Gate().run, examples=[(tf.ones([3]),), (tf.ones([4]),)])
+    assert [s.shape.as_list() for s in st.input_signature] == [[None]]
