@@ -139,6 +139,10 @@ class Diagnosis:
         if self.fix_traced is not None:
             lines.append("  fix checked: tflab applied it to a copy of the function, which "
                          + ("traced and ran" if self.fix_traced else "still failed"))
+        src = self.fixed_source.splitlines()
+        if self.fix_traced and 0 < len(src) <= 12:
+            lines.append("  the copy that traced:")
+            lines += [f"      {ln}" for ln in src]
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
