@@ -428,11 +428,13 @@ def test_cli_compare_json_and_hlo_file(run_cli, tmp_path):
     assert code == 2 and "exists; pass --force" in err
 
 
-def test_cli_xla_failure_prints_report_then_one_line_exit_2(run_cli):
+def test_cli_xla_failure_prints_report_then_one_line_exit_1(run_cli):
+    """Eager ran, so the input was valid: XLA not compiling an op is a finding (exit 1), not
+    bad input (exit 2, what old main gave: case W4)."""
     code, out, err = run_cli("compare", f"{FNS}:with_py_function", "--arg", "x=float32[8]", "--repeats", "1")
-    assert code == 2
+    assert code == 1
     assert "graph " in out and "error: XLA cannot compile EagerPyFunc" in out
-    assert err.startswith("tflab compare: error: with_py_function: xla failed: XLA cannot compile EagerPyFunc op")
+    assert err.startswith("tflab compare: finding: with_py_function: xla failed: XLA cannot compile EagerPyFunc op")
     assert err.endswith("; eager and graph still compared\n") and err.count("\n") == 1
 
 

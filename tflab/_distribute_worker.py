@@ -3,6 +3,8 @@
 ``python -m tflab._distribute_worker mirrored``: `tflab.distribute.mirrored_lab`.
 ``python -m tflab._distribute_worker worker``: one MultiWorkerMirroredStrategy
 worker (`tflab.distribute.worker_main`), with ``TF_CONFIG`` set by its parent.
+``user-mirrored`` / ``user-worker``: the same on the user's step
+(`tflab.distribute_user`), named by ``$TFLAB_USER_STEP``.
 The JSON report goes to ``$TFLAB_REPORT``, written atomically.
 """
 
@@ -27,8 +29,14 @@ def main(argv: list[str]) -> int:
             report = distribute.mirrored_lab(export_dir=tmp if export else None)
     elif mode == "worker":
         report = distribute.worker_main()
+    elif mode in ("user-mirrored", "user-worker"):
+        from tflab import distribute_user
+
+        report = (distribute_user.user_mirrored_main() if mode == "user-mirrored"
+                  else distribute_user.user_worker_main())
     else:
-        print("usage: python -m tflab._distribute_worker {mirrored,worker}", file=sys.stderr)
+        print("usage: python -m tflab._distribute_worker {mirrored,worker,user-mirrored,user-worker}",
+              file=sys.stderr)
         return 2
     from tflab._jsonutil import to_jsonable
 

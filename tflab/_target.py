@@ -227,8 +227,22 @@ def load_call(target: str, arg_items: list[str] | None) -> tuple[Callable, tuple
     check_target(fn, target.rpartition(":")[2])
     if not named and getattr(fn, "input_signature", None) is not None:
         return fn, (), {}
+    if not named and _own_input_signature(fn) is not None:
+        # An object whose __call__ has the input_signature: its specs are the arguments.
+        return fn, tuple(_own_input_signature(fn)), {}
     args, kwargs = bind_args(fn, named)
     return fn, args, kwargs
+
+
+def _own_input_signature(fn: Any) -> Any:
+    """The ``input_signature`` of a `tf.function`, or of an object's ``__call__`` when
+    that is one (a tf.Module with ``@tf.function(input_signature=…) def __call__``, case X4)."""
+    sig = getattr(fn, "input_signature", None)
+    if sig is None and not inspect.isroutine(fn) and not inspect.isclass(fn):
+        call = getattr(fn, "__call__", None)
+        if hasattr(call, "get_concrete_function") and hasattr(call, "python_function"):
+            sig = getattr(call, "input_signature", None)
+    return sig
 
 
 def python_signature(fn: Callable) -> inspect.Signature | None:
@@ -253,6 +267,29 @@ def bind_args(fn: Callable, named: dict[str, Any]) -> tuple[tuple, dict]:
         return (), dict(named)
     params = sig.parameters
     has_var_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    call = getattr(fn, "call", None)
+    if has_var_kw and not inspect.isroutine(fn) and inspect.ismethod(call):
+        # A Keras layer/model: __call__(*args, **kwargs) passes everything on to call();
+        # check the names against call's parameters (``inputs``, …), case M6.
+        try:
+            call_params = inspect.signature(call).parameters
+        except (TypeError, ValueError):
+            call_params = {}
+        # call's own names only: Keras' Functional.call(inputs, training, mask, **kwargs) takes
+        # **kwargs for call options, not for the model's input.
+        call_params = {k: v for k, v in call_params.items() if v.kind not in (v.VAR_POSITIONAL,
+                                                                              v.VAR_KEYWORD)}
+        if call_params:
+            for n in named:
+                if n not in call_params:
+                    v = named[n]
+                    shape = getattr(v, "shape", None)
+                    text = (f"{v.dtype.name}[{','.join('None' if d is None else str(d) for d in shape)}]"
+                            if shape is not None and getattr(shape, "rank", None) is not None
+                            and hasattr(v, "dtype") else "…")
+                    raise UsageError(f"--arg {n}: {type(fn).__name__}.call takes no parameter {n!r}; "
+                                     f"its parameters are ({', '.join(call_params)}): pass --arg "
+                                     f"{next(iter(call_params))}={text}")
     for n in named:
         if n not in params and not has_var_kw:
             raise UsageError(f"--arg {n}: the function takes no parameter {n!r}; "
@@ -429,3 +466,46 @@ def binding_error(name: str, tf_fn: Any, e: BaseException) -> UsageError | None:
     return UsageError(f"the call does not match {name}'s signature: {detail}; "
                       + ("pass arguments that fit its input_signature (or drop input_signature)"
                          if has_sig else "pass arguments that fit its parameters"))
+
+
+# ------------------------------------------ bound tf.function methods (autograph_diff, diagnose)
+
+
+def bound_user_method(fn: Any) -> tuple[Any, tuple]:
+    """The user's own Python callable under ``fn``, and the leading arguments TF passes it.
+
+    A `tf.function` method read from an instance (``m.run``) is a new Function
+    made by ``class_method_to_instance_method`` (``eager/polymorphic_function/
+    polymorphic_function.py``). Its ``python_function`` is TF's
+    ``bound_method_wrapper``, whose ``__wrapped__`` is the user's function bound
+    to a ``TfMethodTarget`` (``tf_method_target.py``) that holds only a *weak*
+    reference to the instance. Two cases follow:
+
+    * the instance is alive: the user's method is re-bound to it with a strong
+      reference (``types.MethodType``), so it cannot be collected while tflab
+      converts and traces it;
+    * nothing else referenced it (``Gate().run``): the instance was freed when
+      the expression ended, and TF itself then calls the method with
+      ``self=None`` (``wrapped_fn(weak_instance(), …)``). The user's plain
+      function is returned with ``(None,)`` as its leading argument, so the
+      statements traced are the user's, as TF traces them.
+
+    Anything else is returned unchanged, with no leading argument.
+
+    Args:
+        fn: a function, a `tf.function` or a bound `tf.function` method.
+
+    Returns:
+        ``(callable, leading_args)``: call ``callable(*leading_args, *args)``.
+    """
+    import types
+
+    target = getattr(fn, "python_function", fn)
+    wrapped = getattr(target, "__wrapped__", None)
+    owner = getattr(wrapped, "__self__", None)
+    if inspect.ismethod(wrapped) and hasattr(owner, "weakrefself_target__"):
+        instance = owner.target
+        if instance is not None:
+            return types.MethodType(wrapped.__func__, instance), ()
+        return wrapped.__func__, (None,)
+    return target, ()

@@ -483,7 +483,11 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
     if strict is not None and not isinstance(strict, bool):  # bool("no") is True: never guess
         raise UsageError(f"autograph_diff: strict must be True, False or None (follow "
                          f"{_STRICT_ENV}), got {type(strict).__name__} {shorten(repr(strict))}")
-    python_fn = _user_callable(fn)
+    from tflab._target import bound_user_method
+
+    # The instance of a bound tf.function method is held (strongly) for the whole call;
+    # one that was already freed (``Gate().run``) is traced with self=None, as TF does.
+    python_fn, lead = bound_user_method(fn)
     if not callable(python_fn):
         raise UsageError(f"autograph_diff needs a function, got {type(fn).__name__}")
     from tflab._target import _check_target, _function_name, signature_args
@@ -520,7 +524,7 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
     counter = _TraceCounter(filename, start, last)
     try:
         with _strict_env(strict_on), _fresh_allowlist(), counter.installed():
-            concrete = tf.function(python_fn).get_concrete_function(*args, **kwargs)
+            concrete = tf.function(python_fn).get_concrete_function(*lead, *args, **kwargs)
     except Exception as e:
         where = _autograph_frame(e, filename) or user_frame(e)
         mode = (f" under strict AutoGraph conversion ({_STRICT_ENV}=1)" if strict_on else "")
@@ -543,30 +547,13 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
 
 
 def _user_callable(fn: Any) -> Any:
-    """The user's own Python callable under ``fn``: a `tf.function`'s
-    ``python_function``, and for a `tf.function` reached through an instance
-    (``m.run``, ``m.__call__``) the user's method bound to that instance.
+    """The user's own Python callable under ``fn`` (see `tflab._target.bound_user_method`);
+    a bound method whose instance is gone stays TF's wrapper here (``autograph_diff``
+    handles that case itself, with ``self=None`` as TF calls it)."""
+    from tflab._target import bound_user_method
 
-    A `tf.function` method read from an instance is a new Function made by
-    ``class_method_to_instance_method`` (``eager/polymorphic_function/
-    polymorphic_function.py``): its ``python_function`` is TF's
-    ``bound_method_wrapper``, whose ``__wrapped__`` is the user's function bound
-    to a ``TfMethodTarget`` holding a weak reference to the instance
-    (``tf_method_target.py``). Converting the wrapper would show AutoGraph's
-    rewrite of TF's own code and trace statements that are not the user's;
-    the method re-bound to the real instance is what TF converts and traces.
-    Anything else is returned unchanged.
-    """
-    import types
-
-    target = getattr(fn, "python_function", fn)
-    wrapped = getattr(target, "__wrapped__", None)
-    owner = getattr(wrapped, "__self__", None)
-    if inspect.ismethod(wrapped) and hasattr(owner, "weakrefself_target__"):
-        instance = owner.target
-        if instance is not None:
-            return types.MethodType(wrapped.__func__, instance)
-    return target
+    callable_, lead = bound_user_method(fn)
+    return getattr(fn, "python_function", fn) if lead else callable_
 
 
 def _classify(stmt: _Stmt, ops: list, records: dict | None = None) -> Statement:

@@ -41,6 +41,7 @@ import dataclasses
 import inspect
 import linecache
 import os
+import re
 import textwrap
 from typing import Any, Callable, Iterator
 
@@ -86,6 +87,11 @@ class Diagnosis:
             the graph does not do what the Python reads: a list appended to in
             a loop that became a While op gets one entry; ``error`` is empty)
             or ``""`` when ok.
+        fixed_source: the function rewritten with the fix (plus what the fix
+            moved to module level), where the rule can rewrite it; "" otherwise.
+        fix_traced: True when tflab traced and ran ``fixed_source`` on the same
+            arguments (`tflab.diagnosis_fixes.trace_fixed`), False when that
+            failed, None when the fix was not tried.
     """
 
     function: str
@@ -98,6 +104,8 @@ class Diagnosis:
     explanation: str = ""
     fix: str = ""
     stage: str = ""
+    fixed_source: str = ""
+    fix_traced: bool | None = None
 
     def _repr_html_(self) -> str:
         """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
@@ -134,6 +142,13 @@ class Diagnosis:
             lines.append(f"  why: {self.explanation}")
         if self.fix:
             lines.append(f"  fix: {self.fix}")
+        if self.fix_traced is not None:
+            lines.append("  fix checked: tflab applied it to a copy of the function, which "
+                         + ("traced and ran" if self.fix_traced else "still failed"))
+        src = self.fixed_source.splitlines()
+        if self.fix_traced and 0 < len(src) <= 12:
+            lines.append("  the copy that traced:")
+            lines += [f"      {ln}" for ln in src]
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -494,6 +509,9 @@ class _Context:
     graph_labels: dict = dataclasses.field(default_factory=dict)  # id(FuncGraph) -> "trace #1"
     stage: str = "trace"
     filename: str = ""
+    args: tuple = ()
+    kwargs: dict = dataclasses.field(default_factory=dict)
+    lead: tuple = ()  # (None,) for a bound method whose instance was freed: TF passes self=None
 
 
 def diagnose_exception(exc: BaseException, fn: Callable | None = None, *, stage: str = "trace",
@@ -708,7 +726,11 @@ def warn_shape_reads(fn: Callable, input_signature: Any, stacklevel: int = 3) ->
 
 
 def _python_target(fn: Callable) -> Callable:
-    python_fn = getattr(fn, "python_function", fn)
+    from tflab._target import bound_user_method
+
+    # A bound tf.function method: the user's method on its instance (held strongly),
+    # not TF's bound_method_wrapper, whose code is TF's own.
+    python_fn = bound_user_method(fn)[0]
     if not (inspect.isfunction(python_fn) or inspect.ismethod(python_fn)):
         call = getattr(python_fn, "call", None)
         python_fn = call if inspect.ismethod(call) else getattr(python_fn, "__call__", python_fn)
@@ -727,9 +749,12 @@ def _context(fn: Callable | None, args: tuple, kwargs: dict, from_signature: boo
     except (TypeError, ValueError):
         pass
     code = getattr(inspect.unwrap(getattr(python_fn, "__func__", python_fn)), "__code__", None)
+    from tflab._target import bound_user_method
+
     return _Context(name=name, python_fn=python_fn, filename=code.co_filename if code else "",
                     autograph=bool(getattr(fn, "_autograph", True)),
-                    params=params, from_signature=from_signature)
+                    params=params, from_signature=from_signature, args=tuple(args),
+                    kwargs=dict(kwargs), lead=bound_user_method(fn)[1])
 
 
 def _make(ctx: _Context, exc: BaseException, kind: str, filename: str, line: int | None,
@@ -751,7 +776,8 @@ def _classify(exc: BaseException, ctx: _Context) -> Diagnosis:
         filename = ctx.filename
     src = _Source.of(filename)
     node = src.stmt_at(line) if src and line else None
-    for rule in (_rule_escaped_tensor, _rule_foreign_capture, _rule_bool_or_iter, _rule_numpy,
+    for rule in (_rule_created_in_function, _rule_unhashable_tensor,
+                 _rule_escaped_tensor, _rule_foreign_capture, _rule_bool_or_iter, _rule_numpy,
                  _rule_cond_vars, _rule_loop_vars, _rule_loop_init, _rule_shape_none,
                  _rule_dtype_mismatch, _rule_runtime_op):
         d = rule(exc, ctx, frames, filename, line, loc, src, node)
@@ -954,6 +980,19 @@ def _rule_bool_or_iter(exc, ctx, frames, filename, line, loc, src, node):
     if "_disallow_iteration" in names:
         comp = node is not None and any(isinstance(n, (ast.ListComp, ast.SetComp, ast.DictComp,
                                                        ast.GeneratorExp)) for n in _walk_header(node))
+        static = _static_range_fix(ctx, filename, line, node, loc) if comp else None
+        if static is not None:
+            it_text, values, fsrc, text = static
+            bound = ", ".join(map(str, values))
+            d = _make(ctx, exc, "comprehension-over-tensor", filename, line,
+                      f"AutoGraph converts for statements, not comprehensions: this comprehension "
+                      f"iterates over the symbolic tensor {it_text} in Python; its bound is static "
+                      f"here ({bound} at trace time)",
+                      f"use Python range({bound if len(values) > 1 else ast.unparse(node) and ''}"
+                      f"{'' if len(values) > 1 else it_text[it_text.index('(') + 1:-1]}) instead of "
+                      f"{it_text}: Python unrolls the comprehension at trace time, one copy per "
+                      f"index, and the index stays a Python int")
+            return _try_fix(d, ctx, fsrc, text)
         if comp:
             return _make(ctx, exc, "comprehension-over-tensor", filename, line,
                          "AutoGraph converts for statements, not comprehensions: this comprehension "
@@ -979,11 +1018,20 @@ def _rule_numpy(exc, ctx, frames, filename, line, loc, src, node):
     attr = fr.locals.get("name")
     if fr.name == "__getattr__" and attr != "numpy":
         return None
-    return _make(ctx, exc, "numpy-on-symbolic-tensor", filename, line,
-                 "inside a tf.function tensors are symbolic (SymbolicTensor): they have no value "
-                 "until the graph runs, so .numpy() / np.asarray cannot read one",
-                 "use tf.print(x) to look at the value while it runs, TF ops instead of NumPy, "
-                 "or return the tensor and call .numpy() outside the tf.function")
+    expl = ("inside a tf.function tensors are symbolic (SymbolicTensor): they have no value "
+            "until the graph runs, so .numpy() / np.asarray cannot read one")
+    fix, np_name, fsrc, module_source = _numpy_fix(ctx, filename, line, node) if attr != "numpy" \
+        else ("", "", None, None)
+    if not fix:
+        return _make(ctx, exc, "numpy-on-symbolic-tensor", filename, line, expl,
+                     "use tf.print(x) to look at the value while it runs, TF ops instead of NumPy, "
+                     "or return the tensor and call .numpy() outside the tf.function")
+    d = _make(ctx, exc, "numpy-on-symbolic-tensor", filename, line,
+              f"np.{np_name} needs a NumPy array, and {expl.split(': ', 1)[1]}", fix)
+    if module_source is None:
+        return dataclasses.replace(d, fix_traced=False if fsrc is not None and "has no TF" not in fix
+                                   else None)
+    return dataclasses.replace(d, fixed_source=module_source.rstrip("\n"), fix_traced=True)
 
 
 def _graph_stmt(ctx: _Context, frames: list[_Frame], src, line: int | None, want: str):
@@ -1423,3 +1471,238 @@ def _is_binding_error(e: BaseException) -> bool:
     text = str(e)
     return isinstance(e, TypeError) and ("Binding inputs" in text or "missing a required" in text
                                          or "got an unexpected keyword" in text)
+
+
+# --------------------------------------------------------------------------- rules with a checked fix
+
+
+def _fix_source(ctx: _Context, line: int | None, filename: str):
+    """`tflab.diagnosis_fixes.FunctionSource` of the traced function when the
+    culprit line is in it (a fix is tried on that function only), else None."""
+    from tflab.diagnosis_fixes import FunctionSource
+
+    if ctx.python_fn is None or not line:
+        return None
+    try:
+        fsrc = FunctionSource(ctx.python_fn)
+        fname = inspect.getsourcefile(inspect.unwrap(getattr(ctx.python_fn, "__func__", ctx.python_fn)))
+    except (OSError, TypeError, ValueError, SyntaxError):
+        return None
+    if not fname or os.path.abspath(fname) != os.path.abspath(filename or ""):
+        return None
+    last = fsrc.start + (fsrc.fdef.end_lineno or 1) - 1
+    return fsrc if fsrc.start <= line <= last else None
+
+
+def _try_fix(d: Diagnosis, ctx: _Context, fsrc, module_source: str | None) -> Diagnosis:
+    """``d`` with the fix applied to a copy of the function and traced (`trace_fixed`)."""
+    from tflab.diagnosis_fixes import trace_fixed
+
+    if fsrc is None or not module_source:
+        return d
+    lead = ctx.lead if fsrc.instance is None else ()
+    err = trace_fixed(fsrc, module_source, tuple(lead) + tuple(ctx.args), ctx.kwargs, _materialize)
+    return dataclasses.replace(d, fixed_source=module_source.rstrip("\n"), fix_traced=err is None)
+
+
+def _namespace(ctx: _Context) -> dict:
+    fn = ctx.python_fn
+    inner = inspect.unwrap(getattr(fn, "__func__", fn)) if fn is not None else None
+    ns = dict(getattr(inner, "__globals__", {}) or {})
+    code = getattr(inner, "__code__", None)
+    for n, cell in zip(getattr(code, "co_freevars", ()), getattr(inner, "__closure__", None) or ()):
+        with contextlib.suppress(ValueError):
+            ns[n] = cell.cell_contents
+    return ns
+
+
+def _created_call(node, namespace: dict):
+    """(call, "variable" | "layer", class name) of the first ``tf.Variable(...)`` or
+    Keras layer / tf.Module constructor in a statement's own line(s)."""
+    import tensorflow as tf
+
+    from tflab.diagnosis_fixes import resolve
+
+    if node is None:
+        return None
+    for n in _walk_header(node):
+        if not isinstance(n, ast.Call):
+            continue
+        obj = resolve(n.func, namespace)
+        if not isinstance(obj, type):
+            continue
+        if issubclass(obj, tf.Variable):
+            return n, "variable", obj.__name__
+        try:
+            import keras
+
+            if issubclass(obj, keras.layers.Layer):
+                return n, "layer", obj.__name__
+        except ImportError:  # pragma: no cover - keras ships with TF 2.21
+            pass
+        if issubclass(obj, tf.Module):
+            return n, "layer", obj.__name__
+    return None
+
+
+def _rule_created_in_function(exc, ctx, frames, filename, line, loc, src, node):
+    """A tf.Variable, or a Keras layer (whose build makes variables), created inside
+    the function: TF traces a variable-creating function twice on its first call
+    and lets only the first trace create variables (``polymorphic_function.py``,
+    ``Function._initialize``: the second trace runs under ``invalid_creator_scope``),
+    so a creation that runs on every trace raises there (#26812, case X2)."""
+    if _frame_named(frames, "invalid_creator_scope") is None:
+        return None
+    fsrc = _fix_source(ctx, line, filename)
+    found = _created_call(node, fsrc.namespace if fsrc else _namespace(ctx))
+    is_method = fsrc is not None and (fsrc.instance is not None or (
+        bool(fsrc.fdef.args.args) and fsrc.fdef.args.args[0].arg == "self"))
+    stmt_text = _Source.of(filename).text(line) if _Source.of(filename) else ""
+    common = ("TF traces a function that creates tf.Variables twice on its first call and lets only "
+              "the first trace create them (the second runs under invalid_creator_scope, "
+              "polymorphic_function.py); this line creates a new one on every trace")
+    if found is None:
+        return _make(ctx, exc, "variable-created-in-function", filename, line,
+                     common, "create the tf.Variable once outside the tf.function, or guard it: "
+                             "`if self.v is None: self.v = tf.Variable(...)`")
+    call, what, cls = found
+    code = ast.unparse(call)
+    uses_local = fsrc is not None and bool({n.id for n in ast.walk(call) if isinstance(n, ast.Name)}
+                                           & fsrc.local_names())
+    if what == "variable":
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+        vname = ast.unparse(target) if target is not None else "v"
+        attr = vname.split(".")[-1]
+        guard = f"`if self.{attr} is None: self.{attr} = {code}`"
+        if is_method or vname.startswith("self."):
+            fix = (f"create it on the first trace only: {guard} (with self.{attr} = None in "
+                   f"__init__)" if uses_local else
+                   f"create it once: `self.{attr} = {code}` in __init__, or guard it: {guard}")
+        elif uses_local:
+            fix = (f"create it on the first trace only (its value depends on the arguments): keep it "
+                   f"on an object and guard it, {guard}, or a module-level `{vname} = None` with "
+                   f"`global {vname}; if {vname} is None: {vname} = {code}`")
+        else:
+            fix = (f"create it once outside the tf.function (module level `{vname} = {code}`), or "
+                   f"keep it on an object and guard it: {guard}")
+        d = _make(ctx, exc, "variable-created-in-function", filename, line, common, fix)
+        stem = attr if attr.isidentifier() else "v"
+    else:
+        stem = re.sub(r"(?<!^)(?=[A-Z])", "_", cls).lower()
+        fix = (f"build the {cls} once outside the function and call it inside: "
+               + (f"`self.{stem} = {code}` in __init__, then `self.{stem}(...)`" if is_method
+                  else f"`{stem} = {code}` at module level (or as a model attribute), then `{stem}(...)`"))
+        d = _make(ctx, exc, "layer-created-in-function", filename, line,
+                  f"`{code}` builds a new {cls}, and with it new tf.Variables, on every trace; "
+                  + common.split("; ")[0], fix)
+    if fsrc is None:
+        return d
+    from tflab.diagnosis_fixes import hoist_created
+
+    fstmt = fsrc.stmt_at(line)
+    fcall = _created_call(fstmt, fsrc.namespace) if fstmt is not None else None
+    return _try_fix(d, ctx, fsrc, hoist_created(fsrc, fcall[0], stem) if fcall else None) \
+        if stmt_text else d
+
+
+def _rule_unhashable_tensor(exc, ctx, frames, filename, line, loc, src, node):
+    """A symbolic tensor used as a dict key or a set element: ``Tensor.__hash__``
+    raises inside a FuncGraph (``framework/tensor.py``; a tensor's ``==`` is
+    elementwise there), case X2 ``out[x] = …``."""
+    fr = _frame_named(frames, "__hash__")
+    if fr is None or not isinstance(exc, TypeError) or "tensor" not in os.path.basename(fr.filename):
+        return None
+    tensor = fr.locals.get("self")
+    names = {n for n, v in (loc or {}).items() if v is tensor} or \
+        {n for n, v in (loc or {}).items() if hasattr(v, "graph") and hasattr(v, "ref")}
+    in_set = node is not None and any(isinstance(n, (ast.Set, ast.SetComp)) or (
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("add", "discard"))
+        for n in _walk_header(node))
+    name = sorted(names)[0] if names else "x"
+    kind = "tensor-in-set" if in_set else "tensor-as-dict-key"
+    where = "a set element" if in_set else "a dict key"
+    d = _make(ctx, exc, kind, filename, line,
+              f"a symbolic tensor cannot be {where}: inside a tf.function Tensor.__hash__ raises "
+              f"(tensor == is elementwise there, so hashing by value is undefined)",
+              f"key by {name}.ref() (a hashable reference; .deref() gives the tensor back), or by a "
+              f"Python value such as the loop index; for a value-keyed table use tf.lookup")
+    fsrc = _fix_source(ctx, line, filename)
+    if fsrc is None or not names:
+        return d
+    from tflab.diagnosis_fixes import ref_keys
+
+    return _try_fix(d, ctx, fsrc, ref_keys(fsrc, names))
+
+
+def _numpy_fix(ctx: _Context, filename: str, line: int | None, node) -> tuple[str, str, Any, Any]:
+    """(fix text, the NumPy name, FunctionSource, rewritten source) for the NumPy
+    call at the culprit line; the TF op of *that* call (`NUMPY_TO_TF`)."""
+    from tflab.diagnosis_fixes import numpy_calls, numpy_equivalent, replace_call_func
+
+    fsrc = _fix_source(ctx, line, filename)
+    ns = fsrc.namespace if fsrc else _namespace(ctx)
+    calls = numpy_calls(node, ns) if node is not None else []
+    if not calls:
+        return "", "", None, None
+    call, name = calls[0]
+    op, tnp = numpy_equivalent(name)
+    shown = ast.unparse(call.func)
+    keep = f"tf.numpy_function({shown}, [x], Tout) if it must stay NumPy (it then runs as Python, " \
+           f"outside the graph: not in a SavedModel's serving or TFLite)"
+    if op is None and tnp is None:
+        return (f"{shown} has no TF equivalent: wrap it with {keep}", name, fsrc, None)
+    alts = " or ".join(x for x in (f"`{op}`" if op else None, f"`{tnp}`" if tnp else None) if x)
+    fix = f"replace {shown} with {alts}; or {keep}"
+    module_source = None
+    if fsrc is not None:
+        fcalls = [c for c, n in numpy_calls(fsrc.stmt_at(line), fsrc.namespace) if n == name] \
+            if fsrc.stmt_at(line) is not None else []
+        for cand in (op, tnp):
+            if cand and "(" not in cand and fcalls:
+                text = replace_call_func(fsrc, fcalls, cand)
+                from tflab.diagnosis_fixes import trace_fixed
+
+                lead = ctx.lead if fsrc.instance is None else ()
+                if trace_fixed(fsrc, text, tuple(lead) + ctx.args, ctx.kwargs, _materialize) is None:
+                    module_source = text
+                    fix = f"replace {shown} with `{cand}`" + (
+                        f" (or `{tnp}`)" if cand == op and tnp else f" (or `{op}`)" if op and cand != op
+                        else "") + f"; or {keep}"
+                    break
+    return fix, name, fsrc, module_source
+
+
+def _static_range_fix(ctx: _Context, filename: str, line: int | None, node, loc: dict):
+    """For a comprehension over ``tf.range(E)`` whose bound E is static here
+    (``bands.shape[1]`` is 3 at trace time: tensorflow/tensorflow#33308): the
+    bound values, and the function with ``range(E)``, which Python unrolls."""
+    from tflab.diagnosis_fixes import replace_call_func, resolve
+
+    if node is None:
+        return None
+    import tensorflow as tf
+
+    ns = dict(_namespace(ctx))
+    ns.update(loc or {})
+    for comp in _walk_header(node):
+        if not isinstance(comp, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            continue
+        for gen in comp.generators:
+            it = gen.iter
+            if not (isinstance(it, ast.Call) and resolve(it.func, ns) is tf.range and it.args):
+                continue
+            try:
+                values = [eval(compile(ast.Expression(a), "<bound>", "eval"), ns) for a in it.args]
+            except Exception:  # a bound that reads something not in the frame
+                return None
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+                return None
+            fsrc = _fix_source(ctx, line, filename)
+            text = None
+            if fsrc is not None:
+                fstmt = fsrc.stmt_at(line)
+                fcalls = [c for c in ast.walk(fstmt) if isinstance(c, ast.Call)
+                          and ast.unparse(c) == ast.unparse(it)] if fstmt is not None else []
+                text = replace_call_func(fsrc, fcalls, "range") if fcalls else None
+            return ast.unparse(it), values, fsrc, text
+    return None

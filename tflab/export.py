@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -253,8 +254,15 @@ def load_model(spec: str) -> tuple[Any, str]:
         try:
             return keras.models.load_model(spec), "keras"
         except Exception as e:
-            first = (str(e).strip().splitlines() or [""])[0][:200]
-            raise UsageError(f"{spec!r} is not a loadable .keras file ({type(e).__name__}: {first})") from e
+            # The whole first line (case M7: a cut at 200 characters ended mid-word).
+            first = (str(e).strip().splitlines() or [""])[0]
+            custom = re.search(r"custom|deserializ|Could not locate|Unknown (layer|object)", str(e), re.I)
+            hint = (": it holds a class this process does not know (a custom layer or model). Export it "
+                    "from the Python file that builds or defines the model, tflab export FILE.py:OBJ, "
+                    "or import the module that registers the class "
+                    "(@keras.saving.register_keras_serializable) before loading") if custom else ""
+            raise UsageError(f"{spec!r} is not a loadable .keras file ({type(e).__name__}: {first})"
+                             f"{hint}") from e
     raise UsageError(f"{spec!r} is not a model: give a .keras file, a SavedModel folder or FILE.py:OBJ")
 
 

@@ -833,6 +833,9 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
     random_ops = _random_ops_by_tensor(runners, results, sources, output_names, grad_names)
     notes = _separate_random_streams(results, reference, random_ops, output_names, atol)
     findings = _findings(results, reference, ulp_bound, atol, output_names)
+    if findings and any(not r.error for m, r in results.items() if m != "eager"):
+        findings = _with_conditioning(findings, python_fn, sources, rebuild, results, reference,
+                                      output_names, ulp_bound, atol, saved.restore)
     return ModeComparison(function_name=name, device=device, modes=results,
                           gradient_names=grad_names, hlo=hlo_text, hlo_stages=stages,
                           fusion_count=fusions, fusion_kinds=kinds, ulp_bound=ulp_bound,
@@ -1185,6 +1188,65 @@ def _distances(reference, outputs, grad_map, output_names, atol, skip=frozenset(
 
 def _int_if_whole(x: float):
     return int(x) if math.isfinite(x) else x
+
+
+def _with_conditioning(findings: list[str], python_fn, sources, rebuild, results, reference,
+                       output_names, ulp_bound: int, atol: float, restore) -> list[str]:
+    """Adds a condition note to an output finding whose worst element is ill-conditioned.
+
+    The function is run eagerly once more with every floating input moved by one
+    ULP (``np.nextafter`` toward +inf). Where that moves eager's own output element
+    by at least the mode's difference there, the difference is inside what one
+    rounding of the input already does: the function is ill-conditioned at that
+    point (tensorflow/tensorflow#58752: ``tan`` of 3.3e23, where one ULP of the
+    argument spans millions of periods), and no mode can be expected to agree.
+    """
+    import tensorflow as tf
+
+    nudged = []
+    for t in sources:
+        a = np.asarray(t.numpy()) if hasattr(t, "numpy") else np.asarray(t)
+        if a.dtype.kind == "f":
+            a = np.nextafter(a, np.asarray(np.inf, a.dtype))
+            nudged.append(tf.constant(a, dtype=t.dtype))
+        else:
+            nudged.append(t)
+    try:
+        a, k = rebuild(nudged)
+        moved = [None if o is None else np.asarray(o) for o in
+                 tf.nest.flatten(tf.nest.map_structure(_as_tensor, python_fn(*a, **k)))]
+    except Exception:  # the nudged inputs fail (a domain edge): no note
+        return findings
+    finally:
+        restore()
+    ref_out = list(reference[0])
+    out = list(findings)
+    for mode in MODES[1:]:
+        r = results.get(mode)
+        if r is None or r.error:
+            continue
+        for k_, (name, a0, b0) in enumerate(zip(output_names, ref_out, r.outputs)):
+            m1 = moved[k_] if k_ < len(moved) else None
+            if a0 is None or b0 is None or m1 is None or a0.shape != b0.shape or a0.shape != m1.shape \
+                    or a0.dtype.kind != "f" or name in r.random_streams:
+                continue
+            d = _abs_diff(a0, b0)
+            bad = (ulp_distance(a0, b0) > ulp_bound) & (d > atol)
+            if not bad.any():
+                continue
+            i = int(np.argmax(np.where(bad, d, -1.0)))
+            step = float(np.abs(m1.astype(np.float64).flat[i] - a0.astype(np.float64).flat[i]))
+            if not (np.isfinite(step) and step >= float(d.flat[i])):
+                continue
+            prefix = f"{mode}: "
+            for j, line in enumerate(out):
+                if line.startswith(prefix) and f" of {name} differ" in line:
+                    out[j] = (line + f"; ill-conditioned there: moving the inputs by one ULP moves eager's "
+                              f"{name} at flat index {i} by {step:.3g}, at least the {mode} difference "
+                              f"{float(d.flat[i]):.3g}, so the difference is within one rounding of the "
+                              f"input (a large condition number: e.g. tan of a huge argument, where one ULP "
+                              f"spans many periods)")
+    return out
 
 
 def _findings(results, reference, ulp_bound: int, atol: float, output_names) -> list[str]:

@@ -255,10 +255,12 @@ class PolicyResult:
             array, divided back by the loss scale in float32; None where not connected.
         output_error: the maximum relative error |p - r| / |r| against float32 over the
             output elements whose float32 magnitude |r| is at least the compute dtype's
-            ``smallest_normal`` (inf where the policy gave inf/NaN there).
-        gradient_error: the same over the gradient elements.
+            ``smallest_normal`` (inf where the policy gave inf/NaN there); None
+            when no element was measured (``output_error_elements`` 0 or None):
+            nothing measured is not "no error".
+        gradient_error: the same over the gradient elements (None likewise).
         gradient_error_median: the median of those relative errors (the maximum is often
-            one nearly-cancelled element).
+            one nearly-cancelled element); None likewise.
         underflow: gradient name → number of elements non-zero in float32 and 0 here
             (only names with some).
         underflow_below_normal: of those, the elements whose float32 magnitude is below the
@@ -288,9 +290,9 @@ class PolicyResult:
     variable_dtype: str
     outputs: dict
     gradients: dict
-    output_error: float
-    gradient_error: float
-    gradient_error_median: float
+    output_error: float | None
+    gradient_error: float | None
+    gradient_error_median: float | None
     underflow: dict
     underflow_below_normal: dict
     overflow: dict
@@ -349,6 +351,10 @@ class PolicyResult:
                                             f"{grad} gradient" if grad else "") if s)
             parts.append(f"{dt} overflows {what} element(s) to inf/NaN (float32 finite; "
                          f"{dt} max {float_info(dt).max:.6g})")
+            if out and dt == "float16":  # tensorflow/tensorflow#38357: the loss itself overflowed
+                parts.append("fix: compute the loss in float32 (tf.cast the model's output to "
+                             "tf.float32 before the loss, or give the last layer dtype='float32'); "
+                             "a loss scale cannot help a forward value that is already inf")
         if len(self.loss_scale_history) > 1:
             parts.append(f"dynamic loss scale halved {len(self.loss_scale_history) - 1}× to "
                          f"{_pow2(self.loss_scale)} on inf/NaN gradients")
@@ -673,17 +679,20 @@ def _measure(policy: str, ref_out: list, ref_grads: list, out: list, grads: list
         bad = np.isfinite(r) & ~np.isfinite(g)
         if bad.any():
             overflow[name] = int(bad.sum())
+    # Nothing measured (no float32 element at or above the smallest normal): None, not 0.0,
+    # which would read as "no error" (case M8).
+    out_n = _measured(out_all, [r for r in ref_out if r.dtype.kind == "f"])
+    grad_n = _measured(grad_all, [r for r, g in zip(ref_grads, grads) if r is not None and g is not None])
     return PolicyResult(
         policy=policy, compute_dtype=compute, variable_dtype=variable,
         outputs=dict(zip(output_names, out)), gradients=dict(zip(grad_names, grads)),
-        output_error=float(out_all.max(initial=0.0)), gradient_error=float(grad_all.max(initial=0.0)),
-        gradient_error_median=float(np.median(grad_all)) if grad_all.size else 0.0,
+        output_error=float(out_all.max()) if out_n else None,
+        gradient_error=float(grad_all.max()) if grad_n else None,
+        gradient_error_median=float(np.median(grad_all)) if grad_n else None,
         underflow=underflow, underflow_below_normal=below, overflow=overflow,
         loss_scale=loss_scale, loss_scale_history=tuple(history), seconds=seconds,
         nonzero_gradient_elements=sum(nonzero.values()), unscaled=unscaled,
-        output_error_elements=_measured(out_all, [r for r in ref_out if r.dtype.kind == "f"]),
-        gradient_error_elements=_measured(grad_all, [r for r, g in zip(ref_grads, grads)
-                                                     if r is not None and g is not None]),
+        output_error_elements=out_n, gradient_error_elements=grad_n,
         _nonzero_by_name=nonzero)
 
 

@@ -733,6 +733,8 @@ def _save_and_check(obj, path: str, batches: Examples | None, signatures) -> Sav
         raise UsageError(f"cannot save a {type(obj).__name__}: give a tf.Module, a Keras 3 model "
                          f"or a tf-keras model")
 
+    # The in-process model is called below: remember its variables to give them back (case M9).
+    state = _variable_state(obj) if kind != "SavedModel" else []
     loaded = tf.saved_model.load(path)
     remember_loaded(path, loaded)
     sig_inputs = {key: signature_inputs(loaded.signatures[key]) for key in refs}
@@ -764,9 +766,98 @@ def _save_and_check(obj, path: str, batches: Examples | None, signatures) -> Sav
         out_checks = {n: OutputBits(n, outputs[n].dtype, outputs[n].shape, stats[n][0] == 0, *stats[n])
                       for n in outputs}
         checks[key] = SignatureCheck(key, inputs, out_checks)
+        if not checks[key].bit_exact:
+            notes += _random_op_notes(key, ref.concrete)
+        notes += _fixed_shape_notes(key, inputs)
+    notes += _restore_state(state)
     return SavedModelCheck(path=path, kind=kind, bit_exact=all(c.bit_exact for c in checks.values()),
                            signatures=checks, batch_count=len(batches), notes=tuple(notes),
                            example_batches=batches)
+
+
+def _variable_state(obj) -> list[tuple[Any, np.ndarray]]:
+    """(variable, a copy of its value) for each variable of a tf.Module or Keras model."""
+    out = []
+    for v in list(getattr(obj, "variables", None) or ()):
+        try:
+            out.append((v, np.array(v.numpy(), copy=True)))
+        except Exception:  # a variable that cannot be read eagerly (uninitialized): not restored
+            continue
+    return out
+
+
+def _restore_state(state: list[tuple[Any, np.ndarray]]) -> list[str]:
+    """Gives the user's variables their values from before the check back, and says so.
+
+    The bit-exact check calls the in-process model on every example batch; a
+    stateful model (a counter, a ``assign_add`` in ``__call__``) changes its own
+    variables on each call, which would leave the user's object changed.
+    """
+    changed = []
+    for v, before in state:
+        try:
+            now = np.asarray(v.numpy())
+        except Exception:
+            continue
+        if now.shape != before.shape or not np.array_equal(now, before, equal_nan=now.dtype.kind == "f"):
+            changed.append((v, before, now))
+            v.assign(before)
+    if not changed:
+        return []
+    v, before, now = changed[0]
+    show = (lambda a: f"{a.item():g}" if a.size == 1 and a.dtype.kind in "fiu" else f"{a.dtype}{list(a.shape)}")
+    return [f"calling the in-process model for the check changed {len(changed)} of its variable(s) "
+            f"(e.g. {getattr(v, 'name', '?')}: {show(before)} -> {show(now)}); tflab assigned the values "
+            f"from before the check back, so the model is as it was (the SavedModel was saved with them)"]
+
+
+def _graph_op_types(concrete) -> dict[str, str]:
+    """Op type -> the name of one op of that type, over the FuncGraph and every function it calls."""
+    gdef = concrete.graph.as_graph_def()
+    out: dict[str, str] = {}
+    for node in gdef.node:
+        out.setdefault(node.op, node.name)
+    for fn in gdef.library.function:
+        for node in fn.node_def:
+            out.setdefault(node.op, f"{fn.signature.name}/{node.name}")
+    return out
+
+
+def _random_op_notes(key: str, concrete) -> list[str]:
+    """Why a signature is not bit-exact when its graph draws random numbers (case M3):
+    a stateful random op gives new values on each call, so the in-process model
+    and the reloaded one cannot agree; neither does the in-process model with itself."""
+    from tflab.modes import STATEFUL_RANDOM_OPS
+
+    try:
+        types = _graph_op_types(concrete)
+    except Exception:  # a ConcreteFunction without a readable graph: no note
+        return []
+    found = sorted(t for t in types if t in STATEFUL_RANDOM_OPS)
+    if not found:
+        return []
+    ops = ", ".join(f"{t} ({types[t]!r})" for t in found)
+    return [f"signature {key}: not bit-exact because its graph draws random numbers: {ops} gives new "
+            f"values on every call, so two calls of the in-process model differ too; the round trip "
+            f"itself is not the cause. To compare, pass the noise in as an input, or draw it with a "
+            f"stateless op and a fixed seed (tf.random.stateless_uniform(shape, seed=[1, 2]))"]
+
+
+def _fixed_shape_notes(key: str, inputs: Mapping[str, TensorInfo]) -> list[str]:
+    """A warning for a signature whose inputs have a fixed batch dim (tensorflow/tensorflow#36461):
+    TF Serving, or any caller, with another batch size gets an error."""
+    fixed = [i for i in inputs.values() if i.shape and i.shape[0] is not None]
+    if not fixed:
+        return []
+    shown = ", ".join(str(i) for i in fixed)
+    relaxed = ", ".join(f"tf.TensorSpec([None{''.join(f', {d}' for d in i.shape[1:])}], tf.{i.dtype}, "
+                        f"name={i.name!r})" for i in fixed)
+    return [f"signature {key} takes {shown} exactly (dim 0 is fixed at the traced size): a batch of "
+            f"another size is refused when bound to the SignatureDef (\"Can not cast TensorSpec\") or "
+            f"fails in an op traced at the fixed size. For any batch size, export with a None "
+            f"dim: input_signature=[{relaxed}] (signature {key}: "
+            + ", ".join(f"{i.name}: {i.dtype}[None{''.join(f',{d}' for d in i.shape[1:])}]" for i in fixed)
+            + ")"]
 
 
 def _lost_dict_keys(key: str, concrete, inputs: Mapping[str, TensorInfo]) -> list[str]:

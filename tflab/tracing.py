@@ -73,6 +73,11 @@ class CaptureInfo:
             ``Const`` means its bytes are baked into the GraphDef, ``Placeholder``
             means the ConcreteFunction feeds it at call time.
         internal_op_type: ``"Const"`` or ``"Placeholder"``.
+        distributed: for one component of a distributed variable (a variable
+            made in ``strategy.scope()``): ``"MirroredVariable w:0"``, the
+            variable it belongs to (``values.DistributedVariable`` sets a weak
+            reference to itself on each component's handle); "" otherwise.
+        device: the component's device, for a distributed variable; "" otherwise.
     """
 
     kind: str
@@ -82,6 +87,8 @@ class CaptureInfo:
     bytes: int
     internal: str
     internal_op_type: str
+    distributed: str = ""
+    device: str = ""
 
     @property
     def baked_bytes(self) -> int:
@@ -239,6 +246,32 @@ class TraceReport:
     def _outputs_str(self) -> str:
         return _nested_str(self.output_spec)
 
+    def distributed_variables(self) -> dict[str, tuple[CaptureInfo, ...]]:
+        """``"MirroredVariable w:0"`` -> its captured components (one per replica)."""
+        out: dict[str, list[CaptureInfo]] = {}
+        for c in self.variables:
+            if c.distributed:
+                out.setdefault(c.distributed, []).append(c)
+        return {k: tuple(v) for k, v in out.items()}
+
+    def _distributed_lines(self) -> list[str]:
+        groups = self.distributed_variables()
+        if not groups:
+            return []
+        n = sum(len(v) for v in groups.values())
+        lines = [f"    {n} of these handles are components of {len(groups)} distributed variable(s) "
+                 f"(made in strategy.scope(); one component per replica, each on its device):"]
+        for label, comps in groups.items():
+            devs = ", ".join(c.device.rsplit("/", 1)[-1] or "?" for c in comps)
+            lines.append(f"    {label}: {comps[0].dtype}{_fmt_shape(comps[0].shape)}, "
+                         f"{len(comps)} components ({', '.join(c.name for c in comps)}) on {devs}")
+        per_device = collections.Counter(op.device for op in self.func_graph.get_operations())
+        placed = ", ".join(f"{d.rsplit('/', 1)[-1]}: {k}" for d, k in sorted(per_device.items()) if d)
+        if placed:
+            lines.append(f"    ops per device: {placed}"
+                         + (f"; unplaced inputs/outputs: {per_device['']}" if per_device.get("") else ""))
+        return lines
+
     def to_text(self, max_ops: int | None = 60) -> str:
         """A readable multi-line report.
 
@@ -259,10 +292,12 @@ class TraceReport:
         var_bytes = sum(c.bytes for c in self.variables)
         lines.append(f"  captures: {len(self.variables)} variables ({var_bytes:,} bytes, fed as "
                      f"resource handles); eager tensors: {self.capture_summary()}")
-        for c in self.variables[:8]:
+        plain = [c for c in self.variables if not c.distributed]
+        for c in plain[:8]:
             lines.append(f"    variable {c.name}: {c.dtype}{_fmt_shape(c.shape)}")
-        if len(self.variables) > 8:
-            lines.append(f"    … {len(self.variables) - 8} more variables")
+        if len(plain) > 8:
+            lines.append(f"    … {len(plain) - 8} more variables")
+        lines += self._distributed_lines()
         for c in self.captured_tensors:
             how = "baked as Const" if c.internal_op_type == "Const" else "fed at call time"
             lines.append(f"    tensor {c.internal}: {c.dtype}{_fmt_shape(c.shape)}, {c.bytes:,} bytes, {how}")
@@ -468,8 +503,14 @@ def inspect_concrete_function(concrete_function: Any, name: str | None = None) -
             dtype = var.dtype.base_dtype
             shape = _shape_list(var.shape)
             nelem = int(tf.TensorShape(var.shape).num_elements() or 0)
+            container = (getattr(getattr(var, "handle", None), "_distributed_container", None)
+                         or getattr(var, "_distributed_container", None))
+            owner = container() if callable(container) else None
             captures.append(CaptureInfo("variable", var.name, dtype.name, shape,
-                                        nelem * dtype.size, internal.name, internal.op.type))
+                                        nelem * dtype.size, internal.name, internal.op.type,
+                                        distributed=(f"{type(owner).__name__} {owner.name}"
+                                                     if owner is not None else ""),
+                                        device=var.device if owner is not None else ""))
         elif external.dtype == tf.resource:
             # A resource that is not a tracked variable (a lookup table, an iterator).
             captures.append(CaptureInfo("resource", internal.name, "resource", [], 0,

@@ -88,10 +88,16 @@ def run(args: argparse.Namespace) -> int:
         # The report above still compares the modes that ran; the exit code says
         # some could not.
         ok = [m for m, r in report.modes.items() if r.error is None]
-        raise UsageError(f"{report.function}: "
-                         + "; ".join(f"{m} failed: {report.modes[m].error}" for m in failed)
-                         + (f"; {' and '.join(ok)} still compared" if len(ok) > 1
-                            else "; only eager ran"))
+        line = (f"{report.function}: " + "; ".join(f"{m} failed: {report.modes[m].error}" for m in failed)
+                + (f"; {' and '.join(ok)} still compared" if len(ok) > 1 else "; only eager ran"))
+        if failed != ["xla"]:  # eager or graph cannot run the function on these arguments
+            raise UsageError(line)
+        # Eager and graph ran and were compared, so the input was valid: XLA not compiling
+        # an op (a string op, a py_function) is a finding, exit 1 like a failed check (case W4).
+        import sys
+
+        print(f"tflab compare: finding: {line}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -19,6 +19,20 @@ HELP = ("trace a strategy.run training step under MirroredStrategy (2 logical CP
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from tflab.distribute_user import MAX_REPLICAS, MAX_WORKERS
+
+    p.add_argument("target", nargs="?", metavar="FILE.py:STEP",
+                   help="your replica step (what strategy.run runs on each replica); the file is "
+                        "imported inside strategy.scope(), so its tf.Variables are MirroredVariables. "
+                        "Without it: the built-in demo")
+    p.add_argument("--arg", action="append", metavar="NAME=SPEC",
+                   help="one global batch per step for STEP's parameter NAME, e.g. x=float32[8,4] "
+                        "(dim 0: rows per step); repeat for each parameter")
+    p.add_argument("--replicas", type=int_at_least(1, MAX_REPLICAS), default=None, metavar="N",
+                   help=f"with STEP: MirroredStrategy over N logical CPUs (1..{MAX_REPLICAS}; default 2)")
+    p.add_argument("--workers", type=int_at_least(1, MAX_WORKERS), default=None, metavar="N",
+                   help=f"with STEP: N MultiWorkerMirroredStrategy worker processes on 127.0.0.1 "
+                        f"(1..{MAX_WORKERS}; default 2)")
     p.add_argument("--mode", choices=("all", "mirrored", "workers"), default="all",
                    help="mirrored: one process, 2 logical CPUs; workers: 2 worker processes on "
                         "127.0.0.1; all: both (default)")
@@ -30,7 +44,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="demonstration: worker I kills itself after its first step; the run stops the "
                         "others and names it (exit status 2)")
     p.add_argument("--json", action="store_true", help="print a JSON report")
-    p.epilog = ("network: only 127.0.0.1, on ports picked free. Ctrl-C stops every worker. exit status: 0; "
+    p.epilog = ("FILE.py:STEP --arg x=float32[8,4]: 2 full global batches and a smaller last one "
+                "(rows 2B+B//2), so the report shows the split and the retrace; a replica with 0 rows "
+                "is named. network: only 127.0.0.1, on ports picked free. Ctrl-C stops every worker. exit status: 0; "
                 "2 on bad input, a worker crash or a timeout (one line naming the worker)")
 
 
@@ -39,6 +55,11 @@ def run(args: argparse.Namespace) -> int:
     from tflab._progress import Progress
     from tflab.errors import UsageError
 
+    if args.target is not None:
+        return _run_user(args)
+    if args.arg or args.replicas is not None or args.workers is not None:
+        raise UsageError("--arg, --replicas and --workers need FILE.py:STEP (your step); the built-in "
+                         "demo runs 2 replicas and 2 workers")
     if args.crash_worker is not None and args.mode == "mirrored":
         raise UsageError("--crash-worker needs --mode workers or all: the mirrored lab has no workers")
     parts = ["mirrored"] if args.mode == "mirrored" else ["workers"] if args.mode == "workers" \
@@ -64,4 +85,36 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         print()
+    return 0
+
+
+def _run_user(args: argparse.Namespace) -> int:
+    from tflab import distribute_user
+    from tflab._progress import Progress
+    from tflab.errors import UsageError
+
+    if args.crash_worker is not None or args.no_export:
+        raise UsageError("--crash-worker and --no-export belong to the built-in demo, not to FILE.py:STEP")
+    parts = ["mirrored"] if args.mode == "mirrored" else ["workers"] if args.mode == "workers" \
+        else ["mirrored", "workers"]
+    if args.mode == "all" and (args.replicas is None) != (args.workers is None):
+        parts = ["mirrored"] if args.replicas is not None else ["workers"]
+    step = distribute_user.check_user_step(args.target, args.arg)
+    replicas = (args.replicas or 2) if "mirrored" in parts else None
+    workers = (args.workers or 2) if "workers" in parts else None
+    distribute_user.check_counts(step, replicas, workers)
+    progress = Progress("distribute", total=1, enabled=not args.json)
+    name = step.target.rpartition(":")[2]
+    progress(f"{name}: " + " and ".join(([f"MirroredStrategy on {replicas} logical CPUs"] if replicas else [])
+                                        + ([f"{workers} MultiWorkerMirroredStrategy workers"] if workers
+                                           else []))
+             + " (processes run together)")
+    result: dict = {"step": args.target}
+    result.update(distribute_user.run_user_step(step, replicas, workers, timeout=args.timeout,
+                                                progress=progress.note))
+    if args.json:
+        json.dump(result, sys.stdout, indent=2)
+        print()
+    else:
+        print(distribute_user.user_text(result))
     return 0
