@@ -12,11 +12,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", metavar="PATH", help="a .keras file or SavedModel folder instead of the default model")
     p.add_argument("--out", metavar="DIR", default="saved_models/tour", help="output folder (default: %(default)s)")
     p.add_argument("--force", action="store_true",
-                   help="replace a non-empty --out folder (the tour commits its folder whole at the end)")
+                   help="replace a non-empty --out folder (the tour commits its folder whole at the end) "
+                        "and an existing --html FILE")
     p.add_argument("--json", action="store_true", help="print the JSON report instead of text")
     p.add_argument("--html", metavar="OUT.html", help="also write one self-contained HTML page: trace timeline, "
                    "FuncGraph as SVG with a search box, export variants, modes, precision, distribute")
-    p.add_argument("--force", action="store_true", help="replace --html FILE if it exists")
     p.add_argument("--tensorboard", metavar="DIR", help="also write the inference FuncGraph as a TensorBoard "
                    "event file under DIR (tensorboard --logdir DIR, Graphs dashboard)")
 
