@@ -521,7 +521,13 @@ DECLARED = {
     "compare": (["--hlo", "h.txt", "--no-grad", "--repeats", "1"], ["h.txt"]),
     "export": (["--out", "e", "--quantize", "none"], ["e/"]),
     "tour": (["--out", "t"], ["t/"]),
+    "retrace": (["--html", "r.html"], ["r.html"]),
+    "check-tflite": (["--node-data", "n.json"], ["n.json"]),
 }
+RETRACE_SCRIPT = """import tensorflow as tf
+f = tf.function(lambda x: x * 2)
+f(tf.ones([2])); f(tf.ones([3]))
+"""
 
 
 def test_every_verb_writes_only_what_its_output_options_declare(run_cli, work, tmp_path, monkeypatch,
@@ -539,12 +545,22 @@ def test_every_verb_writes_only_what_its_output_options_declare(run_cli, work, t
     positional = {"inspect": [f"{work}/h.py:f", "--arg", "x=float32[4]"],
                   "compare": [f"{work}/h.py:f", "--arg", "x=float32[4]"],
                   "export": [f"{work}/h.py:tiny"], "tour": ["--model", str(small_keras_file)]}
-    for verb in sorted(with_outputs):
+    (work / "r.py").write_text(RETRACE_SCRIPT)
+    # check-tflite reads what export wrote, so export runs first.
+    for verb in sorted(with_outputs, key=lambda v: (v != "export", v)):
         folder = tmp_path / verb
         folder.mkdir()
         monkeypatch.chdir(folder)
         opts, declared = DECLARED[verb]
-        code, out, err = run_cli(verb, *positional[verb], *opts)
+        if verb == "retrace":  # options before SCRIPT.py (the script's own arguments follow it)
+            code, out, err = run_cli(verb, *opts, f"{work}/r.py")
+        elif verb == "check-tflite":
+            e = tmp_path / "export" / "e"
+            model = next(e.rglob("*.tflite"))
+            sm = next(p.parent for p in e.rglob("saved_model.pb"))
+            code, out, err = run_cli(verb, str(model), str(sm), *opts)
+        else:
+            code, out, err = run_cli(verb, *positional[verb], *opts)
         assert code == 0, (verb, err[-800:])
         written = {str(p.relative_to(folder)) + ("/" if p.is_dir() else "") for p in folder.rglob("*")}
         top = {w for w in written if w.count("/") == 0 or (w.count("/") == 1 and w.endswith("/"))}
