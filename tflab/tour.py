@@ -135,6 +135,7 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
 
     # A bad --out or --model path fails before any progress line is printed;
     # --out is probed by really creating a folder there.
+    started = time.perf_counter()
     target = output_path(out_dir, "--out", folder=True)
     sections = [(m, t) for m, t in SECTIONS if only is None or m in only]
     available = []
@@ -146,6 +147,14 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
                 raise
     model = None if model_path is None else load_user_model(model_path)
     progress = Progress("tour", total=len(available) + 1)
+    names = [mod.__name__.rsplit(".", 1)[-1] for mod, _ in available]
+    import tensorflow  # noqa: F401  (imported here first, not by two threads at once)
+
+    from tflab._tour.background import start_jobs
+
+    # The op's compilers and the distribute lab's process run on the other core
+    # while the sections before them trace on this one.
+    shared: dict = dict(start_jobs(names))
     progress("building MobileNetV3Small" if model_path is None else f"loaded {model_path}")
     if model is None:
         model = build_default_model()
@@ -158,7 +167,7 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
     if not quiet:
         print(f"configuration: {config.one_line()}")
     ctx = TourContext(model=model, model_source=model_path or "default", out_dir=out,
-                      report=report, progress_line=progress, quiet=quiet)
+                      report=report, progress_line=progress, quiet=quiet, shared=shared)
     t0 = time.perf_counter()
     timings = {}
     tf_logger = logging.getLogger("tensorflow")
@@ -178,7 +187,14 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
         tf_logger.removeFilter(quiet_retracing)
     report["section_seconds"] = timings
     report["seconds"] = round(time.perf_counter() - t0, 2)
+    slowest = max(timings, key=timings.get) if timings else None
+    report["slowest_section"] = slowest
+    report["total_seconds"] = round(time.perf_counter() - started, 2)  # model build included
     output_path(out / "report.json", "--out").write(json.dumps(to_jsonable(report), indent=2))
     if not quiet:
-        print(f"\nreport: {out / 'report.json'}  ({report['seconds']:.1f} s)")
+        print(f"\nreport: {out / 'report.json'}")
+        print(f"total {report['total_seconds']:.1f} s (sections {report['seconds']:.1f} s)"
+              + (f"; slowest section {slowest} {timings[slowest]:.1f} s" if slowest else "")
+              + f" ({len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()}"
+              + f" CPUs, load average {os.getloadavg()[0]:.1f})")
     return report
