@@ -46,7 +46,11 @@ _SECTION = ["setup"]
 _STACK: list[list] = []  # main thread only: [phase, start, child_seconds]
 
 
-def _timed(phase: str, fn):
+# The wrappers run inside the user's (the tour's) call stacks; compiled under a
+# "<…>" file name, their frames are not user code to `tflab.diagnosis`, which
+# names the innermost user frame as a failure's culprit line.
+_WRAPPERS = """
+def _timed(phase, fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         if threading.current_thread() is not threading.main_thread():
@@ -64,6 +68,18 @@ def _timed(phase: str, fn):
             section = _SECONDS.setdefault(_SECTION[0], {})
             section[phase] = section.get(phase, 0.0) + own
     return wrapper
+
+
+def _first_call(fn, timed, key, seen):
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        if key(self) and id(self) not in seen:
+            seen.add(id(self))
+            return timed(self, *args, **kwargs)
+        return fn(self, *args, **kwargs)
+    return wrapper
+"""
+exec(compile(_WRAPPERS, "<bench_tour phases>", "exec"), globals())
 
 
 def _patch(owner, name: str, phase: str) -> None:
@@ -89,32 +105,14 @@ def install() -> None:
     _patch(threading.Thread, "join", "worker_wait")
 
     call = polymorphic_function.Function.__call__
-    seen: set[int] = set()
-    timed_call = _timed("xla_compile", call)
-
-    @functools.wraps(call)
-    def first_jit_call(self, *args, **kwargs):
-        if getattr(self, "_jit_compile", False) and id(self) not in seen:
-            seen.add(id(self))
-            return timed_call(self, *args, **kwargs)
-        return call(self, *args, **kwargs)
-
-    polymorphic_function.Function.__call__ = first_jit_call
+    polymorphic_function.Function.__call__ = _first_call(  # noqa: F821 (defined by the exec above)
+        call, _timed("xla_compile", call), lambda f: getattr(f, "_jit_compile", False), set())
 
     from tensorflow.python.eager.polymorphic_function import concrete_function
 
     call_flat = concrete_function.ConcreteFunction._call_flat
-    ran: set[int] = set()
-    timed_flat = _timed("graph_first_run", call_flat)
-
-    @functools.wraps(call_flat)
-    def first_flat_call(self, *args, **kwargs):
-        if id(self) not in ran:
-            ran.add(id(self))
-            return timed_flat(self, *args, **kwargs)
-        return call_flat(self, *args, **kwargs)
-
-    concrete_function.ConcreteFunction._call_flat = first_flat_call
+    concrete_function.ConcreteFunction._call_flat = _first_call(  # noqa: F821
+        call_flat, _timed("graph_first_run", call_flat), lambda f: True, set())
     try:
         from ai_edge_litert import interpreter as litert
 
