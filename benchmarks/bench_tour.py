@@ -57,7 +57,22 @@ def run_once(tree: Path, cold_op: bool) -> dict:
     measured = json.loads(Path(phases).read_text())
     if not Path(measured["tflab_file"]).resolve().is_relative_to(tree):
         raise SystemExit(f"the tour ran {measured['tflab_file']}, not the checkout {tree}")
-    return {"wall": wall, "report": report, "phases": measured["sections"]}
+    facts = None
+    expected = tree / "tests" / "data" / "tour" / "expected_facts.json"
+    if expected.exists() and (tree / "tflab" / "_tour" / "facts.py").exists():
+        # The tour made faster must state the same facts as main at 176dbcb.
+        check = subprocess.run([sys.executable, "-c", _FACTS_CHECK, str(Path(out, "tour", "report.json")),
+                                str(expected)], cwd=tree, capture_output=True, text=True, env=env)
+        facts = check.stdout.strip().splitlines() if check.returncode == 0 else [check.stderr[-300:]]
+    return {"wall": wall, "report": report, "phases": measured["sections"], "facts": facts}
+
+
+_FACTS_CHECK = """
+import json, sys
+from tflab._tour.facts import compare_facts
+for line in compare_facts(json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))):
+    print(line)
+"""
 
 
 def summary(runs: list[dict]) -> dict:
@@ -109,8 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(args.runs):
         for name, tree in trees.items():
             r = run_once(tree, args.cold_op)
+            r["load"] = os.getloadavg()[0]
             runs[name].append(r)
-            print(f"run {i + 1}/{args.runs} {name}: {r['wall']:.1f} s (load {os.getloadavg()[0]:.1f})",
+            save(args.json, runs)
+            facts = ("" if r["facts"] is None else "; facts as main 176dbcb" if not r["facts"]
+                     else f"; FACTS DIFFER: {'; '.join(r['facts'][:5])}")
+            print(f"run {i + 1}/{args.runs} {name}: {r['wall']:.1f} s (load {os.getloadavg()[0]:.1f}){facts}",
                   file=sys.stderr, flush=True)
     load1 = os.getloadavg()
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -123,6 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     sums = {k: summary(v) for k, v in runs.items()}
     for name, s in sums.items():
         print_summary(name, s)
+        checked = [r["facts"] for r in runs[name] if r["facts"] is not None]
+        if checked:
+            bad = sum(bool(f) for f in checked)
+            print(f"  facts (keys and verdicts) vs main 176dbcb: "
+                  + ("the same in every run" if not bad else f"DIFFERENT in {bad} of {len(checked)} runs"))
     goal = GOAL_COLD_SECONDS if args.cold_op else GOAL_SECONDS
     new = sums["new"]["wall"]
     if "old" in sums:
@@ -130,11 +154,17 @@ def main(argv: list[str] | None = None) -> int:
               f"({sums['old']['wall']:.1f} s -> {new:.1f} s under the same load)")
     print(f"ratio to the {goal:.0f} s goal: {new / goal:.2f} ({'met' if new <= goal else 'NOT met'} "
           f"at this load)")
-    if args.json:
-        Path(args.json).write_text(json.dumps({k: [{"wall": r["wall"], "section_seconds":
-                                                     r["report"]["section_seconds"], "phases": r["phases"]}
-                                                    for r in v] for k, v in runs.items()}, indent=2))
+    save(args.json, runs)
     return 0
+
+
+def save(path: str | None, runs: dict) -> None:
+    """Every run's numbers as JSON (written after each run, so a stopped benchmark keeps its runs)."""
+    if path:
+        Path(path).write_text(json.dumps({k: [{"wall": r["wall"], "section_seconds": r["report"]["section_seconds"],
+                                               "seconds": r["report"]["seconds"], "phases": r["phases"],
+                                               "facts": r["facts"], "load": r.get("load")}
+                                              for r in v] for k, v in runs.items()}, indent=2))
 
 
 if __name__ == "__main__":

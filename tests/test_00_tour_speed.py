@@ -203,4 +203,5 @@ def test_background_jobs_hand_back_value_or_exception():
     with pytest.raises(ZeroDivisionError):
         failing.result()
     assert start_jobs(["s01_trace", "s02_retrace"]) == {}  # nothing to start early for these
-    assert {key for key, _, _ in JOBS.values()} == {"custom_op_build", "distribute_lab"}
+    assert {v[0] for v in JOBS.values()} == {"custom_op_build", "loss_scaling_demo", "distribute_lab"}
+    assert start_jobs([], default_model=False) == {}

@@ -152,9 +152,9 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
 
     from tflab._tour.background import start_jobs
 
-    # The op's compilers and the distribute lab's process run on the other core
-    # while the sections before them trace on this one.
-    shared: dict = dict(start_jobs(names))
+    # The op's compilers and the labs' processes run on the other core while the
+    # sections before them trace on this one (tflab._tour.background).
+    shared: dict = dict(start_jobs(names, default_model=model_path is None))
     progress("building MobileNetV3Small" if model_path is None else f"loaded {model_path}")
     if model is None:
         model = build_default_model()
