@@ -112,7 +112,8 @@ def loss_scaling_demo():
         out = os.path.join(tmp, "demo.pickle")
         proc = subprocess.Popen([sys.executable, "-m", "tflab._tour.precision_child", out],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+                                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
+                                     "TFLAB_DEADLINE_S": str(PRECISION_TIMEOUT)})
         try:
             _, err = proc.communicate(timeout=PRECISION_TIMEOUT)
         finally:
