@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -47,10 +48,14 @@ def run_once(tree: Path, cold_op: bool) -> dict:
     if cold_op:
         env["TFLAB_CUSTOM_OPS_BUILD_DIR"] = tempfile.mkdtemp(prefix="tflab-bench-op-")
     t0 = time.perf_counter()
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run([sys.executable, str(HERE / "_tour_phases.py"), phases, "--",
                            "tour", "--out", os.path.join(out, "tour")],
                           cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     wall = time.perf_counter() - t0
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # CPU seconds of the tour and every process it waited for (converters, labs, compilers).
+    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
     if proc.returncode != 0:
         raise SystemExit(f"tour in {tree} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
     report = json.loads(Path(out, "tour", "report.json").read_text())
@@ -64,7 +69,7 @@ def run_once(tree: Path, cold_op: bool) -> dict:
         check = subprocess.run([sys.executable, "-c", _FACTS_CHECK, str(Path(out, "tour", "report.json")),
                                 str(expected)], cwd=tree, capture_output=True, text=True, env=env)
         facts = check.stdout.strip().splitlines() if check.returncode == 0 else [check.stderr[-300:]]
-    return {"wall": wall, "report": report, "phases": measured["sections"], "facts": facts}
+    return {"wall": wall, "cpu": cpu, "report": report, "phases": measured["sections"], "facts": facts}
 
 
 _FACTS_CHECK = """
@@ -87,12 +92,14 @@ def summary(runs: list[dict]) -> dict:
         if s == "s07_export":  # conversions ran in worker processes: their own clocks, summed
             phases[s]["tflite_convert (workers, summed)"] = statistics.median(convert)
     return {"wall": statistics.median(r["wall"] for r in runs),
+            "cpu": statistics.median(r["cpu"] for r in runs),
             "tour": statistics.median(r["report"]["seconds"] for r in runs),
             "sections": med, "phases": phases}
 
 
 def print_summary(name: str, s: dict) -> None:
-    print(f"{name}: median process wall {s['wall']:.1f} s, tour's own total {s['tour']:.1f} s")
+    print(f"{name}: median process wall {s['wall']:.1f} s, tour's own total {s['tour']:.1f} s, "
+          f"CPU {s['cpu']:.1f} s (the tour and the processes it waited for)")
     for sec, secs in sorted(s["sections"].items(), key=lambda kv: -kv[1]):
         print(f"  {sec:16s} {secs:7.1f} s")
     for sec in sorted(s["sections"], key=lambda k: -s["sections"][k])[:3]:
@@ -163,7 +170,7 @@ def save(path: str | None, runs: dict) -> None:
     if path:
         Path(path).write_text(json.dumps({k: [{"wall": r["wall"], "section_seconds": r["report"]["section_seconds"],
                                                "seconds": r["report"]["seconds"], "phases": r["phases"],
-                                               "facts": r["facts"], "load": r.get("load")}
+                                               "facts": r["facts"], "load": r.get("load"), "cpu": r["cpu"]}
                                               for r in v] for k, v in runs.items()}, indent=2))
 
 
