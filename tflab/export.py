@@ -395,12 +395,13 @@ def _signal_name(code: int) -> str:
 
 
 def _convert_isolated(saved_model: str, outdir: str, quants: list[str], examples_npz: str,
-                      progress: Callable[[str], None]) -> dict[str, dict]:
-    """Converts variants in worker processes; a crash costs only the variant it was converting."""
+                      progress: Callable[[str], None],
+                      on_result: Callable[[str, dict], None] | None = None) -> dict[str, dict]:
+    """Converts variants in worker processes; a crash costs only the variant it was converting.
+    ``on_result(q, message)`` hears of each variant as soon as it is done (`tflab.litert_pool`)."""
     results: dict[str, dict] = {}
     pending = list(quants)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    _ABANDONED.clear()
     while pending and not _ABANDONED.is_set():
         cmd = [sys.executable, "-m", "tflab.export", "--worker", saved_model, outdir, ",".join(pending),
                examples_npz]
@@ -420,6 +421,8 @@ def _convert_isolated(saved_model: str, outdir: str, quants: list[str], examples
                 results[q] = msg
                 pending.remove(q)
                 current = None
+                if on_result is not None:
+                    on_result(q, msg)
                 if msg["event"] == "unsupported":
                     pending = []
         stderr = proc.stderr.read() if proc.stderr else ""
@@ -435,36 +438,12 @@ def _convert_isolated(saved_model: str, outdir: str, quants: list[str], examples
             part = os.path.join(outdir, f"model_{current}.tflite.part")
             if os.path.exists(part):
                 os.remove(part)
+            if on_result is not None:
+                on_result(current, results[current])
         elif pending:
             raise TflabError(f"converter worker exited ({code}) before converting {pending}: "
                              f"{stderr.strip().splitlines()[-1:] or ''}")
     return results
-
-
-def _convert_while(convert: Callable[[], dict], other: Callable[[], None]) -> dict[str, dict]:
-    """Runs ``convert`` (which waits on worker processes) in a thread while ``other`` runs here."""
-    box: dict[str, Any] = {}
-
-    def target():
-        try:
-            box["result"] = convert()
-        except BaseException as e:  # handed to the caller's thread below
-            box["error"] = e
-
-    thread = threading.Thread(target=target, name="tflab-convert", daemon=True)
-    thread.start()
-    try:
-        other()
-    except LookupError:
-        pass  # no gradient for some op: check_tflite reports that itself
-    except BaseException:
-        _stop_workers()  # abandoning the export (e.g. Ctrl-C, SIGTERM): do not wait for the converter
-        raise
-    finally:
-        thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
 
 
 def _convert_inprocess(saved_model: str, outdir: str, quants: list[str], batches,
@@ -656,26 +635,39 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         batches = sm.example_batches  # checked against the SignatureDefs: passed on as is
         _save_examples(batches, os.fspath(tmp / "examples.npz"))
         if isolate:
-            conv = _convert_while(
-                lambda: _convert_isolated(os.fspath(tmp / "saved_model"), os.fspath(tmp), quants,
-                                          os.fspath(tmp / "examples.npz"), progress),
+            _ABANDONED.clear()
+            from tflab.litert_pool import ConversionPool
+
+            # Variants convert in parallel worker processes (one per schedulable CPU);
+            # each is checked below as soon as it is done, while the others convert.
+            conv = ConversionPool(quants, lambda subset, on_result: _convert_isolated(
+                os.fspath(tmp / "saved_model"), os.fspath(tmp), subset, os.fspath(tmp / "examples.npz"),
+                progress, on_result), progress)
+            try:
                 # The gradients behind the bounds do not depend on the variant: compute
-                # them here while the worker process converts.
-                lambda: prepare_bounds(tmp / "saved_model", batches))
+                # them here while the worker processes convert.
+                prepare_bounds(tmp / "saved_model", batches)
+            except LookupError:
+                pass  # no gradient for some op: check_tflite reports that itself
         else:
             conv = _convert_inprocess(os.fspath(tmp / "saved_model"), os.fspath(tmp), quants, batches, progress)
-        for q, msg in conv.items():
+        variants: dict[str, VariantResult] = {}
+        float_size = None
+        for q in quants:
+            msg = conv[q]
             if msg["event"] == "unsupported":
                 raise UnsupportedOpsError(msg["error"], tuple(msg.get("ops", ())), msg.get("kind", "flex"),
                                           {k: tuple(v) for k, v in msg.get("signatures", {}).items()})
-        variants: dict[str, VariantResult] = {}
-        float_size = conv.get("none", {}).get("bytes")
-        for q in quants:
-            msg = conv[q]
+            if q == "none" and msg["event"] == "done":
+                float_size = msg.get("bytes")
+            elif float_size is None and "none" in quants:
+                float_size = conv["none"].get("bytes")
             if msg["event"] != "done":
                 variants[q] = VariantResult(q, msg["event"], error=msg["error"], convert_seconds=msg.get("seconds"))
                 continue
-            progress(f"checking {q} with LiteRT")
+            still = conv.pending() if isolate else 0
+            progress(f"checking {q} with LiteRT" + (f" ({still} variant{'s' * (still != 1)} still converting)"
+                                                    if still else ""))
             data = (tmp / msg["file"]).read_bytes()
             from tflab.litert_nan import warn_after_conversion
 

@@ -175,6 +175,7 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
 
     # A bad --out or --model path fails before any progress line is printed;
     # --out is probed by really creating a folder there.
+    started = time.perf_counter()
     target = output_path(out_dir, "--out", folder=True, exclusive=not force)
     if _check_tour_out(target.path, force):
         target.replace = True  # an empty folder, or --force: renamed over; else the rename is exclusive
@@ -191,6 +192,14 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
                 raise
     model = None if model_path is None else load_user_model(model_path)
     progress = Progress("tour", total=len(available) + 1)
+    names = [mod.__name__.rsplit(".", 1)[-1] for mod, _ in available]
+    import tensorflow  # noqa: F401  (imported here first, not by two threads at once)
+
+    from tflab._tour.background import start_jobs
+
+    # The op's compilers and the labs' processes run on the other core while the
+    # sections before them trace on this one (tflab._tour.background).
+    shared: dict = dict(start_jobs(names, default_model=model_path is None))
     progress("building MobileNetV3Small" if model_path is None else f"loaded {model_path}")
     if model is None:
         model = build_default_model()
@@ -204,7 +213,8 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
     if not quiet:
         print(f"configuration: {config.one_line()}")
     ctx = TourContext(model=model, model_source=model_path or "default", out_dir=out,
-                      report=report, progress_line=progress, quiet=quiet, final_dir=target.path)
+                      report=report, progress_line=progress, quiet=quiet, final_dir=target.path,
+                      shared=shared)
     t0 = time.perf_counter()
     timings = {}
     tf_logger = logging.getLogger("tensorflow")
@@ -219,6 +229,8 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
             timings[mod.__name__.rsplit(".", 1)[-1]] = round(time.perf_counter() - t, 2)
         report["section_seconds"] = timings
         report["seconds"] = round(time.perf_counter() - t0, 2)
+        report["slowest_section"] = max(timings, key=timings.get) if timings else None
+        report["total_seconds"] = round(time.perf_counter() - started, 2)  # model build included
         # Paths in the report name the final folder, not the temporary one.
         report = json.loads(json.dumps(to_jsonable(report)).replace(
             json.dumps(str(tmp))[1:-1], json.dumps(str(target.path))[1:-1]))
@@ -233,7 +245,12 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
     finally:
         tf_logger.removeFilter(quiet_retracing)
     if not quiet:
-        print(f"\nreport: {target.path / 'report.json'}  ({report['seconds']:.1f} s)")
+        slowest = report.get("slowest_section")
+        print(f"\nreport: {target.path / 'report.json'}")
+        print(f"total {report['total_seconds']:.1f} s (sections {report['seconds']:.1f} s)"
+              + (f"; slowest section {slowest} {timings[slowest]:.1f} s" if slowest else "")
+              + f" ({len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()}"
+              + f" CPUs, load average {os.getloadavg()[0]:.1f})")
     _write_views(report, ctx.shared, html_target, tb_target, quiet)
     return report
 

@@ -14,15 +14,20 @@ def run(ctx) -> None:
     from custom_ops.opcheck import OpcheckError, opcheck
     from custom_ops.python.ops import warp_softmax_ops as ops
 
-    ctx.progress("custom op: build or cache hit")
+    background = ctx.shared.get("custom_op_build")
+    if background is None:
+        ctx.progress("custom op: build or cache hit")
+    elif not background.done():
+        ctx.progress("custom op: waiting for the build the tour started in the background")
     try:
-        res = build()
+        res = build() if background is None else background.result()
     except BuildError as e:
         first = str(e).splitlines()[0]
         ctx.line(f"build failed: {first}")
         ctx.report["custom_op"] = {"error": str(e)}
         return
-    ctx.line(f"build: {'cache hit' if res.cached else f'built in {res.seconds:.0f} s'}, "
+    where = "" if background is None else " in the background"
+    ctx.line(f"build: {'cache hit' if res.cached else f'built in {res.seconds:.0f} s{where}'}, "
              f"CUDA kernels {'compiled' if res.cuda else 'not compiled'} ({res.so_path.rsplit('/', 1)[-1]})")
     ops.load_library(res)
     ctx.line(f"CPU kernel path: {ops.cpu_isa()}")

@@ -12,8 +12,14 @@ from __future__ import annotations
 def run(ctx) -> None:
     from tflab.distribute import lab_text, run_lab_subprocess
 
-    ctx.progress("MirroredStrategy lab in a fresh process (2 logical CPUs)")
-    lab = run_lab_subprocess(export=False, timeout=90)
+    background = ctx.shared.get("distribute_lab")  # started at the tour's start (tflab._tour.background)
+    if background is None:
+        ctx.progress("MirroredStrategy lab in a fresh process (2 logical CPUs)")
+        lab = run_lab_subprocess(export=False, timeout=90)
+    else:
+        if not background.done():
+            ctx.progress("waiting for the MirroredStrategy lab (a fresh process started at the tour's start)")
+        lab = background.result()
     for line in lab_text(lab).splitlines():
         ctx.line(line)
     ctx.line("two MultiWorkerMirroredStrategy workers on 127.0.0.1: tflab distribute --mode workers")

@@ -1,0 +1,163 @@
+"""Where the tour's time goes: exclusive seconds per phase, per section.
+
+`benchmarks/bench_tour.py` runs the tour through this file (``python
+benchmarks/_tour_phases.py OUT.json -- tour ARGS…``): it wraps a few TF and
+LiteRT entry points, then runs the CLI. It reads nothing of the tour but its
+progress line (`tflab._progress.Progress` with label ``"tour"``: one
+``__call__`` per section, in `tflab.tour.SECTIONS` order), so it measures an
+old checkout of tflab as well as the current one.
+
+Phases, timed on the tour's main thread only (worker threads mostly wait on
+child processes), exclusive: a phase nested in another is subtracted from
+the outer one, so they add up to at most the section's wall time:
+
+* ``tracing``: `tracing_compilation._create_concrete_function` (TF building a
+  new FuncGraph: Python runs symbolically; TF 2.21
+  ``tensorflow/python/eager/polymorphic_function/tracing_compilation.py``);
+* ``autograph``: AutoGraph's source transformation (`api._convert_actual`,
+  ``tensorflow/python/autograph/impl/api.py``), not the converted code's run;
+* ``gradients``: `GradientTape.gradient` (symbolic while tracing, eager otherwise);
+* ``xla_compile``: the first call of each ``tf.function(jit_compile=True)``
+  (trace excluded: what remains is XLA's compile plus one run) and every
+  ``Context.get_compiler_ir`` (HLO fetched: XLA compiles again);
+* ``graph_first_run``: the first call of each ConcreteFunction
+  (``ConcreteFunction._call_flat``): TF instantiates the function, Grappler
+  rewrites its graph, then it runs once;
+* ``litert_runs``: ``ai_edge_litert`` ``Interpreter.invoke`` and signature runners;
+* ``tflite_convert``: an in-process `tflab.litert_convert.convert`; conversions
+  in worker processes are taken from ``report.json`` instead (their own clocks);
+* ``child_wait``: the main thread waiting on a child process (``Popen.wait``/
+  ``communicate``: the distribute lab, the custom-op compiler);
+* ``worker_wait``: the main thread joining a worker thread (the TFLite
+  converter's, or the background custom-op build's).
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import json
+import sys
+import threading
+import time
+
+_SECONDS: dict[str, dict[str, float]] = {}
+_SECTION = ["setup"]
+_STACK: list[list] = []  # main thread only: [phase, start, child_seconds]
+
+
+# The wrappers run inside the user's (the tour's) call stacks; compiled under a
+# "<…>" file name, their frames are not user code to `tflab.diagnosis`, which
+# names the innermost user frame as a failure's culprit line.
+_WRAPPERS = """
+def _timed(phase, fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if threading.current_thread() is not threading.main_thread():
+            return fn(*args, **kwargs)
+        frame = [phase, time.perf_counter(), 0.0]
+        _STACK.append(frame)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _STACK.pop()
+            total = time.perf_counter() - frame[1]
+            own = total - frame[2]
+            if _STACK:
+                _STACK[-1][2] += total
+            section = _SECONDS.setdefault(_SECTION[0], {})
+            section[phase] = section.get(phase, 0.0) + own
+    return wrapper
+
+
+def _first_call(fn, timed, key, seen):
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        if key(self) and id(self) not in seen:
+            seen.add(id(self))
+            return timed(self, *args, **kwargs)
+        return fn(self, *args, **kwargs)
+    return wrapper
+"""
+exec(compile(_WRAPPERS, "<bench_tour phases>", "exec"), globals())
+
+
+def _patch(owner, name: str, phase: str) -> None:
+    original = getattr(owner, name, None)
+    if original is not None:
+        setattr(owner, name, _timed(phase, original))
+
+
+def install() -> None:
+    """Wraps the entry points above; call before the tour starts."""
+    import subprocess
+
+    from tensorflow.python.autograph.impl import api as ag_api
+    from tensorflow.python.eager import backprop, context
+    from tensorflow.python.eager.polymorphic_function import polymorphic_function, tracing_compilation
+
+    _patch(tracing_compilation, "_create_concrete_function", "tracing")
+    _patch(ag_api, "_convert_actual", "autograph")
+    _patch(backprop.GradientTape, "gradient", "gradients")
+    _patch(context.Context, "get_compiler_ir", "xla_compile")
+    _patch(subprocess.Popen, "wait", "child_wait")
+    _patch(subprocess.Popen, "communicate", "child_wait")
+    _patch(threading.Thread, "join", "worker_wait")
+
+    call = polymorphic_function.Function.__call__
+    polymorphic_function.Function.__call__ = _first_call(  # noqa: F821 (defined by the exec above)
+        call, _timed("xla_compile", call), lambda f: getattr(f, "_jit_compile", False), set())
+
+    from tensorflow.python.eager.polymorphic_function import concrete_function
+
+    call_flat = concrete_function.ConcreteFunction._call_flat
+    concrete_function.ConcreteFunction._call_flat = _first_call(  # noqa: F821
+        call_flat, _timed("graph_first_run", call_flat), lambda f: True, set())
+    try:
+        from ai_edge_litert import interpreter as litert
+
+        _patch(litert.Interpreter, "invoke", "litert_runs")
+        _patch(litert.SignatureRunner, "__call__", "litert_runs")
+    except ImportError:
+        pass
+    try:
+        from tflab import litert_convert
+
+        _patch(litert_convert, "convert", "tflite_convert")
+    except ImportError:
+        pass
+
+    from tflab import _progress
+    from tflab.tour import SECTIONS
+
+    by_title = {title: mod for mod, title in SECTIONS}
+    progress_call = _progress.Progress.__call__
+
+    def section_start(self, message: str) -> None:
+        if self.label == "tour" and message in by_title:
+            _SECTION[0] = by_title[message]
+        return progress_call(self, message)
+
+    _progress.Progress.__call__ = section_start
+
+
+def main(argv: list[str]) -> int:
+    out, sep, *cli_args = argv
+    assert sep == "--", "usage: _tour_phases.py OUT.json -- tour ARGS…"
+
+    def dump() -> None:
+        with open(out, "w") as f:
+            json.dump({"tflab_file": tflab.__file__,
+                       "sections": {s: {p: round(v, 3) for p, v in ph.items()} for s, ph in _SECONDS.items()}}, f)
+
+    import tflab
+
+    atexit.register(dump)
+    install()
+    from tflab.cli import main as cli_main
+
+    return cli_main(cli_args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

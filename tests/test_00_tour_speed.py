@@ -1,0 +1,207 @@
+"""Issue 24: the tour made faster keeps every claim, and its parallel parts behave.
+
+* The report's facts (keys and verdicts, `tflab._tour.facts`) are compared with
+  those of a tour of main at 176dbcb, before the speed work
+  (``tests/data/tour/expected_facts.json``, from ``report_176dbcb.json``
+  beside it). The comparison is proved able to fail by planted defects.
+* `tflab.litert_pool.ConversionPool`: workers capped at the schedulable CPUs,
+  each variant handed on as soon as it is done, a failed worker costing its
+  own variants only.
+* `tflab._tour.background`: the early-started jobs hand back their value or
+  their exception.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data" / "tour"
+
+
+def _expected():
+    return json.loads((DATA / "expected_facts.json").read_text())
+
+
+def _old_report():
+    return json.loads((DATA / "report_176dbcb.json").read_text())
+
+
+def test_the_stored_expectation_is_the_old_tours_facts():
+    from tflab._tour.facts import compare_facts, report_facts
+
+    facts = report_facts(_old_report())
+    assert facts == _expected()
+    # Every section of the tour states facts in it (a section with none could drop them all).
+    sections = {k.split(".", 1)[0] for k in facts["keys"]}
+    assert {"trace", "retrace", "demonstrate_retracing", "stabilize", "autograph", "diagnosis", "modes",
+            "export", "custom_op", "precision", "distribute"} <= sections
+    assert compare_facts(_old_report(), _expected()) == []
+
+
+@pytest.mark.parametrize("plant, expect", [
+    (lambda r: r["stabilize"]["train_step"].pop("traces"), "missing key stabilize.train_step.traces"),
+    (lambda r: r["retrace"].update(trace_count=4), "verdict retrace.trace_count: 4, expected 3"),
+    (lambda r: r["retrace"]["traces"][1].update(kind="retrace"), "verdict retrace.traces[1].kind"),
+    (lambda r: r["retrace"]["traces"].pop(), "missing verdict retrace.traces[2].kind"),
+    (lambda r: r["export"]["variants"]["int8"].update(within_bound=False),
+     "verdict export.variants.int8.within_bound: False, expected True"),
+    (lambda r: r["export"].update(saved_model_bit_exact=False), "verdict export.saved_model_bit_exact"),
+    (lambda r: r["stabilize"]["inference"]["variants"]["plain"].update(traces=4),
+     "verdict stabilize.inference.variants.plain.traces"),
+    (lambda r: r.pop("distribute"), "missing key distribute.plain.trace_count"),
+    (lambda r: r["modes"]["forward"]["modes"]["xla"].update(error="XLA failed"),
+     "verdict modes.forward.modes.xla.error"),
+    (lambda r: r["modes"].pop("fusion_count"), "missing key modes.fusion_count"),
+], ids=["key-dropped", "trace-count", "trace-kind", "trace-dropped", "bound-exceeded", "savedmodel-not-exact",
+        "stabilize-count", "section-dropped", "xla-error", "fusion-count-dropped"])
+def test_a_dropped_or_changed_fact_is_caught(plant, expect):
+    from tflab._tour.facts import compare_facts
+
+    report = copy.deepcopy(_old_report())
+    plant(report)
+    diffs = compare_facts(report, _expected())
+    assert any(d.startswith(expect) for d in diffs), diffs
+
+
+def test_values_that_vary_by_cpu_are_not_verdicts():
+    """ULPs, errors, seconds and sizes differ across ISAs and load: changing them is no difference."""
+    from tflab._tour.facts import compare_facts
+
+    report = copy.deepcopy(_old_report())
+    report["modes"]["forward"]["modes"]["graph"]["max_ulp"]["outputs"] += 7
+    report["export"]["variants"]["none"]["max_abs_error"] *= 2
+    report["export"]["variants"]["none"]["convert_seconds"] = 0.5
+    report["section_seconds"] = {k: v / 3 for k, v in report["section_seconds"].items()}
+    report["total_seconds"] = 1.0  # a fact the new tour adds: allowed by default
+    assert compare_facts(report, _expected()) == []
+    assert compare_facts(report, _expected(), new_keys=True) == ["new key total_seconds"]
+
+
+@pytest.mark.slow
+def test_the_full_tour_states_the_same_facts_as_before(tmp_path):
+    """The whole tour on MobileNetV3Small, fresh process as `make tour`: facts equal the old tour's.
+
+    Also its last lines: the total and the slowest section, read back from report.json.
+    """
+    from tflab._tour.facts import compare_facts
+
+    out = tmp_path / "tour"
+    proc = subprocess.run([sys.executable, "-m", "tflab", "tour", "--out", str(out)], capture_output=True,
+                          text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert compare_facts(report, _expected()) == []
+    slowest = report["slowest_section"]
+    assert report["section_seconds"][slowest] == max(report["section_seconds"].values())
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"total {report['total_seconds']:.1f} s") and f"slowest section {slowest}" in last
+    # The custom-op section waited for the build the tour started in the background.
+    assert report["custom_op"]["opcheck_failed"] is None
+
+
+def test_tour_prints_total_and_slowest_section(small_keras_file, tmp_path, capsys):
+    from tflab.tour import run_tour
+
+    report = run_tour(model_path=str(small_keras_file), out_dir=str(tmp_path / "t"),
+                      only=["s01_trace", "s03_demo"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    slowest = max(report["section_seconds"], key=report["section_seconds"].get)
+    assert report["slowest_section"] == slowest
+    assert last.startswith(f"total {report['total_seconds']:.1f} s (sections {report['seconds']:.1f} s); "
+                           f"slowest section {slowest} {report['section_seconds'][slowest]:.1f} s")
+    assert report["total_seconds"] >= report["seconds"] >= sum(report["section_seconds"].values()) - 0.05
+
+
+# ------------------------------------------------------------------- ConversionPool
+
+
+def test_pool_workers_are_capped_at_the_schedulable_cpus(monkeypatch):
+    from tflab import litert_pool
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3}, raising=False)
+    assert litert_pool.schedulable_cpus() == 1
+    seen = []
+    pool = litert_pool.ConversionPool(["none", "dynamic", "float16", "int8"],
+                                      lambda qs, done: [seen.append(tuple(qs)), *[done(q, {"q": q}) for q in qs]])
+    pool.join()
+    assert pool.workers == 1 and seen == [("none", "dynamic", "float16", "int8")]
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 5}, raising=False)
+    seen.clear()
+    pool = litert_pool.ConversionPool(["none", "dynamic", "float16"], lambda qs, done: [
+        seen.append(tuple(qs)), *[done(q, {"q": q}) for q in qs]], workers=2)
+    pool.join()
+    # Round-robin in check order: the first variants finish first.
+    assert pool.workers == 2 and sorted(seen) == [("dynamic",), ("none", "float16")]
+    assert [pool[q]["q"] for q in ("none", "dynamic", "float16")] == ["none", "dynamic", "float16"]
+
+
+def test_pool_hands_each_variant_on_before_the_others_finish():
+    """The LiteRT check of a done variant can run while another worker still converts."""
+    from tflab.litert_pool import ConversionPool
+
+    release = threading.Event()
+
+    def convert(qs, done):
+        for q in qs:
+            if q == "int8":
+                assert release.wait(30), "the caller never read the done variant"
+            done(q, {"event": "done", "q": q})
+
+    pool = ConversionPool(["none", "int8"], convert, workers=2)
+    assert pool["none"]["event"] == "done"  # returned while int8 is still blocked
+    assert pool.pending() == 1
+    release.set()
+    assert pool["int8"]["q"] == "int8" and pool.pending() == 0
+
+
+def test_a_failed_worker_costs_its_own_variants_only():
+    from tflab.errors import TflabError
+    from tflab.litert_pool import ConversionPool
+
+    def convert(qs, done):
+        for q in qs:
+            if q == "dynamic":
+                raise TflabError("converter worker exited (1) before converting ['dynamic']")
+            done(q, {"event": "done"})
+
+    pool = ConversionPool(["none", "dynamic", "float16", "int8"], convert, workers=2)
+    assert pool["none"]["event"] == "done" and pool["float16"]["event"] == "done"
+    with pytest.raises(TflabError, match="before converting"):
+        pool["dynamic"]
+    with pytest.raises(TflabError, match="before converting"):  # same worker, after the failure
+        pool["int8"]
+    with pytest.raises(KeyError):
+        pool["bogus"]
+
+
+def test_a_worker_that_stops_early_does_not_hang_the_caller():
+    from tflab.errors import TflabError
+    from tflab.litert_pool import ConversionPool
+
+    pool = ConversionPool(["none", "dynamic"], lambda qs, done: None, workers=1)  # reports nothing
+    with pytest.raises(TflabError, match="stopped before converting none"):
+        pool["none"]
+
+
+# ------------------------------------------------------------------- background jobs
+
+
+def test_background_jobs_hand_back_value_or_exception():
+    from tflab._tour.background import JOBS, BackgroundJob, start_jobs
+
+    job = BackgroundJob("sum", lambda: sum(range(5)))
+    assert job.result() == 10 and job.done() and job.seconds >= 0
+    failing = BackgroundJob("bad", lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        failing.result()
+    assert start_jobs(["s01_trace", "s02_retrace"]) == {}  # nothing to start early for these
+    assert {v[0] for v in JOBS.values()} == {"custom_op_build", "loss_scaling_demo", "distribute_lab"}
+    assert start_jobs([], default_model=False) == {}
