@@ -672,7 +672,10 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
             from tflab.litert_nan import warn_after_conversion
 
             warn_after_conversion(data, f"TFLite {q}", getattr(progress, "note", progress))  # before running it
-            float_msg = conv.get("none", {})
+            try:  # waits for the float variant when it converts in another worker
+                float_msg = conv.get("none", {})
+            except TflabError:  # its worker failed: check_tflite converts the reference itself
+                float_msg = {}
             # The float variant's bytes are the per-op reference weights (else check_tflite converts them).
             float_model = (tmp / float_msg["file"]).read_bytes() if float_msg.get("event") == "done" else None
             check = check_tflite(data, tmp / "saved_model", batches, q, float_size=float_size,
