@@ -197,7 +197,7 @@ def test_bad_html_path_is_one_line_exit_2_and_nothing_touched(verb, case, run_cl
     code, out, err = run_cli(*args, "--html", str(target), *tail)
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert code == 2 and out == "" and len(lines) == 1 and "--html" in lines[0], err
-    assert {"exists": "--force", "folder": "is a directory", "under_file": "is a file, not a folder"}[case] \
+    assert {"exists": "--force", "folder": "is a directory", "under_file": "is a regular file, not a folder"}[case] \
         in lines[0]
     assert existing.read_text() == "keep me" and sorted(os.listdir(tmp_path)) == ["old.html"]
 
@@ -302,7 +302,7 @@ def test_tour_page_in_chromium(tour_model, small_keras_file, tmp_path):
     from tflab import compare_modes, compare_precisions, export_model
     from tflab._report_pages import tour_page
     from tflab._tour.model import model_input_spec
-    from tflab.retrace_probe import RetraceProbe
+    from tflab.retrace import RetraceProbe
     from tflab.runtime import runtime_config
     from tflab.tracing import trace_and_inspect
 

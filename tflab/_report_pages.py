@@ -129,7 +129,7 @@ def tour_page(report: dict, shared: dict) -> str:
 class _PinnedLevelHandler(logging.Handler):
     """Keeps the traced `tf.function` objects while ``tflab retrace`` runs a script.
 
-    ``tflab.retrace_log.capture_trace_log`` raises every existing handler of
+    ``tflab.retrace.log.capture_trace_events`` raises every existing handler of
     the ``tensorflow`` logger to the old threshold so nothing extra is
     printed; this handler prints nothing and must see TF's level-1 "Creating
     new FuncGraph" records, so its level stays 1.
