@@ -567,3 +567,41 @@ def test_every_verb_writes_only_what_its_output_options_declare(run_cli, work, t
         assert top == set(declared), (verb, sorted(written))  # nothing else, no temp file left
         for d in declared:
             assert (folder / d).exists()
+
+
+# ------------------------------------------- the lead's hostile trial on merged main (3 breaks)
+
+def test_inspect_dot_keeps_an_existing_file_without_force(run_cli, work, tmp_path):
+    """`inspect --dot` follows the rule of every output path: an existing file is kept unless --force."""
+    target = tmp_path / "exist.dot"
+    target.write_text("existing")
+    args = ("inspect", f"{work}/h.py:f", "--arg", "x=float32[4]", "--dot", str(target))
+    code, out, err = run_cli(*args)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and "exists; pass --force" in lines[0], err
+    assert target.read_text() == "existing"
+    code, out, err = run_cli(*args, "--force")
+    assert code == 0, err
+    assert target.read_text().startswith("digraph")
+
+
+def test_compare_modes_refuses_a_repeat_count_that_cannot_finish(run_cli, work):
+    import tensorflow as tf
+
+    import tflab
+    from tflab.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"repeats must be at most 100000.*got 10{30}"):
+        tflab.compare_modes(lambda x: x * 2.0, tf.ones([2, 4]), repeats=10 ** 30)
+    code, out, err = run_cli("compare", f"{work}/h.py:f", "--arg", "x=float32[4]", "--repeats", "10" * 12)
+    assert code == 2 and "--repeats" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_compare_precisions_refuses_a_loss_scale_past_float_range():
+    import tensorflow as tf
+
+    import tflab
+    from tflab.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"^loss_scale must be None, a positive number or 'dynamic'"):
+        tflab.compare_precisions(lambda x: x * 2.0, tf.ones([2, 4]), loss_scale=10 ** 400)

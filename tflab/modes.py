@@ -662,6 +662,9 @@ def _to_numpy(x):
     return None if x is None else np.asarray(x.numpy() if hasattr(x, "numpy") else x)
 
 
+MAX_REPEATS = 100_000  # warm calls timed per mode, at most
+
+
 @user_entry("while running eagerly, as a graph or under XLA")
 def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
                   ulp_bound: int = DEFAULT_ULP_BOUND, atol: float = DEFAULT_ATOL,
@@ -752,6 +755,9 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
     from tflab._argcheck import check_int
 
     repeats = check_int(repeats, "repeats", "compare_modes", minimum=1)
+    if repeats > MAX_REPEATS:  # 10**30 warm calls would run for ever: a mistake, said at once
+        raise UsageError(f"compare_modes: repeats must be at most {MAX_REPEATS} (timed warm calls per mode; "
+                         f"the median needs a few), got {repeats}")
     ulp_bound = check_int(ulp_bound, "ulp_bound", "compare_modes", minimum=0)
     if isinstance(atol, bool) or not isinstance(atol, (int, float)):
         raise UsageError(f"compare_modes: atol must be a float >= 0, got {atol!r} ({type(atol).__name__})")

@@ -699,10 +699,19 @@ def _measure(policy: str, ref_out: list, ref_grads: list, out: list, grads: list
 def _parse_loss_scale(loss_scale: Any) -> Any:
     if loss_scale is None or loss_scale == "dynamic":
         return loss_scale
-    if isinstance(loss_scale, bool) or not isinstance(loss_scale, (int, float)) \
-            or not math.isfinite(loss_scale) or loss_scale <= 0:
-        raise UsageError(f"loss_scale must be None, a positive number or 'dynamic', got {loss_scale!r}")
-    return float(loss_scale)
+    bad = isinstance(loss_scale, bool) or not isinstance(loss_scale, (int, float))
+    if not bad:
+        try:
+            value = float(loss_scale)  # an int past float's range (10**400) is refused, not an OverflowError
+        except OverflowError:
+            bad = True
+        else:
+            bad = not math.isfinite(value) or value <= 0
+    if bad:
+        shown = repr(loss_scale) if len(repr(loss_scale)) <= 40 else repr(loss_scale)[:37] + "..."
+        raise UsageError(f"loss_scale must be None, a positive number or 'dynamic' (a float; at most "
+                         f"{sys.float_info.max:.3g}), got {shown}")
+    return value
 
 
 def parse_policies(policies: Any) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="an argument: NAME=dtype[dims] (every dim given) becomes a seeded random "
                         "tensor, NAME=<python literal> a Python value; repeat per parameter")
     p.add_argument("--seed", type=seed_type, default=0, help="seed for the random tensors (default: %(default)s)")
-    p.add_argument("--repeats", type=_at_least(1), default=10,
+    p.add_argument("--repeats", type=_at_least(1, 100_000), default=10,  # modes.MAX_REPEATS
                    help="warm calls timed per mode; the median is printed (default: %(default)s)")
     from tflab._mode_defaults import DEFAULT_ATOL, DEFAULT_ULP_BOUND  # no numpy: --help stays fast
 

@@ -16,6 +16,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "NAME=<python literal> a Python value; repeat per parameter")
     p.add_argument("--dot", metavar="OUT.dot", help="write the FuncGraph as Graphviz DOT "
                    "(OUT.svg renders it, which needs the Graphviz `dot` program)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --dot file")
     p.add_argument("--tensorboard", metavar="DIR", help="also write the FuncGraph as a TensorBoard event file "
                    "under DIR (tensorboard --logdir DIR, Graphs dashboard); an existing folder is kept")
     p.add_argument("--max-ops", type=int_at_least(0), default=60,
@@ -32,7 +33,8 @@ def run(args: argparse.Namespace) -> int:
 
     from tflab._report_pages import tensorboard_output, write_tensorboard
 
-    dot = output_path(args.dot, "--dot", example="graph.dot") if args.dot else None  # before any work
+    dot = (output_path(args.dot, "--dot", example="graph.dot", overwrite=args.force)
+           if args.dot else None)  # before any work; an existing file is kept unless --force
     board = tensorboard_output(args.tensorboard)
     if dot is not None and args.dot.endswith(".svg"):
         import shutil
