@@ -469,3 +469,30 @@ def test_per_replica_specs_are_diffed_from_the_objects():
                                 "x: per-replica shape replica 1 (2, 4) -> (1, 4) (of 2 replicas)")
     assert "element_spec" in r.fix
     assert reasons_between({"x": spec(2, 2)}, {"x": spec(2, 2)}) == []
+
+
+@dataclasses.dataclass(frozen=True)
+class _NewcomerCfg:
+    scale: float
+
+
+def test_a_changed_dataclass_value_is_the_cause_even_after_the_old_object_is_collected():
+    """Newcomer trial: Cfg(1.0) then Cfg(2.0), each dropped after its call. TF matches the frozen
+    dataclass by ==, so the value change retraced; garbage collection is named only when the values
+    were equal (then TF could not look the old object up), and no "#N" placeholder leaks."""
+    Cfg = _NewcomerCfg
+
+    @tf.function
+    def d(x, cfg):
+        return x * cfg.scale
+
+    probe = RetraceProbe(d)
+    x = tf.ones([2])
+    for s in (1.0, 2.0, 3.0):
+        probe(x, Cfg(s))
+    assert probe.trace_count == 3
+    r2, r3 = probe.traces[1].reasons, probe.traces[2].reasons
+    assert r2 == ["cfg: _NewcomerCfg(scale=1.0) -> _NewcomerCfg(scale=2.0) (TF matches it by ==; the earlier object has "
+                  "since been garbage-collected)"]
+    assert r3[0].startswith("cfg: _NewcomerCfg(scale=2.0) -> _NewcomerCfg(scale=3.0)")
+    assert all("#N" not in t for tr in probe.traces for t in (*tr.reasons, *tr.runner_up_reasons))

@@ -497,6 +497,12 @@ def _diff(path: str, a: Node, b: Node, out: list[Reason], ctx: _Ctx = _Ctx(),
         elif "bound_method" in (a.what, b.what):
             kind, text = "bound_method", (f"{path}: new object each call ({b.label}; "
                                           f"TF matches it by weak reference)")
+        elif (_collected(a) and isinstance(b.value, tuple) and b.value and b.value[0] == "eq"
+              and a.name == b.name and a.label and a.label != b.label):
+            # The earlier object is gone, but its value was recorded when TF traced it: a changed
+            # value (TF matches such objects by ==) is the cause, not the garbage collection.
+            kind, text = "object_value", (f"{path}: {a.label} -> {b.label} (TF matches it by ==; the "
+                                          f"earlier object has since been garbage-collected)")
         elif _collected(a):
             kind, text = "collected", (f"{path}: the object trace #N was made for was garbage-collected "
                                        f"(TF keeps a weak reference); now {b.label}")
@@ -790,7 +796,8 @@ def make_trace(index: int, inputs: Any, previous: Sequence[Trace], *,
                  scope=scope, traced_as=tr_text if relaxed else None,
                  call=call, details=tuple(reasons),
                  runner_up=runner_up.trace.index if runner_up else None,
-                 runner_up_reasons=tuple(r.text for r in runner_up.reasons) if runner_up else (),
+                 runner_up_reasons=tuple(r.text.replace("trace #N", f"trace #{runner_up.trace.index}")
+                                         for r in runner_up.reasons) if runner_up else (),
                  labels=tuple((n, c.label) for n, c in new.items()),
                  traced_labels=tuple((n, c.label) for n, c in traced.items()) if relaxed else (),
                  nodes=new, traced_nodes=traced if traced is not None else new,
