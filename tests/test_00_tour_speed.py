@@ -30,6 +30,22 @@ def _expected():
     return json.loads((DATA / "expected_facts.json").read_text())
 
 
+# Facts a later issue changed on purpose, over the old tour's: issue 20's TraceType diff names each
+# parameter's exact TensorSpec in the retrace fix (the reasons themselves are unchanged).
+INTENDED_CHANGES = {"retrace.traces[2].fixes": [
+    "give the tf.function an input_signature with None for the dims that vary (x: tf.TensorSpec([None, 96, 96, 3], "
+    "tf.float32)), or use reduce_retracing=True",
+    "give the tf.function an input_signature with None for the dims that vary (y: tf.TensorSpec([None], "
+    "tf.int64)), or use reduce_retracing=True"]}
+
+
+def _expected_now():
+    """The old tour's facts with `INTENDED_CHANGES` applied: what today's tour must state."""
+    e = _expected()
+    e["verdicts"].update(INTENDED_CHANGES)
+    return e
+
+
 def _old_report():
     return json.loads((DATA / "report_176dbcb.json").read_text())
 
@@ -98,7 +114,7 @@ def test_the_full_tour_states_the_same_facts_as_before(tmp_path):
                           text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=2400)  # a loaded 2-core machine: 1179 s seen
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
-    assert compare_facts(report, _expected()) == []
+    assert compare_facts(report, _expected_now()) == []
     slowest = report["slowest_section"]
     assert report["section_seconds"][slowest] == max(report["section_seconds"].values())
     last = proc.stdout.strip().splitlines()[-1]
