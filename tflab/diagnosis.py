@@ -392,12 +392,10 @@ def _container_stores(stmts: list[ast.stmt], names: set[str] | None = None) -> l
 
 
 def _dotted(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        inner = _dotted(node.value)
-        return f"{inner}.{node.attr}" if inner else None
-    return None
+    """``a.b.c`` for a Name/Attribute chain, else None (one implementation: `tflab.diagnosis_fixes`)."""
+    from tflab.diagnosis_fixes import _dotted as dotted
+
+    return dotted(node)
 
 
 def _assignments_before(src: _Source, name: str, before: int) -> int | None:
