@@ -47,6 +47,7 @@ import numpy as np
 # kept importable from here.
 from tflab._target import _check_target, _function_name, _parameter_names, signature_args  # noqa: F401
 from tflab._usercode import user_entry
+from tflab._numeric import ulp_distance  # noqa: F401  (tflab.modes.ulp_distance)
 from tflab.errors import UsageError
 
 # MODES, and the default disagreement bound: an element is a finding when it is more than
@@ -456,64 +457,6 @@ class ModeComparison:
 
 
 # --------------------------------------------------------------------------- ULP
-
-
-def _ordered(bits: np.ndarray, width: int) -> np.ndarray:
-    """IEEE sign-magnitude bit patterns → int64 values ordered like the floats.
-
-    Positive floats keep their pattern; a negative float with magnitude bits m
-    maps to -m, so -0.0 and +0.0 both become 0 and adjacent floats differ by 1.
-    """
-    if width == 64:
-        signed = bits.view(np.int64)
-        negative = signed < 0
-        mag = signed & np.int64(0x7FFF_FFFF_FFFF_FFFF)
-    else:
-        signed = bits.astype(np.int64)
-        negative = signed >= (1 << (width - 1))
-        mag = signed & ((1 << (width - 1)) - 1)
-    return np.where(negative, -mag, mag)
-
-
-def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Element-wise ULP distance between two float arrays of one dtype.
-
-    Works on the integer representation: float16/bfloat16 as 16-bit, float32 as
-    32-bit, float64 as 64-bit patterns, mapped so that adjacent floats are
-    adjacent integers (``-0.0`` equals ``+0.0``). Two NaNs are 0 apart; a NaN
-    against a number is ``inf``; ``±inf`` is one step past the largest finite
-    float. Integer and bool arrays give ``|a - b|``. Complex arrays give the
-    larger of the real and imaginary distances.
-
-    Args:
-        a, b: arrays of the same shape and dtype.
-
-    Returns:
-        float64 array of ULP counts (exact up to 2**53; ``inf`` for NaN mismatch).
-    """
-    a, b = np.asarray(a), np.asarray(b)
-    if a.dtype != b.dtype:
-        raise UsageError(f"ULP distance needs one dtype, got {a.dtype} and {b.dtype}")
-    if np.iscomplexobj(a):
-        return np.maximum(ulp_distance(a.real, b.real), ulp_distance(a.imag, b.imag))
-    if a.dtype.kind in "iub":
-        return np.abs(a.astype(np.float64) - b.astype(np.float64))
-    width = a.dtype.itemsize * 8
-    uint = {16: np.uint16, 32: np.uint32, 64: np.uint64}[width]
-    ia = _ordered(a.view(uint), width)
-    ib = _ordered(b.view(uint), width)
-    if width == 64:
-        # int64 subtraction can overflow across the whole float64 range; take the
-        # difference on uint64 after shifting both into [0, 2**64).
-        ua = ia.astype(np.uint64) ^ np.uint64(1 << 63)
-        ub = ib.astype(np.uint64) ^ np.uint64(1 << 63)
-        dist = np.where(ua >= ub, ua - ub, ub - ua).astype(np.float64)
-    else:
-        dist = np.abs(ia - ib).astype(np.float64)
-    fa, fb = a.astype(np.float64), b.astype(np.float64)
-    na, nb = np.isnan(fa), np.isnan(fb)
-    dist = np.where(na & nb, 0.0, dist)
-    return np.where(na ^ nb, np.inf, dist)
 
 
 def _abs_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -30,6 +30,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from tflab._numeric import compare_bits, ulp_distance  # noqa: F401
 from tflab.errors import TflabError, UsageError
 # The example batches are tflab.examples' concern; these names stay importable from here.
 from tflab.examples import (Examples, _is_batch_list, check_examples, check_unused,  # noqa: F401
@@ -258,44 +259,6 @@ def signature_inputs(fn) -> dict[str, TensorInfo]:
 def signature_outputs(fn) -> dict[str, TensorInfo]:
     """Outputs of a loaded signature function, by name."""
     return {k: tensor_info(k, s) for k, s in fn.structured_outputs.items()}
-
-
-def _ordered_ints(a: np.ndarray) -> np.ndarray:
-    """Maps floats to integers whose difference counts ULPs (sign-magnitude → two's order)."""
-    int_t = {2: np.int16, 4: np.int32, 8: np.int64}[a.dtype.itemsize]
-    i = a.view(int_t).astype(np.int64)
-    # Negative floats have the sign bit set; flip them so integer order is float order.
-    return np.where(i < 0, np.iinfo(int_t).min - i, i)
-
-
-def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Elementwise distance in ULPs between two float arrays of the same dtype (NaN → max)."""
-    d = np.abs(_ordered_ints(a) - _ordered_ints(b))
-    return np.where(np.isnan(a) | np.isnan(b), np.iinfo(np.int64).max, d)
-
-
-def compare_bits(a: np.ndarray, b: np.ndarray) -> tuple[int, float, int]:
-    """(mismatched elements, max |a-b|, max ULP) comparing bytes, so -0.0 ≠ 0.0 and NaN payloads count."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return max(a.size, b.size), float("inf"), 0
-    if a.dtype.kind in "OSU":
-        neq = np.array([x != y for x, y in zip(a.ravel(), b.ravel())], dtype=bool)
-        return int(neq.sum()), 0.0, 0
-    width = a.dtype.itemsize
-    av = np.ascontiguousarray(a).view(np.uint8).reshape(-1, width)
-    bv = np.ascontiguousarray(b).view(np.uint8).reshape(-1, width)
-    neq = (av != bv).any(axis=1)
-    n = int(neq.sum())
-    if n == 0:
-        return 0, 0.0, 0
-    if a.dtype.kind == "f":
-        fin = ~(np.isnan(a) | np.isnan(b)).ravel()
-        diff = np.abs(a.astype(np.float64) - b.astype(np.float64)).ravel()[fin]
-        ulps = ulp_distance(a, b).ravel()[neq]
-        return n, float(diff.max()) if diff.size else 0.0, int(ulps.max())
-    if a.dtype.kind in "iub":
-        return n, float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max()), 0
-    return n, 0.0, 0
 
 
 def _to_numpy(value) -> np.ndarray:
