@@ -156,7 +156,7 @@ def test_attribute_state_across_traces():
 def test_healthy_function_is_ok_and_unknown_dims_are_materialized():
     d = diagnose(c.healthy, S([None, 3]), S([], tf.int32))
     assert (d.ok, d.kind, d.line, d.stage) == (True, None, None, "")
-    assert repr(d) == "Diagnosis(healthy: ok)"
+    assert repr(d) == "<Diagnosis healthy: ok>"
     assert d.to_text().count("\n") == 0
 
 
@@ -164,8 +164,8 @@ def test_to_dict_is_json_and_repr_names_the_line():
     d = diagnose(c.d7_branch_none, S([3]))
     back = json.loads(json.dumps(d.to_dict()))
     assert back["kind"] == "branch-variable-undefined" and back["line"] == line_of("D7 culprit")
-    assert repr(d) == (f"Diagnosis(d7_branch_none: branch-variable-undefined at line "
-                       f"{line_of('D7 culprit')}: 'if tf.reduce_sum(x) > 0:')")
+    assert repr(d) == (f"<Diagnosis d7_branch_none: branch-variable-undefined at line "
+                       f"{line_of('D7 culprit')}: 'if tf.reduce_sum(x) > 0:'>")
     assert isinstance(d, Diagnosis)
 
 
@@ -292,7 +292,7 @@ def test_retrace_probe_failed_trace_carries_the_diagnosis():
 
 def test_stabilize_warns_before_any_call_about_a_relaxed_dim():
     from tflab import stabilize
-    from tflab.diagnosis import ShapeReadWarning
+    from tflab.signatures import ShapeReadWarning
 
     with pytest.warns(ShapeReadWarning) as seen:
         f = stabilize(c.d5_shape.python_function, examples=[tf.ones([2, 8]), tf.ones([3, 8])])

@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from tflab import autograph_diff, diagnose
 from tflab._target import load_module
-from tflab.diagnosis_fixes import NUMPY_TO_TF, numpy_equivalent
+from tflab.diagnosis import NUMPY_TO_TF, numpy_equivalent
 
 CASES = os.path.join(os.path.dirname(__file__), "data", "diagnose", "rules_cases.py")
 c = load_module(CASES)
@@ -156,8 +156,8 @@ def test_every_table_entry_is_a_tf_symbol():
 
 def test_a_planted_wrong_fix_is_reported_as_not_tracing():
     """The check can fail: a rewrite that does not trace gives fix_traced False."""
-    from tflab.diagnosis import _materialize
-    from tflab.diagnosis_fixes import FunctionSource, trace_fixed
+    from tflab.diagnosis import FunctionSource, trace_fixed
+    from tflab.diagnosis.context import _materialize
 
     src = FunctionSource(c.bands_static)
     broken = "def bands_static(bands):\n    return tf.stack([bands[:, b] * WEIGHTS[b, 1] for b in tf.range(3)])\n"

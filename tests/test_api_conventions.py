@@ -138,7 +138,6 @@ def test_grappler_setting_is_recorded_in_text_and_dict():
 
 def test_names_and_kinds_one_convention_with_deprecated_aliases():
     """function_name is the function's name everywhere; data are properties; old spellings warn."""
-    from tflab.autograph import AutographDiff
     from tflab.litert_check import TFLiteCheck
     from tflab.retrace.demo import RetracingDemo, TriggerResult
 
@@ -149,13 +148,6 @@ def test_names_and_kinds_one_convention_with_deprecated_aliases():
         assert c.function == name
     probe = tflab.RetraceProbe(lambda x: x)
     assert probe.function_name == probe.name == "<lambda>" and callable(probe.function)
-    d = AutographDiff(function_name="step", filename="f.py", original="", converted="", unified_diff="",
-                      statements=())
-    assert d.table == "step has no if, for or while statements"  # a property now
-    with pytest.warns(DeprecationWarning, match="table"):
-        assert d.table() == d.table
-    with pytest.warns(DeprecationWarning, match="function_name"):
-        assert d.function == "step"
     r = TriggerResult("new Python value", "f(1); f(2)", 2, 2, ("n: 1 -> 2",), "", "tf.constant", 1)
     demo = RetracingDemo("2.21.0", (r,))
     assert demo.counts == {"new Python value": (2, 1)}

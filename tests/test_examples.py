@@ -26,7 +26,7 @@ class _Scale(tf.Module):
 def test_examples_of_every_form_and_the_natural_wrong_guesses():
     x = np.ones((4, 3), np.float32)
     one = Examples.of({"x": x})
-    assert len(one) == 1 and one.names == ("x",) and repr(one) == "Examples(1 batch: x float32[4,3])"
+    assert len(one) == 1 and one.names == ("x",) and repr(one) == "<Examples: 1 batch: x float32[4,3]>"
     assert Examples.of(one) is one  # nothing read twice
     two = Examples.of([{"x": x}, {"x": x[:1]}])
     assert [b["x"].shape for b in two] == [(4, 3), (1, 3)]

@@ -25,10 +25,7 @@ ROOT = Path(__file__).resolve().parents[1] / "tflab"
 # module moves; the test below also fails if an entry is no longer needed.
 PENDING: set[str] = {
     "_report_pages.py",
-    "_source_map.py",
     "_tour/model.py",
-    "autograph.py",
-    "diagnosis.py",
     "distribute.py",
     "export.py",
     "litert_check.py",

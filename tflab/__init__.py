@@ -15,7 +15,7 @@ Public names (imported lazily, since importing TensorFlow takes seconds):
   tflab/litert_convert.py, litert_bounds.py, litert_check.py)
 * step 10 `float_info`, `compare_precisions` → `PrecisionComparison`, `demonstrate_loss_scaling` (tflab/precision.py)
 * step 11 `DistributedRetraceProbe`, `inspect_distributed`, `run_workers` (tflab/distribute.py)
-* `diagnose` → `Diagnosis`: why a tf.function failed (tflab/diagnosis.py)
+* `diagnose` → `Diagnosis`: why a tf.function failed (tflab/diagnosis/)
 * `runtime_config` → `RuntimeConfig`: what a measurement ran on (tflab/runtime.py)
 """
 

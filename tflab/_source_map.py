@@ -18,10 +18,9 @@ import os
 import re
 from typing import Any, Iterator
 
+from tflab._tf.autograph import (branch_graphs, counting_operators, extract_stack,
+                                 library_function_graph, traced_graph)
 from tflab.errors import UsageError
-
-# Attributes cond_v2/while_v2 set on the op object for the branch/body FuncGraphs.
-_SUBGRAPH_ATTRS = ("_true_graph", "_false_graph", "_cond_graph", "_body_graph")
 
 
 def _strip_comment(line: str) -> str:
@@ -33,10 +32,8 @@ def _walk_ops(graph) -> Iterator:
     """Every op of a FuncGraph and of its If/While branch/body FuncGraphs, depth first,
     each nested graph's ops placed before the op that owns them (their creation order)."""
     for op in graph.get_operations():
-        for attr in _SUBGRAPH_ATTRS:
-            sub = getattr(op, attr, None)
-            if sub is not None:
-                yield from _walk_ops(sub)
+        for sub in branch_graphs(op):
+            yield from _walk_ops(sub)
         for sub in _dataset_function_graphs(graph, op):
             yield from _walk_ops(sub)
         yield op
@@ -52,10 +49,9 @@ def _dataset_function_graphs(graph, op) -> list:
     for attr in ("f", "predicate"):
         try:
             name = op.get_attr(attr).name
-            fn = graph._get_function(name)  # pylint: disable=protected-access
         except (ValueError, TypeError, AttributeError):
             continue
-        sub = getattr(fn, "graph", None)
+        sub = library_function_graph(graph, name)
         if sub is not None:
             out.append(sub)
     return out
@@ -77,7 +73,7 @@ class _TraceCounter:
     (``autograph/operators/control_flow.py``) through the ``ag__`` module that
     ``api.PyToTF.get_extra_locals`` builds once; those calls are wrapped there
     so each body call is counted under the statement's line (read from
-    `tf_stack.extract_stack`, which AutoGraph's ``StackTraceMapper`` maps back
+    `tflab._tf.autograph.extract_stack`, which AutoGraph's ``StackTraceMapper`` maps back
     to the user's file, as for op tracebacks). ``_py_for_stmt``,
     ``_py_while_stmt`` and ``_py_if_stmt`` (the Python-loop/if paths) are
     wrapped in ``control_flow`` to mark a statement as run by Python.
@@ -95,23 +91,17 @@ class _TraceCounter:
         self.active = False  # True once the operators were wrapped
 
     def _line(self) -> int | None:
-        from tensorflow.python.util import tf_stack
-
         best = None
-        for frame in tf_stack.extract_stack():
+        for frame in extract_stack():
             if self.first <= frame.lineno <= self.last and _same_file(frame.filename, self.filename):
                 best = frame.lineno
         return best
 
     def _records(self) -> dict | None:
         """The records of the FuncGraph being traced, or None inside a 'tmp' staging graph."""
-        from tensorflow.python.framework import func_graph, ops
-
-        g = ops.get_default_graph()
-        while isinstance(getattr(g, "outer_graph", None), func_graph.FuncGraph):
-            if g.name == "tmp":
-                return None
-            g = g.outer_graph
+        g = traced_graph()
+        if g is None:
+            return None
         return self.by_graph.setdefault(id(g), {"runs": {}, "python": set(), "reached": {},
                                                 "branches": {}})
 
@@ -161,32 +151,14 @@ class _TraceCounter:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator["_TraceCounter"]:
-        try:
-            from tensorflow.python.autograph.impl import api
-            from tensorflow.python.autograph.operators import control_flow
+        """Counts while the body runs (`tflab._tf.autograph.counting_operators`).
 
-            ag = api._TRANSPILER.get_extra_locals()["ag__"]
-            patches = [(ag, "for_stmt", self._wrap_stmt(ag.for_stmt, 2, "for")),
-                       (ag, "while_stmt", self._wrap_stmt(ag.while_stmt, 1, "while")),
-                       (ag, "if_stmt", self._wrap_stmt(ag.if_stmt, 1, "if")),
-                       (control_flow, "_py_for_stmt", self._wrap_py(control_flow._py_for_stmt, "for")),
-                       (control_flow, "_py_while_stmt",
-                        self._wrap_py(control_flow._py_while_stmt, "while")),
-                       (control_flow, "_py_if_stmt", self._wrap_py(control_flow._py_if_stmt, "if"))]
-        except (ImportError, AttributeError, KeyError):
-            # TF's layout changed: no counts; _classify falls back to reading
-            # op tracebacks (by_graph stays empty, so records is None).
+        When TF's layout changed nothing is wrapped and ``active`` stays False:
+        ``by_graph`` stays empty and callers read op tracebacks instead.
+        """
+        with counting_operators(self._wrap_stmt, self._wrap_py) as wrapped:
+            self.active = wrapped
             yield self
-            return
-        olds = [(obj, attr, getattr(obj, attr)) for obj, attr, _ in patches]
-        for obj, attr, new in patches:
-            setattr(obj, attr, new)
-        self.active = True
-        try:
-            yield self
-        finally:
-            for obj, attr, old in olds:
-                setattr(obj, attr, old)
 
 
 def _shorten(text: str, limit: int = 240) -> str:

@@ -41,8 +41,11 @@ import os
 import textwrap
 from typing import Any, Callable, Iterator
 
-from tflab._source_map import (_SUBGRAPH_ATTRS, _TraceCounter, _build_layer,  # noqa: F401
-                               _error_line, _same_file, _shorten, _strip_comment, _walk_ops)
+from tflab._report import Report, config_field
+from tflab._source_map import (_TraceCounter, _build_layer, _error_line, _same_file, _shorten,
+                               _strip_comment, _walk_ops)
+from tflab._text import table as text_table
+from tflab._tf.autograph import fresh_allowlist
 from tflab._usercode import shorten, user_entry
 from tflab.errors import UsageError
 
@@ -100,12 +103,11 @@ class Statement:
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
-class AutographDiff:
+class AutographDiff(Report):
     """AutoGraph's rewrite of a function and what each control-flow statement became.
 
     Attributes:
-        function_name: the function's qualified name (``function``, its old
-            name, is a deprecated alias).
+        function_name: the function's qualified name.
         filename: the file the source came from.
         original: the function's source text (``inspect.getsource``).
         converted: AutoGraph's generated source (`tf.autograph.to_code`).
@@ -114,7 +116,8 @@ class AutographDiff:
         warnings: AutoGraph's "could not transform … will run it as-is" warnings
             seen while tracing (one line each); empty in strict mode, which raises.
         strict: whether strict conversion (``AUTOGRAPH_STRICT_CONVERSION``) was on.
-        table: (property) the statement table as aligned text lines.
+        config: `tflab.runtime_config()`'s dict when the report was made.
+        table: (property) the statement table as aligned text (`tflab._text.table`).
     """
 
     function_name: str
@@ -125,6 +128,7 @@ class AutographDiff:
     statements: tuple[Statement, ...]
     warnings: tuple[str, ...] = ()
     strict: bool = False
+    config: dict = config_field()
 
     def _repr_html_(self) -> str:
         """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
@@ -132,38 +136,26 @@ class AutographDiff:
 
         return fragment(self)
 
-    def __repr__(self) -> str:
+    def summary_line(self) -> str:
+        """``while@27 → python ×2, while@31 → StatelessWhile 'while'`` (+ the warning count)."""
         parts = ", ".join(repr(s)[1:-1] for s in self.statements) or "no if/for/while"
         warn = f", {len(self.warnings)} warning(s)" if self.warnings else ""
-        return f"AutographDiff({self.function_name}: {parts}{warn})"
-
-    @property
-    def function(self) -> str:
-        """Deprecated alias of `function_name`."""
-        from tflab._compat import deprecated
-
-        return deprecated("AutographDiff.function", "AutographDiff.function_name", self.function_name)
+        return parts + warn
 
     @property
     def table(self) -> str:
-        """The statement table as aligned text lines; ``table()`` (a method before) still works, deprecated."""
-        from tflab._compat import callable_str
-
-        return callable_str(self._table(), "AutographDiff.table()", "AutographDiff.table (a property)")
-
-    def _table(self) -> str:
+        """The statement table: line, kind, outcome, op, unrolled, source; a header and a rule."""
         if not self.statements:
             return f"{self.function_name} has no if, for or while statements"
-        rows = [("line", "kind", "outcome", "op", "unrolled", "source")]
+        rows = []
         for s in self.statements:
             op = f"{s.op_type} {s.op}" if s.op else "-"
             if len(s.ops) > 1:
                 op += f" (+{len(s.ops) - 1})"
-            rows.append((str(s.lineno), s.kind, s.outcome, op,
-                         "-" if s.unrolled is None else str(s.unrolled), s.source))
-        widths = [max(len(r[i]) for r in rows) for i in range(5)]
-        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5]
-                         for r in rows).rstrip()
+            rows.append((s.lineno, s.kind, s.outcome, op, "-" if s.unrolled is None else str(s.unrolled),
+                         s.source))
+        return text_table(rows, header=("line", "kind", "outcome", "op", "unrolled", "source"),
+                          align="<<<<<<")
 
     def to_text(self, color: bool = False, diff_lines: int | None = None) -> str:
         """The unified diff (optionally coloured, optionally cut), then the table.
@@ -173,6 +165,9 @@ class AutographDiff:
                 so only when stdout is a terminal).
             diff_lines: keep only this many diff lines; 0 leaves the diff out,
                 None keeps all of it.
+
+        Returns:
+            The text, lines joined with ``"\\n"``.
         """
         all_lines = self.unified_diff.splitlines()
         lines = all_lines if diff_lines is None else all_lines[:diff_lines]
@@ -187,14 +182,6 @@ class AutographDiff:
         out += [f"note line {s.lineno}: {s.note}" for s in self.statements if s.note]
         out += [f"warning: {w}" for w in self.warnings]
         return "\n".join(out)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict of every field."""
-        from tflab._jsonutil import to_jsonable
-
-        out = {f.name: to_jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
-        out["function"] = self.function_name  # the old key
-        return out
 
 
 def _colour(line: str) -> str:
@@ -337,31 +324,6 @@ def _strict_env(strict: bool) -> Iterator[None]:
             os.environ.pop(_STRICT_ENV, None)
         else:
             os.environ[_STRICT_ENV] = old
-
-
-@contextlib.contextmanager
-def _fresh_allowlist() -> Iterator[None]:
-    """Makes AutoGraph forget which functions it already fell back on.
-
-    After a failed conversion AutoGraph caches the function as "allowlisted"
-    (``conversion.cache_allowlisted``) and later calls skip conversion silently:
-    no warning again, and no error even in strict mode. A fresh cache for the
-    duration of one trace makes each `autograph_diff` report the same thing.
-    """
-    try:
-        from tensorflow.python.autograph.impl import conversion
-    except ImportError:  # layout changed; fall back to TF's own caching
-        yield
-        return
-    old = getattr(conversion, "_ALLOWLIST_CACHE", None)
-    if old is None:
-        yield
-        return
-    conversion._ALLOWLIST_CACHE = type(old)()
-    try:
-        yield
-    finally:
-        conversion._ALLOWLIST_CACHE = old
 
 
 class _FallbackWarnings(logging.Filter):
@@ -523,7 +485,7 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
     last = start + source.count("\n")
     counter = _TraceCounter(filename, start, last)
     try:
-        with _strict_env(strict_on), _fresh_allowlist(), counter.installed():
+        with _strict_env(strict_on), fresh_allowlist(), counter.installed():
             concrete = tf.function(python_fn).get_concrete_function(*lead, *args, **kwargs)
     except Exception as e:
         where = _autograph_frame(e, filename) or user_frame(e)

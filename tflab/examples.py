@@ -25,6 +25,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from tflab._report import Report, config_field
 from tflab.errors import UsageError
 
 FORMS = ("examples must be a dict {input name: array} (one batch), a non-empty list of such dicts, "
@@ -32,7 +33,7 @@ FORMS = ("examples must be a dict {input name: array} (one batch), a non-empty l
 
 
 @dataclasses.dataclass(frozen=True, repr=False, eq=False)
-class Examples:
+class Examples(Report):
     """Example batches for a model's SignatureDefs, normalized once.
 
     Iterating gives the batches (``{name: ndarray}`` dicts); ``len()`` is
@@ -44,18 +45,22 @@ class Examples:
             batches repeats its own; each signature is fed only its names).
         signatures: after `check`: signature key → the feeds it takes, one
             ``{name: ndarray}`` per batch; empty before.
+        config: `tflab.runtime_config()`'s dict when the value was made.
+        names: (property) every input name, sorted.
+        description: (property) the first batch's names, dtypes and shapes.
 
     Example:
 
     >>> ex = Examples.of({"x": np.ones((4, 64), np.float32)})
     >>> ex
-    Examples(1 batch: x float32[4,64])
+    <Examples: 1 batch: x float32[4,64]>
     >>> Examples.of(ex) is ex
     True
     """
 
     batches: tuple[dict[str, np.ndarray], ...]
     signatures: Mapping[str, tuple[dict[str, np.ndarray], ...]] = dataclasses.field(default_factory=dict)
+    config: dict = config_field()
 
     @classmethod
     def of(cls, examples: Any) -> "Examples":
@@ -125,7 +130,8 @@ class Examples:
         check_rows(self.batches)
         return self
 
-    def describe(self) -> str:
+    @property
+    def description(self) -> str:
         """``x float32[4,64]; mask bool[4,16]`` for the first batch, then ``(+N batches)``."""
         if not self.batches:
             return "no batches"
@@ -133,16 +139,26 @@ class Examples:
         more = f" (+{len(self.batches) - 1} batch(es))" if len(self.batches) > 1 else ""
         return first + more
 
-    def __repr__(self) -> str:
+    def summary_line(self) -> str:
+        """``1 batch: x float32[4,64]`` (+ the signatures it was checked for)."""
         n = len(self.batches)
         checked = f", checked for {', '.join(self.signatures)}" if self.signatures else ""
-        return f"Examples({n} batch{'es' * (n != 1)}: {self.describe()}{checked})"
+        return f"{n} batch{'es' * (n != 1)}: {self.description}{checked}"
+
+    def to_text(self) -> str:
+        """One line per batch: its index, then each input's name, dtype and shape."""
+        from tflab._text import table
+
+        rows = [(i, "; ".join(f"{n} {_array_text(a)}" for n, a in b.items())) for i, b in enumerate(self.batches)]
+        head = f"examples: {len(self.batches)} batch(es)" + (
+            f", checked for {', '.join(self.signatures)}" if self.signatures else "")
+        return head + ("\n" + table(rows, header=("batch", "inputs"), indent="  ") if rows else "")
 
     def to_dict(self) -> dict:
-        """JSON-ready summary (no arrays): batch count, names, per-batch dtype and shape."""
+        """JSON-ready summary (no arrays): batch count, names, per-batch dtype and shape, signatures, config."""
         return {"batch_count": len(self.batches), "names": list(self.names),
                 "batches": [{n: _array_text(a) for n, a in b.items()} for b in self.batches],
-                "signatures": sorted(self.signatures)}
+                "signatures": sorted(self.signatures), "config": dict(self.config)}
 
 
 def _array_text(a: np.ndarray) -> str:
@@ -253,11 +269,50 @@ def check_unused(batches: list[dict[str, np.ndarray]], takes: Mapping[str, Any])
         if extra:
             where = "examples" if len(batches) == 1 else f"examples[{i}]"
             sigs = "; ".join(f"{k} takes {sorted(v)}" for k, v in takes.items())
-            from tflab.diagnosis import renamed_keys_hint
-
             hint = next(filter(None, (renamed_keys_hint(sorted(set(v) - set(batch)), extra, v, batch)
                                       for v in takes.values())), "")  # case D9
             raise UsageError(f"{where}: no signature takes {extra} ({sigs}){hint}")
+
+
+def renamed_keys_hint(missing: list[str], unknown: list[str], inputs: Any, batch: Any) -> str:
+    """Why a SignatureDef does not take a dict input's own keys (case D9), or "".
+
+    A SignatureDef's inputs are the flattened leaves of the function's
+    arguments: a dict argument is flattened in sorted key order
+    (`tf.nest.flatten`) and each leaf is named after the parameter, ``inputs``,
+    ``inputs_1``, … unless its `tf.TensorSpec` has a ``name``. When the missing
+    names are exactly such a run (``P``, ``P_1``, …, ``P_{k-1}``) and the user
+    gave ``k`` unknown keys whose sorted order matches them dtype by dtype, the
+    keys were renamed: the hint gives the mapping and the fix.
+
+    Args:
+        missing: the signature's input names the examples lack.
+        unknown: the example keys the signature does not take.
+        inputs: name -> TensorInfo (with ``.dtype`` as a string) of the signature;
+            a plain collection of names skips the dtype check.
+        batch: the example batch, key -> array.
+
+    Returns:
+        ``"; TF flattened … 'bar' -> 'inputs', …"`` or "".
+    """
+    if not missing or len(missing) != len(unknown):
+        return ""
+    stem = min(missing, key=len)
+    flat = [stem] + [f"{stem}_{i}" for i in range(1, len(missing))]
+    if sorted(flat) != sorted(missing):
+        return ""
+    pairs = list(zip(sorted(unknown), flat))
+    for key, name in pairs:
+        arr = np.asarray(batch[key])
+        want = getattr(inputs.get(name) if isinstance(inputs, dict) else None, "dtype", None)
+        got = "string" if arr.dtype.kind in "OSU" else arr.dtype.name
+        if want is not None and str(want) != got:
+            return ""
+    mapping = ", ".join(f"{k!r} -> {n!r}" for k, n in pairs)
+    first = pairs[0][0]
+    return (f"; TF flattened the dict input {stem!r} in sorted key order and named its leaves "
+            f"{stem}, {stem}_1, …: {mapping}. Feed those names, or keep your keys as input "
+            f"names with tf.TensorSpec(..., name={first!r}) for each entry of the input_signature")
 
 
 def check_examples(batches: list[dict[str, np.ndarray]], inputs: Mapping[str, Any],
@@ -275,8 +330,6 @@ def check_examples(batches: list[dict[str, np.ndarray]], inputs: Mapping[str, An
         UsageError: a missing name, a wrong dtype, or an incompatible shape.
     """
     import tensorflow as tf
-
-    from tflab.diagnosis import renamed_keys_hint
 
     want = ", ".join(str(t) for t in inputs.values())
     for i, batch in enumerate(batches):

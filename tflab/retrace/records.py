@@ -215,7 +215,7 @@ class Trace:
                 f"{n}={t}" for n, t in self.traced_labels))
         if self.diagnosis is not None:
             lines = lines or [head]
-            lines.append(f"{pad}diagnosis: {self.diagnosis.summary()}")
+            lines.append(f"{pad}diagnosis: {self.diagnosis.headline}")
         return "\n".join(lines) if lines else head
 
     def to_dict(self) -> dict:

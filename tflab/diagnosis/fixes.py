@@ -94,29 +94,30 @@ def numpy_calls(node: ast.AST, namespace: dict) -> list[tuple[ast.Call, str]]:
             if name is None:
                 continue
             sub = getattr(fn, "__module__", "")
-            if "linalg" in sub or (isinstance(n.func, ast.Attribute) and _dotted(n.func.value) and
-                                   _dotted(n.func.value).endswith("linalg")):
+            if "linalg" in sub or (isinstance(n.func, ast.Attribute) and dotted(n.func.value) and
+                                   dotted(n.func.value).endswith("linalg")):
                 name = f"linalg.{name}"
             if getattr(np, name.split(".")[-1], None) is fn or name.startswith("linalg."):
                 out.append((n, name))
     return out
 
 
-def _dotted(node: ast.AST) -> str | None:
+def dotted(node: ast.AST) -> str | None:
+    """``a.b.c`` for a Name/Attribute chain, else None."""
     if isinstance(node, ast.Name):
         return node.id
     if isinstance(node, ast.Attribute):
-        inner = _dotted(node.value)
+        inner = dotted(node.value)
         return f"{inner}.{node.attr}" if inner else None
     return None
 
 
 def resolve(node: ast.AST, namespace: dict) -> Any:
     """The object a dotted name (``tf.Variable``, ``keras.layers.Dense``) names in ``namespace``, or None."""
-    dotted = _dotted(node)
-    if not dotted:
+    path = dotted(node)
+    if not path:
         return None
-    head, *rest = dotted.split(".")
+    head, *rest = path.split(".")
     obj = namespace.get(head, getattr(__builtins__, head, None) if not isinstance(__builtins__, dict)
                         else __builtins__.get(head))
     for part in rest:

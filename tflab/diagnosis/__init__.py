@@ -1,0 +1,63 @@
+"""Why did my tf.function fail? The culprit line, the kind of mistake, the fix.
+
+`diagnose` traces a function the way `autograph_diff` does, runs the
+ConcreteFunction once, and when either step raises it classifies the failure by
+the mechanism that raised it, not by the message text:
+
+* **the frame that raised**: TF raises each of these mistakes from one place,
+  and that frame's locals hold the objects involved. AutoGraph's checks in
+  ``autograph/operators/control_flow.py`` (``verify_single_cond_var``: a
+  variable None or of another dtype in one branch of an ``If``;
+  ``_verify_single_loop_var``: a loop variable whose dtype/shape changes;
+  ``verify_loop_init_vars``: a ``return`` in a ``While``), ``Tensor._disallow_*``
+  (``framework/tensor.py``: a symbolic tensor used as a Python bool or
+  iterated), ``Tensor.__getattr__`` (``.numpy()``), ``op_def_library``'s
+  ``_ExtractInputsAndAttrs`` (an op's inputs of two dtypes; the frame holds the
+  operands) and ``CaptureContainer.capture_by_value``
+  (``core/function/capture/capture_container.py``: the tensor that cannot be
+  captured, whose ``.graph`` says where it was made);
+* **the culprit statement's AST**, read from the user's file at the line
+  AutoGraph maps the error to (``ag_error_metadata.translated_stack``,
+  ``autograph/pyct/error_utils.py``), evaluated against the failing frame's
+  locals where a static shape matters (``x.shape[0]`` is None);
+* **AutoGraph's statement map** (`tflab.autograph`'s trace-time counter): which
+  ``if``/``for``/``while`` became an ``If``/``While`` op, and which branch or
+  body FuncGraph a tensor belongs to.
+
+Traceback filtering (``tf.debugging.disable_traceback_filtering``) is turned
+off for the trace so the raising frame is kept. A failure no rule explains is
+``unrecognized`` and still names the user's line and TF's first line.
+
+The hooks are `diagnose_exception` and `with_diagnosis`: other modules that caught
+a tracing error (`trace_and_inspect`, `autograph_diff`, `compare_modes`,
+`RetraceProbe`, `stabilize`) call them to turn TF's wall of text into one `Diagnosis`.
+
+The package, one module per concern (each imports only those listed before it):
+
+* ``fixes``: AST rewrites of a copy of the function, traced and run (`trace_fixed`);
+* ``record``: the `Diagnosis` record;
+* ``frames``: the traceback frames with their locals, the user's own site;
+* ``source``: the user's file parsed once, shape reads, the statement map;
+* ``context``: what a rule knows about the function, `_make`, trying a fix;
+* ``rules_fixed``, ``rules_python``, ``rules_graph``: the classifiers;
+* ``rules``: `RULES`, one `Rule` per mistake (classifier + fix), tried in order;
+* ``hooks``: `diagnose_exception`, `with_diagnosis`, `diagnosed_error`,
+  `diagnosis_note`, `probe_diagnosis`;
+* ``engine``: `diagnose`.
+
+TF internals (traceback filtering, ``Function._clone``, the trace cache,
+AutoGraph's operators) are reached through `tflab._tf.autograph`.
+"""
+
+from __future__ import annotations
+
+from tflab.diagnosis.engine import diagnose
+from tflab.diagnosis.fixes import NUMPY_TO_TF, FunctionSource, numpy_equivalent, trace_fixed
+from tflab.diagnosis.hooks import (diagnose_exception, diagnosed_error, diagnosis_note, probe_diagnosis,
+                                   with_diagnosis)
+from tflab.diagnosis.record import SILENT_STAGE, UNKNOWN_DIM_SIZE, Diagnosis, diagnosis_suffix
+from tflab.diagnosis.rules import RULES, Rule
+
+__all__ = ["Diagnosis", "diagnose", "diagnose_exception", "with_diagnosis", "diagnosed_error",
+           "diagnosis_note", "diagnosis_suffix", "probe_diagnosis", "RULES", "Rule", "UNKNOWN_DIM_SIZE",
+           "SILENT_STAGE", "NUMPY_TO_TF", "numpy_equivalent", "FunctionSource", "trace_fixed"]

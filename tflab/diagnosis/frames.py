@@ -1,0 +1,105 @@
+"""The frames of a failed trace: every traceback frame with its locals, and the user's own site.
+
+TF raises each mistake from one place whose frame's locals hold the objects
+involved (AutoGraph's ``verify_*`` checks, ``Tensor._disallow_*``,
+``capture_by_value``, ``op_def_library``); the rules find that frame by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+_SKIP_PATHS = (os.sep + "tensorflow" + os.sep, os.sep + "keras" + os.sep, os.sep + "tflab" + os.sep,
+               os.sep + "tf_keras" + os.sep, os.sep + "absl" + os.sep, os.sep + "numpy" + os.sep)
+
+# --------------------------------------------------------------------------- frames
+
+
+@dataclasses.dataclass
+class _Frame:
+    filename: str
+    lineno: int
+    name: str
+    locals: dict
+
+
+def _frames(exc: BaseException) -> list[_Frame]:
+    """Every traceback frame of ``exc``, outermost first, with its locals.
+
+    AutoGraph re-raises an error from converted code as a new exception of the
+    same type (``ag_error_metadata.to_exception``, ``autograph/impl/api.py``)
+    whose traceback stops at the re-raise; the original, with the raising
+    frames, is its ``__context__``. Those frames are appended after.
+    """
+    out = []
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        tb = exc.__traceback__
+        while tb is not None:
+            f = tb.tb_frame
+            try:
+                loc = dict(f.f_locals)
+            except Exception:  # a frame whose locals cannot be read
+                loc = {}
+            out.append(_Frame(f.f_code.co_filename, tb.tb_lineno, f.f_code.co_name, loc))
+            tb = tb.tb_next
+        nxt = exc.__cause__ or exc.__context__
+        if nxt is None or not (type(nxt) is type(exc) or hasattr(exc, "ag_error_metadata")):
+            break
+        exc = nxt
+    return out
+
+
+def _is_generated(filename: str) -> bool:
+    return "__autograph_generated" in filename
+
+
+def _is_user_file(filename: str) -> bool:
+    if not filename or filename.startswith("<") or _is_generated(filename):
+        return False
+    if any(s in filename for s in _SKIP_PATHS):
+        return False
+    return not filename.startswith(os.path.dirname(os.__file__))
+
+
+def _user_site(exc: BaseException, frames: list[_Frame]) -> tuple[str, int | None, dict]:
+    """(file, line, locals) of the innermost user frame.
+
+    Converted code runs from AutoGraph's generated file; its errors carry
+    ``ag_error_metadata.translated_stack`` with the frames mapped back to the
+    user's lines. The locals come from the innermost raw frame that is user
+    code or AutoGraph-generated code (the generated function keeps the user's
+    variable names).
+    """
+    loc: dict = {}
+    # Frames before the first TF frame are the caller's (the line that called
+    # get_concrete_function), not the function's code.
+    first_tf = next((i for i, fr in enumerate(frames)
+                     if os.sep + "tensorflow" + os.sep in fr.filename), 0)
+    frames = frames[first_tf:]
+    for fr in reversed(frames):
+        if _is_user_file(fr.filename) or _is_generated(fr.filename):
+            loc = fr.locals
+            if _is_user_file(fr.filename):
+                # Unconverted user code (autograph=False, do_not_convert, a helper
+                # AutoGraph skipped) runs from the user's file: its line is real.
+                return fr.filename, fr.lineno, loc
+            break
+    meta = getattr(exc, "ag_error_metadata", None)
+    for fr in reversed(getattr(meta, "translated_stack", None) or ()):
+        if _is_user_file(fr.filename):
+            return fr.filename, fr.lineno, loc
+    for fr in reversed(frames):
+        if _is_user_file(fr.filename):
+            return fr.filename, fr.lineno, loc
+    return "", None, loc
+
+
+def _frame_named(frames: list[_Frame], *names: str) -> _Frame | None:
+    for fr in reversed(frames):
+        if fr.name in names:
+            return fr
+    return None
+

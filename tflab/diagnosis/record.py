@@ -1,0 +1,130 @@
+"""The `Diagnosis` record: what went wrong, the culprit line and the fix."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from tflab._report import Report, config_field
+
+# Size given to a None dim when a TensorSpec is materialized for the one call.
+UNKNOWN_DIM_SIZE = 2
+
+# Diagnosis.stage of a function that traced and ran but does not do what its Python says.
+SILENT_STAGE = "silent"
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class Diagnosis(Report):
+    """What went wrong when a function was traced and run as a `tf.function`.
+
+    Attributes:
+        function_name: the function's qualified name.
+        ok: True when the trace and the one call both succeeded.
+        kind: a short stable id of the mistake (``python-list-in-tensor-loop``,
+            ``tensor-as-python-bool``, ``shape-dim-is-none``,
+            ``branch-variable-undefined``, ``branch-dtype-mismatch``,
+            ``loop-variable-dtype-changes``, ``loop-variable-shape-changes``,
+            ``loop-variable-undefined``, ``numpy-on-symbolic-tensor``,
+            ``return-in-tensor-loop``, ``comprehension-over-tensor``,
+            ``tensor-iterated-in-python``, ``dtype-mismatch``,
+            ``python-state-in-tensor-if``, ``tensor-from-another-funcgraph``,
+            ``variable-created-in-function``, ``layer-created-in-function``,
+            ``tensor-as-dict-key``, ``tensor-in-set``, ``tensor-out-of-scope``,
+            ``runtime-op-error`` (the trace was fine, an op failed when run),
+            ``unrecognized``), or None when ``ok``; each comes from one entry of
+            `tflab.diagnosis.RULES`.
+        line: the culprit line (1-based) in ``filename``: the line to change,
+            which is not always the line TF's traceback ends on; None if unknown.
+        statement: that line's source text, stripped.
+        filename: the file of the culprit line.
+        error: TF's error type and its first meaningful line.
+        explanation: what TF did, e.g. "the for over a tensor at line 4 became
+            a While op; …".
+        fix: one sentence naming the API to use.
+        stage: ``"trace"`` (get_concrete_function raised), ``"call"`` (the
+            ConcreteFunction raised when run), ``"silent"`` (nothing raised, but
+            the graph does not do what the Python reads: a list appended to in
+            a loop that became a While op gets one entry; ``error`` is empty)
+            or ``""`` when ok.
+        fixed_source: the function rewritten with the fix (plus what the fix
+            moved to module level), where the rule can rewrite it; "" otherwise.
+        fix_traced: True when tflab traced and ran ``fixed_source`` on the same
+            arguments (`tflab.diagnosis.fixes.trace_fixed`), False when that
+            failed, None when the fix was not tried.
+        config: `tflab.runtime_config()`'s dict when the diagnosis was made.
+        headline: (property) one line: kind, culprit and the fix (what other
+            verbs print).
+    """
+
+    function_name: str
+    ok: bool
+    kind: str | None = None
+    line: int | None = None
+    statement: str = ""
+    filename: str = ""
+    error: str = ""
+    explanation: str = ""
+    fix: str = ""
+    stage: str = ""
+    fixed_source: str = ""
+    fix_traced: bool | None = None
+    config: dict = config_field()
+
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
+        from tflab._html import fragment
+
+        return fragment(self)
+
+    def summary_line(self) -> str:
+        """``ok``, or ``KIND at line N: 'statement'`` (for ``repr``)."""
+        if self.ok:
+            return "ok"
+        where = f" at line {self.line}: {self.statement!r}" if self.line else ""
+        return f"{self.kind}{where}"
+
+    @property
+    def headline(self) -> str:
+        """One line: kind, culprit line and the fix (what other verbs print)."""
+        if self.ok:
+            return f"{self.function_name}: traced and ran"
+        return diagnosis_suffix(self)
+
+    def to_text(self) -> str:
+        """At most about 10 lines: the culprit, the kind, TF's error, what TF did, the fix."""
+        if self.ok:
+            return f"{self.function_name}: ok (traced and ran once)"
+        where = f"{self.filename}:{self.line}" if self.line else "(no line in the user's code)"
+        head = ("traced and ran, but not as the Python reads" if self.stage == SILENT_STAGE
+                else f"{self.stage} failed")
+        lines = [f"{self.function_name}: {self.kind} ({head})",
+                 f"  culprit: {where}"]
+        if self.statement:
+            lines.append(f"      {self.statement}")
+        lines.append(f"  TF said: {self.error or 'nothing (no error)'}")
+        if self.explanation:
+            lines.append(f"  why: {self.explanation}")
+        if self.fix:
+            lines.append(f"  fix: {self.fix}")
+        if self.fix_traced is not None:
+            lines.append("  fix checked: tflab applied it to a copy of the function, which "
+                         + ("traced and ran" if self.fix_traced else "still failed"))
+        src = self.fixed_source.splitlines()
+        if self.fix_traced and 0 < len(src) <= 12:
+            lines.append("  the copy that traced:")
+            lines += [f"      {ln}" for ln in src]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of every field, plus ``function`` (the tour's report.json key) = ``function_name``."""
+        out = super().to_dict()
+        out["function"] = self.function_name
+        return out
+
+
+def diagnosis_suffix(d: Diagnosis) -> str:
+    """``KIND at FILE:LINE `statement`: FIX``, for one-line reports."""
+    where = f" at {os.path.basename(d.filename)}:{d.line} `{d.statement}`" if d.line else ""
+    return f"{d.kind}{where}: {d.fix}"

@@ -1,0 +1,94 @@
+"""`RULES`: every way tflab recognizes a failed trace or call, in the order they are tried.
+
+Each `Rule` pairs a classifier (reads the raising frame's locals, the culprit
+statement's AST and the statement map; returns a `Diagnosis` or None) with its
+fix: the kinds it can give, and for the rules whose fix tflab writes, the
+`tflab.diagnosis.fixes` rewrite it applies to a copy of the function and traces.
+The first rule that returns a `Diagnosis` wins; none gives ``unrecognized``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from tflab.diagnosis import fixes
+from tflab.diagnosis.context import _Context, _make
+from tflab.diagnosis.frames import _frames, _user_site
+from tflab.diagnosis.record import Diagnosis
+from tflab.diagnosis.rules_fixed import _rule_created_in_function, _rule_unhashable_tensor
+from tflab.diagnosis.rules_graph import (_rule_cond_vars, _rule_escaped_tensor, _rule_foreign_capture,
+                                         _rule_loop_init, _rule_loop_vars)
+from tflab.diagnosis.rules_python import (_rule_bool_or_iter, _rule_dtype_mismatch, _rule_numpy,
+                                          _rule_runtime_op, _rule_shape_none)
+from tflab.diagnosis.source import _Source
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """One mistake tflab recognizes: how, what it is called, and how it is fixed.
+
+    Attributes:
+        name: a short id (``"escaped-tensor"``).
+        reads: the TF mechanism the classifier reads (a frame name, a structure).
+        kinds: the `Diagnosis.kind` values it can give.
+        classify: ``(exc, ctx, frames, filename, line, locals, source, node) -> Diagnosis | None``.
+        rewrite: the `tflab.diagnosis.fixes` function that writes the fix into a copy of
+            the function (then traced and run: ``Diagnosis.fix_traced``), or None when the
+            fix is advice only.
+    """
+
+    name: str
+    reads: str
+    kinds: tuple[str, ...]
+    classify: Callable[..., Diagnosis | None]
+    rewrite: Callable | None = None
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("created-in-function", "invalid_creator_scope (polymorphic_function.py)",
+         ("variable-created-in-function", "layer-created-in-function"), _rule_created_in_function,
+         fixes.hoist_created),
+    Rule("unhashable-tensor", "Tensor.__hash__ (framework/tensor.py)",
+         ("tensor-as-dict-key", "tensor-in-set"), _rule_unhashable_tensor, fixes.ref_keys),
+    Rule("escaped-tensor", "capture_by_value (capture_container.py) and the statement map",
+         ("tensor-out-of-scope", "python-state-in-tensor-if", "python-list-in-tensor-loop",
+          "tensor-from-another-funcgraph"), _rule_escaped_tensor),
+    Rule("foreign-capture", "the ConcreteFunction's captures",
+         ("tensor-from-another-funcgraph",), _rule_foreign_capture),
+    Rule("bool-or-iteration", "Tensor._disallow_bool_casting / _disallow_iteration",
+         ("tensor-as-python-bool", "comprehension-over-tensor", "tensor-iterated-in-python"),
+         _rule_bool_or_iter, fixes.replace_call_func),
+    Rule("numpy", "Tensor.__getattr__ / __array__",
+         ("numpy-on-symbolic-tensor",), _rule_numpy, fixes.replace_call_func),
+    Rule("cond-vars", "verify_single_cond_var (autograph/operators/control_flow.py)",
+         ("branch-variable-undefined", "branch-dtype-mismatch"), _rule_cond_vars),
+    Rule("loop-vars", "_verify_single_loop_var (autograph/operators/control_flow.py)",
+         ("loop-variable-undefined", "loop-variable-dtype-changes", "loop-variable-shape-changes"),
+         _rule_loop_vars),
+    Rule("loop-init", "verify_loop_init_vars (autograph/operators/control_flow.py)",
+         ("return-in-tensor-loop", "loop-variable-undefined"), _rule_loop_init),
+    Rule("shape-none", "the culprit statement's x.shape[i] against the frame's locals",
+         ("shape-dim-is-none",), _rule_shape_none),
+    Rule("dtype-mismatch", "_ExtractInputsAndAttrs (op_def_library.py)",
+         ("dtype-mismatch", "loop-variable-dtype-changes"), _rule_dtype_mismatch),
+    Rule("runtime-op", "the node the runtime names, and its Operation.traceback",
+         ("runtime-op-error",), _rule_runtime_op),
+)
+
+
+def _classify(exc: BaseException, ctx: _Context) -> Diagnosis:
+    """The first rule's `Diagnosis` for ``exc``, else ``unrecognized`` naming the user's line."""
+    frames = _frames(exc)
+    filename, line, loc = _user_site(exc, frames)
+    if not filename and ctx.filename:  # raised after the body returned (its outputs)
+        filename = ctx.filename
+    src = _Source.of(filename)
+    node = src.stmt_at(line) if src and line else None
+    for rule in RULES:
+        d = rule.classify(exc, ctx, frames, filename, line, loc, src, node)
+        if d is not None:
+            return d
+    return _make(ctx, exc, "unrecognized", filename, line,
+                 "no tflab rule matches this failure; the culprit is the innermost line of "
+                 "your code in the traceback", "read TF's error above at the culprit line")

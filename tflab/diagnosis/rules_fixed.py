@@ -1,0 +1,206 @@
+"""Rules whose fix tflab writes and checks: a tf.Variable or Keras layer created on every trace
+(``invalid_creator_scope``), a tensor as a dict key or set element (``Tensor.__hash__``), a NumPy
+call on a symbolic tensor, a comprehension over ``tf.range`` of a static bound. The rewrite is
+done by `tflab.diagnosis.fixes` on a copy of the function, which is traced and run once."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from typing import Any
+
+from tflab.diagnosis.context import _Context, _fix_source, _make, _materialize, _namespace, _try_fix
+from tflab.diagnosis.frames import _frame_named
+from tflab.diagnosis.source import _Source, _walk_header
+
+def _created_call(node, namespace: dict):
+    """(call, "variable" | "layer", class name) of the first ``tf.Variable(...)`` or
+    Keras layer / tf.Module constructor in a statement's own line(s)."""
+    import tensorflow as tf
+
+    from tflab.diagnosis.fixes import resolve
+
+    if node is None:
+        return None
+    for n in _walk_header(node):
+        if not isinstance(n, ast.Call):
+            continue
+        obj = resolve(n.func, namespace)
+        if not isinstance(obj, type):
+            continue
+        if issubclass(obj, tf.Variable):
+            return n, "variable", obj.__name__
+        try:
+            import keras
+
+            if issubclass(obj, keras.layers.Layer):
+                return n, "layer", obj.__name__
+        except ImportError:  # pragma: no cover - keras ships with TF 2.21
+            pass
+        if issubclass(obj, tf.Module):
+            return n, "layer", obj.__name__
+    return None
+
+
+def _rule_created_in_function(exc, ctx, frames, filename, line, loc, src, node):
+    """A tf.Variable, or a Keras layer (whose build makes variables), created inside
+    the function: TF traces a variable-creating function twice on its first call
+    and lets only the first trace create variables (``polymorphic_function.py``,
+    ``Function._initialize``: the second trace runs under ``invalid_creator_scope``),
+    so a creation that runs on every trace raises there (#26812, case X2)."""
+    if _frame_named(frames, "invalid_creator_scope") is None:
+        return None
+    fsrc = _fix_source(ctx, line, filename)
+    found = _created_call(node, fsrc.namespace if fsrc else _namespace(ctx))
+    is_method = fsrc is not None and (fsrc.instance is not None or (
+        bool(fsrc.fdef.args.args) and fsrc.fdef.args.args[0].arg == "self"))
+    stmt_text = _Source.of(filename).text(line) if _Source.of(filename) else ""
+    common = ("TF traces a function that creates tf.Variables twice on its first call and lets only "
+              "the first trace create them (the second runs under invalid_creator_scope, "
+              "polymorphic_function.py); this line creates a new one on every trace")
+    if found is None:
+        return _make(ctx, exc, "variable-created-in-function", filename, line,
+                     common, "create the tf.Variable once outside the tf.function, or guard it: "
+                             "`if self.v is None: self.v = tf.Variable(...)`")
+    call, what, cls = found
+    code = ast.unparse(call)
+    uses_local = fsrc is not None and bool({n.id for n in ast.walk(call) if isinstance(n, ast.Name)}
+                                           & fsrc.local_names())
+    if what == "variable":
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+        vname = ast.unparse(target) if target is not None else "v"
+        attr = vname.split(".")[-1]
+        guard = f"`if self.{attr} is None: self.{attr} = {code}`"
+        if is_method or vname.startswith("self."):
+            fix = (f"create it on the first trace only: {guard} (with self.{attr} = None in "
+                   f"__init__)" if uses_local else
+                   f"create it once: `self.{attr} = {code}` in __init__, or guard it: {guard}")
+        elif uses_local:
+            fix = (f"create it on the first trace only (its value depends on the arguments): keep it "
+                   f"on an object and guard it, {guard}, or a module-level `{vname} = None` with "
+                   f"`global {vname}; if {vname} is None: {vname} = {code}`")
+        else:
+            fix = (f"create it once outside the tf.function (module level `{vname} = {code}`), or "
+                   f"keep it on an object and guard it: {guard}")
+        d = _make(ctx, exc, "variable-created-in-function", filename, line, common, fix)
+        stem = attr if attr.isidentifier() else "v"
+    else:
+        stem = re.sub(r"(?<!^)(?=[A-Z])", "_", cls).lower()
+        fix = (f"build the {cls} once outside the function and call it inside: "
+               + (f"`self.{stem} = {code}` in __init__, then `self.{stem}(...)`" if is_method
+                  else f"`{stem} = {code}` at module level (or as a model attribute), then `{stem}(...)`"))
+        d = _make(ctx, exc, "layer-created-in-function", filename, line,
+                  f"`{code}` builds a new {cls}, and with it new tf.Variables, on every trace; "
+                  + common.split("; ")[0], fix)
+    if fsrc is None:
+        return d
+    from tflab.diagnosis.fixes import hoist_created
+
+    fstmt = fsrc.stmt_at(line)
+    fcall = _created_call(fstmt, fsrc.namespace) if fstmt is not None else None
+    return _try_fix(d, ctx, fsrc, hoist_created(fsrc, fcall[0], stem) if fcall else None) \
+        if stmt_text else d
+
+
+def _rule_unhashable_tensor(exc, ctx, frames, filename, line, loc, src, node):
+    """A symbolic tensor used as a dict key or a set element: ``Tensor.__hash__``
+    raises inside a FuncGraph (``framework/tensor.py``; a tensor's ``==`` is
+    elementwise there), case X2 ``out[x] = …``."""
+    fr = _frame_named(frames, "__hash__")
+    if fr is None or not isinstance(exc, TypeError) or "tensor" not in os.path.basename(fr.filename):
+        return None
+    tensor = fr.locals.get("self")
+    names = {n for n, v in (loc or {}).items() if v is tensor} or \
+        {n for n, v in (loc or {}).items() if hasattr(v, "graph") and hasattr(v, "ref")}
+    in_set = node is not None and any(isinstance(n, (ast.Set, ast.SetComp)) or (
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("add", "discard"))
+        for n in _walk_header(node))
+    name = sorted(names)[0] if names else "x"
+    kind = "tensor-in-set" if in_set else "tensor-as-dict-key"
+    where = "a set element" if in_set else "a dict key"
+    d = _make(ctx, exc, kind, filename, line,
+              f"a symbolic tensor cannot be {where}: inside a tf.function Tensor.__hash__ raises "
+              f"(tensor == is elementwise there, so hashing by value is undefined)",
+              f"key by {name}.ref() (a hashable reference; .deref() gives the tensor back), or by a "
+              f"Python value such as the loop index; for a value-keyed table use tf.lookup")
+    fsrc = _fix_source(ctx, line, filename)
+    if fsrc is None or not names:
+        return d
+    from tflab.diagnosis.fixes import ref_keys
+
+    return _try_fix(d, ctx, fsrc, ref_keys(fsrc, names))
+
+
+def _numpy_fix(ctx: _Context, filename: str, line: int | None, node) -> tuple[str, str, Any, Any]:
+    """(fix text, the NumPy name, FunctionSource, rewritten source) for the NumPy
+    call at the culprit line; the TF op of *that* call (`NUMPY_TO_TF`)."""
+    from tflab.diagnosis.fixes import numpy_calls, numpy_equivalent, replace_call_func
+
+    fsrc = _fix_source(ctx, line, filename)
+    ns = fsrc.namespace if fsrc else _namespace(ctx)
+    calls = numpy_calls(node, ns) if node is not None else []
+    if not calls:
+        return "", "", None, None
+    call, name = calls[0]
+    op, tnp = numpy_equivalent(name)
+    shown = ast.unparse(call.func)
+    keep = f"tf.numpy_function({shown}, [x], Tout) if it must stay NumPy (it then runs as Python, " \
+           f"outside the graph: not in a SavedModel's serving or TFLite)"
+    if op is None and tnp is None:
+        return (f"{shown} has no TF equivalent: wrap it with {keep}", name, fsrc, None)
+    alts = " or ".join(x for x in (f"`{op}`" if op else None, f"`{tnp}`" if tnp else None) if x)
+    fix = f"replace {shown} with {alts}; or {keep}"
+    module_source = None
+    if fsrc is not None:
+        fcalls = [c for c, n in numpy_calls(fsrc.stmt_at(line), fsrc.namespace) if n == name] \
+            if fsrc.stmt_at(line) is not None else []
+        for cand in (op, tnp):
+            if cand and "(" not in cand and fcalls:
+                text = replace_call_func(fsrc, fcalls, cand)
+                from tflab.diagnosis.fixes import trace_fixed
+
+                lead = ctx.lead if fsrc.instance is None else ()
+                if trace_fixed(fsrc, text, tuple(lead) + ctx.args, ctx.kwargs, _materialize) is None:
+                    module_source = text
+                    fix = f"replace {shown} with `{cand}`" + (
+                        f" (or `{tnp}`)" if cand == op and tnp else f" (or `{op}`)" if op and cand != op
+                        else "") + f"; or {keep}"
+                    break
+    return fix, name, fsrc, module_source
+
+
+def _static_range_fix(ctx: _Context, filename: str, line: int | None, node, loc: dict):
+    """For a comprehension over ``tf.range(E)`` whose bound E is static here
+    (``bands.shape[1]`` is 3 at trace time: tensorflow/tensorflow#33308): the
+    bound values, and the function with ``range(E)``, which Python unrolls."""
+    from tflab.diagnosis.fixes import replace_call_func, resolve
+
+    if node is None:
+        return None
+    import tensorflow as tf
+
+    ns = dict(_namespace(ctx))
+    ns.update(loc or {})
+    for comp in _walk_header(node):
+        if not isinstance(comp, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            continue
+        for gen in comp.generators:
+            it = gen.iter
+            if not (isinstance(it, ast.Call) and resolve(it.func, ns) is tf.range and it.args):
+                continue
+            try:
+                values = [eval(compile(ast.Expression(a), "<bound>", "eval"), ns) for a in it.args]
+            except Exception:  # a bound that reads something not in the frame
+                return None
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+                return None
+            fsrc = _fix_source(ctx, line, filename)
+            text = None
+            if fsrc is not None:
+                fstmt = fsrc.stmt_at(line)
+                fcalls = [c for c in ast.walk(fstmt) if isinstance(c, ast.Call)
+                          and ast.unparse(c) == ast.unparse(it)] if fstmt is not None else []
+                text = replace_call_func(fsrc, fcalls, "range") if fcalls else None
+            return ast.unparse(it), values, fsrc, text
+    return None

@@ -1,0 +1,265 @@
+"""Rules that read graph structure: a tensor that left its If/While branch or body, or came from
+another trace's FuncGraph (``capture_by_value``), and AutoGraph's branch and loop-variable checks
+(``verify_single_cond_var``, ``_verify_single_loop_var``, ``verify_loop_init_vars`` in
+``autograph/operators/control_flow.py``). Each returns a `Diagnosis` or None."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from typing import Any
+
+from tflab.diagnosis.context import _LIST_FIX, _Context, _make, _stmt_label
+from tflab.diagnosis.frames import _Frame, _frame_named, _is_generated, _is_user_file
+from tflab.diagnosis.source import _assignments_before, _container_stores, _owner_from_ops, _Source
+
+def _rule_escaped_tensor(exc, ctx, frames, filename, line, loc, src, node):
+    """A tensor made inside a graph loop/branch, or in another trace, used outside it."""
+    fr = _frame_named(frames, "capture_by_value", "_validate_in_scope", "capture")
+    tensor = fr.locals.get("tensor") if fr else None
+    if tensor is None or not hasattr(tensor, "graph"):
+        return None
+    current = fr.locals.get("graph") or fr.locals.get("self")
+    inner = tensor.graph
+    lineage = []
+    g = inner
+    while g is not None:
+        lineage.append(g)
+        g = getattr(g, "outer_graph", None)
+    if current is not None and not any(g is current for g in lineage[1:]):
+        return _foreign(exc, ctx, tensor, filename, line, src)
+    owner = ctx.stmap.owner_of(inner) or _owner_from_ops(inner, src)
+    holder_names = _holders_of(tensor, [loc] + [f.locals for f in frames
+                                                if _is_generated(f.filename) or _is_user_file(f.filename)])
+    if owner is None or src is None:
+        return _make(ctx, exc, "tensor-out-of-scope", filename, line,
+                     f"{tensor.name} was made in FuncGraph {inner.name!r}, a branch or loop body "
+                     f"that ended before this line used it",
+                     "return the value from the tf.cond/tf.while_loop (or use tf.TensorArray) "
+                     "instead of keeping it in Python state")
+    o_line, o_kind = owner
+    stmt = src.stmt_at(o_line)
+    body = list(getattr(stmt, "body", [])) + list(getattr(stmt, "orelse", []))
+    stores = _container_stores(body, holder_names or None) or _container_stores(body)
+    culprit = stores[0][0] if stores else line
+    holder = stores[0][1] if stores else (sorted(holder_names)[0] if holder_names else None)
+    what = f"the Python {'list' if holder else 'state'} {holder!r}" if holder else "Python state"
+    if o_kind == "if":
+        return _make(ctx, exc, "python-state-in-tensor-if", filename, culprit,
+                     f"{_stmt_label(o_line, 'if', 'If')}; {what} is not a branch output, so "
+                     f"{tensor.name} made inside the branch cannot leave it",
+                     "assign the value to a variable in both branches (the If op's outputs) "
+                     "instead of storing it in a Python container")
+    return _make(ctx, exc, "python-list-in-tensor-loop", filename, culprit,
+                 f"{_stmt_label(o_line, o_kind, 'While')}; {what} is not a loop variable, so "
+                 f"the tensors stored in it inside the body ({tensor.name}) cannot leave the loop",
+                 _LIST_FIX)
+
+
+
+def _holders_of(tensor, scopes: list[dict]) -> set[str]:
+    """Names in ``scopes`` whose value is a list/tuple/dict/set holding ``tensor``."""
+    out = set()
+    for scope in scopes:
+        for name, value in (scope or {}).items():
+            if isinstance(value, dict):
+                vals = list(value.values())
+            elif isinstance(value, (list, tuple, set)):
+                vals = list(value)
+            else:
+                continue
+            if any(v is tensor for v in vals):
+                out.add(name)
+    return out
+
+
+def _python_state(ctx: _Context) -> list[tuple[str, Any]]:
+    """(label, value) of the Python state the function reads: globals named in its
+    code, closure cells, and ``self``'s attributes for a bound method."""
+    fn = ctx.python_fn
+    out: list[tuple[str, Any]] = []
+    if fn is None:
+        return out
+    inner = inspect.unwrap(getattr(fn, "__func__", fn))
+    code = getattr(inner, "__code__", None)
+    if code is not None:
+        names = set()
+        stack = [code]
+        while stack:
+            c = stack.pop()
+            names.update(c.co_names)
+            stack.extend(k for k in c.co_consts if hasattr(k, "co_names"))
+        g = getattr(inner, "__globals__", {})
+        out += [(f"global {n}", g[n]) for n in sorted(names) if n in g]
+        for n, cell in zip(code.co_freevars, inner.__closure__ or ()):
+            try:
+                out.append((f"closure variable {n}", cell.cell_contents))
+            except ValueError:
+                pass
+    obj = getattr(inspect.unwrap(fn), "__self__", None)
+    if type(obj).__name__ == "TfMethodTarget":  # a tf.function method: the instance is .target
+        obj = obj.target
+    if obj is not None:
+        out += [(f"self.{k}", v) for k, v in vars(obj).items()] if hasattr(obj, "__dict__") else []
+    return out
+
+
+def _holder_in_state(tensor, ctx: _Context) -> tuple[str, str] | None:
+    """(label, short name) of the Python state that holds ``tensor``."""
+    for label, value in _python_state(ctx):
+        short = label.split()[-1]
+        if value is tensor:
+            return label, short
+        vals = list(value.values()) if isinstance(value, dict) else (
+            list(value) if isinstance(value, (list, tuple, set)) else [])
+        if any(v is tensor for v in vals):
+            kind = type(value).__name__
+            return f"the {kind} `{short}` ({label.split()[0]})", short
+    return None
+
+
+def _foreign(exc, ctx: _Context, tensor, filename, line, src):
+    graph = tensor.graph
+    label = ctx.graph_labels.get(id(graph))
+    where = f"trace {label}'s FuncGraph" if label else f"another trace's FuncGraph {graph.name!r}"
+    holder = _holder_in_state(tensor, ctx)
+    culprit, fname = line, filename
+    if holder is not None and ctx.python_fn is not None:
+        try:
+            fsrc_file = inspect.getsourcefile(inspect.unwrap(getattr(ctx.python_fn, "__func__",
+                                                                     ctx.python_fn)))
+            lines, start = inspect.getsourcelines(ctx.python_fn)
+        except (OSError, TypeError):
+            fsrc_file = None
+        if fsrc_file:
+            fsrc = _Source.of(fsrc_file)
+            fnode = fsrc.function_at(start + 1) if fsrc else None
+            if fnode is not None:
+                stores = _container_stores(list(getattr(fnode, "body", [])), {holder[1]})
+                if stores:
+                    culprit, fname = stores[0][0], fsrc_file
+    via = f"; it reached this trace through Python state ({holder[0]})" if holder else \
+        "; it reached this trace through Python state kept between calls"
+    this = "this trace's FuncGraph"
+    if ctx.graph_labels and ctx.concrete is not None:
+        own = ctx.graph_labels.get(id(ctx.concrete.graph))
+        this = f"the graph of trace {own}" if own else this
+    return _make(ctx, exc, "tensor-from-another-funcgraph", fname, culprit,
+                 f"{this} captured {tensor.name}, a tensor that belongs to {where}{via}",
+                 "return the value from the tf.function, or keep it in a tf.Variable "
+                 "(assign to it) instead of a Python list or attribute")
+
+
+def _rule_foreign_capture(exc, ctx, frames, filename, line, loc, src, node):
+    """A call-time failure of a ConcreteFunction that captured a symbolic tensor of
+    another FuncGraph (its captures hold a graph tensor, not a value)."""
+    if ctx.concrete is None:
+        return None
+    graph = ctx.concrete.graph
+    for external, _internal in getattr(graph, "captures", ()):
+        g = getattr(external, "graph", None)
+        if g is not None and g is not graph and type(external).__name__ != "EagerTensor" \
+                and not hasattr(external, "numpy") and getattr(external, "dtype", None) is not None \
+                and external.dtype.name != "resource":
+            return _foreign(exc, ctx, external, filename, line, src)
+    return None
+
+
+
+def _graph_stmt(ctx: _Context, frames: list[_Frame], src, line: int | None, want: str):
+    """(line, kind) of the graph if/loop the failing user line belongs to."""
+    graph_lines = ctx.stmap.graph_lines()
+    node = src.stmt_at(line) if src and line else None
+    types = (ast.If,) if want == "if" else (ast.For, ast.While)
+    if node is not None and isinstance(node, types):
+        return node.lineno, {ast.If: "if", ast.For: "for", ast.While: "while"}[type(node)]
+    for cand in reversed(src.loops_around(line) if src and line else []):
+        if isinstance(cand, types) and (not graph_lines or cand.lineno in graph_lines):
+            return cand.lineno, {ast.If: "if", ast.For: "for", ast.While: "while"}[type(cand)]
+    return None
+
+
+def _var_name(name: str) -> str:
+    return "the return value" if name.startswith("retval") else f"'{name}'"
+
+
+def _rule_cond_vars(exc, ctx, frames, filename, line, loc, src, node):
+    fr = _frame_named(frames, "verify_single_cond_var", "_verify_tf_cond_branch_vars")
+    if fr is None or src is None:
+        return None
+    stmt = _graph_stmt(ctx, frames, src, line, "if")
+    if_line = stmt[0] if stmt else line
+    name = fr.locals.get("name", "?")
+    body_var, orelse_var = fr.locals.get("body_var"), fr.locals.get("orelse_var")
+    if fr.name == "_verify_tf_cond_branch_vars" or body_var is None or orelse_var is None:
+        branch = "main" if fr.name == "verify_single_cond_var" and body_var is None else "else"
+        if fr.name == "_verify_tf_cond_branch_vars":
+            branch = fr.locals.get("branch_name", "else")
+        return _make(ctx, exc, "branch-variable-undefined", filename, if_line,
+                     f"{_stmt_label(if_line, 'if', 'If')}; both branches of an If op must produce "
+                     f"{_var_name(name)}, but the {branch} branch leaves it None or unset",
+                     f"set {name} in the {branch} branch too (add an else if there is none), "
+                     f"or before the if to a tensor of the same dtype and shape")
+    bd = getattr(body_var, "dtype", type(body_var).__name__)
+    od = getattr(orelse_var, "dtype", type(orelse_var).__name__)
+    bd = getattr(bd, "name", bd)
+    od = getattr(od, "name", od)
+    return _make(ctx, exc, "branch-dtype-mismatch", filename, if_line,
+                 f"{_stmt_label(if_line, 'if', 'If')}; an If op's output has one dtype, but "
+                 f"{_var_name(name)} is {bd} in the main branch and {od} in the else branch",
+                 "give both branches the same dtype (tf.cast one of them, or return a tensor "
+                 "of the other branch's dtype)")
+
+
+def _rule_loop_vars(exc, ctx, frames, filename, line, loc, src, node):
+    fr = _frame_named(frames, "_verify_single_loop_var")
+    if fr is None or src is None:
+        return None
+    stmt = _graph_stmt(ctx, frames, src, line, "loop")
+    loop_line, loop_kind = stmt if stmt else (line, "loop")
+    name = fr.locals.get("name", "?")
+    entry, exit_ = fr.locals.get("entry"), fr.locals.get("exit_")
+    init_line = _assignments_before(src, name, loop_line) or loop_line
+    head = _stmt_label(loop_line, loop_kind, "While")
+    if exit_ is None:
+        return _make(ctx, exc, "loop-variable-undefined", filename, loop_line,
+                     f"{head}; loop variable {_var_name(name)} is None after one iteration",
+                     f"give {name} a tensor value on every path of the loop body")
+    ed, xd = getattr(entry, "dtype", None), getattr(exit_, "dtype", None)
+    if ed is not None and xd is not None and ed != xd:
+        return _make(ctx, exc, "loop-variable-dtype-changes", filename, init_line,
+                     f"{head}; a While op's loop variables keep their dtype, but {_var_name(name)} "
+                     f"is {ed.name} before the loop and {xd.name} after one iteration",
+                     f"initialize {name} with the dtype the body gives it (e.g. tf.constant(0.0) "
+                     f"or tf.zeros(..., dtype=...)), or tf.cast in the body")
+    return _make(ctx, exc, "loop-variable-shape-changes", filename, loop_line,
+                 f"{head}; {_var_name(name)} has shape {getattr(entry, 'shape', '?')} before the "
+                 f"loop and {getattr(exit_, 'shape', '?')} after one iteration",
+                 f"declare the changing dim with tf.autograph.experimental.set_loop_options("
+                 f"shape_invariants=[({name}, tf.TensorShape([None]))]) at the top of the body, "
+                 f"or use tf.TensorArray")
+
+
+def _rule_loop_init(exc, ctx, frames, filename, line, loc, src, node):
+    fr = _frame_named(frames, "verify_loop_init_vars")
+    if fr is None or src is None:
+        return None
+    stmt = _graph_stmt(ctx, frames, src, line, "loop")
+    loop_line, loop_kind = stmt if stmt else (line, "loop")
+    name = fr.locals.get("name", "?")
+    head = _stmt_label(loop_line, loop_kind, "While")
+    if str(name).startswith("retval") or isinstance(exc, NotImplementedError):
+        loop_node = src.stmt_at(loop_line)
+        rets = sorted(n.lineno for n in ast.walk(loop_node) if isinstance(n, ast.Return)) \
+            if loop_node is not None else []
+        return _make(ctx, exc, "return-in-tensor-loop", filename, rets[0] if rets else loop_line,
+                     f"{head}; a While op cannot end the function early, so a return inside its "
+                     f"body has no graph equivalent",
+                     "store the result in a variable defined before the loop, `break`, and "
+                     "return after the loop")
+    return _make(ctx, exc, "loop-variable-undefined", filename, loop_line,
+                 f"{head}; {_var_name(name)} is a loop variable (set in the body) but has no "
+                 f"tensor value before the loop",
+                 f"define {name} before the loop with a tensor of the dtype and shape the body gives it")
+
+

@@ -1,0 +1,218 @@
+"""Rules that read a Python value where TF needs a tensor, or the reverse: a symbolic tensor as a
+Python bool or iterable (``Tensor._disallow_*``), ``.numpy()``/NumPy on it, a static dim that is
+None, operands of two dtypes (``op_def_library``), and an op that failed at run time (the node
+the runtime names). Each returns a `Diagnosis` or None."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import os
+
+from tflab.diagnosis.context import _Context, _make, _stmt_label, _try_fix
+from tflab.diagnosis.frames import _frame_named, _is_generated, _is_user_file
+from tflab.diagnosis.record import UNKNOWN_DIM_SIZE
+from tflab.diagnosis.rules_fixed import _numpy_fix, _static_range_fix
+from tflab.diagnosis.source import (_assignments_before, _owner_from_ops, shape_reads, _static_dim,
+                                    _walk_header)
+
+def _why_unconverted(ctx: _Context, filename: str, line: int | None, src) -> str:
+    if not ctx.autograph:
+        return "the tf.function has autograph=False, so AutoGraph did not convert this statement"
+    fnode = src.function_at(line) if src and line else None
+    if fnode is not None:
+        for dec in getattr(fnode, "decorator_list", []):
+            if "do_not_convert" in ast.unparse(dec):
+                return f"{fnode.name} is marked do_not_convert, so AutoGraph ran it as plain Python"
+    return ("AutoGraph ran this code as plain Python (it converts only if/for/while statements "
+            "of functions whose source it can read; bool(), and/or in call arguments and code "
+            "in unconverted helpers stay Python)")
+
+
+def _rule_bool_or_iter(exc, ctx, frames, filename, line, loc, src, node):
+    names = {f.name for f in frames}
+    if "_disallow_bool_casting" in names:
+        why = _why_unconverted(ctx, filename, line, src)
+        kind_word = ("if" if isinstance(node, ast.If) else "while" if isinstance(node, ast.While)
+                     else "statement")
+        return _make(ctx, exc, "tensor-as-python-bool", filename, line,
+                     f"this {kind_word} needs a Python bool but got a symbolic tensor; {why}",
+                     "use tf.cond (or tf.where for elementwise choices); or let AutoGraph convert "
+                     "the if (drop autograph=False / do_not_convert)")
+    if "_disallow_iteration" in names:
+        comp = node is not None and any(isinstance(n, (ast.ListComp, ast.SetComp, ast.DictComp,
+                                                       ast.GeneratorExp)) for n in _walk_header(node))
+        static = _static_range_fix(ctx, filename, line, node, loc) if comp else None
+        if static is not None:
+            it_text, values, fsrc, text = static
+            bound = ", ".join(map(str, values))
+            d = _make(ctx, exc, "comprehension-over-tensor", filename, line,
+                      f"AutoGraph converts for statements, not comprehensions: this comprehension "
+                      f"iterates over the symbolic tensor {it_text} in Python; its bound is static "
+                      f"here ({bound} at trace time)",
+                      f"use Python range({bound if len(values) > 1 else ast.unparse(node) and ''}"
+                      f"{'' if len(values) > 1 else it_text[it_text.index('(') + 1:-1]}) instead of "
+                      f"{it_text}: Python unrolls the comprehension at trace time, one copy per "
+                      f"index, and the index stays a Python int")
+            return _try_fix(d, ctx, fsrc, text)
+        if comp:
+            return _make(ctx, exc, "comprehension-over-tensor", filename, line,
+                         "AutoGraph converts for statements, not comprehensions: this comprehension "
+                         "iterates over a symbolic tensor in Python",
+                         "use tf.map_fn or a vectorized op on the whole tensor (or a for over "
+                         "tf.range writing a tf.TensorArray)")
+        if isinstance(node, ast.Assign) and any(isinstance(t, (ast.Tuple, ast.List)) for t in node.targets):
+            return _make(ctx, exc, "tensor-iterated-in-python", filename, line,
+                         "unpacking a tensor into Python names iterates over it in Python",
+                         "use tf.unstack(x, num=N) (or index x[0], x[1])")
+        why = _why_unconverted(ctx, filename, line, src)
+        return _make(ctx, exc, "tensor-iterated-in-python", filename, line,
+                     f"this line iterates over a symbolic tensor in Python; {why}",
+                     "iterate with a for over tf.range (AutoGraph makes a While op) or use "
+                     "tf.map_fn; drop autograph=False if it is set")
+    return None
+
+
+def _rule_numpy(exc, ctx, frames, filename, line, loc, src, node):
+    fr = _frame_named(frames, "__getattr__", "__array__", "_numpy")
+    if fr is None or "tensor" not in os.path.basename(fr.filename):
+        return None
+    attr = fr.locals.get("name")
+    if fr.name == "__getattr__" and attr != "numpy":
+        return None
+    expl = ("inside a tf.function tensors are symbolic (SymbolicTensor): they have no value "
+            "until the graph runs, so .numpy() / np.asarray cannot read one")
+    fix, np_name, fsrc, module_source = _numpy_fix(ctx, filename, line, node) if attr != "numpy" \
+        else ("", "", None, None)
+    if not fix:
+        return _make(ctx, exc, "numpy-on-symbolic-tensor", filename, line, expl,
+                     "use tf.print(x) to look at the value while it runs, TF ops instead of NumPy, "
+                     "or return the tensor and call .numpy() outside the tf.function")
+    d = _make(ctx, exc, "numpy-on-symbolic-tensor", filename, line,
+              f"np.{np_name} needs a NumPy array, and {expl.split(': ', 1)[1]}", fix)
+    if module_source is None:
+        return dataclasses.replace(d, fix_traced=False if fsrc is not None and "has no TF" not in fix
+                                   else None)
+    return dataclasses.replace(d, fixed_source=module_source.rstrip("\n"), fix_traced=True)
+
+
+
+def _param_note(ctx: _Context, name: str, dim: int) -> str:
+    import tensorflow as tf
+
+    spec = ctx.params.get(name)
+    if isinstance(spec, tf.TensorSpec):
+        where = "the input_signature" if ctx.from_signature else "its TensorSpec"
+        return f" ({name} is traced as {tf.TensorShape(spec.shape)} in {where})"
+    return ""
+
+
+def _rule_shape_none(exc, ctx, frames, filename, line, loc, src, node):
+    if node is None or not isinstance(exc, (TypeError, ValueError)):
+        return None
+    for name, dim, n in shape_reads(node):
+        known, value = _static_dim(loc.get(name), dim)
+        if not known or value is not None:
+            continue
+        if isinstance(n, ast.Call):  # len(x): AutoGraph's len gives tf.shape(x)[0]
+            continue
+        return _make(ctx, exc, "shape-dim-is-none", filename, line,
+                     f"{name}.shape[{dim}] is the static shape, and dim {dim} of {name} is None "
+                     f"here{_param_note(ctx, name, dim)}, so Python gets None instead of a number",
+                     f"use the dynamic shape tf.shape({name})[{dim}], which is a tensor at run time")
+    return None
+
+
+def _rule_dtype_mismatch(exc, ctx, frames, filename, line, loc, src, node):
+    fr = _frame_named(frames, "_ExtractInputsAndAttrs", "_apply_op_helper", "_truediv_python3")
+    if fr is None or not isinstance(exc, TypeError):
+        return None
+    # _ExtractInputsAndAttrs pops each input from ``keywords`` into ``inputs`` as it
+    # converts it; ``values`` is the one that failed to convert.
+    op_type = fr.locals.get("op_type_name", "an")
+    pool = list(fr.locals.get("inputs") or []) + [fr.locals.get("values")] \
+        + list((fr.locals.get("keywords") or {}).values()) + [fr.locals.get("x"), fr.locals.get("y")]
+    if fr.name == "_truediv_python3":  # math_ops: x / y checks dtypes itself
+        op_type = "RealDiv"
+    operands = [(i, v) for i, v in enumerate(pool) if hasattr(v, "dtype") and hasattr(v, "op")]
+    user_scopes = [f.locals for f in frames if _is_generated(f.filename) or _is_user_file(f.filename)]
+    # A loop variable whose first value fixed its dtype: its body placeholder is the operand.
+    for _k, t in operands:
+        owner = ctx.stmap.owner_of(t.graph) or _owner_from_ops(t.graph, src)
+        if t.op.type == "Placeholder" and owner is not None and owner[1] in ("for", "while"):
+            names = [n for scope in user_scopes for n, v in scope.items() if v is t]
+            if names and src is not None:
+                init = _assignments_before(src, names[0], owner[0])
+                if init is not None:
+                    return _make(ctx, exc, "loop-variable-dtype-changes", filename, init,
+                                 f"{_stmt_label(owner[0], owner[1], 'While')}; loop variable "
+                                 f"'{names[0]}' took dtype {t.dtype.name} from its value before "
+                                 f"the loop, and the body's {op_type} op mixes it with another dtype",
+                                 f"initialize {names[0]} with the dtype the body needs (e.g. 0.0 "
+                                 f"for float32), or tf.cast in the body")
+    # An operand made on another line of the user's code (len(x), tf.shape(x)…).
+    for _k, t in operands:
+        origin = [fr_.lineno for fr_ in (t.op.traceback or ()) if src is not None
+                  and os.path.abspath(fr_.filename) == os.path.abspath(src.filename)]
+        if origin and origin[-1] != line:
+            o_line = origin[-1]
+            o_node = src.stmt_at(o_line)
+            lens = [r for r in (shape_reads(o_node) if o_node is not None else [])
+                    if isinstance(r[2], ast.Call)]
+            if lens:
+                nm = lens[0][0]
+                known, val = _static_dim(loc.get(nm), 0)
+                none = " (dim 0 of {0} is None, so it is not a Python int)".format(nm) \
+                    if known and val is None else ""
+                expl = (f"AutoGraph turned len({nm}) at line {o_line} into an int32 tensor"
+                        f" (tf.shape({nm})[0]){none}; the {op_type} op at line {line} mixes it "
+                        f"with a {_other_dtype(operands, t)} tensor")
+            else:
+                expl = (f"the {t.dtype.name} operand of the {op_type} op at line {line} was made "
+                        f"at line {o_line}; the other operand is {_other_dtype(operands, t)}")
+            return _make(ctx, exc, "dtype-mismatch", filename, o_line, expl,
+                         f"tf.cast the value to the other operand's dtype "
+                         f"(e.g. tf.cast(..., tf.{_other_dtype(operands, t)}))")
+    return _make(ctx, exc, "dtype-mismatch", filename, line,
+                 f"the {op_type} op needs all its inputs in one dtype; TF does not convert "
+                 f"between dtypes", "tf.cast one operand to the other's dtype")
+
+
+def _rule_runtime_op(exc, ctx, frames, filename, line, loc, src, node):
+    """An op that failed when the ConcreteFunction ran (the trace was fine): the
+    runtime names the node (``[[{{node NAME}}]]``); the op of that name in the
+    FuncGraph, or in an If/While branch/body FuncGraph, records the Python stack
+    it was made from (``Operation.traceback``), whose innermost user frame is the
+    culprit."""
+    from tflab._source_map import _walk_ops
+
+    if ctx.stage != "call" or ctx.concrete is None or not hasattr(exc, "error_code"):
+        return None
+    text = str(exc)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    failed = None
+    for op in _walk_ops(ctx.concrete.graph):
+        if "{{node " + op.name + "}}" in text:
+            failed = op
+    if failed is None:
+        return None
+    frames_ = [f for f in (failed.traceback or ()) if _is_user_file(f.filename)]
+    o_file, o_line = (frames_[-1].filename, frames_[-1].lineno) if frames_ else (filename, line)
+    marker = next((i for i, ln in enumerate(lines) if ln.startswith("[[")), len(lines))
+    detail = lines[marker - 1] if marker > 0 else lines[0] if lines else ""
+    d = _make(ctx, exc, "runtime-op-error", o_file, o_line,
+              f"the trace was fine; the {failed.type} op {failed.name!r} failed when the "
+              f"ConcreteFunction ran (diagnose runs it once on seeded random values for each "
+              f"TensorSpec, {UNKNOWN_DIM_SIZE} for a None dim)",
+              "the values, not the trace, are wrong: check what reaches this op "
+              "(tf.debugging.assert_* or tf.print inside the function)")
+    return dataclasses.replace(d, error=f"{type(exc).__name__}: {detail}")
+
+
+def _other_dtype(operands, t) -> str:
+    for _k, v in operands:
+        if v is not t and getattr(v, "dtype", None) is not None and v.dtype != t.dtype:
+            return v.dtype.name
+    return "differently typed"
+
+
