@@ -287,7 +287,7 @@ def test_class_and_unbound_method_are_one_clear_error(run_cli):
 def test_cli_falls_back_to_input_signature_and_checks_it(run_cli):
     code, out, err = run_cli("autograph", f"{FIXTURE}:sig_loop", "--no-diff")
     assert code == 0, err
-    assert out.splitlines()[1].split()[:5] == [str(by_source(autograph_diff(cf.sig_loop), "for").lineno),
+    assert out.splitlines()[2].split()[:5] == [str(by_source(autograph_diff(cf.sig_loop), "for").lineno),
                                                "for", "python", "-", "2"]
     code, out, err = run_cli("autograph", f"{FIXTURE}:sig_loop", "--arg", "x=float32[None,4]")
     assert code == 2 and "x does not match sig_loop's input_signature" in err
