@@ -46,18 +46,34 @@ The package, one module per concern (each imports only those listed before it):
 * ``engine``: `diagnose`.
 
 TF internals (traceback filtering, ``Function._clone``, the trace cache,
-AutoGraph's operators) are reached through `tflab._tf.autograph`.
+AutoGraph's operators) are reached through `tflab._tf.autograph`. Importing the
+package imports none of its parts: names load on first use.
 """
 
 from __future__ import annotations
 
-from tflab.diagnosis.engine import diagnose
-from tflab.diagnosis.fixes import NUMPY_TO_TF, FunctionSource, numpy_equivalent, trace_fixed
-from tflab.diagnosis.hooks import (diagnose_exception, diagnosed_error, diagnosis_note, probe_diagnosis,
-                                   with_diagnosis)
-from tflab.diagnosis.record import SILENT_STAGE, UNKNOWN_DIM_SIZE, Diagnosis, diagnosis_suffix
-from tflab.diagnosis.rules import RULES, Rule
+import importlib
 
-__all__ = ["Diagnosis", "diagnose", "diagnose_exception", "with_diagnosis", "diagnosed_error",
-           "diagnosis_note", "diagnosis_suffix", "probe_diagnosis", "RULES", "Rule", "UNKNOWN_DIM_SIZE",
-           "SILENT_STAGE", "NUMPY_TO_TF", "numpy_equivalent", "FunctionSource", "trace_fixed"]
+_EXPORTS = {
+    "diagnose": "engine",
+    **dict.fromkeys(("NUMPY_TO_TF", "FunctionSource", "numpy_equivalent", "trace_fixed"), "fixes"),
+    **dict.fromkeys(("diagnose_exception", "diagnosed_error", "diagnosis_note", "probe_diagnosis",
+                     "with_diagnosis"), "hooks"),
+    **dict.fromkeys(("SILENT_STAGE", "UNKNOWN_DIM_SIZE", "Diagnosis", "diagnosis_suffix"), "record"),
+    **dict.fromkeys(("RULES", "Rule"), "rules"),
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    part = _EXPORTS.get(name)
+    if part is None:
+        raise AttributeError(f"module 'tflab.diagnosis' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"tflab.diagnosis.{part}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
