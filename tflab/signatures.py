@@ -558,70 +558,37 @@ def stabilization_report(fn: Callable, examples: Iterable[Any],
         note=note)
 
 
-# --------------------------------------------------------------------------- shape-read warnings
-# (moved from tflab.diagnosis, issue 23: stabilize warns before any call about a static dim
-# it relaxes to None; the AST reading is tflab.diagnosis.source.shape_reads)
+# ------------------------------------------- shape-read warnings (issue 23: from tflab.diagnosis)
 
 
 class ShapeReadWarning(UserWarning):
-    """A function reads a static dim (``x.shape[i]``, ``len(x)``) that its
-    input_signature leaves None: at trace time Python gets None (or AutoGraph an
-    int32 tensor) instead of a number."""
+    """A function reads a static dim (``x.shape[i]``, ``len(x)``) that its input_signature leaves
+    None: at trace time Python gets None (or AutoGraph an int32 tensor) instead of a number."""
 
 
 def shape_read_warnings(fn: Callable, input_signature: Any) -> list[str]:
     """One message per ``x.shape[i]`` / ``x.get_shape()[i]`` / ``len(x)`` in ``fn``'s
     source whose dim is None in ``input_signature`` (case D5), read from the AST
-    before any call.
+    (`tflab.diagnosis.source.unknown_dim_reads`) before any call.
 
     Args:
         fn: the Python function (a `tf.function`'s ``python_function``).
         input_signature: one `tf.TensorSpec` per positional parameter.
 
     Returns:
-        Messages, empty when there is no such read or no source.
+        Messages in line order, empty when there is no such read or no source.
     """
-    import ast
-    import inspect
-    import os
-    import textwrap
+    from tflab.diagnosis.source import unknown_dim_reads
 
-    import tensorflow as tf
-
-    from tflab.diagnosis.source import shape_reads
-
-    target = inspect.unwrap(getattr(fn, "python_function", fn))
-    try:
-        lines, start = inspect.getsourcelines(target)
-        filename = inspect.getsourcefile(target) or ""
-        params = [p.name for p in inspect.signature(target).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        tree = ast.parse(textwrap.dedent("".join(lines)))
-    except (OSError, TypeError, ValueError, SyntaxError):
-        return []
-    if params and params[0] == "self" and inspect.ismethod(getattr(fn, "python_function", fn)):
-        params = params[1:]
-    specs = {n: s for n, s in zip(params, input_signature or ()) if isinstance(s, tf.TensorSpec)}
     out = []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.stmt) or isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            continue
-        for name, dim, n in shape_reads(node):
-            spec = specs.get(name)
-            if spec is None or spec.shape.rank is None:
-                continue
-            rank = spec.shape.rank
-            if not -rank <= dim < rank or spec.shape[dim] is not None:
-                continue
-            line = n.lineno + start - 1
-            where = f"{os.path.basename(filename)}:{line}"
-            if isinstance(n, ast.Call):
-                out.append(f"{where}: len({name}) reads dim 0 of {name}, which is None in the "
-                           f"input_signature {spec.shape}: AutoGraph makes it an int32 tensor, not a "
-                           f"Python int; tf.cast it before mixing it with {spec.dtype.name}")
-            else:
-                out.append(f"{where}: {ast.unparse(n)} is None when traced: dim {dim} of {name} is None "
-                           f"in the input_signature {spec.shape}; use tf.shape({name})[{dim}]")
+    for where, text, name, dim, spec in unknown_dim_reads(fn, input_signature):
+        if text.startswith("len("):
+            out.append(f"{where}: len({name}) reads dim 0 of {name}, which is None in the "
+                       f"input_signature {spec.shape}: AutoGraph makes it an int32 tensor, not a "
+                       f"Python int; tf.cast it before mixing it with {spec.dtype.name}")
+        else:
+            out.append(f"{where}: {text} is None when traced: dim {dim} of {name} is None "
+                       f"in the input_signature {spec.shape}; use tf.shape({name})[{dim}]")
     return sorted(set(out), key=lambda m: int(m.split(":")[1]))
 
 

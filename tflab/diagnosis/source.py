@@ -119,6 +119,50 @@ def shape_reads(node: ast.stmt) -> list[tuple[str, int, ast.AST]]:
     return out
 
 
+def unknown_dim_reads(fn: Any, input_signature: Any) -> list[tuple[str, str, str, int, Any]]:
+    """Each static-dim read in ``fn``'s own source that ``input_signature`` leaves None.
+
+    Args:
+        fn: a Python function or a `tf.function` (its ``python_function`` is read).
+        input_signature: one `tf.TensorSpec` per positional parameter (``self`` skipped).
+
+    Returns:
+        ``(FILE:LINE, the read's source, parameter, dim, its TensorSpec)`` per read
+        (`shape_reads`), ``len(x)`` reads giving ``"len(x)"``; [] without source.
+    """
+    import inspect
+    import os
+    import textwrap
+
+    import tensorflow as tf
+
+    target = inspect.unwrap(getattr(fn, "python_function", fn))
+    try:
+        lines, start = inspect.getsourcelines(target)
+        filename = inspect.getsourcefile(target) or ""
+        params = [p.name for p in inspect.signature(target).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, ValueError, SyntaxError):
+        return []
+    if params and params[0] == "self" and inspect.ismethod(getattr(fn, "python_function", fn)):
+        params = params[1:]
+    specs = {n: s for n, s in zip(params, input_signature or ()) if isinstance(s, tf.TensorSpec)}
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.stmt) or isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            continue
+        for name, dim, n in shape_reads(node):
+            spec = specs.get(name)
+            if spec is None or spec.shape.rank is None:
+                continue
+            if not -spec.shape.rank <= dim < spec.shape.rank or spec.shape[dim] is not None:
+                continue
+            text = f"len({name})" if isinstance(n, ast.Call) else ast.unparse(n)
+            out.append((f"{os.path.basename(filename)}:{n.lineno + start - 1}", text, name, dim, spec))
+    return out
+
+
 def _static_dim(value: Any, dim: int) -> tuple[bool, Any]:
     """(is a tensor with a known rank, the static dim or None)."""
     shape = getattr(value, "shape", None)
