@@ -165,11 +165,6 @@ def _array_text(a: np.ndarray) -> str:
     return f"{a.dtype.name}[{','.join(str(d) for d in a.shape)}]"
 
 
-def as_examples(examples: Any) -> Examples:
-    """`Examples.of`, as a function."""
-    return Examples.of(examples)
-
-
 def normalize_examples(examples: Any) -> list[dict[str, np.ndarray]]:
     """The batches of `Examples.of(examples)` as a list (kept for callers that want a list)."""
     return list(Examples.of(examples).batches)
