@@ -29,7 +29,6 @@ PENDING: set[str] = {
     "_tour/model.py",
     "autograph.py",
     "diagnosis.py",
-    "distribute.py",
     "export.py",
     "litert_check.py",
     "litert_convert.py",
