@@ -3,7 +3,7 @@
 The step (tests/data/distribute_step.py) all-reduces a gradient of a variable
 the file creates at import; tflab imports the file inside strategy.scope(), so
 it must come back as ONE MirroredVariable with one component per replica.
-The data are 2·B + B//2 rows (`tflab.distribute_user._rows`), batched by B:
+The data are 2·B + B//2 rows (`tflab.distribute.user._rows`), batched by B:
 with B=4 the global batches are 4, 4, 2. MirroredStrategy rebatches a global
 batch of B rows into per-replica batches of ceil(B/N) rows, in replica order,
 until the rows run out (measured on TF 2.21): over 3 logical CPUs 4 rows give
@@ -21,7 +21,7 @@ import os
 import pytest
 
 from tflab.distribute import WorkerError
-from tflab.distribute_user import check_user_step, empty_batch_notes, run_user_step
+from tflab.distribute.user import check_user_step, empty_batch_notes, run_user_step
 
 STEP = os.path.join(os.path.dirname(__file__), "data", "distribute_step.py")
 
