@@ -295,6 +295,8 @@ def test_tour_section_reports_the_lab(lab, monkeypatch, tmp_path):
     assert rep["plain"]["reasons"][0] == "x: per-replica shape (2, 4) -> (1, 4)"
     assert (rep["element_spec"]["trace_count"], rep["stabilize"]["traces"]) == (1, 1)
     assert rep["inspect"]["cross_replica_ops"] == {"CollectiveReduceV2": 2}
+    # report.json keeps the tour facts' key for the step's name (tests/data/tour/expected_facts.json).
+    assert rep["inspect"]["function"] == rep["inspect"]["function_name"] == "step"
 
 
 _THREE_REPLICAS = r'''

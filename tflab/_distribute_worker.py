@@ -5,7 +5,7 @@
 worker (`tflab.distribute.workers.worker_main`), with ``TF_CONFIG`` set by its parent.
 ``user-mirrored`` / ``user-worker``: the same on the user's step
 (`tflab.distribute.user`), named by ``$TFLAB_USER_STEP``.
-Each exits on its own when its parent is gone (`tflab._subprocess.watch_parent`).
+Each exits on its own when its parent is gone (`tflab.distribute.processes.watch_parent`).
 The JSON report goes to ``$TFLAB_REPORT``, written atomically.
 """
 
@@ -19,7 +19,7 @@ import tempfile
 
 def main(argv: list[str]) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from tflab._subprocess import watch_parent
+    from tflab.distribute.processes import watch_parent
 
     parent = int(os.environ.get("TFLAB_PARENT_PID", os.getppid()))
     watch_parent(parent, float(os.environ.get("TFLAB_DEADLINE_S", "120")) + 5)

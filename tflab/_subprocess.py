@@ -394,7 +394,7 @@ class ChildGroup:
             self.procs.remove(proc)
 
     def __enter__(self) -> "ChildGroup":
-        """Opens the group: SIGTERM unwinds as `tflab.errors.Terminated` (sticky) until it closes."""
+        """Opens the group: SIGTERM raises `tflab.errors.Terminated` (the sticky handler) until it closes."""
         from tflab.errors import install_sigterm_handler, sigterm_handler_installed
 
         self._previous_term = None if sigterm_handler_installed() else install_sigterm_handler()
@@ -413,37 +413,23 @@ class ChildGroup:
                 clear_terminated()
 
     def wait(self, timeout: float, on_exit=None, poll: float = 0.05) -> list[subprocess.Popen]:
-        """Waits until every process ended, or ``timeout`` seconds passed.
+        """Waits ``timeout`` seconds at most for every process to end; returns those still running.
 
-        Args:
-            timeout: seconds of wall clock for all processes together.
-            on_exit: called with each process as soon as it has ended (in the
-                order they end); it may raise (a failed worker) to stop waiting:
-                the group's ``with`` block then stops the others.
-            poll: seconds between looks.
-
-        Returns:
-            The processes still running at the timeout (empty when all ended).
-
-        Raises:
-            Terminated: SIGTERM arrived (also one whose exception a finalizer lost:
-                the flag is sticky, `tflab.errors.raise_if_terminated`).
+        ``on_exit(proc)`` is called as each one ends and may raise (a failed worker) to stop
+        waiting; the ``with`` block then stops the others. Raises `tflab.errors.Terminated` on
+        SIGTERM, also one whose exception a finalizer lost (the flag is sticky).
         """
         from tflab.errors import raise_if_terminated
 
-        deadline = time.monotonic() + timeout
-        seen: set[int] = set()
+        deadline, seen = time.monotonic() + timeout, set()
         while True:
             raise_if_terminated()
-            for p in list(self.procs):
-                if p.pid not in seen and p.poll() is not None:
-                    seen.add(p.pid)
-                    if on_exit is not None:
-                        on_exit(p)
+            for p in [p for p in self.procs if p.pid not in seen and p.poll() is not None]:
+                seen.add(p.pid)
+                if on_exit is not None:
+                    on_exit(p)
             running = [p for p in self.procs if p.poll() is None]
-            if not running:
-                return []
-            if time.monotonic() > deadline:
+            if not running or time.monotonic() > deadline:
                 return running
             time.sleep(poll)
 
@@ -467,26 +453,6 @@ class ChildGroup:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     p.wait(timeout=5.0)
         self.procs = [p for p in self.procs if p.returncode is None]
-
-
-def watch_parent(parent: int, deadline_s: float) -> None:
-    """In a worker: exits (status 124) once its parent is gone or ``deadline_s`` seconds passed.
-
-    A daemon thread compares ``os.getppid()`` with ``parent`` every 0.2 s, so a
-    worker whose parent was killed with SIGKILL (no cleanup ran there) ends on
-    its own: never an orphan.
-    """
-    import threading
-
-    end = time.monotonic() + deadline_s
-
-    def loop():
-        while True:
-            if os.getppid() != parent or time.monotonic() > end:
-                os._exit(124)
-            time.sleep(0.2)
-
-    threading.Thread(target=loop, daemon=True, name="tflab-parent-watch").start()
 
 
 # ----------------------------------------------------------------------------- the child's end

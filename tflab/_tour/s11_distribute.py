@@ -32,5 +32,7 @@ def run(ctx) -> None:
         "element_spec": {k: lab["element_spec"][k] for k in ("trace_count", "replica_runs", "spec")},
         "stabilize": lab["stabilize"],
         "drop_remainder": lab["drop_remainder"],
-        "inspect": {k: v for k, v in lab["inspect"].items() if k != "text"},
+        # report.json's key for the step's name stays "function" (tour facts, tests/data/tour).
+        "inspect": {k: v for k, v in lab["inspect"].items() if k not in ("text", "config")}
+        | {"function": lab["inspect"]["function_name"]},
     }

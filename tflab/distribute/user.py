@@ -203,7 +203,7 @@ def _step_report(strategy, fn, params, dist, label: str) -> dict:
 
 
 def user_mirrored_main() -> dict:
-    """The child of `run_user_mirrored`: N logical CPUs, MirroredStrategy, the user's step."""
+    """The mirrored child of `run_user_step`: N logical CPUs, MirroredStrategy, the user's step."""
     from tflab.distribute.strategies import mirrored_strategy
 
     t0 = time.perf_counter()
@@ -219,7 +219,7 @@ def user_mirrored_main() -> dict:
 
 
 def user_worker_main() -> dict:
-    """The child of `run_user_workers`: one MultiWorkerMirroredStrategy worker."""
+    """A worker child of `run_user_step`: one MultiWorkerMirroredStrategy worker."""
     import tensorflow as tf
 
     t0 = time.perf_counter()
