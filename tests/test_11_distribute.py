@@ -178,6 +178,11 @@ def test_two_workers_report_one_row_per_worker(run_cli):
     code, out, err = run_cli("distribute", "--mode", "workers", "--json", "--timeout", "60")
     assert code == 0, err
     rep = json.loads(out)["workers"]
+    # The record convention: the step's name as the chief's probe saw it, and the config of a worker
+    # (the process where TF ran: the parent never imports TF).
+    import tensorflow as tf
+
+    assert rep["function_name"] == "step" and rep["config"]["tf_version"] == tf.__version__
     rows = rep["rows"]
     assert [r["task"] for r in rows] == [0, 1]
     assert len({r["address"] for r in rows}) == 2 and all(r["address"].startswith("127.0.0.1:") for r in rows)

@@ -85,7 +85,7 @@ class MultiWorkerReport(Report):
     same: tuple[str, ...]
     differs: tuple[str, ...]
     seconds: float
-    function_name: str = "step"
+    function_name: str = "step"  # the chief's probe names it
     config: dict = config_field()
 
     def _repr_html_(self) -> str:
@@ -179,13 +179,16 @@ def run_workers(n: int = 2, timeout: float = 60.0, crash_worker: int | None = No
             extra["TFLAB_WORKER_CRASH_AFTER"] = 1
         specs.append((f"worker {i}", worker_argv("worker"), extra))
     reports = run_children(specs, timeout, progress, on_start)
-    configs = {r["task"]: r.pop("config") for r in reports}
+    chief = min(reports, key=lambda r: r["task"])
+    config, name = chief["config"], chief["function_name"]
+    for r in reports:
+        del r["config"], r["function_name"]
     rows = tuple(sorted((WorkerRow(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in r.items()})
                          for r in reports), key=lambda r: r.task))
     same = tuple(f for f in _COMPARED if len({json.dumps(getattr(r, f)) for r in rows}) == 1)
     differs = tuple(f for f in _COMPARED if f not in same)
     return MultiWorkerReport(rows=rows, same=same, differs=differs,
-                             seconds=round(time.perf_counter() - t0, 2), config=configs[min(configs)])
+                             seconds=round(time.perf_counter() - t0, 2), function_name=name, config=config)
 
 
 def worker_main() -> dict:
@@ -204,7 +207,8 @@ def worker_main() -> dict:
     worker only would build its collectives out of step with its peers.
 
     Returns:
-        The `WorkerRow` fields as a dict, and ``config`` (`tflab.runtime_config()` here).
+        The `WorkerRow` fields as a dict, the step's ``function_name`` and ``config``
+        (`tflab.runtime_config()` in this worker).
     """
     from tflab._report import current_config
 
@@ -258,4 +262,5 @@ def worker_main() -> dict:
             "summary_reasons": [r for t in summary.traces for r in t.reasons],
             "local_batches": batches, "local_data_sum": data_sum, "reduced": reduced,
             "weights": [float(v) for v in np.asarray(strategy.experimental_local_results(w)[0]).ravel()],
-            "seconds": round(time.perf_counter() - t0, 2), "config": current_config()}
+            "seconds": round(time.perf_counter() - t0, 2), "function_name": probe.function_name,
+            "config": current_config()}
