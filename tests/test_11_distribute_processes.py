@@ -47,8 +47,8 @@ def test_a_hanging_worker_is_killed_at_the_timeout_and_the_error_names_it():
     assert msg.startswith(f"worker 1 (pid {pids[1]}) still running after 2 s; stopped"), msg
     assert "worker 0" not in msg and "\n" not in msg
     assert not any(_alive(p) for p in pids)
-    # Killed at the timeout: not left to its own 600 s (the group's SIGTERM grace is 3 s).
-    assert 2 <= took < 2 + 3 + 10, took
+    # Killed at the timeout, not waited for: the worker sleeps 600 s (a loose bound, not a speed goal).
+    assert 2 <= took < 60, took
 
 
 def test_a_failing_worker_stops_the_others_and_is_named_with_its_last_line():
