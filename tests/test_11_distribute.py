@@ -65,6 +65,20 @@ def test_plain_step_traces_twice_and_replica_body_runs_four_times(lab):
         in plain["text"]
 
 
+def test_per_replica_trace_count_comes_from_trace_events_and_equals_tfs_count(lab):
+    """Issue 20/23: each replica-body run carries the TraceEvent of the outer trace it ran in (the
+    probe's own event for that trace, seen from its replica context), and the per-replica trace
+    count is a count of those events: each replica's body ran in each of TF's 2 traces."""
+    plain = lab["plain"]
+    assert plain["replica_traces"] == {"0": plain["tf_tracing_count"], "1": plain["tf_tracing_count"]} \
+        == {"0": 2, "1": 2}
+    runs = plain["replica_events"]
+    assert sorted((r["trace"], r["replica"]) for r in runs) == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    assert all(r["same_trace_event"] for r in runs)
+    assert sorted({r["context"] for r in runs}) == ["MirroredStrategy replica 0", "MirroredStrategy replica 1"]
+    assert lab["element_spec"]["replica_traces"] == {"0": 1, "1": 1}
+
+
 def test_element_spec_signature_gives_one_trace_and_two_bodies(lab):
     es = lab["element_spec"]
     assert (es["trace_count"], es["replica_runs"], es["expect_traces_count"]) == (1, 2, 1)
@@ -117,7 +131,9 @@ def test_reason_engine_on_per_replica_trace_types():
     # A global batch of 3 splits as 2 and 1: the replica that changed is named.
     t = make_trace(2, [("x", spec("(2, 4)", "(1, 4)"))], [first])
     assert t.reasons == ["x: per-replica shape replica 1 (2, 4) -> (1, 4) (of 2 replicas)"]
-    r = distribute.diff_trace_type("x", spec("(2, 4)", "(2, 4)"), spec("(2, 4)"))
+    from tflab.retrace import diff_per_replica
+
+    r = diff_per_replica("x", spec("(2, 4)", "(2, 4)"), spec("(2, 4)"))
     assert [x.text for x in r] == ["x: 2 replicas -> 1"]
 
 
@@ -162,6 +178,11 @@ def test_two_workers_report_one_row_per_worker(run_cli):
     code, out, err = run_cli("distribute", "--mode", "workers", "--json", "--timeout", "60")
     assert code == 0, err
     rep = json.loads(out)["workers"]
+    # The record convention: the step's name as the chief's probe saw it, and the config of a worker
+    # (the process where TF ran: the parent never imports TF).
+    import tensorflow as tf
+
+    assert rep["function_name"] == "step" and rep["config"]["tf_version"] == tf.__version__
     rows = rep["rows"]
     assert [r["task"] for r in rows] == [0, 1]
     assert len({r["address"] for r in rows}) == 2 and all(r["address"].startswith("127.0.0.1:") for r in rows)
@@ -265,10 +286,11 @@ def test_tour_section_reports_the_lab(lab, monkeypatch, tmp_path):
     """The tour's step 11 prints and stores the lab's facts (the lab itself is the fixture's run)."""
     from tflab._progress import Progress
     from tflab._tour import s11_distribute
+    from tflab.distribute import lab as lab_module
     from tflab.tour import TourContext
 
     calls = []
-    monkeypatch.setattr(distribute, "run_lab_subprocess", lambda **kw: calls.append(kw) or lab)
+    monkeypatch.setattr(lab_module, "run_lab_subprocess", lambda **kw: calls.append(kw) or lab)
     ctx = TourContext(model=None, model_source="default", out_dir=tmp_path, report={},
                       progress_line=Progress("tour", enabled=False), quiet=True)
     s11_distribute.run(ctx)
@@ -278,6 +300,8 @@ def test_tour_section_reports_the_lab(lab, monkeypatch, tmp_path):
     assert rep["plain"]["reasons"][0] == "x: per-replica shape (2, 4) -> (1, 4)"
     assert (rep["element_spec"]["trace_count"], rep["stabilize"]["traces"]) == (1, 1)
     assert rep["inspect"]["cross_replica_ops"] == {"CollectiveReduceV2": 2}
+    # report.json keeps the tour facts' key for the step's name (tests/data/tour/expected_facts.json).
+    assert rep["inspect"]["function"] == rep["inspect"]["function_name"] == "step"
 
 
 _THREE_REPLICAS = r'''

@@ -3,7 +3,7 @@
 The step (tests/data/distribute_step.py) all-reduces a gradient of a variable
 the file creates at import; tflab imports the file inside strategy.scope(), so
 it must come back as ONE MirroredVariable with one component per replica.
-The data are 2·B + B//2 rows (`tflab.distribute_user._rows`), batched by B:
+The data are 2·B + B//2 rows (`tflab.distribute.user._rows`), batched by B:
 with B=4 the global batches are 4, 4, 2. MirroredStrategy rebatches a global
 batch of B rows into per-replica batches of ceil(B/N) rows, in replica order,
 until the rows run out (measured on TF 2.21): over 3 logical CPUs 4 rows give
@@ -21,7 +21,7 @@ import os
 import pytest
 
 from tflab.distribute import WorkerError
-from tflab.distribute_user import check_user_step, empty_batch_notes, run_user_step
+from tflab.distribute.user import check_user_step, empty_batch_notes, run_user_step
 
 STEP = os.path.join(os.path.dirname(__file__), "data", "distribute_step.py")
 
@@ -50,6 +50,8 @@ def test_user_step_under_mirrored_and_multiworker(run_cli):
     assert m["per_replica_rows"] == [[2, 2, 0], [2, 2, 0], [1, 1, 0]]
     # Steps 1 and 2 share per-replica shapes; step 3 changes them: 2 traces, 3 bodies each.
     assert (m["traces"], m["replica_runs"]) == (2, 6)
+    # Each replica's body ran in each of the 2 TraceEvents (the replica with 0 rows too).
+    assert m["replica_traces"] == {"0": 2, "1": 2, "2": 2}
     assert any(r.startswith("x: per-replica shape") for r in m["reasons"]), m["reasons"]
     assert [e.split(" (")[0] for e in m["empty_batches"]] == [
         f"step {s}: replica 2 received an empty batch" for s in (1, 2, 3)]
@@ -67,6 +69,8 @@ def test_user_step_under_mirrored_and_multiworker(run_cli):
         # Global batch 4 over 2 workers: per-replica batch 2; each worker reads 2·2+1 = 5 rows.
         assert w["replicas_in_sync"] == 2 and w["per_replica_rows"] == [[2], [2], [1]]
         assert (w["traces"], w["replica_runs"]) == (2, 2)
+        # A worker's one replica has its global id (replica_id_in_sync_group): worker 1 is replica 1.
+        assert w["replica_traces"] == {str(w["task"]): 2}
         assert w["reasons"] == ["x: per-replica shape (2, 4) -> (1, 4)", "y: per-replica shape (2,) -> (1,)"]
         assert [v["type"] for v in w["inspect"]["mirrored_variables"]] == ["MirroredVariable"]
         assert w["empty_batches"] == []

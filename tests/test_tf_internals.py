@@ -26,7 +26,6 @@ ROOT = Path(__file__).resolve().parents[1] / "tflab"
 PENDING: set[str] = {
     "_report_pages.py",
     "_tour/model.py",
-    "distribute.py",
     "export.py",
     "litert_check.py",
     "litert_convert.py",

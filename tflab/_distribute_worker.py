@@ -1,10 +1,11 @@
 """Entry point of the processes `tflab.distribute` starts (logical devices need a fresh process).
 
-``python -m tflab._distribute_worker mirrored``: `tflab.distribute.mirrored_lab`.
+``python -m tflab._distribute_worker mirrored``: `tflab.distribute.lab.mirrored_lab`.
 ``python -m tflab._distribute_worker worker``: one MultiWorkerMirroredStrategy
-worker (`tflab.distribute.worker_main`), with ``TF_CONFIG`` set by its parent.
+worker (`tflab.distribute.workers.worker_main`), with ``TF_CONFIG`` set by its parent.
 ``user-mirrored`` / ``user-worker``: the same on the user's step
-(`tflab.distribute_user`), named by ``$TFLAB_USER_STEP``.
+(`tflab.distribute.user`), named by ``$TFLAB_USER_STEP``.
+Each exits on its own when its parent is gone (`tflab.distribute.processes.watch_parent`).
 The JSON report goes to ``$TFLAB_REPORT``, written atomically.
 """
 
@@ -18,22 +19,25 @@ import tempfile
 
 def main(argv: list[str]) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from tflab import distribute
+    from tflab.distribute.processes import watch_parent
 
     parent = int(os.environ.get("TFLAB_PARENT_PID", os.getppid()))
-    distribute._watch_parent(parent, float(os.environ.get("TFLAB_DEADLINE_S", "120")) + 5)
+    watch_parent(parent, float(os.environ.get("TFLAB_DEADLINE_S", "120")) + 5)
     mode = argv[0] if argv else ""
     if mode == "mirrored":
+        from tflab.distribute.lab import mirrored_lab
+
         export = os.environ.get("TFLAB_LAB_EXPORT") == "1"
         with tempfile.TemporaryDirectory(prefix="tflab_lab_export_") as tmp:
-            report = distribute.mirrored_lab(export_dir=tmp if export else None)
+            report = mirrored_lab(export_dir=tmp if export else None)
     elif mode == "worker":
-        report = distribute.worker_main()
-    elif mode in ("user-mirrored", "user-worker"):
-        from tflab import distribute_user
+        from tflab.distribute.workers import worker_main
 
-        report = (distribute_user.user_mirrored_main() if mode == "user-mirrored"
-                  else distribute_user.user_worker_main())
+        report = worker_main()
+    elif mode in ("user-mirrored", "user-worker"):
+        from tflab.distribute import user
+
+        report = user.user_mirrored_main() if mode == "user-mirrored" else user.user_worker_main()
     else:
         print("usage: python -m tflab._distribute_worker {mirrored,worker,user-mirrored,user-worker}",
               file=sys.stderr)

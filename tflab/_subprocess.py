@@ -393,6 +393,46 @@ class ChildGroup:
         with contextlib.suppress(ValueError):
             self.procs.remove(proc)
 
+    def __enter__(self) -> "ChildGroup":
+        """Opens the group: SIGTERM raises `tflab.errors.Terminated` (the sticky handler) until it closes."""
+        from tflab.errors import install_sigterm_handler, sigterm_handler_installed
+
+        self._previous_term = None if sigterm_handler_installed() else install_sigterm_handler()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        """Closes the group: every process is stopped and reaped (`stop`), on every exit path."""
+        try:
+            self.stop()
+        finally:
+            previous, self._previous_term = getattr(self, "_previous_term", None), None
+            if previous is not None:  # the group installed the handler: its SIGTERM is spent now
+                from tflab.errors import clear_terminated
+
+                signal.signal(signal.SIGTERM, previous)
+                clear_terminated()
+
+    def wait(self, timeout: float, on_exit=None, poll: float = 0.05) -> list[subprocess.Popen]:
+        """Waits ``timeout`` seconds at most for every process to end; returns those still running.
+
+        ``on_exit(proc)`` is called as each one ends and may raise (a failed worker) to stop
+        waiting; the ``with`` block then stops the others. Raises `tflab.errors.Terminated` on
+        SIGTERM, also one whose exception a finalizer lost (the flag is sticky).
+        """
+        from tflab.errors import raise_if_terminated
+
+        deadline, seen = time.monotonic() + timeout, set()
+        while True:
+            raise_if_terminated()
+            for p in [p for p in self.procs if p.pid not in seen and p.poll() is not None]:
+                seen.add(p.pid)
+                if on_exit is not None:
+                    on_exit(p)
+            running = [p for p in self.procs if p.poll() is None]
+            if not running or time.monotonic() > deadline:
+                return running
+            time.sleep(poll)
+
     def stop(self, grace: float = 3.0) -> None:
         """SIGTERM to each running group, up to ``grace`` s, then SIGKILL; every process is reaped."""
         running = [p for p in self.procs if p.poll() is None]

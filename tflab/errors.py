@@ -84,3 +84,22 @@ def install_sigterm_handler():
         return signal.signal(signal.SIGTERM, on_term)
     except (ValueError, OSError):
         return None
+
+
+def sigterm_handler_installed() -> bool:
+    """True when SIGTERM's handler is the one `install_sigterm_handler` put in (the CLI's, export's, a `ChildGroup`'s).
+
+    A second install would clear the sticky flag; callers that nest check this first.
+    """
+    import signal
+
+    handler = signal.getsignal(signal.SIGTERM)
+    return (getattr(handler, "__module__", None) == __name__
+            and getattr(handler, "__qualname__", "") == "install_sigterm_handler.<locals>.on_term")
+
+
+def clear_terminated() -> None:
+    """Forgets a SIGTERM that was recorded: for the owner of a handler it is now removing (`ChildGroup`)."""
+    global _TERM_RECEIVED
+
+    _TERM_RECEIVED = False

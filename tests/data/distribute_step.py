@@ -1,20 +1,19 @@
 """A user's own replica step for `tflab distribute FILE.py:STEP` (tests/test_11_distribute_user_step.py).
 
 ``w`` is created at import; tflab imports this file inside strategy.scope(), so
-it becomes one MirroredVariable with a component per replica.
+it becomes one MirroredVariable with a component per replica. The step is the
+lab's own (`tflab.distribute.make_replica_step`: a squared loss, its gradient
+all-reduced across replicas, one SGD step on ``w``), so the user path and the
+lab measure the same step.
 """
 
 import tensorflow as tf
 
+from tflab.distribute import make_replica_step
+
 w = tf.Variable(tf.ones([4, 1]), name="w")
 
-
-def replica_step(x, y):
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(tf.square(tf.matmul(x, w)[:, 0] - y))
-    grad = tf.distribute.get_replica_context().all_reduce("SUM", tape.gradient(loss, w))
-    w.assign_sub(0.01 * grad)
-    return loss
+replica_step = make_replica_step(w)
 
 
 def broken_step(x, y):

@@ -1,7 +1,7 @@
 """Tour step 11: the training step under MirroredStrategy (2 logical CPUs), in a fresh process.
 
 The tour's process has initialized TF already, and logical devices can only be
-configured before that, so `tflab.distribute.run_lab_subprocess` measures the
+configured before that, so `tflab.distribute.lab.run_lab_subprocess` measures the
 lab's small ``strategy.run`` step in a new process (no export: ``tflab
 distribute`` adds the export after training and the two-worker run).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 
 def run(ctx) -> None:
-    from tflab.distribute import lab_text, run_lab_subprocess
+    from tflab.distribute.lab import lab_text, run_lab_subprocess
 
     background = ctx.shared.get("distribute_lab")  # started at the tour's start (tflab._tour.background)
     if background is None:
@@ -32,5 +32,7 @@ def run(ctx) -> None:
         "element_spec": {k: lab["element_spec"][k] for k in ("trace_count", "replica_runs", "spec")},
         "stabilize": lab["stabilize"],
         "drop_remainder": lab["drop_remainder"],
-        "inspect": {k: v for k, v in lab["inspect"].items() if k != "text"},
+        # report.json's key for the step's name stays "function" (tour facts, tests/data/tour).
+        "inspect": {k: v for k, v in lab["inspect"].items() if k not in ("text", "config")}
+        | {"function": lab["inspect"]["function_name"]},
     }

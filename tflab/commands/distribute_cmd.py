@@ -1,8 +1,9 @@
 """``tflab distribute``: tracing under MirroredStrategy (2 logical CPUs) and on 2 workers on 127.0.0.1.
 
-The work is `tflab.distribute`: `run_lab_subprocess` (one fresh process with 2
-logical CPUs) and `run_workers` (MultiWorkerMirroredStrategy worker processes
-with TF_CONFIG on free loopback ports); this verb parses arguments and prints.
+The work is `tflab.distribute`: `lab.run_lab_subprocess` (one fresh process with 2
+logical CPUs), `workers.run_workers` (MultiWorkerMirroredStrategy worker processes
+with TF_CONFIG on free loopback ports) and `user.run_user_step` (FILE.py:STEP);
+this verb parses arguments and prints.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ HELP = ("trace a strategy.run training step under MirroredStrategy (2 logical CP
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from tflab.distribute_user import MAX_REPLICAS, MAX_WORKERS
+    from tflab.distribute.user import MAX_REPLICAS, MAX_WORKERS
 
     p.add_argument("target", nargs="?", metavar="FILE.py:STEP",
                    help="your replica step (what strategy.run runs on each replica); the file is "
@@ -51,8 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tflab import distribute
     from tflab._progress import Progress
+    from tflab.distribute import lab, workers
     from tflab.errors import UsageError
 
     if args.target is not None:
@@ -69,14 +70,13 @@ def run(args: argparse.Namespace) -> int:
     for part in parts:
         if part == "mirrored":
             progress("MirroredStrategy lab in a fresh process (2 logical CPUs)")
-            result["mirrored"] = distribute.run_lab_subprocess(export=not args.no_export,
-                                                               timeout=args.timeout)
+            result["mirrored"] = lab.run_lab_subprocess(export=not args.no_export, timeout=args.timeout)
             if not args.json:
-                print(distribute.lab_text(result["mirrored"]))
+                print(lab.lab_text(result["mirrored"]))
         else:
             progress("2 MultiWorkerMirroredStrategy workers on 127.0.0.1")
-            report = distribute.run_workers(2, timeout=args.timeout,
-                                            crash_worker=args.crash_worker, progress=progress.note)
+            report = workers.run_workers(2, timeout=args.timeout, crash_worker=args.crash_worker,
+                                         progress=progress.note)
             result["workers"] = report.to_dict()
             if not args.json:
                 if "mirrored" in result:
@@ -89,8 +89,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_user(args: argparse.Namespace) -> int:
-    from tflab import distribute_user
     from tflab._progress import Progress
+    from tflab.distribute import user as distribute_user
     from tflab.errors import UsageError
 
     if args.crash_worker is not None or args.no_export:

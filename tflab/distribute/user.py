@@ -22,8 +22,9 @@ dataset of seeded random values:
   each with its own input pipeline (``distribute_datasets_from_function``,
   values seeded by ``input_pipeline_id``); per-worker traces and reasons.
 
-The processes are run by `tflab.distribute._run_children`, which bounds every
-wait and stops every child on every exit path.
+The processes are run by `tflab.distribute.processes.run_children` (one
+`tflab._subprocess.ChildGroup`), which bounds every wait and stops every child
+on every exit path.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ import dataclasses
 import inspect
 import json
 import os
-import sys
 import time
 from typing import Any, Callable
 
@@ -102,61 +102,10 @@ def check_user_step(target: str, arg_items: list[str] | None) -> UserStep:
 
 
 def _child_spec(step: UserStep, mode: str, extra: dict) -> tuple[list[str], dict]:
-    argv = [sys.executable, "-m", "tflab._distribute_worker", mode]
-    return argv, {"TFLAB_USER_STEP": step.target, "TFLAB_USER_ARGS": json.dumps(list(step.arg_items)),
-                  **extra}
+    from tflab.distribute.processes import worker_argv
 
-
-def run_user_mirrored(step: UserStep, replicas: int = 2, timeout: float = 60.0,
-                      progress: Callable[[str], None] | None = None,
-                      on_start: Callable[[list[int]], None] | None = None) -> dict:
-    """Runs the user's step under MirroredStrategy on ``replicas`` logical CPUs (a fresh process).
-
-    Returns:
-        `user_mirrored_main`'s report.
-
-    Raises:
-        UsageError: ``replicas`` out of 1..`MAX_REPLICAS`.
-        WorkerError: the process failed (its last error line) or ran past ``timeout``.
-    """
-    from tflab.distribute import _run_children
-
-    if not isinstance(replicas, int) or not 1 <= replicas <= MAX_REPLICAS:
-        raise UsageError(f"--replicas must be 1..{MAX_REPLICAS}, got {replicas!r}")
-    argv, extra = _child_spec(step, "user-mirrored", {"TFLAB_REPLICAS": replicas})
-    return _run_children([("mirrored step", argv, extra)], timeout, progress, on_start)[0]
-
-
-def run_user_workers(step: UserStep, workers: int = 2, timeout: float = 60.0,
-                     progress: Callable[[str], None] | None = None,
-                     on_start: Callable[[list[int]], None] | None = None) -> dict:
-    """Runs the user's step on ``workers`` MultiWorkerMirroredStrategy processes on 127.0.0.1.
-
-    Returns:
-        ``{"workers": [report of each worker, by task], "seconds": …}``.
-
-    Raises:
-        UsageError: ``workers`` out of 1..`MAX_WORKERS`.
-        WorkerError: a worker failed or the run passed ``timeout``; the others are stopped.
-    """
-    from tflab.distribute import _run_children, pick_free_ports, tf_config
-
-    if not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
-        raise UsageError(f"--workers must be 1..{MAX_WORKERS} (each worker is a process with its own "
-                         f"TF on this machine), got {workers!r}")
-    if step.global_batch % workers:
-        raise UsageError(f"--workers {workers}: the global batch of {step.global_batch} rows does not "
-                         f"split evenly over {workers} workers (one replica each; "
-                         f"ctx.get_per_replica_batch_size); give a dim 0 that {workers} divides")
-    t0 = time.perf_counter()
-    ports = pick_free_ports(workers)
-    specs = []
-    for i in range(workers):
-        argv, extra = _child_spec(step, "user-worker", {"TF_CONFIG": json.dumps(tf_config(ports, i))})
-        specs.append((f"worker {i}", argv, extra))
-    reports = _run_children(specs, timeout, progress, on_start)
-    return {"workers": sorted(reports, key=lambda r: r["task"]),
-            "seconds": round(time.perf_counter() - t0, 2)}
+    return worker_argv(mode), {"TFLAB_USER_STEP": step.target,
+                               "TFLAB_USER_ARGS": json.dumps(list(step.arg_items)), **extra}
 
 
 # --------------------------------------------------------------------------- in the child
@@ -225,7 +174,8 @@ def empty_batch_notes(per_replica_rows: list[list[int]]) -> list[str]:
 
 
 def _step_report(strategy, fn, params, dist, label: str) -> dict:
-    from tflab.distribute import DistributedRetraceProbe, inspect_distributed
+    from tflab.distribute.per_device import inspect_distributed
+    from tflab.distribute.probe import DistributedRetraceProbe
 
     def step(*a):
         return strategy.run(fn, args=a)
@@ -241,8 +191,8 @@ def _step_report(strategy, fn, params, dist, label: str) -> dict:
         probe(*batch)
     out = {"label": label, "replicas_in_sync": strategy.num_replicas_in_sync,
            "per_replica_rows": rows, "traces": probe.trace_count,
-           "replica_runs": probe.replica_run_count, "replica_runs_per_trace": probe.runs_per_trace(),
-           "replica_summary": probe.replica_summary(),
+           "replica_runs": probe.replica_run_count, "replica_runs_per_trace": probe.replica_runs_per_trace,
+           "replica_traces": probe.replica_traces, "replica_summary": probe.replica_summary,
            "reasons": [r for t in probe.traces for r in t.reasons],
            "empty_batches": empty_batch_notes(rows), "probe_text": probe.to_text()}
     import tensorflow as tf
@@ -253,8 +203,8 @@ def _step_report(strategy, fn, params, dist, label: str) -> dict:
 
 
 def user_mirrored_main() -> dict:
-    """The child of `run_user_mirrored`: N logical CPUs, MirroredStrategy, the user's step."""
-    from tflab.distribute import mirrored_strategy
+    """The mirrored child of `run_user_step`: N logical CPUs, MirroredStrategy, the user's step."""
+    from tflab.distribute.strategies import mirrored_strategy
 
     t0 = time.perf_counter()
     n = int(os.environ.get("TFLAB_REPLICAS", "2"))
@@ -269,7 +219,7 @@ def user_mirrored_main() -> dict:
 
 
 def user_worker_main() -> dict:
-    """The child of `run_user_workers`: one MultiWorkerMirroredStrategy worker."""
+    """A worker child of `run_user_step`: one MultiWorkerMirroredStrategy worker."""
     import tensorflow as tf
 
     t0 = time.perf_counter()
@@ -306,7 +256,7 @@ def _part_text(r: dict, head: str) -> list[str]:
 
 
 def user_text(result: dict) -> str:
-    """The readable report of `run_user_mirrored` and/or `run_user_workers`."""
+    """The readable report of `run_user_step` (its mirrored part, its workers, or both)."""
     lines = []
     if "mirrored" in result:
         m = result["mirrored"]
@@ -339,7 +289,7 @@ def run_user_step(step: UserStep, replicas: int | None = 2, workers: int | None 
                   timeout: float = 60.0, progress: Callable[[str], None] | None = None,
                   on_start: Callable[[list[int]], None] | None = None) -> dict:
     """Both parts at once: the MirroredStrategy process and the worker processes start
-    together (one `_run_children`: one bound, one stop for all), so the wall time is
+    together (one `run_children`: one bound, one stop for all), so the wall time is
     the slowest part's, not the sum.
 
     Args:
@@ -357,7 +307,7 @@ def run_user_step(step: UserStep, replicas: int | None = 2, workers: int | None 
         UsageError: ``replicas``/``workers`` out of range, or a batch ``workers`` does not divide.
         WorkerError: a process failed or the run passed ``timeout``; every other one is stopped.
     """
-    from tflab.distribute import _run_children, pick_free_ports, tf_config
+    from tflab.distribute.processes import pick_free_ports, run_children, tf_config
 
     check_counts(step, replicas, workers)
     specs = []
@@ -370,7 +320,7 @@ def run_user_step(step: UserStep, replicas: int | None = 2, workers: int | None 
             argv, extra = _child_spec(step, "user-worker", {"TF_CONFIG": json.dumps(tf_config(ports, i))})
             specs.append((f"worker {i}", argv, extra))
     t0 = time.perf_counter()
-    reports = _run_children(specs, timeout, progress, on_start)
+    reports = run_children(specs, timeout, progress, on_start)
     out: dict = {}
     if replicas is not None:
         out["mirrored"] = reports.pop(0)

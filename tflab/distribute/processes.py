@@ -1,0 +1,182 @@
+"""The lab's and the workers' processes: started, bounded and stopped by `tflab._subprocess.ChildGroup`.
+
+Logical devices must be configured before TF initializes its context, so the
+single-machine lab and each worker run in a fresh Python process
+(``python -m tflab._distribute_worker MODE``). `run_children` starts them in a
+`ChildGroup` (the one supervisor: each child in its own process group, the
+sticky SIGTERM handler, SIGTERM then SIGKILL and a reap on every exit path),
+waits for all of them within one timeout, and reads each child's JSON report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+from typing import Callable, Sequence
+
+from tflab.errors import TflabError
+
+_TFLAB_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class WorkerError(TflabError):
+    """A worker process crashed, failed or ran past its timeout; the message names the worker."""
+
+
+def pick_free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """``n`` distinct TCP ports free on ``host`` now (bound to port 0, then released).
+
+    Another process may take a port between this call and the worker's
+    bind; the worker then fails to start and `run_children` names it.
+    """
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def tf_config(ports: Sequence[int], index: int, host: str = "127.0.0.1") -> dict:
+    """The ``TF_CONFIG`` of worker ``index`` in a cluster of ``len(ports)`` workers on ``host``."""
+    return {"cluster": {"worker": [f"{host}:{p}" for p in ports]},
+            "task": {"type": "worker", "index": index}}
+
+
+def worker_argv(mode: str) -> list[str]:
+    """The command line of one child: ``python -m tflab._distribute_worker MODE``."""
+    return [sys.executable, "-m", "tflab._distribute_worker", mode]
+
+
+def watch_parent(parent: int, deadline_s: float) -> None:
+    """In a worker: exits (status 124) once ``parent`` is no longer its parent, or after ``deadline_s`` s.
+
+    A daemon thread looks every 0.2 s, so a worker whose parent was SIGKILLed is never an orphan.
+    """
+    end = time.monotonic() + deadline_s
+
+    def loop():
+        while os.getppid() == parent and time.monotonic() <= end:
+            time.sleep(0.2)
+        os._exit(124)
+
+    threading.Thread(target=loop, daemon=True, name="tflab-parent-watch").start()
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def _last_line(path: str) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            lines = [ln.strip() for ln in f if ln.strip()]
+    except OSError:
+        return ""
+    # TF's C++ log lines (I0000 …, W0000 …) are noise next to the Python error.
+    py = [ln for ln in lines if not re.match(r"^[IWEF]\d{4} ", ln) and not ln.startswith("WARNING: All log")]
+    return (py or lines or [""])[-1][:300]
+
+
+def _child_env(extra: dict) -> dict:
+    env = dict(os.environ)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env["PYTHONPATH"] = _TFLAB_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.pop("TF_CONFIG", None)
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def run_children(specs: Sequence[tuple[str, list[str], dict]], timeout: float,
+                 progress: Callable[[str], None] | None = None,
+                 on_start: Callable[[list[int]], None] | None = None) -> list[dict]:
+    """Runs child processes to completion; returns each one's JSON report, in ``specs`` order.
+
+    Args:
+        specs: (label, argv, environment extras) per child; the child writes its
+            JSON report to ``$TFLAB_REPORT`` (`tflab._distribute_worker` does).
+        timeout: seconds of wall clock for all children together; each child also
+            gets it as ``$TFLAB_DEADLINE_S`` and ends itself past it.
+        progress: called with ``"<label> finished"`` as each child ends well.
+        on_start: called with every child's pid once all have started.
+
+    Returns:
+        One dict per child.
+
+    Raises:
+        WorkerError: a child exited non-zero (one line naming it and its pid, with
+            its last stderr line, and the children stopped because of it), ran past
+            ``timeout`` (named with its pid), or exited 0 without a report.
+        KeyboardInterrupt: re-raised after every child is stopped (Ctrl-C).
+        Terminated: SIGTERM, re-raised after every child is stopped (exit 143).
+
+    Example:
+        >>> run_children([("worker 0", worker_argv("worker"), {"TF_CONFIG": "…"})], timeout=60)
+        [{'task': 0, …}]
+    """
+    from tflab._subprocess import ChildGroup
+
+    tmp = tempfile.mkdtemp(prefix="tflab_distribute_")
+    files = []
+    try:
+        with ChildGroup() as children:
+            for label, argv, extra in specs:
+                report = os.path.join(tmp, f"{len(files)}.json")
+                err_path = os.path.join(tmp, f"{len(files)}.stderr")
+                with open(err_path, "w") as err:
+                    p = children.start(argv, _child_env({**extra, "TFLAB_REPORT": report,
+                                                         "TFLAB_PARENT_PID": os.getpid(),
+                                                         "TFLAB_DEADLINE_S": timeout}),
+                                       stdout=err, stderr=err)
+                files.append((label, p, report, err_path))
+            if on_start is not None:
+                on_start([p.pid for _, p, _, _ in files])
+            labels = {p.pid: (label, err_path) for label, p, _, err_path in files}
+
+            def on_exit(p) -> None:
+                label, err_path = labels[p.pid]
+                code = p.returncode
+                if code == 0:
+                    if progress:
+                        progress(f"{label} finished")
+                    return
+                how = f"was killed by {_signal_name(code)}" if code < 0 else f"exited with status {code}"
+                last = _last_line(err_path)
+                others = [lbl for lbl, q, _, _ in files if q.poll() is None]
+                raise WorkerError(f"{label} (pid {p.pid}) {how}" + (f": {last}" if last and code > 0 else "")
+                                  + (f"; stopped {', '.join(others)}" if others else ""))
+
+            still = children.wait(timeout, on_exit)
+            if still:
+                names = ", ".join(f"{labels[q.pid][0]} (pid {q.pid})" for q in still)
+                raise WorkerError(f"{names} still running after {timeout:g} s; stopped "
+                                  f"(raise --timeout, or look for a worker blocked on a peer)")
+        reports = []
+        for label, p, report, err_path in files:
+            try:
+                with open(report) as f:
+                    reports.append(json.load(f))
+            except (OSError, ValueError):
+                raise WorkerError(f"{label} (pid {p.pid}) exited 0 without its report: "
+                                  f"{_last_line(err_path)}") from None
+        return reports
+    finally:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(tmp)

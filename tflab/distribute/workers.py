@@ -1,0 +1,266 @@
+"""Two ``MultiWorkerMirroredStrategy`` workers on 127.0.0.1: `run_workers` and the worker's own `worker_main`.
+
+Each worker is a fresh ``python -m tflab._distribute_worker worker`` process
+with ``TF_CONFIG`` naming every worker at a port picked free on 127.0.0.1. Each
+runs the lab's training step over its own batches 4, 4, 2 and reports its
+traces and reasons; `MultiWorkerReport` puts the rows side by side and names
+what is the same on every worker and what differs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import time
+from typing import Callable
+
+from tflab._report import Report, config_field
+from tflab._text import table
+from tflab.distribute.probe import DistributedRetraceProbe
+from tflab.distribute.processes import pick_free_ports, run_children, tf_config, worker_argv
+from tflab.distribute.strategies import lab_dataset, make_replica_step
+from tflab.errors import UsageError
+from tflab.retrace.probe import RetraceProbe
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerRow:
+    """What one worker measured.
+
+    Attributes:
+        task: its ``TF_CONFIG`` task index (0 is the chief).
+        address: its ``127.0.0.1:PORT``.
+        pid: its process id.
+        replicas_in_sync: replicas over all workers (1 CPU each: 2).
+        step_traces: traces of the training step (`DistributedRetraceProbe`).
+        replica_runs: its replica-function bodies run (its local replicas × traces).
+        step_reasons: the step's retrace reasons.
+        summary_traces: traces of the worker-local ``write_summary`` tf.function.
+        summary_reasons: its retrace reasons (a worker-dependent Python flag).
+        local_batches: this worker's per-step batch sizes.
+        local_data_sum: the sum of this worker's input features over all
+            steps (each worker's pipeline reads its own examples).
+        reduced: ``strategy.reduce(SUM, …)`` of each step: examples over all workers.
+        weights: the trained MirroredVariable after the last step.
+        seconds: the worker's wall time, seconds.
+    """
+
+    task: int
+    address: str
+    pid: int
+    replicas_in_sync: int
+    step_traces: int
+    replica_runs: int
+    step_reasons: tuple[str, ...]
+    summary_traces: int
+    summary_reasons: tuple[str, ...]
+    local_batches: tuple[int, ...]
+    local_data_sum: float
+    reduced: tuple[float, ...]
+    weights: tuple[float, ...]
+    seconds: float
+
+
+# Fields compared across workers for the "same / differs" lines.
+_COMPARED = ("replicas_in_sync", "step_traces", "replica_runs", "step_reasons", "summary_traces",
+             "summary_reasons", "local_batches", "local_data_sum", "reduced", "weights")
+
+
+@dataclasses.dataclass(repr=False)
+class MultiWorkerReport(Report):
+    """`run_workers`' merged report: one row per worker.
+
+    Attributes:
+        rows: one `WorkerRow` per worker, by task index.
+        same: fields equal on every worker.
+        differs: fields that differ between workers.
+        seconds: wall time of the whole run, seconds.
+        function_name: the training step every worker traced (``step``).
+        config: `tflab.runtime_config()` of the chief worker's process (where TF ran).
+    """
+
+    rows: tuple[WorkerRow, ...]
+    same: tuple[str, ...]
+    differs: tuple[str, ...]
+    seconds: float
+    function_name: str = "step"  # the chief's probe names it
+    config: dict = config_field()
+
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
+        from tflab._html import fragment
+
+        return fragment(self)
+
+    def to_dict(self) -> dict:
+        """The fields as JSON data, built without importing TF (the parent process never does)."""
+        return {"rows": [dataclasses.asdict(r) for r in self.rows], "same": list(self.same),
+                "differs": list(self.differs), "seconds": self.seconds, "function_name": self.function_name,
+                "config": dict(self.config)}
+
+    def summary_line(self) -> str:
+        traces = ", ".join(f"worker {r.task}: {r.step_traces}" for r in self.rows)
+        return (f"{len(self.rows)} workers; step traces {traces}; "
+                f"differs: {', '.join(self.differs) or 'nothing'}")
+
+    def to_text(self) -> str:
+        lines = [f"MultiWorkerMirroredStrategy: {len(self.rows)} workers on 127.0.0.1, "
+                 f"{self.rows[0].replicas_in_sync if self.rows else 0} replicas in sync ({self.seconds:.1f} s)",
+                 table([(r.task, r.address, ",".join(map(str, r.local_batches)), r.step_traces, r.replica_runs,
+                         r.summary_traces, ", ".join(f"{v:g}" for v in r.reduced)) for r in self.rows],
+                       header=("worker", "address", "batches", "step traces", "replica bodies",
+                               "summary traces", "reduce(SUM) per step"), align="<<<>>><", indent="  ")]
+        for r in self.rows:
+            for reason in r.step_reasons:
+                lines.append(f"  worker {r.task} step {reason}")
+            for reason in r.summary_reasons:
+                lines.append(f"  worker {r.task} write_summary {reason}")
+        lines.append(f"  same on every worker: {', '.join(self.same) or 'nothing'}")
+        lines.append(f"  differs: {', '.join(self.differs) or 'nothing'}")
+        return "\n".join(lines)
+
+
+def run_workers(n: int = 2, timeout: float = 60.0, crash_worker: int | None = None,
+                progress: Callable[[str], None] | None = None,
+                on_start: Callable[[list[int]], None] | None = None) -> MultiWorkerReport:
+    """Starts ``n`` MultiWorkerMirroredStrategy workers on 127.0.0.1 and merges their reports.
+
+    Each worker is a fresh ``python -m tflab._distribute_worker worker``
+    process with ``TF_CONFIG`` naming every worker at a port picked free on
+    127.0.0.1 (`pick_free_ports`). Each runs the same training step over its
+    own batches 4, 4, 2 (`worker_main`) and reports its traces and reasons.
+
+    Every wait is bounded by ``timeout``; each worker also exits on its own
+    past that deadline or when this process disappears. The workers are
+    stopped (SIGTERM, then SIGKILL) and reaped on every exit path: normal
+    return, a worker crash, the timeout, Ctrl-C (SIGINT) or SIGTERM
+    (`tflab.distribute.processes.run_children`, `tflab._subprocess.ChildGroup`).
+
+    Args:
+        n: number of workers: 2 (each is one replica on its CPU).
+        timeout: seconds for the whole run.
+        crash_worker: for demonstrations and tests: that worker kills itself
+            with SIGKILL after its first step (its peer then blocks in the
+            next all-reduce until it is stopped).
+        progress: called with a line as each worker finishes.
+        on_start: called with the worker pids once all have started.
+
+    Returns:
+        A `MultiWorkerReport`, one row per worker.
+
+    Raises:
+        WorkerError: a worker crashed or the run passed ``timeout``: one line
+            naming the worker (task index and pid); the others were stopped.
+        UsageError: ``n`` is not 2, or ``crash_worker`` is not a worker index.
+        KeyboardInterrupt: after stopping the workers.
+
+    Example:
+
+    >>> report = run_workers(2, timeout=60)
+    >>> [(r.task, r.step_traces, r.replica_runs) for r in report.rows]
+    [(0, 2, 2), (1, 2, 2)]
+    >>> report.differs
+    ('summary_traces', 'summary_reasons', 'local_data_sum')
+    """
+    if n != 2:
+        raise UsageError(f"n must be 2 (the two-worker run is the one measured by the tests), got {n!r}")
+    if crash_worker is not None and not (isinstance(crash_worker, int) and 0 <= crash_worker < n):
+        raise UsageError(f"--crash-worker must be a worker index 0..{n - 1}, got {crash_worker!r}")
+    if not timeout or timeout <= 0:
+        raise UsageError(f"--timeout must be > 0 seconds, got {timeout!r}")
+    t0 = time.perf_counter()
+    ports = pick_free_ports(n)
+    specs = []
+    for i in range(n):
+        extra = {"TF_CONFIG": json.dumps(tf_config(ports, i)), "TFLAB_WORKER_INDEX": i}
+        if crash_worker == i:
+            extra["TFLAB_WORKER_CRASH_AFTER"] = 1
+        specs.append((f"worker {i}", worker_argv("worker"), extra))
+    reports = run_children(specs, timeout, progress, on_start)
+    chief = min(reports, key=lambda r: r["task"])
+    config, name = chief["config"], chief["function_name"]
+    for r in reports:
+        del r["config"], r["function_name"]
+    rows = tuple(sorted((WorkerRow(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in r.items()})
+                         for r in reports), key=lambda r: r.task))
+    same = tuple(f for f in _COMPARED if len({json.dumps(getattr(r, f)) for r in rows}) == 1)
+    differs = tuple(f for f in _COMPARED if f not in same)
+    return MultiWorkerReport(rows=rows, same=same, differs=differs,
+                             seconds=round(time.perf_counter() - t0, 2), function_name=name, config=config)
+
+
+def worker_main() -> dict:
+    """One MultiWorkerMirroredStrategy worker (run by `run_workers` with ``TF_CONFIG`` set).
+
+    The step is the lab's (`tflab.distribute.strategies.make_replica_step`: an
+    all-reduced gradient of a MirroredVariable), returning the replica's batch
+    size so that ``strategy.reduce(SUM)`` counts the examples of all workers,
+    over this worker's batches 4, 4, 2 (``distribute_datasets_from_function``:
+    each worker builds its own pipeline; its examples depend on
+    ``input_pipeline_id``). After each step a worker-local tf.function
+    ``write_summary(loss, verbose)`` runs with a worker-dependent Python flag:
+    the chief (task 0) turns ``verbose`` on at the last step, so it retraces
+    there and the other workers do not. That function has no collective op,
+    so one worker retracing alone is safe; a retrace of the step itself on one
+    worker only would build its collectives out of step with its peers.
+
+    Returns:
+        The `WorkerRow` fields as a dict, the step's ``function_name`` and ``config``
+        (`tflab.runtime_config()` in this worker).
+    """
+    from tflab._report import current_config
+
+    t0 = time.perf_counter()
+    import numpy as np
+    import tensorflow as tf
+
+    cfg = json.loads(os.environ["TF_CONFIG"])
+    task = int(cfg["task"]["index"])
+    address = cfg["cluster"]["worker"][task]
+    crash_after = int(os.environ.get("TFLAB_WORKER_CRASH_AFTER", "0"))
+    options = tf.distribute.experimental.CommunicationOptions(
+        timeout_seconds=float(os.environ.get("TFLAB_DEADLINE_S", "60")))
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    with strategy.scope():
+        w = tf.Variable(tf.zeros([4, 1]), name="w")
+    train = make_replica_step(w)
+
+    def replica_step(x, y):
+        train(x, y)
+        return tf.cast(tf.shape(x)[0], tf.float32)
+
+    def step(x, y):
+        return strategy.reduce("SUM", strategy.run(replica_step, args=(x, y)), axis=None)
+
+    def write_summary(count, verbose):
+        return count * 2.0 if verbose else count
+
+    def dataset_fn(ctx):
+        return lab_dataset().map(lambda x, y: (x + float(ctx.input_pipeline_id), y))
+
+    probe = DistributedRetraceProbe(step)
+    summary = RetraceProbe(write_summary)
+    dist = strategy.distribute_datasets_from_function(dataset_fn)
+    batches, reduced, data_sum = [], [], 0.0
+    elements = list(dist)
+    for i, (x, y) in enumerate(elements):
+        local = strategy.experimental_local_results(x)[0]
+        batches.append(int(local.shape[0]))
+        data_sum += float(np.sum(local.numpy(), dtype=np.float64))
+        total = probe(x, y)
+        reduced.append(float(total))
+        summary(total, verbose=(task == 0 and i == len(elements) - 1))
+        if crash_after and i + 1 >= crash_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return {"task": task, "address": address, "pid": os.getpid(),
+            "replicas_in_sync": strategy.num_replicas_in_sync, "step_traces": probe.trace_count,
+            "replica_runs": probe.replica_run_count,
+            "step_reasons": [r for t in probe.traces for r in t.reasons],
+            "summary_traces": summary.trace_count,
+            "summary_reasons": [r for t in summary.traces for r in t.reasons],
+            "local_batches": batches, "local_data_sum": data_sum, "reduced": reduced,
+            "weights": [float(v) for v in np.asarray(strategy.experimental_local_results(w)[0]).ravel()],
+            "seconds": round(time.perf_counter() - t0, 2), "function_name": probe.function_name,
+            "config": current_config()}
