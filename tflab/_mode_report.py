@@ -318,7 +318,7 @@ class ModeComparison(Report):
                  + (f"; graph mode: {self.grappler_text}" if "graph" in self.modes else "")]
         if self.config.get("one_line"):
             lines.append(f"measured on: {self.config['one_line']}")
-        lines.append(table(rows, header, align="<>>>>><"))
+        lines.append(table(rows, header, align="<>>>>><", rule=False))
         lines.append(f"ULP columns: the largest ULP distance over elements with |value| > atol {self.atol:g} "
                      f"(worst element by ULP; max |diff| is the worst by absolute difference, "
                      f"often another element)"
