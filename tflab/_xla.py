@@ -12,13 +12,13 @@ every ``experimental_get_compiler_ir(...)(stage=…)`` call lowers the FuncGraph
 with tf2xla again (``XlaCompiler::CompileFunction``), and each *optimized*
 stage (``optimized_hlo``, ``optimized_hlo_dot``, ``optimized_hlo_serialized``)
 builds a fresh XLA executable (``BuildExecutable`` → ``LocalClient::Compile``):
-it never reads the ``DeviceCompiler`` cache the ``jit_compile=True`` call
-filled. So `fetch_hlo` asks for each stage once, derives ``hlo_no_metadata``
-from ``hlo`` (the same module printed without ``metadata={…}``) instead of
-lowering again, and compiles at most once more than the run itself: one
-optimized stage (``optimized_hlo`` when wanted, else the first optimized one
-asked for). ``optimized_hlo_dot`` (a Graphviz rendering of the same program) is
-a second XLA compile, so it is fetched only when asked for by name.
+it never reads the ``DeviceCompiler`` cache that the ``jit_compile=True`` call
+filled, and TF offers no public way to read the running executable's HLO. So the
+least it can cost is one XLA compile beyond the run's own. `fetch_hlo` asks for
+each wanted stage once, from one generator; `tflab.modes` asks for ``hlo`` and
+``optimized_hlo`` by default, and ``optimized_hlo_dot`` (a Graphviz rendering
+that costs a second compile of the same program) only when it is named. The
+probe with a bogus stage name compiles nothing: TF checks the name first.
 """
 
 from __future__ import annotations
