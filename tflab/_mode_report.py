@@ -178,9 +178,9 @@ class ModeComparison(Report):
         device: the device eager ran on (e.g. ``/job:localhost/…/device:CPU:0``).
         modes: ``"eager"``, ``"graph"``, ``"xla"`` → `ModeResult`.
         gradient_names: the gradient sources, in order (``"arg:x"``, ``"var:dense/kernel"``).
-        hlo: HLO stage name → text, for the text stages XLA offers here (probed:
-            ``experimental_get_compiler_ir``'s list of valid stages); empty when
-            XLA failed.
+        hlo: HLO stage name → text, for the stages fetched (``compare_modes``'s
+            ``hlo``: by default ``hlo`` and ``optimized_hlo``, among the stages
+            ``experimental_get_compiler_ir`` offers here); empty when XLA failed.
         hlo_stages: every stage name the probe found (serialized ones included).
         fusion_count: number of ``fusion`` instructions in the ``optimized_hlo``
             stage; None when there is no such stage.

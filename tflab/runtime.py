@@ -337,8 +337,9 @@ class RuntimeConfig:
             ("threads", threads),
             ("GPUs", ", ".join(self.gpus) if self.gpus else "none visible"),
         ]
-        width = max(len(k) for k, _ in rows)
-        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+        from tflab._text import table
+
+        return table(rows, align="<<")
 
     def __repr__(self) -> str:
         return f"RuntimeConfig({self.one_line()!r})"
