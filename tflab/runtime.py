@@ -455,11 +455,6 @@ def runtime_config() -> RuntimeConfig:
     )
 
 
-def config_dict() -> dict[str, Any]:
-    """``runtime_config().to_dict()``: what reports store under ``config``."""
-    return runtime_config().to_dict()
-
-
 if __name__ == "__main__":  # pragma: no cover
     if sys.argv[1:] == ["--capped-env"]:  # the Makefile's emulated-AVX2 pass; no TF import
         import shlex
