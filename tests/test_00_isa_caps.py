@@ -20,7 +20,7 @@ import sys
 import pytest
 
 from tflab.errors import UsageError
-from tflab.runtime import capped_pass_env, read_isa_caps
+from tflab.isa_caps import capped_pass_env, read_isa_caps
 
 AVX2_CPU = frozenset({"sse4_2", "avx", "avx2", "fma", "f16c"})
 AVX512_CPU = AVX2_CPU | {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"}

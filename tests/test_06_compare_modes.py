@@ -331,7 +331,7 @@ def test_graph_differences_come_from_one_grappler_pass(fn, culprit):
 
 
 def test_report_repr_text_json(dense_cmp):
-    assert repr(dense_cmp).startswith("ModeComparison(dense_tanh: eager: 0 ULP")
+    assert repr(dense_cmp).startswith("<ModeComparison dense_tanh: eager: 0 ULP")
     text = dense_cmp.to_text()
     assert "graph vs eager:" in text and "xla vs graph:" in text
     payload = json.loads(json.dumps(dense_cmp.to_dict()))
@@ -570,7 +570,7 @@ def test_names_of_partial_keras_model_and_bad_targets():
 
     c = compare_modes(functools.partial(fns.with_seed, seed=2.0), tf.TensorSpec([3]),
                       repeats=1, hlo=False, modes=("graph",))
-    assert c.function == "with_seed"
+    assert c.function_name == "with_seed"
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     m = compare_modes(model, tf.TensorSpec([2, 3]), repeats=1, hlo=False, modes=("graph",))
     assert m.gradient_names[0] == "arg:inputs"  # Model.call's parameter, not *args
@@ -690,7 +690,8 @@ def test_random_dependencies_follow_data_flow_into_loops_not_through_shapes():
 def test_finding_labels_its_two_worst_elements():
     """Item 15: the element with the largest |diff| and the one with the largest ULP
     distance are different elements here; each number says which worst it is."""
-    from tflab.modes import ModeResult, _findings
+    from tflab._mode_findings import _findings
+    from tflab.modes import ModeResult
 
     eager = np.array([1.0, 1e-6, 0.5], np.float32)
     other = np.array([1.001, 3e-6, 0.5], np.float32)

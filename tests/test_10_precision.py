@@ -191,7 +191,9 @@ def test_report_text_dict_repr(unscaled):
     d = json.loads(json.dumps(unscaled.to_dict()))
     assert d["policies"]["mixed_float16"]["underflow"] == {"arg:x": 512}
     assert d["policies"]["mixed_float16"]["gradients"]["arg:x"] == [8, 64]  # shapes unless arrays=True
-    assert repr(unscaled).startswith("PrecisionComparison(issue_loss: mixed_bfloat16:")
+    assert repr(unscaled).startswith("<PrecisionComparison issue_loss: mixed_bfloat16:")
+    assert unscaled.function_name == d["function_name"] == d["function"] == "issue_loss"  # "function": report.json's key
+    assert unscaled.config["tf_version"] == tf.__version__ and d["config"]["one_line"] == unscaled.config["one_line"]
 
 
 # ---------------------------------------------------------------- MobileNetV3Small training step
@@ -228,9 +230,13 @@ def test_demo_float16_underflows_and_dynamic_scale_rescues(demo):
     assert scaled.loss_scale >= 2 and scaled.range_underflow_fraction < f16.range_underflow_fraction
     from tflab.runtime import runtime_config
 
-    assert demo.configuration["tf_version"] == tf.__version__
-    assert demo.configuration["onednn_enabled"] == runtime_config().onednn_enabled
-    assert demo.configuration["input"] == "4×64×64×3"
+    assert demo.config["tf_version"] == tf.__version__
+    assert demo.config["onednn_enabled"] == runtime_config().onednn_enabled
+    assert demo.input == "4×64×64×3" and demo.function_name == "MobileNetV3Small train step"
+    d = demo.to_dict()  # "configuration": the key report.json has always had (config + Keras + input)
+    assert d["configuration"]["input"] == "4×64×64×3" and d["configuration"]["tf_version"] == tf.__version__
+    assert "comparison" not in d and d["rows"][0]["label"] == "float32"
+    assert repr(demo).startswith("<LossScalingDemo MobileNetV3Small train step: float32: underflow 0.00%")
     assert f"ran on: {runtime_config().one_line()}" in demo.to_text()
 
 

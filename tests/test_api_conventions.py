@@ -117,8 +117,6 @@ def test_speed_ratio_one_convention_in_code_and_text():
     word = "faster" if r >= 1 else ", slower"
     assert f"graph vs eager: {r:.2f}×{' ' if r >= 1 else ''}{word} per call" in c.to_text()
     assert c.to_dict()["speed"]["graph_vs_eager"] == r
-    with pytest.warns(DeprecationWarning):
-        assert c.speed_ratio(slow="eager", fast="graph") == r
     from tflab.modes import speed_text
 
     assert (speed_text(1.75), speed_text(0.97)) == ("1.75× faster", "0.97×, slower")
@@ -144,8 +142,6 @@ def test_names_and_kinds_one_convention_with_deprecated_aliases():
     c = _comparison()
     name = "_comparison.<locals>.f"  # compare_modes names a function by its qualified name
     assert c.function_name == name and c.to_dict()["function_name"] == c.to_dict()["function"] == name
-    with pytest.warns(DeprecationWarning, match="function_name"):
-        assert c.function == name
     probe = tflab.RetraceProbe(lambda x: x)
     assert probe.function_name == probe.name == "<lambda>" and callable(probe.function)
     r = TriggerResult("new Python value", "f(1); f(2)", 2, 2, ("n: 1 -> 2",), "", "tf.constant", 1)

@@ -13,7 +13,7 @@ Public names (imported lazily, since importing TensorFlow takes seconds):
   example batches steps 7-8 and export take (tflab/examples.py)
 * step 8 `tflite_roundtrip` → `TFLiteCheck` (tflab/litert.py re-exports
   tflab/litert_convert.py, litert_bounds.py, litert_check.py)
-* step 10 `float_info`, `compare_precisions` → `PrecisionComparison`, `demonstrate_loss_scaling` (tflab/precision.py)
+* step 10 `float_info`, `compare_precisions` → `PrecisionComparison` (tflab/precision.py), `demonstrate_loss_scaling` (tflab/_tour/loss_scaling.py)
 * step 11 `DistributedRetraceProbe`, `inspect_distributed`, `run_workers` (tflab/distribute.py)
 * `diagnose` → `Diagnosis`: why a tf.function failed (tflab/diagnosis/)
 * `runtime_config` → `RuntimeConfig`: what a measurement ran on (tflab/runtime.py)
@@ -68,13 +68,13 @@ _EXPORTS = {
     "WorkerError": "tflab.distribute",
     "diagnose": "tflab.diagnosis",
     "Diagnosis": "tflab.diagnosis",
-    "float_info": "tflab.precision",
-    "FloatInfo": "tflab.precision",
+    "float_info": "tflab.float_formats",
+    "FloatInfo": "tflab.float_formats",
     "compare_precisions": "tflab.precision",
     "PrecisionComparison": "tflab.precision",
     "PolicyResult": "tflab.precision",
-    "demonstrate_loss_scaling": "tflab.precision",
-    "LossScalingDemo": "tflab.precision",
+    "demonstrate_loss_scaling": "tflab._tour.loss_scaling",
+    "LossScalingDemo": "tflab._tour.loss_scaling",
     "runtime_config": "tflab.runtime",
     "RuntimeConfig": "tflab.runtime",
     "TflabError": "tflab.errors",

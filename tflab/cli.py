@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None, *, _channel=None) -> int:
             sys.stdout = _ReportOnlyStdout(real_stdout, sys.stderr)
         with cli_verb():
             # ISA caps oneDNN and XLA would ignore silently: refused before any verb runs.
-            from tflab.runtime import read_isa_caps
+            from tflab.isa_caps import read_isa_caps
 
             read_isa_caps()
             code = int(modules[args.verb].run(args) or 0)
@@ -255,7 +255,7 @@ def supervise(argv: list[str] | None = None) -> int:
             return main(argv)
         # ISA caps oneDNN and XLA would ignore silently: one line before a child (and TF) starts.
         from tflab.errors import TflabError
-        from tflab.runtime import read_isa_caps
+        from tflab.isa_caps import read_isa_caps
 
         try:
             read_isa_caps()

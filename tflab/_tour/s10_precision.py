@@ -11,7 +11,8 @@ DEMO_BATCH = 4
 def run(ctx) -> None:
     import tensorflow as tf
 
-    from tflab.precision import compare_precisions, demonstrate_loss_scaling, float_info
+    from tflab._tour.loss_scaling import demonstrate_loss_scaling
+    from tflab.precision import compare_precisions, float_info
 
     for line in float_info("float16").to_text().splitlines():
         ctx.line(line)

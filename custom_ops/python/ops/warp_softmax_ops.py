@@ -136,7 +136,7 @@ def cpu_isa() -> str:
     return _cdll(build_result().so_path).tflab_warp_softmax_cpu_isa().decode()
 
 
-from tflab.runtime import WARP_SOFTMAX_ISA_FLAGS as _ISA_CPU_FLAGS  # noqa: E402 (one table, no TF)
+from tflab.isa_caps import WARP_SOFTMAX_ISA_FLAGS as _ISA_CPU_FLAGS  # noqa: E402 (one table, no TF)
 _ISA_LABEL = {"scalar": "scalar", "avx2": "avx2+fma", "avx512": "avx512"}
 
 

@@ -1,0 +1,363 @@
+"""The records `tflab.compare_modes` returns: `Distance`, `ModeResult`, `ModeComparison`.
+
+`ModeComparison` follows the report convention of `tflab._report`: ``function_name``,
+``config`` (filled once), data as fields and properties, ``to_text()`` (tables from
+`tflab._text.table`), ``to_dict()`` and a one-line ``repr``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from tflab._mode_defaults import MODES
+from tflab._report import Report, config_field
+from tflab._text import table
+
+__all__ = ["Distance", "ModeResult", "ModeComparison", "speed_text"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Distance:
+    """A distance from eager, split into outputs and gradients, that acts as its overall maximum.
+
+    ``float(d)``, comparisons with numbers and with other Distances (``d <= 8``,
+    ``sorted(...)``), and format specs (``f"{d:.3g}"``) use ``overall``; ``max(d)``
+    iterates over ``(outputs, gradients)``. Two Distances are ``==`` when both
+    parts are; a Distance ``==`` a number when its overall maximum is.
+
+    Attributes:
+        outputs: the maximum over all output elements.
+        gradients: the maximum over all gradient elements (0 when there are none).
+
+    Example:
+
+    >>> d = Distance(outputs=3, gradients=120)
+    >>> d <= 128, float(d), max(d), f"{d:.0f}"
+    (True, 120.0, 120, '120')
+    """
+
+    outputs: float
+    gradients: float
+
+    @property
+    def overall(self) -> float:
+        """``max(outputs, gradients)``."""
+        return max(self.outputs, self.gradients)
+
+    def __repr__(self) -> str:
+        return f"(outputs={_fmt_num(self.outputs)}, gradients={_fmt_num(self.gradients)})"
+
+    def __float__(self) -> float:
+        return float(self.overall)
+
+    def __iter__(self):
+        return iter((self.outputs, self.gradients))
+
+    def __format__(self, spec: str) -> str:
+        return format(self.overall, spec) if spec else repr(self)
+
+    @staticmethod
+    def _value(other: Any) -> float | None:
+        if isinstance(other, Distance):
+            return other.overall
+        if isinstance(other, (int, float, np.integer, np.floating)) and not isinstance(other, bool):
+            return float(other)
+        return None
+
+    def __eq__(self, other: Any) -> bool:
+        if isinstance(other, Distance):
+            return (self.outputs, self.gradients) == (other.outputs, other.gradients)
+        v = self._value(other)
+        return NotImplemented if v is None else float(self.overall) == v
+
+    def __hash__(self) -> int:
+        return hash((self.outputs, self.gradients))
+
+    def __lt__(self, other: Any) -> bool:
+        v = self._value(other)
+        return NotImplemented if v is None else float(self.overall) < v
+
+    def __le__(self, other: Any) -> bool:
+        v = self._value(other)
+        return NotImplemented if v is None else float(self.overall) <= v
+
+    def __gt__(self, other: Any) -> bool:
+        v = self._value(other)
+        return NotImplemented if v is None else float(self.overall) > v
+
+    def __ge__(self, other: Any) -> bool:
+        v = self._value(other)
+        return NotImplemented if v is None else float(self.overall) >= v
+
+
+def speed_text(ratio: float) -> str:
+    """``1.75× faster`` or ``0.97×, slower``: a speed ratio (> 1: faster) said with its direction."""
+    return f"{ratio:.2f}× faster" if ratio >= 1 else f"{ratio:.2f}×, slower"
+
+
+def _fmt_num(x: float) -> str:
+    if isinstance(x, float) and (math.isinf(x) or math.isnan(x)):
+        return str(x)
+    if float(x).is_integer() and abs(x) < 1e15:
+        return str(int(x))
+    return f"{x:.3g}"
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class ModeResult:
+    """One mode's run of the function.
+
+    Attributes:
+        mode: ``"eager"``, ``"graph"`` or ``"xla"``.
+        outputs: the function's outputs, flattened with `tf.nest.flatten`, as numpy
+            arrays; None when the mode failed.
+        gradients: `tf.GradientTape` gradients of the sum of all float outputs,
+            name → numpy array (None where the source is not connected). Names are
+            ``"arg:NAME"`` for float tensor arguments and ``"var:NAME"`` for
+            trainable variables. None when the mode failed.
+        max_abs_diff: largest absolute difference from eager (`Distance`); zeros for
+            eager itself; None when the mode failed.
+        max_ulp: largest ULP distance from eager over all elements (`Distance`);
+            ``inf`` when a NaN appears on one side only. Dominated by values near
+            zero, where a 1e-8 absolute difference is 1e9 ULP: see
+            ``max_ulp_above_atol``.
+        max_ulp_above_atol: largest ULP distance over the elements whose eager
+            or mode value has magnitude above the comparison's ``atol``: the
+            number the repr and table show.
+        first_call_seconds: the first call, including tracing (graph, XLA) and XLA
+            compilation, seconds.
+        median_seconds: median seconds per warm call (forward + backward, results
+            fetched to host).
+        error: None, or why the mode could not run (for XLA: the op name, type and
+            TF's reason).
+        ulp_by_tensor: tensor name → max ULP from eager (every tensor, random
+            streams included).
+        random_streams: tensors that differ from eager because this mode draws
+            other random numbers (they depend on a random op this mode does not
+            reproduce: any under XLA, stateful ones in graph mode; see
+            `ModeComparison.random_ops`). They are left out of ``max_abs_diff``,
+            ``max_ulp``, ``max_ulp_above_atol`` and the findings: their
+            difference is not arithmetic.
+    """
+
+    mode: str
+    outputs: tuple | None
+    gradients: dict | None
+    max_abs_diff: Distance | None
+    max_ulp: Distance | None
+    first_call_seconds: float | None
+    median_seconds: float | None
+    error: str | None = None
+    ulp_by_tensor: dict = dataclasses.field(default_factory=dict)
+    max_ulp_above_atol: Distance | None = None
+    random_streams: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        if self.error:
+            return f"<{self.mode}: error: {self.error}>"
+        return (f"<{self.mode}: max_ulp(|v|>atol)={self.max_ulp_above_atol!r} "
+                f"raw max_ulp={self.max_ulp!r} max_abs_diff={self.max_abs_diff!r} "
+                f"first={self.first_call_seconds:.3g}s median={self.median_seconds:.3g}s>")
+
+    def to_dict(self) -> dict[str, Any]:
+        from tflab._jsonutil import to_jsonable
+
+        return {f.name: to_jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class ModeComparison(Report):
+    """Eager vs graph vs XLA for one function: numbers, timings, HLO and findings.
+
+    Attributes:
+        function_name: the function's name (its qualified name).
+        device: the device eager ran on (e.g. ``/job:localhost/…/device:CPU:0``).
+        modes: ``"eager"``, ``"graph"``, ``"xla"`` → `ModeResult`.
+        gradient_names: the gradient sources, in order (``"arg:x"``, ``"var:dense/kernel"``).
+        hlo: HLO stage name → text, for the stages fetched (``compare_modes``'s
+            ``hlo``: by default ``hlo`` and ``optimized_hlo``, among the stages
+            ``experimental_get_compiler_ir`` offers here); empty when XLA failed.
+        hlo_stages: every stage name the probe found (serialized ones included).
+        fusion_count: number of ``fusion`` instructions in the ``optimized_hlo``
+            stage; None when there is no such stage.
+        fusion_kinds: fusion kind (``kLoop``, ``kInput``, ``kOutput``…) → count.
+        ulp_bound: the ULP bound used for findings.
+        atol: the absolute tolerance used for findings.
+        findings: one line per mode and tensor that disagrees with eager beyond
+            both bounds, or per mode that failed.
+        config: `tflab.runtime_config()` as a dict, filled in when the
+            comparison is made: the TF CPU kernel path (oneDNN or Eigen) and CPU
+            ISA the numbers were measured on.
+        output_names: one name per flattened output: ``"output"`` for a single
+            tensor, else ``"output[KEY]"`` with the `tf.nest` path (dict keys,
+            tuple indices).
+        variables_restored: names of the variables the function touches
+            (trainable or not) that were saved before the comparison and put
+            back before each mode's first call and at the end.
+        random_ops: tensor name (output or gradient) → the random op types of
+            the traced FuncGraph its values depend on (e.g.
+            ``("StatelessRandomUniformV2",)``); tensors without any are absent.
+        notes: one line per mode and tensor left out as a random stream, with
+            how to compare it anyway.
+        grappler: how graph mode ran Grappler: True (TF's default
+            optimizations), False (meta optimizer disabled) or the
+            ``tf.config.optimizer`` options given; in ``to_text()`` and
+            ``to_dict()`` too.
+    """
+
+    function_name: str
+    device: str
+    modes: dict
+    gradient_names: tuple[str, ...]
+    hlo: dict
+    hlo_stages: tuple[str, ...]
+    fusion_count: int | None
+    fusion_kinds: dict
+    ulp_bound: int
+    atol: float
+    findings: tuple[str, ...]
+    output_names: tuple[str, ...] = ()
+    variables_restored: tuple[str, ...] = ()
+    random_ops: dict = dataclasses.field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    grappler: Any = True
+    config: dict = config_field()
+
+    @property
+    def grappler_text(self) -> str:
+        """``Grappler on`` / ``Grappler off (meta optimizer disabled)`` / ``Grappler options {…}``."""
+        if self.grappler is True:
+            return "Grappler on (TF's default graph optimizations)"
+        if self.grappler is False:
+            return "Grappler off (meta optimizer disabled)"
+        return "Grappler options " + ", ".join(f"{k}={v}" for k, v in sorted(self.grappler.items()))
+
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
+        from tflab._html import fragment
+
+        return fragment(self)
+
+    def summary_line(self) -> str:
+        """``eager: 0 ULP above atol, 1.2 ms; graph: …; 10 fusions, 0 finding(s)`` (the ``repr``)."""
+        parts = []
+        for m in MODES:
+            r = self.modes.get(m)
+            if r is None:
+                continue
+            parts.append(f"{m}: error" if r.error else
+                         f"{m}: {_fmt_num(r.max_ulp_above_atol.overall)} ULP above atol, "
+                         f"{r.median_seconds * 1e3:.3g} ms")
+        extra = f", {self.fusion_count} fusions" if self.fusion_count is not None else ""
+        if self.grappler is not True and "graph" in self.modes:
+            extra += ", graph: " + self.grappler_text
+        return "; ".join(parts) + extra + f", {len(self.findings)} finding(s)"
+
+    def speed_ratio(self, mode: str, baseline: str = "eager") -> float | None:
+        """How many times faster ``mode`` runs than ``baseline``, per warm call.
+
+        One convention in code and text: ``speed_ratio("xla", "graph")`` is
+        ``median_seconds["graph"] / median_seconds["xla"]``, printed
+        ``xla vs graph: 1.75× faster``; below 1 ``mode`` is slower
+        (``xla vs graph: 0.97×, slower``).
+
+        Args:
+            mode: the mode timed (``"graph"``, ``"xla"``, ``"eager"``).
+            baseline: the mode it is compared with.
+
+        Returns:
+            The ratio, or None when either mode did not run or failed.
+
+        Raises:
+            UsageError: a mode name that is not one of `MODES` ("XLA" for "xla").
+        """
+        from tflab._argcheck import check_choice
+
+        # A typo ("XLA") is not "did not run": None would read as a mode that failed.
+        known = list(dict.fromkeys([*MODES, *self.modes]))
+        check_choice(mode, known, "mode", "speed_ratio")
+        check_choice(baseline, known, "baseline", "speed_ratio")
+        a, b = self.modes.get(mode), self.modes.get(baseline)
+        if not a or not b or a.error or b.error or not a.median_seconds:
+            return None
+        return b.median_seconds / a.median_seconds
+
+    @property
+    def speedups(self) -> dict[str, float | None]:
+        """``{"graph vs eager": speed_ratio("graph", "eager"), "xla vs graph": speed_ratio("xla", "graph")}``."""
+        return {f"{m} vs {b}": self.speed_ratio(m, b) for m, b in (("graph", "eager"), ("xla", "graph"))}
+
+    def to_text(self) -> str:
+        """A table of modes, then XLA's fusion count and the findings."""
+        # ULP columns count only elements above atol in magnitude (raw maxima,
+        # near-zero noise included, are in a footnote when they differ).
+        header = ("mode", "ULP>atol out", "ULP>atol grad", "max |diff|", "first call s", "median ms", "")
+        rows = []
+        raw_notes = []
+        for m in MODES:
+            r = self.modes.get(m)
+            if r is None:
+                continue
+            if r.error:
+                rows.append((m, "-", "-", "-", "-", "-", f"error: {r.error}"))
+                continue
+            sig, raw = r.max_ulp_above_atol, r.max_ulp
+            if (sig.outputs, sig.gradients) != (raw.outputs, raw.gradients):
+                raw_notes.append(f"{m} {_fmt_num(raw.outputs)} / {_fmt_num(raw.gradients)}")
+            rows.append((m, _fmt_num(sig.outputs), _fmt_num(sig.gradients),
+                         f"{r.max_abs_diff.overall:.3g}", f"{r.first_call_seconds:.3f}",
+                         f"{r.median_seconds * 1e3:.3f}", ""))
+        lines = [f"{self.function_name} on {self.device.rsplit('device:', 1)[-1] or 'unknown device'}, "
+                 f"gradients wrt {len(self.gradient_names)} source(s)"
+                 + (f"; restored {len(self.variables_restored)} variable(s) before each mode"
+                    if self.variables_restored else "")
+                 + (f"; graph mode: {self.grappler_text}" if "graph" in self.modes else "")]
+        if self.config.get("one_line"):
+            lines.append(f"measured on: {self.config['one_line']}")
+        lines.append(table(rows, header, align="<>>>>><", rule=False))
+        lines.append(f"ULP columns: the largest ULP distance over elements with |value| > atol {self.atol:g} "
+                     f"(worst element by ULP; max |diff| is the worst by absolute difference, "
+                     f"often another element)"
+                     + (f"; all elements (out / grad): {', '.join(raw_notes)}" if raw_notes else ""))
+        for label, ratio in self.speedups.items():
+            if ratio is not None:
+                lines.append(f"{label}: {speed_text(ratio)} per call")
+        if self.fusion_count is not None:
+            kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.fusion_kinds.items()))
+            lines.append(f"XLA optimized HLO: {self.fusion_count} fusions ({kinds})")
+        if self.hlo_stages:
+            lines.append("HLO stages: " + ", ".join(self.hlo_stages))
+        compared = " and ".join(m.replace("xla", "XLA") for m in MODES[1:] if m in self.modes)
+        lines += [f"random stream: {n}" for n in self.notes]
+        left_out = " (random streams left out, above)" if self.notes else ""
+        lines += [f"finding: {f}" for f in self.findings] or [
+            f"no findings: {compared} within {self.ulp_bound} ULP or {self.atol:g} of eager{left_out}"
+            if compared else "no findings: only eager ran"]
+        return "\n".join(lines)
+
+    def to_dict(self, arrays: bool = False) -> dict[str, Any]:
+        """JSON-ready dict. ``arrays=False`` leaves out outputs/gradients values
+        (shapes only) and HLO text (stage names and sizes only) to stay small."""
+        from tflab._jsonutil import to_jsonable
+
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name == "modes" and not arrays:
+                v = {m: {**r.to_dict(),
+                         "outputs": None if r.outputs is None else [list(np.shape(o)) for o in r.outputs],
+                         "gradients": None if r.gradients is None else
+                         {k: (None if g is None else list(np.shape(g))) for k, g in r.gradients.items()}}
+                     for m, r in v.items()}
+            elif f.name == "hlo" and not arrays:
+                v = {k: f"{len(t)} characters" for k, t in v.items()}
+            out[f.name] = to_jsonable(v)
+        out["speed"] = {k.replace(" vs ", "_vs_"): v for k, v in self.speedups.items()}
+        out["function"] = self.function_name  # the old key
+        return out
+
+

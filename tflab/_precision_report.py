@@ -1,0 +1,268 @@
+"""The records `tflab.compare_precisions` returns: `PolicyResult` per policy, `PrecisionComparison`.
+
+`PrecisionComparison` follows the report convention of `tflab._report`
+(``function_name``, ``config`` filled once, data as fields and properties,
+``to_text()`` with `tflab._text.table`, ``to_dict()``, a one-line ``repr``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from tflab._policy import REFERENCE
+from tflab._report import Report, config_field
+from tflab._text import table
+from tflab.float_formats import float_info, pow2_text
+
+__all__ = ["PolicyResult", "PrecisionComparison", "fmt_err", "fmt_scale"]
+
+
+def fmt_err(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if math.isnan(x) or math.isinf(x):
+        return str(x)
+    return "0" if x == 0 else f"{x:.2g}"
+
+
+def fmt_scale(s: float | None) -> str:
+    return "-" if s is None else pow2_text(s)
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class PolicyResult:
+    """One policy's forward and backward pass, measured against float32.
+
+    Attributes:
+        policy: the Keras policy name (``"mixed_float16"``, …).
+        compute_dtype: the dtype the arithmetic ran in.
+        variable_dtype: the dtype of the variables (float32 in the ``mixed_*`` policies).
+        outputs: output name → float32 numpy array (cast back from the compute dtype).
+        gradients: gradient name (``"arg:x"``, ``"var:dense/kernel"``) → float32 numpy
+            array, divided back by the loss scale in float32; None where not connected.
+        output_error: the maximum relative error |p - r| / |r| against float32 over the
+            output elements whose float32 magnitude |r| is at least the compute dtype's
+            ``smallest_normal`` (inf where the policy gave inf/NaN there); None
+            when no element was measured (``output_error_elements`` 0 or None):
+            nothing measured is not "no error".
+        gradient_error: the same over the gradient elements (None likewise).
+        gradient_error_median: the median of those relative errors (the maximum is often
+            one nearly-cancelled element); None likewise.
+        underflow: gradient name → number of elements non-zero in float32 and 0 here
+            (only names with some).
+        underflow_below_normal: of those, the elements whose float32 magnitude is below the
+            compute dtype's ``smallest_normal``: lost to range, which a loss scale fixes;
+            the rest were lost to rounding (a sum that cancels to exactly 0).
+        overflow: output or gradient name → number of elements inf/NaN here and finite in
+            float32 (only names with some).
+        loss_scale: the loss scale the gradients were taken with (the last one for dynamic
+            scaling); None when none was applied.
+        loss_scale_history: every scale tried, in order (dynamic: 2^15, 2^14, … until the
+            gradients were finite or the scale reached 1).
+        seconds: forward plus backward pass(es), loss-scale retries included; wall seconds.
+        unscaled: for a loss-scaled run, the same forward pass's gradients without
+            scaling (a `PolicyResult`), else None.
+        nonzero_gradient_elements: gradient elements non-zero in float32 (the underflow
+            denominator).
+        output_error_elements: how many output elements ``output_error`` was measured
+            over (|float32 value| >= smallest normal); 0 means every non-zero float32
+            value is below that, so it measured nothing, and the tables print
+            ``n/a``, not 0. None when there is no non-zero float value at all
+            (integer outputs; tables print ``-``).
+        gradient_error_elements: the same for ``gradient_error``.
+    """
+
+    policy: str
+    compute_dtype: str
+    variable_dtype: str
+    outputs: dict
+    gradients: dict
+    output_error: float | None
+    gradient_error: float | None
+    gradient_error_median: float | None
+    underflow: dict
+    underflow_below_normal: dict
+    overflow: dict
+    loss_scale: float | None
+    loss_scale_history: tuple
+    seconds: float
+    nonzero_gradient_elements: int
+    unscaled: "PolicyResult | None" = None
+    output_error_elements: int | None = None
+    gradient_error_elements: int | None = None
+    _nonzero_by_name: dict = dataclasses.field(default_factory=dict)
+
+    def _err_text(self, which: str) -> str:
+        """``output_error``/``gradient_error`` as a table cell: ``n/a`` when no element was measured."""
+        n = getattr(self, f"{which}_error_elements")
+        return "n/a" if n == 0 else "-" if n is None else fmt_err(getattr(self, f"{which}_error"))
+
+    @property
+    def underflow_count(self) -> int:
+        return sum(self.underflow.values())
+
+    @property
+    def overflow_count(self) -> int:
+        return sum(self.overflow.values())
+
+    @property
+    def underflow_fraction(self) -> float:
+        """underflow_count / nonzero_gradient_elements (0 when there are none)."""
+        return self.underflow_count / self.nonzero_gradient_elements if self.nonzero_gradient_elements else 0.0
+
+    @property
+    def verdict(self) -> str:
+        """One line: what underflowed or overflowed, and what the loss scale changed."""
+        if self.policy == REFERENCE:
+            return "reference"
+        dt = self.compute_dtype
+        parts = []
+        base = self.unscaled if self.unscaled is not None else self
+        if base.underflow:
+            parts.append(f"{dt} underflows {self._where(base)}")
+            if self.unscaled is not None:
+                rescued = base.underflow_count - self.underflow_count
+                scale = f"loss scale {pow2_text(self.loss_scale)}"
+                parts.append(f"{scale} rescues them" if not self.underflow else
+                             f"{scale} rescues {max(rescued, 0)} ({self.underflow_count} left)")
+            elif dt == "float16" and sum(base.underflow_below_normal.values()):
+                parts.append("a loss scale may rescue them (loss_scale='dynamic')")
+            lost = self.underflow_count - sum(self.underflow_below_normal.values())
+            if self.underflow and lost:
+                parts.append(f"{lost} of the {self.underflow_count} zeroed are >= {dt}'s smallest "
+                             "normal in float32: lost to rounding, not range")
+        if self.overflow:
+            out = sum(v for k, v in self.overflow.items() if k in self.outputs)
+            grad = self.overflow_count - out
+            what = " and ".join(s for s in (f"{out} output" if out else "",
+                                            f"{grad} gradient" if grad else "") if s)
+            parts.append(f"{dt} overflows {what} element(s) to inf/NaN (float32 finite; "
+                         f"{dt} max {float_info(dt).max:.6g})")
+            if out and dt == "float16":  # tensorflow/tensorflow#38357: the loss itself overflowed
+                parts.append("fix: compute the loss in float32 (tf.cast the model's output to "
+                             "tf.float32 before the loss, or give the last layer dtype='float32'); "
+                             "a loss scale cannot help a forward value that is already inf")
+        if len(self.loss_scale_history) > 1:
+            parts.append(f"dynamic loss scale halved {len(self.loss_scale_history) - 1}× to "
+                         f"{pow2_text(self.loss_scale)} on inf/NaN gradients")
+        return "; ".join(parts) or "no underflow or overflow"
+
+    def _where(self, r: "PolicyResult") -> str:
+        worst = max(r.underflow, key=r.underflow.get)
+        name = worst.split(":", 1)[-1]
+        if len(r.underflow) == 1:
+            return f"{r.underflow[worst]}/{r._nonzero_by_name.get(worst, '?')} gradient elements of {name}"
+        return (f"{r.underflow_count}/{r.nonzero_gradient_elements} gradient elements in "
+                f"{len(r.underflow)} tensors (most in {name}: {r.underflow[worst]}/"
+                f"{r._nonzero_by_name.get(worst, '?')})")
+
+    def __repr__(self) -> str:
+        return (f"<{self.policy}: output_error={fmt_err(self.output_error)} "
+                f"gradient_error={fmt_err(self.gradient_error)} underflow={self.underflow_count}/"
+                f"{self.nonzero_gradient_elements} overflow={self.overflow_count} "
+                f"loss_scale={fmt_scale(self.loss_scale)} {self.seconds:.3g}s>")
+
+    def to_dict(self, arrays: bool = False) -> dict[str, Any]:
+        """JSON-ready dict; ``arrays=False`` gives output and gradient shapes, not values."""
+        from tflab._jsonutil import to_jsonable
+
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            if f.name.startswith("_"):
+                continue
+            v = getattr(self, f.name)
+            if f.name in ("outputs", "gradients") and not arrays:
+                v = {k: (None if a is None else list(np.shape(a))) for k, a in v.items()}
+            elif f.name == "unscaled" and v is not None:
+                v = v.to_dict(arrays)
+            out[f.name] = to_jsonable(v)
+        out["underflow_count"] = self.underflow_count
+        out["overflow_count"] = self.overflow_count
+        out["verdict"] = self.verdict
+        return out
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class PrecisionComparison(Report):
+    """float32 vs mixed_bfloat16 vs mixed_float16 (or other policies) for one function.
+
+    Attributes:
+        function_name: the function's (or factory's) name.
+        kind: ``"function"`` or ``"keras model factory"``.
+        policies: policy name → `PolicyResult`; float32 first (the reference).
+        loss_scale: the setting: None, a number, or ``"dynamic"`` (applied to the
+            policies that compute in float16, as Keras' ``compile`` does).
+        output_names: the flattened outputs' names.
+        gradient_names: the gradient sources: ``"arg:NAME"`` float arguments,
+            ``"var:PATH"`` trainable variables.
+        device: the device the float32 outputs are on.
+        config: `tflab.runtime_config()`'s dict, filled when the comparison is made.
+    """
+
+    function_name: str
+    kind: str
+    policies: dict
+    loss_scale: Any
+    output_names: tuple
+    gradient_names: tuple
+    device: str = ""
+    config: dict = config_field()
+
+    @property
+    def flagged(self) -> tuple[str, ...]:
+        """Policies with underflow or overflow (after loss scaling, where applied)."""
+        return tuple(p for p, r in self.policies.items() if r.underflow or r.overflow)
+
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
+        from tflab._html import fragment
+
+        return fragment(self)
+
+    def summary_line(self) -> str:
+        """``mixed_bfloat16: out 0.0039, grad 0, underflow 0, overflow 0; …`` (the ``repr``)."""
+        return "; ".join(f"{p}: out {r._err_text('output')}, grad {r._err_text('gradient')}, "
+                         f"underflow {r.underflow_count}, overflow {r.overflow_count}"
+                         for p, r in self.policies.items() if p != REFERENCE)
+
+    def to_text(self) -> str:
+        """A table, one row per policy, ending with its verdict."""
+        setting = ("none" if self.loss_scale is None else
+                   "dynamic (from 2^15, halved on inf/NaN; float16 policies)" if self.loss_scale == "dynamic"
+                   else f"{pow2_text(self.loss_scale)} (float16 policies)")
+        lines = [f"{self.function_name} ({self.kind}): gradients of sum(outputs) wrt "
+                 f"{len(self.gradient_names)} source(s); loss scale: {setting}"]
+        header = ("policy", "compute", "out err", "grad err", "underflow", "overflow", "loss scale",
+                  "seconds", "verdict")
+        rows = [(p, r.compute_dtype, r._err_text("output"), r._err_text("gradient"),
+                 f"{r.underflow_count}/{r.nonzero_gradient_elements}", str(r.overflow_count),
+                 fmt_scale(r.loss_scale), f"{r.seconds:.3f}", r.verdict) for p, r in self.policies.items()]
+        lines.append(table(rows, header, align="<<>>>>>><", rule=False))
+        lines.append("err: max relative error vs float32 over elements with |float32 value| >= the "
+                     "compute dtype's smallest normal; underflow: non-zero in float32, 0 here")
+        unmeasured = sorted({f"{r.compute_dtype} {pow2_text(float_info(r.compute_dtype).smallest_normal)}"
+                             for r in self.policies.values()
+                             if 0 in (r.output_error_elements, r.gradient_error_elements)})
+        if unmeasured:
+            lines.append("n/a: every float32 value is below the compute dtype's smallest normal ("
+                         + ", ".join(unmeasured) + "), so no relative error was measured: the values "
+                         "there are subnormal or 0, not exact")
+        return "\n".join(lines)
+
+    def to_dict(self, arrays: bool = False) -> dict[str, Any]:
+        """JSON-ready dict (``arrays=False``: shapes instead of values). ``function`` repeats
+        ``function_name``: the key the tour's ``report.json`` has always had."""
+        from tflab._jsonutil import to_jsonable
+
+        return {"function_name": self.function_name, "function": self.function_name, "kind": self.kind,
+                "loss_scale": to_jsonable(self.loss_scale), "output_names": list(self.output_names),
+                "gradient_names": list(self.gradient_names), "device": self.device,
+                "flagged": list(self.flagged), "config": to_jsonable(self.config),
+                "policies": {p: r.to_dict(arrays) for p, r in self.policies.items()}}
+
+
+# --------------------------------------------------------------------------- Keras policies

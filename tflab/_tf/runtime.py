@@ -1,0 +1,96 @@
+"""TF runtime internals: the oneDNN build switch, the eager context's global seed, op callbacks, nest paths.
+
+What tflab reads here has no public API in TF 2.21:
+
+* whether oneDNN's CPU kernels are on in this process: ``IsMklEnabled()`` of
+  ``tensorflow/python/util/_pywrap_util_port`` (``tensorflow/core/util/port.cc``),
+  the function TF's kernels and allocator registry ask;
+* the global seed ``tf.random.set_seed`` stored (``context.global_seed()``,
+  ``tensorflow/python/eager/context.py``): `kept_global_seed` puts it back;
+* op callbacks (``tensorflow/python/framework/op_callbacks.py``), which see every
+  eager op and every op created while tracing: `op_callback` adds one for a block;
+* the joined string paths of a nested structure (``tensorflow/python/util/nest.py``
+  ``flatten_with_joined_string_paths``; public ``tf.nest`` has no path API).
+
+Every patch is a context manager that restores what it changed, also on error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator
+
+__all__ = ["PRIVATE_NAMES", "onednn_enabled", "global_seed", "kept_global_seed", "op_callback",
+           "joined_paths"]
+
+PRIVATE_NAMES = (
+    ("tensorflow.python.util._pywrap_util_port", "IsMklEnabled"),
+    ("tensorflow.python.eager.context", "global_seed"),
+    ("tensorflow.python.framework.op_callbacks", "add_op_callback"),
+    ("tensorflow.python.framework.op_callbacks", "remove_op_callback"),
+    ("tensorflow.python.util.nest", "flatten_with_joined_string_paths"),
+)
+
+
+def onednn_enabled() -> bool:
+    """Whether TF's oneDNN CPU kernels are on in this process (TF decided when it loaded).
+
+    Returns:
+        ``_pywrap_util_port.IsMklEnabled()`` as a bool.
+    """
+    from tensorflow.python.util import _pywrap_util_port
+
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
+def global_seed() -> int | None:
+    """The seed ``tf.random.set_seed`` last set, or None when unseeded (or unreadable)."""
+    try:
+        from tensorflow.python.eager import context
+
+        return context.global_seed()
+    except (ImportError, AttributeError):  # private API: unseeded is the safe fallback
+        return None
+
+
+@contextlib.contextmanager
+def kept_global_seed() -> Iterator[None]:
+    """Puts TF's global seed back as it was on exit, also on error (``tf.random.set_seed``)."""
+    import tensorflow as tf
+
+    saved = global_seed()
+    try:
+        yield
+    finally:
+        tf.random.set_seed(saved)
+
+
+@contextlib.contextmanager
+def op_callback(callback: Callable[..., Any]) -> Iterator[None]:
+    """Calls ``callback(op_type, inputs, attrs, outputs, op_name=None, graph=None)`` for
+    every op run eagerly or created while tracing inside the block; removed on exit.
+
+    Args:
+        callback: TF's op-callback signature; it should return None (keep the outputs).
+    """
+    from tensorflow.python.framework import op_callbacks
+
+    op_callbacks.add_op_callback(callback)
+    try:
+        yield
+    finally:
+        op_callbacks.remove_op_callback(callback)
+
+
+def joined_paths(structure: Any) -> list[str] | None:
+    """``"a/0"``-style paths of the leaves of ``structure``, in ``tf.nest.flatten`` order.
+
+    Returns:
+        One string per leaf, or None when TF's nest module lacks the path API.
+    """
+    try:
+        from tensorflow.python.util import nest
+
+        return [p for p, _ in nest.flatten_with_joined_string_paths(structure)]
+    except (ImportError, AttributeError):
+        return None

@@ -1,0 +1,215 @@
+"""Loss scaling measured on the tour's MobileNetV3Small training step (`tflab.demonstrate_loss_scaling`).
+
+It lives in the tour package because it builds the tour's model
+(`tflab._tour.model`): the library module `tflab.precision` it runs on stays
+below the tour. ``tflab.demonstrate_loss_scaling`` and ``tflab.LossScalingDemo``
+are exported lazily from here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import numpy as np
+
+from tflab._policy import DEFAULT_POLICIES
+from tflab._precision_report import PolicyResult, PrecisionComparison, fmt_err, fmt_scale
+from tflab._report import Report, config_field
+from tflab._text import table
+from tflab.errors import UsageError
+from tflab.float_formats import pow2_text
+from tflab.precision import run_policies, PolicySubject
+
+__all__ = ["LossScalingRow", "LossScalingDemo", "demonstrate_loss_scaling"]
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class LossScalingRow:
+    """One row of `demonstrate_loss_scaling`.
+
+    Attributes:
+        label: ``"float32"``, ``"mixed_bfloat16"``, ``"mixed_float16"``,
+            ``"mixed_float16 + dynamic loss scale"``.
+        underflow_fraction: gradient elements non-zero in float32 and 0 here, over
+            the non-zero ones (0..1).
+        range_underflow_fraction: the part of those below the compute dtype's smallest
+            normal in float32 magnitude (range, which a loss scale fixes), same denominator.
+        gradient_error: maximum relative gradient error against float32.
+        gradient_error_median: median relative gradient error against float32.
+        overflow: gradient/output elements inf/NaN here and finite in float32.
+        loss_scale: the final loss scale (None: no scaling).
+        loss_scale_history: the scales tried.
+        seconds: forward + backward pass(es), seconds.
+    """
+
+    label: str
+    underflow_fraction: float
+    range_underflow_fraction: float
+    gradient_error: float
+    gradient_error_median: float
+    overflow: int
+    loss_scale: float | None
+    loss_scale_history: tuple
+    seconds: float
+
+    def __repr__(self) -> str:
+        return (f"<{self.label}: underflow {self.underflow_fraction:.3%} (range "
+                f"{self.range_underflow_fraction:.3%}), grad err max {fmt_err(self.gradient_error)} "
+                f"median {fmt_err(self.gradient_error_median)}, loss scale {fmt_scale(self.loss_scale)}>")
+
+    def to_dict(self) -> dict[str, Any]:
+        from tflab._jsonutil import to_jsonable
+
+        return {f.name: to_jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class LossScalingDemo(Report):
+    """Measured: why mixed_float16 needs loss scaling and mixed_bfloat16 does not.
+
+    Attributes:
+        function_name: what ran, ``"MobileNetV3Small train step"``.
+        model: ``MobileNetV3Small(weights=None, input_shape=…, classes=10)``.
+        step: the training step's forward and loss.
+        rows: `LossScalingRow` per configuration, float32 first.
+        keras_version: ``keras.__version__``.
+        input: the batch, ``"batch×H×W×C"``.
+        comparison: the underlying `PrecisionComparison` (arrays included; not in ``to_dict()``).
+        config: `tflab.runtime_config()`'s dict (TF build, CPU ISA, oneDNN on/off and why,
+            allocator, threads), filled when the demo is made.
+    """
+
+    function_name: str
+    model: str
+    step: str
+    rows: tuple
+    keras_version: str
+    input: str
+    comparison: PrecisionComparison = dataclasses.field(metadata={"dict": False})
+    config: dict = config_field()
+
+    def row(self, label: str) -> LossScalingRow:
+        """The row of one configuration (``"mixed_float16 + dynamic loss scale"``, …)."""
+        return next(r for r in self.rows if r.label == label)
+
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
+        from tflab._html import fragment
+
+        return fragment(self)
+
+    def summary_line(self) -> str:
+        """``float32: underflow 0.00%, scale -; …`` (the ``repr``)."""
+        return "; ".join(f"{r.label}: underflow {r.underflow_fraction:.2%}, scale {fmt_scale(r.loss_scale)}"
+                         for r in self.rows)
+
+    def to_text(self) -> str:
+        """A table, one row per configuration, then what ran and where."""
+        header = ("configuration", "underflow", "of it: range", "grad err max", "grad err median",
+                  "overflow", "loss scale")
+        rows = []
+        for r in self.rows:
+            scale = fmt_scale(r.loss_scale)
+            if len(r.loss_scale_history) > 1:
+                scale += f" (from {pow2_text(r.loss_scale_history[0])})"
+            rows.append((r.label, f"{r.underflow_fraction:.3%}", f"{r.range_underflow_fraction:.3%}",
+                         fmt_err(r.gradient_error), fmt_err(r.gradient_error_median), str(r.overflow), scale))
+        lines = [f"{self.model}, {self.step}", table(rows, header, align="<>>>>>>", rule=False)]
+        lines.append("underflow: gradient elements non-zero in float32 and 0 (share of the non-zero ones); "
+                     "range: of those, |float32 value| below the compute dtype's smallest normal")
+        lines.append(f"ran on: {self.config.get('one_line', '?')} · Keras {self.keras_version} · "
+                     f"input {self.input}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields (``comparison`` left out) plus ``configuration``: ``config`` with
+        ``keras_version`` and ``input``, the key the tour's ``report.json`` has always had."""
+        from tflab._jsonutil import to_jsonable
+
+        out = super().to_dict()
+        out["configuration"] = to_jsonable({**self.config, "keras_version": self.keras_version,
+                                            "input": self.input})
+        return out
+
+
+def demonstrate_loss_scaling(input_shape: tuple = (64, 64, 3), batch: int = 4, seed: int = 0,
+                             progress: Callable[[str], None] | None = None) -> LossScalingDemo:
+    """Loss scaling measured on the tour's MobileNetV3Small training step.
+
+    Builds ``keras.applications.MobileNetV3Small(weights=None, input_shape,
+    classes=10)`` under float32, mixed_bfloat16 and mixed_float16 (same
+    weights), runs the tour's training-step forward pass (``training=True``,
+    sparse categorical cross-entropy of the float32-cast softmax output, as
+    `tflab._tour.model.make_train_step` does) on a seeded batch of images in
+    [0, 255], and takes the loss gradients wrt all trainable variables: in
+    float16 once without scaling and once with Keras' dynamic loss scale.
+
+    Args:
+        input_shape: image shape (H, W, 3), H and W >= 32. The default 64×64×3 is
+            smaller than the tour's 96×96×3 to fit the tour section's 20 s on 2 cores;
+            the network and its layers are the same.
+        batch: images per batch (>= 2: BatchNormalization in training mode).
+        seed: weights and data seed.
+        progress: called with a line per policy (e.g. the tour's progress line).
+
+    Returns:
+        A `LossScalingDemo`: rows for float32, mixed_bfloat16, mixed_float16 and
+        mixed_float16 + dynamic loss scale, each with the underflow fraction,
+        the gradient error against float32 and the final loss scale, plus the
+        configuration it ran on.
+
+    Raises:
+        UsageError: a bad input_shape or batch.
+    """
+    import keras
+    import tensorflow as tf
+
+    from tflab._tour.model import NUM_CLASSES, example_batch
+
+    if len(input_shape) != 3 or input_shape[2] != 3 or min(input_shape[:2]) < 32:
+        raise UsageError(f"input_shape must be (H, W, 3) with H, W >= 32, got {input_shape}")
+    if batch < 2:
+        raise UsageError(f"batch must be >= 2 (BatchNormalization in training mode), got {batch}")
+    images = example_batch(tf.TensorSpec([None, *input_shape], tf.float32), batch, seed=seed)
+    labels = tf.constant(np.arange(batch) % NUM_CLASSES)
+    models = []
+
+    def factory():
+        model = keras.applications.MobileNetV3Small(weights=None, input_shape=tuple(input_shape),
+                                                    classes=NUM_CLASSES)
+        if models:  # the float32 build's weights (and BN statistics): one starting point
+            model.set_weights(models[0].get_weights())
+        models.append(model)
+        xent = keras.losses.SparseCategoricalCrossentropy()
+
+        def train_step_loss(images, labels):
+            # Keras computes losses in float32: cast the (float16/bfloat16) softmax first.
+            return xent(labels, tf.cast(model(images, training=True), tf.float32))
+
+        return train_step_loss
+
+    subject = PolicySubject(factory, (images, labels), {}, True, seed)
+    results, _, _ = run_policies(subject, DEFAULT_POLICIES, "dynamic", "MobileNetV3Small train step",
+                                     progress)
+    f16 = results["mixed_float16"]
+
+    def row(label: str, r: PolicyResult) -> LossScalingRow:
+        n = r.nonzero_gradient_elements or 1
+        return LossScalingRow(label=label, underflow_fraction=r.underflow_count / n,
+                              range_underflow_fraction=sum(r.underflow_below_normal.values()) / n,
+                              gradient_error=r.gradient_error, gradient_error_median=r.gradient_error_median,
+                              overflow=r.overflow_count, loss_scale=r.loss_scale,
+                              loss_scale_history=r.loss_scale_history, seconds=r.seconds)
+
+    rows = (row("float32", results["float32"]), row("mixed_bfloat16", results["mixed_bfloat16"]),
+            row("mixed_float16", f16.unscaled), row("mixed_float16 + dynamic loss scale", f16))
+    comparison = PrecisionComparison(function_name="MobileNetV3Small train step", kind="keras model factory",
+                                     policies=results, loss_scale="dynamic",
+                                     output_names=("loss",), gradient_names=tuple(f16.gradients))
+    shape = "×".join(map(str, input_shape))
+    return LossScalingDemo(
+        function_name="MobileNetV3Small train step",
+        model=f"MobileNetV3Small(weights=None, input_shape={tuple(input_shape)}, classes={NUM_CLASSES})",
+        step=f"training=True, sparse categorical cross-entropy, batch {batch} of {shape} images in [0, 255]",
+        rows=rows, keras_version=keras.__version__, input=f"{batch}×{shape}", comparison=comparison)
