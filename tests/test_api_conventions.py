@@ -117,8 +117,6 @@ def test_speed_ratio_one_convention_in_code_and_text():
     word = "faster" if r >= 1 else ", slower"
     assert f"graph vs eager: {r:.2f}×{' ' if r >= 1 else ''}{word} per call" in c.to_text()
     assert c.to_dict()["speed"]["graph_vs_eager"] == r
-    with pytest.warns(DeprecationWarning):
-        assert c.speed_ratio(slow="eager", fast="graph") == r
     from tflab.modes import speed_text
 
     assert (speed_text(1.75), speed_text(0.97)) == ("1.75× faster", "0.97×, slower")
@@ -136,31 +134,24 @@ def test_grappler_setting_is_recorded_in_text_and_dict():
     assert "graph mode: Grappler options arithmetic_optimization=False" in opts.to_text()
 
 
-def test_names_and_kinds_one_convention_with_deprecated_aliases():
-    """function_name is the function's name everywhere; data are properties; old spellings warn."""
+def test_names_and_kinds_one_convention():
+    """function_name is the function's name everywhere (a str); data are properties, not methods."""
     from tflab.autograph import AutographDiff
     from tflab.litert_check import TFLiteCheck
     from tflab.retrace.demo import RetracingDemo, TriggerResult
 
     c = _comparison()
     name = "_comparison.<locals>.f"  # compare_modes names a function by its qualified name
-    assert c.function_name == name and c.to_dict()["function_name"] == c.to_dict()["function"] == name
-    with pytest.warns(DeprecationWarning, match="function_name"):
-        assert c.function == name
+    assert c.function_name == name and c.to_dict()["function_name"] == name
     probe = tflab.RetraceProbe(lambda x: x)
-    assert probe.function_name == probe.name == "<lambda>" and callable(probe.function)
+    assert probe.function_name == "<lambda>" and callable(probe.function)
     d = AutographDiff(function_name="step", filename="f.py", original="", converted="", unified_diff="",
                       statements=())
-    assert d.table == "step has no if, for or while statements"  # a property now
-    with pytest.warns(DeprecationWarning, match="table"):
-        assert d.table() == d.table
-    with pytest.warns(DeprecationWarning, match="function_name"):
-        assert d.function == "step"
+    assert d.function_name == "step" and d.to_dict()["function_name"] == "step"
+    assert d.table == "step has no if, for or while statements"  # a property: the text itself
     r = TriggerResult("new Python value", "f(1); f(2)", 2, 2, ("n: 1 -> 2",), "", "tf.constant", 1)
     demo = RetracingDemo("2.21.0", (r,))
-    assert demo.counts == {"new Python value": (2, 1)}
-    with pytest.warns(DeprecationWarning, match="counts"):
-        assert demo.counts() == {"new Python value": (2, 1)}
+    assert demo.counts == {"new Python value": (2, 1)}  # a property: the dict itself
     # TFLite text: the lab's shape notation, not LiteRT's [-1, 64]
     t = TFLiteCheck(quantization="none", bit_exact=None, max_abs_error=None, bound=None, within_bound=None,
                     outputs={}, op_counts={}, flex_ops=(), custom_ops=(), tensor_dtypes={}, weights={},

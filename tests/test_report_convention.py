@@ -138,7 +138,7 @@ def instance_problems(obj: Report) -> list[str]:
     out = []
     try:
         d = obj.to_dict()
-        json.dumps(d)
+        json.dumps(d, allow_nan=False)  # strict JSON, as tflab._jsonutil writes it
     except Exception as e:  # noqa: BLE001 - any failure is the finding
         return [f"to_dict() is not JSON data: {type(e).__name__}: {e}"]
     if not isinstance(d.get("config"), dict) or not d["config"]:
@@ -271,8 +271,13 @@ class Healthy(Report):
         assert instance_problems(h) == [] and repr(h) == "<Healthy step: ok>"
         assert h.to_dict()["function_name"] == "step" and h.to_dict()["config"]["tf_version"]
         # an instance whose dict is not JSON data, or whose repr spans lines, is caught
-        h.passed = {1, 2}  # a set: not JSON
+        mod.Healthy.to_dict = lambda self: {**Report.to_dict(self), "ulps": {1, 2}}  # a set: not JSON
         assert instance_problems(h)[0].startswith("to_dict() is not JSON data")
+        mod.Healthy.to_dict = lambda self: {**Report.to_dict(self), "max_ulp": float("nan")}  # not strict JSON
+        assert instance_problems(h)[0].startswith("to_dict() is not JSON data")
+        mod.Healthy.to_dict = lambda self: {k: v for k, v in Report.to_dict(self).items() if k != "config"}
+        assert instance_problems(h) == ["to_dict() holds no config dict"]
+        del mod.Healthy.to_dict
         mod.Healthy.summary_line = lambda self: "two\nlines"
         assert any(p.startswith("repr is not one line") for p in instance_problems(mod.Healthy("f", True)))
     finally:
