@@ -35,7 +35,7 @@ import types
 import pytest
 
 import tflab
-from tflab._report import Report, config_field
+from tflab._report import Report
 
 # Class names (not module paths: modules move while the classes are converted).
 PENDING_REPORTS: set[str] = {
@@ -124,12 +124,18 @@ def class_problems(cls: type) -> list[str]:
             continue
         if inspect.isfunction(value) and _no_required_args(value):
             out.append(f"{attr}() is a method that takes no argument: make it a property")
-    if cls.__repr__ is not Report.__repr__ and "__repr__" in vars(cls) \
-            and getattr(cls, "__dataclass_params__", None) and cls.__dataclass_params__.repr:
-        out.append("the dataclass writes __repr__: declare it with repr=False")
-    elif "__repr__" not in vars(cls) and dataclasses.is_dataclass(cls) and cls.__dataclass_params__.repr:
+    if _dataclass_made_repr(cls):
         out.append("the dataclass writes __repr__: declare it with repr=False")
     return out
+
+
+def _dataclass_made_repr(cls: type) -> bool:
+    """True when the ``__repr__`` in the class body is the one `dataclasses` generated (its code is exec'd text)."""
+    fn = vars(cls).get("__repr__")
+    if fn is None:
+        return False
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    return code is not None and code.co_filename == "<string>"
 
 
 def instance_problems(obj: Report) -> list[str]:
@@ -239,6 +245,13 @@ class DataclassRepr(Report):          # the dataclass's own multi-field repr
     config: dict = config_field()
     def to_text(self): return ""
 
+@dataclasses.dataclass
+class CustomRepr(Report):             # its own one-line __repr__: the dataclass keeps it
+    function_name: str
+    config: dict = config_field()
+    def __repr__(self): return f"<CustomRepr {self.function_name}>"
+    def to_text(self): return ""
+
 @dataclasses.dataclass(repr=False)
 class Healthy(Report):
     function_name: str
@@ -250,10 +263,10 @@ class Healthy(Report):
     def to_text(self): return f"{self.function_name}: {self.verdict}"
 '''
         exec(compile(code, "<planted>", "exec"), mod.__dict__)
-        for c in ("OldStyle", "NoConfig", "DataclassRepr", "Healthy"):
+        for c in ("OldStyle", "NoConfig", "DataclassRepr", "CustomRepr", "Healthy"):
             getattr(mod, c).__module__ = mod.__name__
         classes = report_classes([mod])
-        assert [c.__name__ for c in classes] == ["DataclassRepr", "Healthy", "NoConfig", "OldStyle"]
+        assert [c.__name__ for c in classes] == ["CustomRepr", "DataclassRepr", "Healthy", "NoConfig", "OldStyle"]
         bad = _problems(classes, pending=set())
         old = bad["tflab._planted_reports.OldStyle"]
         assert "does not subclass tflab._report.Report" in old
@@ -264,7 +277,8 @@ class Healthy(Report):
         assert "summary() is a method that takes no argument: make it a property" in old
         assert any(p.startswith("has no config field") for p in bad["tflab._planted_reports.NoConfig"])
         assert bad["tflab._planted_reports.DataclassRepr"] == ["the dataclass writes __repr__: declare it with repr=False"]
-        assert "tflab._planted_reports.Healthy" not in bad
+        assert "tflab._planted_reports.Healthy" not in bad and "tflab._planted_reports.CustomRepr" not in bad
+        assert instance_problems(mod.CustomRepr("g")) == []
         # pending, a broken class is let through; the healthy one is an instance that passes too
         assert _problems(classes, pending={"OldStyle", "NoConfig", "DataclassRepr"}) == {}
         h = mod.Healthy("step", True)

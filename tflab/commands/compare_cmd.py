@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         # The report above still compares the modes that ran; the exit code says
         # some could not.
         ok = [m for m, r in report.modes.items() if r.error is None]
-        line = (f"{report.function}: " + "; ".join(f"{m} failed: {report.modes[m].error}" for m in failed)
+        line = (f"{report.function_name}: " + "; ".join(f"{m} failed: {report.modes[m].error}" for m in failed)
                 + (f"; {' and '.join(ok)} still compared" if len(ok) > 1 else "; only eager ran"))
         if failed != ["xla"]:  # eager or graph cannot run the function on these arguments
             raise UsageError(line)
