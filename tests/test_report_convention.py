@@ -276,7 +276,8 @@ class Healthy(Report):
         assert "to_text() takes a required argument" in old
         assert "summary() is a method that takes no argument: make it a property" in old
         assert any(p.startswith("has no config field") for p in bad["tflab._planted_reports.NoConfig"])
-        assert bad["tflab._planted_reports.DataclassRepr"] == ["the dataclass writes __repr__: declare it with repr=False"]
+        assert bad["tflab._planted_reports.DataclassRepr"] == [
+            "the dataclass writes __repr__: declare it with repr=False"]
         assert "tflab._planted_reports.Healthy" not in bad and "tflab._planted_reports.CustomRepr" not in bad
         assert instance_problems(mod.CustomRepr("g")) == []
         # pending, a broken class is let through; the healthy one is an instance that passes too

@@ -59,7 +59,8 @@ def export_fragment(report: Any) -> str:
     for q, v in report.variants.items():
         c = v.check
         if c is None or not c.outputs:
-            rows.append((esc(q), esc(v.status), "–", "–", "–", "–", "–", "", "–", num(v.convert_seconds, ".1f"),
+            rows.append((esc(q), esc(v.status), "–", "–", "–", "–", "–", "", "–",
+                         num(v.convert_seconds, ".1f"),
                          esc(v.error or (c.runtime if c is not None else ""))))
             continue
         w = c.outputs[c.worst_output] if c.worst_output in c.outputs else next(iter(c.outputs.values()))

@@ -37,7 +37,8 @@ def precision_fragment(d: Any) -> str:
         rows[p] = {"verdict": r.get("verdict"), "underflow (no loss scale)": unscaled.get("underflow_count"),
                    "underflow (loss scaled)": r.get("underflow_count") if r.get("unscaled") else None,
                    "overflow": r.get("overflow_count"), "loss_scale": r.get("loss_scale"), "seconds": r.get("seconds")}
-    return (f'<div class="tflab precision-section"><h3>{esc(d.get("function_name") or d.get("function") or "")}: per-policy underflow</h3>'
+    name = d.get("function_name") or d.get("function") or ""
+    return (f'<div class="tflab precision-section"><h3>{esc(name)}: per-policy underflow</h3>'
             + dict_table(rows, chart="underflow (no loss scale)", chart_colour="#b3261e") + "</div>")
 
 
