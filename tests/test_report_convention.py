@@ -297,29 +297,3 @@ class Healthy(Report):
         assert any(p.startswith("repr is not one line") for p in instance_problems(mod.Healthy("f", True)))
     finally:
         del sys.modules[mod.__name__]
-
-
-def test_the_real_saved_model_check_follows_the_convention(tmp_path):
-    """A SavedModelCheck from a real round trip: repr one line, to_dict JSON with config, to_text a table."""
-    import numpy as np
-    import tensorflow as tf
-
-    class Scale(tf.Module):
-        def __init__(self):
-            self.w = tf.Variable(2.0)
-
-        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
-        def serve(self, x):
-            return {"y": x * self.w}
-
-    c = tflab.save_and_reload(Scale(), tmp_path / "sm", {"x": np.ones((2, 3), np.float32)})
-    assert instance_problems(c) == []
-    assert repr(c) == f"<SavedModelCheck tf.Module {c.path}: bit-exact; signatures [serving_default(exact)]; 0 note(s)>"
-    d = c.to_dict()
-    assert d["config"] == tflab.runtime_config().to_dict()
-    assert (d["batch_count"], d["examples"], d["bit_exact"]) == (1, 1, True)
-    assert d["signatures"]["serving_default"]["outputs"]["y"]["bit_exact"] is True
-    assert "example_batches" not in d  # the batches are arrays: not in the JSON
-    assert c.to_text().splitlines()[1:] == ["  signature serving_default",
-                                            "    in   x: float32[None,3]",
-                                            "    out  y: float32[None,3]  bit-exact"]
