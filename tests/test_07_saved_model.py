@@ -43,12 +43,33 @@ def test_module_round_trip_is_bit_exact(dense64_check):
     for out in sig.outputs.values():
         assert out.bit_exact and out.mismatched == 0 and out.max_ulp == 0
         assert out.shape == (None, 64) and out.dtype == "float32"
-    assert c.examples == 2
+    assert c.batch_count == 2 and c.to_dict()["examples"] == 2
     assert "bit-exact" in c.to_text() and "serving_default" in repr(c)
 
 
+def test_the_check_follows_the_record_convention(dense64_check):
+    """tflab._report's convention on a real check: one-line repr, JSON dict with config, to_text a table."""
+    import json
+
+    import tflab
+
+    c = dense64_check
+    assert repr(c) == (f"<SavedModelCheck tf.Module {c.path}: bit-exact; signatures [serving_default(exact)]; "
+                       f"{len(c.notes)} note(s)>")
+    d = json.loads(json.dumps(c.to_dict(), allow_nan=False))
+    assert d["config"] == tflab.runtime_config().to_dict()
+    assert (d["batch_count"], d["examples"], d["bit_exact"]) == (2, 2, True)  # "examples": report.json's key
+    assert d["signatures"]["serving_default"]["outputs"]["logits"]["bit_exact"] is True
+    assert "example_batches" not in d  # the batches are arrays: not in the JSON
+    # one table per signature (tflab._text.table): the verdicts line up after the widest tensor
+    assert sorted(c.to_text().splitlines()[1:5]) == ["    in   x: float32[None,64]",
+                                                     "    out  logits: float32[None,64]  bit-exact",
+                                                     "    out  probs: float32[None,64]   bit-exact",
+                                                     "  signature serving_default"]
+
+
 def test_bytes_not_values_are_compared():
-    from tflab.saved_model import compare_bits, ulp_distance
+    from tflab._numeric import compare_bits, ulp_distance
 
     # -0.0 == 0.0 as numbers but not as bytes.
     assert np.array([0.0], np.float32) == np.array([-0.0], np.float32)
@@ -237,7 +258,7 @@ def test_per_signature_examples(models, tmp_path):
     mask = (rng.random((3, 16)) > 0.5).astype(np.float32)
     c = tflab.save_and_reload(models.two_signatures(), tmp_path / "a",
                               {"serve": {"x": x}, "masked": [{"x": x, "mask": mask}]})
-    assert c.bit_exact is True and c.examples == 1
+    assert c.bit_exact is True and c.batch_count == 1
     # Two signatures giving different arrays for one name cannot share a batch.
     with pytest.raises(tflab.UsageError, match="signatures sharing an input name must share its examples"):
         tflab.save_and_reload(models.two_signatures(), tmp_path / "b",

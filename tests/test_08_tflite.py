@@ -305,7 +305,7 @@ def test_tour_model_savedmodel_exact_and_float_tflite_within_bound(tour_model, t
 
     # examples=None: seeded random batches of 1 and 4 made from the signature.
     sm = tflab.save_and_reload(tour_model, tmp_path / "mobilenet", None)
-    assert sm.kind == "keras" and sm.bit_exact is True and sm.examples == 2
+    assert sm.kind == "keras" and sm.bit_exact is True and sm.batch_count == 2
     assert set(sm.signatures) == {"serve", "serving_default"}
     (name, info), = sm.signatures["serving_default"].inputs.items()
     assert info.shape == (None, 96, 96, 3)

@@ -142,12 +142,12 @@ def test_svg_count_check_catches_a_dropped_op():
 def test_networkx_layout_puts_every_producer_above_its_consumer(tour_model):
     """The layered layout is a real layering: every edge of the tour FuncGraph points down, no two boxes overlap."""
     from tflab._graph_layout import NODE_H, NODE_W, layout_graph
-    from tflab._html import _graph_nodes
+    from tflab._html import graph_nodes
     from tflab._tour.model import model_input_spec
     from tflab.tracing import trace_and_inspect
 
     report = trace_and_inspect(lambda x: tour_model(x, training=False), model_input_spec(tour_model))
-    ops, edges = _graph_nodes(report)
+    ops, edges = graph_nodes(report)
     lay = layout_graph([o.name for o in ops], [(a, b) for a, b, _ in edges], engine="networkx")
     assert len(lay.positions) == len(ops) > 500
     assert all(lay.positions[a][1] < lay.positions[b][1] for a, b, _ in edges)
@@ -342,16 +342,16 @@ def test_per_op_error_heat_list_is_worst_first_with_proportional_bars():
     """`TFLiteCheck.ops` (another issue's per-op records) rendered when present: worst op first, bar ∝ error."""
     import re
 
-    from tflab._html import _op_records_fragment
+    from tflab._html import op_records_fragment
 
     recs = [{"name": "conv", "type": "CONV_2D", "bound_ratio": 0.25},
             {"name": "fc", "type": "FULLY_CONNECTED", "bound_ratio": 1.0},
             {"name": "soft", "type": "SOFTMAX", "bound_ratio": 0.5}]
-    html = _op_records_fragment(recs)
+    html = op_records_fragment(recs)
     assert [m for m in re.findall(r"<td>(conv|fc|soft)</td>", html)] == ["fc", "soft", "conv"]
     widths = [int(w) for w in re.findall(r"width:(\d+)px", html)]
     assert widths == [120, 60, 30]  # 120 px for the worst, then 0.5 and 0.25 of it
-    assert _op_records_fragment(None) == "" and _op_records_fragment([]) == ""
+    assert op_records_fragment(None) == "" and op_records_fragment([]) == ""
 
 
 @pytest.mark.slow

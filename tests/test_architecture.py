@@ -82,7 +82,7 @@ def test_nobody_imports_export_or_the_compatibility_modules():
                    "tflab.retrace": set(), "tflab.litert": set()}[top]
         assert set(users) <= allowed, (top, users)
     # custom-op loading is below everything that loads a SavedModel or converts one
-    for m in ("tflab.saved_model", "tflab.litert_convert", "tflab.export"):
+    for m in ("tflab.saved_model.loading", "tflab.litert_convert", "tflab.export"):
         assert "tflab.custom_op_loader" in graph[m]
     assert graph["tflab.custom_op_loader"] == set()
     # the records are the bottom of the retrace package, the diff right above them

@@ -63,8 +63,6 @@ def test_one_roundtrip_reads_the_examples_once_and_passes_them_on(tmp_path, monk
     sm = tflab.save_and_reload(_Scale(), tmp_path / "sm", {"x": np.full((2, 3), 1.5, np.float32)})
     assert len(reads) == 1 and isinstance(sm.example_batches, Examples)
     assert sm.batch_count == 1 and set(sm.example_batches.signatures) == set(sm.signatures) == {"serving_default"}
-    with pytest.warns(DeprecationWarning, match="batch_count"):
-        assert sm.examples == 1  # the old name of the count
     c = tflab.tflite_roundtrip(sm.path, sm.example_batches, "int8")
     assert len(reads) == 1, "tflite_roundtrip, convert and check_tflite took the value as is"
     assert c.within_bound is True

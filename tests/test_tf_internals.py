@@ -24,7 +24,6 @@ ROOT = Path(__file__).resolve().parents[1] / "tflab"
 # Files not yet moved behind the adapter (issue 23 in progress): each entry is removed as its
 # module moves; the test below also fails if an entry is no longer needed.
 PENDING: set[str] = {
-    "_report_pages.py",
     "_tour/model.py",
     "export.py",
     "litert_check.py",
@@ -36,7 +35,6 @@ PENDING: set[str] = {
     "retrace/expect.py",
     "retrace/log.py",
     "retrace/probe.py",
-    "saved_model.py",
     "signatures.py",
     "tracing.py",
 }

@@ -9,7 +9,7 @@ Public names (imported lazily, since importing TensorFlow takes seconds):
 * step 4 `stabilize` → `StabilizeReport` (tflab/signatures.py)
 * step 5 `autograph_diff` → `AutographDiff` (tflab/autograph.py)
 * step 6 `compare_modes` → `ModeComparison` (tflab/modes.py)
-* step 7 `save_and_reload` → `SavedModelCheck` (tflab/saved_model.py); `Examples`, the
+* step 7 `save_and_reload` → `SavedModelCheck` (the tflab/saved_model/ package); `Examples`, the
   example batches steps 7-8 and export take (tflab/examples.py)
 * step 8 `tflite_roundtrip` → `TFLiteCheck` (tflab/litert.py re-exports
   tflab/litert_convert.py, litert_bounds.py, litert_check.py)
@@ -54,8 +54,8 @@ _EXPORTS = {
     "compare_modes": "tflab.modes",
     "ModeComparison": "tflab.modes",
     "Examples": "tflab.examples",
-    "save_and_reload": "tflab.saved_model",
-    "SavedModelCheck": "tflab.saved_model",
+    "save_and_reload": "tflab.saved_model.roundtrip",
+    "SavedModelCheck": "tflab.saved_model.records",
     "tflite_roundtrip": "tflab.litert_check",
     "TFLiteCheck": "tflab.litert_check",
     "UnsupportedOpsError": "tflab.litert_convert",

@@ -154,14 +154,14 @@ class _PinnedLevelHandler(logging.Handler):
 
 
 def _traced_function() -> Any:
-    """The `tf.function` (``polymorphic_function.Function``) being traced: ``self`` of its nearest frame."""
-    from tensorflow.python.eager.polymorphic_function import polymorphic_function as pf
+    """The `tf.function` (a `tf.types.experimental.PolymorphicFunction`) being traced: ``self`` of its nearest frame."""
+    import tensorflow as tf
 
     frame = sys._getframe(2)
     while frame is not None:
         if frame.f_code.co_filename.endswith("polymorphic_function.py"):
             obj = frame.f_locals.get("self")
-            if isinstance(obj, pf.Function):
+            if isinstance(obj, tf.types.experimental.PolymorphicFunction):
                 return obj
         frame = frame.f_back
     return None
@@ -180,8 +180,10 @@ def keep_traced_functions() -> Iterator[list]:
 
 
 def _newest_concrete(fn: Any) -> Any:
+    from tflab._tf.saved_model import traced_concrete_functions
+
     try:
-        cfs = list(fn._list_all_concrete_functions())  # TF 2.21: the trace cache's values, oldest first
+        cfs = traced_concrete_functions(fn)  # TF 2.21: the trace cache's values, oldest first
     except Exception:
         return None
     return cfs[-1] if cfs else None
@@ -198,20 +200,20 @@ def retrace_graphs(result: Any, functions: list) -> list:
 
     by_name: dict[str, list] = {}
     for fn in functions:
-        name = getattr(getattr(fn, "_python_function", None), "__qualname__", None) or getattr(fn, "__name__", "")
+        name = getattr(getattr(fn, "python_function", None), "__qualname__", None) or getattr(fn, "__name__", "")
         by_name.setdefault(name, []).append(fn)
     used: dict[str, int] = {}
     reports = []
     for group in result.functions:
-        i = used.get(group.function, 0)
-        used[group.function] = i + 1
-        candidates = by_name.get(group.function) or [fn for n, fns in by_name.items()
-                                                     if n.endswith(group.function) for fn in fns]
+        i = used.get(group.function_name, 0)
+        used[group.function_name] = i + 1
+        candidates = by_name.get(group.function_name) or [fn for n, fns in by_name.items()
+                                                     if n.endswith(group.function_name) for fn in fns]
         if i >= len(candidates):
             continue
         cf = _newest_concrete(candidates[i])
         if cf is not None:
-            reports.append(inspect_concrete_function(cf, name=group.label or group.function))
+            reports.append(inspect_concrete_function(cf, name=group.label or group.function_name))
         if len(reports) >= MAX_RETRACE_GRAPHS:
             break
     return reports

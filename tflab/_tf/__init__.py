@@ -6,7 +6,8 @@ reached through a module of this package, one per concern:
 
 * ``_tf.function``: tf.function, FunctionType, the trace-time hooks;
 * ``_tf.autograph``: AutoGraph's transpiler and control-flow operators;
-* ``_tf.saved_model``: signature selection as ``tf.saved_model.save`` does it;
+* ``_tf.saved_model``: signature selection as ``tf.saved_model.save`` does it, the
+  ConcreteFunctions a tf.function holds, the SavedModel protobuf;
 * ``_tf.distribute``: Strategy internals (replica context, ``StrategyBase.run``);
 * ``_tf.runtime``: build facts (oneDNN on or off), eager context, op callbacks.
 

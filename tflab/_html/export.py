@@ -1,0 +1,101 @@
+"""The export and TFLite fragments: the SavedModel verdict, one row per TFLite variant, per-op errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tflab._html.base import bar, esc, num, table
+
+def op_records_fragment(ops: Any) -> str:
+    """Per-op errors of a TFLite variant (`TFLiteCheck.ops`, when present) as a heat list."""
+    recs = []
+    for r in ops or ():
+        d = r if isinstance(r, dict) else (r.to_dict() if hasattr(r, "to_dict") else vars(r))
+        err = next((d[k] for k in ("bound_ratio", "max_rel_error", "max_abs_error", "error") if
+                    isinstance(d.get(k), (int, float))), None)
+        recs.append((d.get("name") or d.get("op") or d.get("tensor") or "?", d.get("type") or d.get("op_type") or "",
+                     err, d))
+    if not recs:
+        return ""
+    worst = max((abs(e) for *_, e, _ in recs if e is not None), default=0.0) or 1.0
+    rows = [(esc(n), esc(t), num(e), bar(None if e is None else abs(e) / worst,
+                                          "#b3261e" if e is not None and abs(e) > 1 else "#d97706"))
+            for n, t, e, _ in sorted(recs, key=lambda r: -(abs(r[2]) if r[2] is not None else -1))[:40]]
+    return (f"<details><summary>per-op error ({len(recs)} ops, worst first)</summary>"
+            + table(("op", "type", "error", ""), rows, raw=True) + "</details>")
+
+
+def tflite_fragment(check: Any) -> str:
+    """One `tflab.TFLiteCheck`: size, per-output error against its bound (bars), ops, notes."""
+    rows = []
+    for o in check.outputs.values():
+        ratio = o.bound_ratio
+        colour = "#17803d" if ratio is not None and ratio <= 1 else "#b3261e"
+        rows.append((esc(o.name), esc(o.dtype), num(o.max_abs_error), num(o.bound), num(ratio, ".2f"),
+                     bar(None if ratio is None else ratio, colour), num(o.argmax_agreement, ".0%")))
+    verdict = ("within bound" if check.within_bound else "EXCEEDS its bound" if check.within_bound is False
+               else "no bound")
+    parts = [f'<div class="tflab tflite-section"><h3>TFLite {esc(check.quantization)}: '
+             f'<span class="{"ok" if check.within_bound else "bad"}">{verdict}</span></h3>',
+             f"<p>{check.size_bytes:,} bytes"
+             + (f" ({check.size_ratio:.2f}× float)" if check.size_ratio else "")
+             + f"; {sum(check.op_counts.values())} ops; runtime {esc(check.runtime)}</p>",
+             table(("output", "dtype", "max |Δ|", "bound", "Δ/bound", "", "argmax"), rows, raw=True),
+             op_records_fragment(getattr(check, "ops", None)),
+             "".join(f"<p>note: {esc(n)}</p>" for n in check.notes), "</div>"]
+    return "".join(parts)
+
+
+def export_fragment(report: Any) -> str:
+    """A `tflab.export.ExportReport`: the SavedModel check, then the variants table.
+
+    The table has one row per TFLite variant: status, bytes, size ratio, the
+    worst output's ``|Δ|``, bound and ``Δ/bound`` as a bar (green within the
+    bound, red beyond), argmax agreement and conversion time; per-op errors
+    (`TFLiteCheck.ops`, when the check has them) follow, folded.
+    """
+    sm = report.saved_model
+    rows, details = [], []
+    for q, v in report.variants.items():
+        c = v.check
+        if c is None or not c.outputs:
+            rows.append((esc(q), esc(v.status), "–", "–", "–", "–", "–", "", "–",
+                         num(v.convert_seconds, ".1f"),
+                         esc(v.error or (c.runtime if c is not None else ""))))
+            continue
+        w = c.outputs[c.worst_output] if c.worst_output in c.outputs else next(iter(c.outputs.values()))
+        agree = [o.argmax_agreement for o in c.outputs.values() if o.argmax_agreement is not None]
+        ok = v.status == "ok"
+        rows.append((esc(q), f'<span class="{"ok" if ok else "bad"}">{esc(v.status)}</span>',
+                     num(c.size_bytes), num(c.size_ratio, ".2f"), num(w.worst_abs_error), num(w.worst_bound),
+                     num(w.bound_ratio, ".2f"), bar(w.bound_ratio, "#17803d" if (w.bound_ratio or 0) <= 1
+                                                     else "#b3261e"),
+                     num(min(agree), ".0%") if agree else "–", num(v.convert_seconds, ".1f"),
+                     f"{sum(c.op_counts.values())} ops; {esc(c.runtime)}"))
+        ops = op_records_fragment(getattr(c, "ops", None))
+        if ops:
+            details.append(f"<h4>{esc(q)}</h4>{ops}")
+    parts = ['<div class="tflab export-section">',
+             f"<p>export {esc(report.model)} → {esc(report.out)} (examples: {esc(report.examples)})</p>",
+             f"<p>SavedModel: <span class=\"{'ok' if sm.bit_exact else 'bad'}\">"
+             f"{'bit-exact' if sm.bit_exact else 'NOT bit-exact'}</span> over {sm.batch_count} batch(es), "
+             f"signatures {esc(', '.join(sm.signatures))}</p>",
+             table(("variant", "status", "bytes", "×float", "|Δ|", "bound", "Δ/bound", "", "argmax",
+                    "convert s", "ops / runtime / error"), rows, raw=True),
+             "".join(details),
+             _model_explorer_links(report.out), "</div>"]
+    return "".join(parts)
+
+
+def _model_explorer_links(out: str) -> str:
+    """Links to Model Explorer node-data files (``*node_data*.json``) in the export folder, when there are any."""
+    import glob
+    import os
+    from pathlib import Path
+
+    files = sorted(glob.glob(os.path.join(str(out), "**", "*node_data*.json"), recursive=True))
+    links = ", ".join(f'<a href="{esc(Path(os.path.abspath(f)).as_uri())}">{esc(os.path.relpath(f, out))}</a>'
+                      for f in files)
+    return ("<p>Google's Model Explorer (<code>pip install ai-edge-model-explorer</code>) draws the "
+            "<code>.tflite</code> files of the export folder" + (f"; per-op node data: {links}" if links else "")
+            + ".</p>")

@@ -1,0 +1,240 @@
+"""Which SignatureDefs a SavedModel gets, what they call, and what they cannot keep.
+
+* `module_signatures`: the signatures ``tf.saved_model.save(obj)`` exports for a
+  `tf.Module` (TF's own rule, through `tflab._tf.saved_model`), or the given ones;
+* `Reference`: the in-process ConcreteFunction a signature was saved from,
+  callable with the signature's named inputs (the reference side of the round trip);
+* `unsaved_notes`, `lost_dict_keys_notes`, `fixed_shape_notes`: what a SavedModel
+  keeps only in part (tensorflow/python/saved_model/save.py, signature_serialization.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from tflab._tf import saved_model as tf_sm
+from tflab.errors import UsageError
+from tflab.saved_model.loading import DEFAULT_SIGNATURE, normalize_outputs, to_numpy
+from tflab.saved_model.records import TensorInfo
+
+__all__ = ["Reference", "reference", "module_signatures", "signature_input_names", "unsaved_notes",
+           "lost_dict_keys_notes", "fixed_shape_notes", "tf_functions"]
+
+
+def tf_functions(obj) -> dict[str, Any]:
+    """Attribute name → `tf.function` (PolymorphicFunction) on a tf.Module."""
+    import tensorflow as tf
+
+    found = {}
+    names = set()
+    for klass in type(obj).__mro__:
+        names.update(vars(klass))
+    names.update(getattr(obj, "__dict__", {}))
+    for name in sorted(names):
+        if name.startswith("__") and name != "__call__":  # AutoTrackable lists __call__ too
+            continue
+        try:
+            value = getattr(obj, name)
+        except Exception:  # properties that fail are not functions we save
+            continue
+        if isinstance(value, tf.types.experimental.PolymorphicFunction):
+            found[name] = value
+    return found
+
+
+def unsaved_notes(obj) -> list[str]:
+    """Notes on a tf.Module's tf.functions that the SavedModel keeps only in part or not at all."""
+    notes = []
+    for name, fn in tf_functions(obj).items():
+        cfs = tf_sm.serialized_concrete_functions(fn)
+        if not cfs:
+            notes.append(f"{name}: never traced and no input_signature, so the SavedModel holds no "
+                         f"ConcreteFunction for it; the reloaded {name} raises when called "
+                         f"(call it once or give it an input_signature before saving)")
+            continue
+        literals: dict[str, set] = {}
+        for cf in cfs:
+            for p in cf.function_type.parameters.values():
+                if tf_sm.is_literal(p.type_constraint):
+                    literals.setdefault(p.name, set()).add(repr(p.type_constraint.value))
+        for pname, values in literals.items():
+            vals = ", ".join(sorted(values))
+            notes.append(f"{name}: Python argument {pname} was traced only as {pname}={vals}; each value "
+                         f"is a constant baked into its FuncGraph, so the reloaded {name} accepts only "
+                         f"{pname}={vals} (trace other values before saving, or make it a tensor)")
+    return notes
+
+
+@dataclasses.dataclass
+class Reference:
+    """In-process ConcreteFunction of one signature, callable with the signature's named inputs."""
+
+    concrete: Any
+    input_names: list[str]  # signature input name of each flat input, in flatten order
+    rename: Callable[[Any], dict]
+
+    def __call__(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        import tensorflow as tf
+
+        args, kwargs = self.concrete.structured_input_signature
+        if not args and sorted(kwargs) == self.input_names:
+            out = self.concrete(**{n: tf.constant(feed[n]) for n in self.input_names})
+            return {k: to_numpy(v) for k, v in self.rename(out).items()}
+        flat = [tf.constant(feed[n]) for n in self.input_names]
+        args, kwargs = tf.nest.pack_sequence_as(self.concrete.structured_input_signature, flat)
+        out = self.concrete(*args, **kwargs)
+        return {k: to_numpy(v) for k, v in self.rename(out).items()}
+
+
+def reference(concrete, rename=normalize_outputs) -> Reference:
+    import tensorflow as tf
+
+    args, kwargs = concrete.structured_input_signature
+    if not args and kwargs and all(isinstance(s, tf.TensorSpec) for s in kwargs.values()):
+        # A signature function (e.g. of a loaded SavedModel) takes its inputs by name.
+        return Reference(concrete, sorted(kwargs), rename)
+    n = len(tf.nest.flatten(concrete.structured_input_signature))
+    # Signature inputs are named after the FuncGraph's placeholders (the spec's
+    # name, else the argument's path), in flatten order; captures follow them.
+    names = [t.name.split(":")[0] for t in concrete.inputs[:n]]
+    return Reference(concrete, names, rename)
+
+
+def module_signatures(obj, signatures) -> tuple[dict[str, Any], list[str]]:
+    """The signatures to save for a tf.Module, and notes on how they were chosen.
+
+    With ``signatures`` given, those. Without, ``tf.saved_model.save``'s own
+    rule (``save.py`` calls ``signature_serialization.find_function_to_export``
+    on the object's SavedModel children, which ``AutoTrackable`` lists from
+    ``dir(obj)``, ``__call__`` included): an attribute named
+    ``_default_save_signature`` wins; otherwise, if exactly one child
+    `tf.function` with an ``input_signature`` (or ConcreteFunction) is a valid
+    signature (``_valid_signature``: it returns at least one tensor, takes no
+    `tf.Variable`, and its outputs are a tensor, a list/tuple or a str-keyed
+    dict of tensors), it becomes ``serving_default``. TF exports no signature
+    when several qualify; tflab then checks each under its attribute name
+    (none is ``serving_default``) and says so in a note. With none, a single
+    traced `tf.function` (one ConcreteFunction) is checked as
+    ``serving_default``, also with a note, since TF would export nothing.
+    """
+    if signatures is not None:
+        if not isinstance(signatures, Mapping):
+            signatures = {DEFAULT_SIGNATURE: signatures}
+        out = {}
+        for k, f in signatures.items():
+            out[k] = f.get_concrete_function() if hasattr(f, "get_concrete_function") else f
+        return out, []
+    chosen, candidates, rejected = _tf_signature_choice(obj)
+    notes = [f"{n}: has an input_signature but tf.saved_model.save does not make it a signature: {why}"
+             for n, why in rejected.items()]
+    if chosen is not None:
+        return {DEFAULT_SIGNATURE: chosen}, notes
+    if len(candidates) > 1:
+        names = ", ".join(candidates)
+        notes.append(f"{len(candidates)} functions can be signatures ({names}): tf.saved_model.save(obj) "
+                     f"without signatures= exports none of them (it picks one only when exactly one "
+                     f"qualifies, signature_serialization.find_function_to_export); tflab saved each under "
+                     f"its attribute name and none as serving_default. Pass signatures={{'serving_default': "
+                     f"obj.{next(iter(candidates))}, ...}} (to save_and_reload or tf.saved_model.save) to choose")
+        return dict(candidates), notes
+    # A single traced function can still serve as the default signature.
+    traced = {n: tf_sm.serialized_concrete_functions(f) for n, f in tf_functions(obj).items()}
+    traced = {n: c for n, c in traced.items() if len(c) == 1}
+    if len(traced) == 1:
+        (name, (concrete,)), = traced.items()
+        notes.append(f"{name} has no input_signature, so tf.saved_model.save(obj) alone would export no "
+                     f"signature; tflab saved its one traced ConcreteFunction as serving_default "
+                     f"(signatures={{'serving_default': obj.{name}.get_concrete_function(...)}})")
+        return {DEFAULT_SIGNATURE: concrete}, notes
+    raise UsageError(f"{type(obj).__name__} has no tf.function with an input_signature to export as "
+                     f"a signature: decorate one with @tf.function(input_signature=[tf.TensorSpec(...)]) "
+                     f"or pass signatures={{'serving_default': fn}}")
+
+
+def _tf_signature_choice(obj) -> tuple[Any, dict[str, Any], dict[str, str]]:
+    """What ``tf.saved_model.save(obj)`` without ``signatures=`` would export.
+
+    Runs TF's own ``signature_serialization.find_function_to_export`` on the
+    ``_AugmentedGraphView`` that ``tf.saved_model.save`` builds, and applies
+    the same ``_get_signature``/``_valid_signature`` tests to each child.
+
+    Returns:
+        (the ConcreteFunction TF would save as ``serving_default`` or None,
+        {attribute: ConcreteFunction} for every child that could be a
+        signature, {attribute: why not} for functions that have an
+        input_signature but are not valid signatures).
+    """
+    import tensorflow as tf
+
+    chosen, children = tf_sm.signature_choice(obj)
+    candidates: dict[str, Any] = {}
+    rejected: dict[str, str] = {}
+    for name, child in children:
+        if not isinstance(child, (tf.types.experimental.PolymorphicFunction,
+                                  tf.types.experimental.ConcreteFunction)):
+            continue
+        concrete = tf_sm.get_signature(child)
+        if concrete is None:
+            continue
+        if tf_sm.valid_signature(concrete):
+            candidates[name] = concrete
+        elif not concrete.outputs:
+            rejected[name] = "it returns no tensor"
+        else:
+            rejected[name] = ("it takes a tf.Variable or returns something other than tensors "
+                              "(a tensor, a list/tuple or a str-keyed dict of them)")
+    if chosen is not None and not isinstance(chosen, tf.types.experimental.ConcreteFunction):
+        # `_default_save_signature` may hold a tf.function: TF resolves it the same way.
+        concrete = tf_sm.get_signature(chosen)
+        if concrete is None:
+            raise UsageError(f"{type(obj).__name__}._default_save_signature is a tf.function without an "
+                             f"input_signature: give it one, or pass signatures=")
+        chosen = concrete
+    return chosen, candidates, rejected
+
+
+
+def signature_input_names(concrete: Any) -> list[str]:
+    """The SignatureDef input name of each flat input of ``concrete``, in flatten order.
+
+    Signature inputs are named after the FuncGraph's placeholders (a spec's
+    ``name``, else the parameter's), which is how a SavedModel signature
+    will call them.
+    """
+    return list(reference(concrete).input_names)
+
+
+
+def fixed_shape_notes(key: str, inputs: Mapping[str, TensorInfo]) -> list[str]:
+    """A warning for a signature whose inputs have a fixed batch dim (tensorflow/tensorflow#36461):
+    TF Serving, or any caller, with another batch size gets an error."""
+    fixed = [i for i in inputs.values() if i.shape and i.shape[0] is not None]
+    if not fixed:
+        return []
+    shown = ", ".join(str(i) for i in fixed)
+    relaxed = ", ".join(f"tf.TensorSpec([None{''.join(f', {d}' for d in i.shape[1:])}], tf.{i.dtype}, "
+                        f"name={i.name!r})" for i in fixed)
+    return [f"signature {key} takes {shown} exactly (dim 0 is fixed at the traced size): a batch of "
+            f"another size is refused when bound to the SignatureDef (\"Can not cast TensorSpec\") or "
+            f"fails in an op traced at the fixed size. For any batch size, export with a None "
+            f"dim: input_signature=[{relaxed}] (signature {key}: "
+            + ", ".join(f"{i.name}: {i.dtype}[None{''.join(f',{d}' for d in i.shape[1:])}]" for i in fixed)
+            + ")"]
+
+
+def lost_dict_keys_notes(key: str, concrete, inputs: Mapping[str, TensorInfo]) -> list[str]:
+    """A note when a dict input's keys did not become the signature's input names."""
+    notes = []
+    args, kwargs = concrete.structured_input_signature
+    for arg in list(args) + list(kwargs.values()):
+        if isinstance(arg, Mapping):
+            lost = [k for k in arg if k not in inputs]
+            if lost:
+                notes.append(f"signature {key}: dict keys {lost} are not input names (the signature has "
+                             f"{sorted(inputs)}); unnamed TensorSpecs are named after their placeholders, "
+                             f"so give each spec name=<key> to keep the keys")
+    return notes
+
