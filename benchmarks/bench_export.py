@@ -5,7 +5,7 @@ Prints, from one run on this machine:
 * TFLite conversion seconds per variant, and each as a ratio to the float conversion;
 * latency per call (batch 1) of each LiteRT variant vs TF's ``tf.function``
   (the in-process Keras serving function), as a ratio LiteRT / TF;
-* the per-op check's cost (`tflab.litert_per_op.check_ops`: builtin kernels,
+* the per-op check's cost (`tflab.litert.per_op.check_ops`: builtin kernels,
   every tensor kept, a float64 reference per op) as a ratio to the rest of
   the variant's check (conversion + `check_tflite` end to end, without the
   per-op pass), measured variant by variant in the same run.
@@ -101,8 +101,8 @@ def main() -> None:
 def _per_op_overhead(path, examples, models):
     """Seconds of the end-to-end check and of the per-op check, per variant, run one after the other."""
     from tflab.examples import Examples
-    from tflab.litert_check import check_tflite
-    from tflab.litert_per_op import check_ops
+    from tflab.litert.check import check_tflite
+    from tflab.litert.per_op import check_ops
     from tflab.saved_model import load_saved_model, signature_inputs
 
     loaded = load_saved_model(path)

@@ -139,7 +139,7 @@ def test_grappler_setting_is_recorded_in_text_and_dict():
 def test_names_and_kinds_one_convention_with_deprecated_aliases():
     """function_name is the function's name everywhere; data are properties; old spellings warn."""
     from tflab.autograph import AutographDiff
-    from tflab.litert_check import TFLiteCheck
+    from tflab.litert.check import TFLiteCheck
     from tflab.retrace.demo import RetracingDemo, TriggerResult
 
     c = _comparison()

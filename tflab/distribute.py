@@ -789,7 +789,7 @@ def export_after_distributed_training(strategy: Any, export_dir: str) -> dict:
     import keras
     import numpy as np
 
-    from tflab.litert_check import tflite_roundtrip
+    from tflab.litert.check import tflite_roundtrip
     from tflab.saved_model import save_and_reload
 
     keras.utils.set_random_seed(0)

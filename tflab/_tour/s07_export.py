@@ -25,7 +25,7 @@ def run(ctx) -> None:
         ctx.line(line)
     for q, v in report.variants.items():  # the verdict: every op against its float reference
         if v.check is not None and v.check.per_op is not None:
-            ctx.line(f"{q}: {v.check.per_op.summary()}")
+            ctx.line(f"{q}: {v.check.per_op.summary_line()}")
     seen = set()
     for q, v in report.variants.items():
         if v.check is None:

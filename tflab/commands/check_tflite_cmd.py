@@ -1,7 +1,7 @@
 """``tflab check-tflite MODEL.tflite SAVED_MODEL``: check a flatbuffer made elsewhere, op by op.
 
-The work is `tflab.litert_check.check_tflite` with the per-op check of
-`tflab.litert_per_op` (its reference weights come from a float conversion
+The work is `tflab.litert.check.check_tflite` with the per-op check of
+`tflab.litert.per_op` (its reference weights come from a float conversion
 of SAVED_MODEL that tflab makes for the purpose); this verb reads the files,
 refuses what cannot be checked before any work, and prints the report.
 """
@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _read_model(path: str) -> bytes:
     from tflab.errors import UsageError
-    from tflab.litert_ops import read_ops
+    from tflab.litert.ops import read_ops
 
     if not os.path.isfile(path):
         what = "is a folder" if os.path.isdir(path) else "does not exist"
@@ -56,8 +56,8 @@ def run(args: argparse.Namespace) -> int:
     from tflab._jsonutil import dumps
     from tflab._progress import Progress
     from tflab.examples import Examples, random_examples, union_inputs
-    from tflab.litert_check import check_tflite, require_matching_signatures
-    from tflab.litert_ops import variant_of
+    from tflab.litert.check import check_tflite, require_matching_signatures
+    from tflab.litert.ops import variant_of
     from tflab.saved_model import load_saved_model, require_saved_model_dir, signature_inputs
 
     from tflab._paths import output_path
@@ -82,6 +82,6 @@ def run(args: argparse.Namespace) -> int:
     check = check_tflite(data, sm_dir, batches, quantization)
     check = dataclasses.replace(check, path=os.path.abspath(args.model))
     if node_out is not None and check.per_op is not None:
-        node_out.write(dumps(check.per_op.node_data()))
+        node_out.write(dumps(check.per_op.node_data))
     print(dumps(check.to_dict()) if args.json else check.to_text())
     return 0 if check.ok else 1
