@@ -6,7 +6,7 @@ import os
 
 
 def run(ctx) -> None:
-    from tflab.export import export_model, variant_table
+    from tflab.export import export_model, variant_line, variant_table
 
     source = ctx.model_source
     # A user's SavedModel folder is exported from the folder itself (the tour
@@ -25,7 +25,7 @@ def run(ctx) -> None:
         ctx.line(line)
     for q, v in report.variants.items():  # the verdict: every op against its float reference
         if v.check is not None and v.check.per_op is not None:
-            ctx.line(f"{q}: {v.check.per_op.summary_line()}")
+            ctx.line(f"{q}: {variant_line(v.check)}")
     seen = set()
     for q, v in report.variants.items():
         if v.check is None:

@@ -13,6 +13,8 @@ The package, bottom-up (each module imports only those above it):
   op's own inputs with the float model's weights, and the per-op verdict;
 * `tflab.litert.attribution`: the output error attributed to ops (TFLite tensors
   matched to TF's by name), and the measured fix of keeping the worst ops in float;
+* `tflab.litert.attribution`: the output error of a quantized variant attributed to
+  ops (TFLite tensors matched to TF's by name), and the measured kept-float fix;
 * `tflab.litert.nan`: the first op that makes a NaN/inf, and its cause;
 * `tflab.litert.result` → `tflab.litert.check`: `TFLiteCheck`, `check_tflite`,
   `tflite_roundtrip`;
@@ -42,6 +44,8 @@ _EXPORTS = {
     **dict.fromkeys(("OpCheck", "PerOpCheck", "match_ops", "check_ops", "ILL_CONDITIONED"), "per_op"),
     **dict.fromkeys(("CAUSES", "NanOrigin", "run_per_op", "find_nan_origin", "find_nan_sink", "nan_note"),
                     "nan"),
+    **dict.fromkeys(("OpShare", "KeptFloat", "Attribution", "attribute_error", "tf_name_of", "output_error"),
+                    "attribution"),
     **dict.fromkeys(("OutputError", "TFLiteCheck"), "result"),
     **dict.fromkeys(("argmax_agreement", "check_tflite", "float_reference", "remember_float_reference",
                      "require_matching_signatures", "read_signature_keys", "MIN_TFLITE_BYTES",

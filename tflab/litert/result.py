@@ -114,6 +114,8 @@ class TFLiteCheck(Report):
             its own inputs with the builtin kernels and compared with a float64
             reference using the float model's weights (None when it could not run;
             a note says why).
+        attribution: for a quantized variant, its output error attributed to ops and, for int8,
+            the measured kept-float fix (`tflab.litert.attribution.Attribution`; None when not made).
         model: the flatbuffer bytes that were checked (not in ``to_dict``).
         path: where those bytes are written, when known (``tflab export`` sets it).
     """
@@ -140,6 +142,7 @@ class TFLiteCheck(Report):
     shared_weights: int = 0
     vacuous_outputs: tuple[str, ...] = ()
     per_op: Any = None
+    attribution: Any = None
     model: bytes = dataclasses.field(default=b"", repr=False, compare=False, metadata={"dict": False})
     path: str | None = None
     config: dict = config_field()
@@ -205,6 +208,8 @@ class TFLiteCheck(Report):
         lines.append(f"  why: {self.explanation}")
         if self.per_op is not None:
             lines.append(self.per_op.to_text())
+        if self.attribution is not None:
+            lines.append(self.attribution.to_text())
         lines += [f"  note: {n}" for n in self.notes]
         if self.config.get("one_line"):
             lines.append(f"  measured on: {self.config['one_line']}")
