@@ -614,7 +614,7 @@ def test_vacuous_bound_is_said_plainly_when_it_exceeds_the_outputs_range(tmp_pat
     assert len(note) == 1 and note[0].startswith(f"bound {o.bound:.3g} exceeds the output's range "
                                                  f"{o.reference_range:.3g}")
     assert "this check cannot fail for probs" in note[0] and "compare argmax agreement instead" in note[0]
-    assert note[0] in c.to_text() and c.to_dict()["vacuous_outputs"] == ("probs",)
+    assert note[0] in c.to_text() and c.to_dict()["vacuous_outputs"] == ["probs"]
     # Rows far from 0.5 keep bounds under 1, so a LiteRT value outside TF's range could still fail them.
     assert " elements whose bound is that large unless LiteRT leaves TF's range;" in note[0]
 

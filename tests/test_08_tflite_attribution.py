@@ -177,3 +177,29 @@ def test_dynamic_attribution_names_the_only_quantized_layer(cnn):
     top = a.shares[0]
     assert (top.op_type, top.index) == ("CONV_2D", convs[-1]) and top.share > 0.99, a.to_text()
     assert any("no kept-float fix for dynamic" in n for n in a.notes)
+
+
+def test_float_intermediates_are_compared_with_tf_tensors_of_the_same_name(cnn):
+    """Each float op output, through the whole model, beside TF's tensor of that name; a defect shows there.
+
+    Healthy, every matched tensor is float32 rounding away from TF's. A conv weight ×1.1 planted in
+    the float flatbuffer moves that conv's output by ~1e-1 of its scale, far above the healthy
+    rounding, and the ops before it do not move: the first tensor that jumps is the planted op's.
+    """
+    from tflab.litert.float_tensors import compare_float_tensors
+
+    sm, ex, models = cnn
+    healthy = compare_float_tensors(models["none"], sm, [ex])
+    kinds = {m.op_type for m in healthy.matched}
+    assert {"CONV_2D", "FULLY_CONNECTED", "MAX_POOL_2D"} <= kinds, healthy.to_text()
+    conv = [m for m in healthy.matched if m.op_type == "CONV_2D"]
+    assert all("Relu" in m.tf_name for m in conv)  # the downstream part of the fused name
+    fc = next(m for m in healthy.matched if m.op_type == "FULLY_CONNECTED")
+    assert fc.tf_name.endswith("BiasAdd:0"), fc  # MatMul;BiasAdd: the output is after the bias
+    planted, index = _plant(models["none"], "CONV_2D", "weight_x1.1", 1)
+    bad = compare_float_tensors(planted, sm, [ex])
+    base = max(m.relative for m in healthy.matched)
+    first = next(m for m in bad.matched if m.relative > 100 * base)
+    assert first.index == index, bad.to_text()
+    c = __import__("tflab").tflite_roundtrip(sm, [ex], "none")
+    assert c.tf_tensors is not None and len(c.tf_tensors.matched) == len(healthy.matched)

@@ -11,6 +11,8 @@ What tflab's LiteRT lab (`tflab.litert`) needs beyond the public API of
   converter ``from_saved_model`` builds, made directly for a SavedModel without
   a ``serving_default`` key, and the signature keys it keeps
   (``_saved_model_exported_names``);
+* ``convert_variables_to_constants_v2``, to fetch a SavedModel signature's
+  intermediate tensors by name (`frozen_function`);
 * the interpreter's op list (``Interpreter._get_ops_details``), which names a
   ``DELEGATE`` node when XNNPACK took over a subgraph, and a signature
   runner's subgraph index (``SignatureRunner._subgraph_index``); neither has a
@@ -31,6 +33,7 @@ PRIVATE_NAMES = (
     ("tensorflow.lite.python.lite", "TFLiteSavedModelConverterV2"),
     ("ai_edge_litert.interpreter", "Interpreter._get_ops_details"),
     ("ai_edge_litert.interpreter", "SignatureRunner"),  # sets _subgraph_index in __init__
+    ("tensorflow.python.framework.convert_to_constants", "convert_variables_to_constants_v2"),
 )
 
 
@@ -87,3 +90,16 @@ def signature_subgraph(runner: Any) -> int:
 def keras_model_called(model: Any) -> bool:
     """Whether a subclassed Keras 3 model has been called once (``Layer._called``; no public flag)."""
     return bool(getattr(model, "_called", False))
+
+
+def frozen_function(concrete_function: Any):
+    """The function with its variables folded into constants and its calls inlined.
+
+    ``convert_variables_to_constants_v2`` (``tensorflow/python/framework/
+    convert_to_constants.py``; no public equivalent in TF 2.21): every node of the
+    signature's call tree lands in one graph, named ``StatefulPartitionedCall/<scope>/<op>``,
+    so intermediate tensors can be fetched by the names the TFLite converter kept.
+    """
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    return convert_variables_to_constants_v2(concrete_function)

@@ -11,10 +11,10 @@ The package, bottom-up (each module imports only those above it):
 * `tflab.litert.ops`, `tflab.litert.references` → `tflab.litert.per_op`: every
   op's tensors (builtin kernels, every tensor kept), float64 op references on the
   op's own inputs with the float model's weights, and the per-op verdict;
-* `tflab.litert.attribution`: the output error attributed to ops (TFLite tensors
-  matched to TF's by name), and the measured fix of keeping the worst ops in float;
 * `tflab.litert.attribution`: the output error of a quantized variant attributed to
   ops (TFLite tensors matched to TF's by name), and the measured kept-float fix;
+* `tflab.litert.float_tensors`: the float variant's intermediates against TF's
+  tensors of the same name;
 * `tflab.litert.nan`: the first op that makes a NaN/inf, and its cause;
 * `tflab.litert.result` → `tflab.litert.check`: `TFLiteCheck`, `check_tflite`,
   `tflite_roundtrip`;
@@ -46,6 +46,7 @@ _EXPORTS = {
                     "nan"),
     **dict.fromkeys(("OpShare", "KeptFloat", "Attribution", "attribute_error", "tf_name_of", "output_error"),
                     "attribution"),
+    **dict.fromkeys(("TensorMatch", "FloatTensors", "compare_float_tensors"), "float_tensors"),
     **dict.fromkeys(("OutputError", "TFLiteCheck"), "result"),
     **dict.fromkeys(("argmax_agreement", "check_tflite", "float_reference", "remember_float_reference",
                      "require_matching_signatures", "read_signature_keys", "MIN_TFLITE_BYTES",

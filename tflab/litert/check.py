@@ -296,7 +296,9 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
             worst_bound=float(bound[worst]) if bound.size else 0.0)
     explanation = _explanation(quantization, dyn_quantized, outputs)
     per_op_check = _per_op(model, saved_model_dir, batches, quantization, float_model, notes) if per_op else None
-    attribution = None
+    attribution = tf_tensors = None
+    if per_op_check is not None and quantization == "none":
+        tf_tensors = _float_tensors(model, saved_model_dir, batches, notes)
     if per_op_check is not None and quantization != "none":
         attribution = _attribution(model, saved_model_dir, batches, quantization, float_model, per_op_check,
                                    keep_float, notes)
@@ -316,7 +318,19 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
         within_bound=None if no_bound else all(o.within_bound for o in outputs.values()),
         outputs=outputs, runtime=runtime, explanation=explanation, signatures=signatures,
         notes=tuple(notes), vacuous_outputs=tuple(vacuous), per_op=per_op_check, attribution=attribution,
-        **base)
+        tf_tensors=tf_tensors, **base)
+
+
+def _float_tensors(model: bytes, saved_model_dir: str, batches: Examples, notes: list):
+    """The float variant's intermediates vs TF's tensors of the same name, or None with a note."""
+    from tflab.litert.float_tensors import compare_float_tensors
+
+    try:
+        return compare_float_tensors(model, saved_model_dir, batches)
+    except Exception as e:  # noqa: BLE001  a measurement: the verdict stands without it, and says why
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        notes.append(f"float intermediates not compared with TF's: {type(e).__name__}: {first}")
+        return None
 
 
 def _attribution(model: bytes, saved_model_dir: str, batches: Examples, quantization: str,

@@ -116,6 +116,8 @@ class TFLiteCheck(Report):
             a note says why).
         attribution: for a quantized variant, its output error attributed to ops and, for int8,
             the measured kept-float fix (`tflab.litert.attribution.Attribution`; None when not made).
+        tf_tensors: for the float variant, each op's output through the whole model against TF's
+            tensor of the same name (`tflab.litert.float_tensors.FloatTensors`; None otherwise).
         model: the flatbuffer bytes that were checked (not in ``to_dict``).
         path: where those bytes are written, when known (``tflab export`` sets it).
     """
@@ -143,6 +145,7 @@ class TFLiteCheck(Report):
     vacuous_outputs: tuple[str, ...] = ()
     per_op: Any = None
     attribution: Any = None
+    tf_tensors: Any = None
     model: bytes = dataclasses.field(default=b"", repr=False, compare=False, metadata={"dict": False})
     path: str | None = None
     config: dict = config_field()
@@ -210,6 +213,8 @@ class TFLiteCheck(Report):
             lines.append(self.per_op.to_text())
         if self.attribution is not None:
             lines.append(self.attribution.to_text())
+        if self.tf_tensors is not None:
+            lines.append(self.tf_tensors.to_text())
         lines += [f"  note: {n}" for n in self.notes]
         if self.config.get("one_line"):
             lines.append(f"  measured on: {self.config['one_line']}")
