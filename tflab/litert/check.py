@@ -533,7 +533,7 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | An
 
     >>> c = tflab.tflite_roundtrip("/tmp/scale_sm", {"x": np.ones((4, 64), np.float32)}, "none")
     >>> c
-    TFLiteCheck(quantization='none', ok=True, ops_checked=1, ops_outside=0, bit_exact=True, max_abs_error=0, worst_output='y' (|Δ|/bound 0), within_bound=True, size_bytes=952, flex_ops=[])
+    <TFLiteCheck: none, ok=True, 1 ops checked, 0 outside, bit_exact=True, max|Δ| 0 (all outputs), worst output 'y' at 0 of its bound, 952 bytes>
     >>> c.op_counts
     {'MUL': 1}
     """
