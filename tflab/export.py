@@ -28,12 +28,12 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from tflab._report import Report, config_field
-from tflab._text import table
 from tflab._paths import OutputPath, check_path_text, describe_existing, output_path
 from tflab.custom_op_loader import load_custom_ops_for, unregistered_op
 from tflab.errors import TflabError, UsageError, raise_if_terminated
 from tflab.examples import load_examples
 from tflab.litert.check import TFLiteCheck
+from tflab.litert.result import variant_line, variant_table
 from tflab.litert.conversion import QUANTIZATIONS
 from tflab.litert.workers import (convert_inprocess, convert_isolated, reset_workers, save_examples,
                                   stop_workers)
@@ -126,62 +126,6 @@ class ExportReport(Report):
                                  "check": None if v.check is None else v.check.to_dict()}
                              for q, v in self.variants.items()},
                 "config": self.config}
-
-
-def variant_line(check: TFLiteCheck) -> str:
-    """One line per variant: the per-op verdict, then where the output error comes from and the fix.
-
-    E.g. ``57 ops checked, 0 outside their bound (2 unchecked: SHAPE, PACK); 61% of the
-    output error from CONV_2D #17 model/conv2d_5 and #31; kept float: -55% error, +4% size``.
-    """
-    text = "per-op check not run" if check.per_op is None else check.per_op.summary_line()
-    if check.attribution is not None:
-        text += f"; {check.attribution.summary_line()}"
-    return text
-
-
-def _fmt(x: float | None, spec: str = ".2g") -> str:
-    return "-" if x is None else format(x, spec)
-
-
-def _short_runtime(runtime: str) -> str:
-    if runtime.startswith("not run"):
-        return runtime
-    return "LiteRT" + (" + XNNPACK" if "XNNPACK" in runtime else "")
-
-
-TABLE_LEGEND = ("max|Δ|: the largest |lite − tf| of the output named in the last column (the one with the "
-                "worst |Δ|/bound), over all its elements and examples; Δ/bound: that same output's largest "
-                "elementwise |Δ|/bound; argmax: rows whose one top class is TF's (ties are not agreement); "
-                "ops: checked ops outside their local bound / checked")
-
-
-def variant_table(variants: dict[str, VariantResult]) -> str:
-    """The compact table of variants, then its legend: size, error, bound ratio, argmax, per-op verdict.
-
-    ``max|Δ|`` is the true maximum of one output, the one with the worst
-    ``|Δ|/bound`` (named in the last column when there are several), and
-    ``Δ/bound`` is that output's own worst ratio: no column mixes outputs.
-    """
-    rows = []
-    for q, v in variants.items():
-        c = v.check
-        if c is None or not c.outputs:
-            rows.append((q, v.status, "-" if c is None else c.size_bytes, "-", "-", "-", "-", "-",
-                         _fmt(v.convert_seconds, ".1f"), v.error if c is None else _short_runtime(c.runtime)))
-            continue
-        w = c.outputs[c.worst_output] if c.worst_output in c.outputs else next(iter(c.outputs.values()))
-        agree = [o.argmax_agreement for o in c.outputs.values() if o.argmax_agreement is not None]
-        nops = sum(c.op_counts.values())
-        flex = f", Flex: {','.join(c.flex_ops)}" if c.flex_ops else ""
-        which = f"{w.name}; " if len(c.outputs) > 1 else ""
-        ops = "-" if c.per_op is None else f"{len(c.per_op.outside)}/{c.per_op.checked}"
-        rows.append((q, v.status, c.size_bytes, _fmt(c.size_ratio, ".2f"), _fmt(w.max_abs_error),
-                     _fmt(w.bound_ratio, ".2f"), f"{min(agree):.0%}" if agree else "-", ops,
-                     _fmt(v.convert_seconds, ".1f"), f"{which}{nops} ops{flex}; {_short_runtime(c.runtime)}"))
-    head = ("variant", "status", "bytes", "×float", "max|Δ|", "Δ/bound", "argmax", "ops", "conv s",
-            "worst output; ops / runtime / error")
-    return table(rows, header=head, align="<<>>>>>>><") + "\n" + TABLE_LEGEND
 
 
 # ---------------------------------------------------------------- loading models

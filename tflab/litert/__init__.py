@@ -47,7 +47,7 @@ _EXPORTS = {
     **dict.fromkeys(("OpShare", "KeptFloat", "Attribution", "attribute_error", "tf_name_of", "output_error"),
                     "attribution"),
     **dict.fromkeys(("TensorMatch", "FloatTensors", "compare_float_tensors"), "float_tensors"),
-    **dict.fromkeys(("OutputError", "TFLiteCheck"), "result"),
+    **dict.fromkeys(("OutputError", "TFLiteCheck", "variant_line", "variant_table", "TABLE_LEGEND"), "result"),
     **dict.fromkeys(("argmax_agreement", "check_tflite", "float_reference", "remember_float_reference",
                      "require_matching_signatures", "read_signature_keys", "MIN_TFLITE_BYTES",
                      "tflite_roundtrip"), "check"),
