@@ -57,7 +57,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from tflab._report import Report
+from tflab._report import Report, config_field
 from tflab._text import table
 from tflab.litert.ops import ModelOps, OpTensors, TensorInfo, preserving_interpreter, read_ops, run_ops
 from tflab.litert.references import INDEX_INPUTS, Terms, reference
@@ -143,6 +143,7 @@ class PerOpCheck(Report):
         seconds: wall time of the per-op pass.
         notes: conditioning, said plainly: cancelling ops (`conditioning_note`) and
             discontinuous ops (FLOOR_MOD, FLOOR, ROUND, ...) fed by a quantized tensor.
+        config: `tflab.runtime_config()` as a dict.
     """
 
     ops: tuple[OpCheck, ...]
@@ -153,6 +154,7 @@ class PerOpCheck(Report):
     runtime: str
     seconds: float
     notes: tuple[str, ...] = ()
+    config: dict = config_field()
 
     @property
     def checked(self) -> int:
