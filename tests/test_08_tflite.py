@@ -312,7 +312,8 @@ def test_tour_model_savedmodel_exact_and_float_tflite_within_bound(tour_model, t
     assert set(sm.signatures) == {"serve", "serving_default"}
     (name, info), = sm.signatures["serving_default"].inputs.items()
     assert info.shape == (None, 96, 96, 3)
-    c = tflab.tflite_roundtrip(sm.path, list(sm.example_batches), "none")
+    # the intermediates-vs-TF comparison is tested on small models (test_08_tflite_attribution.py)
+    c = tflab.tflite_roundtrip(sm.path, list(sm.example_batches), "none", tf_tensors=False)
     assert c.within_bound is True
     assert c.op_counts["CONV_2D"] == 43 and c.op_counts["DEPTHWISE_CONV_2D"] == 11
     assert "BATCH_NORM" not in " ".join(c.op_counts)  # folded into the convolutions

@@ -134,7 +134,7 @@ def _run_signatures(runners, loaded, examples: Examples, notes):
 def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Examples | Any,
                  quantization: str = "none", *, float_size: int | None = None,
                  convert_seconds: float | None = None, float_model: bytes | None = None,
-                 per_op: bool = True, keep_float: bool = False) -> TFLiteCheck:
+                 per_op: bool = True, keep_float: bool = False, tf_tensors: bool = True) -> TFLiteCheck:
     """Runs a converted flatbuffer with LiteRT and compares it with the SavedModel in TF.
 
     Args:
@@ -155,6 +155,8 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
         keep_float: for int8, also measure the fix: re-quantize with the worst ops kept in
             float (QuantizationDebugger; one more calibration conversion) and report the
             error drop and size cost (``.attribution.kept_float``).
+        tf_tensors: for the float variant, compare each op's output with TF's tensor of the
+            same name (``.tf_tensors``; freezes the signature once).
 
     Returns:
         A `TFLiteCheck` (see `tflite_roundtrip`).
@@ -297,7 +299,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
     explanation = _explanation(quantization, dyn_quantized, outputs)
     per_op_check = _per_op(model, saved_model_dir, batches, quantization, float_model, notes) if per_op else None
     attribution = tf_tensors = None
-    if per_op_check is not None and quantization == "none":
+    if per_op_check is not None and quantization == "none" and tf_tensors:
         tf_tensors = _float_tensors(model, saved_model_dir, batches, notes)
     if per_op_check is not None and quantization != "none":
         attribution = _attribution(model, saved_model_dir, batches, quantization, float_model, per_op_check,
@@ -496,7 +498,7 @@ def _stateful_random_ops(loaded) -> list[str]:
 
 def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | Any,
                      quantization: str = "none", *, select_tf_ops: bool = False,
-                     float_size: int | None = None) -> TFLiteCheck:
+                     float_size: int | None = None, tf_tensors: bool = True) -> TFLiteCheck:
     """Converts a SavedModel to TFLite, runs it with LiteRT, and checks it against TF.
 
     Args:
@@ -513,6 +515,7 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | An
         float_size: the float variant's size in bytes, to report ``size_ratio``;
             when not given, the length of the float conversion the per-op check
             uses anyway (made once per SavedModel and kept, `float_reference`).
+        tf_tensors: as for `check_tflite`.
 
     Returns:
         A `TFLiteCheck`: ``.ok`` (the per-op verdict), ``.ops`` (one `OpCheck` per op),
@@ -568,4 +571,4 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | An
     if float_size is None:
         float_size = len(float_model)
     return check_tflite(model, saved_model_dir, examples, quantization, float_size=float_size,
-                        convert_seconds=seconds, float_model=float_model)
+                        convert_seconds=seconds, float_model=float_model, tf_tensors=tf_tensors)
