@@ -298,9 +298,9 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
             worst_bound=float(bound[worst]) if bound.size else 0.0)
     explanation = _explanation(quantization, dyn_quantized, outputs)
     per_op_check = _per_op(model, saved_model_dir, batches, quantization, float_model, notes) if per_op else None
-    attribution = tf_tensors = None
+    attribution = float_tensors = None
     if per_op_check is not None and quantization == "none" and tf_tensors:
-        tf_tensors = _float_tensors(model, saved_model_dir, batches, notes)
+        float_tensors = _float_tensors(model, saved_model_dir, batches, notes)
     if per_op_check is not None and quantization != "none":
         attribution = _attribution(model, saved_model_dir, batches, quantization, float_model, per_op_check,
                                    keep_float, notes)
@@ -320,7 +320,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
         within_bound=None if no_bound else all(o.within_bound for o in outputs.values()),
         outputs=outputs, runtime=runtime, explanation=explanation, signatures=signatures,
         notes=tuple(notes), vacuous_outputs=tuple(vacuous), per_op=per_op_check, attribution=attribution,
-        tf_tensors=tf_tensors, **base)
+        tf_tensors=float_tensors, **base)
 
 
 def _float_tensors(model: bytes, saved_model_dir: str, batches: Examples, notes: list):
