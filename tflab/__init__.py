@@ -11,7 +11,7 @@ Public names (imported lazily, since importing TensorFlow takes seconds):
 * step 6 `compare_modes` → `ModeComparison` (tflab/modes.py)
 * step 7 `save_and_reload` → `SavedModelCheck` (tflab/saved_model.py); `Examples`, the
   example batches steps 7-8 and export take (tflab/examples.py)
-* step 8 `tflite_roundtrip` → `TFLiteCheck` (tflab/litert.py re-exports
+* step 8 `tflite_roundtrip` → `TFLiteCheck` (the package tflab/litert/ re-exports
   tflab/litert/conversion.py, bounds.py, check.py)
 * step 10 `float_info`, `compare_precisions` → `PrecisionComparison`, `demonstrate_loss_scaling` (tflab/precision.py)
 * step 11 `DistributedRetraceProbe`, `inspect_distributed`, `run_workers` (tflab/distribute.py)
