@@ -24,7 +24,7 @@ the outer one, so they add up to at most the section's wall time:
   (``ConcreteFunction._call_flat``): TF instantiates the function, Grappler
   rewrites its graph, then it runs once;
 * ``litert_runs``: ``ai_edge_litert`` ``Interpreter.invoke`` and signature runners;
-* ``tflite_convert``: an in-process `tflab.litert_convert.convert`; conversions
+* ``tflite_convert``: an in-process `tflab.litert.conversion.convert`; conversions
   in worker processes are taken from ``report.json`` instead (their own clocks);
 * ``child_wait``: the main thread waiting on a child process (``Popen.wait``/
   ``communicate``: the distribute lab, the custom-op compiler);
@@ -121,7 +121,7 @@ def install() -> None:
     except ImportError:
         pass
     try:
-        from tflab import litert_convert
+        from tflab.litert import conversion as litert_convert
 
         _patch(litert_convert, "convert", "tflite_convert")
     except ImportError:

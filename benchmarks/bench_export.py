@@ -5,10 +5,16 @@ Prints, from one run on this machine:
 * TFLite conversion seconds per variant, and each as a ratio to the float conversion;
 * latency per call (batch 1) of each LiteRT variant vs TF's ``tf.function``
   (the in-process Keras serving function), as a ratio LiteRT / TF;
-* the per-op check's cost (`tflab.litert_per_op.check_ops`: builtin kernels,
+* the per-op check's cost (`tflab.litert.per_op.check_ops`: builtin kernels,
   every tensor kept, a float64 reference per op) as a ratio to the rest of
   the variant's check (conversion + `check_tflite` end to end, without the
-  per-op pass), measured variant by variant in the same run.
+  per-op pass), measured variant by variant in the same run;
+* the cost of what check_tflite adds after the per-op pass, as the same ratio:
+  the attribution of a quantized variant's output error
+  (`tflab.litert.attribution.attribute_error`, without the fix), the int8
+  kept-float fix (QuantizationDebugger: one calibration conversion, two
+  quantize passes), and the float variant's tensors against TF's
+  (`tflab.litert.float_tensors.compare_float_tensors`).
 
 Timings are medians over repeated calls after warm-up. The variants run side
 by side in the same process, so the ratios compare like with like even on a
@@ -67,7 +73,7 @@ def main() -> None:
             t0 = time.perf_counter()
             models[q] = convert(path, q, examples)
             conv_s[q] = time.perf_counter() - t0
-        e2e_s, per_op_s = _per_op_overhead(path, examples, models)
+        e2e_s, per_op_s, extra = _per_op_overhead(path, examples, models)
 
     serve = tf.function(lambda t: model(t, training=False))
     xt = tf.constant(x)
@@ -95,28 +101,47 @@ def main() -> None:
         print(f"{q:<8} {conv_s[q]:>9.2f} {e2e_s[q]:>8.2f} {per_op_s[q]:>8.2f} {per_op_s[q] / rest:>25.2f}")
     print("(check s: check_tflite without the per-op pass, the first variant also computing the shared "
           "gradients of the end-to-end bound; per-op s: check_ops on the same examples)")
+    print(f"{'variant':<8} {'added':<28} {'s':>7} {'÷ (convert+check)':>18}")
+    for q in QUANTIZATIONS:
+        for what, sec in extra[q].items():
+            print(f"{q:<8} {what:<28} {sec:>7.2f} {sec / (conv_s[q] + e2e_s[q]):>18.2f}")
     print(f"load average while measuring: {os.getloadavg()[0]:.1f}")
 
 
 def _per_op_overhead(path, examples, models):
     """Seconds of the end-to-end check and of the per-op check, per variant, run one after the other."""
     from tflab.examples import Examples
-    from tflab.litert_check import check_tflite
-    from tflab.litert_per_op import check_ops
+    from tflab.litert.check import check_tflite
+    from tflab.litert.per_op import check_ops
     from tflab.saved_model import load_saved_model, signature_inputs
 
     loaded = load_saved_model(path)
     batches = Examples.of(examples).check({k: signature_inputs(f) for k, f in loaded.signatures.items()})
     feeds = {"serving_default": batches.feeds("serving_default")}
-    e2e, per_op = {}, {}
+    from tflab.litert.attribution import attribute_error
+    from tflab.litert.float_tensors import compare_float_tensors
+
+    e2e, per_op, extra = {}, {}, {}
     for q, flat in models.items():
         t0 = time.perf_counter()
         check_tflite(flat, path, batches, q, per_op=False)
         e2e[q] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        check_ops(flat, models["none"], feeds, q)
+        ops = check_ops(flat, models["none"], feeds, q)
         per_op[q] = time.perf_counter() - t0
-    return e2e, per_op
+        extra[q] = {}
+        t0 = time.perf_counter()
+        if q == "none":
+            compare_float_tensors(flat, path, batches)
+            extra[q]["float tensors vs TF"] = time.perf_counter() - t0
+            continue
+        attribute_error(flat, models["none"], path, ops, batches, q, fix=False)
+        extra[q]["attribution"] = time.perf_counter() - t0
+        if q == "int8":
+            t0 = time.perf_counter()
+            attribute_error(flat, models["none"], path, ops, batches, q, fix=True)
+            extra[q]["attribution + kept-float fix"] = time.perf_counter() - t0
+    return e2e, per_op, extra
 
 
 if __name__ == "__main__":

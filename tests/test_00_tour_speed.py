@@ -4,7 +4,7 @@
   those of a tour of main at 176dbcb, before the speed work
   (``tests/data/tour/expected_facts.json``, from ``report_176dbcb.json``
   beside it). The comparison is proved able to fail by planted defects.
-* `tflab.litert_pool.ConversionPool`: workers capped at the schedulable CPUs,
+* `tflab.litert.pool.ConversionPool`: workers capped at the schedulable CPUs,
   each variant handed on as soon as it is done, a failed worker costing its
   own variants only.
 * `tflab._tour.background`: the early-started jobs hand back their value or
@@ -140,7 +140,7 @@ def test_tour_prints_total_and_slowest_section(small_keras_file, tmp_path, capsy
 
 
 def test_pool_workers_are_capped_at_the_schedulable_cpus(monkeypatch):
-    from tflab import litert_pool
+    from tflab.litert import pool as litert_pool
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3}, raising=False)
     assert litert_pool.schedulable_cpus() == 1
@@ -161,7 +161,7 @@ def test_pool_workers_are_capped_at_the_schedulable_cpus(monkeypatch):
 
 def test_pool_hands_each_variant_on_before_the_others_finish():
     """The LiteRT check of a done variant can run while another worker still converts."""
-    from tflab.litert_pool import ConversionPool
+    from tflab.litert.pool import ConversionPool
 
     release = threading.Event()
 
@@ -180,7 +180,7 @@ def test_pool_hands_each_variant_on_before_the_others_finish():
 
 def test_a_failed_worker_costs_its_own_variants_only():
     from tflab.errors import TflabError
-    from tflab.litert_pool import ConversionPool
+    from tflab.litert.pool import ConversionPool
 
     def convert(qs, done):
         for q in qs:
@@ -200,7 +200,7 @@ def test_a_failed_worker_costs_its_own_variants_only():
 
 def test_a_worker_that_stops_early_does_not_hang_the_caller():
     from tflab.errors import TflabError
-    from tflab.litert_pool import ConversionPool
+    from tflab.litert.pool import ConversionPool
 
     pool = ConversionPool(["none", "dynamic"], lambda qs, done: None, workers=1)  # reports nothing
     with pytest.raises(TflabError, match="stopped before converting none"):

@@ -57,7 +57,7 @@ def snippet(models, tmp_path_factory):
 
 def test_snippet_roundtrip_warns_before_running_and_names_read_variable(snippet):
     import tflab
-    from tflab.litert_nan import ConversionWarning
+    from tflab.litert.flatbuffer_notes import ConversionWarning
 
     mm, d, ex = snippet
     with pytest.warns(ConversionWarning, match=r"tflite_roundtrip none: READ_VARIABLE .*uninitialized "
@@ -78,8 +78,9 @@ def test_snippet_roundtrip_warns_before_running_and_names_read_variable(snippet)
 
 
 def test_snippet_per_op_origin_is_the_first_read_variable(snippet):
-    from tflab.litert_convert import convert
-    from tflab.litert_nan import find_nan_origin, uninitialized_variables
+    from tflab.litert.conversion import convert
+    from tflab.litert.flatbuffer_notes import uninitialized_variables
+    from tflab.litert.nan import find_nan_origin
 
     mm, d, ex = snippet
     model = convert(d, "none")
@@ -116,7 +117,7 @@ def test_each_fix_the_note_gives_is_checked_on_the_snippet(models, snippet, tmp_
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-    from tflab.litert_nan import VARIABLE_FIX, uninitialized_variables
+    from tflab.litert.flatbuffer_notes import VARIABLE_FIX, uninitialized_variables
 
     mm, d, ex = snippet
     # Why the note blames the wrapper: tf.Module lists no keras.Variable, only tf.Variables.
@@ -165,8 +166,8 @@ def test_written_variable_gets_an_initializer_and_no_note(models, tmp_path):
     """Healthy resource variables: a signature that assigns one converts with a CALL_ONCE initializer."""
     import tensorflow as tf
 
-    from tflab.litert_convert import analyze_flatbuffer, convert
-    from tflab.litert_nan import conversion_notes
+    from tflab.litert.conversion import analyze_flatbuffer, convert
+    from tflab.litert.flatbuffer_notes import conversion_notes
 
     c = models.Counter()
     tf.saved_model.save(c, str(tmp_path), signatures={"serving_default": c.serve})
@@ -268,9 +269,9 @@ def test_int8_zero_scale_is_named_and_the_calibrated_model_has_none(models, tmp_
     import flatbuffers
     from tensorflow.lite.python import schema_py_generated as fb
 
-    from tflab.litert_check import check_tflite
-    from tflab.litert_convert import convert
-    from tflab.litert_nan import conversion_notes
+    from tflab.litert.check import check_tflite
+    from tflab.litert.conversion import convert
+    from tflab.litert.flatbuffer_notes import conversion_notes
 
     x = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32)
     sm, good = _roundtrip(models.big_weight_folded(), tmp_path / "a", {"x": x}, "int8")
@@ -296,12 +297,12 @@ def test_no_note_without_nonfinite_values(models, tmp_path):
 
 def test_float16_recipe_saturates_a_big_weight_and_the_note_says_so(models, tmp_path):
     """TF 2.21 stores a weight beyond 65504 as ±65504 (not inf): a wrong answer, named, not a NaN."""
-    from tflab.litert_convert import convert
-    from tflab.litert_nan import _read_model
+    from tflab.litert.conversion import convert
+    from tflab.litert.flatbuffer_notes import read_graphs
 
     x = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32)
     sm, c = _roundtrip(models.big_weight(), tmp_path / "a", {"x": x}, "float16")
-    (w16,) = [v for v in _read_model(convert(sm.path, "float16"))[0].constants.values() if v.size == 1024]
+    (w16,) = [v for v in read_graphs(convert(sm.path, "float16"))[0].constants.values() if v.size == 1024]
     assert np.isfinite(w16).all() and np.abs(w16.astype(np.float32)).max() == 65504.0
     (note,) = [n for n in c.notes if n.startswith("float16 weight(s) at ±65504")]
     assert c.within_bound is False and _nan_notes(c) == []
@@ -327,7 +328,7 @@ def test_an_unrecognized_origin_is_named_without_a_guessed_cause(models, tmp_pat
     (note,) = _nan_notes(c)
     assert "op 0 EXP" in note and "'serving_default'): unexplained: " in note, note
     assert "largest |input| 100" in note
-    from tflab.litert_nan import CAUSES
+    from tflab.litert.nan import CAUSES
 
     # The cause label follows the op's "(tensor …, signature …): "; no other label is claimed.
     assert [c for c in CAUSES if f"'serving_default'): {c.replace('_', ' ')}: " in note] == ["unexplained"]

@@ -128,7 +128,7 @@ def _examples(shape, n: int = 8, seed: int = 0, scale: float = 1.0):
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
     """name → (examples, {variant: flatbuffer bytes}, SavedModel path) for the MLP, CNN and MobileNet-like block."""
-    from tflab.litert_convert import convert
+    from tflab.litert.conversion import convert
 
     root = tmp_path_factory.mktemp("per_op")
     out = {}
@@ -141,7 +141,7 @@ def converted(tmp_path_factory):
 
 
 def _check(model: bytes, float_model: bytes, ex, q: str):
-    from tflab.litert_per_op import check_ops
+    from tflab.litert.per_op import check_ops
 
     return check_ops(model, float_model, {"serving_default": [ex]}, q)
 
@@ -266,7 +266,7 @@ def test_healthy_models_pass_every_op(converted, name, q):
 
 def test_mobilenet_block_batchnorm_folded_and_matched(converted):
     """BatchNorm is folded into the convs in every variant, so op-by-position matching pairs all ops."""
-    from tflab.litert_ops import read_ops
+    from tflab.litert.ops import read_ops
 
     _, models, _ = converted["mobilenet_block"]
     types = {q: [o.op_type for o in read_ops(b).subgraphs[0] if o.op_type not in ("QUANTIZE", "DEQUANTIZE")]
@@ -283,7 +283,7 @@ def test_cancellation_117542_float_passes_per_op(tmp_path):
     the SUB is judged on its own two inputs (``u·(|a|+|b|)``: magnitudes), and
     the last matmul on the SUB's actual output, so no op fails.
     """
-    from tflab.litert_convert import convert
+    from tflab.litert.conversion import convert
 
     sm = _save(_cancellation_module(), tmp_path / "cancel", keras_model=False)
     ex = _examples((32,), n=4)
@@ -309,7 +309,7 @@ def test_floormod_58206_int8_verdict_and_explanation(tmp_path):
     """
     import tensorflow as tf
 
-    from tflab.litert_convert import convert
+    from tflab.litert.conversion import convert
 
     rng = np.random.default_rng(0)
     g = tf.constant(rng.integers(0, 2, (16, 8)).astype("float32"))
@@ -338,12 +338,12 @@ def test_tour_model_every_op_within_bound_int8_and_float16(tour_model, tmp_path)
     are their folded bias alone reach ~0.98 of ``2**-11·|b|``).
     """
     import tflab
-    from tflab.litert_convert import convert
+    from tflab.litert.conversion import convert
 
     sm = tflab.save_and_reload(tour_model, tmp_path / "mobilenet", None)
     feeds = {"serving_default": sm.example_batches.feeds("serving_default")}
     fm = convert(sm.path, "none")
-    from tflab.litert_per_op import check_ops
+    from tflab.litert.per_op import check_ops
 
     for q in ("int8", "float16"):
         r = check_ops(convert(sm.path, q, sm.example_batches), fm, feeds, q)
@@ -357,7 +357,7 @@ def test_scale_float16_passes_per_op(tmp_path):
     The MUL's bound has the float16 step on its constant operand
     (``2**-11·|x|·|c|``), which the old end-to-end bound left out.
     """
-    from tflab.litert_convert import convert
+    from tflab.litert.conversion import convert
 
     sm = _save(_scale_module(), tmp_path / "scale", keras_model=False)
     ex = _examples((8,), n=4, scale=100.0)
@@ -366,7 +366,7 @@ def test_scale_float16_passes_per_op(tmp_path):
     r = _check(f16, fm, ex, "float16")
     assert r.ok, r.to_text()
     # and the check is not vacuous: the constant really is float16 in the flatbuffer
-    from tflab.litert_ops import read_ops
+    from tflab.litert.ops import read_ops
 
     assert any(t.dtype == "float16" for op in read_ops(f16).subgraphs[0] for t in op.inputs if t is not None)
     # a wrong constant there (×1.01: 20× the float16 step) is caught at the MUL
@@ -391,7 +391,7 @@ def _plant_scalar(model: bytes, factor: float) -> tuple[bytes, int]:
 
 def test_run_ops_returns_every_intermediate(converted):
     """`run_ops` keeps every tensor: each op's output equals the next op's input it feeds, by tensor index."""
-    from tflab.litert_ops import run_ops
+    from tflab.litert.ops import run_ops
 
     ex, models, _ = converted["cnn"]
     ops = run_ops(models["none"], ex)
@@ -407,7 +407,7 @@ def test_run_ops_returns_every_intermediate(converted):
 
 def test_tflite_check_carries_the_per_op_verdict(converted):
     """`check_tflite` runs the per-op pass: ``.ok`` is its verdict, ``.ops`` its records, ``.model`` the bytes."""
-    from tflab.litert_check import check_tflite
+    from tflab.litert.check import check_tflite
 
     ex, models, sm = converted["mlp"]
     good = check_tflite(models["int8"], sm, [ex], "int8", float_model=models["none"])

@@ -163,7 +163,7 @@ def test_export_after_mirrored_training(lab):
     ex = lab["export"]
     assert ex["variable_types"] == ["MirroredVariable"]
     assert ex["saved_model_bit_exact"] is True
-    # tflab.tflite_roundtrip's float bound (tflab/litert.py) holds.
+    # tflab.tflite_roundtrip's float bound (tflab/litert/bounds.py) holds.
     assert ex["tflite_within_bound"] is True and ex["tflite_max_abs_error"] <= ex["tflite_bound"]
     # No collective/NCCL op and no replica device survives the save.
     assert ex["distribution_ops"] == {} and ex["replica_devices"] == []

@@ -137,7 +137,7 @@ def test_grappler_setting_is_recorded_in_text_and_dict():
 def test_names_and_kinds_one_convention():
     """function_name is the function's name everywhere (a str); data are properties, not methods."""
     from tflab.autograph import AutographDiff
-    from tflab.litert_check import TFLiteCheck
+    from tflab.litert.check import TFLiteCheck
     from tflab.retrace.demo import RetracingDemo, TriggerResult
 
     c = _comparison()

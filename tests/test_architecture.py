@@ -8,6 +8,7 @@ same graph, edge for edge.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import subprocess
@@ -38,16 +39,6 @@ ScriptTraces SideEffect expect_traces RetraceError TraceExpectation demonstrate_
 """.split()
 
 
-OLD_LITERT_NAMES = """
-QUANTIZATIONS UNIT_ROUNDOFF FLOAT16_STEP MIN_WEIGHT_ELEMENTS ELEMENTWISE_ULPS MAX_GRADIENT_ELEMENTS
-UnsupportedOpsError OutputError TFLiteCheck _representative _converter _captured_stderr convert
-_explain_converter_error FlatbufferStats analyze_flatbuffer _Sensitivity _SENSITIVITY_CACHE _cache_key
-_call_target _sensitivity prepare_bounds _gamma _ulp32 _bounds _bounds_computed _runtime_name _details
-_quantize _dequantize argmax_agreement _run_signatures check_tflite _RANDOM_OPS _stateful_random_ops
-signature_op_types _where_ops check_rows _explanation tflite_roundtrip
-""".split()
-
-
 def test_the_import_graph_of_tflab_has_no_cycle():
     graph = build_graph()
     assert len(graph) > 30 and graph["tflab.retrace.expect"] >= {"tflab.retrace.probe",
@@ -73,7 +64,7 @@ def test_the_cycle_finder_sees_a_cycle_through_an_import_inside_a_function(tmp_p
 
 
 def test_nobody_imports_export_or_the_compatibility_modules():
-    """export.py is the top orchestrator; the tflab.retrace package root and tflab.litert only
+    """export.py is the top orchestrator; the package roots tflab.retrace and tflab.litert only
     re-export their parts (tflab modules import the part itself)."""
     graph = build_graph()
     for top in ("tflab.export", "tflab.retrace", "tflab.litert"):
@@ -82,7 +73,7 @@ def test_nobody_imports_export_or_the_compatibility_modules():
                    "tflab.retrace": set(), "tflab.litert": set()}[top]
         assert set(users) <= allowed, (top, users)
     # custom-op loading is below everything that loads a SavedModel or converts one
-    for m in ("tflab.saved_model.loading", "tflab.litert_convert", "tflab.export"):
+    for m in ("tflab.saved_model.loading", "tflab.litert.conversion", "tflab.export"):
         assert "tflab.custom_op_loader" in graph[m]
     assert graph["tflab.custom_op_loader"] == set()
     # the records are the bottom of the retrace package, the diff right above them
@@ -161,28 +152,24 @@ def test_the_retrace_package_replaces_the_old_modules_and_keeps_its_public_names
     assert not graph["tflab.retrace.log"] & {"tflab.retrace.probe", "tflab.retrace.expect"}
 
 
-def test_every_old_tflab_litert_name_still_resolves_and_writes_reach_the_part():
-    import tflab
-    import tflab.litert as facade
-    from tflab import litert_bounds, litert_check, litert_convert
+def test_the_litert_package_re_exports_public_names_of_its_parts():
+    """tflab.litert names each public name's home; no private name, no name that is also a part's."""
+    import pkgutil
 
-    parts = (litert_convert, litert_bounds, litert_check)
-    for name in OLD_LITERT_NAMES:
-        homes = [p for p in parts if name in vars(p)]
-        assert homes, name
-        assert getattr(facade, name) is getattr(homes[0], name), name
+    import tflab
+    import tflab.litert as pkg
+
+    parts = {m.name for m in pkgutil.iter_modules(pkg.__path__)}
+    assert {"conversion", "bounds", "check", "result", "per_op", "nan", "workers"} <= parts
+    for name, part in pkg._EXPORTS.items():
+        assert not name.startswith("_") and name not in parts, name  # a function named like a module is hidden
+        assert getattr(pkg, name) is getattr(importlib.import_module(f"tflab.litert.{part}"), name), name
     for name in ("tflite_roundtrip", "TFLiteCheck", "UnsupportedOpsError"):
-        assert getattr(tflab, name) is getattr(facade, name)
-    old = facade.MAX_GRADIENT_ELEMENTS
-    try:
-        facade.MAX_GRADIENT_ELEMENTS = 7
-        assert litert_bounds.MAX_GRADIENT_ELEMENTS == 7
-    finally:
-        facade.MAX_GRADIENT_ELEMENTS = old
-    assert litert_bounds.MAX_GRADIENT_ELEMENTS == old
+        assert getattr(tflab, name) is getattr(pkg, name)
+    from tflab.litert import bounds
+
     # "how is the int8 bound derived" is answered by the file name
-    assert "int8" in litert_bounds.__doc__ and "output step" in litert_bounds.__doc__
-    assert not hasattr(litert_convert, "check_tflite") and not hasattr(litert_check, "_bounds_computed")
+    assert "int8" in bounds.__doc__ and "output step" in bounds.__doc__
 
 
 # One interpreter that imports the heavy third-party packages once, then forks a

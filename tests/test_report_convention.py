@@ -39,7 +39,7 @@ from tflab._report import Report
 
 # Class names (not module paths: modules move while the classes are converted).
 PENDING_REPORTS: set[str] = {
-    "TFLiteCheck", "ExportReport", "PerOpCheck", "FloatInfo", "RetracingDemo",
+    "FloatInfo", "RetracingDemo",
     "Trace", "FunctionTraces", "ScriptTraces", "StabilizeReport", "TraceReport",
 }
 

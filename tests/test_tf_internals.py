@@ -25,11 +25,6 @@ ROOT = Path(__file__).resolve().parents[1] / "tflab"
 # module moves; the test below also fails if an entry is no longer needed.
 PENDING: set[str] = {
     "_tour/model.py",
-    "export.py",
-    "litert_check.py",
-    "litert_convert.py",
-    "litert_nan.py",
-    "litert_ops.py",
     "retrace/diff.py",
     "retrace/event.py",
     "retrace/expect.py",

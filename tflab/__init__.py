@@ -11,8 +11,8 @@ Public names (imported lazily, since importing TensorFlow takes seconds):
 * step 6 `compare_modes` → `ModeComparison` (tflab/modes.py)
 * step 7 `save_and_reload` → `SavedModelCheck` (the tflab/saved_model/ package); `Examples`, the
   example batches steps 7-8 and export take (tflab/examples.py)
-* step 8 `tflite_roundtrip` → `TFLiteCheck` (tflab/litert.py re-exports
-  tflab/litert_convert.py, litert_bounds.py, litert_check.py)
+* step 8 `tflite_roundtrip` → `TFLiteCheck` (the package tflab/litert/ re-exports
+  tflab/litert/conversion.py, bounds.py, check.py)
 * step 10 `float_info`, `compare_precisions` → `PrecisionComparison` (tflab/precision.py), `demonstrate_loss_scaling` (tflab/_tour/loss_scaling.py)
 * step 11 `DistributedRetraceProbe`, `inspect_distributed`, `run_workers` (tflab/distribute.py)
 * `diagnose` → `Diagnosis`: why a tf.function failed (tflab/diagnosis/)
@@ -56,9 +56,9 @@ _EXPORTS = {
     "Examples": "tflab.examples",
     "save_and_reload": "tflab.saved_model.roundtrip",
     "SavedModelCheck": "tflab.saved_model.records",
-    "tflite_roundtrip": "tflab.litert_check",
-    "TFLiteCheck": "tflab.litert_check",
-    "UnsupportedOpsError": "tflab.litert_convert",
+    "tflite_roundtrip": "tflab.litert.check",
+    "TFLiteCheck": "tflab.litert.check",
+    "UnsupportedOpsError": "tflab.litert.conversion",
     "export_model": "tflab.export",
     "DistributedRetraceProbe": "tflab.distribute",
     "inspect_distributed": "tflab.distribute",

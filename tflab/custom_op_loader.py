@@ -7,7 +7,7 @@ in this process first. `load_custom_ops_for` loads it when a SavedModel's
 ``saved_model.pb`` names one of `PROJECT_CUSTOM_OPS`, and `unregistered_op`
 reads the op name out of TF's error.
 
-It sits below `tflab.saved_model`, `tflab.litert_convert` and `tflab.export`, which
+It sits below `tflab.saved_model`, `tflab.litert.conversion` and `tflab.export`, which
 all import it (and it imports none of them).
 """
 

@@ -5,11 +5,11 @@ The steps, in order:
 1. load the model: a ``.keras`` file, a SavedModel folder, or ``FILE.py:OBJ``;
 2. `tflab.save_and_reload` into a temporary folder next to ``--out`` (the
    SavedModel must be bit-exact);
-3. convert each TFLite variant in a worker process (``python -m tflab.export
-   --worker``), because the MLIR converter can abort the whole process (LLVM
+3. convert each TFLite variant in a worker process (`tflab.litert.workers`,
+   ``python -m tflab.litert.workers``), because the MLIR converter can abort the whole process (LLVM
    fatal errors call ``abort()``); a dead worker costs one variant, reported
    as crashed, and a fresh worker takes the rest;
-4. `tflab.litert_check.check_tflite` each variant against the SavedModel;
+4. `tflab.litert.check.check_tflite` each variant against the SavedModel;
 5. write ``report.json`` and rename the temporary folder to ``--out``.
 
 Any error before step 5 removes the temporary folder: nothing is half-written.
@@ -18,31 +18,25 @@ Any error before step 5 removes the temporary folder: nothing is half-written.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import signal
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from tflab._report import Report, config_field
 from tflab._paths import OutputPath, check_path_text, describe_existing, output_path
-from tflab.custom_op_loader import (PROJECT_CUSTOM_OPS, load_custom_ops_for,  # noqa: F401
-                                    unregistered_op)
-from tflab.errors import Terminated, TflabError, UsageError, raise_if_terminated
-from tflab.examples import load_examples  # noqa: F401  (moved there; kept importable here)
-from tflab.litert_check import TFLiteCheck
-from tflab.litert_convert import QUANTIZATIONS
-
-# Fault injection for the crash-isolation test: the worker aborts (like an
-# LLVM fatal error) when it starts converting this variant.
-CRASH_ENV = "TFLAB_EXPORT_WORKER_CRASH"
-
+from tflab.custom_op_loader import load_custom_ops_for, unregistered_op
+from tflab.errors import TflabError, UsageError, raise_if_terminated
+from tflab.examples import load_examples
+from tflab.litert.check import TFLiteCheck
+from tflab.litert.result import variant_line, variant_table
+from tflab.litert.conversion import QUANTIZATIONS
+from tflab.litert.workers import (convert_inprocess, convert_isolated, reset_workers, save_examples,
+                                  stop_workers)
 
 @dataclasses.dataclass(frozen=True)
 class VariantResult:
@@ -69,8 +63,8 @@ class VariantResult:
     convert_seconds: float | None = None
 
 
-@dataclasses.dataclass(frozen=True)
-class ExportReport:
+@dataclasses.dataclass(frozen=True, repr=False)
+class ExportReport(Report):
     """What `export_model` wrote and measured.
 
     Attributes:
@@ -88,6 +82,7 @@ class ExportReport:
     variants: dict[str, VariantResult]
     examples: str
     seconds: float
+    config: dict = config_field()
 
     @property
     def ok(self) -> bool:
@@ -103,9 +98,9 @@ class ExportReport:
 
         return fragment(self)
 
-    def __repr__(self) -> str:
+    def summary_line(self) -> str:
         vs = ", ".join(f"{q}:{v.status}" for q, v in self.variants.items())
-        return f"ExportReport(out={self.out!r}, saved_model_bit_exact={self.saved_model.bit_exact}, variants=[{vs}])"
+        return f"{self.out!r}, saved_model_bit_exact={self.saved_model.bit_exact}, variants=[{vs}]"
 
     def to_text(self) -> str:
         sm = self.saved_model
@@ -118,7 +113,7 @@ class ExportReport:
         for q, v in self.variants.items():
             if v.check is not None:
                 if v.check.per_op is not None:
-                    lines.append(f"{q}: {v.check.per_op.summary()}")
+                    lines.append(f"{q}: {variant_line(v.check)}")
                 lines.append(f"{q}: {v.check.explanation}")
                 lines += [f"  note: {n}" for n in v.check.notes if not (n in seen or seen.add(n))]
         return "\n".join(lines)
@@ -129,46 +124,8 @@ class ExportReport:
                 "variants": {q: {"status": v.status, "error": v.error, "file": v.file,
                                  "convert_seconds": v.convert_seconds,
                                  "check": None if v.check is None else v.check.to_dict()}
-                             for q, v in self.variants.items()}}
-
-
-def _fmt(x: float | None, spec: str = ".2g") -> str:
-    return "-" if x is None else format(x, spec)
-
-
-def _short_runtime(runtime: str) -> str:
-    if runtime.startswith("not run"):
-        return runtime
-    return "LiteRT" + (" + XNNPACK" if "XNNPACK" in runtime else "")
-
-
-def variant_table(variants: dict[str, VariantResult]) -> str:
-    """The compact table of variants: size, error vs bound, argmax agreement, runtime or error.
-
-    ``|Δ|`` and ``bound`` are those of the worst element (largest ``|Δ|/bound``)
-    of the worst output, so the three columns agree; with several outputs the
-    last column names that output.
-    """
-    head = f"{'variant':<8} {'status':<8} {'bytes':>9} {'×float':>6} {'|Δ|':>8} {'bound':>8} {'Δ/bound':>7} " \
-           f"{'argmax':>6} {'conv s':>6}  worst output; ops / runtime / error"
-    rows = [head]
-    for q, v in variants.items():
-        c = v.check
-        if c is None or not c.outputs:
-            rows.append(f"{q:<8} {v.status:<8} {('-' if c is None else c.size_bytes):>9} {'-':>6} {'-':>8} "
-                        f"{'-':>8} {'-':>7} {'-':>6} {_fmt(v.convert_seconds, '.1f'):>6}  "
-                        f"{v.error if c is None else _short_runtime(c.runtime)}")
-            continue
-        w = c.outputs[c.worst_output] if c.worst_output in c.outputs else next(iter(c.outputs.values()))
-        agree = [o.argmax_agreement for o in c.outputs.values() if o.argmax_agreement is not None]
-        nops = sum(c.op_counts.values())
-        flex = f", Flex: {','.join(c.flex_ops)}" if c.flex_ops else ""
-        which = f"{w.name}; " if len(c.outputs) > 1 else ""
-        rows.append(f"{q:<8} {v.status:<8} {c.size_bytes:>9} {_fmt(c.size_ratio, '.2f'):>6} "
-                    f"{_fmt(w.worst_abs_error):>8} {_fmt(w.worst_bound):>8} {_fmt(w.bound_ratio, '.2f'):>7} "
-                    f"{(f'{min(agree):.0%}' if agree else '-'):>6} {_fmt(v.convert_seconds, '.1f'):>6}  "
-                    f"{which}{nops} ops{flex}; {_short_runtime(c.runtime)}")
-    return "\n".join(rows)
+                             for q, v in self.variants.items()},
+                "config": self.config}
 
 
 # ---------------------------------------------------------------- loading models
@@ -294,9 +251,11 @@ def build_unbuilt_keras(obj: Any, batches: list[dict[str, np.ndarray]] | None, n
         return None
     from keras.src import models as keras_models
 
+    from tflab._tf.lite import keras_model_called
+
     # Functional and Sequential models know their inputs; a subclassed one must also have been called.
     subclassed = not isinstance(obj, (keras_models.Functional, keras_models.Sequential))
-    if obj.built and not (subclassed and not getattr(obj, "_called", False)):
+    if obj.built and not (subclassed and not keras_model_called(obj)):
         return None
     cls = type(obj).__name__
     if not batches:
@@ -331,144 +290,6 @@ def build_unbuilt_keras(obj: Any, batches: list[dict[str, np.ndarray]] | None, n
             if names[0] != next(iter(batch)):
                 note += f"; the example array {next(iter(batch))!r} feeds its input {names[0]!r}"
     return note
-
-
-# load_examples moved to tflab.examples (check-tflite reads --examples too); kept importable here.
-
-
-# ------------------------------------------------------------ converter isolation
-
-
-def _worker_main(argv: Sequence[str]) -> int:
-    """``python -m tflab.export --worker SAVED_MODEL OUTDIR Q1,Q2 EXAMPLES.npz``: convert, one JSON line each."""
-    import logging
-
-    saved_model, outdir, quants, examples_path = argv
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    logging.getLogger("tensorflow").setLevel(logging.ERROR)
-    from tflab.errors import TflabError as _Err
-    from tflab.litert_convert import UnsupportedOpsError, convert
-
-    batches = load_examples(examples_path)
-    for q in quants.split(","):
-        print(json.dumps({"event": "start", "quantization": q}), flush=True)
-        if os.environ.get(CRASH_ENV) == q:
-            os.abort()
-        t0 = time.perf_counter()
-        try:
-            model = convert(saved_model, q, batches)
-        except UnsupportedOpsError as e:
-            print(json.dumps({"event": "unsupported", "quantization": q, "error": str(e), "ops": list(e.ops),
-                              "kind": e.kind, "signatures": e.signatures}),
-                  flush=True)
-            return 0
-        except Exception as e:  # a converter failure costs this variant only
-            msg = str(e) if isinstance(e, _Err) else f"TFLite {q} conversion failed: {type(e).__name__}: " + (
-                (str(e).strip().splitlines() or [""])[0][:300])
-            print(json.dumps({"event": "error", "quantization": q, "error": msg,
-                              "seconds": time.perf_counter() - t0}), flush=True)
-            continue
-        seconds = time.perf_counter() - t0
-        final = os.path.join(outdir, f"model_{q}.tflite")
-        part = final + ".part"
-        with open(part, "wb") as f:
-            f.write(model)
-        os.replace(part, final)
-        print(json.dumps({"event": "done", "quantization": q, "file": os.path.basename(final),
-                          "seconds": seconds, "bytes": len(model)}), flush=True)
-    return 0
-
-
-def _save_examples(batches: list[dict[str, np.ndarray]], path: str) -> None:
-    def plain(a: np.ndarray) -> np.ndarray:
-        # Object arrays of bytes need pickle to load; fixed-width bytes do not.
-        return a.astype(bytes) if a.dtype.kind == "O" else a
-
-    np.savez(path, **{f"{i}/{k}": plain(a) for i, b in enumerate(batches) for k, a in b.items()})
-
-
-def _signal_name(code: int) -> str:
-    try:
-        return signal.Signals(-code).name
-    except ValueError:
-        return f"signal {-code}"
-
-
-def _convert_isolated(saved_model: str, outdir: str, quants: list[str], examples_npz: str,
-                      progress: Callable[[str], None],
-                      on_result: Callable[[str, dict], None] | None = None) -> dict[str, dict]:
-    """Converts variants in worker processes; a crash costs only the variant it was converting.
-    ``on_result(q, message)`` hears of each variant as soon as it is done (`tflab.litert_pool`)."""
-    results: dict[str, dict] = {}
-    pending = list(quants)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    while pending and not _ABANDONED.is_set():
-        cmd = [sys.executable, "-m", "tflab.export", "--worker", saved_model, outdir, ",".join(pending),
-               examples_npz]
-        proc = _workers().start(cmd, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        current = None
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            try:
-                msg = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # the converter's own prints
-            q = msg.get("quantization")
-            if msg["event"] == "start":
-                current = q
-                progress(f"converting {q}")
-            else:
-                results[q] = msg
-                pending.remove(q)
-                current = None
-                if on_result is not None:
-                    on_result(q, msg)
-                if msg["event"] == "unsupported":
-                    pending = []
-        stderr = proc.stderr.read() if proc.stderr else ""
-        code = proc.wait()
-        _workers().forget(proc)
-        if current is not None:
-            # The worker died inside the converter: report it, drop its partial file, go on.
-            tail = [ln for ln in stderr.strip().splitlines() if ln.strip()][-1:] or [""]
-            how = _signal_name(code) if code < 0 else f"exit code {code}"
-            results[current] = {"event": "crashed", "quantization": current,
-                                "error": f"converter process died ({how}); last stderr line: {tail[0][:200]}"}
-            pending.remove(current)
-            part = os.path.join(outdir, f"model_{current}.tflite.part")
-            if os.path.exists(part):
-                os.remove(part)
-            if on_result is not None:
-                on_result(current, results[current])
-        elif pending:
-            raise TflabError(f"converter worker exited ({code}) before converting {pending}: "
-                             f"{stderr.strip().splitlines()[-1:] or ''}")
-    return results
-
-
-def _convert_inprocess(saved_model: str, outdir: str, quants: list[str], batches,
-                       progress: Callable[[str], None]) -> dict[str, dict]:
-    from tflab.litert_convert import UnsupportedOpsError, convert
-
-    results: dict[str, dict] = {}
-    for q in quants:
-        progress(f"converting {q}")
-        t0 = time.perf_counter()
-        try:
-            model = convert(saved_model, q, batches)
-        except UnsupportedOpsError as e:
-            results[q] = {"event": "unsupported", "quantization": q, "error": str(e), "ops": list(e.ops),
-                          "kind": e.kind, "signatures": e.signatures}
-            break
-        except TflabError as e:
-            results[q] = {"event": "error", "quantization": q, "error": str(e),
-                          "seconds": time.perf_counter() - t0}
-            continue
-        path = os.path.join(outdir, f"model_{q}.tflite")
-        Path(path).write_bytes(model)
-        results[q] = {"event": "done", "quantization": q, "file": os.path.basename(path),
-                      "seconds": time.perf_counter() - t0, "bytes": len(model)}
-    return results
 
 
 # ------------------------------------------------------------------------ export
@@ -530,7 +351,8 @@ def check_out(out: Path, force: bool) -> OutputPath:
 
 def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] = QUANTIZATIONS,
                  examples: Any = None, force: bool = False, isolate: bool = True,
-                 progress: Callable[[str], None] | None = None, model_name: str | None = None) -> ExportReport:
+                 progress: Callable[[str], None] | None = None, model_name: str | None = None,
+                 keep_float: bool = True, node_data: bool = False) -> ExportReport:
     """Exports a model as a SavedModel plus TFLite variants, checks each, and writes them atomically.
 
     Args:
@@ -552,15 +374,21 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
             the gradients the bounds need; False converts in this process.
         progress: called with one line per step (e.g. `tflab._progress.Progress`).
         model_name: how the report names the model (default: the path or type).
+        keep_float: for int8, measure the fix of keeping the ops with the largest share
+            of the output error in float (`tflab.litert.attribution`; one more
+            calibration conversion, in this process).
+        node_data: also write each variant's per-op ``|Δ|/bound`` as Model Explorer node
+            data, ``model_<variant>.node_data.json`` (`tflab.litert.per_op.PerOpCheck.node_data`).
 
     Returns:
         An `ExportReport`. Files under ``out``: ``saved_model/``,
-        ``model_<variant>.tflite``, ``examples.npz``, ``report.json``.
+        ``model_<variant>.tflite``, ``examples.npz``, ``report.json``, and with
+        ``node_data`` ``model_<variant>.node_data.json``.
 
     Raises:
         UsageError: bad input: not a model, a corrupt SavedModel, examples not
             matching the signature or with 0 rows, an op outside the TFLite
-            builtins (`tflab.litert_convert.UnsupportedOpsError`, ``kind`` "flex" or
+            builtins (`tflab.litert.conversion.UnsupportedOpsError`, ``kind`` "flex" or
             "custom"), a SavedModel op not registered in this process, or an
             ``out`` that cannot be written or replaced (probed by creating a
             folder there, `tflab._paths.output_path`), a signature that fails
@@ -578,9 +406,9 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
     >>> r.saved_model.bit_exact, r.variants["dynamic"].status, r.variants["dynamic"].check.bit_exact
     (True, 'ok', False)
     """
-    from tflab.litert_bounds import prepare_bounds
-    from tflab.litert_check import check_tflite
-    from tflab.litert_convert import UnsupportedOpsError
+    from tflab.litert.bounds import prepare_bounds
+    from tflab.litert.check import check_tflite
+    from tflab.litert.conversion import UnsupportedOpsError
     from tflab.examples import Examples
     from tflab.saved_model import save_and_reload
 
@@ -633,14 +461,14 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         if build_note:
             sm = dataclasses.replace(sm, notes=(build_note, *sm.notes))
         batches = sm.example_batches  # checked against the SignatureDefs: passed on as is
-        _save_examples(batches, os.fspath(tmp / "examples.npz"))
+        save_examples(batches, os.fspath(tmp / "examples.npz"))
         if isolate:
-            _ABANDONED.clear()
-            from tflab.litert_pool import ConversionPool
+            reset_workers()
+            from tflab.litert.pool import ConversionPool
 
             # Variants convert in parallel worker processes (one per schedulable CPU);
             # each is checked below as soon as it is done, while the others convert.
-            conv = ConversionPool(quants, lambda subset, on_result: _convert_isolated(
+            conv = ConversionPool(quants, lambda subset, on_result: convert_isolated(
                 os.fspath(tmp / "saved_model"), os.fspath(tmp), subset, os.fspath(tmp / "examples.npz"),
                 progress, on_result), progress)
             try:
@@ -650,7 +478,7 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
             except LookupError:
                 pass  # no gradient for some op: check_tflite reports that itself
         else:
-            conv = _convert_inprocess(os.fspath(tmp / "saved_model"), os.fspath(tmp), quants, batches, progress)
+            conv = convert_inprocess(os.fspath(tmp / "saved_model"), os.fspath(tmp), quants, batches, progress)
         variants: dict[str, VariantResult] = {}
         float_size = None
         for q in quants:
@@ -669,7 +497,7 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
             progress(f"checking {q} with LiteRT" + (f" ({still} variant{'s' * (still != 1)} still converting)"
                                                     if still else ""))
             data = (tmp / msg["file"]).read_bytes()
-            from tflab.litert_nan import warn_after_conversion
+            from tflab.litert.flatbuffer_notes import warn_after_conversion
 
             warn_after_conversion(data, f"TFLite {q}", getattr(progress, "note", progress))  # before running it
             try:  # waits for the float variant when it converts in another worker
@@ -679,7 +507,11 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
             # The float variant's bytes are the per-op reference weights (else check_tflite converts them).
             float_model = (tmp / float_msg["file"]).read_bytes() if float_msg.get("event") == "done" else None
             check = check_tflite(data, tmp / "saved_model", batches, q, float_size=float_size,
-                                 convert_seconds=msg["seconds"], float_model=float_model)
+                                 convert_seconds=msg["seconds"], float_model=float_model, keep_float=keep_float)
+            if node_data and check.per_op is not None:
+                from tflab._jsonutil import dumps as _dumps
+
+                (tmp / f"model_{q}.node_data.json").write_text(_dumps(check.per_op.node_data))
             check = dataclasses.replace(check, path=os.fspath(out / msg["file"]))
             # The per-op check is the verdict; the end-to-end bound decides only when it did not run.
             status = ("not run" if check.runtime.startswith("not run") else
@@ -697,7 +529,7 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         target.commit(tmp)
         return report
     except BaseException:
-        _stop_workers()
+        stop_workers()
         target.discard(tmp)  # the temporary folder and the parents of --out created for it
         raise
     finally:
@@ -716,29 +548,3 @@ def _install_sigterm():
     return install_sigterm_handler()
 
 
-_WORKERS = None  # the converter workers: a tflab._subprocess.ChildGroup, made on first use
-_ABANDONED = threading.Event()
-
-
-def _workers():
-    global _WORKERS
-
-    if _WORKERS is None:
-        from tflab._subprocess import ChildGroup
-
-        _WORKERS = ChildGroup()
-    return _WORKERS
-
-
-def _stop_workers() -> None:
-    """Kills converter workers still running and reaps them (the export is being abandoned)."""
-    _ABANDONED.set()
-    _workers().stop(grace=0)  # no grace: a converter has nothing to clean up
-
-
-if __name__ == "__main__":
-    if len(sys.argv) == 6 and sys.argv[1] == "--worker":
-        sys.exit(_worker_main(sys.argv[2:]))
-    print("usage: python -m tflab.export --worker SAVED_MODEL OUTDIR Q1,Q2 EXAMPLES.npz (internal; "
-          "use `tflab export`)", file=sys.stderr)
-    sys.exit(2)

@@ -1,7 +1,7 @@
 """``tflab check-tflite MODEL.tflite SAVED_MODEL``: check a flatbuffer made elsewhere, op by op.
 
-The work is `tflab.litert_check.check_tflite` with the per-op check of
-`tflab.litert_per_op` (its reference weights come from a float conversion
+The work is `tflab.litert.check.check_tflite` with the per-op check of
+`tflab.litert.per_op` (its reference weights come from a float conversion
 of SAVED_MODEL that tflab makes for the purpose); this verb reads the files,
 refuses what cannot be checked before any work, and prints the report.
 """
@@ -20,13 +20,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", metavar="MODEL.tflite", help="the TFLite flatbuffer to check")
     p.add_argument("saved_model", metavar="SAVED_MODEL", help="the SavedModel folder it was converted from")
     p.add_argument("--examples", metavar="F.npz",
-                   help="example batch(es), an array per input name (default: seeded random batches of "
-                        "sizes 1 and 4 for every signature)")
+                   help="example batch(es), an array per input name (default: the examples.npz next to "
+                        "MODEL.tflite when it is in a `tflab export` folder, so the numbers are export's; "
+                        "else seeded random batches of sizes 1 and 4 for every signature)")
     p.add_argument("--quantization", choices=("none", "dynamic", "float16", "int8"),
                    help="the recipe that made MODEL (default: read from its tensors)")
     p.add_argument("--node-data", metavar="OUT.json",
                    help="also write each op's |Δ|/bound as Model Explorer node data (keyed by output tensor "
                         "name) to OUT.json")
+    p.add_argument("--keep-float", action="store_true",
+                   help="int8: also measure the fix of keeping the ops with the largest share of the output "
+                        "error in float (QuantizationDebugger; one more calibration conversion)")
     p.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
     p.epilog = ("exit status: 0 every checked op inside its bound; 1 an op outside its bound, or the per-op "
                 "check could not run; 2 bad input (not a flatbuffer, signatures differ from the "
@@ -35,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _read_model(path: str) -> bytes:
     from tflab.errors import UsageError
-    from tflab.litert_ops import read_ops
+    from tflab.litert.ops import read_ops
 
     if not os.path.isfile(path):
         what = "is a folder" if os.path.isdir(path) else "does not exist"
@@ -56,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
     from tflab._jsonutil import dumps
     from tflab._progress import Progress
     from tflab.examples import Examples, random_examples, union_inputs
-    from tflab.litert_check import check_tflite, require_matching_signatures
-    from tflab.litert_ops import variant_of
+    from tflab.litert.check import check_tflite, require_matching_signatures
+    from tflab.litert.ops import variant_of
     from tflab.saved_model import load_saved_model, require_saved_model_dir, signature_inputs
 
     from tflab._paths import output_path
@@ -65,10 +69,17 @@ def run(args: argparse.Namespace) -> int:
     node_out = output_path(args.node_data, "--node-data", example="nodes.json") if args.node_data else None
     data = _read_model(args.model)
     sm_dir = require_saved_model_dir(args.saved_model)
-    if args.examples:
-        from tflab.examples import load_examples
+    from tflab.examples import load_examples
 
+    export_examples = os.path.join(os.path.dirname(os.path.abspath(args.model)), "examples.npz")
+    source = ""
+    if args.examples:
         batches = Examples.of(load_examples(args.examples))
+    elif os.path.isfile(export_examples) and os.path.isfile(
+            os.path.join(os.path.dirname(os.path.abspath(args.model)), "report.json")):
+        # A `tflab export` folder: its own examples, so these numbers are the export's.
+        batches = Examples.of(load_examples(export_examples))
+        source = f" (examples: {export_examples}, the export's own)"
     else:
         batches = None
     loaded = load_saved_model(sm_dir)
@@ -78,10 +89,10 @@ def run(args: argparse.Namespace) -> int:
         batches = Examples.of(random_examples(union_inputs(
             {k: signature_inputs(f) for k, f in loaded.signatures.items()})))
     quantization = args.quantization or variant_of(data)
-    progress(f"checking the {quantization} flatbuffer op by op and end to end")
-    check = check_tflite(data, sm_dir, batches, quantization)
+    progress(f"checking the {quantization} flatbuffer op by op and end to end{source}")
+    check = check_tflite(data, sm_dir, batches, quantization, keep_float=args.keep_float)
     check = dataclasses.replace(check, path=os.path.abspath(args.model))
     if node_out is not None and check.per_op is not None:
-        node_out.write(dumps(check.per_op.node_data()))
+        node_out.write(dumps(check.per_op.node_data))
     print(dumps(check.to_dict()) if args.json else check.to_text())
     return 0 if check.ok else 1

@@ -22,7 +22,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--html", metavar="OUT.html", help="also write one self-contained HTML page: the variants "
                    "table with each variant's error against its bound")
     p.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
-    p.epilog = ("writes saved_model/, model_<variant>.tflite, examples.npz and report.json under --out. "
+    p.add_argument("--node-data", action="store_true",
+                   help="also write model_<variant>.node_data.json: each op's |Δ|/bound as Model Explorer "
+                        "node data (load it next to the .tflite in ai-edge-model-explorer)")
+    p.add_argument("--no-keep-float", action="store_true",
+                   help="int8: do not measure the fix of keeping the worst ops in float (saves one "
+                        "calibration conversion)")
+    p.epilog = ("writes saved_model/, model_<variant>.tflite, examples.npz and report.json under --out "
+                "(and model_<variant>.node_data.json with --node-data). "
                 "--force replaces only a previous export (a folder with report.json). "
                 "exit status: 0 all checks passed; 1 a variant failed, crashed or exceeded its bound; "
                 "2 bad input (nothing written)")
@@ -51,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
     # loading, SavedModel, then convert + check per variant
     progress = Progress("export", total=2 + 2 * len(quants), enabled=not args.json)
     report = export_model(args.model, out, quantize=quants, examples=args.examples, force=args.force,
-                          progress=progress, model_name=args.model)
+                          progress=progress, model_name=args.model, keep_float=not args.no_keep_float,
+                          node_data=args.node_data)
     if html is not None:
         html.write(export_page(report))
     print(dumps(report.to_dict()) if args.json else report.to_text())

@@ -1,11 +1,11 @@
 """Lab step 8: a TFLite/LiteRT round trip is close, within a bound we can defend.
 
-`tflite_roundtrip` converts a SavedModel (`tflab.litert_convert.convert`), runs
+`tflite_roundtrip` converts a SavedModel (`tflab.litert.conversion.convert`), runs
 each SignatureDef with the LiteRT interpreter
 (``ai_edge_litert.interpreter.Interpreter``, by signature runner, feeding and
 reading tensors by name) and compares every output with the reloaded
 SavedModel run by TF (`check_tflite`), each element against the bound of
-`tflab.litert_bounds` (read that module for how each bound is derived).
+`tflab.litert.bounds` (read that module for how each bound is derived).
 
 NaN outputs in the same positions on both sides count as a match (zero
 error); a NaN on one side only is an infinite error.
@@ -13,7 +13,6 @@ error); a NaN on one side only is an infinite error.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from typing import Any, Mapping
@@ -22,225 +21,23 @@ import numpy as np
 
 from tflab._usercode import run_signature
 from tflab.errors import TflabError, UsageError
-from tflab.litert_bounds import MIN_WEIGHT_ELEMENTS, _bounds, _explanation, _sensitivity
-from tflab.litert_convert import _call_target, analyze_flatbuffer, convert, signature_op_types
-from tflab.examples import Examples, check_rows  # noqa: F401  (check_rows: kept importable here)
+from tflab.litert.bounds import MIN_WEIGHT_ELEMENTS, _bounds, _explanation, _sensitivity
+from tflab.litert.conversion import _call_target, analyze_flatbuffer, convert, signature_op_types
+from tflab.examples import Examples
 from tflab._numeric import ulp_distance
 from tflab.saved_model import load_saved_model, signature_inputs, signature_outputs
-
-# --------------------------------------------------------------------------- data
-
-
-@dataclasses.dataclass(frozen=True)
-class OutputError:
-    """One output of one signature, LiteRT vs TF, compared by name.
-
-    Attributes:
-        name: output key (``"sig/name"`` when the model has several signatures).
-        dtype: dtype LiteRT returns (int8 outputs are dequantized before comparing).
-        shape_signature: dims with -1 for dynamic ones, as LiteRT reports them.
-        max_abs_error: ``max |lite − tf|`` over all examples, output units.
-        max_rel_error: ``max |lite − tf| / max |tf|`` (normwise, so zeros in tf do not blow up).
-        max_ulp: largest elementwise distance in float32 ULPs.
-        bound: the largest elementwise bound asserted, output units.
-        bound_ratio: ``max |lite − tf| / bound`` taken elementwise; ≤ 1 means within bound.
-        argmax_agreement: fraction of rows where TF's argmax class also has LiteRT's top value
-            (ties count as agreement; rank ≥ 2, last dim ≥ 2), else None.
-        reference_range: ``max − min`` of the TF output over all examples (0 means constant).
-        quantization: (scale, zero point) when LiteRT returns it quantized, else None.
-        worst_abs_error: ``|lite − tf|`` at the element with the largest ``|Δ|/bound``.
-        worst_bound: the bound of that element (so ``worst_abs_error / worst_bound
-            == bound_ratio``; ``max_abs_error`` and ``bound`` may come from other elements).
-    """
-
-    name: str
-    dtype: str
-    shape_signature: tuple[int, ...]
-    max_abs_error: float
-    max_rel_error: float
-    max_ulp: int
-    bound: float
-    bound_ratio: float
-    argmax_agreement: float | None
-    reference_range: float
-    quantization: tuple[float, int] | None = None
-    worst_abs_error: float = 0.0
-    worst_bound: float = 0.0
-
-    @property
-    def within_bound(self) -> bool:
-        return self.bound_ratio <= 1.0
-
-
-@dataclasses.dataclass(frozen=True)
-class TFLiteCheck:
-    """One TFLite variant of a SavedModel, run by LiteRT and compared with TF.
-
-    Attributes:
-        quantization: ``"none"``, ``"dynamic"``, ``"float16"`` or ``"int8"``.
-        bit_exact: every output byte-identical to TF (None when not run).
-        max_abs_error: largest ``|lite − tf|`` over outputs (None when not run).
-        bound: the bound of the worst output (largest ``|Δ|/bound``; the failing one
-            when a check fails): its largest elementwise bound, in that output's units
-            (None when not run). Outputs have different units, so this is not a
-            maximum over outputs; see ``worst_output`` and ``outputs[...].bound``.
-        within_bound: every element within its bound (None when not run).
-        outputs: output name → `OutputError`.
-        op_counts: op name → count in the flatbuffer (custom ops by custom code).
-        flex_ops: Select-TF ops (custom code ``Flex…``).
-        custom_ops: other custom ops.
-        tensor_dtypes: dtype name → number of tensors.
-        weights: constant (weight) buffers by dtype: ``{dtype: [count, elements]}``,
-            each buffer counted once even when the tensors of several subgraphs
-            (signatures) point at it.
-        shared_weights: how many of those buffers several subgraphs share.
-        size_bytes: flatbuffer size in bytes.
-        size_ratio: ``size_bytes / float variant size`` when known (not assumed < 1).
-        runtime: what ran it, e.g. ``"ai_edge_litert 2.3.0 Interpreter + XNNPACK delegate"``,
-            or ``"not run: <reason>"``.
-        explanation: why the bound holds, one or two sentences.
-        signatures: key → ``{"inputs": {...}, "outputs": {...}}`` with dtype,
-            shape_signature and quantization of each tensor.
-        config: `tflab.runtime_config()` as a dict, filled in when the check is
-            made: the TF build, CPU ISA and TF CPU kernel path (oneDNN or Eigen)
-            the TF reference ran on.
-        notes: other measured facts worth reading (constant outputs, float weights kept).
-        convert_seconds: wall time of the conversion, seconds (None when not converted here).
-        worst_output: the output with the largest ``|Δ|/bound`` (None when not run).
-        vacuous_outputs: outputs whose bound (largest elementwise bound) is at least
-            the output's reference range (``max − min`` of TF's values over the
-            examples), or at least 1 for a probability (TF's and LiteRT's values all
-            in [0, 1]): their check cannot fail (on the elements with such bounds),
-            so ``within_bound`` says little about them; a note says so and points to
-            ``argmax_agreement``.
-        per_op: the per-op check (`tflab.litert_per_op.PerOpCheck`): every op run on
-            its own inputs with the builtin kernels and compared with a float64
-            reference using the float model's weights (None when it could not run;
-            a note says why).
-        model: the flatbuffer bytes that were checked (not in ``to_dict``).
-        path: where those bytes are written, when known (``tflab export`` sets it).
-    """
-
-    quantization: str
-    bit_exact: bool | None
-    max_abs_error: float | None
-    bound: float | None
-    within_bound: bool | None
-    outputs: dict[str, OutputError]
-    op_counts: dict[str, int]
-    flex_ops: tuple[str, ...]
-    custom_ops: tuple[str, ...]
-    tensor_dtypes: dict[str, int]
-    weights: dict[str, list[int]]
-    size_bytes: int
-    size_ratio: float | None
-    runtime: str
-    explanation: str
-    signatures: dict[str, dict]
-    config: dict = dataclasses.field(default_factory=lambda: _runtime_config_dict())
-    notes: tuple[str, ...] = ()
-    convert_seconds: float | None = None
-    worst_output: str | None = None
-    shared_weights: int = 0
-    vacuous_outputs: tuple[str, ...] = ()
-    per_op: Any = None
-    model: bytes = dataclasses.field(default=b"", repr=False, compare=False)
-    path: str | None = None
-
-    @property
-    def ops(self) -> tuple:
-        """One `tflab.litert_per_op.OpCheck` per op (empty when the per-op check did not run)."""
-        return () if self.per_op is None else self.per_op.ops
-
-    @property
-    def ok(self) -> bool | None:
-        """The verdict: every checked op inside its local bound (None when the per-op check did not run).
-
-        End-to-end ``max_abs_error``, ``within_bound`` and argmax agreement stay measurements.
-        """
-        return None if self.per_op is None else self.per_op.ok
-
-    def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
-        from tflab._html import fragment
-
-        return fragment(self)
-
-    def __repr__(self) -> str:
-        err = "n/a" if self.max_abs_error is None else f"{self.max_abs_error:.3g}"
-        per_op = "" if self.per_op is None else (
-            f"ok={self.ok}, ops_checked={self.per_op.checked}, ops_outside={len(self.per_op.outside)}, ")
-        # The end-to-end error and its bound belong to one output: name it.
-        worst = "" if self.worst_output is None else (
-            f"worst_output={self.worst_output!r} (|Δ|/bound {self.outputs[self.worst_output].bound_ratio:.3g}), ")
-        return (f"TFLiteCheck(quantization={self.quantization!r}, {per_op}bit_exact={self.bit_exact}, "
-                f"max_abs_error={err}, {worst}within_bound={self.within_bound}, "
-                f"size_bytes={self.size_bytes}, flex_ops={list(self.flex_ops)})")
-
-    def to_text(self) -> str:
-        ratio = "" if self.size_ratio is None else f" ({self.size_ratio:.2f}× float)"
-        lines = [f"TFLite {self.quantization}: {self.size_bytes} bytes{ratio}, runtime: {self.runtime}"]
-        ops = ", ".join(f"{k}×{v}" + (" [Flex]" if k in self.flex_ops else " [custom]" if k in self.custom_ops
-                                      else "") for k, v in sorted(self.op_counts.items()))
-        lines.append(f"  ops: {ops}")
-        lines.append("  tensors: " + ", ".join(f"{k}×{v}" for k, v in sorted(self.tensor_dtypes.items())))
-        lines.append("  weights: " + (", ".join(f"{k}: {c} tensors / {e} elements"
-                                                for k, (c, e) in sorted(self.weights.items())) or "none")
-                     + (f" (unique buffers; {self.shared_weights} shared by several signatures' subgraphs, "
-                        f"stored once)" if self.shared_weights else ""))
-        for key, sig in self.signatures.items():
-            for role in ("inputs", "outputs"):
-                for n, d in sig[role].items():
-                    q = d.get("quantization")
-                    lines.append(f"  {key} {role[:-1]} {n}: {d['dtype']}{_shape_text(d['shape_signature'])}"
-                                 + (f" scale={q[0]:.6g} zero_point={q[1]}" if q else ""))
-        for o in self.outputs.values():
-            am = "" if o.argmax_agreement is None else f", argmax agree {o.argmax_agreement:.0%}"
-            # Each maximum is over its own worst element: label them so the ULP
-            # count is not read as the ULP distance of the max |Δ| element.
-            lines.append(f"  {o.name}: max|Δ| {o.max_abs_error:.3g} (rel {o.max_rel_error:.3g}; "
-                         f"max ULP {o.max_ulp}, its own worst element) bound {o.bound:.3g} "
-                         f"ratio {o.bound_ratio:.3g} "
-                         f"{'ok' if o.within_bound else 'EXCEEDED'}{am}")
-        lines.append(f"  why: {self.explanation}")
-        if self.per_op is not None:
-            lines.append(self.per_op.to_text())
-        lines += [f"  note: {n}" for n in self.notes]
-        if self.config.get("one_line"):
-            lines.append(f"  measured on: {self.config['one_line']}")
-        return "\n".join(lines)
-
-    def to_dict(self) -> dict:
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("model", "per_op")}
-        d["per_op"] = None if self.per_op is None else self.per_op.to_dict()
-        d["ok"] = self.ok
-        d["outputs"] = {k: dict(dataclasses.asdict(o), within_bound=o.within_bound)
-                        for k, o in self.outputs.items()}
-        return d
-
-
-def _runtime_config_dict() -> dict:
-    from tflab.runtime import runtime_config
-
-    return runtime_config().to_dict()
-
-
-def _shape_text(shape_signature) -> str:
-    """LiteRT's ``[-1, 64]`` in the lab's shape notation: ``[None,64]`` (a dynamic dim is None)."""
-    return "[" + ",".join("None" if int(d) < 0 else str(int(d)) for d in shape_signature) + "]"
-
-
-# ---------------------------------------------------------------------- checking
-
+from tflab.litert.result import OutputError, TFLiteCheck
 
 def _runtime_name(interp) -> str:
+    from tflab._tf.lite import ops_details
+
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         v = version("ai-edge-litert")
     except PackageNotFoundError:
         v = "?"
-    delegated = any(d.get("op_name") == "DELEGATE" for d in interp._get_ops_details())  # noqa: SLF001
+    delegated = any(d.get("op_name") == "DELEGATE" for d in ops_details(interp))
     return f"ai_edge_litert {v} Interpreter" + (" + XNNPACK delegate" if delegated else " (builtin kernels)")
 
 
@@ -267,21 +64,27 @@ def _dequantize(a: np.ndarray, detail: Mapping) -> np.ndarray:
 
 
 def argmax_agreement(got: np.ndarray, want: np.ndarray) -> tuple[float, int]:
-    """(fraction of rows where TF's argmax class has LiteRT's top value, rows where LiteRT ties).
+    """(fraction of rows where LiteRT's one top class is TF's argmax class, rows where LiteRT ties).
 
-    A quantized output can tie several classes at its top value; plain argmax
-    would pick the first of them, so TF's class counts as agreeing when it is
-    among the tied ones.
+    A quantized output can tie several classes at its top value. Such a row is
+    a tie, not an agreement, even when TF's class is among the tied ones
+    (plain argmax would pick the first of them, which may or may not be TF's):
+    it is counted in the second number and not in the first.
 
     Args:
         got: LiteRT output rows, shape ``(rows, classes)``.
         want: TF output rows, same shape.
+
+    Returns:
+        ``(agreement, tied)``: agreement in [0, 1] over all rows (1.0 for no rows),
+        and the number of rows where LiteRT's top value is held by two or more classes.
     """
     wa = want.argmax(axis=-1)
     top = got.max(axis=-1)
-    agree = float((got[np.arange(len(wa)), wa] == top).mean()) if len(wa) else 1.0
-    tied = int(((got == top[:, None]).sum(axis=-1) > 1).sum())
-    return agree, tied
+    ties = (got == top[:, None]).sum(axis=-1) > 1
+    hit = got[np.arange(len(wa)), wa] == top
+    agree = float((hit & ~ties).mean()) if len(wa) else 1.0
+    return agree, int(ties.sum())
 
 
 def _run_signatures(runners, loaded, examples: Examples, notes):
@@ -331,7 +134,7 @@ def _run_signatures(runners, loaded, examples: Examples, notes):
 def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Examples | Any,
                  quantization: str = "none", *, float_size: int | None = None,
                  convert_seconds: float | None = None, float_model: bytes | None = None,
-                 per_op: bool = True) -> TFLiteCheck:
+                 per_op: bool = True, keep_float: bool = False, tf_tensors: bool = True) -> TFLiteCheck:
     """Runs a converted flatbuffer with LiteRT and compares it with the SavedModel in TF.
 
     Args:
@@ -346,7 +149,14 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
             weights are the per-op reference; converted here when not given (for
             the float variant too: the bytes checked may not be what the
             converter makes).
-        per_op: run the per-op check (`tflab.litert_per_op.check_ops`).
+        per_op: run the per-op check (`tflab.litert.per_op.check_ops`); for a quantized
+            variant its output error is then also attributed to ops (``.attribution``,
+            `tflab.litert.attribution.attribute_error`).
+        keep_float: for int8, also measure the fix: re-quantize with the worst ops kept in
+            float (QuantizationDebugger; one more calibration conversion) and report the
+            error drop and size cost (``.attribution.kept_float``).
+        tf_tensors: for the float variant, compare each op's output with TF's tensor of the
+            same name (``.tf_tensors``; freezes the signature once).
 
     Returns:
         A `TFLiteCheck` (see `tflite_roundtrip`).
@@ -359,6 +169,8 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
     saved_model_dir = os.fspath(saved_model_dir)
     batches = Examples.of(examples).check_rows()
     stats = analyze_flatbuffer(model)
+    if not float_size and float_model is not None:
+        float_size = len(float_model)  # the per-op reference is the float variant: its size is known
     size_ratio = None if not float_size else len(model) / float_size
     notes: list[str] = []
     dyn_quantized = stats.weights.get("int8", [0, 0])[0] > 0
@@ -367,7 +179,8 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
                 tensor_dtypes=stats.tensor_dtypes, weights=stats.weights,
                 shared_weights=stats.shared_weights, size_bytes=len(model),
                 size_ratio=size_ratio, convert_seconds=convert_seconds, model=bytes(model))
-    from tflab.litert_nan import conversion_notes, nan_note
+    from tflab.litert.flatbuffer_notes import conversion_notes
+    from tflab.litert.nan import nan_note
 
     notes += conversion_notes(model, stats.op_counts)  # known before running: said first
     if quantization == "dynamic" and not dyn_quantized:
@@ -443,7 +256,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(diff == 0, 0.0, diff / bound)
         ref_max = float(np.nanmax(np.abs(want))) if want.size and not np.isnan(want).all() else 0.0
-        agree = None
+        agree, tied = None, 0
         if c["want"][0].ndim >= 2 and c["want"][0].shape[-1] >= 2 and want.dtype.kind == "f":
             g_rows = np.concatenate([g.reshape(-1, g.shape[-1]) for g in c["got"]])
             w_rows = np.concatenate([w.reshape(-1, w.shape[-1]) for w in c["want"]])
@@ -452,9 +265,9 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
             agree, tied = argmax_agreement(np.nan_to_num(g_rows[keep], nan=-np.inf), w_rows[keep])
             if not keep.any():
                 agree = None
-            if tied and scale:
-                notes.append(f"{okey}: {tied} LiteRT row(s) tie several classes at the top value "
-                             f"(argmax agreement counts TF's class as agreeing when it is among them)")
+            if tied:
+                notes.append(f"{okey}: {tied} of {int(keep.sum())} LiteRT row(s) tie several classes at the top "
+                             f"value: counted as ties, not as argmax agreement ({agree:.0%})")
         finite = want[np.isfinite(want)] if want.dtype.kind == "f" else want
         rng = float(np.ptp(finite)) if finite.size and want.dtype.kind in "fiu" else 0.0
         if want.size and want.dtype.kind == "f" and not finite.size:
@@ -479,12 +292,18 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
             max_ulp=int(min(ulps.max(), np.iinfo(np.int64).max)) if ulps.size else 0,  # NaN vs number: int64 max
             bound=float(bound.max()) if bound.size else 0.0,
             bound_ratio=float(ratio.max()) if ratio.size else 0.0,
-            argmax_agreement=agree, reference_range=rng,
+            argmax_agreement=agree, argmax_ties=tied if agree is not None else 0, reference_range=rng,
             quantization=(scale, int(det["quantization"][1])) if scale else None,
             worst_abs_error=float(diff[worst]) if diff.size else 0.0,
             worst_bound=float(bound[worst]) if bound.size else 0.0)
     explanation = _explanation(quantization, dyn_quantized, outputs)
     per_op_check = _per_op(model, saved_model_dir, batches, quantization, float_model, notes) if per_op else None
+    attribution = float_tensors = None
+    if per_op_check is not None and quantization == "none" and tf_tensors:
+        float_tensors = _float_tensors(model, saved_model_dir, batches, notes)
+    if per_op_check is not None and quantization != "none":
+        attribution = _attribution(model, saved_model_dir, batches, quantization, float_model, per_op_check,
+                                   keep_float, notes)
     worst_output = max(outputs, key=lambda k: outputs[k].bound_ratio, default=None)
     if not exact and quantization == "none":
         rng_ops = _stateful_random_ops(loaded)
@@ -500,16 +319,55 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
         bound=outputs[worst_output].bound if worst_output else 0.0, worst_output=worst_output,
         within_bound=None if no_bound else all(o.within_bound for o in outputs.values()),
         outputs=outputs, runtime=runtime, explanation=explanation, signatures=signatures,
-        notes=tuple(notes), vacuous_outputs=tuple(vacuous), per_op=per_op_check, **base)
+        notes=tuple(notes), vacuous_outputs=tuple(vacuous), per_op=per_op_check, attribution=attribution,
+        tf_tensors=float_tensors, **base)
+
+
+def _float_tensors(model: bytes, saved_model_dir: str, batches: Examples, notes: list):
+    """The float variant's intermediates vs TF's tensors of the same name, or None with a note."""
+    from tflab.litert.float_tensors import compare_float_tensors
+
+    try:
+        return compare_float_tensors(model, saved_model_dir, batches)
+    except Exception as e:  # noqa: BLE001  a measurement: the verdict stands without it, and says why
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        notes.append(f"float intermediates not compared with TF's: {type(e).__name__}: {first}")
+        return None
+
+
+def _attribution(model: bytes, saved_model_dir: str, batches: Examples, quantization: str,
+                 float_model: bytes | None, per_op_check, keep_float: bool, notes: list):
+    """The output error attributed to ops (and, for int8, the kept-float fix), or None with a note."""
+    from tflab.litert.attribution import attribute_error
+
+    try:
+        ref = float_model if float_model is not None else float_reference(saved_model_dir)
+        return attribute_error(model, ref, saved_model_dir, per_op_check, batches, quantization, fix=keep_float)
+    except Exception as e:  # noqa: BLE001  a measurement: the verdict stands without it, and says why
+        if isinstance(e, UsageError):
+            raise
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        notes.append(f"output error not attributed to ops: {type(e).__name__}: {first}")
+        return None
 
 
 _FLOAT_MODELS: dict = {}
 
 
+def _float_key(saved_model_dir) -> tuple:
+    pb = os.path.join(os.fspath(saved_model_dir), "saved_model.pb")
+    return os.path.realpath(pb), os.stat(pb).st_mtime_ns
+
+
+def remember_float_reference(saved_model_dir: str | os.PathLike, model: bytes) -> None:
+    """Keeps ``model``, the float conversion just made of ``saved_model_dir``, for `float_reference`."""
+    _FLOAT_MODELS.clear()
+    _FLOAT_MODELS[_float_key(saved_model_dir)] = bytes(model)
+
+
 def float_reference(saved_model_dir: str | os.PathLike) -> bytes:
     """The float (``"none"``) conversion of a SavedModel, cached per folder and ``saved_model.pb`` mtime."""
-    pb = os.path.join(os.fspath(saved_model_dir), "saved_model.pb")
-    key = (os.path.realpath(pb), os.stat(pb).st_mtime_ns)
+    key = _float_key(saved_model_dir)
     if key not in _FLOAT_MODELS:
         _FLOAT_MODELS.clear()  # one SavedModel at a time: the bytes can be large
         _FLOAT_MODELS[key] = convert(saved_model_dir, "none")
@@ -519,7 +377,7 @@ def float_reference(saved_model_dir: str | os.PathLike) -> bytes:
 def _per_op(model: bytes, saved_model_dir: str, batches: Examples, quantization: str,
             float_model: bytes | None, notes: list):
     """The per-op check, or None with a note saying why it did not run."""
-    from tflab.litert_per_op import check_ops
+    from tflab.litert.per_op import check_ops
 
     try:
         ref = float_model if float_model is not None else float_reference(saved_model_dir)
@@ -585,7 +443,7 @@ def require_matching_signatures(model: bytes, loaded) -> None:
 
 
 def read_signature_keys(model: bytes) -> list[str]:
-    from tflab.litert_ops import read_ops
+    from tflab.litert.ops import read_ops
 
     return list(read_ops(model).signatures)
 
@@ -640,7 +498,7 @@ def _stateful_random_ops(loaded) -> list[str]:
 
 def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | Any,
                      quantization: str = "none", *, select_tf_ops: bool = False,
-                     float_size: int | None = None) -> TFLiteCheck:
+                     float_size: int | None = None, tf_tensors: bool = True) -> TFLiteCheck:
     """Converts a SavedModel to TFLite, runs it with LiteRT, and checks it against TF.
 
     Args:
@@ -655,8 +513,9 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | An
         select_tf_ops: convert ops outside the builtins as Flex ops (the
             result is reported as not run: Python LiteRT cannot run Flex ops).
         float_size: the float variant's size in bytes, to report ``size_ratio``;
-            for a quantized variant it is measured by converting ``"none"`` too
-            when not given.
+            when not given, the length of the float conversion the per-op check
+            uses anyway (made once per SavedModel and kept, `float_reference`).
+        tf_tensors: as for `check_tflite`.
 
     Returns:
         A `TFLiteCheck`: ``.ok`` (the per-op verdict), ``.ops`` (one `OpCheck` per op),
@@ -677,7 +536,7 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | An
 
     >>> c = tflab.tflite_roundtrip("/tmp/scale_sm", {"x": np.ones((4, 64), np.float32)}, "none")
     >>> c
-    TFLiteCheck(quantization='none', ok=True, ops_checked=1, ops_outside=0, bit_exact=True, max_abs_error=0, worst_output='y' (|Δ|/bound 0), within_bound=True, size_bytes=952, flex_ops=[])
+    <TFLiteCheck: none, ok=True, 1 ops checked, 0 outside, bit_exact=True, max|Δ| 0 (all outputs), worst output 'y' at 0 of its bound, 952 bytes>
     >>> c.op_counts
     {'MUL': 1}
     """
@@ -696,12 +555,20 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | An
     t0 = time.perf_counter()
     model = convert(saved_model_dir, quantization, examples, select_tf_ops=select_tf_ops)
     seconds = time.perf_counter() - t0
-    from tflab.litert_nan import warn_after_conversion
+    from tflab.litert.flatbuffer_notes import warn_after_conversion
 
     warn_after_conversion(model, f"tflite_roundtrip {quantization}")  # before LiteRT runs it
-    float_model = model if quantization == "none" else None
+    # One float conversion per SavedModel serves both the size ratio and the per-op reference
+    # weights (issue 23: never a second whole-model conversion just for size_ratio).
+    if quantization == "none":
+        float_model = model
+        if not select_tf_ops:
+            remember_float_reference(saved_model_dir, model)
+    elif select_tf_ops:
+        float_model = convert(saved_model_dir, "none", select_tf_ops=True)
+    else:
+        float_model = float_reference(saved_model_dir)
     if float_size is None:
-        float_model = float_model or convert(saved_model_dir, "none", select_tf_ops=select_tf_ops)
         float_size = len(float_model)
     return check_tflite(model, saved_model_dir, examples, quantization, float_size=float_size,
-                        convert_seconds=seconds, float_model=float_model)
+                        convert_seconds=seconds, float_model=float_model, tf_tensors=tf_tensors)

@@ -53,7 +53,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from tflab._usercode import run_signature
-from tflab.litert_convert import _call_target
+from tflab.litert.conversion import _call_target
 from tflab.examples import Examples, feed_for
 from tflab.saved_model import load_saved_model, signature_inputs
 

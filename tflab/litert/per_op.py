@@ -1,10 +1,10 @@
 """Lab step 8, the per-op verdict: every TFLite op checked against a float reference on its own inputs.
 
 For each op of the variant being checked, `check_ops` computes what the op
-should have written, in float64 (`tflab.litert_reference`), from
+should have written, in float64 (`tflab.litert.references`), from
 
 * **the op's actual inputs** as LiteRT computed them in this run (read with
-  every tensor preserved and the builtin kernels, `tflab.litert_ops.run_ops`;
+  every tensor preserved and the builtin kernels, `tflab.litert.ops.run_ops`;
   int8 tensors dequantized with their own scale and zero point), and
 * **the float model's weights**: the constants of the matching op of a float
   conversion of the same SavedModel. A reference built from the checked
@@ -57,8 +57,10 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from tflab.litert_ops import ModelOps, OpTensors, TensorInfo, preserving_interpreter, read_ops, run_ops
-from tflab.litert_reference import INDEX_INPUTS, Terms, reference
+from tflab._report import Report, config_field
+from tflab._text import table
+from tflab.litert.ops import ModelOps, OpTensors, TensorInfo, preserving_interpreter, read_ops, run_ops
+from tflab.litert.references import INDEX_INPUTS, Terms, reference
 
 UNIT_ROUNDOFF = 2.0 ** -24
 FLOAT16_STEP = 2.0 ** -11  # unit roundoff of float16 (10 stored mantissa bits, round to nearest)
@@ -70,8 +72,8 @@ TRANSCENDENTAL_ULPS = 64
 ILL_CONDITIONED = 2.0 ** -10
 
 
-@dataclasses.dataclass(frozen=True)
-class OpCheck:
+@dataclasses.dataclass(frozen=True, repr=False)
+class OpCheck(Report):
     """One op of a TFLite variant against its float reference.
 
     Attributes:
@@ -91,6 +93,9 @@ class OpCheck:
             terms): much below 1 means the output cancels, so any float32 evaluation of it,
             TF's own included, carries rounding noise of about ``γ_K·Σ|x||w|``.
         noise: that noise, ``γ_K·max Σ|x||w|``, output units (None with ``condition``).
+        rms_error: root mean square of ``lite − reference`` over the output's finite elements and
+            all examples, output units: the op's own (local) error power (None when unchecked).
+        rms_reference: root mean square of the reference output, same elements (None when unchecked).
     """
 
     index: int
@@ -107,20 +112,25 @@ class OpCheck:
     signature: str = ""
     condition: float | None = None
     noise: float | None = None
+    rms_error: float | None = None
+    rms_reference: float | None = None
 
     @property
     def ok(self) -> bool:
         return self.verdict == "ok"
 
-    def __repr__(self) -> str:
+    def summary_line(self) -> str:
         if self.verdict == "unchecked":
-            return f"OpCheck(#{self.index} {self.op_type} {self.name!r} unchecked: {self.reason})"
-        return (f"OpCheck(#{self.index} {self.op_type} {self.name!r} |Δ| {self.error:.3g} bound {self.bound:.3g} "
-                f"(ratio {self.ratio:.3g}, same element) {self.verdict})")
+            return f"#{self.index} {self.op_type} {self.name!r} unchecked: {self.reason}"
+        return (f"#{self.index} {self.op_type} {self.name!r} |Δ| {self.error:.3g} bound {self.bound:.3g} "
+                f"(ratio {self.ratio:.3g}, same element) {self.verdict}")
+
+    def to_text(self) -> str:
+        return self.summary_line()
 
 
-@dataclasses.dataclass(frozen=True)
-class PerOpCheck:
+@dataclasses.dataclass(frozen=True, repr=False)
+class PerOpCheck(Report):
     """All ops of one variant checked on their own inputs.
 
     Attributes:
@@ -133,6 +143,7 @@ class PerOpCheck:
         seconds: wall time of the per-op pass.
         notes: conditioning, said plainly: cancelling ops (`conditioning_note`) and
             discontinuous ops (FLOOR_MOD, FLOOR, ROUND, ...) fed by a quantized tensor.
+        config: `tflab.runtime_config()` as a dict.
     """
 
     ops: tuple[OpCheck, ...]
@@ -143,6 +154,7 @@ class PerOpCheck:
     runtime: str
     seconds: float
     notes: tuple[str, ...] = ()
+    config: dict = config_field()
 
     @property
     def checked(self) -> int:
@@ -158,6 +170,7 @@ class PerOpCheck:
         return tuple(o for o in self.ops if o.verdict != "unchecked" and o.condition is not None
                      and o.condition < ILL_CONDITIONED)
 
+    @property
     def conditioning_note(self) -> str:
         """A sentence naming the cancelling ops, or "" (the verdict does not depend on it)."""
         ops = sorted(self.ill_conditioned, key=lambda o: o.condition)
@@ -175,7 +188,7 @@ class PerOpCheck:
         """Every checked op inside its bound (and at least one op checked)."""
         return self.checked > 0 and not self.outside
 
-    def summary(self) -> str:
+    def summary_line(self) -> str:
         un = ", ".join(f"{k}×{v}" if v > 1 else k for k, v in sorted(self.unchecked.items()))
         worst = max((o for o in self.ops if o.verdict != "unchecked"), key=lambda o: o.ratio, default=None)
         text = (f"{self.checked} ops checked, {len(self.outside)} outside their bound"
@@ -188,18 +201,21 @@ class PerOpCheck:
         return text
 
     def to_text(self, limit: int = 12) -> str:
-        lines = [f"  per-op: {self.summary()}",
+        lines = [f"  per-op: {self.summary_line()}",
                  f"    matched to the float model: {self.matched} ops ({self.named_alike} with the same output "
                  f"name), {self.unmatched} unmatched; run: {self.runtime}",
                  "    |Δ| and bound are at the same element (the op's worst |Δ|/bound); max|Δ| is the op's "
                  "largest error anywhere"]
         lines += [f"    {n}" for n in self.notes]
         ranked = sorted((o for o in self.ops if o.verdict != "unchecked"), key=lambda o: -o.ratio)[:limit]
-        for o in ranked:
-            lines.append(f"    #{o.index:<3} {o.op_type:<18} |Δ| {o.error:<9.3g} bound {o.bound:<9.3g} "
-                         f"ratio {o.ratio:<8.3g} max|Δ| {o.max_error:<9.3g} {o.verdict:<7} {o.name.split(';')[0]}")
+        if ranked:
+            lines.append(table([(f"#{o.index}", o.op_type, f"{o.error:.3g}", f"{o.bound:.3g}", f"{o.ratio:.3g}",
+                                 f"{o.max_error:.3g}", o.verdict, o.name.split(";")[0]) for o in ranked],
+                               header=("op", "type", "|Δ|", "bound", "ratio", "max|Δ|", "verdict", "tensor"),
+                               indent="    "))
         return "\n".join(lines)
 
+    @property
     def node_data(self) -> dict:
         """The per-op ``|Δ|/bound`` as Model Explorer node data, keyed by each op's output tensor name.
 
@@ -223,12 +239,10 @@ class PerOpCheck:
             g["results"][o.name] = {"value": round(o.ratio, 6)}
         return graphs
 
+    DICT_PROPERTIES = ("checked", "ok")
+
     def to_dict(self) -> dict:
-        return {"ops": [dataclasses.asdict(o) for o in self.ops], "unchecked": dict(self.unchecked),
-                "matched": self.matched, "unmatched": self.unmatched, "named_alike": self.named_alike,
-                "checked": self.checked, "outside": len(self.outside), "ok": self.ok,
-                "notes": list(self.notes),
-                "runtime": self.runtime, "seconds": round(self.seconds, 3)}
+        return super().to_dict() | {"outside": len(self.outside), "seconds": round(self.seconds, 3)}
 
 
 # -------------------------------------------------------------------- matching
@@ -347,6 +361,7 @@ class _Acc:
         self.ratio, self.error, self.bound, self.max_error = 0.0, 0.0, 0.0, 0.0
         self.reason = ""
         self.max_out, self.max_terms, self.k = 0.0, None, 1
+        self.err2, self.ref2, self.n = 0.0, 0.0, 0
 
     def terms(self, ref: np.ndarray, terms: Terms) -> None:
         if terms.dot is None or terms.kind not in ("dot", "arith", "reduce") or not ref.size:
@@ -372,9 +387,16 @@ class _Acc:
         elif self.ratio == 0.0 and self.error == 0.0:  # exact so far: show the widest bound it met
             self.bound = max(self.bound, float(np.nanmax(bound)))
         self.max_error = max(self.max_error, float(diff.max()))
+        finite = np.isfinite(diff) & np.isfinite(ref)
+        self.err2 += float(np.sum(np.square(diff[finite], dtype=np.float64)))
+        self.ref2 += float(np.sum(np.square(ref[finite], dtype=np.float64)))
+        self.n += int(finite.sum())
+
+    def rms(self) -> tuple[float | None, float | None]:
+        return (None, None) if not self.n else ((self.err2 / self.n) ** 0.5, (self.ref2 / self.n) ** 0.5)
 
 
-def _quantize_feed(feed: Mapping[str, np.ndarray], details: Mapping) -> dict:
+def quantize_feed(feed: Mapping[str, np.ndarray], details: Mapping) -> dict:
     out = {}
     for n, a in feed.items():
         d = details[n]
@@ -423,7 +445,7 @@ def check_ops(model: bytes, float_model: bytes, feeds: Mapping[str, Sequence[Map
         accs = {o.index: _Acc() for o in q_ops}
         details = interp.get_signature_runner(key).get_input_details() if key is not None else {}
         for feed in feeds.get(key, ()) if key is not None else ():
-            ran = run_ops(model, _quantize_feed(feed, details), key, parsed=pq, interpreter=interp)
+            ran = run_ops(model, quantize_feed(feed, details), key, parsed=pq, interpreter=interp)
             for op in ran:
                 _check_one(op, f_ops[pairs[op.index]] if op.index in pairs else None, quantization,
                            accs[op.index])
@@ -444,11 +466,12 @@ def check_ops(model: bytes, float_model: bytes, feeds: Mapping[str, Sequence[Map
                 cond, noise = acc.max_out / acc.max_terms, _gamma(acc.k) * acc.max_terms
             results.append(OpCheck(op.index, op.op_type, name, acc.error, acc.bound, acc.ratio, acc.max_error,
                                    "ok" if acc.ratio <= 1.0 else "OUTSIDE", float_index=fi, weights=weights,
-                                   signature=key or "", condition=cond, noise=noise))
+                                   signature=key or "", condition=cond, noise=noise,
+                                   rms_error=acc.rms()[0], rms_reference=acc.rms()[1]))
     unchecked = collections.Counter(o.op_type for o in results if o.verdict == "unchecked")
     out = PerOpCheck(tuple(results), dict(sorted(unchecked.items())), matched, unmatched, alike,
                      _runtime_text(), time.perf_counter() - t0)
-    notes = [out.conditioning_note()] if out.conditioning_note() else []
+    notes = [out.conditioning_note] if out.conditioning_note else []
     for si in pq.signatures.values() or [0]:
         notes += _discontinuity_notes(pq.subgraphs[si])
     return dataclasses.replace(out, notes=tuple(notes))

@@ -12,8 +12,8 @@ Select-TF (Flex) ops convert only with ``SELECT_TF_OPS``, and the Python
 LiteRT interpreter cannot run them (it has no Flex delegate linked): such a
 variant is reported as not checked, with the interpreter's reason.
 
-The error bounds are in `tflab.litert_bounds`; running the flatbuffer with
-LiteRT and checking it against TF is `tflab.litert_check`.
+The error bounds are in `tflab.litert.bounds`; running the flatbuffer with
+LiteRT and checking it against TF is `tflab.litert.check`.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def _converter(saved_model_dir: str):
     ``masked``). Then we build the same converter it would, with all keys.
     """
     import tensorflow as tf
-    from tensorflow.lite.python import lite
+    from tflab._tf.lite import saved_model_converter
 
     try:
         return tf.lite.TFLiteConverter.from_saved_model(saved_model_dir)
@@ -104,7 +104,7 @@ def _converter(saved_model_dir: str):
             raise
     loaded = load_saved_model(saved_model_dir)
     keys = list(loaded.signatures)
-    conv = lite.TFLiteSavedModelConverterV2(saved_model_dir, {tf.saved_model.SERVING}, keys)
+    conv = saved_model_converter(saved_model_dir, {tf.saved_model.SERVING}, keys)
     if conv.saved_model_dir:
         return conv
     return tf.lite.TFLiteConverter([loaded.signatures[k] for k in keys], loaded)
@@ -158,11 +158,43 @@ def convert(saved_model_dir: str | os.PathLike, quantization: str = "none",
         UsageError: unknown quantization, or ``"int8"`` without examples.
         TflabError: any other converter failure (its first line quoted).
     """
+    conv = make_converter(saved_model_dir, quantization, examples, select_tf_ops=select_tf_ops)
+    captured: dict = {}
+    try:
+        with warnings.catch_warnings():
+            # int8 calibration runs TF's own deprecated tf.lite.Interpreter; not ours to fix.
+            warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated")
+            with _captured_stderr() as captured:
+                return conv.convert()
+    except Exception as e:  # ConverterError carries structured errors; others are quoted
+        err = _explain_converter_error(e, quantization, os.fspath(saved_model_dir))
+        if type(err) is TflabError and captured.get("text"):
+            # Not an error we explain: keep the converter's own diagnostics visible.
+            os.write(2, captured["text"].encode(errors="replace"))
+        raise err from e
+
+
+def make_converter(saved_model_dir: str | os.PathLike, quantization: str = "none",
+                   examples: Examples | Any = None, *, select_tf_ops: bool = False):
+    """The ``tf.lite.TFLiteConverter`` `convert` runs, set up for one recipe, not yet run.
+
+    `tflab.litert.attribution` hands the int8 one to ``tf.lite.experimental.QuantizationDebugger``.
+
+    Args:
+        saved_model_dir, quantization, examples, select_tf_ops: as for `convert`.
+
+    Returns:
+        The converter (every signature; for ``"int8"`` its representative dataset set).
+
+    Raises:
+        UsageError: unknown quantization, or ``"int8"`` without examples.
+    """
     import tensorflow as tf
 
     if quantization not in QUANTIZATIONS:
         raise UsageError(f"quantization {quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
     from tflab.custom_op_loader import load_custom_ops_for
+    from tflab._tf.lite import converted_signature_keys
 
     load_custom_ops_for(saved_model_dir)  # the converter loads the SavedModel: its ops must be registered
     conv = _converter(os.fspath(saved_model_dir))
@@ -180,7 +212,7 @@ def convert(saved_model_dir: str | os.PathLike, quantization: str = "none",
         # Calibrate only the keys the converter converts: from_saved_model keeps
         # serving_default alone for a Keras model.export artifact (lite.py), and the
         # calibrator refuses a sample for any other key ("Invalid signature_key").
-        converted = set(getattr(conv, "_saved_model_exported_names", None) or loaded.signatures)
+        converted = set(converted_signature_keys(conv) or loaded.signatures)
         # The converter keeps one of several keys calling the same function
         # (Keras' serve/serving_default): calibrate that one, serving_default first.
         for k in sorted((k for k in loaded.signatures if k in converted),
@@ -197,19 +229,7 @@ def convert(saved_model_dir: str | os.PathLike, quantization: str = "none",
     if select_tf_ops:
         ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
     conv.target_spec.supported_ops = ops
-    captured: dict = {}
-    try:
-        with warnings.catch_warnings():
-            # int8 calibration runs TF's own deprecated tf.lite.Interpreter; not ours to fix.
-            warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated")
-            with _captured_stderr() as captured:
-                return conv.convert()
-    except Exception as e:  # ConverterError carries structured errors; others are quoted
-        err = _explain_converter_error(e, quantization, os.fspath(saved_model_dir))
-        if type(err) is TflabError and captured.get("text"):
-            # Not an error we explain: keep the converter's own diagnostics visible.
-            os.write(2, captured["text"].encode(errors="replace"))
-        raise err from e
+    return conv
 
 
 def _explain_converter_error(e: Exception, quantization: str,
@@ -298,7 +318,9 @@ def analyze_flatbuffer(model: bytes) -> FlatbufferStats:
     lite/schema/schema.fbs), so the file stores it once. ``shared_weights``
     counts the buffers used by more than one subgraph.
     """
-    from tensorflow.lite.python import schema_py_generated as fb
+    from tflab._tf.lite import schema
+
+    fb = schema()
 
     m = fb.ModelT.InitFromPackedBuf(bytearray(model), 0)
     builtin = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}

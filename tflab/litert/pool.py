@@ -4,7 +4,7 @@ The TFLite converter (MLIR passes, then FlatBuffer export; for ``int8`` also
 calibration over the representative dataset) runs on one core for seconds
 per variant. `ConversionPool` splits the variants over
 ``min(len(variants), schedulable CPUs)`` workers, each one
-`tflab.export._convert_isolated` call (its own child processes, so a
+`tflab.litert.workers.convert_isolated` call (its own child processes, so a
 converter abort still costs one variant only), round-robin in the given
 order so the first variants finish first. The caller reads each variant's
 result with ``pool[q]``, which waits for that variant only: the LiteRT check

@@ -21,7 +21,7 @@ op's input and output arrays. Both settings matter:
   node whose intermediates never reach the interpreter's tensors
   (google-ai-edge/LiteRT#413, tensorflow/tensorflow#79355). The builtin
   kernels are what this pass judges; an end-to-end run with XNNPACK is
-  `tflab.litert_check`'s.
+  `tflab.litert.check`'s.
 
 Preserving tensors turns off buffer reuse, so the run needs the sum of all
 tensor sizes in memory (not the arena's peak): fine for lab-sized models.
@@ -34,7 +34,7 @@ Example (the float conversion of README's ``Scale`` model, ``y = x * w``):
 >>> ops[0].inputs[0].name, ops[0].output_arrays[0].shape
 ('serving_default_x:0', (4, 64))
 
-`tflab.litert_nan` (the first-NaN finder) and `tflab.litert_per_op` both read these records.
+`tflab.litert.nan` (the first-NaN finder) and `tflab.litert.per_op` both read these records.
 """
 
 from __future__ import annotations
@@ -186,7 +186,9 @@ def read_ops(model: bytes) -> ModelOps:
     Raises:
         UsageError: the bytes are not a TFLite flatbuffer (no ``TFL3`` identifier at offset 4).
     """
-    from tensorflow.lite.python import schema_py_generated as fb
+    from tflab._tf.lite import schema
+
+    fb = schema()
 
     model = bytes(model)
     if len(model) < 8 or model[4:8] != b"TFL3":
@@ -305,7 +307,9 @@ def variant_of(model: bytes) -> str:
     Returns:
         ``"none"``, ``"dynamic"``, ``"float16"`` or ``"int8"``.
     """
-    from tensorflow.lite.python import schema_py_generated as fb
+    from tflab._tf.lite import schema
+
+    fb = schema()
 
     parsed = read_ops(model)
     m = fb.ModelT.InitFromPackedBuf(bytearray(bytes(model)), 0)

@@ -1,0 +1,105 @@
+"""The door to the TFLite converter's and LiteRT interpreter's internals.
+
+What tflab's LiteRT lab (`tflab.litert`) needs beyond the public API of
+``tf.lite`` and ``ai_edge_litert.interpreter``:
+
+* the flatbuffer schema's generated Python classes
+  (``tensorflow/lite/python/schema_py_generated.py``, generated from
+  ``tensorflow/compiler/mlir/lite/schema/schema.fbs``), to read ops, tensors,
+  buffers and quantization parameters of a ``.tflite`` file;
+* ``TFLiteSavedModelConverterV2`` (``tensorflow/lite/python/lite.py``), the
+  converter ``from_saved_model`` builds, made directly for a SavedModel without
+  a ``serving_default`` key, and the signature keys it keeps
+  (``_saved_model_exported_names``);
+* ``convert_variables_to_constants_v2``, to fetch a SavedModel signature's
+  intermediate tensors by name (`frozen_function`);
+* the interpreter's op list (``Interpreter._get_ops_details``), which names a
+  ``DELEGATE`` node when XNNPACK took over a subgraph, and a signature
+  runner's subgraph index (``SignatureRunner._subgraph_index``); neither has a
+  public getter in ai_edge_litert 2.x.
+
+Each private name is listed in `PRIVATE_NAMES` (``tests/test_tf_internals.py``
+checks that each exists in the pinned versions).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PRIVATE_NAMES = (
+    ("tensorflow.lite.python.schema_py_generated", "ModelT.InitFromPackedBuf"),
+    ("tensorflow.lite.python.schema_py_generated", "BuiltinOperator"),
+    ("tensorflow.lite.python.schema_py_generated", "TensorType"),
+    ("tensorflow.lite.python.lite", "TFLiteSavedModelConverterV2"),
+    ("ai_edge_litert.interpreter", "Interpreter._get_ops_details"),
+    ("ai_edge_litert.interpreter", "SignatureRunner"),  # sets _subgraph_index in __init__
+    ("tensorflow.python.framework.convert_to_constants", "convert_variables_to_constants_v2"),
+)
+
+
+def schema():
+    """The flatbuffer schema module (``ModelT``, ``BuiltinOperator``, ``TensorType``, ...)."""
+    from tensorflow.lite.python import schema_py_generated
+
+    return schema_py_generated
+
+
+def unpack_model(model: bytes):
+    """The whole flatbuffer as the schema's object API (``ModelT``): subgraphs, tensors, buffers, ops.
+
+    Args:
+        model: TFLite flatbuffer bytes.
+
+    Returns:
+        ``schema_py_generated.ModelT``.
+    """
+    return schema().ModelT.InitFromPackedBuf(bytearray(bytes(model)), 0)
+
+
+def saved_model_converter(saved_model_dir: str, tags: set, keys: list[str]):
+    """``TFLiteSavedModelConverterV2`` for ``keys`` of a SavedModel (what ``from_saved_model`` builds).
+
+    Args:
+        saved_model_dir: the SavedModel folder.
+        tags: MetaGraph tags, e.g. ``{tf.saved_model.SERVING}``.
+        keys: the signature keys to convert.
+
+    Returns:
+        The converter (it has the public ``TFLiteConverter`` options).
+    """
+    from tensorflow.lite.python import lite
+
+    return lite.TFLiteSavedModelConverterV2(saved_model_dir, tags, keys)
+
+
+def converted_signature_keys(converter: Any) -> list[str] | None:
+    """The signature keys a SavedModel converter converts, or None when it does not say."""
+    return getattr(converter, "_saved_model_exported_names", None) or None
+
+
+def ops_details(interpreter: Any) -> list[dict]:
+    """The interpreter's ops of its primary subgraph (``op_name``, ``index``, inputs, outputs)."""
+    return list(interpreter._get_ops_details())  # noqa: SLF001
+
+
+def signature_subgraph(runner: Any) -> int:
+    """The index of the subgraph a signature runner runs."""
+    return int(runner._subgraph_index)  # noqa: SLF001
+
+
+def keras_model_called(model: Any) -> bool:
+    """Whether a subclassed Keras 3 model has been called once (``Layer._called``; no public flag)."""
+    return bool(getattr(model, "_called", False))
+
+
+def frozen_function(concrete_function: Any):
+    """The function with its variables folded into constants and its calls inlined.
+
+    ``convert_variables_to_constants_v2`` (``tensorflow/python/framework/
+    convert_to_constants.py``; no public equivalent in TF 2.21): every node of the
+    signature's call tree lands in one graph, named ``StatefulPartitionedCall/<scope>/<op>``,
+    so intermediate tensors can be fetched by the names the TFLite converter kept.
+    """
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    return convert_variables_to_constants_v2(concrete_function)

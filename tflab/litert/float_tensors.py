@@ -1,0 +1,195 @@
+"""Lab step 8, the float variant's intermediate tensors against TF's tensors of the same name.
+
+The float (``"none"``) variant's weights are the per-op check's reference, so
+that check tests its kernels only. This comparison tests the conversion itself:
+each op's output, through the whole TFLite model, against the TF tensor the
+converter named it after, in the SavedModel run by TF on the same examples.
+
+How tensors are matched: the converter names a fused op's output after the TF
+ops it was made from, joined by ``;`` (``"model/conv2d/Relu;model/conv2d/BiasAdd;
+model/conv2d/convolution"``). The signature is frozen (variables folded,
+calls inlined: `tflab._tf.lite.frozen_function`), so its nodes are
+``StatefulPartitionedCall/model/conv2d/Relu``; every part that names a node
+(exactly, or as the end of a node's name) is a candidate, and the one downstream
+of the others in TF's dataflow is the op's output (Relu after BiasAdd after the
+convolution). A tensor is unmatched when no part names a node or the shapes differ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import numpy as np
+
+from tflab._report import Report, config_field
+from tflab._text import table
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorMatch:
+    """One float TFLite op output beside TF's tensor of the same name.
+
+    Attributes:
+        index: op index in its subgraph.
+        op_type: builtin name.
+        name: the TFLite tensor name (first part shown in text).
+        tf_name: the TF tensor it matched, ``node:0``.
+        max_abs_error: ``max |lite − tf|`` over all elements and examples.
+        tf_max: ``max |tf|`` over the same elements (the scale of the tensor).
+    """
+
+    index: int
+    op_type: str
+    name: str
+    tf_name: str
+    max_abs_error: float
+    tf_max: float
+
+    @property
+    def relative(self) -> float:
+        """``max_abs_error / tf_max`` (0 when the tensor is all zeros and equal)."""
+        return self.max_abs_error / self.tf_max if self.tf_max else float(self.max_abs_error > 0)
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class FloatTensors(Report):
+    """The float variant's intermediates vs TF's, by name (a measurement; the per-op check is the verdict).
+
+    Attributes:
+        signature: the signature key compared.
+        matched: one `TensorMatch` per op output that found its TF tensor, in op order.
+        unmatched: ops whose output name names no TF node (or with another shape), by op type.
+        config: `tflab.runtime_config()` as a dict.
+    """
+
+    signature: str
+    matched: tuple[TensorMatch, ...]
+    unmatched: dict[str, int]
+    config: dict = config_field()
+
+    @property
+    def worst(self) -> TensorMatch | None:
+        return max(self.matched, key=lambda m: m.relative, default=None)
+
+    DICT_PROPERTIES = ("worst",)
+
+    def summary_line(self) -> str:
+        w = self.worst
+        un = sum(self.unmatched.values())
+        text = f"{len(self.matched)} float tensors matched TF's of the same name ({un} unmatched)"
+        if w is not None:
+            text += (f"; largest |Δ| {w.max_abs_error:.3g} ({w.relative:.2g} of max|tf|) at {w.op_type} "
+                     f"#{w.index} {w.name.split(';')[0]}")
+        return text
+
+    def to_text(self) -> str:
+        lines = [f"  TF tensors: {self.summary_line()}"]
+        ranked = sorted(self.matched, key=lambda m: -m.relative)[:6]
+        if ranked:
+            lines.append(table([(f"#{m.index}", m.op_type, f"{m.max_abs_error:.3g}", f"{m.relative:.2g}",
+                                 m.tf_name) for m in ranked],
+                               header=("op", "type", "max|Δ|", "of max|tf|", "TF tensor"), indent="    "))
+        if self.unmatched:
+            lines.append("    unmatched: " + ", ".join(f"{k}×{v}" for k, v in sorted(self.unmatched.items())))
+        return "\n".join(lines)
+
+
+def _downstream(candidates: list[str], graph) -> str:
+    """The candidate node that no other candidate's value depends on... i.e. the last in dataflow."""
+    if len(candidates) == 1:
+        return candidates[0]
+    ancestors: dict[str, set[str]] = {}
+    for c in candidates:
+        seen, todo = set(), [graph.get_operation_by_name(c)]
+        while todo and len(seen) < 2000:
+            op = todo.pop()
+            for t in op.inputs:
+                if t.op.name not in seen:
+                    seen.add(t.op.name)
+                    todo.append(t.op)
+        ancestors[c] = seen
+    for c in candidates:
+        if all(c == d or d in ancestors[c] for d in candidates):
+            return c
+    return candidates[0]
+
+
+def compare_float_tensors(model: bytes, saved_model_dir: str | os.PathLike, examples: Any,
+                          key: str | None = None) -> FloatTensors:
+    """Compares each op output of a float flatbuffer with TF's tensor of the same name.
+
+    Args:
+        model: the float (``"none"``) flatbuffer.
+        saved_model_dir: the SavedModel it was converted from.
+        examples: a `tflab.examples.Examples` (or any form `Examples.of` takes).
+        key: the signature to compare (default: the model's first that the examples feed).
+
+    Returns:
+        A `FloatTensors`.
+    """
+    import collections
+
+    import tensorflow as tf
+
+    from tflab._tf.lite import frozen_function
+    from tflab.examples import Examples
+    from tflab.litert.ops import preserving_interpreter, read_ops, run_ops
+    from tflab.saved_model import load_saved_model, signature_inputs
+
+    loaded = load_saved_model(saved_model_dir)
+    examples = Examples.of(examples).check({k: signature_inputs(f) for k, f in loaded.signatures.items()})
+    parsed = read_ops(model)
+    key = key or next(k for k in parsed.signatures if k in examples.signatures)
+    frozen = frozen_function(loaded.signatures[key])
+    graph_def = frozen.graph.as_graph_def()
+    wrapped = tf.compat.v1.wrap_function(lambda: tf.compat.v1.import_graph_def(graph_def, name=""), [])
+    g = wrapped.graph
+    nodes = [op.name for op in g.get_operations()]
+    node_set = set(nodes)
+    ops = parsed.subgraphs[parsed.signatures[key]]
+    pick: dict[int, str] = {}
+    for op in ops:
+        if not op.outputs or np.dtype(op.outputs[0].dtype).kind != "f":
+            continue
+        cands = []
+        for part in op.outputs[0].name.split(";"):
+            part = part.split(":")[0]
+            hit = part if part in node_set else next((n for n in nodes if n.endswith("/" + part)), None)
+            if hit and hit not in cands:
+                cands.append(hit)
+        if cands:
+            pick[op.index] = _downstream(cands, g)
+    in_names = [t.name for t in frozen.inputs]
+    # The placeholders are named after the signature's inputs; else they keep its (sorted) order.
+    order = [n.split(":")[0] for n in in_names]
+    if set(order) != set(signature_inputs(loaded.signatures[key])):
+        order = sorted(signature_inputs(loaded.signatures[key]))
+    fetches = {i: g.get_tensor_by_name(n + ":0") for i, n in pick.items()}
+    pruned = wrapped.prune(feeds=[g.get_tensor_by_name(n) for n in in_names], fetches=list(fetches.values()))
+    interp = preserving_interpreter(model)
+    err = collections.defaultdict(float)
+    ref = collections.defaultdict(float)
+    bad_shape: set[int] = set()
+    for feed in examples.feeds(key):
+        want = pruned(*[tf.constant(feed[n]) for n in order])
+        by_index = dict(zip(fetches, want))
+        for o in run_ops(model, feed, key, parsed=parsed, interpreter=interp):
+            if o.index not in by_index or o.output_arrays[0] is None:
+                continue
+            a = np.asarray(o.output_arrays[0], np.float64)
+            b = np.asarray(by_index[o.index], np.float64)
+            if a.shape != b.shape:
+                bad_shape.add(o.index)
+                continue
+            keep = np.isfinite(a) & np.isfinite(b)
+            if keep.any():
+                err[o.index] = max(err[o.index], float(np.abs(a[keep] - b[keep]).max()))
+                ref[o.index] = max(ref[o.index], float(np.abs(b[keep]).max()))
+    matched = tuple(TensorMatch(o.index, o.op_type, o.outputs[0].name, pick[o.index] + ":0", err[o.index],
+                                ref[o.index]) for o in ops if o.index in pick and o.index not in bad_shape)
+    done = {m.index for m in matched}
+    unmatched = collections.Counter(o.op_type for o in ops if o.outputs and o.index not in done
+                                    and np.dtype(o.outputs[0].dtype).kind == "f")
+    return FloatTensors(key, matched, dict(sorted(unmatched.items())))

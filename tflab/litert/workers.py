@@ -1,0 +1,196 @@
+"""TFLite conversions in worker processes: a converter crash costs one variant, not the export.
+
+The MLIR converter can abort the whole process (LLVM fatal errors call
+``abort()``), so `tflab.export` converts each variant in a child process,
+``python -m tflab.litert.workers SAVED_MODEL OUTDIR Q1,Q2 EXAMPLES.npz``, that
+prints one JSON line per event (start, done, error, unsupported). A dead worker
+is reported as crashed for the variant it was converting, and a fresh worker
+takes the rest. The children are one `tflab._subprocess.ChildGroup`, killed on
+every exit path (`stop_workers`); `tflab.litert.pool` runs several at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from tflab.errors import TflabError
+from tflab.examples import load_examples
+
+# Fault injection for the crash-isolation test: the worker aborts (like an
+# LLVM fatal error) when it starts converting this variant.
+CRASH_ENV = "TFLAB_EXPORT_WORKER_CRASH"
+
+
+def _worker_main(argv: Sequence[str]) -> int:
+    """``python -m tflab.litert.workers --worker SAVED_MODEL OUTDIR Q1,Q2 EXAMPLES.npz``: convert, one JSON line each."""
+    import logging
+
+    saved_model, outdir, quants, examples_path = argv
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    from tflab.errors import TflabError as _Err
+    from tflab.litert.conversion import UnsupportedOpsError, convert
+
+    batches = load_examples(examples_path)
+    for q in quants.split(","):
+        print(json.dumps({"event": "start", "quantization": q}), flush=True)
+        if os.environ.get(CRASH_ENV) == q:
+            os.abort()
+        t0 = time.perf_counter()
+        try:
+            model = convert(saved_model, q, batches)
+        except UnsupportedOpsError as e:
+            print(json.dumps({"event": "unsupported", "quantization": q, "error": str(e), "ops": list(e.ops),
+                              "kind": e.kind, "signatures": e.signatures}),
+                  flush=True)
+            return 0
+        except Exception as e:  # a converter failure costs this variant only
+            msg = str(e) if isinstance(e, _Err) else f"TFLite {q} conversion failed: {type(e).__name__}: " + (
+                (str(e).strip().splitlines() or [""])[0][:300])
+            print(json.dumps({"event": "error", "quantization": q, "error": msg,
+                              "seconds": time.perf_counter() - t0}), flush=True)
+            continue
+        seconds = time.perf_counter() - t0
+        final = os.path.join(outdir, f"model_{q}.tflite")
+        part = final + ".part"
+        with open(part, "wb") as f:
+            f.write(model)
+        os.replace(part, final)
+        print(json.dumps({"event": "done", "quantization": q, "file": os.path.basename(final),
+                          "seconds": seconds, "bytes": len(model)}), flush=True)
+    return 0
+
+
+def save_examples(batches: list[dict[str, np.ndarray]], path: str) -> None:
+    def plain(a: np.ndarray) -> np.ndarray:
+        # Object arrays of bytes need pickle to load; fixed-width bytes do not.
+        return a.astype(bytes) if a.dtype.kind == "O" else a
+
+    np.savez(path, **{f"{i}/{k}": plain(a) for i, b in enumerate(batches) for k, a in b.items()})
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def convert_isolated(saved_model: str, outdir: str, quants: list[str], examples_npz: str,
+                      progress: Callable[[str], None],
+                      on_result: Callable[[str, dict], None] | None = None) -> dict[str, dict]:
+    """Converts variants in worker processes; a crash costs only the variant it was converting.
+    ``on_result(q, message)`` hears of each variant as soon as it is done (`tflab.litert.pool`)."""
+    results: dict[str, dict] = {}
+    pending = list(quants)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    while pending and not _ABANDONED.is_set():
+        cmd = [sys.executable, "-m", "tflab.litert.workers", "--worker", saved_model, outdir, ",".join(pending),
+               examples_npz]
+        proc = _workers().start(cmd, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        current = None
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            try:
+                msg = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # the converter's own prints
+            q = msg.get("quantization")
+            if msg["event"] == "start":
+                current = q
+                progress(f"converting {q}")
+            else:
+                results[q] = msg
+                pending.remove(q)
+                current = None
+                if on_result is not None:
+                    on_result(q, msg)
+                if msg["event"] == "unsupported":
+                    pending = []
+        stderr = proc.stderr.read() if proc.stderr else ""
+        code = proc.wait()
+        _workers().forget(proc)
+        if current is not None:
+            # The worker died inside the converter: report it, drop its partial file, go on.
+            tail = [ln for ln in stderr.strip().splitlines() if ln.strip()][-1:] or [""]
+            how = _signal_name(code) if code < 0 else f"exit code {code}"
+            results[current] = {"event": "crashed", "quantization": current,
+                                "error": f"converter process died ({how}); last stderr line: {tail[0][:200]}"}
+            pending.remove(current)
+            part = os.path.join(outdir, f"model_{current}.tflite.part")
+            if os.path.exists(part):
+                os.remove(part)
+            if on_result is not None:
+                on_result(current, results[current])
+        elif pending:
+            raise TflabError(f"converter worker exited ({code}) before converting {pending}: "
+                             f"{stderr.strip().splitlines()[-1:] or ''}")
+    return results
+
+
+def convert_inprocess(saved_model: str, outdir: str, quants: list[str], batches,
+                       progress: Callable[[str], None]) -> dict[str, dict]:
+    from tflab.litert.conversion import UnsupportedOpsError, convert
+
+    results: dict[str, dict] = {}
+    for q in quants:
+        progress(f"converting {q}")
+        t0 = time.perf_counter()
+        try:
+            model = convert(saved_model, q, batches)
+        except UnsupportedOpsError as e:
+            results[q] = {"event": "unsupported", "quantization": q, "error": str(e), "ops": list(e.ops),
+                          "kind": e.kind, "signatures": e.signatures}
+            break
+        except TflabError as e:
+            results[q] = {"event": "error", "quantization": q, "error": str(e),
+                          "seconds": time.perf_counter() - t0}
+            continue
+        path = os.path.join(outdir, f"model_{q}.tflite")
+        Path(path).write_bytes(model)
+        results[q] = {"event": "done", "quantization": q, "file": os.path.basename(path),
+                      "seconds": time.perf_counter() - t0, "bytes": len(model)}
+    return results
+
+
+_WORKERS = None  # the converter workers: a tflab._subprocess.ChildGroup, made on first use
+_ABANDONED = threading.Event()
+
+
+def _workers():
+    global _WORKERS
+
+    if _WORKERS is None:
+        from tflab._subprocess import ChildGroup
+
+        _WORKERS = ChildGroup()
+    return _WORKERS
+
+
+def stop_workers() -> None:
+    """Kills converter workers still running and reaps them (the export is being abandoned)."""
+    _ABANDONED.set()
+    _workers().stop(grace=0)  # no grace: a converter has nothing to clean up
+
+
+def reset_workers() -> None:
+    """Clears the abandoned flag `stop_workers` set (a new export starts)."""
+    _ABANDONED.clear()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 6 and sys.argv[1] == "--worker":
+        sys.exit(_worker_main(sys.argv[2:]))
+    print("usage: python -m tflab.litert.workers --worker SAVED_MODEL OUTDIR Q1,Q2 EXAMPLES.npz (internal; "
+          "use `tflab export`)", file=sys.stderr)
+    sys.exit(2)
