@@ -37,15 +37,8 @@ PENDING: set[str] = {
     "litert_ops.py",
     "modes.py",
     "precision.py",
-    "retrace/diff.py",
-    "retrace/event.py",
-    "retrace/expect.py",
-    "retrace/log.py",
-    "retrace/probe.py",
     "runtime.py",
     "saved_model.py",
-    "signatures.py",
-    "tracing.py",
 }
 
 INTERNAL_MODULES = ("tensorflow.python", "tensorflow.core", "tensorflow.lite.python",

@@ -237,7 +237,7 @@ def trace_fragment(report: Any, *, engine: str | None = None, op_list: bool = Tr
             ("FunctionType", esc(report.function_type)),
             ("ops", f"{len(report.ops):,}"),
             ("captures", f"{len(report.variables)} variables ({var_bytes:,} bytes, resource handles); "
-                         f"eager tensors: {esc(report.capture_summary())}"),
+                         f"eager tensors: {esc(report.capture_summary)}"),
             ("control flow", esc(cf))]
     parts = [f'<div class="tflab funcgraph-section" data-function="{esc(report.function_name)}">',
              f"<h3>FuncGraph of {esc(report.function_name)}</h3>",

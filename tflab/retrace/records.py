@@ -215,7 +215,8 @@ class Trace:
                 f"{n}={t}" for n, t in self.traced_labels))
         if self.diagnosis is not None:
             lines = lines or [head]
-            lines.append(f"{pad}diagnosis: {self.diagnosis.summary()}")
+            summary = self.diagnosis.summary  # a property under issue 23's convention
+            lines.append(f"{pad}diagnosis: {summary() if callable(summary) else summary}")
         return "\n".join(lines) if lines else head
 
     def to_dict(self) -> dict:
