@@ -165,7 +165,7 @@ def test_a_keras_model_is_a_callable_object():
     probe = RetraceProbe(model)
     probe(tf.ones([2, 4]))
     probe(tf.ones([3, 4]))
-    assert probe.name == "Sequential" and probe.trace_count == 2
+    assert probe.function_name == "Sequential" and probe.trace_count == 2
     # Layer.__call__(*args, **kwargs): TF names the first positional args_0.
     assert probe.traces[1].reasons == ["args_0: shape (2, 4) -> (3, 4) (dim 0: 2 -> 3)"]
 

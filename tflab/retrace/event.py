@@ -24,9 +24,27 @@ reads them, so the two triggers make the same record. The Function object is
 
 `capture_trace_events` installs the logging trigger for a block (it serves
 ``tflab retrace``, `expect_traces` and any script run in this process);
-`current_trace_event` is the call the probe's trace-time wrapper makes. Only
-when no tracing frame is found (a saved log's text) does
-`parse_trace_log_message` parse text.
+`on_each_trace` is the trace-time wrapper (the probe and stabilize's count
+use it), which calls `current_trace_event`. Only when no tracing frame is
+found (a saved log's text) does `parse_trace_log_message` parse text. TF's
+frame and private attributes are read through `tflab._tf.function` only.
+
+Consumer API (stable; a new consumer uses one of these, never its own hook):
+
+* ``with capture_trace_events(on_event=None, identify=None) as events:``:
+  every trace any tf.function starts in the block, as `TraceEvent`s in trace
+  order; ``on_event(event)`` runs at trace time (arguments alive), and
+  ``identify`` (default a new `ObjectSerials`) keys the Function objects;
+* ``on_each_trace(fn, callback, name)``: a TF decorator of ``fn`` whose body
+  calls ``callback(event, args, kwargs)`` each time TF traces it (for one
+  function you wrap yourself: pass the result to ``tf.function``);
+* `TraceEvent` fields: ``function`` (qualified name), ``function_object()``,
+  ``function_id``, ``key``, ``owner``, ``lookup_type`` / ``traced_type`` (TF
+  FunctionTypes) and ``relaxed``, ``nodes`` / ``traced_nodes`` (`Node` trees),
+  ``options`` (``reduce_retracing``, ``input_signature``, ``jit_compile``),
+  ``scope``, ``context``, ``site`` (the user's ``file:line``), ``replica``
+  (``"MirroredStrategy replica 0"`` or None); a `Trace` with reasons is
+  ``tflab.retrace.log.trace_from_event(event, index, previous)``.
 """
 
 from __future__ import annotations

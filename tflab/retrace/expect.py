@@ -146,7 +146,7 @@ class _ExpectTraces:
             result.count = t.trace_count - count
             result.traces = t.traces[n_traces:]
             groups = [("", result.traces)]
-            name = t.name
+            name = t.function_name
             if t.calls == calls and t.trace_count == count:
                 no_probe_call = _no_probe_call_error(t, original)
         if exc_type is not None:
@@ -163,12 +163,12 @@ def _no_probe_call_error(probe: RetraceProbe, original_before: int | None) -> Us
     traced = ""
     if probe.original is not None and original_before is not None:
         n = probe.original_tracing_count - original_before
-        traced = f" ({probe.name} itself traced {n} time(s) there, unseen by the probe)"
+        traced = f" ({probe.function_name} itself traced {n} time(s) there, unseen by the probe)"
     return UsageError(
-        f"expect_traces: no call went through RetraceProbe({probe.name}) inside the block"
+        f"expect_traces: no call went through RetraceProbe({probe.function_name}) inside the block"
         f"{traced}, so nothing was counted: the probe sees only calls made through it; call "
         f"probe(...) in the block, or pass the tf.function itself: "
-        f"expect_traces({probe.name}, at_most=...)")
+        f"expect_traces({probe.function_name}, at_most=...)")
 
 
 def _retrace_message(name: str, result: TraceExpectation, at_most: int,

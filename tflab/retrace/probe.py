@@ -149,8 +149,9 @@ class RetraceProbe:
 
     A `tf.function` is re-wrapped with all its options (input_signature,
     reduce_retracing, jit_compile, autograph…) through TF's own
-    ``Function._clone``, the same path TF uses to copy a Function onto a new
-    Python function; the side-effect wrapper is a ``tf_decorator`` so AutoGraph
+    ``Function._clone`` (`tflab._tf.function.clone`), the same path TF uses to
+    copy a Function onto a new Python function; the side-effect wrapper is
+    `tflab.retrace.event.on_each_trace`, a TF decorator, so AutoGraph
     still converts the user's function (``autograph_util.py_func_from_autograph``
     unwraps decorators and converts the innermost target). The probe has its
     own trace cache: calls of the original tf.function itself are not seen
@@ -173,7 +174,8 @@ class RetraceProbe:
         function: the wrapped `tf.function` that calls go through (the
             probe's own copy when ``fn`` is a tf.function).
         function_name: the user's function's name, as in every other result
-            (``name`` is the same).
+            (``function`` is the wrapped tf.function itself).
+        config: `tflab.runtime_config()` as a dict, read when the probe is made.
         original: ``fn`` when it is a tf.function, else None.
         trace_count: traces counted by the side effect (includes failed traces).
         traces: one `Trace` per trace, oldest first.
@@ -224,9 +226,9 @@ class RetraceProbe:
         self._user_fn = user_function(python_fn)
         self.config = current_config()
         if not is_tf_function and not hasattr(fn, "__qualname__"):
-            self.name = type(fn).__name__  # a callable object, e.g. a Keras model
+            self.function_name = type(fn).__name__  # a callable object, e.g. a Keras model
         else:
-            self.name = _short_name(getattr(self._user_fn, "__qualname__", None)
+            self.function_name = _short_name(getattr(self._user_fn, "__qualname__", None)
                                     or getattr(fn, "__name__", type(fn).__name__))
 
         wrapper = on_each_trace(python_fn, self._on_trace, "RetraceProbe")
@@ -286,7 +288,7 @@ class RetraceProbe:
         self._gwatch, self._cwatch = gwatch, cwatch
 
     # -- calls ----------------------------------------------------------------
-    @user_entry("when called through RetraceProbe", name=lambda self, *a, **k: self.name)
+    @user_entry("when called through RetraceProbe", name=lambda self, *a, **k: self.function_name)
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Calls the wrapped tf.function; records any traces it made.
 
@@ -409,18 +411,13 @@ class RetraceProbe:
         # hashable, so TF traces it as a Weakref TraceType matched by == while
         # alive; a fresh instance per call retraces once the previous is freed.
         return UsageError(
-            f"{self.name}: {what} has no TraceType: it is mutable or unhashable (a non-frozen "
+            f"{self.function_name}: {what} has no TraceType: it is mutable or unhashable (a non-frozen "
             f"dataclass?), so tf.function cannot key its cache on it; @dataclass(frozen=True) "
             f"makes it traceable (TF keeps a weak reference and matches equal live instances), "
             f"add __tf_tracing_type__ to trace it by value and avoid a retrace per new instance, "
             f"or pass its numbers as tensors")
 
     # -- reports ------------------------------------------------------------------
-    @property
-    def function_name(self) -> str:
-        """The user's function's name (``name``): ``function`` is the wrapped tf.function itself."""
-        return self.name
-
     @property
     def trace_count(self) -> int:
         """Traces counted by the trace-time side effect (failed traces included)."""
@@ -471,10 +468,10 @@ class RetraceProbe:
         failed = sum(t.kind == "failed" for t in self.traces)
         note = f" ({failed} trace(s) raised, and TF caches only traces that succeed)" if failed else ""
         whose = "the probe's copy of the tf.function" if self.original is not None else "the probe's tf.function"
-        lines = [f"RetraceProbe({self.name}): {self.trace_count} trace(s) in {self.calls} call(s) "
+        lines = [f"RetraceProbe({self.function_name}): {self.trace_count} trace(s) in {self.calls} call(s) "
                  f"through the probe; TF's experimental_get_tracing_count() on {whose} = {tf_count}{note}"]
         if self.original is not None:
-            lines.append(f"  {self.name} itself (calls not made through the probe are not seen): "
+            lines.append(f"  {self.function_name} itself (calls not made through the probe are not seen): "
                          f"experimental_get_tracing_count() = {self.original_tracing_count}")
         for t in self.traces:
             lines.extend("  " + ln for ln in t.to_text().splitlines())
@@ -486,7 +483,8 @@ class RetraceProbe:
 
     def to_dict(self) -> dict:
         """JSON-ready dict of the counts, traces and stale reads."""
-        return {"function": self.name, "trace_count": self.trace_count,
+        return {"function": self.function_name, "function_name": self.function_name,
+                "config": self.config, "trace_count": self.trace_count,
                 "tf_tracing_count": self.tf_tracing_count, "calls": self.calls,
                 "original_tracing_count": self.original_tracing_count,
                 "traces": [t.to_dict() for t in self.traces],
@@ -507,7 +505,7 @@ class RetraceProbe:
             n = len(self.stale)
             stale = (f", 1 stale: {self.stale[0].change}" if n == 1
                      else f", {n} stale, latest: {self.stale[-1].change}")
-        return (f"<RetraceProbe {self.name}: {self.trace_count} trace(s) in {self.calls} call(s)"
+        return (f"<RetraceProbe {self.function_name}: {self.trace_count} trace(s) in {self.calls} call(s)"
                 f"{why}{stale}>")
 
 
