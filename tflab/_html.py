@@ -360,8 +360,8 @@ def probe_groups(probe: Any) -> list[dict]:
 
 def script_groups(result: Any) -> list[dict]:
     """`timeline_fragment` input for a `ScriptTraces` (``tflab retrace SCRIPT``)."""
-    return [{"function": f.function, "label": f.label or f.function, "traces": list(f.traces), "calls": None}
-            for f in result.functions]
+    return [{"function": f.function_name, "label": f.label or f.function_name, "traces": list(f.traces),
+             "calls": None} for f in result.functions]
 
 
 # --------------------------------------------------------------------------- export / TFLite

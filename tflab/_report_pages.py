@@ -203,15 +203,15 @@ def retrace_graphs(result: Any, functions: list) -> list:
     used: dict[str, int] = {}
     reports = []
     for group in result.functions:
-        i = used.get(group.function, 0)
-        used[group.function] = i + 1
-        candidates = by_name.get(group.function) or [fn for n, fns in by_name.items()
-                                                     if n.endswith(group.function) for fn in fns]
+        i = used.get(group.function_name, 0)
+        used[group.function_name] = i + 1
+        candidates = by_name.get(group.function_name) or [fn for n, fns in by_name.items()
+                                                          if n.endswith(group.function_name) for fn in fns]
         if i >= len(candidates):
             continue
         cf = _newest_concrete(candidates[i])
         if cf is not None:
-            reports.append(inspect_concrete_function(cf, name=group.label or group.function))
+            reports.append(inspect_concrete_function(cf, name=group.label or group.function_name))
         if len(reports) >= MAX_RETRACE_GRAPHS:
             break
     return reports
