@@ -186,6 +186,15 @@ def cache_keys(fn: Any) -> list[tuple[Any, Any]]:
         return []
 
 
+def cache_items(fn: Any) -> list[tuple[Any, Any]]:
+    """((FunctionContext, FunctionType), ConcreteFunction) of a tf.function's trace cache, oldest first."""
+    primary = getattr(getattr(fn, "_function_cache", None), "_primary", None)
+    try:
+        return list(primary.items()) if primary is not None else []
+    except Exception:  # TF internals moved
+        return []
+
+
 def cache_size(fn: Any) -> int | None:
     """Entries in the tf.function's trace cache (``experimental_get_tracing_count``), or None."""
     cache = getattr(fn, "_function_cache", None)
