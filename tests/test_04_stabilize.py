@@ -6,8 +6,6 @@ of a tf.data pipeline. Every number was measured on tensorflow 2.21.0 (CPU).
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -97,19 +95,6 @@ def test_t10_plain_step_last_batch_retraces_and_stabilize_fixes_it():
     assert len(log) == 1
 
 
-@contextlib.contextmanager
-def _grappler_off():
-    """Grappler off for the block, restored after: it rewrites a FuncGraph when the graph first runs,
-    after TF traced it, so it changes no trace count; here it would rewrite three MobileNet
-    training-step graphs (forward, gradients and Adam's update) that the test runs a few times only."""
-    before = tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer", False)
-    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
-    try:
-        yield
-    finally:
-        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": before})
-
-
 @pytest.mark.slow
 def test_t10_mobilenet_training_step(tour_model):
     """T10: Adam's slot variables make the first call trace twice; the small last batch once more."""
@@ -119,35 +104,30 @@ def test_t10_mobilenet_training_step(tour_model):
 
     spec = tf.TensorSpec([None, 96, 96, 3], tf.float32)
     ds = tour_dataset(spec, num_classes=10)  # 10 images, batch 4: sizes 4, 4, 2
-    with _grappler_off():
-        probe = RetraceProbe(make_train_step(tour_model, keras.optimizers.Adam()))
-        losses = [float(probe(x, y)) for x, y in ds]
-        assert all(np.isfinite(losses))
-        assert probe.trace_count == 3
-        assert [t.kind for t in probe.traces] == ["first", "variable_creation", "retrace"]
-        assert "not the user" in " ".join(probe.traces[1].reasons + probe.traces[1].fixes).lower() or \
-            "nothing to fix" in " ".join(probe.traces[1].fixes)
-        assert any("4" in r and "2" in r for r in probe.traces[2].reasons), probe.traces[2].reasons
+    probe = RetraceProbe(make_train_step(tour_model, keras.optimizers.Adam()))
+    losses = [float(probe(x, y)) for x, y in ds]
+    assert all(np.isfinite(losses))
+    assert probe.trace_count == 3
+    assert [t.kind for t in probe.traces] == ["first", "variable_creation", "retrace"]
+    assert "not the user" in " ".join(probe.traces[1].reasons + probe.traces[1].fixes).lower() or \
+        "nothing to fix" in " ".join(probe.traces[1].fixes)
+    assert any("4" in r and "2" in r for r in probe.traces[2].reasons), probe.traces[2].reasons
 
-        # Stabilized (with a fresh optimizer, so slot variables are created again): the
-        # variable-creation pair on the first call and nothing for any later batch size. The one
-        # graph serves every size because TF traced it with the batch dim None (its TraceEvent),
-        # and the calls with sizes 2 and 3 show it: no trace after the first call.
-        log: list[str] = []
-        events: list = []
-        step = stabilize(count_traces(make_train_step(tour_model, keras.optimizers.Adam()), log, events),
-                         examples=ds)
-        batches = [(x, y) for x, y in ds]
-        step(*batches[0])
-        first_pair = len(log)
-        step(*batches[-1])  # the smaller last batch (2)
-        x3, y3 = next(iter(tour_dataset(spec, num_classes=10, n=3, batch=3, seed=1)))
-        step(x3, y3)
+    # Stabilized (with a fresh optimizer, so slot variables are created again):
+    # the variable-creation pair on the first call and nothing for any later batch size.
+    # The one graph serves every size because TF traced it with the batch dim None (its TraceEvent).
+    log: list[str] = []
+    events: list = []
+    step = stabilize(count_traces(make_train_step(tour_model, keras.optimizers.Adam()), log, events),
+                     examples=ds)
+    for x, y in ds:
+        step(x, y)
+    first_pair = len(log)
+    x3, y3 = next(iter(tour_dataset(spec, num_classes=10, n=3, batch=3, seed=1)))
+    step(x3, y3)
     assert first_pair == 2 and len(log) == 2
-    assert [int(x.shape[0]) for x, _ in batches] == [4, 4, 2]
     traced_x = events[-1].traced_type.parameters["x"].type_constraint
     assert traced_x.shape.as_list() == [None, 96, 96, 3] and events[-1].options["input_signature"]
-    assert not tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer", False)
 
 
 def test_stabilize_keeps_a_tf_functions_own_signature():
