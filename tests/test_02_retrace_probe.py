@@ -165,7 +165,7 @@ def test_a_keras_model_is_a_callable_object():
     probe = RetraceProbe(model)
     probe(tf.ones([2, 4]))
     probe(tf.ones([3, 4]))
-    assert probe.name == "Sequential" and probe.trace_count == 2
+    assert probe.function_name == "Sequential" and probe.trace_count == 2
     # Layer.__call__(*args, **kwargs): TF names the first positional args_0.
     assert probe.traces[1].reasons == ["args_0: shape (2, 4) -> (3, 4) (dim 0: 2 -> 3)"]
 
@@ -660,7 +660,7 @@ def test_closures_from_one_factory_are_separate_functions():
         b(tf.ones([2]))
         b(tf.ones([3]))
     groups = group_logged_traces(logged)
-    assert [(g.function, g.trace_count) for g in groups] == [("scaled", 1), ("scaled", 2)]
+    assert [(g.function_name, g.trace_count) for g in groups] == [("scaled", 1), ("scaled", 2)]
     assert [g.owner for g in groups] == [f"@{id(a):#x}", f"@{id(b):#x}"]
     assert groups[1].label == f"scaled of @{id(b):#x}"
     assert groups[1].traces[1].reasons == ["x: shape (2,) -> (3,)"]

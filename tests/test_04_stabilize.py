@@ -115,14 +115,19 @@ def test_t10_mobilenet_training_step(tour_model):
 
     # Stabilized (with a fresh optimizer, so slot variables are created again):
     # the variable-creation pair on the first call and nothing for any later batch size.
+    # The one graph serves every size because TF traced it with the batch dim None (its TraceEvent).
     log: list[str] = []
-    step = stabilize(count_traces(make_train_step(tour_model, keras.optimizers.Adam()), log), examples=ds)
+    events: list = []
+    step = stabilize(count_traces(make_train_step(tour_model, keras.optimizers.Adam()), log, events),
+                     examples=ds)
     for x, y in ds:
         step(x, y)
     first_pair = len(log)
     x3, y3 = next(iter(tour_dataset(spec, num_classes=10, n=3, batch=3, seed=1)))
     step(x3, y3)
     assert first_pair == 2 and len(log) == 2
+    traced_x = events[-1].traced_type.parameters["x"].type_constraint
+    assert traced_x.shape.as_list() == [None, 96, 96, 3] and events[-1].options["input_signature"]
 
 
 def test_stabilize_keeps_a_tf_functions_own_signature():

@@ -496,3 +496,163 @@ def test_a_changed_dataclass_value_is_the_cause_even_after_the_old_object_is_col
                   "since been garbage-collected)"]
     assert r3[0].startswith("cfg: _NewcomerCfg(scale=2.0) -> _NewcomerCfg(scale=3.0)")
     assert all("#N" not in t for tr in probe.traces for t in (*tr.reasons, *tr.runner_up_reasons))
+
+
+# --- issue 20, finished: every consumer takes the TraceEvent; CLI side effects; labels ------
+
+
+def test_stabilize_count_consumes_the_trace_event_the_log_sees():
+    """signatures.count_traces is the probe's trace-time trigger (on_each_trace): each trace gives the
+    TraceEvent read from TF's tracing frame, the same one capture_trace_events makes for that trace.
+    On the old main count_traces took no events and made none (its own side effect, args only)."""
+    from tflab import stabilization_report
+    from tflab.signatures import count_traces
+
+    log, events = [], []
+    f = tf.function(count_traces(lambda x: x * 2.0, log, events), reduce_retracing=True)
+    with capture_trace_events() as logged:
+        for n in (2, 3, 4):
+            f(tf.ones([n]))
+    assert log == ["(float32[2])", "(float32[None])"]  # TF relaxed the 2nd trace; the 3rd call reused it
+    assert len(events) == 2 and all(isinstance(e, TraceEvent) for e in events)
+    mine = [e for e in logged if e.function_id == id(f)]
+    assert [e.lookup_type for e in events] == [e.lookup_type for e in mine]
+    assert [e.traced_type for e in events] == [e.traced_type for e in mine]
+    assert [e.relaxed for e in events] == [False, True] and events[1].options["reduce_retracing"] is True
+
+    r = stabilization_report(lambda x: tf.reduce_sum(x), [tf.zeros([4, 8]), tf.zeros([2, 8]), tf.zeros([3, 8])])
+    assert r.variants["reduce_retracing"].relaxed == (False, True)
+    assert r.variants["plain"].relaxed == (False, False, False)
+    (only,) = r.variants["input_signature"].events
+    assert only.options["input_signature"] is True and not only.relaxed
+    assert r.to_dict()["variants"]["reduce_retracing"]["relaxed"] == [False, True]
+
+
+_BUMP = """
+import tensorflow as tf
+
+
+class Obj:
+    value = 0
+
+
+o = Obj()
+seen = []
+
+
+def bump(x):
+    o.value += 1
+    seen.append(x)
+    return x + 1.0
+
+
+if __name__ == "__main__":
+    f = tf.function(bump)
+    for _ in range(5):
+        f(tf.ones([2]))
+    print("value", o.value)
+"""
+
+
+def test_tflab_retrace_reports_the_same_side_effects_as_the_probe(tmp_path, run_cli):
+    """#31362 through the CLI: the old main's `tflab retrace` printed no side effect (no call count)."""
+    path = _script(tmp_path, "bump.py", _BUMP)
+    script = trace_script(path)
+    (fn,) = script.functions
+    ns = runpy.run_path(path, run_name="not_main")
+    probe = RetraceProbe(ns["bump"])
+    for _ in range(5):
+        probe(tf.ones([2]))
+    assert fn.calls == probe.calls == 5 and fn.trace_count == probe.trace_count == 1
+    assert [t.reasons for t in fn.traces] == [t.reasons for t in probe.traces]
+    assert list(fn.side_effects) == probe.side_effects and len(probe.side_effects) == 2
+    line_no = textwrap.dedent(_BUMP).splitlines().index("    o.value += 1") + 1
+    assert probe.side_effects[0].startswith(f"`o.value += 1` (line {line_no}) ran 1 time in 5 calls: it "
+                                            f"runs only while tracing")
+    code, out, err = run_cli("retrace", path)
+    assert code == 0, err
+    assert "value 1" in out  # what TF did: the statement ran once
+    assert "bump: 1 trace(s) in 5 call(s)" in out
+    for line in probe.side_effects:
+        assert f"  side effect: {line}" in out
+    code, out, err = run_cli("retrace", "--json", path)
+    (d,) = __import__("json").loads(out)["functions"]
+    assert d["calls"] == 5 and d["side_effects"] == probe.side_effects
+
+
+def test_every_call_traced_means_no_side_effect_line_and_the_call_patch_is_undone():
+    """The probe's rule: a side effect is only news when some call skipped the body. Inside the block
+    Function.__call__ is wrapped; after it (also after an error) it is TF's own again."""
+    from tflab._tf import function as tf_function
+
+    cls = tf.__internal__.function.Function
+    original = cls.__dict__["__call__"]
+    seen = []
+    with pytest.raises(RuntimeError, match="boom"):
+        with tf_function.count_eager_calls(seen.append):
+            assert cls.__dict__["__call__"] is not original
+            g = tf.function(lambda x: x + 1.0)
+            g(tf.ones([1]))
+            raise RuntimeError("boom")
+    assert cls.__dict__["__call__"] is original and seen == [g]
+
+
+def test_two_tf_functions_at_one_reused_address_get_two_keys_and_two_labels():
+    """CPython gives a freed object's address to the next object. The old main keyed the two apart
+    but printed one label, `scaled of @0x…`, for both."""
+    import gc
+
+    # Two tf.functions, the first freed before the second is made; TF records each at its own
+    # address here, so the reuse is recreated on the second's record (the owner text is the address).
+    with capture_trace_events() as logged:
+        f = _factory(1.0)
+        f(tf.ones([2]))
+        del f
+        gc.collect()
+        g = _factory(2.0)
+        g(tf.ones([2]))
+    one, two = [e for e in logged if e.function.endswith("scaled")]
+    assert one.key != two.key
+    groups = group_logged_traces([one, dataclasses.replace(two, owner=one.owner)])
+    labels = [grp.label for grp in groups]
+    assert len(set(labels)) == 2, labels
+    assert labels == [f"scaled of {one.owner} (object 1 at this address)",
+                      f"scaled of {one.owner} (object 2 at this address)"]
+
+    # What makes the keys differ: ObjectSerials, not id(), names an object.
+    from tflab.retrace.event import ObjectSerials
+
+    class Plain:
+        pass
+
+    serials = ObjectSerials()
+    a = Plain()
+    first, address = serials(a), id(a)
+    del a
+    b = Plain()  # pymalloc hands the block just freed to the next object of its size (LIFO)
+    assert id(b) == address, "no address reuse to test against"
+    assert serials(b) != first and serials(b) == serials(b)
+
+
+def _factory(k):
+    @tf.function
+    def scaled(x):
+        return x * k
+
+    return scaled
+
+
+def test_the_adapter_instance_names_exist():
+    """tflab._tf.function.INSTANCE_NAMES: the private instance attributes it reads exist on live objects
+    of the pinned TF (PRIVATE_NAMES covers module-level names; tests/test_tf_internals.py checks those)."""
+    from tflab._tf import function as tf_function
+
+    f = tf.function(lambda x: x)
+    f(tf.ones([1]))
+    live = {"Function": f, "FunctionCache": f._function_cache,
+            "Weakref": tf_function.trace_type_of(tf.nest),  # a module: hashable, so a Weakref TraceType
+            "PerReplicaSpec": tf_function.make_per_replica_spec([tf.TensorSpec([2])])}
+    assert type(live["Weakref"]).__name__ == "Weakref"
+    missing = [f"{cls}.{attr}" for cls, attr in tf_function.INSTANCE_NAMES if not hasattr(live[cls], attr)]
+    assert missing == []
+    assert not hasattr(f, "_no_such_attribute_in_tf")  # the check can fail

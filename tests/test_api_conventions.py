@@ -21,12 +21,12 @@ def test_capture_summary_counts_baked_and_fed_tensors_with_their_bytes():
     r = tflab.trace_and_inspect(lambda x: x + tf.reduce_sum(small) + tf.reduce_sum(large),
                                 tf.TensorSpec([2]))
     assert (r.baked_bytes, r.fed_bytes) == (40, 1200)
-    assert r.capture_summary() == "1 baked (40 B), 1 fed at call time (1200 B)"
+    assert r.capture_summary == "1 baked (40 B), 1 fed at call time (1200 B)"  # a property
     assert "eager tensors: 1 baked (40 B), 1 fed at call time (1200 B)" in r.to_text()
     assert "eager tensors: 1 baked (40 B), 1 fed at call time (1200 B)" in repr(r)
     assert r.to_dict()["fed_bytes"] == 1200
     none = tflab.trace_and_inspect(lambda x: x * 2.0, tf.TensorSpec([2]))
-    assert none.capture_summary() == "none" and "eager tensors: none" in repr(none)
+    assert none.capture_summary == "none" and "eager tensors: none" in repr(none)
 
 
 def test_input_signature_is_one_convention_a_tuple_of_specs():
@@ -144,14 +144,14 @@ def test_names_and_kinds_one_convention():
     name = "_comparison.<locals>.f"  # compare_modes names a function by its qualified name
     assert c.function_name == name and c.to_dict()["function_name"] == name
     probe = tflab.RetraceProbe(lambda x: x)
-    assert probe.function_name == "<lambda>" and callable(probe.function)
+    assert probe.function_name == "<lambda>" and callable(probe.function) and not hasattr(probe, "name")
     d = AutographDiff(function_name="step", filename="f.py", original="", converted="", unified_diff="",
                       statements=())
     assert d.function_name == "step" and d.to_dict()["function_name"] == "step"
     assert d.table == "step has no if, for or while statements"  # a property: the text itself
     r = TriggerResult("new Python value", "f(1); f(2)", 2, 2, ("n: 1 -> 2",), "", "tf.constant", 1)
     demo = RetracingDemo("2.21.0", (r,))
-    assert demo.counts == {"new Python value": (2, 1)}  # a property: the dict itself
+    assert demo.counts == {"new Python value": (2, 1)} and not callable(demo.counts)
     # TFLite text: the lab's shape notation, not LiteRT's [-1, 64]
     t = TFLiteCheck(quantization="none", bit_exact=None, max_abs_error=None, bound=None, within_bound=None,
                     outputs={}, op_counts={}, flex_ops=(), custom_ops=(), tensor_dtypes={}, weights={},

@@ -76,9 +76,10 @@ def test_nobody_imports_export_or_the_compatibility_modules():
     for m in ("tflab.saved_model.loading", "tflab.litert.conversion", "tflab.export"):
         assert "tflab.custom_op_loader" in graph[m]
     assert graph["tflab.custom_op_loader"] == set()
-    # the records are the bottom of the retrace package, the diff right above them
+    # the records and the TraceType trees are the bottom of the retrace package, the diff right above them
     assert graph["tflab.retrace.records"] == set()
-    assert graph["tflab.retrace.diff"] == {"tflab.retrace.records"}
+    assert graph["tflab.retrace.nodes"] == {"tflab._tf.function"}
+    assert graph["tflab.retrace.diff"] == {"tflab.retrace.records", "tflab.retrace.nodes"}
     # export uses saved_model's public API only (it imported _is_keras3/_is_tf_keras/_reference)
     import ast
 

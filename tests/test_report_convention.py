@@ -39,8 +39,7 @@ from tflab._report import Report
 
 # Class names (not module paths: modules move while the classes are converted).
 PENDING_REPORTS: set[str] = {
-    "FloatInfo", "RetracingDemo",
-    "Trace", "FunctionTraces", "ScriptTraces", "StabilizeReport", "TraceReport",
+    "FloatInfo", "Trace",
 }
 
 # Reports about something other than one function: what they are about.

@@ -25,13 +25,6 @@ ROOT = Path(__file__).resolve().parents[1] / "tflab"
 # module moves; the test below also fails if an entry is no longer needed.
 PENDING: set[str] = {
     "_tour/model.py",
-    "retrace/diff.py",
-    "retrace/event.py",
-    "retrace/expect.py",
-    "retrace/log.py",
-    "retrace/probe.py",
-    "signatures.py",
-    "tracing.py",
 }
 
 INTERNAL_MODULES = ("tensorflow.python", "tensorflow.core", "tensorflow.lite.python",

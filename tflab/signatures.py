@@ -22,6 +22,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Iterable, Sequence
 
+from tflab._report import Report, config_field
+from tflab._tf import function as _tf
 from tflab._usercode import user_entry
 from tflab.errors import UsageError
 
@@ -53,7 +55,7 @@ def _leaf_spec(value: Any, where: str):
     if isinstance(value, (tf.Tensor, tf.Variable, np.ndarray)):
         return tf.TensorSpec(value.shape, tf.as_dtype(value.dtype))
     if isinstance(value, tf.distribute.DistributedValues):  # PerReplica: a PerReplicaSpec
-        return value._type_spec
+        return _tf.value_type_spec(value)
     if isinstance(value, (tf.RaggedTensor, tf.SparseTensor)) or _is_composite(value):
         # A RaggedTensor/SparseTensor (any CompositeTensor) has its own TypeSpec, which an
         # input_signature accepts: RaggedTensorSpec, SparseTensorSpec (type_spec.py).
@@ -64,16 +66,14 @@ def _leaf_spec(value: Any, where: str):
 
 
 def _is_composite(value: Any) -> bool:
-    from tensorflow.python.framework import composite_tensor
+    import tensorflow as tf
 
-    return isinstance(value, composite_tensor.CompositeTensor)
+    return isinstance(value, tf.__internal__.CompositeTensor)
 
 
 def is_per_replica_spec(spec: Any) -> bool:
     """True for a ``PerReplicaSpec`` (the TypeSpec of a PerReplica value, ``values.py``)."""
-    from tensorflow.python.distribute import values as values_lib
-
-    return isinstance(spec, values_lib.PerReplicaSpec)
+    return _tf.is_per_replica_spec(spec)
 
 
 def relax_spec(a: Any, b: Any, relax_leaf: Callable[[Any, Any], Any]) -> Any:
@@ -86,15 +86,13 @@ def relax_spec(a: Any, b: Any, relax_leaf: Callable[[Any, Any], Any]) -> Any:
     Raises:
         UsageError: different numbers of replicas, or a spec that is not a PerReplicaSpec.
     """
-    from tensorflow.python.distribute import values as values_lib
-
-    if not (isinstance(a, values_lib.PerReplicaSpec) and isinstance(b, values_lib.PerReplicaSpec)):
+    if not (_tf.is_per_replica_spec(a) and _tf.is_per_replica_spec(b)):
         raise UsageError(f"examples mix a distributed value with a tensor ({type(a).__name__} vs "
                          f"{type(b).__name__}); give every example from the same distributed dataset")
-    ca, cb = a._value_specs, b._value_specs
+    ca, cb = _tf.per_replica_components(a), _tf.per_replica_components(b)
     if len(ca) != len(cb):
         raise UsageError(f"examples have {len(ca)} and {len(cb)} replicas; use one strategy for all")
-    return values_lib.PerReplicaSpec(*[relax_leaf(x, y) for x, y in zip(ca, cb)])
+    return _tf.make_per_replica_spec([relax_leaf(x, y) for x, y in zip(ca, cb)])
 
 
 def _relax(a, b):
@@ -168,9 +166,10 @@ def _relax_to_element_spec(spec: Any, element: Any) -> Any:
     import tensorflow as tf
 
     if is_per_replica_spec(spec) and is_per_replica_spec(element) \
-            and len(spec._value_specs) == len(element._value_specs):
-        return type(spec)(*[_relax_to_element_spec(a, b)
-                            for a, b in zip(spec._value_specs, element._value_specs)])
+            and len(_tf.per_replica_components(spec)) == len(_tf.per_replica_components(element)):
+        return _tf.make_per_replica_spec([_relax_to_element_spec(a, b) for a, b in
+                                          zip(_tf.per_replica_components(spec),
+                                              _tf.per_replica_components(element))])
     if not (isinstance(spec, tf.TensorSpec) and isinstance(element, tf.TensorSpec)):
         return spec
     if element.shape.rank is None:
@@ -354,7 +353,7 @@ def stabilize(fn: Callable, input_signature: Sequence[Any] | None = None,
                         raise UsageError(f"example {k}, argument {i}: {_leaf_spec(v, '')} does not fit "
                                          f"input_signature {s}; relax that dim to None or fix the input")
     if hasattr(fn, "python_function") and "jit_compile" not in tf_function_kwargs:
-        jit = getattr(fn, "_jit_compile", None)
+        jit = _tf.jit_compile(fn)
         if jit is not None:
             tf_function_kwargs["jit_compile"] = jit
     # x.shape[i] on a dim left None (case D5); stacklevel 4: past stabilize and its user_entry wrapper
@@ -372,6 +371,8 @@ class VariantTraces:
         first_call_traces: traces during the first call (2 when it creates variables).
         later_traces: traces after the first call: the retraces the user pays per new shape.
         traced_specs: for each trace, the argument specs it was traced with, as text.
+        events: for each trace, its `tflab.retrace.TraceEvent` (the FunctionType TF
+            looked up and the one it traced, relaxed or exact; the options in force).
     """
 
     variant: str
@@ -379,10 +380,21 @@ class VariantTraces:
     first_call_traces: int
     later_traces: int
     traced_specs: tuple[str, ...]
+    events: tuple = dataclasses.field(default=(), repr=False, compare=False)
+
+    @property
+    def relaxed(self) -> tuple[bool, ...]:
+        """For each trace: TF traced a more general FunctionType than the call's (reduce_retracing)."""
+        return tuple(bool(e is not None and e.relaxed) for e in self.events)
+
+    def to_dict(self) -> dict:
+        return {"variant": self.variant, "traces": self.traces, "first_call_traces": self.first_call_traces,
+                "later_traces": self.later_traces, "traced_specs": list(self.traced_specs),
+                "relaxed": list(self.relaxed)}
 
 
-@dataclasses.dataclass(frozen=True)
-class StabilizeReport:
+@dataclasses.dataclass(frozen=True, repr=False)
+class StabilizeReport(Report):
     """Plain vs ``reduce_retracing=True`` vs input_signature, measured on the same examples.
 
     Attributes:
@@ -393,6 +405,7 @@ class StabilizeReport:
         max_abs_diff: max |output(stabilized) − output(plain)| over all calls and outputs.
         note: None, or why the inferred signature will still fail on another
             shape (no dim varied across the examples; see `FixedShapeWarning`).
+        config: `tflab.runtime_config()` as a dict, filled when the report is made.
     """
 
     function_name: str
@@ -401,6 +414,7 @@ class StabilizeReport:
     variants: dict
     max_abs_diff: float
     note: str | None = None
+    config: dict = config_field()
 
     def _repr_html_(self) -> str:
         """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
@@ -408,20 +422,22 @@ class StabilizeReport:
 
         return fragment(self)
 
-    def __repr__(self) -> str:
+    def summary_line(self) -> str:
         counts = ", ".join(f"{k}={v.traces} ({v.later_traces} after first call)" for k, v in self.variants.items())
-        return f"StabilizeReport({self.function_name}: {len(self.example_shapes)} calls; traces: {counts})"
+        return f"{len(self.example_shapes)} calls; traces: {counts}"
 
     def to_text(self) -> str:
-        from tflab.tracing import _nested_str
+        from tflab._text import table
+        from tflab.tracing import nested_str
 
-        lines = [f"stabilize {self.function_name}: input_signature {_nested_str(self.input_signature)}",
+        lines = [f"stabilize {self.function_name}: input_signature {nested_str(self.input_signature)}",
                  f"  calls: {', '.join(self.example_shapes)}"]
-        for v in self.variants.values():
-            lines.append(f"  {v.variant:17s} {v.traces} traces ({v.first_call_traces} on the first call, "
-                         f"{v.later_traces} after)")
-            for s in v.traced_specs:
-                lines.append(f"    traced {s}")
+        rows = [(v.variant, f"{v.traces} traces", f"({v.first_call_traces} on the first call,",
+                 f"{v.later_traces} after)") for v in self.variants.values()]
+        body = table(rows, indent="  ", gap=1, align="<<<<").splitlines()
+        for line, v in zip(body, self.variants.values()):
+            lines.append(line)
+            lines.extend(f"    traced {s}" for s in v.traced_specs)
         lines.append(f"  max |stabilized - plain| = {self.max_abs_diff:g}")
         if self.note:
             lines.append(f"  note: {self.note}")
@@ -430,10 +446,11 @@ class StabilizeReport:
     def to_dict(self) -> dict:
         from tflab._jsonutil import to_jsonable
 
-        return {"function": self.function_name, "input_signature": to_jsonable(self.input_signature),
+        return {"function": self.function_name, "function_name": self.function_name,
+                "input_signature": to_jsonable(self.input_signature),
                 "example_shapes": list(self.example_shapes),
-                "variants": {k: dataclasses.asdict(v) for k, v in self.variants.items()},
-                "max_abs_diff": self.max_abs_diff, "note": self.note}
+                "variants": {k: v.to_dict() for k, v in self.variants.items()},
+                "max_abs_diff": self.max_abs_diff, "note": self.note, "config": self.config}
 
 
 def _describe_call(args: tuple) -> str:
@@ -449,30 +466,37 @@ def _describe_call(args: tuple) -> str:
     return "(" + ", ".join(str(tf.nest.map_structure(one, a)) for a in args) + ")"
 
 
-def count_traces(fn: Callable, log: list) -> Callable:
+def count_traces(fn: Callable, log: list, events: list | None = None) -> Callable:
     """Wraps a Python function so each trace appends its argument specs to ``log``.
 
-    The append is a Python side effect: it runs when TF traces the body, never
-    when the ConcreteFunction runs. The wrapper is a ``tf_decorator`` (as in
-    `RetraceProbe`), so AutoGraph unwraps it and converts ``fn`` itself; a
-    plain ``functools.wraps`` wrapper named ``<lambda>`` would send AutoGraph
-    looking for the lambda's source in this file.
+    The count is the retrace package's trace-time trigger
+    (`tflab.retrace.event.on_each_trace`, the one `tflab.RetraceProbe` uses):
+    it runs when TF traces the body, never when the ConcreteFunction runs,
+    and it takes each trace's `tflab.retrace.TraceEvent` from TF's tracing
+    frame (the FunctionType TF looked up and the one it traced, the options
+    in force, the call site). The wrapper is a TF decorator, so AutoGraph
+    unwraps it and converts ``fn`` itself; a plain ``functools.wraps`` wrapper
+    named ``<lambda>`` would send AutoGraph looking for the lambda's source in
+    this file.
 
     Args:
         fn: the Python function (the body of a tf.function to be).
-        log: a list; each trace appends text like ``"(float32[None,8])"``.
+        log: a list; each trace appends text like ``"(float32[None,8])"``
+            (the arguments TF traced the body with, relaxed dims as None).
+        events: a list, or None; each trace appends its `TraceEvent` (None
+            where TF's tracing frame could not be read).
 
     Returns:
         The wrapper, to pass to `tf.function` or `stabilize`.
     """
-    from tensorflow.python.util import tf_decorator
+    from tflab.retrace.event import on_each_trace
 
-    def traced_body(*args, **kwargs):
+    def on_trace(event: Any, args: tuple, kwargs: dict) -> None:
         log.append(_describe_call(args))
-        # tf_decorator.rewrap swaps __wrapped__ for the converted target.
-        return traced_body.__wrapped__(*args, **kwargs)
+        if events is not None:
+            events.append(event)
 
-    return tf_decorator.make_decorator(fn, traced_body, decorator_name="count_traces")
+    return on_each_trace(fn, on_trace, "count_traces")
 
 
 def stabilization_report(fn: Callable, examples: Iterable[Any],
@@ -520,7 +544,8 @@ def stabilization_report(fn: Callable, examples: Iterable[Any],
     outputs = {}
     for variant in variants:
         log: list[str] = []
-        body = count_traces(py_fn, log)
+        events: list = []
+        body = count_traces(py_fn, log, events)
         if variant == "plain":
             f = tf.function(body)
         elif variant == "reduce_retracing":
@@ -541,7 +566,8 @@ def stabilization_report(fn: Callable, examples: Iterable[Any],
             if first is None:
                 first = len(log)
         outputs[variant] = outs
-        results[variant] = VariantTraces(variant, len(log), first or 0, len(log) - (first or 0), tuple(log))
+        results[variant] = VariantTraces(variant, len(log), first or 0, len(log) - (first or 0), tuple(log),
+                                         events=tuple(events))
     diff = 0.0
     if "plain" in outputs and "input_signature" in outputs:
         for a, b in zip(outputs["plain"], outputs["input_signature"]):

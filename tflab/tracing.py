@@ -21,6 +21,8 @@ import re
 import dataclasses
 from typing import Any, Callable
 
+from tflab._report import Report, config_field
+from tflab._tf import function as _tf
 from tflab._usercode import user_entry
 from tflab.errors import UsageError
 
@@ -125,15 +127,14 @@ def _output_spec(structured_outputs: Any) -> Any:
     def to_spec(t):
         if isinstance(t, (tf.Tensor, tf.Variable)):
             return tf.TensorSpec(t.shape, t.dtype)
-        if hasattr(t, "_type_spec"):
-            return t._type_spec  # composite tensors (RaggedTensor, SparseTensor)
-        return t
+        spec = _tf.value_type_spec(t)  # composite tensors (RaggedTensor, SparseTensor)
+        return spec if spec is not None else t
 
     return tf.nest.map_structure(to_spec, structured_outputs, expand_composites=False)
 
 
-@dataclasses.dataclass(frozen=True)
-class TraceReport:
+@dataclasses.dataclass(frozen=True, repr=False)
+class TraceReport(Report):
     """What one trace produced: the ConcreteFunction, its FuncGraph and their contents.
 
     Attributes:
@@ -152,6 +153,7 @@ class TraceReport:
         op_counts: op type → count, most common first.
         captures: `CaptureInfo` for every capture (variables and tensors).
         control_flow: the If/While/Case ops (stateful and stateless forms).
+        config: `tflab.runtime_config()` as a dict, filled when the report is made.
     """
 
     function_name: str
@@ -164,6 +166,7 @@ class TraceReport:
     op_counts: dict
     captures: tuple[CaptureInfo, ...]
     control_flow: tuple[OpInfo, ...]
+    config: dict = config_field()
 
     @property
     def variables(self) -> tuple[CaptureInfo, ...]:
@@ -194,15 +197,15 @@ class TraceReport:
         """Total bytes of captured eager tensors fed at call time (a Placeholder, not a Const)."""
         return sum(c.bytes for c in self.captured_tensors if c.internal_op_type != "Const")
 
+    @property
     def capture_summary(self) -> str:
         """The captured eager tensors, split by how they reach the graph.
 
-        Returns:
-            E.g. ``"1 baked (40 B), 1 fed at call time (1200 B)"``: TF 2.21
-            bakes a captured eager tensor of up to 128 elements into the
-            GraphDef as a ``Const`` and feeds a larger one through a
-            ``Placeholder`` at call time (``capture_container.py``); bytes are
-            elements × itemsize. ``"none"`` when no tensor is captured.
+        E.g. ``"1 baked (40 B), 1 fed at call time (1200 B)"``: TF 2.21
+        bakes a captured eager tensor of up to 128 elements into the
+        GraphDef as a ``Const`` and feeds a larger one through a
+        ``Placeholder`` at call time (``capture_container.py``); bytes are
+        elements × itemsize. ``"none"`` when no tensor is captured.
         """
         tensors = self.captured_tensors
         if not tensors:
@@ -217,17 +220,19 @@ class TraceReport:
 
         return fragment(self)
 
-    def __repr__(self) -> str:
+    def summary_line(self) -> str:
         top = ", ".join(f"{t}×{n}" for t, n in list(self.op_counts.items())[:4])
         if len(self.op_counts) > 4:
             top += ", …"
         var_bytes = sum(c.bytes for c in self.variables)
         cf = ", ".join(o.type for o in self.control_flow) or "none"
-        return (f"TraceReport({self.function_name}{self._signature_str()} -> "
-                f"{self._outputs_str()}; {len(self.ops)} ops [{top}]; "
+        return (f"{self._signature_str()} -> {self._outputs_str()}; {len(self.ops)} ops [{top}]; "
                 f"captures: {len(self.variables)} variables ({var_bytes:,} bytes), "
-                f"eager tensors: {self.capture_summary()}; "
-                f"control flow: {cf})")
+                f"eager tensors: {self.capture_summary}; control flow: {cf}")
+
+    def __repr__(self) -> str:
+        # ``<TraceReport dense(x: float32[None,8]) -> …>``: the signature follows the name directly
+        return f"<TraceReport {self.function_name}{self.summary_line()}>"
 
     def _signature_str(self) -> str:
         args, kwargs = self.structured_input_signature
@@ -238,13 +243,13 @@ class TraceReport:
         parts = []
         for i, a in enumerate(args):
             label = names[i] if i < len(names) else f"arg{i}"
-            parts.append(f"{label}: {_nested_str(a)}" if not _is_python(a) else f"{label}={a!r}")
+            parts.append(f"{label}: {nested_str(a)}" if not _is_python(a) else f"{label}={a!r}")
         for k, v in kwargs.items():
-            parts.append(f"{k}: {_nested_str(v)}" if not _is_python(v) else f"{k}={v!r}")
+            parts.append(f"{k}: {nested_str(v)}" if not _is_python(v) else f"{k}={v!r}")
         return "(" + ", ".join(parts) + ")"
 
     def _outputs_str(self) -> str:
-        return _nested_str(self.output_spec)
+        return nested_str(self.output_spec)
 
     def distributed_variables(self) -> dict[str, tuple[CaptureInfo, ...]]:
         """``"MirroredVariable w:0"`` -> its captured components (one per replica)."""
@@ -291,7 +296,7 @@ class TraceReport:
                  "  op types: " + ", ".join(f"{t}×{n}" for t, n in self.op_counts.items())]
         var_bytes = sum(c.bytes for c in self.variables)
         lines.append(f"  captures: {len(self.variables)} variables ({var_bytes:,} bytes, fed as "
-                     f"resource handles); eager tensors: {self.capture_summary()}")
+                     f"resource handles); eager tensors: {self.capture_summary}")
         plain = [c for c in self.variables if not c.distributed]
         for c in plain[:8]:
             lines.append(f"    variable {c.name}: {c.dtype}{_fmt_shape(c.shape)}")
@@ -370,6 +375,8 @@ class TraceReport:
         args, kwargs = self.structured_input_signature
         return {
             "function": self.function_name,
+            "function_name": self.function_name,
+            "config": self.config,
             "function_type": self.function_type,
             "input_signature": {"args": to_jsonable(list(args)), "kwargs": to_jsonable(kwargs)},
             "output_spec": to_jsonable(self.output_spec),
@@ -390,13 +397,13 @@ def _is_python(x: Any) -> bool:
     return not any(isinstance(v, tf.TypeSpec) for v in tf.nest.flatten(x, expand_composites=False))
 
 
-def _nested_str(x: Any) -> str:
+def nested_str(x: Any) -> str:
     import tensorflow as tf
 
     if isinstance(x, dict):
-        return "{" + ", ".join(f"{k!r}: {_nested_str(v)}" for k, v in x.items()) + "}"
+        return "{" + ", ".join(f"{k!r}: {nested_str(v)}" for k, v in x.items()) + "}"
     if isinstance(x, (list, tuple)):
-        inner = ", ".join(_nested_str(v) for v in x)
+        inner = ", ".join(nested_str(v) for v in x)
         return f"({inner})" if isinstance(x, tuple) else f"[{inner}]"
     if isinstance(x, tf.TypeSpec):
         return _spec_str(x)
@@ -503,9 +510,7 @@ def inspect_concrete_function(concrete_function: Any, name: str | None = None) -
             dtype = var.dtype.base_dtype
             shape = _shape_list(var.shape)
             nelem = int(tf.TensorShape(var.shape).num_elements() or 0)
-            container = (getattr(getattr(var, "handle", None), "_distributed_container", None)
-                         or getattr(var, "_distributed_container", None))
-            owner = container() if callable(container) else None
+            owner = _tf.distributed_container(var)
             captures.append(CaptureInfo("variable", var.name, dtype.name, shape,
                                         nelem * dtype.size, internal.name, internal.op.type,
                                         distributed=(f"{type(owner).__name__} {owner.name}"

@@ -105,9 +105,7 @@ def trace_fragment(report: Any, *, engine: str | None = None, op_list: bool = Tr
                      for t, n in counts[:24])
     if len(counts) > 24:
         legend += f"<span>… {len(counts) - 24} more types</span>"
-    # capture_summary: a method of TraceReport until it becomes a property (issue 23); either works here.
     captured = report.capture_summary
-    captured = captured() if callable(captured) else captured
     rows = [("inputs", esc(report._signature_str())), ("outputs", esc(report._outputs_str())),
             ("FunctionType", esc(report.function_type)),
             ("ops", f"{len(report.ops):,}"),

@@ -11,7 +11,7 @@ import json
 import sys
 
 HELP = ("run a Python script and print, per tf.function object (each instance's method apart), "
-        "its traces and why each one happened")
+        "its traces, why each one happened, and the body's Python side effects that ran only while tracing")
 
 EPILOG = ("Options such as --json go BEFORE SCRIPT.py: everything after SCRIPT.py is passed to the "
           "script as its sys.argv[1:]. Exit status: 0, or 2 when the script raised or exited "

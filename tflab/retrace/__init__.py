@@ -3,12 +3,14 @@
 The package, bottom-up (each module imports only those above it):
 
 * `tflab.retrace.records`: the `Trace` and `Reason` records and the FIXES table;
-* `tflab.retrace.diff`: TraceType objects -> `Node` trees, and the structured
-  diff that gives each `Reason` (parameter path, old -> new, exact or relaxed,
-  a fix that fits the options already on);
+* `tflab.retrace.nodes`: TraceType objects (or a log's TraceType text) ->
+  `Node` trees;
+* `tflab.retrace.diff`: the structured diff of two trees that gives each
+  `Reason` (parameter path, old -> new, exact or relaxed, a fix that fits the
+  options already on);
 * `tflab.retrace.event`: the `TraceEvent`, made at one place from TF's tracing
-  frame (``tracing_compilation._maybe_define_function``), and
-  `capture_trace_events`;
+  frame (``tracing_compilation._maybe_define_function``), `capture_trace_events`
+  and `on_each_trace` (the two triggers every consumer uses);
 * `tflab.retrace.sideeffects`: Python side effects in the body that run only
   while tracing;
 * `tflab.retrace.log`: traces of every tf.function in a block or a script
@@ -18,7 +20,8 @@ The package, bottom-up (each module imports only those above it):
 * `tflab.retrace.demo`: `demonstrate_retracing` (lab step 3).
 
 Importing this package imports nothing (names load on first use), and no part
-imports TensorFlow at import time.
+imports TensorFlow at import time. TF internals are read through
+`tflab._tf.function` only.
 """
 
 from __future__ import annotations
@@ -31,9 +34,10 @@ import importlib
 _EXPORTS = {
     **dict.fromkeys(("FIXES", "FIXES_WITH_REDUCE_RETRACING", "NO_VARIABLE_CREATION", "Reason",
                      "Trace", "VARIABLE_CREATION"), "records"),
-    **dict.fromkeys(("Node", "PER_REPLICA_FIX", "describe_per_replica", "diff_per_replica",
-                     "explain", "function_type_inputs", "make_trace", "node_of", "nodes_of",
-                     "parse_trace_type", "reasons_between"), "diff"),
+    **dict.fromkeys(("Node", "function_type_inputs", "node_of", "nodes_of", "parse_trace_type"),
+                    "nodes"),
+    **dict.fromkeys(("PER_REPLICA_FIX", "describe_per_replica", "diff_per_replica", "explain",
+                     "make_trace", "reasons_between"), "diff"),
     **dict.fromkeys(("TraceEvent", "capture_trace_events", "current_trace_event",
                      "event_from_frame", "parse_trace_log_message"), "event"),
     **dict.fromkeys(("SideEffect", "trace_time_effects"), "sideeffects"),

@@ -13,6 +13,8 @@ import dataclasses
 import logging
 from typing import Any, Iterator
 
+from tflab._report import Report, config_field
+from tflab._text import table
 from tflab.retrace.probe import RetraceProbe
 
 
@@ -44,8 +46,8 @@ class TriggerResult:
     observed_after: str = ""
 
 
-@dataclasses.dataclass(frozen=True)
-class RetracingDemo:
+@dataclasses.dataclass(frozen=True, repr=False)
+class RetracingDemo(Report):
     """The measured retrace triggers of `demonstrate_retracing`.
 
     Attributes:
@@ -59,7 +61,7 @@ class RetracingDemo:
 
     tf_version: str
     results: tuple[TriggerResult, ...]
-    config: dict = dataclasses.field(default_factory=lambda: _runtime_config_dict())
+    config: dict = config_field()
 
     def __getitem__(self, trigger: str) -> TriggerResult:
         for r in self.results:
@@ -69,18 +71,17 @@ class RetracingDemo:
 
     @property
     def counts(self) -> dict[str, tuple[int, int]]:
-        """trigger -> (traces, traces after prevention); ``counts()`` (a method before) still works, deprecated."""
-        from tflab._compat import callable_dict
-
-        return callable_dict({r.trigger: (r.traces, r.traces_after) for r in self.results},
-                             "RetracingDemo.counts()", "RetracingDemo.counts (a property)")
+        """trigger -> (traces, traces after prevention)."""
+        return {r.trigger: (r.traces, r.traces_after) for r in self.results}
 
     def to_text(self, compact: bool = False) -> str:
         """A table: trigger, traces, prevention, traces after; ``compact`` drops the details."""
         w = max(len(r.trigger) for r in self.results)
-        lines = [f"{'trigger':<{w}}  traces  prevention -> traces"]
-        for r in self.results:
-            lines.append(f"{r.trigger:<{w}}  {r.traces:>6}  {r.prevention} -> {r.traces_after}")
+        rows = table([(r.trigger, r.traces, f"{r.prevention} -> {r.traces_after}") for r in self.results],
+                     header=("trigger", "traces", "prevention -> traces"), rule=False).splitlines()
+        lines = rows[:1]
+        for r, row in zip(self.results, rows[1:]):
+            lines.append(row)
             if not compact:
                 lines.append(f"{'':<{w}}          calls: {r.calls}")
                 for reason in r.reasons:
@@ -104,15 +105,11 @@ class RetracingDemo:
 
         return fragment(self)
 
+    def summary_line(self) -> str:
+        return ", ".join(f"{r.trigger}: {r.traces}->{r.traces_after}" for r in self.results)
+
     def __repr__(self) -> str:
-        body = ", ".join(f"{r.trigger}: {r.traces}->{r.traces_after}" for r in self.results)
-        return f"<RetracingDemo TF {self.tf_version}: {body}>"
-
-
-def _runtime_config_dict() -> dict:
-    from tflab.runtime import runtime_config
-
-    return runtime_config().to_dict()
+        return f"<RetracingDemo TF {self.tf_version}: {self.summary_line()}>"
 
 
 def _first_line(e: BaseException) -> str:

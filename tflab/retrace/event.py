@@ -24,9 +24,27 @@ reads them, so the two triggers make the same record. The Function object is
 
 `capture_trace_events` installs the logging trigger for a block (it serves
 ``tflab retrace``, `expect_traces` and any script run in this process);
-`current_trace_event` is the call the probe's trace-time wrapper makes. Only
-when no tracing frame is found (a saved log's text) does
-`parse_trace_log_message` parse text.
+`on_each_trace` is the trace-time wrapper (the probe and stabilize's count
+use it), which calls `current_trace_event`. Only when no tracing frame is
+found (a saved log's text) does `parse_trace_log_message` parse text. TF's
+frame and private attributes are read through `tflab._tf.function` only.
+
+Consumer API (stable; a new consumer uses one of these, never its own hook):
+
+* ``with capture_trace_events(on_event=None, identify=None) as events:``:
+  every trace any tf.function starts in the block, as `TraceEvent`s in trace
+  order; ``on_event(event)`` runs at trace time (arguments alive), and
+  ``identify`` (default a new `ObjectSerials`) keys the Function objects;
+* ``on_each_trace(fn, callback, name)``: a TF decorator of ``fn`` whose body
+  calls ``callback(event, args, kwargs)`` each time TF traces it (for one
+  function you wrap yourself: pass the result to ``tf.function``);
+* `TraceEvent` fields: ``function`` (qualified name), ``function_object()``,
+  ``function_id``, ``key``, ``owner``, ``lookup_type`` / ``traced_type`` (TF
+  FunctionTypes) and ``relaxed``, ``nodes`` / ``traced_nodes`` (`Node` trees),
+  ``options`` (``reduce_retracing``, ``input_signature``, ``jit_compile``),
+  ``scope``, ``context``, ``site`` (the user's ``file:line``), ``replica``
+  (``"MirroredStrategy replica 0"`` or None); a `Trace` with reasons is
+  ``tflab.retrace.log.trace_from_event(event, index, previous)``.
 """
 
 from __future__ import annotations
@@ -41,8 +59,8 @@ import types
 import weakref
 from typing import Any, Callable, Iterator
 
-_TRACING_FILE = os.path.join("polymorphic_function", "tracing_compilation.py")
-_FUNCTION_FILE = os.path.join("polymorphic_function", "polymorphic_function.py")
+from tflab._tf import function as _tf
+
 _LOG_PREFIX = "Creating new FuncGraph for Python function "
 _TFLAB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _NOT_USER = (os.sep + "tensorflow" + os.sep, os.sep + "keras" + os.sep, os.sep + "tf_keras" + os.sep,
@@ -118,33 +136,6 @@ class TraceEvent:
         return self.tf_function() if self.tf_function is not None else None
 
 
-def _tracing_frame(start: Any) -> Any:
-    f = start
-    for _ in range(200):
-        if f is None:
-            return None
-        if f.f_code.co_name == "_maybe_define_function" and f.f_code.co_filename.endswith(_TRACING_FILE):
-            return f
-        f = f.f_back
-    return None
-
-
-def _function_frame(start: Any) -> tuple[Any, Any]:
-    """(the tf.function object, its frame): ``self`` of the nearest polymorphic_function.py frame."""
-    from tensorflow.python.eager.polymorphic_function import polymorphic_function as pf
-
-    f = start
-    for _ in range(80):
-        if f is None:
-            return None, None
-        if f.f_code.co_filename.endswith(_FUNCTION_FILE):
-            obj = f.f_locals.get("self")
-            if isinstance(obj, pf.Function):
-                return obj, f
-        f = f.f_back
-    return None, None
-
-
 def _user_site(start: Any) -> str:
     f = start
     for _ in range(200):
@@ -160,16 +151,7 @@ def _user_site(start: Any) -> str:
 
 def function_owner(fn: Any) -> str:
     """``Net@0x7f…`` for a tf.function method bound to an instance, else ``@0x7f…`` (the Function's id)."""
-    from tensorflow.python.util import tf_decorator
-
-    try:
-        _, target = tf_decorator.unwrap(getattr(fn, "_python_function", None))
-        holder = getattr(target, "__self__", None)
-        # A method decorated in its class: TF binds it to a TfMethodTarget
-        # holding a weak reference to the instance (class_method_to_instance_method).
-        instance = holder.target if type(holder).__name__ == "TfMethodTarget" else holder
-    except Exception:
-        instance = None
+    instance = _tf.method_instance(fn)
     if instance is not None and not isinstance(instance, (type, types.ModuleType)):
         return f"{type(instance).__name__}@{id(instance):#x}"
     return f"@{id(fn):#x}"
@@ -177,22 +159,21 @@ def function_owner(fn: Any) -> str:
 
 def _replica() -> str | None:
     try:
-        from tensorflow.python.distribute import distribute_lib
+        import tensorflow as tf
 
-        if not distribute_lib.has_strategy():
+        if not tf.distribute.has_strategy():
             return None
-        strategy = distribute_lib.get_strategy()
-        rc = distribute_lib.get_replica_context()
+        strategy = tf.distribute.get_strategy()
+        rc = tf.distribute.get_replica_context()
         where = "cross-replica" if rc is None else f"replica {rc.replica_id_in_sync_group}"
         return f"{type(strategy).__name__} {where}"
     except Exception:
         return None
 
 
-def _options(tracing_options: Any, fn: Any) -> dict:
-    return {"reduce_retracing": bool(getattr(tracing_options, "reduce_retracing", False)),
-            "input_signature": getattr(tracing_options, "input_signature", None) is not None,
-            "jit_compile": getattr(fn, "_jit_compile", None) if fn is not None else None}
+def _options(loc: "_tf.TracingLocals", fn: Any) -> dict:
+    return {"reduce_retracing": loc.reduce_retracing, "input_signature": loc.input_signature,
+            "jit_compile": _tf.jit_compile(fn) if fn is not None else None}
 
 
 def event_from_frame(frame: Any, identify: Callable[[Any], Any] | None = None) -> TraceEvent | None:
@@ -208,23 +189,12 @@ def event_from_frame(frame: Any, identify: Callable[[Any], Any] | None = None) -
     """
     from tflab.retrace.diff import function_type_inputs, nodes_of
 
-    loc = frame.f_locals
-    opts = loc.get("tracing_options")
-    lookup = loc.get("lookup_func_type")
-    ctx = loc.get("current_func_context")
-    if opts is None or lookup is None:
+    loc = _tf.tracing_locals(frame)
+    if loc is None:
         return None
-    traced = loc.get("target_func_type")
-    if traced is None:  # before the trace: what _maybe_define_function computes next
-        traced = lookup
-        cache = getattr(opts, "function_cache", None)
-        if opts.input_signature is None and opts.reduce_retracing and cache is not None:
-            try:
-                traced = cache.generalize(ctx, lookup)  # pure: FunctionCache / TypeDispatchTable
-            except Exception:
-                traced = lookup
-    fn, fn_frame = _function_frame(frame)
-    py = opts.python_function
+    lookup, traced, ctx = loc.lookup_type, loc.traced_type, loc.context
+    fn, fn_frame = _tf.function_frame(frame)
+    py = loc.python_function
     nodes = nodes_of(lookup)
     return TraceEvent(
         function=getattr(py, "__qualname__", None) or repr(py),
@@ -235,7 +205,7 @@ def event_from_frame(frame: Any, identify: Callable[[Any], Any] | None = None) -
         key=identify(fn) if (fn is not None and identify is not None) else None,
         function_id=id(fn) if fn is not None else None,
         owner=function_owner(fn) if fn is not None else "",
-        lookup_type=lookup, traced_type=traced, options=_options(opts, fn),
+        lookup_type=lookup, traced_type=traced, options=_options(loc, fn),
         site=_user_site(fn_frame if fn_frame is not None else frame), replica=_replica(),
         source="frame", tf_function=weakref.ref(fn) if fn is not None else None,
         nodes=nodes, traced_nodes=nodes if traced is lookup else nodes_of(traced))
@@ -248,7 +218,7 @@ def current_trace_event(identify: Callable[[Any], Any] | None = None) -> TraceEv
         The event of the innermost tf.function being traced, or None when no
         TF tracing frame is on the stack (TF internals moved).
     """
-    frame = _tracing_frame(sys._getframe(1))
+    frame = _tf.tracing_frame(sys._getframe(1))
     return event_from_frame(frame, identify) if frame is not None else None
 
 
@@ -296,8 +266,14 @@ def parse_trace_log_message(message: str) -> TraceEvent | None:
                       owner=f"@{address}" if address else "", source="text")
 
 
-class _Serials:
-    """``("object", n)``: the n-th distinct live tf.function seen (an id is reused once freed)."""
+class ObjectSerials:
+    """``("object", n)``: the n-th distinct tf.function object seen (an id is reused once freed).
+
+    Keys a tf.function object without keeping it alive: ``id()`` alone is not
+    enough, since CPython gives a freed object's address to the next one.
+    Pass one instance as ``identify`` to `capture_trace_events` and to any
+    other consumer (a call counter) so their keys agree.
+    """
 
     def __init__(self) -> None:
         self._seen: dict[int, tuple[Any, int]] = {}
@@ -315,18 +291,19 @@ class _Serials:
 class _TraceHandler(logging.Handler):
     """Turns each "Creating new FuncGraph" record into a `TraceEvent` from TF's tracing frame."""
 
-    def __init__(self, sink: list[TraceEvent], on_event: Callable[[TraceEvent], None] | None = None):
+    def __init__(self, sink: list[TraceEvent], on_event: Callable[[TraceEvent], None] | None = None,
+                 identify: Callable[[Any], Any] | None = None):
         super().__init__(level=1)
         self.sink = sink
         self.on_event = on_event
-        self._identify = _Serials()
+        self._identify = identify if identify is not None else ObjectSerials()
 
     def emit(self, record: logging.LogRecord) -> None:
         if not isinstance(record.msg, str) or not record.msg.startswith(_LOG_PREFIX):
             return
         try:
             event = None
-            frame = _tracing_frame(sys._getframe(1))
+            frame = _tf.tracing_frame(sys._getframe(1))
             if frame is not None:
                 event = event_from_frame(frame, self._identify)
             if event is None:  # no tracing frame (TF internals moved): the record's text
@@ -372,8 +349,8 @@ class _PropagateFrom(logging.Handler):
 
 
 @contextlib.contextmanager
-def capture_trace_events(on_event: Callable[[TraceEvent], None] | None = None
-                         ) -> Iterator[list[TraceEvent]]:
+def capture_trace_events(on_event: Callable[[TraceEvent], None] | None = None,
+                         identify: Callable[[Any], Any] | None = None) -> Iterator[list[TraceEvent]]:
     """Collects a `TraceEvent` for every trace any tf.function starts inside the block.
 
     Lowers the ``tensorflow`` logger to level 1 for the block, so TF's
@@ -385,6 +362,8 @@ def capture_trace_events(on_event: Callable[[TraceEvent], None] | None = None
     Args:
         on_event: called with each event as TF starts the trace (TF's frame
             and the argument objects are alive); it must not raise.
+        identify: maps a tf.function object to ``TraceEvent.key``; default a
+            new `ObjectSerials` (``("object", n)``, never shared by two objects).
 
     Yields:
         A list that fills with `TraceEvent`s, in trace order.
@@ -397,7 +376,7 @@ def capture_trace_events(on_event: Callable[[TraceEvent], None] | None = None
     """
     logger = logging.getLogger("tensorflow")
     sink: list[TraceEvent] = []
-    handler = _TraceHandler(sink, on_event)
+    handler = _TraceHandler(sink, on_event, identify)
     old_level = logger.level
     threshold = logger.getEffectiveLevel()
     old_handlers = [(h, h.level) for h in logger.handlers]
@@ -420,3 +399,38 @@ def capture_trace_events(on_event: Callable[[TraceEvent], None] | None = None
         logger.setLevel(old_level)
         for h, lvl in old_handlers:
             h.setLevel(lvl)
+
+
+def on_each_trace(fn: Callable, callback: Callable[[TraceEvent | None, tuple, dict], None],
+                  name: str) -> Callable:
+    """``fn`` wrapped so that ``callback(event, args, kwargs)`` runs each time TF traces it, never on a cached call.
+
+    The trace-time trigger of the probe (`tflab.retrace.probe.RetraceProbe`)
+    and of stabilize's count (`tflab.signatures.count_traces`): the wrapper's
+    body runs only while TF builds a FuncGraph, and it takes that trace's
+    `TraceEvent` from TF's tracing frame (`current_trace_event`). It is a TF
+    decorator (``tf.__internal__.decorator.make_decorator``), so AutoGraph
+    unwraps it and converts ``fn`` itself.
+
+    Args:
+        fn: the Python function (the body of a tf.function to be).
+        callback: called with the event (None where TF's tracing frame could
+            not be read) and the arguments the body is traced with (symbolic
+            tensors), before the body runs; what it raises propagates.
+        name: the decorator's name (shown by TF's decorator tools).
+
+    Returns:
+        The wrapper, to pass to ``tf.function`` (or TF's ``Function._clone``).
+    """
+
+    def traced_body(*args, **kwargs):
+        try:
+            event = current_trace_event()
+        except Exception:  # TF internals moved: the trace still counts
+            event = None
+        callback(event, args, kwargs)
+        # TF's decorator rewrap swaps __wrapped__ for the AutoGraph-converted
+        # target, so the call must go through the attribute.
+        return traced_body.__wrapped__(*args, **kwargs)
+
+    return _tf.make_decorator(fn, traced_body, name)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from tflab._tf import function as _tf
 from tflab.errors import UsageError
 from tflab.retrace.event import function_owner
-from tflab.retrace.log import (_cache_keys, _is_tf_internal, cached_traces, capture_explained,
-                               explain_records)
-from tflab.retrace.probe import RetraceProbe, _innermost_python_function
+from tflab.retrace.log import _is_tf_internal, cached_traces, capture_explained, explain_records
+from tflab.retrace.probe import RetraceProbe
+from tflab.retrace.sideeffects import user_function
 from tflab.retrace.records import Trace, _short_name
 
 class RetraceError(AssertionError):
@@ -65,15 +66,10 @@ class TraceExpectation:
 def _method_instances(fn: Any) -> list[Any]:
     """The per-instance tf.functions TF made for a ``@tf.function`` method so far.
 
-    ``Function.__get__`` gives each instance its own Function (own cache),
-    kept in ``Function._descriptor_cache`` (TF 2.21 polymorphic_function.py),
-    so ``Net.__call__`` taken from the class never traces itself.
+    ``Function.__get__`` gives each instance its own Function (own cache), so
+    ``Net.__call__`` taken from the class never traces itself.
     """
-    cache = getattr(fn, "_descriptor_cache", None)
-    try:
-        return [f for f in list(cache.values()) if hasattr(f, "experimental_get_tracing_count")]
-    except Exception:
-        return []
+    return _tf.method_instances(fn)
 
 
 class _FunctionWatch:
@@ -83,7 +79,7 @@ class _FunctionWatch:
         self.fn = fn
         self.counts = {id(f): (f, f.experimental_get_tracing_count()) for f in [fn, *_method_instances(fn)]}
         # The keys only (cheap); they become Trace records for the objects that trace again.
-        self.prior_keys = {i: _cache_keys(f) for i, (f, _) in self.counts.items()}
+        self.prior_keys = {i: _tf.cache_keys(f) for i, (f, _) in self.counts.items()}
         self._log = capture_explained()
         self.logged = self._log.__enter__()
 
@@ -95,9 +91,9 @@ class _FunctionWatch:
                            for i, f in members.items())
         result.before = sum(len(self.prior_keys.get(i, ())) for i in members)
         by_object = any(t.function_id is not None for t in self.logged)
-        target = _innermost_python_function(self.fn)
+        target = user_function(self.fn)
         qualname = getattr(target, "__qualname__", None) or getattr(self.fn, "__name__", "function")
-        reduce_retracing = bool(getattr(self.fn, "_reduce_retracing", False))
+        reduce_retracing = _tf.reduce_retracing(self.fn)
         out = []
         for i, f in members.items():
             if by_object:
@@ -143,14 +139,14 @@ class _ExpectTraces:
         no_probe_call = None
         if self._watch is not None:
             groups = self._watch.finish(result)
-            target = _innermost_python_function(t)
+            target = user_function(t)
             name = _short_name(getattr(target, "__qualname__", None) or getattr(t, "__name__", "function"))
         else:
             n_traces, count, calls, original = self._before
             result.count = t.trace_count - count
             result.traces = t.traces[n_traces:]
             groups = [("", result.traces)]
-            name = t.name
+            name = t.function_name
             if t.calls == calls and t.trace_count == count:
                 no_probe_call = _no_probe_call_error(t, original)
         if exc_type is not None:
@@ -167,12 +163,12 @@ def _no_probe_call_error(probe: RetraceProbe, original_before: int | None) -> Us
     traced = ""
     if probe.original is not None and original_before is not None:
         n = probe.original_tracing_count - original_before
-        traced = f" ({probe.name} itself traced {n} time(s) there, unseen by the probe)"
+        traced = f" ({probe.function_name} itself traced {n} time(s) there, unseen by the probe)"
     return UsageError(
-        f"expect_traces: no call went through RetraceProbe({probe.name}) inside the block"
+        f"expect_traces: no call went through RetraceProbe({probe.function_name}) inside the block"
         f"{traced}, so nothing was counted: the probe sees only calls made through it; call "
         f"probe(...) in the block, or pass the tf.function itself: "
-        f"expect_traces({probe.name}, at_most=...)")
+        f"expect_traces({probe.function_name}, at_most=...)")
 
 
 def _retrace_message(name: str, result: TraceExpectation, at_most: int,

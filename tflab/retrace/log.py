@@ -26,53 +26,69 @@ import sys
 import types
 from typing import Any, Callable, Iterator, Sequence
 
+from tflab._report import Report, config_field
+from tflab._tf import function as _tf
 from tflab.errors import Terminated, UsageError
 from tflab.retrace.diff import function_type_inputs, make_trace, nodes_of
-from tflab.retrace.event import TraceEvent, capture_trace_events
+from tflab.retrace.event import ObjectSerials, TraceEvent, capture_trace_events
 from tflab.retrace.records import NO_VARIABLE_CREATION, VARIABLE_CREATION, Trace, _short_name
+from tflab.retrace.sideeffects import SideEffect, trace_time_effects, user_function
 
-@dataclasses.dataclass(frozen=True)
-class FunctionTraces:
-    """The traces of one tf.function seen in a log, with reasons.
+@dataclasses.dataclass(frozen=True, repr=False)
+class FunctionTraces(Report):
+    """The traces of one tf.function object seen in a block or a script, with reasons.
 
     Attributes:
-        function: the Python function's name (its qualified name without the
-            enclosing function's ``<locals>`` prefix).
-        traces: one `Trace` per "Creating new FuncGraph" record, oldest first.
+        function_name: the Python function's name (its qualified name without
+            the enclosing function's ``<locals>`` prefix).
+        traces: one `Trace` per trace TF started, oldest first.
         owner: what tells this tf.function object apart from others with the
             same name (``Net@0x7f…``: the instance of a method; ``@0x7f…``:
             the object's address), or "".
-        label: the name printed: ``function``, plus ``of OWNER`` when
-            another tf.function in the same report has the same name.
+        label: the name printed: ``function_name``, plus ``of OWNER`` when
+            another tf.function in the same report has the same name (and
+            ``(object N at this address)`` when a freed object's address was
+            given to a later one).
+        calls: eager calls of this object counted while the script ran
+            (`tflab._tf.function.count_eager_calls`), or None when not counted.
+        side_effects: the body's Python side effects that ran only while
+            tracing, one line each, worded as `tflab.RetraceProbe.side_effects`
+            words them (empty when every call traced, or calls were not counted).
+        config: `tflab.runtime_config()` as a dict, filled when the record is made.
     """
 
-    function: str
+    function_name: str
     traces: tuple[Trace, ...]
     owner: str = ""
     label: str = ""
+    calls: int | None = None
+    side_effects: tuple[str, ...] = ()
+    config: dict = config_field()
 
     @property
     def trace_count(self) -> int:
         return len(self.traces)
 
-    @property
-    def function_name(self) -> str:
-        """``function``, under the name every result uses for the function's name."""
-        return self.function
+    def summary_line(self) -> str:
+        return f"{self.trace_count} trace(s)" + (f" in {self.calls} call(s)" if self.calls is not None else "")
 
     def to_text(self) -> str:
-        lines = [f"{self.label or self.function}: {self.trace_count} trace(s)"]
+        calls = f" in {self.calls} call(s)" if self.calls is not None else ""
+        lines = [f"{self.label or self.function_name}: {self.trace_count} trace(s){calls}"]
         for t in self.traces:
             lines.extend("  " + ln for ln in t.to_text().splitlines())
+        lines.extend(f"  side effect: {e}" for e in self.side_effects)
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
-        return {"function": self.function, "label": self.label or self.function,
-                "owner": self.owner, "trace_count": self.trace_count,
-                "traces": [t.to_dict() for t in self.traces]}
+        return {"function": self.function_name, "function_name": self.function_name,
+                "label": self.label or self.function_name, "owner": self.owner,
+                "trace_count": self.trace_count, "calls": self.calls,
+                "traces": [t.to_dict() for t in self.traces],
+                "side_effects": list(self.side_effects), "config": self.config}
 
     def __repr__(self) -> str:
-        return f"<FunctionTraces {self.label or self.function}: {self.trace_count} trace(s)>"
+        return f"<FunctionTraces {self.label or self.function_name}: {self.summary_line()}>"
 
 
 def _is_tf_internal(t: TraceEvent) -> bool:
@@ -137,6 +153,8 @@ class LiveExplainer:
 
     def __init__(self) -> None:
         self._history: dict[Any, tuple[list[Trace], list[str | None]]] = {}
+        # key -> the body's trace-time side effects, read while the tf.function is alive
+        self.effects: dict[Any, list[SideEffect]] = {}
 
     def __call__(self, event: TraceEvent) -> None:
         if event.nodes is None or event.key is None or _is_tf_internal(event):
@@ -146,6 +164,7 @@ class LiveExplainer:
             fn = event.function_object()
             prior, contexts = cached_traces(fn) if fn is not None else ([], [])
             hist = self._history[event.key] = (list(prior), list(contexts))
+            self.effects[event.key] = _user_effects(fn)
         traces, contexts = hist
         t = trace_from_event(event, len(traces) + 1, traces, contexts, outcome_known=False)
         traces.append(t)
@@ -153,9 +172,27 @@ class LiveExplainer:
         event.explained.append(t)
 
 
-def capture_explained() -> Any:
+def _user_effects(fn: Any) -> list[SideEffect]:
+    """`trace_time_effects` of a tf.function's body when it is the user's code (not TF's or Keras's)."""
+    if fn is None:
+        return []
+    try:
+        body = user_function(fn)
+        filename = getattr(getattr(body, "__code__", None), "co_filename", "")
+        if not filename or any(part in filename for part in _LIBRARY_PARTS):
+            return []
+        return trace_time_effects(body)
+    except Exception:  # the listing is a help; an odd callable must not stop the report
+        return []
+
+
+_LIBRARY_PARTS = (os.sep + "site-packages" + os.sep, os.sep + "tflab" + os.sep, "<frozen ")
+
+
+def capture_explained(explainer: "LiveExplainer | None" = None,
+                      identify: Callable[[Any], Any] | None = None) -> Any:
     """`capture_trace_events` with a `LiveExplainer`: the events come with their `Trace`."""
-    return capture_trace_events(on_event=LiveExplainer())
+    return capture_trace_events(on_event=explainer or LiveExplainer(), identify=identify)
 
 
 def explain_records(records: Sequence[TraceEvent], prior: Sequence[Trace] = (),
@@ -187,7 +224,8 @@ def explain_records(records: Sequence[TraceEvent], prior: Sequence[Trace] = (),
 
 
 def group_logged_traces(logged: Sequence[TraceEvent], include_internal: bool = False,
-                        reduce_retracing: bool = False) -> tuple[FunctionTraces, ...]:
+                        reduce_retracing: bool = False, *, calls: dict | None = None,
+                        effects: dict | None = None) -> tuple[FunctionTraces, ...]:
     """Groups logged traces by tf.function object and explains each one with `explain`.
 
     TF logs a trace when it starts, so a logged trace may have raised: the
@@ -205,6 +243,8 @@ def group_logged_traces(logged: Sequence[TraceEvent], include_internal: bool = F
             initializers, tf.data wrappers).
         reduce_retracing: the functions have ``reduce_retracing=True`` (the
             log does not say; known when the tf.function object is at hand).
+        calls: ``{event key: eager calls}`` of each object, when counted.
+        effects: ``{event key: [SideEffect]}`` of each object's body (`LiveExplainer.effects`).
 
     Returns:
         One `FunctionTraces` per tf.function object, in first-trace order;
@@ -216,23 +256,24 @@ def group_logged_traces(logged: Sequence[TraceEvent], include_internal: bool = F
         if include_internal or not _is_tf_internal(t):
             groups.setdefault(_group_key(t, aliases, groups), []).append(t)
     names = [_short_name(recs[0].function) for recs in groups.values()]
+    labels = [f"{name} of {recs[0].owner}" if recs[0].owner and names.count(name) > 1 else name
+              for name, recs in zip(names, groups.values())]
+    # CPython gives a freed object's address to the next object: two tf.functions alive one
+    # after the other can share "@0x…"; number them so no two objects share a label.
+    labels = [f"{lab} (object {labels[:i].count(lab) + 1} at this address)" if labels.count(lab) > 1
+              and "@" in lab else lab for i, lab in enumerate(labels)]
+    calls = calls or {}
+    effects = effects or {}
     out = []
-    for name, records in zip(names, groups.values()):
-        owner = records[0].owner
-        label = f"{name} of {owner}" if owner and names.count(name) > 1 else name
-        out.append(FunctionTraces(function=name, owner=owner, label=label,
-                                  traces=tuple(explain_records(records,
-                                                               reduce_retracing=reduce_retracing))))
+    for name, label, (key, records) in zip(names, labels, groups.items()):
+        n_calls = calls.get(key)
+        traces = tuple(explain_records(records, reduce_retracing=reduce_retracing))
+        lines: tuple[str, ...] = ()
+        if n_calls is not None and 0 < len(traces) < n_calls:  # the probe's rule: some call skipped the body
+            lines = tuple(e.text(len(traces), n_calls) for e in effects.get(key, ()))
+        out.append(FunctionTraces(function_name=name, owner=records[0].owner, label=label,
+                                  traces=traces, calls=n_calls, side_effects=lines))
     return tuple(out)
-
-
-def _cache_keys(fn: Any) -> list[tuple[Any, Any]]:
-    """The (FunctionContext, FunctionType) keys of a tf.function's trace cache, oldest first."""
-    primary = getattr(getattr(fn, "_function_cache", None), "_primary", None)
-    try:
-        return list(primary.keys()) if primary is not None else []
-    except Exception:  # private TF API moved: no earlier traces to compare with
-        return []
 
 
 def cached_traces(fn: Any, keys: Sequence[tuple[Any, Any]] | None = None) -> tuple[list[Trace], list[str]]:
@@ -248,7 +289,7 @@ def cached_traces(fn: Any, keys: Sequence[tuple[Any, Any]] | None = None) -> tup
 
     Args:
         fn: a `tf.function`.
-        keys: the cache keys read earlier (``_cache_keys``); read now when None.
+        keys: the cache keys read earlier (`tflab._tf.function.cache_keys`); read now when None.
 
     Returns:
         (traces numbered from 1, the FunctionContext ``context`` text of each).
@@ -256,7 +297,7 @@ def cached_traces(fn: Any, keys: Sequence[tuple[Any, Any]] | None = None) -> tup
     """
     traces: list[Trace] = []
     contexts: list[str] = []
-    for ctx, ftype in (_cache_keys(fn) if keys is None else keys):
+    for ctx, ftype in (_tf.cache_keys(fn) if keys is None else keys):
         scope = getattr(getattr(ctx, "scope_type", None), "name", None)
         nodes = nodes_of(ftype)
         traces.append(Trace(index=len(traces) + 1, kind="cached", reasons=[], fixes=[],
@@ -282,7 +323,7 @@ class NameGroup:
     """tf.function objects that share a qualified name (a new model, layer or closure per call).
 
     Attributes:
-        function: the shared name.
+        function_name: the shared name.
         objects: how many tf.function objects had it.
         traces: their traces, all together.
         retraced: how many of the objects traced again for their own inputs
@@ -292,7 +333,7 @@ class NameGroup:
         fix: what to do (`NEW_FUNCTION_FIX`).
     """
 
-    function: str
+    function_name: str
     objects: int
     traces: int
     retraced: int
@@ -300,7 +341,7 @@ class NameGroup:
     fix: str = NEW_FUNCTION_FIX
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return {"function": self.function_name, **dataclasses.asdict(self)}
 
 
 def name_groups(functions: Sequence[FunctionTraces]) -> tuple[NameGroup, ...]:
@@ -313,7 +354,7 @@ def name_groups(functions: Sequence[FunctionTraces]) -> tuple[NameGroup, ...]:
     """
     by_name: dict[str, list[FunctionTraces]] = {}
     for f in functions:
-        by_name.setdefault(f.function, []).append(f)
+        by_name.setdefault(f.function_name, []).append(f)
     out = []
     for name, objs in by_name.items():
         if len(objs) < 2:
@@ -330,8 +371,8 @@ def name_groups(functions: Sequence[FunctionTraces]) -> tuple[NameGroup, ...]:
     return tuple(out)
 
 
-@dataclasses.dataclass(frozen=True)
-class ScriptTraces:
+@dataclasses.dataclass(frozen=True, repr=False)
+class ScriptTraces(Report):
     """What ``tflab retrace SCRIPT.py`` found.
 
     Attributes:
@@ -340,12 +381,14 @@ class ScriptTraces:
         error: None, or one line saying how the script failed and where.
         note: None, or why some traces may be missing (the script raised the
             ``tensorflow`` logger's level, which hides TF's level-1 records).
+        config: `tflab.runtime_config()` as a dict, filled when the report is made.
     """
 
     script: str
     functions: tuple[FunctionTraces, ...]
     error: str | None = None
     note: str | None = None
+    config: dict = config_field()
 
     @property
     def trace_count(self) -> int:
@@ -372,7 +415,7 @@ class ScriptTraces:
         return {"script": self.script, "trace_count": self.trace_count,
                 "functions": [f.to_dict() for f in self.functions], "error": self.error,
                 "shared_names": [g.to_dict() for g in self.shared_names],
-                "note": self.note}
+                "note": self.note, "config": self.config}
 
     def _repr_html_(self) -> str:
         """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
@@ -382,7 +425,7 @@ class ScriptTraces:
 
     def __repr__(self) -> str:
         return (f"<ScriptTraces {self.script}: " + ", ".join(
-            f"{f.label or f.function}×{f.trace_count}" for f in self.functions) + ">")
+            f"{f.label or f.function_name}×{f.trace_count}" for f in self.functions) + ">")
 
 
 def trace_script(path: str, argv: Sequence[str] = (), include_internal: bool = False) -> ScriptTraces:
@@ -411,7 +454,15 @@ def trace_script(path: str, argv: Sequence[str] = (), include_internal: bool = F
     sys.argv = [path, *argv]
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     error = note = None
-    with capture_explained() as logged:
+    identify = ObjectSerials()
+    explainer = LiveExplainer()
+    calls: dict[Any, int] = {}
+
+    def count(fn: Any) -> None:
+        key = identify(fn)
+        calls[key] = calls.get(key, 0) + 1
+
+    with capture_explained(explainer, identify) as logged, _tf.count_eager_calls(count):
         try:
             with process_guard():  # a fork()ed child ends here; the script's chdir is undone
                 runpy.run_path(path, run_name="__main__")
@@ -439,6 +490,6 @@ def trace_script(path: str, argv: Sequence[str] = (), include_internal: bool = F
         if level != 1:
             note = (f"the script set the tensorflow logger to level {logging.getLevelName(level)}, "
                     f"which hides TF's level-1 trace records: traces after that are not listed")
-    return ScriptTraces(script=path, functions=group_logged_traces(logged, include_internal),
-                        error=error, note=note)
+    functions = group_logged_traces(logged, include_internal, calls=calls, effects=explainer.effects)
+    return ScriptTraces(script=path, functions=functions, error=error, note=note)
 

@@ -20,10 +20,12 @@ from typing import Any, Callable
 
 from tflab._usercode import user_entry
 from tflab.errors import UsageError
-from tflab.retrace.event import TraceEvent, current_trace_event
+from tflab._report import current_config
+from tflab._tf import function as _tf
+from tflab.retrace.event import TraceEvent, on_each_trace
 from tflab.retrace.log import trace_from_event
 from tflab.retrace.records import NO_VARIABLE_CREATION, Trace, _short_name
-from tflab.retrace.sideeffects import SideEffect, global_writes, trace_time_effects
+from tflab.retrace.sideeffects import SideEffect, global_writes, trace_time_effects, user_function
 
 @dataclasses.dataclass(frozen=True)
 class StaleRead:
@@ -120,30 +122,6 @@ def _check_tf_function_kwargs(kwargs: dict) -> None:
                          f"tf.function's own options ({', '.join(allowed)})")
 
 
-def _innermost_python_function(fn: Any) -> Any:
-    """The user's own function under tf.function / tf_decorator / functools.wraps layers."""
-    from tensorflow.python.util import tf_decorator
-
-    seen = 0
-    while seen < 20:
-        seen += 1
-        fn = getattr(fn, "python_function", fn)
-        _, target = tf_decorator.unwrap(fn)
-        if target is not fn:
-            fn = target
-            continue
-        if isinstance(fn, types.MethodType):
-            fn = fn.__func__
-            continue
-        if hasattr(fn, "__wrapped__"):
-            fn = fn.__wrapped__
-            continue
-        break
-    if not hasattr(fn, "__code__") and callable(fn) and hasattr(type(fn), "__call__"):
-        fn = getattr(type(fn).__call__, "__func__", type(fn).__call__)
-    return fn
-
-
 def _code_names(code: types.CodeType) -> set[str]:
     names = set(code.co_names)
     for const in code.co_consts:  # nested lambdas / comprehensions read globals too
@@ -171,8 +149,9 @@ class RetraceProbe:
 
     A `tf.function` is re-wrapped with all its options (input_signature,
     reduce_retracing, jit_compile, autograph…) through TF's own
-    ``Function._clone``, the same path TF uses to copy a Function onto a new
-    Python function; the side-effect wrapper is a ``tf_decorator`` so AutoGraph
+    ``Function._clone`` (`tflab._tf.function.clone`), the same path TF uses to
+    copy a Function onto a new Python function; the side-effect wrapper is
+    `tflab.retrace.event.on_each_trace`, a TF decorator, so AutoGraph
     still converts the user's function (``autograph_util.py_func_from_autograph``
     unwraps decorators and converts the innermost target). The probe has its
     own trace cache: calls of the original tf.function itself are not seen
@@ -195,7 +174,8 @@ class RetraceProbe:
         function: the wrapped `tf.function` that calls go through (the
             probe's own copy when ``fn`` is a tf.function).
         function_name: the user's function's name, as in every other result
-            (``name`` is the same).
+            (``function`` is the wrapped tf.function itself).
+        config: `tflab.runtime_config()` as a dict, read when the probe is made.
         original: ``fn`` when it is a tf.function, else None.
         trace_count: traces counted by the side effect (includes failed traces).
         traces: one `Trace` per trace, oldest first.
@@ -219,7 +199,6 @@ class RetraceProbe:
 
     def __init__(self, fn: Callable, *, watch_stale: bool = True, **tf_function_kwargs: Any):
         import tensorflow as tf
-        from tensorflow.python.util import tf_decorator
 
         if not callable(fn):
             raise UsageError(f"RetraceProbe needs a callable (a tf.function or a Python function), "
@@ -242,30 +221,23 @@ class RetraceProbe:
         self._cache_len = 0
         self._events: list[TraceEvent | None] = []   # one per trace, from TF's tracing frame
 
-        is_tf_function = isinstance(fn, tf.types.experimental.PolymorphicFunction) or hasattr(fn, "_clone")
+        is_tf_function = _tf.can_clone(fn)
         python_fn = fn.python_function if is_tf_function else fn
-        self._user_fn = _innermost_python_function(python_fn)
+        self._user_fn = user_function(python_fn)
+        self.config = current_config()
         if not is_tf_function and not hasattr(fn, "__qualname__"):
-            self.name = type(fn).__name__  # a callable object, e.g. a Keras model
+            self.function_name = type(fn).__name__  # a callable object, e.g. a Keras model
         else:
-            self.name = _short_name(getattr(self._user_fn, "__qualname__", None)
+            self.function_name = _short_name(getattr(self._user_fn, "__qualname__", None)
                                     or getattr(fn, "__name__", type(fn).__name__))
 
-        probe = self
-
-        def traced_body(*args, **kwargs):
-            probe._on_trace()
-            # tf_decorator.rewrap swaps __wrapped__ for the AutoGraph-converted
-            # target, so the call must go through the attribute.
-            return traced_body.__wrapped__(*args, **kwargs)
-
-        wrapper = tf_decorator.make_decorator(python_fn, traced_body, decorator_name="RetraceProbe")
+        wrapper = on_each_trace(python_fn, self._on_trace, "RetraceProbe")
         if is_tf_function:
             if tf_function_kwargs:
                 raise UsageError("RetraceProbe: tf.function options (" + ", ".join(tf_function_kwargs)
                                  + ") only apply to a plain callable; this is already a tf.function, "
                                  "so its own options are kept")
-            self.function = fn._clone(python_function=wrapper)
+            self.function = _tf.clone(fn, wrapper)
             self.original = fn
         else:
             from tflab._argcheck import check_keywords
@@ -290,12 +262,9 @@ class RetraceProbe:
         gnames = sorted(n for n in _code_names(code) if n in globs and n not in written)
         return gnames, _closure_cells(fn)
 
-    def _on_trace(self) -> None:
+    def _on_trace(self, event: TraceEvent | None, args: tuple = (), kwargs: dict | None = None) -> None:
         self._count += 1
-        try:
-            self._events.append(current_trace_event())
-        except Exception:  # TF internals moved: the trace is still counted
-            self._events.append(None)
+        self._events.append(event)
         if not self._watch_stale:
             return
         gnames, cells = self._watch_names
@@ -319,7 +288,7 @@ class RetraceProbe:
         self._gwatch, self._cwatch = gwatch, cwatch
 
     # -- calls ----------------------------------------------------------------
-    @user_entry("when called through RetraceProbe", name=lambda self, *a, **k: self.name)
+    @user_entry("when called through RetraceProbe", name=lambda self, *a, **k: self.function_name)
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Calls the wrapped tf.function; records any traces it made.
 
@@ -394,8 +363,8 @@ class RetraceProbe:
             return
         # TF caches one ConcreteFunction per successful trace; a trace that
         # raised left none, and it is the last trace of its call.
-        cache = getattr(self.function, "_function_cache", None)
-        cache_len = len(cache) if cache is not None else self._cache_len + n_new
+        cache_len = _tf.cache_size(self.function)
+        cache_len = cache_len if cache_len is not None else self._cache_len + n_new
         n_cached, self._cache_len = cache_len - self._cache_len, cache_len
         events = self._events[before:self._count]
         for j in range(n_new):
@@ -408,7 +377,7 @@ class RetraceProbe:
             previous = [p for p in self.traces if p.kind != "failed"]
             call = self.calls if kind is None else 0
             if event is not None:
-                if trace_failed and event.scope is None and getattr(self.function, "_created_variables", None):
+                if trace_failed and event.scope is None and _tf.created_variables(self.function):
                     event = dataclasses.replace(event, scope=NO_VARIABLE_CREATION)
                 t = trace_from_event(event, len(self.traces) + 1, previous, call=call, kind=kind,
                                      error=failed)
@@ -419,18 +388,11 @@ class RetraceProbe:
             if error is not None and j == n_new - 1:  # this trace or its call raised: why
                 from tflab.diagnosis import probe_diagnosis
 
-                entry = None
-                if not trace_failed:
-                    try:
-                        entry = next(reversed(cache._primary))
-                    except Exception:
-                        entry = None
+                entry = None if trace_failed else _tf.last_cache_entry(self.function)
                 t = probe_diagnosis(self, t, error, entry)
             self.traces.append(t)
 
     def _no_trace_type_error(self, args: tuple, kwargs: dict, err: Exception) -> UsageError:
-        from tensorflow.core.function import trace_type
-
         culprit, value = None, None
         try:
             sig = inspect.signature(self._user_fn)
@@ -440,7 +402,7 @@ class RetraceProbe:
             items = [(f"argument {i}", a) for i, a in enumerate(args)] + list(kwargs.items())
         for name, v in items:
             try:
-                trace_type.from_value(v)
+                _tf.trace_type_of(v)
             except TypeError:
                 culprit, value = name, v
                 break
@@ -449,18 +411,13 @@ class RetraceProbe:
         # hashable, so TF traces it as a Weakref TraceType matched by == while
         # alive; a fresh instance per call retraces once the previous is freed.
         return UsageError(
-            f"{self.name}: {what} has no TraceType: it is mutable or unhashable (a non-frozen "
+            f"{self.function_name}: {what} has no TraceType: it is mutable or unhashable (a non-frozen "
             f"dataclass?), so tf.function cannot key its cache on it; @dataclass(frozen=True) "
             f"makes it traceable (TF keeps a weak reference and matches equal live instances), "
             f"add __tf_tracing_type__ to trace it by value and avoid a retrace per new instance, "
             f"or pass its numbers as tensors")
 
     # -- reports ------------------------------------------------------------------
-    @property
-    def function_name(self) -> str:
-        """The user's function's name (``name``): ``function`` is the wrapped tf.function itself."""
-        return self.name
-
     @property
     def trace_count(self) -> int:
         """Traces counted by the trace-time side effect (failed traces included)."""
@@ -511,10 +468,10 @@ class RetraceProbe:
         failed = sum(t.kind == "failed" for t in self.traces)
         note = f" ({failed} trace(s) raised, and TF caches only traces that succeed)" if failed else ""
         whose = "the probe's copy of the tf.function" if self.original is not None else "the probe's tf.function"
-        lines = [f"RetraceProbe({self.name}): {self.trace_count} trace(s) in {self.calls} call(s) "
+        lines = [f"RetraceProbe({self.function_name}): {self.trace_count} trace(s) in {self.calls} call(s) "
                  f"through the probe; TF's experimental_get_tracing_count() on {whose} = {tf_count}{note}"]
         if self.original is not None:
-            lines.append(f"  {self.name} itself (calls not made through the probe are not seen): "
+            lines.append(f"  {self.function_name} itself (calls not made through the probe are not seen): "
                          f"experimental_get_tracing_count() = {self.original_tracing_count}")
         for t in self.traces:
             lines.extend("  " + ln for ln in t.to_text().splitlines())
@@ -526,7 +483,8 @@ class RetraceProbe:
 
     def to_dict(self) -> dict:
         """JSON-ready dict of the counts, traces and stale reads."""
-        return {"function": self.name, "trace_count": self.trace_count,
+        return {"function": self.function_name, "function_name": self.function_name,
+                "config": self.config, "trace_count": self.trace_count,
                 "tf_tracing_count": self.tf_tracing_count, "calls": self.calls,
                 "original_tracing_count": self.original_tracing_count,
                 "traces": [t.to_dict() for t in self.traces],
@@ -547,7 +505,7 @@ class RetraceProbe:
             n = len(self.stale)
             stale = (f", 1 stale: {self.stale[0].change}" if n == 1
                      else f", {n} stale, latest: {self.stale[-1].change}")
-        return (f"<RetraceProbe {self.name}: {self.trace_count} trace(s) in {self.calls} call(s)"
+        return (f"<RetraceProbe {self.function_name}: {self.trace_count} trace(s) in {self.calls} call(s)"
                 f"{why}{stale}>")
 
 

@@ -75,6 +75,31 @@ class SideEffect:
                 f"it runs only while tracing; {self.advice}")
 
 
+def user_function(fn: Any) -> Any:
+    """The user's own function under tf.function / TF decorator / functools.wraps layers.
+
+    A callable object (a Keras model, a tf.Module) gives its class's ``__call__``.
+    """
+    from tflab._tf import function as _tf
+
+    for _ in range(20):
+        fn = getattr(fn, "python_function", fn)
+        target = _tf.unwrap(fn)
+        if target is not fn:
+            fn = target
+            continue
+        if isinstance(fn, types.MethodType):
+            fn = fn.__func__
+            continue
+        if hasattr(fn, "__wrapped__"):
+            fn = fn.__wrapped__
+            continue
+        break
+    if not hasattr(fn, "__code__") and callable(fn) and hasattr(type(fn), "__call__"):
+        fn = getattr(type(fn).__call__, "__func__", type(fn).__call__)
+    return fn
+
+
 def global_writes(code: types.CodeType | None) -> set[str]:
     """Names a function's code (and its nested code) stores as globals (``STORE_GLOBAL``)."""
     out: set[str] = set()
