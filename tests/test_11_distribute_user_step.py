@@ -125,7 +125,7 @@ def step(x):
     return s.run(rs, args=(x,))
 ds = s.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices(tf.ones([6, 4])).batch(6))
 r = trace_and_inspect(step, ds.element_spec)
-groups = {k: [(c.name, c.device) for c in comps] for k, comps in r.distributed_variables().items()}
+groups = {k: [(c.name, c.device) for c in comps] for k, comps in r.distributed_variables.items()}
 print(json.dumps({"text": r.to_text(max_ops=0), "groups": groups, "variables": len(r.variables)}))
 """
 

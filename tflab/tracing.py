@@ -251,6 +251,7 @@ class TraceReport(Report):
     def _outputs_str(self) -> str:
         return nested_str(self.output_spec)
 
+    @property
     def distributed_variables(self) -> dict[str, tuple[CaptureInfo, ...]]:
         """``"MirroredVariable w:0"`` -> its captured components (one per replica)."""
         out: dict[str, list[CaptureInfo]] = {}
@@ -260,7 +261,7 @@ class TraceReport(Report):
         return {k: tuple(v) for k, v in out.items()}
 
     def _distributed_lines(self) -> list[str]:
-        groups = self.distributed_variables()
+        groups = self.distributed_variables
         if not groups:
             return []
         n = sum(len(v) for v in groups.values())
