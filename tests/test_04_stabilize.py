@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from tflab import RetraceProbe, infer_input_signature, stabilization_report, stabilize
 from tflab.errors import UsageError
-from tflab.signatures import count_traces
+from tflab.stabilization import count_traces
 
 
 def _pipeline(n=10, batch=4, width=8):

@@ -502,11 +502,11 @@ def test_a_changed_dataclass_value_is_the_cause_even_after_the_old_object_is_col
 
 
 def test_stabilize_count_consumes_the_trace_event_the_log_sees():
-    """signatures.count_traces is the probe's trace-time trigger (on_each_trace): each trace gives the
+    """stabilization.count_traces is the probe's trace-time trigger (on_each_trace): each trace gives the
     TraceEvent read from TF's tracing frame, the same one capture_trace_events makes for that trace.
     On the old main count_traces took no events and made none (its own side effect, args only)."""
     from tflab import stabilization_report
-    from tflab.signatures import count_traces
+    from tflab.stabilization import count_traces
 
     log, events = [], []
     f = tf.function(count_traces(lambda x: x * 2.0, log, events), reduce_retracing=True)

@@ -6,7 +6,7 @@ Public names (imported lazily, since importing TensorFlow takes seconds):
 * step 2 `RetraceProbe`, `expect_traces`, `RetraceError`, `Trace`, `Reason`, `TraceEvent`,
   `capture_trace_events`, `trace_script`, `reasons_between` (the tflab/retrace/ package)
 * step 3 `demonstrate_retracing` (tflab/retrace/demo.py)
-* step 4 `stabilize` → `StabilizeReport` (tflab/signatures.py)
+* step 4 `stabilize` (tflab/signatures.py) → `StabilizeReport` (tflab/stabilization.py)
 * step 5 `autograph_diff` → `AutographDiff` (tflab/autograph.py)
 * step 6 `compare_modes` → `ModeComparison` (tflab/modes.py)
 * step 7 `save_and_reload` → `SavedModelCheck` (the tflab/saved_model/ package); `Examples`, the
@@ -45,9 +45,9 @@ _EXPORTS = {
     "TraceExpectation": "tflab.retrace.expect",
     "demonstrate_retracing": "tflab.retrace.demo",
     "stabilize": "tflab.signatures",
-    "StabilizeReport": "tflab.signatures",
+    "StabilizeReport": "tflab.stabilization",
     "infer_input_signature": "tflab.signatures",
-    "stabilization_report": "tflab.signatures",
+    "stabilization_report": "tflab.stabilization",
     "FixedShapeWarning": "tflab.signatures",
     "autograph_diff": "tflab.autograph",
     "AutographDiff": "tflab.autograph",

@@ -6,7 +6,8 @@ from __future__ import annotations
 def run(ctx) -> None:
     import keras
 
-    from tflab.signatures import count_traces, stabilization_report, stabilize
+    from tflab.signatures import stabilize
+    from tflab.stabilization import count_traces, stabilization_report
     from tflab._tour.model import example_batch, make_train_step, model_input_spec, tour_dataset
 
     spec = ctx.shared.get("input_spec") or model_input_spec(ctx.model)

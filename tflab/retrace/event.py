@@ -406,7 +406,7 @@ def on_each_trace(fn: Callable, callback: Callable[[TraceEvent | None, tuple, di
     """``fn`` wrapped so that ``callback(event, args, kwargs)`` runs each time TF traces it, never on a cached call.
 
     The trace-time trigger of the probe (`tflab.retrace.probe.RetraceProbe`)
-    and of stabilize's count (`tflab.signatures.count_traces`): the wrapper's
+    and of stabilize's count (`tflab.stabilization.count_traces`): the wrapper's
     body runs only while TF builds a FuncGraph, and it takes that trace's
     `TraceEvent` from TF's tracing frame (`current_trace_event`). It is a TF
     decorator (``tf.__internal__.decorator.make_decorator``), so AutoGraph
