@@ -38,9 +38,7 @@ import tflab
 from tflab._report import Report
 
 # Class names (not module paths: modules move while the classes are converted).
-PENDING_REPORTS: set[str] = {
-    "FloatInfo", "Trace",
-}
+PENDING_REPORTS: set[str] = set()
 
 # Reports about something other than one function: what they are about.
 NOT_ABOUT_A_FUNCTION: dict[str, str] = {
@@ -59,11 +57,13 @@ NOT_ABOUT_A_FUNCTION: dict[str, str] = {
 # Not reports, though they have to_text/to_dict: what they are instead.
 EXEMPT: dict[str, str] = {
     "RuntimeConfig": "it is the config: every report's config field is its to_dict()",
+    "FloatInfo": "a float format's limits (numpy.finfo's fields): the same on every machine, not a measurement",
 }
 
 # Parts of a report: records a report holds many of; their parent carries config and the name.
 PARTS: dict[str, str] = {
     "OpCheck": "one op of a PerOpCheck",
+    "Trace": "one trace of a RetraceProbe or a FunctionTraces",
     "OutputError": "one output of a TFLiteCheck",
     "OpShare": "one op's share of an Attribution",
     "KeptFloat": "the kept-float re-conversion of an Attribution",

@@ -6,13 +6,15 @@ diff of its FunctionType against the nearest earlier trace gave
 TraceType trees they were made from, for later diffs), so they are JSON-ready
 and never print a raw TraceType repr in a reason or a fix.
 
-This is the bottom of the retrace package: it imports no other tflab module.
+This is the bottom of the retrace package: it imports no tflab module but the report base.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
+
+from tflab._report import Report
 
 # The FunctionContext scope types TF 2.21 uses (tracing_compilation.ScopeType).
 VARIABLE_CREATION = "VARIABLE_CREATION"
@@ -134,7 +136,7 @@ class Reason:
 
 
 @dataclasses.dataclass(frozen=True)
-class Trace:
+class Trace(Report):
     """One FuncGraph TF traced, and why.
 
     Attributes:
