@@ -26,7 +26,6 @@ ROOT = Path(__file__).resolve().parents[1] / "tflab"
 PENDING: set[str] = {
     "_report_pages.py",
     "_source_map.py",
-    "_tour/model.py",
     "autograph.py",
     "diagnosis.py",
     "distribute.py",
