@@ -25,6 +25,24 @@ def pytest_sessionstart(session):
         reporter.write_line(line)
 
 
+_COLLECTED: dict[str, set] = {"files": set(), "onednn": set()}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the main pass sees every test
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        name = item.path.name
+        _COLLECTED["files"].add(name)
+        if item.get_closest_marker("onednn") is not None:
+            _COLLECTED["onednn"].add(name)
+
+
+@pytest.fixture(scope="session")
+def collected_test_files():
+    """(every test file collected, the files with an ``onednn``-marked test), before ``-m`` deselection."""
+    return set(_COLLECTED["files"]), set(_COLLECTED["onednn"])
+
+
 @pytest.fixture(scope="session")
 def tour_model():
     """The tour's MobileNetV3Small(weights=None, 96×96×3, 10 classes), built once."""

@@ -221,3 +221,25 @@ def test_background_jobs_hand_back_value_or_exception():
     assert start_jobs(["s01_trace", "s02_retrace"]) == {}  # nothing to start early for these
     assert {v[0] for v in JOBS.values()} == {"custom_op_build", "loss_scaling_demo", "distribute_lab"}
     assert start_jobs([], default_model=False) == {}
+
+
+# ------------------------------------------------------------------- make test's passes
+
+
+def test_the_onednn_passes_collect_every_file_with_a_marked_test(collected_test_files):
+    """``make test``'s onednn passes collect only ``$(ONEDNN_FILES)`` (a grep): no marked test may be
+    left out of them. Checked against the marker as pytest itself applies it, in a run that
+    collected the whole suite (``make test``'s main pass)."""
+    import shutil
+
+    files, marked = collected_test_files
+    every = {p.name for p in Path(__file__).parent.glob("test_*.py")}
+    if files != every or shutil.which("make") is None:
+        pytest.skip("needs the whole suite collected (make test's main pass) and make")
+    root = Path(__file__).parent.parent
+    listed = subprocess.run(["make", "-s", "onednn-files"], cwd=root, capture_output=True, text=True,
+                            check=True).stdout.split()
+    listed = {Path(p).name for p in listed}
+    assert marked, "no onednn-marked test collected: the marker was renamed?"
+    assert marked - listed == set(), f"marked tests the onednn passes would skip: {sorted(marked - listed)}"
+    assert listed - marked == set(), f"files collected by the onednn passes for nothing: {sorted(listed - marked)}"
