@@ -102,22 +102,22 @@ def test_values_that_vary_by_cpu_are_not_verdicts():
 
 
 @pytest.mark.slow
-def test_the_full_tour_states_the_same_facts_as_before(tmp_path):
+def test_the_full_tour_states_the_same_facts_as_before(full_tour):
     """The whole tour on MobileNetV3Small, fresh process as `make tour`: facts equal the old tour's.
 
-    Also its last lines: the total and the slowest section, read back from report.json.
+    Also its last lines: the total and the slowest section, read back from report.json. The tour
+    is the session's one (conftest's ``full_tour``: started when collection ends, it runs beside
+    the other tests, and this test runs last).
     """
     from tflab._tour.facts import compare_facts
 
-    out = tmp_path / "tour"
-    proc = subprocess.run([sys.executable, "-m", "tflab", "tour", "--out", str(out)], capture_output=True,
-                          text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=2400)  # a loaded 2-core machine: 1179 s seen
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    returncode, stdout, stderr, out = full_tour
+    assert returncode == 0, stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     assert compare_facts(report, _expected_now()) == []
     slowest = report["slowest_section"]
     assert report["section_seconds"][slowest] == max(report["section_seconds"].values())
-    last = proc.stdout.strip().splitlines()[-1]
+    last = stdout.strip().splitlines()[-1]
     assert last.startswith(f"total {report['total_seconds']:.1f} s") and f"slowest section {slowest}" in last
     # The custom-op section waited for the build the tour started in the background.
     assert report["custom_op"]["opcheck_failed"] is None
