@@ -242,3 +242,22 @@ def test_the_onednn_passes_collect_every_file_with_a_marked_test(collected_test_
     assert marked, "no onednn-marked test collected: the marker was renamed?"
     assert marked - listed == set(), f"marked tests the onednn passes would skip: {sorted(marked - listed)}"
     assert listed - marked == set(), f"files collected by the onednn passes for nothing: {sorted(listed - marked)}"
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="per-thread nice values are Linux's")
+def test_the_op_build_job_runs_its_processes_at_a_lower_priority():
+    """The custom-op build's job thread, and so the compilers it starts, run at nice +10; the
+    caller's thread keeps its own (the tour's main thread: its tracing is the critical path)."""
+    import sys
+
+    from tflab._tour.background import JOBS, BackgroundJob
+
+    assert JOBS["s09_custom_op"][4] == 10 and JOBS["s11_distribute"][4] == 0
+    before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    child = "import os; print(os.getpriority(os.PRIO_PROCESS, 0))"
+    job = BackgroundJob("nice", lambda: int(subprocess.run([sys.executable, "-c", child], capture_output=True,
+                                                             text=True, check=True).stdout), nice=10)
+    assert job.result() == min(before + 10, 19)  # what a compiler started by the job runs at
+    plain = BackgroundJob("plain", lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+    assert plain.result() == before
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before  # this thread unchanged
