@@ -39,6 +39,8 @@ class BackgroundJob:
     Args:
         name: what it is, for the progress line (``"custom-op build"``).
         fn: the work; its return value or exception is handed to `result`.
+        nice: added to the job thread's nice value before ``fn`` runs (0: none);
+            the processes ``fn`` starts inherit it (Linux; elsewhere ignored).
 
     Attributes:
         started: ``time.perf_counter()`` when the thread started.
