@@ -15,7 +15,7 @@ STAMP  := $(VENV)/.tflab-installed
 
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: tour test install bench clean
+.PHONY: tour test install bench clean onednn-files
 
 install: $(STAMP)
 
@@ -40,16 +40,25 @@ tour: $(STAMP)
 # oneDNN forced on, whatever this CPU's default is; everything else runs once,
 # in the default configuration. `python -m tflab.runtime --capped-env` prints
 # the caps that lower this CPU (ONEDNN_MAX_CPU_ISA, XLA_FLAGS, TFLAB_WARP_SOFTMAX_ISA).
+# The onednn passes collect only the test files that carry the marker (pytest
+# would otherwise import all ~40 test modules to deselect 95% of them: ~30-50 s
+# per pass on 2 cores); tests/test_00_tour_speed.py checks this list against
+# the marker pytest itself collects.
+ONEDNN_FILES := $(shell grep -lE 'mark\.onednn' tests/test_*.py)
+
 test: $(STAMP)
 	@caps="$$($(BIN)/python -m tflab.runtime --capped-env)"; \
 	  if [ -n "$$caps" ]; then echo "make test: pass 3 emulates an AVX2 CPU: $$caps"; \
 	  else echo "make test: pass 3 (ISA caps at AVX2) skipped: this CPU is at AVX2 or below, so pass 4 (oneDNN on) runs what it would"; fi
 	$(BIN)/python -m pytest -q --durations=15 -m "not onednn"
-	TF_ENABLE_ONEDNN_OPTS=0 $(BIN)/python -m pytest -q -m onednn
+	TF_ENABLE_ONEDNN_OPTS=0 $(BIN)/python -m pytest -q -m onednn $(ONEDNN_FILES)
 	@caps="$$($(BIN)/python -m tflab.runtime --capped-env)"; \
 	  if [ -n "$$caps" ]; then echo "pass 3: TF_ENABLE_ONEDNN_OPTS=1 $$caps"; \
-	    eval "env TF_ENABLE_ONEDNN_OPTS=1 $$caps $(BIN)/python -m pytest -q -m onednn"; fi
-	TF_ENABLE_ONEDNN_OPTS=1 $(BIN)/python -m pytest -q -m onednn
+	    eval "env TF_ENABLE_ONEDNN_OPTS=1 $$caps $(BIN)/python -m pytest -q -m onednn $(ONEDNN_FILES)"; fi
+	TF_ENABLE_ONEDNN_OPTS=1 $(BIN)/python -m pytest -q -m onednn $(ONEDNN_FILES)
+
+onednn-files:
+	@echo $(ONEDNN_FILES)
 
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done

@@ -1,4 +1,5 @@
-"""Shared fixtures: TF is imported once, the tour model is built once per run."""
+"""Shared fixtures: TF is imported once, the tour model is built once per run, the full tour runs
+once per session beside the other tests."""
 
 from __future__ import annotations
 
@@ -23,6 +24,91 @@ def pytest_sessionstart(session):
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         reporter.write_line(line)
+
+
+_COLLECTED: dict[str, set] = {"files": set(), "onednn": set()}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the main pass sees every test
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        name = item.path.name
+        _COLLECTED["files"].add(name)
+        if item.get_closest_marker("onednn") is not None:
+            _COLLECTED["onednn"].add(name)
+
+
+# The one full tour of a session (`make tour` in a fresh process: 2-3 min on 2 quiet cores).
+# It starts when collection ends, in its own process, and runs while the other tests run (they
+# are mostly Python tracing on one core); the tests that read it are moved to the session's end.
+FULL_TOUR_TESTS = ("test_the_full_tour_states_the_same_facts_as_before",)
+FULL_TOUR_TIMEOUT = 2400  # a loaded 2-core machine: 1179 s seen
+_FULL_TOUR: dict = {}
+
+
+def _start_full_tour() -> dict:
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    if not _FULL_TOUR:
+        root = tempfile.mkdtemp(prefix="tflab-test-full-tour-")
+        stdout, stderr = open(os.path.join(root, "stdout"), "w"), open(os.path.join(root, "stderr"), "w")
+        proc = subprocess.Popen([sys.executable, "-m", "tflab", "tour", "--out", os.path.join(root, "tour")],
+                                stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
+                                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+        stdout.close(), stderr.close()
+        _FULL_TOUR.update(proc=proc, root=root, started=time.monotonic())
+    return _FULL_TOUR
+
+
+def pytest_collection_finish(session):
+    """Starts the full tour when a test that reads it is selected, and moves those tests last."""
+    if session.config.option.collectonly:
+        return
+    late = [item for item in session.items if item.name in FULL_TOUR_TESTS]
+    if late:
+        session.items[:] = [item for item in session.items if item.name not in FULL_TOUR_TESTS] + late
+        _start_full_tour()
+
+
+def pytest_sessionfinish(session):
+    """A session stopped early (``-x``, Ctrl-C) stops its tour; its folder goes."""
+    import shutil
+
+    proc = _FULL_TOUR.get("proc")
+    if proc is not None and proc.poll() is None:
+        proc.terminate()  # the tflab supervisor forwards it to its child
+        try:
+            proc.wait(30)
+        except Exception:
+            proc.kill()
+            proc.wait()
+    if _FULL_TOUR.get("root"):
+        shutil.rmtree(_FULL_TOUR["root"], ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def full_tour():
+    """The session's full tour: ``(returncode, stdout, stderr, out folder)``, waited for.
+
+    ``python -m tflab tour --out DIR`` on the default MobileNetV3Small in a fresh process, as
+    ``make tour`` runs it; started at the end of collection (`pytest_collection_finish`).
+    """
+    from pathlib import Path
+
+    tour = _start_full_tour()
+    proc = tour["proc"]
+    proc.wait(timeout=FULL_TOUR_TIMEOUT)
+    root = Path(tour["root"])
+    return proc.returncode, (root / "stdout").read_text(), (root / "stderr").read_text(), root / "tour"
+
+
+@pytest.fixture(scope="session")
+def collected_test_files():
+    """(every test file collected, the files with an ``onednn``-marked test), before ``-m`` deselection."""
+    return set(_COLLECTED["files"]), set(_COLLECTED["onednn"])
 
 
 @pytest.fixture(scope="session")

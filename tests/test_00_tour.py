@@ -91,3 +91,23 @@ def test_materialize_one_stream_per_call_and_size_limit():
     np.testing.assert_array_equal(x.numpy(), again.numpy())  # seeded: reproducible
     with pytest.raises(UsageError, match="needs 372.5 GiB"):
         materialize(tf.TensorSpec([100_000_000_000], name="x"))
+
+
+def test_calibrate_batch_norm_reaches_nested_layers():
+    """Issue 23: the walk over the public ``.layers`` lists finds a BatchNormalization inside a
+    nested model too; each gets the batch's statistics (momentum 0) and keeps its own momentum."""
+    import keras
+    import numpy as np
+
+    from tflab._tour.model import _nested_layers, calibrate_batch_norm
+
+    inner = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.BatchNormalization()])
+    outer = keras.Sequential([keras.Input((4,)), inner, keras.layers.BatchNormalization(momentum=0.9)])
+    bns = [layer for layer in _nested_layers(outer) if isinstance(layer, keras.layers.BatchNormalization)]
+    assert len(bns) == 2 and bns[0] is inner.layers[1] and bns[1] is outer.layers[1]
+    batch = np.random.default_rng(0).normal(3.0, 2.0, (64, 4)).astype("float32")
+    calibrate_batch_norm(outer, batch)
+    h = inner.layers[0](batch).numpy()  # what the inner BN saw
+    np.testing.assert_allclose(bns[0].moving_mean.numpy(), h.mean(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(bns[0].moving_variance.numpy(), h.var(0), rtol=1e-4, atol=1e-5)
+    assert [b.momentum for b in bns] == [0.99, 0.9]  # restored

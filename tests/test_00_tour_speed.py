@@ -17,7 +17,6 @@ import copy
 import json
 import os
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -102,22 +101,22 @@ def test_values_that_vary_by_cpu_are_not_verdicts():
 
 
 @pytest.mark.slow
-def test_the_full_tour_states_the_same_facts_as_before(tmp_path):
+def test_the_full_tour_states_the_same_facts_as_before(full_tour):
     """The whole tour on MobileNetV3Small, fresh process as `make tour`: facts equal the old tour's.
 
-    Also its last lines: the total and the slowest section, read back from report.json.
+    Also its last lines: the total and the slowest section, read back from report.json. The tour
+    is the session's one (conftest's ``full_tour``: started when collection ends, it runs beside
+    the other tests, and this test runs last).
     """
     from tflab._tour.facts import compare_facts
 
-    out = tmp_path / "tour"
-    proc = subprocess.run([sys.executable, "-m", "tflab", "tour", "--out", str(out)], capture_output=True,
-                          text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=2400)  # a loaded 2-core machine: 1179 s seen
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    returncode, stdout, stderr, out = full_tour
+    assert returncode == 0, stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     assert compare_facts(report, _expected_now()) == []
     slowest = report["slowest_section"]
     assert report["section_seconds"][slowest] == max(report["section_seconds"].values())
-    last = proc.stdout.strip().splitlines()[-1]
+    last = stdout.strip().splitlines()[-1]
     assert last.startswith(f"total {report['total_seconds']:.1f} s") and f"slowest section {slowest}" in last
     # The custom-op section waited for the build the tour started in the background.
     assert report["custom_op"]["opcheck_failed"] is None
@@ -221,3 +220,44 @@ def test_background_jobs_hand_back_value_or_exception():
     assert start_jobs(["s01_trace", "s02_retrace"]) == {}  # nothing to start early for these
     assert {v[0] for v in JOBS.values()} == {"custom_op_build", "loss_scaling_demo", "distribute_lab"}
     assert start_jobs([], default_model=False) == {}
+
+
+# ------------------------------------------------------------------- make test's passes
+
+
+def test_the_onednn_passes_collect_every_file_with_a_marked_test(collected_test_files):
+    """``make test``'s onednn passes collect only ``$(ONEDNN_FILES)`` (a grep): no marked test may be
+    left out of them. Checked against the marker as pytest itself applies it, in a run that
+    collected the whole suite (``make test``'s main pass)."""
+    import shutil
+
+    files, marked = collected_test_files
+    every = {p.name for p in Path(__file__).parent.glob("test_*.py")}
+    if files != every or shutil.which("make") is None:
+        pytest.skip("needs the whole suite collected (make test's main pass) and make")
+    root = Path(__file__).parent.parent
+    listed = subprocess.run(["make", "-s", "onednn-files"], cwd=root, capture_output=True, text=True,
+                            check=True).stdout.split()
+    listed = {Path(p).name for p in listed}
+    assert marked, "no onednn-marked test collected: the marker was renamed?"
+    assert marked - listed == set(), f"marked tests the onednn passes would skip: {sorted(marked - listed)}"
+    assert listed - marked == set(), f"files collected by the onednn passes for nothing: {sorted(listed - marked)}"
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="per-thread nice values are Linux's")
+def test_the_op_build_job_runs_its_processes_at_a_lower_priority():
+    """The custom-op build's job thread, and so the compilers it starts, run at nice +10; the
+    caller's thread keeps its own (the tour's main thread: its tracing is the critical path)."""
+    import sys
+
+    from tflab._tour.background import JOBS, BackgroundJob
+
+    assert JOBS["s09_custom_op"][4] == 10 and JOBS["s11_distribute"][4] == 0
+    before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    child = "import os; print(os.getpriority(os.PRIO_PROCESS, 0))"
+    job = BackgroundJob("nice", lambda: int(subprocess.run([sys.executable, "-c", child], capture_output=True,
+                                                             text=True, check=True).stdout), nice=10)
+    assert job.result() == min(before + 10, 19)  # what a compiler started by the job runs at
+    plain = BackgroundJob("plain", lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+    assert plain.result() == before
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before  # this thread unchanged

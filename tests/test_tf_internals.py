@@ -21,11 +21,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "tflab"
 
-# Files not yet moved behind the adapter (issue 23 in progress): each entry is removed as its
-# module moves; the test below also fails if an entry is no longer needed.
-PENDING: set[str] = {
-    "_tour/model.py",
-}
+# Files allowed to reach TF internals outside the adapter (none): an entry added here must be
+# removed once its module moves; the test below also fails if an entry is no longer needed.
+PENDING: set[str] = set()
 
 INTERNAL_MODULES = ("tensorflow.python", "tensorflow.core", "tensorflow.lite.python",
                     "tensorflow.compiler", "tensorflow.tsl", "tensorflow.dtensor")

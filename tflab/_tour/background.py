@@ -16,6 +16,13 @@ them do, and that runs in child processes:
 Started in a thread at the tour's start, their processes run on the other
 core while the earlier sections trace in this one (tracing is Python under
 the GIL: one core), and each section waits only for what is left.
+
+The op build runs at a lower CPU priority (``nice`` 10): on a cold cache its
+compilers (g++ three times, nvcc when CUDA is installed) would otherwise take
+turns with the tour's main thread, whose tracing is the tour's critical path,
+while the build is needed only at the custom-op section near the end. On
+Linux the nice value is a thread's own and a forked child inherits its
+thread's (sched(7), setpriority(2)), so it is set on the job's thread only.
 """
 
 from __future__ import annotations
@@ -32,14 +39,17 @@ class BackgroundJob:
     Args:
         name: what it is, for the progress line (``"custom-op build"``).
         fn: the work; its return value or exception is handed to `result`.
+        nice: added to the job thread's nice value before ``fn`` runs (0: none);
+            the processes ``fn`` starts inherit it (Linux; elsewhere ignored).
 
     Attributes:
         started: ``time.perf_counter()`` when the thread started.
         finished: ``time.perf_counter()`` when ``fn`` returned or raised; None before.
     """
 
-    def __init__(self, name: str, fn: Callable[[], Any]) -> None:
+    def __init__(self, name: str, fn: Callable[[], Any], nice: int = 0) -> None:
         self.name = name
+        self.nice = nice
         self.future: Future = Future()
         self.started = time.perf_counter()
         self.finished: float | None = None
@@ -48,6 +58,8 @@ class BackgroundJob:
 
     def _run(self, fn: Callable[[], Any]) -> None:
         try:
+            if self.nice:
+                _lower_this_threads_priority(self.nice)
             value = fn()
         except BaseException as e:  # handed to the section that waits for it
             self.finished = time.perf_counter()
@@ -68,6 +80,24 @@ class BackgroundJob:
     def seconds(self) -> float | None:
         """Wall seconds ``fn`` ran; None while it runs."""
         return None if self.finished is None else self.finished - self.started
+
+
+def _lower_this_threads_priority(increment: int) -> None:
+    """Adds ``increment`` to the calling thread's nice value (Linux: per thread); elsewhere nothing.
+
+    The processes this thread starts afterwards inherit it; the tour's main
+    thread keeps its own.
+    """
+    import os
+
+    native_id = getattr(threading, "get_native_id", None)
+    if not hasattr(os, "setpriority") or native_id is None or not os.path.exists("/proc/self/task"):
+        return
+    try:
+        tid = native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(os.getpriority(os.PRIO_PROCESS, tid) + increment, 19))
+    except OSError:
+        pass  # a priority is a hint: the build still runs
 
 
 def build_custom_op():
@@ -127,11 +157,11 @@ def loss_scaling_demo():
             return pickle.load(f)
 
 
-# section module -> (key in TourContext.shared, name, work, default model only)
+# section module -> (key in TourContext.shared, name, work, default model only, nice increment)
 JOBS = {
-    "s09_custom_op": ("custom_op_build", "custom-op build", build_custom_op, False),
-    "s10_precision": ("loss_scaling_demo", "loss-scaling demo", loss_scaling_demo, True),
-    "s11_distribute": ("distribute_lab", "distribute lab", distribute_lab, False),
+    "s09_custom_op": ("custom_op_build", "custom-op build", build_custom_op, False, 10),
+    "s10_precision": ("loss_scaling_demo", "loss-scaling demo", loss_scaling_demo, True, 0),
+    "s11_distribute": ("distribute_lab", "distribute lab", distribute_lab, False, 0),
 }
 
 
@@ -143,5 +173,5 @@ def start_jobs(sections: list[str], default_model: bool = True) -> dict[str, Bac
         default_model: the tour runs on its own MobileNetV3Small (step 10's
             demo runs only then).
     """
-    return {key: BackgroundJob(name, fn) for mod, (key, name, fn, default_only) in JOBS.items()
+    return {key: BackgroundJob(name, fn, nice) for mod, (key, name, fn, default_only, nice) in JOBS.items()
             if mod in sections and (default_model or not default_only)}

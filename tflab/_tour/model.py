@@ -51,8 +51,7 @@ def calibrate_batch_norm(model, batch) -> None:
     """
     import keras
 
-    layers = [layer for layer in model._flatten_layers()  # pylint: disable=protected-access
-              if isinstance(layer, keras.layers.BatchNormalization)]
+    layers = [layer for layer in _nested_layers(model) if isinstance(layer, keras.layers.BatchNormalization)]
     saved = [layer.momentum for layer in layers]
     try:
         for layer in layers:
@@ -61,6 +60,23 @@ def calibrate_batch_norm(model, batch) -> None:
     finally:
         for layer, momentum in zip(layers, saved):
             layer.momentum = momentum
+
+
+def _nested_layers(model) -> list:
+    """Every layer under ``model`` through the public ``.layers`` lists, depth first, each once.
+
+    A functional model such as MobileNetV3Small lists all its layers at the top;
+    a nested model (a Sequential inside a functional one) lists its own.
+    """
+    seen: dict[int, Any] = {}
+    stack = list(reversed(getattr(model, "layers", None) or []))
+    while stack:
+        layer = stack.pop()
+        if id(layer) in seen:
+            continue
+        seen[id(layer)] = layer
+        stack.extend(reversed(getattr(layer, "layers", None) or []))
+    return list(seen.values())
 
 
 def model_input_spec(model) -> Any:
@@ -76,7 +92,7 @@ def model_input_spec(model) -> Any:
         specs = [tf.TensorSpec([None] + list(t.shape[1:]), t.dtype, name=getattr(t, "name", None))
                  for t in inputs]
         return specs[0] if len(specs) == 1 else specs
-    sig = getattr(model, "_endpoint_signature", None) or getattr(model, "call_endpoint_fn", None)
+    sig = getattr(model, "call_endpoint_fn", None)  # keras.layers.TFSMLayer's loaded signature
     if sig is not None and hasattr(sig, "structured_input_signature"):
         _, kwargs = sig.structured_input_signature
         specs = [tf.TensorSpec([None] + s.shape.as_list()[1:], s.dtype, name=n) for n, s in kwargs.items()]
