@@ -439,8 +439,8 @@ class RetraceProbe:
     def side_effects(self) -> list[str]:
         """The body's Python side effects that ran only while tracing, one line each.
 
-        ``\`o.value += 1\` (line 9) ran 1 time in 5 calls: it runs only while
-        tracing; use a tf.Variable …`` (`tflab.retrace.sideeffects`). Empty
+        For example "`o.value += 1` (line 9) ran 1 time in 5 calls: it runs only while
+        tracing; use a tf.Variable …" (`tflab.retrace.sideeffects`). Empty
         before the first trace, or when every call traced (nothing was skipped).
         """
         if not self._count or self._count >= self.calls:
