@@ -63,9 +63,20 @@ def _start_full_tour() -> dict:
     return _FULL_TOUR
 
 
+def _xdist_worker(config) -> bool:
+    """True in a pytest-xdist worker (``make test`` runs the main pass with ``-n``)."""
+    return hasattr(config, "workerinput")
+
+
 def pytest_collection_finish(session):
-    """Starts the full tour when a test that reads it is selected, and moves those tests last."""
-    if session.config.option.collectonly:
+    """Starts the full tour when a test that reads it is selected, and moves those tests last.
+
+    Under pytest-xdist each worker collects every test but runs only its share, and the order
+    must stay the same in every worker: there the tour starts when its test asks for it (the
+    `full_tour` fixture), in the one worker that runs that file (``--dist loadfile``), while the
+    other worker runs the rest.
+    """
+    if session.config.option.collectonly or _xdist_worker(session.config):
         return
     late = [item for item in session.items if item.name in FULL_TOUR_TESTS]
     if late:
