@@ -605,3 +605,47 @@ def test_compare_precisions_refuses_a_loss_scale_past_float_range():
 
     with pytest.raises(UsageError, match=r"^loss_scale must be None, a positive number or 'dynamic'"):
         tflab.compare_precisions(lambda x: x * 2.0, tf.ones([2, 4]), loss_scale=10 ** 400)
+
+
+# --------------------------------------------------------------- session 4 hostile trial (each broke before)
+
+def test_check_tflite_node_data_keeps_an_existing_file_unless_force(tmp_path):
+    import tflab
+    """`check-tflite --node-data` went through output_path's old default (overwrite): now --force decides."""
+    import argparse
+
+    from tflab._paths import output_path
+
+    old = tmp_path / "nodes.json"
+    old.write_text("old")
+    with pytest.raises(tflab.UsageError, match="exists; pass --force"):
+        output_path(old, "--node-data")
+    output_path(old, "--node-data", overwrite=True).write("new")
+    assert old.read_text() == "new"
+    from tflab.commands import check_tflite_cmd
+
+    p = argparse.ArgumentParser()
+    check_tflite_cmd.add_arguments(p)
+    assert p.parse_args(["m.tflite", "sm", "--node-data", "x.json", "--force"]).force is True
+
+
+def test_python_api_refuses_odd_arguments_with_one_usage_error(tmp_path):
+    import tensorflow as tf
+
+    import tflab
+    from tflab.litert.check import check_tflite
+    from tflab.modes import compare_modes
+    from tflab.retrace.log import trace_script
+
+    with pytest.raises(tflab.UsageError, match="path of a .py file, got NoneType"):
+        trace_script(None)
+    with pytest.raises(tflab.UsageError, match="flatbuffer's bytes"):
+        check_tflite("model.tflite", str(tmp_path), {"x": np.ones((1, 2), np.float32)})
+    with pytest.raises(tflab.UsageError, match="not a"):
+        check_tflite(b"", str(tmp_path), {"x": np.ones((1, 2), np.float32)})
+    with pytest.raises(tflab.UsageError, match="not a readable TFLite flatbuffer"):
+        check_tflite(b"\0" * 4 + b"TFL3" + b"\xff" * 200, str(tmp_path), {"x": np.ones((1, 2), np.float32)})
+    with pytest.raises(tflab.UsageError, match="unknown quantization 'bogus'"):
+        check_tflite(b"\0" * 4 + b"TFL3", str(tmp_path), {}, "bogus")
+    with pytest.raises(tflab.UsageError, match="hlo='bogus'"):
+        compare_modes(lambda x: x * 2.0, tf.TensorSpec([2]), hlo="bogus")

@@ -27,7 +27,8 @@ Use from a verb (new verbs: do the same for every output option)::
     from tflab._paths import output_path
 
     def run(args):
-        dot = output_path(args.dot, "--dot", example="graph.dot") if args.dot else None  # before work
+        dot = (output_path(args.dot, "--dot", example="graph.dot", overwrite=args.force)  # before work
+               if args.dot else None)
         report = ...                                                                  # the work
         if dot:
             dot.write(report.to_dot())                                                # atomic
@@ -368,7 +369,7 @@ def _special_kind(p: Path) -> str | None:
     return None
 
 
-def output_path(path: str | os.PathLike, flag: str, *, folder: bool = False, overwrite: bool = True,
+def output_path(path: str | os.PathLike, flag: str, *, folder: bool = False, overwrite: bool = False,
                 example: str = "out.txt", exclusive: bool = False) -> OutputPath:
     """Checks, before any work, that a user's output path can be written, by really writing there.
 
@@ -385,7 +386,8 @@ def output_path(path: str | os.PathLike, flag: str, *, folder: bool = False, ove
         path: the path the user gave.
         flag: the option that gave it (``"--dot"``, ``"--out"``), for messages.
         folder: True when the output is a folder (``export --out``).
-        overwrite: False refuses an existing file (``--hlo`` without ``--force``).
+        overwrite: False (the default) refuses an existing file: a verb passes its
+            ``--force`` here (``--hlo`` without ``--force`` keeps the old file).
             Existing folders are the caller's to judge (``export --force`` rules).
         example: a file name for the "give a file path such as" hint.
         exclusive: for a folder output, publish it only if nothing took the

@@ -66,6 +66,11 @@ from tflab._numeric import ulp_distance  # noqa: F401  (tflab.modes.ulp_distance
 from tflab._target import _check_target, _function_name, signature_args
 from tflab._usercode import user_entry
 from tflab._xla import count_fusions, fetch_hlo, probe_hlo_stages, xla_reason  # noqa: F401
+
+# The stages of tf.function.experimental_get_compiler_ir on TF 2.21 (eager/pywrap_tfe_src.cc's
+# "Valid values are" list, read by tflab._xla.probe_hlo_stages at run time).
+HLO_STAGES = ("stablehlo", "stablehlo_serialized", "hlo", "hlo_serialized", "optimized_hlo",
+              "optimized_hlo_serialized", "optimized_hlo_proto_serialized", "optimized_hlo_dot")
 from tflab.errors import UsageError
 
 __all__ = ["compare_modes", "ModeComparison", "ModeResult", "Distance", "speed_text", "ulp_distance",
@@ -343,6 +348,12 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
                          f"always runs); give one or more of 'graph', 'xla'")
     if ulp_bound < 0 or not atol >= 0:
         raise UsageError(f"ulp_bound and atol must be >= 0, got {ulp_bound} and {atol}")
+    if not isinstance(hlo, bool):
+        stages = (hlo,) if isinstance(hlo, str) else tuple(hlo) if isinstance(hlo, (list, tuple)) else None
+        if stages is None or not stages or any(s not in HLO_STAGES for s in stages):
+            raise UsageError(f"compare_modes: hlo={hlo!r}: give True, False or a tuple of stage names from "
+                             f"{', '.join(HLO_STAGES)} (tf.function.experimental_get_compiler_ir's stages)")
+        hlo = stages
     run_modes = [m for m in MODES if m == "eager" or m in modes]
     python_fn = getattr(fn, "python_function", fn)
     name = _function_name(fn)

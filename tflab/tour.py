@@ -234,7 +234,8 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
         # Paths in the report name the final folder, not the temporary one.
         report = json.loads(json.dumps(to_jsonable(report)).replace(
             json.dumps(str(tmp))[1:-1], json.dumps(str(target.path))[1:-1]))
-        output_path(out / "report.json", "--out").write(json.dumps(report, indent=2))
+        output_path(out / "report.json", "--out", overwrite=True).write(  # in the tour's own temp folder
+            json.dumps(report, indent=2))
         from tflab.errors import raise_if_terminated
 
         raise_if_terminated()  # a SIGTERM a finalizer swallowed: do not commit

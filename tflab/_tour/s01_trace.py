@@ -20,7 +20,7 @@ def run(ctx) -> None:
 
     ctx.shared["trace_report"] = report  # the --html page draws it; --tensorboard writes it
     dot_path = ctx.out_dir / "inference.dot"
-    output_path(dot_path, "--out").write(report.to_dot(max_ops=None))
+    output_path(dot_path, "--out", overwrite=True).write(report.to_dot(max_ops=None))
     var_bytes = sum(c.bytes for c in report.variables)
     top = ", ".join(f"{t}×{n}" for t, n in list(report.op_counts.items())[:6])
     ctx.line(f"serve{report._signature_str()} -> {report._outputs_str()}")

@@ -28,6 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node-data", metavar="OUT.json",
                    help="also write each op's |Δ|/bound as Model Explorer node data (keyed by output tensor "
                         "name) to OUT.json")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --node-data file")
     p.add_argument("--keep-float", action="store_true",
                    help="int8: also measure the fix of keeping the ops with the largest share of the output "
                         "error in float (QuantizationDebugger; one more calibration conversion)")
@@ -66,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
 
     from tflab._paths import output_path
 
-    node_out = output_path(args.node_data, "--node-data", example="nodes.json") if args.node_data else None
+    node_out = (output_path(args.node_data, "--node-data", example="nodes.json", overwrite=args.force)
+                if args.node_data else None)
     data = _read_model(args.model)
     sm_dir = require_saved_model_dir(args.saved_model)
     from tflab.examples import load_examples

@@ -22,7 +22,7 @@ import numpy as np
 from tflab._usercode import run_signature
 from tflab.errors import TflabError, UsageError
 from tflab.litert.bounds import MIN_WEIGHT_ELEMENTS, _bounds, _explanation, _sensitivity
-from tflab.litert.conversion import _call_target, analyze_flatbuffer, convert, signature_op_types
+from tflab.litert.conversion import QUANTIZATIONS, _call_target, analyze_flatbuffer, convert, signature_op_types
 from tflab.examples import Examples
 from tflab._numeric import ulp_distance
 from tflab.saved_model import load_saved_model, signature_inputs, signature_outputs
@@ -167,6 +167,25 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
     from ai_edge_litert.interpreter import Interpreter
 
     saved_model_dir = os.fspath(saved_model_dir)
+    if not isinstance(model, (bytes, bytearray, memoryview)):
+        raise UsageError(f"check_tflite takes the flatbuffer's bytes (open(path, 'rb').read()), "
+                         f"got {type(model).__name__}")
+    if quantization not in QUANTIZATIONS:
+        raise UsageError(f"unknown quantization {quantization!r}; use one of {', '.join(QUANTIZATIONS)}")
+    from tflab.litert.ops import read_ops
+
+    from tflab.saved_model import require_saved_model_dir
+
+    try:
+        parsed = read_ops(bytes(model))
+    except UsageError as e:
+        raise UsageError(f"the model is {e}") from None
+    except Exception as e:  # noqa: BLE001 - the identifier is there, a table is broken
+        parsed = None
+    if parsed is None or not parsed.subgraphs:
+        raise UsageError("the model is not a readable TFLite flatbuffer (no subgraph could be read); "
+                         "give the bytes of the .tflite file tf.lite.TFLiteConverter wrote")
+    saved_model_dir = require_saved_model_dir(saved_model_dir)
     batches = Examples.of(examples).check_rows()
     stats = analyze_flatbuffer(model)
     if not float_size and float_model is not None:

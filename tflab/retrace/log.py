@@ -446,6 +446,9 @@ def trace_script(path: str, argv: Sequence[str] = (), include_internal: bool = F
     from tflab._target import user_frame
     from tflab._usercode import process_guard
 
+    if not isinstance(path, (str, os.PathLike)):
+        raise UsageError(f"trace_script takes the path of a .py file, got {type(path).__name__} {path!r}")
+    path = os.fspath(path)
     if not os.path.exists(path):
         raise UsageError(f"script {path!r} does not exist; give a path to a .py file")
     if os.path.isdir(path) or not path.endswith(".py"):
