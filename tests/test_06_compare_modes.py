@@ -599,10 +599,13 @@ def test_hlo_write_error_is_one_line_and_removes_the_tmp(tmp_path):
     from tflab.commands.compare_cmd import _write_hlo
 
     target = tmp_path / "became_a_dir"
-    out = output_path(target, "--hlo")  # the up-front check (issue 21: _write_hlo writes through it)
+    out = output_path(target, "--hlo", overwrite=True)  # --force (issue 21: _write_hlo writes through it)
+    kept = output_path(target, "--hlo")  # no --force: the path is published only if still free
     (target / "inside").mkdir(parents=True)  # appears after the up-front check
     with pytest.raises(UsageError, match=r"--hlo .*became_a_dir: cannot write it: Is a directory"):
         _write_hlo({"hlo": "HloModule m"}, out)
+    with pytest.raises(UsageError, match=r"--hlo .*became_a_dir already exists \(another run wrote it since"):
+        _write_hlo({"hlo": "HloModule m"}, kept)
     assert os.listdir(tmp_path) == ["became_a_dir"]  # no temporary file left
 
 
