@@ -233,4 +233,7 @@ def test_each_tflab_module_imports_alone_in_a_fresh_interpreter():
         # What Python loaded is within what the ast graph says m can reach (plus parent packages).
         reach = closure(m)
         parents = {".".join(x.split(".")[:i]) for x in reach for i in range(1, x.count(".") + 1)}
-        assert set(r["loaded"]) <= reach | parents, (m, sorted(set(r["loaded"]) - reach - parents))
+        # Importing a submodule runs its parent packages' __init__ first; a package root imports
+        # only tflab._lazy at import time (its parts load on first use, which this import does not do).
+        reach |= parents | ({"tflab._lazy"} if len(parents) > 1 else set())
+        assert set(r["loaded"]) <= reach, (m, sorted(set(r["loaded"]) - reach))

@@ -54,6 +54,8 @@ from __future__ import annotations
 
 import importlib
 
+from tflab._lazy import lazy_exports
+
 _EXPORTS = {
     "diagnose": "engine",
     **dict.fromkeys(("NUMPY_TO_TF", "FunctionSource", "numpy_equivalent", "trace_fixed"), "fixes"),
@@ -66,14 +68,5 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    part = _EXPORTS.get(name)
-    if part is None:
-        raise AttributeError(f"module 'tflab.diagnosis' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"tflab.diagnosis.{part}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS,
+                                      lambda part: importlib.import_module(f"tflab.diagnosis.{part}"))

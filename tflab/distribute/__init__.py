@@ -43,6 +43,8 @@ from __future__ import annotations
 
 import importlib
 
+from tflab._lazy import lazy_exports
+
 # Public name -> the submodule that defines it (PEP 562 module __getattr__).
 _EXPORTS = {
     **dict.fromkeys(("CROSS_REPLICA_OP", "configure_logical_cpus", "lab_dataset", "make_replica_step",
@@ -63,14 +65,5 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    part = _EXPORTS.get(name)
-    if part is None:
-        raise AttributeError(f"module 'tflab.distribute' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"tflab.distribute.{part}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS,
+                                      lambda part: importlib.import_module(f"tflab.distribute.{part}"))

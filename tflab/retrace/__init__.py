@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import importlib
 
+from tflab._lazy import lazy_exports
+
 # Public name -> the submodule that defines it. Imported on first use (PEP 562
 # module __getattr__), so importing one part (tflab.retrace.diff) loads only
 # that part and what it imports, never the whole package.
@@ -52,14 +54,5 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    part = _EXPORTS.get(name)
-    if part is None:
-        raise AttributeError(f"module 'tflab.retrace' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"tflab.retrace.{part}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS,
+                                      lambda part: importlib.import_module(f"tflab.retrace.{part}"))
