@@ -163,10 +163,26 @@ class ModeResult:
                 f"raw max_ulp={self.max_ulp!r} max_abs_diff={self.max_abs_diff!r} "
                 f"first={self.first_call_seconds:.3g}s median={self.median_seconds:.3g}s>")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, arrays: bool = True) -> dict[str, Any]:
+        """JSON-ready dict; ``arrays=False`` gives ``outputs`` and ``gradients`` as shapes only.
+
+        The shapes are taken without converting the arrays: a MobileNet's
+        gradients are 1.5 million floats, whose conversion to JSON lists took
+        seconds only to be thrown away.
+        """
         from tflab._jsonutil import to_jsonable
 
-        return {f.name: to_jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if not arrays and f.name == "outputs":
+                out[f.name] = None if v is None else [list(np.shape(o)) for o in v]
+            elif not arrays and f.name == "gradients":
+                out[f.name] = None if v is None else {
+                    k: (None if g is None else list(np.shape(g))) for k, g in v.items()}
+            else:
+                out[f.name] = to_jsonable(v)
+        return out
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -348,11 +364,7 @@ class ModeComparison(Report):
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             if f.name == "modes" and not arrays:
-                v = {m: {**r.to_dict(),
-                         "outputs": None if r.outputs is None else [list(np.shape(o)) for o in r.outputs],
-                         "gradients": None if r.gradients is None else
-                         {k: (None if g is None else list(np.shape(g))) for k, g in r.gradients.items()}}
-                     for m, r in v.items()}
+                v = {m: r.to_dict(arrays=False) for m, r in v.items()}
             elif f.name == "hlo" and not arrays:
                 v = {k: f"{len(t)} characters" for k, t in v.items()}
             out[f.name] = to_jsonable(v)

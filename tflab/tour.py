@@ -200,11 +200,23 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
     # The op's compilers and the labs' processes run on the other core while the
     # sections before them trace on this one (tflab._tour.background).
     shared: dict = dict(start_jobs(names, default_model=model_path is None))
-    progress("building MobileNetV3Small" if model_path is None else f"loaded {model_path}")
-    if model is None:
-        model = build_default_model()
     tmp = target.temp_dir()
     out = tmp
+    from tflab._tour.lane import Lane, lane_sections
+
+    # Sections that need only the model run in a second process from now on
+    # (tflab._tour.lane), beside the sections this process traces.
+    in_lane = lane_sections(names)
+    lane = Lane(in_lane, tmp, target.path, model_path) if in_lane else None
+    progress("building MobileNetV3Small" if model_path is None else f"loaded {model_path}")
+    try:
+        if model is None:
+            model = build_default_model()
+    except BaseException:
+        if lane is not None:
+            lane.stop()
+        target.discard(tmp)
+        raise
     report: dict = {"model": model_path or "MobileNetV3Small(weights=None, input_shape=(96, 96, 3), classes=10)"}
     from tflab.runtime import runtime_config
 
@@ -220,13 +232,31 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
     tf_logger = logging.getLogger("tensorflow")
     quiet_retracing = _DropRetracingWarning()
     tf_logger.addFilter(quiet_retracing)  # the tour retraces on purpose; the probe explains it
+    lane_report: dict = {}
     try:
         for mod, title in available:
+            name = mod.__name__.rsplit(".", 1)[-1]
             progress(title)
             ctx.section(title)
             t = time.perf_counter()
+            rec = None if lane is None or name not in lane.sections else lane.result(name, ctx.progress)
+            if rec is not None:  # the lane ran it: its text, report entries and its own seconds
+                if not quiet:
+                    print(rec["text"], end="")
+                report.update(rec["report"])
+                timings[name] = rec["seconds"]
+                lane_report.setdefault("sections", []).append(name)
+                lane_report["waited_seconds"] = round(lane_report.get("waited_seconds", 0.0)
+                                                      + time.perf_counter() - t, 2)
+                continue
+            if lane is not None and name in lane.sections:
+                ctx.progress(f"the second process gave no result ({lane.failure}): running {name} here")
+                lane_report["failure"] = lane.failure
             mod.run(ctx)
-            timings[mod.__name__.rsplit(".", 1)[-1]] = round(time.perf_counter() - t, 2)
+            timings[name] = round(time.perf_counter() - t, 2)
+        if lane is not None:
+            shared.update(lane.shared)
+            report["second_process"] = lane_report
         report["section_seconds"] = timings
         report["seconds"] = round(time.perf_counter() - t0, 2)
         report["slowest_section"] = max(timings, key=timings.get) if timings else None
@@ -245,6 +275,8 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
         raise
     finally:
         tf_logger.removeFilter(quiet_retracing)
+        if lane is not None:
+            lane.stop()
     if not quiet:
         slowest = report.get("slowest_section")
         print(f"\nreport: {target.path / 'report.json'}")
