@@ -246,13 +246,14 @@ def test_the_onednn_passes_collect_every_file_with_a_marked_test(collected_test_
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="per-thread nice values are Linux's")
 def test_the_op_build_job_runs_its_processes_at_a_lower_priority():
-    """The custom-op build's job thread, and so the compilers it starts, run at nice +10; the
-    caller's thread keeps its own (the tour's main thread: its tracing is the critical path)."""
+    """The background jobs' threads, and so the processes they start (compilers, the loss-scaling
+    and distribute labs), run at nice +10; the caller's thread keeps its own (the tour's main
+    thread and its second process run the sections: the critical path)."""
     import sys
 
     from tflab._tour.background import JOBS, BackgroundJob
 
-    assert JOBS["s09_custom_op"][4] == 10 and JOBS["s11_distribute"][4] == 0
+    assert [job[4] for job in JOBS.values()] == [10, 10, 10]
     before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     child = "import os; print(os.getpriority(os.PRIO_PROCESS, 0))"
     job = BackgroundJob("nice", lambda: int(subprocess.run([sys.executable, "-c", child], capture_output=True,

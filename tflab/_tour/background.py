@@ -17,10 +17,12 @@ Started in a thread at the tour's start, their processes run on the other
 core while the earlier sections trace in this one (tracing is Python under
 the GIL: one core), and each section waits only for what is left.
 
-The op build runs at a lower CPU priority (``nice`` 10): on a cold cache its
-compilers (g++ three times, nvcc when CUDA is installed) would otherwise take
-turns with the tour's main thread, whose tracing is the tour's critical path,
-while the build is needed only at the custom-op section near the end. On
+The jobs run at a lower CPU priority (``nice`` 10): on a cold cache the op's
+compilers (g++ three times, nvcc when CUDA is installed), and the two labs'
+MobileNet builds and training steps, would otherwise take turns with the
+tour's main thread and its second process (`tflab._tour.lane`), whose
+sections are the tour's critical path, while the jobs' results are needed
+only by the last three sections; they take the cores those leave idle. On
 Linux the nice value is a thread's own and a forked child inherits its
 thread's (sched(7), setpriority(2)), so it is set on the job's thread only.
 """
@@ -160,8 +162,8 @@ def loss_scaling_demo():
 # section module -> (key in TourContext.shared, name, work, default model only, nice increment)
 JOBS = {
     "s09_custom_op": ("custom_op_build", "custom-op build", build_custom_op, False, 10),
-    "s10_precision": ("loss_scaling_demo", "loss-scaling demo", loss_scaling_demo, True, 0),
-    "s11_distribute": ("distribute_lab", "distribute lab", distribute_lab, False, 0),
+    "s10_precision": ("loss_scaling_demo", "loss-scaling demo", loss_scaling_demo, True, 10),
+    "s11_distribute": ("distribute_lab", "distribute lab", distribute_lab, False, 10),
 }
 
 

@@ -14,10 +14,17 @@ its text and takes its report entries as if it had run the section itself.
 A lane that fails (the process dies, a section raises, the result does not
 unpickle) is not a failed tour: the tour runs the section itself, as before.
 
-Sections in the lane see the model as built. In one process they ran after
-steps 2 and 4 had trained it for seven Adam steps; their facts (verdicts,
-statuses, trace counts) do not depend on which of the two it is
-(``tests/test_00_tour_speed.py`` compares them with the stored ones).
+Sections in the lane see the model as steps 2 and 4 leave it: before its
+first section the lane runs the training steps those two sections run (when
+the tour runs them), on the same batches in the same order with one Adam
+optimizer, eagerly (`replay_training`; ~1 s a step against ~10 s a trace).
+It matters: the freshly built MobileNetV3Small's softmax spans only ~0.03 to
+0.4, and its dynamic-range, float16 and int8 TFLite bounds are then wider
+than the output's whole range (vacuous: they cannot fail); after the seven
+steps the outputs span 0 to 1 and each bound can fail. The weights agree with
+the one-process tour's in distribution, not bit for bit (eager kernels, and
+Dropout draws other masks); the facts ``tests/test_00_tour_speed.py``
+compares are the same.
 """
 
 from __future__ import annotations
@@ -42,6 +49,9 @@ LANE_TIMEOUT = 1800.0
 
 # ctx.shared entries a lane section leaves that the tour's page reads.
 SHARED_KEYS = ("export_report",)
+
+# The module the lane's process runs (``python -m``).
+LANE_MODULE = "tflab._tour.lane"
 
 
 class _Notes:
@@ -68,22 +78,26 @@ class Lane:
     """
 
     def __init__(self, sections: list[str], out_dir: Path, final_dir: Path | None,
-                 model_path: str | None) -> None:
+                 model_path: str | None, training: list[str] = ()) -> None:
         import tempfile
 
         self.sections = list(sections)
         self._tmp = tempfile.mkdtemp(prefix="tflab_tour_lane_")
         self._out = os.path.join(self._tmp, "lane.pickle")
         self._notes = os.path.join(self._tmp, "notes.txt")
-        argv = [sys.executable, "-m", "tflab._tour.lane", self._out, self._notes, str(out_dir),
-                str(final_dir or ""), model_path or "", *self.sections]
+        argv = [sys.executable, "-m", LANE_MODULE, self._out, self._notes, str(out_dir),
+                str(final_dir or ""), model_path or "", ",".join(training), *self.sections]
         self.started = time.perf_counter()
-        self._err = open(os.path.join(self._tmp, "stderr.txt"), "w+b")
-        self._proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=self._err,
-                                      env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
-                                           "TFLAB_DEADLINE_S": str(LANE_TIMEOUT)})
-        self._result: dict | None = None
+        self._summary: dict | None = None
         self._failed: str | None = None
+        self._proc = None
+        self._err = open(os.path.join(self._tmp, "stderr.txt"), "w+b")
+        try:
+            self._proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=self._err,
+                                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
+                                               "TFLAB_DEADLINE_S": str(LANE_TIMEOUT)})
+        except OSError as e:  # no process (fork refused under a memory limit): the tour runs them
+            self._failed = f"could not start ({e.strerror or e})"
 
     def last_note(self) -> str:
         """The lane's latest progress note ("" before the first)."""
@@ -95,67 +109,130 @@ class Lane:
         return lines[-1] if lines else ""
 
     def result(self, section: str, progress=None) -> dict | None:
-        """Waits for the lane to finish ``section``; its record, or None when the tour must run it.
+        """Waits until the lane has finished ``section``; its record, or None when the tour must run it.
+
+        Each section's record is its own file, written when the section ends,
+        so the tour shows step 6 while the lane is still exporting.
 
         Args:
             section: a module of `sections`.
             progress: called with a line whenever the lane's latest note changes.
 
         Returns:
-            ``{"text", "report", "shared", "seconds"}`` for ``section``, or None
-            (the lane failed; `failure` says how).
+            ``{"text": str, "report": dict, "seconds": float}`` for
+            ``section``, or None (the lane failed, now or for an earlier
+            section; `failure` says how).
         """
-        if self._result is None and self._failed is None:
-            self._wait(section, progress)
         if self._failed is not None:
             return None
-        rec = self._result["sections"].get(section)
-        if rec is None or rec.get("error"):
-            self._failed = self._failed or (rec or {}).get("error") or f"{section} did not run"
+        rec = self._load(f"{self._out}.{section}", progress)
+        if rec is None:
+            return None
+        if rec.get("error"):
+            self._failed = rec["error"]
             return None
         return rec
+
+    def _load(self, path: str, progress) -> dict | None:
+        """Waits for ``path`` (written by the lane, atomically) and unpickles it; None on failure."""
+        shown = None
+        deadline = self.started + LANE_TIMEOUT
+        while not os.path.exists(path):
+            if self._proc.poll() is not None and not os.path.exists(path):
+                self._failed = self._exit_line()
+                return None
+            if time.perf_counter() > deadline:
+                self.stop()
+                self._failed = f"still running after {LANE_TIMEOUT:.0f} s"
+                return None
+            note = self.last_note()
+            if progress is not None and note != shown:
+                shown = note
+                progress(f"waiting for the second process ({note or 'starting'})")
+            time.sleep(0.1)
+        try:
+            with open(path, "rb") as f:
+                return pickle.load(f)
+        except Exception as e:  # a section's objects that would not unpickle
+            self._failed = f"its result did not load ({type(e).__name__}: {e})"
+            return None
+
+    def _exit_line(self) -> str:
+        self._err.seek(0)
+        last = [ln for ln in self._err.read().decode(errors="replace").splitlines() if ln.strip()][-1:]
+        return f"exit {self._proc.returncode}" + (f": {last[0][:200]}" if last else "")
+
+    def _final(self) -> dict:
+        """What the lane leaves when all its sections ran: shared objects and the replayed steps."""
+        if self._summary is None:
+            self._summary = (self._load(self._out, None) if self._failed is None else None) or {}
+        return self._summary
 
     @property
     def shared(self) -> dict:
         """The ``ctx.shared`` entries (`SHARED_KEYS`) the lane's sections left; {} without a result."""
-        return dict(self._result["shared"]) if self._result is not None else {}
+        return dict(self._final().get("shared", {}))
+
+    @property
+    def training_steps(self) -> list[int] | None:
+        """The batch sizes of the training steps the lane replayed (`replay_training`); None without a result."""
+        return self._final().get("training_steps")
 
     @property
     def failure(self) -> str | None:
         """Why the lane gave no result (None while it has not failed)."""
         return self._failed
 
-    def _wait(self, section: str, progress) -> None:
-        shown = None
-        deadline = self.started + LANE_TIMEOUT
-        while self._proc.poll() is None and time.perf_counter() < deadline:
-            note = self.last_note()
-            if progress is not None and note != shown:
-                shown = note
-                progress(f"waiting for the second process ({note or 'starting'})")
-            time.sleep(0.2)
-        if self._proc.poll() is None:
-            self.stop()
-            self._failed = f"still running after {LANE_TIMEOUT:.0f} s"
-            return
-        try:
-            with open(self._out, "rb") as f:
-                self._result = pickle.load(f)
-        except Exception as e:  # died before writing, or a section's objects would not unpickle
-            self._err.seek(0)
-            last = [ln for ln in self._err.read().decode(errors="replace").splitlines() if ln.strip()][-1:]
-            self._failed = (f"exit {self._proc.returncode}: {last[0][:200]}" if last
-                            else f"exit {self._proc.returncode} ({type(e).__name__})")
-
     def stop(self) -> None:
         """Kills the process if it still runs and removes its files."""
         import shutil
 
-        if self._proc.poll() is None:
+        if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
             self._proc.wait()
         self._err.close()
         shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+# Sections whose training steps change the model before the lane's sections.
+TRAINING_SECTIONS = ("s02_retrace", "s04_stabilize")
+
+
+def replay_training(model, sections: list[str], progress=None) -> int:
+    """Runs eagerly the training steps that ``sections`` (of `TRAINING_SECTIONS`) run in the tour.
+
+    Step 2: the tour's tf.data batches (4, 4, 2); step 4: the same batches,
+    then `step4_extra_batch` (3). One ``keras.optimizers.Adam`` for all, as
+    step 4 reuses step 2's. `tflab._tour.model.make_train_step` is the step.
+
+    Args:
+        model: the lane's model (built or loaded as the tour's).
+        sections: the tour's section modules.
+        progress: called with one line per step.
+
+    Returns:
+        The batch size of each training step run, in order (``[4, 4, 2, 4, 4, 2, 3]``
+        for both sections: what steps 2 and 4 report as their ``batch_sizes``).
+    """
+    import keras
+
+    from tflab._tour.model import make_train_step, model_input_spec, step4_extra_batch, tour_dataset
+
+    spec = model_input_spec(model)
+    num_classes = int(model.outputs[0].shape[-1]) if getattr(model, "outputs", None) else 1
+    batches = []
+    if "s02_retrace" in sections:
+        batches += list(tour_dataset(spec, num_classes))
+    if "s04_stabilize" in sections:
+        batches += list(tour_dataset(spec, num_classes)) + [step4_extra_batch(spec, num_classes)]
+    step = make_train_step(model, keras.optimizers.Adam())
+    sizes = []
+    for i, (x, y) in enumerate(batches):
+        if progress is not None:
+            progress(f"training step {i + 1}/{len(batches)} of steps 2 and 4, eagerly (batch {int(x.shape[0])})")
+        step(x, y)
+        sizes.append(int(x.shape[0]))
+    return sizes
 
 
 def lane_sections(names: list[str]) -> list[str]:
@@ -169,8 +246,8 @@ def lane_sections(names: list[str]) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m tflab._tour.lane OUT NOTES OUT_DIR FINAL_DIR MODEL SECTION…``."""
-    out, notes_path, out_dir, final_dir, model_path, *sections = argv
+    """``python -m tflab._tour.lane OUT NOTES OUT_DIR FINAL_DIR MODEL TRAINING SECTION…``."""
+    out, notes_path, out_dir, final_dir, model_path, training, *sections = argv
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from tflab.distribute.processes import watch_parent
 
@@ -178,12 +255,18 @@ def main(argv: list[str]) -> int:
     watch_parent(os.getppid(), float(os.environ.get("TFLAB_DEADLINE_S", str(LANE_TIMEOUT))) + 5)
     import importlib
 
-    from tflab.tour import TourContext, build_default_model, load_user_model
+    from tflab._tour.context import TourContext, load_user_model
+    from tflab._tour.model import build_default_model
 
     notes = _Notes(notes_path)
     notes("building the model" if not model_path else f"loading {model_path}")
     model = load_user_model(model_path) if model_path else build_default_model()
-    result: dict[str, Any] = {"sections": {}, "shared": {}}
+    result: dict[str, Any] = {"shared": {}, "training_steps": []}
+    try:
+        result["training_steps"] = replay_training(model, training.split(","), notes)
+    except Exception as e:  # the tour runs the sections itself
+        _write(f"{out}.{sections[0]}", {"error": f"replaying steps 2 and 4's training: {type(e).__name__}: {e}"})
+        sections = []
     ctx = TourContext(model=model, model_source=model_path or "default", out_dir=Path(out_dir),
                       report={}, progress_line=notes, final_dir=Path(final_dir) if final_dir else None)
     for name in sections:
@@ -196,11 +279,11 @@ def main(argv: list[str]) -> int:
             with contextlib.redirect_stdout(buf):
                 importlib.import_module(f"tflab._tour.{name}").run(ctx)
         except Exception as e:
-            result["sections"][name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+            _write(f"{out}.{name}", {"error": f"{name}: {type(e).__name__}: "
+                                              f"{str(e).splitlines()[0] if str(e) else ''}"})
             break  # later sections may need what this one left; the tour runs them itself
-        result["sections"][name] = {
-            "text": buf.getvalue(), "seconds": round(time.perf_counter() - t, 2),
-            "report": {k: v for k, v in ctx.report.items() if k not in before}}
+        _write(f"{out}.{name}", {"text": buf.getvalue(), "seconds": round(time.perf_counter() - t, 2),
+                                 "report": {k: v for k, v in ctx.report.items() if k not in before}})
     for key in SHARED_KEYS:
         if key in ctx.shared:
             try:
@@ -208,10 +291,15 @@ def main(argv: list[str]) -> int:
             except Exception:
                 continue  # the page goes without it
             result["shared"][key] = ctx.shared[key]
-    with open(out + ".tmp", "wb") as f:
-        pickle.dump(result, f)
-    os.replace(out + ".tmp", out)
+    _write(out, result)
     return 0
+
+
+def _write(path: str, value: Any) -> None:
+    """Pickles ``value`` to ``path`` atomically (``path.tmp``, then renamed)."""
+    with open(path + ".tmp", "wb") as f:
+        pickle.dump(value, f)
+    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":

@@ -126,6 +126,11 @@ def tour_dataset(spec, num_classes: int, n: int = 10, batch: int = 4, seed: int 
     return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch)
 
 
+def step4_extra_batch(spec, num_classes: int):
+    """Step 4's last training batch, of a size the dataset never yields (3 rows, seed 1)."""
+    return next(iter(tour_dataset(spec, num_classes, n=3, batch=3, seed=1)))
+
+
 def make_train_step(model, optimizer=None):
     """A real training step for ``model``: forward, loss, GradientTape, optimizer update.
 

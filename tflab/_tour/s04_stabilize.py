@@ -8,7 +8,8 @@ def run(ctx) -> None:
 
     from tflab.signatures import stabilize
     from tflab.stabilization import count_traces, stabilization_report
-    from tflab._tour.model import example_batch, make_train_step, model_input_spec, tour_dataset
+    from tflab._tour.model import (example_batch, make_train_step, model_input_spec, step4_extra_batch,
+                                   tour_dataset)
 
     spec = ctx.shared.get("input_spec") or model_input_spec(ctx.model)
     num_classes = int(ctx.model.outputs[0].shape[-1]) if getattr(ctx.model, "outputs", None) else 1
@@ -39,7 +40,7 @@ def run(ctx) -> None:
         step(x, y)
         sizes.append(int(x.shape[0]))
         first_call = len(log) if first_call is None else first_call
-    x3, y3 = next(iter(tour_dataset(spec, num_classes, n=3, batch=3, seed=1)))
+    x3, y3 = step4_extra_batch(spec, num_classes)
     step(x3, y3)
     sizes.append(3)
     ctx.line(f"training step stabilized with {step.input_signature[0]}:")
