@@ -88,8 +88,11 @@ def _patch(owner, name: str, phase: str) -> None:
         setattr(owner, name, _timed(phase, original))
 
 
-def install() -> None:
-    """Wraps the entry points above; call before the tour starts."""
+def install(progress: bool = True) -> None:
+    """Wraps the entry points above; call before the tour starts.
+
+    ``progress``: also take the sections from the tour's progress line (its main process).
+    """
     import subprocess
 
     from tensorflow.python.autograph.impl import api as ag_api
@@ -127,6 +130,8 @@ def install() -> None:
     except ImportError:
         pass
 
+    if not progress:
+        return
     from tflab import _progress
     from tflab.tour import SECTIONS
 
@@ -141,18 +146,40 @@ def install() -> None:
     _progress.Progress.__call__ = section_start
 
 
+def _dump(out: str) -> None:
+    import tflab
+
+    with open(out, "w") as f:
+        json.dump({"tflab_file": tflab.__file__,
+                   "sections": {s: {p: round(v, 3) for p, v in ph.items()} for s, ph in _SECONDS.items()}}, f)
+
+
+def install_lane(out: str) -> None:
+    """In the tour's second process (`tflab._tour.lane`): the same wrappers, sections from its notes.
+
+    The lane names each section it starts in a note (``"<section>: started"``);
+    the phases are written to ``out`` when the process exits.
+    """
+    _SECTION[0] = "lane setup"
+    atexit.register(_dump, out)
+    install(progress=False)
+    from tflab._tour import lane
+
+    note = lane._Notes.note
+
+    def section_start(self, message: str) -> None:
+        if message == "started" and self.prefix:
+            _SECTION[0] = self.prefix.rstrip(": ")
+        return note(self, message)
+
+    lane._Notes.note = section_start
+
+
 def main(argv: list[str]) -> int:
     out, sep, *cli_args = argv
     assert sep == "--", "usage: _tour_phases.py OUT.json -- tour ARGS…"
 
-    def dump() -> None:
-        with open(out, "w") as f:
-            json.dump({"tflab_file": tflab.__file__,
-                       "sections": {s: {p: round(v, 3) for p, v in ph.items()} for s, ph in _SECONDS.items()}}, f)
-
-    import tflab
-
-    atexit.register(dump)
+    atexit.register(_dump, out)
     install()
     from tflab.cli import main as cli_main
 

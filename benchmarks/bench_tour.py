@@ -41,12 +41,26 @@ PHASES = ("tracing", "autograph", "gradients", "graph_first_run", "xla_compile",
 
 
 def run_once(tree: Path, cold_op: bool) -> dict:
-    """One tour in a fresh process from checkout ``tree``: wall, report and phases."""
+    """One tour in a fresh process from checkout ``tree``: wall, report and phases (its folders removed after)."""
+    import shutil
+
     out = tempfile.mkdtemp(prefix="tflab-bench-tour-")
+    op_dir = tempfile.mkdtemp(prefix="tflab-bench-op-") if cold_op else None
+    try:
+        return _run_once(tree, out, op_dir)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+        if op_dir:
+            shutil.rmtree(op_dir, ignore_errors=True)
+
+
+def _run_once(tree: Path, out: str, op_dir: str | None) -> dict:
     phases = os.path.join(out, "phases.json")
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(tree)}
-    if cold_op:
-        env["TFLAB_CUSTOM_OPS_BUILD_DIR"] = tempfile.mkdtemp(prefix="tflab-bench-op-")
+    # The tour's second process gets the same phase timers (benchmarks/_phases_site).
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TFLAB_BENCH_PHASES_DIR": out,
+           "PYTHONPATH": os.pathsep.join([str(tree), str(HERE / "_phases_site")])}
+    if op_dir:
+        env["TFLAB_CUSTOM_OPS_BUILD_DIR"] = op_dir
     t0 = time.perf_counter()
     cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run([sys.executable, str(HERE / "_tour_phases.py"), phases, "--",
@@ -60,6 +74,11 @@ def run_once(tree: Path, cold_op: bool) -> dict:
         raise SystemExit(f"tour in {tree} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
     report = json.loads(Path(out, "tour", "report.json").read_text())
     measured = json.loads(Path(phases).read_text())
+    for lane in Path(out).glob("lane-*.json"):  # sections the tour's second process ran
+        for section, parts in json.loads(lane.read_text())["sections"].items():
+            mine = measured["sections"].setdefault(section, {})
+            for phase, seconds in parts.items():
+                mine[phase] = mine.get(phase, 0.0) + seconds
     if not Path(measured["tflab_file"]).resolve().is_relative_to(tree):
         raise SystemExit(f"the tour ran {measured['tflab_file']}, not the checkout {tree}")
     facts = None
