@@ -187,9 +187,20 @@ class Lane:
         """Kills the process if it still runs and removes its files."""
         import shutil
 
+        if self._proc is not None and self._summary:
+            try:  # it has handed everything over and is exiting: let it end by itself
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
         if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
-            self._proc.wait()
+            # SIGTERM first: the lane unwinds (`tflab.errors.Terminated`), so an export
+            # in progress stops its converter workers and removes its files.
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
         self._err.close()
         shutil.rmtree(self._tmp, ignore_errors=True)
 
@@ -254,6 +265,10 @@ def main(argv: list[str]) -> int:
     # Never an orphan: a tour stopped by Ctrl-C or SIGTERM takes this process with it.
     watch_parent(os.getppid(), float(os.environ.get("TFLAB_DEADLINE_S", str(LANE_TIMEOUT))) + 5)
     import importlib
+
+    from tflab.errors import install_sigterm_handler
+
+    install_sigterm_handler()  # `Lane.stop`'s SIGTERM unwinds the section that runs (its cleanup runs)
 
     from tflab._tour.context import TourContext, load_user_model
     from tflab._tour.model import build_default_model
