@@ -193,20 +193,36 @@ def _tf_flags() -> tuple[list[str], list[str], str]:
             tf.__version__)
 
 
+TF_UNITY = "tf_parts.cc"
+
+
+def _write_unity(objdir: Path) -> None:
+    """Writes ``objdir/TF_UNITY``: the two sources that include TF's headers, as one file.
+
+    The kernels come first: they define ``EIGEN_USE_GPU`` (CUDA builds) before
+    their first TF header, which the op registration's headers would otherwise
+    have included without it. Quoted includes inside them (``"warp_softmax.h"``)
+    are found next to each source.
+    """
+    (objdir / TF_UNITY).write_text("".join(f'#include "{SOURCES[name]}"\n' for name in ("kernels", "ops")))
+
+
 def _commands(cxx: str, nvcc: str | None, objdir: Path, out: Path) -> tuple[list[list[str]], list[str]]:
     cflags, lflags, _ = _tf_flags()
     base = [cxx, "-O2", "-fPIC", "-Wno-deprecated-declarations", *cflags]
     compiles = []
     objs = []
     cuda_home = _cuda_home(nvcc) if nvcc else None
-    for name in ("ops", "kernels", "cpu"):
+    # The op registration and the kernels are one translation unit (`TF_UNITY`):
+    # TF's headers, most of each compile, are parsed once (measured: 27 -> 18 s of CPU).
+    for name, src in (("tf_parts", objdir / TF_UNITY), ("cpu", SOURCES["cpu"])):
         obj = objdir / f"{name}.o"
         flags = list(base)
-        if name == "kernels" and nvcc:
+        if name == "tf_parts" and nvcc:
             flags += ["-DGOOGLE_CUDA=1", f"-I{cuda_home / 'include'}"]
         if name == "cpu":  # no TF headers: plain C++17 is enough
             flags = [cxx, "-O2", "-fPIC", "-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=1"]
-        compiles.append([*flags, "-c", str(SOURCES[name]), "-o", str(obj)])
+        compiles.append([*flags, "-c", str(src), "-o", str(obj)])
         objs.append(str(obj))
     link_extra = []
     if nvcc:
@@ -313,6 +329,7 @@ def build(force: bool = False, cuda: bool | None = None, verbose: bool = False) 
         with tempfile.TemporaryDirectory(dir=out_dir, prefix="obj-") as tmp:
             tmp_so = Path(tmp) / so_path.name
             compiles, link = _commands(cxx, nvcc, Path(tmp), tmp_so)
+            _write_unity(Path(tmp))
             if verbose:
                 for cmd in [*compiles, link]:
                     print("$ " + " ".join(cmd), file=sys.stderr)
