@@ -4,7 +4,7 @@ Three sections need work that does not depend on anything the sections before
 them do, and that runs in child processes:
 
 * the custom-op section's WarpSoftmax build (``custom_ops.build.build``:
-  three compiler processes and a link, ~80 s of CPU on a cold cache; a hash
+  two g++ compiles (nvcc too with CUDA) and a link, ~46 s of CPU on a cold cache; a hash
   and two ``--version`` calls on a warm one);
 * step 10's loss-scaling demo (`tflab._tour.loss_scaling.demonstrate_loss_scaling`:
   three MobileNetV3Small builds and training steps of its own, in
@@ -18,7 +18,7 @@ core while the earlier sections trace in this one (tracing is Python under
 the GIL: one core), and each section waits only for what is left.
 
 The jobs run at a lower CPU priority (``nice`` 10): on a cold cache the op's
-compilers (g++ three times, nvcc when CUDA is installed), and the two labs'
+compilers (g++ twice, nvcc when CUDA is installed), and the two labs'
 MobileNet builds and training steps, would otherwise take turns with the
 tour's main thread and its second process (`tflab._tour.lane`), whose
 sections are the tour's critical path, while the jobs' results are needed
