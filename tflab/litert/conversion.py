@@ -318,11 +318,11 @@ def analyze_flatbuffer(model: bytes) -> FlatbufferStats:
     lite/schema/schema.fbs), so the file stores it once. ``shared_weights``
     counts the buffers used by more than one subgraph.
     """
-    from tflab._tf.lite import schema
+    from tflab._tf.lite import schema, unpack_model
 
     fb = schema()
 
-    m = fb.ModelT.InitFromPackedBuf(bytearray(model), 0)
+    m = unpack_model(model)  # parsed once per model bytes, shared with read_ops and read_graphs
     builtin = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
     types = {v: k.lower() for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
     names = []
