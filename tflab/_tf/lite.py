@@ -9,8 +9,9 @@ What tflab's LiteRT lab (`tflab.litert`) needs beyond the public API of
   buffers and quantization parameters of a ``.tflite`` file;
 * ``TFLiteSavedModelConverterV2`` (``tensorflow/lite/python/lite.py``), the
   converter ``from_saved_model`` builds, made directly for a SavedModel without
-  a ``serving_default`` key, and the signature keys it keeps
-  (``_saved_model_exported_names``);
+  a ``serving_default`` key or from keys read off a SavedModel already loaded
+  (with the original model type ``from_saved_model`` records), and the signature
+  keys it keeps (``_saved_model_exported_names``);
 * ``convert_variables_to_constants_v2``, to fetch a SavedModel signature's
   intermediate tensors by name (`frozen_function`);
 * the interpreter's op list (``Interpreter._get_ops_details``), which names a
@@ -32,6 +33,8 @@ PRIVATE_NAMES = (
     ("tensorflow.lite.python.schema_py_generated", "BuiltinOperator"),
     ("tensorflow.lite.python.schema_py_generated", "TensorType"),
     ("tensorflow.lite.python.lite", "TFLiteSavedModelConverterV2"),
+    ("tensorflow.lite.python.lite", "TFLiteConverterBase._set_original_model_type"),
+    ("tensorflow.lite.python.conversion_metadata_schema_py_generated", "ModelType"),
     ("ai_edge_litert.interpreter", "Interpreter._get_ops_details"),
     ("ai_edge_litert.interpreter", "SignatureRunner"),  # sets _subgraph_index in __init__
     ("tensorflow.python.framework.convert_to_constants", "convert_variables_to_constants_v2"),
@@ -88,6 +91,30 @@ def saved_model_converter(saved_model_dir: str, tags: set, keys: list[str]):
     """
     from tensorflow.lite.python import lite
 
+    return lite.TFLiteSavedModelConverterV2(saved_model_dir, tags, keys)
+
+
+def saved_model_converter_as_from_saved_model(saved_model_dir: str, tags: set, keys: list[str]):
+    """`saved_model_converter`, also recording the original model type as ``from_saved_model`` does.
+
+    ``TFLiteConverter.from_saved_model`` (``tensorflow/lite/python/lite.py``) sets the
+    class-level original model type to ``TF_SAVED_MODEL`` just before it builds the
+    converter, whose ``__init__`` takes it into the flatbuffer's conversion metadata
+    (``environment.modelType``, then reset to ``NONE``). Built without that step, the
+    ``.tflite`` differs from ``from_saved_model``'s in that one field.
+
+    Args:
+        saved_model_dir: the SavedModel folder.
+        tags: MetaGraph tags, e.g. ``{tf.saved_model.SERVING}``.
+        keys: the signature keys to convert.
+
+    Returns:
+        The converter, as ``from_saved_model(saved_model_dir)`` returns it for ``keys``.
+    """
+    from tensorflow.lite.python import conversion_metadata_schema_py_generated as metadata
+    from tensorflow.lite.python import lite
+
+    lite.TFLiteConverterBase._set_original_model_type(metadata.ModelType.TF_SAVED_MODEL)  # noqa: SLF001
     return lite.TFLiteSavedModelConverterV2(saved_model_dir, tags, keys)
 
 
