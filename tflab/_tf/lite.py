@@ -118,6 +118,30 @@ def saved_model_converter_as_from_saved_model(saved_model_dir: str, tags: set, k
     return lite.TFLiteSavedModelConverterV2(saved_model_dir, tags, keys)
 
 
+def from_saved_model_keys(loaded: Any) -> list[str] | None:
+    """The signature keys ``TFLiteConverter.from_saved_model(dir)`` converts, or None where it would fail.
+
+    TF 2.21's rule (tensorflow/lite/python/lite.py, ``TFLiteConverterV2.from_saved_model``
+    without ``signature_keys``): every key of ``loaded.signatures``, except that an artifact
+    of Keras' ``model.export`` (several keys, a root attribute ``serve`` and no
+    ``_default_save_signature``) converts ``serving_default`` alone. None when that
+    rule raises (no key; no ``serving_default`` for such an artifact): the caller
+    then asks TF, which says why.
+
+    Args:
+        loaded: the SavedModel, loaded (`tflab.saved_model.load_saved_model`); not changed.
+
+    Returns:
+        The keys, in ``loaded.signatures`` order, or None.
+    """
+    keys = list(loaded.signatures.keys())
+    if not keys:
+        return None
+    if len(keys) > 1 and hasattr(loaded, "serve") and not hasattr(loaded, "_default_save_signature"):
+        keys = ["serving_default"]
+    return keys if all(k in loaded.signatures for k in keys) else None
+
+
 def converted_signature_keys(converter: Any) -> list[str] | None:
     """The signature keys a SavedModel converter converts, or None when it does not say."""
     return getattr(converter, "_saved_model_exported_names", None) or None

@@ -95,13 +95,14 @@ def _converter(saved_model_dir: str):
     ``masked``). Then we build the same converter it would, with all keys.
     """
     import tensorflow as tf
-    from tflab._tf.lite import saved_model_converter, saved_model_converter_as_from_saved_model
+    from tflab._tf.lite import (from_saved_model_keys, saved_model_converter,
+                                saved_model_converter_as_from_saved_model)
 
     # from_saved_model loads the whole SavedModel in Python (tf.saved_model.load) only to
     # read its signature keys, on every call; the worker that converts two variants, and
     # int8's calibration setup, loaded it again each time. The same keys from the load
     # this process keeps (`load_saved_model`) give the same converter.
-    keys = _from_saved_model_keys(load_saved_model(saved_model_dir))
+    keys = from_saved_model_keys(load_saved_model(saved_model_dir))
     if keys is not None:
         conv = saved_model_converter_as_from_saved_model(saved_model_dir, {tf.saved_model.SERVING}, keys)
         if conv.saved_model_dir:
@@ -117,30 +118,6 @@ def _converter(saved_model_dir: str):
     if conv.saved_model_dir:
         return conv
     return tf.lite.TFLiteConverter([loaded.signatures[k] for k in keys], loaded)
-
-
-def _from_saved_model_keys(loaded) -> list[str] | None:
-    """The signature keys ``TFLiteConverter.from_saved_model(dir)`` converts, or None where it would fail.
-
-    TF 2.21's rule (tensorflow/lite/python/lite.py, ``TFLiteConverterV2.from_saved_model``
-    without ``signature_keys``): every key of ``loaded.signatures``, except that an artifact
-    of Keras' ``model.export`` (several keys, a root attribute ``serve`` and no
-    ``_default_save_signature``) converts ``serving_default`` alone. None when that
-    rule raises (no key; no ``serving_default`` for such an artifact): the caller
-    then asks TF, which says why.
-
-    Args:
-        loaded: the SavedModel, loaded (`tflab.saved_model.load_saved_model`); not changed.
-
-    Returns:
-        The keys, in ``loaded.signatures`` order, or None.
-    """
-    keys = list(loaded.signatures.keys())
-    if not keys:
-        return None
-    if len(keys) > 1 and hasattr(loaded, "serve") and not hasattr(loaded, "_default_save_signature"):
-        keys = ["serving_default"]
-    return keys if all(k in loaded.signatures for k in keys) else None
 
 
 class _captured_stderr:
