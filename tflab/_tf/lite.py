@@ -9,8 +9,9 @@ What tflab's LiteRT lab (`tflab.litert`) needs beyond the public API of
   buffers and quantization parameters of a ``.tflite`` file;
 * ``TFLiteSavedModelConverterV2`` (``tensorflow/lite/python/lite.py``), the
   converter ``from_saved_model`` builds, made directly for a SavedModel without
-  a ``serving_default`` key, and the signature keys it keeps
-  (``_saved_model_exported_names``);
+  a ``serving_default`` key or from keys read off a SavedModel already loaded
+  (with the original model type ``from_saved_model`` records), and the signature
+  keys it keeps (``_saved_model_exported_names``);
 * ``convert_variables_to_constants_v2``, to fetch a SavedModel signature's
   intermediate tensors by name (`frozen_function`);
 * the interpreter's op list (``Interpreter._get_ops_details``), which names a
@@ -24,6 +25,7 @@ checks that each exists in the pinned versions).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 PRIVATE_NAMES = (
@@ -31,6 +33,8 @@ PRIVATE_NAMES = (
     ("tensorflow.lite.python.schema_py_generated", "BuiltinOperator"),
     ("tensorflow.lite.python.schema_py_generated", "TensorType"),
     ("tensorflow.lite.python.lite", "TFLiteSavedModelConverterV2"),
+    ("tensorflow.lite.python.lite", "TFLiteConverterBase._set_original_model_type"),
+    ("tensorflow.lite.python.conversion_metadata_schema_py_generated", "ModelType"),
     ("ai_edge_litert.interpreter", "Interpreter._get_ops_details"),
     ("ai_edge_litert.interpreter", "SignatureRunner"),  # sets _subgraph_index in __init__
     ("tensorflow.python.framework.convert_to_constants", "convert_variables_to_constants_v2"),
@@ -47,13 +51,31 @@ def schema():
 def unpack_model(model: bytes):
     """The whole flatbuffer as the schema's object API (``ModelT``): subgraphs, tensors, buffers, ops.
 
+    The object API walks every table of the file in Python (~0.04 s per call
+    for the tour's MobileNetV3Small), and one export reads the same bytes from
+    `tflab.litert.ops.read_ops`, `tflab.litert.conversion.analyze_flatbuffer`
+    and `tflab.litert.flatbuffer_notes.read_graphs`, so the last
+    `UNPACKED_MODELS` distinct models are kept, keyed by their bytes (equal
+    content, equal key). Callers only read the returned object; it is shared.
+
     Args:
-        model: TFLite flatbuffer bytes.
+        model: TFLite flatbuffer bytes (``bytes``, ``bytearray`` or ``memoryview``).
 
     Returns:
-        ``schema_py_generated.ModelT``.
+        ``schema_py_generated.ModelT``
+        (``tensorflow/lite/python/schema_py_generated.py``, ``ModelT.InitFromPackedBuf``).
     """
-    return schema().ModelT.InitFromPackedBuf(bytearray(bytes(model)), 0)
+    return _unpack(bytes(model))
+
+
+# Distinct flatbuffers kept by `unpack_model`: an export checks one variant at a
+# time against the float one, so four hold a whole export (2 MB each for the tour).
+UNPACKED_MODELS = 4
+
+
+@functools.lru_cache(maxsize=UNPACKED_MODELS)
+def _unpack(model: bytes):
+    return schema().ModelT.InitFromPackedBuf(bytearray(model), 0)
 
 
 def saved_model_converter(saved_model_dir: str, tags: set, keys: list[str]):
@@ -70,6 +92,54 @@ def saved_model_converter(saved_model_dir: str, tags: set, keys: list[str]):
     from tensorflow.lite.python import lite
 
     return lite.TFLiteSavedModelConverterV2(saved_model_dir, tags, keys)
+
+
+def saved_model_converter_as_from_saved_model(saved_model_dir: str, tags: set, keys: list[str]):
+    """`saved_model_converter`, also recording the original model type as ``from_saved_model`` does.
+
+    ``TFLiteConverter.from_saved_model`` (``tensorflow/lite/python/lite.py``) sets the
+    class-level original model type to ``TF_SAVED_MODEL`` just before it builds the
+    converter, whose ``__init__`` takes it into the flatbuffer's conversion metadata
+    (``environment.modelType``, then reset to ``NONE``). Built without that step, the
+    ``.tflite`` differs from ``from_saved_model``'s in that one field.
+
+    Args:
+        saved_model_dir: the SavedModel folder.
+        tags: MetaGraph tags, e.g. ``{tf.saved_model.SERVING}``.
+        keys: the signature keys to convert.
+
+    Returns:
+        The converter, as ``from_saved_model(saved_model_dir)`` returns it for ``keys``.
+    """
+    from tensorflow.lite.python import conversion_metadata_schema_py_generated as metadata
+    from tensorflow.lite.python import lite
+
+    lite.TFLiteConverterBase._set_original_model_type(metadata.ModelType.TF_SAVED_MODEL)  # noqa: SLF001
+    return lite.TFLiteSavedModelConverterV2(saved_model_dir, tags, keys)
+
+
+def from_saved_model_keys(loaded: Any) -> list[str] | None:
+    """The signature keys ``TFLiteConverter.from_saved_model(dir)`` converts, or None where it would fail.
+
+    TF 2.21's rule (tensorflow/lite/python/lite.py, ``TFLiteConverterV2.from_saved_model``
+    without ``signature_keys``): every key of ``loaded.signatures``, except that an artifact
+    of Keras' ``model.export`` (several keys, a root attribute ``serve`` and no
+    ``_default_save_signature``) converts ``serving_default`` alone. None when that
+    rule raises (no key; no ``serving_default`` for such an artifact): the caller
+    then asks TF, which says why.
+
+    Args:
+        loaded: the SavedModel, loaded (`tflab.saved_model.load_saved_model`); not changed.
+
+    Returns:
+        The keys, in ``loaded.signatures`` order, or None.
+    """
+    keys = list(loaded.signatures.keys())
+    if not keys:
+        return None
+    if len(keys) > 1 and hasattr(loaded, "serve") and not hasattr(loaded, "_default_save_signature"):
+        keys = ["serving_default"]
+    return keys if all(k in loaded.signatures for k in keys) else None
 
 
 def converted_signature_keys(converter: Any) -> list[str] | None:

@@ -95,8 +95,18 @@ def _converter(saved_model_dir: str):
     ``masked``). Then we build the same converter it would, with all keys.
     """
     import tensorflow as tf
-    from tflab._tf.lite import saved_model_converter
+    from tflab._tf.lite import (from_saved_model_keys, saved_model_converter,
+                                saved_model_converter_as_from_saved_model)
 
+    # from_saved_model loads the whole SavedModel in Python (tf.saved_model.load) only to
+    # read its signature keys, on every call; the worker that converts two variants, and
+    # int8's calibration setup, loaded it again each time. The same keys from the load
+    # this process keeps (`load_saved_model`) give the same converter.
+    keys = from_saved_model_keys(load_saved_model(saved_model_dir))
+    if keys is not None:
+        conv = saved_model_converter_as_from_saved_model(saved_model_dir, {tf.saved_model.SERVING}, keys)
+        if conv.saved_model_dir:
+            return conv
     try:
         return tf.lite.TFLiteConverter.from_saved_model(saved_model_dir)
     except ValueError as e:
@@ -318,11 +328,11 @@ def analyze_flatbuffer(model: bytes) -> FlatbufferStats:
     lite/schema/schema.fbs), so the file stores it once. ``shared_weights``
     counts the buffers used by more than one subgraph.
     """
-    from tflab._tf.lite import schema
+    from tflab._tf.lite import schema, unpack_model
 
     fb = schema()
 
-    m = fb.ModelT.InitFromPackedBuf(bytearray(model), 0)
+    m = unpack_model(model)  # parsed once per model bytes, shared with read_ops and read_graphs
     builtin = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
     types = {v: k.lower() for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
     names = []

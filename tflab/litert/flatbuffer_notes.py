@@ -77,11 +77,11 @@ class Graph:
 @functools.lru_cache(maxsize=1)  # one model: check_tflite and the export's warning read the same bytes
 def read_graphs(model: bytes) -> tuple[Graph, ...]:
     """Every subgraph of ``model``, parsed once (the per-op rerun reads it once per example batch)."""
-    from tflab._tf.lite import schema
+    from tflab._tf.lite import schema, unpack_model
 
     fb = schema()
 
-    m = fb.ModelT.InitFromPackedBuf(bytearray(model), 0)
+    m = unpack_model(model)  # parsed once per model bytes, shared with read_ops and analyze_flatbuffer
     builtin = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
     types = {v: k.lower() for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
     opnames = []

@@ -96,19 +96,34 @@ class FloatTensors(Report):
         return "\n".join(lines)
 
 
-def _downstream(candidates: list[str], graph) -> str:
-    """The candidate node that no other candidate's value depends on... i.e. the last in dataflow."""
+def _downstream(candidates: list[str], graph, inputs_of: dict | None = None) -> str:
+    """The candidate node that no other candidate's value depends on... i.e. the last in dataflow.
+
+    Each candidate's ancestors are walked depth first over its data inputs, at
+    most 2000 of them. ``inputs_of`` memoizes node name → the names of the ops
+    feeding it, in input order (shared across calls: the walks of one model's
+    ops cover the same nodes again and again); the walk is the same with or
+    without it.
+    """
     if len(candidates) == 1:
         return candidates[0]
+    if inputs_of is None:
+        inputs_of = {}
+
+    def feeding(name: str) -> list[str]:
+        got = inputs_of.get(name)
+        if got is None:
+            got = inputs_of[name] = [t.op.name for t in graph.get_operation_by_name(name).inputs]
+        return got
+
     ancestors: dict[str, set[str]] = {}
     for c in candidates:
-        seen, todo = set(), [graph.get_operation_by_name(c)]
+        seen, todo = set(), [c]
         while todo and len(seen) < 2000:
-            op = todo.pop()
-            for t in op.inputs:
-                if t.op.name not in seen:
-                    seen.add(t.op.name)
-                    todo.append(t.op)
+            for i in feeding(todo.pop()):
+                if i not in seen:
+                    seen.add(i)
+                    todo.append(i)
         ancestors[c] = seen
     for c in candidates:
         if all(c == d or d in ancestors[c] for d in candidates):
@@ -142,14 +157,15 @@ def compare_float_tensors(model: bytes, saved_model_dir: str | os.PathLike, exam
     examples = Examples.of(examples).check({k: signature_inputs(f) for k, f in loaded.signatures.items()})
     parsed = read_ops(model)
     key = key or next(k for k in parsed.signatures if k in examples.signatures)
+    # A WrappedFunction over the frozen graph (TF imports it with name="", so every node
+    # keeps its name): pruned below to fetch the intermediates, no second import.
     frozen = frozen_function(loaded.signatures[key])
-    graph_def = frozen.graph.as_graph_def()
-    wrapped = tf.compat.v1.wrap_function(lambda: tf.compat.v1.import_graph_def(graph_def, name=""), [])
-    g = wrapped.graph
+    g = frozen.graph
     nodes = [op.name for op in g.get_operations()]
     node_set = set(nodes)
     ops = parsed.subgraphs[parsed.signatures[key]]
     pick: dict[int, str] = {}
+    inputs_of: dict[str, list[str]] = {}
     for op in ops:
         if not op.outputs or np.dtype(op.outputs[0].dtype).kind != "f":
             continue
@@ -160,14 +176,14 @@ def compare_float_tensors(model: bytes, saved_model_dir: str | os.PathLike, exam
             if hit and hit not in cands:
                 cands.append(hit)
         if cands:
-            pick[op.index] = _downstream(cands, g)
+            pick[op.index] = _downstream(cands, g, inputs_of)
     in_names = [t.name for t in frozen.inputs]
     # The placeholders are named after the signature's inputs; else they keep its (sorted) order.
     order = [n.split(":")[0] for n in in_names]
     if set(order) != set(signature_inputs(loaded.signatures[key])):
         order = sorted(signature_inputs(loaded.signatures[key]))
     fetches = {i: g.get_tensor_by_name(n + ":0") for i, n in pick.items()}
-    pruned = wrapped.prune(feeds=[g.get_tensor_by_name(n) for n in in_names], fetches=list(fetches.values()))
+    pruned = frozen.prune(feeds=[g.get_tensor_by_name(n) for n in in_names], fetches=list(fetches.values()))
     interp = preserving_interpreter(model)
     err = collections.defaultdict(float)
     ref = collections.defaultdict(float)

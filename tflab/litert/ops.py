@@ -40,6 +40,7 @@ Example (the float conversion of README's ``Scale`` model, ``y = x * w``):
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Mapping
 
 import numpy as np
@@ -177,6 +178,12 @@ def _text(s) -> str:
 def read_ops(model: bytes) -> ModelOps:
     """Parses ``model`` into ops per subgraph, with options and tensor declarations.
 
+    One export asks for the same bytes about 30 times (`tflab.litert.check`,
+    `tflab.litert.per_op`, `tflab.litert.attribution`,
+    `tflab.litert.float_tensors`), so the last `tflab._tf.lite.UNPACKED_MODELS`
+    distinct models are parsed once and kept, keyed by their bytes. The result
+    is shared: its arrays (``scale``, ``zero_point``, ``constant``) are read-only.
+
     Args:
         model: TFLite flatbuffer bytes.
 
@@ -186,15 +193,19 @@ def read_ops(model: bytes) -> ModelOps:
     Raises:
         UsageError: the bytes are not a TFLite flatbuffer (no ``TFL3`` identifier at offset 4).
     """
-    from tflab._tf.lite import schema
-
-    fb = schema()
-
     model = bytes(model)
     if len(model) < 8 or model[4:8] != b"TFL3":
         raise UsageError("not a TFLite flatbuffer (no 'TFL3' file identifier at byte 4): pass a .tflite "
                          "file written by tf.lite.TFLiteConverter")
-    m = fb.ModelT.InitFromPackedBuf(bytearray(model), 0)
+    return _parse_ops(model)
+
+
+@functools.lru_cache(maxsize=4)  # as many as tflab._tf.lite.UNPACKED_MODELS
+def _parse_ops(model: bytes) -> ModelOps:
+    from tflab._tf.lite import schema, unpack_model
+
+    fb = schema()
+    m = unpack_model(model)
     builtin, types = _names(fb)
     codes = []
     for oc in m.operatorCodes or []:
@@ -213,6 +224,8 @@ def read_ops(model: bytes) -> ModelOps:
             zp = np.asarray(q.zeroPoint if q is not None and q.zeroPoint is not None else [], np.int64)
             if zp.size != scale.size:
                 zp = np.zeros(scale.size, np.int64)
+            scale.setflags(write=False)  # shared by every caller of read_ops (cached)
+            zp.setflags(write=False)
             buf = m.buffers[t.buffer] if t.buffer < len(m.buffers) else None
             const = None
             shape = tuple(int(d) for d in (t.shape if t.shape is not None else []))
@@ -307,12 +320,12 @@ def variant_of(model: bytes) -> str:
     Returns:
         ``"none"``, ``"dynamic"``, ``"float16"`` or ``"int8"``.
     """
-    from tflab._tf.lite import schema
+    from tflab._tf.lite import schema, unpack_model
 
     fb = schema()
 
     parsed = read_ops(model)
-    m = fb.ModelT.InitFromPackedBuf(bytearray(bytes(model)), 0)
+    m = unpack_model(model)
     tensors = {}
     for sg in parsed.subgraphs:
         for op in sg:
