@@ -649,3 +649,42 @@ def test_python_api_refuses_odd_arguments_with_one_usage_error(tmp_path):
         check_tflite(b"\0" * 4 + b"TFL3", str(tmp_path), {}, "bogus")
     with pytest.raises(tflab.UsageError, match="hlo='bogus'"):
         compare_modes(lambda x: x * 2.0, tf.TensorSpec([2]), hlo="bogus")
+
+
+def _gone(pid: int) -> bool:
+    """True once ``pid`` has exited (a zombie counts: its code ran to the end)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
+def test_a_converter_worker_ends_itself_when_its_parent_is_killed(tmp_path):
+    """Session 5: converter workers run in their own session (a group kill misses them); SIGKILL of
+    the export or tour lane that started one must not leave it converting on."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    examples = tmp_path / "examples.npz"
+    np.savez(examples, x=np.ones((1, 2), np.float32))
+    (tmp_path / "sm").mkdir()
+    os.mkfifo(tmp_path / "sm" / "saved_model.pb")  # the worker blocks reading it: alive until ended
+    spawn = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-m', 'tflab.litert.workers', "
+             f"'--worker', {str(tmp_path / 'sm')!r}, {str(tmp_path)!r}, 'none', {str(examples)!r}], "
+             "start_new_session=True); print(p.pid, flush=True); time.sleep(120)")
+    parent = subprocess.Popen([sys.executable, "-c", spawn], stdout=subprocess.PIPE, text=True)
+    worker = int(parent.stdout.readline())
+    time.sleep(6)  # past its imports and into the SavedModel's read: the parent watch is running
+    assert not _gone(worker)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 20
+    while not _gone(worker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if not _gone(worker):
+        os.kill(worker, signal.SIGKILL)
+        pytest.fail("the converter worker outlived its SIGKILLed parent by 20 s")

@@ -58,6 +58,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 #: Exit code for a child that crashed: segfault, a native abort, SIGKILL
@@ -588,3 +589,23 @@ def _die_with_parent(parent: str | None) -> None:
         libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
         if parent and os.getppid() != int(parent):
             os.kill(os.getpid(), signal.SIGKILL)  # the parent died before prctl ran
+
+
+def watch_parent(parent: int, deadline_s: float) -> None:
+    """In a child process: exits (status 124) once ``parent`` is no longer its parent, or after ``deadline_s`` s.
+
+    A daemon thread looks every 0.2 s, so a child whose parent was SIGKILLed is never an orphan
+    (the distribute workers, the TFLite converter workers, the tour's lane and labs).
+
+    Args:
+        parent: the parent's pid (``os.getppid()`` at the child's start).
+        deadline_s: seconds after which the child exits anyway.
+    """
+    end = time.monotonic() + deadline_s
+
+    def loop():
+        while os.getppid() == parent and time.monotonic() <= end:
+            time.sleep(0.2)
+        os._exit(124)
+
+    threading.Thread(target=loop, daemon=True, name="tflab-parent-watch").start()

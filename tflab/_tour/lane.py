@@ -260,7 +260,7 @@ def main(argv: list[str]) -> int:
     """``python -m tflab._tour.lane OUT NOTES OUT_DIR FINAL_DIR MODEL TRAINING SECTION…``."""
     out, notes_path, out_dir, final_dir, model_path, training, *sections = argv
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from tflab.distribute.processes import watch_parent
+    from tflab._subprocess import watch_parent
 
     # Never an orphan: a tour stopped by Ctrl-C or SIGTERM takes this process with it.
     watch_parent(os.getppid(), float(os.environ.get("TFLAB_DEADLINE_S", str(LANE_TIMEOUT))) + 5)

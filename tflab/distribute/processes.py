@@ -19,10 +19,10 @@ import signal
 import socket
 import sys
 import tempfile
-import threading
 import time
 from typing import Callable, Sequence
 
+from tflab._subprocess import watch_parent  # noqa: F401  (re-exported: the workers' own exit)
 from tflab.errors import TflabError
 
 _TFLAB_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -60,21 +60,6 @@ def tf_config(ports: Sequence[int], index: int, host: str = "127.0.0.1") -> dict
 def worker_argv(mode: str) -> list[str]:
     """The command line of one child: ``python -m tflab._distribute_worker MODE``."""
     return [sys.executable, "-m", "tflab._distribute_worker", mode]
-
-
-def watch_parent(parent: int, deadline_s: float) -> None:
-    """In a worker: exits (status 124) once ``parent`` is no longer its parent, or after ``deadline_s`` s.
-
-    A daemon thread looks every 0.2 s, so a worker whose parent was SIGKILLed is never an orphan.
-    """
-    end = time.monotonic() + deadline_s
-
-    def loop():
-        while os.getppid() == parent and time.monotonic() <= end:
-            time.sleep(0.2)
-        os._exit(124)
-
-    threading.Thread(target=loop, daemon=True, name="tflab-parent-watch").start()
 
 
 def _signal_name(code: int) -> str:

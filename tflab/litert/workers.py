@@ -37,6 +37,11 @@ def _worker_main(argv: Sequence[str]) -> int:
 
     saved_model, outdir, quants, examples_path = argv
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from tflab._subprocess import watch_parent
+
+    # Its own session (tflab._subprocess.ChildGroup), so a group kill does not reach it: it ends
+    # itself when its parent is gone (a SIGKILLed export or tour lane), instead of converting on.
+    watch_parent(os.getppid(), float(os.environ.get("TFLAB_DEADLINE_S", "86400")))
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
     from tflab.errors import TflabError as _Err
     from tflab.litert.conversion import UnsupportedOpsError, convert
