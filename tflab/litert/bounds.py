@@ -262,7 +262,9 @@ def _gradient_sums_fn(fn, variables: list, out_names: list[str], float_out: list
                  for n, t in feed.items()}
     big64 = np.finfo(np.float64).max
     sizes_w = [int(np.prod(v.shape)) for v in variables]
-    segments = tf.constant(np.repeat(np.arange(len(variables), dtype=np.int32), sizes_w))
+    # Variable j's elements are segment j of the concatenated gradients; one trailing 0 in segment
+    # len(variables) keeps the sorted segment_sum's output length when the last variables are empty.
+    segments = tf.constant(np.repeat(np.arange(len(variables) + 1, dtype=np.int32), sizes_w + [1]))
 
     def finite_abs(g, big):
         g = tf.abs(g)
@@ -283,7 +285,7 @@ def _gradient_sums_fn(fn, variables: list, out_names: list[str], float_out: list
             return sizes, tf.zeros([0, len(variables)], tf.float64), tf.zeros([0, len(variables)], tf.float64), \
                 tf.zeros([0, len(float_in)], tf.float64)
         abs_w = tf.concat([tf.reshape(tf.abs(tf.cast(v, tf.float64)), [-1]) for v in variables]
-                          + [tf.zeros([0], tf.float64)], 0)
+                          + [tf.zeros([1], tf.float64)], 0)
 
         def one(k):
             seeds = [tf.reshape(tf.one_hot(tf.where(tf.equal(which[k], j), elem[k], -1), tf.size(y), dtype=y.dtype),
@@ -291,10 +293,17 @@ def _gradient_sums_fn(fn, variables: list, out_names: list[str], float_out: list
             grads = tape.gradient(ys, variables + watched, output_gradients=seeds,
                                   unconnected_gradients=tf.UnconnectedGradients.ZERO)
             if variables:
-                g = finite_abs(tf.concat([tf.reshape(tf.cast(tf.convert_to_tensor(g), tf.float64), [-1])
-                                          for g in grads[:len(variables)]], 0), big64)
-                r = tf.math.unsorted_segment_sum(g * abs_w, segments, len(variables))
-                a = tf.math.unsorted_segment_sum(g, segments, len(variables))
+                g = tf.concat([tf.reshape(tf.cast(tf.abs(tf.convert_to_tensor(g)), tf.float64), [-1])
+                               for g in grads[:len(variables)]] + [tf.zeros([1], tf.float64)], 0)
+
+                def reduced(g):
+                    return (tf.math.segment_sum(g * abs_w, segments)[:len(variables)],
+                            tf.math.segment_sum(g, segments)[:len(variables)])
+
+                r, a = reduced(g)
+                # Σ|g| is finite only if no element is NaN or inf; else NaN → 0, inf → float64's max.
+                r, a = tf.cond(tf.reduce_all(tf.math.is_finite(a)), lambda: (r, a),
+                               lambda: reduced(finite_abs(g, big64)))
             else:
                 r = a = tf.zeros([0], tf.float64)
             x = tf.stack([tf.reduce_sum(tf.cast(finite_abs(g, np.finfo(g.dtype.as_numpy_dtype).max), tf.float64))
