@@ -316,7 +316,8 @@ def _gradient_sums_fn(fn, variables: list, out_names: list[str], float_out: list
                                                  tf.TensorSpec([len(float_in)], tf.float64)))
         return sizes, r, a, x
 
-    return tf.function(sums, autograph=False).get_concrete_function(feed_spec, tf.TensorSpec([len(float_out)], tf.int32))
+    caps_spec = tf.TensorSpec([len(float_out)], tf.int32)
+    return tf.function(sums, autograph=False).get_concrete_function(feed_spec, caps_spec)
 
 
 def prepare_bounds(saved_model_dir: str | os.PathLike, examples: Examples | Any) -> None:
