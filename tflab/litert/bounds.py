@@ -96,7 +96,40 @@ def _cache_key(saved_model_dir: str, batches) -> str:
 
 
 def _sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
-    """Gradients of every output element of every signature, keyed ``"<signature>/<output>"``."""
+    """Gradients of every output element of every signature, keyed ``"<signature>/<output>"``.
+
+    One backward pass per output element (one-hot seed), as a persistent
+    ``tf.GradientTape`` would take them one `GradientTape.gradient` call at a
+    time, but run by one traced function per signature (`_gradient_sums_fn`):
+    the forward pass runs once per example batch and a ``tf.map_fn`` loop
+    takes the backward passes and reduces each to per-variable sums in
+    float64 inside the graph, so no gradient is copied to numpy.
+
+    Args:
+        saved_model_dir: the SavedModel folder (part of the cache key, with
+            the mtime of its ``saved_model.pb``).
+        loaded: the loaded SavedModel (``load_saved_model(saved_model_dir)``).
+        batches: example batches, ``{input name: ndarray}`` each; float inputs
+            have NaN fed as 0 (the rows with NaN have NaN outputs, compared by
+            position; their gradients are taken at 0 so that other rows keep
+            theirs).
+
+    Returns:
+        `_Sensitivity`: per output key, ``rel``/``abs`` float64 arrays
+        ``[elements, variables]`` (elements of all batches concatenated,
+        row-major within a batch) holding ``Σ|∂y/∂w|·|w|`` and ``Σ|∂y/∂w|``
+        over each float variable, and ``inputs[key][name]`` float64
+        ``[elements]`` holding ``Σ|∂y/∂x|`` per float input. NaN gradients
+        count as 0 and ±inf as the largest finite value (``np.nan_to_num``).
+        Elements past `MAX_GRADIENT_ELEMENTS` of one output are NaN (not
+        computed); non-float outputs have zeros. Signatures calling the same
+        function share one set of arrays. Cached per SavedModel and examples.
+
+    Raises:
+        LookupError: an op of the model has no registered gradient (raised
+            when the backward pass is built).
+        UsageError: the signature fails on the examples (`run_signature`).
+    """
     import tensorflow as tf
 
     key = _cache_key(saved_model_dir, batches)
@@ -115,7 +148,6 @@ def _sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
                       dtype=np.float64)
     quantizable = np.array([a.ndim >= 2 and a.size >= MIN_WEIGHT_ELEMENTS for a in values], dtype=bool)
     step = np.array([float(np.abs(a).max()) / 127.0 if a.size else 0.0 for a in values])
-    abs_vals = [np.abs(a).astype(np.float64) for a in values]
     rel: dict[str, list] = collections.defaultdict(list)
     absl: dict[str, list] = collections.defaultdict(list)
     ins: dict[str, dict[str, list]] = collections.defaultdict(lambda: collections.defaultdict(list))
@@ -133,52 +165,48 @@ def _sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
         if target is not None:
             done[target] = sig_key
         names = signature_inputs(fn)
+        own_ids = {id(v) for v in fn.variables}
+        own = [j for j, v in enumerate(variables) if id(v) in own_ids]  # the others' gradients are 0
+        out_names = list(fn.structured_outputs)
+        float_out = [o for o in out_names if fn.structured_outputs[o].dtype.is_floating]
+        traced: dict = {}
         for batch in batches:
-            # NaN inputs would make every gradient that mixes rows NaN; rows with NaN
-            # have NaN outputs (compared by position, no bound needed), so their
-            # gradients are taken at 0 and the other rows keep theirs.
             feed = {n: tf.constant(np.nan_to_num(a, nan=0.0) if a.dtype.kind == "f" else a)
                     for n, a in feed_for(batch, names).items()}
-            float_inputs = {n: t for n, t in feed.items() if t.dtype.is_floating}
-            with tf.GradientTape(persistent=True) as tape:
-                tape.watch(variables)
-                tape.watch(list(float_inputs.values()))
-                outs = run_signature(fn, sig_key, feed)
-            for out_name, y in outs.items():
+            float_in = [n for n, t in feed.items() if t.dtype.is_floating]
+            spec_key = tuple((n, t.dtype.name, t.shape.rank) for n, t in feed.items())
+            if spec_key not in traced:
+                try:
+                    traced[spec_key] = _gradient_sums_fn(fn, [variables[j] for j in own], out_names, float_out,
+                                                         float_in, feed)
+                except LookupError:  # an op without a registered gradient: check_tflite says so
+                    raise
+                except Exception:
+                    run_signature(fn, sig_key, feed)  # the signature's own failure, as one line
+                    raise
+            caps = [max(0, MAX_GRADIENT_ELEMENTS - computed[f"{sig_key}/{o}"]) for o in float_out]
+            sizes, r_own, a_own, in_sums = run_signature(
+                lambda **f: traced[spec_key](f, tf.constant(caps, tf.int32)), sig_key, feed)
+            sizes, row = sizes.numpy(), 0
+            r_own, a_own, in_sums = r_own.numpy(), a_own.numpy(), in_sums.numpy()
+            for out_name, n in zip(out_names, sizes.tolist()):
                 okey = f"{sig_key}/{out_name}"
-                n = int(np.prod(y.shape))
-                if not y.dtype.is_floating:
-                    rel[okey].append(np.zeros((n, len(variables))))
-                    absl[okey].append(np.zeros((n, len(variables))))
-                    for name in float_inputs:
-                        ins[okey][name].append(np.zeros(n))
-                    continue
                 r = np.zeros((n, len(variables)))
                 a_ = np.zeros((n, len(variables)))
-                per_in = {name: np.zeros(n) for name in float_inputs}
-                for i in range(n):
-                    if computed[okey] >= MAX_GRADIENT_ELEMENTS:
-                        # One backward pass per element: cap the cost for large outputs.
-                        r[i], a_[i] = np.nan, np.nan
-                        for name in float_inputs:
-                            per_in[name][i] = np.nan
-                        continue
-                    computed[okey] += 1
-                    seed = tf.reshape(tf.one_hot(i, n, dtype=y.dtype), y.shape)
-                    grads = tape.gradient(y, variables + list(float_inputs.values()), output_gradients=seed,
-                                          unconnected_gradients=tf.UnconnectedGradients.ZERO)
-                    for j in range(len(variables)):
-                        # NaN gradients (a NaN output) count as 0: NaN marks only elements not computed.
-                        g = np.nan_to_num(np.abs(tf.convert_to_tensor(grads[j]).numpy().astype(np.float64)))
-                        r[i, j] = float((g * abs_vals[j]).sum())
-                        a_[i, j] = float(g.sum())
-                    for name, g in zip(float_inputs, grads[len(variables):]):
-                        per_in[name][i] = float(np.nan_to_num(np.abs(g.numpy())).sum())
+                per_in = {name: np.zeros(n) for name in float_in}
+                if out_name in float_out:
+                    # One backward pass per element: cap the cost for large outputs.
+                    m = min(n, caps[float_out.index(out_name)])
+                    computed[okey] += m
+                    r[m:], a_[m:] = np.nan, np.nan
+                    r[:m, own], a_[:m, own] = r_own[row:row + m], a_own[row:row + m]
+                    for i, name in enumerate(float_in):
+                        per_in[name][:m], per_in[name][m:] = in_sums[row:row + m, i], np.nan
+                    row += m
                 rel[okey].append(r)
                 absl[okey].append(a_)
-                for name in float_inputs:
+                for name in float_in:
                     ins[okey][name].append(per_in[name])
-            del tape
     sens = _Sensitivity(
         rel={k: np.concatenate(v) for k, v in rel.items()},
         abs={k: np.concatenate(v) for k, v in absl.items()},
@@ -188,6 +216,108 @@ def _sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
         _SENSITIVITY_CACHE.clear()
     _SENSITIVITY_CACHE[key] = sens
     return sens
+
+
+def _gradient_sums_fn(fn, variables: list, out_names: list[str], float_out: list[str], float_in: list[str],
+                      feed: Mapping[str, Any]):
+    """Traces the per-element backward passes of one signature into one concrete function.
+
+    The forward pass runs once under a ``tf.GradientTape``; a ``tf.map_fn``
+    (``parallel_iterations=1``) then takes one `GradientTape.gradient` per
+    seed, with a one-hot ``output_gradients`` on one element of one float
+    output and zeros on the others (what a persistent tape feeds the
+    signature's backward function for the outputs not differentiated), and
+    reduces it in the graph. The element order is output by output in
+    ``float_out`` order, row-major within an output.
+
+    Args:
+        fn: the signature's function, ``loaded.signatures[key]``.
+        variables: the float variables the signature captures, in column order.
+        out_names: all output names of the signature, in the order of the
+            returned sizes.
+        float_out: the float outputs (the seeds' targets), a sublist of ``out_names``.
+        float_in: the names of the float inputs in ``feed`` (watched: ``Σ|∂y/∂x|``).
+        feed: one batch, ``{input name: tf.Tensor}``; only its names, dtypes
+            and ranks are used: the function is traced for the signature's
+            own input shapes (``None`` batch dimension where the signature
+            has one), so batches of other sizes reuse it.
+
+    Returns:
+        A concrete function ``(feed, caps)`` where ``caps`` is int32
+        ``[len(float_out)]``, how many leading elements of each float output
+        to differentiate. It returns ``(sizes, rel, abs, inputs)``: int32
+        ``[len(out_names)]`` element counts; float64 ``[K, len(variables)]``
+        ``Σ|∂y/∂w|·|w|`` and ``Σ|∂y/∂w|`` per variable, where ``K`` is the
+        sum of ``min(size, cap)`` over the float outputs; float64
+        ``[K, len(float_in)]`` ``Σ|∂y/∂x|`` per float input. Gradients are
+        cast to float64 before ``|·|`` and the sums (NaN counts as 0, +inf
+        as float64's largest value, as ``np.nan_to_num`` does); input
+        gradients are clamped to their own dtype's largest value, as
+        ``np.nan_to_num`` does on them, then summed in float64.
+    """
+    import tensorflow as tf
+
+    specs = fn.structured_input_signature[1]
+    feed_spec = {n: tf.TensorSpec(specs[n].shape if n in specs else [None] * t.shape.rank, t.dtype, name=n)
+                 for n, t in feed.items()}
+    big64 = np.finfo(np.float64).max
+    sizes_w = [int(np.prod(v.shape)) for v in variables]
+    # Variable j's elements are segment j of the concatenated gradients; one trailing 0 in segment
+    # len(variables) keeps the sorted segment_sum's output length when the last variables are empty.
+    segments = tf.constant(np.repeat(np.arange(len(variables) + 1, dtype=np.int32), sizes_w + [1]))
+
+    def finite_abs(g, big):
+        g = tf.abs(g)
+        return tf.where(tf.math.is_nan(g), tf.zeros_like(g), tf.minimum(g, tf.cast(big, g.dtype)))
+
+    def sums(feed, caps):
+        watched = [feed[n] for n in float_in]
+        with tf.GradientTape() as tape:
+            tape.watch(variables)
+            tape.watch(watched)
+            outs = fn(**feed)
+        ys = [outs[o] for o in float_out]
+        sizes = tf.stack([tf.size(outs[o], out_type=tf.int32) for o in out_names])
+        counts = [tf.minimum(tf.size(y, out_type=tf.int32), caps[j]) for j, y in enumerate(ys)]
+        which = tf.concat([tf.fill([c], j) for j, c in enumerate(counts)] + [tf.zeros([0], tf.int32)], 0)
+        elem = tf.concat([tf.range(c) for c in counts] + [tf.zeros([0], tf.int32)], 0)
+        if not ys:
+            return sizes, tf.zeros([0, len(variables)], tf.float64), tf.zeros([0, len(variables)], tf.float64), \
+                tf.zeros([0, len(float_in)], tf.float64)
+        abs_w = tf.concat([tf.reshape(tf.abs(tf.cast(v, tf.float64)), [-1]) for v in variables]
+                          + [tf.zeros([1], tf.float64)], 0)
+
+        def one(k):
+            seeds = [tf.reshape(tf.one_hot(tf.where(tf.equal(which[k], j), elem[k], -1), tf.size(y), dtype=y.dtype),
+                                tf.shape(y)) for j, y in enumerate(ys)]
+            grads = tape.gradient(ys, variables + watched, output_gradients=seeds,
+                                  unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            if variables:
+                g = tf.concat([tf.reshape(tf.cast(tf.abs(tf.convert_to_tensor(g)), tf.float64), [-1])
+                               for g in grads[:len(variables)]] + [tf.zeros([1], tf.float64)], 0)
+
+                def reduced(g):
+                    return (tf.math.segment_sum(g * abs_w, segments)[:len(variables)],
+                            tf.math.segment_sum(g, segments)[:len(variables)])
+
+                r, a = reduced(g)
+                # Σ|g| is finite only if no element is NaN or inf; else NaN → 0, inf → float64's max.
+                r, a = tf.cond(tf.reduce_all(tf.math.is_finite(a)), lambda: (r, a),
+                               lambda: reduced(finite_abs(g, big64)))
+            else:
+                r = a = tf.zeros([0], tf.float64)
+            x = tf.stack([tf.reduce_sum(tf.cast(finite_abs(g, np.finfo(g.dtype.as_numpy_dtype).max), tf.float64))
+                          for g in grads[len(variables):]]) if watched else tf.zeros([0], tf.float64)
+            return r, a, x
+
+        r, a, x = tf.map_fn(one, tf.range(tf.size(which)), parallel_iterations=1,
+                            fn_output_signature=(tf.TensorSpec([len(variables)], tf.float64),
+                                                 tf.TensorSpec([len(variables)], tf.float64),
+                                                 tf.TensorSpec([len(float_in)], tf.float64)))
+        return sizes, r, a, x
+
+    caps_spec = tf.TensorSpec([len(float_out)], tf.int32)
+    return tf.function(sums, autograph=False).get_concrete_function(feed_spec, caps_spec)
 
 
 def prepare_bounds(saved_model_dir: str | os.PathLike, examples: Examples | Any) -> None:

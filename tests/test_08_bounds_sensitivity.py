@@ -1,0 +1,127 @@
+"""The export bounds' gradient sums (`tflab.litert.bounds._sensitivity`) against a direct tape.
+
+`_sensitivity` traces one function per signature that runs the forward pass
+once and every per-element backward pass in a ``tf.map_fn`` loop, reducing
+each in the graph. Here the same sums are computed the plain way: one eager
+``tape.gradient`` per output element with a one-hot seed, numpy float64 sums.
+The tiny model has weights far from ±1 and outputs whose elements have
+different gradients, so leaving out ``|w|``, misplacing a seed or mixing two
+outputs up changes the numbers (asserted below, so the comparison can fail).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tflab.litert import bounds
+from tflab.saved_model import load_saved_model
+
+
+class _Tiny(tf.Module):
+    """``h = tanh(x @ w1 * mask)``, ``y = h @ w2 + b``, ``z = sum(h², axis=1)``, ``n = argmax(y)`` (int64)."""
+
+    def __init__(self):
+        super().__init__()
+        rng = np.random.default_rng(11)
+        self.w1 = tf.Variable(rng.standard_normal((3, 4)).astype(np.float32) * 2.5, name="w1")
+        self.w2 = tf.Variable(rng.standard_normal((4, 2)).astype(np.float32) * 0.3, name="w2")
+        self.b = tf.Variable(np.array([0.5, -1.5], np.float32), name="b")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x"),
+                                  tf.TensorSpec([None, 4], tf.float32, name="mask")])
+    def serve(self, x, mask):
+        h = tf.tanh(tf.matmul(x, self.w1) * mask)
+        y = tf.matmul(h, self.w2) + self.b
+        return {"y": y, "z": tf.reduce_sum(h * h, axis=1), "n": tf.argmax(y, axis=1)}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    model = _Tiny()
+    path = str(tmp_path_factory.mktemp("tiny") / "saved_model")
+    tf.saved_model.save(model, path, signatures={"serving_default": model.serve})
+    rng = np.random.default_rng(12)
+    batches = [{"x": rng.standard_normal((2, 3)).astype(np.float32),
+                "mask": rng.uniform(0.5, 2.0, (2, 4)).astype(np.float32)},
+               {"x": rng.standard_normal((3, 3)).astype(np.float32),
+                "mask": rng.uniform(0.5, 2.0, (3, 4)).astype(np.float32)}]
+    batches[1]["x"][1, 0] = np.nan  # a NaN row: its gradients are taken at 0
+    return path, load_saved_model(path), batches
+
+
+def _direct(loaded, batches, out_name):
+    """Per element: one eager tape.gradient with a one-hot seed, numpy float64 sums."""
+    fn = loaded.signatures["serving_default"]
+    variables = sorted((v for v in fn.variables if v.dtype.is_floating), key=lambda v: v.name)
+    rel, ab, gx, gm = [], [], [], []
+    for batch in batches:
+        feed = {k: tf.constant(np.nan_to_num(a, nan=0.0)) for k, a in batch.items()}
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch(list(feed.values()))
+            y = fn(**feed)[out_name]
+        for i in range(int(np.prod(y.shape))):
+            seed = np.zeros(y.shape.as_list(), np.float32)
+            seed.flat[i] = 1.0
+            g = tape.gradient(y, variables + [feed["x"], feed["mask"]], output_gradients=tf.constant(seed))
+            gw = [np.abs(t.numpy().astype(np.float64)) for t in g[:len(variables)]]
+            rel.append([float((a * np.abs(v.numpy().astype(np.float64))).sum()) for a, v in zip(gw, variables)])
+            ab.append([float(a.sum()) for a in gw])
+            gx.append(float(np.abs(g[-2].numpy().astype(np.float64)).sum()))
+            gm.append(float(np.abs(g[-1].numpy().astype(np.float64)).sum()))
+    return [v.name for v in variables], np.array(rel), np.array(ab), np.array(gx), np.array(gm)
+
+
+def _columns(loaded):
+    """Variable names in `_Sensitivity`'s column order."""
+    cols, seen = [], set()
+    for sig in loaded.signatures.values():
+        for v in sig.variables:
+            if id(v) not in seen and v.dtype.is_floating:
+                seen.add(id(v))
+                cols.append(v.name)
+    return cols
+
+
+@pytest.mark.parametrize("out_name", ["y", "z"])
+def test_sums_equal_a_direct_per_element_gradient(tiny, out_name):
+    path, loaded, batches = tiny
+    bounds._SENSITIVITY_CACHE.clear()
+    sens = bounds._sensitivity(path, loaded, batches)
+    names, rel, ab, gx, gm = _direct(loaded, batches, out_name)
+    order = [names.index(c) for c in _columns(loaded)]
+    okey = f"serving_default/{out_name}"
+    assert sens.rel[okey].shape == rel.shape == (5 * (2 if out_name == "y" else 1), 3)
+    np.testing.assert_allclose(sens.rel[okey], rel[:, order], rtol=1e-12, atol=0)
+    np.testing.assert_allclose(sens.abs[okey], ab[:, order], rtol=1e-12, atol=0)
+    np.testing.assert_allclose(sens.inputs[okey]["x"], gx, rtol=1e-6, atol=0)
+    np.testing.assert_allclose(sens.inputs[okey]["mask"], gm, rtol=1e-6, atol=0)
+    # The comparison can fail: |w| matters, every element has its own gradients, and the
+    # two outputs differ (a seed on the wrong element or output would show).
+    assert np.abs(rel - ab).max() > 0.1 * np.abs(rel).max()  # |w| far from 1
+    assert len({tuple(np.round(r, 9)) for r in rel}) == len(rel)
+    other = _direct(loaded, batches, "z" if out_name == "y" else "y")[1]
+    assert other.shape != rel.shape or not np.allclose(other, rel)
+    # The NaN row of batch 2 (row 1) was fed as 0: its gradient w.r.t. w1 has zeros where x is 0.
+    assert np.isfinite(sens.rel[okey]).all()
+
+
+def test_integer_output_has_zeros_and_the_cap_counts_across_batches(tiny, monkeypatch):
+    path, loaded, batches = tiny
+    bounds._SENSITIVITY_CACHE.clear()
+    monkeypatch.setattr(bounds, "MAX_GRADIENT_ELEMENTS", 5)
+    sens = bounds._sensitivity(path, loaded, batches)
+    assert sens.rel["serving_default/n"].shape == (5, 3) and not sens.rel["serving_default/n"].any()
+    assert not sens.inputs["serving_default/n"]["x"].any()
+    # y has 4 + 6 elements: the first 5 are computed (4 in batch 1, 1 in batch 2), the rest NaN.
+    y = sens.rel["serving_default/y"]
+    assert np.isfinite(y[:5]).all() and np.isnan(y[5:]).all()
+    assert np.isnan(sens.inputs["serving_default/y"]["mask"][5:]).all()
+    _, rel, _, _, _ = _direct(loaded, batches, "y")
+    order = [_direct(loaded, batches, "y")[0].index(c) for c in _columns(loaded)]
+    np.testing.assert_allclose(y[:5], rel[:5, order], rtol=1e-12, atol=0)
+    # z has 5 elements: all computed
+    assert np.isfinite(sens.rel["serving_default/z"]).all()
+    # cached per SavedModel and example set
+    assert bounds._sensitivity(path, loaded, batches) is sens
