@@ -318,4 +318,8 @@ def _write(path: str, value: Any) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    # The module's own main, not this __main__ copy's: one set of classes (what pickles
+    # and what a profiler wraps is ``tflab._tour.lane``).
+    from tflab._tour.lane import main as _main
+
+    sys.exit(_main(sys.argv[1:]))
