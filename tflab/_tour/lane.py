@@ -70,7 +70,15 @@ class _Notes:
 
 
 class Lane:
-    """The lane's process, started by `start`; `result` waits for one section.
+    """The lane's process, started by the constructor; `result` waits for one section.
+
+    Args:
+        sections: the section modules it runs, in the tour's order.
+        out_dir: the tour's temporary output folder (the sections write there).
+        final_dir: ``--out`` as the user named it (paths shown in the text).
+        model_path: the user's ``--model``, or None for the default model.
+        training: the sections before the lane's whose training steps it
+            replays first (of `TRAINING_SECTIONS`).
 
     Attributes:
         sections: the section modules it runs, in order.
