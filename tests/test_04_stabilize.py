@@ -97,24 +97,20 @@ def test_t10_plain_step_last_batch_retraces_and_stabilize_fixes_it():
 
 @pytest.mark.slow
 def test_t10_mobilenet_training_step(tour_model):
-    """T10: Adam's slot variables make the first call trace twice; the small last batch once more."""
+    """T10: stabilized, the training step traces the variable-creation pair on its first call
+    (a fresh Adam creates its slot variables) and nothing for any later batch size.
+
+    The unstabilized half of T10 (RetraceProbe over batches 4, 4, 2: "first",
+    "variable_creation", "retrace" with the 4 -> 2 reason) is the tour's step 2 on the same
+    model and batches: the full-tour facts test compares exactly those kinds, counts and
+    reasons (`retrace.*` in `tflab._tour.facts.VERDICTS`), so it is not traced a second time here.
+    """
     import keras
 
     from tflab.tour import make_train_step, tour_dataset
 
     spec = tf.TensorSpec([None, 96, 96, 3], tf.float32)
     ds = tour_dataset(spec, num_classes=10)  # 10 images, batch 4: sizes 4, 4, 2
-    probe = RetraceProbe(make_train_step(tour_model, keras.optimizers.Adam()))
-    losses = [float(probe(x, y)) for x, y in ds]
-    assert all(np.isfinite(losses))
-    assert probe.trace_count == 3
-    assert [t.kind for t in probe.traces] == ["first", "variable_creation", "retrace"]
-    assert "not the user" in " ".join(probe.traces[1].reasons + probe.traces[1].fixes).lower() or \
-        "nothing to fix" in " ".join(probe.traces[1].fixes)
-    assert any("4" in r and "2" in r for r in probe.traces[2].reasons), probe.traces[2].reasons
-
-    # Stabilized (with a fresh optimizer, so slot variables are created again):
-    # the variable-creation pair on the first call and nothing for any later batch size.
     # The one graph serves every size because TF traced it with the batch dim None (its TraceEvent).
     log: list[str] = []
     events: list = []
