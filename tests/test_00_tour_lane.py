@@ -84,3 +84,28 @@ def test_which_sections_go_to_the_lane(names, expected, monkeypatch):
     assert lane_sections(names) == expected
     monkeypatch.setenv("TFLAB_TOUR_LANE", "0")
     assert lane_sections(names) == []
+
+
+def test_only_names_sections_by_module_and_refuses_others(tmp_path):
+    """Newcomer trial (session 5): only=[6, 7] ran nothing and wrote an empty report."""
+    from tflab.errors import UsageError
+    from tflab.tour import run_tour
+
+    for only in (["6", "7"], ["modes"], "s06_modes", [6]):
+        with pytest.raises(UsageError, match="s06_modes"):
+            run_tour(out_dir=str(tmp_path / "t"), only=only)
+    assert not (tmp_path / "t").exists()
+
+
+def test_a_lane_whose_tour_is_already_gone_exits_at_once(tmp_path):
+    """Hostile trial (session 5): a tour SIGKILLed before the lane read its parent left the lane
+    exporting for 30 min under init. The tour's pid comes in argv; another parent: exit 124."""
+    import subprocess
+    import sys
+    import time
+
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "tflab._tour.lane", "1", str(tmp_path / "out"),
+                           str(tmp_path / "notes"), str(tmp_path), "", "", "", "s06_modes"], timeout=120)
+    assert proc.returncode == 124 and time.perf_counter() - t < 60
+    assert not (tmp_path / "notes").exists()  # it built no model, ran no section

@@ -80,7 +80,8 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
         The JSON report as a dict (also written to ``out_dir/report.json``).
 
     Raises:
-        UsageError: ``model_path`` is missing or not a model; ``out_dir`` is
+        UsageError: ``only`` names a section that is not one of `SECTIONS`
+            (e.g. ``"6"`` for ``"s06_modes"``); ``model_path`` is missing or not a model; ``out_dir`` is
             not a folder path, or a non-empty folder without ``force``; ``html``
             exists (without ``force``), is a folder or lies under a regular file.
     """
@@ -96,6 +97,16 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
     from tflab._report_pages import html_output, tensorboard_output
 
     html_target, tb_target = html_output(html, force), tensorboard_output(tensorboard)
+    if only is not None:
+        from tflab.errors import UsageError
+
+        if isinstance(only, str) or not all(isinstance(n, str) for n in only):
+            raise UsageError(f"only must be a list of section names, got {only!r}; the sections are "
+                             f"{', '.join(m for m, _ in SECTIONS)}")
+        unknown = [n for n in only if n not in dict(SECTIONS)]
+        if unknown:
+            raise UsageError(f"only: unknown section(s) {unknown}; the sections are "
+                             f"{', '.join(m for m, _ in SECTIONS)}")
     sections = [(m, t) for m, t in SECTIONS if only is None or m in only]
     available = []
     for modname, title in sections:
@@ -127,24 +138,26 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
         lane = Lane(in_lane, tmp, target.path, model_path,
                     training=[n for n in names[:first] if n in TRAINING_SECTIONS])
     progress("building MobileNetV3Small" if model_path is None else f"loaded {model_path}")
+    # Everything from the temporary folder on is undone on the way out (Ctrl-C, SIGTERM, an
+    # error): the model build and the configuration probe take seconds.
     try:
         if model is None:
             model = build_default_model()
+        report: dict = {"model": model_path or "MobileNetV3Small(weights=None, input_shape=(96, 96, 3), classes=10)"}
+        from tflab.runtime import runtime_config
+
+        config = runtime_config()  # what every number below was measured on (issue 8)
+        report["config"] = config.to_dict()
+        if not quiet:
+            print(f"configuration: {config.one_line()}")
+        ctx = TourContext(model=model, model_source=model_path or "default", out_dir=out,
+                          report=report, progress_line=progress, quiet=quiet, final_dir=target.path,
+                          shared=shared)
     except BaseException:
         if lane is not None:
             lane.stop()
         target.discard(tmp)
         raise
-    report: dict = {"model": model_path or "MobileNetV3Small(weights=None, input_shape=(96, 96, 3), classes=10)"}
-    from tflab.runtime import runtime_config
-
-    config = runtime_config()  # what every number below was measured on (issue 8)
-    report["config"] = config.to_dict()
-    if not quiet:
-        print(f"configuration: {config.one_line()}")
-    ctx = TourContext(model=model, model_source=model_path or "default", out_dir=out,
-                      report=report, progress_line=progress, quiet=quiet, final_dir=target.path,
-                      shared=shared)
     t0 = time.perf_counter()
     timings = {}
     tf_logger = logging.getLogger("tensorflow")

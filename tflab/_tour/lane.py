@@ -93,7 +93,7 @@ class Lane:
         self._tmp = tempfile.mkdtemp(prefix="tflab_tour_lane_")
         self._out = os.path.join(self._tmp, "lane.pickle")
         self._notes = os.path.join(self._tmp, "notes.txt")
-        argv = [sys.executable, "-m", LANE_MODULE, self._out, self._notes, str(out_dir),
+        argv = [sys.executable, "-m", LANE_MODULE, str(os.getpid()), self._out, self._notes, str(out_dir),
                 str(final_dir or ""), model_path or "", ",".join(training), *self.sections]
         self.started = time.perf_counter()
         self._summary: dict | None = None
@@ -265,13 +265,16 @@ def lane_sections(names: list[str]) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m tflab._tour.lane OUT NOTES OUT_DIR FINAL_DIR MODEL TRAINING SECTION…``."""
-    out, notes_path, out_dir, final_dir, model_path, training, *sections = argv
+    """``python -m tflab._tour.lane PARENT_PID OUT NOTES OUT_DIR FINAL_DIR MODEL TRAINING SECTION…``."""
+    parent, out, notes_path, out_dir, final_dir, model_path, training, *sections = argv
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from tflab._subprocess import watch_parent
 
-    # Never an orphan: a tour stopped by Ctrl-C or SIGTERM takes this process with it.
-    watch_parent(os.getppid(), float(os.environ.get("TFLAB_DEADLINE_S", str(LANE_TIMEOUT))) + 5)
+    # Never an orphan: a tour stopped by Ctrl-C or SIGTERM takes this process with it. The
+    # tour's pid comes in argv: a tour killed before this line ran is not mistaken for init.
+    if os.getppid() != int(parent):
+        return 124
+    watch_parent(int(parent), float(os.environ.get("TFLAB_DEADLINE_S", str(LANE_TIMEOUT))) + 5)
     import importlib
 
     from tflab.errors import install_sigterm_handler
