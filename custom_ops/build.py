@@ -238,7 +238,12 @@ def _commands(cxx: str, nvcc: str | None, objdir: Path, out: Path) -> tuple[list
         if not (lib64 / "libcudart_static.a").exists():
             lib64 = cuda_home / "lib"
         link_extra = [f"-L{lib64}", "-l:libcudart_static.a", "-ldl", "-lrt", "-lpthread"]
-    link = [cxx, "-shared", "-o", str(out), *objs, *lflags, *link_extra]
+    # The static cudart comes before TF's framework library: libtensorflow_framework.so.2
+    # exports the CUDA runtime API itself (its cudart stub, which dlopens TF's own
+    # libcudart.so.12 at run time). Linked after it, every cuda* reference of ours bound to
+    # that stub and the static archive was never used (checked with `nm -D`: `U
+    # __cudaLaunchKernel`); linked first, the archive resolves them inside our .so.
+    link = [cxx, "-shared", "-o", str(out), *objs, *link_extra, *lflags]
     return compiles, link
 
 

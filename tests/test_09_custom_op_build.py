@@ -8,6 +8,7 @@ kernels for every dtype. GPU-only tests skip cleanly without a GPU.
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import struct
@@ -157,7 +158,19 @@ def test_library_links_cudart_statically(built):
     args = [readelf, "-d", built.so_path] if readelf.endswith("readelf") else [readelf, "-p", built.so_path]
     needed = subprocess.run(args, capture_output=True, text=True).stdout
     assert "libtensorflow_framework.so.2" in needed
+    if not built.cuda:
+        pytest.skip("no nvcc here: the build has no CUDA kernels, so there is no cudart to link")
     assert "libcudart" not in needed
+    # Static, not merely absent: no CUDA runtime entry point is left for the dynamic linker.
+    # libtensorflow_framework.so.2 exports TF's own cudart stub (cudaGetDevice, __cudaLaunchKernel,
+    # …), so a .so that lists the archive after TF's library links without error and binds every
+    # cuda* call to TF's stub (planted: that link order leaves 14 `U __cuda…` symbols here).
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm not installed: cannot list the .so's dynamic symbols")
+    dyn = subprocess.run([nm, "-D", built.so_path], capture_output=True, text=True).stdout
+    unresolved = re.findall(r"^\s+U (_*cuda\w*)$", dyn, flags=re.M)
+    assert not unresolved, f"CUDA runtime symbols left to the dynamic linker (bound to TF's stub): {unresolved}"
 
 
 @pytest.mark.onednn

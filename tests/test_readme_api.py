@@ -118,6 +118,22 @@ def test_the_readme_scripts_run_as_written(tmp_path, monkeypatch):
     shown = " ".join(ln[1:].strip() for ln in bump.split("print(p.side_effects)", 1)[1].splitlines()
                      if ln.startswith("#"))
     assert buf.getvalue().strip() == shown
-    ns: dict = {}
-    exec(compile(snippet, "README-snippet.py", "exec"), ns)  # noqa: S102
-    assert callable(ns["test_train_step_does_not_retrace"])
+    # The snippet names `train_step` and `dataset` as the user's own; give it both and call
+    # the test it defines: once with a step that keeps its one trace (passes), once with a
+    # step that retraces on every batch size (the RetraceError the snippet promises).
+    import tensorflow as tf
+
+    from tflab import RetraceError
+
+    data = [(tf.ones([4, 3]), tf.ones([4])), (tf.ones([4, 3]), tf.zeros([4]))]
+    ragged = [(tf.ones([n, 3]), tf.ones([n])) for n in (4, 5, 6, 7)]
+
+    def run(step, dataset):
+        ns: dict = {"train_step": step, "dataset": dataset}
+        exec(compile(snippet, "README-snippet.py", "exec"), ns)  # noqa: S102
+        ns["test_train_step_does_not_retrace"]()
+
+    w = tf.Variable(tf.ones([3]))
+    run(tf.function(lambda x, y: tf.reduce_sum(x * w) - tf.reduce_sum(y)), data)
+    with pytest.raises(RetraceError, match=r"shape \(4, 3\) -> \(5, 3\)|x: shape"):
+        run(tf.function(lambda x, y: tf.reduce_sum(x * w) - tf.reduce_sum(y)), ragged)
