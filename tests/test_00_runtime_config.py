@@ -173,7 +173,11 @@ def test_env_cli_json_has_onednn_field(run_cli):
     code, out, err = run_cli("env", "--json")
     assert code == 0, err
     d = json.loads(out)
-    assert isinstance(d["onednn_enabled"], bool)
+    # The value, not just its type: what TF itself says in this process (IsMklEnabled, read
+    # through tflab._tf.runtime) under the same environment.
+    from tflab._tf.runtime import onednn_enabled
+
+    assert d["onednn_enabled"] is onednn_enabled()
     assert d["onednn_reason"]
     code, out, err = run_cli("env")
     assert code == 0
