@@ -68,3 +68,9 @@ def test_status_is_checked_and_dict_is_json_ready():
         fx.Fix("code", "", "x", status="ok")
     d = fx.attempt("cast", "tf.cast(x, tf.float32)", "cast", lambda: (True, "runs")).to_dict()
     assert d["status"] == "checked" and d["result"] == "runs" and d["kind"] == "cast"
+
+
+def test_the_phrases_are_properties():
+    f = fx.attempt("cast", "tf.cast(x, tf.float32)", "cast x", lambda: (False, "still NaN"))
+    assert f.what == "cast x: tf.cast(x, tf.float32)" and f.check_text == "failed: still NaN"
+    assert fx.first_working([f]).failures == (f,)

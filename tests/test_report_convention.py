@@ -67,6 +67,14 @@ PARTS: dict[str, str] = {
     "OutputError": "one output of a TFLiteCheck",
     "OpShare": "one op's share of an Attribution",
     "KeptFloat": "the kept-float re-conversion of an Attribution",
+    "Fix": "one fix a report prints (tflab.fix): the report that prints it carries config and the name",
+    "FixPlan": "the candidate fixes a report tried for one problem (tflab.fix)",
+}
+
+# Methods whose one parameter is a real option with a default, not data: what the option is.
+METHODS_WITH_AN_OPTION: dict[str, str] = {
+    "Fix.line": "label: the word the line starts with ('fix', 'also', ...)",
+    "FixPlan.lines": "label: the word the fix line starts with",
 }
 
 # Modules that run something on import, and child-process entry points.
@@ -135,6 +143,8 @@ def class_problems(cls: type) -> list[str]:
             out.append(f"{meth}() takes a required argument")
     for attr, value in vars(cls).items():
         if attr.startswith("_") or attr in ALLOWED_NO_ARG_METHODS or attr.startswith("to_"):
+            continue
+        if f"{name}.{attr}" in METHODS_WITH_AN_OPTION:
             continue
         if inspect.isfunction(value) and _no_required_args(value):
             out.append(f"{attr}() is a method that takes no argument: make it a property")

@@ -96,12 +96,14 @@ class Fix(Report):
         """True when the fix was applied and it did not work."""
         return self.status == FAILED
 
+    @property
     def what(self) -> str:
         """The change in one phrase: ``description: change`` (or either alone)."""
         if self.change and self.change not in self.description:
             return f"{self.description}: {self.change}" if self.description else self.change
         return self.description or self.change
 
+    @property
     def check_text(self) -> str:
         """``checked: RESULT``, ``failed: RESULT`` or ``not checked: WHY``."""
         if self.status == CHECKED:
@@ -112,7 +114,7 @@ class Fix(Report):
 
     def line(self, label: str = "fix") -> str:
         """``fix: WHAT (checked: RESULT)``: the one line every report prints for a fix."""
-        return f"{label}: {self.what()} ({self.check_text()})"
+        return f"{label}: {self.what} ({self.check_text})"
 
     def summary_line(self) -> str:
         return f"{self.kind} {self.status}"
@@ -144,6 +146,7 @@ class FixPlan(Report):
         """True when candidates were tried and every one was applied and failed."""
         return self.fix is None and bool(self.tried)
 
+    @property
     def failures(self) -> tuple[Fix, ...]:
         """The candidates that were applied and failed."""
         return tuple(f for f in self.tried if f.failed)
@@ -159,11 +162,11 @@ class FixPlan(Report):
             out = [self.fix.line(label)]
             before = [f for f in self.tried if f.failed]
             if before and self.fix.checked:
-                out.append("tried first: " + "; ".join(f"{f.what()} ({f.check_text()})" for f in before))
+                out.append("tried first: " + "; ".join(f"{f.what} ({f.check_text})" for f in before))
             return out
         if not self.tried:
             return []
-        gave = "; ".join(f"{f.what()} ({f.check_text()})" for f in self.tried)
+        gave = "; ".join(f"{f.what} ({f.check_text})" for f in self.tried)
         return [f"{label}: none of the {len(self.tried)} candidate fix(es) worked on your case: {gave}"]
 
     def summary_line(self) -> str:
