@@ -69,10 +69,10 @@ def _make(ctx: _Context, exc: BaseException, kind: str, filename: str, line: int
     """The `Diagnosis` of ``kind`` at ``line``; its plan holds ``fix`` as "not checked: WHY"
     until a rule runs a rewrite (`_planned`)."""
     from tflab._source_map import _error_line, _strip_comment
-    from tflab.fix import FixPlan, unchecked
+    from tflab.fix import first_working, unchecked
 
     src = _Source.of(filename)
-    plan = FixPlan(unchecked("code", "", fix, why or _NO_REWRITE), ()) if fix else None
+    plan = first_working([unchecked("code", "", fix, why or _NO_REWRITE)]) if fix else None
     return Diagnosis(function_name=ctx.name, ok=False, kind=kind, line=line,
                      statement=_strip_comment(src.text(line)) if src else "", filename=filename,
                      error=_error_line(exc), explanation=explanation, fix=fix, stage=ctx.stage,

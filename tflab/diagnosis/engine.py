@@ -177,7 +177,7 @@ def _silent_list_append(ctx: _Context, filename: str) -> Diagnosis | None:
                         name, kind = call.func.value.id, graph[loop.lineno]
                         from tflab._source_map import _strip_comment
 
-                        from tflab.fix import FixPlan, unchecked
+                        from tflab.fix import first_working, unchecked
 
                         d = Diagnosis(
                             function_name=ctx.name, ok=False, kind="python-list-in-tensor-loop",
@@ -188,7 +188,7 @@ def _silent_list_append(ctx: _Context, filename: str) -> Diagnosis | None:
                                          f"'{name}' gets one entry, not one per iteration as in eager "
                                          "Python; no error is raised"),
                             fix=_LIST_FIX, stage=SILENT_STAGE,
-                            fix_plan=FixPlan(unchecked("code", "", _LIST_FIX, ""), ()))
+                            fix_plan=first_working([unchecked("code", "", _LIST_FIX, "")]))
                         return _tensor_array_fix(d, ctx, filename, call.lineno, name, [])
     return None
 

@@ -133,13 +133,14 @@ class Diagnosis(Report):
         lines.append(f"  TF said: {self.error or 'nothing (no error)'}")
         if self.explanation:
             lines.append(f"  why: {self.explanation}")
-        lines += [f"  {ln}" for ln in self.fix_lines()]
+        lines += [f"  {ln}" for ln in self.fix_lines]
         src = self.fixed_source.splitlines()
         if self.fix_traced and 0 < len(src) <= 12:
             lines.append("  the copy that ran:")
             lines += [f"      {ln}" for ln in src]
         return "\n".join(lines)
 
+    @property
     def fix_lines(self) -> list[str]:
         """``fix: WHAT (checked: RESULT)`` (`tflab.fix.Fix.line`), what failed before it, and
         the other candidates that also ran; ``fix: TEXT`` for a diagnosis made without a plan."""
