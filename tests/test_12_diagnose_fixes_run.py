@@ -280,3 +280,13 @@ def test_the_fix_is_json_and_the_old_fields_are_derived():
     adv = diagnose(C.d7_branch_none, S([3]))
     assert adv.fix_traced is None and adv.fixed_source == "" and adv.fix_plan.fix.why
     assert fix_line(adv).endswith(f"(not checked: {adv.fix_plan.fix.why})")
+
+
+def test_a_fix_tried_on_a_step_that_assigns_to_a_variable_leaves_the_variable_as_it_was():
+    """The copy runs once (its captured tf.Variables get their values back) and the function is
+    not run eagerly a second time for a reference: an optimizer step would move the weights."""
+    F.TOTAL.assign(0.0)
+    d = diagnose(F.accumulate, S([3]))
+    assert (d.kind, d.line) == ("variable-created-in-function", fline("F9 culprit"))
+    assert d.fix_plan.fix.checked and "not compared with eager: it assigns to tf.Variables" in d.fix_plan.fix.result
+    assert float(F.TOTAL.numpy()) == 0.0

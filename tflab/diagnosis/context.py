@@ -207,8 +207,14 @@ def _candidate(ctx: _Context, fsrc, description: str, module_source: str, *, cha
         ran = f"traced and ran: {_summary(out)}"
         if reference is None:
             return True, ran, {}
-        if any(op.type.startswith("Random") for op in concrete.graph.get_operations()):
+        from tflab._source_map import _walk_ops
+
+        types = {op.type for op in _walk_ops(concrete.graph)}
+        if any(t.startswith("Random") for t in types):
             return True, f"{ran} (not compared with eager: it draws stateful random numbers)", {}
+        if any(t.startswith(_STATE_OPS) for t in types):
+            return True, (f"{ran} (not compared with eager: it assigns to tf.Variables, so tflab does not "
+                          "run your function a second time)"), {}
         label, ref = reference() if callable(reference) else ("eager's", _eager_reference(ctx))
         status, value = ref
         if status != "ran":
@@ -217,6 +223,12 @@ def _candidate(ctx: _Context, fsrc, description: str, module_source: str, *, cha
 
     return lambda: attempt(kind, change, description, check, how="ran a copy of your function",
                            source=module_source)
+
+
+# Ops that change a tf.Variable: a function with one is not run eagerly for a reference (an
+# optimizer step would move the user's weights, and the copy would see the moved ones).
+_STATE_OPS = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "ResourceApply",
+              "ResourceScatter", "ResourceSparseApply")
 
 
 @contextlib.contextmanager

@@ -444,9 +444,11 @@ def run_fixed(src: FunctionSource, module_source: str, args: tuple, kwargs: dict
     traces the copy with ``tf.function(autograph=autograph)`` on ``args``/``kwargs`` and
     runs it once on their materialized values.
 
+    The tf.Variables the copy captured are assigned their values back after the run, so a
+    training step tried as a fix does not move the user's weights.
+
     Returns:
-        The copy's outputs, with ``.concrete`` (the ConcreteFunction) set on a holder:
-        ``(outputs, concrete)``.
+        ``(outputs, the copy's ConcreteFunction)``.
 
     Raises:
         whatever the copy raised.
@@ -470,7 +472,13 @@ def run_fixed(src: FunctionSource, module_source: str, args: tuple, kwargs: dict
             fn = types.MethodType(fn, src.instance)
         try:
             concrete = tf.function(fn, autograph=autograph).get_concrete_function(*args, **kwargs)
-            out = concrete(*materialize(args), **materialize(kwargs))
+            # The user's tf.Variables the copy captured get their values back after the run.
+            saved = [(v, tf.identity(v.read_value())) for v in concrete.variables]
+            try:
+                out = concrete(*materialize(args), **materialize(kwargs))
+            finally:
+                for v, value in saved:
+                    v.assign(value)
         finally:
             if src.instance is not None and hasattr(src.instance, "__dict__"):
                 for k in [k for k in vars(src.instance) if k not in before]:

@@ -72,3 +72,12 @@ def not_elementwise(x):
     if x > 0:  # F8 culprit
         return x * tf.reduce_sum(x)
     return -x
+
+
+TOTAL = tf.Variable(0.0)
+
+
+def accumulate(x):
+    w = tf.Variable(1.0)  # F9 culprit
+    TOTAL.assign_add(tf.reduce_sum(x) * w)
+    return TOTAL * 1.0
