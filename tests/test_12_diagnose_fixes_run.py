@@ -290,3 +290,20 @@ def test_a_fix_tried_on_a_step_that_assigns_to_a_variable_leaves_the_variable_as
     assert (d.kind, d.line) == ("variable-created-in-function", fline("F9 culprit"))
     assert d.fix_plan.fix.checked and "not compared with eager: it assigns to tf.Variables" in d.fix_plan.fix.result
     assert float(F.TOTAL.numpy()) == 0.0
+
+
+def test_a_do_not_convert_helper_is_run_without_its_decorator():
+    d = diagnose(C.calls_unconverted, S([3]))
+    assert d.kind == "tensor-as-python-bool" and d.fix_plan.fix.checked
+    assert d.fix_plan.fix.change == "drop @tf.autograph.experimental.do_not_convert from _positive"
+    out, _ = run_copy(d, "calls_unconverted", tf.constant([1.0, -2.0, 3.0]), module=C)
+    np.testing.assert_array_equal(out.numpy(), [2.0, -4.0, 6.0])  # sum 2 > 0: x * 2
+
+
+def test_a_comprehension_over_a_dynamic_range_becomes_map_fn_checked():
+    d = diagnose(R.bands_dynamic, S([4, None]))
+    assert d.kind == "comprehension-over-tensor" and d.fix_plan.fix.checked
+    assert d.fix_plan.fix.change.startswith("tf.map_fn(lambda b: bands[:, b], ")
+    bands = tf.reshape(tf.range(12, dtype=tf.float32), [4, 3])
+    out, _ = run_copy(d, "bands_dynamic", bands, module=R)
+    np.testing.assert_array_equal(out.numpy(), bands.numpy().T)

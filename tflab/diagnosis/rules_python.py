@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import inspect
 import os
 
 from tflab.diagnosis.context import (_candidate, _cast_value_fix, _Context, _fix_source, _make, _materialize,
@@ -58,11 +59,12 @@ def _rule_bool_or_iter(exc, ctx, frames, filename, line, loc, src, node):
                       f"index, and the index stays a Python int")
             return _try_fix(d, ctx, fsrc, text)
         if comp:
-            return _make(ctx, exc, "comprehension-over-tensor", filename, line,
-                         "AutoGraph converts for statements, not comprehensions: this comprehension "
-                         "iterates over a symbolic tensor in Python",
-                         "use tf.map_fn or a vectorized op on the whole tensor (or a for over "
-                         "tf.range writing a tf.TensorArray)")
+            d = _make(ctx, exc, "comprehension-over-tensor", filename, line,
+                      "AutoGraph converts for statements, not comprehensions: this comprehension "
+                      "iterates over a symbolic tensor in Python",
+                      "use tf.map_fn or a vectorized op on the whole tensor (or a for over "
+                      "tf.range writing a tf.TensorArray)")
+            return _map_fn_fix(d, ctx, filename, line)
         if isinstance(node, ast.Assign) and any(isinstance(t, (ast.Tuple, ast.List)) for t in node.targets):
             d = _make(ctx, exc, "tensor-iterated-in-python", filename, line,
                       "unpacking a tensor into Python names iterates over it in Python",
@@ -77,11 +79,42 @@ def _rule_bool_or_iter(exc, ctx, frames, filename, line, loc, src, node):
     return None
 
 
+def _map_fn_fix(d, ctx: _Context, filename: str, line):
+    """``tf.stack([E for b in T])`` -> ``tf.map_fn(lambda b: E, T, fn_output_signature=DT)``,
+    one candidate per dtype (the arguments', then float32 and int32), each run."""
+    import tensorflow as tf
+
+    from tflab.diagnosis.fixes import dotted, replace_expr
+
+    fsrc = _fix_source(ctx, line, filename)
+    st = fsrc.stmt_at(line) if fsrc is not None else None
+    stacks = [n for n in (ast.walk(st) if st is not None else ()) if isinstance(n, ast.Call)
+              and dotted(n.func) == "tf.stack" and len(n.args) == 1 and isinstance(n.args[0], ast.ListComp)
+              and len(n.args[0].generators) == 1 and not n.args[0].generators[0].ifs
+              and isinstance(n.args[0].generators[0].target, ast.Name)]
+    if not stacks:
+        return _planned(d, [], "tflab rewrites only tf.stack([... for b in TENSOR]) into tf.map_fn")
+    comp = stacks[0].args[0]
+    gen = comp.generators[0]
+    dts = [s.dtype.name for s in tf.nest.flatten((ctx.args, ctx.kwargs)) if hasattr(s, "dtype")]
+    cands = []
+    for dt in dict.fromkeys(dts + ["float32", "int32"]):
+        new = (f"tf.map_fn(lambda {gen.target.id}: {ast.unparse(comp.elt)}, {ast.unparse(gen.iter)}, "
+               f"fn_output_signature=tf.{dt})")
+        text = replace_expr(fsrc, stacks[0], new)
+        if text:
+            cands.append(_candidate(ctx, fsrc, "map over the tensor with tf.map_fn", text, change=new))
+    return _planned(d, cands)
+
+
 def _autograph_on(d, ctx: _Context, filename: str, line, why: str):
-    """The fix "let AutoGraph convert it", run: the same source traced with autograph=True."""
+    """The fix "let AutoGraph convert it", run: the same source traced with autograph=True;
+    for a helper marked do_not_convert, the helper without that decorator."""
     import ast as _ast
 
     fsrc = _fix_source(ctx, line, filename)
+    if ctx.autograph and "do_not_convert" in why:
+        return _planned(d, _unmarked_helper(ctx, filename, line))
     if ctx.autograph or fsrc is None:
         return _planned(d, [], f"{why}: the statement is not in the traced function's own source, "
                                "so tflab cannot run it converted" if not ctx.autograph else
@@ -89,6 +122,26 @@ def _autograph_on(d, ctx: _Context, filename: str, line, why: str):
     text = _ast.unparse(fsrc.module) + "\n"
     return _planned(d, [_candidate(ctx, fsrc, "let AutoGraph convert it", text, change="autograph=True "
                                    "(drop autograph=False)", kind="option", autograph=True)])
+
+
+def _unmarked_helper(ctx: _Context, filename: str, line) -> list:
+    """The helper that holds ``line`` redefined without its do_not_convert decorator, before the
+    traced function, in one copy (the function finds the helper in the copy's namespace)."""
+    from tflab.diagnosis.context import _namespace
+    from tflab.diagnosis.fixes import FunctionSource
+    from tflab.diagnosis.source import _Source
+
+    src = _Source.of(filename)
+    fnode = src.function_at(line) if src is not None else None
+    helper = _namespace(ctx).get(getattr(fnode, "name", ""))
+    try:
+        hsrc = FunctionSource(inspect.unwrap(helper))
+        fsrc = FunctionSource(ctx.python_fn)
+    except (OSError, TypeError, ValueError, SyntaxError):
+        return []
+    text = ast.unparse(hsrc.module) + "\n\n\n" + ast.unparse(fsrc.module) + "\n"
+    return [_candidate(ctx, fsrc, "let AutoGraph convert the helper", text,
+                       change=f"drop @tf.autograph.experimental.do_not_convert from {hsrc.name}")]
 
 
 def _unstack_fix(d, ctx: _Context, filename: str, line):
