@@ -281,7 +281,7 @@ def _summary(value: Any) -> str:
 
     parts = []
     for a in _arrays(value)[:3]:
-        vals = np.array2string(a.ravel()[:6], precision=4, separator=", ") if a.dtype.kind != "O" else "…"
+        vals = np.array2string(a.ravel()[:6], precision=4, separator=", ", max_line_width=10 ** 6) if a.dtype.kind != "O" else "…"
         parts.append(f"{a.dtype.name}{list(a.shape)} {vals}")
     return ", ".join(parts) or "no output"
 

@@ -163,6 +163,11 @@ class Diagnosis(Report):
 
 
 def diagnosis_suffix(d: Diagnosis) -> str:
-    """``KIND at FILE:LINE `statement`: FIX``, for one-line reports."""
+    """``KIND at FILE:LINE `statement`: FIX (checked: RESULT)``, for one-line reports: the fix
+    with what its check measured (`tflab.fix.Fix.check_text`), or why it was not checked."""
     where = f" at {os.path.basename(d.filename)}:{d.line} `{d.statement}`" if d.line else ""
-    return f"{d.kind}{where}: {d.fix}"
+    fix = d.fix_plan.fix if d.fix_plan is not None else None
+    if fix is None:
+        return f"{d.kind}{where}: {d.fix}"
+    change = f": {fix.change}" if fix.checked and fix.change and fix.change not in d.fix else ""
+    return f"{d.kind}{where}: {d.fix}{change} ({fix.check_text()})"
