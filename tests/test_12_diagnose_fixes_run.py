@@ -307,3 +307,17 @@ def test_a_comprehension_over_a_dynamic_range_becomes_map_fn_checked():
     bands = tf.reshape(tf.range(12, dtype=tf.float32), [4, 3])
     out, _ = run_copy(d, "bands_dynamic", bands, module=R)
     np.testing.assert_array_equal(out.numpy(), bands.numpy().T)
+
+
+def _mixes_dtypes(x):
+    return x + tf.reduce_sum(tf.constant(np.ones(3)))  # a float64 operand made on this line
+
+
+def test_a_dtype_mismatch_is_not_blamed_on_the_caller_in_the_same_file():
+    """Old main: the operand's creation traceback also held the calling line of this file, and
+    the culprit became `d = diagnose(...)`. Now the culprit stays in the function, and the cast
+    is run on a copy."""
+    d = diagnose(_mixes_dtypes, S([3]))
+    assert d.kind == "dtype-mismatch"
+    assert d.statement == "return x + tf.reduce_sum(tf.constant(np.ones(3)))", d.to_text()
+    assert d.fix_plan.fix.checked and "tf.cast(" in d.fix_plan.fix.change

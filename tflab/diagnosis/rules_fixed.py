@@ -8,10 +8,8 @@ from __future__ import annotations
 import ast
 import os
 import re
-from typing import Any
 
-from tflab.diagnosis.context import (_candidate, _Context, _fix_source, _make, _namespace, _planned,
-                                     _try_fix)
+from tflab.diagnosis.context import _candidate, _Context, _fix_source, _make, _namespace, _try_fix
 from tflab.diagnosis.frames import _frame_named
 from tflab.diagnosis.source import _Source, _walk_header
 

@@ -343,8 +343,11 @@ def _rule_dtype_mismatch(exc, ctx, frames, filename, line, loc, src, node):
                     return _cast_value_fix(d, ctx, filename, init, [_other_dtype(operands, t)])
     # An operand made on another line of the user's code (len(x), tf.shape(x)…).
     for _k, t in operands:
+        # Only lines of the function that failed: the caller may sit in the same file.
+        fn_node = src.function_at(line) if src is not None and line else None
+        lo, hi = (fn_node.lineno, fn_node.end_lineno) if fn_node is not None else (0, 10 ** 9)
         origin = [fr_.lineno for fr_ in (t.op.traceback or ()) if src is not None
-                  and os.path.abspath(fr_.filename) == os.path.abspath(src.filename)]
+                  and os.path.abspath(fr_.filename) == os.path.abspath(src.filename) and lo <= fr_.lineno <= hi]
         if origin and origin[-1] != line:
             o_line = origin[-1]
             o_node = src.stmt_at(o_line)
