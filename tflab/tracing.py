@@ -176,16 +176,6 @@ class TraceReport(Report):
     constants_fix: Any = None
     config: dict = config_field()
 
-    def _constants_lines(self) -> list[str]:
-        if not self.constants:
-            return []
-        from tflab.diagnosis.baked import size_text
-
-        big = sum(c.bytes for c in self.constants)
-        out = [f"  Const data: {size_text(big)} of data baked into the GraphDef as {len(self.constants)} "
-               f"Const op(s) (GraphDef limit 2 GB)"] + [f"    {c.line()}" for c in self.constants[:8]]
-        return out + ([f"    {self.constants_fix.line()}"] if self.constants_fix is not None else [])
-
     @property
     def variables(self) -> tuple[CaptureInfo, ...]:
         """Captured `tf.Variable`s."""
@@ -244,12 +234,9 @@ class TraceReport(Report):
             top += ", …"
         var_bytes = sum(c.bytes for c in self.variables)
         cf = ", ".join(o.type for o in self.control_flow) or "none"
-        baked = ""
-        if self.constants:
-            from tflab.diagnosis.baked import size_text
+        from tflab.diagnosis.baked import summary_text
 
-            baked = (f"; {size_text(sum(c.bytes for c in self.constants))} of data baked into the GraphDef "
-                     f"as Const ops (GraphDef limit 2 GB)")
+        baked = f"; {summary_text(self.constants)}" if self.constants else ""
         return (f"{self._signature_str()} -> {self._outputs_str()}; {len(self.ops)} ops [{top}]; "
                 f"captures: {len(self.variables)} variables ({var_bytes:,} bytes), "
                 f"eager tensors: {self.capture_summary}{baked}; control flow: {cf}")
@@ -331,7 +318,9 @@ class TraceReport(Report):
         for c in self.captured_tensors:
             how = "baked as Const" if c.internal_op_type == "Const" else "fed at call time"
             lines.append(f"    tensor {c.internal}: {c.dtype}{_fmt_shape(c.shape)}, {c.bytes:,} bytes, {how}")
-        lines += self._constants_lines()
+        from tflab.diagnosis.baked import text_lines
+
+        lines += text_lines(self.constants, self.constants_fix)
         if self.control_flow:
             lines.append("  control flow:")
             for op in self.control_flow:

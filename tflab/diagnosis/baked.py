@@ -26,9 +26,6 @@ from tflab.fix import Fix, attempt, unchecked
 # Const ops at least this large are named (smaller ones are shapes, scales, hyper-parameters).
 LARGE_CONST_BYTES = 64 * 1024
 
-# GraphDef is one protocol buffer: 2 GB (2**31 - 1 bytes) is protobuf's message limit.
-GRAPHDEF_LIMIT_BYTES = 2 ** 31 - 1
-
 
 @dataclasses.dataclass(frozen=True)
 class ConstInfo:
@@ -101,6 +98,22 @@ def size_text(n: int) -> str:
     return f"{n} B"
 
 
+def summary_text(constants: tuple[ConstInfo, ...]) -> str:
+    """``8.0 MB of data baked into the GraphDef as Const ops (GraphDef limit 2 GB)``."""
+    return (f"{size_text(sum(c.bytes for c in constants))} of data baked into the GraphDef as Const ops "
+            f"(GraphDef limit 2 GB)")
+
+
+def text_lines(constants: tuple[ConstInfo, ...], fix: Fix | None) -> list[str]:
+    """`TraceReport.to_text`'s lines: the total, each large Const (8 at most) and the fix line."""
+    if not constants:
+        return []
+    out = [f"  Const data: {size_text(sum(c.bytes for c in constants))} of data baked into the GraphDef as "
+           f"{len(constants)} Const op(s) (GraphDef limit 2 GB)"] + [f"    {c.line()}" for c in constants[:8]]
+    return out + ([f"    {fix.line()}"] if fix is not None else [])
+
+
+# A GraphDef is one protocol buffer, and 2 GB is protobuf's message limit.
 _DESCRIPTION = ("pass the array as an argument (or keep it in a tf.Variable) instead of converting "
                 "NumPy data while tracing")
 
