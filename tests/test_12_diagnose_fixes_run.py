@@ -321,3 +321,17 @@ def test_a_dtype_mismatch_is_not_blamed_on_the_caller_in_the_same_file():
     assert d.kind == "dtype-mismatch"
     assert d.statement == "return x + tf.reduce_sum(tf.constant(np.ones(3)))", d.to_text()
     assert d.fix_plan.fix.checked and "tf.cast(" in d.fix_plan.fix.change
+
+
+def test_a_rewrite_tflab_cannot_write_still_gives_the_diagnosis(monkeypatch):
+    """Planted: tflab's own AST rewrite raises. The kind and line stand; the fix says why nothing ran."""
+    from tflab.diagnosis import fixes
+
+    def broken(*a, **k):
+        raise AssertionError("planted rewrite bug")
+
+    monkeypatch.setattr(fixes, "replace_expr", broken)
+    d = diagnose(F.shape_none, S([None]))
+    assert (d.kind, d.line) == ("shape-dim-is-none", fline("F6 culprit"))
+    assert d.fix_plan.fix.status == fx.NOT_CHECKED and "planted rewrite bug" in d.fix_plan.fix.why
+    assert not d.fix_plan.tried[:-1]  # nothing was run

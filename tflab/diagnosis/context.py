@@ -29,6 +29,7 @@ class _Context:
     kwargs: dict = dataclasses.field(default_factory=dict)
     lead: tuple = ()  # (None,) for a bound method whose instance was freed: TF passes self=None
     eager: Any = None  # (status, value): the function run eagerly once (`_eager_reference`)
+    rewrite_error: str = ""  # set when writing a fix raised (a tflab bug): rules then write none
 
 
 def _python_target(fn: Callable) -> Callable:
@@ -72,7 +73,9 @@ def _make(ctx: _Context, exc: BaseException, kind: str, filename: str, line: int
     from tflab.fix import first_working, unchecked
 
     src = _Source.of(filename)
-    plan = first_working([unchecked("code", "", fix, why or _NO_REWRITE)]) if fix else None
+    why = why or (f"writing the fix into a copy raised ({ctx.rewrite_error}), so tflab ran none"
+                  if ctx.rewrite_error else _NO_REWRITE)
+    plan = first_working([unchecked("code", "", fix, why)]) if fix else None
     return Diagnosis(function_name=ctx.name, ok=False, kind=kind, line=line,
                      statement=_strip_comment(src.text(line)) if src else "", filename=filename,
                      error=_error_line(exc), explanation=explanation, fix=fix, stage=ctx.stage,
@@ -125,7 +128,7 @@ def _fix_source(ctx: _Context, line: int | None, filename: str):
     culprit line is in it (a fix is tried on that function only), else None."""
     from tflab.diagnosis.fixes import FunctionSource
 
-    if ctx.python_fn is None or not line:
+    if ctx.python_fn is None or not line or ctx.rewrite_error:
         return None
     try:
         fsrc = FunctionSource(ctx.python_fn)
@@ -142,7 +145,7 @@ def _try_fix(d: Diagnosis, ctx: _Context, fsrc, module_source: str | None, *, ki
              why: str = "") -> Diagnosis:
     """``d`` with its fix applied to a copy of the function, traced, run and compared with eager."""
     if fsrc is None or not module_source:
-        return _planned(d, [], why or _why_no_copy(fsrc))
+        return _planned(d, [], why or ("" if ctx.rewrite_error else _why_no_copy(fsrc)))
     return _planned(d, [_candidate(ctx, fsrc, d.fix, module_source, kind=kind)], why)
 
 
@@ -160,6 +163,8 @@ def _planned(d: Diagnosis, candidates: list, why: str = "", fix_text: Callable |
 
     if candidates:
         why = why or "each rewrite tflab ran on a copy of your function failed (see 'tried')"
+    elif not why and d.fix_plan is not None and d.fix_plan.fix is not None:
+        why = d.fix_plan.fix.why  # the rule's own reason (`_make`)
     advice = unchecked("code", "", d.fix, why or _NO_REWRITE)
     plan = first_working(list(candidates) + [advice])
     text = d.fix

@@ -88,7 +88,13 @@ def _classify(exc: BaseException, ctx: _Context) -> Diagnosis:
     src = _Source.of(filename)
     node = src.stmt_at(line) if src and line else None
     for rule in RULES:
-        d = rule.classify(exc, ctx, frames, filename, line, loc, src, node)
+        try:
+            d = rule.classify(exc, ctx, frames, filename, line, loc, src, node)
+        except Exception as bug:  # noqa: BLE001 - a fix tflab could not write must not hide the diagnosis
+            if ctx.rewrite_error:
+                raise
+            ctx.rewrite_error = f"{type(bug).__name__}: {bug}"[:160]
+            d = rule.classify(exc, ctx, frames, filename, line, loc, src, node)  # now without rewrites
         if d is not None:
             return d
     return _make(ctx, exc, "unrecognized", filename, line,
