@@ -100,7 +100,10 @@ def test_kind_culprit_and_fix(case, make, args, kind, marker, word):
     assert d.statement == LINES[line - 1].split("  #")[0].strip()
     assert word in d.fix, d.fix
     assert d.error.split(":")[0].endswith(("Error", "Exception")), d.error
-    assert len(d.to_text().splitlines()) <= 10
+    head, _, copy = d.to_text().partition("  the copy that ran:")
+    assert len(head.splitlines()) <= 10 and len(copy.splitlines()) <= 13
+    if copy:  # the listing is the source of the printed fix, which was checked
+        assert d.fix_plan.fix.checked and d.fixed_source.splitlines()[-1].strip() in copy
 
 
 def test_d1_explains_the_while_op_and_the_line_tf_ended_on():

@@ -200,3 +200,33 @@ def test_a_real_difference_gets_no_condition_note():
 
     bug = compare_modes(_fns().off_by_one_in_graph, tf.constant([0.5, 3.3, 1.0]), gradients=False)
     assert len(bug.findings) == 2 and not any("ill-conditioned" in f for f in bug.findings), bug.findings
+
+
+# ------------------------------------------------------------------ diagnose / inspect (issue 32)
+
+DIAG = os.path.join(os.path.dirname(__file__), "data", "diagnose")
+
+
+def test_40537_diagnose_prints_the_tf_range_cast_it_ran_not_the_tnp_that_failed(run_cli):
+    """reports_s4 #5: old main printed `tf.experimental.numpy.arange` as the fix and then said its
+    own check of it failed. Now tnp is tried, fails (OperatorNotAllowedInGraphError), and the
+    printed fix is the core op with its dtype cast, run on a copy and equal to eager."""
+    code, out, err = run_cli("diagnose", os.path.join(DIAG, "fixes_run_cases.py") + ":my_function",
+                             "--arg", "x=float32[3]", "--arg", "a=2.0")
+    assert code == 1, err
+    (fix,) = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("fix: ")]
+    assert "tf.cast(tf.range(range_lim), x.dtype)" in fix and "(checked: traced and ran; output equal to eager's" in fix
+    assert "experimental.numpy" not in fix
+    (tried,) = [ln for ln in out.splitlines() if ln.strip().startswith("tried first: ")]
+    assert "tf.experimental.numpy.arange(range_lim) (failed: raised OperatorNotAllowedInGraphError" in tried
+
+
+def test_312_inspect_sizes_the_baked_dataset_and_prints_the_fix_it_ran(run_cli):
+    """reports_s4 #12: old main said "eager tensors: none" and gave no size for `Cast/x`."""
+    code, out, err = run_cli("inspect", os.path.join(DIAG, "baked_cases.py") + ":logp", "--arg", "beta=float32[50]")
+    assert code == 0, err
+    assert "8.0 MB of data baked into the GraphDef as 1 Const op(s) (GraphDef limit 2 GB)" in out
+    assert "Const Cast/x: float64[50, 20000], 8,000,000 bytes baked into the GraphDef at baked_cases.py:" in out
+    (fix,) = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("fix: ")]
+    assert "pass the array as an argument" in fix
+    assert "(checked: re-traced with X.T passed as an argument: 0 bytes of large Const data left (was 8,000,000)" in fix

@@ -153,6 +153,11 @@ class TraceReport(Report):
         op_counts: op type → count, most common first.
         captures: `CaptureInfo` for every capture (variables and tensors).
         control_flow: the If/While/Case ops (stateful and stateless forms).
+        const_bytes: bytes held by every Const op's ``value`` (branch and body FuncGraphs too).
+        constants: the Const ops of 64 KiB or more (`tflab.diagnosis.baked.ConstInfo`):
+            NumPy data converted while tracing, baked into the GraphDef (limit 2 GB).
+        constants_fix: for those, the `tflab.fix.Fix` run by `trace_and_inspect`: the array
+            passed as an argument to a re-traced copy, with the bytes left; None otherwise.
         config: `tflab.runtime_config()` as a dict, filled when the report is made.
     """
 
@@ -166,6 +171,9 @@ class TraceReport(Report):
     op_counts: dict
     captures: tuple[CaptureInfo, ...]
     control_flow: tuple[OpInfo, ...]
+    const_bytes: int = 0
+    constants: tuple = ()
+    constants_fix: Any = None
     config: dict = config_field()
 
     @property
@@ -226,9 +234,12 @@ class TraceReport(Report):
             top += ", …"
         var_bytes = sum(c.bytes for c in self.variables)
         cf = ", ".join(o.type for o in self.control_flow) or "none"
+        from tflab.diagnosis.baked import summary_text
+
+        baked = f"; {summary_text(self.constants)}" if self.constants else ""
         return (f"{self._signature_str()} -> {self._outputs_str()}; {len(self.ops)} ops [{top}]; "
                 f"captures: {len(self.variables)} variables ({var_bytes:,} bytes), "
-                f"eager tensors: {self.capture_summary}; control flow: {cf}")
+                f"eager tensors: {self.capture_summary}{baked}; control flow: {cf}")
 
     def __repr__(self) -> str:
         # ``<TraceReport dense(x: float32[None,8]) -> …>``: the signature follows the name directly
@@ -307,6 +318,9 @@ class TraceReport(Report):
         for c in self.captured_tensors:
             how = "baked as Const" if c.internal_op_type == "Const" else "fed at call time"
             lines.append(f"    tensor {c.internal}: {c.dtype}{_fmt_shape(c.shape)}, {c.bytes:,} bytes, {how}")
+        from tflab.diagnosis.baked import text_lines
+
+        lines += text_lines(self.constants, self.constants_fix)
         if self.control_flow:
             lines.append("  control flow:")
             for op in self.control_flow:
@@ -386,6 +400,9 @@ class TraceReport(Report):
             "captures": [dataclasses.asdict(c) for c in self.captures],
             "baked_bytes": self.baked_bytes,
             "fed_bytes": self.fed_bytes,
+            "const_bytes": self.const_bytes,
+            "constants": [dataclasses.asdict(c) for c in self.constants],
+            "constants_fix": self.constants_fix.to_dict() if self.constants_fix is not None else None,
             "control_flow": [dataclasses.asdict(o) for o in self.control_flow],
             "ops": [dataclasses.asdict(o) for o in self.ops],
         }
@@ -529,6 +546,9 @@ def inspect_concrete_function(concrete_function: Any, name: str | None = None) -
                 size = int(sum(len(b) for b in tf.nest.flatten(external.numpy().tolist())))
             captures.append(CaptureInfo("tensor", internal.name, external.dtype.name, shape, size,
                                         internal.name, internal.op.type))
+    from tflab.diagnosis.baked import baked_constants
+
+    const_bytes, constants = baked_constants(graph)
     try:
         ftype = str(concrete_function.function_type)
     except Exception:  # some loaded ConcreteFunctions carry no FunctionType
@@ -545,6 +565,7 @@ def inspect_concrete_function(concrete_function: Any, name: str | None = None) -
         op_counts=dict(counts.most_common()),
         captures=tuple(captures),
         control_flow=tuple(o for o in ops if o.type in CONTROL_FLOW_OP_TYPES),
+        const_bytes=const_bytes, constants=constants,
     )
 
 
@@ -590,7 +611,12 @@ def trace_and_inspect(fn: Callable, *args: Any, **kwargs: Any) -> TraceReport:
                              "or pass the tf.function itself to trace it with new ones")
         return inspect_concrete_function(fn)
     concrete = get_concrete_function(fn, *args, **kwargs)
-    return inspect_concrete_function(concrete, name=function_name(fn))
+    report = inspect_concrete_function(concrete, name=function_name(fn))
+    if report.constants:  # NumPy data baked in: the fix (the array as an argument), re-traced
+        from tflab.diagnosis.baked import baked_fix
+
+        report = dataclasses.replace(report, constants_fix=baked_fix(fn, args, kwargs, concrete, report.constants))
+    return report
 
 
 def _is_concrete_function(fn: Any) -> bool:

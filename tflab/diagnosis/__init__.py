@@ -28,17 +28,29 @@ Traceback filtering (``tf.debugging.disable_traceback_filtering``) is turned
 off for the trace so the raising frame is kept. A failure no rule explains is
 ``unrecognized`` and still names the user's line and TF's first line.
 
+Every fix is a `tflab.fix.Fix` (``Diagnosis.fix_plan``): where the rule can write
+it mechanically (a NumPy call -> the core TF op with its dtype cast, ``x.shape[i]`` ->
+``tf.shape(x)[i]``, a layer or tf.Variable hoisted, a list -> a tf.TensorArray, a cast,
+a shape invariant, ``tf.where`` / ``tf.reduce_any`` for a vector ``if`` ...), each
+candidate is applied to a copy of the function, traced, run once on the same arguments
+and compared with the function run eagerly (ULP, `tflab._numeric`); the first that works
+is printed (``checked: ...``), one that failed never is, and an advice-only fix says
+``not checked: why``.
+
 The hooks are `diagnose_exception` and `with_diagnosis`: other modules that caught
 a tracing error (`trace_and_inspect`, `autograph_diff`, `compare_modes`,
 `RetraceProbe`, `stabilize`) call them to turn TF's wall of text into one `Diagnosis`.
 
 The package, one module per concern (each imports only those listed before it):
 
-* ``fixes``: AST rewrites of a copy of the function, traced and run (`trace_fixed`);
+* ``fixes``: AST rewrites of a copy of the function, traced and run (`run_fixed`, `trace_fixed`);
 * ``record``: the `Diagnosis` record;
 * ``frames``: the traceback frames with their locals, the user's own site;
 * ``source``: the user's file parsed once, shape reads, the statement map;
-* ``context``: what a rule knows about the function, `_make`, trying a fix;
+* ``context``: what a rule knows about the function, `_make`, running each candidate fix
+  on a copy and comparing it with eager (`tflab.fix.first_working`);
+* ``baked``: the Const ops a NumPy array became while tracing, in bytes, and their fix
+  (`trace_and_inspect`);
 * ``rules_fixed``, ``rules_python``, ``rules_graph``: the classifiers;
 * ``rules``: `RULES`, one `Rule` per mistake (classifier + fix), tried in order;
 * ``hooks``: `diagnose_exception`, `with_diagnosis`, `diagnosed_error`,

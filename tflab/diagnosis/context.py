@@ -28,6 +28,8 @@ class _Context:
     args: tuple = ()
     kwargs: dict = dataclasses.field(default_factory=dict)
     lead: tuple = ()  # (None,) for a bound method whose instance was freed: TF passes self=None
+    eager: Any = None  # (status, value): the function run eagerly once (`_eager_reference`)
+    rewrite_error: str = ""  # set when writing a fix raised (a tflab bug): rules then write none
 
 
 def _python_target(fn: Callable) -> Callable:
@@ -64,13 +66,23 @@ def _context(fn: Callable | None, args: tuple, kwargs: dict, from_signature: boo
 
 
 def _make(ctx: _Context, exc: BaseException, kind: str, filename: str, line: int | None,
-          explanation: str, fix: str) -> Diagnosis:
+          explanation: str, fix: str, why: str = "") -> Diagnosis:
+    """The `Diagnosis` of ``kind`` at ``line``; its plan holds ``fix`` as "not checked: WHY"
+    until a rule runs a rewrite (`_planned`)."""
     from tflab._source_map import _error_line, _strip_comment
+    from tflab.fix import first_working, unchecked
 
     src = _Source.of(filename)
+    why = why or (f"writing the fix into a copy raised ({ctx.rewrite_error}), so tflab ran none"
+                  if ctx.rewrite_error else _NO_REWRITE)
+    plan = first_working([unchecked("code", "", fix, why)]) if fix else None
     return Diagnosis(function_name=ctx.name, ok=False, kind=kind, line=line,
                      statement=_strip_comment(src.text(line)) if src else "", filename=filename,
-                     error=_error_line(exc), explanation=explanation, fix=fix, stage=ctx.stage)
+                     error=_error_line(exc), explanation=explanation, fix=fix, stage=ctx.stage,
+                     fix_plan=plan)
+
+
+_NO_REWRITE = "tflab has no mechanical rewrite for this kind of mistake, so it did not run one"
 
 
 
@@ -116,7 +128,7 @@ def _fix_source(ctx: _Context, line: int | None, filename: str):
     culprit line is in it (a fix is tried on that function only), else None."""
     from tflab.diagnosis.fixes import FunctionSource
 
-    if ctx.python_fn is None or not line:
+    if ctx.python_fn is None or not line or ctx.rewrite_error:
         return None
     try:
         fsrc = FunctionSource(ctx.python_fn)
@@ -129,15 +141,196 @@ def _fix_source(ctx: _Context, line: int | None, filename: str):
     return fsrc if fsrc.start <= line <= last else None
 
 
-def _try_fix(d: Diagnosis, ctx: _Context, fsrc, module_source: str | None) -> Diagnosis:
-    """``d`` with the fix applied to a copy of the function and traced (`trace_fixed`)."""
-    from tflab.diagnosis.fixes import trace_fixed
-
+def _try_fix(d: Diagnosis, ctx: _Context, fsrc, module_source: str | None, *, kind: str = "code",
+             why: str = "") -> Diagnosis:
+    """``d`` with its fix applied to a copy of the function, traced, run and compared with eager."""
     if fsrc is None or not module_source:
-        return d
-    lead = ctx.lead if fsrc.instance is None else ()
-    err = trace_fixed(fsrc, module_source, tuple(lead) + tuple(ctx.args), ctx.kwargs, _materialize)
-    return dataclasses.replace(d, fixed_source=module_source.rstrip("\n"), fix_traced=err is None)
+        return _planned(d, [], why or ("" if ctx.rewrite_error else _why_no_copy(fsrc)))
+    return _planned(d, [_candidate(ctx, fsrc, d.fix, module_source, kind=kind)], why)
+
+
+def _why_no_copy(fsrc) -> str:
+    return ("the culprit is outside the traced function's own source, so tflab cannot rewrite a copy"
+            if fsrc is None else "tflab could not write this fix into a copy of the function")
+
+
+def _planned(d: Diagnosis, candidates: list, why: str = "", fix_text: Callable | None = None,
+             also: tuple = ()) -> Diagnosis:
+    """``d`` with a `FixPlan`: ``candidates`` (each a `_candidate`) tried in order by
+    `tflab.fix.first_working`, then ``d.fix`` as "not checked: WHY". ``fix_text(fix)`` gives
+    the Diagnosis' ``fix`` sentence for a checked fix (default: ``d.fix``)."""
+    from tflab.fix import first_working, unchecked
+
+    if candidates:
+        why = why or "each rewrite tflab ran on a copy of your function failed (see 'tried')"
+    elif not why and d.fix_plan is not None and d.fix_plan.fix is not None:
+        why = d.fix_plan.fix.why  # the rule's own reason (`_make`)
+    advice = unchecked("code", "", d.fix, why or _NO_REWRITE)
+    plan = first_working(list(candidates) + [advice])
+    text = d.fix
+    if plan.fix is not None and plan.fix.checked and fix_text is not None:
+        text = fix_text(plan.fix)
+    return dataclasses.replace(d, fix=text, fix_plan=plan, also=tuple(also))
+
+
+def _change_text(fsrc, module_source: str) -> str:
+    """The lines the rewrite adds to the function (its module-level lines included), ``; ``-joined."""
+    import ast
+    import difflib
+
+    old = ast.unparse(fsrc.module).splitlines()
+    new = module_source.rstrip("\n").splitlines()
+    return "; ".join(ln[2:].strip() for ln in difflib.ndiff(old, new) if ln.startswith("+ ") and ln[2:].strip())
+
+
+def _candidate(ctx: _Context, fsrc, description: str, module_source: str, *, change: str | None = None,
+               kind: str = "code", reference: Any = "eager", autograph: bool | None = None) -> Callable:
+    """A zero-argument callable that applies one rewrite and returns its `tflab.fix.Fix`.
+
+    The copy (`tflab.diagnosis.fixes.run_fixed`) is traced on the diagnosed arguments and run
+    once on their materialized values; it worked when it ran and, where the user's function
+    runs eagerly on the same values, gives the same outputs (dtype, shape, values within
+    `_close`; the ULP distance is measured). ``reference`` is "eager", None (no comparison)
+    or a callable giving ``(label, outputs)``.
+    """
+    from tflab.fix import attempt
+
+    change = _change_text(fsrc, module_source) if change is None else change
+
+    def check():
+        from tflab.diagnosis.fixes import run_fixed
+
+        from tflab._source_map import _error_line
+
+        lead = ctx.lead if fsrc.instance is None else ()
+        try:
+            with _seeded():
+                out, concrete = run_fixed(fsrc, module_source, tuple(lead) + tuple(ctx.args), ctx.kwargs,
+                                          _materialize, autograph=ctx.autograph if autograph is None else autograph)
+        except Exception as e:  # noqa: BLE001 - the copy may raise anything; TF's own line, not "in user code:"
+            return False, f"raised {_error_line(e)}", {}
+        ran = f"traced and ran: {_summary(out)}"
+        if reference is None:
+            return True, ran, {}
+        from tflab._source_map import _walk_ops
+
+        types = {op.type for op in _walk_ops(concrete.graph)}
+        if any(t.startswith("Random") for t in types):
+            return True, f"{ran} (not compared with eager: it draws stateful random numbers)", {}
+        if any(t.startswith(_STATE_OPS) for t in types):
+            return True, (f"{ran} (not compared with eager: it assigns to tf.Variables, so tflab does not "
+                          "run your function a second time)"), {}
+        label, ref = reference() if callable(reference) else ("eager's", _eager_reference(ctx))
+        status, value = ref
+        if status != "ran":
+            return True, f"{ran}; {value}", {}
+        return _compare(out, value, label)
+
+    return lambda: attempt(kind, change, description, check, how="ran a copy of your function",
+                           source=module_source)
+
+
+# Ops that change a tf.Variable: a function with one is not run eagerly for a reference (an
+# optimizer step would move the user's weights, and the copy would see the moved ones).
+_STATE_OPS = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "ResourceApply",
+              "ResourceScatter", "ResourceSparseApply")
+
+
+@contextlib.contextmanager
+def _seeded():
+    """Python's and NumPy's global random state seeded with 0 and restored after: a Keras
+    initializer without a seed draws its seed from Python's `random` (Keras 3
+    ``random.make_default_seed``), so the eager run and the copy build the same weights."""
+    import random
+
+    import numpy as np
+
+    state, np_state = random.getstate(), np.random.get_state()
+    random.seed(0)
+    np.random.seed(0)
+    try:
+        yield
+    finally:
+        random.setstate(state)
+        np.random.set_state(np_state)
+
+
+def _eager_reference(ctx: _Context) -> tuple[str, Any]:
+    """``("ran", outputs)`` of the user's function run eagerly once on the materialized
+    arguments, ``("raised", why)`` or ``("not run", why)``; cached on ``ctx``."""
+    if ctx.eager is not None:
+        return ctx.eager
+    from tflab._source_map import _error_line
+
+    if ctx.python_fn is None or any(v is None for v in ctx.lead):
+        ctx.eager = ("not run", "not compared with eager: the method's instance was freed")
+        return ctx.eager
+    try:
+        with _seeded():
+            ctx.eager = ("ran", ctx.python_fn(*_materialize(ctx.args), **_materialize(ctx.kwargs)))
+    except Exception as e:  # noqa: BLE001 - the user's code may raise anything eagerly
+        ctx.eager = ("raised", f"your function raises eagerly too ({_error_line(e)}), so there is "
+                               "no eager output to compare with")
+    return ctx.eager
+
+
+def _arrays(value: Any) -> list:
+    import numpy as np
+    import tensorflow as tf
+
+    return [np.asarray(v.numpy() if hasattr(v, "numpy") else v) for v in tf.nest.flatten(value)]
+
+
+def _summary(value: Any) -> str:
+    import numpy as np
+
+    parts = []
+    for a in _arrays(value)[:3]:
+        vals = np.array2string(a.ravel()[:6], precision=4, separator=", ", max_line_width=10 ** 6) if a.dtype.kind != "O" else "…"
+        parts.append(f"{a.dtype.name}{list(a.shape)} {vals}")
+    return ", ".join(parts) or "no output"
+
+
+def _compare(out: Any, ref: Any, label: str = "eager's") -> tuple[bool, str, dict]:
+    """Whether the copy's outputs equal ``ref``'s: the same count and shapes, numeric values
+    within `_close` (a ``ref`` of another numeric dtype is read in the copy's dtype, and said),
+    and the largest ULP distance (`tflab._numeric.max_ulp`)."""
+    import numpy as np
+
+    from tflab._numeric import max_ulp
+
+    got, want = _arrays(out), _arrays(ref)
+    if len(got) != len(want):
+        return False, f"returns {len(got)} value(s), {label} output has {len(want)}", {}
+    worst, notes = 0.0, []
+    for k, (a, b) in enumerate(zip(got, want)):
+        if a.shape != b.shape:
+            return False, f"output {k} has shape {list(a.shape)}, {label} has {list(b.shape)}", {}
+        if a.dtype != b.dtype:
+            if a.dtype.kind not in "biuf" or b.dtype.kind not in "biuf":
+                return False, f"output {k} is {a.dtype.name}, {label} is {b.dtype.name}", {}
+            notes.append(f"{label} {b.dtype.name} read as {a.dtype.name}")
+            b = b.astype(a.dtype)
+        if a.dtype.kind not in "biufc":
+            if not np.array_equal(a, b):
+                return False, f"output {k} differs from {label}", {}
+            continue
+        ulp = max_ulp(a, b)
+        if not _close(a, b):
+            return False, (f"traced and ran, but output {k} differs from {label}: {_summary(a)} "
+                           f"against {_summary(b)} ({ulp:g} ULP)"), {"max_ulp": ulp}
+        worst = max(worst, ulp)
+    note = f" ({'; '.join(notes)})" if notes else ""
+    return True, f"traced and ran; output equal to {label} within {worst:g} ULP{note}", {"max_ulp": worst}
+
+
+def _close(a, b) -> bool:
+    """Equal up to float32 rounding of a reordered sum: |a - b| <= 1e-5·|b| + 1e-6·max|b|."""
+    import numpy as np
+
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    scale = float(np.nanmax(np.abs(b64))) if b64.size and np.isfinite(b64).any() else 1.0
+    return bool(np.allclose(a64, b64, rtol=1e-5, atol=1e-6 * max(scale, 1e-30), equal_nan=True))
 
 
 def _namespace(ctx: _Context) -> dict:
@@ -150,3 +343,40 @@ def _namespace(ctx: _Context) -> dict:
             ns[n] = cell.cell_contents
     return ns
 
+
+def _cast_value_fix(d, ctx: _Context, filename: str, line: int, dtypes: list[str]):
+    """``name = VALUE`` -> ``name = tf.cast(VALUE, tf.DTYPE)`` at ``line`` in a copy, run."""
+    import ast
+
+    from tflab.diagnosis.fixes import replace_expr
+
+    fsrc = _fix_source(ctx, line, filename)
+    st = fsrc.stmt_at(line) if fsrc is not None else None
+    if not isinstance(st, (ast.Assign, ast.AnnAssign)) or st.value is None:
+        return _planned(d, [])
+    cands = []
+    for dt in dtypes:
+        text = replace_expr(fsrc, st.value, f"tf.cast({{}}, tf.{dt})") if dt.isidentifier() else None
+        if text:
+            cands.append(_candidate(ctx, fsrc, d.fix, text))
+    return _planned(d, cands)
+
+
+def _tensor_array_fix(d, ctx: _Context, filename: str, line, holder: str | None, dtypes: list[str]):
+    """The Python list ``holder`` rewritten as a tf.TensorArray of each dtype in turn, run."""
+    import tensorflow as tf
+
+    from tflab.diagnosis.fixes import list_to_tensor_array
+
+    fsrc = _fix_source(ctx, line, filename)
+    if fsrc is None or not holder or not holder.isidentifier():
+        return _planned(d, [], "the list is not a plain name in the traced function's own source, so "
+                               "tflab cannot rewrite a copy")
+    extra = [s.dtype.name for s in tf.nest.flatten((ctx.args, ctx.kwargs)) if hasattr(s, "dtype")]
+    cands = []
+    for dt in dict.fromkeys(list(dtypes) + extra + ["float32", "int32"]):
+        text = list_to_tensor_array(fsrc, holder, f"tf.{dt}")
+        if text:
+            cands.append(_candidate(ctx, fsrc, "use a tf.TensorArray, a loop variable", text))
+    return _planned(d, cands, "" if cands else f"'{holder}' is used in a way tflab's rewrite to a "
+                                               "tf.TensorArray does not cover (only append, tf.stack, tf.add_n)")

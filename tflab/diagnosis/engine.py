@@ -12,7 +12,7 @@ from typing import Any, Callable
 from tflab._tf.autograph import clone_function, full_tracebacks
 from tflab._usercode import user_entry
 from tflab.diagnosis.context import (_LIST_FIX, _Context, _context, _materialize, _python_target, _sized,
-                                     _stmt_label)
+                                     _stmt_label, _tensor_array_fix)
 from tflab.diagnosis.record import SILENT_STAGE, Diagnosis
 from tflab.diagnosis.rules import _classify
 from tflab.diagnosis.source import _recorder, _Source, _StatementMap
@@ -177,7 +177,9 @@ def _silent_list_append(ctx: _Context, filename: str) -> Diagnosis | None:
                         name, kind = call.func.value.id, graph[loop.lineno]
                         from tflab._source_map import _strip_comment
 
-                        return Diagnosis(
+                        from tflab.fix import first_working, unchecked
+
+                        d = Diagnosis(
                             function_name=ctx.name, ok=False, kind="python-list-in-tensor-loop",
                             line=call.lineno, statement=_strip_comment(src.text(call.lineno)),
                             filename=filename, error="",
@@ -185,7 +187,9 @@ def _silent_list_append(ctx: _Context, filename: str) -> Diagnosis | None:
                                          f"once: '{name}.{call.func.attr}(...)' ran once at trace time, so "
                                          f"'{name}' gets one entry, not one per iteration as in eager "
                                          "Python; no error is raised"),
-                            fix=_LIST_FIX, stage=SILENT_STAGE)
+                            fix=_LIST_FIX, stage=SILENT_STAGE,
+                            fix_plan=first_working([unchecked("code", "", _LIST_FIX, "")]))
+                        return _tensor_array_fix(d, ctx, filename, call.lineno, name, [])
     return None
 
 

@@ -62,6 +62,7 @@ NUMPY_TO_TF: dict[str, str] = {
     "count_nonzero": "tf.math.count_nonzero", "logical_and": "tf.logical_and",
     "logical_or": "tf.logical_or", "logical_not": "tf.logical_not", "diag": "tf.linalg.diag",
     "outer": "tf.tensordot(a, b, axes=0)", "cross": "tf.linalg.cross",
+    "arange": "tf.range", "linspace": "tf.linspace",
 }
 
 
@@ -150,6 +151,7 @@ class FunctionSource:
         if not isinstance(self.fdef, (ast.FunctionDef, ast.AsyncFunctionDef)):
             raise ValueError("not a def")
         # The decorators' lines stay in ``start``'s count; the copy is traced by tflab itself.
+        self.original_decorators = list(self.fdef.decorator_list)
         self.fdef.decorator_list = []
         self.name = func.__name__
         self.namespace = dict(func.__globals__)
@@ -332,17 +334,124 @@ def _unparse(module: ast.Module) -> str:
     return ast.unparse(ast.fix_missing_locations(module)) + "\n"
 
 
+# --------------------------------------------------------------------------- more rewrites
+
+
+def replace_expr(src: FunctionSource, old: ast.AST, new: str) -> str | None:
+    """The module source with the expression ``old`` (a node of ``src.module``, found by its
+    position) replaced by the expression ``new`` (source text; ``{}`` in it is ``old``'s text)."""
+    module = copy.deepcopy(src.module)
+    target = next((n for n in ast.walk(module.body[0]) if type(n) is type(old) and _pos(n) == _pos(old)), None)
+    if target is None:
+        return None
+    repl = ast.parse(new.replace("{}", f"({ast.unparse(old)})"), mode="eval").body
+    _replace(module.body[0], target, repl)
+    return _unparse(module)
+
+
+def insert_first_in_body(src: FunctionSource, loop: ast.stmt, code: str) -> str | None:
+    """The module source with statement ``code`` put first in ``loop``'s body."""
+    module = copy.deepcopy(src.module)
+    target = next((n for n in ast.walk(module.body[0]) if type(n) is type(loop) and _pos(n) == _pos(loop)), None)
+    if target is None:
+        return None
+    target.body.insert(0, ast.parse(code).body[0])
+    return _unparse(module)
+
+
+def if_to_where(src: FunctionSource, stmt: ast.If) -> str | None:
+    """``if C: return A`` + ``return B`` (or an if/else that returns or assigns one name in each
+    branch) -> ``return tf.where(C, A, B)`` / ``y = tf.where(C, A, B)``: an elementwise choice."""
+    module = copy.deepcopy(src.module)
+    fdef = module.body[0]
+    node = next((n for n in ast.walk(fdef) if isinstance(n, ast.If) and _pos(n) == _pos(stmt)), None)
+    parent = _parent_stmt_list(fdef, node) if node is not None else None
+    if parent is None or len(node.body) != 1:
+        return None
+    seq, i = parent
+    first = node.body[0]
+    if not node.orelse and isinstance(first, ast.Return) and i + 1 < len(seq) \
+            and isinstance(seq[i + 1], ast.Return) and first.value is not None and seq[i + 1].value is not None:
+        new = ast.Return(_where(node.test, first.value, seq[i + 1].value))
+        seq[i:i + 2] = [new]
+        return _unparse(module)
+    if len(node.orelse) != 1:
+        return None
+    second = node.orelse[0]
+    if isinstance(first, ast.Return) and isinstance(second, ast.Return) and first.value and second.value:
+        seq[i] = ast.Return(_where(node.test, first.value, second.value))
+        return _unparse(module)
+    if all(isinstance(b, ast.Assign) and len(b.targets) == 1 and isinstance(b.targets[0], ast.Name)
+           for b in (first, second)) and first.targets[0].id == second.targets[0].id:
+        seq[i] = ast.Assign([ast.Name(first.targets[0].id, ast.Store())],
+                            _where(node.test, first.value, second.value))
+        return _unparse(module)
+    return None
+
+
+def _where(test: ast.expr, a: ast.expr, b: ast.expr) -> ast.expr:
+    return ast.parse(f"tf.where({ast.unparse(test)}, {ast.unparse(a)}, {ast.unparse(b)})", mode="eval").body
+
+
+def list_to_tensor_array(src: FunctionSource, name: str, dtype: str) -> str | None:
+    """A Python list ``name`` filled in a loop -> a `tf.TensorArray` (a loop variable):
+    ``name = []`` -> ``name = tf.TensorArray(dtype, size=0, dynamic_size=True)``,
+    ``name.append(v)`` -> ``name = name.write(name.size(), v)``, ``tf.stack(name)`` ->
+    ``name.stack()`` and ``tf.add_n(name)`` -> ``tf.reduce_sum(name.stack(), axis=0)``.
+    None when ``name`` is used any other way."""
+    module = copy.deepcopy(src.module)
+    fdef = module.body[0]
+    changed = {"init": 0, "append": 0}
+    uses = [n for n in ast.walk(fdef) if isinstance(n, ast.Name) and n.id == name]
+    handled: set[int] = set()
+    for node in ast.walk(fdef):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and node.targets[0].id == name and isinstance(node.value, ast.List) and not node.value.elts:
+            node.value = ast.parse(f"tf.TensorArray({dtype}, size=0, dynamic_size=True)", mode="eval").body
+            changed["init"] += 1
+            handled.add(id(node.targets[0]))
+    for parent in ast.walk(fdef):
+        for field in ("body", "orelse"):
+            seq = getattr(parent, field, None)
+            if not isinstance(seq, list):
+                continue
+            for k, st in enumerate(seq):
+                call = st.value if isinstance(st, ast.Expr) else None
+                if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "append" \
+                        and isinstance(call.func.value, ast.Name) and call.func.value.id == name and len(call.args) == 1:
+                    handled.add(id(call.func.value))
+                    seq[k] = ast.parse(f"{name} = {name}.write({name}.size(), {ast.unparse(call.args[0])})").body[0]
+                    changed["append"] += 1
+    for node in ast.walk(fdef):
+        if isinstance(node, ast.Call) and len(node.args) >= 1 and isinstance(node.args[0], ast.Name) \
+                and node.args[0].id == name and dotted(node.func) in ("tf.stack", "tf.add_n"):
+            handled.add(id(node.args[0]))
+            new = f"{name}.stack()" if dotted(node.func) == "tf.stack" else f"tf.reduce_sum({name}.stack(), axis=0)"
+            _replace(fdef, node, ast.parse(new, mode="eval").body)
+    if changed["init"] != 1 or not changed["append"] or any(id(u) not in handled for u in uses):
+        return None
+    return _unparse(module)
+
+
 # --------------------------------------------------------------------------- the trial
 
 
-def trace_fixed(src: FunctionSource, module_source: str, args: tuple, kwargs: dict,
-                materialize: Callable[[Any], Any]) -> str | None:
-    """Runs ``module_source`` (the rewritten function plus what it moved to module
-    level) in a copy of the function's namespace, traces the copy with
-    `tf.function` on ``args``/``kwargs`` and runs it once.
+def run_fixed(src: FunctionSource, module_source: str, args: tuple, kwargs: dict,
+              materialize: Callable[[Any], Any], *, autograph: bool = True,
+              extra: dict | None = None) -> Any:
+    """Runs ``module_source`` (the rewritten function plus what it moved to module level)
+    in a copy of the function's namespace (``extra`` added: other rewritten functions),
+    traces the copy with ``tf.function(autograph=autograph)`` on ``args``/``kwargs`` and
+    runs it once on their materialized values.
+
+    The tf.Variables the copy captured are assigned their values back after the run, so a
+    training step tried as a fix does not move the user's weights.
 
     Returns:
-        None when the copy traced and ran, else TF's error type and first line.
+        ``(outputs, the copy's ConcreteFunction)``.
+
+    Raises:
+        whatever the copy raised.
     """
     import tensorflow as tf
 
@@ -352,34 +461,46 @@ def trace_fixed(src: FunctionSource, module_source: str, args: tuple, kwargs: di
     lines = module_source.splitlines(keepends=True)
     linecache.cache[path] = (len(module_source), None, lines, path)
     namespace = dict(src.namespace)
+    namespace.update(extra or {})
     namespace["__file__"] = path
-    added: list[str] = []
     try:
         exec(compile(module_source, path, "exec"), namespace)
         fn = namespace[src.name]
+        before: set = set()
         if src.instance is not None:
             before = set(vars(src.instance)) if hasattr(src.instance, "__dict__") else set()
             fn = types.MethodType(fn, src.instance)
-        else:
-            before = set()
         try:
-            concrete = tf.function(fn).get_concrete_function(*args, **kwargs)
-            concrete(*materialize(args), **materialize(kwargs))
+            concrete = tf.function(fn, autograph=autograph).get_concrete_function(*args, **kwargs)
+            # The user's tf.Variables the copy captured get their values back after the run.
+            saved = [(v, tf.identity(v.read_value())) for v in concrete.variables]
+            try:
+                out = concrete(*materialize(args), **materialize(kwargs))
+            finally:
+                for v, value in saved:
+                    v.assign(value)
         finally:
             if src.instance is not None and hasattr(src.instance, "__dict__"):
-                added = [k for k in vars(src.instance) if k not in before]
-                for k in added:  # the guard's attribute: the user's object is left as it was
-                    delattr(src.instance, k)
-        return None
-    except Exception as e:  # the fix did not trace: report TF's first line
-        text = str(e).strip().splitlines()
-        return f"{type(e).__name__}: {text[0] if text else ''}"
+                for k in [k for k in vars(src.instance) if k not in before]:
+                    delattr(src.instance, k)  # the guard's attribute: the user's object is left as it was
+        return out, concrete
     finally:
         linecache.cache.pop(path, None)
         try:
             os.remove(path)
         except OSError:
             pass
+
+
+def trace_fixed(src: FunctionSource, module_source: str, args: tuple, kwargs: dict,
+                materialize: Callable[[Any], Any]) -> str | None:
+    """`run_fixed`, as None when the copy traced and ran, else TF's error type and first line."""
+    try:
+        run_fixed(src, module_source, args, kwargs, materialize)
+        return None
+    except Exception as e:  # the fix did not trace: report TF's first line
+        text = str(e).strip().splitlines()
+        return f"{type(e).__name__}: {text[0] if text else ''}"
 
 
 def function_def_text(module_source: str) -> str:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 from tflab._report import Report, config_field
+from tflab.fix import CHECKED, FixPlan
 
 # Size given to a None dim when a TensorSpec is materialized for the one call.
 UNKNOWN_DIM_SIZE = 2
@@ -28,6 +29,7 @@ class Diagnosis(Report):
             ``loop-variable-dtype-changes``, ``loop-variable-shape-changes``,
             ``loop-variable-undefined``, ``numpy-on-symbolic-tensor``,
             ``return-in-tensor-loop``, ``comprehension-over-tensor``,
+            ``non-scalar-condition``,
             ``tensor-iterated-in-python``, ``dtype-mismatch``,
             ``python-state-in-tensor-if``, ``tensor-from-another-funcgraph``,
             ``variable-created-in-function``, ``layer-created-in-function``,
@@ -42,17 +44,26 @@ class Diagnosis(Report):
         error: TF's error type and its first meaningful line.
         explanation: what TF did, e.g. "the for over a tensor at line 4 became
             a While op; …".
-        fix: one sentence naming the API to use.
+        fix: one sentence naming the API to use (for a fix tflab checked, the
+            change it ran).
         stage: ``"trace"`` (get_concrete_function raised), ``"call"`` (the
             ConcreteFunction raised when run), ``"silent"`` (nothing raised, but
             the graph does not do what the Python reads: a list appended to in
             a loop that became a While op gets one entry; ``error`` is empty)
             or ``""`` when ok.
-        fixed_source: the function rewritten with the fix (plus what the fix
-            moved to module level), where the rule can rewrite it; "" otherwise.
-        fix_traced: True when tflab traced and ran ``fixed_source`` on the same
-            arguments (`tflab.diagnosis.fixes.trace_fixed`), False when that
-            failed, None when the fix was not tried.
+        fix_plan: the `tflab.fix.FixPlan` behind ``fix``: each candidate tflab
+            applied to a copy of the function (traced, run once on the same
+            arguments and compared with the function run eagerly), in order,
+            and the one to print; a candidate that failed is never its ``fix``.
+            Its fix is "not checked" (with why) where no rewrite can be written.
+        also: other candidates run for the same failure that also worked (the
+            ``if`` on a vector: ``tf.where`` and ``tf.reduce_any``/``reduce_all``
+            mean different things); each says what it gave.
+        fixed_source: (property) the rewritten source of the printed fix when it
+            was checked (plus what it moved to module level); "" otherwise.
+        fix_traced: (property) True when the printed fix is a rewrite that was
+            checked, False when rewrites were run and none worked, None when no
+            rewrite was run.
         config: `tflab.runtime_config()`'s dict when the diagnosis was made.
         headline: (property) one line: kind, culprit and the fix (what other
             verbs print).
@@ -68,9 +79,25 @@ class Diagnosis(Report):
     explanation: str = ""
     fix: str = ""
     stage: str = ""
-    fixed_source: str = ""
-    fix_traced: bool | None = None
+    fix_plan: FixPlan | None = None
+    also: tuple = ()
     config: dict = config_field()
+
+    DICT_PROPERTIES: ClassVar[tuple[str, ...]] = ("fixed_source", "fix_traced")
+
+    @property
+    def fixed_source(self) -> str:
+        f = self.fix_plan.fix if self.fix_plan is not None else None
+        return f.source.rstrip("\n") if f is not None and f.status == CHECKED and f.source else ""
+
+    @property
+    def fix_traced(self) -> bool | None:
+        plan = self.fix_plan
+        if plan is None:
+            return None
+        if plan.fix is not None and plan.fix.status == CHECKED and plan.fix.source:
+            return True
+        return False if any(f.source for f in plan.failures()) else None
 
     def _repr_html_(self) -> str:
         """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
@@ -106,16 +133,27 @@ class Diagnosis(Report):
         lines.append(f"  TF said: {self.error or 'nothing (no error)'}")
         if self.explanation:
             lines.append(f"  why: {self.explanation}")
-        if self.fix:
-            lines.append(f"  fix: {self.fix}")
-        if self.fix_traced is not None:
-            lines.append("  fix checked: tflab applied it to a copy of the function, which "
-                         + ("traced and ran" if self.fix_traced else "still failed"))
+        lines += [f"  {ln}" for ln in self.fix_lines]
         src = self.fixed_source.splitlines()
         if self.fix_traced and 0 < len(src) <= 12:
-            lines.append("  the copy that traced:")
+            lines.append("  the copy that ran:")
             lines += [f"      {ln}" for ln in src]
         return "\n".join(lines)
+
+    @property
+    def fix_lines(self) -> list[str]:
+        """``fix: WHAT (checked: RESULT)`` (`tflab.fix.Fix.line`), what failed before it, and
+        the other candidates that also ran; ``fix: TEXT`` for a diagnosis made without a plan."""
+        plan = self.fix_plan
+        if plan is None:
+            return [f"fix: {self.fix}"] if self.fix else []
+        out = plan.lines()
+        failed = plan.failures()
+        if failed and (plan.fix is None or not plan.fix.checked):
+            if plan.fix is not None:
+                out.append("tried: " + "; ".join(f"{f.what()} ({f.check_text()})" for f in failed))
+        out += [f.line("also") for f in self.also]
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict of every field, plus ``function`` (the tour's report.json key) = ``function_name``."""
@@ -125,6 +163,11 @@ class Diagnosis(Report):
 
 
 def diagnosis_suffix(d: Diagnosis) -> str:
-    """``KIND at FILE:LINE `statement`: FIX``, for one-line reports."""
+    """``KIND at FILE:LINE `statement`: FIX (checked: RESULT)``, for one-line reports: the fix
+    with what its check measured (`tflab.fix.Fix.check_text`), or why it was not checked."""
     where = f" at {os.path.basename(d.filename)}:{d.line} `{d.statement}`" if d.line else ""
-    return f"{d.kind}{where}: {d.fix}"
+    fix = d.fix_plan.fix if d.fix_plan is not None else None
+    if fix is None:
+        return f"{d.kind}{where}: {d.fix}"
+    change = f": {fix.change}" if fix.checked and fix.change and fix.change not in d.fix else ""
+    return f"{d.kind}{where}: {d.fix}{change} ({fix.check_text()})"

@@ -19,8 +19,8 @@ from tflab.diagnosis.record import Diagnosis
 from tflab.diagnosis.rules_fixed import _rule_created_in_function, _rule_unhashable_tensor
 from tflab.diagnosis.rules_graph import (_rule_cond_vars, _rule_escaped_tensor, _rule_foreign_capture,
                                          _rule_loop_init, _rule_loop_vars)
-from tflab.diagnosis.rules_python import (_rule_bool_or_iter, _rule_dtype_mismatch, _rule_numpy,
-                                          _rule_runtime_op, _rule_shape_none)
+from tflab.diagnosis.rules_python import (_rule_bool_or_iter, _rule_dtype_mismatch, _rule_nonscalar_cond,
+                                          _rule_numpy, _rule_runtime_op, _rule_shape_none)
 from tflab.diagnosis.source import _Source
 
 
@@ -34,8 +34,8 @@ class Rule:
         kinds: the `Diagnosis.kind` values it can give.
         classify: ``(exc, ctx, frames, filename, line, locals, source, node) -> Diagnosis | None``.
         rewrite: the `tflab.diagnosis.fixes` function that writes the fix into a copy of
-            the function (then traced and run: ``Diagnosis.fix_traced``), or None when the
-            fix is advice only.
+            the function (then traced, run and compared with eager: ``Diagnosis.fix_plan``),
+            or None when the fix is advice only (its `tflab.fix.Fix` says "not checked: why").
     """
 
     name: str
@@ -53,25 +53,27 @@ RULES: tuple[Rule, ...] = (
          ("tensor-as-dict-key", "tensor-in-set"), _rule_unhashable_tensor, fixes.ref_keys),
     Rule("escaped-tensor", "capture_by_value (capture_container.py) and the statement map",
          ("tensor-out-of-scope", "python-state-in-tensor-if", "python-list-in-tensor-loop",
-          "tensor-from-another-funcgraph"), _rule_escaped_tensor),
+          "tensor-from-another-funcgraph"), _rule_escaped_tensor, fixes.list_to_tensor_array),
     Rule("foreign-capture", "the ConcreteFunction's captures",
          ("tensor-from-another-funcgraph",), _rule_foreign_capture),
     Rule("bool-or-iteration", "Tensor._disallow_bool_casting / _disallow_iteration",
          ("tensor-as-python-bool", "comprehension-over-tensor", "tensor-iterated-in-python"),
          _rule_bool_or_iter, fixes.replace_call_func),
+    Rule("non-scalar-condition", "_verify_tf_condition (autograph/operators/control_flow.py)",
+         ("non-scalar-condition",), _rule_nonscalar_cond, fixes.if_to_where),
     Rule("numpy", "Tensor.__getattr__ / __array__",
-         ("numpy-on-symbolic-tensor",), _rule_numpy, fixes.replace_call_func),
+         ("numpy-on-symbolic-tensor",), _rule_numpy, fixes.replace_expr),
     Rule("cond-vars", "verify_single_cond_var (autograph/operators/control_flow.py)",
-         ("branch-variable-undefined", "branch-dtype-mismatch"), _rule_cond_vars),
+         ("branch-variable-undefined", "branch-dtype-mismatch"), _rule_cond_vars, fixes.replace_expr),
     Rule("loop-vars", "_verify_single_loop_var (autograph/operators/control_flow.py)",
          ("loop-variable-undefined", "loop-variable-dtype-changes", "loop-variable-shape-changes"),
-         _rule_loop_vars),
+         _rule_loop_vars, fixes.insert_first_in_body),
     Rule("loop-init", "verify_loop_init_vars (autograph/operators/control_flow.py)",
          ("return-in-tensor-loop", "loop-variable-undefined"), _rule_loop_init),
-    Rule("shape-none", "the culprit statement's x.shape[i] against the frame's locals",
-         ("shape-dim-is-none",), _rule_shape_none),
+    Rule("shape-none", "the culprit statement's x.shape[i] (or a local assigned from it) against the frame's locals",
+         ("shape-dim-is-none",), _rule_shape_none, fixes.replace_expr),
     Rule("dtype-mismatch", "_ExtractInputsAndAttrs (op_def_library.py)",
-         ("dtype-mismatch", "loop-variable-dtype-changes"), _rule_dtype_mismatch),
+         ("dtype-mismatch", "loop-variable-dtype-changes"), _rule_dtype_mismatch, fixes.replace_expr),
     Rule("runtime-op", "the node the runtime names, and its Operation.traceback",
          ("runtime-op-error",), _rule_runtime_op),
 )
@@ -86,9 +88,16 @@ def _classify(exc: BaseException, ctx: _Context) -> Diagnosis:
     src = _Source.of(filename)
     node = src.stmt_at(line) if src and line else None
     for rule in RULES:
-        d = rule.classify(exc, ctx, frames, filename, line, loc, src, node)
+        try:
+            d = rule.classify(exc, ctx, frames, filename, line, loc, src, node)
+        except Exception as bug:  # noqa: BLE001 - a fix tflab could not write must not hide the diagnosis
+            if ctx.rewrite_error:
+                raise
+            ctx.rewrite_error = f"{type(bug).__name__}: {bug}"[:160]
+            d = rule.classify(exc, ctx, frames, filename, line, loc, src, node)  # now without rewrites
         if d is not None:
             return d
     return _make(ctx, exc, "unrecognized", filename, line,
                  "no tflab rule matches this failure; the culprit is the innermost line of "
-                 "your code in the traceback", "read TF's error above at the culprit line")
+                 "your code in the traceback", "read TF's error above at the culprit line",
+                 why="no rule matched, so tflab has no change to run")

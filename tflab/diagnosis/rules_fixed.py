@@ -8,9 +8,8 @@ from __future__ import annotations
 import ast
 import os
 import re
-from typing import Any
 
-from tflab.diagnosis.context import _Context, _fix_source, _make, _materialize, _namespace, _try_fix
+from tflab.diagnosis.context import _candidate, _Context, _fix_source, _make, _namespace, _try_fix
 from tflab.diagnosis.frames import _frame_named
 from tflab.diagnosis.source import _Source, _walk_header
 
@@ -53,6 +52,9 @@ def _rule_created_in_function(exc, ctx, frames, filename, line, loc, src, node):
         return None
     fsrc = _fix_source(ctx, line, filename)
     found = _created_call(node, fsrc.namespace if fsrc else _namespace(ctx))
+    if found is None and src is not None:  # `d = Dense(3)` on one line, `d(x)` on the next
+        line, node = _created_before(src, node, line, fsrc.namespace if fsrc else _namespace(ctx))
+        found = _created_call(node, fsrc.namespace if fsrc else _namespace(ctx))
     is_method = fsrc is not None and (fsrc.instance is not None or (
         bool(fsrc.fdef.args.args) and fsrc.fdef.args.args[0].arg == "self"))
     stmt_text = _Source.of(filename).text(line) if _Source.of(filename) else ""
@@ -86,7 +88,8 @@ def _rule_created_in_function(exc, ctx, frames, filename, line, loc, src, node):
         d = _make(ctx, exc, "variable-created-in-function", filename, line, common, fix)
         stem = attr if attr.isidentifier() else "v"
     else:
-        stem = re.sub(r"(?<!^)(?=[A-Z])", "_", cls).lower()
+        simple = isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+        stem = node.targets[0].id if simple else re.sub(r"(?<!^)(?=[A-Z])", "_", cls).lower()
         fix = (f"build the {cls} once outside the function and call it inside: "
                + (f"`self.{stem} = {code}` in __init__, then `self.{stem}(...)`" if is_method
                   else f"`{stem} = {code}` at module level (or as a model attribute), then `{stem}(...)`"))
@@ -99,8 +102,26 @@ def _rule_created_in_function(exc, ctx, frames, filename, line, loc, src, node):
 
     fstmt = fsrc.stmt_at(line)
     fcall = _created_call(fstmt, fsrc.namespace) if fstmt is not None else None
-    return _try_fix(d, ctx, fsrc, hoist_created(fsrc, fcall[0], stem) if fcall else None) \
-        if stmt_text else d
+    return _try_fix(d, ctx, fsrc, hoist_created(fsrc, fcall[0], stem) if fcall and stmt_text else None,
+                    kind="move")
+
+
+def _created_before(src, node, line, namespace):
+    """(line, statement) of the assignment, earlier in the same function, of a name the failing
+    statement calls (``d(x)``) whose value is a tf.Variable or layer constructor; else the
+    failing line and statement unchanged."""
+    if node is None or not line:
+        return line, node
+    called = {n.func.id for n in _walk_header(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    called |= {n.id for n in _walk_header(node) if isinstance(n, ast.Name)}
+    fn = src.function_at(line)
+    best = None
+    for st in ast.walk(fn) if fn is not None else ():
+        if isinstance(st, ast.Assign) and st.lineno < line and len(st.targets) == 1 \
+                and isinstance(st.targets[0], ast.Name) and st.targets[0].id in called \
+                and _created_call(st, namespace) is not None and (best is None or st.lineno > best.lineno):
+            best = st
+    return (best.lineno, best) if best is not None else (line, node)
 
 
 def _rule_unhashable_tensor(exc, ctx, frames, filename, line, loc, src, node):
@@ -132,42 +153,81 @@ def _rule_unhashable_tensor(exc, ctx, frames, filename, line, loc, src, node):
     return _try_fix(d, ctx, fsrc, ref_keys(fsrc, names))
 
 
-def _numpy_fix(ctx: _Context, filename: str, line: int | None, node) -> tuple[str, str, Any, Any]:
-    """(fix text, the NumPy name, FunctionSource, rewritten source) for the NumPy
-    call at the culprit line; the TF op of *that* call (`NUMPY_TO_TF`)."""
-    from tflab.diagnosis.fixes import numpy_calls, numpy_equivalent, replace_call_func
+def _numpy_fix(ctx: _Context, filename: str, line: int | None, node, loc: dict):
+    """(advice, the NumPy name, candidates) for the NumPy call at the culprit line.
+
+    The candidates, tried in order on a copy (`_planned`): the core TF op of *that* call
+    (`NUMPY_TO_TF`), ``tf.experimental.numpy``'s function where TF has one, then the TF op
+    cast to the dtype NumPy gives for these arguments (NumPy run on stand-ins of the
+    symbolic tensors: ones of their dtype and shape, a Python int for an int scalar, as
+    ``__index__`` gives eagerly), then to the dtype of each tensor the function holds there
+    (``tf.cast(..., x.dtype)``, the surrounding use).
+    """
+    from tflab.diagnosis.fixes import numpy_calls, numpy_equivalent, replace_expr
 
     fsrc = _fix_source(ctx, line, filename)
     ns = fsrc.namespace if fsrc else _namespace(ctx)
     calls = numpy_calls(node, ns) if node is not None else []
     if not calls:
-        return "", "", None, None
+        return "", "", []
     call, name = calls[0]
     op, tnp = numpy_equivalent(name)
     shown = ast.unparse(call.func)
     keep = f"tf.numpy_function({shown}, [x], Tout) if it must stay NumPy (it then runs as Python, " \
            f"outside the graph: not in a SavedModel's serving or TFLite)"
     if op is None and tnp is None:
-        return (f"{shown} has no TF equivalent: wrap it with {keep}", name, fsrc, None)
+        return f"{shown} has no TF equivalent: wrap it with {keep}", name, []
     alts = " or ".join(x for x in (f"`{op}`" if op else None, f"`{tnp}`" if tnp else None) if x)
-    fix = f"replace {shown} with {alts}; or {keep}"
-    module_source = None
-    if fsrc is not None:
-        fcalls = [c for c, n in numpy_calls(fsrc.stmt_at(line), fsrc.namespace) if n == name] \
-            if fsrc.stmt_at(line) is not None else []
-        for cand in (op, tnp):
-            if cand and "(" not in cand and fcalls:
-                text = replace_call_func(fsrc, fcalls, cand)
-                from tflab.diagnosis.fixes import trace_fixed
+    advice = f"replace {shown} with {alts}; or {keep}"
+    fstmt = fsrc.stmt_at(line) if fsrc is not None else None
+    fcalls = [c for c, n in numpy_calls(fstmt, fsrc.namespace) if n == name] if fstmt is not None else []
+    if not fcalls:
+        return advice, name, []
+    fcall = fcalls[0]
+    args_text = ", ".join(ast.unparse(a) for a in fcall.args) + "".join(
+        f", {k.arg}={ast.unparse(k.value)}" for k in fcall.keywords)
+    texts: list[str] = []
+    if op and "(" not in op:
+        texts.append(f"{op}({args_text})")
+    if tnp:
+        texts.append(f"{tnp}({args_text})")
+    if op and "(" not in op:
+        for dtype_text in _cast_dtypes(fcall, ns, loc):
+            texts.append(f"tf.cast({op}({args_text}), {dtype_text})")
+    cands = []
+    for t in dict.fromkeys(texts):
+        text = replace_expr(fsrc, fcall, t)
+        if text is not None:
+            cands.append(_candidate(ctx, fsrc, f"replace {shown} with a TF op", text, change=t))
+    return advice, name, cands
 
-                lead = ctx.lead if fsrc.instance is None else ()
-                if trace_fixed(fsrc, text, tuple(lead) + ctx.args, ctx.kwargs, _materialize) is None:
-                    module_source = text
-                    fix = f"replace {shown} with `{cand}`" + (
-                        f" (or `{tnp}`)" if cand == op and tnp else f" (or `{op}`)" if op and cand != op
-                        else "") + f"; or {keep}"
-                    break
-    return fix, name, fsrc, module_source
+
+def _cast_dtypes(call, namespace: dict, loc: dict) -> list[str]:
+    """``tf.DTYPE`` of what NumPy gives for ``call`` on stand-ins of the frame's tensors,
+    then ``NAME.dtype`` for each tensor in the frame (parameters first), one per dtype."""
+    import numpy as np
+    import tensorflow as tf
+
+    out: list[str] = []
+    seen: set = set()
+    stand = dict(namespace)
+    for k, v in (loc or {}).items():
+        if isinstance(v, tf.Tensor) and v.shape.rank is not None:
+            shape = [2 if d is None else d for d in v.shape.as_list()]
+            arr = np.ones(shape, v.dtype.as_numpy_dtype) if v.dtype != tf.string else None
+            stand[k] = arr.item() if arr is not None and arr.ndim == 0 and v.dtype.is_integer else arr
+    try:
+        got = np.asarray(eval(compile(ast.Expression(call), "<numpy>", "eval"), stand))
+        d = tf.as_dtype(got.dtype)
+        out.append(f"tf.{d.name}")
+        seen.add(d)
+    except Exception:  # noqa: BLE001 - NumPy on stand-ins may refuse: no NumPy dtype then
+        pass
+    for k, v in (loc or {}).items():
+        if isinstance(v, tf.Tensor) and k.isidentifier() and v.dtype not in seen and v.dtype != tf.string:
+            seen.add(v.dtype)
+            out.append(f"{k}.dtype")
+    return out
 
 
 def _static_range_fix(ctx: _Context, filename: str, line: int | None, node, loc: dict):

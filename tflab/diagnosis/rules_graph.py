@@ -9,7 +9,8 @@ import ast
 import inspect
 from typing import Any
 
-from tflab.diagnosis.context import _LIST_FIX, _Context, _make, _stmt_label
+from tflab.diagnosis.context import (_LIST_FIX, _candidate, _cast_value_fix, _Context, _fix_source, _make,
+                                     _planned, _stmt_label, _tensor_array_fix)
 from tflab.diagnosis.frames import _Frame, _frame_named, _is_generated, _is_user_file
 from tflab.diagnosis.source import _assignments_before, _container_stores, _owner_from_ops, _Source
 
@@ -36,7 +37,9 @@ def _rule_escaped_tensor(exc, ctx, frames, filename, line, loc, src, node):
                      f"{tensor.name} was made in FuncGraph {inner.name!r}, a branch or loop body "
                      f"that ended before this line used it",
                      "return the value from the tf.cond/tf.while_loop (or use tf.TensorArray) "
-                     "instead of keeping it in Python state")
+                     "instead of keeping it in Python state",
+                     why="tflab found no if/for/while of your source that made the tensor, so it has "
+                         "nothing to rewrite")
     o_line, o_kind = owner
     stmt = src.stmt_at(o_line)
     body = list(getattr(stmt, "body", [])) + list(getattr(stmt, "orelse", []))
@@ -49,12 +52,14 @@ def _rule_escaped_tensor(exc, ctx, frames, filename, line, loc, src, node):
                      f"{_stmt_label(o_line, 'if', 'If')}; {what} is not a branch output, so "
                      f"{tensor.name} made inside the branch cannot leave it",
                      "assign the value to a variable in both branches (the If op's outputs) "
-                     "instead of storing it in a Python container")
-    return _make(ctx, exc, "python-list-in-tensor-loop", filename, culprit,
-                 f"{_stmt_label(o_line, o_kind, 'While')}; {what} is not a loop variable, so "
-                 f"the tensors stored in it inside the body ({tensor.name}) cannot leave the loop",
-                 _LIST_FIX)
-
+                     "instead of storing it in a Python container",
+                     why="which value the other branch should give is yours to choose, so tflab "
+                         "does not write the If's outputs for you")
+    d = _make(ctx, exc, "python-list-in-tensor-loop", filename, culprit,
+              f"{_stmt_label(o_line, o_kind, 'While')}; {what} is not a loop variable, so "
+              f"the tensors stored in it inside the body ({tensor.name}) cannot leave the loop",
+              _LIST_FIX)
+    return _tensor_array_fix(d, ctx, filename, culprit, holder, [tensor.dtype.name])
 
 
 def _holders_of(tensor, scopes: list[dict]) -> set[str]:
@@ -147,7 +152,9 @@ def _foreign(exc, ctx: _Context, tensor, filename, line, src):
     return _make(ctx, exc, "tensor-from-another-funcgraph", fname, culprit,
                  f"{this} captured {tensor.name}, a tensor that belongs to {where}{via}",
                  "return the value from the tf.function, or keep it in a tf.Variable "
-                 "(assign to it) instead of a Python list or attribute")
+                 "(assign to it) instead of a Python list or attribute",
+                 why="the tensor reaches the trace through Python state kept between calls; how your "
+                     "code should keep it (a return value or a tf.Variable) is a change tflab does not write")
 
 
 def _rule_foreign_capture(exc, ctx, frames, filename, line, loc, src, node):
@@ -199,16 +206,44 @@ def _rule_cond_vars(exc, ctx, frames, filename, line, loc, src, node):
                      f"{_stmt_label(if_line, 'if', 'If')}; both branches of an If op must produce "
                      f"{_var_name(name)}, but the {branch} branch leaves it None or unset",
                      f"set {name} in the {branch} branch too (add an else if there is none), "
-                     f"or before the if to a tensor of the same dtype and shape")
+                     f"or before the if to a tensor of the same dtype and shape",
+                     why=f"the value {name} should have in the {branch} branch is yours to choose")
     bd = getattr(body_var, "dtype", type(body_var).__name__)
     od = getattr(orelse_var, "dtype", type(orelse_var).__name__)
     bd = getattr(bd, "name", bd)
     od = getattr(od, "name", od)
-    return _make(ctx, exc, "branch-dtype-mismatch", filename, if_line,
-                 f"{_stmt_label(if_line, 'if', 'If')}; an If op's output has one dtype, but "
-                 f"{_var_name(name)} is {bd} in the main branch and {od} in the else branch",
-                 "give both branches the same dtype (tf.cast one of them, or return a tensor "
-                 "of the other branch's dtype)")
+    d = _make(ctx, exc, "branch-dtype-mismatch", filename, if_line,
+              f"{_stmt_label(if_line, 'if', 'If')}; an If op's output has one dtype, but "
+              f"{_var_name(name)} is {bd} in the main branch and {od} in the else branch",
+              "give both branches the same dtype (tf.cast one of them, or return a tensor "
+              "of the other branch's dtype)")
+    return _branch_cast_fix(d, ctx, filename, if_line, name, str(bd), str(od))
+
+
+def _branch_cast_fix(d, ctx: _Context, filename: str, if_line: int, name: str, bd: str, od: str):
+    """The else branch's value cast to the main branch's dtype, then the reverse, each run."""
+    from tflab.diagnosis.fixes import replace_expr
+
+    fsrc = _fix_source(ctx, if_line, filename)
+    st = fsrc.stmt_at(if_line) if fsrc is not None else None
+    if not isinstance(st, ast.If):
+        return _planned(d, [])
+
+    def value_in(branch):
+        for b in branch:
+            if isinstance(b, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in b.targets):
+                return b.value
+            if isinstance(b, ast.Return) and b.value is not None and name.startswith("retval"):
+                return b.value
+        return None
+
+    cands = []
+    for branch, dt in ((st.orelse, bd), (st.body, od)):
+        v = value_in(branch)
+        text = replace_expr(fsrc, v, f"tf.cast({{}}, tf.{dt})") if v is not None and dt.isidentifier() else None
+        if text:
+            cands.append(_candidate(ctx, fsrc, "give both branches one dtype", text))
+    return _planned(d, cands, "" if cands else f"tflab found no assignment of {name} in both branches to cast")
 
 
 def _rule_loop_vars(exc, ctx, frames, filename, line, loc, src, node):
@@ -224,20 +259,39 @@ def _rule_loop_vars(exc, ctx, frames, filename, line, loc, src, node):
     if exit_ is None:
         return _make(ctx, exc, "loop-variable-undefined", filename, loop_line,
                      f"{head}; loop variable {_var_name(name)} is None after one iteration",
-                     f"give {name} a tensor value on every path of the loop body")
+                     f"give {name} a tensor value on every path of the loop body",
+                     why=f"the value {name} should have on the other paths is yours to choose")
     ed, xd = getattr(entry, "dtype", None), getattr(exit_, "dtype", None)
     if ed is not None and xd is not None and ed != xd:
-        return _make(ctx, exc, "loop-variable-dtype-changes", filename, init_line,
-                     f"{head}; a While op's loop variables keep their dtype, but {_var_name(name)} "
-                     f"is {ed.name} before the loop and {xd.name} after one iteration",
-                     f"initialize {name} with the dtype the body gives it (e.g. tf.constant(0.0) "
-                     f"or tf.zeros(..., dtype=...)), or tf.cast in the body")
-    return _make(ctx, exc, "loop-variable-shape-changes", filename, loop_line,
-                 f"{head}; {_var_name(name)} has shape {getattr(entry, 'shape', '?')} before the "
-                 f"loop and {getattr(exit_, 'shape', '?')} after one iteration",
-                 f"declare the changing dim with tf.autograph.experimental.set_loop_options("
-                 f"shape_invariants=[({name}, tf.TensorShape([None]))]) at the top of the body, "
-                 f"or use tf.TensorArray")
+        d = _make(ctx, exc, "loop-variable-dtype-changes", filename, init_line,
+                  f"{head}; a While op's loop variables keep their dtype, but {_var_name(name)} "
+                  f"is {ed.name} before the loop and {xd.name} after one iteration",
+                  f"initialize {name} with the dtype the body gives it (e.g. tf.constant(0.0) "
+                  f"or tf.zeros(..., dtype=...)), or tf.cast in the body")
+        return _cast_value_fix(d, ctx, filename, init_line, [xd.name])
+    d = _make(ctx, exc, "loop-variable-shape-changes", filename, loop_line,
+              f"{head}; {_var_name(name)} has shape {getattr(entry, 'shape', '?')} before the "
+              f"loop and {getattr(exit_, 'shape', '?')} after one iteration",
+              f"declare the changing dim with tf.autograph.experimental.set_loop_options("
+              f"shape_invariants=[({name}, tf.TensorShape([None]))]) at the top of the body, "
+              f"or use tf.TensorArray")
+    return _invariant_fix(d, ctx, filename, loop_line, name, entry, exit_)
+
+
+def _invariant_fix(d, ctx: _Context, filename: str, loop_line: int, name: str, entry, exit_):
+    """``set_loop_options(shape_invariants=...)`` first in the loop body, the changing dims None."""
+    from tflab.diagnosis.fixes import insert_first_in_body
+
+    fsrc = _fix_source(ctx, loop_line, filename)
+    st = fsrc.stmt_at(loop_line) if fsrc is not None else None
+    a, b = getattr(entry, "shape", None), getattr(exit_, "shape", None)
+    if not isinstance(st, (ast.For, ast.While)) or a is None or b is None or a.rank != b.rank \
+            or a.rank is None or not name.isidentifier():
+        return _planned(d, [], "the shape's rank changes (or is unknown), so no shape invariant fits")
+    dims = ", ".join("None" if x != y else str(x) for x, y in zip(a.as_list(), b.as_list()))
+    code = f"tf.autograph.experimental.set_loop_options(shape_invariants=[({name}, tf.TensorShape([{dims}]))])"
+    text = insert_first_in_body(fsrc, st, code)
+    return _planned(d, [_candidate(ctx, fsrc, "declare the changing dim", text, change=code)] if text else [])
 
 
 def _rule_loop_init(exc, ctx, frames, filename, line, loc, src, node):
@@ -256,10 +310,13 @@ def _rule_loop_init(exc, ctx, frames, filename, line, loc, src, node):
                      f"{head}; a While op cannot end the function early, so a return inside its "
                      f"body has no graph equivalent",
                      "store the result in a variable defined before the loop, `break`, and "
-                     "return after the loop")
+                     "return after the loop",
+                     why="the result variable needs a value of the returned dtype and shape before "
+                         "the loop, which tflab does not choose for you")
     return _make(ctx, exc, "loop-variable-undefined", filename, loop_line,
                  f"{head}; {_var_name(name)} is a loop variable (set in the body) but has no "
                  f"tensor value before the loop",
-                 f"define {name} before the loop with a tensor of the dtype and shape the body gives it")
+                 f"define {name} before the loop with a tensor of the dtype and shape the body gives it",
+                 why=f"the value {name} should start from is yours to choose")
 
 
