@@ -229,8 +229,8 @@ def test_a_rewrite_that_raises_is_not_printed(rule, monkeypatch):
     d = diagnose(fn, *args)
     assert d.kind == kind
     assert d.fix_plan.fix.status == fx.NOT_CHECKED and d.fix_traced is False and d.fixed_source == ""
-    assert d.fix_plan.failures() and all("planted: the copy does not trace" in f.result
-                                         for f in d.fix_plan.failures())
+    assert d.fix_plan.failures and all("planted: the copy does not trace" in f.result
+                                         for f in d.fix_plan.failures)
     assert not d.also and "checked:" not in "\n".join(d.fix_lines).replace("not checked:", "")
     assert any(ln.startswith("tried: ") for ln in d.fix_lines)
 
@@ -267,7 +267,7 @@ def test_a_rewrite_off_by_ten_percent_fails_the_eager_comparison(rule, monkeypat
     d = diagnose(fn, *args)
     assert d.kind == kind
     assert d.fix_plan.fix.status == fx.NOT_CHECKED, d.to_text()
-    assert any("differs from eager's" in f.result for f in d.fix_plan.failures()), d.to_text()
+    assert any("differs from eager's" in f.result for f in d.fix_plan.failures), d.to_text()
 
 
 def test_the_fix_is_json_and_the_old_fields_are_derived():

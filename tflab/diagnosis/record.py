@@ -97,7 +97,7 @@ class Diagnosis(Report):
             return None
         if plan.fix is not None and plan.fix.status == CHECKED and plan.fix.source:
             return True
-        return False if any(f.source for f in plan.failures()) else None
+        return False if any(f.source for f in plan.failures) else None
 
     def _repr_html_(self) -> str:
         """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
@@ -148,10 +148,10 @@ class Diagnosis(Report):
         if plan is None:
             return [f"fix: {self.fix}"] if self.fix else []
         out = plan.lines()
-        failed = plan.failures()
+        failed = plan.failures
         if failed and (plan.fix is None or not plan.fix.checked):
             if plan.fix is not None:
-                out.append("tried: " + "; ".join(f"{f.what()} ({f.check_text()})" for f in failed))
+                out.append("tried: " + "; ".join(f"{f.what} ({f.check_text})" for f in failed))
         out += [f.line("also") for f in self.also]
         return out
 
@@ -170,4 +170,4 @@ def diagnosis_suffix(d: Diagnosis) -> str:
     if fix is None:
         return f"{d.kind}{where}: {d.fix}"
     change = f": {fix.change}" if fix.checked and fix.change and fix.change not in d.fix else ""
-    return f"{d.kind}{where}: {d.fix}{change} ({fix.check_text()})"
+    return f"{d.kind}{where}: {d.fix}{change} ({fix.check_text})"
