@@ -35,9 +35,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="int8: also measure the fix of keeping the ops with the largest share of the output "
                         "error in float (QuantizationDebugger; one more calibration conversion)")
     p.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
-    p.epilog = ("exit status: 0 every checked op inside its bound; 1 an op outside its bound, or the per-op "
-                "check could not run; 2 bad input (not a flatbuffer, signatures differ from the "
-                "SavedModel's, missing examples file)")
+    p.epilog = ("exit status: 0 every checked op inside its bound and every output inside its end-to-end "
+                "bound; 1 an op outside its bound, an output beyond its bound (an infinite error: NaN on one "
+                "side only, included), or the per-op check could not run; 2 bad input (not a flatbuffer, "
+                "signatures differ from the SavedModel's, a --quantization the tensors contradict, missing "
+                "examples file)")
 
 
 def _read_model(path: str) -> bytes:

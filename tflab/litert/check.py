@@ -589,7 +589,8 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | An
         tf_tensors: as for `check_tflite`.
 
     Returns:
-        A `TFLiteCheck`: ``.ok`` (the per-op verdict), ``.ops`` (one `OpCheck` per op),
+        A `TFLiteCheck`: ``.ok`` (the verdict: every op inside its local bound and no output beyond
+        its end-to-end bound), ``.ops`` (one `OpCheck` per op),
         ``.bit_exact``, ``.max_abs_error``, ``.bound``, ``.within_bound``, ``.outputs`` by name, ``.op_counts``, ``.flex_ops``,
         ``.size_bytes``, ``.runtime``, ``.explanation``.
 
