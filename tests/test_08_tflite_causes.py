@@ -242,3 +242,39 @@ def test_dropped_bias_shows_at_the_matched_outputs(two_heads, models):
     by_type = {m.op_type: m for m in t.matched}
     assert by_type["SOFTMAX"].max_abs_error > 1e-3 and t.worst.relative > 1e-2, t.to_text()
 
+
+
+# ------------------------------------------- a NaN in the examples: the clean-examples fix, run
+
+
+@pytest.mark.parametrize("zero_divisor", [False, True])
+def test_clean_examples_fix_is_run_and_a_failing_one_is_not_printed(tmp_path, zero_divisor):
+    """x / y with a NaN in x: cleaning the examples is checked by rerunning LiteRT on them. Planted
+    failing candidate: y also holds a 0, so the cleaned examples still give NaN/inf."""
+    import tflab
+
+    nan_models = load_module(os.path.join(os.path.dirname(__file__), "data", "nan", "models.py"))
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    y = rng.standard_normal((4, 8)).astype(np.float32) + 5.0
+    x[2, 3] = np.nan
+    if zero_divisor:
+        y[0, 0] = 0.0
+    ex = {"x": x, "y": y}
+    sm = tflab.save_and_reload(nan_models.ratio(), str(tmp_path / "sm"), ex)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        c = tflab.tflite_roundtrip(sm.path, ex, "none")
+    (note,) = [n for n in c.notes if "element(s) are NaN/inf" in n]
+    assert "nonfinite input" in note, note
+    # Our own rerun of the cleaned examples with the default interpreter.
+    out = _lite(c.model, {"x": np.nan_to_num(x), "y": y}, False)
+    still = int(sum((~np.isfinite(np.asarray(v))).sum() for v in out.values()))
+    assert (still > 0) == zero_divisor
+    if zero_divisor:
+        assert ("fix: none of the 1 candidate fix(es) worked on your case: clean the examples" in note
+                and f"(failed: LiteRT still gives {still} NaN/inf of 32 output element(s)" in note), note
+        assert "(checked" not in note
+    else:
+        assert ("fix: clean the examples (np.nan_to_num, or drop the rows) before feeding them: np.nan_to_num(x) "
+                "(checked: LiteRT's 32 output element(s) are all finite on the cleaned examples)") in note, note

@@ -486,6 +486,36 @@ def _origin(model: bytes, key: str, frozen: tuple, which: str) -> NanOrigin | No
     return found[(key, frozen, which)]
 
 
+def clean_examples_fix(model: bytes, key: str, feeds):
+    """The fix "clean the examples", run: the same signature on ``np.nan_to_num`` of every float
+    example (NaN → 0, ±inf → 0), with the kernels the check ran (default op resolver); checked when
+    every output is finite, failed (with the count) when the model makes NaN/inf from clean inputs."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from tflab.fix import attempt
+    from tflab.litert.per_op import quantize_feed
+
+    def check():
+        runner = Interpreter(model_content=bytes(model)).get_signature_runner(key)
+        ins = runner.get_input_details()
+        bad = total = 0
+        for feed in feeds:
+            clean = {n: (np.nan_to_num(np.asarray(a), nan=0.0, posinf=0.0, neginf=0.0)
+                         if np.asarray(a).dtype.kind == "f" else a) for n, a in feed.items()}
+            for out in runner(**quantize_feed(clean, ins)).values():
+                out = np.asarray(out)
+                total += out.size
+                bad += _nonfinite(out)
+        measured = {"nonfinite": bad, "elements": total}
+        if bad:
+            return False, f"LiteRT still gives {bad} NaN/inf of {total} output element(s) on the cleaned examples", \
+                measured
+        return True, f"LiteRT's {total} output element(s) are all finite on the cleaned examples", measured
+
+    return attempt("data", "np.nan_to_num(x)", "clean the examples (np.nan_to_num, or drop the rows) before "
+                   "feeding them", check, how="reran the signature on np.nan_to_num of your examples")
+
+
 def _origin_of(model: bytes, key: str, feeds) -> NanOrigin | None:
     for feed in feeds:
         found = find_nan_origin(model, key, feed)
@@ -565,4 +595,10 @@ def nan_note(model: bytes, okey: str, key: str, feeds: Sequence[Mapping[str, np.
         return f"{head}; {side}"
     if found.cause == "uninitialized_variable":  # its fix is in the READ_VARIABLE note already
         return f"{head}; {found.cause_text()}; fix: see the READ_VARIABLE note"
+    if found.cause == "nonfinite_input" and not found.dropped:
+        try:
+            plan = first_working([clean_examples_fix(model, key, list(feeds))])
+            return f"{head}; {found.cause_text()}; " + " ".join(plan.lines())
+        except (RuntimeError, ValueError):
+            pass
     return f"{head}; {found.to_text()}"
