@@ -170,6 +170,28 @@ def test_uint8_output_saturates_on_all_ones_outside_the_calibration_range(uint8_
     assert c.within_bound is False and c.ok is False
 
 
+def test_output_scale_off_by_ten_percent_is_flagged_on_the_calibration_rows(uint8_linear):
+    """A planted defect: the output tensor's scale ×0.9 in the flatbuffer. The calibration rows (no
+    saturation with the real scale) now reach past what the output can represent."""
+    import flatbuffers
+    from tensorflow.lite.python import schema_py_generated as fb
+
+    from tflab.litert.check import check_tflite
+
+    sm_dir, model, calib = uint8_linear
+    healthy = check_tflite(model, sm_dir, {"x": calib})
+    assert not [n for n in healthy.notes if "saturates" in n], healthy.notes
+    mt = fb.ModelT.InitFromPackedBuf(bytearray(model), 0)
+    sg = mt.subgraphs[0]
+    out = sg.tensors[sg.outputs[0]]
+    out.quantization.scale = (np.asarray(out.quantization.scale, np.float32) * 0.9).astype(np.float32)
+    b = flatbuffers.Builder(1024)
+    b.Finish(mt.Pack(b), file_identifier=b"TFL3")
+    bad = check_tflite(bytes(b.Output()), sm_dir, {"x": calib})
+    (sat,) = [n for n in bad.notes if "saturates" in n]
+    assert "calibrate on data like your inputs" in sat and bad.within_bound is False, sat
+
+
 def test_recipe_the_tensors_contradict_is_refused(uint8_linear, models, tmp_path, run_cli):
     """P12: --quantization int8 on a float32 flatbuffer (and none on the uint8 one) is exit 2, naming both."""
     import tflab
