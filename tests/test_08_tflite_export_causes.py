@@ -53,6 +53,10 @@ def test_int8_with_an_infinite_error_fails_and_export_exits_1(lognet_export):
     assert q8["status"] == "EXCEEDED" and q8["check"]["ok"] is False, q8["status"]
     assert report["ok"] is False and code == 1, (code, text[-2000:])
     assert re.search(r"^int8\s+EXCEEDED", text, re.M), text
+    # Where LiteRT loses TF's NaN, measured: the int8 LOG kernel on negative (dequantized) inputs.
+    (lost,) = [n for n in q8["check"]["notes"] if "one side only" in n]
+    assert "NaN/inf lost at op 1 LOG" in lost and "integer kernel domain" in lost, lost
+    assert re.search(r"dequantizes to [1-9]\d* negative value\(s\)", lost), lost
 
 
 def test_the_same_model_on_positive_examples_passes(tmp_path):

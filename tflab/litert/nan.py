@@ -36,7 +36,7 @@ from tflab.litert.flatbuffer_notes import FLOAT16_MAX, VARIABLE_FIX, Graph, Op, 
 
 CAUSES = ("uninitialized_variable", "nonfinite_input", "nonfinite_weight", "float16_overflow",
           "int8_zero_scale", "int8_nonfinite_input", "division_by_zero", "log_of_zero", "log_of_negative",
-          "unexplained")
+          "integer_kernel_domain", "unexplained")
 
 _DIVISIONS = ("DIV", "FLOOR_DIV", "FLOOR_MOD")
 _LOGS = ("LOG", "RSQRT", "POW")
@@ -352,6 +352,22 @@ def find_nan_sink(model: bytes, key: str, feed: Mapping[str, np.ndarray]) -> Nan
         return NanOrigin(key, op.index, op.name, graph.names[t], "nonfinite_input",
                          f"its input, {src} {graph.names[t]!r}, holds {_describe(values[t])}, and its output "
                          f"{graph.names[o]!r} is finite", "feed finite inputs", dropped=True)
+    # An integer kernel on values outside its float op's domain: TF's log of a negative number is NaN,
+    # the int8 LOG gives a code. Measured on the dequantized input of each such op.
+    for op in graph.ops:
+        if op.name not in _LOGS or not op.inputs or op.inputs[0] not in values:
+            continue
+        t = op.inputs[0]
+        if graph.dtypes[t] not in ("int8", "uint8", "int16") or not graph.scales[t]:
+            continue
+        x = (values[t].astype(np.float64) - graph.zero_points[t][0]) * graph.scales[t][0]
+        negative, zeros = int((x < 0).sum()), int((x == 0).sum())
+        if negative or zeros:
+            return NanOrigin(key, op.index, op.name, graph.names[t], "integer_kernel_domain", dropped=True, why=
+                             f"its {graph.dtypes[t]} input {graph.names[t]!r} dequantizes to {negative} negative "
+                             f"value(s) and {zeros} zero(s), where TF's {op.name} gives NaN/-inf; the integer "
+                             f"kernel writes a code there (an integer has no NaN), so LiteRT is finite where TF "
+                             f"is not", fix="clamp the input first (tf.math.log(tf.maximum(x, eps)) or log1p)")
     return None
 
 
