@@ -250,6 +250,16 @@ def test_softmax_output_is_compared_with_tfs_softmax_not_the_logits(two_heads):
     assert float(np.abs(out["p"].numpy() - out["logits"].numpy()).max()) > 0.5
 
 
+def test_tensor_names_keep_the_output_index_and_refuse_an_ambiguous_suffix():
+    from tflab.litert.float_tensors import name_candidates
+
+    nodes = ["StatefulPartitionedCall/a/Relu", "StatefulPartitionedCall/b/Relu", "Split", "c/MatMul"]
+    assert name_candidates("Relu", nodes) == []  # ends two nodes' names: ambiguous, not guessed
+    assert name_candidates("a/Relu", nodes) == [("StatefulPartitionedCall/a/Relu", 0)]
+    assert name_candidates("Split:1", nodes) == [("Split", 1)]  # the node's second output, not its first
+    assert name_candidates("c/MatMul;Relu;a/Relu", nodes) == [("c/MatMul", 0), ("StatefulPartitionedCall/a/Relu", 0)]
+
+
 def test_dropped_bias_shows_at_the_matched_outputs(two_heads, models):
     """A planted defect: the flatbuffer of the same model with its biases dropped, against the SavedModel."""
     import tflab

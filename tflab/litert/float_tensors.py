@@ -136,6 +136,27 @@ def _downstream(candidates: list[str], graph, inputs_of: dict | None = None) -> 
     return candidates[0]
 
 
+def name_candidates(tflite_name: str, nodes: list[str], node_set: set[str] | None = None) -> list[tuple[str, int]]:
+    """The TF nodes a TFLite tensor name names, with the output index: ``[(node, index), ...]``.
+
+    Each ``;``-separated part is a node name, exactly, or the end of exactly one node's name (an
+    inlined call's scope, ``StatefulPartitionedCall/model/dense/Relu`` for ``model/dense/Relu``); a
+    part that ends several nodes' names is ambiguous and names none. ``:N`` is kept as the index.
+    """
+    node_set = set(nodes) if node_set is None else node_set
+    cands: list[tuple[str, int]] = []
+    for part in tflite_name.split(";"):
+        node, _, idx = part.partition(":")
+        if node in node_set:
+            hit = node
+        else:
+            ends = [n for n in nodes if n.endswith("/" + node)]
+            hit = ends[0] if len(ends) == 1 else None
+        if hit and hit not in (c for c, _ in cands):
+            cands.append((hit, int(idx) if idx.isdigit() else 0))
+    return cands
+
+
 def _structured_outputs(signature, frozen) -> dict[str, str]:
     """The frozen signature's outputs by SignatureDef name: ``{output name: "node:index"}``.
 
@@ -205,16 +226,7 @@ def compare_float_tensors(model: bytes, saved_model_dir: str | os.PathLike, exam
             if out_name in tf_outputs:
                 pick[op.index] = tf_outputs[out_name]
             continue  # an output TF does not name alike is not guessed from its tensor name
-        cands: list[tuple[str, int]] = []
-        for part in op.outputs[0].name.split(";"):
-            node, _, idx = part.partition(":")
-            if node in node_set:
-                hit = node
-            else:  # the end of a node's name (an inlined call's scope): only when exactly one node ends so
-                ends = [n for n in nodes if n.endswith("/" + node)]
-                hit = ends[0] if len(ends) == 1 else None
-            if hit and hit not in (c for c, _ in cands):
-                cands.append((hit, int(idx) if idx.isdigit() else 0))
+        cands = name_candidates(op.outputs[0].name, nodes, node_set)
         if cands:
             chosen = _downstream([c for c, _ in cands], g, inputs_of)
             index = dict(cands)[chosen]
