@@ -87,7 +87,8 @@ class ExportReport(Report):
     @property
     def ok(self) -> bool:
         """SavedModel bit-exact and every variant converted, run and passed: every op inside its local
-        bound (`TFLiteCheck.ok`), or, where the per-op check could not run, the end-to-end bound."""
+        bound and every output inside its end-to-end bound (`TFLiteCheck.ok`), or, where the per-op
+        check could not run, the end-to-end bound."""
         return bool(self.saved_model.bit_exact) and all(
             v.status == "ok" and v.check is not None
             and (v.check.ok if v.check.ok is not None else v.check.within_bound) for v in self.variants.values())
@@ -514,9 +515,13 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
                 (tmp / f"model_{q}.node_data.json").write_text(_dumps(check.per_op.node_data))
             check = dataclasses.replace(check, path=os.fspath(out / msg["file"]))
             # The per-op check is the verdict; the end-to-end bound decides only when it did not run.
+            # An op outside its local bound is OUTSIDE; an output beyond its end-to-end bound (an
+            # infinite error too) is EXCEEDED even when every checked op passed.
             status = ("not run" if check.runtime.startswith("not run") else
-                      {True: "ok", False: "OUTSIDE"}[check.ok] if check.ok is not None else
-                      {True: "ok", False: "EXCEEDED", None: "no bound"}[check.within_bound])
+                      "OUTSIDE" if check.per_op is not None and check.per_op.ok is False else
+                      "EXCEEDED" if check.within_bound is False else
+                      "ok" if check.ok else
+                      {True: "ok", None: "no bound"}[check.within_bound])
             variants[q] = VariantResult(q, status, check=check, file=msg["file"], convert_seconds=msg["seconds"])
         # Paths inside the report point at the final folder.
         sm = dataclasses.replace(sm, path=os.fspath(out / "saved_model"))

@@ -6,6 +6,12 @@ from typing import Any
 
 from tflab._html.base import bar, esc, num, table
 
+# The text table's legend (tflab.litert.result.TABLE_LEGEND), for the columns this table shows.
+LEGEND = ("max|Δ|: the largest |lite − tf| of the worst output (the one with the worst |Δ|/bound), over all "
+          "its elements and examples, as in the text table and report.json; bound: that output's largest "
+          "elementwise bound; Δ/bound: that same output's largest elementwise |Δ|/bound; argmax: rows whose "
+          "one top class is TF's (ties are not agreement)")
+
 def op_records_fragment(ops: Any) -> str:
     """Per-op errors of a TFLite variant (`TFLiteCheck.ops`, when present) as a heat list."""
     recs = []
@@ -50,7 +56,8 @@ def export_fragment(report: Any) -> str:
     """A `tflab.export.ExportReport`: the SavedModel check, then the variants table.
 
     The table has one row per TFLite variant: status, bytes, size ratio, the
-    worst output's ``|Δ|``, bound and ``Δ/bound`` as a bar (green within the
+    worst output's max ``|Δ|`` and largest bound (the numbers of the text table and
+    report.json), ``Δ/bound`` as a bar (green within the
     bound, red beyond), argmax agreement and conversion time; per-op errors
     (`TFLiteCheck.ops`, when the check has them) follow, folded.
     """
@@ -67,7 +74,7 @@ def export_fragment(report: Any) -> str:
         agree = [o.argmax_agreement for o in c.outputs.values() if o.argmax_agreement is not None]
         ok = v.status == "ok"
         rows.append((esc(q), f'<span class="{"ok" if ok else "bad"}">{esc(v.status)}</span>',
-                     num(c.size_bytes), num(c.size_ratio, ".2f"), num(w.worst_abs_error), num(w.worst_bound),
+                     num(c.size_bytes), num(c.size_ratio, ".2f"), num(w.max_abs_error), num(w.bound),
                      num(w.bound_ratio, ".2f"), bar(w.bound_ratio, "#17803d" if (w.bound_ratio or 0) <= 1
                                                      else "#b3261e"),
                      num(min(agree), ".0%") if agree else "–", num(v.convert_seconds, ".1f"),
@@ -80,8 +87,9 @@ def export_fragment(report: Any) -> str:
              f"<p>SavedModel: <span class=\"{'ok' if sm.bit_exact else 'bad'}\">"
              f"{'bit-exact' if sm.bit_exact else 'NOT bit-exact'}</span> over {sm.batch_count} batch(es), "
              f"signatures {esc(', '.join(sm.signatures))}</p>",
-             table(("variant", "status", "bytes", "×float", "|Δ|", "bound", "Δ/bound", "", "argmax",
+             table(("variant", "status", "bytes", "×float", "max|Δ|", "bound", "Δ/bound", "", "argmax",
                     "convert s", "ops / runtime / error"), rows, raw=True),
+             f'<p class="legend">{esc(LEGEND)}</p>',
              "".join(details),
              _model_explorer_links(report.out), "</div>"]
     return "".join(parts)

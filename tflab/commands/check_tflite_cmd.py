@@ -24,7 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "MODEL.tflite when it is in a `tflab export` folder, so the numbers are export's; "
                         "else seeded random batches of sizes 1 and 4 for every signature)")
     p.add_argument("--quantization", choices=("none", "dynamic", "float16", "int8"),
-                   help="the recipe that made MODEL (default: read from its tensors)")
+                   help="the recipe that made MODEL (default: read from its tensors; int8 or uint8 activations "
+                        "with no float kernel is full-integer, checked as int8); one the tensors contradict "
+                        "is refused")
     p.add_argument("--node-data", metavar="OUT.json",
                    help="also write each op's |Δ|/bound as Model Explorer node data (keyed by output tensor "
                         "name) to OUT.json")
@@ -33,9 +35,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="int8: also measure the fix of keeping the ops with the largest share of the output "
                         "error in float (QuantizationDebugger; one more calibration conversion)")
     p.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
-    p.epilog = ("exit status: 0 every checked op inside its bound; 1 an op outside its bound, or the per-op "
-                "check could not run; 2 bad input (not a flatbuffer, signatures differ from the "
-                "SavedModel's, missing examples file)")
+    p.epilog = ("exit status: 0 every checked op inside its bound and every output inside its end-to-end "
+                "bound; 1 an op outside its bound, an output beyond its bound (an infinite error: NaN on one "
+                "side only, included), or the per-op check could not run; 2 bad input (not a flatbuffer, "
+                "signatures differ from the SavedModel's, a --quantization the tensors contradict, missing "
+                "examples file)")
 
 
 def _read_model(path: str) -> bytes:
@@ -86,6 +90,13 @@ def run(args: argparse.Namespace) -> int:
         batches = None
     loaded = load_saved_model(sm_dir)
     require_matching_signatures(data, loaded)  # bad input is refused before any progress line or work
+    if args.quantization:
+        from tflab.errors import UsageError
+        from tflab.litert.recipe import recipe_mismatch
+
+        why = recipe_mismatch(data, args.quantization)
+        if why:
+            raise UsageError(f"--quantization {args.quantization}: {why}")
     progress = Progress("check-tflite", total=1, enabled=not args.json)
     if batches is None:
         batches = Examples.of(random_examples(union_inputs(

@@ -50,6 +50,8 @@ from tflab._text import table
 TOP = 3  # ops named in the one-line summary
 # Ops kept in float by the fix: the fewest of the worst ones that hold this much of the share (at most TOP).
 KEEP_SHARE = 0.5
+# The kept-float re-conversion is the fix only when it cuts the output error by at least this much.
+MIN_DROP = 0.10
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -116,7 +118,7 @@ class KeptFloat(Report):
     how: str = "tf.lite.experimental.QuantizationDebugger, QuantizationDebugOptions(denylisted_nodes=kept)"
     model: bytes = dataclasses.field(default=b"", compare=False, metadata={"dict": False})
 
-    DICT_PROPERTIES = ("error_change", "size_change")
+    DICT_PROPERTIES = ("error_change", "size_change", "fix")
 
     @property
     def error_change(self) -> float:
@@ -128,13 +130,36 @@ class KeptFloat(Report):
         """``size_after / size_before − 1`` (0.04: 4% larger)."""
         return self.size_after / self.size_before - 1.0 if self.size_before else 0.0
 
+    @property
+    def fix(self):
+        """This re-conversion as a `tflab.fix.Fix` (kind "converter"): checked when it cut the output
+        error by at least `MIN_DROP`, else failed (it is then never printed as the fix)."""
+        from tflab.fix import attempt
+
+        def check():
+            worked = self.error_before > 0 and self.error_after <= (1.0 - MIN_DROP) * self.error_before
+            result = (f"output error {self.error_before:.3g} -> {self.error_after:.3g} ({self.error_change:+.0%}), "
+                      f"size {self.size_before} -> {self.size_after} bytes ({self.size_change:+.0%})")
+            if not worked:
+                result += f": less than the {MIN_DROP:.0%} drop that would make it worth the float ops"
+            return worked, result, {"error_before": self.error_before, "error_after": self.error_after,
+                                    "size_before": self.size_before, "size_after": self.size_after}
+
+        names = [n.split(";")[0] for n in self.kept]
+        return attempt("converter", f"QuantizationDebugOptions(fully_quantize=True, denylisted_nodes={names})",
+                       "keep the ops with the largest share of the output error in float", check,
+                       how="re-quantized with tf.lite.experimental.QuantizationDebugger on your examples and "
+                           "measured against TF")
+
     def summary_line(self) -> str:
+        if self.fix.failed:
+            return f"kept float did not help ({self.error_change:+.0%} error, {self.size_change:+.0%} size)"
         return f"kept float: {self.error_change:+.0%} error, {self.size_change:+.0%} size"
 
     def to_text(self) -> str:
-        return (f"{self.summary_line()} (error {self.error_before:.3g} -> {self.error_after:.3g}, "
-                f"{self.size_before} -> {self.size_after} bytes; kept: "
-                f"{', '.join(n.split(';')[0] for n in self.kept)}; by {self.how})")
+        from tflab.fix import first_working
+
+        return " ".join(first_working([self.fix]).lines()) + f" (by {self.how})"
 
 
 @dataclasses.dataclass(frozen=True, repr=False)

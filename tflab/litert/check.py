@@ -132,7 +132,7 @@ def _run_signatures(runners, loaded, examples: Examples, notes):
 
 
 def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Examples | Any,
-                 quantization: str = "none", *, float_size: int | None = None,
+                 quantization: str | None = None, *, float_size: int | None = None,
                  convert_seconds: float | None = None, float_model: bytes | None = None,
                  per_op: bool = True, keep_float: bool = False, tf_tensors: bool = True) -> TFLiteCheck:
     """Runs a converted flatbuffer with LiteRT and compares it with the SavedModel in TF.
@@ -142,7 +142,9 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
         saved_model_dir: the SavedModel it was converted from (the TF reference).
         examples: a `tflab.examples.Examples` (used as is; ``save_and_reload(...).example_batches``
             is one) or any form `Examples.of` takes, matching every signature.
-        quantization: which recipe made ``model`` (selects the bound).
+        quantization: which recipe made ``model`` (selects the bound); None reads it from the
+            flatbuffer's tensors (`tflab.litert.recipe.read_recipe`: int8 or uint8 activations and no
+            float kernel is full-integer, bounded as int8). A recipe the tensors contradict is refused.
         float_size: size in bytes of the float variant, for ``size_ratio``.
         convert_seconds: recorded in the report as is.
         float_model: a float (``"none"``) conversion of the same SavedModel, whose
@@ -170,7 +172,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
     if not isinstance(model, (bytes, bytearray, memoryview)):
         raise UsageError(f"check_tflite takes the flatbuffer's bytes (open(path, 'rb').read()), "
                          f"got {type(model).__name__}")
-    if quantization not in QUANTIZATIONS:
+    if quantization is not None and quantization not in QUANTIZATIONS:
         raise UsageError(f"unknown quantization {quantization!r}; use one of {', '.join(QUANTIZATIONS)}")
     from tflab.litert.ops import read_ops
 
@@ -185,6 +187,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
     if parsed is None or not parsed.subgraphs:
         raise UsageError("the model is not a readable TFLite flatbuffer (no subgraph could be read); "
                          "give the bytes of the .tflite file tf.lite.TFLiteConverter wrote")
+    quantization = _recipe(model, quantization)
     saved_model_dir = require_saved_model_dir(saved_model_dir)
     batches = Examples.of(examples).check_rows()
     stats = analyze_flatbuffer(model)
@@ -259,7 +262,8 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
             if bad_g.any() or (bad_w & ~bad_g).any():  # the first op that makes (or drops) it, measured
                 key = max((k for k in runners if full_keys[okey].startswith(k + "/")), key=len)
                 notes.append(nan_note(model, okey, key, batches.feeds(key), int((bad_g & ~bad_w).sum()),
-                                      int((bad_w & ~bad_g).sum()), int((bad_g & bad_w).sum())))
+                                      int((bad_w & ~bad_g).sum()), int((bad_g & bad_w).sum()),
+                                      output=full_keys[okey][len(key) + 1:], got=g32, want=w32))
             bound = (np.full(want.size, np.nan) if sens is None else
                      _bounds(quantization, full_keys[okey], want, sens, dyn_quantized, in_scales, scale))
             if sens is not None:
@@ -302,6 +306,15 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
         if vacuous_note:
             notes.append(vacuous_note)
             vacuous.append(okey)
+        if scale and np.dtype(det["dtype"]).kind in "iu" and want.dtype.kind == "f":
+            from tflab.litert.recipe import saturation, saturation_note
+
+            codes = np.round(got.astype(np.float64) / scale + int(det["quantization"][1]))
+            sat = saturation_note(okey, _writer(model, runners, okey, full_keys, det),
+                                  saturation(codes, want, np.dtype(det["dtype"]).name, scale,
+                                             int(det["quantization"][1])))
+            if sat:
+                notes.append(sat)
         worst = int(np.argmax(ratio)) if ratio.size else 0
         outputs[okey] = OutputError(
             name=okey, dtype=np.dtype(det["dtype"]).name,
@@ -315,12 +328,22 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
             quantization=(scale, int(det["quantization"][1])) if scale else None,
             worst_abs_error=float(diff[worst]) if diff.size else 0.0,
             worst_bound=float(bound[worst]) if bound.size else 0.0)
+    from tflab.litert.recipe import feed_note
+
+    fed = feed_note(signatures)
+    if fed:
+        notes.append(fed)
     explanation = _explanation(quantization, dyn_quantized, outputs)
     per_op_check = _per_op(model, saved_model_dir, batches, quantization, float_model, notes) if per_op else None
     attribution = float_tensors = None
     if per_op_check is not None and quantization == "none" and tf_tensors:
         float_tensors = _float_tensors(model, saved_model_dir, batches, notes)
-    if per_op_check is not None and quantization != "none":
+    if per_op_check is not None and quantization == "dynamic" and not dyn_quantized:
+        # Nothing was quantized: the variant is the float model, its error is float rounding (the
+        # float bound applies), and there is no quantization error to attribute to ops.
+        notes.append("no error attribution: this variant quantized nothing, so its error is float32 rounding "
+                     "(as the float variant's), not quantization error")
+    elif per_op_check is not None and quantization != "none":
         attribution = _attribution(model, saved_model_dir, batches, quantization, float_model, per_op_check,
                                    keep_float, notes)
     worst_output = max(outputs, key=lambda k: outputs[k].bound_ratio, default=None)
@@ -340,6 +363,35 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
         outputs=outputs, runtime=runtime, explanation=explanation, signatures=signatures,
         notes=tuple(notes), vacuous_outputs=tuple(vacuous), per_op=per_op_check, attribution=attribution,
         tf_tensors=float_tensors, **base)
+
+
+def _writer(model: bytes, runners, okey: str, full_keys, det) -> str:
+    """The op that computes an output, past a final QUANTIZE/DEQUANTIZE: ``"SOFTMAX #3"``."""
+    from tflab._tf.lite import signature_subgraph
+    from tflab.litert.flatbuffer_notes import read_graphs
+
+    try:
+        key = max((k for k in runners if full_keys[okey].startswith(k + "/")), key=len)
+        g = read_graphs(model)[signature_subgraph(runners[key])]
+        writer = {t: op for op in g.ops for t in op.outputs}
+        op = writer.get(int(det["index"]))
+        while op is not None and op.name in ("QUANTIZE", "DEQUANTIZE") and op.inputs and op.inputs[0] in writer:
+            op = writer[op.inputs[0]]
+        return f"{op.name} #{op.index}" if op is not None else "the output op"
+    except Exception:  # noqa: BLE001 - the name is a courtesy; the measurement stands without it
+        return "the output op"
+
+
+def _recipe(model: bytes, quantization: str | None) -> str:
+    """``quantization``, or the recipe read from the tensors when None; refuses one they contradict."""
+    from tflab.litert.recipe import read_recipe, recipe_mismatch
+
+    if quantization is None:
+        return read_recipe(bytes(model)).name
+    why = recipe_mismatch(bytes(model), quantization)
+    if why:
+        raise UsageError(why)
+    return quantization
 
 
 def _float_tensors(model: bytes, saved_model_dir: str, batches: Examples, notes: list):
@@ -537,7 +589,8 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | An
         tf_tensors: as for `check_tflite`.
 
     Returns:
-        A `TFLiteCheck`: ``.ok`` (the per-op verdict), ``.ops`` (one `OpCheck` per op),
+        A `TFLiteCheck`: ``.ok`` (the verdict: every op inside its local bound and no output beyond
+        its end-to-end bound), ``.ops`` (one `OpCheck` per op),
         ``.bit_exact``, ``.max_abs_error``, ``.bound``, ``.within_bound``, ``.outputs`` by name, ``.op_counts``, ``.flex_ops``,
         ``.size_bytes``, ``.runtime``, ``.explanation``.
 

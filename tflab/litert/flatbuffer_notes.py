@@ -188,6 +188,18 @@ def uninitialized_variables(model: bytes) -> tuple[UninitializedVariable, ...]:
     return tuple(found)
 
 
+# Read from the flatbuffer before anything runs: the fixes change the user's model or calibration.
+NOTE_FIX_NOT_RUN = ("read from the flatbuffer before it runs; the fix changes your model or its calibration, "
+                    "which tflab cannot do to a flatbuffer: convert again after it and tflab checks the result")
+
+
+def _fix_line(description: str) -> str:
+    """The note's fix as a `tflab.fix.Fix` line: ``fix: ... (not checked: why)``."""
+    from tflab.fix import unchecked
+
+    return unchecked("code", "", description, NOTE_FIX_NOT_RUN).line()
+
+
 class ConversionWarning(UserWarning):
     """A converted flatbuffer reads resource variables nothing initializes, has an int8 scale of 0 or
     float16 weights saturated at 65504 (`conversion_notes` says which)."""
@@ -217,8 +229,8 @@ def variable_note(model: bytes, op_counts: Mapping[str, int] | None = None) -> s
     return (f"READ_VARIABLE (op {first.op_index} of signature {first.signature!r}) reads an uninitialized "
             f"resource variable: {len(names)} variable(s) ({shown}) are VAR_HANDLE/READ_VARIABLE ops that no "
             f"initializer subgraph or signature writes, so LiteRT's outputs are NaN or garbage: the "
-            f"converter kept them as resource variables instead of freezing them into weights. Fix: "
-            + VARIABLE_FIX)
+            f"converter kept them as resource variables instead of freezing them into weights; "
+            + _fix_line(VARIABLE_FIX))
 
 
 def zero_scale_note(model: bytes) -> str:
@@ -242,8 +254,8 @@ def zero_scale_note(model: bytes) -> str:
     return (f"int8 tensor(s) with quantization scale 0: {', '.join(found[:4])}"
             + (f" and {len(found) - 4} more" if len(found) > 4 else "")
             + ": every value dequantizes to 0 and requantizing into it divides by 0 (NaN, inf or garbage "
-              "integers downstream). Fix: calibrate with a representative dataset whose rows make that tensor "
-              "vary, or keep that op float")
+              "integers downstream); " + _fix_line("calibrate with a representative dataset whose rows make "
+                                                   "that tensor vary, or keep that op float"))
 
 
 def float16_note(model: bytes) -> str:
@@ -266,8 +278,9 @@ def float16_note(model: bytes) -> str:
     return (f"float16 weight(s) at ±{FLOAT16_MAX:g}, float16's largest finite value: {', '.join(found[:4])}"
             + (f" and {len(found) - 4} more" if len(found) > 4 else "")
             + f": the float16 recipe saturates a float32 weight beyond {FLOAT16_MAX:g} there, so those "
-              f"products are wrong. Fix: keep weights below {FLOAT16_MAX:g} in magnitude (move a large factor "
-              f"out of the weight into a later op) or use the float32 or dynamic variant")
+              f"products are wrong; " + _fix_line(f"keep weights below {FLOAT16_MAX:g} in magnitude (move a "
+                                                  f"large factor out of the weight into a later op) or use the "
+                                                  f"float32 or dynamic variant"))
 
 
 def conversion_notes(model: bytes, op_counts: Mapping[str, int] | None = None) -> tuple[str, ...]:

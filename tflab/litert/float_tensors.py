@@ -12,7 +12,11 @@ calls inlined: `tflab._tf.lite.frozen_function`), so its nodes are
 ``StatefulPartitionedCall/model/conv2d/Relu``; every part that names a node
 (exactly, or as the end of a node's name) is a candidate, and the one downstream
 of the others in TF's dataflow is the op's output (Relu after BiasAdd after the
-convolution). A tensor is unmatched when no part names a node or the shapes differ.
+convolution). A ``:N`` suffix is kept (the node's N-th output), a part that only ends
+several nodes' names is ambiguous and not matched, and a signature output is
+matched by its SignatureDef name to TF's structured output of that name, never by
+its tensor name (``StatefulPartitionedCall:1`` is the call's second output). A tensor
+is unmatched when no part names exactly one node or the shapes differ.
 """
 
 from __future__ import annotations
@@ -78,7 +82,8 @@ class FloatTensors(Report):
     def summary_line(self) -> str:
         w = self.worst
         un = sum(self.unmatched.values())
-        text = f"{len(self.matched)} float tensors matched TF's of the same name ({un} unmatched)"
+        text = (f"{len(self.matched)} float tensors matched TF's (signature outputs by SignatureDef name, the "
+                f"others by op name; {un} unmatched)")
         if w is not None:
             text += (f"; largest |Δ| {w.max_abs_error:.3g} ({w.relative:.2g} of max|tf|) at {w.op_type} "
                      f"#{w.index} {w.name.split(';')[0]}")
@@ -131,6 +136,47 @@ def _downstream(candidates: list[str], graph, inputs_of: dict | None = None) -> 
     return candidates[0]
 
 
+def name_candidates(tflite_name: str, nodes: list[str], node_set: set[str] | None = None) -> list[tuple[str, int]]:
+    """The TF nodes a TFLite tensor name names, with the output index: ``[(node, index), ...]``.
+
+    Each ``;``-separated part is a node name, exactly, or the end of exactly one node's name (an
+    inlined call's scope, ``StatefulPartitionedCall/model/dense/Relu`` for ``model/dense/Relu``); a
+    part that ends several nodes' names is ambiguous and names none. ``:N`` is kept as the index.
+    """
+    node_set = set(nodes) if node_set is None else node_set
+    cands: list[tuple[str, int]] = []
+    for part in tflite_name.split(";"):
+        node, _, idx = part.partition(":")
+        if node in node_set:
+            hit = node
+        else:
+            ends = [n for n in nodes if n.endswith("/" + node)]
+            hit = ends[0] if len(ends) == 1 else None
+        if hit and hit not in (c for c, _ in cands):
+            cands.append((hit, int(idx) if idx.isdigit() else 0))
+    return cands
+
+
+def _structured_outputs(signature, frozen) -> dict[str, str]:
+    """The frozen signature's outputs by SignatureDef name: ``{output name: "node:index"}``.
+
+    The frozen function keeps its outputs flat (``Identity:0``, ``Identity_1:0``), in the order
+    ``tf.nest.flatten`` gives the signature's structured outputs (a dict: sorted keys), so they are
+    packed back into the signature's structure (TF appends a gradient's intermediates after them).
+    """
+    import tensorflow as tf
+
+    spec = signature.structured_outputs
+    flat = list(frozen.outputs)
+    n = len(tf.nest.flatten(spec)) if isinstance(spec, dict) else 0
+    # A gradient taken through the signature (the bounds' sensitivities) appends the forward pass's
+    # intermediates to its outputs: the structured outputs are the first n.
+    if not n or len(flat) < n:
+        return {}
+    packed = tf.nest.pack_sequence_as(spec, flat[:n])
+    return {str(k): v.name for k, v in packed.items() if isinstance(v, tf.Tensor)}
+
+
 def compare_float_tensors(model: bytes, saved_model_dir: str | os.PathLike, examples: Any,
                           key: str | None = None) -> FloatTensors:
     """Compares each op output of a float flatbuffer with TF's tensor of the same name.
@@ -164,27 +210,35 @@ def compare_float_tensors(model: bytes, saved_model_dir: str | os.PathLike, exam
     nodes = [op.name for op in g.get_operations()]
     node_set = set(nodes)
     ops = parsed.subgraphs[parsed.signatures[key]]
+    interp = preserving_interpreter(model)
+    # A signature output is matched by its SignatureDef name: the TFLite tensor the signature returns
+    # as 'p' is TF's structured output 'p', whatever the converter named it ("StatefulPartitionedCall:1"
+    # names the call's second output, not the node's first).
+    outputs_by_index = {d["index"]: n for n, d in interp.get_signature_runner(key).get_output_details().items()}
+    tf_outputs = _structured_outputs(loaded.signatures[key], frozen)
     pick: dict[int, str] = {}
     inputs_of: dict[str, list[str]] = {}
     for op in ops:
         if not op.outputs or np.dtype(op.outputs[0].dtype).kind != "f":
             continue
-        cands = []
-        for part in op.outputs[0].name.split(";"):
-            part = part.split(":")[0]
-            hit = part if part in node_set else next((n for n in nodes if n.endswith("/" + part)), None)
-            if hit and hit not in cands:
-                cands.append(hit)
+        out_name = outputs_by_index.get(op.outputs[0].index)
+        if out_name is not None:
+            if out_name in tf_outputs:
+                pick[op.index] = tf_outputs[out_name]
+            continue  # an output TF does not name alike is not guessed from its tensor name
+        cands = name_candidates(op.outputs[0].name, nodes, node_set)
         if cands:
-            pick[op.index] = _downstream(cands, g, inputs_of)
+            chosen = _downstream([c for c, _ in cands], g, inputs_of)
+            index = dict(cands)[chosen]
+            if index < len(g.get_operation_by_name(chosen).outputs):
+                pick[op.index] = f"{chosen}:{index}"
     in_names = [t.name for t in frozen.inputs]
     # The placeholders are named after the signature's inputs; else they keep its (sorted) order.
     order = [n.split(":")[0] for n in in_names]
     if set(order) != set(signature_inputs(loaded.signatures[key])):
         order = sorted(signature_inputs(loaded.signatures[key]))
-    fetches = {i: g.get_tensor_by_name(n + ":0") for i, n in pick.items()}
+    fetches = {i: g.get_tensor_by_name(n) for i, n in pick.items()}
     pruned = frozen.prune(feeds=[g.get_tensor_by_name(n) for n in in_names], fetches=list(fetches.values()))
-    interp = preserving_interpreter(model)
     err = collections.defaultdict(float)
     ref = collections.defaultdict(float)
     bad_shape: set[int] = set()
@@ -203,7 +257,7 @@ def compare_float_tensors(model: bytes, saved_model_dir: str | os.PathLike, exam
             if keep.any():
                 err[o.index] = max(err[o.index], float(np.abs(a[keep] - b[keep]).max()))
                 ref[o.index] = max(ref[o.index], float(np.abs(b[keep]).max()))
-    matched = tuple(TensorMatch(o.index, o.op_type, o.outputs[0].name, pick[o.index] + ":0", err[o.index],
+    matched = tuple(TensorMatch(o.index, o.op_type, o.outputs[0].name, pick[o.index], err[o.index],
                                 ref[o.index]) for o in ops if o.index in pick and o.index not in bad_shape)
     done = {m.index for m in matched}
     unmatched = collections.Counter(o.op_type for o in ops if o.outputs and o.index not in done

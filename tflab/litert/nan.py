@@ -31,10 +31,12 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from tflab.fix import first_working
 from tflab.litert.flatbuffer_notes import FLOAT16_MAX, VARIABLE_FIX, Graph, Op, read_graphs
 
 CAUSES = ("uninitialized_variable", "nonfinite_input", "nonfinite_weight", "float16_overflow",
-          "int8_zero_scale", "int8_nonfinite_input", "division_by_zero", "log_of_zero", "unexplained")
+          "int8_zero_scale", "int8_nonfinite_input", "division_by_zero", "log_of_zero", "log_of_negative",
+          "integer_kernel_domain", "unexplained")
 
 _DIVISIONS = ("DIV", "FLOOR_DIV", "FLOOR_MOD")
 _LOGS = ("LOG", "RSQRT", "POW")
@@ -66,11 +68,28 @@ class NanOrigin:
     fix: str = ""
     dropped: bool = False  # True: the first op that loses TF's NaN/inf (`find_nan_sink`)
 
-    def to_text(self) -> str:
+    @property
+    def fix_record(self):
+        """``fix`` as a `tflab.fix.Fix`: not checked (a change to the user's model or data, which tflab
+        cannot make to a converted flatbuffer), with that reason; None when there is no fix."""
+        from tflab.fix import unchecked
+
+        if not self.fix:
+            return None
+        return unchecked("code", "", self.fix, FIX_NOT_RUN)
+
+    def cause_text(self) -> str:
         where = "NaN/inf lost at" if self.dropped else "first non-finite value at"
         return (f"{where} op {self.op_index} {self.op} (tensor {self.tensor!r}, signature "
-                f"{self.signature!r}): {self.cause.replace('_', ' ')}: {self.why}"
-                + (f"; fix: {self.fix}" if self.fix else ""))
+                f"{self.signature!r}): {self.cause.replace('_', ' ')}: {self.why}")
+
+    def to_text(self) -> str:
+        fix = self.fix_record
+        return self.cause_text() + (f"; {fix.line()}" if fix is not None else "")
+
+
+FIX_NOT_RUN = ("it changes your model or your data, which tflab cannot do to a converted flatbuffer; "
+               "convert again after the change and tflab checks the result")
 
 
 # LiteRT's builtin float kernels clamp a fused activation of NONE to
@@ -212,8 +231,19 @@ def _classify(graph: Graph, op: Op, values: Mapping[int, np.ndarray], key: str) 
         x = values[op.inputs[0]]
         zeros, negative = int((x == 0).sum()), int((x < 0).sum())
         if zeros or negative:
-            return origin("log_of_zero", f"its input {graph.names[op.inputs[0]]!r} has {zeros} zero(s) and "
-                          f"{negative} negative value(s) ({made})",
+            out_v = values[out].astype(np.float64) if out in values else np.zeros(0)
+            nans, infs = int(np.isnan(out_v).sum()), int((~np.isfinite(out_v) & ~np.isnan(out_v)).sum())
+            # Measured, not assumed: log (and RSQRT, POW's fractional powers) of a negative number is NaN,
+            # log of zero is -inf (RSQRT of zero +inf). Name the one the counts show, or both.
+            if negative and not zeros:
+                cause, what = "log_of_negative", f"of a negative number is NaN"
+            elif zeros and not negative:
+                cause, what = "log_of_zero", f"of zero is ±inf"
+            else:
+                cause = "log_of_negative" if nans >= infs else "log_of_zero"
+                what = "of a negative number is NaN, of zero ±inf"
+            return origin(cause, f"its input {graph.names[op.inputs[0]]!r} has {negative} negative value(s) and "
+                          f"{zeros} zero(s), and {op.name} {what} ({made})",
                           "clamp the input first (tf.math.log(tf.maximum(x, eps)) or log1p)")
     finite_in = [values[t] for t in op.inputs if t >= 0 and t in values and values[t].dtype.kind == "f"
                  and values[t].size]
@@ -322,7 +352,138 @@ def find_nan_sink(model: bytes, key: str, feed: Mapping[str, np.ndarray]) -> Nan
         return NanOrigin(key, op.index, op.name, graph.names[t], "nonfinite_input",
                          f"its input, {src} {graph.names[t]!r}, holds {_describe(values[t])}, and its output "
                          f"{graph.names[o]!r} is finite", "feed finite inputs", dropped=True)
+    # An integer kernel on values outside its float op's domain: TF's log of a negative number is NaN,
+    # the int8 LOG gives a code. Measured on the dequantized input of each such op.
+    for op in graph.ops:
+        if op.name not in _LOGS or not op.inputs or op.inputs[0] not in values:
+            continue
+        t = op.inputs[0]
+        if graph.dtypes[t] not in ("int8", "uint8", "int16") or not graph.scales[t]:
+            continue
+        x = (values[t].astype(np.float64) - graph.zero_points[t][0]) * graph.scales[t][0]
+        negative, zeros = int((x < 0).sum()), int((x == 0).sum())
+        if negative or zeros:
+            return NanOrigin(key, op.index, op.name, graph.names[t], "integer_kernel_domain", dropped=True, why=
+                             f"its {graph.dtypes[t]} input {graph.names[t]!r} dequantizes to {negative} negative "
+                             f"value(s) and {zeros} zero(s), where TF's {op.name} gives NaN/-inf; the integer "
+                             f"kernel writes a code there (an integer has no NaN), so LiteRT is finite where TF "
+                             f"is not", fix="clamp the input first (tf.math.log(tf.maximum(x, eps)) or log1p)")
     return None
+
+
+# ------------------------------------------- which kernel: XNNPACK vs builtin
+
+BUILTIN_CHANGE = ("Interpreter(model_content=..., experimental_op_resolver_type="
+                  "OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)")
+
+
+def run_builtin(model: bytes, key: str, output: str, feeds: Sequence[Mapping[str, np.ndarray]]) -> np.ndarray:
+    """Output ``output`` of signature ``key`` run with LiteRT's builtin kernels only (no default
+    XNNPACK delegate, tensors not preserved: the kernels a user gets with
+    ``experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES``), every feed,
+    dequantized and flattened in feed order (as `tflab.litert.check` concatenates the checked run)."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    from tflab.litert.per_op import quantize_feed
+
+    interp = Interpreter(model_content=bytes(model),
+                         experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    runner = interp.get_signature_runner(key)
+    ins, outs = runner.get_input_details(), runner.get_output_details()
+    got = []
+    for feed in feeds:
+        a = np.asarray(runner(**quantize_feed(feed, ins))[output])
+        scale, zp = outs[output].get("quantization", (0.0, 0))
+        got.append(((a.astype(np.float64) - zp) * scale) if scale and a.dtype.kind in "iu" else a)
+    return np.concatenate([g.ravel() for g in got]) if got else np.zeros(0)
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelDifference:
+    """The checked run's kernels (XNNPACK) and LiteRT's builtin kernels disagree on where the NaN/inf are.
+
+    Attributes:
+        checked: elements where the checked run (default delegate) and TF disagree on non-finiteness.
+        builtin: elements where the builtin kernels and TF disagree.
+        values: the checked run's values at the elements where TF has NaN/inf and it has none (≤ 4 shown).
+        ops: the ops of the builtin per-op run that take a NaN/inf input, in execution order.
+        fix: `tflab.fix.Fix` of kind "delegate": running without the default delegate, checked by
+            running the builtin kernels on the same examples.
+    """
+
+    checked: int
+    builtin: int
+    values: tuple
+    ops: tuple[str, ...]
+    fix: object
+    lost: str = "NaN/inf"
+
+    def to_text(self) -> str:
+        shown = ", ".join(f"{v:g}" for v in self.values)
+        op = self.ops[0] if len(set(self.ops)) == 1 else None
+        who = f"XNNPACK's {op}" if op else "the XNNPACK delegate's kernels" + (
+            f" ({', '.join(dict.fromkeys(self.ops))})" if self.ops else "")
+        builtin_op = f"the builtin {op} kernel" if op else "the builtin kernels"
+        if self.fix.checked:
+            head = (f"{who} maps {self.lost} to {shown}; {builtin_op} keeps it (measured: the default XNNPACK "
+                    f"delegate ran this check and differs from TF at {self.checked} element(s); LiteRT's "
+                    f"builtin kernels, run without the default delegate, at {self.builtin})")
+        else:
+            head = (f"XNNPACK (the default delegate, which ran this check) and the builtin kernels differ: "
+                    f"{self.checked} vs {self.builtin} element(s) where they disagree with TF on NaN/inf")
+        return head
+
+
+def delegate_fix(checked: np.ndarray, builtin: np.ndarray, want: np.ndarray):
+    """The candidate "run without the default delegate", judged on measured outputs.
+
+    Args:
+        checked: the checked run's output (default op resolver, XNNPACK), flat.
+        builtin: the same output from the builtin kernels (`run_builtin`), flat.
+        want: TF's output, flat.
+
+    Returns:
+        A `tflab.fix.Fix` (kind "delegate"): checked when the builtin kernels have NaN/inf exactly where
+        TF has them, failed (with how many elements still differ) otherwise.
+    """
+    from tflab.fix import attempt
+
+    def check():
+        tf_bad, b_bad = ~np.isfinite(want), _bad(np.asarray(builtin, np.float32))
+        off = int((tf_bad != b_bad).sum())
+        measured = {"differ_from_tf": off, "nonfinite_tf": int(tf_bad.sum()), "nonfinite_builtin": int(b_bad.sum())}
+        if off:
+            return False, (f"the builtin kernels still differ from TF at {off} element(s) ({int(b_bad.sum())} "
+                           f"NaN/inf vs TF's {int(tf_bad.sum())})"), measured
+        return True, (f"the builtin kernels have NaN/inf at the same {int(tf_bad.sum())} element(s) as TF"
+                      ), measured
+
+    return attempt("delegate", BUILTIN_CHANGE, "run without the default delegate if NaN must propagate", check,
+                   how="ran the signature with LiteRT's builtin kernels on the same examples")
+
+
+def kernel_difference(model: bytes, key: str, output: str, feeds, checked: np.ndarray,
+                      want: np.ndarray) -> KernelDifference | None:
+    """Reruns with the builtin kernels when the checked run and TF disagree on NaN/inf; None when
+    the builtin kernels put NaN/inf exactly where the checked run does (the kernels agree)."""
+    checked = np.asarray(checked)
+    want = np.asarray(want)
+    builtin = run_builtin(model, key, output, feeds)
+    if builtin.shape != checked.shape:
+        return None
+    c_bad, b_bad, w_bad = _bad(checked.astype(np.float32)), _bad(builtin.astype(np.float32)), ~np.isfinite(want)
+    if (c_bad == b_bad).all():
+        return None
+    lost = w_bad & ~c_bad
+    values = tuple(float(v) for v in np.unique(checked[lost])[:4]) if lost.any() else ()
+    feed = next((f for f in feeds if any(np.asarray(a).dtype.kind == "f" and not np.isfinite(a).all()
+                                         for a in f.values())), feeds[0] if feeds else {})
+    graph, vals, _ = run_per_op(model, key, feed)
+    ops = tuple(op.name for op in graph.ops
+                if any(t >= 0 and t in vals and _nonfinite(vals[t]) for t in op.inputs))
+    lost_kind = "NaN" if lost.any() and np.isnan(want[lost]).all() else "NaN/inf"
+    return KernelDifference(int((c_bad != w_bad).sum()), int((b_bad != w_bad).sum()), values, ops,
+                            delegate_fix(checked, builtin, want), lost_kind)
 
 
 # ----------------------------------------------------------- check hook
@@ -341,8 +502,47 @@ def _origin(model: bytes, key: str, frozen: tuple, which: str) -> NanOrigin | No
     return found[(key, frozen, which)]
 
 
+def clean_examples_fix(model: bytes, key: str, feeds):
+    """The fix "clean the examples", run: the same signature on ``np.nan_to_num`` of every float
+    example (NaN → 0, ±inf → 0), with the kernels the check ran (default op resolver); checked when
+    every output is finite, failed (with the count) when the model makes NaN/inf from clean inputs."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from tflab.fix import attempt
+    from tflab.litert.per_op import quantize_feed
+
+    def check():
+        runner = Interpreter(model_content=bytes(model)).get_signature_runner(key)
+        ins = runner.get_input_details()
+        bad = total = 0
+        for feed in feeds:
+            clean = {n: (np.nan_to_num(np.asarray(a), nan=0.0, posinf=0.0, neginf=0.0)
+                         if np.asarray(a).dtype.kind == "f" else a) for n, a in feed.items()}
+            for out in runner(**quantize_feed(clean, ins)).values():
+                out = np.asarray(out)
+                total += out.size
+                bad += _nonfinite(out)
+        measured = {"nonfinite": bad, "elements": total}
+        if bad:
+            return False, f"LiteRT still gives {bad} NaN/inf of {total} output element(s) on the cleaned examples", \
+                measured
+        return True, f"LiteRT's {total} output element(s) are all finite on the cleaned examples", measured
+
+    return attempt("data", "np.nan_to_num(x)", "clean the examples (np.nan_to_num, or drop the rows) before "
+                   "feeding them", check, how="reran the signature on np.nan_to_num of your examples")
+
+
+def _origin_of(model: bytes, key: str, feeds) -> NanOrigin | None:
+    for feed in feeds:
+        found = find_nan_origin(model, key, feed)
+        if found is not None:
+            return found
+    return None
+
+
 def nan_note(model: bytes, okey: str, key: str, feeds: Sequence[Mapping[str, np.ndarray]], lite_only: int,
-             tf_only: int, both: int = 0) -> str:
+             tf_only: int, both: int = 0, *, output: str | None = None, got: np.ndarray | None = None,
+             want: np.ndarray | None = None) -> str:
     """The note for an output with NaN/inf, naming the first op that makes it (measured) and why.
 
     Replaces a generic explanation: the op and cause come from a per-op rerun
@@ -356,6 +556,11 @@ def nan_note(model: bytes, okey: str, key: str, feeds: Sequence[Mapping[str, np.
         lite_only: elements non-finite in LiteRT's output and finite in TF's.
         tf_only: elements non-finite in TF's output and finite in LiteRT's.
         both: elements non-finite on both sides (they match).
+        output, got, want: the output's name in signature ``key``, the checked run's values of it
+            (default op resolver: the XNNPACK delegate) and TF's, flat in feed order. Given, and when
+            LiteRT and TF disagree on NaN/inf, the builtin kernels are run too
+            (`kernel_difference`): a kernel's behaviour is claimed only for the kernel that ran, and
+            "run without the default delegate" is offered when it is checked to keep TF's NaN/inf.
 
     Returns:
         One line, or ``""`` when all three counts are 0.
@@ -384,11 +589,32 @@ def nan_note(model: bytes, okey: str, key: str, feeds: Sequence[Mapping[str, np.
                 break
     except (RuntimeError, ValueError) as e:  # the builtin kernels could not even prepare it
         return f"{head}; the per-op rerun with builtin kernels failed ({str(e).strip()[:160]})"
+    diff = None
+    if (lite_only or tf_only) and output is not None and got is not None and want is not None:
+        try:
+            diff = kernel_difference(model, key, output, list(feeds), got, want)
+        except (RuntimeError, ValueError):
+            diff = None  # the builtin kernels could not run it: only the checked run is described
+    if diff is not None:
+        if found is None:
+            try:
+                found = _origin_of(model, key, feeds)
+            except (RuntimeError, ValueError):
+                found = None
+        plan = first_working([diff.fix] + ([found.fix_record] if found is not None and found.fix_record else []))
+        cause = "" if found is None else "; per-op rerun with the builtin kernels: " + found.cause_text()
+        return f"{head}; {diff.to_text()}{cause}; " + " ".join(plan.lines())
     if found is None:
         side = ("no tensor of the per-op rerun with LiteRT's builtin kernels holds a NaN/inf, so the kernels of "
                 "the checked run (XNNPACK delegate) made it" if lite_only or both else
                 "no tensor of the LiteRT run holds a NaN/inf: TF's kernels made it, LiteRT's do not")
         return f"{head}; {side}"
     if found.cause == "uninitialized_variable":  # its fix is in the READ_VARIABLE note already
-        found = dataclasses.replace(found, fix="see the READ_VARIABLE note")
+        return f"{head}; {found.cause_text()}; fix: see the READ_VARIABLE note"
+    if found.cause == "nonfinite_input" and not found.dropped:
+        try:
+            plan = first_working([clean_examples_fix(model, key, list(feeds))])
+            return f"{head}; {found.cause_text()}; " + " ".join(plan.lines())
+        except (RuntimeError, ValueError):
+            pass
     return f"{head}; {found.to_text()}"

@@ -307,11 +307,11 @@ def run_ops(model: bytes, feed: Mapping[str, np.ndarray], signature_key: str | N
 
 
 def variant_of(model: bytes) -> str:
-    """Which of the four recipes made ``model``, read from its tensors.
+    """Which of the four recipes made ``model``, read from its tensors (`tflab.litert.recipe.read_recipe`).
 
-    ``"int8"`` when a signature input is int8 with a scale (full-integer
-    conversion with int8 inputs), ``"float16"`` when a constant is float16,
-    ``"dynamic"`` when a constant is int8 with a scale (dynamic-range weights),
+    ``"int8"`` for a full-integer model: integer (int8 or uint8) activations and no float kernel
+    besides QUANTIZE/DEQUANTIZE, or int8/uint8 signature inputs or outputs; ``"float16"`` when a
+    constant is float16, ``"dynamic"`` when a constant is int8 with a scale (dynamic-range weights),
     else ``"none"``.
 
     Args:
@@ -320,27 +320,6 @@ def variant_of(model: bytes) -> str:
     Returns:
         ``"none"``, ``"dynamic"``, ``"float16"`` or ``"int8"``.
     """
-    from tflab._tf.lite import schema, unpack_model
+    from tflab.litert.recipe import read_recipe
 
-    fb = schema()
-
-    parsed = read_ops(model)
-    m = unpack_model(model)
-    tensors = {}
-    for sg in parsed.subgraphs:
-        for op in sg:
-            for t in (*op.inputs, *op.outputs):
-                if t is not None:
-                    tensors[(id(sg), t.index)] = t
-    for si, sg in enumerate(m.subgraphs or []):
-        for i in sg.inputs if sg.inputs is not None else []:
-            t = sg.tensors[i]
-            if t.type == fb.TensorType.INT8 and t.quantization is not None and t.quantization.scale is not None \
-                    and len(t.quantization.scale):
-                return "int8"
-    consts = [t for t in tensors.values() if t.constant is not None]
-    if any(t.dtype == "float16" for t in consts):
-        return "float16"
-    if any(t.dtype == "int8" and t.quantized for t in consts):
-        return "dynamic"
-    return "none"
+    return read_recipe(bytes(model)).name

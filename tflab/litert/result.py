@@ -160,10 +160,15 @@ class TFLiteCheck(Report):
 
     @property
     def ok(self) -> bool | None:
-        """The verdict: every checked op inside its local bound (None when the per-op check did not run).
+        """The verdict: every checked op inside its local bound and no output beyond its end-to-end bound.
 
-        End-to-end ``max_abs_error``, ``within_bound`` and argmax agreement stay measurements.
+        False when an output exceeds its end-to-end bound (an infinite error included: NaN on one side
+        only), whatever the per-op check says: each op may be right on its own inputs while the model's
+        output is not (a LOG the per-op check cannot bound). Else the per-op verdict, None when the
+        per-op check did not run. Argmax agreement stays a measurement.
         """
+        if self.within_bound is False:
+            return False
         return None if self.per_op is None else self.per_op.ok
 
     def _repr_html_(self) -> str:
