@@ -156,8 +156,8 @@ class PolicyResult:
                                             f"{grad} gradient" if grad else "") if s)
             parts.append(f"{dt} overflows {what} element(s) to inf/NaN (float32 finite; "
                          f"{dt} max {float_info(dt).max:.6g})")
-            if self.nonfinite is not None and self.nonfinite.cause_text():
-                parts.append(self.nonfinite.cause_text())
+            if self.nonfinite is not None and self.nonfinite.cause_text:
+                parts.append(self.nonfinite.cause_text)
             elif self.nonfinite is not None and self.nonfinite.error:
                 parts.append(f"first non-finite op not found: {self.nonfinite.error}")
             if self.fix is not None:

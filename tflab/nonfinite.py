@@ -342,6 +342,7 @@ class FirstNonFinite(Report):
         """True when some op's output went non-finite from finite inputs."""
         return self.origin is not None
 
+    @property
     def cause_text(self) -> str:
         """``first non-finite op: … then NaN at …`` in one line ("" when nothing went non-finite)."""
         if self.origin is None:
@@ -363,7 +364,7 @@ class FirstNonFinite(Report):
             return f"{self.function_name}: could not trace its graph to look for non-finite values: {self.error}"
         if self.origin is None:
             return f"{self.function_name}: every output of the {self.ops_run} ops of its graph is finite"
-        return f"{self.function_name} ({self.ops_run} ops run): {self.cause_text()}"
+        return f"{self.function_name} ({self.ops_run} ops run): {self.cause_text}"
 
 
 def analyse(ops: list[OpValue], outputs: Any, name: str = "") -> FirstNonFinite:
