@@ -192,7 +192,9 @@ def swapped_line(filename: str, lineno: int, name: str, rewrite) -> Iterator[tup
     if not funcs:
         raise RewriteError(f"no live Python function {name} holds {filename}:{lineno}")
     code, what, new_line = _compile_copy(funcs[0], lineno, rewrite)
-    old = [(f, f.__code__) for f in funcs if f.__code__ is funcs[0].__code__]
+    # Every live function made from that source line (a module loaded twice holds two copies,
+    # and the one that runs need not be the first found): each runs the rewritten line.
+    old = [(f, f.__code__) for f in funcs if f.__code__.co_freevars == code.co_freevars]
     for f, _ in old:
         f.__code__ = code
     try:

@@ -77,7 +77,9 @@ def innermost_error(exc: BaseException, limit: int = 300) -> str:
         E.g. ``"TypeError: 'module' object is not callable"`` for Keras'
         ``"Exception encountered when calling TestModel.call(). …"``.
     """
-    chain = error_chain(exc)
+    # TF's private status exceptions (_NotOkStatusException under an InvalidArgumentError) are
+    # the same error in TF's C++ words: the innermost public one is quoted.
+    chain = [e for e in error_chain(exc) if not type(e).__name__.startswith("_")] or [exc]
     line = _own_line(chain[-1])
     if line == type(chain[-1]).__name__ and len(chain) > 1:
         line = _own_line(chain[0])

@@ -118,7 +118,8 @@ def overflow_plan(result, origin, rerun: Callable[[], Any], out_names) -> fx.Fix
                                 f"compute {where} in float32 and cast the result back to its first operand's dtype "
                                 f"(for a mask: do the masking in float32)"))
     candidates.append(rewritten(in_float32(cast_back=False), "code",
-                                f"compute {where} in float32 and keep the result float32 (a loss computed there)"))
+                                f"compute {where} in float32 and keep the result float32 (the loss in float32, where "
+                                f"the loss is computed on that line)"))
     if origin is not None and origin.literal and origin.dtype_max:
         candidates.append(rewritten(finite_literals(origin.dtype_max), "code",
                                     f"use a finite constant {dt} holds instead of {origin.literal} "

@@ -66,9 +66,7 @@ def xla_reason(exc: BaseException) -> str:
             return ("XLA cannot compile the gradient of a while loop without maximum_iterations "
                     f"(TensorList accumulator {name!r}; TF says \"{_XLA_TENSOR_LIST_SIZE}\" and names a "
                     "TensorArray, but this list is the gradient's, not one in the code): the backward pass stores every iteration's values in a "
-                    "list whose size XLA must know; write the loop as `for _ in tf.range(n)` (AutoGraph "
-                    "sets maximum_iterations) or tf.while_loop(..., maximum_iterations=n), or compare "
-                    "the forward pass only (gradients=False)")
+                    "list whose size XLA must know")
     from tflab._graph_errors import error_chain, innermost_error
     from tflab._target import user_frame
 

@@ -209,6 +209,8 @@ class _ModeRun:
                 self.errors[mode] = e
                 if mode == "xla":
                     reason = xla_reason(e)
+                    if reason.startswith("XLA cannot compile the gradient of a while loop"):
+                        reason += "; " + self.while_loop_fixes(outputs_ref=reference)
                 else:
                     # TF's own line, not Keras' "Exception encountered when calling X.call()" wrapper
                     where = user_frame(e) or next((user_frame(c) for c in reversed(error_chain(e))
@@ -233,6 +235,39 @@ class _ModeRun:
             # One generator: experimental_get_compiler_ir looks the XLA ConcreteFunction up
             # in its cache (no trace); each optimized stage is one more XLA compile.
             self.hlo_fetch = fetch_hlo(self.runners["xla"].experimental_get_compiler_ir(self.sources), self.hlo)
+
+    def while_loop_fixes(self, outputs_ref) -> str:
+        """The fixes for XLA's while-loop gradient error, as `tflab.fix.Fix` lines: the loop bound
+        (not checked: only the user's code knows n) and ``gradients=False``, run here: the forward
+        pass alone under XLA, compared with eager's outputs."""
+        import numpy as np
+        import tensorflow as tf
+
+        from tflab import fix as fx
+        from tflab._numeric import ulp_distance
+
+        bound = fx.unchecked("code", "for _ in tf.range(n), or tf.while_loop(..., maximum_iterations=n)",
+                             "give the loop a bound XLA can read (AutoGraph sets maximum_iterations for tf.range)",
+                             "the number of iterations n is your code's to give")
+        python_fn, rebuild = self.python_fn, self.rebuild
+
+        def forward(srcs):
+            a, k = rebuild(list(srcs))
+            return tf.nest.map_structure(as_tensor, python_fn(*a, **k))
+
+        def check():
+            self.snapshot.restore()
+            got = [to_numpy(o) for o in tf.nest.flatten(tf.function(forward, jit_compile=True)(self.sources))]
+            if outputs_ref is None:
+                return True, "XLA compiles and runs the forward pass"
+            worst = max((float(np.max(ulp_distance(a, b), initial=0)) for a, b in zip(outputs_ref[0], got)
+                         if a is not None and b is not None and a.shape == b.shape and a.dtype.kind == "f"),
+                        default=0.0)
+            return True, f"XLA compiles and runs the forward pass: outputs within {worst:g} ULP of eager"
+
+        forward_only = fx.attempt("option", "gradients=False", "compare the forward pass only", check,
+                                  how="the forward pass compiled with jit_compile=True and run on your inputs")
+        return "; ".join([bound.line(), *fx.first_working([forward_only]).lines("or")])
 
     def random_ops(self) -> dict[str, tuple]:
         """Output/gradient name → random op types, from the trace graph or XLA already made."""

@@ -395,10 +395,16 @@ def _random_op_notes(key: str, concrete, bit_exact: bool = False, recall=None) -
         return [f"signature {key}: bit-exact here only because both sides start from the same random state "
                 f"(a global seed: tf.random.set_seed / keras.utils.set_random_seed): its graph draws random "
                 f"numbers, {ops}, which give new values on every call{again}, so the bits match on the first "
-                f"call only. To compare for real, pass the noise in as an input, or draw it with a stateless "
-                f"op and a fixed seed (tf.random.stateless_uniform(shape, seed=[1, 2]))"]
+                f"call only. " + _random_fix().line()]
     return [f"signature {key}: not bit-exact because its graph draws random numbers: {ops} gives new "
             f"values on every call, so two calls of the in-process model differ too; the round trip "
-            f"itself is not the cause. To compare, pass the noise in as an input, or draw it with a "
-            f"stateless op and a fixed seed (tf.random.stateless_uniform(shape, seed=[1, 2]))"]
+            f"itself is not the cause. " + _random_fix().line()]
+
+
+def _random_fix():
+    from tflab import fix as fx
+
+    return fx.unchecked("code", "tf.random.stateless_uniform(shape, seed=[1, 2])",
+                        "to compare, pass the noise in as an input, or draw it with a stateless op and a fixed seed",
+                        "the random op is in your signature's code; tflab does not rewrite a saved function")
 
