@@ -87,3 +87,22 @@ def test_p14_repr_says_out_and_grad():
     assert f"xla: out {xla.outputs} ULP, grad {xla.gradients} ULP above atol" in repr(m)
     no_grads = tflab.compare_modes(lambda x: tf.tanh(x), tf.ones([4]), repeats=1, hlo=False, gradients=False)
     assert "eager: out 0 ULP above atol" in repr(no_grads) and " ULP, grad " not in repr(no_grads)
+
+
+def _tensor_while(x):
+    i = tf.constant(0)
+    while i < 3:  # a tensor condition: a While op with no maximum_iterations
+        x = tf.tanh(x) * 1.5
+        i += 1
+    return x
+
+
+def test_xla_while_loop_gradient_fixes_are_fix_records_and_forward_only_is_run():
+    m = tflab.compare_modes(_tensor_while, tf.constant([-1.0, 0.0, 1.0]), repeats=1, hlo=False,
+                            modes=("eager", "xla"))
+    err = m.modes["xla"].error
+    # The loop bound is the user's to give: said as not checked, never as checked.
+    assert "fix: give the loop a bound XLA can read" in err and "(not checked: the number of iterations" in err
+    # gradients=False was run: XLA compiled the forward pass and its outputs were compared with eager's.
+    assert "or: compare the forward pass only: gradients=False (checked: XLA compiles and runs the forward " \
+           "pass: outputs within" in err

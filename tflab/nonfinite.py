@@ -28,7 +28,8 @@ own FuncGraphs: the ``If``/``While`` op is judged as a whole.
 Example:
     >>> def masked(scores, mask):
     ...     return scores - 1e30 * (1.0 - mask)
-    >>> r = tflab.first_nonfinite(masked, tf.zeros([2, 3], tf.float16), tf.constant([[1., 1., 0.]] * 2, tf.float16))
+    >>> from tflab.nonfinite import first_nonfinite
+    >>> r = first_nonfinite(masked, tf.zeros([2, 3], tf.float16), tf.constant([[1., 1., 0.]] * 2, tf.float16))
     >>> r.origin.op_type, r.origin.literal, r.first_nan.op_type
     ('Const', '1e30', 'Mul')
 """
@@ -210,6 +211,8 @@ class NonFiniteOp:
         where: the user's line, ``file:line in fn``, or "" when none is outside TF/Keras.
         code: that line's text.
         cause: one sentence of the measured facts.
+        frame: ``(filename, lineno, function name)`` of the user's line, () when none
+            (what `tflab._code_swap` rewrites to measure a fix).
     """
 
     op_name: str

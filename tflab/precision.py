@@ -24,7 +24,12 @@ loss_scale_optimizer.py``); tf_keras' version never goes below 1
 under each policy) forward and backward with a `tf.GradientTape` and measures,
 against float32: the relative error of outputs and gradients, the gradient
 elements that underflow to 0, the elements that overflow to inf/NaN, and what
-a loss scale changes. `tflab.demonstrate_loss_scaling` (``tflab/_tour/loss_scaling.py``)
+a loss scale changes. When outputs overflow, the cause is the first
+non-finite op of the policy's traced graph (`tflab.nonfinite`: e.g. the
+constant 1e30 that is inf in float16, then inf * 0 = NaN in a Mul), and each
+candidate fix is applied to a rewritten copy of the user's line and measured
+(`tflab._precision_fixes`); only one that worked is printed as the fix. Gradients
+zeroed below float16's range get loss_scale='dynamic' run on the same tape. `tflab.demonstrate_loss_scaling` (``tflab/_tour/loss_scaling.py``)
 does it on the tour's MobileNetV3Small training step.
 
 What tests/test_10_precision.py measures on TF 2.21 (CPU, oneDNN on and off):
