@@ -88,3 +88,48 @@ def test_p13_seeded_random_signature_bit_exact_gets_the_random_note(tmp_path):
 def test_p13_stateless_random_is_bit_exact_with_no_random_note(tmp_path):
     check = tflab.save_and_reload(_Stateless(), str(tmp_path / "s"), {"x": np.zeros((2, 3), np.float32)})
     assert check.bit_exact and not any("random" in n for n in check.notes)
+
+
+class _Fixed(tf.Module):
+    @tf.function
+    def __call__(self, x):
+        return {"y": x * 2.0}
+
+
+class _NeedsItsBatch(tf.Module):
+    @tf.function
+    def __call__(self, x):
+        return {"y": tf.reshape(x, [12])}  # 3 * 4 only: another batch size cannot reshape
+
+
+def test_fixed_batch_dim_fix_is_re_traced_and_run(tmp_path):
+    m = _Fixed()
+    m(tf.ones([3, 4]))
+    check = tflab.save_and_reload(m, str(tmp_path / "f"), {"x": np.ones((3, 4), np.float32)})
+    (note,) = [n for n in check.notes if "dim 0 is fixed" in n]
+    assert "fix: for any batch size, export with a None dim (signature serving_default: x: float32[None,4])" in note
+    assert "(checked: re-traced with dim 0 None and ran a batch of 4 (the saved signature takes 3 only))" in note
+
+
+def test_fixed_batch_dim_fix_that_fails_is_not_printed_as_the_fix(tmp_path):
+    m = _NeedsItsBatch()
+    m(tf.ones([3, 4]))
+    check = tflab.save_and_reload(m, str(tmp_path / "f"), {"x": np.ones((3, 4), np.float32)})
+    (note,) = [n for n in check.notes if "dim 0 is fixed" in n]
+    # Relaxed, the reshape to [12] fails on a batch of 4 (16 values): tried, failed, not the fix.
+    assert "fix: for any batch size" not in note
+    assert "none of the 1 candidate fix(es) worked on your case" in note and "(failed: raised" in note
+
+
+class _Unnamed(tf.Module):
+    @tf.function(input_signature=[{"image": tf.TensorSpec([None, 2]), "mask": tf.TensorSpec([None, 2])}])
+    def serve(self, inputs):
+        return {"y": inputs["image"] * inputs["mask"]}
+
+
+def test_lost_dict_keys_fix_is_re_traced_and_its_names_read_back(tmp_path):
+    feed = {"inputs": np.ones((1, 2), np.float32), "inputs_1": np.zeros((1, 2), np.float32)}
+    check = tflab.save_and_reload(_Unnamed(), str(tmp_path / "u"), feed)
+    (note,) = [n for n in check.notes if "are not input names" in n]
+    assert "fix: give each spec name=<key> to keep the keys" in note
+    assert "(checked: re-traced with named specs: the signature inputs are ['image', 'mask'])" in note

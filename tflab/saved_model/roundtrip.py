@@ -276,7 +276,7 @@ def _save_and_check(obj, path: str, batches: Examples | None, signatures) -> Sav
             raise TflabError(f"signature {key}: inputs {sorted(inputs)} do not match the in-process "
                              f"function's {sorted(ref.input_names)}")
         if kind == "tf.Module":
-            notes += lost_dict_keys_notes(key, ref.concrete, inputs)
+            notes += lost_dict_keys_notes(key, ref.concrete, inputs, obj)
         stats = {n: [0, 0.0, 0] for n in outputs}
         for feed in batches.feeds(key):
             got = {k: to_numpy(v) for k, v in run_signature(
@@ -293,7 +293,7 @@ def _save_and_check(obj, path: str, batches: Examples | None, signatures) -> Sav
         checks[key] = SignatureCheck(key, inputs, out_checks)
         notes += _random_op_notes(key, ref.concrete, checks[key].bit_exact,
                                   lambda: _second_call_differs(fn, key, batches))
-        notes += fixed_shape_notes(key, inputs)
+        notes += fixed_shape_notes(key, inputs, obj if kind == "tf.Module" else None, ref.concrete)
     if kind == "keras":
         from tflab.saved_model.names import name_notes
 
