@@ -133,3 +133,23 @@ def test_lost_dict_keys_fix_is_re_traced_and_its_names_read_back(tmp_path):
     (note,) = [n for n in check.notes if "are not input names" in n]
     assert "fix: give each spec name=<key> to keep the keys" in note
     assert "(checked: re-traced with named specs: the signature inputs are ['image', 'mask'])" in note
+
+
+@pytest.mark.parametrize("build", ["single", "two_inputs_dict_outputs"])
+def test_the_proxy_gets_the_same_signature_names_as_the_real_model(tmp_path, build):
+    """name_notes saves a proxy (the model's inputs and output names, trivial layers): it must get
+    the SignatureDef names the real model gets from tf.saved_model.save and model.export."""
+    from tflab.saved_model.names import _proxy
+
+    if build == "single":
+        model = _named_model()
+    else:
+        a = keras.Input((3,), name="a")
+        b = keras.Input((2,), name="b", dtype="int32")
+        h = keras.layers.Concatenate()([a, keras.ops.cast(b, "float32")])
+        model = keras.Model([a, b], {"p": keras.layers.Dense(1, name="p")(h), "q": keras.layers.Dense(2, name="q")(h)})
+    proxy = _proxy(model)
+    for label, save in (("plain", tf.saved_model.save), ("export", lambda m, p: m.export(p, verbose=False))):
+        save(model, str(tmp_path / f"real_{label}"))
+        save(proxy, str(tmp_path / f"proxy_{label}"))
+        assert signature_names(str(tmp_path / f"real_{label}")) == signature_names(str(tmp_path / f"proxy_{label}"))

@@ -47,13 +47,17 @@ def tf_functions(obj) -> dict[str, Any]:
 
 def unsaved_notes(obj) -> list[str]:
     """Notes on a tf.Module's tf.functions that the SavedModel keeps only in part or not at all."""
+    from tflab import fix as fx
+
     notes = []
     for name, fn in tf_functions(obj).items():
         cfs = tf_sm.serialized_concrete_functions(fn)
         if not cfs:
+            fix = fx.unchecked("input_signature", f"@tf.function(input_signature=[...]) on {name}",
+                               "call it once or give it an input_signature before saving",
+                               "tflab does not know the inputs it should take")
             notes.append(f"{name}: never traced and no input_signature, so the SavedModel holds no "
-                         f"ConcreteFunction for it; the reloaded {name} raises when called "
-                         f"(call it once or give it an input_signature before saving)")
+                         f"ConcreteFunction for it; the reloaded {name} raises when called; {fix.line()}")
             continue
         literals: dict[str, set] = {}
         for cf in cfs:
@@ -62,9 +66,11 @@ def unsaved_notes(obj) -> list[str]:
                     literals.setdefault(p.name, set()).add(repr(p.type_constraint.value))
         for pname, values in literals.items():
             vals = ", ".join(sorted(values))
+            fix = fx.unchecked("code", "", "trace other values before saving, or make it a tensor",
+                               f"which other values of {pname} you call with is yours to say")
             notes.append(f"{name}: Python argument {pname} was traced only as {pname}={vals}; each value "
                          f"is a constant baked into its FuncGraph, so the reloaded {name} accepts only "
-                         f"{pname}={vals} (trace other values before saving, or make it a tensor)")
+                         f"{pname}={vals}; {fix.line()}")
     return notes
 
 
