@@ -51,7 +51,7 @@ def overflow_plan(result, origin, rerun: Callable[[], Any], out_names) -> fx.Fix
             (called inside a rewritten line's ``with`` block).
         out_names: the output names (to tell outputs from gradients in ``overflow``).
     """
-    from tflab._code_swap import RewriteError, finite_literals, in_float32, swapped_line
+    from tflab._code_swap import finite_literals, in_float32, swapped_line
     from tflab._precision_report import fmt_err
 
     dt = result.compute_dtype
@@ -103,12 +103,9 @@ def overflow_plan(result, origin, rerun: Callable[[], Any], out_names) -> fx.Fix
                     r = rerun()
                 return measured(r)
 
-            try:
-                f = fx.attempt(kind, "", description, check, how=f"ran a copy of {frame[2]} with {where} rewritten, "
-                               f"rebuilt and re-ran under the policy")
-            except RewriteError as e:  # noqa: F841 - attempt catches, this is for safety
-                return fx.unchecked(kind, "", description, str(e))
-            if "line" not in box:  # the rewrite did not apply to that line
+            f = fx.attempt(kind, "", description, check, how=f"ran a copy of {frame[2]} with {where} rewritten, "
+                           f"rebuilt and re-ran under the policy")
+            if "line" not in box:  # the rewrite did not apply to that line (RewriteError): not run
                 return fx.unchecked(kind, "", description, f.result.split(": ", 1)[-1])
             return fx.Fix(f.kind, box["line"], f.description, status=f.status, how=f.how, result=f.result,
                           measured=f.measured, source=box["line"])
