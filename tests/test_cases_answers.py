@@ -46,11 +46,15 @@ def test_an_error_measured_over_no_element_is_none_not_zero():
 
 def test_float16_loss_overflow_names_computing_the_loss_in_float32():
     """#38357: sum(x * 1000) over 3 values of 100 is 3e5 > 65504: the float16 loss is inf;
-    the fix must say to compute the loss in float32 (a loss scale cannot help)."""
+    the fix must say to compute the loss in float32 (a loss scale cannot help). Issue 32: the
+    fix is run: casting the function's output cannot help (the float16 sum is already inf), the
+    loss line computed in float32 does, and only that one is printed as the fix."""
     cmp = compare_precisions(_load("scaled_loss"), tf.fill([3], 100.0), loss_scale="dynamic")
     f16 = cmp.policies["mixed_float16"]
     assert f16.overflow.get("output") == 1
-    assert "fix: compute the loss in float32" in f16.verdict
+    assert "fix: compute cases_answers_fns.py:13 in float32 and keep the result float32 (the loss in float32" \
+        in f16.verdict and "(checked: NaN/inf gone" in f16.verdict
+    assert "tried first: compute the loss in float32" in f16.verdict  # the output cast: failed
     bf16 = cmp.policies["mixed_bfloat16"]  # float32's exponent range: no overflow, no such fix
     assert bf16.overflow == {} and "compute the loss in float32" not in bf16.verdict
 

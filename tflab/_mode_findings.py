@@ -196,6 +196,14 @@ def _findings(results, reference, ulp_bound: int, atol: float, output_names, pai
     return out
 
 
+def _noise_fix():
+    from tflab import fix as fx
+
+    return fx.unchecked("code", "", "to compare the arithmetic, pass the noise in as an argument: draw it (or "
+                        "Dropout's mask) outside the function and give it to every mode",
+                        "the random op is inside your function; tflab cannot move it out for you")
+
+
 def _separate_random_streams(results, reference, random_ops, output_names, atol, pairs=None) -> list[str]:
     """Moves tensors that differ because a mode draws other random numbers out of
     that mode's distances (they stay in ``ulp_by_tensor``) and says so, one note each.
@@ -225,9 +233,7 @@ def _separate_random_streams(results, reference, random_ops, output_names, atol,
         for n, ops in streams.items():
             notes.append(f"{mode}: {n} is a different random stream {where} (not arithmetic): it depends on "
                          f"{', '.join(ops)}; {why}. Left out of the ULP columns and findings "
-                         f"({_fmt_num(r.ulp_by_tensor[n])} ULP). To compare the arithmetic, pass the noise "
-                         f"in as an argument: draw it (or Dropout's mask) outside the function and give it "
-                         f"to every mode")
+                         f"({_fmt_num(r.ulp_by_tensor[n])} ULP). " + _noise_fix().line())
     return notes
 
 

@@ -74,6 +74,16 @@ class PolicyResult:
             ``n/a``, not 0. None when there is no non-zero float value at all
             (integer outputs; tables print ``-``).
         gradient_error_elements: the same for ``gradient_error``.
+        gradient_error_floor: the float32 magnitude from which gradient elements are
+            measured: the compute dtype's smallest normal, or for a loss-scaled run its
+            smallest subnormal divided by the scale (the scaled gradient g·S is what
+            the compute dtype holds; trial_newcomer P15).
+        nonfinite: for outputs that overflowed, the first non-finite op of this
+            policy's traced graph (`tflab.nonfinite.FirstNonFinite`), else None.
+        fix: for outputs that overflowed, the candidate fixes applied to this case
+            and measured (`tflab.fix.FixPlan`; its ``fix`` is the first that worked).
+        loss_scale_fix: for float16 gradients zeroed below its range without a loss
+            scale, loss_scale='dynamic' run on the same backward pass (a `FixPlan`).
     """
 
     policy: str
@@ -94,6 +104,10 @@ class PolicyResult:
     unscaled: "PolicyResult | None" = None
     output_error_elements: int | None = None
     gradient_error_elements: int | None = None
+    gradient_error_floor: float | None = None
+    nonfinite: Any = None
+    fix: Any = None
+    loss_scale_fix: Any = None
     _nonzero_by_name: dict = dataclasses.field(default_factory=dict)
 
     def _err_text(self, which: str) -> str:
@@ -129,8 +143,8 @@ class PolicyResult:
                 scale = f"loss scale {pow2_text(self.loss_scale)}"
                 parts.append(f"{scale} rescues them" if not self.underflow else
                              f"{scale} rescues {max(rescued, 0)} ({self.underflow_count} left)")
-            elif dt == "float16" and sum(base.underflow_below_normal.values()):
-                parts.append("a loss scale may rescue them (loss_scale='dynamic')")
+            elif self.loss_scale_fix is not None:
+                parts += self.loss_scale_fix.lines()
             lost = self.underflow_count - sum(self.underflow_below_normal.values())
             if self.underflow and lost:
                 parts.append(f"{lost} of the {self.underflow_count} zeroed are >= {dt}'s smallest "
@@ -142,10 +156,12 @@ class PolicyResult:
                                             f"{grad} gradient" if grad else "") if s)
             parts.append(f"{dt} overflows {what} element(s) to inf/NaN (float32 finite; "
                          f"{dt} max {float_info(dt).max:.6g})")
-            if out and dt == "float16":  # tensorflow/tensorflow#38357: the loss itself overflowed
-                parts.append("fix: compute the loss in float32 (tf.cast the model's output to "
-                             "tf.float32 before the loss, or give the last layer dtype='float32'); "
-                             "a loss scale cannot help a forward value that is already inf")
+            if self.nonfinite is not None and self.nonfinite.cause_text:
+                parts.append(self.nonfinite.cause_text)
+            elif self.nonfinite is not None and self.nonfinite.error:
+                parts.append(f"first non-finite op not found: {self.nonfinite.error}")
+            if self.fix is not None:
+                parts += self.fix.lines()
         if len(self.loss_scale_history) > 1:
             parts.append(f"dynamic loss scale halved {len(self.loss_scale_history) - 1}× to "
                          f"{pow2_text(self.loss_scale)} on inf/NaN gradients")
@@ -179,6 +195,8 @@ class PolicyResult:
                 v = {k: (None if a is None else list(np.shape(a))) for k, a in v.items()}
             elif f.name == "unscaled" and v is not None:
                 v = v.to_dict(arrays)
+            elif f.name in ("nonfinite", "fix", "loss_scale_fix") and v is not None:
+                v = v.to_dict()
             out[f.name] = to_jsonable(v)
         out["underflow_count"] = self.underflow_count
         out["overflow_count"] = self.overflow_count

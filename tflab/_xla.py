@@ -66,13 +66,13 @@ def xla_reason(exc: BaseException) -> str:
             return ("XLA cannot compile the gradient of a while loop without maximum_iterations "
                     f"(TensorList accumulator {name!r}; TF says \"{_XLA_TENSOR_LIST_SIZE}\" and names a "
                     "TensorArray, but this list is the gradient's, not one in the code): the backward pass stores every iteration's values in a "
-                    "list whose size XLA must know; write the loop as `for _ in tf.range(n)` (AutoGraph "
-                    "sets maximum_iterations) or tf.while_loop(..., maximum_iterations=n), or compare "
-                    "the forward pass only (gradients=False)")
-    from tflab._target import error_summary, user_frame
+                    "list whose size XLA must know")
+    from tflab._graph_errors import error_chain, innermost_error
+    from tflab._target import user_frame
 
-    where = user_frame(exc)
-    return error_summary(exc)[:300] + (f" (at {where})" if where else "")
+    # TF's own line under Keras' "Exception encountered when calling …" wrapper (tensorflow#109015)
+    where = user_frame(exc) or next((user_frame(c) for c in reversed(error_chain(exc)) if user_frame(c)), "")
+    return innermost_error(exc) + (f" (at {where})" if where else "")
 
 
 # --------------------------------------------------------------------------- HLO

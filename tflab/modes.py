@@ -53,6 +53,7 @@ import time
 from typing import Any, Callable
 
 
+from tflab._graph_errors import error_chain, innermost_error
 from tflab._graph_analysis import (RANDOM_OPS, STATELESS_RANDOM_OPS, STATEFUL_RANDOM_OPS,  # noqa: F401
                                    VariableSnapshot, as_tensor, flatten_sources, output_names_of,
                                    prepare_args, random_dependencies, random_ops_by_tensor, to_numpy,
@@ -143,6 +144,7 @@ class _ModeRun:
     output_names: list = dataclasses.field(default_factory=list)
     pairs: _PairDistances = dataclasses.field(default_factory=_PairDistances)
     hlo_fetch: Any = None
+    errors: dict = dataclasses.field(default_factory=dict)  # mode -> the exception it raised
 
     def step_for(self, mode: str) -> Callable:
         """The forward+backward step as ``mode`` runs it (records its variable names)."""
@@ -204,11 +206,16 @@ class _ModeRun:
                         _fetch(run(self.sources))
                         times.append(time.perf_counter() - t0)
             except Exception as e:  # a mode that cannot run is a result, not a crash
+                self.errors[mode] = e
                 if mode == "xla":
                     reason = xla_reason(e)
+                    if reason.startswith("XLA cannot compile the gradient of a while loop"):
+                        reason += "; " + self.while_loop_fixes(outputs_ref=reference)
                 else:
-                    where = user_frame(e)
-                    reason = error_summary(e)[:300] + (f" (at {where})" if where else "")
+                    # TF's own line, not Keras' "Exception encountered when calling X.call()" wrapper
+                    where = user_frame(e) or next((user_frame(c) for c in reversed(error_chain(e))
+                                                   if user_frame(c)), "")
+                    reason = innermost_error(e) + (f" (at {where})" if where else "")
                     if mode != "eager":  # a failed trace: kind, culprit line and fix (tflab.diagnosis)
                         reason += diagnosis_note(e, self.python_fn)
                 if mode == "eager":
@@ -228,6 +235,39 @@ class _ModeRun:
             # One generator: experimental_get_compiler_ir looks the XLA ConcreteFunction up
             # in its cache (no trace); each optimized stage is one more XLA compile.
             self.hlo_fetch = fetch_hlo(self.runners["xla"].experimental_get_compiler_ir(self.sources), self.hlo)
+
+    def while_loop_fixes(self, outputs_ref) -> str:
+        """The fixes for XLA's while-loop gradient error, as `tflab.fix.Fix` lines: the loop bound
+        (not checked: only the user's code knows n) and ``gradients=False``, run here: the forward
+        pass alone under XLA, compared with eager's outputs."""
+        import numpy as np
+        import tensorflow as tf
+
+        from tflab import fix as fx
+        from tflab._numeric import ulp_distance
+
+        bound = fx.unchecked("code", "for _ in tf.range(n), or tf.while_loop(..., maximum_iterations=n)",
+                             "give the loop a bound XLA can read (AutoGraph sets maximum_iterations for tf.range)",
+                             "the number of iterations n is your code's to give")
+        python_fn, rebuild = self.python_fn, self.rebuild
+
+        def forward(srcs):
+            a, k = rebuild(list(srcs))
+            return tf.nest.map_structure(as_tensor, python_fn(*a, **k))
+
+        def check():
+            self.snapshot.restore()
+            got = [to_numpy(o) for o in tf.nest.flatten(tf.function(forward, jit_compile=True)(self.sources))]
+            if outputs_ref is None:
+                return True, "XLA compiles and runs the forward pass"
+            worst = max((float(np.max(ulp_distance(a, b), initial=0)) for a, b in zip(outputs_ref[0], got)
+                         if a is not None and b is not None and a.shape == b.shape and a.dtype.kind == "f"),
+                        default=0.0)
+            return True, f"XLA compiles and runs the forward pass: outputs within {worst:g} ULP of eager"
+
+        forward_only = fx.attempt("option", "gradients=False", "compare the forward pass only", check,
+                                  how="the forward pass compiled with jit_compile=True and run on your inputs")
+        return "; ".join([bound.line(), *fx.first_working([forward_only]).lines("or")])
 
     def random_ops(self) -> dict[str, tuple]:
         """Output/gradient name → random op types, from the trace graph or XLA already made."""
@@ -391,7 +431,7 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
     except Exception as e:
         saved.restore()
         where = user_frame(e)
-        raise UsageError(f"{name} failed when run eagerly: {error_summary(e)}"
+        raise UsageError(f"{name} failed when run eagerly: {innermost_error(e)}"
                          + (f" (at {where})" if where else "")) from e
     saved.add_missing(probe.watched_variables())  # missed by the trace: saved after one run
     saved.restore()
@@ -411,6 +451,9 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
     random_ops = run.random_ops()
     notes = _separate_random_streams(results, reference, random_ops, output_names, atol, run.pairs)
     findings = _findings(results, reference, ulp_bound, atol, output_names, run.pairs)
+    findings = _cond_branch_findings(findings, run, args, kwargs, saved.restore)
+    nonfinite = _nonfinite_note(run, results, python_fn, sources, rebuild, saved.restore)
+
     if findings and any(not r.error for m, r in results.items() if m != "eager"):
         findings = _with_conditioning(findings, python_fn, sources, rebuild, results, reference,
                                       output_names, ulp_bound, atol, saved.restore, run.pairs)
@@ -421,4 +464,75 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
                           fusion_kinds=h.fusion_kinds if h else {}, ulp_bound=ulp_bound,
                           atol=atol, findings=tuple(findings), output_names=tuple(output_names),
                           variables_restored=saved.names(), random_ops=random_ops, notes=tuple(notes),
+                          nonfinite=nonfinite,
                           grappler=grappler if isinstance(grappler, bool) else dict(grappler))
+
+
+def _cond_branch_findings(findings: list[str], run: _ModeRun, args, kwargs, restore) -> list[str]:
+    """Says when eager passes only because eager tf.cond runs one branch (tensorflow/tensorflow#109015).
+
+    For each traced mode that failed: the failing user line (the innermost frame outside TF and
+    Keras) is looked up in the file's AST; when it lies in a function passed to ``tf.cond`` as a
+    branch, one more eager forward pass is run with ``sys.setprofile`` counting the calls of that
+    function. 0 calls: eager never ran the code that failed, while tracing built both branches.
+    """
+    from tflab import fix as fx
+    from tflab._graph_errors import cond_branch_at, eager_calls, user_line
+
+    out = list(findings)
+    counted: dict = {}
+    for mode, exc in run.errors.items():
+        loc = user_line(exc)
+        branch = cond_branch_at(*loc) if loc else None
+        if branch is None:
+            continue
+        if branch not in counted:
+            try:
+                counted[branch] = eager_calls(lambda: run.python_fn(*args, **kwargs), branch)
+            except Exception:  # the eager run was fine before: no claim without the measurement
+                counted[branch] = None
+            finally:
+                restore()
+        calls = counted[branch]
+        if calls != 0:
+            continue
+        base = branch.filename.rsplit("/", 1)[-1]
+        fix = fx.unchecked("code", "", f"make the {branch.which} branch valid TF code (tracing builds it even when "
+                           f"your inputs never take it)",
+                           "the branch's code is wrong, and what it should compute is yours to say; tflab "
+                           "can only show that the traced modes fail there")
+        text = (f"{mode}: eager passes only because eager tf.cond runs one branch: the error is in the "
+                f"{branch.which} branch ({branch.name} at {base}:{branch.lineno}) of the tf.cond at "
+                f"{base}:{branch.cond_line}, which the eager run never called (measured: 0 calls in one eager "
+                f"pass); tracing (graph, XLA) builds both branches, so the error shows only there; {fix.line()}")
+        for i, line in enumerate(out):
+            if line.startswith(f"{mode} did not run:"):
+                out.insert(i + 1, text)
+                break
+        else:
+            out.append(text)
+    return out
+
+
+def _nonfinite_note(run: _ModeRun, results: dict, python_fn, sources, rebuild, restore):
+    """The first non-finite op of the traced graph when any mode's outputs hold inf/NaN (tflab.nonfinite)."""
+    import numpy as np
+
+    bad = any(r.outputs is not None and any(
+        o is not None and getattr(o, "dtype", None) is not None and o.dtype.kind in "fc" and not np.isfinite(o).all()
+        for o in r.outputs) for r in results.values())
+    if not bad:
+        return None
+    from tflab.nonfinite import FirstNonFinite, analyse, trace_op_values
+
+    def call(srcs):
+        a, k = rebuild(list(srcs))
+        return python_fn(*a, **k)
+
+    try:
+        ops, outs = trace_op_values(call, sources)
+        return analyse(ops, outs, run.name)
+    except Exception as e:  # noqa: BLE001 - the comparison stands without it
+        return FirstNonFinite(run.name, 0, None, None, False, error=f"{type(e).__name__}: {str(e)[:200]}")
+    finally:
+        restore()

@@ -24,7 +24,12 @@ loss_scale_optimizer.py``); tf_keras' version never goes below 1
 under each policy) forward and backward with a `tf.GradientTape` and measures,
 against float32: the relative error of outputs and gradients, the gradient
 elements that underflow to 0, the elements that overflow to inf/NaN, and what
-a loss scale changes. `tflab.demonstrate_loss_scaling` (``tflab/_tour/loss_scaling.py``)
+a loss scale changes. When outputs overflow, the cause is the first
+non-finite op of the policy's traced graph (`tflab.nonfinite`: e.g. the
+constant 1e30 that is inf in float16, then inf * 0 = NaN in a Mul), and each
+candidate fix is applied to a rewritten copy of the user's line and measured
+(`tflab._precision_fixes`); only one that worked is printed as the fix. Gradients
+zeroed below float16's range get loss_scale='dynamic' run on the same tape. `tflab.demonstrate_loss_scaling` (``tflab/_tour/loss_scaling.py``)
 does it on the tour's MobileNetV3Small training step.
 
 What tests/test_10_precision.py measures on TF 2.21 (CPU, oneDNN on and off):
@@ -173,8 +178,12 @@ def _measure(policy: str, ref_out: list, ref_grads: list, out: list, grads: list
              output_names, grad_names, loss_scale, history, seconds, unscaled=None) -> PolicyResult:
     compute, variable = POLICIES[policy]
     floor = float_info(compute).smallest_normal
+    # A loss-scaled gradient is held in the compute dtype as g * S: it is measured over the
+    # elements whose scaled value the dtype holds at all (|g| * S >= its smallest subnormal;
+    # trial_newcomer P15: 1e-9 * 2^15 = 3.3e-5 is below float16's smallest normal, yet held).
+    grad_floor = floor if not loss_scale else float_info(compute).smallest_subnormal / float(loss_scale)
     out_err = [_rel_errors(r, o, floor) for r, o in zip(ref_out, out) if r.dtype.kind == "f"]
-    grad_err = [_rel_errors(r, g, floor) for r, g in zip(ref_grads, grads)
+    grad_err = [_rel_errors(r, g, grad_floor) for r, g in zip(ref_grads, grads)
                 if r is not None and g is not None]
     out_all = np.concatenate(out_err) if out_err else np.zeros(0)
     grad_all = np.concatenate(grad_err) if grad_err else np.zeros(0)
@@ -210,7 +219,7 @@ def _measure(policy: str, ref_out: list, ref_grads: list, out: list, grads: list
         loss_scale=loss_scale, loss_scale_history=tuple(history), seconds=seconds,
         nonzero_gradient_elements=sum(nonzero.values()), unscaled=unscaled,
         output_error_elements=out_n, gradient_error_elements=grad_n,
-        _nonzero_by_name=nonzero)
+        gradient_error_floor=grad_floor, _nonzero_by_name=nonzero)
 
 
 def _parse_loss_scale(loss_scale: Any) -> Any:
@@ -378,9 +387,51 @@ def run_policies(subject: PolicySubject, policies: tuple, loss_scale: Any, name:
                 if loss_scale != "dynamic" or finite or scale <= MIN_LOSS_SCALE:
                     break
                 scale = max(scale / 2, MIN_LOSS_SCALE)
-        results[policy] = _measure(policy, ref[0], ref[1], run.outputs, grads, out_names, grad_names,
-                                   history[-1] if history else None, history, total, unscaled)
+        result = _measure(policy, ref[0], ref[1], run.outputs, grads, out_names, grad_names,
+                          history[-1] if history else None, history, total, unscaled)
+        results[policy] = _with_fixes(result, subject, policy, obj, run, ref, out_names, grad_names,
+                                      scaled, progress)
     return results, out_names, grad_names
+
+
+def _with_fixes(result: PolicyResult, subject: PolicySubject, policy: str, obj, run: _Run, ref,
+                out_names, grad_names, scaled: bool, progress) -> PolicyResult:
+    """The measured cause and the checked fixes of an overflow or a range underflow (`tflab._precision_fixes`)."""
+    from tflab._precision_fixes import loss_scale_plan, overflow_plan
+
+    compute, _ = POLICIES[policy]
+    changes: dict = {}
+    if any(k in out_names for k in result.overflow):
+        from tflab.nonfinite import analyse, trace_op_values
+
+        if progress:
+            progress(f"{policy}: the first non-finite op of the traced graph")
+        try:
+            ops, outs = trace_op_values(subject.call(obj, compute), subject.sources)
+            found = analyse(ops, outs, _function_name(subject.fn))
+        except Exception as e:  # noqa: BLE001 - the comparison stands without the cause
+            from tflab.nonfinite import FirstNonFinite
+
+            found = FirstNonFinite(_function_name(subject.fn), 0, None, None, False,
+                                   error=f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
+
+        def rerun() -> PolicyResult:
+            obj2 = subject.build(policy)
+            run2 = _forward(subject.call(obj2, compute), subject.sources, compute, subject.variables_of(obj2))
+            g2, _ = run2.grad_fn(1.0)
+            return _measure(policy, ref[0], ref[1], run2.outputs, g2, out_names, grad_names, None, (), 0.0)
+
+        if progress:
+            progress(f"{policy}: running the candidate fixes")
+        changes["nonfinite"] = found
+        changes["fix"] = overflow_plan(result, found.origin, rerun, out_names)
+    if compute == "float16" and not scaled and sum(result.underflow_below_normal.values()):
+        def measure(grads, scale, history):
+            return _measure(policy, ref[0], ref[1], run.outputs, grads, out_names, grad_names, scale, history, 0.0)
+
+        changes["loss_scale_fix"] = loss_scale_plan(result, run.grad_fn, measure, INITIAL_LOSS_SCALE,
+                                                    MIN_LOSS_SCALE)
+    return dataclasses.replace(result, **changes) if changes else result
 
 
 def _check_same_weights(variables: list, ref_values: list, policy: str, name: str) -> None:

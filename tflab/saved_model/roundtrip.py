@@ -276,7 +276,7 @@ def _save_and_check(obj, path: str, batches: Examples | None, signatures) -> Sav
             raise TflabError(f"signature {key}: inputs {sorted(inputs)} do not match the in-process "
                              f"function's {sorted(ref.input_names)}")
         if kind == "tf.Module":
-            notes += lost_dict_keys_notes(key, ref.concrete, inputs)
+            notes += lost_dict_keys_notes(key, ref.concrete, inputs, obj)
         stats = {n: [0, 0.0, 0] for n in outputs}
         for feed in batches.feeds(key):
             got = {k: to_numpy(v) for k, v in run_signature(
@@ -291,9 +291,13 @@ def _save_and_check(obj, path: str, batches: Examples | None, signatures) -> Sav
         out_checks = {n: OutputBits(n, outputs[n].dtype, outputs[n].shape, stats[n][0] == 0, *stats[n])
                       for n in outputs}
         checks[key] = SignatureCheck(key, inputs, out_checks)
-        if not checks[key].bit_exact:
-            notes += _random_op_notes(key, ref.concrete)
-        notes += fixed_shape_notes(key, inputs)
+        notes += _random_op_notes(key, ref.concrete, checks[key].bit_exact,
+                                  lambda: _second_call_differs(fn, key, batches))
+        notes += fixed_shape_notes(key, inputs, obj if kind == "tf.Module" else None, ref.concrete)
+    if kind == "keras":
+        from tflab.saved_model.names import name_notes
+
+        notes += name_notes(obj)
     notes += _restore_state(state)
     return SavedModelCheck(path=path, kind=kind, bit_exact=all(c.bit_exact for c in checks.values()),
                            signatures=checks, batch_count=len(batches), notes=tuple(notes),
@@ -348,10 +352,28 @@ def _graph_op_types(concrete) -> dict[str, str]:
     return out
 
 
-def _random_op_notes(key: str, concrete) -> list[str]:
+def _second_call_differs(fn, key: str, batches) -> int:
+    """Elements of the reloaded signature's outputs that change between two calls on the first batch."""
+    import tensorflow as tf
+
+    from tflab._usercode import run_signature
+
+    feed = next(iter(batches.feeds(key)))
+    a, b = ({k: to_numpy(v) for k, v in run_signature(fn, key, {n: tf.constant(x) for n, x in feed.items()},
+                                                      side="reloaded SavedModel").items()} for _ in range(2))
+    return sum(int(np.count_nonzero(a[n].view(np.uint8) != b[n].view(np.uint8))) if a[n].dtype.kind != "O"
+               else int(np.count_nonzero(a[n] != b[n])) for n in a)
+
+
+def _random_op_notes(key: str, concrete, bit_exact: bool = False, recall=None) -> list[str]:
     """Why a signature is not bit-exact when its graph draws random numbers (case M3):
     a stateful random op gives new values on each call, so the in-process model
-    and the reloaded one cannot agree; neither does the in-process model with itself."""
+    and the reloaded one cannot agree; neither does the in-process model with itself.
+
+    When the bits match anyway (trial_newcomer P13: a global seed, ``tf.random.set_seed(0)``,
+    makes both fresh kernels start from the same state, so their first calls coincide), the
+    note is given too, with what ``recall()`` measured: how many output bytes a second call
+    of the reloaded signature changes."""
     from tflab.modes import STATEFUL_RANDOM_OPS
 
     try:
@@ -362,8 +384,27 @@ def _random_op_notes(key: str, concrete) -> list[str]:
     if not found:
         return []
     ops = ", ".join(f"{t} ({types[t]!r})" for t in found)
+    if bit_exact:
+        try:
+            changed = recall() if recall is not None else None
+        except Exception:  # noqa: BLE001 - the note stands without the measurement
+            changed = None
+        if not changed:  # not measured, or the random values do not reach the outputs: no claim
+            return []
+        again = f" (measured: a second call of the reloaded signature changes {changed} output byte(s))"
+        return [f"signature {key}: bit-exact here only because both sides start from the same random state "
+                f"(a global seed: tf.random.set_seed / keras.utils.set_random_seed): its graph draws random "
+                f"numbers, {ops}, which give new values on every call{again}, so the bits match on the first "
+                f"call only. " + _random_fix().line()]
     return [f"signature {key}: not bit-exact because its graph draws random numbers: {ops} gives new "
             f"values on every call, so two calls of the in-process model differ too; the round trip "
-            f"itself is not the cause. To compare, pass the noise in as an input, or draw it with a "
-            f"stateless op and a fixed seed (tf.random.stateless_uniform(shape, seed=[1, 2]))"]
+            f"itself is not the cause. " + _random_fix().line()]
+
+
+def _random_fix():
+    from tflab import fix as fx
+
+    return fx.unchecked("code", "tf.random.stateless_uniform(shape, seed=[1, 2])",
+                        "to compare, pass the noise in as an input, or draw it with a stateless op and a fixed seed",
+                        "the random op is in your signature's code; tflab does not rewrite a saved function")
 

@@ -47,13 +47,17 @@ def tf_functions(obj) -> dict[str, Any]:
 
 def unsaved_notes(obj) -> list[str]:
     """Notes on a tf.Module's tf.functions that the SavedModel keeps only in part or not at all."""
+    from tflab import fix as fx
+
     notes = []
     for name, fn in tf_functions(obj).items():
         cfs = tf_sm.serialized_concrete_functions(fn)
         if not cfs:
+            fix = fx.unchecked("input_signature", f"@tf.function(input_signature=[...]) on {name}",
+                               "call it once or give it an input_signature before saving",
+                               "tflab does not know the inputs it should take")
             notes.append(f"{name}: never traced and no input_signature, so the SavedModel holds no "
-                         f"ConcreteFunction for it; the reloaded {name} raises when called "
-                         f"(call it once or give it an input_signature before saving)")
+                         f"ConcreteFunction for it; the reloaded {name} raises when called; {fix.line()}")
             continue
         literals: dict[str, set] = {}
         for cf in cfs:
@@ -62,9 +66,11 @@ def unsaved_notes(obj) -> list[str]:
                     literals.setdefault(p.name, set()).add(repr(p.type_constraint.value))
         for pname, values in literals.items():
             vals = ", ".join(sorted(values))
+            fix = fx.unchecked("code", "", "trace other values before saving, or make it a tensor",
+                               f"which other values of {pname} you call with is yours to say")
             notes.append(f"{name}: Python argument {pname} was traced only as {pname}={vals}; each value "
                          f"is a constant baked into its FuncGraph, so the reloaded {name} accepts only "
-                         f"{pname}={vals} (trace other values before saving, or make it a tensor)")
+                         f"{pname}={vals}; {fix.line()}")
     return notes
 
 
@@ -208,33 +214,112 @@ def signature_input_names(concrete: Any) -> list[str]:
 
 
 
-def fixed_shape_notes(key: str, inputs: Mapping[str, TensorInfo]) -> list[str]:
+def source_function(obj, concrete) -> Any:
+    """The `tf.function` of a tf.Module whose saved ConcreteFunction is ``concrete`` (by name), or None."""
+    if obj is None or concrete is None:
+        return None
+    name = getattr(concrete, "name", None)
+    for fn in tf_functions(obj).values():
+        try:
+            if any(getattr(c, "name", None) == name for c in tf_sm.serialized_concrete_functions(fn)):
+                return fn
+        except Exception:  # noqa: BLE001 - a function TF cannot list: not the one
+            continue
+    return None
+
+
+def _relaxed_batch_check(obj, concrete, fixed: list[TensorInfo]) -> Callable[[], tuple]:
+    """Re-traces the signature's tf.function with dim 0 None and runs a batch one larger."""
+    import tensorflow as tf
+
+    def check():
+        fn = source_function(obj, concrete)
+        args, kwargs = concrete.structured_input_signature
+        if fn is None or kwargs or not all(isinstance(a, tf.TensorSpec) for a in args):
+            raise _NotApplicable("not a tf.Module function with positional tensor inputs tflab can re-trace")
+        names = signature_input_names(concrete)
+        specs = [tf.TensorSpec([None] + a.shape.as_list()[1:], a.dtype, name=n) if a.shape.rank else a
+                 for a, n in zip(args, names)]
+        relaxed = tf.function(fn.python_function, input_signature=specs).get_concrete_function()
+        sizes = {a.shape[0] for a in args if a.shape.rank}
+        n = (max(sizes) if sizes else 1) + 1
+        relaxed(*[tf.zeros([n] + a.shape.as_list()[1:], a.dtype) if a.shape.rank else tf.zeros([], a.dtype)
+                  for a in args])
+        return True, (f"re-traced with dim 0 None and ran a batch of {n} (the saved signature takes "
+                      f"{', '.join(str(s) for s in sorted(sizes))} only)"), {"batch_run": n}
+
+    return check
+
+
+class _NotApplicable(Exception):
+    pass
+
+
+def fixed_shape_notes(key: str, inputs: Mapping[str, TensorInfo], obj: Any = None, concrete: Any = None) -> list[str]:
     """A warning for a signature whose inputs have a fixed batch dim (tensorflow/tensorflow#36461):
-    TF Serving, or any caller, with another batch size gets an error."""
+    TF Serving, or any caller, with another batch size gets an error. The fix (a None dim 0) is a
+    `tflab.fix.Fix`: for a tf.Module's tf.function (``obj``, ``concrete``), re-traced with the relaxed
+    input_signature and run on a batch one larger; otherwise "not checked"."""
+    from tflab import fix as fx
+
     fixed = [i for i in inputs.values() if i.shape and i.shape[0] is not None]
     if not fixed:
         return []
     shown = ", ".join(str(i) for i in fixed)
     relaxed = ", ".join(f"tf.TensorSpec([None{''.join(f', {d}' for d in i.shape[1:])}], tf.{i.dtype}, "
                         f"name={i.name!r})" for i in fixed)
+    what = (f"for any batch size, export with a None dim (signature {key}: "
+            + ", ".join(f"{i.name}: {i.dtype}[None{''.join(f',{d}' for d in i.shape[1:])}]" for i in fixed) + ")")
+    change = f"input_signature=[{relaxed}]"
+    fix = fx.attempt("input_signature", change, what, _relaxed_batch_check(obj, concrete, fixed),
+                     how="your tf.function re-traced with the relaxed input_signature")
+    if fix.failed and "_NotApplicable" in fix.result:
+        fix = fx.unchecked("input_signature", change, what, fix.result.split(": ", 1)[-1])
     return [f"signature {key} takes {shown} exactly (dim 0 is fixed at the traced size): a batch of "
             f"another size is refused when bound to the SignatureDef (\"Can not cast TensorSpec\") or "
-            f"fails in an op traced at the fixed size. For any batch size, export with a None "
-            f"dim: input_signature=[{relaxed}] (signature {key}: "
-            + ", ".join(f"{i.name}: {i.dtype}[None{''.join(f',{d}' for d in i.shape[1:])}]" for i in fixed)
-            + ")"]
+            f"fails in an op traced at the fixed size; " + "; ".join(fx.first_working([fix]).lines())]
 
 
-def lost_dict_keys_notes(key: str, concrete, inputs: Mapping[str, TensorInfo]) -> list[str]:
-    """A note when a dict input's keys did not become the signature's input names."""
+def _named_keys_check(obj, concrete, lost: list[str]) -> Callable[[], tuple]:
+    """Re-traces the signature's tf.function with each dict TensorSpec named after its key."""
+    import tensorflow as tf
+
+    def check():
+        fn = source_function(obj, concrete)
+        args, kwargs = concrete.structured_input_signature
+        if fn is None or kwargs:
+            raise _NotApplicable("not a tf.Module function with positional inputs tflab can re-trace")
+        named = [{k: tf.TensorSpec(v.shape, v.dtype, name=k) if isinstance(v, tf.TensorSpec) else v
+                  for k, v in a.items()} if isinstance(a, Mapping) else a for a in args]
+        cf = tf.function(fn.python_function, input_signature=named).get_concrete_function()
+        got = signature_input_names(cf)
+        missing = [k for k in lost if k not in got]
+        if missing:
+            return False, f"re-traced, the signature inputs are {sorted(got)}: {missing} still missing"
+        return True, f"re-traced with named specs: the signature inputs are {sorted(got)}", {"inputs": sorted(got)}
+
+    return check
+
+
+def lost_dict_keys_notes(key: str, concrete, inputs: Mapping[str, TensorInfo], obj: Any = None) -> list[str]:
+    """A note when a dict input's keys did not become the signature's input names; its fix (a
+    ``name=`` per spec) re-traced on the tf.Module's function (``obj``) and its names read back."""
+    from tflab import fix as fx
+
     notes = []
     args, kwargs = concrete.structured_input_signature
     for arg in list(args) + list(kwargs.values()):
         if isinstance(arg, Mapping):
             lost = [k for k in arg if k not in inputs]
             if lost:
+                change = "{" + ", ".join(f"{k!r}: tf.TensorSpec(..., name={k!r})" for k in lost) + "}"
+                what = "give each spec name=<key> to keep the keys"
+                fix = fx.attempt("input_signature", change, what, _named_keys_check(obj, concrete, lost),
+                                 how="your tf.function re-traced with the named specs")
+                if fix.failed and "_NotApplicable" in fix.result:
+                    fix = fx.unchecked("input_signature", change, what, fix.result.split(": ", 1)[-1])
                 notes.append(f"signature {key}: dict keys {lost} are not input names (the signature has "
-                             f"{sorted(inputs)}); unnamed TensorSpecs are named after their placeholders, "
-                             f"so give each spec name=<key> to keep the keys")
+                             f"{sorted(inputs)}); unnamed TensorSpecs are named after their placeholders; "
+                             + "; ".join(fx.first_working([fix]).lines()))
     return notes
 
