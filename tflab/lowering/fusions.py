@@ -71,6 +71,14 @@ def _inner(comp_names, by_name, seen=None) -> list:
     return out
 
 
+def _layer(part: str, layer_names: set) -> str:
+    """The Keras layer a name-scope component is: itself, or without TF's ``_N`` uniquifying suffix."""
+    if part in layer_names:
+        return part
+    base = re.sub(r"_\d+$", "", part)
+    return base if base in layer_names else ""
+
+
 def build_fusions(text: str, ir_bytes: dict, asm_bytes: dict, op_source: dict, layer_names: set) -> list[Fusion]:
     """One `Fusion` per fusion or kernel of optimized HLO ``text``.
 
@@ -105,7 +113,8 @@ def build_fusions(text: str, ir_bytes: dict, asm_bytes: dict, op_source: dict, l
                     types.append(i.op_type)
             names = list(dict.fromkeys(n for n in names if n and not n.startswith("XLA_")))
             sources = [op_source.get(n, "") for n in names]
-            layers = [part for n in names for part in n.split("/")[:-1] if part in layer_names]
+            layers = [layer for n in names for layer in map(lambda part: _layer(part, layer_names), n.split("/")[:-1])
+                      if layer]
             out.append(Fusion(
                 name=ins.name, kind=kind, computation=comp.name,
                 instructions=tuple(f"{i.name} = {i.opcode}" for i in (inner or [ins])),

@@ -44,9 +44,23 @@ def _library_frame(filename: str) -> bool:
             or any(p in filename for p in _LIBRARY_PARTS))
 
 
+_WRAPPER = (os.path.join(os.path.dirname(os.path.abspath(__file__)), "build.py"), "flat")
+
+
 def user_frame(traceback) -> tuple[str, int, str] | None:
-    """The innermost frame of an op's traceback outside TF, Keras, absl and tflab: (path, line, code)."""
-    for frame in reversed(list(traceback or ())):
+    """The innermost frame of an op's traceback outside TF, Keras, absl and tflab: (path, line, code).
+
+    Only frames inside the lowered call count (below `tflab.lowering.build`'s
+    wrapper): an op a Keras layer made has no user line, not the line that
+    called `tflab.lower`.
+    """
+    frames = list(traceback or ())
+    for i in range(len(frames) - 1, -1, -1):
+        f = frames[i]
+        if (getattr(f, "filename", None) or f[0]) == _WRAPPER[0] and (getattr(f, "name", None) or f[2]) == _WRAPPER[1]:
+            frames = frames[i + 1:]
+            break
+    for frame in reversed(frames):
         filename = getattr(frame, "filename", None) or frame[0]
         if not _library_frame(filename):
             lineno = getattr(frame, "lineno", None) or frame[1]
