@@ -3,7 +3,8 @@
 Each level is a column of its pieces (source lines, FuncGraph ops, MLIR and
 HLO ops, kernels). A source line, a FuncGraph op or a fusion row is
 clickable: the page holds, for each, the ids of the pieces that came from it
-(`tflab.lowering.provenance.resolve_key`, computed when the page is written),
+(``Lowering._resolve_key``, computed when the page is written; this module imports no
+lowering module),
 and a click marks them ``hit`` at every level. No network, inline CSS and JS.
 """
 
@@ -49,8 +50,6 @@ _JS = """
 
 def _key_map(low: Any, ids: dict) -> dict[str, list[str]]:
     """Clickable key → ids of the pieces that came from it, from inverted indexes of the pieces."""
-    from tflab.lowering.provenance import resolve_key
-
     by_name, by_line, by_hlo = {}, {}, {}
     for (si, pi), pid in ids.items():
         stage = low.stages[si]
@@ -77,7 +76,7 @@ def _key_map(low: Any, ids: dict) -> dict[str, list[str]]:
     out = {}
     for key in keys:
         try:
-            ops, lines, hlo = resolve_key(low, key)
+            ops, lines, hlo = low._resolve_key(key)
         except Exception:  # a key that names nothing has nothing to highlight
             continue
         hits = set()

@@ -4,10 +4,20 @@ Modules: `records` (`Stage`, `Piece`, `Fusion`, `Lowering`, `STAGES`), `stages`
 (the levels made in the caller's process), `hlo` (HLO text), `dump` (XLA's dump
 of one compile in a child process; `_child` is that process), `fusions`
 (fusion/kernel records, the llvm_ir and asm levels), `provenance`, `build`
-(the steps), `text`, `api` (`lower`).
+(the steps), `text`, `api` (`lower`). Importing the package imports none of
+them: each name loads its module on first use.
 """
 
-from tflab.lowering.api import lower
-from tflab.lowering.records import STAGES, Fusion, Lowering, Piece, Stage
+import importlib
 
-__all__ = ["lower", "Lowering", "Stage", "Fusion", "Piece", "STAGES"]
+from tflab._lazy import lazy_exports
+
+_EXPORTS = {
+    "lower": "api",
+    **dict.fromkeys(("Lowering", "Stage", "Fusion", "Piece", "STAGES"), "records"),
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS,
+                                      lambda part: importlib.import_module(f"tflab.lowering.{part}"))

@@ -5,56 +5,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from tflab._usercode import user_entry
-from tflab.errors import UsageError
 from tflab.lowering.records import Lowering
 
 __all__ = ["lower"]
-
-
-def _is_keras_model(fn: Any) -> bool:
-    return hasattr(fn, "layers") and hasattr(fn, "get_layer") and callable(fn)
-
-
-def _keras_layers(model: Any) -> list:
-    out, todo = [], list(getattr(model, "layers", []))
-    while todo:
-        layer = todo.pop(0)
-        out.append(layer)
-        todo.extend(getattr(layer, "layers", []) or [])
-    return out
-
-
-def _flat_inputs(args: tuple, kwargs: dict):
-    """The tensor leaves of the call as named static TensorSpecs, and a rebuild of the call from them."""
-    import numpy as np
-    import tensorflow as tf
-
-    structure = (args, kwargs)
-    leaves = tf.nest.flatten(structure)
-    specs, where = [], []
-    for i, v in enumerate(leaves):
-        if isinstance(v, tf.TensorSpec):
-            spec = v
-        elif isinstance(v, (tf.Tensor, tf.Variable, np.ndarray)):
-            spec = tf.TensorSpec(v.shape, tf.as_dtype(v.dtype))
-        else:
-            continue
-        name = f"a{len(specs)}"
-        if not spec.shape.is_fully_defined():
-            label = f"argument {spec.name!r}" if spec.name else f"tensor argument {len(specs)}"
-            dims = ",".join("None" if d is None else str(d) for d in spec.shape.as_list())
-            raise UsageError(f"{label} is {spec.dtype.name}[{dims}]: XLA lowers for static shapes; give every "
-                             "dimension (a tensor, or a TensorSpec without None)")
-        specs.append(tf.TensorSpec(spec.shape, spec.dtype, name=name))
-        where.append(i)
-
-    def rebuild(xs):
-        new = list(leaves)
-        for i, x in zip(where, xs):
-            new[i] = x
-        return tf.nest.pack_sequence_as(structure, new)
-
-    return specs, rebuild
 
 
 @user_entry("while lowering")

@@ -5,9 +5,56 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from tflab.errors import UsageError
 from tflab.lowering.records import STAGES, Lowering, Stage
 
 __all__ = ["build_lowering"]
+
+
+def _is_keras_model(fn: Any) -> bool:
+    return hasattr(fn, "layers") and hasattr(fn, "get_layer") and callable(fn)
+
+
+def _keras_layers(model: Any) -> list:
+    out, todo = [], list(getattr(model, "layers", []))
+    while todo:
+        layer = todo.pop(0)
+        out.append(layer)
+        todo.extend(getattr(layer, "layers", []) or [])
+    return out
+
+
+def _flat_inputs(args: tuple, kwargs: dict):
+    """The tensor leaves of the call as named static TensorSpecs, and a rebuild of the call from them."""
+    import numpy as np
+    import tensorflow as tf
+
+    structure = (args, kwargs)
+    leaves = tf.nest.flatten(structure)
+    specs, where = [], []
+    for i, v in enumerate(leaves):
+        if isinstance(v, tf.TensorSpec):
+            spec = v
+        elif isinstance(v, (tf.Tensor, tf.Variable, np.ndarray)):
+            spec = tf.TensorSpec(v.shape, tf.as_dtype(v.dtype))
+        else:
+            continue
+        name = f"a{len(specs)}"
+        if not spec.shape.is_fully_defined():
+            label = f"argument {spec.name!r}" if spec.name else f"tensor argument {len(specs)}"
+            dims = ",".join("None" if d is None else str(d) for d in spec.shape.as_list())
+            raise UsageError(f"{label} is {spec.dtype.name}[{dims}]: XLA lowers for static shapes; give every "
+                             "dimension (a tensor, or a TensorSpec without None)")
+        specs.append(tf.TensorSpec(spec.shape, spec.dtype, name=name))
+        where.append(i)
+
+    def rebuild(xs):
+        new = list(leaves)
+        for i, x in zip(where, xs):
+            new[i] = x
+        return tf.nest.pack_sequence_as(structure, new)
+
+    return specs, rebuild
 
 
 class _Stop(Exception):
@@ -38,7 +85,6 @@ def build_lowering(fn: Any, args: tuple, kwargs: dict) -> Lowering:
     import tensorflow as tf
 
     from tflab.lowering import stages as st
-    from tflab.lowering.api import _flat_inputs, _is_keras_model, _keras_layers
     from tflab.tracing import function_name, get_concrete_function
 
     name = function_name(fn)

@@ -166,6 +166,12 @@ class Lowering(Report):
 
         return provenance(self, key)
 
+    def _resolve_key(self, key: str) -> tuple[set, set, set]:
+        """(FuncGraph op names, user lines, HLO names) ``key`` names (`tflab.lowering.provenance.resolve_key`)."""
+        from tflab.lowering.provenance import resolve_key
+
+        return resolve_key(self, key)
+
     def summary_line(self) -> str:
         reached = [s.name for s in self.stages if not s.why]
         tail = f"stopped at {self.stopped_at}" if self.stopped_at else f"{len(self.fusions)} fusions/kernels"
