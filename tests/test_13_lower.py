@@ -186,3 +186,25 @@ def test_where_lowering_stops_no_exception_the_levels_before_are_kept(fn, op_typ
 def test_a_spec_with_an_unknown_dim_is_refused():
     with pytest.raises(UsageError, match="static shapes"):
         lower(looped, tf.TensorSpec([None, 8], tf.float32))
+
+
+def test_the_childs_private_folder_is_removed_and_the_child_reaped_also_when_lowering_stops(monkeypatch):
+    import tflab.lowering.dump as dump
+
+    made, children = [], []
+    real_mkdtemp, real_enter = dump.tempfile.mkdtemp, dump.DumpChild.__enter__
+
+    def mkdtemp(*a, **k):
+        made.append(real_mkdtemp(*a, **k))
+        return made[-1]
+
+    def enter(self):
+        children.append(real_enter(self))
+        return children[-1]
+
+    monkeypatch.setattr(dump.tempfile, "mkdtemp", mkdtemp)
+    monkeypatch.setattr(dump.DumpChild, "__enter__", enter)
+    low = lower(with_py_function, tf.TensorSpec([3], tf.float32))
+    assert low.stopped_at == "stablehlo" and len(made) == 1 and len(children) == 1
+    assert not os.path.exists(made[0])
+    assert children[0].proc.poll() is not None  # stopped and reaped, not left importing TF

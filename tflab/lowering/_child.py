@@ -13,7 +13,10 @@ HLO passes, LLVM IR, object code, each written to DIR. Nothing is executed.
 
 Usage: ``python _child.py SAVED_MODEL_DIR SPECS.json RESULT.json``; SPECS is a
 list of ``[name, dtype, shape]``; RESULT gets ``{"seconds": …, "load_seconds":
-…}`` or ``{"error": type, "message": …}``.
+…}`` or ``{"error": type, "message": …}``. The parent starts this process
+before the program is saved, so TF's import here overlaps the parent's work:
+it imports TF, then waits for SPECS (written last, atomically) to appear; it
+ends at once when its parent is gone.
 """
 
 import json
@@ -24,12 +27,18 @@ import time
 
 def main(argv: list) -> int:
     saved, specs_path, result_path = argv
+    parent = os.getppid()
+    import tensorflow as tf
+
+    deadline = time.monotonic() + 3600
+    while not os.path.exists(specs_path):
+        if os.getppid() != parent or time.monotonic() > deadline:
+            return 3  # the parent is gone (or never saved the program): nothing to compile
+        time.sleep(0.05)
     with open(specs_path, encoding="utf-8") as f:
         specs = json.load(f)
     result = {}
     try:
-        import tensorflow as tf
-
         t0 = time.perf_counter()
         loaded = tf.saved_model.load(saved)
         signature = loaded.signatures["lower"]

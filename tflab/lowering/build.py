@@ -82,6 +82,14 @@ def _timed(name: str, make) -> Stage:
 
 
 def build_lowering(fn: Any, args: tuple, kwargs: dict) -> Lowering:
+    from tflab.lowering.dump import DumpChild
+
+    # The child starts first: its TF import runs beside this process's tracing (2 cores).
+    with DumpChild() as child:
+        return _build(fn, args, kwargs, child)
+
+
+def _build(fn: Any, args: tuple, kwargs: dict, child) -> Lowering:
     import tensorflow as tf
 
     from tflab.lowering import stages as st
@@ -151,7 +159,7 @@ def build_lowering(fn: Any, args: tuple, kwargs: dict) -> Lowering:
     add("hlo", lambda: st.hlo_stage(generator(stage="hlo"), 'experimental_get_compiler_ir(...)(stage="hlo")'))
     fusions, memory = [], {}
     if not stopped:
-        fusions, memory = _compiled_stages(add, done, concrete, specs, generator, index, layers)
+        fusions, memory = _compiled_stages(add, done, concrete, specs, generator, index, layers, child)
     by_name = {s.name: s for s in done}
     all_stages = []
     for stage_name in STAGES:
@@ -166,14 +174,14 @@ def build_lowering(fn: Any, args: tuple, kwargs: dict) -> Lowering:
                     stopped_at=stopped, why=why, _index=index)
 
 
-def _compiled_stages(add, done, concrete, specs, generator, index, layers):
+def _compiled_stages(add, done, concrete, specs, generator, index, layers, child):
     """optimized_hlo, llvm_ir and asm from the child's dump (or optimized_hlo here when it failed)."""
     from tflab.lowering import stages as st
-    from tflab.lowering.dump import parse_buffer_assignment, run_dump
+    from tflab.lowering.dump import parse_buffer_assignment
     from tflab.lowering.fusions import asm_stage, build_fusions, llvm_stage
 
     t0 = time.perf_counter()
-    dump = run_dump(concrete, [(s.name, s.dtype.name, s.shape.as_list()) for s in specs], concrete.variables)
+    dump = child.finish(concrete, [(s.name, s.dtype.name, s.shape.as_list()) for s in specs], concrete.variables)
     wall = time.perf_counter() - t0
     op_source = {r.name: r.source for r in index}
     layer_names = {layer.name for layer in layers or []}
@@ -188,7 +196,8 @@ def _compiled_stages(add, done, concrete, specs, generator, index, layers):
         return build_fusions(stage.text, {}, {}, op_source, layer_names), {}
     secs = dump.seconds
     note = (f"XLA's dump of one compile in a child process ({dump.compile_seconds:.2f} s compile, "
-            f"{wall:.2f} s with the SavedModel save, the child's TF import and load)")
+            f"{wall:.2f} s waited here for the SavedModel save and the child, whose TF import began with the "
+            f"lowering)")
     opt = st.hlo_stage(dump.optimized_hlo, note)
     done.append(Stage("optimized_hlo", opt[0], opt[1], secs.get("optimized_hlo", 0.0), "",
                       note + "; seconds: the HLO passes (dump file times)", tuple(opt[2])))

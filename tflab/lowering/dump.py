@@ -1,6 +1,6 @@
 """XLA's own dump of one compile, made in a child process, read back and removed.
 
-`run_dump` saves the lowered program (the jit ConcreteFunction and its
+`DumpChild` saves the lowered program (the jit ConcreteFunction and its
 variables) as a SavedModel in a private temporary folder, starts
 ``tflab/lowering/_child.py`` with ``XLA_FLAGS`` extended by
 ``--xla_dump_to=DIR --xla_dump_hlo_as_text`` (a fresh process: XLA parses its
@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["DumpResult", "run_dump", "disassembler", "parse_buffer_assignment"]
+__all__ = ["DumpResult", "DumpChild", "disassembler", "parse_buffer_assignment"]
 
 _CHILD = Path(__file__).with_name("_child.py")
 CHILD_TIMEOUT_S = 600.0
@@ -70,24 +70,61 @@ def disassembler() -> list[str] | None:
     return None
 
 
-def run_dump(concrete, specs: list[tuple[str, str, list[int]]], variables) -> DumpResult:
-    """Compiles ``concrete`` once in a child process with XLA's dump on; see the module docstring.
+class DumpChild:
+    """The child process of one lowering, started early so its TF import overlaps the caller's work.
 
-    Args:
-        concrete: the jit ConcreteFunction whose inputs are ``specs`` (flat, named tensors).
-        specs: ``(name, dtype name, static shape)`` per input, in order.
-        variables: the variables it captures (saved with it).
-
-    Returns:
-        A `DumpResult`; ``error`` says why there is none (the SavedModel could not
-        be written, the child failed or timed out), quoting TF.
+    `start` creates the private temporary folder and starts ``_child.py``
+    (which imports TF and waits for the program); `finish` saves the program,
+    waits for the compile and reads the dump; `close` stops the child if it
+    still runs and removes the folder. Use as a context manager.
     """
-    import tensorflow as tf
 
-    out = DumpResult()
-    tmp = Path(tempfile.mkdtemp(prefix="tflab-lower-"))
-    try:
-        saved, dump = tmp / "saved_model", tmp / "xla_dump"
+    def __init__(self) -> None:
+        self.tmp: Path | None = None
+        self.group = None
+        self.proc = None
+        self.started = 0.0
+
+    def __enter__(self) -> "DumpChild":
+        from tflab._subprocess import ChildGroup
+
+        self.tmp = Path(tempfile.mkdtemp(prefix="tflab-lower-"))
+        env = dict(os.environ)
+        dump = self.tmp / "xla_dump"
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + f" --xla_dump_to={dump} --xla_dump_hlo_as_text").strip()
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        self.group = ChildGroup().__enter__()
+        self.started = time.perf_counter()
+        self.proc = self.group.start([sys.executable, str(_CHILD), str(self.tmp / "saved_model"),
+                                      str(self.tmp / "specs.json"), str(self.tmp / "result.json")],
+                                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            if self.group is not None:
+                self.group.__exit__(None, None, None)
+        finally:
+            if self.tmp is not None:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def finish(self, concrete, specs: list[tuple[str, str, list[int]]], variables) -> DumpResult:
+        """Saves ``concrete`` for the child, waits for its compile, reads XLA's dump.
+
+        Args:
+            concrete: the jit ConcreteFunction whose inputs are ``specs`` (flat, named tensors).
+            specs: ``(name, dtype name, static shape)`` per input, in order.
+            variables: the variables it captures (saved with it).
+
+        Returns:
+            A `DumpResult`; ``error`` says why there is none (the SavedModel could not
+            be written, the child failed or timed out), quoting TF.
+        """
+        import tensorflow as tf
+
+        out = DumpResult()
+        tmp = self.tmp
+        saved, result_file = tmp / "saved_model", tmp / "result.json"
         t0 = time.perf_counter()
         try:
             holder = tf.Module()
@@ -97,36 +134,26 @@ def run_dump(concrete, specs: list[tuple[str, str, list[int]]], variables) -> Du
             out.error = f"the program could not be saved for the child compile: {type(e).__name__}: {str(e)[:300]}"
             return out
         out.save_seconds = time.perf_counter() - t0
-        specs_file, result_file = tmp / "specs.json", tmp / "result.json"
-        specs_file.write_text(json.dumps([list(s) for s in specs]))
-        env = dict(os.environ)
-        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + f" --xla_dump_to={dump} --xla_dump_hlo_as_text").strip()
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        from tflab._subprocess import ChildGroup
-
-        t0 = time.perf_counter()
-        with ChildGroup() as group:
-            proc = group.start([sys.executable, str(_CHILD), str(saved), str(specs_file), str(result_file)],
-                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            try:
-                _, err = proc.communicate(timeout=CHILD_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                out.error = f"the child compile took over {CHILD_TIMEOUT_S:.0f} s and was stopped"
-                return out
-        out.child_seconds = time.perf_counter() - t0
+        ready = tmp / "specs.json.tmp"
+        ready.write_text(json.dumps([list(s) for s in specs]))
+        os.replace(ready, tmp / "specs.json")  # the child starts compiling when this name appears
+        try:
+            _, err = self.proc.communicate(timeout=CHILD_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            out.error = f"the child compile took over {CHILD_TIMEOUT_S:.0f} s and was stopped"
+            return out
+        out.child_seconds = time.perf_counter() - self.started
         if not result_file.exists():
             tail = (err or b"").decode(errors="replace").strip().splitlines()[-3:]
-            out.error = f"the child compile ended with exit {proc.returncode}: {' | '.join(tail)[:400]}"
+            out.error = f"the child compile ended with exit {self.proc.returncode}: {' | '.join(tail)[:400]}"
             return out
         result = json.loads(result_file.read_text())
         if "error" in result:
             out.error = f"{result['error']}: {result['message']}"
             return out
         out.compile_seconds = float(result.get("seconds", 0.0))
-        _read_dump(dump, out)
+        _read_dump(tmp / "xla_dump", out)
         return out
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _module_files(dump: Path) -> dict[str, Path]:
