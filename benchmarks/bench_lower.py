@@ -77,6 +77,14 @@ def main() -> None:
     for s in report["stages"]:
         print(f"{s['name']:<14} {sum(s['ops'].values()):>7} {s['bytes']:>10} {s['seconds']:>8.3f} "
               f"{s['seconds'] / compile_s:>20.2f}x" + (f"  ({s['why']})" if s["why"] else ""))
+    big = max(report["fusions"], key=lambda f: f["bytes_read"] + f["bytes_written"], default=None)
+    if big:
+        print(f"largest fusion by traffic: {big['name']} ({big['kind']}, {big['bytes_read']} B read, "
+              f"{big['bytes_written']} B written) layers {', '.join(big['layers']) or '-'}; "
+              f"TF ops {', '.join(big['tf_op_types'][:4])}")
+    with_layer = sum(1 for f in report["fusions"] if f["layers"])
+    print(f"fusions/kernels naming a layer: {with_layer} of {len(report['fusions'])}; memory: "
+          f"{report['memory'].get('total_bytes', 0)} B total, {report['memory'].get('temp_bytes', 0)} B temp")
     note = next(s["note"] for s in report["stages"] if s["name"] == "optimized_hlo")
     print(f"child: {note}")
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}; {os.cpu_count()} CPUs "

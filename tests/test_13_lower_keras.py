@@ -43,3 +43,16 @@ def test_the_largest_kernel_traffic_is_measured_from_shapes(model_and_lowering):
     assert dots and dots[0].bytes_read == (2 * 8 + 8 * 16) * 4 and dots[0].bytes_written == 2 * 16 * 4
     var_bytes = (8 * 16 + 16 + 16 * 4 + 4) * 4
     assert low.memory["total_bytes"] >= var_bytes + 2 * 8 * 4
+
+
+def test_a_function_that_calls_a_model_names_its_layers_too(model_and_lowering):
+    """The tour's shape: ``def serve(x): return model(x)``; the layers come from the model it reads."""
+    model, _ = model_and_lowering
+
+    def serve(x):
+        return model(x, training=False)
+
+    low = lower(serve, tf.TensorSpec([2, 8], tf.float32))
+    relu = [f for f in low.fusions if "Relu" in f.tf_op_types]
+    assert relu and relu[0].layers == ("hidden",), [(f.name, f.layers) for f in low.fusions]
+    assert low.stage("python").ops == {"model": 1}  # the function's own source: one call

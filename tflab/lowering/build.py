@@ -24,6 +24,28 @@ def _keras_layers(model: Any) -> list:
     return out
 
 
+def _referenced_layers(fn: Any) -> list | None:
+    """The Keras layers (nested ones included) of the models and layers ``fn`` reads from its closure or globals."""
+    import inspect
+    import sys
+
+    if "keras" not in sys.modules or not callable(fn):
+        return None
+    import keras
+
+    try:
+        refs = inspect.getclosurevars(fn)
+    except (TypeError, ValueError):
+        return None
+    found = [v for v in (*refs.nonlocals.values(), *refs.globals.values()) if isinstance(v, keras.layers.Layer)]
+    out = []
+    for v in found:
+        if not getattr(v, "layers", None):  # a model is the scope around its layers, not one of them
+            out.append(v)
+        out.extend(_keras_layers(v))
+    return out or None
+
+
 def _flat_inputs(args: tuple, kwargs: dict):
     """The tensor leaves of the call as named static TensorSpecs, and a rebuild of the call from them."""
     import numpy as np
@@ -97,8 +119,8 @@ def _build(fn: Any, args: tuple, kwargs: dict, child) -> Lowering:
 
     name = function_name(fn)
     keras = _is_keras_model(fn)
-    layers = _keras_layers(fn) if keras else None
     py_fn = getattr(fn, "python_function", fn)
+    layers = _keras_layers(fn) if keras else _referenced_layers(py_fn)
     if keras:
         call = getattr(type(fn), "call", None)
         functional = type(fn).__name__ in ("Functional", "Sequential") or call is None
@@ -133,7 +155,7 @@ def _build(fn: Any, args: tuple, kwargs: dict, child) -> Lowering:
         return stage
 
     # python and autograph never stop the ladder: a body Python cannot show still traces.
-    for stage_name, producer in (("python", lambda: st.python_stage(py_source, layers)),
+    for stage_name, producer in (("python", lambda: st.python_stage(py_source, layers if keras else None)),
                                  ("autograph", lambda: st.autograph_stage(py_source))):
         try:
             if py_source is None and stage_name == "autograph":
