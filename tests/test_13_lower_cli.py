@@ -67,7 +67,7 @@ def outputs(script):
 
 def test_json_carries_every_stages_op_counts_and_the_fusions(outputs):
     data, _, _, err = outputs
-    assert "lowering" in err  # the progress line goes to stderr, stdout stays JSON
+    assert err == ""  # --json: no progress line; stdout is the JSON document
     assert [s["name"] for s in data["stages"]] == list(STAGES)
     by = {s["name"]: s for s in data["stages"]}
     assert by["funcgraph"]["ops"]["While"] == 1 and by["stablehlo"]["ops"]["stablehlo.while"] == 1
@@ -109,7 +109,7 @@ def test_out_refuses_an_existing_folder_and_html_an_existing_file(outputs, scrip
 ])
 def test_bad_input_is_one_line_exit_2(script, argv, words):
     code, out, err = _main("lower", *[a.format(script=script) for a in argv])
-    lines = [ln for ln in err.strip().splitlines() if not ln.startswith("tflab lower: lowering")]
+    lines = [ln for ln in err.strip().splitlines() if not ln.startswith("[lower 1/1")]
     assert code == 2 and out == "" and len(lines) == 1 and words in lines[0] and "Traceback" not in err, err
 
 

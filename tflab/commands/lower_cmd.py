@@ -29,10 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
-    from pathlib import Path
-
     from tflab import _jsonutil
+    from tflab._progress import Progress
     from tflab._paths import output_path
     from tflab._report_pages import html_output
     from tflab._target import load_call
@@ -43,12 +41,13 @@ def run(args: argparse.Namespace) -> int:
     # Every output checked before any work: a bad path must not cost a lowering.
     out = None
     if args.out:
-        if Path(args.out).exists() and not args.force:
+        out = output_path(args.out, "--out", folder=True, exclusive=not args.force)  # odd path text refused here
+        if out.path.exists() and not args.force:
             raise UsageError(f"--out {args.out}: already exists; choose a new folder or add --force to replace it")
-        out = output_path(args.out, "--out", folder=True, exclusive=not args.force)
     html = html_output(args.html, args.force)
     fn, call_args, call_kwargs = load_call(args.target, args.arg)
-    print(f"tflab lower: lowering {args.target} (XLA's dump runs in a child process) …", file=sys.stderr)
+    Progress("lower", total=1, enabled=not args.json)(
+        f"lowering {args.target}: nine levels, XLA's dump in a child process")
     with user_code(args.target.rpartition(":")[2], "while lowering"):
         report = lower(fn, *call_args, **call_kwargs)
     if out is not None:
