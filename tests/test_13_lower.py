@@ -208,3 +208,21 @@ def test_the_childs_private_folder_is_removed_and_the_child_reaped_also_when_low
     assert low.stopped_at == "stablehlo" and len(made) == 1 and len(children) == 1
     assert not os.path.exists(made[0])
     assert children[0].proc.poll() is not None  # stopped and reaped, not left importing TF
+
+
+def test_a_custom_op_without_an_xla_kernel_stops_the_lowering_naming_it():
+    """WarpSoftmax has CPU/CUDA kernels and no XLA kernel: lowering stops at stablehlo, quoting TF.
+
+    The library is built once and cached under custom_ops/_build/ (test_09 builds it first in the suite).
+    """
+    from custom_ops import load_library, warp_softmax
+
+    load_library()
+
+    def soft(x):
+        return warp_softmax(x * 2.0)  # LINE:warp
+
+    low = lower(soft, tf.TensorSpec([2, 8], tf.float32))
+    assert low.stopped_at == "stablehlo" and "WarpSoftmax" in low.why and "XLA cannot compile" in low.why, low.why
+    assert low.stage("funcgraph").ops["WarpSoftmax"] == 1 and low.stage("tf_mlir").ops.get("tf.WarpSoftmax") == 1
+    assert low.provenance("WarpSoftmax")["source"] == [_line("warp")]
