@@ -56,3 +56,6 @@ def test_a_function_that_calls_a_model_names_its_layers_too(model_and_lowering):
     relu = [f for f in low.fusions if "Relu" in f.tf_op_types]
     assert relu and relu[0].layers == ("hidden",), [(f.name, f.layers) for f in low.fusions]
     assert low.stage("python").ops == {"model": 1}  # the function's own source: one call
+    p = low.provenance(relu[0].name)
+    assert p["source"] == [relu[0].source_lines[0]] and relu[0].source_lines[0].startswith("test_13_lower_keras.py:")
+    assert any("ag__.converted_call(ag__.ld(model)" in t for t in p["autograph"]), p.get("autograph")

@@ -201,6 +201,7 @@ def autograph_stage(fn: Any) -> tuple[str, dict, list[Piece], str]:
                 names = {n.attr for n in ast.walk(stmt) if isinstance(n, ast.Attribute)}
                 names |= {_callee(n.func).rsplit(".", 1)[-1] for n in ast.walk(stmt) if isinstance(n, ast.Call)}
                 names.discard("")
+                plain = {n.func.id for n in ast.walk(stmt) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
                 targets = [t.id for t in getattr(stmt, "targets", [getattr(stmt, "target", None)])
                            if isinstance(t, ast.Name)]
                 where = short_line(path, first + stmt.lineno - 1)
@@ -209,6 +210,8 @@ def autograph_stage(fn: Any) -> tuple[str, dict, list[Piece], str]:
                         continue
                     if names and "ag__." in line and any(re.search(rf"\.{re.escape(n)}\b", line) for n in names):
                         matched[ci] = where
+                    elif plain and any(f"ag__.converted_call(ag__.ld({n})" in line for n in plain):
+                        matched[ci] = where  # a call of a plain name: model(x) → converted_call(ag__.ld(model), …)
                     elif not names and targets and re.match(rf"\s*{re.escape(targets[0])} \S?=", line):
                         matched[ci] = where
         for ci, line in enumerate(conv_lines):
