@@ -28,6 +28,10 @@ SOURCE = textwrap.dedent("""\
     w = tf.Variable(tf.ones([8, 4]))
 
 
+    def g(x):
+        return tf.py_function(lambda t: t * 2.0, [x], tf.float32)
+
+
     def f(x):
         y = tf.nn.relu(x @ w)
         i = tf.constant(0)
@@ -36,7 +40,7 @@ SOURCE = textwrap.dedent("""\
             i += 1
         return tf.reduce_sum(y)
     """)
-WHILE_LINE = "model_fn.py:9"
+WHILE_LINE = "model_fn.py:13"
 
 
 def _main(*argv: str) -> tuple[int, str, str]:
@@ -74,7 +78,7 @@ def test_json_carries_every_stages_op_counts_and_the_fusions(outputs):
     assert "stablehlo.while" in by["stablehlo"]["text"] and "text" not in by["hlo"]  # --stage: that text only
     assert all(s["bytes"] > 0 and s["why"] == "" for s in data["stages"])
     fusion = next(f for f in data["fusions"] if "Relu" in f["tf_op_types"])
-    assert fusion["source_lines"] == ["model_fn.py:7"] and fusion["bytes_written"] == 32
+    assert fusion["source_lines"] == ["model_fn.py:11"] and fusion["bytes_written"] == 32
     assert data["memory"]["total_bytes"] > 0 and data["stopped_at"] == ""
 
 
@@ -99,6 +103,12 @@ def test_out_refuses_an_existing_folder_and_html_an_existing_file(outputs, scrip
     assert sorted(p.name for p in folder.iterdir()) == before
     code, _, err = _main("lower", f"{script}:f", "--arg", "x=float32[2,8]", "--html", str(page))
     assert code == 2 and "--html" in err
+
+
+def test_a_lowering_that_stops_exits_1_with_the_levels_before_it(script):
+    code, out, err = _main("lower", f"{script}:g", "--arg", "x=float32[3]")
+    assert code == 1 and "stopped at stablehlo: stablehlo failed: XLA cannot compile EagerPyFunc" in out
+    assert "funcgraph" in out and "tflab lower: finding: g stopped at stablehlo" in err
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
             if d["name"] in args.stage:
                 d["text"] = report.stage(d["name"]).text
         print(_jsonutil.dumps(data))
-        return 0
+        return _stopped(report)
     print(report.to_text())
     for name in dict.fromkeys(args.stage):
         stage = report.stage(name)
@@ -81,4 +81,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {args.out} ({len(report.stages)} stage files and lowering.json)")
     if args.html:
         print(f"wrote {args.html}")
-    return 0
+    return _stopped(report)
+
+
+def _stopped(report) -> int:
+    """Exit 1 when the lowering stopped before machine code (as ``compare`` when XLA cannot compile)."""
+    if not report.stopped_at:
+        return 0
+    import sys
+
+    print(f"tflab lower: finding: {report.function_name} stopped at {report.stopped_at}; the levels before it "
+          "are above", file=sys.stderr)
+    return 1

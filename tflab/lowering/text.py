@@ -22,7 +22,9 @@ def lowering_text(low, max_fusions: int = 40) -> str:
     lines = [f"lower {low.function_name}: {low.summary_line()}"]
     width = max(len(s) for s in (st.name for st in low.stages))
     for s in low.stages:
-        if s.why:
+        if s.why and s.name == low.stopped_at:
+            lines.append(f"  {s.name:<{width}}  -- lowering stopped here (below)")
+        elif s.why:
             lines.append(f"  {s.name:<{width}}  -- {s.why}")
         else:
             lines.append(f"  {s.name:<{width}}  {sum(s.ops.values()):>6} ops  {human_bytes(s.bytes):>10}  "
