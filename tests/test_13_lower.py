@@ -41,6 +41,10 @@ def with_strings(x):
     return tf.strings.length(tf.strings.as_string(x))  # LINE:strings
 
 
+def with_uint8_cumsum(x):
+    return tf.cumsum(tf.cast(x, tf.uint8))  # LINE:uint8
+
+
 def _line(tag: str) -> str:
     with open(__file__, encoding="utf-8") as f:
         for no, text in enumerate(f, 1):
@@ -168,12 +172,15 @@ def test_report_convention_repr_text_and_json(low):
     assert d["stages"][2]["ops"] == low.stage("funcgraph").ops and len(d["fusions"]) == len(low.fusions)
 
 
-@pytest.mark.parametrize("fn, op_type, tag", [(with_py_function, "EagerPyFunc", "py_function"),
-                                              (with_strings, "AsString", "strings")])
-def test_where_lowering_stops_no_exception_the_levels_before_are_kept(fn, op_type, tag):
+@pytest.mark.parametrize("fn, op_type, tag, words", [
+    (with_py_function, "EagerPyFunc", "py_function", "No registered 'EagerPyFunc' OpKernel for XLA_CPU_JIT"),
+    (with_strings, "AsString", "strings", "No registered 'AsString' OpKernel"),
+    # An unsupported dtype: XLA has a Cumsum kernel, not for uint8 (TF: "attributes didn't match").
+    (with_uint8_cumsum, "Cumsum", "uint8", "T=DT_UINT8")])
+def test_where_lowering_stops_no_exception_the_levels_before_are_kept(fn, op_type, tag, words):
     low = lower(fn, tf.TensorSpec([3], tf.float32))
     assert low.stopped_at == "stablehlo", low.why
-    assert op_type in low.why and "XLA cannot compile" in low.why
+    assert op_type in low.why and "XLA cannot compile" in low.why and words in low.why, low.why
     kept = [s.name for s in low.stages if not s.why]
     assert kept == ["python", "autograph", "funcgraph", "tf_mlir"]
     assert low.stage("funcgraph").ops[op_type] == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -87,12 +88,23 @@ class _Stop(Exception):
         self.why = why
 
 
+_UNSUPPORTED_RE = re.compile(r"on XLA_\w+: (\w+) \((.*?)\)\{\{node ([^}]+)\}\}", re.S)
+
+
 def _why(exc: BaseException) -> str:
     from tflab._xla import xla_reason
 
     text = str(getattr(exc, "message", None) or exc).strip()
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
     reason = xla_reason(exc)
+    if "XLA cannot compile" not in reason:
+        # tf2xla's reason can span lines (a kernel whose dtype does not match: "OpKernel was found, but
+        # attributes didn't match) Requested Attributes: T=DT_UINT8 …"), which xla_reason reads on one line.
+        m = _UNSUPPORTED_RE.search(text)
+        if m:
+            detail = " ".join(m.group(2).replace("{{node", "'").replace("}}", "'").split())
+            reason = f"XLA cannot compile {m.group(1)} op '{m.group(3)}': {detail[:500]}" + (
+                f" ({reason.rsplit('(at ', 1)[1]}" if "(at " in reason else "")
     quote = first if len(first) <= 300 else first[:299] + "…"
     return reason if quote in reason else f'{reason}; TF said: "{quote}"'
 
