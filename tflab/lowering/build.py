@@ -102,7 +102,7 @@ def _why(exc: BaseException) -> str:
         # attributes didn't match) Requested Attributes: T=DT_UINT8 …"), which xla_reason reads on one line.
         m = _UNSUPPORTED_RE.search(text)
         if m:
-            detail = " ".join(m.group(2).replace("{{node", "'").replace("}}", "'").split())
+            detail = " ".join(m.group(2).replace("{{node ", "'").replace("}}", "'").split())
             reason = f"XLA cannot compile {m.group(1)} op '{m.group(3)}': {detail[:500]}" + (
                 f" ({reason.rsplit('(at ', 1)[1]}" if "(at " in reason else "")
     quote = first if len(first) <= 300 else first[:299] + "…"
