@@ -51,6 +51,7 @@ _EXPORTS = {
     "FixedShapeWarning": "tflab.signatures",
     "autograph_diff": "tflab.autograph",
     "AutographDiff": "tflab.autograph",
+    "lower": "tflab.lowering.api",
     "compare_modes": "tflab.modes",
     "ModeComparison": "tflab.modes",
     "Examples": "tflab.examples",

@@ -45,6 +45,7 @@ VERBS = {
     "retrace": "retrace_cmd",
     "autograph": "autograph_cmd",
     "compare": "compare_cmd",
+    "lower": "lower_cmd",
     "diagnose": "diagnose_cmd",
     "export": "export_cmd",
     "build-op": "build_op_cmd",

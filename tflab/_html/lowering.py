@@ -1,0 +1,137 @@
+"""The page of `tflab lower --html` and a `Lowering`'s notebook fragment: every level side by side.
+
+Each level is a column of its pieces (source lines, FuncGraph ops, MLIR and
+HLO ops, kernels). A source line, a FuncGraph op or a fusion row is
+clickable: the page holds, for each, the ids of the pieces that came from it
+(``Lowering._resolve_key``, computed when the page is written; this module imports no
+lowering module),
+and a click marks them ``hit`` at every level. No network, inline CSS and JS.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tflab._html.base import esc, page, section, table
+
+__all__ = ["lowering_fragment", "lowering_page"]
+
+_MAX_PIECES = 2500  # per level shown; the counts say when more were left out
+
+_CSS = """
+.lower-cols{display:flex;gap:.5em;overflow-x:auto;align-items:flex-start}
+.lower-col{min-width:22em;max-width:34em;max-height:38em;overflow:auto;border:1px solid #ccc;padding:.3em}
+.lower-col h4{margin:.2em 0;position:sticky;top:0;background:#fff}
+.piece{font:12px monospace;white-space:pre;overflow:hidden;text-overflow:ellipsis;padding:0 .2em}
+[data-key]{cursor:pointer}
+[data-key]:hover{background:#eef}
+.hit{background:#fde68a !important}
+"""
+
+_JS = """
+(function(){
+  var MAP = JSON.parse(document.getElementById('lower-map').textContent);
+  document.addEventListener('click', function(e){
+    var el = e.target.closest('[data-key]');
+    if (!el) return;
+    document.querySelectorAll('.hit').forEach(function(x){ x.classList.remove('hit'); });
+    var ids = MAP[el.dataset.key] || [];
+    ids.forEach(function(id){ var p = document.getElementById(id); if (p) p.classList.add('hit'); });
+    el.classList.add('hit');
+    var stages = {};
+    ids.forEach(function(id){ stages[id.split('-')[1]] = 1; });
+    document.getElementById('lower-count').textContent =
+      ids.length + ' pieces from ' + el.dataset.key + ' in ' + Object.keys(stages).length + ' levels';
+  });
+})();
+"""
+
+
+def _key_map(low: Any, ids: dict) -> dict[str, list[str]]:
+    """Clickable key → ids of the pieces that came from it, from inverted indexes of the pieces."""
+    by_name, by_line, by_hlo = {}, {}, {}
+    for (si, pi), pid in ids.items():
+        stage = low.stages[si]
+        piece = stage.pieces[pi]
+        if stage.name in ("python", "autograph"):
+            for line in piece.lines:
+                by_line.setdefault(line, []).append(pid)
+        elif stage.name in ("llvm_ir", "asm"):
+            by_hlo.setdefault(piece.key, []).append(pid)
+        else:
+            for n in piece.names:
+                by_name.setdefault(n, []).append(pid)
+            if stage.name == "optimized_hlo" and piece.key:
+                by_hlo.setdefault(piece.key, []).append(pid)
+    keys = set()
+    for (si, pi) in ids:
+        stage = low.stages[si]
+        piece = stage.pieces[pi]
+        if stage.name == "python":
+            keys.add(piece.lines[0])
+        elif stage.name == "funcgraph":
+            keys.add(piece.key)
+    keys |= {f.name for f in low.fusions}
+    out = {}
+    for key in keys:
+        try:
+            ops, lines, hlo = low._resolve_key(key)
+        except Exception:  # a key that names nothing has nothing to highlight
+            continue
+        hits = set()
+        for n in ops:
+            hits.update(by_name.get(n, ()))
+        for line in lines:
+            hits.update(by_line.get(line, ()))
+        for h in hlo:
+            hits.update(by_hlo.get(h, ()))
+        out[key] = sorted(hits)
+    return out
+
+
+def lowering_fragment(low: Any) -> str:
+    """The levels as clickable columns, the fusion table, memory and where it stopped."""
+    ids: dict[tuple[int, int], str] = {}
+    cols = []
+    for si, stage in enumerate(low.stages):
+        rows = []
+        for pi, piece in enumerate(stage.pieces[:_MAX_PIECES]):
+            pid = f"p-{stage.name}-{pi}"
+            ids[(si, pi)] = pid
+            key = (piece.lines[0] if stage.name == "python" and piece.lines
+                   else piece.key if stage.name == "funcgraph" else "")
+            attr = f' data-key="{esc(key)}"' if key else ""
+            rows.append(f'<div class="piece" id="{pid}"{attr} title="{esc(piece.text)}">{esc(piece.text)}</div>')
+        more = len(stage.pieces) - _MAX_PIECES
+        head = (f"{esc(stage.name)}: {sum(stage.ops.values())} ops, {stage.bytes} bytes, {stage.seconds:.3f} s"
+                if not stage.why else f"{esc(stage.name)}: {esc(stage.why)}")
+        cols.append(f'<div class="lower-col" data-stage="{esc(stage.name)}"><h4>{head}</h4>{"".join(rows)}'
+                    + (f"<p>… {more} more pieces (see --out)</p>" if more > 0 else "") + "</div>")
+    fusion_rows = [(f'<span data-key="{esc(f.name)}">{esc(f.name)}</span>', esc(f.kind), len(f.instructions),
+                    esc(", ".join(f.source_lines) or "-"), esc(", ".join(f.layers) or "-"),
+                    esc(", ".join(f.tf_op_types)), f.bytes_read, f.bytes_written, f.llvm_ir_bytes, f.asm_bytes)
+                   for f in low.fusions]
+    stop = (f'<p class="stop">stopped at <b>{esc(low.stopped_at)}</b>: {esc(low.why)}</p>'
+            if low.stopped_at else "")
+    mem = ""
+    if low.memory:
+        m = low.memory
+        mem = (f"<h4>memory (XLA buffer assignment): {m['total_bytes']} bytes, temp {m['temp_bytes']}</h4>"
+               + table(["allocation", "bytes", "kind", "shape"],
+                       [(a["index"], a["bytes"], a["kind"], a["shape"]) for a in m.get("largest", [])]))
+    key_map = _key_map(low, ids)
+    data = json.dumps(key_map).replace("</", "<\\/")
+    return (f"<style>{_CSS}</style>{stop}<p id=\"lower-count\">click a source line, a FuncGraph op or a fusion</p>"
+            f'<div class="lower-cols">{"".join(cols)}</div>'
+            + (f"<h4>fusions and kernels ({len(low.fusions)})</h4>"
+               + table(["fusion", "kind", "instructions", "user lines", "layers", "TF ops", "bytes read",
+                        "bytes written", "LLVM IR bytes", "asm bytes"], fusion_rows, raw=True)
+               if low.fusions else "")
+            + mem + f'<script type="application/json" id="lower-map">{data}</script><script>{_JS}</script>')
+
+
+def lowering_page(low: Any) -> str:
+    """A whole self-contained page for ``tflab lower --html``."""
+    return page(f"tflab lower {low.function_name}",
+                [section("lowering", "Lowering: Python to machine code", lowering_fragment(low))], low.config)

@@ -1,0 +1,95 @@
+"""``tflab lower FILE.py:FUNC --arg …``: the lowering ladder, Python to machine code, on a user's function."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = ("lower FILE.py:FUNC under XLA and show every level (python, autograph, funcgraph, tf_mlir, "
+        "stablehlo, hlo, optimized_hlo, llvm_ir, asm) with its fusions tied to your source lines")
+
+# Stage -> file suffix under --out (kept here: argparse needs no TF).
+STAGE_FILES = {"python": "py", "autograph": "py", "funcgraph": "txt", "tf_mlir": "mlir", "stablehlo": "mlir",
+               "hlo": "hlo.txt", "optimized_hlo": "hlo.txt", "llvm_ir": "ll", "asm": "s"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("target", metavar="FILE.py:FUNC", help="the function, tf.function or Keras model to lower")
+    p.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE",
+                   help="an argument: NAME=dtype[dims] is a TensorSpec (every dim given: XLA compiles for "
+                        "static shapes), NAME=<python literal> a Python value; repeat per parameter")
+    p.add_argument("--stage", action="append", default=[], choices=list(STAGE_FILES), metavar="S",
+                   help="also print this stage's whole text (repeatable; one of: %(choices)s)")
+    p.add_argument("--out", metavar="DIR", help="write every stage in full, one file per stage, and "
+                   "lowering.json, into the new folder DIR")
+    p.add_argument("--html", metavar="OUT.html", help="write one self-contained page: click a source line, "
+                   "TF op or fusion to highlight what came from it at every level")
+    p.add_argument("--force", action="store_true", help="replace an existing --out folder or --html file")
+    p.add_argument("--json", action="store_true", help="print every stage's op counts and the fusion records "
+                   "as JSON (with --stage, those stages' text too)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tflab import _jsonutil
+    from tflab._progress import Progress
+    from tflab._paths import output_path
+    from tflab._report_pages import html_output
+    from tflab._target import load_call
+    from tflab._usercode import user_code
+    from tflab.errors import UsageError
+    from tflab.lowering import lower
+
+    # Every output checked before any work: a bad path must not cost a lowering.
+    out = None
+    if args.out:
+        out = output_path(args.out, "--out", folder=True, exclusive=not args.force)  # odd path text refused here
+        if out.path.exists() and not args.force:
+            raise UsageError(f"--out {args.out}: already exists; choose a new folder or add --force to replace it")
+    html = html_output(args.html, args.force)
+    fn, call_args, call_kwargs = load_call(args.target, args.arg)
+    Progress("lower", total=1, enabled=not args.json)(
+        f"lowering {args.target}: nine levels, XLA's dump in a child process")
+    with user_code(args.target.rpartition(":")[2], "while lowering"):
+        report = lower(fn, *call_args, **call_kwargs)
+    if out is not None:
+        tmp = out.temp_dir()
+        try:
+            for i, stage in enumerate(report.stages, 1):
+                (tmp / f"{i:02d}_{stage.name}.{STAGE_FILES[stage.name]}").write_text(
+                    stage.text if not stage.why else f"(empty: {stage.why})\n", encoding="utf-8")
+            (tmp / "lowering.json").write_text(_jsonutil.dumps(report), encoding="utf-8")
+            out.commit(tmp)
+        except BaseException:
+            out.discard(tmp)
+            raise
+    if html is not None:
+        from tflab._html.lowering import lowering_page
+
+        html.write(lowering_page(report))
+    if args.json:
+        data = report.to_dict()
+        for d in data["stages"]:
+            if d["name"] in args.stage:
+                d["text"] = report.stage(d["name"]).text
+        print(_jsonutil.dumps(data))
+        return _stopped(report)
+    print(report.to_text())
+    for name in dict.fromkeys(args.stage):
+        stage = report.stage(name)
+        print(f"===== {name} =====")
+        print(stage.text if not stage.why else f"(empty: {stage.why})")
+    if args.out:
+        print(f"wrote {args.out} ({len(report.stages)} stage files and lowering.json)")
+    if args.html:
+        print(f"wrote {args.html}")
+    return _stopped(report)
+
+
+def _stopped(report) -> int:
+    """Exit 1 when the lowering stopped before machine code (as ``compare`` when XLA cannot compile)."""
+    if not report.stopped_at:
+        return 0
+    import sys
+
+    print(f"tflab lower: finding: {report.function_name} stopped at {report.stopped_at}; the levels before it "
+          "are above", file=sys.stderr)
+    return 1

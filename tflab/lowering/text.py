@@ -1,0 +1,51 @@
+"""The text report of a `Lowering`: one line per level, the fusion table, memory, where it stopped."""
+
+from __future__ import annotations
+
+__all__ = ["lowering_text", "human_bytes"]
+
+
+def human_bytes(n: int) -> str:
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def _top_ops(ops: dict, k: int = 4) -> str:
+    items = sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+    more = len(ops) - len(items)
+    return ", ".join(f"{n}×{c}" for n, c in items) + (f", … {more} more" if more > 0 else "")
+
+
+def lowering_text(low, max_fusions: int = 40) -> str:
+    lines = [f"lower {low.function_name}: {low.summary_line()}"]
+    width = max(len(s) for s in (st.name for st in low.stages))
+    for s in low.stages:
+        if s.why and s.name == low.stopped_at:
+            lines.append(f"  {s.name:<{width}}  -- lowering stopped here (below)")
+        elif s.why:
+            lines.append(f"  {s.name:<{width}}  -- {s.why}")
+        else:
+            lines.append(f"  {s.name:<{width}}  {sum(s.ops.values()):>6} ops  {human_bytes(s.bytes):>10}  "
+                         f"{s.seconds:7.3f} s  {_top_ops(s.ops)}")
+    if low.stopped_at:
+        lines.append(f"stopped at {low.stopped_at}: {low.why}")
+    if low.fusions:
+        lines.append(f"fusions and kernels ({len(low.fusions)}), largest traffic first:")
+        lines.append("  name | kind | instr | read/written | LLVM IR / asm | user lines | layers | TF ops")
+        order = sorted(low.fusions, key=lambda f: -(f.bytes_read + f.bytes_written))
+        for f in order[:max_fusions]:
+            lines.append(f"  {f.name} | {f.kind} | {len(f.instructions)} | {human_bytes(f.bytes_read)}/"
+                         f"{human_bytes(f.bytes_written)} | {human_bytes(f.llvm_ir_bytes)} / {human_bytes(f.asm_bytes)} | "
+                         f"{', '.join(f.source_lines[:3]) or '-'} | {', '.join(f.layers[:3]) or '-'} | "
+                         f"{', '.join(f.tf_op_types[:4])}")
+        if len(order) > max_fusions:
+            lines.append(f"  … {len(order) - max_fusions} more (--json lists every one)")
+    if low.memory:
+        m = low.memory
+        big = m.get("largest", [])[:3]
+        lines.append(f"memory (XLA buffer assignment): {human_bytes(m['total_bytes'])} in {m['allocations']} "
+                     f"allocations, temp {human_bytes(m['temp_bytes'])}; largest: "
+                     + "; ".join(f"{human_bytes(a['bytes'])} {a['kind']} {a['shape'][:60]}" for a in big))
+    return "\n".join(lines)
