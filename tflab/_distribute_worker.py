@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 
 
 def main(argv: list[str]) -> int:
@@ -28,8 +27,15 @@ def main(argv: list[str]) -> int:
         from tflab.distribute.lab import mirrored_lab
 
         export = os.environ.get("TFLAB_LAB_EXPORT") == "1"
-        with tempfile.TemporaryDirectory(prefix="tflab_lab_export_") as tmp:
+        import shutil
+
+        from tflab._paths import owned_temp_dir
+
+        tmp = str(owned_temp_dir("tflab_lab_export_"))  # carries its owner: swept after a SIGKILL
+        try:
             report = mirrored_lab(export_dir=tmp if export else None)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     elif mode == "worker":
         from tflab.distribute.workers import worker_main
 

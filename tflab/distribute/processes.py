@@ -18,7 +18,6 @@ import shutil
 import signal
 import socket
 import sys
-import tempfile
 import time
 from typing import Callable, Sequence
 
@@ -118,7 +117,9 @@ def run_children(specs: Sequence[tuple[str, list[str], dict]], timeout: float,
     """
     from tflab._subprocess import ChildGroup
 
-    tmp = tempfile.mkdtemp(prefix="tflab_distribute_")
+    from tflab._paths import owned_temp_dir
+
+    tmp = str(owned_temp_dir("tflab_distribute_"))  # carries its owner: swept after a SIGKILL or a lost thread
     files = []
     try:
         with ChildGroup() as children:
