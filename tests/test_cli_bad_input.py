@@ -600,14 +600,18 @@ def test_interrupted_tour_leaves_nothing_it_wrote(small_keras_file, tmp_path, mo
         raise KeyboardInterrupt
 
     monkeypatch.setattr(s01, "run", run_then_interrupt)
+    from tflab._paths import MARKER, write_marker
+
     (tmp_path / "kept").mkdir()
-    (tmp_path / "kept" / "mine.txt").write_text("the user's")
+    (tmp_path / "kept" / "mine.txt").write_text("a previous tour's")
+    write_marker(tmp_path / "kept")  # a previous tour's folder: --force may replace it (issue 33 B21)
     for out in (tmp_path / "new" / "t", tmp_path / "kept"):
         with pytest.raises(KeyboardInterrupt):
             # force: "kept" is not empty (a tour refuses it without --force, issue 21 B3)
             run_tour(model_path=str(small_keras_file), out_dir=str(out), only=["s01_trace"], quiet=True,
                      force=True)
-    assert sorted(os.listdir(tmp_path)) == ["kept"] and os.listdir(tmp_path / "kept") == ["mine.txt"]
+    assert sorted(os.listdir(tmp_path)) == ["kept"] and sorted(os.listdir(tmp_path / "kept")) == [MARKER,
+                                                                                                  "mine.txt"]
 
 
 def test_sigterm_during_a_retraced_script_is_not_the_scripts_exit(tmp_path):
