@@ -179,11 +179,12 @@ _ARG_GRAMMAR = ("inspect", "autograph", "compare", "diagnose", "precision")
 def preflight(verb: str, args: argparse.Namespace) -> None:
     """Checks every argument that needs no TensorFlow, before the TF child starts (under 0.5 s).
 
-    Input paths are probed without opening them (`tflab._paths.input_path`: a FIFO, a device, a
-    socket, a symlink loop, a folder each named); ``--arg`` grammar (`tflab._cliargs.check_arg_grammar`);
-    output paths (`tflab._paths.output_path`, `tflab._paths.check_folder_out`, which also remove
-    the ``.NAME.tmp-*`` folders of killed runs there). The child checks them again: this is the
-    quick answer, not the only one.
+    In the verbs' own order: output paths first (`tflab._paths.output_path`,
+    `tflab._paths.check_folder_out`, which also remove the ``.NAME.tmp-*`` folders of killed runs
+    there), then input paths, probed without opening them (`tflab._paths.input_path`: a FIFO, a
+    device, a socket, a symlink loop, a folder each named), then the ``--arg`` grammar
+    (`tflab._cliargs.check_arg_grammar`). The child checks them again: this is the quick answer,
+    not the only one.
 
     Raises:
         UsageError: the first bad argument, in one line.
@@ -191,6 +192,19 @@ def preflight(verb: str, args: argparse.Namespace) -> None:
     from tflab import _paths
     from tflab._cliargs import check_arg_grammar
 
+    force = bool(getattr(args, "force", False))
+    for dest, flag, example in _FILE_OUTPUTS.get(verb, []):
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and value:
+            _paths.output_path(value, flag, overwrite=force, example=example)
+    if verb in ("export", "tour") and getattr(args, "out", None):
+        if verb == "export":
+            _paths.check_folder_out(args.out, "--out", force, noun="export", empty_ok=False)
+        else:
+            _paths.check_folder_out(args.out, "--out", force, noun="tour")
+        _paths.output_path(args.out, "--out", folder=True, exclusive=not force)
+    if getattr(args, "tensorboard", None):
+        _paths.output_path(args.tensorboard, "--tensorboard", folder=True)
     for dest, (kind, words) in _INPUTS.get(verb, {}).items():
         value = getattr(args, dest, None)
         if not isinstance(value, str) or not value:
@@ -211,19 +225,6 @@ def preflight(verb: str, args: argparse.Namespace) -> None:
             _paths.input_path(value, flag, want=kind, what=words)
     if verb in _ARG_GRAMMAR:
         check_arg_grammar(getattr(args, "arg", None))
-    force = bool(getattr(args, "force", False))
-    for dest, flag, example in _FILE_OUTPUTS.get(verb, []):
-        value = getattr(args, dest, None)
-        if isinstance(value, str) and value:
-            _paths.output_path(value, flag, overwrite=force, example=example)
-    if verb in ("export", "tour") and getattr(args, "out", None):
-        if verb == "export":
-            _paths.check_folder_out(args.out, "--out", force, noun="export", empty_ok=False)
-        else:
-            _paths.check_folder_out(args.out, "--out", force, noun="tour")
-        _paths.output_path(args.out, "--out", folder=True, exclusive=not force)
-    if getattr(args, "tensorboard", None):
-        _paths.output_path(args.tensorboard, "--tensorboard", folder=True)
 
 
 def _user_keyboard_interrupt(verb: str, args, exc: BaseException) -> int | None:
