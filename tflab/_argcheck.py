@@ -17,7 +17,9 @@ Use from a public function::
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import weakref
 from typing import Any, Callable, Iterable, Sequence
 
 from tflab.errors import UsageError
@@ -111,3 +113,175 @@ def check_keywords(kwargs: dict, fn: Callable, where: str, what: str) -> None:
         known = ", ".join(n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL
                           and n != "func")
         raise UsageError(f"{where}: unknown {what} keyword(s) {', '.join(map(repr, unknown))}; it takes: {known}")
+
+
+# ----------------------------------------------------------------------------- issue 33 (item 7)
+
+def check_str_sequence(value: Any, name: str, where: str) -> list[str]:
+    """A sequence of str (a list or tuple); a lone str is refused, not split into its characters.
+
+    Raises:
+        UsageError: "WHERE: NAME must be a sequence of strings (e.g. ['--n', '3']), got …".
+    """
+    import os
+
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) or \
+            not all(isinstance(v, (str, os.PathLike)) for v in value):
+        raise UsageError(f"{where}: {name} must be a sequence of strings (e.g. ['--n', '3']), got {_got(value)}"
+                         + ("; a str would be split into its characters: wrap it in a list"
+                            if isinstance(value, str) else ""))
+    return [os.fspath(v) for v in value]
+
+
+def check_input_file(path: Any, name: str, where: str, what: str = "a path to a .py file") -> None:
+    """A path given as a str/PathLike is probed without opening it (`tflab._paths.input_path`).
+
+    A FIFO blocks ``open`` for ever; a symlink loop was "does not exist". Other types are left to
+    the function's own message.
+
+    Raises:
+        UsageError: missing, a FIFO, a device, a socket, a symlink loop or a folder.
+    """
+    import os
+
+    if isinstance(path, (str, os.PathLike)):
+        from tflab._paths import input_path
+
+        input_path(path, name, want="file", what=what)
+
+
+def check_seed(value: Any, name: str, where: str) -> int:
+    """An int in ``[0, 2**63)``: numpy's and TF's seeds (bool refused)."""
+    import numbers
+
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value < 2**63:
+        raise UsageError(f"{where}: {name} must be an int in [0, 2**63), got {_got(value)}")
+    return int(value)
+
+
+def check_bytes(value: Any, name: str, where: str) -> bytes:
+    """The bytes of a bytes-like object (``bytes``, ``bytearray``, ``memoryview``, a numpy uint8 buffer).
+
+    Raises:
+        UsageError: not bytes-like (a path string: read the file first).
+    """
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str) or value is None:
+        raise UsageError(f"{where}: {name} takes the flatbuffer's bytes (open(path, 'rb').read()), got "
+                         f"{_got(value)}")
+    try:
+        return bytes(memoryview(value))
+    except TypeError:
+        raise UsageError(f"{where}: {name} takes the flatbuffer's bytes (bytes, bytearray or memoryview), "
+                         f"got {_got(value)}") from None
+
+
+def check_function_type(value: Any, name: str, where: str) -> None:
+    """A FunctionType (TF's, an `inspect.Signature`), a ``{parameter: TraceType}`` mapping, or pairs.
+
+    Raises:
+        UsageError: anything else (None gave ``[]``, as if two calls matched; an int a raw TypeError).
+    """
+    from collections.abc import Mapping
+
+    if isinstance(value, Mapping) or hasattr(value, "parameters"):
+        return
+    if isinstance(value, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 2
+                                                and isinstance(p[0], str) for p in value):
+        return
+    raise UsageError(f"{where}: {name} must be a FunctionType (e.g. concrete_fn.function_type), a "
+                     f"{{parameter: TraceType}} dict or (parameter, TraceType) pairs, got {_got(value)}")
+
+
+_SIGNATURES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # fn -> its Signature (a probe's every call)
+
+
+def check_binds(fn: Any, args: tuple, kwargs: dict, where: str, name: str) -> None:
+    """Refuses a call whose arguments do not bind to ``fn``'s Python signature (TF's raw TypeError).
+
+    Raises:
+        UsageError: "WHERE: NAME needs argument 'x'" / "takes 1 positional argument but 2 were given".
+    """
+    try:
+        sig = _SIGNATURES[fn]
+    except (KeyError, TypeError):  # not seen yet, or not weakly referable
+        try:
+            sig = inspect.signature(fn)
+        except (TypeError, ValueError):
+            sig = None
+        with contextlib.suppress(TypeError):
+            _SIGNATURES[fn] = sig
+    if sig is None:
+        return
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError as e:
+        text = str(e)
+        missing = text.partition("missing a required argument: ")[2]
+        why = f"needs argument {missing}" if missing else text
+        raise UsageError(f"{where}: {name} {why}; its parameters: ({', '.join(sig.parameters)})") from None
+
+
+def refuse_probe(fn: Any, name: str, where: str) -> None:
+    """A `tflab.RetraceProbe` given where the function is wanted: it would report on tflab's own wrapper.
+
+    Raises:
+        UsageError: pass the function the probe wraps.
+    """
+    if any(c.__name__ == "RetraceProbe" and c.__module__.startswith("tflab.") for c in type(fn).__mro__):
+        raise UsageError(f"{where}: {name} is a RetraceProbe; pass the function it wraps (the probe's "
+                         f"{getattr(fn, 'function_name', 'function')}), not the probe: the report would be on "
+                         f"tflab's own RetraceProbe.__call__")
+
+
+def check_per_replica(args: tuple, kwargs: dict, where: str) -> None:
+    """At least one PerReplica value or PerReplicaSpec among the arguments (when any is given).
+
+    A step given plain TensorSpecs never runs per replica: the report said "0 replicas".
+
+    Raises:
+        UsageError: arguments given, none distributed.
+    """
+    values = [*args, *kwargs.values()]
+    if not values:
+        return
+
+    def distributed(v: Any) -> bool:
+        if isinstance(v, (list, tuple)):
+            return any(distributed(x) for x in v)
+        if isinstance(v, dict):
+            return any(distributed(x) for x in v.values())
+        return any(c.__name__ in ("DistributedValues", "PerReplicaSpec", "DistributedVariable")
+                   for c in type(v).__mro__)
+
+    if not any(distributed(v) for v in values):
+        kinds = ", ".join(sorted({type(v).__name__ for v in values}))
+        raise UsageError(f"{where}: the arguments are {kinds}, none a PerReplica value or PerReplicaSpec, so "
+                         f"the step runs on no replica; pass a distributed batch "
+                         f"(next(iter(strategy.experimental_distribute_dataset(ds)))) or "
+                         f"dist_dataset.element_spec, and call strategy.run inside the step")
+
+
+def check_returns_tensors(fn: Any, args: tuple, kwargs: dict, where: str, name: str) -> None:
+    """Traces a copy of ``fn`` once and refuses a function that returns no tensor: nothing to compare.
+
+    Only ``tf.TensorSpec`` arguments are traced (no data is drawn); any failure of this trace is left
+    to the caller, which reports it in its own words.
+
+    Raises:
+        UsageError: "WHERE: NAME returned no tensor (None): nothing to compare".
+    """
+    import tensorflow as tf
+
+    python_fn = getattr(fn, "python_function", fn)
+    if not callable(python_fn):
+        return
+    try:
+        cf = tf.function(python_fn, autograph=False).get_concrete_function(*args, **kwargs)
+    except Exception:  # noqa: BLE001  (the caller traces again and names the failure)
+        return
+    outputs = cf.structured_outputs
+    if not [t for t in tf.nest.flatten(outputs, expand_composites=True) if isinstance(t, tf.Tensor)]:
+        raise UsageError(f"{where}: {name} returned no tensor ({_got(outputs)}): nothing to compare; "
+                         f"return the tensors to check")
