@@ -265,3 +265,50 @@ def test_full_tour_fixture_goes_with_pytest_on_sigterm(tmp_path):
     while _alive(tour) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(tour) and not root.exists()
+
+
+def test_b17_a_tools_own_workers_die_with_tflab(tmp_path):
+    """B17: SIGKILL of `tflab build-op` left g++'s cc1plus compiling under init: the parent-death
+    signal is per process and cleared in a fork. Here the "compiler" is a shell that forks a
+    worker (as g++ forks cc1plus); tflab is SIGKILLed; the guard must take the worker down."""
+    pidfile = tmp_path / "worker.pid"
+    parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import subprocess, time
+        from tflab._subprocess import guarded
+        subprocess.Popen(guarded(["sh", "-c", "sleep 1238 & echo $! > {pidfile}; wait"]))
+        time.sleep(600)
+    """)], env=ENV)
+    deadline = time.monotonic() + 30
+    while not (pidfile.exists() and pidfile.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    worker = int(pidfile.read_text())
+    assert _alive(worker)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while _alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(worker)
+
+
+def test_b17_guarded_tool_status_and_output(tmp_path):
+    """Healthy case: the guard passes the tool's output and exit status through."""
+    from tflab._subprocess import guarded
+
+    p = subprocess.run(guarded(["sh", "-c", "echo compiled; exit 3"]), env=ENV, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 3 and p.stdout == "compiled\n"
+
+
+def test_b18_distribute_names_the_users_os_exit_not_a_cuda_log_line():
+    """B18: `def exiting(x): os._exit(5)` gave "worker 0 … exited with status 5: E0000 … failed call
+    to cuInit …": TF's log line quoted as the cause."""
+    from tflab.distribute.processes import WorkerError, run_children
+
+    code = ("import sys; from tflab._distribute_worker import _name_os_exit; _name_os_exit(); "
+            "sys.stderr.write('E0000 00:00:1764 123 cuda_platform.cc:52] failed call to cuInit: INTERNAL\\n'); "
+            "import os; os._exit(5)")
+    with pytest.raises(WorkerError) as info:
+        run_children([("worker 0", [sys.executable, "-c", code], {})], timeout=60)
+    text = str(info.value)
+    assert "your code ended the process with os._exit(5)" in text and "cuInit" not in text, text

@@ -16,12 +16,34 @@ import os
 import sys
 
 
+def _name_os_exit() -> None:
+    """The user's ``os._exit(N)`` in a step writes one line first, so the parent names it (B18).
+
+    Without it the worker's last stderr line was TF's cuInit log line, quoted as the cause.
+    """
+    from tflab.distribute.processes import OS_EXIT_MARK
+
+    real, pid = os._exit, os.getpid()
+
+    def _exit(n):
+        if os.getpid() == pid and n not in (0, 124):  # 124: the parent watch's own exit
+            try:
+                sys.stderr.write(f"\n{OS_EXIT_MARK}({n})\n")
+                sys.stderr.flush()
+            except Exception:  # noqa: BLE001  (exiting anyway)
+                pass
+        real(n)
+
+    os._exit = _exit
+
+
 def main(argv: list[str]) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from tflab.distribute.processes import watch_parent
 
     parent = int(os.environ.get("TFLAB_PARENT_PID", os.getppid()))
     watch_parent(parent, float(os.environ.get("TFLAB_DEADLINE_S", "120")) + 5)
+    _name_os_exit()
     mode = argv[0] if argv else ""
     if mode == "mirrored":
         from tflab.distribute.lab import mirrored_lab

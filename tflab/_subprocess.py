@@ -749,3 +749,54 @@ def watch_parent(parent: int, deadline_s: float) -> None:
         os._exit(124)
 
     threading.Thread(target=loop, daemon=True, name="tflab-parent-watch").start()
+
+
+# ----------------------------------------------------------------------------- guarded tools
+
+_GUARD = "import sys; from tflab._subprocess import _guard_main; sys.exit(_guard_main(sys.argv[1:]))"
+
+
+def guarded(argv: list[str]) -> list[str]:
+    """``argv`` run under a guard that takes its whole process tree down when tflab dies.
+
+    For external tools that fork their own workers (``g++`` runs ``cc1plus`` and ``as``): the
+    kernel's parent-death signal is per process and is cleared in a fork, so a SIGKILLed tflab left
+    ``cc1plus`` compiling under init (B17). The guard (a small Python process) asks for SIGTERM
+    when its parent dies, is the tool's child subreaper, and kills the tool's group and every
+    orphan of it then, or when the tool ends. Use as ``subprocess.Popen(guarded(cmd), …)``.
+    """
+    return [sys.executable, "-c", _GUARD, *argv]
+
+
+def _guard_main(argv: list[str]) -> int:
+    """The guard of `guarded`: runs ``argv``, returns its status; kills its tree on the parent's death."""
+    parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    _set_subreaper()
+    proc = subprocess.Popen(argv, start_new_session=True)
+
+    def stop(*_):
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        kill_orphans()
+        os._exit(128 + signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    if os.getppid() != parent:  # the parent died before the signal was asked for
+        stop()
+    while True:
+        try:
+            code = proc.wait(timeout=0.2)
+            break
+        except subprocess.TimeoutExpired:
+            if os.getppid() != parent:
+                stop()
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)  # what the tool left in its group
+    kill_orphans()
+    return code if code >= 0 else 128 - code
