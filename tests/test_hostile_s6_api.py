@@ -153,3 +153,27 @@ def test_b26_autograph_diff_and_compare_modes_on_a_probe():
         tflab.compare_modes(probe, tf.TensorSpec([2]))
     diff = tflab.autograph_diff(f, tf.TensorSpec([2]))  # healthy: the function itself
     assert "RetraceProbe" not in repr(diff) and "f" in repr(diff)
+
+
+# ------------------------------------------------------------------ item 8: XLA_FLAGS in the API
+
+def test_item8_bad_xla_flags_are_a_usage_error_not_the_end_of_the_process(monkeypatch):
+    """TF aborts the whole process on an unknown flag in XLA_FLAGS (`F… parse_flags_from_env.cc`);
+    `compare_modes` in the user's own process died with it. Probed once in a child, cached."""
+    import subprocess
+
+    from tflab import _subprocess
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_hostile_bogus_flag=1")
+    monkeypatch.setattr(_subprocess, "_XLA_PROBED", {})
+    runs = []
+    real = subprocess.run
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: runs.append(a) or real(*a, **k))
+    for _ in range(2):
+        with pytest.raises(UsageError, match=r"bad XLA_FLAGS: 'F\d{4} .*Unknown flag in XLA_FLAGS: "
+                                             r"--xla_hostile_bogus_flag=1'"):
+            tflab.compare_modes(lambda x: x * 2.0, tf.TensorSpec([4]))
+    assert len(runs) == 1  # the second call used the cached answer
+    # graph and eager only: no XLA compile, no probe, no refusal
+    report = tflab.compare_modes(lambda x: x * 2.0, tf.TensorSpec([4]), modes=("eager", "graph"), repeats=1)
+    assert report is not None and len(runs) == 1

@@ -285,3 +285,12 @@ def check_returns_tensors(fn: Any, args: tuple, kwargs: dict, where: str, name: 
     if not [t for t in tf.nest.flatten(outputs, expand_composites=True) if isinstance(t, tf.Tensor)]:
         raise UsageError(f"{where}: {name} returned no tensor ({_got(outputs)}): nothing to compare; "
                          f"return the tensors to check")
+
+
+def check_xla_flags() -> None:
+    """``XLA_FLAGS``/``TF_XLA_FLAGS`` tried in a child before this process's first XLA compile
+    (`tflab._subprocess.check_xla_flags`): a bad flag is a `UsageError`, not the end of the process.
+    """
+    from tflab._subprocess import check_xla_flags as probe
+
+    probe()
