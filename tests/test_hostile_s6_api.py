@@ -125,8 +125,32 @@ def nonefn(x):
 
 def test_b25_compare_modes_on_a_function_returning_none():
     """B25: exit 0 "no findings" with `"outputs": [[]]`: nothing was compared."""
-    with pytest.raises(UsageError, match="compare_modes: fn returned no tensor \\(None"):
+    with pytest.raises(UsageError, match=r"compare_modes: fn \(nonefn\) returned no tensor \(None\)"):
         tflab.compare_modes(nonefn, tf.TensorSpec([4]))
+
+
+def test_b25_static_check_refuses_only_what_is_certain():
+    from tflab._argcheck import check_returns_tensors
+
+    def falls_through(x):
+        y = x * 2.0  # noqa: F841
+
+    def sometimes(x, flag=False):
+        if flag:
+            return None
+        return x
+
+    def nested(x):
+        def inner():
+            return x
+        return None
+
+    none_lambda = lambda x: None  # noqa: E731  (its own line: getsource gives the whole line)
+    for fn in (falls_through, nested, none_lambda):
+        with pytest.raises(UsageError, match="returned no tensor"):
+            check_returns_tensors(fn, (), {}, "compare_modes", "fn")
+    for fn in (sometimes, lambda x: x, tf.function(lambda x: x), len):
+        check_returns_tensors(fn, (), {}, "compare_modes", "fn")  # healthy or unknown: left to compare_modes
 
 
 def test_b25_cli_compare_on_a_function_returning_none(run_cli, tmp_path):
@@ -177,3 +201,19 @@ def test_item8_bad_xla_flags_are_a_usage_error_not_the_end_of_the_process(monkey
     # graph and eager only: no XLA compile, no probe, no refusal
     report = tflab.compare_modes(lambda x: x * 2.0, tf.TensorSpec([4]), modes=("eager", "graph"), repeats=1)
     assert report is not None and len(runs) == 1
+
+
+# ------------------------------------------------------------------ B19
+
+def test_b19_a_non_utf8_source_file_is_named(run_cli, tmp_path):
+    """B19: a latin-1 byte in a comment gave "f has no retrievable source … put the function in a .py
+    file" although it is in one; the cause (the encoding) was not named."""
+    (tmp_path / "latin.py").write_bytes(b"# \xe9\xe9\nimport tensorflow as tf\ndef f(x):\n    return x*2.0\n")
+    code, out, err = run_cli("autograph", f"{tmp_path / 'latin.py'}:f", "--arg", "x=float32[2,4]")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert "is not valid utf-8 (byte 0xe9 on line 1)" in lines[0] and "put the function in a .py" not in lines[0]
+    # healthy: the same bytes with a coding line
+    (tmp_path / "declared.py").write_bytes(b"# -*- coding: latin-1 -*-\n# \xe9\xe9\ndef f(x):\n    return x*2.0\n")
+    code, out, err = run_cli("autograph", f"{tmp_path / 'declared.py'}:f", "--arg", "x=float32[2,4]")
+    assert code == 0, err

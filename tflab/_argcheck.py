@@ -264,27 +264,48 @@ def check_per_replica(args: tuple, kwargs: dict, where: str) -> None:
 
 
 def check_returns_tensors(fn: Any, args: tuple, kwargs: dict, where: str, name: str) -> None:
-    """Traces a copy of ``fn`` once and refuses a function that returns no tensor: nothing to compare.
+    """Refuses a function whose every ``return`` gives None (or that has none): nothing to compare (B25).
 
-    Only ``tf.TensorSpec`` arguments are traced (no data is drawn); any failure of this trace is left
-    to the caller, which reports it in its own words.
+    Read from the function's own source (`ast`), not by running or tracing it (a trace would be
+    one more than the caller's, and could have side effects): the refusal is certain, a function
+    with any other ``return`` (or ``yield``), or without readable source, is left to the caller.
+    ``args``/``kwargs`` are not used; they are the call being checked, for the message's sake.
 
     Raises:
         UsageError: "WHERE: NAME returned no tensor (None): nothing to compare".
     """
-    import tensorflow as tf
+    import ast
+    import textwrap
 
     python_fn = getattr(fn, "python_function", fn)
-    if not callable(python_fn):
+    if not inspect.isfunction(python_fn):
         return
     try:
-        cf = tf.function(python_fn, autograph=False).get_concrete_function(*args, **kwargs)
-    except Exception:  # noqa: BLE001  (the caller traces again and names the failure)
+        tree = ast.parse(textwrap.dedent(inspect.getsource(python_fn)))
+    except (OSError, TypeError, SyntaxError, IndentationError):
         return
-    outputs = cf.structured_outputs
-    if not [t for t in tf.nest.flatten(outputs, expand_composites=True) if isinstance(t, tf.Tensor)]:
-        raise UsageError(f"{where}: {name} returned no tensor ({_got(outputs)}): nothing to compare; "
-                         f"return the tensors to check")
+    node = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+                 and (getattr(n, "name", "<lambda>") == python_fn.__name__)), None)
+    if node is None:
+        return
+    if isinstance(node, ast.Lambda):
+        nothing = isinstance(node.body, ast.Constant) and node.body.value is None
+    else:
+        returns, stack = [], list(node.body)
+        while stack:  # the function's own statements, not nested functions or classes
+            n = stack.pop()
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue
+            if isinstance(n, (ast.Yield, ast.YieldFrom)):
+                return
+            if isinstance(n, ast.Return):
+                returns.append(n)
+            stack.extend(ast.iter_child_nodes(n))
+        nothing = all(r.value is None or (isinstance(r.value, ast.Constant) and r.value.value is None)
+                      for r in returns)
+    if nothing:
+        raise UsageError(f"{where}: {name} ({python_fn.__name__}) returned no tensor (None): every return in it "
+                         f"gives None, so there is nothing to compare; return the tensors to check")
 
 
 def check_xla_flags() -> None:
@@ -294,3 +315,44 @@ def check_xla_flags() -> None:
     from tflab._subprocess import check_xla_flags as probe
 
     probe()
+
+
+def check_source_decodes(fn: Any, name: str, where: str) -> None:
+    """Refuses a function whose ``.py`` file cannot be decoded (for tools that read source: AutoGraph).
+
+    Python imports a file with a stray latin-1 byte in a comment, but `inspect.getsource` then
+    fails with "could not get source code", and the advice was "put the function in a .py file"
+    (B19) although it is in one. The file is decoded as ``tokenize`` does (PEP 263).
+
+    Raises:
+        UsageError: names the file, the byte and its line, and the two fixes.
+    """
+    import os
+    import tokenize
+
+    code = getattr(getattr(fn, "python_function", fn), "__code__", None)
+    path = getattr(code, "co_filename", "")
+    if not path or not path.endswith(".py") or not os.path.isfile(path):
+        return
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        import io
+
+        try:
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        except SyntaxError as e:
+            if "invalid or missing encoding declaration" not in str(e):
+                raise
+            encoding = "utf-8"  # no declaration, and not UTF-8 in its first two lines
+        data.decode(encoding)
+    except SyntaxError as e:
+        raise UsageError(f"{where}: {name}'s file {path} declares an encoding Python cannot use ({e}); "
+                         f"fix its coding line") from None
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise UsageError(f"{where}: {name}'s file {path} is not valid {encoding} (byte 0x{data[e.start]:02x} on "
+                         f"line {line}), so its source cannot be read; save it as UTF-8 or declare its encoding "
+                         f"on the first line (# -*- coding: latin-1 -*-)") from None
+    except OSError:
+        return
