@@ -256,13 +256,18 @@ class OutputPath:
         self.created.clear()
 
 
+#: Set by `tflab._subprocess.ChildChannel` in a supervised child (this module imports nothing of it):
+#: ``announce_hook(path)`` tells the supervisor about a temporary folder; ``report_hook()`` is the
+#: stream that reaches the supervisor's stdout.
+announce_hook = None
+report_hook = None
+
+
 def _stdout_stream(path: Path):
     """The supervisor's report stream when ``path`` names this process's stdout, else None."""
     if os.path.abspath(path) not in ("/dev/stdout", "/proc/self/fd/1", "/dev/fd/1", f"/proc/{os.getpid()}/fd/1"):
         return None
-    from tflab._subprocess import report_stream
-
-    return report_stream()
+    return report_hook() if report_hook is not None else None
 
 
 _RENAME_NOREPLACE = 1  # linux/fs.h
@@ -645,9 +650,8 @@ def mark_owner(folder: Path) -> None:
     pid = os.getpid()
     with contextlib.suppress(OSError):
         (Path(folder) / OWNER).write_text(f"{pid} {_start_time(pid) or '?'}\n")
-    from tflab._subprocess import announce_temp
-
-    announce_temp(Path(folder))
+    if announce_hook is not None:
+        announce_hook(Path(folder))
 
 
 def owner_gone(folder: Path) -> int | None:

@@ -645,7 +645,9 @@ class ChildChannel:
         os._exit = _exit
         global _CHANNEL
         _CHANNEL = self
+        from tflab import _paths
 
+        _paths.announce_hook, _paths.report_hook = announce_temp, report_stream
     @classmethod
     def open(cls) -> ChildChannel | None:
         """The channel the supervisor passed in the environment, or None (not run under `run_child`)."""
