@@ -362,17 +362,17 @@ def supervise(argv: list[str] | None = None) -> int:
         from tflab.errors import TflabError
         from tflab.isa_caps import read_isa_caps
 
+        import tempfile
+
+        from tflab import _paths, _subprocess
+
+        _paths.sweep_stale(Path(tempfile.gettempdir()), "tflab_")  # folders of killed runs: one line
         try:
             read_isa_caps()
             preflight(args.verb, args)  # paths, kinds, --arg grammar, output paths: before TF loads
         except TflabError as e:
             print(f"tflab {args.verb}: error: {e}", file=sys.stderr)
             return 2
-        import tempfile
-
-        from tflab import _paths, _subprocess
-
-        _paths.sweep_stale(Path(tempfile.gettempdir()), "tflab_")  # folders of killed runs: one line
         limit = _memory_refusal()
         if limit is not None:
             print(f"tflab {args.verb}: error: {limit}", file=sys.stderr)
