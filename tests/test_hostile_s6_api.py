@@ -149,7 +149,14 @@ def test_b25_static_check_refuses_only_what_is_certain():
     for fn in (falls_through, nested, none_lambda):
         with pytest.raises(UsageError, match="returned no tensor"):
             check_returns_tensors(fn, (), {}, "compare_modes", "fn")
-    for fn in (sometimes, lambda x: x, tf.function(lambda x: x), len):
+    def raises(x):
+        raise BaseException("base")
+
+    def exits(x):
+        import sys
+        sys.exit(5)
+
+    for fn in (sometimes, lambda x: x, tf.function(lambda x: x), len, raises, exits):
         check_returns_tensors(fn, (), {}, "compare_modes", "fn")  # healthy or unknown: left to compare_modes
 
 

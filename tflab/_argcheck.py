@@ -268,7 +268,8 @@ def check_returns_tensors(fn: Any, args: tuple, kwargs: dict, where: str, name: 
 
     Read from the function's own source (`ast`), not by running or tracing it (a trace would be
     one more than the caller's, and could have side effects): the refusal is certain, a function
-    with any other ``return`` (or ``yield``), or without readable source, is left to the caller.
+    with any other ``return``, a ``yield``, a ``raise`` or an ``exit`` call, or without readable
+    source, is left to the caller.
     ``args``/``kwargs`` are not used; they are the call being checked, for the message's sake.
 
     Raises:
@@ -296,8 +297,11 @@ def check_returns_tensors(fn: Any, args: tuple, kwargs: dict, where: str, name: 
             n = stack.pop()
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
                 continue
-            if isinstance(n, (ast.Yield, ast.YieldFrom)):
-                return
+            if isinstance(n, (ast.Yield, ast.YieldFrom, ast.Raise)):
+                return  # a generator, or a function that may end by raising: not "returns None" for sure
+            if isinstance(n, ast.Call) and (getattr(n.func, "attr", None) or getattr(n.func, "id", "")) in (
+                    "exit", "_exit", "abort"):
+                return  # sys.exit(5), os._exit(3): the caller names those
             if isinstance(n, ast.Return):
                 returns.append(n)
             stack.extend(ast.iter_child_nodes(n))

@@ -322,8 +322,10 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
     """
     from tflab._argcheck import check_returns_tensors, check_xla_flags, refuse_probe  # issue 33 B26, B25, item 8
 
-    refuse_probe(fn, "fn", "compare_modes"), check_returns_tensors(fn, args, kwargs, "compare_modes", "fn")
-    check_xla_flags() if "xla" in modes else None
+    refuse_probe(fn, "fn", "compare_modes")
+    check_returns_tensors(fn, args, kwargs, "compare_modes", "fn")
+    if "xla" in modes:
+        check_xla_flags()
     import tensorflow as tf
 
     from tflab._target import error_summary, user_frame

@@ -268,7 +268,8 @@ def reasons_between(old: Any, new: Any) -> list[Reason]:
     """
     from tflab._argcheck import check_function_type  # issue 33 B8
 
-    check_function_type(old, "old", "reasons_between"), check_function_type(new, "new", "reasons_between")
+    check_function_type(old, "old", "reasons_between")
+    check_function_type(new, "new", "reasons_between")
     return _param_reasons(nodes_of(old), nodes_of(new))
 
 
