@@ -1,4 +1,5 @@
-"""``tflab --help`` and ``tflab VERB --bogus`` against another checkout (the old main), interleaved. Goal: < 0.5 s.
+"""``tflab --help``, ``tflab VERB --bogus`` and one path error per verb, against another checkout (the old main),
+interleaved. Goal: < 0.5 s each, with no TensorFlow imported.
 
 Issue 21 (S1): ``main()`` imported TensorFlow before parsing, so ``--help``
 took 5–6 s. The supervising entry point (`tflab.cli.supervise`) parses
@@ -7,6 +8,11 @@ alternating order, as a fresh ``python -m tflab`` with ``PYTHONPATH`` set to
 that checkout (the same interpreter and site-packages), timed by wall clock
 around ``subprocess.run``. Prints the median seconds per command and checkout,
 the ratio old/new, and the machine load (``os.getloadavg``).
+
+Issue 33 (item 2): every verb answers a bad path from the supervising parent, before the TF child
+starts. One path error per verb (a missing FILE.py, a FIFO as input, an existing --out, …) runs
+here too, through an entry point that prints whether ``tensorflow`` is in ``sys.modules`` when the
+verb returns: a verb that imports TF for its answer fails the run (exit 1), whatever its time.
 
 Usage:
     git worktree add /tmp/oldmain 176dbcb
@@ -24,18 +30,58 @@ import time
 from pathlib import Path
 
 GOAL_S = 0.5
+TIMEOUT_S = 120  # a command still running then (old main on a FIFO) counts as inf
 REPO = Path(__file__).resolve().parents[1]
 COMMANDS = (["--help"], ["env", "--bogus"], ["compare", "--bogus"])
+# One path error per verb that takes a path (paths relative to the work folder made in main()).
+PATH_ERRORS = (
+    ["inspect", "nothere.py:f", "--arg", "x=float32[2]"],
+    ["retrace", "fifo.py"],
+    ["autograph", "loop.py:f"],
+    ["compare", "nothere.py:f", "--arg", "x=float32[2]"],
+    ["diagnose", "adir:f"],
+    ["precision", "nothere.py:f"],
+    ["distribute", "fifo.py:step"],
+    ["export", "nothere.keras", "--out", "o"],
+    ["check-tflite", "nothere.tflite", "nothere/"],
+    ["tour", "--out", "user", "--force"],
+)
+_ENTRY = ("import sys; from tflab.cli import supervise; rc = supervise(sys.argv[1:]); "
+          "sys.stderr.write('TF-IMPORTED\\n' if 'tensorflow' in sys.modules else ''); sys.exit(rc)")
 
 
-def _time(tree: Path, argv: list[str]) -> float:
+def _time(tree: Path, argv: list[str], cwd: Path | None = None) -> float:
     env = dict(os.environ, PYTHONPATH=str(tree), TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TFLAB_IN_PROCESS", None)
     t = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "tflab", *argv], env=env, cwd=tree, capture_output=True)
+    try:
+        p = subprocess.run([sys.executable, "-c", _ENTRY, *argv], env=env, cwd=cwd or tree, capture_output=True,
+                           stdin=subprocess.DEVNULL, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:  # the old main opened a FIFO given as FILE.py: blocked for ever (B1)
+        return float("inf")
     elapsed = time.perf_counter() - t
     if p.returncode not in (0, 2):
         raise SystemExit(f"{tree}: tflab {' '.join(argv)} exited {p.returncode}: {p.stderr[-300:]!r}")
+    if b"TF-IMPORTED" in p.stderr:
+        _TF_IMPORTED.add((str(tree), " ".join(argv)))
     return elapsed
+
+
+_TF_IMPORTED: set[tuple[str, str]] = set()
+
+
+def _work_folder() -> Path:
+    """A folder with the odd inputs PATH_ERRORS name: a FIFO, a symlink loop, a folder, a user's folder."""
+    import tempfile
+
+    work = Path(tempfile.mkdtemp(prefix="bench-cli-startup-"))
+    os.mkfifo(work / "fifo.py")
+    (work / "loop.py").symlink_to("loop2.py")
+    (work / "loop2.py").symlink_to("loop.py")
+    (work / "adir").mkdir()
+    (work / "user").mkdir()
+    (work / "user" / "thesis.txt").write_text("mine")
+    return work
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,23 +91,30 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     trees = {"new": REPO} | ({"old": args.old} if args.old else {})
     times: dict[tuple[str, str], list[float]] = {}
+    work = _work_folder()
     for r in range(args.rounds):
         order = list(trees.items()) if r % 2 == 0 else list(trees.items())[::-1]
-        for cmd in COMMANDS:
+        for cmd in COMMANDS + PATH_ERRORS:
             for label, tree in order:
-                times.setdefault((label, " ".join(cmd)), []).append(_time(tree, cmd))
+                cwd = work if cmd in PATH_ERRORS else None
+                times.setdefault((label, " ".join(cmd)), []).append(_time(tree, cmd, cwd))
+    import shutil
+
+    shutil.rmtree(work, ignore_errors=True)
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"median wall seconds over {args.rounds} rounds (load average {load}; {os.cpu_count()} CPUs)")
     ok = True
-    for cmd in COMMANDS:
+    for cmd in COMMANDS + PATH_ERRORS:
         name = " ".join(cmd)
         new = statistics.median(times[("new", name)])
-        line = f"  tflab {name:<16} new {new:6.3f} s"
+        line = f"  tflab {name:<44} new {new:6.3f} s"
         if "old" in trees:
             old = statistics.median(times[("old", name)])
             line += f"   old {old:6.3f} s   old/new {old / new:5.1f}×"
-        ok &= new < GOAL_S
-        print(line + ("" if new < GOAL_S else f"   (goal < {GOAL_S} s missed)"))
+        tf_new = (str(REPO), name) in _TF_IMPORTED
+        ok &= new < GOAL_S and not tf_new
+        print(line + ("" if new < GOAL_S else f"   (goal < {GOAL_S} s missed)")
+              + ("   (new imported TensorFlow)" if tf_new else ""))
     return 0 if ok else 1
 
 

@@ -39,7 +39,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -261,7 +260,9 @@ def cache_key(cxx: str, nvcc: str | None) -> str:
 
 
 def _run_parallel(cmds: list[list[str]]) -> None:
-    procs = [(cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    from tflab._subprocess import guarded  # the compilers (g++ → cc1plus, as) die with tflab (issue 33 B17)
+
+    procs = [(cmd, subprocess.Popen(guarded(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
              for cmd in cmds]
     failures = []
     for cmd, p in procs:
@@ -331,7 +332,10 @@ def build(force: bool = False, cuda: bool | None = None, verbose: bool = False) 
         if not force and so_path.exists() and manifest.exists():
             m = json.loads(manifest.read_text())
             return result(True, m["cuda"], m.get("note", ""))
-        with tempfile.TemporaryDirectory(dir=out_dir, prefix="obj-") as tmp:
+        from tflab._paths import owned_temp_dir  # carries its owner: a SIGKILLed build's obj-* is swept (B17)
+
+        tmp = owned_temp_dir("obj-", dir=out_dir)
+        try:
             tmp_so = Path(tmp) / so_path.name
             compiles, link = _commands(cxx, nvcc, Path(tmp), tmp_so)
             _write_unity(Path(tmp))
@@ -341,6 +345,8 @@ def build(force: bool = False, cuda: bool | None = None, verbose: bool = False) 
             _run_parallel(compiles)
             _run_parallel([link])
             os.replace(tmp_so, so_path)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         manifest_tmp = manifest.with_suffix(".json.tmp")
         manifest_tmp.write_text(json.dumps({"cuda": nvcc is not None, "note": note, **info,
                                             "seconds": round(time.perf_counter() - t0, 2)}))

@@ -53,14 +53,57 @@ def _start_full_tour() -> dict:
     import time
 
     if not _FULL_TOUR:
+        from tflab._subprocess import start_tied
+
         root = tempfile.mkdtemp(prefix="tflab-test-full-tour-")
         stdout, stderr = open(os.path.join(root, "stdout"), "w"), open(os.path.join(root, "stderr"), "w")
-        proc = subprocess.Popen([sys.executable, "-m", "tflab", "tour", "--out", os.path.join(root, "tour")],
-                                stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
-                                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+        # Tied to this process (PR_SET_PDEATHSIG, as tflab starts its own helpers): pytest killed
+        # leaves no tour running under init; its own children die with it in turn.
+        proc = start_tied([sys.executable, "-m", "tflab", "tour", "--out", os.path.join(root, "tour")],
+                          stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
         stdout.close(), stderr.close()
         _FULL_TOUR.update(proc=proc, root=root, started=time.monotonic())
+        _stop_tour_on_sigterm()
     return _FULL_TOUR
+
+
+def _stop_full_tour() -> None:
+    """Stops the tour (SIGTERM: its supervisor forwards it, the tour cleans up) and removes its folder."""
+    import shutil
+
+    proc = _FULL_TOUR.get("proc")
+    if proc is not None and proc.poll() is None:
+        proc.terminate()  # the tflab supervisor forwards it to its child
+        try:
+            proc.wait(30)
+        except Exception:
+            proc.kill()
+            proc.wait()
+    if _FULL_TOUR.get("root"):
+        shutil.rmtree(_FULL_TOUR["root"], ignore_errors=True)
+
+
+def _stop_tour_on_sigterm() -> None:
+    """``kill <pytest pid>``: pytest's default SIGTERM ends it at once, without `pytest_sessionfinish`;
+    the tour and its ``tflab-test-full-tour-*`` folder went on. Stop both, then end as SIGTERM does."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum, frame):
+        _stop_full_tour()
+        signal.signal(signal.SIGTERM, previous if callable(previous) else signal.SIG_DFL)
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    if previous in (signal.SIG_DFL, None) or callable(previous):
+        signal.signal(signal.SIGTERM, on_term)
 
 
 def _xdist_worker(config) -> bool:
@@ -85,19 +128,8 @@ def pytest_collection_finish(session):
 
 
 def pytest_sessionfinish(session):
-    """A session stopped early (``-x``, Ctrl-C) stops its tour; its folder goes."""
-    import shutil
-
-    proc = _FULL_TOUR.get("proc")
-    if proc is not None and proc.poll() is None:
-        proc.terminate()  # the tflab supervisor forwards it to its child
-        try:
-            proc.wait(30)
-        except Exception:
-            proc.kill()
-            proc.wait()
-    if _FULL_TOUR.get("root"):
-        shutil.rmtree(_FULL_TOUR["root"], ignore_errors=True)
+    """A session stopped early (``-x``, Ctrl-C) stops its tour; its folder goes (at the end as well)."""
+    _stop_full_tour()
 
 
 @pytest.fixture(scope="session")

@@ -213,6 +213,9 @@ def test_export_force_replaces_atomically(exported, tmp_path, run_cli):
     out.mkdir()
     (out / "old.txt").write_text("old")
     (out / "report.json").write_text("{}")  # --force replaces only a previous export
+    from tflab._paths import write_marker
+
+    write_marker(out)  # ... that tflab wrote: its marker lists every entry (issue 33 B21)
     # An export's examples.npz (batches "0/x", "1/x") can be given back.
     examples = str(exported[1] / "examples.npz")
     code, stdout, _ = run_cli("export", MODEL_SPEC, "--out", str(out), "--quantize", "none", "--force", "--json",

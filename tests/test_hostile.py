@@ -201,11 +201,14 @@ def test_b3_interrupted_tour_with_force_leaves_the_old_folder_as_it_was(small_ke
     out.mkdir()
     (out / "inference.dot").write_text("USER DOT - precious")
     (out / "report.json").write_text("USER REPORT - precious")
+    from tflab._paths import MARKER, write_marker
+
+    write_marker(out)  # a previous tour's folder: --force replaces only those (issue 33 B21)
     monkeypatch.setattr(s01, "run", run_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
         run_tour(model_path=str(small_keras_file), out_dir=str(out), only=["s01_trace"], quiet=True, force=True)
     assert (out / "inference.dot").read_text() == "USER DOT - precious"
-    assert sorted(os.listdir(tmp_path)) == ["tourx"] and sorted(os.listdir(out)) == ["inference.dot",
+    assert sorted(os.listdir(tmp_path)) == ["tourx"] and sorted(os.listdir(out)) == [MARKER, "inference.dot",
                                                                                     "report.json"]
     monkeypatch.setattr(s01, "run", real)
     report = run_tour(model_path=str(small_keras_file), out_dir=str(out), only=["s01_trace"], quiet=True,

@@ -73,3 +73,57 @@ def positive_float(text: str) -> float:
     if not (value > 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"must be a number > 0, got {text[:40]}")
     return value
+
+
+# Every dtype name tf.dtypes.as_dtype takes on TF 2.21 that a user writes in --arg (a subset is
+# enough: a name outside it is left to the child, which asks TF; the parent refuses only for sure).
+_DTYPES = frozenset(
+    "float16 half bfloat16 float32 float float64 double int8 int16 int32 int64 uint8 uint16 uint32 uint64 "
+    "bool complex64 complex128 string qint8 quint8 qint16 quint16 qint32 resource variant".split())
+_MAX_DIM = 2**63 - 1
+
+
+def check_arg_grammar(items: list[str] | None) -> None:
+    """The ``--arg NAME=VALUE`` grammar, checked without TensorFlow (the supervisor's pre-flight).
+
+    Refuses only what `tflab._target.parse_args` would refuse for sure: no ``=``, a name that is
+    not an identifier, a name given twice, and for ``dtype[dims]`` with a known dtype a negative,
+    non-integer or over-int64 dim. Python literals and other dtypes are left to the child.
+
+    Raises:
+        tflab.errors.UsageError: one line, in `tflab._target.parse_args`'s words.
+    """
+    import re
+
+    from tflab.errors import UsageError
+
+    def short(text: str, n: int = 80) -> str:
+        return text if len(text) <= n else f"{text[:n]}…({len(text)} chars)"
+
+    seen: set[str] = set()
+    for item in items or []:
+        if "=" not in item:
+            raise UsageError(f"--arg {short(item)!r}: expected NAME=VALUE, e.g. x=float32[None,8] or n=3")
+        name, _, value = item.partition("=")
+        name = name.strip()
+        if not name.isidentifier():
+            raise UsageError(f"--arg {short(item)!r}: {short(name, 40)!r} is not a parameter name")
+        if name in seen:
+            raise UsageError(f"--arg {name} given twice")
+        seen.add(name)
+        m = re.match(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*\[(.*)\]\s*$", value)
+        if not m or m.group(1) not in _DTYPES or not m.group(2).strip():
+            continue
+        for d in (d.strip() for d in m.group(2).split(",")):
+            if d in ("None", "?"):
+                continue
+            if d.startswith("-") and re.fullmatch(r"[0-9]+", d[1:]):
+                raise UsageError(f"bad dimension {d} in --arg {name}={short(value)}: a dim is >= 0, or None for "
+                                 f"an unknown dim, e.g. {name}={m.group(1)}[None,8]")
+            if not re.fullmatch(r"[0-9]+", d):
+                raise UsageError(f"bad dimension {short(d, 20)!r} in --arg {name}={short(value)}: use integers or "
+                                 f"None, e.g. {name}={m.group(1)}[None,8]")
+            digits = d.lstrip("0")
+            if len(digits) > 19 or (digits and int(digits) > _MAX_DIM):
+                raise UsageError(f"dimension {short(d, 24)} in --arg {name}={short(value)} is larger than "
+                                 f"TF's int64 dims allow (2**63-1); use a smaller dim, or None for an unknown dim")

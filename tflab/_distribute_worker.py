@@ -14,7 +14,27 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
+
+
+def _name_os_exit() -> None:
+    """The user's ``os._exit(N)`` in a step writes one line first, so the parent names it (B18).
+
+    Without it the worker's last stderr line was TF's cuInit log line, quoted as the cause.
+    """
+    from tflab.distribute.processes import OS_EXIT_MARK
+
+    real, pid = os._exit, os.getpid()
+
+    def _exit(n):
+        if os.getpid() == pid and n not in (0, 124):  # 124: the parent watch's own exit
+            try:
+                sys.stderr.write(f"\n{OS_EXIT_MARK}({n})\n")
+                sys.stderr.flush()
+            except Exception:  # noqa: BLE001  (exiting anyway)
+                pass
+        real(n)
+
+    os._exit = _exit
 
 
 def main(argv: list[str]) -> int:
@@ -23,13 +43,21 @@ def main(argv: list[str]) -> int:
 
     parent = int(os.environ.get("TFLAB_PARENT_PID", os.getppid()))
     watch_parent(parent, float(os.environ.get("TFLAB_DEADLINE_S", "120")) + 5)
+    _name_os_exit()
     mode = argv[0] if argv else ""
     if mode == "mirrored":
         from tflab.distribute.lab import mirrored_lab
 
         export = os.environ.get("TFLAB_LAB_EXPORT") == "1"
-        with tempfile.TemporaryDirectory(prefix="tflab_lab_export_") as tmp:
+        import shutil
+
+        from tflab._paths import owned_temp_dir
+
+        tmp = str(owned_temp_dir("tflab_lab_export_"))  # carries its owner: swept after a SIGKILL
+        try:
             report = mirrored_lab(export_dir=tmp if export else None)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     elif mode == "worker":
         from tflab.distribute.workers import worker_main
 

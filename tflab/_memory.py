@@ -224,3 +224,40 @@ def check_fits(input_bytes: int, copies: int, what: str, advice: str = "use a sm
         return
     raise UsageError(f"{what} would need about {_gib(need)} ({copies} copies of {_gib(input_bytes)} of "
                      f"inputs) but only {_gib(have)} is available ({source}); {advice}")
+
+
+#: Address space TensorFlow 2.21 takes just to import and list its devices (``VmPeak`` 1.43 GB
+#: measured on the pinned wheel; it loads under ``prlimit --as=1500000000``, not under 1e9).
+#: A limit below this floor cannot load TF on any machine; above it, the verb's own check decides.
+TF_LOAD_FLOOR = int(1.3 * 2**30)
+
+
+def tf_load_refusal(floor: int = TF_LOAD_FLOOR) -> str | None:
+    """One line when ``RLIMIT_AS`` is too small for TensorFlow to load at all, else None.
+
+    Under such a limit TF's import fails in ``dlopen`` ("failed to map segment from shared
+    object") with a traceback that does not name the limit; the supervisor says it first.
+    """
+    rl = address_space_available()
+    if rl is None or rl[0] >= floor:
+        return None
+    return (f"RLIMIT_AS {rl[0] / 2**30:.2f} GiB is too small for TensorFlow (needs about "
+            f"{1.4:.1f} GiB of address space to load); raise it (ulimit -v, prlimit --as) or lift it")
+
+
+def ulp_step_copies(itemsize: int) -> int:
+    """Input-sized copies `tflab._numeric.ulp_distance` holds at its peak, for floats of ``itemsize`` bytes.
+
+    Per element it keeps the two int64 orderings (``ia``, ``ib``) to its end, and at its peak also
+    the float64 copies of both sides (``fa``, ``fb``), their two NaN masks (bool), the float64
+    distance and ``np.where``'s result: 6 arrays of 8 bytes plus 2 of 1 byte, about 51 bytes per
+    element (measured with tracemalloc: 51.0 for float16 and float32); float64 also makes two
+    uint64 copies for its unsigned distance: 67 bytes. A float32 input of N bytes therefore needs
+    about 12.8 N more (B16: compare passed its estimate under RLIMIT_AS 12 GB, then died in
+    numpy's MemoryError allocating an int64 copy).
+
+    Returns:
+        ``ceil(bytes per element / itemsize)``: 13 for float32, 9 for float64, 26 for float16/bfloat16.
+    """
+    per_element = 68 if int(itemsize) >= 8 else 52
+    return -(-per_element // max(int(itemsize), 1))

@@ -115,6 +115,15 @@ class OutputPath:
         """
         payload = data.encode() if isinstance(data, str) else data
         if self.in_place:  # /dev/null, /dev/stdout, a FIFO: rename would replace the device node
+            report = _stdout_stream(self.path)
+            if report is not None:  # under the supervisor fd 1 is its stderr pipe: write to the report (B2)
+                try:
+                    report.flush()
+                    report.buffer.write(payload)
+                    report.buffer.flush()
+                except OSError as e:
+                    raise UsageError(f"{self.flag} {self.path}: cannot write it: {e.strerror or e}") from None
+                return
             try:
                 with open(self.path, "wb") as f:
                     f.write(payload)
@@ -194,6 +203,7 @@ class OutputPath:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the output is an ordinary folder
+        mark_owner(tmp)
         return tmp
 
     def commit(self, tmp: Path) -> None:
@@ -207,11 +217,13 @@ class OutputPath:
             UsageError: without ``replace``, the target appeared since the check.
         """
         old = None
+        write_marker(tmp)
         if not self.replace:
             _publish_noreplace(tmp, self.path, self.flag)
             self.created.clear()
             return
         if self.path.exists():
+            check_replaceable(self.path, self.flag)  # again: something may have been put there since the check
             old = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.old-", dir=self.path.parent))
             os.replace(self.path, old / self.path.name)
         os.replace(tmp, self.path)
@@ -242,6 +254,20 @@ class OutputPath:
             with contextlib.suppress(OSError):
                 p.rmdir()  # only if empty: never removes anything the user put there
         self.created.clear()
+
+
+#: Set by `tflab._subprocess.ChildChannel` in a supervised child (this module imports nothing of it):
+#: ``announce_hook(path)`` tells the supervisor about a temporary folder; ``report_hook()`` is the
+#: stream that reaches the supervisor's stdout.
+announce_hook = None
+report_hook = None
+
+
+def _stdout_stream(path: Path):
+    """The supervisor's report stream when ``path`` names this process's stdout, else None."""
+    if os.path.abspath(path) not in ("/dev/stdout", "/proc/self/fd/1", "/dev/fd/1", f"/proc/{os.getpid()}/fd/1"):
+        return None
+    return report_hook() if report_hook is not None else None
 
 
 _RENAME_NOREPLACE = 1  # linux/fs.h
@@ -370,7 +396,7 @@ def _special_kind(p: Path) -> str | None:
 
 
 def output_path(path: str | os.PathLike, flag: str, *, folder: bool = False, overwrite: bool = False,
-                example: str = "out.txt", exclusive: bool = False) -> OutputPath:
+                example: str = "out.txt", exclusive: bool | None = None) -> OutputPath:
     """Checks, before any work, that a user's output path can be written, by really writing there.
 
     A file output needs an existing folder (its parent is never created); a
@@ -392,6 +418,12 @@ def output_path(path: str | os.PathLike, flag: str, *, folder: bool = False, ove
         example: a file name for the "give a file path such as" hint.
         exclusive: for a folder output, publish it only if nothing took the
             path since this check (`OutputPath.commit` without ``--force``).
+            False (``--force``): an existing folder is replaced, and only when
+            tflab wrote it (`check_replaceable`: its `MARKER` and nothing else).
+            None: the caller fills the folder in place (`OutputPath.make_dir`).
+
+    Leftover ``.NAME.tmp-*`` folders beside the path whose owner is gone (a run
+    killed with SIGKILL) are removed first, with one line on stderr (`sweep_beside`).
 
     Returns:
         An `OutputPath` to write through (`OutputPath.write` for files;
@@ -419,6 +451,9 @@ def output_path(path: str | os.PathLike, flag: str, *, folder: bool = False, ove
     if describe_existing(Path(text)) == "a symlink loop":
         raise UsageError(f"{flag} {shorten_path(text)}: is a symlink loop (the links point at each other); "
                          f"remove them or choose another {flag}")
+    sweep_beside(text)
+    if folder and exclusive is False and Path(text).is_dir():
+        check_replaceable(Path(text), flag)
     try:
         out = _output_path(Path(text), flag, folder=folder, overwrite=overwrite, example=example)
         if folder:
@@ -467,3 +502,275 @@ def _output_path(p: Path, flag: str, *, folder: bool, overwrite: bool, example: 
         raise UsageError(f"{flag} {p}: cannot create a file in {parent.absolute()} ({e.strerror}); "
                          f"choose another path") from None
     return OutputPath(p, flag, replace=overwrite)
+
+
+# ----------------------------------------------------------------------------- what tflab wrote
+
+#: The file tflab writes into every folder output it publishes (``export --out``, ``tour --out``):
+#: JSON with the relative path of every entry it wrote. ``--force`` replaces only such a folder,
+#: and only while it holds nothing else (`check_replaceable`).
+MARKER = ".tflab-output"
+#: The file in every temporary folder tflab fills (``.NAME.tmp-*``, ``$TMPDIR/tflab_*``): the
+#: owner's pid and start time, so a later run can tell a folder whose owner is gone (`sweep_stale`).
+OWNER = ".tflab-owner"
+
+
+def _entries(folder: Path) -> set[str]:
+    """Every path under ``folder`` (files, folders, links), relative, with ``/`` separators."""
+    found = set()
+    for root, dirs, files in os.walk(folder):
+        rel = os.path.relpath(root, folder)
+        for name in dirs + files:
+            found.add(name if rel == "." else f"{rel}/{name}".replace(os.sep, "/"))
+    return found
+
+
+def write_marker(folder: Path, verb: str | None = None) -> None:
+    """Writes `MARKER` into ``folder``, listing every entry it holds now (call last, before publishing)."""
+    import json
+
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(Path(folder) / OWNER)
+    entries = sorted(_entries(Path(folder)) - {MARKER})
+    (Path(folder) / MARKER).write_text(json.dumps({"written_by": "tflab", "verb": verb, "entries": entries}))
+
+
+def foreign_entries(folder: Path) -> list[str] | None:
+    """The entries of ``folder`` tflab did not write there; None when it has no (readable) `MARKER`."""
+    import json
+
+    try:
+        listed = set(json.loads((Path(folder) / MARKER).read_text())["entries"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return sorted(_entries(Path(folder)) - listed - {MARKER})
+
+
+def check_replaceable(folder: Path, flag: str, noun: str = "output") -> None:
+    """Refuses to replace ``folder`` unless it is empty, or holds tflab's `MARKER` and nothing else.
+
+    The one ``--force`` rule for folder outputs (``export --out``, ``tour --out``): tflab replaces
+    only what it wrote itself, never a folder of the user's own files, the current folder or one
+    of its parents.
+
+    Args:
+        folder: the existing folder.
+        flag: the option that named it, for messages.
+        noun: what tflab writes there (``"export"``, ``"tour"``), for messages.
+
+    Raises:
+        UsageError: one line naming what would be lost.
+    """
+    folder = Path(folder)
+    real, cwd = folder.resolve(), Path.cwd().resolve()
+    if real == cwd or real in cwd.parents:
+        raise UsageError(f"{flag} {folder} is the current folder or one of its parents: --force will not "
+                         f"replace it; choose a new folder")
+    try:
+        if not any(folder.iterdir()):
+            return
+    except OSError as e:
+        raise UsageError(f"{flag} {folder}: cannot read it ({e.strerror}); choose another {flag}") from None
+    foreign = foreign_entries(folder)
+    if foreign is None:
+        why = "no report.json" if not (folder / "report.json").is_file() else f"no {MARKER} marker"
+        raise UsageError(f"{flag} {folder} is a folder that is not a tflab {noun} ({why}): --force replaces "
+                         f"only tflab's own {noun}s; choose another {flag}, or remove the folder yourself")
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise UsageError(f"{flag} {folder} holds files tflab did not write ({shown}): --force would delete "
+                         f"them; move them away or choose another {flag}")
+
+
+def check_folder_out(path: str | os.PathLike, flag: str, force: bool, noun: str = "output",
+                     empty_ok: bool = True) -> bool | None:
+    """The rules for a folder output that replaces a whole folder (``export --out``, ``tour --out``).
+
+    Args:
+        path: the folder the user gave.
+        flag: its option (``"--out"``).
+        force: the verb's ``--force``.
+        noun: what tflab writes there (``"export"``, ``"tour"``), for messages.
+        empty_ok: an existing empty folder is taken without ``force`` (the tour); False: any
+            existing path needs ``force`` (export).
+
+    Returns:
+        None when ``path`` does not exist; True when an existing folder will be replaced (an
+        empty one, or tflab's own with ``force``).
+
+    Raises:
+        UsageError: a file, FIFO, device or symlink loop there; an existing folder without
+            ``force``; with ``force``, a folder `check_replaceable` refuses.
+    """
+    check_path_text(path, flag)
+    p = Path(path)
+    what = describe_existing(p)
+    if what is None:
+        return None
+    if what not in ("a folder", "a regular file", "a dangling symlink"):
+        raise UsageError(f"{flag} {shorten_path(p)} is {what}, not an {noun} folder; choose another {flag}")
+    if what != "a folder":
+        if not force:
+            raise UsageError(f"{p} already exists: pass --force to replace it, or choose another {flag}")
+        raise UsageError(f"{flag} {shorten_path(p)} is {what}, not an {noun} folder: --force replaces only a "
+                         f"previous tflab {noun}; choose another {flag}")
+    try:
+        empty = not any(p.iterdir())
+    except OSError as e:
+        raise UsageError(f"{flag} {p}: cannot read it ({e.strerror}); choose another {flag}") from None
+    if empty and empty_ok:
+        return True
+    if not force:
+        if empty_ok:
+            raise UsageError(f"{flag} {p} is a folder that is not empty: pass --force to replace it, "
+                             f"or choose another {flag}")
+        raise UsageError(f"{p} already exists: pass --force to replace it, or choose another {flag}")
+    check_replaceable(p, flag, noun)
+    return True
+
+
+# ----------------------------------------------------------------------------- temporary folders
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    return data.rsplit(")", 1)[-1].split()[19]  # fields after "(comm)" start at field 3
+
+
+def mark_owner(folder: Path) -> None:
+    """Writes `OWNER` (this pid and its start time) into a temporary folder and tells the supervisor.
+
+    The supervisor (`tflab._subprocess.run_child`) removes what its child announced when the child
+    was killed; a later run removes what `sweep_stale` finds with its owner gone.
+    """
+    pid = os.getpid()
+    with contextlib.suppress(OSError):
+        (Path(folder) / OWNER).write_text(f"{pid} {_start_time(pid) or '?'}\n")
+    if announce_hook is not None:
+        announce_hook(Path(folder))
+
+
+def owner_gone(folder: Path) -> int | None:
+    """The owner's pid when ``folder``'s `OWNER` names a process that is no longer running, else None."""
+    try:
+        pid_text, start = (Path(folder) / OWNER).read_text().split()[:2]
+        pid = int(pid_text)
+    except (OSError, ValueError):
+        return None
+    now = _start_time(pid)
+    if now is None or (start != "?" and now != start):
+        return pid
+    return None
+
+
+def owned_temp_dir(prefix: str, dir: str | os.PathLike | None = None) -> Path:
+    """``tempfile.mkdtemp(prefix=…)`` carrying `OWNER`; stale ones of the same prefix are swept first."""
+    sweep_stale(Path(dir or tempfile.gettempdir()), prefix)
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=dir))
+    mark_owner(tmp)
+    return tmp
+
+
+def sweep_stale(parent: Path, prefix: str, say=None) -> list[Path]:
+    """Removes the folders ``parent/prefix*`` whose `OWNER` is gone (a run killed with SIGKILL).
+
+    Says so in one line on stderr (or through ``say``). Folders without `OWNER` (not tflab's, or
+    from an older tflab) and folders of running processes are kept.
+
+    Returns:
+        The folders removed.
+    """
+    import sys
+
+    removed = []
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(prefix)]
+    except OSError:
+        return removed
+    for name in names:
+        entry = Path(parent) / name
+        if entry.is_symlink() or not entry.is_dir():
+            continue
+        pid = owner_gone(entry)
+        if pid is None:
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        if not entry.exists():
+            removed.append(entry)
+    if removed:
+        line = (f"tflab: removed {len(removed)} temporary folder(s) left by a run that was killed "
+                f"({', '.join(shorten_path(p, 80) for p in removed[:3])})")
+        (say or (lambda text: print(text, file=sys.stderr)))(line)
+    return removed
+
+
+def sweep_beside(target: str | os.PathLike) -> list[Path]:
+    """`sweep_stale` for the ``.NAME.tmp-*`` folders beside an output path (any verb writing there)."""
+    p = Path(target)
+    with contextlib.suppress(OSError, ValueError):
+        if p.is_symlink():
+            p = Path(os.path.realpath(p))
+        parent = p.parent if str(p.parent) else Path(".")
+        if parent.is_dir():
+            return sweep_stale(parent, f".{p.name}.tmp-")
+    return []
+
+
+# ----------------------------------------------------------------------------- input paths
+
+_KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
+
+
+def input_path(path: str | os.PathLike, flag: str, *, want: str = "file", what: str = "a file") -> Path:
+    """Probes an input path without opening it: the one input place (FILE.py, MODEL, examples, SavedModel).
+
+    ``open`` on a FIFO blocks until a writer comes (for ever); a device reads for ever or nothing. So
+    the path is judged from ``os.stat`` alone, and each kind is named as such.
+
+    Args:
+        path: what the user gave.
+        flag: the argument's name for messages (``"file"``, ``"--examples"``, ``"SAVED_MODEL"``).
+        want: ``"file"`` (a regular file), ``"folder"``, or ``"any"`` (a regular file or a folder).
+        what: words for what was expected, e.g. ``"a .py file"``.
+
+    Returns:
+        The path.
+
+    Raises:
+        UsageError: the path is missing, a dangling symlink, a symlink loop, under a regular file,
+            unreadable, a FIFO, a device or a socket, or a folder where a file is wanted (or the
+            reverse).
+    """
+    check_path_text(path, flag)
+    text = shorten_path(path)
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        if os.path.islink(p):
+            raise UsageError(f"{flag} {text!r} is a dangling symlink (to {os.readlink(p)!r}); give {what}") from None
+        raise UsageError(f"{flag} {text!r} does not exist; give {what}") from None
+    except NotADirectoryError:
+        raise UsageError(f"{flag} {text!r} does not exist (a part of the path is a file); give {what}") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UsageError(f"{flag} {text!r} is a symlink loop (the links point at each other); "
+                             f"give {what}") from None
+        raise UsageError(f"{flag} {text!r}: {e.strerror or e}; give {what}") from None
+    for test, name in _KINDS:
+        if test(st.st_mode):
+            raise UsageError(f"{flag} {text!r} is {name}, not a regular file; give {what}")
+    is_dir = stat.S_ISDIR(st.st_mode)
+    if want == "file" and is_dir:
+        kind = what.removeprefix("a path to ")
+        raise UsageError(f"{flag} {text!r} is a folder, so it is not {kind}; give {what}")
+    if want == "folder" and not is_dir:
+        raise UsageError(f"{flag} {text!r} is a regular file, not a folder; give {what}")
+    if not os.access(p, os.R_OK | (os.X_OK if is_dir else 0)):
+        raise UsageError(f"{flag} {text!r} cannot be read (permission denied); give {what}")
+    return p

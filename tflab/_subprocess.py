@@ -97,6 +97,8 @@ class ChildEnd:
     killed: bool = False
     timed_out: bool = False
     stdout_broken: bool = False
+    stdout_error: str | None = None  # the OS's words for a stdout that failed otherwise (ENOSPC, EIO)
+    temp_removed: list[str] = dataclasses.field(default_factory=list)
 
     def exit_status(self) -> int | None:
         """The N of the child's ``exit N`` line: tflab returned N. None when the child ended otherwise."""
@@ -118,6 +120,82 @@ class ChildEnd:
         return found[-1].group(0).strip() if found else None
 
 
+def announced_temps(status: list[str]) -> list[str]:
+    """The temporary folders the child announced (``tmp PATH`` lines, `announce_temp`)."""
+    return [line[4:] for line in status if line.startswith("tmp ")]
+
+
+def remove_announced(status: list[str]) -> list[str]:
+    """Removes the announced temporary folders that still exist and whose owner is gone; returns them.
+
+    The supervisor survives its child's SIGKILL (the OOM killer), which no cleanup in the child can
+    catch: the child's ``.OUT.tmp-*`` and ``$TMPDIR/tflab_*`` folders are removed here.
+    """
+    import shutil
+    from pathlib import Path
+
+    from tflab._paths import owner_gone
+
+    removed = []
+    for text in announced_temps(status):
+        p = Path(text)
+        if p.is_dir() and not p.is_symlink() and owner_gone(p) is not None:
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(text)
+    return removed
+
+
+def _set_subreaper() -> bool:
+    """``prctl(PR_SET_CHILD_SUBREAPER)``: orphans of our descendants are re-parented to this process."""
+    if not sys.platform.startswith("linux"):
+        return False
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    return False
+
+
+def _own_children() -> list[int]:
+    """The pids whose parent is this process (``/proc/*/stat`` field 4)."""
+    me, found = os.getpid(), []
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    fields = f.read().decode(errors="replace").rsplit(")", 1)[-1].split()
+            except OSError:
+                continue
+            if len(fields) > 1 and fields[1] == str(me):
+                found.append(int(name))
+    return found
+
+
+def kill_orphans(rounds: int = 20) -> int:
+    """SIGKILLs and reaps every process re-parented to this subreaper (what the child's code forked).
+
+    Killing one re-parents its own children here too, so this repeats until none is left.
+
+    Returns:
+        How many were killed.
+    """
+    killed = 0
+    for _ in range(rounds):
+        pids = _own_children()
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.waitpid(pid, 0)
+    return killed
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -127,7 +205,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float | None = None,
               grace: float = 10.0, stdout_fd: int = 1, stderr_fd: int = 2,
-              forward_signals: bool = True) -> ChildEnd:
+              forward_signals: bool = True, reap_orphans: bool = False) -> ChildEnd:
     """Runs ``cmd`` (a Python child that opens a `ChildChannel`) to its end; see the module docstring.
 
     Args:
@@ -141,6 +219,10 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
         stderr_fd: where the child's fd 1 and 2 are copied.
         forward_signals: install SIGINT/SIGTERM handlers that forward to the
             child (only possible in the main thread; elsewhere skipped).
+        reap_orphans: make this process a child subreaper and kill, when the
+            child has ended, every process its code left behind (forked,
+            spawned, daemonized). Only for a process whose sole child this is
+            (the ``tflab`` supervisor): it kills every child of this process.
 
     Returns:
         A `ChildEnd`. The child and its process group are gone when this
@@ -158,6 +240,8 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
     state = {"ready": False, "deadline": None, "killed": False}
     proc = None
     same_group = _terminal_foreground()
+    if reap_orphans:
+        reap_orphans = _set_subreaper()
 
     def kill_group() -> None:
         state["killed"] = True
@@ -191,6 +275,7 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
                     continue  # nohup, a background job of a script: the caller asked not to be stopped
                 previous[s] = signal.signal(s, on_signal)
     stdout_broken = False
+    stdout_error = None
     tail = bytearray()
     status_buf = bytearray()
     timed_out = False
@@ -226,8 +311,10 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
                     if not stdout_broken:
                         try:
                             _write_all(stdout_fd, data)
-                        except (BrokenPipeError, OSError):
+                        except (BrokenPipeError, OSError) as e:
                             stdout_broken = True
+                            if not isinstance(e, BrokenPipeError):  # ENOSPC, EIO: not a reader that left
+                                stdout_error = e.strerror or str(e)
                             # The child's next report write gets EPIPE: it ends quietly with 141.
                             sel.unregister(fd)
                             open_fds.discard(fd)
@@ -267,17 +354,21 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
                     elif not stdout_broken:
                         try:
                             _write_all(stdout_fd, data)
-                        except OSError:
+                        except OSError as e:
                             stdout_broken = True
+                            if not isinstance(e, BrokenPipeError):
+                                stdout_error = e.strerror or str(e)
         sel.close()
     finally:
         if proc is not None and proc.poll() is None:
             kill_group()
         if proc is not None:
             proc.wait()
-            if (state["killed"] or received) and not same_group:
+            if not same_group:  # on every end, not only signals: what the user's code forked (B5)
                 with contextlib.suppress(OSError):
                     os.killpg(proc.pid, signal.SIGKILL)  # what the child started in its group
+            if reap_orphans:
+                kill_orphans()  # what left the group (setsid, double fork): re-parented here
         for fd in (report_r, status_r, err_r, report_w, status_w, err_w):
             if fd >= 0:
                 with contextlib.suppress(OSError):
@@ -287,8 +378,10 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
     quiet.seek(0)
     quiet_text = quiet.read()[-_TAIL:].decode(errors="replace")
     quiet.close()
+    status_lines = status_buf.decode(errors="replace").splitlines()
     return ChildEnd(returncode=proc.returncode,
-                    status=status_buf.decode(errors="replace").splitlines(),
+                    status=status_lines, temp_removed=remove_announced(status_lines),
+                    stdout_error=stdout_error,
                     stderr_tail=quiet_text + tail.decode(errors="replace"),
                     signal_received=received[0] if received else None,
                     killed=state["killed"], timed_out=timed_out, stdout_broken=stdout_broken)
@@ -323,6 +416,8 @@ def describe_end(end: ChildEnd, memory_limit: str | None = None) -> tuple[int, s
         user's ``os._exit`` or a fatal flag error in ``XLA_FLAGS`` /
         ``TF_XLA_FLAGS``; `CRASH_EXIT` for a crash.
     """
+    if end.stdout_error is not None:  # a full disk is not a reader that went away (B20)
+        return 2, f"error: the report could not be written to stdout: {end.stdout_error}"
     if end.stdout_broken:
         return 141, None
     own = end.exit_status()
@@ -503,6 +598,23 @@ class _Stream(io.TextIOBase):
         return self._raw.buffer
 
 
+_CHANNEL: "ChildChannel | None" = None  # this process's channel to its supervisor, once opened
+
+
+def announce_temp(path) -> None:
+    """Tells the supervisor (if any) about a temporary folder this process made (``tmp PATH``).
+
+    The supervisor removes it when this process ends without removing it itself (SIGKILL).
+    """
+    if _CHANNEL is not None and os.getpid() == _CHANNEL._pid:
+        _CHANNEL._send(f"tmp {os.path.abspath(os.fspath(path))}")
+
+
+def report_stream():
+    """The stream that reaches the supervisor's stdout (the report pipe), or None outside a channel."""
+    return _CHANNEL.report if _CHANNEL is not None and os.getpid() == _CHANNEL._pid else None
+
+
 class ChildChannel:
     """The child's end of the protocol (see the module docstring); `open` it first thing.
 
@@ -531,7 +643,11 @@ class ChildChannel:
 
         self._real_exit = real_exit
         os._exit = _exit
+        global _CHANNEL
+        _CHANNEL = self
+        from tflab import _paths
 
+        _paths.announce_hook, _paths.report_hook = announce_temp, report_stream
     @classmethod
     def open(cls) -> ChildChannel | None:
         """The channel the supervisor passed in the environment, or None (not run under `run_child`)."""
@@ -552,7 +668,9 @@ class ChildChannel:
         import threading
 
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            from tflab.errors import install_sigint_handler
+
+            install_sigint_handler()  # records that a SIGINT really came (exit 130), then KeyboardInterrupt
         self._send("ready")
 
     def finish(self, code: int, verb: str) -> int:
@@ -591,6 +709,29 @@ def _die_with_parent(parent: str | None) -> None:
             os.kill(os.getpid(), signal.SIGKILL)  # the parent died before prctl ran
 
 
+def _pdeathsig_preexec() -> None:  # runs in the forked child before exec
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
+def start_tied(argv: list[str], **popen_kwargs) -> subprocess.Popen:
+    """``subprocess.Popen`` of a child that dies with this process (the one way tflab starts a helper).
+
+    The kernel sends the child SIGKILL when this thread's process dies (``PR_SET_PDEATHSIG``, set
+    between fork and exec, so no window), and the child watches its parent too (`watch_parent`,
+    for the case where the starting thread ends first: the kernel's signal follows the thread).
+    Used by the tour's second process, its background jobs' processes and the suite's full tour.
+
+    Args:
+        argv: the command.
+        **popen_kwargs: as for `subprocess.Popen`.
+    """
+    if sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread():
+        popen_kwargs.setdefault("preexec_fn", _pdeathsig_preexec)
+    return subprocess.Popen(argv, **popen_kwargs)
+
+
 def watch_parent(parent: int, deadline_s: float) -> None:
     """In a child process: exits (status 124) once ``parent`` is no longer its parent, or after ``deadline_s`` s.
 
@@ -601,6 +742,7 @@ def watch_parent(parent: int, deadline_s: float) -> None:
         parent: the parent's pid (``os.getppid()`` at the child's start).
         deadline_s: seconds after which the child exits anyway.
     """
+    _die_with_parent(str(parent))  # and SIGKILL from the kernel the moment the parent dies
     end = time.monotonic() + deadline_s
 
     def loop():
@@ -609,3 +751,96 @@ def watch_parent(parent: int, deadline_s: float) -> None:
         os._exit(124)
 
     threading.Thread(target=loop, daemon=True, name="tflab-parent-watch").start()
+
+
+# ----------------------------------------------------------------------------- guarded tools
+
+_GUARD = "import sys; from tflab._subprocess import _guard_main; sys.exit(_guard_main(sys.argv[1:]))"
+
+
+def guarded(argv: list[str]) -> list[str]:
+    """``argv`` run under a guard that takes its whole process tree down when tflab dies.
+
+    For external tools that fork their own workers (``g++`` runs ``cc1plus`` and ``as``): the
+    kernel's parent-death signal is per process and is cleared in a fork, so a SIGKILLed tflab left
+    ``cc1plus`` compiling under init (B17). The guard (a small Python process) asks for SIGTERM
+    when its parent dies, is the tool's child subreaper, and kills the tool's group and every
+    orphan of it then, or when the tool ends. Use as ``subprocess.Popen(guarded(cmd), …)``.
+    """
+    return [sys.executable, "-c", _GUARD, *argv]
+
+
+def _guard_main(argv: list[str]) -> int:
+    """The guard of `guarded`: runs ``argv``, returns its status; kills its tree on the parent's death."""
+    parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    _set_subreaper()
+    proc = subprocess.Popen(argv, start_new_session=True)
+
+    def stop(*_):
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        kill_orphans()
+        os._exit(128 + signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    if os.getppid() != parent:  # the parent died before the signal was asked for
+        stop()
+    while True:
+        try:
+            code = proc.wait(timeout=0.2)
+            break
+        except subprocess.TimeoutExpired:
+            if os.getppid() != parent:
+                stop()
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)  # what the tool left in its group
+    kill_orphans()
+    return code if code >= 0 else 128 - code
+
+
+# ----------------------------------------------------------------------------- XLA_FLAGS in the API
+
+_XLA_PROBED: dict[tuple[str, str], str | None] = {}  # (XLA_FLAGS, TF_XLA_FLAGS) -> TF's F line, or None
+_XLA_PROBE = ("import os; os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2'); import tensorflow as tf; "
+              "tf.function(lambda x: x + 1.0, jit_compile=True)(tf.constant(1.0))")
+
+
+def check_xla_flags(timeout: float = 300.0) -> None:
+    """Before the first XLA compile in an API process: the XLA flags tried once in a child, cached.
+
+    XLA parses ``XLA_FLAGS`` at its first compile and stops the whole process on an unknown flag
+    (``F… parse_flags_from_env.cc:234] Unknown flag in XLA_FLAGS``): in the CLI the supervisor
+    survives and names it, but an API call (``compare_modes``) in the user's own process died with
+    it. A child that compiles ``x + 1`` under the same flags answers first (about one TF import,
+    once per process and flag value; nothing when no flag is set, or under the CLI's supervisor).
+
+    Raises:
+        tflab.errors.UsageError: the child stopped on the flags; TF's line is quoted.
+    """
+    key = (os.environ.get("XLA_FLAGS", "").strip(), os.environ.get("TF_XLA_FLAGS", "").strip())
+    if not any(key) or _CHANNEL is not None:
+        return
+    if key not in _XLA_PROBED:
+        fatal = None
+        try:
+            p = subprocess.run([sys.executable, "-c", _XLA_PROBE], capture_output=True, text=True,
+                               timeout=timeout, stdin=subprocess.DEVNULL, start_new_session=True)
+            if p.returncode != 0:
+                found = list(_FATAL_LINE.finditer(p.stderr))
+                fatal = found[-1].group(0).strip() if found else None
+        except (OSError, subprocess.TimeoutExpired):
+            fatal = None  # no answer: let the compile itself decide
+        _XLA_PROBED[key] = fatal
+    fatal = _XLA_PROBED[key]
+    if fatal is not None:
+        from tflab.errors import UsageError
+
+        var = "TF_XLA_FLAGS" if "TF_XLA_FLAGS" in fatal or (key[1] and not key[0]) else "XLA_FLAGS"
+        raise UsageError(f"TensorFlow would stop this process on a bad {var}: {fatal!r}; fix or unset {var} "
+                         f"(now {os.environ.get(var, '')!r})")

@@ -135,9 +135,11 @@ def load_module(path: str, *, what: str = "script"):
         UsageError: the file does not exist, is not ``.py``, or raised on import
             (the message names the user's line).
     """
-    if not os.path.exists(path):
-        raise UsageError(f"{what} {path!r} does not exist; give a path to a .py file")
-    if os.path.isdir(path) or not path.endswith(".py"):
+    from tflab._paths import input_path
+
+    # Probed without opening it (a FIFO would block open() for ever): the one input place.
+    input_path(path, what, want="file", what="a path to a .py file")
+    if not path.endswith(".py"):
         raise UsageError(f"{what} {path!r} is not a .py file")
     mod_name = "_tflab_user_" + re.sub(r"\W", "_", os.path.abspath(path))
     spec = importlib.util.spec_from_file_location(mod_name, path)

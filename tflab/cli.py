@@ -37,6 +37,7 @@ import contextlib
 import importlib
 import os
 import sys
+from pathlib import Path
 
 # verb -> module under tflab.commands (imported lazily: TF import is slow).
 VERBS = {
@@ -151,6 +152,96 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str] | None):
     return args, None
 
 
+# verb -> the positional or option dests that name an input path, and what each must be:
+# ("file" | "folder" | "any", words for the message). FILE.py:FUNC targets name their file.
+_INPUTS = {
+    "inspect": {"target": ("target", "a .py file")},
+    "autograph": {"target": ("target", "a .py file")},
+    "compare": {"target": ("target", "a .py file")},
+    "diagnose": {"target": ("target", "a .py file")},
+    "precision": {"target": ("target", "a .py file")},
+    "distribute": {"target": ("target", "a .py file")},
+    "retrace": {"script": ("file", "a path to a .py file")},
+    "export": {"model": ("model", "a .keras file, a SavedModel folder or FILE.py:OBJ"),
+               "examples": ("file", "an .npz with one array per input name")},
+    "check-tflite": {"model": ("file", "a .tflite file"),
+                     "saved_model": ("folder", "the SavedModel folder it was converted from"),
+                     "examples": ("file", "an .npz with one array per input name")},
+    "tour": {"model": ("any", "a .keras file or a SavedModel folder")},
+}
+# verb -> file outputs (dest, flag, example name); folder outputs are checked by their own rule.
+_FILE_OUTPUTS = {"inspect": [("dot", "--dot", "graph.dot")], "compare": [("hlo", "--hlo", "hlo.txt")],
+                 "export": [("html", "--html", "report.html")], "retrace": [("html", "--html", "report.html")],
+                 "tour": [("html", "--html", "report.html")],
+                 "check-tflite": [("node_data", "--node-data", "nodes.json")]}
+_ARG_GRAMMAR = ("inspect", "autograph", "compare", "diagnose", "precision")
+
+
+def preflight(verb: str, args: argparse.Namespace) -> None:
+    """Checks every argument that needs no TensorFlow, before the TF child starts (under 0.5 s).
+
+    In the verbs' own order: output paths first (`tflab._paths.output_path`,
+    `tflab._paths.check_folder_out`, which also remove the ``.NAME.tmp-*`` folders of killed runs
+    there), then input paths, probed without opening them (`tflab._paths.input_path`: a FIFO, a
+    device, a socket, a symlink loop, a folder each named), then the ``--arg`` grammar
+    (`tflab._cliargs.check_arg_grammar`). The child checks them again: this is the quick answer,
+    not the only one.
+
+    Raises:
+        UsageError: the first bad argument, in one line.
+    """
+    from tflab import _paths
+    from tflab._cliargs import check_arg_grammar
+
+    force = bool(getattr(args, "force", False))
+    for dest, flag, example in _FILE_OUTPUTS.get(verb, []):
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and value:
+            _paths.output_path(value, flag, overwrite=force, example=example)
+    if verb in ("export", "tour") and getattr(args, "out", None):
+        if verb == "export":
+            _paths.check_folder_out(args.out, "--out", force, noun="export", empty_ok=False)
+        else:
+            _paths.check_folder_out(args.out, "--out", force, noun="tour")
+        _paths.output_path(args.out, "--out", folder=True, exclusive=not force)
+    if getattr(args, "tensorboard", None):
+        _paths.output_path(args.tensorboard, "--tensorboard", folder=True)
+    for dest, (kind, words) in _INPUTS.get(verb, {}).items():
+        value = getattr(args, dest, None)
+        if not isinstance(value, str) or not value:
+            continue
+        if kind == "target":  # FILE.py:FUNC
+            path, sep, name = value.rpartition(":")
+            if sep and path and name:
+                _paths.input_path(path, "file", want="file", what="a path to a .py file")
+        elif kind == "model":  # export's MODEL: FILE.py:OBJ, a .keras file or a SavedModel folder
+            path, sep, name = value.rpartition(":")
+            if sep and path.endswith(".py") and name:
+                _paths.input_path(path, "file", want="file", what="a .py file")
+            else:
+                _paths.input_path(value, "MODEL", want="any", what=words)
+        else:
+            flag = {"model": "MODEL.tflite" if verb == "check-tflite" else "--model", "saved_model": "SAVED_MODEL",
+                    "examples": "--examples", "script": "script"}.get(dest, dest)
+            _paths.input_path(value, flag, want=kind, what=words)
+    if verb in _ARG_GRAMMAR:
+        check_arg_grammar(getattr(args, "arg", None))
+
+
+def _user_keyboard_interrupt(verb: str, args, exc: BaseException) -> int | None:
+    """Exit 2 and one line for a KeyboardInterrupt the user's code raised (no SIGINT came), else None."""
+    from tflab._usercode import describe
+    from tflab.errors import sigint_received
+
+    if sigint_received():
+        return None
+    name = next((v for v in (getattr(args, k, None) for k in ("target", "model", "script"))
+                 if isinstance(v, str) and v), "user code")
+    print(f"tflab {verb}: error: {describe(exc, name, f'while tflab {verb} ran')}; no Ctrl-C came, so "
+          f"this is your code's exception: return or raise an Exception instead", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None, *, _channel=None) -> int:
     """Runs one verb in THIS process and returns its exit code (tests, ``TFLAB_IN_PROCESS=1``).
 
@@ -165,6 +256,15 @@ def main(argv: list[str] | None = None, *, _channel=None) -> int:
     args, code = _parse(parser, argv)
     if args is None:
         return code
+    if _channel is None:  # under the supervisor, it ran the pre-flight before starting this child
+        try:
+            preflight(args.verb, args)
+        except TflabError as e:
+            print(f"tflab {args.verb}: error: {e}", file=sys.stderr)
+            return 2
+    from tflab.errors import install_sigint_handler
+
+    previous_int = install_sigint_handler()
     # SIGTERM unwinds like Ctrl-C in every verb (its default action killed tflab at once: a tour's
     # half-written --out folder, no "terminated" line); export installs the same handler itself.
     from tflab.errors import install_sigterm_handler, raise_if_terminated
@@ -189,7 +289,10 @@ def main(argv: list[str] | None = None, *, _channel=None) -> int:
     except TflabError as e:
         print(f"tflab {args.verb}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        own = _user_keyboard_interrupt(args.verb, args, e)
+        if own is not None:
+            return own
         print(f"tflab {args.verb}: interrupted", file=sys.stderr)
         return 130
     except Terminated:  # SIGTERM during work that installs the handler (export): cleaned up
@@ -219,10 +322,12 @@ def main(argv: list[str] | None = None, *, _channel=None) -> int:
     finally:
         if isinstance(sys.stdout, _ReportOnlyStdout):
             sys.stdout = real_stdout
-        if previous_term is not None:
-            import signal
+        import signal
 
+        if previous_term is not None:
             signal.signal(signal.SIGTERM, previous_term)
+        if previous_int is not None and _channel is None:
+            signal.signal(signal.SIGINT, previous_int)
 
 
 def supervise(argv: list[str] | None = None) -> int:
@@ -258,16 +363,26 @@ def supervise(argv: list[str] | None = None) -> int:
         from tflab.errors import TflabError
         from tflab.isa_caps import read_isa_caps
 
+        import tempfile
+
+        from tflab import _paths, _subprocess
+
+        _paths.sweep_stale(Path(tempfile.gettempdir()), "tflab_")  # folders of killed runs: one line
         try:
             read_isa_caps()
+            preflight(args.verb, args)  # paths, kinds, --arg grammar, output paths: before TF loads
         except TflabError as e:
             print(f"tflab {args.verb}: error: {e}", file=sys.stderr)
             return 2
-        from tflab import _subprocess
-
+        limit = _memory_refusal()
+        if limit is not None:
+            print(f"tflab {args.verb}: error: {limit}", file=sys.stderr)
+            return 2
         cmd = [sys.executable, "-c", "import sys; from tflab.cli import _child_main; sys.exit(_child_main())",
                *argv]
-        end = _subprocess.run_child(cmd)
+        end = _subprocess.run_child(cmd, reap_orphans=True)
+        with contextlib.suppress(OSError):  # what the child's own children left there (quietly: ours)
+            _paths.sweep_stale(Path(tempfile.gettempdir()), "tflab_", say=lambda line: None)
     except KeyboardInterrupt:  # before the child started
         print("tflab: interrupted", file=sys.stderr)
         return 130
@@ -279,6 +394,15 @@ def supervise(argv: list[str] | None = None) -> int:
     if code == 141:
         return _quiet_141()
     return code
+
+
+def _memory_refusal() -> str | None:
+    """One line when RLIMIT_AS is too small for TensorFlow to load at all (B15), else None."""
+    from tflab._memory import tf_load_refusal
+
+    with contextlib.suppress(Exception):
+        return tf_load_refusal()
+    return None
 
 
 def _memory_limit_text() -> str | None:

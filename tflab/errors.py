@@ -103,3 +103,39 @@ def clear_terminated() -> None:
     global _TERM_RECEIVED
 
     _TERM_RECEIVED = False
+
+
+_INT_RECEIVED = False
+
+
+def install_sigint_handler():
+    """Makes SIGINT raise KeyboardInterrupt as Python's default does, and records that it came.
+
+    A ``KeyboardInterrupt`` the user's code raises itself is the user's exception (exit 2, one
+    line); only one that follows a real SIGINT is "interrupted" (130). `sigint_received` tells them
+    apart.
+
+    Returns:
+        The previous handler, or None off the main thread.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def on_int(signum, frame):
+        global _INT_RECEIVED
+
+        _INT_RECEIVED = True
+        raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGINT, on_int)
+    except (ValueError, OSError):
+        return None
+
+
+def sigint_received() -> bool:
+    """True when a SIGINT came since the process started (the handler of `install_sigint_handler`)."""
+    return _INT_RECEIVED

@@ -360,6 +360,12 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
     >>> cmp.modes["graph"].max_ulp.outputs, cmp.modes["xla"].max_ulp.outputs, cmp.fusion_count
     (0, 2, 10)
     """
+    from tflab._argcheck import check_returns_tensors, check_xla_flags, refuse_probe  # issue 33 B26, B25, item 8
+
+    refuse_probe(fn, "fn", "compare_modes")
+    check_returns_tensors(fn, args, kwargs, "compare_modes", "fn")
+    if "xla" in modes:
+        check_xla_flags()
     import tensorflow as tf
 
     from tflab._target import error_summary, user_frame

@@ -504,6 +504,9 @@ def compare_precisions(fn: Callable, *args: Any,
         >>> cmp.policies["mixed_float16"].underflow["arg:x"], cmp.policies["mixed_bfloat16"].underflow
         (512, {})
     """
+    from tflab._argcheck import check_seed  # issue 33 B11
+
+    seed = check_seed(seed, "seed", "compare_precisions")
     import tensorflow as tf
 
     policies = parse_policies(policies)

@@ -91,8 +91,9 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
     # A bad --out or --model path fails before any progress line is printed;
     # --out is probed by really creating a folder there.
     started = time.perf_counter()
+    replaces = _check_tour_out(Path(out_dir), force)  # before output_path: its --force rule would speak first
     target = output_path(out_dir, "--out", folder=True, exclusive=not force)
-    if _check_tour_out(target.path, force):
+    if replaces:
         target.replace = True  # an empty folder, or --force: renamed over; else the rename is exclusive
     from tflab._report_pages import html_output, tensorboard_output
 
@@ -220,7 +221,9 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
 
 
 def _check_tour_out(out: Path, force: bool) -> bool | None:
-    """``export``'s rules for ``tour --out``: a non-empty folder needs ``force``; never cwd or its parents.
+    """``export``'s rules for ``tour --out`` (`tflab._paths.check_folder_out`): a non-empty folder needs
+    ``force``, and ``force`` replaces only a folder tflab wrote (its marker and nothing else); never
+    cwd or its parents.
 
     Raises:
         UsageError: one line naming what is there.
@@ -228,21 +231,6 @@ def _check_tour_out(out: Path, force: bool) -> bool | None:
     Returns:
         True when an existing folder will be replaced, None when ``out`` is new.
     """
-    from tflab._paths import describe_existing
-    from tflab.errors import UsageError
+    from tflab._paths import check_folder_out
 
-    what = describe_existing(out)
-    if what is None:
-        return None
-    if what != "a folder":
-        raise UsageError(f"--out {out}: exists and is not a folder ({what}); choose another --out")
-    if not any(out.iterdir()):
-        return True  # an empty folder: nothing of the user's to lose; renamed over
-    if not force:
-        raise UsageError(f"--out {out} is a folder that is not empty: pass --force to replace it, "
-                         f"or choose another --out")
-    real, cwd = out.resolve(), Path.cwd().resolve()
-    if real == cwd or real in cwd.parents:
-        raise UsageError(f"--out {out} is the current folder or one of its parents: --force will not "
-                         f"replace it; choose a new folder")
-    return True
+    return check_folder_out(out, "--out", force, noun="tour")

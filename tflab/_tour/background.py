@@ -138,14 +138,18 @@ def loss_scaling_demo():
     import pickle
     import subprocess
     import sys
-    import tempfile
+    import shutil
 
-    with tempfile.TemporaryDirectory(prefix="tflab_tour_precision_") as tmp:
+    from tflab._paths import owned_temp_dir
+    from tflab._subprocess import start_tied
+
+    tmp = str(owned_temp_dir("tflab_tour_precision_"))  # carries its owner: swept after a SIGKILL
+    try:
         out = os.path.join(tmp, "demo.pickle")
-        proc = subprocess.Popen([sys.executable, "-m", "tflab._tour.precision_child", out],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
-                                     "TFLAB_DEADLINE_S": str(PRECISION_TIMEOUT)})
+        proc = start_tied([sys.executable, "-m", "tflab._tour.precision_child", out],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
+                               "TFLAB_DEADLINE_S": str(PRECISION_TIMEOUT)})
         try:
             _, err = proc.communicate(timeout=PRECISION_TIMEOUT)
         finally:
@@ -157,6 +161,8 @@ def loss_scaling_demo():
             raise RuntimeError(f"loss-scaling child exited {proc.returncode}: {last[0][:200]}")
         with open(out, "rb") as f:
             return pickle.load(f)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # section module -> (key in TourContext.shared, name, work, default model only, nice increment)

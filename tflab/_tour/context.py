@@ -72,8 +72,10 @@ def load_user_model(path: str):
     """
     from tflab.errors import UsageError
 
-    if not os.path.exists(path):
-        raise UsageError(f"--model {path!r} does not exist; give a .keras file or a SavedModel folder")
+    from tflab._paths import input_path
+
+    # A FIFO, a device, a symlink loop: named, without opening it (the one input place).
+    input_path(path, "--model", want="any", what="a .keras file or a SavedModel folder")
     import keras
 
     if os.path.isdir(path):

@@ -87,10 +87,11 @@ class Lane:
 
     def __init__(self, sections: list[str], out_dir: Path, final_dir: Path | None,
                  model_path: str | None, training: list[str] = ()) -> None:
-        import tempfile
+        from tflab._paths import owned_temp_dir
+        from tflab._subprocess import start_tied
 
         self.sections = list(sections)
-        self._tmp = tempfile.mkdtemp(prefix="tflab_tour_lane_")
+        self._tmp = str(owned_temp_dir("tflab_tour_lane_"))  # carries its owner: swept after a SIGKILL
         self._out = os.path.join(self._tmp, "lane.pickle")
         self._notes = os.path.join(self._tmp, "notes.txt")
         argv = [sys.executable, "-m", LANE_MODULE, str(os.getpid()), self._out, self._notes, str(out_dir),
@@ -101,7 +102,7 @@ class Lane:
         self._proc = None
         self._err = open(os.path.join(self._tmp, "stderr.txt"), "w+b")
         try:
-            self._proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=self._err,
+            self._proc = start_tied(argv, stdout=subprocess.DEVNULL, stderr=self._err,
                                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
                                                "TFLAB_DEADLINE_S": str(LANE_TIMEOUT)})
         except OSError as e:  # no process (fork refused under a memory limit): the tour runs them

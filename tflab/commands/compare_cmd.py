@@ -59,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
     # Peak copies: the numpy draw and the tensor, then per mode the outputs (as large as the
     # inputs for an elementwise function) and, with gradients, one gradient per input.
     copies = 2 + len(MODES) * (1 if args.no_grad else 2)
+    from tflab._memory import ulp_step_copies  # and the ULP step's int64/float64 copies (B16)
+
+    copies += max((ulp_step_copies(s.dtype.size) for s in specs if s.dtype.is_floating), default=0)
     if all(n <= MAX_RANDOM_BYTES for n in sizes):  # else materialize names the argument over its cap
         check_fits(sum(sizes), copies, "compare",
                    "use a smaller shape" + ("" if args.no_grad else " or --no-grad"))

@@ -18,7 +18,6 @@ import shutil
 import signal
 import socket
 import sys
-import tempfile
 import time
 from typing import Callable, Sequence
 
@@ -75,9 +74,22 @@ def _last_line(path: str) -> str:
             lines = [ln.strip() for ln in f if ln.strip()]
     except OSError:
         return ""
-    # TF's C++ log lines (I0000 …, W0000 …) are noise next to the Python error.
-    py = [ln for ln in lines if not re.match(r"^[IWEF]\d{4} ", ln) and not ln.startswith("WARNING: All log")]
-    return (py or lines or [""])[-1][:300]
+    # TF's C++ log lines (I0000 …, W0000 …, E0000 … cuInit) are noise next to the Python error: never the
+    # cause (issue 33 B18: os._exit(5) in the step was reported with the cuInit line). A fatal F line is kept.
+    py = [ln for ln in lines if not re.match(r"^[IWE]\d{4} ", ln) and not ln.startswith("WARNING: All log")]
+    return (py or [""])[-1][:300]
+
+
+OS_EXIT_MARK = "tflab-worker: os._exit"  # the worker's last stderr line when the user's code calls os._exit
+
+
+def _exit_words(code: int, last: str) -> str:
+    """How a worker ended, for the error line: the user's os._exit named as the other verbs do."""
+    if last.startswith(OS_EXIT_MARK):
+        n = last[len(OS_EXIT_MARK):].strip("() ")
+        return (f"exited with status {code}: your code ended the process with os._exit({n}); "
+                f"return or raise instead")
+    return f"exited with status {code}" + (f": {last}" if last else "")
 
 
 def _child_env(extra: dict) -> dict:
@@ -118,7 +130,9 @@ def run_children(specs: Sequence[tuple[str, list[str], dict]], timeout: float,
     """
     from tflab._subprocess import ChildGroup
 
-    tmp = tempfile.mkdtemp(prefix="tflab_distribute_")
+    from tflab._paths import owned_temp_dir
+
+    tmp = str(owned_temp_dir("tflab_distribute_"))  # carries its owner: swept after a SIGKILL or a lost thread
     files = []
     try:
         with ChildGroup() as children:
@@ -142,10 +156,10 @@ def run_children(specs: Sequence[tuple[str, list[str], dict]], timeout: float,
                     if progress:
                         progress(f"{label} finished")
                     return
-                how = f"was killed by {_signal_name(code)}" if code < 0 else f"exited with status {code}"
                 last = _last_line(err_path)
+                how = f"was killed by {_signal_name(code)}" if code < 0 else _exit_words(code, last)
                 others = [lbl for lbl, q, _, _ in files if q.poll() is None]
-                raise WorkerError(f"{label} (pid {p.pid}) {how}" + (f": {last}" if last and code > 0 else "")
+                raise WorkerError(f"{label} (pid {p.pid}) {how}"
                                   + (f"; stopped {', '.join(others)}" if others else ""))
 
             still = children.wait(timeout, on_exit)

@@ -166,6 +166,9 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
     Raises:
         UsageError: examples do not match a signature.
     """
+    from tflab._argcheck import check_bytes  # issue 33 B12: a bytearray was "unhashable"
+
+    model = check_bytes(model, "model", "check_tflite") if isinstance(model, (bytearray, memoryview)) else model
     from ai_edge_litert.interpreter import Interpreter
 
     saved_model_dir = os.fspath(saved_model_dir)

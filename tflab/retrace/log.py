@@ -443,9 +443,12 @@ def trace_script(path: str, argv: Sequence[str] = (), include_internal: bool = F
     Raises:
         UsageError: ``path`` does not exist or is not a ``.py`` file.
     """
+    from tflab._argcheck import check_input_file, check_str_sequence  # issue 33 B9, B1
     from tflab._target import user_frame
     from tflab._usercode import process_guard
 
+    argv = check_str_sequence(argv, "argv", "trace_script")
+    check_input_file(path, "script", "trace_script")
     if not isinstance(path, (str, os.PathLike)):
         raise UsageError(f"trace_script takes the path of a .py file, got {type(path).__name__} {path!r}")
     path = os.fspath(path)

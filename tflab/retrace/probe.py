@@ -297,6 +297,9 @@ class RetraceProbe:
                 dataclass): the message names the parameter and the fixes.
             Whatever the function raises while tracing or running.
         """
+        from tflab._argcheck import check_binds  # issue 33 B10: TF's raw "Binding inputs … failed"
+
+        check_binds(self.function.python_function, args, kwargs, "RetraceProbe", self.function_name)
         self.calls += 1
         before = self._count
         try:

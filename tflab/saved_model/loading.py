@@ -1,14 +1,19 @@
 """Reading a SavedModel: the folder checks, one cached ``tf.saved_model.load``, and its SignatureDefs' tensors.
 
-`load_saved_model` keeps the last SavedModel loaded (keyed by its folder and
-``saved_model.pb``'s mtime), so the TFLite checks after a round trip do not load
-it again. `signature_inputs`/`signature_outputs` read a loaded signature
+`load_saved_model` is the one SavedModel loader (export, check-tflite, the tour,
+the API): every unreadable or inconsistent SavedModel (no ``variables/``, a
+truncated or empty ``saved_model.pb``, variables of other shapes) is one
+`UsageError` line. It keeps the last SavedModel loaded, keyed by its content
+(``saved_model.pb``'s and ``variables.index``'s bytes, and each variables data
+file's size and inode), not by an mtime, so a replaced ``variables/`` folder is
+read afresh; the TFLite checks after a round trip do not load it again. `signature_inputs`/`signature_outputs` read a loaded signature
 function's `tf.TensorSpec`s as `TensorInfo`s; `normalize_outputs` names outputs
 the way a SignatureDef does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any, Mapping
 
@@ -23,12 +28,25 @@ __all__ = ["DEFAULT_SIGNATURE", "remember_loaded", "require_saved_model_dir", "r
 DEFAULT_SIGNATURE = "serving_default"  # tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
 
 
-_LOADED: dict[tuple[str, int], Any] = {}
+_LOADED: dict[tuple, Any] = {}
 
 
-def _load_key(path: str) -> tuple[str, int]:
-    pb = os.path.join(path, "saved_model.pb")
-    return os.path.realpath(path), (os.stat(pb).st_mtime_ns if os.path.exists(pb) else 0)
+def _load_key(path: str) -> tuple:
+    """The folder and a digest of what a load reads: ``saved_model.pb``, ``variables.index`` (bytes) and
+    each variables shard's size, inode and mtime (a shard is GBs; a replaced one is a new inode)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in ("saved_model.pb", "saved_model.pbtxt", os.path.join("variables", "variables.index")):
+        with contextlib.suppress(OSError):
+            with open(os.path.join(path, name), "rb") as f:
+                digest.update(name.encode() + b"\0" + f.read() + b"\0")
+    var_dir = os.path.join(path, "variables")
+    with contextlib.suppress(OSError):
+        for name in sorted(os.listdir(var_dir)):
+            st = os.stat(os.path.join(var_dir, name))
+            digest.update(f"{name}:{st.st_size}:{st.st_ino}:{st.st_mtime_ns};".encode())
+    return os.path.realpath(path), digest.hexdigest()
 
 
 def remember_loaded(path: str | os.PathLike, loaded: Any) -> None:
@@ -47,11 +65,15 @@ def require_saved_model_dir(path: Any, what: str = "saved_model_dir") -> str:
     if not isinstance(path, (str, os.PathLike)):
         raise UsageError(f"{what} must be a SavedModel folder path (str or os.PathLike), got {type(path).__name__}")
     path = os.fspath(path)
-    if not os.path.exists(path):
+    if not os.path.exists(path) and not os.path.islink(path):
         raise UsageError(f"{what} {path!r} does not exist: give a SavedModel folder (e.g. from save_and_reload)")
-    if not os.path.isdir(path):
+    if os.path.isfile(path):
         raise UsageError(f"{what} {path!r} is a file, not a SavedModel folder: give the folder holding "
                          f"saved_model.pb")
+    from tflab._paths import input_path
+
+    # A FIFO, a device, a symlink loop: named as such, without opening it (the one input place).
+    input_path(path, what, want="folder", what="a SavedModel folder (the folder holding saved_model.pb)")
     if not any(os.path.isfile(os.path.join(path, f)) for f in ("saved_model.pb", "saved_model.pbtxt")):
         raise UsageError(f"{what} {path!r} is a folder without saved_model.pb, so not a SavedModel")
     return path
@@ -85,18 +107,45 @@ def require_readable_saved_model(path: Any, what: str = "saved_model_dir") -> st
     return path
 
 
-def load_saved_model(path: str | os.PathLike) -> Any:
-    """`tf.saved_model.load`, reusing the last load of the same folder and saved_model.pb version."""
+def load_saved_model(path: str | os.PathLike, what: str = "saved_model_dir") -> Any:
+    """`tf.saved_model.load`, reusing the last load of the same folder and content; the one SavedModel loader.
+
+    Args:
+        path: the SavedModel folder.
+        what: the argument's name, for messages (``"SAVED_MODEL"`` from the CLI).
+
+    Returns:
+        The loaded object (``tf.saved_model.load``'s ``_UserObject``).
+
+    Raises:
+        UsageError: not a SavedModel folder; ``saved_model.pb`` unreadable; TF could not load it
+            (``variables/`` missing: TF's ``FileNotFoundError … TensorSliceReader``; variables of
+            other shapes: ``ValueError: Received incompatible tensor``), in one line.
+    """
     import tensorflow as tf
 
-    path = os.fspath(path)
+    path = require_readable_saved_model(path, what)
     key = _load_key(path)
     if key not in _LOADED:
         from tflab.custom_op_loader import load_custom_ops_for
 
         load_custom_ops_for(path)
-        remember_loaded(path, tf.saved_model.load(path))
+        try:
+            loaded = tf.saved_model.load(path)
+        except Exception as e:  # noqa: BLE001  (whatever TF raises on a user's folder: unreadable)
+            raise UsageError(f"{what} {path!r} is not a readable SavedModel ({_first_line(e)}); "
+                             f"export it again") from None
+        _LOADED.clear()  # one at a time: a loaded model holds its variables in memory
+        _LOADED[key] = loaded
     return _LOADED[key]
+
+
+def _first_line(e: BaseException) -> str:
+    """``Type: first line of the message`` (TF's messages run to pages), cut to 200 characters."""
+    text = (str(e).strip().splitlines() or [""])[0]
+    if isinstance(e, Exception) and "variables" in str(e) and "TensorSliceReader" in str(e):
+        text = "its variables/ folder is missing or unreadable: " + text
+    return f"{type(e).__name__}: {text[:200]}"
 
 
 def tensor_info(name: str, spec) -> TensorInfo:
