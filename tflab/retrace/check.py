@@ -291,8 +291,10 @@ class Bench:
         return [c for c in self.calls if c.ok]
 
     def your_calls(self) -> str:
-        n = self.n_calls or len(self.calls)
-        return f"your {n} call{'s' * (n != 1)}"
+        if not self.n_calls:  # calls not counted (a log): the signatures that traced
+            n = len(self.calls)
+            return f"the {n} call signature{'s' * (n != 1)} that traced"
+        return f"your {self.n_calls} call{'s' * (self.n_calls != 1)}"
 
     def run(self, key: str, calls: Sequence[Recorded], *, input_signature: Any = None,
             reduce_retracing: bool = False, transform: Callable[[Recorded], Mapping[str, Node]] | None = None,

@@ -336,7 +336,7 @@ def _checked(traces: Sequence[Trace], body: Any, n_calls: int | None, event: Tra
     if not any(t.details for t in traces):
         return list(traces)
     opts = dict(event.options or {})
-    bench = Bench(body, recorded_calls(traces), n_calls or len(traces),
+    bench = Bench(body, recorded_calls(traces), n_calls or 0,
                   sum(t.kind != "failed" for t in traces), opts)
     if body is None:
         bench.body = None
