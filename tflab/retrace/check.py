@@ -530,9 +530,9 @@ class _Planner:
                 f"function on the {len(calls)} call signature(s) {b.your_calls()} used, in order",
                 goal=_fewer(b), summary=lambda o: traces_text(o, b)))
         plan = fx.first_working(cands)
-        if rr is not None:  # TF's own alternative, run too: shown as "also:" when it works
-            plan = (fx.FixPlan(plan.fix, plan.tried + (rr(),)) if plan.fix is not None and plan.fix.checked
-                    else fx.first_working(list(plan.tried) + [rr]))
+        if rr is not None and not (plan.fix is not None and plan.fix.checked):
+            # TF's own alternative, run only when no input_signature worked (it costs a trace per shape)
+            plan = fx.first_working(list(plan.tried) + [rr])
         self.cache[key] = plan
         return plan
 

@@ -68,6 +68,14 @@ class StaleRead:
         return (f"pass {self.name} as an argument (a tensor, so changing it needs no retrace) "
                 f"or keep it in a tf.Variable and .assign() new values")
 
+    @property
+    def fix_record(self) -> Any:
+        """The `tflab.fix.Fix` printed: not run, since it changes the function's parameters or globals."""
+        from tflab import fix as fx
+
+        return fx.unchecked("code", "", self.fix, f"it changes how your function reads {self.name}; "
+                            "tflab does not rewrite your source here")
+
 
 
 # ---------------------------------------------------------------------------
@@ -538,7 +546,7 @@ class RetraceProbe:
         for t in self.traces:
             lines.extend("  " + ln for ln in t.to_text().splitlines())
         for s in self.stale:
-            lines.append(f"  stale: {s.text}\n      fix: {s.fix}")
+            lines.append(f"  stale: {s.text}\n      {s.fix_record.line()}")
         for e in self.side_effects:
             lines.append(f"  side effect: {e}")
         return "\n".join(lines)
@@ -550,7 +558,8 @@ class RetraceProbe:
                 "tf_tracing_count": self.tf_tracing_count, "calls": self.calls,
                 "original_tracing_count": self.original_tracing_count,
                 "traces": [t.to_dict() for t in self.traces],
-                "stale": [dataclasses.asdict(s) | {"text": s.text, "fix": s.fix} for s in self.stale],
+                "stale": [dataclasses.asdict(s) | {"text": s.text, "fix": s.fix,
+                                                   "fix_record": s.fix_record.to_dict()} for s in self.stale],
                 "side_effects": self.side_effects}
 
     def _repr_html_(self) -> str:
