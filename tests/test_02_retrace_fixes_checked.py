@@ -319,10 +319,28 @@ for k in ({k1}, {k2}):
 """
 
 
+ROW1 = """
+import tensorflow as tf
+@tf.function
+def add(a, b):
+    return a + b
+add(tf.constant(1), tf.constant(2)); add(tf.constant([1, 2]), tf.constant([3, 4]))
+add(tf.constant([5, 6]), tf.constant([7, 8]))
+"""
+
+
 def _script(tmp_path, name, text):
     path = tmp_path / name
     path.write_text(textwrap.dedent(text))
     return trace_script(str(path))
+
+
+def test_row1_through_tflab_retrace_the_log_path_runs_the_same_fix(tmp_path):
+    (f,) = _script(tmp_path, "row1.py", ROW1).functions
+    plan = _plan(f.traces[1])
+    assert plan.fix.checked and "tf.TensorSpec(None, tf.int32)" in plan.fix.change
+    assert plan.tried[0].failed and plan.tried[0].result.startswith("rejects call 1 (trace #1): Can not cast")
+    assert plan.fix.result == "1 trace for your 3 calls, instead of 2"
 
 
 def test_row4_names_the_enclosing_function_and_checks_one_tf_function(tmp_path):

@@ -64,7 +64,7 @@ class Recorded(NamedTuple):
 
     @property
     def name(self) -> str:
-        return f"call {self.call}" if self.call else f"trace #{self.trace}"
+        return f"call {self.call}" if self.call else f"the call of trace #{self.trace}"
 
 
 # ---------------------------------------------------------------------------
@@ -327,7 +327,8 @@ class Bench:
             except TypeError as e:
                 if "Binding inputs" in str(e) or "Can not cast" in str(e):
                     out = Outcome(int(f.experimental_get_tracing_count()),
-                                  rejected=f"rejects {c.name} (trace #{c.trace}): {_bind_reason(str(e))}")
+                                  rejected=f"rejects {c.name}{f' (trace #{c.trace})' if c.call else ''}: "
+                                           f"{_bind_reason(str(e))}")
                 else:
                     out = Outcome(int(f.experimental_get_tracing_count()),
                                   error=f"the trace for {c.name} raised {_err(e)}")

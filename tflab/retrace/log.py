@@ -153,7 +153,9 @@ class LiveExplainer:
     argument object alive or collected as TF did when it looked the call up.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, calls: dict | None = None) -> None:
+        # {event key: eager calls so far} (`trace_script`'s counter): a trace's call number
+        self.calls = calls
         self._history: dict[Any, tuple[list[Trace], list[str | None]]] = {}
         # key -> the body's trace-time side effects, read while the tf.function is alive
         self.effects: dict[Any, list[SideEffect]] = {}
@@ -175,7 +177,8 @@ class LiveExplainer:
             self.effects[event.key] = _user_effects(fn)
             self.configs[event.key] = _configuration(fn)
         traces, contexts = hist
-        t = trace_from_event(event, len(traces) + 1, traces, contexts, outcome_known=False)
+        call = self.calls.get(event.key, 0) if self.calls is not None else 0
+        t = trace_from_event(event, len(traces) + 1, traces, contexts, outcome_known=False, call=call)
         fn = event.function_object()
         body = getattr(fn, "python_function", None) if fn is not None else None
         if body is not None:
@@ -618,8 +621,8 @@ def trace_script(path: str, argv: Sequence[str] = (), include_internal: bool = F
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     error = note = None
     identify = ObjectSerials()
-    explainer = LiveExplainer()
     calls: dict[Any, int] = {}
+    explainer = LiveExplainer(calls)
 
     def count(fn: Any) -> None:
         key = identify(fn)
