@@ -241,6 +241,30 @@ def test_row6_a_new_adam_per_experiment_gets_optimizer_build_and_a_function_per_
         step(model, x, y, opt)
 
 
+def train_step_with_a_layer(model, x, y, optimizer):
+    import keras
+
+    extra = keras.layers.Dense(1)   # a new layer, and new tf.Variables, on every trace
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x) + extra(x) - y))
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+
+
+def test_the_optimizer_fixes_fail_and_are_not_printed_when_the_step_also_builds_a_layer():
+    import keras
+
+    p = RetraceProbe(train_step_with_a_layer)
+    model, opt = _make_model(), keras.optimizers.Adam(1e-3)
+    with pytest.raises(ValueError, match="singleton"):
+        p(model, tf.ones([8, 4]), tf.zeros([8, 1]), opt)
+    plan = next(r.plan for r in p.traces[-1].details if r.kind == "variable_per_trace")
+    assert [f.kind for f in plan.tried] == ["optimizer_build", "move"]
+    assert plan.fix is None and all(f.failed and "singleton" in f.result for f in plan.tried)
+    assert "optimizer.build" not in p.traces[-1].fixes[-1].split("worked on your case")[0]
+
+
 # --- item 4: a retrace with equal TraceTypes names the part of TF's cache key -------------------
 
 

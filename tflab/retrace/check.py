@@ -677,7 +677,14 @@ class _Planner:
 
             f = tf.function(body)
             a, k = args_with(fresh_optimizer(opt))
-            f.get_concrete_function(*a, **k)
+            try:
+                f.get_concrete_function(*a, **k)
+            except (KeyboardInterrupt, SystemExit, NotRebuilt):
+                raise
+            except Exception as e:  # noqa: BLE001 - the user's step may raise anything
+                if not (build_first or per_experiment):
+                    raise
+                return False, f"the first experiment raised {_err(e)}"
             second = fresh_optimizer(opt)
             if build_first:
                 if model is None:
@@ -685,7 +692,14 @@ class _Planner:
                 second.build(model.trainable_variables)
             g = tf.function(body) if per_experiment else f
             a, k = args_with(second)
-            g.get_concrete_function(*a, **k)
+            try:
+                g.get_concrete_function(*a, **k)
+            except (KeyboardInterrupt, SystemExit, NotRebuilt):
+                raise
+            except Exception as e:  # noqa: BLE001
+                if not (build_first or per_experiment):
+                    raise
+                return False, f"the second experiment raised {_err(e)}"
             return True, "the second experiment traces without the ValueError"
 
         def baseline() -> str | None:
