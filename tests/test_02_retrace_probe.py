@@ -436,7 +436,9 @@ def test_variable_created_on_every_call_is_a_failed_trace_with_its_cause():
         "first trace created one, TF traced again with variable creation disabled (TF: \"tf.function "
         "only supports singleton tf.Variables created on the first call\")"]
     assert failed.fixes == ["create it once outside the function, or guard it with "
-                            "`if self.v is None` so only the first trace creates it"]
+                            "`if self.v is None` so only the first trace creates it (not checked: tflab "
+                            "cannot move your tf.Variable for you)"]
+    assert failed.details[-1].fix_record.status == "not checked"
     assert "garbage-collected" not in probe.to_text()
     # Each later call traces again (nothing was cached for creation disabled) and fails the same way.
     with pytest.raises(ValueError):
@@ -510,7 +512,9 @@ def test_shape_fix_knows_reduce_retracing_is_on():
         plain(tf.ones([n]))
         relaxed(tf.ones([n]))
     assert (plain.trace_count, relaxed.trace_count) == (3, 2)
-    assert "or use reduce_retracing=True" in plain.traces[1].fixes[0]
+    # The input_signature was run and works; reduce_retracing (the fallback) is run only when none does.
+    assert "input_signature=[tf.TensorSpec([None], tf.float32)] (checked: 1 trace" in plain.traces[1].fixes[0]
+    assert "reduce_retracing=True" not in plain.traces[1].fixes[0]
     fix = relaxed.traces[1].fixes[0]
     assert "reduce_retracing=True" not in fix
     assert fix.startswith("reduce_retracing is already on") and "input_signature" in fix

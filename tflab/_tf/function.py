@@ -209,6 +209,17 @@ def last_cache_entry(fn: Any) -> Any:
         return None
 
 
+def context_fields(function_context: Any) -> dict[str, str] | None:
+    """``{field: repr}`` of a FunctionContext's ``context``: TF 2.21's ``function_context.EagerContext``
+    (parent_graph, device_functions, colocation_stack, in_cross_replica_context, variable_policy,
+    xla_context_id), the part of the trace cache key beside the FunctionType; None when not a NamedTuple."""
+    inner = getattr(function_context, "context", None)
+    fields = getattr(inner, "_fields", None)
+    if not fields:
+        return None
+    return {f: repr(getattr(inner, f)) for f in fields}
+
+
 def method_instances(fn: Any) -> list[Any]:
     """The per-instance tf.functions TF made for a ``@tf.function`` method (``Function.__get__``)."""
     cache = getattr(fn, "_descriptor_cache", None)
@@ -230,6 +241,15 @@ def unwrap(fn: Any) -> Any:
     import tensorflow as tf
 
     return tf.__internal__.decorator.unwrap(fn)[1]
+
+
+def method_target_freed(python_function: Any) -> bool:
+    """A tf.function method's Python function whose instance (TF's TfMethodTarget weak reference) is gone."""
+    try:
+        holder = getattr(unwrap(python_function), "__self__", None)
+        return type(holder).__name__ == "TfMethodTarget" and holder.target is None
+    except Exception:
+        return False
 
 
 def method_instance(fn: Any) -> Any:

@@ -61,6 +61,18 @@ def _rule_created_in_function(exc, ctx, frames, filename, line, loc, src, node):
     common = ("TF traces a function that creates tf.Variables twice on its first call and lets only "
               "the first trace create them (the second runs under invalid_creator_scope, "
               "polymorphic_function.py); this line creates a new one on every trace")
+    applied = next((c for c in ast.walk(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                    and c.func.attr == "apply_gradients"), None) if node is not None else None
+    if found is None and applied is not None:  # a Keras optimizer's slots, made in its first apply_gradients
+        opt = ast.unparse(applied.func.value)
+        src_vars = next((ast.unparse(n.value) for n in ast.walk(applied) if isinstance(n, ast.Attribute)
+                         and n.attr == "trainable_variables"), "model")
+        return _make(ctx, exc, "variable-created-in-function", filename, line,
+                     f"`{opt}` is a Keras optimizer: it creates its slot variables in its first apply_gradients, "
+                     "inside the tf.function, so a new optimizer (or model) after the first trace creates "
+                     "tf.Variables on a later trace", f"call `{opt}.build({src_vars}.trainable_variables)` before "
+                     "the training loop, or make a new tf.function per model and optimizer (both are run on "
+                     "your calls by tflab.RetraceProbe)")
     if found is None:
         return _make(ctx, exc, "variable-created-in-function", filename, line,
                      common, "create the tf.Variable once outside the tf.function, or guard it: "

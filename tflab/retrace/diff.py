@@ -29,7 +29,8 @@ dispatch compared with: a dim already relaxed to None is never blamed.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, NamedTuple, Sequence
+import re
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from tflab.retrace.nodes import Node, _collected, _fmt_shape, function_type_inputs, node_of, nodes_of
 from tflab.retrace.records import (FIXES, FIXES_WITH_REDUCE_RETRACING, NO_VARIABLE_CREATION,
@@ -346,15 +347,19 @@ def _explain(new: Mapping[str, Node], previous: Sequence[Trace], *, scope: str |
     runner_up = None
     if len(ranked) > 1 and reasons and len(ranked[1].reasons) == len(reasons):
         runner_up = ranked[1]
+        # A tie: headline the trace this call would hit once its reasons' changes are made
+        # (measured on the TraceType trees: the call changed so equals that trace's), P2.
+        if not _hits(new, ranked[0]) and _hits(new, runner_up):
+            runner_up, (nearest, reasons) = ranked[0], runner_up
+            reasons = [dataclasses.replace(r, text=r.text.replace("trace #N", f"trace #{nearest.index}"))
+                       for r in reasons]
     if not reasons:
         ctxs = previous_contexts or ()
         pos = nearest.index - previous[0].index  # traces are numbered in order…
         if not (0 <= pos < len(previous) and previous[pos] is nearest):  # …but failed ones are left out
             pos = next(i for i, p in enumerate(previous) if p is nearest)
         if context is not None and pos < len(ctxs) and ctxs[pos] is not None and ctxs[pos] != context:
-            reasons = [Reason("", "context", ctxs[pos], context,
-                              "same inputs, but called from a different FunctionContext "
-                              "(device scope, outer graph or strategy)", FIXES["context"])]
+            reasons = [_context_reason(ctxs[pos], context, nearest.index)]
         else:
             maybe_failed = "" if outcome_known else f", or trace #{nearest.index} raised"
             reasons = [Reason("", "unexplained", "", "",
@@ -362,6 +367,32 @@ def _explain(new: Mapping[str, Node], previous: Sequence[Trace], *, scope: str |
                               f"(an argument object was garbage-collected, the cache was cleared"
                               f"{maybe_failed})", FIXES["unexplained"])]
     return "retrace", nearest.index, reasons, runner_up
+
+
+def _hits(new: Mapping[str, Node], cand: "_Candidate") -> bool:
+    earlier = _cached_nodes(cand.trace)
+    fixed = dict(new)
+    for r in cand.reasons:
+        fixed = like_trace(fixed, r, earlier)
+    return same_types(fixed, earlier)
+
+
+def _context_reason(old: Any, new: Any, index: int) -> Reason:
+    """The part of TF's FunctionContext (its cache key beside the FunctionType) that differs."""
+    changes = context_change(old, new) if isinstance(old, Mapping) and isinstance(new, Mapping) else []
+    if not changes:
+        return Reason("", "context", str(old), str(new), "same inputs, but called from a different "
+                      "FunctionContext (device scope, outer graph or strategy)", FIXES["context"])
+    parts = [c[1] for c in changes]
+    text = (f"same input TraceTypes as trace #{index}, but TF's cache key differs in its FunctionContext: "
+            + context_text(changes))
+    if parts == ["save context"]:
+        fix = ("nothing to fix in your calls: tf.saved_model.save traces each tf.function again inside its "
+               "save context, once per saved signature")
+    else:
+        fix = FIXES["context"]
+    return Reason("", "context", "; ".join(f"{c[0]}={c[2]}" for c in changes),
+                  "; ".join(f"{c[0]}={c[3]}" for c in changes), text, fix)
 
 
 def explain(inputs: Any, previous: Sequence[Trace], *, scope: str | None = None,
@@ -478,6 +509,146 @@ def make_trace(index: int, inputs: Any, previous: Sequence[Trace], *,
                  traced_labels=tuple((n, c.label) for n, c in traced.items()) if relaxed else (),
                  nodes=new, traced_nodes=traced if traced is not None else new,
                  options=dict(options) if options else None, site=site)
+
+
+# ---------------------------------------------------------------------------
+# Paths into Node trees
+# ---------------------------------------------------------------------------
+
+_TOKEN = re.compile(r"\[((?:'[^']*'|\"[^\"]*\"|[^\]])+)\]|\.(\w+)")
+
+
+def _split(path: str) -> tuple[str, list[str]]:
+    head = re.match(r"^[^\[.]+", path)
+    name = head.group(0) if head else path
+    return name, [a or b for a, b in _TOKEN.findall(path[len(name):])]
+
+
+def _child(node: Node, key: str) -> Node | None:
+    for k, c in node.children:
+        if k == key or k.strip("'\"") == key.strip("'\""):
+            return c
+    return None
+
+
+def node_at(nodes: Mapping[str, Node], path: str) -> Node | None:
+    """The Node at a reason's parameter path (``x``, ``d['l']``, ``cfg.scale``), or None."""
+    name, keys = _split(path)
+    node = nodes.get(name)
+    for k in keys:
+        if node is None:
+            return None
+        node = _child(node, k)
+    return node
+
+
+def replace_at(nodes: Mapping[str, Node], path: str, fn: Callable[[Node], Node]) -> dict[str, Node]:
+    """A copy of ``nodes`` with the Node at ``path`` replaced by ``fn(node)`` (unchanged if absent)."""
+    name, keys = _split(path)
+    out = dict(nodes)
+    if name not in out:
+        return out
+
+    def walk(node: Node, rest: list[str]) -> Node:
+        if not rest:
+            return fn(node)
+        kids = tuple((k, walk(c, rest[1:]) if (k == rest[0] or k.strip("'\"") == rest[0].strip("'\"")) else c)
+                     for k, c in node.children)
+        return node._replace(children=kids)
+
+    out[name] = walk(out[name], keys)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# "Make it like trace #P": the smallest change of one reason, for ties and structure fixes
+# ---------------------------------------------------------------------------
+
+
+def _bare(node: Node) -> Any:
+    """A Node without its labels (a List and a Tuple of the same items differ only in ``name``)."""
+    return (node.kind, node.name, node.shape, node.dtype, node.value if node.kind != "object" else node.value[:2]
+            if isinstance(node.value, tuple) else node.value,
+            tuple((k, _bare(c)) for k, c in node.children))
+
+
+def same_types(a: Mapping[str, Node], b: Mapping[str, Node]) -> bool:
+    """Two FunctionType trees are the same TraceTypes (labels aside)."""
+    return list(a) == list(b) and all(_bare(a[n]) == _bare(b[n]) for n in a)
+
+
+def like_trace(nodes: Mapping[str, Node], reason: Any, earlier: Mapping[str, Node]) -> dict[str, Node]:
+    """``nodes`` with only the change ``reason`` names undone, as the earlier trace had it.
+
+    A dict's keys: the keys become the earlier ones, the values of the keys
+    both have stay this call's. A list <-> tuple: the container only. A dtype:
+    the dtype only. Anything else at the path: the earlier trace's value there.
+    """
+    path, kind = reason.parameter, reason.kind
+    if not path:
+        return dict(nodes)
+    old = node_at(earlier, path)
+    if kind == "signature":
+        out = dict(nodes)
+        if old is None:
+            out.pop(path, None)
+        else:
+            out[path] = old
+        return {n: out[n] for n in earlier if n in out}
+    if old is None:
+        return dict(nodes)
+
+    def change(cur: Node) -> Node:
+        if kind == "keys" and cur.kind == "map" and old.kind == "map":
+            mine = dict(cur.children)
+            return cur._replace(children=tuple((k, mine.get(k, c)) for k, c in old.children))
+        if kind == "kind" and cur.kind == "seq" and old.kind == "seq":
+            return cur._replace(name=old.name)
+        if kind == "dtype" and cur.kind == old.kind:
+            return cur._replace(dtype=old.dtype)
+        return old
+
+    return replace_at(nodes, path, change)
+
+
+# ---------------------------------------------------------------------------
+# The FunctionContext: which part of TF's cache key changed
+# ---------------------------------------------------------------------------
+
+# TF 2.21 function_context.EagerContext fields -> what they are (make_function_context).
+_CONTEXT_PARTS = {
+    "variable_policy": ("save context", "tf.saved_model.save traced it in its save context (SaveOptions."
+                        "experimental_variable_policy is part of TF's cache key)"),
+    "parent_graph": ("graph", "called from inside another graph (an outer tf.function or a tf.Graph) "
+                     "instead of eagerly, or from another graph"),
+    "device_functions": ("device scope", "called under another device scope (tf.device)"),
+    "colocation_stack": ("colocation", "called under another colocation scope"),
+    "in_cross_replica_context": ("distribution scope", "called in another tf.distribute context "
+                                 "(cross-replica vs replica)"),
+    "xla_context_id": ("XLA context", "called inside another XLA (jit_compile) context"),
+}
+
+
+def context_change(old: Mapping[str, str] | None, new: Mapping[str, str] | None) -> list[tuple[str, str, str, str]]:
+    """(field, part, old, new) for each field of TF's FunctionContext that differs, in TF's field order."""
+    if not old or not new:
+        return []
+    out = []
+    for f in new:
+        if f in old and old[f] != new[f]:
+            out.append((f, _CONTEXT_PARTS.get(f, (f, ""))[0], old[f], new[f]))
+    return out
+
+
+def context_text(changes: Sequence[tuple[str, str, str, str]]) -> str:
+    parts = []
+    for f, part, old, new in changes:
+        what = _CONTEXT_PARTS.get(f, (part, ""))[1]
+        if f == "parent_graph":
+            old = "eager" if old == "None" else "a graph"
+            new = "eager" if new == "None" else ("another graph" if old == "a graph" else "a graph")
+        parts.append(f"{part}: {what} ({f} {old} -> {new})")
+    return "; ".join(parts)
 
 
 # ---------------------------------------------------------------------------

@@ -120,6 +120,9 @@ class TraceEvent:
     # the history (`tflab.retrace.log`), so an argument object's liveness is
     # judged when TF looked it up; [] until then.
     explained: list = dataclasses.field(default_factory=list, repr=False, compare=False)
+    # TF's FunctionContext.context as {field: repr} (`tflab._tf.function.context_fields`): which part
+    # of the cache key beside the FunctionType differs (save context, graph, device, strategy).
+    context_fields: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def relaxed(self) -> bool:
@@ -208,7 +211,8 @@ def event_from_frame(frame: Any, identify: Callable[[Any], Any] | None = None) -
         lookup_type=lookup, traced_type=traced, options=_options(loc, fn),
         site=_user_site(fn_frame if fn_frame is not None else frame), replica=_replica(),
         source="frame", tf_function=weakref.ref(fn) if fn is not None else None,
-        nodes=nodes, traced_nodes=nodes if traced is lookup else nodes_of(traced))
+        nodes=nodes, traced_nodes=nodes if traced is lookup else nodes_of(traced),
+        context_fields=_tf.context_fields(ctx))
 
 
 def current_trace_event(identify: Callable[[Any], Any] | None = None) -> TraceEvent | None:

@@ -82,6 +82,7 @@ class _FunctionWatch:
         self.prior_keys = {i: _tf.cache_keys(f) for i, (f, _) in self.counts.items()}
         self._log = capture_explained()
         self.logged = self._log.__enter__()
+        self.checkable: list[tuple[Any, list[Trace]]] = []
 
     def finish(self, result: TraceExpectation) -> list[tuple[str, list[Trace]]]:
         """Stops reading the log; fills ``result``; returns (label, traces) per object that traced."""
@@ -104,8 +105,23 @@ class _FunctionWatch:
                 continue
             prior, contexts = cached_traces(f, self.prior_keys.get(i, []))
             traces = explain_records(mine, prior, contexts, reduce_retracing)
+            self.checkable.append((f, prior))
             out.append((function_owner(f) if f is not self.fn else "", traces))
             result.traces.extend(traces)
+        return out
+
+    def checked(self, groups: list[tuple[str, list[Trace]]]) -> list[tuple[str, list[Trace]]]:
+        """The groups with each fix run on a fresh tf.function over the cached and new call signatures."""
+        from tflab.retrace.check import Bench, plan_fixes, recorded_calls
+
+        out = []
+        for (owner, traces), (f, prior) in zip(groups, self.checkable):
+            every = list(prior) + list(traces)
+            options = {"reduce_retracing": _tf.reduce_retracing(f),
+                       "input_signature": getattr(f, "input_signature", None) is not None}
+            bench = Bench(getattr(f, "python_function", None), recorded_calls(every), 0,
+                          sum(t.kind != "failed" for t in every), options)
+            out.append((owner, plan_fixes(every, bench)[len(prior):]))
         return out
 
 
@@ -154,6 +170,9 @@ class _ExpectTraces:
         if no_probe_call is not None:
             raise no_probe_call
         if result.count > self.at_most:
+            if self._watch is not None:  # the fixes are run only when they are printed
+                groups = self._watch.checked(groups)
+                result.traces = [tr for _, trs in groups for tr in trs]
             raise RetraceError(_retrace_message(name, result, self.at_most, groups),
                                result.traces, result.count, self.at_most)
         return False

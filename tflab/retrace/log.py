@@ -63,6 +63,8 @@ class FunctionTraces(Report):
     label: str = ""
     calls: int | None = None
     side_effects: tuple[str, ...] = ()
+    # The Python function's full qualified name (``Net.run.<locals>.step``): where it is defined.
+    qualname: str = ""
     config: dict = config_field()
 
     @property
@@ -130,7 +132,7 @@ def trace_from_event(event: TraceEvent, index: int, previous: Sequence[Trace],
     """
     structured = event.nodes is not None
     return make_trace(index, event.nodes if structured else event.inputs, previous,
-                      scope=event.scope, context=event.context,
+                      scope=event.scope, context=event.context_fields or event.context,
                       previous_contexts=previous_contexts,
                       traced_as=event.traced_nodes if structured else None,
                       inputs_text=event.inputs,
@@ -151,10 +153,18 @@ class LiveExplainer:
     argument object alive or collected as TF did when it looked the call up.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, calls: dict | None = None) -> None:
+        # {event key: eager calls so far} (`trace_script`'s counter): a trace's call number
+        self.calls = calls
         self._history: dict[Any, tuple[list[Trace], list[str | None]]] = {}
         # key -> the body's trace-time side effects, read while the tf.function is alive
         self.effects: dict[Any, list[SideEffect]] = {}
+        # key -> the Python function of an object that retraced, kept for checking its fixes
+        # (`tflab.retrace.check`); qualname -> the latest object's, for a name many objects share
+        self.bodies: dict[Any, Any] = {}
+        self.latest: dict[str, Any] = {}
+        # key -> what configures the object: its instance's attributes or its closure's values
+        self.configs: dict[Any, tuple[str, dict]] = {}
 
     def __call__(self, event: TraceEvent) -> None:
         if event.nodes is None or event.key is None or _is_tf_internal(event):
@@ -165,11 +175,52 @@ class LiveExplainer:
             prior, contexts = cached_traces(fn) if fn is not None else ([], [])
             hist = self._history[event.key] = (list(prior), list(contexts))
             self.effects[event.key] = _user_effects(fn)
+            self.configs[event.key] = _configuration(fn)
         traces, contexts = hist
-        t = trace_from_event(event, len(traces) + 1, traces, contexts, outcome_known=False)
+        call = self.calls.get(event.key, 0) if self.calls is not None else 0
+        t = trace_from_event(event, len(traces) + 1, traces, contexts, outcome_known=False, call=call)
+        fn = event.function_object()
+        body = getattr(fn, "python_function", None) if fn is not None else None
+        if body is not None:
+            self.latest[event.function] = body
+            if t.kind not in ("first", "variable_creation", "cached"):
+                self.bodies[event.key] = body
         traces.append(t)
-        contexts.append(event.context)
+        contexts.append(event.context_fields or event.context)
         event.explained.append(t)
+
+
+_SIMPLE = (bool, int, float, str, bytes, type(None))
+
+
+def _configuration(fn: Any) -> tuple[str, dict]:
+    """("instance", {attribute: repr}) of a method's instance, or ("closure", {name: repr}) of a closure.
+
+    Only plain values (numbers, strings, bools, None, tuples of them) are kept:
+    two objects that differ there compute different graphs.
+    """
+    def simple(v: Any) -> bool:
+        return isinstance(v, _SIMPLE) or (isinstance(v, tuple) and all(isinstance(x, _SIMPLE) for x in v))
+
+    try:
+        instance = _tf.method_instance(fn)
+        if instance is not None and not isinstance(instance, (type, types.ModuleType)):
+            attrs = getattr(instance, "__dict__", {}) or {}
+            return "instance", {k: repr(v) for k, v in attrs.items() if not k.startswith("_") and simple(v)}
+        body = user_function(fn)
+        cells = getattr(body, "__closure__", None) or ()
+        names = getattr(getattr(body, "__code__", None), "co_freevars", ())
+        out = {}
+        for n, c in zip(names, cells):
+            try:
+                v = c.cell_contents
+            except ValueError:
+                continue
+            if simple(v):
+                out[n] = repr(v)
+        return "closure", out
+    except Exception:  # a help only
+        return "", {}
 
 
 def _user_effects(fn: Any) -> list[SideEffect]:
@@ -219,13 +270,13 @@ def explain_records(records: Sequence[TraceEvent], prior: Sequence[Trace] = (),
     for rec in records:
         traces.append(trace_from_event(rec, len(traces) + 1, traces, contexts,
                                        reduce_retracing=reduce_retracing, outcome_known=False))
-        contexts.append(rec.context)
+        contexts.append(rec.context_fields or rec.context)
     return traces[len(prior):]
 
 
 def group_logged_traces(logged: Sequence[TraceEvent], include_internal: bool = False,
                         reduce_retracing: bool = False, *, calls: dict | None = None,
-                        effects: dict | None = None) -> tuple[FunctionTraces, ...]:
+                        effects: dict | None = None, bodies: dict | None = None) -> tuple[FunctionTraces, ...]:
     """Groups logged traces by tf.function object and explains each one with `explain`.
 
     TF logs a trace when it starts, so a logged trace may have raised: the
@@ -245,6 +296,9 @@ def group_logged_traces(logged: Sequence[TraceEvent], include_internal: bool = F
             log does not say; known when the tf.function object is at hand).
         calls: ``{event key: eager calls}`` of each object, when counted.
         effects: ``{event key: [SideEffect]}`` of each object's body (`LiveExplainer.effects`).
+        bodies: ``{event key: Python function}`` (`LiveExplainer.bodies`): each fix
+            is run on a fresh tf.function of it over the object's recorded calls
+            (`tflab.retrace.check`); without one a fix is "not checked".
 
     Returns:
         One `FunctionTraces` per tf.function object, in first-trace order;
@@ -268,12 +322,28 @@ def group_logged_traces(logged: Sequence[TraceEvent], include_internal: bool = F
     for name, label, (key, records) in zip(names, labels, groups.items()):
         n_calls = calls.get(key)
         traces = tuple(explain_records(records, reduce_retracing=reduce_retracing))
+        traces = tuple(_checked(traces, (bodies or {}).get(key), n_calls, records[0]))
         lines: tuple[str, ...] = ()
         if n_calls is not None and 0 < len(traces) < n_calls:  # the probe's rule: some call skipped the body
             lines = tuple(e.text(len(traces), n_calls) for e in effects.get(key, ()))
         out.append(FunctionTraces(function_name=name, owner=records[0].owner, label=label,
-                                  traces=traces, calls=n_calls, side_effects=lines))
+                                  traces=traces, calls=n_calls, side_effects=lines,
+                                  qualname=records[0].function))
     return tuple(out)
+
+
+def _checked(traces: Sequence[Trace], body: Any, n_calls: int | None, event: TraceEvent) -> list[Trace]:
+    """The traces with each fix run on a fresh tf.function of ``body`` (`tflab.retrace.check`)."""
+    from tflab.retrace.check import Bench, plan_fixes, recorded_calls
+
+    if not any(t.details for t in traces):
+        return list(traces)
+    opts = dict(event.options or {})
+    bench = Bench(body, recorded_calls(traces), n_calls or 0,
+                  sum(t.kind != "failed" for t in traces), opts)
+    if body is None:
+        bench.body = None
+    return plan_fixes(traces, bench)
 
 
 def cached_traces(fn: Any, keys: Sequence[tuple[Any, Any]] | None = None) -> tuple[list[Trace], list[str]]:
@@ -304,7 +374,7 @@ def cached_traces(fn: Any, keys: Sequence[tuple[Any, Any]] | None = None) -> tup
                             inputs=function_type_inputs(ftype), scope=scope,
                             labels=tuple((n, c.label) for n, c in nodes.items()),
                             nodes=nodes, traced_nodes=nodes))
-        contexts.append(repr(getattr(ctx, "context", None)))
+        contexts.append(_tf.context_fields(ctx) or repr(getattr(ctx, "context", None)))
     return traces, contexts
 
 
@@ -329,8 +399,12 @@ class NameGroup:
         retraced: how many of the objects traced again for their own inputs
             (traces other than the first and TF's variable-creation re-trace).
         text: the finding, e.g. ``predict_function: 6 tf.function objects … a
-            new tf.function each time``.
-        fix: what to do (`NEW_FUNCTION_FIX`).
+            new tf.function each time``, or, for instances (or closures)
+            configured with different values, that each needs its own traces.
+        fix: the printed fix's line without the ``fix: `` label.
+        configured: the objects are instances or closures with different
+            attribute / closure values (each needs its own graph: nothing to fix across them).
+        plan: the `tflab.fix.FixPlan` behind ``fix``.
     """
 
     function_name: str
@@ -339,36 +413,123 @@ class NameGroup:
     retraced: int
     text: str
     fix: str = NEW_FUNCTION_FIX
+    configured: bool = False
+    plan: Any = dataclasses.field(default=None, compare=False, repr=False)
+
+    def lines(self) -> list[str]:
+        return [self.text] + ["  " + ln for ln in (self.plan.lines() if self.plan is not None
+                                                   else [f"fix: {self.fix}"])]
 
     def to_dict(self) -> dict:
-        return {"function": self.function_name, **dataclasses.asdict(self)}
+        d = {k: getattr(self, k) for k in ("function_name", "objects", "traces", "retraced", "text", "fix",
+                                           "configured")}
+        d["fix_record"] = self.plan.fix.to_dict() if self.plan is not None and self.plan.fix else None
+        return {"function": self.function_name, **d}
 
 
-def name_groups(functions: Sequence[FunctionTraces]) -> tuple[NameGroup, ...]:
+def _differing(configs: Sequence[tuple[str, dict]]) -> dict[str, list[str]]:
+    keys = sorted(set().union(*(c[1] for c in configs)))
+    out = {}
+    for k in keys:
+        values = [c[1].get(k, "<unset>") for c in configs]
+        if len(set(values)) > 1:
+            out[k] = list(dict.fromkeys(values))
+    return out
+
+
+def _group_fix(name: str, objs: Sequence[FunctionTraces], body: Any, n_traces: int) -> Any:
+    """The "build it once" Fix for a name many objects share: where to build it, run on their calls."""
+    from tflab import fix as fx
+    from tflab.retrace.check import Bench, enclosing_scope, measured_fix, recorded_calls, traces_text
+
+    qualname = objs[0].qualname or name
+    scope = enclosing_scope(qualname)
+    owner = objs[0].owner.split("@", 1)[0] if objs[0].owner and not objs[0].owner.startswith("@") else ""
+    if scope is not None and not qualname.startswith(("TensorFlowTrainer", "Trainer", "Model")):
+        desc = (f"`{name}` is defined inside `{scope[0]}`, so each call of it makes a new tf.function: create "
+                f"it once, {scope[1]}, and reuse it")
+    elif owner:
+        desc = (f"each new {owner} makes its own tf.function `{name}`: build the {owner} once, outside the loop, "
+                f"and reuse it")
+    else:
+        desc = NEW_FUNCTION_FIX
+    calls = []
+    n_calls = 0
+    for f in objs:
+        calls.extend(recorded_calls(f.traces))
+        n_calls += f.calls if f.calls is not None else len(f.traces)
+    bench = Bench(body, calls, n_calls, n_traces)
+    if body is None:
+        return fx.first_working([fx.unchecked("move", "", desc, "the tf.function objects were freed before "
+                                              "tflab could trace one of them again")])
+    return fx.first_working([lambda: measured_fix(
+        "move", "", desc, bench, "one-object", calls, goal=lambda o: o.traces < n_traces,
+        how=f"traced one tf.function of the latest `{name}` on the {len(calls)} call signature(s) of all "
+            f"{len(objs)} objects", summary=lambda o: traces_text(o, bench))])
+
+
+def name_groups(functions: Sequence[FunctionTraces], configs: Sequence[tuple[str, dict]] | None = None,
+                bodies: dict | None = None) -> tuple[NameGroup, ...]:
     """Groups per-object `FunctionTraces` by name; a name shared by 2+ objects is a `NameGroup`.
 
     TF's retracing warning counts calls that traced, over all objects of one
     Python function; its first cause is "creating @tf.function repeatedly in
     a loop". Many objects of one name, each tracing once, is that cause, and
-    no retrace of any one object.
+    no retrace of any one object; its fix names where the tf.function is made
+    (the enclosing function of a ``<locals>`` qualname) and is run: one
+    tf.function of the latest object traced on every object's recorded calls.
+    Objects configured differently (instances with other attribute values,
+    closures over other values) are not that cause: each needs its own graph.
+
+    Args:
+        functions: per-object records, as `group_logged_traces` gives them.
+        configs: per record, ``("instance" | "closure", {name: repr})``
+            (`LiveExplainer.configs`), or None when unknown.
+        bodies: ``{qualname: Python function}`` of the latest object of each name.
     """
-    by_name: dict[str, list[FunctionTraces]] = {}
-    for f in functions:
-        by_name.setdefault(f.function_name, []).append(f)
+    by_name: dict[str, list[tuple[FunctionTraces, Any]]] = {}
+    configs = list(configs) if configs is not None else [None] * len(functions)
+    for f, c in zip(functions, configs):
+        by_name.setdefault(f.function_name, []).append((f, c))
     out = []
-    for name, objs in by_name.items():
+    for name, pairs in by_name.items():
+        objs = [f for f, _ in pairs]
         if len(objs) < 2:
             continue
         n_traces = sum(f.trace_count for f in objs)
         retraced = sum(any(t.kind not in ("first", "variable_creation", "cached") for t in f.traces)
                        for f in objs)
+        cfgs = [c for _, c in pairs]
+        differ = _differing(cfgs) if all(c and c[0] for c in cfgs) else {}
+        if differ:
+            from tflab import fix as fx
+
+            what = "instances" if cfgs[0][0] == "instance" else "closures"
+            vals = "; ".join(f"{k}: {', '.join(v)}" for k, v in differ.items())
+            which = ("none of them retraced" if retraced == 0 else
+                     f"{retraced} of them retraced for their own inputs: only those retraces are fixable "
+                     "(listed below)")
+            text = (f"{name}: {len(objs)} tf.function objects of this name made {n_traces} trace(s): {len(objs)} "
+                    f"{what} configured with different values ({vals}), each with its own tf.function and "
+                    f"trace cache (TF makes one per {what[:-1]}, by design); {which}")
+            plan = fx.first_working([fx.unchecked(
+                "none", "", "nothing to change across them: each configured " + what[:-1] + " needs its own trace",
+                f"one shared tf.function would compute with one {what[:-1]}'s values ({vals})")])
+            out.append(NameGroup(name, len(objs), n_traces, retraced, text, _line(plan), True, plan))
+            continue
         which = ("none of them retraced" if retraced == 0 else
                  f"{retraced} of them also retraced for their own inputs (listed below)")
         text = (f"{name}: {len(objs)} tf.function objects of this name made {n_traces} trace(s): "
                 f"a new tf.function each time (a new model, layer or closure per call), the first "
                 f"cause TF's retracing warning names; {which}")
-        out.append(NameGroup(name, len(objs), n_traces, retraced, text))
+        plan = _group_fix(name, objs, (bodies or {}).get(objs[0].qualname), n_traces)
+        out.append(NameGroup(name, len(objs), n_traces, retraced, text, _line(plan), False, plan))
     return tuple(out)
+
+
+def _line(plan: Any) -> str:
+    lines = plan.lines()
+    return lines[0][len("fix: "):] if lines and lines[0].startswith("fix: ") else (lines[0] if lines else "")
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -388,6 +549,8 @@ class ScriptTraces(Report):
     functions: tuple[FunctionTraces, ...]
     error: str | None = None
     note: str | None = None
+    # The `NameGroup`s found while the script's objects were alive (their fixes run); () to group now.
+    groups: tuple = ()
     config: dict = config_field()
 
     @property
@@ -397,7 +560,7 @@ class ScriptTraces(Report):
     @property
     def shared_names(self) -> tuple[NameGroup, ...]:
         """Names shared by several tf.function objects (`name_groups`)."""
-        return name_groups(self.functions)
+        return tuple(self.groups) if self.groups else name_groups(self.functions)
 
     def to_text(self) -> str:
         if not self.functions:
@@ -405,7 +568,7 @@ class ScriptTraces(Report):
         else:
             head = (f"{self.script}: {self.trace_count} trace(s) in {len(self.functions)} "
                     f"tf.function(s)")
-        shared = [ln for g in self.shared_names for ln in (g.text, f"  fix: {g.fix}")]
+        shared = [ln for g in self.shared_names for ln in g.lines()]
         tail = [f"note: {self.note}"] if self.note else []
         if self.functions:
             tail.append(f"note: {STALE_READ_NOTE}")
@@ -461,8 +624,8 @@ def trace_script(path: str, argv: Sequence[str] = (), include_internal: bool = F
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     error = note = None
     identify = ObjectSerials()
-    explainer = LiveExplainer()
     calls: dict[Any, int] = {}
+    explainer = LiveExplainer(calls)
 
     def count(fn: Any) -> None:
         key = identify(fn)
@@ -496,6 +659,19 @@ def trace_script(path: str, argv: Sequence[str] = (), include_internal: bool = F
         if level != 1:
             note = (f"the script set the tensorflow logger to level {logging.getLevelName(level)}, "
                     f"which hides TF's level-1 trace records: traces after that are not listed")
-    functions = group_logged_traces(logged, include_internal, calls=calls, effects=explainer.effects)
-    return ScriptTraces(script=path, functions=functions, error=error, note=note)
+    functions = group_logged_traces(logged, include_internal, calls=calls, effects=explainer.effects,
+                                    bodies=explainer.bodies)
+    keys = _object_keys(logged, include_internal)
+    groups = name_groups(functions, [explainer.configs.get(k) for k in keys], explainer.latest)
+    return ScriptTraces(script=path, functions=functions, error=error, note=note, groups=groups)
+
+
+def _object_keys(logged: Sequence[TraceEvent], include_internal: bool) -> list:
+    """The group key of each `FunctionTraces` `group_logged_traces` makes, in its order."""
+    groups: dict[Any, list] = {}
+    aliases: dict = {}
+    for t in logged:
+        if include_internal or not _is_tf_internal(t):
+            groups.setdefault(_group_key(t, aliases, groups), []).append(t)
+    return list(groups)
 

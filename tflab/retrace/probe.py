@@ -68,6 +68,14 @@ class StaleRead:
         return (f"pass {self.name} as an argument (a tensor, so changing it needs no retrace) "
                 f"or keep it in a tf.Variable and .assign() new values")
 
+    @property
+    def fix_record(self) -> Any:
+        """The `tflab.fix.Fix` printed: not run, since it changes the function's parameters or globals."""
+        from tflab import fix as fx
+
+        return fx.unchecked("code", "", self.fix, f"it changes how your function reads {self.name}; "
+                            "tflab does not rewrite your source here")
+
 
 
 # ---------------------------------------------------------------------------
@@ -212,7 +220,13 @@ class RetraceProbe:
             raise UsageError(f"RetraceProbe: watch_stale must be True or False, got {watch_stale!r}")
         self._count = 0
         self.calls = 0
-        self.traces: list[Trace] = []
+        self._traces: list[Trace] = []     # as recorded; `traces` gives them with checked fixes
+        self._contexts: list = []           # each trace's FunctionContext fields (TF's cache key part)
+        self._seen = 0                      # traces recorded (the rest ran outside a probe call)
+        self._recording = False
+        self._checked: list[Trace] = []
+        self._checked_key: tuple | None = None
+        self._memo: dict = {}               # fix candidate -> outcome (`tflab.retrace.check.Bench`)
         self.stale: list[StaleRead] = []
         self._traced_values: list[dict[str, Any]] = []   # per trace: name -> value read
         self._gwatch: list[list] = []   # [globals dict, name, last seen value]
@@ -223,6 +237,7 @@ class RetraceProbe:
 
         is_tf_function = _tf.can_clone(fn)
         python_fn = fn.python_function if is_tf_function else fn
+        self._python_fn = python_fn
         self._user_fn = user_function(python_fn)
         self.config = current_config()
         if not is_tf_function and not hasattr(fn, "__qualname__"):
@@ -300,6 +315,7 @@ class RetraceProbe:
         from tflab._argcheck import check_binds  # issue 33 B10: TF's raw "Binding inputs … failed"
 
         check_binds(self.function.python_function, args, kwargs, "RetraceProbe", self.function_name)
+        self._catch_up()
         self.calls += 1
         before = self._count
         try:
@@ -324,6 +340,7 @@ class RetraceProbe:
         Returns:
             The `ConcreteFunction` for these arguments / `tf.TensorSpec`s.
         """
+        self._catch_up()
         before = self._count
         try:
             cf = self.function.get_concrete_function(*args, **kwargs)
@@ -359,11 +376,32 @@ class RetraceProbe:
 
     def _record(self, before: int, args: tuple, kwargs: dict, kind: str | None = None,
                 error: BaseException | None = None) -> None:
-        from tflab._target import error_summary
-
         n_new = self._count - before
         if n_new <= 0:
             return
+        self._recording = True
+        try:
+            self._record_traces(before, n_new, kind, error)
+        finally:
+            self._recording = False
+            self._seen = self._count
+
+    def _catch_up(self) -> None:
+        """Records traces made outside a probe call (``tf.saved_model.save`` tracing the probe's function)."""
+        if self._seen >= self._count or self._recording:
+            return
+        before, n_new = self._seen, self._count - self._seen
+        self._recording = True
+        try:
+            self._record_traces(before, n_new, None, None, call=0)
+        finally:
+            self._recording = False
+            self._seen = self._count
+
+    def _record_traces(self, before: int, n_new: int, kind: str | None, error: BaseException | None,
+                       call: int | None = None) -> None:
+        from tflab._target import error_summary
+
         # TF caches one ConcreteFunction per successful trace; a trace that
         # raised left none, and it is the last trace of its call.
         cache_len = _tf.cache_size(self.function)
@@ -377,23 +415,26 @@ class RetraceProbe:
             if trace_failed:
                 failed = error_summary(error) if error is not None else "an error (not seen by the probe)"
                 failed = failed.split(". Make sure", 1)[0]  # TF's advice follows; ours is the fix
-            previous = [p for p in self.traces if p.kind != "failed"]
-            call = self.calls if kind is None else 0
+            kept = [(p, c) for p, c in zip(self._traces, self._contexts) if p.kind != "failed"]
+            previous = [p for p, _ in kept]
+            contexts = [c for _, c in kept]
+            this_call = (self.calls if kind is None else 0) if call is None else call
             if event is not None:
                 if trace_failed and event.scope is None and _tf.created_variables(self.function):
                     event = dataclasses.replace(event, scope=NO_VARIABLE_CREATION)
-                t = trace_from_event(event, len(self.traces) + 1, previous, call=call, kind=kind,
-                                     error=failed)
+                t = trace_from_event(event, len(self._traces) + 1, previous, contexts, call=this_call,
+                                     kind=kind, error=failed)
             else:
                 from tflab.retrace.diff import make_trace
 
-                t = make_trace(len(self.traces) + 1, (), previous, call=call, kind=kind, error=failed)
+                t = make_trace(len(self._traces) + 1, (), previous, call=this_call, kind=kind, error=failed)
             if error is not None and j == n_new - 1:  # this trace or its call raised: why
                 from tflab.diagnosis import probe_diagnosis
 
                 entry = None if trace_failed else _tf.last_cache_entry(self.function)
                 t = probe_diagnosis(self, t, error, entry)
-            self.traces.append(t)
+            self._traces.append(t)
+            self._contexts.append((event.context_fields or event.context) if event is not None else None)
 
     def _no_trace_type_error(self, args: tuple, kwargs: dict, err: Exception) -> UsageError:
         culprit, value = None, None
@@ -421,6 +462,35 @@ class RetraceProbe:
             f"or pass its numbers as tensors")
 
     # -- reports ------------------------------------------------------------------
+    @property
+    def traces(self) -> list[Trace]:
+        """One `Trace` per trace, oldest first, each reason's fix run on the calls recorded so far.
+
+        Each fix is a `tflab.fix.Fix` (``Reason.plan``; ``Reason.fix`` is its
+        line): the candidate input_signature, cast, tensor or object change is
+        applied to a fresh tf.function of your function and traced on every
+        call signature the probe recorded (`tflab.retrace.check`). The check
+        runs when this is read after a new trace, and traces your function's
+        Python body once per candidate tried.
+        """
+        self._catch_up()
+        if self._recording or not self._traces:
+            return self._traces
+        key = (len(self._traces), self.calls)
+        if self._checked_key != key:
+            self._checked = self._check_fixes()
+            self._checked_key = key
+        return self._checked
+
+    def _check_fixes(self) -> list[Trace]:
+        from tflab.retrace.check import Bench, plan_fixes, recorded_calls
+
+        options = {"reduce_retracing": _tf.reduce_retracing(self.function),
+                   "input_signature": getattr(self.function, "input_signature", None) is not None}
+        bench = Bench(self._python_fn, recorded_calls(self._traces), self.calls,
+                      sum(t.kind != "failed" for t in self._traces), options, self._memo)
+        return plan_fixes(self._traces, bench)
+
     @property
     def trace_count(self) -> int:
         """Traces counted by the trace-time side effect (failed traces included)."""
@@ -463,7 +533,7 @@ class RetraceProbe:
     @property
     def reasons(self) -> list[str]:
         """Every reason line of every trace after the first, as ``#N reason``."""
-        return [f"#{t.index} {r}" for t in self.traces for r in t.reasons]
+        return [f"#{t.index} {r}" for t in self._traces for r in t.reasons]
 
     def to_text(self) -> str:
         """A readable report: counts, one block per trace, then stale reads."""
@@ -479,7 +549,7 @@ class RetraceProbe:
         for t in self.traces:
             lines.extend("  " + ln for ln in t.to_text().splitlines())
         for s in self.stale:
-            lines.append(f"  stale: {s.text}\n      fix: {s.fix}")
+            lines.append(f"  stale: {s.text}\n      {s.fix_record.line()}")
         for e in self.side_effects:
             lines.append(f"  side effect: {e}")
         return "\n".join(lines)
@@ -491,7 +561,8 @@ class RetraceProbe:
                 "tf_tracing_count": self.tf_tracing_count, "calls": self.calls,
                 "original_tracing_count": self.original_tracing_count,
                 "traces": [t.to_dict() for t in self.traces],
-                "stale": [dataclasses.asdict(s) | {"text": s.text, "fix": s.fix} for s in self.stale],
+                "stale": [dataclasses.asdict(s) | {"text": s.text, "fix": s.fix,
+                                                   "fix_record": s.fix_record.to_dict()} for s in self.stale],
                 "side_effects": self.side_effects}
 
     def _repr_html_(self) -> str:
@@ -501,7 +572,7 @@ class RetraceProbe:
         return fragment(self)
 
     def __repr__(self) -> str:
-        last = next((t for t in reversed(self.traces) if t.reasons), None)
+        last = next((t for t in reversed(self._traces) if t.reasons), None)
         why = f", last reason: {last.reasons[0]!r}" if last else ""
         stale = ""
         if self.stale:  # name the stale read (the latest one when there are several)

@@ -130,9 +130,25 @@ class Reason:
     # spec it made (reduce_retracing); "" when not known (a failed trace).
     traced: str = ""
     relaxed: str = ""
+    # The `tflab.fix.FixPlan` behind ``fix`` once the fix was run on the recorded
+    # calls (`tflab.retrace.check.plan_fixes`): ``fix`` is then its Fix's line
+    # without the ``fix: `` label; None while not yet checked.
+    plan: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         return self.text
+
+    @property
+    def fix_record(self) -> Any:
+        """The `tflab.fix.Fix` printed for this reason (None before the check, or when every candidate failed)."""
+        return self.plan.fix if self.plan is not None else None
+
+    def to_dict(self) -> dict:
+        """JSON-ready: the reason's fields, the printed Fix's fields and every candidate tried."""
+        d = {k: getattr(self, k) for k in ("parameter", "kind", "old", "new", "text", "fix", "traced", "relaxed")}
+        d["fix_record"] = self.plan.fix.to_dict() if self.plan is not None and self.plan.fix is not None else None
+        d["fix_tried"] = [f.to_dict() for f in self.plan.tried] if self.plan is not None else []
+        return d
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,7 +223,11 @@ class Trace(Report):
         for i, r in enumerate(self.details):
             lines.append(f"{head}: {r.text}" if i == 0 else f"{pad}{r.text}")
             if i + 1 == len(self.details) or self.details[i + 1].fix != r.fix:
-                lines.append(f"{pad}fix: {r.fix}")  # once per run of equal fixes
+                shown = r.plan.lines() if r.plan is not None and r.plan.lines() else [f"fix: {r.fix}"]
+                if r.plan is not None and r.plan.fix is not None:  # other candidates that also worked
+                    shown += [f"also: {f.what} ({f.check_text})" for f in r.plan.tried
+                              if f.checked and f is not r.plan.fix]
+                lines.extend(pad + ln for ln in shown)  # once per run of equal fixes
         if self.runner_up is not None:
             n = len(self.runner_up_reasons)
             lines.append(f"{pad}runner-up vs #{self.runner_up} (also {n} change{'s' * (n != 1)}): "
@@ -231,6 +251,7 @@ class Trace(Report):
                 "labels": dict(self.labels),
                 "traced_labels": dict(self.traced_labels) if self.traced_as else None,
                 "site": self.site or None, "options": dict(self.options) if self.options else None,
+                "details": [r.to_dict() for r in self.details],
                 "diagnosis": self.diagnosis.to_dict() if self.diagnosis is not None else None}
 
     # Why the trace, or the call that made it, raised: a tflab.diagnosis.Diagnosis

@@ -1,0 +1,809 @@
+"""Retrace fixes, run on the user's own recorded calls before they are printed.
+
+Every fix the probe, ``tflab retrace`` and the distributed probe print is a
+`tflab.fix.Fix`. Where the fix can be applied, it is: a fresh ``tf.function``
+of the user's Python function is built with the change (an
+``input_signature`` chosen from the WHOLE call history, ``reduce_retracing=True``,
+a ``tf.cast`` or a ``tf.constant`` in place of a Python value, one object in
+place of a new object per call, the structure an earlier trace had) and it
+is traced on every call signature recorded, rebuilt from the recorded
+TraceTypes (`Node` trees): a ``tf.TensorSpec`` per tensor, the literal per
+Python value, the live object per object. No argument VALUE is needed and
+nothing is run: ``get_concrete_function`` traces once, then binds each
+recorded call (TF's ``function_type_utils.bind_function_inputs``), and the
+trace count is TF's ``experimental_get_tracing_count()`` (its cache entries).
+
+A candidate TF rejects (``Binding inputs to tf.function failed``) or whose
+trace raises is "failed", and `tflab.fix.first_working` goes on to the next.
+
+Cost: a candidate costs one trace of the user's function per trace it makes
+(an input_signature candidate: one), plus one bind per recorded signature
+(well under a millisecond each); results are memoized per candidate and
+call set, so re-reading a report re-traces nothing. Checking runs the
+function's Python body once more per candidate tried: a Python side effect in
+it (print, a counter) runs then.
+
+It sits above `tflab.retrace.diff` (whose path, "like trace #P" and
+FunctionContext helpers it uses) and below the log and the probe.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import re
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
+
+from tflab import fix as fx
+from tflab.retrace.diff import like_trace, node_at, replace_at
+from tflab.retrace.nodes import Node, _fmt_shape
+
+__all__ = ["Recorded", "Bench", "NotRebuilt", "spec_text", "history_signature", "enclosing_scope",
+           "keras_optimizer", "plan_fixes", "recorded_calls"]
+
+
+class NotRebuilt(Exception):
+    """A recorded call cannot be rebuilt from its TraceTypes (a freed object, a NamedTuple…)."""
+
+
+class Recorded(NamedTuple):
+    """One recorded call signature: the trace it made and its FunctionType tree.
+
+    Attributes:
+        trace: the 1-based index of the trace the call made.
+        call: the 1-based call number (0: not made by a call, e.g. get_concrete_function).
+        nodes: ``{parameter: Node}`` of the FunctionType TF looked up.
+        ok: the trace succeeded (a failed trace's call is checked only by its own fixes).
+    """
+
+    trace: int
+    call: int
+    nodes: Mapping[str, Node]
+    ok: bool = True
+
+    @property
+    def name(self) -> str:
+        return f"call {self.call}" if self.call else f"the call of trace #{self.trace}"
+
+
+# ---------------------------------------------------------------------------
+# Rebuilding a call from its TraceTypes
+# ---------------------------------------------------------------------------
+
+
+def _live(node: Node) -> Any:
+    ref = node.value[2] if isinstance(node.value, tuple) and len(node.value) == 3 else None
+    return ref() if ref is not None else None
+
+
+def value_of(node: Node) -> Any:
+    """The argument to bind for one recorded TraceType: a TypeSpec, the literal, or the live object."""
+    import tensorflow as tf
+
+    if node.kind == "tensor":
+        return tf.TensorSpec(node.shape, tf.as_dtype(node.dtype))
+    if node.kind == "ragged":
+        extra = dict(node.children)
+        rr = extra.get("ragged_rank")
+        rsd = extra.get("row_splits_dtype")
+        return tf.RaggedTensorSpec(node.shape, tf.as_dtype(node.dtype), rr.value if rr else -1,
+                                   tf.as_dtype(rsd.value) if rsd else tf.int64)
+    if node.kind == "sparse":
+        return tf.SparseTensorSpec(node.shape, tf.as_dtype(node.dtype))
+    if node.kind == "literal":
+        return node.value
+    if node.kind == "object":
+        obj = _live(node)
+        if obj is None:
+            raise NotRebuilt(f"the {node.label} passed then has been garbage-collected")
+        return obj
+    if node.kind == "seq":
+        vals = [value_of(c) for _, c in node.children]
+        return vals if node.name == "List" else tuple(vals)
+    if node.kind == "map" and node.name == "Dict":
+        try:
+            return {ast.literal_eval(k): value_of(c) for k, c in node.children}
+        except (ValueError, SyntaxError):
+            raise NotRebuilt("a dict key that is not a Python literal") from None
+    raise NotRebuilt(f"tflab cannot rebuild a {node.name or node.kind} argument from its TraceType")
+
+
+def _call_args(body: Callable, nodes: Mapping[str, Node], given: Mapping[str, Any] | None = None
+               ) -> tuple[list, dict]:
+    try:
+        params = inspect.signature(body).parameters
+    except (TypeError, ValueError):
+        params = {}
+    var_kw = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    args, kwargs = [], {}
+    given = given or {}
+    for name, node in nodes.items():
+        v = given[name] if name in given else value_of(node)
+        if name not in given and node.kind == "object" and keras_optimizer(v):
+            v = fresh_optimizer(v)  # tracing apply_gradients builds an optimizer: never the user's
+        p = params.get(name)
+        if p is not None and p.kind == p.KEYWORD_ONLY or (p is None and var_kw and not re.search(r"_\d+$", name)):
+            kwargs[name] = v
+        else:
+            args.append(v)
+    return args, kwargs
+
+
+# ---------------------------------------------------------------------------
+# Spec text and the signature from the whole history
+# ---------------------------------------------------------------------------
+
+
+def spec_text(spec: Any) -> str:
+    """``tf.TensorSpec([None, 3], tf.float32)`` / ``tf.TensorSpec(None, tf.int32)`` (unknown rank) for a spec nest."""
+    import tensorflow as tf
+
+    if isinstance(spec, dict):
+        return "{" + ", ".join(f"{k!r}: {spec_text(v)}" for k, v in spec.items()) + "}"
+    if isinstance(spec, (list, tuple)):
+        inner = ", ".join(spec_text(v) for v in spec)
+        return f"[{inner}]" if isinstance(spec, list) else f"({inner}{',' if len(spec) == 1 else ''})"
+    if isinstance(spec, (tf.TensorSpec, tf.RaggedTensorSpec, tf.SparseTensorSpec)):
+        rank = spec.shape.rank
+        shape = "None" if rank is None else "[" + ", ".join("None" if d is None else str(d)
+                                                              for d in spec.shape.as_list()) + "]"
+        cls = type(spec).__name__
+        if isinstance(spec, tf.RaggedTensorSpec):
+            return f"tf.{cls}({shape}, tf.{spec.dtype.name}, {spec.ragged_rank}, tf.{spec.row_splits_dtype.name})"
+        return f"tf.{cls}({shape}, tf.{spec.dtype.name})"
+    return repr(spec)
+
+
+_LITERAL_DTYPES = {bool: ("bool",), int: ("int32", "float32"), float: ("float32",), str: ("string",)}
+
+
+class SignatureError(Exception):
+    """The recorded calls cannot share one input_signature (the reason says why)."""
+
+
+def _fold(a: Node, b: Node, path: str) -> Node:
+    if a.kind != b.kind or (a.kind in ("seq", "map") and a.name != b.name):
+        raise SignatureError(f"{path} is {a.label} in one call and {b.label} in another: an input_signature "
+                             "fixes the kind of every input")
+    if a.kind in ("tensor", "ragged", "sparse"):
+        if a.dtype != b.dtype:
+            raise SignatureError(f"{path}: dtype {a.dtype} and {b.dtype}: cast it to one dtype first")
+        if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
+            return a._replace(shape=None, label=f"{a.dtype}{_fmt_shape(None)}")
+        dims = tuple(x if x == y else None for x, y in zip(a.shape, b.shape))
+        return a._replace(shape=dims, label=f"{a.dtype}{_fmt_shape(dims)}")
+    if a.kind == "literal":
+        ta, tb = type(a.value), type(b.value)
+        if a.value is None or b.value is None or (ta is not tb and {ta, tb} != {int, float}):
+            raise SignatureError(f"{path}: Python {a.label} and {b.label}: an input_signature holds tensors")
+        return a if ta is tb and a.value == b.value else a._replace(value=float(a.value) if float in (ta, tb) else a.value,
+                                                                     label="varies")
+    if a.kind in ("seq", "map"):
+        ka, kb = [k for k, _ in a.children], [k for k, _ in b.children]
+        if ka != kb:
+            raise SignatureError(f"{path}: its {'length' if a.kind == 'seq' else 'keys'} changes "
+                                 f"({len(ka)} -> {len(kb)} items): an input_signature fixes the structure")
+        return a._replace(children=tuple((k, _fold(ca, cb, f"{path}[{k}]"))
+                                         for (k, ca), (_, cb) in zip(a.children, b.children)))
+    if a.kind == "object":
+        raise SignatureError(f"{path} is a Python object ({b.label}): an input_signature holds tensors only")
+    raise SignatureError(f"{path}: tflab cannot write a spec for {a.label}")
+
+
+def _spec_of(node: Node, path: str, int_as: str) -> Any:
+    import tensorflow as tf
+
+    if node.kind == "tensor":
+        return tf.TensorSpec(node.shape, tf.as_dtype(node.dtype))
+    if node.kind in ("ragged", "sparse"):
+        return value_of(node)
+    if node.kind == "literal":
+        t = type(node.value)
+        if t not in _LITERAL_DTYPES:
+            raise SignatureError(f"{path}: a Python {t.__name__} cannot be given a TensorSpec")
+        dt = int_as if t is int else _LITERAL_DTYPES[t][0]
+        return tf.TensorSpec([], tf.as_dtype(dt))
+    if node.kind == "seq":
+        vals = [_spec_of(c, f"{path}[{k}]", int_as) for k, c in node.children]
+        return vals if node.name == "List" else tuple(vals)
+    if node.kind == "map" and node.name == "Dict":
+        return {ast.literal_eval(k): _spec_of(c, f"{path}[{k}]", int_as) for k, c in node.children}
+    raise SignatureError(f"{path}: tflab cannot write a spec for {node.label}")
+
+
+def history_signature(calls: Sequence[Mapping[str, Node]], int_as: str = "int32") -> list:
+    """The input_signature that admits every call: None at a dim that varies, unknown rank when the rank does.
+
+    Raises:
+        SignatureError: the calls cannot share one (a dtype that varies, a
+            changing structure, a Python object); the message names the parameter.
+    """
+    if not calls:
+        raise SignatureError("no recorded call")
+    names = list(calls[0])
+    folded = dict(calls[0])
+    for c in calls[1:]:
+        if list(c) != names:
+            raise SignatureError("the calls pass different parameters")
+        folded = {n: _fold(folded[n], c[n], n) for n in names}
+    return [_spec_of(folded[n], n, int_as) for n in names]
+
+
+def has_int_literal(calls: Sequence[Mapping[str, Node]]) -> bool:
+    def walk(n: Node) -> bool:
+        return (n.kind == "literal" and type(n.value) is int) or any(walk(c) for _, c in n.children)
+
+    return any(walk(n) for c in calls for n in c.values())
+
+
+# ---------------------------------------------------------------------------
+# The bench: fresh tf.functions of the user's body on the recorded calls
+# ---------------------------------------------------------------------------
+
+
+class Outcome(NamedTuple):
+    traces: int
+    error: str | None = None        # a trace raised (first line)
+    rejected: str | None = None     # TF refused to bind a call: which, and TF's reason
+
+
+def _first_line(text: str) -> str:
+    lines = [s.strip() for s in str(text).splitlines() if s.strip()]
+    # AutoGraph's "in user code:" wrapper: the error is the last line
+    line = lines[-1] if lines and lines[0].startswith("in user code") else (lines[0] if lines else "")
+    return line if len(line) <= 180 else line[:177] + "..."
+
+
+def _err(e: BaseException) -> str:
+    line = _first_line(str(e))
+    return line if re.match(r"^\w+(Error|Exception)\b", line) else f"{type(e).__name__}: {line}"
+
+
+def _bind_reason(message: str) -> str:
+    m = re.search(r"failed due to `(.*?)`", message, re.S)
+    return m.group(1) if m else _first_line(message)
+
+
+@dataclasses.dataclass
+class Bench:
+    """The user's Python function and its recorded calls, where fix candidates are run.
+
+    Attributes:
+        body: the Python function the tf.function wraps (a bound method included).
+        calls: the recorded call signatures, in trace order.
+        n_calls: how many calls the user made (each one traced a recorded
+            signature or hit the trace of one).
+        traces: how many traces the user's calls made (the count to beat).
+        options: the tf.function's options (``reduce_retracing``, ``input_signature``).
+        memo: candidate key -> `Outcome`, so a report read twice traces nothing new.
+    """
+
+    body: Callable | None
+    calls: list[Recorded]
+    n_calls: int
+    traces: int
+    options: dict = dataclasses.field(default_factory=dict)
+    memo: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def ok_calls(self) -> list[Recorded]:
+        return [c for c in self.calls if c.ok]
+
+    def your_calls(self) -> str:
+        if not self.n_calls:  # calls not counted (a log): the signatures that traced
+            n = len(self.calls)
+            return f"the {n} call signature{'s' * (n != 1)} that traced"
+        return f"your {self.n_calls} call{'s' * (self.n_calls != 1)}"
+
+    def run(self, key: str, calls: Sequence[Recorded], *, input_signature: Any = None,
+            reduce_retracing: bool = False, transform: Callable[[Recorded], Mapping[str, Node]] | None = None,
+            body: Callable | None = None) -> Outcome:
+        """Trace a fresh tf.function of the body on ``calls`` (each transformed); memoized by ``key``."""
+        import tensorflow as tf
+
+        body = body or self.body
+        if body is None:
+            raise NotRebuilt("the Python function is no longer alive")
+        from tflab._tf.function import method_target_freed
+
+        if method_target_freed(body):
+            raise NotRebuilt("the instance whose method this is has been freed")
+        memo_key = (key, tuple(c.trace for c in calls), id(body))
+        if memo_key in self.memo:
+            return self.memo[memo_key]
+        kwargs: dict = {}
+        if input_signature is not None:
+            kwargs["input_signature"] = input_signature
+        if reduce_retracing:
+            kwargs["reduce_retracing"] = True
+        f = tf.function(body, **kwargs)
+        out = None
+        for c in calls:
+            nodes = transform(c) if transform is not None else c.nodes
+            args, kw = _call_args(body, nodes)
+            try:
+                f.get_concrete_function(*args, **kw)
+            except TypeError as e:
+                if "Binding inputs" in str(e) or "Can not cast" in str(e):
+                    out = Outcome(int(f.experimental_get_tracing_count()),
+                                  rejected=f"rejects {c.name}{f' (trace #{c.trace})' if c.call else ''}: "
+                                           f"{_bind_reason(str(e))}")
+                else:
+                    out = Outcome(int(f.experimental_get_tracing_count()),
+                                  error=f"the trace for {c.name} raised {_err(e)}")
+                break
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except Exception as e:  # noqa: BLE001 - the user's body under the fix may raise anything
+                out = Outcome(int(f.experimental_get_tracing_count()),
+                              error=f"the trace for {c.name} raised {_err(e)}")
+                break
+        if out is None:
+            out = Outcome(int(f.experimental_get_tracing_count()))
+        self.memo[memo_key] = out
+        return out
+
+
+def measured_fix(kind: str, change: str, description: str, bench: Bench, key: str,
+                 calls: Sequence[Recorded], *, goal: Callable[[Outcome], bool], how: str,
+                 summary: Callable[[Outcome], str], **run_kwargs: Any) -> fx.Fix:
+    """One candidate applied on the bench: checked when ``goal(outcome)``, else failed; not checked when it cannot run."""
+    try:
+        bench.run(key, calls, **run_kwargs)  # NotRebuilt is raised before anything is traced
+    except NotRebuilt as e:
+        return fx.unchecked(kind, change, description, str(e))
+
+    def check():
+        o = bench.run(key, calls, **run_kwargs)
+        if o.rejected:
+            return False, o.rejected, {"traces": o.traces}
+        if o.error:
+            return False, o.error, {"traces": o.traces}
+        return goal(o), summary(o), {"traces": o.traces, "calls": bench.n_calls,
+                                     "signatures": len(calls), "was": bench.traces}
+
+    return fx.attempt(kind, change, description, check, how=how)
+
+
+def traces_text(o: Outcome, bench: Bench, extra: str = "") -> str:
+    was = f", instead of {bench.traces}" if o.traces != bench.traces else ""
+    return f"{o.traces} trace{'s' * (o.traces != 1)} for {bench.your_calls()}{was}{extra}"
+
+
+# ---------------------------------------------------------------------------
+# Where an object is built, and what a Keras optimizer needs
+# ---------------------------------------------------------------------------
+
+
+def enclosing_scope(qualname: str) -> tuple[str, str] | None:
+    """(enclosing function, where to build it once) from a ``A.run.<locals>.step`` qualname, or None.
+
+    Example:
+        >>> enclosing_scope("Predictor.run_predictions.<locals>.predict_step")
+        ('Predictor.run_predictions', 'in `Predictor.__init__`')
+        >>> enclosing_scope("run.<locals>.step")
+        ('run', 'at module level')
+    """
+    if "<locals>." not in qualname:
+        return None
+    outer = qualname.rsplit(".<locals>.", 1)[0]
+    parts = outer.split(".<locals>.")[-1].split(".")
+    if len(parts) >= 2:
+        return outer, f"in `{'.'.join(parts[:-1])}.__init__`"
+    return outer, "at module level"
+
+
+def keras_optimizer(obj: Any) -> bool:
+    """A Keras optimizer (Keras 3 ``keras.optimizers.Optimizer`` or tf-keras's)."""
+    return any(c.__name__ in ("Optimizer", "BaseOptimizer", "OptimizerV2") and
+               (c.__module__ or "").startswith(("keras", "tf_keras")) for c in type(obj).__mro__)
+
+
+def keras_model(obj: Any) -> bool:
+    return hasattr(obj, "trainable_variables") and any(
+        (c.__module__ or "").startswith(("keras", "tf_keras")) for c in type(obj).__mro__)
+
+
+def fresh_optimizer(opt: Any) -> Any:
+    """A new optimizer of the same class and config (the user's is not touched)."""
+    return type(opt).from_config(opt.get_config())
+
+
+# ---------------------------------------------------------------------------
+# The candidates for each kind of reason, and the planner
+# ---------------------------------------------------------------------------
+
+
+def _tensor_paths(node: Node, path: str) -> list[tuple[str, str]]:
+    if node.kind in ("tensor", "ragged", "sparse"):
+        return [(path, node.dtype)]
+    out = []
+    for k, c in node.children:
+        if node.kind == "seq" or node.name == "Dict":
+            out.extend(_tensor_paths(c, f"{path}[{k}]"))
+        elif node.kind == "map":
+            out.extend(_tensor_paths(c, f"{path}.{k}"))
+    return out
+
+
+def varying_dtypes(calls: Sequence[Recorded]) -> dict[str, str]:
+    """path -> the first call's dtype, for every tensor whose dtype differs between calls."""
+    first: dict[str, str] = {}
+    varies: set[str] = set()
+    for c in calls:
+        for name, node in c.nodes.items():
+            for p, dt in _tensor_paths(node, name):
+                if p in first and first[p] != dt:
+                    varies.add(p)
+                first.setdefault(p, dt)
+    return {p: first[p] for p in first if p in varies}
+
+
+def _cast(casts: Mapping[str, str]) -> Callable[[Recorded], dict[str, Node]]:
+    def transform(c: Recorded) -> dict[str, Node]:
+        nodes = dict(c.nodes)
+        for p, dt in casts.items():
+            nodes = replace_at(nodes, p, lambda n, dt=dt: n._replace(dtype=dt) if n.kind in ("tensor", "ragged", "sparse") else n)
+        return nodes
+    return transform
+
+
+def _cast_text(casts: Mapping[str, str]) -> str:
+    return ", ".join(f"tf.cast({p}, tf.{dt})" for p, dt in casts.items())
+
+
+def _fewer(bench: Bench) -> Callable[[Outcome], bool]:
+    return lambda o: o.traces < bench.traces
+
+
+class _Planner:
+    def __init__(self, traces: Sequence[Any], bench: Bench):
+        self.traces = {t.index: t for t in traces}
+        self.bench = bench
+        self.cache: dict = {}
+
+    def calls_for(self, t: Any) -> list[Recorded]:
+        calls = self.bench.ok_calls
+        if t.kind == "failed":
+            calls = calls + [c for c in self.bench.calls if c.trace == t.index and not c.ok]
+        return calls
+
+    # -- input_signature / reduce_retracing --------------------------------
+    def signature(self, t: Any, r: Any) -> fx.FixPlan:
+        key = ("sig", t.index)
+        if key in self.cache:
+            return self.cache[key]
+        b = self.bench
+        calls = self.calls_for(t)
+        rr_on = bool(b.options.get("reduce_retracing"))
+        desc = ("reduce_retracing is already on (TF relaxed the dims that differ, see 'traced as'); to skip "
+                "this trace too, give the tf.function an input_signature"
+                if rr_on else "give the tf.function an input_signature")
+        casts = varying_dtypes(calls)
+        transform = _cast(casts) if casts else None
+        cast_note = f", with {_cast_text(casts)} before the call" if casts else ""
+        how = (f"re-traced a fresh tf.function of your function with this input_signature on the "
+               f"{len(calls)} call signature(s) {b.your_calls()} used")
+        cands: list[Callable[[], fx.Fix]] = []
+        seen: set[str] = set()
+
+        def sig_candidate(nodes_list: list, int_as: str, label: str) -> None:
+            try:
+                sig = history_signature(nodes_list, int_as)
+            except SignatureError as e:
+                cands.append(lambda e=e: fx.unchecked("input_signature", "", desc, str(e)))
+                return
+            text = "input_signature=" + spec_text(sig)
+            if text in seen:
+                return
+            seen.add(text)
+            cands.append(lambda sig=sig, text=text: measured_fix(
+                "input_signature", text + cast_note, desc, b, f"sig:{text}:{sorted(casts.items())}", calls,
+                input_signature=sig, transform=transform, how=how,
+                goal=lambda o: o.traces == 1 or o.traces < b.traces,
+                summary=lambda o: traces_text(o, b)))
+
+        tr = [transform(c) if transform else c.nodes for c in calls]
+        compared = self.traces.get(t.compared_with)
+        if compared is not None and compared.nodes is not None and t.nodes is not None:
+            # The spec relaxed between this trace and the one it is compared with only (the
+            # obvious change): tried first, so a report shows why it is not the fix.
+            pair = dict(t.nodes)
+            old = compared.traced_nodes or compared.nodes
+            for reason in t.details:
+                if reason.kind in ("shape", "ragged_shape", "sparse_shape"):
+                    a, n = node_at(old, reason.parameter), node_at(pair, reason.parameter)
+                    if a is not None and n is not None and a.shape is not None and n.shape is not None \
+                            and len(a.shape) == len(n.shape):
+                        dims = tuple(x if x == y else None for x, y in zip(a.shape, n.shape))
+                        pair = replace_at(pair, reason.parameter, lambda m, d=dims: m._replace(shape=d))
+            p0 = Recorded(0, 0, pair)
+            sig_candidate([transform(p0) if transform else pair], "int32", "pair")
+        sig_candidate(tr, "int32", "history")
+        if has_int_literal(tr):
+            sig_candidate(tr, "float32", "history, ints as float32")
+        rr = None
+        if not rr_on and not b.options.get("input_signature"):
+            rr = (lambda: measured_fix(
+                "option", "reduce_retracing=True", "let TF relax the dims that vary", b, "rr", calls,
+                reduce_retracing=True, how=f"re-traced a fresh tf.function(..., reduce_retracing=True) of your "
+                f"function on the {len(calls)} call signature(s) {b.your_calls()} used, in order",
+                goal=_fewer(b), summary=lambda o: traces_text(o, b)))
+        plan = fx.first_working(cands)
+        if rr is not None and not (plan.fix is not None and plan.fix.checked):
+            # TF's own alternative, run only when no input_signature worked (it costs a trace per shape)
+            plan = fx.first_working(list(plan.tried) + [rr])
+        self.cache[key] = plan
+        return plan
+
+    # -- one dtype ------------------------------------------------------------
+    def dtype(self, t: Any, r: Any) -> fx.FixPlan:
+        b = self.bench
+        calls = self.calls_for(t)
+        desc = "cast it to one dtype before the call"
+        how = f"re-traced a fresh tf.function of your function on {b.your_calls()}, cast so"
+        cands = []
+        options = {"reduce_retracing": True} if b.options.get("reduce_retracing") else {}
+        for dt in dict.fromkeys([r.old, r.new]):
+            casts = {r.parameter: dt}
+            cands.append(lambda casts=casts: measured_fix(
+                "cast", _cast_text(casts), desc, b, f"cast:{sorted(casts.items())}", calls,
+                transform=_cast(casts), how=how, goal=_fewer(b), summary=lambda o: traces_text(o, b), **options))
+        every = varying_dtypes(calls)
+        if len(every) > 1:
+            cands.append(lambda: measured_fix(
+                "cast", _cast_text(every), "cast every input whose dtype varies to one dtype before the call",
+                b, f"cast:{sorted(every.items())}", calls, transform=_cast(every), how=how, goal=_fewer(b),
+                summary=lambda o: traces_text(o, b), **options))
+        return fx.first_working(cands)
+
+    # -- a Python value -> a tensor -------------------------------------------
+    def tensor(self, t: Any, r: Any) -> fx.FixPlan:
+        b = self.bench
+        calls = self.calls_for(t)
+        node = node_at(t.nodes or {}, r.parameter)
+        kind_of = type(node.value) if node is not None and node.kind == "literal" else None
+        dtypes = _LITERAL_DTYPES.get(kind_of, ())
+        desc = {"flag": "pass tf.constant(flag) and branch with tf.cond (AutoGraph converts a Python `if` on it)",
+                "string": "pass a tf.string tensor, not a Python str"}.get(
+            r.kind, "pass a tensor, not a Python number: a tensor's value is not part of its TraceType")
+        cands = []
+        for dt in dtypes:
+            def transform(c: Recorded, dt: str = dt) -> dict[str, Node]:
+                return replace_at(c.nodes, r.parameter, lambda n: Node("tensor", name="TensorSpec", shape=(),
+                                                                        dtype=dt, label=f"{dt}()")
+                                  if n.kind == "literal" else n)
+            cands.append(lambda dt=dt, transform=transform: measured_fix(
+                "code", f"{r.parameter} = tf.constant({r.parameter}, tf.{dt})", desc, b,
+                f"tensor:{r.parameter}:{dt}", calls, transform=transform,
+                how=f"re-traced a fresh tf.function of your function on {b.your_calls()} with {r.parameter} "
+                    f"as a tf.{dt} tensor", goal=_fewer(b), summary=lambda o: traces_text(o, b)))
+        if not cands:
+            return fx.first_working([fx.unchecked("code", "", desc, f"no tensor dtype for a Python "
+                                                  f"{getattr(kind_of, '__name__', 'value')}")])
+        return fx.first_working(cands)
+
+    # -- one object, built once -----------------------------------------------
+    def same_object(self, t: Any, r: Any) -> fx.FixPlan:
+        b = self.bench
+        calls = self.calls_for(t)
+        live = None
+        for c in reversed(calls):
+            n = node_at(c.nodes, r.parameter)
+            if n is not None and n.kind == "object" and _live(n) is not None:
+                live = n
+                break
+        obj = _live(live) if live is not None else None
+        what = {"function": "function", "bound_method": "bound method"}.get(r.kind, "object")
+        where = ""
+        qual = getattr(obj, "__qualname__", "") if obj is not None else ""
+        scope = enclosing_scope(qual) if qual else None
+        if scope is not None:
+            where = f"; it is made inside `{scope[0]}`: make it once, {scope[1]}"
+        if r.kind == "bound_method":
+            desc = ("bind the method once outside the loop (fn = obj.method) and pass that same object every "
+                    "call: TF keeps only a weak reference to an argument object")
+        elif r.kind == "function":
+            from tflab.retrace.records import FIXES
+
+            desc = FIXES["function"] + where
+        else:
+            from tflab.retrace.records import FIXES
+
+            desc = FIXES[r.kind] + where
+        if obj is None:
+            return fx.first_working([fx.unchecked("move", "", desc, f"every {what} passed as {r.parameter} has "
+                                                  "been garbage-collected, so tflab cannot pass one again")])
+
+        def transform(c: Recorded) -> dict[str, Node]:
+            return replace_at(c.nodes, r.parameter, lambda n: live if n.kind == "object" else n)
+
+        return fx.first_working([lambda: measured_fix(
+            "move", "", desc, b, f"same:{r.parameter}:{id(obj)}", calls, transform=transform,
+            how=f"re-traced a fresh tf.function of your function on {b.your_calls()} with one {what} as "
+                f"{r.parameter} ({live.label})", goal=_fewer(b), summary=lambda o: traces_text(o, b))])
+
+    # -- the structure an earlier trace had ------------------------------------
+    def like(self, t: Any, r: Any) -> fx.FixPlan:
+        b = self.bench
+        p = self.traces.get(t.compared_with)
+        from tflab.retrace.records import FIXES
+
+        desc = FIXES.get(r.kind, FIXES["kind"])
+        change = {"keys": f"{r.parameter} with the keys {r.old}, as at trace #{t.compared_with}",
+                  "length": f"{r.parameter} with {r.old} item(s), as at trace #{t.compared_with}",
+                  "kind": f"{r.parameter} as {r.old}, as at trace #{t.compared_with}",
+                  "none": f"{r.parameter} as {r.old}, as at trace #{t.compared_with}",
+                  "signature": f"the arguments of trace #{t.compared_with}"}.get(r.kind, "")
+        if p is None or p.nodes is None or t.nodes is None:
+            return fx.first_working([fx.unchecked("code", change, desc, "the earlier trace's TraceTypes are not recorded")])
+        earlier = p.traced_nodes or p.nodes
+        fixed = like_trace(t.nodes, r, earlier)
+        mine = Recorded(t.index, t.call, fixed)
+        theirs = Recorded(p.index, p.call, p.nodes)
+        name = f"call {t.call}" if t.call else f"trace #{t.index}"
+        return fx.first_working([lambda: measured_fix(
+            "code", change, desc, b, f"like:{t.index}:{r.parameter}:{r.kind}", [theirs, mine],
+            transform=lambda c: c.nodes, how=f"traced a fresh tf.function of your function on trace "
+            f"#{p.index}'s call, then on {name} changed so",
+            goal=lambda o: o.traces == 1,
+            summary=lambda o: (f"{name} then hits trace #{p.index}'s graph (1 trace for both)" if o.traces == 1
+                               else f"{name} still traces again ({o.traces} traces)"))])
+
+    # -- a Keras optimizer's first apply_gradients ------------------------------
+    def optimizer(self, t: Any, r: Any) -> fx.FixPlan | None:
+        nodes = t.nodes or {}
+        opt_path = model_path = None
+        opt = model = None
+        for name, n in nodes.items():
+            o = _live(n) if n.kind == "object" else None
+            if o is not None and opt is None and keras_optimizer(o):
+                opt_path, opt = name, o
+            elif o is not None and model is None and keras_model(o):
+                model_path, model = name, o
+        if opt is None:
+            return None
+        b = self.bench
+        body = b.body
+        m = model_path or "model"
+        o_ = opt_path
+
+        def args_with(optimizer: Any) -> tuple[list, dict]:
+            return _call_args(body, nodes, {o_: optimizer})
+
+        def experiment(build_first: bool, per_experiment: bool) -> tuple[bool, str]:
+            import tensorflow as tf
+
+            f = tf.function(body)
+            a, k = args_with(fresh_optimizer(opt))
+            try:
+                f.get_concrete_function(*a, **k)
+            except (KeyboardInterrupt, SystemExit, NotRebuilt):
+                raise
+            except Exception as e:  # noqa: BLE001 - the user's step may raise anything
+                if not (build_first or per_experiment):
+                    raise
+                return False, f"the first experiment raised {_err(e)}"
+            second = fresh_optimizer(opt)
+            if build_first:
+                if model is None:
+                    raise NotRebuilt("no Keras model among the arguments to build the optimizer for")
+                second.build(model.trainable_variables)
+            g = tf.function(body) if per_experiment else f
+            a, k = args_with(second)
+            try:
+                g.get_concrete_function(*a, **k)
+            except (KeyboardInterrupt, SystemExit, NotRebuilt):
+                raise
+            except Exception as e:  # noqa: BLE001
+                if not (build_first or per_experiment):
+                    raise
+                return False, f"the second experiment raised {_err(e)}"
+            return True, "the second experiment traces without the ValueError"
+
+        def baseline() -> str | None:
+            try:
+                experiment(False, False)
+            except ValueError as e:
+                return None if "singleton" in str(e) else f"raised {_first_line(e)}"
+            except NotRebuilt as e:
+                return str(e)
+            return "the copy did not reproduce the ValueError"
+
+        if body is None:
+            return None
+        why = baseline()
+        how = (f"traced your function in a fresh tf.function as two experiments on your {m} (a new "
+               f"{type(opt).__name__} each, like yours); without the change it raised the singleton-variable "
+               f"ValueError")
+        if why is not None:
+            return fx.first_working([fx.unchecked("optimizer_build", f"{o_}.build({m}.trainable_variables)",
+                                                  "build the optimizer before the loop", why)])
+        return _all_of([
+            lambda: fx.attempt("optimizer_build", f"{o_}.build({m}.trainable_variables)",
+                               f"the {type(opt).__name__} creates its slot variables in its first apply_gradients, "
+                               f"inside the tf.function: build it before the training loop",
+                               lambda: experiment(True, False), how=how),
+            lambda: fx.attempt("move", f"step = tf.function(train_step) per {m}",
+                               "make a new tf.function per experiment (per model and optimizer)",
+                               lambda: experiment(False, True), how=how),
+        ])
+
+    # -- the dispatch ---------------------------------------------------------
+    def plan(self, t: Any, r: Any) -> fx.FixPlan:
+        k = r.kind
+        try:
+            if k in ("shape", "ragged_shape", "sparse_shape", "spec"):
+                return self.signature(t, r)
+            if k == "dtype" and r.parameter and "per-replica" not in r.text:
+                return self.dtype(t, r)
+            if k in ("value", "flag", "string"):
+                return self.tensor(t, r)
+            if k in ("function", "bound_method", "object", "collected"):
+                return self.same_object(t, r)
+            if k in ("keys", "kind", "length", "signature", "none") and r.parameter:
+                return self.like(t, r)
+            if k == "variable_per_trace":
+                plan = self.optimizer(t, r)
+                if plan is not None:
+                    return plan
+        except NotRebuilt as e:
+            return fx.first_working([fx.unchecked(k, "", r.fix, str(e))])
+        return fx.first_working([fx.unchecked(_UNCHECKED_KIND.get(k, k), "", r.fix, _WHY.get(k, _WHY_DEFAULT))])
+
+
+_UNCHECKED_KIND = {"variable_creation": "none", "variable_creation_unknown": "none", "error": "code",
+                   "context": "none", "unexplained": "code", "object_value": "code",
+                   "per_replica_shape": "input_signature", "replicas": "code", "variable_per_trace": "move"}
+_WHY = {
+    "variable_creation": "TF's own re-trace: there is nothing to change",
+    "error": "the trace raised; its diagnosis names the line to change",
+    "context": "the call's context is TF's, not an argument tflab can change",
+    "unexplained": "no argument differs, so there is no change to try",
+    "object_value": "it needs a change to your class (__tf_tracing_type__) or to what you pass",
+    "per_replica_shape": "tflab does not rebuild a distributed dataset here",
+    "replicas": "it needs another strategy",
+    "variable_per_trace": "tflab cannot move your tf.Variable for you",
+}
+_WHY_DEFAULT = "tflab cannot apply this change to your case"
+
+
+def _all_of(candidates: Sequence[Callable[[], fx.Fix]]) -> fx.FixPlan:
+    """Every candidate run (alternatives the user may choose between); the first that worked is the fix."""
+    tried = [c() for c in candidates]
+    first = next((f for f in tried if f.checked), None)
+    return fx.FixPlan(first, tuple(tried)) if first is not None else fx.first_working(tried)
+
+
+def plan_fixes(traces: Sequence[Any], bench: Bench) -> list[Any]:
+    """``traces`` with each reason's fix run on the bench: ``Reason.plan`` set, ``Reason.fix`` its line.
+
+    Args:
+        traces: `tflab.retrace.Trace` records of one tf.function, oldest first.
+        bench: its Python function and recorded calls (`Bench`).
+
+    Returns:
+        New `Trace` records (``fixes`` = the checked lines); a trace without
+        reasons is returned as it is.
+    """
+    planner = _Planner(traces, bench)
+    out = []
+    for t in traces:
+        if not t.details:
+            out.append(t)
+            continue
+        details = []
+        for r in t.details:
+            plan = planner.plan(t, r)
+            line = plan.lines()[0] if plan.lines() else f"fix: {r.fix}"
+            details.append(dataclasses.replace(r, fix=line[len("fix: "):] if line.startswith("fix: ") else line,
+                                               plan=plan))
+        out.append(dataclasses.replace(t, details=tuple(details), fixes=[r.fix for r in details]))
+    return out
+
+
+def recorded_calls(traces: Sequence[Any]) -> list[Recorded]:
+    """The call signatures a function's traces recorded (TF's own variable-creation re-trace left out)."""
+    return [Recorded(t.index, t.call, t.nodes, t.kind != "failed") for t in traces
+            if t.nodes is not None and t.kind != "variable_creation"]
