@@ -541,6 +541,8 @@ class TraceRecorder:
         rec["trace_seconds"] = _test_seconds(rec)
         if live.level_note:
             rec["note"] = live.level_note
+        if self.is_worker:
+            rec["worker"] = self.config.workerinput.get("workerid")
         self.records.append(rec)
         item.user_properties.append(("tflab_traces", rec["trace_count"]))
         item.user_properties.append(("tflab_trace_seconds", round(rec["trace_seconds"], 6)))
