@@ -76,6 +76,7 @@ class FunctionTraces(Report):
         """Seconds of all this function's timed traces."""
         return sum(s for s in self.trace_seconds if s is not None)
 
+    @property
     def time_text(self) -> str | None:
         """``train_step: 3 traces, 18.4 s of the script's 25.0 s (74%)``, or None when not timed."""
         if not any(s is not None for s in self.trace_seconds):
@@ -421,10 +422,11 @@ class ScriptTraces(Report):
     config: dict = config_field()
     wall_seconds: float | None = None
 
+    @property
     def time_lines(self) -> list[str]:
         """``trace time: train_step: 3 traces, 18.4 s of the script's 25.0 s (74%)``, most seconds first."""
-        timed = [f for f in self.functions if f.time_text() is not None]
-        return [f"trace time: {f.time_text()}" for f in sorted(timed, key=lambda f: -f.seconds)]
+        timed = [f for f in self.functions if f.time_text is not None]
+        return [f"trace time: {f.time_text}" for f in sorted(timed, key=lambda f: -f.seconds)]
 
     @property
     def trace_count(self) -> int:
@@ -443,7 +445,7 @@ class ScriptTraces(Report):
                     f"tf.function(s)")
         shared = [ln for g in self.shared_names for ln in (g.text, f"  fix: {g.fix}")]
         tail = [f"note: {self.note}"] if self.note else []
-        head = "\n".join([head] + self.time_lines())
+        head = "\n".join([head] + self.time_lines)
         if self.functions:
             tail.append(f"note: {STALE_READ_NOTE}")
         return "\n".join([head] + shared + [f.to_text() for f in self.functions] + tail)

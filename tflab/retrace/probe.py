@@ -422,6 +422,7 @@ class RetraceProbe:
         """Seconds of all the timed traces."""
         return sum(s for s in self.trace_seconds if s is not None)
 
+    @property
     def time_text(self) -> str | None:
         """``train_step: 3 traces, 18.4 s of the 25.0 s its calls took (74%)``, or None before a timed trace."""
         if not any(s is not None for s in self.trace_seconds):
@@ -512,9 +513,9 @@ class RetraceProbe:
         if self.original is not None:
             lines.append(f"  {self.function_name} itself (calls not made through the probe are not seen): "
                          f"experimental_get_tracing_count() = {self.original_tracing_count}")
-        if self.time_text() is not None:
+        if self.time_text is not None:
             per = ", ".join(f"#{t.index} {_secs(s)}" for t, s in zip(self.traces, self.trace_seconds))
-            lines.append(f"  trace time: {self.time_text()} ({per}; tracing plus the first run's instantiation)")
+            lines.append(f"  trace time: {self.time_text} ({per}; tracing plus the first run's instantiation)")
         for t in self.traces:
             lines.extend("  " + ln for ln in t.to_text().splitlines())
         for s in self.stale:
