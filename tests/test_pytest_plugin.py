@@ -85,8 +85,12 @@ def run(pytester, *args, suite: str = SUITE, name: str = "test_suite"):
     return pytester.runpytest(*plugin_args(), "-p", "no:cacheprovider", *QUIET, *args)
 
 
-# In-process runs import the plugin module the outer session already imported.
-QUIET = ("-W", "ignore::pytest.PytestAssertRewriteWarning")
+# In-process runs import the plugin module the outer session already imported; and pytest's logging
+# plugin is off in them: when this outer run records traces too (make test), its capture makes the
+# tensorflow logger non-propagating during this test, and the inner pytest would attach its log
+# handlers to it. That a recorded test's captured log holds no TF trace record is checked in a fresh
+# process (tests/test_pytest_plugin_process.py).
+QUIET = ("-W", "ignore::pytest.PytestAssertRewriteWarning", "-p", "no:logging")
 
 
 def section(result) -> list[str]:
@@ -138,7 +142,7 @@ def test_the_section_lists_each_test_s_traces_with_reasons_and_seconds(pytester)
 def test_reporting_never_changes_the_exit_status(pytester):
     failing = SUITE + "\n\ndef test_fails():\n    f(tf.ones([9]), 3)\n    assert False\n"
     with_plugin = run(pytester, "--tflab-traces", suite=failing)
-    without = pytester.runpytest(*plugin_args(), "-p", "no:cacheprovider")
+    without = pytester.runpytest(*plugin_args(), "-p", "no:cacheprovider", *QUIET)
     assert with_plugin.ret == without.ret == pytest.ExitCode.TESTS_FAILED
     with_plugin.assert_outcomes(passed=3, failed=1)
     assert any(ln.startswith("test_suite.py::test_fails: 1 trace") for ln in section(with_plugin))
@@ -311,7 +315,7 @@ def test_a_test_over_its_budget_fails_with_the_reasons(pytester):
 
 
 def test_the_marker_is_listed_and_a_bad_budget_says_what_to_write(pytester):
-    result = pytester.runpytest(*plugin_args(), "--markers")
+    result = pytester.runpytest(*plugin_args(), *QUIET, "--markers")
     assert any(ln.startswith("@pytest.mark.tflab_max_traces(n, function=None):") for ln in result.outlines)
     bad = "import pytest\n\n@pytest.mark.tflab_max_traces('two')\ndef test_x():\n    pass\n"
     result = run(pytester, suite=bad, name="test_bad")

@@ -137,3 +137,30 @@ def test_xdist_workers_merge_into_one_summary_and_one_file(pytester, installed, 
     lines = result.outlines
     assert sum(ln.startswith("session: 6 traces of 2 tf.functions in 3 of 3 recorded tests") for ln in lines) == 1
     assert "test_wb.py::test_b1: 3 traces" in "\n".join(lines)
+
+
+LOGGED = '''
+import logging
+import tensorflow as tf
+
+@tf.function
+def h(x):
+    return x + 1
+
+def test_logs_and_fails():
+    logging.getLogger("tensorflow").warning("a warning of the test's own")
+    h(tf.ones([1]))
+    h(tf.ones([2]))
+    assert False
+'''
+
+
+def test_a_recorded_test_s_captured_log_holds_no_tf_trace_record(pytester, installed):
+    """pytest attaches its log handlers to non-propagating loggers per phase: the capture opens inside."""
+    pytester.makepyfile(test_logged=LOGGED)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--tflab-traces", timeout=600)
+    result.assert_outcomes(failed=1)
+    text = "\n".join(result.outlines)
+    assert "a warning of the test's own" in text.split("Captured log call", 1)[1]  # still forwarded
+    assert "Creating new FuncGraph" not in text and "Level 1" not in text
+    assert "h: 2 traces" in text
