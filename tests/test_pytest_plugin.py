@@ -418,3 +418,51 @@ def test_a_lost_trace_fails_the_fixture_s_own_count_check(pytester, lose_a_trace
     assert any("FAILED test_suite.py::test_fixture" in ln for ln in result.outlines)
     with pytest.raises(AssertionError):
         check_retraces_block(block_of(section(result), "test_suite.py::test_retraces"))
+
+
+# ---------------------------------------------------------------------------
+# A budget on a Python function, a misspelt name, a test that silences TF's logger
+# ---------------------------------------------------------------------------
+
+EDGES = '''
+import logging
+import pytest
+import tensorflow as tf
+
+
+def body(x):
+    return x * 3
+
+
+h = tf.function(body)
+
+
+@pytest.mark.tflab_max_traces(1, function=body)  # the Python function of the tf.function h
+def test_python_function_budget():
+    h(tf.ones([1]))
+    h(tf.ones([2]))
+
+
+@pytest.mark.tflab_max_traces(1, function="trian_step")
+def test_misspelt():
+    h(tf.ones([4]))
+    h(tf.ones([5]))
+
+
+def test_silences_tf():
+    h(tf.ones([6]))
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    h(tf.ones([7]))  # not seen: TF no longer emits its level-1 record
+'''
+
+
+def test_budget_edges_and_a_silenced_logger(pytester):
+    result = run(pytester, "--tflab-traces", suite=EDGES, name="test_edges")
+    result.assert_outcomes(passed=2, failed=1)
+    text = "\n".join(result.outlines)
+    assert "FAILED test_edges.py::test_python_function_budget" in text
+    assert "body: 2 traces, over the budget of 1" in text
+    assert re.search(r"tflab_max_traces\(function='trian_step'\): no tf\.function of that name traced", text)
+    block = block_of(section(result), "test_edges.py::test_silences_tf")
+    assert block[0].startswith("test_edges.py::test_silences_tf: 1 trace,"), block
+    assert block[-1].startswith("  note: the test set the tensorflow logger to level ERROR"), block

@@ -133,12 +133,13 @@ class _Live:
         self.phase = "setup"
         self.phases: dict[int, str] = {}
         self.clock = TraceClock()
-        self.explainer = LiveExplainer()
+        self.explainer = LiveExplainer(side_effects=False)  # the section reports no side effects
         self.identify = ObjectSerials()
         self.events: list = []
         self.timed = False
         self._stack: Any = None
         self.level_note: str | None = None
+        self.unmatched: str | None = None  # a budget's function= that traced nothing in the test body
 
     def begin(self, phase: str) -> None:
         from contextlib import ExitStack
@@ -158,11 +159,11 @@ class _Live:
         if self._stack is None:
             return
         stack, self._stack = self._stack, None
+        level = logging.getLogger("tensorflow").level  # before the capture restores it
         stack.close()
-        level = logging.getLogger("tensorflow").level
-        if level > logging.DEBUG:
+        if level != 1 and self.level_note is None:
             self.level_note = (f"the test set the tensorflow logger to level {logging.getLevelName(level)}, "
-                               f"which hides TF's level-1 trace records: later traces are not listed")
+                               f"which hides TF's level-1 trace records: traces after that are not listed")
 
     def _on_event(self, event: Any) -> None:
         self.events.append(event)
@@ -335,7 +336,19 @@ def _matches(fn: Any, record: dict, live: _Live) -> bool:
             obj = e.function_object()
             if obj is not None and id(obj) in wanted:
                 return True
+            python_function = getattr(obj, "python_function", None)  # fn is the tf.function's Python function
+            if python_function is not None and (python_function is fn or _unwrap(python_function) is fn):
+                return True
     return False
+
+
+def _unwrap(fn: Any) -> Any:
+    try:
+        from tflab._tf import function as _tf
+
+        return _tf.unwrap(fn)
+    except Exception:
+        return fn
 
 
 # ---------------------------------------------------------------------------
@@ -441,6 +454,8 @@ def budget_failures(live: _Live, marker: Any) -> list[str]:
     records = live.functions(phases=("call",))
     if function is not None:
         records = [r for r in records if _matches(function, r, live)]
+        if not records:
+            live.unmatched = _describe(function)
     by_name: dict[str, list[dict]] = {}
     for r in records:
         by_name.setdefault(r["qualname"], []).append(r)
@@ -515,6 +530,10 @@ class TraceRecorder:
         marker = item.get_closest_marker(MARKER)
         if live is not None and marker is not None:
             failures = budget_failures(live, marker)
+            if live.unmatched is not None:  # within budget, but perhaps a misspelt name: say so
+                item.warn(pytest.PytestWarning(
+                    f"{MARKER}(function={live.unmatched!r}): no tf.function of that name traced in the test "
+                    f"body, so the budget held trivially; check the name (short, Class.method or qualified)"))
             if failures:
                 pytest.fail("\n".join(failures), pytrace=False)
         return result

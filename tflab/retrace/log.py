@@ -181,10 +181,11 @@ class LiveExplainer:
     argument object alive or collected as TF did when it looked the call up.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, side_effects: bool = True) -> None:
         self._history: dict[Any, tuple[list[Trace], list[str | None]]] = {}
         # key -> the body's trace-time side effects, read while the tf.function is alive
         self.effects: dict[Any, list[SideEffect]] = {}
+        self._side_effects = side_effects  # False: not read (the pytest plugin reports none)
 
     def __call__(self, event: TraceEvent) -> None:
         if event.nodes is None or event.key is None or _is_tf_internal(event):
@@ -194,7 +195,7 @@ class LiveExplainer:
             fn = event.function_object()
             prior, contexts = cached_traces(fn) if fn is not None else ([], [])
             hist = self._history[event.key] = (list(prior), list(contexts))
-            self.effects[event.key] = _user_effects(fn)
+            self.effects[event.key] = _user_effects(fn) if self._side_effects else []
         traces, contexts = hist
         t = trace_from_event(event, len(traces) + 1, traces, contexts, outcome_known=False)
         traces.append(t)
