@@ -44,7 +44,10 @@ Consumer API (stable; a new consumer uses one of these, never its own hook):
   ``options`` (``reduce_retracing``, ``input_signature``, ``jit_compile``),
   ``scope``, ``context``, ``site`` (the user's ``file:line``), ``replica``
   (``"MirroredStrategy replica 0"`` or None); a `Trace` with reasons is
-  ``tflab.retrace.log.trace_from_event(event, index, previous)``.
+  ``tflab.retrace.log.trace_from_event(event, index, previous)``;
+* ``TraceEvent.seconds``: the trace's measured seconds (tracing plus the first
+  run's instantiation), set by a `TraceClock` (``with clock.watching()``, and
+  ``clock.on_event`` as or inside ``on_event``); None when not timed.
 """
 
 from __future__ import annotations
