@@ -222,6 +222,7 @@ class RetraceProbe:
         self._cache_len = 0
         self._events: list[TraceEvent | None] = []   # one per trace, from TF's tracing frame
         self.call_seconds = 0.0   # wall seconds of the calls made through the probe
+        self._call_end: float | None = None   # when the last call through the probe returned
 
         is_tf_function = _tf.can_clone(fn)
         python_fn = fn.python_function if is_tf_function else fn
@@ -322,7 +323,8 @@ class RetraceProbe:
         try:
             return self.function(*args, **kwargs)
         finally:
-            self.call_seconds += time.perf_counter() - began
+            self._call_end = time.perf_counter()
+            self.call_seconds += self._call_end - began
 
     def get_concrete_function(self, *args: Any, **kwargs: Any) -> Any:
         """``get_concrete_function`` of the wrapped tf.function; a trace it makes is recorded.
@@ -404,8 +406,11 @@ class RetraceProbe:
 
     def _time_traces(self, before: int) -> None:
         """Each new trace's seconds: to the next trace of the same call, the last to the call's return (now)."""
-        now = time.perf_counter()
         new = self._events[before:self._count]
+        now = self._call_end
+        self._call_end = None
+        if now is None or any(e is not None and e.started is not None and e.started > now for e in new):
+            now = time.perf_counter()  # get_concrete_function (no timed call): its traces end here
         for j, ev in enumerate(new):
             if ev is None or ev.started is None or ev.timing:
                 continue
