@@ -466,10 +466,10 @@ def budget_failures(live: _Live, marker: Any) -> list[str]:
             continue
         label = objs[0]["label"] if len(objs) == 1 else objs[0]["function"]
         many = f" in {len(objs)} tf.function objects of this name" if len(objs) > 1 else ""
-        lines = [f"{label}: {len(traces)} traces{many}, over the budget of {n} "
+        lines = [f"{label}: {len(traces)} trace{'s' * (len(traces) != 1)}{many}, over the budget of {n} "
                  f"({MARKER}({n}{', function=' + repr(_describe(function)) if function is not None else ''}))"]
         for k, t in enumerate(traces[n:], start=n + 1):
-            reasons = "; ".join(t["reasons"]) if t["reasons"] else "(no reason: " + t["kind"] + ")"
+            reasons = "; ".join(t["reasons"]) if t["reasons"] else f"its {t['kind']} trace (no earlier one to compare)"
             site = f" at {t['site']}" if t["site"] else ""
             lines.append(f"  trace {k} of {len(traces)} ({t['kind']} #{t['index']}{site}): {reasons}")
         out.append("\n".join(lines))
