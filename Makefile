@@ -54,7 +54,7 @@ test: $(STAMP)
 	@caps="$$($(BIN)/python -m tflab.runtime --capped-env)"; \
 	  if [ -n "$$caps" ]; then echo "make test: pass 3 emulates an AVX2 CPU: $$caps"; \
 	  else echo "make test: pass 3 (ISA caps at AVX2) skipped: this CPU is at AVX2 or below, so pass 4 (oneDNN on) runs what it would"; fi
-	$(BIN)/python -m pytest -q --durations=15 -n $(TEST_JOBS) --dist loadfile -m "not onednn"
+	$(BIN)/python -m pytest -q --durations=15 -n $(TEST_JOBS) --dist loadfile -m "not onednn" --tflab-traces-json saved_models/test-traces.json
 	TF_ENABLE_ONEDNN_OPTS=0 $(BIN)/python -m pytest -q -m onednn $(ONEDNN_FILES)
 	@caps="$$($(BIN)/python -m tflab.runtime --capped-env)"; \
 	  if [ -n "$$caps" ]; then echo "pass 3: TF_ENABLE_ONEDNN_OPTS=1 $$caps"; \

@@ -126,6 +126,7 @@ def test_dot_has_nodes_edges_and_shapes():
     assert "1 variables (128 bytes" in text and "MatMul" in text
 
 
+@pytest.mark.tflab_max_traces(1)  # measured: serve traces once (~6 s on 2 cores)
 def test_tour_model_inference_graph(tour_model):
     def serve(x):
         return tour_model(x, training=False)

@@ -963,7 +963,9 @@ def test_trace_records_do_not_reach_pytests_log_capture(caplog):
 
     logger = logging.getLogger("tensorflow")
     old = (logger.level, logger.propagate, logger.getEffectiveLevel())
-    assert old[2] >= logging.INFO  # TF's default: its level-1 records are not shown
+    # TF's default: its level-1 records are not shown; or the tflab pytest plugin records this
+    # test (make test's main pass): its own capture holds the logger at level 1, not propagating.
+    assert old[2] >= logging.INFO or old[:2] == (1, False), old
     caplog.handler.setLevel(0)  # catch all that reaches the root logger, as pytest's report does
     g(tf.ones([2]))
     with pytest.raises(RetraceError):

@@ -96,6 +96,7 @@ def test_t10_plain_step_last_batch_retraces_and_stabilize_fixes_it():
 
 
 @pytest.mark.slow
+@pytest.mark.tflab_max_traces(2, function="train_step")  # measured: the variable-creation pair, ~50-70 s each
 def test_t10_mobilenet_training_step(tour_model):
     """T10: stabilized, the training step traces the variable-creation pair on its first call
     (a fresh Adam creates its slot variables) and nothing for any later batch size.

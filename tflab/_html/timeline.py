@@ -43,8 +43,9 @@ def timeline_svg(traces: Sequence[dict], calls: int | None) -> str:
         x = left + (c - 1) * step + dup * 16
         colour = TRACE_COLOURS.get(t.get("kind"), "#444")
         why = "; ".join(t.get("reasons") or []) or t.get("kind", "")
+        secs = f", {_secs(t['seconds'])}" if t.get("seconds") is not None else ""
         parts.append(f'<g class="trace-mark" data-kind="{esc(t.get("kind"))}"><title>#{t["index"]} '
-                     f'{esc(t.get("kind"))}{(" at call " + str(c)) if known else ""}: {esc(why)}</title>'
+                     f'{esc(t.get("kind"))}{(" at call " + str(c)) if known else ""}{secs}: {esc(why)}</title>'
                      f'<circle cx="{x:.1f}" cy="30" r="7" fill="{colour}"/>'
                      f'<text x="{x - 7:.1f}" y="16">#{t["index"]}</text></g>')
     parts.append("</svg>")
@@ -57,7 +58,9 @@ def timeline_fragment(groups: Sequence[dict]) -> str:
     Args:
         groups: one dict per tf.function object: ``label`` (its name, with the
             owner when several share it), ``function_name`` (qualified name: the
-            group key), ``traces`` (`Trace` objects or dicts), ``calls`` (or None).
+            group key), ``traces`` (`Trace` objects or dicts), ``calls`` (or None);
+            optional ``seconds`` (each trace's seconds, None where untimed),
+            ``wall`` and ``wall_label`` (the seconds the share of trace time is of).
 
     Returns:
         A ``<div class="tflab timeline-section">`` fragment: per qualified name a
@@ -79,12 +82,21 @@ def timeline_fragment(groups: Sequence[dict]) -> str:
                      f'trace(s){f" in {len(members)} objects" if len(members) > 1 else ""}</h3>')
         for m in members:
             traces = [_trace_dict(t) for t in m["traces"]]
+            seconds = list(m.get("seconds") or [])
+            traces = [dict(t, seconds=seconds[i]) if i < len(seconds) else t for i, t in enumerate(traces)]
             calls = m.get("calls")
             if len(members) > 1:
                 parts.append(f"<h4>{esc(m.get('label') or name)}</h4>")
             parts.append(timeline_svg(traces, calls))
             if calls is not None:
                 parts.append(f"<p>{len(traces)} trace(s) in {calls} call(s)</p>")
+            timed = [x for x in seconds if x is not None]
+            if timed:
+                wall = m.get("wall")
+                share = (f" of {esc(m.get('wall_label') or 'the')} {_secs(wall)} ({100 * sum(timed) / wall:.0f}%)"
+                         if wall else "")
+                parts.append(f'<p class="trace-time" data-seconds="{sum(timed):.6f}">trace time: '
+                             f'{_secs(sum(timed))}{share} (tracing plus the first run\'s instantiation)</p>')
             rows = []
             for t in traces:
                 fixes = list(dict.fromkeys(t.get("fixes") or []))
@@ -94,8 +106,9 @@ def timeline_fragment(groups: Sequence[dict]) -> str:
                 colour = TRACE_COLOURS.get(t.get("kind"), "#444")
                 rows.append((f"#{t['index']}", esc(t.get("call") or "–"),
                              f'<span style="color:{colour}">{esc(t.get("kind"))}{versus}</span>', why,
-                             "<br>".join(esc(f) for f in fixes)))
-            parts.append(table(("trace", "call", "kind", "reasons (or the inputs traced)", "fix"), rows, raw=True))
+                             "<br>".join(esc(f) for f in fixes)) + ((_secs(t.get("seconds")),) if timed else ()))
+            parts.append(table(("trace", "call", "kind", "reasons (or the inputs traced)", "fix")
+                               + (("seconds",) if timed else ()), rows, raw=True))
         parts.append("</div>")
     parts.append("</div>")
     return "".join(parts)
@@ -104,10 +117,19 @@ def timeline_fragment(groups: Sequence[dict]) -> str:
 def probe_groups(probe: Any) -> list[dict]:
     """`timeline_fragment` input for one `tflab.RetraceProbe`."""
     return [{"function_name": probe.function_name, "label": probe.function_name,
-             "traces": list(probe.traces), "calls": probe.calls}]
+             "traces": list(probe.traces), "calls": probe.calls,
+             "seconds": list(getattr(probe, "trace_seconds", ()) or ()),
+             "wall": getattr(probe, "call_seconds", None), "wall_label": "the calls'"}]
 
 
 def script_groups(result: Any) -> list[dict]:
     """`timeline_fragment` input for a `ScriptTraces` (``tflab retrace SCRIPT``)."""
     return [{"function_name": f.function_name, "label": f.label or f.function_name, "traces": list(f.traces),
-             "calls": None} for f in result.functions]
+             "calls": None, "seconds": list(getattr(f, "trace_seconds", ()) or ()),
+             "wall": getattr(f, "script_seconds", None), "wall_label": "the script's"} for f in result.functions]
+
+
+def _secs(s: float | None) -> str:
+    if s is None:
+        return "untimed"
+    return f"{s:.2f} s" if s < 10 else f"{s:.1f} s"

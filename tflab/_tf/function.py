@@ -26,8 +26,9 @@ Public equivalents are used where TF has them: ``tf.__internal__.decorator``
 ``tf.__internal__.function.Function`` for the class, ``tf.distribute``'s
 strategy and replica-context functions, ``f.function_type``.
 
-The one patch, `count_eager_calls`, is a context manager that restores
-``Function.__call__`` on exit, also when the body raises.
+The patches, `count_eager_calls` and `watch_calls`, are context managers that
+restore ``Function.__call__`` (and ``get_concrete_function``) on exit, also
+when the body raises.
 """
 
 from __future__ import annotations
@@ -295,6 +296,55 @@ def count_eager_calls(on_call: Callable[[Any], None]) -> Iterator[None]:
         yield
     finally:
         cls.__call__ = original
+
+
+@contextlib.contextmanager
+def watch_calls(on_enter: Callable[[Any], None], on_exit: Callable[[Any], None]) -> Iterator[None]:
+    """Calls ``on_enter(fn)`` before and ``on_exit(fn)`` after every call of any tf.function ``fn`` in the block.
+
+    Every call, eager or made while another tf.function traces, of
+    ``Function.__call__`` and ``Function.get_concrete_function``: the two entry
+    points that can trace (``polymorphic_function.py``). ``on_exit`` runs also
+    when the call raises. The clock of trace time
+    (`tflab.retrace.event.TraceClock`) uses it: a trace ends when the call that
+    started it returns (its FuncGraph traced, instantiated and run once).
+    Both methods are restored on exit, also when the block raises; nested
+    blocks (and `count_eager_calls`) restore in LIFO order.
+
+    Args:
+        on_enter: called with the Function object before the call; must not raise.
+        on_exit: called with it after the call, in a ``finally``; must not raise.
+    """
+    import tensorflow as tf
+
+    cls = tf.__internal__.function.Function
+    originals = {name: cls.__dict__[name] for name in ("__call__", "get_concrete_function")}
+
+    def wrap(original: Callable) -> Callable:
+        def watched(self, *args, **kwargs):
+            try:
+                on_enter(self)
+            except Exception:  # timing must never break the user's program
+                pass
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                try:
+                    on_exit(self)
+                except Exception:
+                    pass
+
+        watched.__name__ = original.__name__
+        watched.__doc__ = original.__doc__
+        return watched
+
+    for name, original in originals.items():
+        setattr(cls, name, wrap(original))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(cls, name, original)
 
 
 # ---------------------------------------------------------------------------

@@ -44,7 +44,10 @@ Consumer API (stable; a new consumer uses one of these, never its own hook):
   ``options`` (``reduce_retracing``, ``input_signature``, ``jit_compile``),
   ``scope``, ``context``, ``site`` (the user's ``file:line``), ``replica``
   (``"MirroredStrategy replica 0"`` or None); a `Trace` with reasons is
-  ``tflab.retrace.log.trace_from_event(event, index, previous)``.
+  ``tflab.retrace.log.trace_from_event(event, index, previous)``;
+* ``TraceEvent.seconds``: the trace's measured seconds (tracing plus the first
+  run's instantiation), set by a `TraceClock` (``with clock.watching()``, and
+  ``clock.on_event`` as or inside ``on_event``); None when not timed.
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ import logging
 import os
 import re
 import sys
+import threading
+import time
 import types
 import weakref
 from typing import Any, Callable, Iterator
@@ -123,6 +128,21 @@ class TraceEvent:
     # TF's FunctionContext.context as {field: repr} (`tflab._tf.function.context_fields`): which part
     # of the cache key beside the FunctionType differs (save context, graph, device, strategy).
     context_fields: Any = dataclasses.field(default=None, repr=False, compare=False)
+    # Trace time (`TraceClock`): ``time.perf_counter()`` when the event was made
+    # (the trace's start), and [seconds] once the call that made it returned.
+    started: float | None = dataclasses.field(default=None, repr=False, compare=False)
+    timing: list = dataclasses.field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def seconds(self) -> float | None:
+        """Seconds of this trace, measured by a `TraceClock`: None when not timed.
+
+        From TF starting the trace to the next trace the same call of the same
+        tf.function started (TF's variable-creation re-trace), or else to the
+        return of that call: tracing the FuncGraph, plus its instantiation and
+        first run. A nested tf.function's trace is also part of its caller's.
+        """
+        return self.timing[0] if self.timing else None
 
     @property
     def relaxed(self) -> bool:
@@ -212,7 +232,7 @@ def event_from_frame(frame: Any, identify: Callable[[Any], Any] | None = None) -
         site=_user_site(fn_frame if fn_frame is not None else frame), replica=_replica(),
         source="frame", tf_function=weakref.ref(fn) if fn is not None else None,
         nodes=nodes, traced_nodes=nodes if traced is lookup else nodes_of(traced),
-        context_fields=_tf.context_fields(ctx))
+        context_fields=_tf.context_fields(ctx), started=time.perf_counter())
 
 
 def current_trace_event(identify: Callable[[Any], Any] | None = None) -> TraceEvent | None:
@@ -438,3 +458,77 @@ def on_each_trace(fn: Callable, callback: Callable[[TraceEvent | None, tuple, di
         return traced_body.__wrapped__(*args, **kwargs)
 
     return _tf.make_decorator(fn, traced_body, name)
+
+
+class TraceClock:
+    """Measures each trace's seconds: from TF starting it to the return of the call that made it.
+
+    TF 2.21 has no trace-end callback. A trace runs inside a call of its
+    tf.function (``Function.__call__`` or ``get_concrete_function``), so the
+    clock watches those calls (`tflab._tf.function.watch_calls`) and closes
+    each trace when the call of the same Function object that was open when
+    it started returns; a second trace in that call (TF's variable-creation
+    re-trace) closes the first one. The seconds are tracing, the
+    ConcreteFunction's instantiation and its first run (``call_flat``), as the
+    call measured them; nested tf.functions' traces are part of their caller's.
+    An event with no open call of its Function (the clock started inside the
+    call, or TF's frame gave no Function) stays untimed (``seconds`` None).
+
+    Use: ``with clock.watching(), capture_trace_events(on_event=clock.on_event)``;
+    or call `on_event` from an `on_each_trace` callback. Calls are tracked per
+    thread (a tf.distribute replica traces in its own thread).
+
+    Attributes:
+        calls: top-level (not nested) calls seen, and their total seconds in ``call_seconds``.
+        nested: ``id()`` of each event that started while another timed trace was
+            in progress (its seconds are part of that one's: a total skips them).
+    """
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self.calls = 0
+        self.call_seconds = 0.0
+        self.nested: set[int] = set()
+
+    def _stack(self) -> list:
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
+    def enter(self, fn: Any) -> None:
+        """A call of tf.function ``fn`` starts."""
+        self._stack().append((id(fn), time.perf_counter(), []))
+
+    def exit(self, fn: Any) -> None:
+        """That call returned (or raised): its traces are closed."""
+        stack = self._stack()
+        if not stack:
+            return
+        fid, began, events = stack.pop()
+        now = time.perf_counter()
+        if not stack:
+            self.calls += 1
+            self.call_seconds += now - began
+        for i, ev in enumerate(events):
+            end = events[i + 1].started if i + 1 < len(events) else now
+            if not ev.timing and ev.started is not None:
+                ev.timing.append(max(0.0, end - ev.started))
+
+    def on_event(self, event: TraceEvent | None) -> None:
+        """A trace started: it belongs to the innermost open call of its Function."""
+        if event is None or event.function_id is None or event.started is None:
+            return
+        stack = self._stack()
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i][0] == event.function_id:
+                stack[i][2].append(event)
+                if any(frame[2] for frame in stack[:i]):  # inside another trace in progress
+                    self.nested.add(id(event))
+                return
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator["TraceClock"]:
+        """Watches every tf.function call in the block (imports TensorFlow)."""
+        with _tf.watch_calls(self.enter, self.exit):
+            yield self

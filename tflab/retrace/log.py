@@ -23,6 +23,7 @@ import os
 import re
 import runpy
 import sys
+import time
 import types
 from typing import Any, Callable, Iterator, Sequence
 
@@ -30,7 +31,7 @@ from tflab._report import Report, config_field
 from tflab._tf import function as _tf
 from tflab.errors import Terminated, UsageError
 from tflab.retrace.diff import function_type_inputs, make_trace, nodes_of
-from tflab.retrace.event import ObjectSerials, TraceEvent, capture_trace_events
+from tflab.retrace.event import ObjectSerials, TraceClock, TraceEvent, capture_trace_events
 from tflab.retrace.records import NO_VARIABLE_CREATION, VARIABLE_CREATION, Trace, _short_name
 from tflab.retrace.sideeffects import SideEffect, trace_time_effects, user_function
 
@@ -55,6 +56,9 @@ class FunctionTraces(Report):
             tracing, one line each, worded as `tflab.RetraceProbe.side_effects`
             words them (empty when every call traced, or calls were not counted).
         config: `tflab.runtime_config()` as a dict, filled when the record is made.
+        trace_seconds: each trace's seconds (`tflab.retrace.event.TraceEvent.seconds`:
+            tracing plus the first run's instantiation), None where not timed; () when not measured.
+        script_seconds: the wall seconds of the script (or block) the traces were made in, or None.
     """
 
     function_name: str
@@ -66,6 +70,29 @@ class FunctionTraces(Report):
     # The Python function's full qualified name (``Net.run.<locals>.step``): where it is defined.
     qualname: str = ""
     config: dict = config_field()
+    trace_seconds: tuple[float | None, ...] = ()
+    script_seconds: float | None = None
+
+    @property
+    def seconds(self) -> float:
+        """Seconds of all this function's timed traces."""
+        return sum(s for s in self.trace_seconds if s is not None)
+
+    @property
+    def time_text(self) -> str | None:
+        """``train_step: 3 traces, 18.4 s of the script's 25.0 s (74%)``, or None when not timed."""
+        if not any(s is not None for s in self.trace_seconds):
+            return None
+        n = self.trace_count
+        share = (f" of the script's {_seconds(self.script_seconds)} ({100 * self.seconds / self.script_seconds:.0f}%)"
+                 if self.script_seconds else "")
+        return f"{self.label or self.function_name}: {n} trace{'s' * (n != 1)}, {_seconds(self.seconds)}{share}"
+
+    def _time_lines(self) -> list[str]:
+        if not any(s is not None for s in self.trace_seconds):
+            return []
+        per = ", ".join(f"#{t.index} {_seconds(s)}" for t, s in zip(self.traces, self.trace_seconds))
+        return [f"  trace time: {_seconds(self.seconds)} ({per}; tracing plus the first run's instantiation)"]
 
     @property
     def trace_count(self) -> int:
@@ -77,6 +104,7 @@ class FunctionTraces(Report):
     def to_text(self) -> str:
         calls = f" in {self.calls} call(s)" if self.calls is not None else ""
         lines = [f"{self.label or self.function_name}: {self.trace_count} trace(s){calls}"]
+        lines += self._time_lines()
         for t in self.traces:
             lines.extend("  " + ln for ln in t.to_text().splitlines())
         lines.extend(f"  side effect: {e}" for e in self.side_effects)
@@ -87,7 +115,9 @@ class FunctionTraces(Report):
                 "label": self.label or self.function_name, "owner": self.owner,
                 "trace_count": self.trace_count, "calls": self.calls,
                 "traces": [t.to_dict() for t in self.traces],
-                "side_effects": list(self.side_effects), "config": self.config}
+                "side_effects": list(self.side_effects), "config": self.config,
+                "trace_seconds": list(self.trace_seconds), "seconds": self.seconds,
+                "script_seconds": self.script_seconds}
 
     def __repr__(self) -> str:
         return f"<FunctionTraces {self.label or self.function_name}: {self.summary_line()}>"
@@ -153,7 +183,7 @@ class LiveExplainer:
     argument object alive or collected as TF did when it looked the call up.
     """
 
-    def __init__(self, calls: dict | None = None) -> None:
+    def __init__(self, calls: dict | None = None, side_effects: bool = True) -> None:
         # {event key: eager calls so far} (`trace_script`'s counter): a trace's call number
         self.calls = calls
         self._history: dict[Any, tuple[list[Trace], list[str | None]]] = {}
@@ -165,6 +195,7 @@ class LiveExplainer:
         self.latest: dict[str, Any] = {}
         # key -> what configures the object: its instance's attributes or its closure's values
         self.configs: dict[Any, tuple[str, dict]] = {}
+        self._side_effects = side_effects  # False: not read (the pytest plugin reports none)
 
     def __call__(self, event: TraceEvent) -> None:
         if event.nodes is None or event.key is None or _is_tf_internal(event):
@@ -174,7 +205,7 @@ class LiveExplainer:
             fn = event.function_object()
             prior, contexts = cached_traces(fn) if fn is not None else ([], [])
             hist = self._history[event.key] = (list(prior), list(contexts))
-            self.effects[event.key] = _user_effects(fn)
+            self.effects[event.key] = _user_effects(fn) if self._side_effects else []
             self.configs[event.key] = _configuration(fn)
         traces, contexts = hist
         call = self.calls.get(event.key, 0) if self.calls is not None else 0
@@ -543,6 +574,7 @@ class ScriptTraces(Report):
         note: None, or why some traces may be missing (the script raised the
             ``tensorflow`` logger's level, which hides TF's level-1 records).
         config: `tflab.runtime_config()` as a dict, filled when the report is made.
+        wall_seconds: the script's wall time (seconds), or None.
     """
 
     script: str
@@ -552,6 +584,13 @@ class ScriptTraces(Report):
     # The `NameGroup`s found while the script's objects were alive (their fixes run); () to group now.
     groups: tuple = ()
     config: dict = config_field()
+    wall_seconds: float | None = None
+
+    @property
+    def time_lines(self) -> list[str]:
+        """``trace time: train_step: 3 traces, 18.4 s of the script's 25.0 s (74%)``, most seconds first."""
+        timed = [f for f in self.functions if f.time_text is not None]
+        return [f"trace time: {f.time_text}" for f in sorted(timed, key=lambda f: -f.seconds)]
 
     @property
     def trace_count(self) -> int:
@@ -570,6 +609,7 @@ class ScriptTraces(Report):
                     f"tf.function(s)")
         shared = [ln for g in self.shared_names for ln in g.lines()]
         tail = [f"note: {self.note}"] if self.note else []
+        head = "\n".join([head] + self.time_lines)
         if self.functions:
             tail.append(f"note: {STALE_READ_NOTE}")
         return "\n".join([head] + shared + [f.to_text() for f in self.functions] + tail)
@@ -578,7 +618,7 @@ class ScriptTraces(Report):
         return {"script": self.script, "trace_count": self.trace_count,
                 "functions": [f.to_dict() for f in self.functions], "error": self.error,
                 "shared_names": [g.to_dict() for g in self.shared_names],
-                "note": self.note, "config": self.config}
+                "note": self.note, "config": self.config, "wall_seconds": self.wall_seconds}
 
     def _repr_html_(self) -> str:
         """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
@@ -624,6 +664,7 @@ def trace_script(path: str, argv: Sequence[str] = (), include_internal: bool = F
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     error = note = None
     identify = ObjectSerials()
+    clock = TraceClock()
     calls: dict[Any, int] = {}
     explainer = LiveExplainer(calls)
 
@@ -631,7 +672,12 @@ def trace_script(path: str, argv: Sequence[str] = (), include_internal: bool = F
         key = identify(fn)
         calls[key] = calls.get(key, 0) + 1
 
-    with capture_explained(explainer, identify) as logged, _tf.count_eager_calls(count):
+    def on_event(event: TraceEvent) -> None:
+        clock.on_event(event)
+        explainer(event)
+
+    began = time.perf_counter()
+    with clock.watching(), capture_trace_events(on_event, identify) as logged, _tf.count_eager_calls(count):
         try:
             with process_guard():  # a fork()ed child ends here; the script's chdir is undone
                 runpy.run_path(path, run_name="__main__")
@@ -659,19 +705,39 @@ def trace_script(path: str, argv: Sequence[str] = (), include_internal: bool = F
         if level != 1:
             note = (f"the script set the tensorflow logger to level {logging.getLevelName(level)}, "
                     f"which hides TF's level-1 trace records: traces after that are not listed")
+    wall = time.perf_counter() - began
     functions = group_logged_traces(logged, include_internal, calls=calls, effects=explainer.effects,
                                     bodies=explainer.bodies)
+    functions = tuple(dataclasses.replace(f, trace_seconds=s, script_seconds=wall)
+                      for f, s in zip(functions, _seconds_by_group(logged, include_internal)))
     keys = _object_keys(logged, include_internal)
     groups = name_groups(functions, [explainer.configs.get(k) for k in keys], explainer.latest)
-    return ScriptTraces(script=path, functions=functions, error=error, note=note, groups=groups)
+    return ScriptTraces(script=path, functions=functions, error=error, note=note, groups=groups,
+                        wall_seconds=wall)
+
+
+def _grouped_events(logged: Sequence[TraceEvent], include_internal: bool) -> dict:
+    """{group key: its events}, by `group_logged_traces`'s own grouping rule and in its order."""
+    groups: dict[Any, list] = {}
+    aliases: dict[Any, Any] = {}
+    for t in logged:
+        if include_internal or not _is_tf_internal(t):
+            groups.setdefault(_group_key(t, aliases, groups), []).append(t)
+    return groups
 
 
 def _object_keys(logged: Sequence[TraceEvent], include_internal: bool) -> list:
     """The group key of each `FunctionTraces` `group_logged_traces` makes, in its order."""
-    groups: dict[Any, list] = {}
-    aliases: dict = {}
-    for t in logged:
-        if include_internal or not _is_tf_internal(t):
-            groups.setdefault(_group_key(t, aliases, groups), []).append(t)
-    return list(groups)
+    return list(_grouped_events(logged, include_internal))
+
+
+def _seconds_by_group(logged: Sequence[TraceEvent], include_internal: bool) -> list[tuple]:
+    """Each `group_logged_traces` group's trace seconds, in its order."""
+    return [tuple(e.seconds for e in events) for events in _grouped_events(logged, include_internal).values()]
+
+
+def _seconds(s: float | None) -> str:
+    if s is None:
+        return "untimed"
+    return f"{s:.2f} s" if s < 10 else f"{s:.1f} s"
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import time
 import types
 from typing import Any, Callable
 
@@ -234,6 +235,8 @@ class RetraceProbe:
         self._watch_stale = watch_stale
         self._cache_len = 0
         self._events: list[TraceEvent | None] = []   # one per trace, from TF's tracing frame
+        self.call_seconds = 0.0   # wall seconds of the calls made through the probe
+        self._call_end: float | None = None   # when the last call through the probe returned
 
         is_tf_function = _tf.can_clone(fn)
         python_fn = fn.python_function if is_tf_function else fn
@@ -319,7 +322,7 @@ class RetraceProbe:
         self.calls += 1
         before = self._count
         try:
-            out = self.function(*args, **kwargs)
+            out = self._timed_call(args, kwargs)
         except TypeError as e:
             if "Could not generate a generic TraceType" in str(e):
                 raise self._no_trace_type_error(args, kwargs, e) from e
@@ -333,6 +336,14 @@ class RetraceProbe:
         elif self._gwatch or self._cwatch:
             self._check_stale()
         return out
+
+    def _timed_call(self, args: tuple, kwargs: dict) -> Any:
+        began = time.perf_counter()
+        try:
+            return self.function(*args, **kwargs)
+        finally:
+            self._call_end = time.perf_counter()
+            self.call_seconds += self._call_end - began
 
     def get_concrete_function(self, *args: Any, **kwargs: Any) -> Any:
         """``get_concrete_function`` of the wrapped tf.function; a trace it makes is recorded.
@@ -402,6 +413,7 @@ class RetraceProbe:
                        call: int | None = None) -> None:
         from tflab._target import error_summary
 
+        self._time_traces(before)
         # TF caches one ConcreteFunction per successful trace; a trace that
         # raised left none, and it is the last trace of its call.
         cache_len = _tf.cache_size(self.function)
@@ -435,6 +447,39 @@ class RetraceProbe:
                 t = probe_diagnosis(self, t, error, entry)
             self._traces.append(t)
             self._contexts.append((event.context_fields or event.context) if event is not None else None)
+
+    def _time_traces(self, before: int) -> None:
+        """Each new trace's seconds: to the next trace of the same call, the last to the call's return (now)."""
+        new = self._events[before:self._count]
+        now = self._call_end
+        self._call_end = None
+        if now is None or any(e is not None and e.started is not None and e.started > now for e in new):
+            now = time.perf_counter()  # get_concrete_function (no timed call): its traces end here
+        for j, ev in enumerate(new):
+            if ev is None or ev.started is None or ev.timing:
+                continue
+            nxt = next((e.started for e in new[j + 1:] if e is not None and e.started is not None), now)
+            ev.timing.append(max(0.0, nxt - ev.started))
+
+    @property
+    def trace_seconds(self) -> list[float | None]:
+        """Each trace's seconds (tracing plus the first run's instantiation), None where not timed."""
+        return [e.seconds if e is not None else None for e in self._events]
+
+    @property
+    def seconds(self) -> float:
+        """Seconds of all the timed traces."""
+        return sum(s for s in self.trace_seconds if s is not None)
+
+    @property
+    def time_text(self) -> str | None:
+        """``train_step: 3 traces, 18.4 s of the 25.0 s its calls took (74%)``, or None before a timed trace."""
+        if not any(s is not None for s in self.trace_seconds):
+            return None
+        n = self.trace_count
+        share = (f" of the {_secs(self.call_seconds)} its calls through the probe took "
+                 f"({100 * self.seconds / self.call_seconds:.0f}%)" if self.call_seconds else "")
+        return f"{self.function_name}: {n} trace{'s' * (n != 1)}, {_secs(self.seconds)}{share}"
 
     def _no_trace_type_error(self, args: tuple, kwargs: dict, err: Exception) -> UsageError:
         culprit, value = None, None
@@ -546,6 +591,9 @@ class RetraceProbe:
         if self.original is not None:
             lines.append(f"  {self.function_name} itself (calls not made through the probe are not seen): "
                          f"experimental_get_tracing_count() = {self.original_tracing_count}")
+        if self.time_text is not None:
+            per = ", ".join(f"#{t.index} {_secs(s)}" for t, s in zip(self.traces, self.trace_seconds))
+            lines.append(f"  trace time: {self.time_text} ({per}; tracing plus the first run's instantiation)")
         for t in self.traces:
             lines.extend("  " + ln for ln in t.to_text().splitlines())
         for s in self.stale:
@@ -563,7 +611,8 @@ class RetraceProbe:
                 "traces": [t.to_dict() for t in self.traces],
                 "stale": [dataclasses.asdict(s) | {"text": s.text, "fix": s.fix,
                                                    "fix_record": s.fix_record.to_dict()} for s in self.stale],
-                "side_effects": self.side_effects}
+                "side_effects": self.side_effects, "trace_seconds": self.trace_seconds,
+                "seconds": self.seconds, "call_seconds": self.call_seconds}
 
     def _repr_html_(self) -> str:
         """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
@@ -594,3 +643,9 @@ def _value_repr(v: Any) -> str:
     text = repr(v)
     return text if len(text) <= 60 else text[:57] + "..."
 
+
+
+def _secs(s: float | None) -> str:
+    if s is None:
+        return "untimed"
+    return f"{s:.2f} s" if s < 10 else f"{s:.1f} s"
