@@ -21,9 +21,13 @@ pytest_plugins = ["pytester"]
 
 def plugin_args() -> list[str]:
     """``-p tflab.pytest_plugin`` unless the ``pytest11`` entry point already loads it (installed)."""
-    from importlib.metadata import entry_points
+    from importlib.metadata import distributions
 
-    installed = any(ep.value == "tflab.pytest_plugin" for ep in entry_points(group="pytest11"))
+    # Every distribution, as pluggy's load_setuptools_entrypoints walks them: entry_points(group=)
+    # keeps one distribution per name, and a stale tflab.egg-info in the working folder (an older
+    # editable install) would hide the installed one's pytest11 entry point.
+    installed = any(ep.group == "pytest11" and ep.value == "tflab.pytest_plugin"
+                    for dist in distributions() for ep in dist.entry_points)
     return [] if installed else ["-p", "tflab.pytest_plugin"]
 
 
