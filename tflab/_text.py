@@ -87,3 +87,25 @@ def table(rows: Iterable[Sequence[Any]], header: Sequence[str] | None = None, *,
             out.append(line(["-" * w for w in widths]))
     out.extend(line(r) for r in text)
     return "\n".join(out)
+
+
+def seconds_text(s: float | None, digits: int = 2) -> str:
+    """``0.42 s`` (``digits`` decimals under 10 s, one above), or ``untimed`` for None."""
+    if s is None:
+        return "untimed"
+    return f"{s:.{digits}f} s" if s < 10 else f"{s:.1f} s"
+
+
+def trace_time_line(name: str, traces: int, seconds: float, total: float | None, of: str) -> str:
+    """``train_step: 3 traces, 18.4 s of the script's 25.0 s (74%)``: a function's trace time and its share.
+
+    Args:
+        name: the tf.function's name.
+        traces: how many traces it made.
+        seconds: their seconds (tracing plus the first run's instantiation).
+        total: the wall seconds the share is of; None or 0 gives no share.
+        of: how that total reads after "of": ``the script's {}`` or ``the {} its calls took``
+            (``{}`` is replaced by the total).
+    """
+    share = (f" of {of.format(seconds_text(total))} ({100 * seconds / total:.0f}%)" if total else "")
+    return f"{name}: {traces} trace{'s' * (traces != 1)}, {seconds_text(seconds)}{share}"

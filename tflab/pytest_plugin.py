@@ -49,6 +49,8 @@ from typing import Any, Iterable
 
 import pytest
 
+from tflab._text import seconds_text
+
 MARKER = "tflab_max_traces"
 FIXTURE = "tflab_traces"
 PLUGIN_NAME = "tflab-traces-recorder"
@@ -357,9 +359,8 @@ def _unwrap(fn: Any) -> Any:
 
 
 def _secs(s: float | None) -> str:
-    if s is None:
-        return "untimed"
-    return f"{s:.3f} s" if s < 10 else f"{s:.1f} s"
+    return seconds_text(s, 3)
+
 
 
 def format_function(r: dict, indent: str = "") -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from tflab._html.base import esc, table
+from tflab._text import seconds_text
 
 TRACE_COLOURS = {"first": "#2b6cb0", "retrace": "#d97706", "variable_creation": "#7c3aed",
                   "failed": "#b3261e", "concrete": "#0f766e", "cached": "#64748b"}
@@ -43,7 +44,7 @@ def timeline_svg(traces: Sequence[dict], calls: int | None) -> str:
         x = left + (c - 1) * step + dup * 16
         colour = TRACE_COLOURS.get(t.get("kind"), "#444")
         why = "; ".join(t.get("reasons") or []) or t.get("kind", "")
-        secs = f", {_secs(t['seconds'])}" if t.get("seconds") is not None else ""
+        secs = f", {seconds_text(t['seconds'])}" if t.get("seconds") is not None else ""
         parts.append(f'<g class="trace-mark" data-kind="{esc(t.get("kind"))}"><title>#{t["index"]} '
                      f'{esc(t.get("kind"))}{(" at call " + str(c)) if known else ""}{secs}: {esc(why)}</title>'
                      f'<circle cx="{x:.1f}" cy="30" r="7" fill="{colour}"/>'
@@ -93,10 +94,10 @@ def timeline_fragment(groups: Sequence[dict]) -> str:
             timed = [x for x in seconds if x is not None]
             if timed:
                 wall = m.get("wall")
-                share = (f" of {esc(m.get('wall_label') or 'the')} {_secs(wall)} ({100 * sum(timed) / wall:.0f}%)"
+                share = (f" of {esc(m.get('wall_label') or 'the')} {seconds_text(wall)} ({100 * sum(timed) / wall:.0f}%)"
                          if wall else "")
                 parts.append(f'<p class="trace-time" data-seconds="{sum(timed):.6f}">trace time: '
-                             f'{_secs(sum(timed))}{share} (tracing plus the first run\'s instantiation)</p>')
+                             f'{seconds_text(sum(timed))}{share} (tracing plus the first run\'s instantiation)</p>')
             rows = []
             for t in traces:
                 fixes = list(dict.fromkeys(t.get("fixes") or []))
@@ -106,7 +107,7 @@ def timeline_fragment(groups: Sequence[dict]) -> str:
                 colour = TRACE_COLOURS.get(t.get("kind"), "#444")
                 rows.append((f"#{t['index']}", esc(t.get("call") or "–"),
                              f'<span style="color:{colour}">{esc(t.get("kind"))}{versus}</span>', why,
-                             "<br>".join(esc(f) for f in fixes)) + ((_secs(t.get("seconds")),) if timed else ()))
+                             "<br>".join(esc(f) for f in fixes)) + ((seconds_text(t.get("seconds")),) if timed else ()))
             parts.append(table(("trace", "call", "kind", "reasons (or the inputs traced)", "fix")
                                + (("seconds",) if timed else ()), rows, raw=True))
         parts.append("</div>")
@@ -129,7 +130,3 @@ def script_groups(result: Any) -> list[dict]:
              "wall": getattr(f, "script_seconds", None), "wall_label": "the script's"} for f in result.functions]
 
 
-def _secs(s: float | None) -> str:
-    if s is None:
-        return "untimed"
-    return f"{s:.2f} s" if s < 10 else f"{s:.1f} s"

@@ -295,7 +295,10 @@ def _local_bound(op: OpTensors, quantization: str, ref: np.ndarray, terms: Terms
     elif kind == "arith":
         b = 2 * u * ((terms.dot if terms.dot is not None else 0.0) + a_ref)
     elif kind == "transcendental":
-        b = TRANSCENDENTAL_ULPS * u * (a_ref + (a_ref.max() if a_ref.size else 0.0))
+        # The largest finite output (a NaN/inf element, e.g. sqrt or log of a negative, would make
+        # the whole bound NaN and every element of the op unjudgeable).
+        finite_ref = a_ref[np.isfinite(a_ref)]
+        b = TRANSCENDENTAL_ULPS * u * (a_ref + (finite_ref.max() if finite_ref.size else 0.0))
     else:  # exact data movement, conversions
         b = u * a_ref
         x_t = op.inputs[0] if op.inputs else None
@@ -369,16 +372,27 @@ class _Acc:
         finite = np.isfinite(ref)
         if finite.any():
             self.max_out = max(self.max_out, float(np.abs(ref[finite]).max()))
-            self.max_terms = max(self.max_terms or 0.0, float(np.nanmax(np.broadcast_to(terms.dot, ref.shape))))
+            # Over the elements with a finite output and finite terms: an inf term (log(0)) says
+            # nothing about float32 rounding noise, and would call every such model ill-conditioned.
+            dot = np.broadcast_to(terms.dot, ref.shape)[finite]
+            dot = dot[np.isfinite(dot)]
+            if dot.size:
+                self.max_terms = max(self.max_terms or 0.0, float(dot.max()))
             self.k = max(self.k, terms.k)
 
     def add(self, got: np.ndarray, ref: np.ndarray, bound: np.ndarray) -> None:
         both_nan = np.isnan(got) & np.isnan(ref)
+        # LiteRT's builtin float kernels clamp to the activation range [-FLT_MAX, FLT_MAX] (an ADD
+        # with no activation turns log(0) = -inf into -3.4e38); XNNPACK, which the user runs, and TF
+        # keep the inf. That saturation is the builtin kernel's, not an error of the model.
+        fmax = float(np.finfo(np.float32).max)
+        clamped_inf = np.isinf(ref) & (np.abs(got) == fmax) & (np.sign(got) == np.sign(ref))
         with np.errstate(invalid="ignore"):
             diff = np.abs(got - ref)
-        diff = np.where(both_nan | (got == ref), 0.0, np.where(np.isnan(diff), np.inf, diff))
+        diff = np.where(both_nan | (got == ref) | clamped_inf, 0.0, np.where(np.isnan(diff), np.inf, diff))
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(diff == 0, 0.0, diff / bound)
+        ratio = np.where(np.isnan(ratio), np.inf, ratio)  # inf/inf or a NaN bound: not within it
         if not ratio.size:
             return
         w = int(np.argmax(ratio))

@@ -27,6 +27,7 @@ import time
 import types
 from typing import Any, Callable, Iterator, Sequence
 
+from tflab._text import seconds_text, trace_time_line
 from tflab._report import Report, config_field
 from tflab._tf import function as _tf
 from tflab.errors import Terminated, UsageError
@@ -83,16 +84,14 @@ class FunctionTraces(Report):
         """``train_step: 3 traces, 18.4 s of the script's 25.0 s (74%)``, or None when not timed."""
         if not any(s is not None for s in self.trace_seconds):
             return None
-        n = self.trace_count
-        share = (f" of the script's {_seconds(self.script_seconds)} ({100 * self.seconds / self.script_seconds:.0f}%)"
-                 if self.script_seconds else "")
-        return f"{self.label or self.function_name}: {n} trace{'s' * (n != 1)}, {_seconds(self.seconds)}{share}"
+        return trace_time_line(self.label or self.function_name, self.trace_count, self.seconds,
+                               self.script_seconds, "the script's {}")
 
     def _time_lines(self) -> list[str]:
         if not any(s is not None for s in self.trace_seconds):
             return []
-        per = ", ".join(f"#{t.index} {_seconds(s)}" for t, s in zip(self.traces, self.trace_seconds))
-        return [f"  trace time: {_seconds(self.seconds)} ({per}; tracing plus the first run's instantiation)"]
+        per = ", ".join(f"#{t.index} {seconds_text(s)}" for t, s in zip(self.traces, self.trace_seconds))
+        return [f"  trace time: {seconds_text(self.seconds)} ({per}; tracing plus the first run's instantiation)"]
 
     @property
     def trace_count(self) -> int:
@@ -736,8 +735,4 @@ def _seconds_by_group(logged: Sequence[TraceEvent], include_internal: bool) -> l
     return [tuple(e.seconds for e in events) for events in _grouped_events(logged, include_internal).values()]
 
 
-def _seconds(s: float | None) -> str:
-    if s is None:
-        return "untimed"
-    return f"{s:.2f} s" if s < 10 else f"{s:.1f} s"
 

@@ -19,6 +19,7 @@ import time
 import types
 from typing import Any, Callable
 
+from tflab._text import seconds_text, trace_time_line
 from tflab._usercode import user_entry
 from tflab.errors import UsageError
 from tflab._report import current_config
@@ -476,10 +477,8 @@ class RetraceProbe:
         """``train_step: 3 traces, 18.4 s of the 25.0 s its calls took (74%)``, or None before a timed trace."""
         if not any(s is not None for s in self.trace_seconds):
             return None
-        n = self.trace_count
-        share = (f" of the {_secs(self.call_seconds)} its calls through the probe took "
-                 f"({100 * self.seconds / self.call_seconds:.0f}%)" if self.call_seconds else "")
-        return f"{self.function_name}: {n} trace{'s' * (n != 1)}, {_secs(self.seconds)}{share}"
+        return trace_time_line(self.function_name, self.trace_count, self.seconds, self.call_seconds,
+                               "the {} its calls through the probe took")
 
     def _no_trace_type_error(self, args: tuple, kwargs: dict, err: Exception) -> UsageError:
         culprit, value = None, None
@@ -592,7 +591,7 @@ class RetraceProbe:
             lines.append(f"  {self.function_name} itself (calls not made through the probe are not seen): "
                          f"experimental_get_tracing_count() = {self.original_tracing_count}")
         if self.time_text is not None:
-            per = ", ".join(f"#{t.index} {_secs(s)}" for t, s in zip(self.traces, self.trace_seconds))
+            per = ", ".join(f"#{t.index} {seconds_text(s)}" for t, s in zip(self.traces, self.trace_seconds))
             lines.append(f"  trace time: {self.time_text} ({per}; tracing plus the first run's instantiation)")
         for t in self.traces:
             lines.extend("  " + ln for ln in t.to_text().splitlines())
@@ -645,7 +644,3 @@ def _value_repr(v: Any) -> str:
 
 
 
-def _secs(s: float | None) -> str:
-    if s is None:
-        return "untimed"
-    return f"{s:.2f} s" if s < 10 else f"{s:.1f} s"
