@@ -420,3 +420,22 @@ def test_checking_costs_one_trace_per_signature_candidate_and_nothing_on_a_secon
     assert len(recorded_calls(p.traces)) == 3
     # reduce_retracing is run only when no input_signature works (it costs a trace per shape)
     assert all(f.change != "reduce_retracing=True" for f in plan.tried)
+
+
+def test_a_structure_fix_that_drops_data_is_not_printed_as_checked():
+    """Newcomer trial: "pass d with the keys ['a']" hit the cache (measured) but dropped d['b']."""
+    import tflab
+
+    p = tflab.RetraceProbe(tf.function(lambda d: tf.add_n(list(d.values()))))
+    p({"a": tf.ones([2])})
+    p({"a": tf.ones([2]), "b": tf.ones([2])})
+    [r] = [r for r in p.traces[1].details if r.kind == "keys"]
+    f = r.fix_record
+    assert f.status == "not checked", f.line()
+    assert "hits trace #1's graph" in f.why and "drops the keys" in f.why, f.line()
+    # The healthy twin: list -> tuple keeps every item, so its cache hit is a checked fix.
+    q = tflab.RetraceProbe(tf.function(lambda xs: tf.add_n(xs)))
+    q([tf.ones([2]), tf.ones([2])])
+    q((tf.ones([2]), tf.ones([2])))
+    [k] = [r for r in q.traces[1].details if r.kind == "kind"]
+    assert k.fix_record.status == "checked", k.fix_record.line()

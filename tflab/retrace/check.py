@@ -43,6 +43,11 @@ __all__ = ["Recorded", "Bench", "NotRebuilt", "spec_text", "history_signature", 
            "keras_optimizer", "plan_fixes", "recorded_calls"]
 
 
+# Structure changes whose "as at the earlier trace" form changes the data the call passes (so a
+# cache hit is not a fix that can be checked by counting traces): what it drops.
+DATA_CHANGING = {"keys": "the keys", "length": "the items", "none": "the value"}
+
+
 class NotRebuilt(Exception):
     """A recorded call cannot be rebuilt from its TraceTypes (a freed object, a NamedTuple…)."""
 
@@ -643,13 +648,25 @@ class _Planner:
         mine = Recorded(t.index, t.call, fixed)
         theirs = Recorded(p.index, p.call, p.nodes)
         name = f"call {t.call}" if t.call else f"trace #{t.index}"
-        return fx.first_working([lambda: measured_fix(
-            "code", change, desc, b, f"like:{t.index}:{r.parameter}:{r.kind}", [theirs, mine],
-            transform=lambda c: c.nodes, how=f"traced a fresh tf.function of your function on trace "
-            f"#{p.index}'s call, then on {name} changed so",
-            goal=lambda o: o.traces == 1,
-            summary=lambda o: (f"{name} then hits trace #{p.index}'s graph (1 trace for both)" if o.traces == 1
-                               else f"{name} still traces again ({o.traces} traces)"))])
+
+        def run() -> fx.Fix:
+            f = measured_fix(
+                "code", change, desc, b, f"like:{t.index}:{r.parameter}:{r.kind}", [theirs, mine],
+                transform=lambda c: c.nodes, how=f"traced a fresh tf.function of your function on trace "
+                f"#{p.index}'s call, then on {name} changed so",
+                goal=lambda o: o.traces == 1,
+                summary=lambda o: (f"{name} then hits trace #{p.index}'s graph (1 trace for both)" if o.traces == 1
+                                   else f"{name} still traces again ({o.traces} traces)"))
+            if f.checked and r.kind in DATA_CHANGING:
+                # A hit on the cache is measured, but this call's own data is not what runs: keys or
+                # items dropped (or None for a value). That it still computes what the user needs is
+                # not something a trace count can check (newcomer trial: "checked" fixes that drop `b`).
+                return fx.unchecked("code", change, desc, f"{f.result} (measured), but it drops "
+                                    f"{DATA_CHANGING[r.kind]} this call passes: only a fix if your function "
+                                    "does not need them")
+            return f
+
+        return fx.first_working([run])
 
     # -- a Keras optimizer's first apply_gradients ------------------------------
     def optimizer(self, t: Any, r: Any) -> fx.FixPlan | None:
