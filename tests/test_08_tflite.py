@@ -189,8 +189,9 @@ def exported(tmp_path_factory):
 def test_export_writes_every_artifact(exported):
     code, out = exported
     assert code == 0
-    assert sorted(os.listdir(out)) == ["examples.npz", "model_dynamic.tflite", "model_none.tflite",
-                                       "report.json", "saved_model"]
+    # .tflab-output: the marker that lets a later --force replace this folder (and only such a one)
+    assert sorted(os.listdir(out)) == [".tflab-output", "examples.npz", "model_dynamic.tflite",
+                                       "model_none.tflite", "report.json", "saved_model"]
     report = json.loads((out / "report.json").read_text())
     assert report["ok"] is True
     assert report["saved_model"]["bit_exact"] is True

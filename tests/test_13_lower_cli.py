@@ -85,7 +85,7 @@ def test_json_carries_every_stages_op_counts_and_the_fusions(outputs):
 def test_out_writes_each_stage_in_full_one_file_per_stage(outputs):
     data, folder, _, _ = outputs
     names = sorted(p.name for p in folder.iterdir())
-    assert names == ["01_python.py", "02_autograph.py", "03_funcgraph.txt", "04_tf_mlir.mlir",
+    assert names == [".tflab-output", "01_python.py", "02_autograph.py", "03_funcgraph.txt", "04_tf_mlir.mlir",
                      "05_stablehlo.mlir", "06_hlo.hlo.txt", "07_optimized_hlo.hlo.txt", "08_llvm_ir.ll",
                      "09_asm.s", "lowering.json"]
     assert (folder / "05_stablehlo.mlir").read_text() == next(

@@ -74,3 +74,12 @@ def test_the_phrases_are_properties():
     f = fx.attempt("cast", "tf.cast(x, tf.float32)", "cast x", lambda: (False, "still NaN"))
     assert f.what == "cast x: tf.cast(x, tf.float32)" and f.check_text == "failed: still NaN"
     assert fx.first_working([f]).failures == (f,)
+
+
+def test_sys_exit_under_a_fix_fails_that_fix_not_the_run():
+    """Hostile trial H5: a body that calls sys.exit only under the fix's None dim lost the whole report."""
+    import sys
+
+    f = fx.attempt("input_signature", "tf.TensorSpec([None])", "relax x", lambda: sys.exit(7))
+    assert f.failed and f.result == "your code called sys.exit(7) under this fix"
+    assert fx.first_working([f]).none_worked

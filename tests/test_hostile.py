@@ -526,6 +526,7 @@ DECLARED = {
     "tour": (["--out", "t"], ["t/"]),
     "retrace": (["--html", "r.html"], ["r.html"]),
     "check-tflite": (["--node-data", "n.json"], ["n.json"]),
+    "lower": (["--out", "l", "--html", "l.html"], ["l/", "l.html"]),
 }
 RETRACE_SCRIPT = """import tensorflow as tf
 f = tf.function(lambda x: x * 2)
@@ -547,7 +548,8 @@ def test_every_verb_writes_only_what_its_output_options_declare(run_cli, work, t
     monkeypatch.setattr(tflab.tour, "SECTIONS", [s for s in tflab.tour.SECTIONS if s[0] == "s01_trace"])
     positional = {"inspect": [f"{work}/h.py:f", "--arg", "x=float32[4]"],
                   "compare": [f"{work}/h.py:f", "--arg", "x=float32[4]"],
-                  "export": [f"{work}/h.py:tiny"], "tour": ["--model", str(small_keras_file)]}
+                  "export": [f"{work}/h.py:tiny"], "tour": ["--model", str(small_keras_file)],
+                  "lower": [f"{work}/h.py:f", "--arg", "x=float32[4]"]}
     (work / "r.py").write_text(RETRACE_SCRIPT)
     # check-tflite reads what export wrote, so export runs first.
     for verb in sorted(with_outputs, key=lambda v: (v != "export", v)):

@@ -39,7 +39,9 @@ def _start(tmp_path: Path, model: Path, out: Path) -> subprocess.Popen:
 def _wait_for_lab_folder(tmp: Path, proc: subprocess.Popen, timeout: float = 300, old: Path | None = None) -> Path:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        found = [p for p in tmp.iterdir() if p.name.startswith("tflab_distribute_") and p != old]
+        # the folder is made first and its owner file written just after it: wait for both
+        found = [p for p in tmp.iterdir() if p.name.startswith("tflab_distribute_") and p != old
+                 and (p / ".tflab-owner").exists()]
         if found:
             return found[0]
         assert proc.poll() is None, proc.stderr.read()

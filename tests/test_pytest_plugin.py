@@ -470,3 +470,19 @@ def test_budget_edges_and_a_silenced_logger(pytester):
     block = block_of(section(result), "test_edges.py::test_silences_tf")
     assert block[0].startswith("test_edges.py::test_silences_tf: 1 trace,"), block
     assert block[-1].startswith("  note: the test set the tensorflow logger to level ERROR"), block
+
+
+def test_the_json_record_never_replaces_a_device_or_fifo_and_a_folder_is_refused(pytester, tmp_path):
+    """Hostile trial H1/H7: os.replace over /dev/full turned the machine's device into a file."""
+    import stat
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    result = run(pytester, "--tflab-traces-json", str(fifo))  # a FIFO with no reader: one line, not a hang
+    assert result.ret == 0 and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert any("tflab traces: error: could not write" in ln for ln in result.outlines), result.outlines
+    folder = tmp_path / "d"
+    folder.mkdir()
+    result = run(pytester, "--tflab-traces-json", str(folder))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert any("is a folder; give a file path" in ln for ln in result.errlines), result.errlines

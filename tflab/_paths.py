@@ -610,8 +610,9 @@ def check_folder_out(path: str | os.PathLike, flag: str, force: bool, noun: str 
     if what not in ("a folder", "a regular file", "a dangling symlink"):
         raise UsageError(f"{flag} {shorten_path(p)} is {what}, not an {noun} folder; choose another {flag}")
     if what != "a folder":
-        if not force:
-            raise UsageError(f"{p} already exists: pass --force to replace it, or choose another {flag}")
+        if not force:  # --force would not help: it replaces only a previous tflab folder
+            raise UsageError(f"{flag} {shorten_path(p)} exists and is not a folder (it is {what}); "
+                             f"choose another {flag}")
         raise UsageError(f"{flag} {shorten_path(p)} is {what}, not an {noun} folder: --force replaces only a "
                          f"previous tflab {noun}; choose another {flag}")
     try:

@@ -168,13 +168,15 @@ _INPUTS = {
                      "saved_model": ("folder", "the SavedModel folder it was converted from"),
                      "examples": ("file", "an .npz with one array per input name")},
     "tour": {"model": ("any", "a .keras file or a SavedModel folder")},
+    "lower": {"target": ("target", "a .py file")},
 }
 # verb -> file outputs (dest, flag, example name); folder outputs are checked by their own rule.
 _FILE_OUTPUTS = {"inspect": [("dot", "--dot", "graph.dot")], "compare": [("hlo", "--hlo", "hlo.txt")],
                  "export": [("html", "--html", "report.html")], "retrace": [("html", "--html", "report.html")],
                  "tour": [("html", "--html", "report.html")],
-                 "check-tflite": [("node_data", "--node-data", "nodes.json")]}
-_ARG_GRAMMAR = ("inspect", "autograph", "compare", "diagnose", "precision")
+                 "check-tflite": [("node_data", "--node-data", "nodes.json")],
+                 "lower": [("html", "--html", "lowering.html")]}
+_ARG_GRAMMAR = ("inspect", "autograph", "compare", "diagnose", "precision", "lower")
 
 
 def preflight(verb: str, args: argparse.Namespace) -> None:
@@ -203,6 +205,8 @@ def preflight(verb: str, args: argparse.Namespace) -> None:
             _paths.check_folder_out(args.out, "--out", force, noun="export", empty_ok=False)
         else:
             _paths.check_folder_out(args.out, "--out", force, noun="tour")
+        _paths.output_path(args.out, "--out", folder=True, exclusive=not force)
+    if verb == "lower" and getattr(args, "out", None):
         _paths.output_path(args.out, "--out", folder=True, exclusive=not force)
     if getattr(args, "tensorboard", None):
         _paths.output_path(args.tensorboard, "--tensorboard", folder=True)
@@ -258,6 +262,9 @@ def main(argv: list[str] | None = None, *, _channel=None) -> int:
         return code
     if _channel is None:  # under the supervisor, it ran the pre-flight before starting this child
         try:
+            from tflab.isa_caps import read_isa_caps
+
+            read_isa_caps()  # a bad environment first, as the supervisor does: it concerns every verb
             preflight(args.verb, args)
         except TflabError as e:
             print(f"tflab {args.verb}: error: {e}", file=sys.stderr)

@@ -187,8 +187,8 @@ def attempt(kind: str, change: str, description: str, check: Callable[[], tuple[
         check: runs the fix on the user's case; returns ``(worked, result)`` or
             ``(worked, result, measured)``. An exception it raises makes the
             fix "failed" with the exception's first line as its result (the
-            user's code may raise anything; KeyboardInterrupt and SystemExit
-            are let through).
+            user's code may raise anything, sys.exit included); KeyboardInterrupt
+            is let through.
         how: how it was applied, e.g. "re-traced on your 3 recorded calls".
         source: the rewritten source, for a "code" fix.
 
@@ -201,9 +201,13 @@ def attempt(kind: str, change: str, description: str, check: Callable[[], tuple[
         worked, result = bool(out[0]), str(out[1])
         if len(out) > 2 and out[2]:
             measured = dict(out[2])
-    except (KeyboardInterrupt, SystemExit):
+    except KeyboardInterrupt:  # a Ctrl-C stops the run; the user's code under the fix is not the user
         raise
-    except BaseException as e:  # noqa: BLE001 - the user's code under the fix may raise anything
+    except BaseException as e:  # noqa: BLE001 - the user's code under the fix may raise anything, and a
+        # sys.exit() in it (reached only because the fix changed what it sees) fails this fix, not the run
+        if isinstance(e, SystemExit):
+            return Fix(kind, change, description, status=FAILED, how=how, source=source,
+                       result=f"your code called sys.exit({e.code!r}) under this fix")
         worked, result = False, f"raised {type(e).__name__}: {_first_line(e)}"
     return Fix(kind, change, description, status=CHECKED if worked else FAILED, how=how,
                result=result, measured=measured, source=source)

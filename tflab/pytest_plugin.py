@@ -88,6 +88,9 @@ def pytest_configure(config: Any) -> None:
         if not os.path.isdir(parent):
             raise pytest.UsageError(f"--tflab-traces-json {path}: the folder {parent} does not exist; "
                                     f"create it or give another path")
+        if os.path.isdir(path):
+            raise pytest.UsageError(f"--tflab-traces-json {path} is a folder; give a file path "
+                                    f"(e.g. {os.path.join(path, 'traces.json')})")
     if not config.pluginmanager.has_plugin(PLUGIN_NAME):
         config.pluginmanager.register(TraceRecorder(config), PLUGIN_NAME)
 
@@ -586,7 +589,10 @@ class TraceRecorder:
             self.config.workeroutput["tflab_traces"] = json.dumps(self.records)
             return
         if self.json_path:
-            write_json_atomically(self.json_path, self.document())
+            try:
+                write_json_atomically(self.json_path, self.document())
+            except OSError as e:  # a full disk, a FIFO with no reader: one line, the exit status unchanged
+                self.json_error = f"could not write {self.json_path}: {e.strerror or e}"
 
     def document(self) -> dict:
         """The JSON record: version, per-test records (sorted by test id) and the session totals."""
@@ -595,18 +601,37 @@ class TraceRecorder:
                 "totals": session_totals(records), "test_seconds": sum(self.wall.values())}
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if getattr(self, "json_error", None) and not self.is_worker and not self.show:
+            terminalreporter.write_line(f"tflab traces: error: {self.json_error}", red=True)
         if not self.show or self.is_worker:
             return
         records = sorted(self.records, key=lambda r: r["nodeid"])
         terminalreporter.write_sep("=", "tflab traces")
         for line in summarize(records, self.top, sum(self.wall.values())):
             terminalreporter.write_line(line)
-        if self.json_path:
+        if getattr(self, "json_error", None):
+            terminalreporter.write_line(f"tflab traces: error: {self.json_error}", red=True)
+        elif self.json_path:
             terminalreporter.write_line(f"trace record: {self.json_path}")
 
 
 def write_json_atomically(path: str, data: dict) -> None:
     """Writes ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        # A device or a FIFO (/dev/stdout, /dev/full, a pipe): written in place, never replaced by a
+        # regular file (os.replace over /dev/full would replace the machine's device). O_NONBLOCK: a
+        # FIFO with no reader is an error (ENXIO), not a hang.
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=1, sort_keys=False, default=str)
+            fh.write("\n")
+        return
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tflab-traces-", suffix=".json.tmp", dir=folder)
     try:
