@@ -224,3 +224,14 @@ def test_b19_a_non_utf8_source_file_is_named(run_cli, tmp_path):
     (tmp_path / "declared.py").write_bytes(b"# -*- coding: latin-1 -*-\n# \xe9\xe9\ndef f(x):\n    return x*2.0\n")
     code, out, err = run_cli("autograph", f"{tmp_path / 'declared.py'}:f", "--arg", "x=float32[2,4]")
     assert code == 0, err
+
+
+@pytest.mark.parametrize("fn", [lambda x: None, lambda x: {}, lambda x: []], ids=["None", "dict", "list"])
+def test_h9_compare_modes_on_a_lambda_that_returns_nothing_is_refused(fn):
+    """Hostile trial (round 6) H9: the source check missed lambdas; the eager run's outputs decide."""
+    import tensorflow as tf
+
+    import tflab
+
+    with pytest.raises(tflab.UsageError, match="returned no tensor"):
+        tflab.compare_modes(fn, tf.TensorSpec([4]))

@@ -223,6 +223,12 @@ class _ModeRun:
                 self.results[mode] = ModeResult(mode, None, None, None, None, None, None, error=reason)
                 continue
             grad_map = dict(zip(self.grad_names(mode), grads))
+            if mode == "eager" and not list(outputs):
+                # Measured, not read from the source (a lambda, an implicit None, {} or []): the
+                # eager run gave no tensor, so every mode would "agree" on nothing (hostile H9, B25).
+                raise UsageError(f"compare_modes: {self.name} returned no tensor (its eager run's outputs "
+                                 "flatten to nothing: None, {} or []), so there is nothing to compare; "
+                                 "return the tensors to check")
             if reference is None:
                 reference = (outputs, grad_map)
             abs_d, ulp_d, per, ulp_sig = _distances(reference, outputs, grad_map, self.output_names,
