@@ -162,11 +162,13 @@ def _planned(d: Diagnosis, candidates: list, why: str = "", fix_text: Callable |
     from tflab.fix import first_working, unchecked
 
     if candidates:
-        why = why or "each rewrite tflab ran on a copy of your function failed (see 'tried')"
-    elif not why and d.fix_plan is not None and d.fix_plan.fix is not None:
-        why = d.fix_plan.fix.why  # the rule's own reason (`_make`)
-    advice = unchecked("code", "", d.fix, why or _NO_REWRITE)
-    plan = first_working(list(candidates) + [advice])
+        # Every rewrite of this advice was run; when each failed, the advice itself is not printed
+        # as the fix (labelled "not checked"): the plan says that none worked and what each gave.
+        plan = first_working(list(candidates))
+    else:
+        if not why and d.fix_plan is not None and d.fix_plan.fix is not None:
+            why = d.fix_plan.fix.why  # the rule's own reason (`_make`)
+        plan = first_working([unchecked("code", "", d.fix, why or _NO_REWRITE)])
     text = d.fix
     if plan.fix is not None and plan.fix.checked and fix_text is not None:
         text = fix_text(plan.fix)

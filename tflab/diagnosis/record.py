@@ -167,6 +167,9 @@ def diagnosis_suffix(d: Diagnosis) -> str:
     with what its check measured (`tflab.fix.Fix.check_text`), or why it was not checked."""
     where = f" at {os.path.basename(d.filename)}:{d.line} `{d.statement}`" if d.line else ""
     fix = d.fix_plan.fix if d.fix_plan is not None else None
+    if fix is None and d.fix_plan is not None and d.fix_plan.tried:
+        n = len(d.fix_plan.tried)
+        return f"{d.kind}{where}: {d.fix} (none of the {n} rewrite(s) tflab ran on a copy worked)"
     if fix is None:
         return f"{d.kind}{where}: {d.fix}"
     change = f": {fix.change}" if fix.checked and fix.change and fix.change not in d.fix else ""
