@@ -8,12 +8,12 @@ Public names (imported lazily, since importing TensorFlow takes seconds):
 * step 3 `demonstrate_retracing` (tflab/retrace/demo.py)
 * step 4 `stabilize` (tflab/signatures.py) → `StabilizeReport` (tflab/stabilization.py)
 * step 5 `autograph_diff` → `AutographDiff` (tflab/autograph.py)
-* step 6 `compare_modes` → `ModeComparison` (tflab/modes.py)
+* step 6 `compare_modes` → `ModeComparison` (tflab/modes/api.py)
 * step 7 `save_and_reload` → `SavedModelCheck` (the tflab/saved_model/ package); `Examples`, the
   example batches steps 7-8 and export take (tflab/examples.py)
 * step 8 `tflite_roundtrip` → `TFLiteCheck` (the package tflab/litert/ re-exports
   tflab/litert/conversion.py, bounds.py, check.py)
-* step 10 `float_info`, `compare_precisions` → `PrecisionComparison` (tflab/precision.py), `demonstrate_loss_scaling` (tflab/_tour/loss_scaling.py)
+* step 10 `float_info`, `compare_precisions` → `PrecisionComparison` (tflab/precision/api.py), `demonstrate_loss_scaling` (tflab/precision/loss_scaling.py)
 * step 11 `DistributedRetraceProbe`, `inspect_distributed`, `run_workers` (tflab/distribute.py)
 * `diagnose` → `Diagnosis`: why a tf.function failed (tflab/diagnosis/)
 * `runtime_config` → `RuntimeConfig`: what a measurement ran on (tflab/runtime.py)
@@ -52,8 +52,8 @@ _EXPORTS = {
     "autograph_diff": "tflab.autograph",
     "AutographDiff": "tflab.autograph",
     "lower": "tflab.lowering.api",
-    "compare_modes": "tflab.modes",
-    "ModeComparison": "tflab.modes",
+    "compare_modes": "tflab.modes.api",
+    "ModeComparison": "tflab.modes.records",
     "Examples": "tflab.examples",
     "save_and_reload": "tflab.saved_model.roundtrip",
     "SavedModelCheck": "tflab.saved_model.records",
@@ -69,13 +69,13 @@ _EXPORTS = {
     "WorkerError": "tflab.distribute",
     "diagnose": "tflab.diagnosis",
     "Diagnosis": "tflab.diagnosis",
-    "float_info": "tflab.float_formats",
-    "FloatInfo": "tflab.float_formats",
-    "compare_precisions": "tflab.precision",
-    "PrecisionComparison": "tflab.precision",
-    "PolicyResult": "tflab.precision",
-    "demonstrate_loss_scaling": "tflab._tour.loss_scaling",
-    "LossScalingDemo": "tflab._tour.loss_scaling",
+    "float_info": "tflab.precision.float_formats",
+    "FloatInfo": "tflab.precision.float_formats",
+    "compare_precisions": "tflab.precision.api",
+    "PrecisionComparison": "tflab.precision.records",
+    "PolicyResult": "tflab.precision.records",
+    "demonstrate_loss_scaling": "tflab.precision.loss_scaling",
+    "LossScalingDemo": "tflab.precision.loss_scaling",
     "runtime_config": "tflab.runtime",
     "RuntimeConfig": "tflab.runtime",
     "TflabError": "tflab.errors",

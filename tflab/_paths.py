@@ -256,7 +256,7 @@ class OutputPath:
         self.created.clear()
 
 
-#: Set by `tflab._subprocess.ChildChannel` in a supervised child (this module imports nothing of it):
+#: Set by `tflab.process.supervisor.ChildChannel` in a supervised child (this module imports nothing of it):
 #: ``announce_hook(path)`` tells the supervisor about a temporary folder; ``report_hook()`` is the
 #: stream that reaches the supervisor's stdout.
 announce_hook = None
@@ -645,7 +645,7 @@ def _start_time(pid: int) -> str | None:
 def mark_owner(folder: Path) -> None:
     """Writes `OWNER` (this pid and its start time) into a temporary folder and tells the supervisor.
 
-    The supervisor (`tflab._subprocess.run_child`) removes what its child announced when the child
+    The supervisor (`tflab.process.supervisor.run_child`) removes what its child announced when the child
     was killed; a later run removes what `sweep_stale` finds with its owner gone.
     """
     pid = os.getpid()

@@ -41,10 +41,10 @@ import os
 import textwrap
 from typing import Any, Callable, Iterator
 
-from tflab._report import Report, config_field
+from tflab.report.base import Report, config_field
 from tflab._source_map import (_TraceCounter, _build_layer, _error_line, _same_file, _shorten,
                                _strip_comment, _walk_ops)
-from tflab._text import table as text_table
+from tflab.report.text import table as text_table
 from tflab._tf.autograph import fresh_allowlist
 from tflab._usercode import shorten, user_entry
 from tflab.errors import UsageError
@@ -117,7 +117,7 @@ class AutographDiff(Report):
             seen while tracing (one line each); empty in strict mode, which raises.
         strict: whether strict conversion (``AUTOGRAPH_STRICT_CONVERSION``) was on.
         config: `tflab.runtime_config()`'s dict when the report was made.
-        table: (property) the statement table as aligned text (`tflab._text.table`).
+        table: (property) the statement table as aligned text (`tflab.report.text.table`).
     """
 
     function_name: str
@@ -131,8 +131,8 @@ class AutographDiff(Report):
     config: dict = config_field()
 
     def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
-        from tflab._html import fragment
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
+        from tflab.report.html import fragment
 
         return fragment(self)
 

@@ -20,13 +20,13 @@ Rules for verb modules:
   is the report pipe); progress and notes go to stderr.
 
 Entry points: `supervise` (the console script and ``python -m tflab``) runs
-the verb in one child process through `tflab._subprocess.run_child`; `main`
+the verb in one child process through `tflab.process.supervisor.run_child`; `main`
 runs it in this process (tests, ``TFLAB_IN_PROCESS=1``).
 
 Exit codes: 0 success; 1 the work ran but a check failed (``export``: a
 variant failed or exceeded its bound); 2 bad input, one ``tflab VERB: error:``
 line (argparse errors too; the user's ``os._exit``; a bad ``XLA_FLAGS``);
-70 the child crashed (`tflab._subprocess.CRASH_EXIT`); 130 interrupted
+70 the child crashed (`tflab.process.supervisor.CRASH_EXIT`); 130 interrupted
 (Ctrl-C); 141 stdout closed or broken; 143 terminated (SIGTERM).
 """
 
@@ -342,10 +342,10 @@ def supervise(argv: list[str] | None = None) -> int:
 
     Parsing needs no TensorFlow (verb modules' ``add_arguments`` import none),
     so ``--help`` and usage errors are quick. The verb then runs in a child
-    Python process (`tflab._subprocess.run_child`) whose report comes back
+    Python process (`tflab.process.supervisor.run_child`) whose report comes back
     through its own pipe; this process owns stdout and names every abnormal
     end of the child in one ``tflab VERB: error: …`` line
-    (`tflab._subprocess.describe_end`). ``TFLAB_IN_PROCESS=1`` runs the verb
+    (`tflab.process.supervisor.describe_end`). ``TFLAB_IN_PROCESS=1`` runs the verb
     in this process instead (`main`).
 
     Returns:
@@ -372,7 +372,8 @@ def supervise(argv: list[str] | None = None) -> int:
 
         import tempfile
 
-        from tflab import _paths, _subprocess
+        from tflab import _paths
+        from tflab.process import supervisor as _subprocess
 
         _paths.sweep_stale(Path(tempfile.gettempdir()), "tflab_")  # folders of killed runs: one line
         try:
@@ -405,7 +406,7 @@ def supervise(argv: list[str] | None = None) -> int:
 
 def _memory_refusal() -> str | None:
     """One line when RLIMIT_AS is too small for TensorFlow to load at all (B15), else None."""
-    from tflab._memory import tf_load_refusal
+    from tflab.process.memory import tf_load_refusal
 
     with contextlib.suppress(Exception):
         return tf_load_refusal()
@@ -413,7 +414,7 @@ def _memory_refusal() -> str | None:
 
 
 def _memory_limit_text() -> str | None:
-    from tflab._memory import limit_text
+    from tflab.process.memory import limit_text
 
     with contextlib.suppress(Exception):
         return limit_text()
@@ -429,7 +430,7 @@ def _quiet_141() -> int:
 
 def _child_main() -> int:
     """The child's side of `supervise`: the report goes to the fd the parent passed, status on another."""
-    from tflab._subprocess import ChildChannel
+    from tflab.process.supervisor import ChildChannel
 
     channel = ChildChannel.open()
     argv = sys.argv[1:]

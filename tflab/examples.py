@@ -25,7 +25,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from tflab._report import Report, config_field
+from tflab.report.base import Report, config_field
 from tflab.errors import UsageError
 
 FORMS = ("examples must be a dict {input name: array} (one batch), a non-empty list of such dicts, "
@@ -147,7 +147,7 @@ class Examples(Report):
 
     def to_text(self) -> str:
         """One line per batch: its index, then each input's name, dtype and shape."""
-        from tflab._text import table
+        from tflab.report.text import table
 
         rows = [(i, "; ".join(f"{n} {_array_text(a)}" for n, a in b.items())) for i, b in enumerate(self.batches)]
         head = f"examples: {len(self.batches)} batch(es)" + (

@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tflab._report import Report, config_field
+from tflab.report.base import Report, config_field
 from tflab._paths import OutputPath, check_path_text, describe_existing, output_path
 from tflab.custom_op_loader import load_custom_ops_for, unregistered_op
 from tflab.errors import TflabError, UsageError, raise_if_terminated
@@ -94,8 +94,8 @@ class ExportReport(Report):
             and (v.check.ok if v.check.ok is not None else v.check.within_bound) for v in self.variants.values())
 
     def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
-        from tflab._html import fragment
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
+        from tflab.report.html import fragment
 
         return fragment(self)
 
@@ -510,7 +510,7 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
             check = check_tflite(data, tmp / "saved_model", batches, q, float_size=float_size,
                                  convert_seconds=msg["seconds"], float_model=float_model, keep_float=keep_float)
             if node_data and check.per_op is not None:
-                from tflab._jsonutil import dumps as _dumps
+                from tflab.report.jsonable import dumps as _dumps
 
                 (tmp / f"model_{q}.node_data.json").write_text(_dumps(check.per_op.node_data))
             check = dataclasses.replace(check, path=os.fspath(out / msg["file"]))
@@ -527,7 +527,7 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         sm = dataclasses.replace(sm, path=os.fspath(out / "saved_model"))
         report = ExportReport(model=name, out=os.fspath(out), saved_model=sm, variants=variants,
                               examples=source, seconds=time.perf_counter() - t0)
-        from tflab._jsonutil import dumps
+        from tflab.report.jsonable import dumps
 
         (tmp / "report.json").write_text(dumps(report.to_dict()))
         raise_if_terminated()  # a SIGTERM whose exception a finalizer swallowed: do not commit

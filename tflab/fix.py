@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Iterable
 
-from tflab._report import Report
+from tflab.report.base import Report
 
 __all__ = ["Fix", "FixPlan", "attempt", "unchecked", "first_working", "CHECKED", "FAILED", "NOT_CHECKED"]
 

@@ -44,7 +44,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tflab._report import Report, config_field
+from tflab.report.base import Report, config_field
 
 __all__ = ["first_nonfinite", "trace_op_values", "FirstNonFinite", "NonFiniteOp", "OpValue"]
 
@@ -166,7 +166,7 @@ def _has_nan(a) -> bool:
 
 def _range(dtype: str) -> float | None:
     try:
-        from tflab.float_formats import float_info
+        from tflab.precision.float_formats import float_info
 
         return float(float_info(dtype).max)
     except Exception:  # an integer dtype has no float range

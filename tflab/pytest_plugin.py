@@ -49,7 +49,7 @@ from typing import Any, Iterable
 
 import pytest
 
-from tflab._text import seconds_text
+from tflab.report.text import seconds_text
 
 MARKER = "tflab_max_traces"
 FIXTURE = "tflab_traces"

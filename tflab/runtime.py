@@ -337,7 +337,7 @@ class RuntimeConfig:
             ("threads", threads),
             ("GPUs", ", ".join(self.gpus) if self.gpus else "none visible"),
         ]
-        from tflab._text import table
+        from tflab.report.text import table
 
         return table(rows, align="<<")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Iterable, Sequence
 
-from tflab._report import Report, config_field
+from tflab.report.base import Report, config_field
 from tflab.errors import UsageError
 from tflab.signatures import FixedShapeWarning, _element_spec, _examples_list, _python_function, stabilize
 
@@ -71,8 +71,8 @@ class StabilizeReport(Report):
     config: dict = config_field()
 
     def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
-        from tflab._html import fragment
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
+        from tflab.report.html import fragment
 
         return fragment(self)
 
@@ -81,7 +81,7 @@ class StabilizeReport(Report):
         return f"{len(self.example_shapes)} calls; traces: {counts}"
 
     def to_text(self) -> str:
-        from tflab._text import table
+        from tflab.report.text import table
         from tflab.tracing import nested_str
 
         lines = [f"stabilize {self.function_name}: input_signature {nested_str(self.input_signature)}",
@@ -98,7 +98,7 @@ class StabilizeReport(Report):
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
-        from tflab._jsonutil import to_jsonable
+        from tflab.report.jsonable import to_jsonable
 
         return {"function": self.function_name, "function_name": self.function_name,
                 "input_signature": to_jsonable(self.input_signature),

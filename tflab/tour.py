@@ -16,9 +16,9 @@ from pathlib import Path
 
 from tflab._progress import Progress
 from tflab._tour.context import TourContext, load_user_model  # noqa: F401  (the sections' context)
-# The model helpers the sections share live in tflab._tour.model (a section
+# The model helpers the sections share live in tflab.models (a section
 # must not import this module, which imports every section).
-from tflab._tour.model import (IMAGE_SHAPE, NUM_CLASSES, build_default_model,  # noqa: F401
+from tflab.models import (IMAGE_SHAPE, NUM_CLASSES, build_default_model,  # noqa: F401
                                example_batch, make_train_step, model_input_spec, tour_dataset)
 
 # (module under tflab._tour, title). Missing modules are skipped.
@@ -44,7 +44,7 @@ class _DropRetracingWarning(logging.Filter):
 
 def _write_views(report: dict, shared: dict, html_target, tb_target, quiet: bool) -> None:
     """The ``--html`` page and the ``--tensorboard`` event file, after the report."""
-    from tflab._report_pages import tour_page, write_tensorboard
+    from tflab.report.pages import tour_page, write_tensorboard
 
     if html_target is not None:
         html_target.write(tour_page(report, shared))
@@ -72,7 +72,7 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
             folder or one of its parents).
         quiet: print nothing to stdout (the progress line still goes to stderr).
         only: section module names to run (default: all).
-        html: also write the self-contained HTML page there (`tflab._report_pages.tour_page`).
+        html: also write the self-contained HTML page there (`tflab.report.pages.tour_page`).
         force: replace an existing ``html`` file.
         tensorboard: also write step 1's FuncGraph as a TensorBoard event file under this folder.
 
@@ -85,7 +85,7 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
             not a folder path, or a non-empty folder without ``force``; ``html``
             exists (without ``force``), is a folder or lies under a regular file.
     """
-    from tflab._jsonutil import to_jsonable
+    from tflab.report.jsonable import to_jsonable
     from tflab._paths import output_path
 
     # A bad --out or --model path fails before any progress line is printed;
@@ -95,7 +95,7 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
     target = output_path(out_dir, "--out", folder=True, exclusive=not force)
     if replaces:
         target.replace = True  # an empty folder, or --force: renamed over; else the rename is exclusive
-    from tflab._report_pages import html_output, tensorboard_output
+    from tflab.report.pages import html_output, tensorboard_output
 
     html_target, tb_target = html_output(html, force), tensorboard_output(tensorboard)
     if only is not None:

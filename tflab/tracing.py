@@ -21,7 +21,7 @@ import re
 import dataclasses
 from typing import Any, Callable
 
-from tflab._report import Report, config_field
+from tflab.report.base import Report, config_field
 from tflab._tf import function as _tf
 from tflab._usercode import user_entry
 from tflab.errors import UsageError
@@ -223,8 +223,8 @@ class TraceReport(Report):
                 f"{len(tensors) - baked} fed at call time ({self.fed_bytes} B)")
 
     def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
-        from tflab._html import fragment
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
+        from tflab.report.html import fragment
 
         return fragment(self)
 
@@ -385,7 +385,7 @@ class TraceReport(Report):
 
     def to_dict(self) -> dict:
         """JSON-ready dict (no TF objects)."""
-        from tflab._jsonutil import to_jsonable
+        from tflab.report.jsonable import to_jsonable
 
         args, kwargs = self.structured_input_signature
         return {

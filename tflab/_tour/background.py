@@ -6,7 +6,7 @@ them do, and that runs in child processes:
 * the custom-op section's WarpSoftmax build (``custom_ops.build.build``:
   two g++ compiles (nvcc too with CUDA) and a link, ~46 s of CPU on a cold cache; a hash
   and two ``--version`` calls on a warm one);
-* step 10's loss-scaling demo (`tflab._tour.loss_scaling.demonstrate_loss_scaling`:
+* step 10's loss-scaling demo (`tflab.precision.loss_scaling.demonstrate_loss_scaling`:
   three MobileNetV3Small builds and training steps of its own, in
   `tflab._tour.precision_child`);
 * step 11's MirroredStrategy lab (`tflab.distribute.run_lab_subprocess`: a
@@ -128,7 +128,7 @@ def loss_scaling_demo():
     """Step 10's `demonstrate_loss_scaling` in a fresh process (`tflab._tour.precision_child`).
 
     Returns:
-        The child's `tflab._tour.loss_scaling.LossScalingDemo`.
+        The child's `tflab.precision.loss_scaling.LossScalingDemo`.
 
     Raises:
         RuntimeError: the child failed or ran past `PRECISION_TIMEOUT` (step 10
@@ -141,7 +141,7 @@ def loss_scaling_demo():
     import shutil
 
     from tflab._paths import owned_temp_dir
-    from tflab._subprocess import start_tied
+    from tflab.process.supervisor import start_tied
 
     tmp = str(owned_temp_dir("tflab_tour_precision_"))  # carries its owner: swept after a SIGKILL
     try:

@@ -77,7 +77,7 @@ def report_facts(report: dict) -> dict:
     """
     import json
 
-    from tflab._jsonutil import to_jsonable
+    from tflab.report.jsonable import to_jsonable
 
     report = json.loads(json.dumps(to_jsonable(report)))  # as report.json holds it
     keys: dict = {}

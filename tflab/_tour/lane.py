@@ -88,7 +88,7 @@ class Lane:
     def __init__(self, sections: list[str], out_dir: Path, final_dir: Path | None,
                  model_path: str | None, training: list[str] = ()) -> None:
         from tflab._paths import owned_temp_dir
-        from tflab._subprocess import start_tied
+        from tflab.process.supervisor import start_tied
 
         self.sections = list(sections)
         self._tmp = str(owned_temp_dir("tflab_tour_lane_"))  # carries its owner: swept after a SIGKILL
@@ -223,7 +223,7 @@ def replay_training(model, sections: list[str], progress=None) -> int:
 
     Step 2: the tour's tf.data batches (4, 4, 2); step 4: the same batches,
     then `step4_extra_batch` (3). One ``keras.optimizers.Adam`` for all, as
-    step 4 reuses step 2's. `tflab._tour.model.make_train_step` is the step.
+    step 4 reuses step 2's. `tflab.models.make_train_step` is the step.
 
     Args:
         model: the lane's model (built or loaded as the tour's).
@@ -236,7 +236,7 @@ def replay_training(model, sections: list[str], progress=None) -> int:
     """
     import keras
 
-    from tflab._tour.model import make_train_step, model_input_spec, step4_extra_batch, tour_dataset
+    from tflab.models import make_train_step, model_input_spec, step4_extra_batch, tour_dataset
 
     spec = model_input_spec(model)
     num_classes = int(model.outputs[0].shape[-1]) if getattr(model, "outputs", None) else 1
@@ -269,7 +269,7 @@ def main(argv: list[str]) -> int:
     """``python -m tflab._tour.lane PARENT_PID OUT NOTES OUT_DIR FINAL_DIR MODEL TRAINING SECTION…``."""
     parent, out, notes_path, out_dir, final_dir, model_path, training, *sections = argv
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from tflab._subprocess import watch_parent
+    from tflab.process.supervisor import watch_parent
 
     # Never an orphan: a tour stopped by Ctrl-C or SIGTERM takes this process with it. The
     # tour's pid comes in argv: a tour killed before this line ran is not mistaken for init.
@@ -283,7 +283,7 @@ def main(argv: list[str]) -> int:
     install_sigterm_handler()  # `Lane.stop`'s SIGTERM unwinds the section that runs (its cleanup runs)
 
     from tflab._tour.context import TourContext, load_user_model
-    from tflab._tour.model import build_default_model
+    from tflab.models import build_default_model
 
     notes = _Notes(notes_path)
     notes("building the model" if not model_path else f"loading {model_path}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def run(ctx) -> None:
-    from tflab._tour.model import model_input_spec
+    from tflab.models import model_input_spec
     from tflab.tracing import trace_and_inspect
 
     model = ctx.model

@@ -7,7 +7,7 @@ def run(ctx) -> None:
     import keras
 
     from tflab.retrace.probe import RetraceProbe
-    from tflab._tour.model import make_train_step, model_input_spec, tour_dataset
+    from tflab.models import make_train_step, model_input_spec, tour_dataset
 
     spec = ctx.shared.get("input_spec") or model_input_spec(ctx.model)
     num_classes = int(ctx.model.outputs[0].shape[-1]) if getattr(ctx.model, "outputs", None) else 1

@@ -8,7 +8,7 @@ def run(ctx) -> None:
 
     from tflab.signatures import stabilize
     from tflab.stabilization import count_traces, stabilization_report
-    from tflab._tour.model import (example_batch, make_train_step, model_input_spec, step4_extra_batch,
+    from tflab.models import (example_batch, make_train_step, model_input_spec, step4_extra_batch,
                                    tour_dataset)
 
     spec = ctx.shared.get("input_spec") or model_input_spec(ctx.model)

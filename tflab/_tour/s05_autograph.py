@@ -48,7 +48,7 @@ def running_sums(x, steps):
 
 def run(ctx) -> None:
     from tflab.autograph import autograph_diff
-    from tflab._tour.model import model_input_spec
+    from tflab.models import model_input_spec
 
     spec = ctx.shared.get("input_spec") or model_input_spec(ctx.model)
     outputs = getattr(ctx.model, "outputs", None) or []

@@ -11,7 +11,7 @@ def run(ctx) -> None:
     import tensorflow as tf
 
     from tflab.modes import compare_modes, speed_text
-    from tflab._tour.model import example_batch, model_input_spec
+    from tflab.models import example_batch, model_input_spec
 
     model = ctx.model
     spec = ctx.shared.get("input_spec") or model_input_spec(model)

@@ -11,7 +11,7 @@ DEMO_BATCH = 4
 def run(ctx) -> None:
     import tensorflow as tf
 
-    from tflab._tour.loss_scaling import demonstrate_loss_scaling
+    from tflab.precision.loss_scaling import demonstrate_loss_scaling
     from tflab.precision import compare_precisions, float_info
 
     for line in float_info("float16").to_text().splitlines():

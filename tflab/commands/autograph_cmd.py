@@ -23,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tflab import _jsonutil
+    from tflab.report import jsonable as _jsonutil
     from tflab._target import load_call
     from tflab.autograph import autograph_diff
 

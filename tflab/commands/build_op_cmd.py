@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from custom_ops.build import BuildError, build
-    from tflab import _jsonutil
+    from tflab.report import jsonable as _jsonutil
     from tflab.errors import TflabError
 
     try:

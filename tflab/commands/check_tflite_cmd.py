@@ -62,7 +62,7 @@ def _read_model(path: str) -> bytes:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tflab._jsonutil import dumps
+    from tflab.report.jsonable import dumps
     from tflab._progress import Progress
     from tflab.examples import Examples, random_examples, union_inputs
     from tflab.litert.check import check_tflite, require_matching_signatures

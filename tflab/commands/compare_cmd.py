@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=seed_type, default=0, help="seed for the random tensors (default: %(default)s)")
     p.add_argument("--repeats", type=_at_least(1, 100_000), default=10,  # modes.MAX_REPEATS
                    help="warm calls timed per mode; the median is printed (default: %(default)s)")
-    from tflab._mode_defaults import DEFAULT_ATOL, DEFAULT_ULP_BOUND  # no numpy: --help stays fast
+    from tflab.modes.defaults import DEFAULT_ATOL, DEFAULT_ULP_BOUND  # no numpy: --help stays fast
 
     p.add_argument("--ulp-bound", type=_at_least(0), default=DEFAULT_ULP_BOUND, metavar="N",
                    help="report elements more than N ULP and more than --atol from eager "
@@ -36,14 +36,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tflab import _jsonutil
+    from tflab.report import jsonable as _jsonutil
     import numpy as np
 
     from tflab._target import MAX_RANDOM_BYTES, load_call, materialize
     from tflab.errors import UsageError
     from tflab.modes import compare_modes
 
-    from tflab._memory import check_fits
+    from tflab.process.memory import check_fits
     from tflab._paths import output_path
     from tflab._usercode import user_code
     from tflab.modes import MODES
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     # Peak copies: the numpy draw and the tensor, then per mode the outputs (as large as the
     # inputs for an elementwise function) and, with gradients, one gradient per input.
     copies = 2 + len(MODES) * (1 if args.no_grad else 2)
-    from tflab._memory import ulp_step_copies  # and the ULP step's int64/float64 copies (B16)
+    from tflab.process.memory import ulp_step_copies  # and the ULP step's int64/float64 copies (B16)
 
     copies += max((ulp_step_copies(s.dtype.size) for s in specs if s.dtype.is_floating), default=0)
     if all(n <= MAX_RANDOM_BYTES for n in sizes):  # else materialize names the argument over its cap

@@ -17,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tflab import _jsonutil
+    from tflab.report import jsonable as _jsonutil
     from tflab._target import load_call
     from tflab.diagnosis import diagnose
 

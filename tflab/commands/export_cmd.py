@@ -46,11 +46,11 @@ def default_out(model: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tflab._jsonutil import dumps
+    from tflab.report.jsonable import dumps
     from tflab._progress import Progress
     from tflab.export import export_model, parse_quantize
 
-    from tflab._report_pages import export_page, html_output
+    from tflab.report.pages import export_page, html_output
 
     html = html_output(args.html, args.force)  # before any work
     quants = parse_quantize(args.quantize)

@@ -25,13 +25,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tflab import _jsonutil
+    from tflab.report import jsonable as _jsonutil
     from tflab._paths import output_path
     from tflab._target import load_call
     from tflab._usercode import user_code
     from tflab.tracing import trace_and_inspect
 
-    from tflab._report_pages import tensorboard_output, write_tensorboard
+    from tflab.report.pages import tensorboard_output, write_tensorboard
 
     dot = (output_path(args.dot, "--dot", example="graph.dot", overwrite=args.force)
            if args.dot else None)  # before any work; an existing file is kept unless --force

@@ -29,10 +29,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tflab import _jsonutil
+    from tflab.report import jsonable as _jsonutil
     from tflab._progress import Progress
     from tflab._paths import output_path
-    from tflab._report_pages import html_output
+    from tflab.report.pages import html_output
     from tflab._target import load_call
     from tflab._usercode import user_code
     from tflab.errors import UsageError
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             out.discard(tmp)
             raise
     if html is not None:
-        from tflab._html.lowering import lowering_page
+        from tflab.report.html.lowering import lowering_page
 
         html.write(lowering_page(report))
     if args.json:

@@ -50,7 +50,7 @@ def _loss_scale(text: str | None):
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from tflab import _jsonutil
+    from tflab.report import jsonable as _jsonutil
     from tflab._target import bind_args, check_target, load_target, materialize, parse_args, python_signature
     from tflab.precision import compare_precisions, parse_policies
 
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     # gradient per input; the bfloat16/float16 casts are half-size and not counted.
     import tensorflow as tf
 
-    from tflab._memory import check_fits
+    from tflab.process.memory import check_fits
     from tflab._target import MAX_RANDOM_BYTES
 
     specs = [v for v in (*call_args, *call_kwargs.values())

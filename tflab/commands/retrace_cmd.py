@@ -37,8 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tflab._jsonutil import to_jsonable
-    from tflab._report_pages import html_output, keep_traced_functions, retrace_graphs, retrace_page
+    from tflab.report.jsonable import to_jsonable
+    from tflab.report.pages import html_output, keep_traced_functions, retrace_graphs, retrace_page
     from tflab.retrace.log import trace_script
 
     html = html_output(args.html, args.force)  # before the script runs

@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tflab._jsonutil import to_jsonable
+    from tflab.report.jsonable import to_jsonable
     from tflab.tour import run_tour
 
     report = run_tour(model_path=args.model, out_dir=args.out, quiet=args.json, html=args.html,

@@ -19,7 +19,7 @@ from tflab.diagnosis.source import _recorder, _Source, _StatementMap
 from tflab.errors import UsageError
 
 def _check_inputs_fit(args: Any, kwargs: Any) -> None:
-    """Refuses random inputs that cannot fit (`tflab._memory.check_fits`) before any is drawn.
+    """Refuses random inputs that cannot fit (`tflab.process.memory.check_fits`) before any is drawn.
 
     Peak copies: the numpy draw, the tensor and an output as large (elementwise).
 
@@ -29,7 +29,7 @@ def _check_inputs_fit(args: Any, kwargs: Any) -> None:
     import numpy as np
     import tensorflow as tf
 
-    from tflab._memory import check_fits
+    from tflab.process.memory import check_fits
     from tflab._target import MAX_RANDOM_BYTES
 
     specs = [_sized(v) for v in tf.nest.flatten((args, kwargs)) if isinstance(v, tf.TensorSpec)]
@@ -76,7 +76,7 @@ def diagnose(fn: Callable, *args: Any, **kwargs: Any) -> Diagnosis:
         UsageError: ``fn`` is not callable, is a class or an unbound method,
             the arguments do not match its ``input_signature``, or random
             inputs made from its specs would not fit in memory
-            (`tflab._memory.check_fits`).
+            (`tflab.process.memory.check_fits`).
 
     Example:
 

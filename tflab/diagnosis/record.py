@@ -6,7 +6,7 @@ import dataclasses
 import os
 from typing import Any, ClassVar
 
-from tflab._report import Report, config_field
+from tflab.report.base import Report, config_field
 from tflab.fix import CHECKED, FixPlan
 
 # Size given to a None dim when a TensorSpec is materialized for the one call.
@@ -100,8 +100,8 @@ class Diagnosis(Report):
         return False if any(f.source for f in plan.failures) else None
 
     def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
-        from tflab._html import fragment
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
+        from tflab.report.html import fragment
 
         return fragment(self)
 

@@ -26,7 +26,7 @@ The package, one concern per module (each imports only those above it):
   `tflab.retrace.TraceEvent`s; replica bodies are counted per TraceEvent);
 * `tflab.distribute.per_device`: `inspect_distributed`, `DistributedTraceReport`;
 * `tflab.distribute.processes`: the child processes (`run_children` on
-  `tflab._subprocess.ChildGroup`), free ports, ``TF_CONFIG``;
+  `tflab.process.supervisor.ChildGroup`), free ports, ``TF_CONFIG``;
 * `tflab.distribute.export`: export after distributed training;
 * `tflab.distribute.lab`: `mirrored_lab` and `run_lab_subprocess`;
 * `tflab.distribute.workers`: `run_workers`, `MultiWorkerReport`, `worker_main`;
@@ -35,7 +35,7 @@ The package, one concern per module (each imports only those above it):
 
 Logical devices must be configured before TF initializes its context, so the
 single-machine lab and each worker run in a fresh Python process
-(``python -m tflab._distribute_worker``). Importing this package imports
+(``python -m tflab.distribute.child``). Importing this package imports
 nothing (names load on first use, as in `tflab.retrace`).
 """
 

@@ -13,9 +13,9 @@ import collections
 import dataclasses
 from typing import Any, Callable
 
-from tflab._report import Report, config_field
+from tflab.report.base import Report, config_field
 from tflab._tf.distribute import distributed_container
-from tflab._text import table
+from tflab.report.text import table
 from tflab.distribute.strategies import CROSS_REPLICA_OP
 
 
@@ -74,8 +74,8 @@ class DistributedTraceReport(Report):
         return len(self.report.ops)
 
     def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
-        from tflab._html import fragment
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
+        from tflab.report.html import fragment
 
         return fragment(self)
 

@@ -1,8 +1,8 @@
-"""The lab's and the workers' processes: started, bounded and stopped by `tflab._subprocess.ChildGroup`.
+"""The lab's and the workers' processes: started, bounded and stopped by `tflab.process.supervisor.ChildGroup`.
 
 Logical devices must be configured before TF initializes its context, so the
 single-machine lab and each worker run in a fresh Python process
-(``python -m tflab._distribute_worker MODE``). `run_children` starts them in a
+(``python -m tflab.distribute.child MODE``). `run_children` starts them in a
 `ChildGroup` (the one supervisor: each child in its own process group, the
 sticky SIGTERM handler, SIGTERM then SIGKILL and a reap on every exit path),
 waits for all of them within one timeout, and reads each child's JSON report.
@@ -21,7 +21,7 @@ import sys
 import time
 from typing import Callable, Sequence
 
-from tflab._subprocess import watch_parent  # noqa: F401  (re-exported: the workers' own exit)
+from tflab.process.supervisor import watch_parent  # noqa: F401  (re-exported: the workers' own exit)
 from tflab.errors import TflabError
 
 _TFLAB_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -57,8 +57,8 @@ def tf_config(ports: Sequence[int], index: int, host: str = "127.0.0.1") -> dict
 
 
 def worker_argv(mode: str) -> list[str]:
-    """The command line of one child: ``python -m tflab._distribute_worker MODE``."""
-    return [sys.executable, "-m", "tflab._distribute_worker", mode]
+    """The command line of one child: ``python -m tflab.distribute.child MODE``."""
+    return [sys.executable, "-m", "tflab.distribute.child", mode]
 
 
 def _signal_name(code: int) -> str:
@@ -108,7 +108,7 @@ def run_children(specs: Sequence[tuple[str, list[str], dict]], timeout: float,
 
     Args:
         specs: (label, argv, environment extras) per child; the child writes its
-            JSON report to ``$TFLAB_REPORT`` (`tflab._distribute_worker` does).
+            JSON report to ``$TFLAB_REPORT`` (`tflab.distribute.child` does).
         timeout: seconds of wall clock for all children together; each child also
             gets it as ``$TFLAB_DEADLINE_S`` and ends itself past it.
         progress: called with ``"<label> finished"`` as each child ends well.
@@ -128,7 +128,7 @@ def run_children(specs: Sequence[tuple[str, list[str], dict]], timeout: float,
         >>> run_children([("worker 0", worker_argv("worker"), {"TF_CONFIG": "…"})], timeout=60)
         [{'task': 0, …}]
     """
-    from tflab._subprocess import ChildGroup
+    from tflab.process.supervisor import ChildGroup
 
     from tflab._paths import owned_temp_dir
 

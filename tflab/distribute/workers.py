@@ -1,6 +1,6 @@
 """Two ``MultiWorkerMirroredStrategy`` workers on 127.0.0.1: `run_workers` and the worker's own `worker_main`.
 
-Each worker is a fresh ``python -m tflab._distribute_worker worker`` process
+Each worker is a fresh ``python -m tflab.distribute.child worker`` process
 with ``TF_CONFIG`` naming every worker at a port picked free on 127.0.0.1. Each
 runs the lab's training step over its own batches 4, 4, 2 and reports its
 traces and reasons; `MultiWorkerReport` puts the rows side by side and names
@@ -16,8 +16,8 @@ import signal
 import time
 from typing import Callable
 
-from tflab._report import Report, config_field
-from tflab._text import table
+from tflab.report.base import Report, config_field
+from tflab.report.text import table
 from tflab.distribute.probe import DistributedRetraceProbe
 from tflab.distribute.processes import pick_free_ports, run_children, tf_config, worker_argv
 from tflab.distribute.strategies import lab_dataset, make_replica_step
@@ -89,8 +89,8 @@ class MultiWorkerReport(Report):
     config: dict = config_field()
 
     def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
-        from tflab._html import fragment
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
+        from tflab.report.html import fragment
 
         return fragment(self)
 
@@ -127,7 +127,7 @@ def run_workers(n: int = 2, timeout: float = 60.0, crash_worker: int | None = No
                 on_start: Callable[[list[int]], None] | None = None) -> MultiWorkerReport:
     """Starts ``n`` MultiWorkerMirroredStrategy workers on 127.0.0.1 and merges their reports.
 
-    Each worker is a fresh ``python -m tflab._distribute_worker worker``
+    Each worker is a fresh ``python -m tflab.distribute.child worker``
     process with ``TF_CONFIG`` naming every worker at a port picked free on
     127.0.0.1 (`pick_free_ports`). Each runs the same training step over its
     own batches 4, 4, 2 (`worker_main`) and reports its traces and reasons.
@@ -136,7 +136,7 @@ def run_workers(n: int = 2, timeout: float = 60.0, crash_worker: int | None = No
     past that deadline or when this process disappears. The workers are
     stopped (SIGTERM, then SIGKILL) and reaped on every exit path: normal
     return, a worker crash, the timeout, Ctrl-C (SIGINT) or SIGTERM
-    (`tflab.distribute.processes.run_children`, `tflab._subprocess.ChildGroup`).
+    (`tflab.distribute.processes.run_children`, `tflab.process.supervisor.ChildGroup`).
 
     Args:
         n: number of workers: 2 (each is one replica on its CPU).
@@ -210,7 +210,7 @@ def worker_main() -> dict:
         The `WorkerRow` fields as a dict, the step's ``function_name`` and ``config``
         (`tflab.runtime_config()` in this worker).
     """
-    from tflab._report import current_config
+    from tflab.report.base import current_config
 
     t0 = time.perf_counter()
     import numpy as np

@@ -44,8 +44,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from tflab._report import Report, config_field
-from tflab._text import table
+from tflab.report.base import Report, config_field
+from tflab.report.text import table
 
 TOP = 3  # ops named in the one-line summary
 # Ops kept in float by the fix: the fewest of the worst ones that hold this much of the share (at most TOP).

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from tflab._report import Report, config_field
-from tflab._text import table
+from tflab.report.base import Report, config_field
+from tflab.report.text import table
 
 
 @dataclasses.dataclass(frozen=True)

@@ -57,8 +57,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from tflab._report import Report, config_field
-from tflab._text import table
+from tflab.report.base import Report, config_field
+from tflab.report.text import table
 from tflab.litert.ops import ModelOps, OpTensors, TensorInfo, preserving_interpreter, read_ops, run_ops
 from tflab.litert.references import INDEX_INPUTS, Terms, reference
 

@@ -1,7 +1,7 @@
 """Lab step 8, the records: `OutputError` (one output, LiteRT vs TF) and `TFLiteCheck` (one variant).
 
 `tflab.litert.check` fills them; `tflab.export` and ``tflab check-tflite`` print them.
-They follow tflab's record convention (`tflab._report.Report`): ``config`` filled
+They follow tflab's record convention (`tflab.report.base.Report`): ``config`` filled
 once, data as fields and properties, ``to_text()``/``to_dict()`` with no argument,
 a one-line ``repr``.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from tflab._report import Report, config_field
-from tflab._text import table
+from tflab.report.base import Report, config_field
+from tflab.report.text import table
 
 
 
@@ -172,8 +172,8 @@ class TFLiteCheck(Report):
         return None if self.per_op is None else self.per_op.ok
 
     def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
-        from tflab._html import fragment
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
+        from tflab.report.html import fragment
 
         return fragment(self)
 

@@ -92,7 +92,7 @@ _UNSUPPORTED_RE = re.compile(r"on XLA_\w+: (\w+) \((.*?)\)\{\{node ([^}]+)\}\}",
 
 
 def _why(exc: BaseException) -> str:
-    from tflab._xla import xla_reason
+    from tflab.modes.xla import xla_reason
 
     text = str(getattr(exc, "message", None) or exc).strip()
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)

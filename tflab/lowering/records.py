@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar
 
-from tflab._report import Report, config_field
+from tflab.report.base import Report, config_field
 
 __all__ = ["STAGES", "Stage", "Piece", "Fusion", "Lowering"]
 
@@ -188,7 +188,7 @@ class Lowering(Report):
                 "stopped_at": self.stopped_at, "why": self.why, "config": self.config}
 
     def _repr_html_(self) -> str:
-        from tflab._html.base import style
-        from tflab._html.lowering import lowering_fragment
+        from tflab.report.html.base import style
+        from tflab.report.html.lowering import lowering_fragment
 
         return f'<div class="tflab">{style()}{lowering_fragment(self)}</div>'

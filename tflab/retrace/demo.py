@@ -13,8 +13,8 @@ import dataclasses
 import logging
 from typing import Any, Iterator
 
-from tflab._report import Report, config_field
-from tflab._text import table
+from tflab.report.base import Report, config_field
+from tflab.report.text import table
 from tflab.retrace.probe import RetraceProbe
 
 
@@ -100,8 +100,8 @@ class RetracingDemo(Report):
                 "results": [dataclasses.asdict(r) for r in self.results], "config": self.config}
 
     def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
-        from tflab._html import fragment
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
+        from tflab.report.html import fragment
 
         return fragment(self)
 

@@ -27,8 +27,8 @@ import time
 import types
 from typing import Any, Callable, Iterator, Sequence
 
-from tflab._text import seconds_text, trace_time_line
-from tflab._report import Report, config_field
+from tflab.report.text import seconds_text, trace_time_line
+from tflab.report.base import Report, config_field
 from tflab._tf import function as _tf
 from tflab.errors import Terminated, UsageError
 from tflab.retrace.diff import function_type_inputs, make_trace, nodes_of
@@ -620,8 +620,8 @@ class ScriptTraces(Report):
                 "note": self.note, "config": self.config, "wall_seconds": self.wall_seconds}
 
     def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
-        from tflab._html import fragment
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
+        from tflab.report.html import fragment
 
         return fragment(self)
 

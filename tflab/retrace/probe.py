@@ -19,10 +19,10 @@ import time
 import types
 from typing import Any, Callable
 
-from tflab._text import seconds_text, trace_time_line
+from tflab.report.text import seconds_text, trace_time_line
 from tflab._usercode import user_entry
 from tflab.errors import UsageError
-from tflab._report import current_config
+from tflab.report.base import current_config
 from tflab._tf import function as _tf
 from tflab.retrace.event import TraceEvent, on_each_trace
 from tflab.retrace.log import trace_from_event
@@ -614,8 +614,8 @@ class RetraceProbe:
                 "seconds": self.seconds, "call_seconds": self.call_seconds}
 
     def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
-        from tflab._html import fragment
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
+        from tflab.report.html import fragment
 
         return fragment(self)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from tflab._report import Report
+from tflab.report.base import Report
 
 # The FunctionContext scope types TF 2.21 uses (tracing_compilation.ScopeType).
 VARIABLE_CREATION = "VARIABLE_CREATION"

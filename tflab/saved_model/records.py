@@ -1,6 +1,6 @@
 """The records of a SavedModel round trip: each tensor of a SignatureDef, each output's bitwise verdict, the check.
 
-`SavedModelCheck` follows tflab's record convention (`tflab._report.Report`): data
+`SavedModelCheck` follows tflab's record convention (`tflab.report.base.Report`): data
 are fields and properties, ``to_text()``/``to_dict()`` take no argument, ``config``
 is `tflab.runtime_config()`'s dict filled once, and ``repr()`` is one line.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from tflab._report import Report, config_field
-from tflab._text import table
+from tflab.report.base import Report, config_field
+from tflab.report.text import table
 
 __all__ = ["TensorInfo", "OutputBits", "SignatureCheck", "SavedModelCheck"]
 
@@ -101,8 +101,8 @@ class SavedModelCheck(Report):
     config: dict = config_field()
 
     def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
-        from tflab._html import fragment
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
+        from tflab.report.html import fragment
 
         return fragment(self)
 

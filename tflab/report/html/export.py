@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tflab._html.base import bar, esc, num, table
+from tflab.report.html.base import bar, esc, num, table
 
 # The text table's legend (tflab.litert.result.TABLE_LEGEND), for the columns this table shows.
 LEGEND = ("max|Δ|: the largest |lite − tf| of the worst output (the one with the worst |Δ|/bound), over all "

@@ -407,7 +407,7 @@ def describe_end(end: ChildEnd, memory_limit: str | None = None) -> tuple[int, s
     Args:
         end: from `run_child`.
         memory_limit: words for the memory limit in force, named for a SIGKILL
-            (`tflab._memory.limit_text`).
+            (`tflab.process.memory.limit_text`).
 
     Returns:
         ``(code, line)``: the child's own code when tflab returned it (it
@@ -755,7 +755,7 @@ def watch_parent(parent: int, deadline_s: float) -> None:
 
 # ----------------------------------------------------------------------------- guarded tools
 
-_GUARD = "import sys; from tflab._subprocess import _guard_main; sys.exit(_guard_main(sys.argv[1:]))"
+_GUARD = "import sys; from tflab.process.supervisor import _guard_main; sys.exit(_guard_main(sys.argv[1:]))"
 
 
 def guarded(argv: list[str]) -> list[str]:

@@ -52,7 +52,7 @@ def overflow_plan(result, origin, rerun: Callable[[], Any], out_names) -> fx.Fix
         out_names: the output names (to tell outputs from gradients in ``overflow``).
     """
     from tflab._code_swap import finite_literals, in_float32, swapped_line
-    from tflab._precision_report import fmt_err
+    from tflab.precision.records import fmt_err
 
     dt = result.compute_dtype
     n_out = sum(int(np.size(a)) for a in result.outputs.values())
@@ -133,7 +133,7 @@ def loss_scale_plan(result, grad_fn: Callable, measure: Callable, initial: float
         measure: ``measure(grads, scale, history) -> PolicyResult``.
         initial, minimum: Keras' dynamic rule (2^15, halved while inf/NaN, not below 1).
     """
-    from tflab.float_formats import pow2_text
+    from tflab.precision.float_formats import pow2_text
 
     lost = sum(result.underflow_below_normal.values())
 

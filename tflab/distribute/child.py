@@ -1,7 +1,7 @@
 """Entry point of the processes `tflab.distribute` starts (logical devices need a fresh process).
 
-``python -m tflab._distribute_worker mirrored``: `tflab.distribute.lab.mirrored_lab`.
-``python -m tflab._distribute_worker worker``: one MultiWorkerMirroredStrategy
+``python -m tflab.distribute.child mirrored``: `tflab.distribute.lab.mirrored_lab`.
+``python -m tflab.distribute.child worker``: one MultiWorkerMirroredStrategy
 worker (`tflab.distribute.workers.worker_main`), with ``TF_CONFIG`` set by its parent.
 ``user-mirrored`` / ``user-worker``: the same on the user's step
 (`tflab.distribute.user`), named by ``$TFLAB_USER_STEP``.
@@ -67,10 +67,10 @@ def main(argv: list[str]) -> int:
 
         report = user.user_mirrored_main() if mode == "user-mirrored" else user.user_worker_main()
     else:
-        print("usage: python -m tflab._distribute_worker {mirrored,worker,user-mirrored,user-worker}",
+        print("usage: python -m tflab.distribute.child {mirrored,worker,user-mirrored,user-worker}",
               file=sys.stderr)
         return 2
-    from tflab._jsonutil import to_jsonable
+    from tflab.report.jsonable import to_jsonable
 
     out = os.environ["TFLAB_REPORT"]
     with open(out + ".tmp", "w") as f:

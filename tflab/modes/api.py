@@ -22,13 +22,13 @@ each trace the forward+backward step once; the graph trace also names the
 variables to save), the ULP and absolute-difference arrays of each mode and
 tensor are computed once and shared by the maxima, the findings and the
 condition note, and the HLO is fetched with one XLA compile beyond the run's
-own (`tflab._xla.fetch_hlo`: TF 2.21's ``experimental_get_compiler_ir`` builds
+own (`tflab.modes.xla.fetch_hlo`: TF 2.21's ``experimental_get_compiler_ir`` builds
 a fresh executable per optimized stage and never reads the compile cache the
 ``jit_compile=True`` call filled, ``tensorflow/compiler/jit/get_compiler_ir.cc``).
 
-The pieces live by concern: `tflab._xla` (error parsing, HLO stages, fusion
+The pieces live by concern: `tflab.modes.xla` (error parsing, HLO stages, fusion
 counting), `tflab._graph_analysis` (arguments, variables, random ops) and
-`tflab._mode_report` (the records); this module runs the modes.
+`tflab.modes.records` (the records); this module runs the modes.
 
 A stateful function (``v.assign_add``, BatchNorm's moving statistics with
 ``training=True``) would give each mode a different starting state: every
@@ -59,17 +59,17 @@ from tflab._graph_analysis import (RANDOM_OPS, STATELESS_RANDOM_OPS, STATEFUL_RA
                                    prepare_args, random_dependencies, random_ops_by_tensor, to_numpy,
                                    touched_variables)
 # MODES, and the default disagreement bound: an element is a finding when it is more than
-# DEFAULT_ULP_BOUND ULP *and* more than DEFAULT_ATOL away from eager (see tflab/_mode_defaults.py).
-from tflab._mode_defaults import DEFAULT_ATOL, DEFAULT_ULP_BOUND, MODES
-from tflab._mode_findings import _distances, _findings, _PairDistances, _separate_random_streams, _with_conditioning
-from tflab._mode_report import Distance, ModeComparison, ModeResult, speed_text  # noqa: F401
+# DEFAULT_ULP_BOUND ULP *and* more than DEFAULT_ATOL away from eager (see tflab/modes/defaults.py).
+from tflab.modes.defaults import DEFAULT_ATOL, DEFAULT_ULP_BOUND, MODES
+from tflab.modes.findings import _distances, _findings, _PairDistances, _separate_random_streams, _with_conditioning
+from tflab.modes.records import Distance, ModeComparison, ModeResult, speed_text  # noqa: F401
 from tflab._numeric import ulp_distance  # noqa: F401  (tflab.modes.ulp_distance)
 from tflab._target import _check_target, _function_name, signature_args
 from tflab._usercode import user_entry
-from tflab._xla import count_fusions, fetch_hlo, probe_hlo_stages, xla_reason  # noqa: F401
+from tflab.modes.xla import count_fusions, fetch_hlo, probe_hlo_stages, xla_reason  # noqa: F401
 
 # The stages of tf.function.experimental_get_compiler_ir on TF 2.21 (eager/pywrap_tfe_src.cc's
-# "Valid values are" list, read by tflab._xla.probe_hlo_stages at run time).
+# "Valid values are" list, read by tflab.modes.xla.probe_hlo_stages at run time).
 HLO_STAGES = ("stablehlo", "stablehlo_serialized", "hlo", "hlo_serialized", "optimized_hlo",
               "optimized_hlo_serialized", "optimized_hlo_proto_serialized", "optimized_hlo_dot")
 from tflab.errors import UsageError
@@ -319,7 +319,7 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
             tuple of stage names only those (``"optimized_hlo_dot"``, a Graphviz
             rendering, is a second compile and must be named); False none.
             TF compiles the program again for the optimized stage (seconds for
-            a CNN; `tflab._xla`), so pass False when the fusion count is not needed.
+            a CNN; `tflab.modes.xla`), so pass False when the fusion count is not needed.
         gradients: False runs the forward pass only (no tape; ``gradients`` stay
             empty), which makes XLA's compile much cheaper for big models.
         modes: which modes to run; ``"eager"`` (the reference) always runs.

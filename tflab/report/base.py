@@ -79,7 +79,7 @@ class Report:
 
     def to_dict(self) -> dict:
         """The report as JSON-ready data: its dataclass fields plus ``DICT_PROPERTIES``."""
-        from tflab._jsonutil import to_jsonable
+        from tflab.report.jsonable import to_jsonable
 
         out = {}
         for f in dataclasses.fields(self):

@@ -3,7 +3,7 @@
 Each op is coloured by its type; captures (the Placeholders standing for captured
 variables and tensors, `tflab.tracing.CaptureInfo.internal`) and control-flow ops
 (``If``/``While``/``Case``, with their branch functions) are marked. Positions come
-from `tflab._graph_layout.layout_graph` (Graphviz ``dot`` when installed, else
+from `tflab.report.layout.layout_graph` (Graphviz ``dot`` when installed, else
 networkx's topological generations).
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tflab._graph_layout import NODE_H, NODE_W, layout_graph
-from tflab._html.base import esc, type_colour
+from tflab.report.layout import NODE_H, NODE_W, layout_graph
+from tflab.report.html.base import esc, type_colour
 
 FIT_WIDTH = 1400  # pixels: a wider FuncGraph drawing opens fitted to the page width
 CONTROL_FLOW = frozenset({"If", "StatelessIf", "While", "StatelessWhile", "Case", "StatelessCase"})
@@ -43,7 +43,7 @@ def funcgraph_svg(report: Any, *, engine: str | None = None) -> str:
 
     Args:
         report: a `tflab.TraceReport`.
-        engine: layout engine for `tflab._graph_layout.layout_graph` (None: dot when installed).
+        engine: layout engine for `tflab.report.layout.layout_graph` (None: dot when installed).
 
     Returns:
         ``<svg class="funcgraph" …>…</svg>``; its width and height are the layout's, pixels.

@@ -1,6 +1,6 @@
 """The ``--html FILE`` pages of ``tflab tour``, ``tflab retrace`` and ``tflab export``, and ``--tensorboard DIR``.
 
-Each page is `tflab._html.page` around the fragments of `tflab._html` (the
+Each page is `tflab.report.html.page` around the fragments of `tflab.report.html` (the
 same fragments the reports' ``_repr_html_`` returns in a notebook). Sections
 carry fixed ids (``config``, ``timeline``, ``funcgraph``, ``export``,
 ``modes``, ``precision``, ``distribute``) so a reader, or the browser test,
@@ -19,7 +19,7 @@ import logging
 import sys
 from typing import Any, Iterator
 
-from tflab import _html
+from tflab.report import html as _html
 
 # FuncGraphs drawn on a retrace page (one per tf.function object, newest trace).
 MAX_RETRACE_GRAPHS = 4

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from tflab._html.base import SEARCH_JS, dict_table, esc, style, text_fragment
-from tflab._html.export import export_fragment, tflite_fragment
-from tflab._html.funcgraph import trace_fragment
-from tflab._html.lab import modes_fragment, precision_fragment
-from tflab._html.timeline import probe_groups, script_groups, timeline_fragment
+from tflab.report.html.base import SEARCH_JS, dict_table, esc, style, text_fragment
+from tflab.report.html.export import export_fragment, tflite_fragment
+from tflab.report.html.funcgraph import trace_fragment
+from tflab.report.html.lab import modes_fragment, precision_fragment
+from tflab.report.html.timeline import probe_groups, script_groups, timeline_fragment
 
 __all__ = ["fragment"]
 

@@ -14,7 +14,7 @@ import json
 import math
 from typing import Any, Iterable, Sequence
 
-from tflab._graph_layout import NODE_H, NODE_W
+from tflab.report.layout import NODE_H, NODE_W
 
 # Notebook front ends style tables too (JupyterLab right-aligns cells), hence the !important.
 CSS = ("""
@@ -164,7 +164,7 @@ def text_fragment(obj: Any, title: str | None = None) -> str:
 
 def json_fragment(d: Any, title: str) -> str:
     """A dict shown as folded, pretty JSON."""
-    from tflab._jsonutil import to_jsonable
+    from tflab.report.jsonable import to_jsonable
 
     return (f"<details><summary>{esc(title)}</summary><pre>{esc(json.dumps(to_jsonable(d), indent=1))}</pre>"
             "</details>")

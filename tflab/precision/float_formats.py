@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from tflab._text import table
+from tflab.report.text import table
 from tflab.errors import UsageError
 
 __all__ = ["FloatInfo", "float_info", "TABLE_DTYPES", "pow2_text"]

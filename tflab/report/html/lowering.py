@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tflab._html.base import esc, page, section, table
+from tflab.report.html.base import esc, page, section, table
 
 __all__ = ["lowering_fragment", "lowering_page"]
 

@@ -1,8 +1,8 @@
 """The records `tflab.compare_precisions` returns: `PolicyResult` per policy, `PrecisionComparison`.
 
-`PrecisionComparison` follows the report convention of `tflab._report`
+`PrecisionComparison` follows the report convention of `tflab.report.base`
 (``function_name``, ``config`` filled once, data as fields and properties,
-``to_text()`` with `tflab._text.table`, ``to_dict()``, a one-line ``repr``).
+``to_text()`` with `tflab.report.text.table`, ``to_dict()``, a one-line ``repr``).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from tflab._policy import REFERENCE
-from tflab._report import Report, config_field
-from tflab._text import table
-from tflab.float_formats import float_info, pow2_text
+from tflab.precision.policy import REFERENCE
+from tflab.report.base import Report, config_field
+from tflab.report.text import table
+from tflab.precision.float_formats import float_info, pow2_text
 
 __all__ = ["PolicyResult", "PrecisionComparison", "fmt_err", "fmt_scale"]
 
@@ -184,7 +184,7 @@ class PolicyResult:
 
     def to_dict(self, arrays: bool = False) -> dict[str, Any]:
         """JSON-ready dict; ``arrays=False`` gives output and gradient shapes, not values."""
-        from tflab._jsonutil import to_jsonable
+        from tflab.report.jsonable import to_jsonable
 
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
@@ -236,8 +236,8 @@ class PrecisionComparison(Report):
         return tuple(p for p, r in self.policies.items() if r.underflow or r.overflow)
 
     def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
-        from tflab._html import fragment
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
+        from tflab.report.html import fragment
 
         return fragment(self)
 
@@ -274,7 +274,7 @@ class PrecisionComparison(Report):
     def to_dict(self, arrays: bool = False) -> dict[str, Any]:
         """JSON-ready dict (``arrays=False``: shapes instead of values). ``function`` repeats
         ``function_name``: the key the tour's ``report.json`` has always had."""
-        from tflab._jsonutil import to_jsonable
+        from tflab.report.jsonable import to_jsonable
 
         return {"function_name": self.function_name, "function": self.function_name, "kind": self.kind,
                 "loss_scale": to_jsonable(self.loss_scale), "output_names": list(self.output_names),

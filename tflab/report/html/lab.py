@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tflab._html.base import bar, dict_table, esc, scalar, table
+from tflab.report.html.base import bar, dict_table, esc, scalar, table
 
 def modes_fragment(d: Any) -> str:
     """A `tflab.ModeComparison` (or its ``to_dict()``): per mode max ULP, |Δ| and time, with a time bar."""

@@ -1,7 +1,7 @@
 """Loss scaling measured on the tour's MobileNetV3Small training step (`tflab.demonstrate_loss_scaling`).
 
 It lives in the tour package because it builds the tour's model
-(`tflab._tour.model`): the library module `tflab.precision` it runs on stays
+(`tflab.models`): the library module `tflab.precision` it runs on stays
 below the tour. ``tflab.demonstrate_loss_scaling`` and ``tflab.LossScalingDemo``
 are exported lazily from here.
 """
@@ -13,13 +13,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tflab._policy import DEFAULT_POLICIES
-from tflab._precision_report import PolicyResult, PrecisionComparison, fmt_err, fmt_scale
-from tflab._report import Report, config_field
-from tflab._text import table
+from tflab.precision.policy import DEFAULT_POLICIES
+from tflab.precision.records import PolicyResult, PrecisionComparison, fmt_err, fmt_scale
+from tflab.report.base import Report, config_field
+from tflab.report.text import table
 from tflab.errors import UsageError
-from tflab.float_formats import pow2_text
-from tflab.precision import run_policies, PolicySubject
+from tflab.precision.float_formats import pow2_text
+from tflab.precision.api import PolicySubject, run_policies
 
 __all__ = ["LossScalingRow", "LossScalingDemo", "demonstrate_loss_scaling"]
 
@@ -59,7 +59,7 @@ class LossScalingRow:
                 f"median {fmt_err(self.gradient_error_median)}, loss scale {fmt_scale(self.loss_scale)}>")
 
     def to_dict(self) -> dict[str, Any]:
-        from tflab._jsonutil import to_jsonable
+        from tflab.report.jsonable import to_jsonable
 
         return {f.name: to_jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
@@ -94,8 +94,8 @@ class LossScalingDemo(Report):
         return next(r for r in self.rows if r.label == label)
 
     def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
-        from tflab._html import fragment
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
+        from tflab.report.html import fragment
 
         return fragment(self)
 
@@ -125,7 +125,7 @@ class LossScalingDemo(Report):
     def to_dict(self) -> dict[str, Any]:
         """The fields (``comparison`` left out) plus ``configuration``: ``config`` with
         ``keras_version`` and ``input``, the key the tour's ``report.json`` has always had."""
-        from tflab._jsonutil import to_jsonable
+        from tflab.report.jsonable import to_jsonable
 
         out = super().to_dict()
         out["configuration"] = to_jsonable({**self.config, "keras_version": self.keras_version,
@@ -141,7 +141,7 @@ def demonstrate_loss_scaling(input_shape: tuple = (64, 64, 3), batch: int = 4, s
     classes=10)`` under float32, mixed_bfloat16 and mixed_float16 (same
     weights), runs the tour's training-step forward pass (``training=True``,
     sparse categorical cross-entropy of the float32-cast softmax output, as
-    `tflab._tour.model.make_train_step` does) on a seeded batch of images in
+    `tflab.models.make_train_step` does) on a seeded batch of images in
     [0, 255], and takes the loss gradients wrt all trainable variables: in
     float16 once without scaling and once with Keras' dynamic loss scale.
 
@@ -165,7 +165,7 @@ def demonstrate_loss_scaling(input_shape: tuple = (64, 64, 3), batch: int = 4, s
     import keras
     import tensorflow as tf
 
-    from tflab._tour.model import NUM_CLASSES, example_batch
+    from tflab.models import NUM_CLASSES, example_batch
 
     if len(input_shape) != 3 or input_shape[2] != 3 or min(input_shape[:2]) < 32:
         raise UsageError(f"input_shape must be (H, W, 3) with H, W >= 32, got {input_shape}")

@@ -25,7 +25,7 @@ as the inputs (elementwise functions): a verb refuses only what cannot fit.
 
 Use from a verb (new verbs that make random inputs: do the same)::
 
-    from tflab._memory import check_fits
+    from tflab.process.memory import check_fits
 
     check_fits(input_bytes, copies=8, what="compare", advice="use a smaller shape or --no-grad")
 """

@@ -14,8 +14,8 @@ import math
 import numpy as np
 
 from tflab._graph_analysis import RANDOM_OPS, STATEFUL_RANDOM_OPS, as_tensor
-from tflab._mode_defaults import MODES
-from tflab._mode_report import Distance, _fmt_num
+from tflab.modes.defaults import MODES
+from tflab.modes.records import Distance, _fmt_num
 from tflab._numeric import ulp_distance
 
 

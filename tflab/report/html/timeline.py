@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from tflab._html.base import esc, table
-from tflab._text import seconds_text
+from tflab.report.html.base import esc, table
+from tflab.report.text import seconds_text
 
 TRACE_COLOURS = {"first": "#2b6cb0", "retrace": "#d97706", "variable_creation": "#7c3aed",
                   "failed": "#b3261e", "concrete": "#0f766e", "cached": "#64748b"}

@@ -1,8 +1,8 @@
 """The records `tflab.compare_modes` returns: `Distance`, `ModeResult`, `ModeComparison`.
 
-`ModeComparison` follows the report convention of `tflab._report`: ``function_name``,
+`ModeComparison` follows the report convention of `tflab.report.base`: ``function_name``,
 ``config`` (filled once), data as fields and properties, ``to_text()`` (tables from
-`tflab._text.table`), ``to_dict()`` and a one-line ``repr``.
+`tflab.report.text.table`), ``to_dict()`` and a one-line ``repr``.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from tflab._mode_defaults import MODES
-from tflab._report import Report, config_field
-from tflab._text import table
+from tflab.modes.defaults import MODES
+from tflab.report.base import Report, config_field
+from tflab.report.text import table
 
 __all__ = ["Distance", "ModeResult", "ModeComparison", "speed_text"]
 
@@ -170,7 +170,7 @@ class ModeResult:
         gradients are 1.5 million floats, whose conversion to JSON lists took
         seconds only to be thrown away.
         """
-        from tflab._jsonutil import to_jsonable
+        from tflab.report.jsonable import to_jsonable
 
         out = {}
         for f in dataclasses.fields(self):
@@ -256,8 +256,8 @@ class ModeComparison(Report):
         return "Grappler options " + ", ".join(f"{k}={v}" for k, v in sorted(self.grappler.items()))
 
     def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab._html.fragment`)."""
-        from tflab._html import fragment
+        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
+        from tflab.report.html import fragment
 
         return fragment(self)
 
@@ -371,7 +371,7 @@ class ModeComparison(Report):
     def to_dict(self, arrays: bool = False) -> dict[str, Any]:
         """JSON-ready dict. ``arrays=False`` leaves out outputs/gradients values
         (shapes only) and HLO text (stage names and sizes only) to stay small."""
-        from tflab._jsonutil import to_jsonable
+        from tflab.report.jsonable import to_jsonable
 
         out = {}
         for f in dataclasses.fields(self):

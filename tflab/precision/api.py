@@ -28,8 +28,8 @@ a loss scale changes. When outputs overflow, the cause is the first
 non-finite op of the policy's traced graph (`tflab.nonfinite`: e.g. the
 constant 1e30 that is inf in float16, then inf * 0 = NaN in a Mul), and each
 candidate fix is applied to a rewritten copy of the user's line and measured
-(`tflab._precision_fixes`); only one that worked is printed as the fix. Gradients
-zeroed below float16's range get loss_scale='dynamic' run on the same tape. `tflab.demonstrate_loss_scaling` (``tflab/_tour/loss_scaling.py``)
+(`tflab.precision.fixes`); only one that worked is printed as the fix. Gradients
+zeroed below float16's range get loss_scale='dynamic' run on the same tape. `tflab.demonstrate_loss_scaling` (``tflab/precision/loss_scaling.py``)
 does it on the tour's MobileNetV3Small training step.
 
 What tests/test_10_precision.py measures on TF 2.21 (CPU, oneDNN on and off):
@@ -60,13 +60,13 @@ from typing import Any, Callable
 import numpy as np
 
 from tflab._graph_analysis import flatten_sources, output_names_of, prepare_args
-from tflab._policy import (DEFAULT_POLICIES, INITIAL_LOSS_SCALE, MIN_LOSS_SCALE, POLICIES,  # noqa: F401
+from tflab.precision.policy import (DEFAULT_POLICIES, INITIAL_LOSS_SCALE, MIN_LOSS_SCALE, POLICIES,  # noqa: F401
                            REFERENCE, global_policy, is_keras_layer, keras_modules, takes_no_parameters)
-from tflab._precision_report import PolicyResult, PrecisionComparison
+from tflab.precision.records import PolicyResult, PrecisionComparison
 from tflab._target import _check_target, _function_name, signature_args
 from tflab._usercode import user_entry
 from tflab.errors import UsageError
-from tflab.float_formats import FloatInfo, float_info  # noqa: F401  (tflab.precision.float_info)
+from tflab.precision.float_formats import FloatInfo, float_info  # noqa: F401  (tflab.precision.float_info)
 
 __all__ = ["compare_precisions", "PrecisionComparison", "PolicyResult", "parse_policies", "float_info",
            "FloatInfo", "global_policy", "POLICIES", "DEFAULT_POLICIES", "REFERENCE", "INITIAL_LOSS_SCALE",
@@ -396,8 +396,8 @@ def run_policies(subject: PolicySubject, policies: tuple, loss_scale: Any, name:
 
 def _with_fixes(result: PolicyResult, subject: PolicySubject, policy: str, obj, run: _Run, ref,
                 out_names, grad_names, scaled: bool, progress) -> PolicyResult:
-    """The measured cause and the checked fixes of an overflow or a range underflow (`tflab._precision_fixes`)."""
-    from tflab._precision_fixes import loss_scale_plan, overflow_plan
+    """The measured cause and the checked fixes of an overflow or a range underflow (`tflab.precision.fixes`)."""
+    from tflab.precision.fixes import loss_scale_plan, overflow_plan
 
     compute, _ = POLICIES[policy]
     changes: dict = {}

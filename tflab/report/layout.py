@@ -1,6 +1,6 @@
 """Positions for drawing a FuncGraph: Graphviz ``dot`` when installed, else networkx's layers.
 
-The HTML report and the notebook output (`tflab._html`) draw a FuncGraph as
+The HTML report and the notebook output (`tflab.report.html`) draw a FuncGraph as
 inline SVG, so nobody needs the Graphviz binary to look at one. The layout is
 never hand-written here:
 

@@ -16,7 +16,7 @@ The FuncGraph picture (`funcgraph_svg`) has one ``<g class="op">`` per op of
 the FuncGraph, coloured by op type; captures (the Placeholders standing for
 captured variables and tensors, `tflab.tracing.CaptureInfo.internal`) and
 control-flow ops (``If``/``While``/``Case``, with their branch functions)
-are marked. Positions come from `tflab._graph_layout.layout_graph` (Graphviz
+are marked. Positions come from `tflab.report.layout.layout_graph` (Graphviz
 ``dot`` when installed, else networkx's topological generations).
 
 The package, one module per report family: `base` (CSS, JS, escaping, tables,
@@ -49,4 +49,4 @@ __all__ = sorted(_EXPORTS)
 
 
 __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS,
-                                      lambda part: importlib.import_module(f"tflab._html.{part}"))
+                                      lambda part: importlib.import_module(f"tflab.report.html.{part}"))
