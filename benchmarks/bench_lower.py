@@ -29,7 +29,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = Path(__file__).resolve().parents[1]
 
 SCRIPT = textwrap.dedent("""\
-    from tflab._tour.model import build_default_model
+    from tflab.models import build_default_model
 
     model = build_default_model(seed=0)
 
@@ -60,7 +60,7 @@ def main() -> None:
     import tensorflow as tf
 
     sys.path.insert(0, str(ROOT))
-    from tflab._tour.model import build_default_model
+    from tflab.models import build_default_model
 
     model = build_default_model(seed=0)
     jit = tf.function(lambda x: model(x, training=False), jit_compile=True)

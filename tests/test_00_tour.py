@@ -99,7 +99,7 @@ def test_calibrate_batch_norm_reaches_nested_layers():
     import keras
     import numpy as np
 
-    from tflab._tour.model import _nested_layers, calibrate_batch_norm
+    from tflab.models import _nested_layers, calibrate_batch_norm
 
     inner = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.BatchNormalization()])
     outer = keras.Sequential([keras.Input((4,)), inner, keras.layers.BatchNormalization(momentum=0.9)])

@@ -222,7 +222,7 @@ def test_a_module_whose_call_is_a_tf_function_is_traced_as_itself_not_wrapped():
 def test_tour_model_output_depends_on_its_input(tour_model):
     """Freshly initialized MobileNetV3Small gave softmax exactly 0.1 everywhere (logits ~1e-10),
     so every tour comparison compared a constant; its BatchNorm statistics are now calibrated."""
-    from tflab._tour.model import example_batch, model_input_spec
+    from tflab.models import example_batch, model_input_spec
 
     spec = model_input_spec(tour_model)
     a = tour_model(example_batch(spec, 2, seed=1), training=False).numpy()

@@ -223,7 +223,7 @@ def test_cli_prints_table_without_colour_when_not_a_tty(run_cli):
     assert code == 0, err
     assert out.startswith(f"--- {FIXTURE} (mixed)") and "\x1b[" not in out
     table = out[out.index("line  kind"):].splitlines()
-    assert set(table[1].replace(" ", "")) == {"-"}  # the header's rule (tflab._text.table)
+    assert set(table[1].replace(" ", "")) == {"-"}  # the header's rule (tflab.report.text.table)
     assert table[3].split()[:5] == ["15", "for", "python", "-", "2"]
     assert table[2].split()[:4] == ["11", "if", "graph", "StatelessIf"]
 

@@ -689,7 +689,7 @@ def test_random_dependencies_follow_data_flow_into_loops_not_through_shapes():
 def test_finding_labels_its_two_worst_elements():
     """Item 15: the element with the largest |diff| and the one with the largest ULP
     distance are different elements here; each number says which worst it is."""
-    from tflab._mode_findings import _findings
+    from tflab.modes.findings import _findings
     from tflab.modes import ModeResult
 
     eager = np.array([1.0, 1e-6, 0.5], np.float32)

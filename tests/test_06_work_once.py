@@ -76,10 +76,10 @@ def test_ulp_arrays_computed_once_per_mode_and_tensor(monkeypatch):
         calls.append(1)
         return ulp_distance(a, b)
 
-    for name in ("tflab.modes", "tflab._mode_findings"):
+    for name in ("tflab.modes", "tflab.modes.findings"):
         try:
             monkeypatch.setattr(importlib.import_module(name), "ulp_distance", counting)
-        except ImportError:  # old main has no tflab._mode_findings
+        except ImportError:  # old main has no tflab.modes.findings
             pass
     # A bound of 0 ULP and atol 0 make every XLA difference a finding, so the
     # findings (and the condition note) read the arrays too.

@@ -48,7 +48,7 @@ def test_module_round_trip_is_bit_exact(dense64_check):
 
 
 def test_the_check_follows_the_record_convention(dense64_check):
-    """tflab._report's convention on a real check: one-line repr, JSON dict with config, to_text a table."""
+    """tflab.report.base's convention on a real check: one-line repr, JSON dict with config, to_text a table."""
     import json
 
     import tflab
@@ -61,7 +61,7 @@ def test_the_check_follows_the_record_convention(dense64_check):
     assert (d["batch_count"], d["examples"], d["bit_exact"]) == (2, 2, True)  # "examples": report.json's key
     assert d["signatures"]["serving_default"]["outputs"]["logits"]["bit_exact"] is True
     assert "example_batches" not in d  # the batches are arrays: not in the JSON
-    # one table per signature (tflab._text.table): the verdicts line up after the widest tensor
+    # one table per signature (tflab.report.text.table): the verdicts line up after the widest tensor
     assert sorted(c.to_text().splitlines()[1:5]) == ["    in   x: float32[None,64]",
                                                      "    out  logits: float32[None,64]  bit-exact",
                                                      "    out  probs: float32[None,64]   bit-exact",

@@ -125,7 +125,7 @@ def test_html_row_is_the_max_not_the_error_at_the_worst_ratio():
     """The trial's float16 row: max|Δ| 8.9e-05 while the element with the worst |Δ|/bound has 3.37e-05."""
     from types import SimpleNamespace as NS
 
-    from tflab._html.export import export_fragment
+    from tflab.report.html.export import export_fragment
     from tflab.litert.result import OutputError
 
     o = OutputError("y", "float32", (-1, 5), max_abs_error=8.9e-05, max_rel_error=1e-4, max_ulp=9, bound=2e-4,

@@ -153,7 +153,7 @@ def test_each_patch_is_undone_also_when_the_body_raises():
 
 
 def _check_report(r, kind: str, name: str | None):
-    from tflab._report import Report
+    from tflab.report.base import Report
 
     assert isinstance(r, Report) and dataclasses.is_dataclass(r)
     text = repr(r)

@@ -111,7 +111,7 @@ def _svg_ops(svg_text: str) -> list[ET.Element]:
 @pytest.mark.parametrize("engine", ["networkx", "dot"])
 def test_svg_has_one_node_per_funcgraph_op_with_captures_and_control_flow_marked(engine):
     """One <g class="op"> per op of TF's FuncGraph; the captured variable and the If marked."""
-    from tflab._html import funcgraph_svg
+    from tflab.report.html import funcgraph_svg
 
     if engine == "dot" and not shutil.which("dot"):
         pytest.skip("Graphviz `dot` is not installed (apt-get install graphviz)")
@@ -132,7 +132,7 @@ def test_svg_count_check_catches_a_dropped_op():
     """Planted defect: a report missing one op draws one node fewer than TF's graph has ops."""
     import dataclasses
 
-    from tflab._html import funcgraph_svg
+    from tflab.report.html import funcgraph_svg
 
     report, cf = _small_report()
     broken = dataclasses.replace(report, ops=report.ops[:-1])
@@ -141,9 +141,9 @@ def test_svg_count_check_catches_a_dropped_op():
 
 def test_networkx_layout_puts_every_producer_above_its_consumer(tour_model):
     """The layered layout is a real layering: every edge of the tour FuncGraph points down, no two boxes overlap."""
-    from tflab._graph_layout import NODE_H, NODE_W, layout_graph
-    from tflab._html import graph_nodes
-    from tflab._tour.model import model_input_spec
+    from tflab.report.layout import NODE_H, NODE_W, layout_graph
+    from tflab.report.html import graph_nodes
+    from tflab.models import model_input_spec
     from tflab.tracing import trace_and_inspect
 
     report = trace_and_inspect(lambda x: tour_model(x, training=False), model_input_spec(tour_model))
@@ -160,8 +160,8 @@ def test_networkx_layout_puts_every_producer_above_its_consumer(tour_model):
 
 def test_notebook_fragment_of_the_tour_funcgraph_is_under_300_kB(tour_model):
     """Issue 27's budget, measured on the tour model's FuncGraph (op list folded away)."""
-    from tflab._html import fragment
-    from tflab._tour.model import model_input_spec
+    from tflab.report.html import fragment
+    from tflab.models import model_input_spec
     from tflab.tracing import trace_and_inspect
 
     report = trace_and_inspect(lambda x: tour_model(x, training=False), model_input_spec(tour_model))
@@ -300,8 +300,8 @@ def test_tour_page_in_chromium(tour_model, small_keras_file, tmp_path):
     import tensorflow as tf
 
     from tflab import compare_modes, compare_precisions, export_model
-    from tflab._report_pages import tour_page
-    from tflab._tour.model import model_input_spec
+    from tflab.report.pages import tour_page
+    from tflab.models import model_input_spec
     from tflab.retrace import RetraceProbe
     from tflab.runtime import runtime_config
     from tflab.tracing import trace_and_inspect
@@ -342,7 +342,7 @@ def test_per_op_error_heat_list_is_worst_first_with_proportional_bars():
     """`TFLiteCheck.ops` (another issue's per-op records) rendered when present: worst op first, bar ∝ error."""
     import re
 
-    from tflab._html import op_records_fragment
+    from tflab.report.html import op_records_fragment
 
     recs = [{"name": "conv", "type": "CONV_2D", "bound_ratio": 0.25},
             {"name": "fc", "type": "FULLY_CONNECTED", "bound_ratio": 1.0},

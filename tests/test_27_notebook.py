@@ -141,7 +141,7 @@ def test_tflab_imports_without_ipython_in_a_fresh_interpreter():
                     raise ImportError("IPython blocked by the test")
         sys.meta_path.insert(0, Block())
         import tflab
-        from tflab._html import fragment, page
+        from tflab.report.html import fragment, page
         assert "<div" in fragment(object())
         assert "IPython" not in sys.modules
         print("ok")

@@ -294,10 +294,10 @@ def test_retrace_script_raising_base_exception(user_files, capsys):
 
 def test_random_inputs_that_cannot_fit_are_refused_before_allocating(run_cli, user_files, monkeypatch):
     """Item 8: compare holds 8 input-sized copies (2 + 3 modes × output and gradient); 5 with --no-grad;
-    plus the ULP step's 13 for float32 (issue 33 B16, `tflab._memory.ulp_step_copies`)."""
-    import tflab._memory
+    plus the ULP step's 13 for float32 (issue 33 B16, `tflab.process.memory.ulp_step_copies`)."""
+    import tflab.process.memory
 
-    monkeypatch.setattr(tflab._memory, "available_memory", lambda: (1 << 30, "test limit"))
+    monkeypatch.setattr(tflab.process.memory, "available_memory", lambda: (1 << 30, "test limit"))
     allocated = []
     import tflab._target
 
@@ -308,13 +308,13 @@ def test_random_inputs_that_cannot_fit_are_refused_before_allocating(run_cli, us
     line = _one_error_line("compare", err)
     assert code == 2 and out == "" and allocated == []
     assert "about 3.9 GiB (21 copies of 0.2 GiB" in line and "only 1.0 GiB is available (test limit)" in line
-    from tflab._memory import check_fits
+    from tflab.process.memory import check_fits
 
     check_fits(50_000_000 * 4, 5, "compare")  # fits: no error
 
 
 def test_cgroup_limit_is_read(tmp_path):
-    from tflab._memory import available_memory, cgroup_available
+    from tflab.process.memory import available_memory, cgroup_available
 
     (tmp_path / "memory.max").write_text("1073741824\n")
     (tmp_path / "memory.current").write_text("73741824\n")
@@ -633,7 +633,7 @@ def test_sigterm_while_distribute_waits_for_workers_is_terminated_not_interrupte
     """distribute turned SIGTERM into KeyboardInterrupt: `tflab distribute` said "interrupted", exit 130."""
     import signal
 
-    from tflab._subprocess import ChildGroup  # distribute's workers wait in one (issue 23: one SIGTERM handler)
+    from tflab.process.supervisor import ChildGroup  # distribute's workers wait in one (issue 23: one SIGTERM handler)
     from tflab.errors import Terminated
 
     with pytest.raises(Terminated) as info, ChildGroup():
@@ -645,10 +645,10 @@ def test_sigterm_while_distribute_waits_for_workers_is_terminated_not_interrupte
 
 def test_precision_refuses_random_inputs_that_cannot_fit(run_cli, user_files, monkeypatch):
     """precision allocated without the memory check compare has: past the limit the OOM killer ends it (137)."""
-    import tflab._memory
+    import tflab.process.memory
     import tflab._target
 
-    monkeypatch.setattr(tflab._memory, "available_memory", lambda: (1 << 30, "test limit"))
+    monkeypatch.setattr(tflab.process.memory, "available_memory", lambda: (1 << 30, "test limit"))
     allocated = []
     real = tflab._target.materialize
     monkeypatch.setattr(tflab._target, "materialize", lambda *a, **k: allocated.append(a) or real(*a, **k))

@@ -225,11 +225,11 @@ def test_b4_diagnose_refuses_inputs_that_cannot_fit(run_cli, work, monkeypatch):
     import tensorflow as tf
 
     import tflab
-    import tflab._memory
+    import tflab.process.memory
 
     code, _, err = run_cli("diagnose", f"{work}/h.py:f", "--arg", "x=float32[1099511627776,1048576]")
     assert code == 2 and "GiB of random data" in one_line("diagnose", err)
-    monkeypatch.setattr(tflab._memory, "available_memory", lambda: (1 << 30, "test limit"))
+    monkeypatch.setattr(tflab.process.memory, "available_memory", lambda: (1 << 30, "test limit"))
     code, _, err = run_cli("diagnose", f"{work}/h.py:f", "--arg", "x=float32[16384,16384]")  # 1 GiB × 3 copies
     assert code == 2 and "only 1.0 GiB is available (test limit)" in one_line("diagnose", err)
     with pytest.raises(UsageError, match="random data"):
@@ -238,7 +238,7 @@ def test_b4_diagnose_refuses_inputs_that_cannot_fit(run_cli, work, monkeypatch):
 
 def test_b5_the_own_cgroup_and_its_ancestors_are_read(tmp_path):
     """_memory read /sys/fs/cgroup/memory.max at the hierarchy's root, not the process's own cgroup."""
-    from tflab._memory import own_cgroup_limit
+    from tflab.process.memory import own_cgroup_limit
 
     root = tmp_path / "cg"
     (root / "user.slice" / "run-1.scope").mkdir(parents=True)
@@ -265,7 +265,7 @@ def test_b5_the_own_cgroup_and_its_ancestors_are_read(tmp_path):
 def test_b5_rlimit_as_is_a_limit(tmp_path):
     """RLIMIT_AS (ulimit -v) was not read: allocations past it fail in TF, not as tflab's exit 2."""
     code = ("import resource; resource.setrlimit(resource.RLIMIT_AS, (6 << 30, resource.RLIM_INFINITY));"
-            "from tflab._memory import available_memory; n, src = available_memory(); print(n, src)")
+            "from tflab.process.memory import available_memory; n, src = available_memory(); print(n, src)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
     n, _, src = p.stdout.strip().partition(" ")
     assert p.returncode == 0 and int(n) <= 6 << 30, p.stderr  # whatever the machine has, at most the limit
@@ -394,7 +394,7 @@ def test_b16_json_is_valid_when_user_code_writes_to_the_real_stdout(work):
 @pytest.mark.parametrize("func, words", [("segfault", "segmentation fault"), ("killed", "SIGKILL")])
 def test_crash_of_the_child_is_one_line_with_the_crash_code(work, func, words):
     """A segfault or SIGKILL ended tflab with -11/-9 and no line; now one line and exit 70 (README)."""
-    from tflab._subprocess import CRASH_EXIT
+    from tflab.process.supervisor import CRASH_EXIT
 
     code, out, err = tflab(work, "inspect", f"h.py:{func}", "--arg", "x=float32[4]")
     line = one_line("inspect", err)

@@ -193,7 +193,7 @@ def test_item8_bad_xla_flags_are_a_usage_error_not_the_end_of_the_process(monkey
     `compare_modes` in the user's own process died with it. Probed once in a child, cached."""
     import subprocess
 
-    from tflab import _subprocess
+    from tflab.process import supervisor as _subprocess
 
     monkeypatch.setenv("XLA_FLAGS", "--xla_hostile_bogus_flag=1")
     monkeypatch.setattr(_subprocess, "_XLA_PROBED", {})

@@ -1,7 +1,7 @@
 """Issue 33 (hostile pass, second round): processes and temporary outputs that outlived a run, the
 report's stdout, and exit codes; each break with its reproducer.
 
-The supervisor (`tflab._subprocess.run_child`) is driven with small Python children that open the
+The supervisor (`tflab.process.supervisor.run_child`) is driven with small Python children that open the
 same `ChildChannel` the verbs' child opens, so nothing here loads TensorFlow and every wait is
 bounded by what the child writes (its stderr line, a file), not by a sleep.
 """
@@ -41,11 +41,11 @@ def _supervise(child_code: str, tmp_path: Path, reap: bool = True, stdout: str =
         `describe_end`'s code and prints its line.
     """
     child = tmp_path / "child.py"
-    child.write_text("from tflab._subprocess import ChildChannel\nchannel = ChildChannel.open()\n"
+    child.write_text("from tflab.process.supervisor import ChildChannel\nchannel = ChildChannel.open()\n"
                      "channel.ready()\n" + textwrap.dedent(child_code))
     sup = textwrap.dedent(f"""
         import sys
-        from tflab import _subprocess
+        from tflab.process import supervisor as _subprocess
         import os
         target = {stdout!r}
         if target == "closed-pipe":  # `tflab … | head` after head exited
@@ -171,7 +171,7 @@ def test_b15_rlimit_as_too_small_for_tensorflow_is_named(tmp_path):
 
 def test_b15_the_floor_is_below_what_tf_needs():
     """The refusal floor must never refuse a limit TF loads under: measured VmPeak of TF's import."""
-    from tflab import _memory
+    from tflab.process import memory as _memory
 
     assert _memory.TF_LOAD_FLOOR < 1_434_096 * 1024  # VmPeak after `import tensorflow` on TF 2.21
     assert _memory.tf_load_refusal() is None  # this machine: no such limit
@@ -187,7 +187,7 @@ def test_b16_ulp_step_copies_bound_the_measured_peak():
 
     import numpy as np
 
-    from tflab._memory import ulp_step_copies
+    from tflab.process.memory import ulp_step_copies
     from tflab._numeric import ulp_distance
 
     for dtype in (np.float32, np.float64, np.float16):
@@ -210,7 +210,7 @@ def test_start_tied_child_dies_with_its_parent(tmp_path):
     flag = tmp_path / "child.pid"
     parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
-        from tflab._subprocess import start_tied
+        from tflab.process.supervisor import start_tied
         p = start_tied([sys.executable, "-c", "import os, time; open({str(flag)!r}, 'w').write(str(os.getpid())); time.sleep(600)"])
         time.sleep(600)
     """)], env=ENV)
@@ -235,7 +235,7 @@ def test_full_tour_fixture_goes_with_pytest_on_sigterm(tmp_path):
         import os, sys, tempfile
         sys.path.insert(0, {str(REPO)!r})
         import tests.conftest as c
-        from tflab._subprocess import start_tied
+        from tflab.process.supervisor import start_tied
         def fake_start():
             if not c._FULL_TOUR:
                 root = tempfile.mkdtemp(prefix="tflab-test-full-tour-")
@@ -274,7 +274,7 @@ def test_b17_a_tools_own_workers_die_with_tflab(tmp_path):
     pidfile = tmp_path / "worker.pid"
     parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import subprocess, time
-        from tflab._subprocess import guarded
+        from tflab.process.supervisor import guarded
         subprocess.Popen(guarded(["sh", "-c", "sleep 1238 & echo $! > {pidfile}; wait"]))
         time.sleep(600)
     """)], env=ENV)
@@ -293,7 +293,7 @@ def test_b17_a_tools_own_workers_die_with_tflab(tmp_path):
 
 def test_b17_guarded_tool_status_and_output(tmp_path):
     """Healthy case: the guard passes the tool's output and exit status through."""
-    from tflab._subprocess import guarded
+    from tflab.process.supervisor import guarded
 
     p = subprocess.run(guarded(["sh", "-c", "echo compiled; exit 3"]), env=ENV, capture_output=True, text=True,
                        timeout=60)
@@ -305,7 +305,7 @@ def test_b18_distribute_names_the_users_os_exit_not_a_cuda_log_line():
     to cuInit …": TF's log line quoted as the cause."""
     from tflab.distribute.processes import WorkerError, run_children
 
-    code = ("import sys; from tflab._distribute_worker import _name_os_exit; _name_os_exit(); "
+    code = ("import sys; from tflab.distribute.child import _name_os_exit; _name_os_exit(); "
             "sys.stderr.write('E0000 00:00:1764 123 cuda_platform.cc:52] failed call to cuInit: INTERNAL\\n'); "
             "import os; os._exit(5)")
     with pytest.raises(WorkerError) as info:

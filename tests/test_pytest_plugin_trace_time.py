@@ -123,7 +123,7 @@ def test_tflab_retrace_gives_each_function_s_seconds_and_share_of_the_script(scr
 
 
 def test_the_html_timeline_shows_the_seconds(script_result):
-    from tflab._html.timeline import script_groups, timeline_fragment
+    from tflab.report.html.timeline import script_groups, timeline_fragment
 
     page = timeline_fragment(script_groups(script_result))
     ts = next(f for f in script_result.functions if f.function_name == "train_step")

@@ -1,10 +1,10 @@
 """Issue 23: one record convention for every report class of tflab.
 
-A report class is a class defined in tflab that subclasses `tflab._report.Report`,
+A report class is a class defined in tflab that subclasses `tflab.report.base.Report`,
 or a dataclass with both ``to_text`` and ``to_dict``. Each one must:
 
-* subclass `tflab._report.Report` and be a dataclass with a ``config`` field
-  (`tflab._report.config_field()`, filled once when the report is made);
+* subclass `tflab.report.base.Report` and be a dataclass with a ``config`` field
+  (`tflab.report.base.config_field()`, filled once when the report is made);
 * have ``function_name`` (a field or property) when it is about a function;
   the classes that are about something else are listed in `NOT_ABOUT_A_FUNCTION`
   with what they are about;
@@ -35,7 +35,7 @@ import types
 import pytest
 
 import tflab
-from tflab._report import Report
+from tflab.report.base import Report
 
 # Class names (not module paths: modules move while the classes are converted).
 PENDING_REPORTS: set[str] = set()
@@ -78,7 +78,7 @@ METHODS_WITH_AN_OPTION: dict[str, str] = {
 }
 
 # Modules that run something on import, and child-process entry points.
-SKIP_MODULES = {"tflab.__main__", "tflab._distribute_worker"}
+SKIP_MODULES = {"tflab.__main__", "tflab.distribute.child"}
 
 ALLOWED_NO_ARG_METHODS = {"to_text", "to_dict", "summary_line",
                           # a validator, not data: raises UsageError, returns self for chaining
@@ -122,7 +122,7 @@ def class_problems(cls: type) -> list[str]:
     name = cls.__name__
     out = []
     if not issubclass(cls, Report):
-        out.append("does not subclass tflab._report.Report")
+        out.append("does not subclass tflab.report.base.Report")
     if not dataclasses.is_dataclass(cls):
         return out + ["is not a dataclass"]
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -168,7 +168,7 @@ def instance_problems(obj: Report) -> list[str]:
     out = []
     try:
         d = obj.to_dict()
-        json.dumps(d, allow_nan=False)  # strict JSON, as tflab._jsonutil writes it
+        json.dumps(d, allow_nan=False)  # strict JSON, as tflab.report.jsonable writes it
     except Exception as e:  # noqa: BLE001 - any failure is the finding
         return [f"to_dict() is not JSON data: {type(e).__name__}: {e}"]
     if not isinstance(d.get("config"), dict) or not d["config"]:
@@ -219,7 +219,7 @@ def test_every_report_class_follows_the_record_convention(classes):
     names = {c.__name__ for c in classes}
     assert {"SavedModelCheck", "TraceReport", "ModeComparison", "TFLiteCheck"} <= names  # discovery works
     bad = _problems(classes, PENDING_REPORTS)
-    assert not bad, "report classes that break the convention (tflab/_report.py):\n" + "\n".join(
+    assert not bad, "report classes that break the convention (tflab/report/base.py):\n" + "\n".join(
         f"{k}: {'; '.join(v)}" for k, v in bad.items())
 
 
@@ -249,7 +249,7 @@ def test_a_planted_class_that_breaks_the_rule_fails_the_check():
     try:
         code = '''
 import dataclasses
-from tflab._report import Report, config_field
+from tflab.report.base import Report, config_field
 
 @dataclasses.dataclass
 class OldStyle:                       # not a Report, no config, name as .function, summary() method
@@ -293,7 +293,7 @@ class Healthy(Report):
         assert [c.__name__ for c in classes] == ["CustomRepr", "DataclassRepr", "Healthy", "NoConfig", "OldStyle"]
         bad = _problems(classes, pending=set())
         old = bad["tflab._planted_reports.OldStyle"]
-        assert "does not subclass tflab._report.Report" in old
+        assert "does not subclass tflab.report.base.Report" in old
         assert any(p.startswith("has no config field") for p in old)
         assert any(p.startswith("has no function_name") for p in old)
         assert any("str field 'function'" in p for p in old)
