@@ -260,7 +260,7 @@ def cache_key(cxx: str, nvcc: str | None) -> str:
 
 
 def _run_parallel(cmds: list[list[str]]) -> None:
-    from tflab.process.supervisor import guarded  # the compilers (g++ → cc1plus, as) die with tflab (issue 33 B17)
+    from tflab.process.group import guarded  # the compilers (g++ → cc1plus, as) die with tflab (issue 33 B17)
 
     procs = [(cmd, subprocess.Popen(guarded(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
              for cmd in cmds]

@@ -53,7 +53,7 @@ def _start_full_tour() -> dict:
     import time
 
     if not _FULL_TOUR:
-        from tflab.process.supervisor import start_tied
+        from tflab.process.group import start_tied
 
         root = tempfile.mkdtemp(prefix="tflab-test-full-tour-")
         stdout, stderr = open(os.path.join(root, "stdout"), "w"), open(os.path.join(root, "stderr"), "w")

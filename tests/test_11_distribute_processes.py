@@ -1,4 +1,4 @@
-"""Issue 23 item 2: distribute's children wait in the one supervisor (`tflab.process.supervisor.ChildGroup`).
+"""Issue 23 item 2: distribute's children wait in the one supervisor (`tflab.process.group.ChildGroup`).
 
 `tflab.distribute.processes.run_children` had its own wait loop and its own
 SIGTERM handler (without the sticky flag). Now the group bounds the wait, the
@@ -99,7 +99,7 @@ def test_a_signal_to_the_parent_leaves_no_worker_behind(sig, code, word):
 
 
 def test_the_group_restores_the_sigterm_handler_and_forgets_its_signal():
-    from tflab.process.supervisor import ChildGroup
+    from tflab.process.group import ChildGroup
     from tflab.errors import Terminated, raise_if_terminated, sigterm_handler_installed
 
     before = signal.getsignal(signal.SIGTERM)

@@ -633,7 +633,7 @@ def test_sigterm_while_distribute_waits_for_workers_is_terminated_not_interrupte
     """distribute turned SIGTERM into KeyboardInterrupt: `tflab distribute` said "interrupted", exit 130."""
     import signal
 
-    from tflab.process.supervisor import ChildGroup  # distribute's workers wait in one (issue 23: one SIGTERM handler)
+    from tflab.process.group import ChildGroup  # distribute's workers wait in one (issue 23: one SIGTERM handler)
     from tflab.errors import Terminated
 
     with pytest.raises(Terminated) as info, ChildGroup():

@@ -210,7 +210,7 @@ def test_start_tied_child_dies_with_its_parent(tmp_path):
     flag = tmp_path / "child.pid"
     parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
-        from tflab.process.supervisor import start_tied
+        from tflab.process.group import start_tied
         p = start_tied([sys.executable, "-c", "import os, time; open({str(flag)!r}, 'w').write(str(os.getpid())); time.sleep(600)"])
         time.sleep(600)
     """)], env=ENV)
@@ -235,7 +235,7 @@ def test_full_tour_fixture_goes_with_pytest_on_sigterm(tmp_path):
         import os, sys, tempfile
         sys.path.insert(0, {str(REPO)!r})
         import tests.conftest as c
-        from tflab.process.supervisor import start_tied
+        from tflab.process.group import start_tied
         def fake_start():
             if not c._FULL_TOUR:
                 root = tempfile.mkdtemp(prefix="tflab-test-full-tour-")
@@ -274,7 +274,7 @@ def test_b17_a_tools_own_workers_die_with_tflab(tmp_path):
     pidfile = tmp_path / "worker.pid"
     parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import subprocess, time
-        from tflab.process.supervisor import guarded
+        from tflab.process.group import guarded
         subprocess.Popen(guarded(["sh", "-c", "sleep 1238 & echo $! > {pidfile}; wait"]))
         time.sleep(600)
     """)], env=ENV)
@@ -293,7 +293,7 @@ def test_b17_a_tools_own_workers_die_with_tflab(tmp_path):
 
 def test_b17_guarded_tool_status_and_output(tmp_path):
     """Healthy case: the guard passes the tool's output and exit status through."""
-    from tflab.process.supervisor import guarded
+    from tflab.process.group import guarded
 
     p = subprocess.run(guarded(["sh", "-c", "echo compiled; exit 3"]), env=ENV, capture_output=True, text=True,
                        timeout=60)

@@ -314,9 +314,9 @@ def check_returns_tensors(fn: Any, args: tuple, kwargs: dict, where: str, name: 
 
 def check_xla_flags() -> None:
     """``XLA_FLAGS``/``TF_XLA_FLAGS`` tried in a child before this process's first XLA compile
-    (`tflab.process.supervisor.check_xla_flags`): a bad flag is a `UsageError`, not the end of the process.
+    (`tflab.process.xla_probe.check_xla_flags`): a bad flag is a `UsageError`, not the end of the process.
     """
-    from tflab.process.supervisor import check_xla_flags as probe
+    from tflab.process.xla_probe import check_xla_flags as probe
 
     probe()
 

@@ -141,7 +141,7 @@ def loss_scaling_demo():
     import shutil
 
     from tflab._paths import owned_temp_dir
-    from tflab.process.supervisor import start_tied
+    from tflab.process.group import start_tied
 
     tmp = str(owned_temp_dir("tflab_tour_precision_"))  # carries its owner: swept after a SIGKILL
     try:

@@ -88,7 +88,7 @@ class Lane:
     def __init__(self, sections: list[str], out_dir: Path, final_dir: Path | None,
                  model_path: str | None, training: list[str] = ()) -> None:
         from tflab._paths import owned_temp_dir
-        from tflab.process.supervisor import start_tied
+        from tflab.process.group import start_tied
 
         self.sections = list(sections)
         self._tmp = str(owned_temp_dir("tflab_tour_lane_"))  # carries its owner: swept after a SIGKILL
@@ -269,7 +269,7 @@ def main(argv: list[str]) -> int:
     """``python -m tflab._tour.lane PARENT_PID OUT NOTES OUT_DIR FINAL_DIR MODEL TRAINING SECTION…``."""
     parent, out, notes_path, out_dir, final_dir, model_path, training, *sections = argv
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from tflab.process.supervisor import watch_parent
+    from tflab.process.watch import watch_parent
 
     # Never an orphan: a tour stopped by Ctrl-C or SIGTERM takes this process with it. The
     # tour's pid comes in argv: a tour killed before this line ran is not mistaken for init.

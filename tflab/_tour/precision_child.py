@@ -18,7 +18,7 @@ import sys
 
 def main(argv: list[str]) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from tflab.process.supervisor import watch_parent as _watch_parent
+    from tflab.process.watch import watch_parent as _watch_parent
 
     # Never an orphan: a tour stopped by Ctrl-C or SIGTERM takes this process with it.
     _watch_parent(os.getppid(), float(os.environ.get("TFLAB_DEADLINE_S", "300")) + 5)

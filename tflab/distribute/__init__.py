@@ -26,7 +26,7 @@ The package, one concern per module (each imports only those above it):
   `tflab.retrace.TraceEvent`s; replica bodies are counted per TraceEvent);
 * `tflab.distribute.per_device`: `inspect_distributed`, `DistributedTraceReport`;
 * `tflab.distribute.processes`: the child processes (`run_children` on
-  `tflab.process.supervisor.ChildGroup`), free ports, ``TF_CONFIG``;
+  `tflab.process.group.ChildGroup`), free ports, ``TF_CONFIG``;
 * `tflab.distribute.export`: export after distributed training;
 * `tflab.distribute.lab`: `mirrored_lab` and `run_lab_subprocess`;
 * `tflab.distribute.workers`: `run_workers`, `MultiWorkerReport`, `worker_main`;

@@ -1,4 +1,4 @@
-"""The lab's and the workers' processes: started, bounded and stopped by `tflab.process.supervisor.ChildGroup`.
+"""The lab's and the workers' processes: started, bounded and stopped by `tflab.process.group.ChildGroup`.
 
 Logical devices must be configured before TF initializes its context, so the
 single-machine lab and each worker run in a fresh Python process
@@ -21,7 +21,7 @@ import sys
 import time
 from typing import Callable, Sequence
 
-from tflab.process.supervisor import watch_parent  # noqa: F401  (re-exported: the workers' own exit)
+from tflab.process.watch import watch_parent  # noqa: F401  (re-exported: the workers' own exit)
 from tflab.errors import TflabError
 
 _TFLAB_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -128,7 +128,7 @@ def run_children(specs: Sequence[tuple[str, list[str], dict]], timeout: float,
         >>> run_children([("worker 0", worker_argv("worker"), {"TF_CONFIG": "…"})], timeout=60)
         [{'task': 0, …}]
     """
-    from tflab.process.supervisor import ChildGroup
+    from tflab.process.group import ChildGroup
 
     from tflab._paths import owned_temp_dir
 

@@ -23,7 +23,7 @@ dataset of seeded random values:
   values seeded by ``input_pipeline_id``); per-worker traces and reasons.
 
 The processes are run by `tflab.distribute.processes.run_children` (one
-`tflab.process.supervisor.ChildGroup`), which bounds every wait and stops every child
+`tflab.process.group.ChildGroup`), which bounds every wait and stops every child
 on every exit path.
 """
 

@@ -136,7 +136,7 @@ def run_workers(n: int = 2, timeout: float = 60.0, crash_worker: int | None = No
     past that deadline or when this process disappears. The workers are
     stopped (SIGTERM, then SIGKILL) and reaped on every exit path: normal
     return, a worker crash, the timeout, Ctrl-C (SIGINT) or SIGTERM
-    (`tflab.distribute.processes.run_children`, `tflab.process.supervisor.ChildGroup`).
+    (`tflab.distribute.processes.run_children`, `tflab.process.group.ChildGroup`).
 
     Args:
         n: number of workers: 2 (each is one replica on its CPU).

@@ -5,7 +5,7 @@ The MLIR converter can abort the whole process (LLVM fatal errors call
 ``python -m tflab.litert.workers SAVED_MODEL OUTDIR Q1,Q2 EXAMPLES.npz``, that
 prints one JSON line per event (start, done, error, unsupported). A dead worker
 is reported as crashed for the variant it was converting, and a fresh worker
-takes the rest. The children are one `tflab.process.supervisor.ChildGroup`, killed on
+takes the rest. The children are one `tflab.process.group.ChildGroup`, killed on
 every exit path (`stop_workers`); `tflab.litert.pool` runs several at once.
 """
 
@@ -37,9 +37,9 @@ def _worker_main(argv: Sequence[str]) -> int:
 
     saved_model, outdir, quants, examples_path = argv
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from tflab.process.supervisor import watch_parent
+    from tflab.process.watch import watch_parent
 
-    # Its own session (tflab.process.supervisor.ChildGroup), so a group kill does not reach it: it ends
+    # Its own session (tflab.process.group.ChildGroup), so a group kill does not reach it: it ends
     # itself when its parent is gone (a SIGKILLed export or tour lane), instead of converting on.
     watch_parent(os.getppid(), float(os.environ.get("TFLAB_DEADLINE_S", "86400")))
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
@@ -168,7 +168,7 @@ def convert_inprocess(saved_model: str, outdir: str, quants: list[str], batches,
     return results
 
 
-_WORKERS = None  # the converter workers: a tflab.process.supervisor.ChildGroup, made on first use
+_WORKERS = None  # the converter workers: a tflab.process.group.ChildGroup, made on first use
 _ABANDONED = threading.Event()
 
 
@@ -176,7 +176,7 @@ def _workers():
     global _WORKERS
 
     if _WORKERS is None:
-        from tflab.process.supervisor import ChildGroup
+        from tflab.process.group import ChildGroup
 
         _WORKERS = ChildGroup()
     return _WORKERS

@@ -86,7 +86,7 @@ class DumpChild:
         self.started = 0.0
 
     def __enter__(self) -> "DumpChild":
-        from tflab.process.supervisor import ChildGroup
+        from tflab.process.group import ChildGroup
 
         self.tmp = Path(tempfile.mkdtemp(prefix="tflab-lower-"))
         env = dict(os.environ)

@@ -42,8 +42,12 @@ the parent records every signal (sticky) and the result carries the first.
 The child asks the kernel for SIGKILL when the parent dies
 (``PR_SET_PDEATHSIG``), so a parent killed with SIGKILL leaves no orphan.
 
-The Python API does not come here: it runs in the caller's process, where
-``os._exit`` in user code cannot be caught (it ends the caller's process too).
+Helpers tied to their parent (`start_tied`, `ChildGroup`, `guarded`) live in
+`tflab.process.group`, the child's watch in `tflab.process.watch`, and the
+one way a helper hands a result back in `tflab.process.channel` (the report
+pipe here is the verb's live output stream, not a result). The Python API
+does not come here: it runs in the caller's process, where ``os._exit`` in
+user code cannot be caught (it ends the caller's process too).
 """
 
 from __future__ import annotations
@@ -58,8 +62,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+
+from tflab.process.group import kill_orphans, set_subreaper
+from tflab.process.watch import die_with_parent
 
 #: Exit code for a child that crashed: segfault, a native abort, SIGKILL
 #: (out of memory), or an end tflab cannot explain. ``sysexits.h``'s
@@ -67,7 +73,7 @@ import time
 CRASH_EXIT = 70
 
 _ENV = "TFLAB_CHILD_FDS"  # "report,status,quiet,out_tty,err_tty" for the child
-_FATAL_LINE = re.compile(r"^F\d{4} [^\n]*\]\s*(?P<msg>[^\n]*)$", re.M)  # glog: F0000 00:00:… file.cc:234] msg
+FATAL_LINE = re.compile(r"^F\d{4} [^\n]*\]\s*(?P<msg>[^\n]*)$", re.M)  # glog: F0000 00:00:… file.cc:234] msg
 _TAIL = 64 * 1024
 
 
@@ -116,7 +122,7 @@ class ChildEnd:
 
     def fatal_line(self) -> str | None:
         """The last ``F…`` line of TF's or XLA's logging (``LOG(FATAL)``) the child printed, or None."""
-        found = list(_FATAL_LINE.finditer(self.stderr_tail))
+        found = list(FATAL_LINE.finditer(self.stderr_tail))
         return found[-1].group(0).strip() if found else None
 
 
@@ -144,56 +150,6 @@ def remove_announced(status: list[str]) -> list[str]:
             removed.append(text)
     return removed
 
-
-def _set_subreaper() -> bool:
-    """``prctl(PR_SET_CHILD_SUBREAPER)``: orphans of our descendants are re-parented to this process."""
-    if not sys.platform.startswith("linux"):
-        return False
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
-    return False
-
-
-def _own_children() -> list[int]:
-    """The pids whose parent is this process (``/proc/*/stat`` field 4)."""
-    me, found = os.getpid(), []
-    with contextlib.suppress(OSError):
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    fields = f.read().decode(errors="replace").rsplit(")", 1)[-1].split()
-            except OSError:
-                continue
-            if len(fields) > 1 and fields[1] == str(me):
-                found.append(int(name))
-    return found
-
-
-def kill_orphans(rounds: int = 20) -> int:
-    """SIGKILLs and reaps every process re-parented to this subreaper (what the child's code forked).
-
-    Killing one re-parents its own children here too, so this repeats until none is left.
-
-    Returns:
-        How many were killed.
-    """
-    killed = 0
-    for _ in range(rounds):
-        pids = _own_children()
-        if not pids:
-            break
-        for pid in pids:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-        for pid in pids:
-            with contextlib.suppress(OSError):
-                os.waitpid(pid, 0)
-    return killed
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -241,7 +197,7 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
     proc = None
     same_group = _terminal_foreground()
     if reap_orphans:
-        reap_orphans = _set_subreaper()
+        reap_orphans = set_subreaper()
 
     def kill_group() -> None:
         state["killed"] = True
@@ -462,94 +418,6 @@ def describe_end(end: ChildEnd, memory_limit: str | None = None) -> tuple[int, s
                         + (f"; its last line: {last.strip()[:300]!r}" if last else ""))
 
 
-# ----------------------------------------------------------------------------- worker processes
-
-
-class ChildGroup:
-    """Worker processes each in its own process group; `stop` ends every one and reaps it.
-
-    The export's converter workers and distribute's worker processes are
-    started and stopped here, so every tflab child dies the same way on every
-    exit path: SIGTERM to its whole group (its own children too), ``grace``
-    seconds, then SIGKILL, then ``wait`` (no zombie left).
-    """
-
-    def __init__(self) -> None:
-        self.procs: list[subprocess.Popen] = []
-
-    def start(self, argv: list[str], env: dict | None = None, **popen_kwargs) -> subprocess.Popen:
-        """Starts ``argv`` in a new session (Ctrl-C in the terminal reaches only this process)."""
-        popen_kwargs.setdefault("stdin", subprocess.DEVNULL)
-        p = subprocess.Popen(argv, env=env, start_new_session=True, **popen_kwargs)
-        self.procs.append(p)
-        return p
-
-    def forget(self, proc: subprocess.Popen) -> None:
-        """Drops a process that ended and was reaped by its caller."""
-        with contextlib.suppress(ValueError):
-            self.procs.remove(proc)
-
-    def __enter__(self) -> "ChildGroup":
-        """Opens the group: SIGTERM raises `tflab.errors.Terminated` (the sticky handler) until it closes."""
-        from tflab.errors import install_sigterm_handler, sigterm_handler_installed
-
-        self._previous_term = None if sigterm_handler_installed() else install_sigterm_handler()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        """Closes the group: every process is stopped and reaped (`stop`), on every exit path."""
-        try:
-            self.stop()
-        finally:
-            previous, self._previous_term = getattr(self, "_previous_term", None), None
-            if previous is not None:  # the group installed the handler: its SIGTERM is spent now
-                from tflab.errors import clear_terminated
-
-                signal.signal(signal.SIGTERM, previous)
-                clear_terminated()
-
-    def wait(self, timeout: float, on_exit=None, poll: float = 0.05) -> list[subprocess.Popen]:
-        """Waits ``timeout`` seconds at most for every process to end; returns those still running.
-
-        ``on_exit(proc)`` is called as each one ends and may raise (a failed worker) to stop
-        waiting; the ``with`` block then stops the others. Raises `tflab.errors.Terminated` on
-        SIGTERM, also one whose exception a finalizer lost (the flag is sticky).
-        """
-        from tflab.errors import raise_if_terminated
-
-        deadline, seen = time.monotonic() + timeout, set()
-        while True:
-            raise_if_terminated()
-            for p in [p for p in self.procs if p.pid not in seen and p.poll() is not None]:
-                seen.add(p.pid)
-                if on_exit is not None:
-                    on_exit(p)
-            running = [p for p in self.procs if p.poll() is None]
-            if not running or time.monotonic() > deadline:
-                return running
-            time.sleep(poll)
-
-    def stop(self, grace: float = 3.0) -> None:
-        """SIGTERM to each running group, up to ``grace`` s, then SIGKILL; every process is reaped."""
-        running = [p for p in self.procs if p.poll() is None]
-        if grace > 0:
-            for p in running:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(p.pid, signal.SIGTERM)
-            deadline = time.monotonic() + grace
-            for p in running:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    p.wait(timeout=max(0.05, deadline - time.monotonic()))
-        for p in self.procs:
-            if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    p.kill()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    p.wait(timeout=5.0)
-        self.procs = [p for p in self.procs if p.returncode is None]
-
 
 # ----------------------------------------------------------------------------- the child's end
 
@@ -610,6 +478,11 @@ def announce_temp(path) -> None:
         _CHANNEL._send(f"tmp {os.path.abspath(os.fspath(path))}")
 
 
+def supervised() -> bool:
+    """True in a child that opened its `ChildChannel` (the verb's child of the ``tflab`` supervisor)."""
+    return _CHANNEL is not None
+
+
 def report_stream():
     """The stream that reaches the supervisor's stdout (the report pipe), or None outside a channel."""
     return _CHANNEL.report if _CHANNEL is not None and os.getpid() == _CHANNEL._pid else None
@@ -656,7 +529,7 @@ class ChildChannel:
         if not spec:
             return None
         report, status, quiet, out_tty, err_tty = (int(x) for x in spec.split(","))
-        _die_with_parent(parent)
+        die_with_parent(parent)
         return cls(report, status, quiet, bool(out_tty), bool(err_tty))
 
     def _send(self, line: str) -> None:
@@ -694,153 +567,3 @@ class ChildChannel:
             code = 2
         self._send(f"exit {code}")
         return code
-
-
-def _die_with_parent(parent: str | None) -> None:
-    """Asks Linux for SIGKILL when the supervising parent dies (``prctl(PR_SET_PDEATHSIG)``)."""
-    if not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
-        if parent and os.getppid() != int(parent):
-            os.kill(os.getpid(), signal.SIGKILL)  # the parent died before prctl ran
-
-
-def _pdeathsig_preexec() -> None:  # runs in the forked child before exec
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-
-
-def start_tied(argv: list[str], **popen_kwargs) -> subprocess.Popen:
-    """``subprocess.Popen`` of a child that dies with this process (the one way tflab starts a helper).
-
-    The kernel sends the child SIGKILL when this thread's process dies (``PR_SET_PDEATHSIG``, set
-    between fork and exec, so no window), and the child watches its parent too (`watch_parent`,
-    for the case where the starting thread ends first: the kernel's signal follows the thread).
-    Used by the tour's second process, its background jobs' processes and the suite's full tour.
-
-    Args:
-        argv: the command.
-        **popen_kwargs: as for `subprocess.Popen`.
-    """
-    if sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread():
-        popen_kwargs.setdefault("preexec_fn", _pdeathsig_preexec)
-    return subprocess.Popen(argv, **popen_kwargs)
-
-
-def watch_parent(parent: int, deadline_s: float) -> None:
-    """In a child process: exits (status 124) once ``parent`` is no longer its parent, or after ``deadline_s`` s.
-
-    A daemon thread looks every 0.2 s, so a child whose parent was SIGKILLed is never an orphan
-    (the distribute workers, the TFLite converter workers, the tour's lane and labs).
-
-    Args:
-        parent: the parent's pid (``os.getppid()`` at the child's start).
-        deadline_s: seconds after which the child exits anyway.
-    """
-    _die_with_parent(str(parent))  # and SIGKILL from the kernel the moment the parent dies
-    end = time.monotonic() + deadline_s
-
-    def loop():
-        while os.getppid() == parent and time.monotonic() <= end:
-            time.sleep(0.2)
-        os._exit(124)
-
-    threading.Thread(target=loop, daemon=True, name="tflab-parent-watch").start()
-
-
-# ----------------------------------------------------------------------------- guarded tools
-
-_GUARD = "import sys; from tflab.process.supervisor import _guard_main; sys.exit(_guard_main(sys.argv[1:]))"
-
-
-def guarded(argv: list[str]) -> list[str]:
-    """``argv`` run under a guard that takes its whole process tree down when tflab dies.
-
-    For external tools that fork their own workers (``g++`` runs ``cc1plus`` and ``as``): the
-    kernel's parent-death signal is per process and is cleared in a fork, so a SIGKILLed tflab left
-    ``cc1plus`` compiling under init (B17). The guard (a small Python process) asks for SIGTERM
-    when its parent dies, is the tool's child subreaper, and kills the tool's group and every
-    orphan of it then, or when the tool ends. Use as ``subprocess.Popen(guarded(cmd), …)``.
-    """
-    return [sys.executable, "-c", _GUARD, *argv]
-
-
-def _guard_main(argv: list[str]) -> int:
-    """The guard of `guarded`: runs ``argv``, returns its status; kills its tree on the parent's death."""
-    parent = os.getppid()
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(Exception):
-            import ctypes
-
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
-    _set_subreaper()
-    proc = subprocess.Popen(argv, start_new_session=True)
-
-    def stop(*_):
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        kill_orphans()
-        os._exit(128 + signal.SIGTERM)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    if os.getppid() != parent:  # the parent died before the signal was asked for
-        stop()
-    while True:
-        try:
-            code = proc.wait(timeout=0.2)
-            break
-        except subprocess.TimeoutExpired:
-            if os.getppid() != parent:
-                stop()
-    with contextlib.suppress(OSError):
-        os.killpg(proc.pid, signal.SIGKILL)  # what the tool left in its group
-    kill_orphans()
-    return code if code >= 0 else 128 - code
-
-
-# ----------------------------------------------------------------------------- XLA_FLAGS in the API
-
-_XLA_PROBED: dict[tuple[str, str], str | None] = {}  # (XLA_FLAGS, TF_XLA_FLAGS) -> TF's F line, or None
-_XLA_PROBE = ("import os; os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2'); import tensorflow as tf; "
-              "tf.function(lambda x: x + 1.0, jit_compile=True)(tf.constant(1.0))")
-
-
-def check_xla_flags(timeout: float = 300.0) -> None:
-    """Before the first XLA compile in an API process: the XLA flags tried once in a child, cached.
-
-    XLA parses ``XLA_FLAGS`` at its first compile and stops the whole process on an unknown flag
-    (``F… parse_flags_from_env.cc:234] Unknown flag in XLA_FLAGS``): in the CLI the supervisor
-    survives and names it, but an API call (``compare_modes``) in the user's own process died with
-    it. A child that compiles ``x + 1`` under the same flags answers first (about one TF import,
-    once per process and flag value; nothing when no flag is set, or under the CLI's supervisor).
-
-    Raises:
-        tflab.errors.UsageError: the child stopped on the flags; TF's line is quoted.
-    """
-    key = (os.environ.get("XLA_FLAGS", "").strip(), os.environ.get("TF_XLA_FLAGS", "").strip())
-    if not any(key) or _CHANNEL is not None:
-        return
-    if key not in _XLA_PROBED:
-        fatal = None
-        try:
-            p = subprocess.run([sys.executable, "-c", _XLA_PROBE], capture_output=True, text=True,
-                               timeout=timeout, stdin=subprocess.DEVNULL, start_new_session=True)
-            if p.returncode != 0:
-                found = list(_FATAL_LINE.finditer(p.stderr))
-                fatal = found[-1].group(0).strip() if found else None
-        except (OSError, subprocess.TimeoutExpired):
-            fatal = None  # no answer: let the compile itself decide
-        _XLA_PROBED[key] = fatal
-    fatal = _XLA_PROBED[key]
-    if fatal is not None:
-        from tflab.errors import UsageError
-
-        var = "TF_XLA_FLAGS" if "TF_XLA_FLAGS" in fatal or (key[1] and not key[0]) else "XLA_FLAGS"
-        raise UsageError(f"TensorFlow would stop this process on a bad {var}: {fatal!r}; fix or unset {var} "
-                         f"(now {os.environ.get(var, '')!r})")

@@ -1,0 +1,48 @@
+"""XLA's flags tried in a child before the first XLA compile in an API process (`check_xla_flags`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tflab.process.supervisor import FATAL_LINE, supervised
+
+_XLA_PROBED: dict[tuple[str, str], str | None] = {}  # (XLA_FLAGS, TF_XLA_FLAGS) -> TF's F line, or None
+_XLA_PROBE = ("import os; os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2'); import tensorflow as tf; "
+              "tf.function(lambda x: x + 1.0, jit_compile=True)(tf.constant(1.0))")
+
+
+def check_xla_flags(timeout: float = 300.0) -> None:
+    """Before the first XLA compile in an API process: the XLA flags tried once in a child, cached.
+
+    XLA parses ``XLA_FLAGS`` at its first compile and stops the whole process on an unknown flag
+    (``F… parse_flags_from_env.cc:234] Unknown flag in XLA_FLAGS``): in the CLI the supervisor
+    survives and names it, but an API call (``compare_modes``) in the user's own process died with
+    it. A child that compiles ``x + 1`` under the same flags answers first (about one TF import,
+    once per process and flag value; nothing when no flag is set, or under the CLI's supervisor).
+
+    Raises:
+        tflab.errors.UsageError: the child stopped on the flags; TF's line is quoted.
+    """
+    key = (os.environ.get("XLA_FLAGS", "").strip(), os.environ.get("TF_XLA_FLAGS", "").strip())
+    if not any(key) or supervised():
+        return
+    if key not in _XLA_PROBED:
+        fatal = None
+        try:
+            p = subprocess.run([sys.executable, "-c", _XLA_PROBE], capture_output=True, text=True,
+                               timeout=timeout, stdin=subprocess.DEVNULL, start_new_session=True)
+            if p.returncode != 0:
+                found = list(FATAL_LINE.finditer(p.stderr))
+                fatal = found[-1].group(0).strip() if found else None
+        except (OSError, subprocess.TimeoutExpired):
+            fatal = None  # no answer: let the compile itself decide
+        _XLA_PROBED[key] = fatal
+    fatal = _XLA_PROBED[key]
+    if fatal is not None:
+        from tflab.errors import UsageError
+
+        var = "TF_XLA_FLAGS" if "TF_XLA_FLAGS" in fatal or (key[1] and not key[0]) else "XLA_FLAGS"
+        raise UsageError(f"TensorFlow would stop this process on a bad {var}: {fatal!r}; fix or unset {var} "
+                         f"(now {os.environ.get(var, '')!r})")
