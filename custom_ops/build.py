@@ -105,7 +105,9 @@ class BuildResult:
 def build_dir() -> Path:
     """Cache folder: ``$TFLAB_CUSTOM_OPS_BUILD_DIR``, else ``custom_ops/_build`` when
     writable (editable installs), else ``~/.cache/tflab/custom_ops``."""
-    env = os.environ.get("TFLAB_CUSTOM_OPS_BUILD_DIR")
+    from tflab.process.settings import get as setting
+
+    env = setting("TFLAB_CUSTOM_OPS_BUILD_DIR")
     if env:
         return Path(env)
     local = PACKAGE_DIR / "_build"
@@ -151,7 +153,9 @@ def find_cxx() -> str:
 
 def find_nvcc() -> tuple[str | None, str]:
     """(path of nvcc or None, note explaining why CUDA is off)."""
-    if os.environ.get("TFLAB_CUSTOM_OPS_CUDA", "1") == "0":
+    from tflab.process.settings import get as setting
+
+    if setting("TFLAB_CUSTOM_OPS_CUDA") == "0":
         return None, "CUDA disabled by TFLAB_CUSTOM_OPS_CUDA=0"
     cands = [os.environ.get("NVCC")]
     if os.environ.get("CUDA_HOME"):

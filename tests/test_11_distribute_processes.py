@@ -37,7 +37,8 @@ def _alive(pid: int) -> bool:
 
 def test_a_hanging_worker_is_killed_at_the_timeout_and_the_error_names_it():
     pids: list[int] = []
-    quick = [sys.executable, "-c", "import json, os; json.dump({}, open(os.environ['TFLAB_REPORT'], 'w'))"]
+    quick = [sys.executable, "-c", "import os; from tflab.process.channel import send_result; "
+             "send_result(os.environ['TFLAB_REPORT'], data={})"]
     t0 = time.monotonic()
     with pytest.raises(WorkerError) as e:
         run_children([("worker 0", quick, {}), ("worker 1", SLEEP, {})], timeout=2, on_start=pids.extend)

@@ -364,7 +364,9 @@ def supervise(argv: list[str] | None = None) -> int:
         if args is None:
             sys.stdout.flush()  # `tflab --help | head -1`: EPIPE here, not in the interpreter's final flush
             return code
-        if os.environ.get("TFLAB_IN_PROCESS") == "1":
+        from tflab.process.settings import get as setting
+
+        if setting("TFLAB_IN_PROCESS") == "1":
             return main(argv)
         # ISA caps oneDNN and XLA would ignore silently: one line before a child (and TF) starts.
         from tflab.errors import TflabError

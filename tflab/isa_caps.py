@@ -156,7 +156,9 @@ def read_isa_caps(env: Mapping[str, str] | None = None,
             raise UsageError(f"XLA_FLAGS: --xla_cpu_max_isa={raw_xla!r} is not an ISA XLA knows (it "
                              f"would only log 'Unknown CPU ISA' and compile for this CPU); use one of "
                              f"{', '.join(XLA_ISA_VALUES)}, or drop the flag")
-    warp = env.get(WARP_ISA_ENV) or None
+    from tflab.process.settings import get as setting
+
+    warp = setting(WARP_ISA_ENV, env) or None
     if warp is not None:
         if warp not in WARP_SOFTMAX_ISA_FLAGS:
             raise UsageError(f"{WARP_ISA_ENV}={warp} is not a CPU path; use scalar, avx2 or avx512, "

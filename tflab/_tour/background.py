@@ -123,6 +123,9 @@ def distribute_lab() -> dict:
 
 PRECISION_TIMEOUT = 300.0
 
+# The module the loss-scaling child runs (``python -m``).
+PRECISION_CHILD = "tflab._tour.precision_child"
+
 
 def loss_scaling_demo():
     """Step 10's `demonstrate_loss_scaling` in a fresh process (`tflab._tour.precision_child`).
@@ -135,18 +138,18 @@ def loss_scaling_demo():
             then runs the demo itself).
     """
     import os
-    import pickle
     import subprocess
     import sys
     import shutil
 
     from tflab._paths import owned_temp_dir
+    from tflab.process.channel import ChannelError, receive_result, result_ready
     from tflab.process.group import start_tied
 
     tmp = str(owned_temp_dir("tflab_tour_precision_"))  # carries its owner: swept after a SIGKILL
     try:
-        out = os.path.join(tmp, "demo.pickle")
-        proc = start_tied([sys.executable, "-m", "tflab._tour.precision_child", out],
+        out = os.path.join(tmp, "demo.result")
+        proc = start_tied([sys.executable, "-m", PRECISION_CHILD, out],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
                                "TFLAB_DEADLINE_S": str(PRECISION_TIMEOUT)})
@@ -156,11 +159,13 @@ def loss_scaling_demo():
             if proc.poll() is None:  # timed out, or the tour is stopping: do not leave it running
                 proc.kill()
                 proc.wait()
-        if proc.returncode != 0 or not os.path.exists(out):
+        if proc.returncode != 0 or not result_ready(out):
             last = [ln for ln in (err or "").splitlines() if ln.strip()][-1:] or [""]
             raise RuntimeError(f"loss-scaling child exited {proc.returncode}: {last[0][:200]}")
-        with open(out, "rb") as f:
-            return pickle.load(f)
+        try:
+            return receive_result(out).objects  # the one channel (tflab.process.channel)
+        except ChannelError as e:
+            raise RuntimeError(f"loss-scaling child: {e}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

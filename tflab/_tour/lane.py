@@ -92,7 +92,7 @@ class Lane:
 
         self.sections = list(sections)
         self._tmp = str(owned_temp_dir("tflab_tour_lane_"))  # carries its owner: swept after a SIGKILL
-        self._out = os.path.join(self._tmp, "lane.pickle")
+        self._out = os.path.join(self._tmp, "lane.result")
         self._notes = os.path.join(self._tmp, "notes.txt")
         argv = [sys.executable, "-m", LANE_MODULE, str(os.getpid()), self._out, self._notes, str(out_dir),
                 str(final_dir or ""), model_path or "", ",".join(training), *self.sections]
@@ -143,11 +143,13 @@ class Lane:
         return rec
 
     def _load(self, path: str, progress) -> dict | None:
-        """Waits for ``path`` (written by the lane, atomically) and unpickles it; None on failure."""
+        """Waits for the result at ``path`` (`tflab.process.channel`) and returns its objects; None on failure."""
+        from tflab.process.channel import receive_result, result_ready
+
         shown = None
         deadline = self.started + LANE_TIMEOUT
-        while not os.path.exists(path):
-            if self._proc.poll() is not None and not os.path.exists(path):
+        while not result_ready(path):
+            if self._proc.poll() is not None and not result_ready(path):
                 self._failed = self._exit_line()
                 return None
             if time.perf_counter() > deadline:
@@ -160,9 +162,8 @@ class Lane:
                 progress(f"waiting for the second process ({note or 'starting'})")
             time.sleep(0.1)
         try:
-            with open(path, "rb") as f:
-                return pickle.load(f)
-        except Exception as e:  # a section's objects that would not unpickle
+            return receive_result(path).objects  # the one channel back (tflab.process.channel)
+        except Exception as e:  # a section's objects that would not unpickle, a broken result
             self._failed = f"its result did not load ({type(e).__name__}: {e})"
             return None
 
@@ -260,7 +261,9 @@ def lane_sections(names: list[str]) -> list[str]:
 
     ``TFLAB_TOUR_LANE=0`` keeps every section in the tour's own process.
     """
-    if os.environ.get("TFLAB_TOUR_LANE", "1") == "0":
+    from tflab.process.settings import get as setting
+
+    if setting("TFLAB_TOUR_LANE") == "0":
         return []
     return [n for n in names if n in LANE_SECTIONS]
 
@@ -275,7 +278,9 @@ def main(argv: list[str]) -> int:
     # tour's pid comes in argv: a tour killed before this line ran is not mistaken for init.
     if os.getppid() != int(parent):
         return 124
-    watch_parent(int(parent), float(os.environ.get("TFLAB_DEADLINE_S", str(LANE_TIMEOUT))) + 5)
+    from tflab.process.settings import get_float
+
+    watch_parent(int(parent), get_float("TFLAB_DEADLINE_S", LANE_TIMEOUT) + 5)
     import importlib
 
     from tflab.errors import install_sigterm_handler
@@ -323,10 +328,10 @@ def main(argv: list[str]) -> int:
 
 
 def _write(path: str, value: Any) -> None:
-    """Pickles ``value`` to ``path`` atomically (``path.tmp``, then renamed)."""
-    with open(path + ".tmp", "wb") as f:
-        pickle.dump(value, f)
-    os.replace(path + ".tmp", path)
+    """Sends ``value`` back at ``path`` through the one channel (`tflab.process.channel`: committed last)."""
+    from tflab.process.channel import send_result
+
+    send_result(path, objects=value)
 
 
 if __name__ == "__main__":

@@ -6,12 +6,11 @@ worker (`tflab.distribute.workers.worker_main`), with ``TF_CONFIG`` set by its p
 ``user-mirrored`` / ``user-worker``: the same on the user's step
 (`tflab.distribute.user`), named by ``$TFLAB_USER_STEP``.
 Each exits on its own when its parent is gone (`tflab.distribute.processes.watch_parent`).
-The JSON report goes to ``$TFLAB_REPORT``, written atomically.
+The JSON report goes back through `tflab.process.channel.send_result` to ``$TFLAB_REPORT``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -41,14 +40,16 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from tflab.distribute.processes import watch_parent
 
-    parent = int(os.environ.get("TFLAB_PARENT_PID", os.getppid()))
-    watch_parent(parent, float(os.environ.get("TFLAB_DEADLINE_S", "120")) + 5)
+    from tflab.process.settings import get as setting, get_float, get_int
+
+    parent = get_int("TFLAB_PARENT_PID", os.getppid())
+    watch_parent(parent, get_float("TFLAB_DEADLINE_S", 120.0) + 5)
     _name_os_exit()
     mode = argv[0] if argv else ""
     if mode == "mirrored":
         from tflab.distribute.lab import mirrored_lab
 
-        export = os.environ.get("TFLAB_LAB_EXPORT") == "1"
+        export = setting("TFLAB_LAB_EXPORT") == "1"
         import shutil
 
         from tflab._paths import owned_temp_dir
@@ -70,12 +71,10 @@ def main(argv: list[str]) -> int:
         print("usage: python -m tflab.distribute.child {mirrored,worker,user-mirrored,user-worker}",
               file=sys.stderr)
         return 2
+    from tflab.process.channel import send_result
     from tflab.report.jsonable import to_jsonable
 
-    out = os.environ["TFLAB_REPORT"]
-    with open(out + ".tmp", "w") as f:
-        json.dump(to_jsonable(report), f)
-    os.replace(out + ".tmp", out)
+    send_result(setting("TFLAB_REPORT"), data=to_jsonable(report))  # the one channel back (committed last)
     return 0
 
 

@@ -5,13 +5,13 @@ single-machine lab and each worker run in a fresh Python process
 (``python -m tflab.distribute.child MODE``). `run_children` starts them in a
 `ChildGroup` (the one supervisor: each child in its own process group, the
 sticky SIGTERM handler, SIGTERM then SIGKILL and a reap on every exit path),
-waits for all of them within one timeout, and reads each child's JSON report.
+waits for all of them within one timeout, and receives each child's JSON report
+through the one channel (`tflab.process.channel`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -101,14 +101,26 @@ def _child_env(extra: dict) -> dict:
     return env
 
 
+def _received(label: str, proc, path: str, err_path: str) -> dict:
+    """The child's report from the one channel (`tflab.process.channel`); a missing or partial one is named."""
+    from tflab.process.channel import ChannelError, receive_result
+
+    try:
+        return receive_result(path).data
+    except ChannelError as e:
+        why = "without its report" if "no result" in str(e) else f"with a broken report ({e})"
+        raise WorkerError(f"{label} (pid {proc.pid}) exited 0 {why}: {_last_line(err_path)}") from None
+
+
 def run_children(specs: Sequence[tuple[str, list[str], dict]], timeout: float,
                  progress: Callable[[str], None] | None = None,
                  on_start: Callable[[list[int]], None] | None = None) -> list[dict]:
     """Runs child processes to completion; returns each one's JSON report, in ``specs`` order.
 
     Args:
-        specs: (label, argv, environment extras) per child; the child writes its
-            JSON report to ``$TFLAB_REPORT`` (`tflab.distribute.child` does).
+        specs: (label, argv, environment extras) per child; the child sends its
+            JSON report to ``$TFLAB_REPORT`` through `tflab.process.channel.send_result`
+            (`tflab.distribute.child` does).
         timeout: seconds of wall clock for all children together; each child also
             gets it as ``$TFLAB_DEADLINE_S`` and ends itself past it.
         progress: called with ``"<label> finished"`` as each child ends well.
@@ -167,15 +179,7 @@ def run_children(specs: Sequence[tuple[str, list[str], dict]], timeout: float,
                 names = ", ".join(f"{labels[q.pid][0]} (pid {q.pid})" for q in still)
                 raise WorkerError(f"{names} still running after {timeout:g} s; stopped "
                                   f"(raise --timeout, or look for a worker blocked on a peer)")
-        reports = []
-        for label, p, report, err_path in files:
-            try:
-                with open(report) as f:
-                    reports.append(json.load(f))
-            except (OSError, ValueError):
-                raise WorkerError(f"{label} (pid {p.pid}) exited 0 without its report: "
-                                  f"{_last_line(err_path)}") from None
-        return reports
+        return [_received(label, p, report, err_path) for label, p, report, err_path in files]
     finally:
         with contextlib.suppress(OSError):
             shutil.rmtree(tmp)

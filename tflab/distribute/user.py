@@ -115,9 +115,11 @@ def _load_in_scope(strategy) -> tuple[Callable, dict]:
     """The user's step, its module imported inside ``strategy.scope()``, and the parsed specs."""
     from tflab._target import load_target, parse_args
 
-    named = parse_args(json.loads(os.environ["TFLAB_USER_ARGS"]))
+    from tflab.process.settings import get as setting
+
+    named = parse_args(json.loads(setting("TFLAB_USER_ARGS")))
     with strategy.scope():
-        fn = load_target(os.environ["TFLAB_USER_STEP"])
+        fn = load_target(setting("TFLAB_USER_STEP"))
     return fn, _in_parameter_order(fn, named)
 
 
@@ -207,7 +209,9 @@ def user_mirrored_main() -> dict:
     from tflab.distribute.strategies import mirrored_strategy
 
     t0 = time.perf_counter()
-    n = int(os.environ.get("TFLAB_REPLICAS", "2"))
+    from tflab.process.settings import get_int
+
+    n = get_int("TFLAB_REPLICAS", 2)
     strategy = mirrored_strategy(n)
     fn, named = _load_in_scope(strategy)
     batch = int(next(iter(named.values())).shape[0])
@@ -222,11 +226,13 @@ def user_worker_main() -> dict:
     """A worker child of `run_user_step`: one MultiWorkerMirroredStrategy worker."""
     import tensorflow as tf
 
+    from tflab.process.settings import get_float
+
     t0 = time.perf_counter()
     cfg = json.loads(os.environ["TF_CONFIG"])
     task = int(cfg["task"]["index"])
     options = tf.distribute.experimental.CommunicationOptions(
-        timeout_seconds=float(os.environ.get("TFLAB_DEADLINE_S", "60")))
+        timeout_seconds=get_float("TFLAB_DEADLINE_S", 60.0))
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     fn, named = _load_in_scope(strategy)
     global_batch = int(next(iter(named.values())).shape[0])

@@ -219,9 +219,11 @@ def worker_main() -> dict:
     cfg = json.loads(os.environ["TF_CONFIG"])
     task = int(cfg["task"]["index"])
     address = cfg["cluster"]["worker"][task]
-    crash_after = int(os.environ.get("TFLAB_WORKER_CRASH_AFTER", "0"))
+    from tflab.process.settings import get_float, get_int
+
+    crash_after = get_int("TFLAB_WORKER_CRASH_AFTER", 0)
     options = tf.distribute.experimental.CommunicationOptions(
-        timeout_seconds=float(os.environ.get("TFLAB_DEADLINE_S", "60")))
+        timeout_seconds=get_float("TFLAB_DEADLINE_S", 60.0))
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     with strategy.scope():
         w = tf.Variable(tf.zeros([4, 1]), name="w")

@@ -37,11 +37,12 @@ def _worker_main(argv: Sequence[str]) -> int:
 
     saved_model, outdir, quants, examples_path = argv
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from tflab.process.settings import get as setting, get_float
     from tflab.process.watch import watch_parent
 
     # Its own session (tflab.process.group.ChildGroup), so a group kill does not reach it: it ends
     # itself when its parent is gone (a SIGKILLed export or tour lane), instead of converting on.
-    watch_parent(os.getppid(), float(os.environ.get("TFLAB_DEADLINE_S", "86400")))
+    watch_parent(os.getppid(), get_float("TFLAB_DEADLINE_S", 86400.0))
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
     from tflab.errors import TflabError as _Err
     from tflab.litert.conversion import UnsupportedOpsError, convert
@@ -49,7 +50,7 @@ def _worker_main(argv: Sequence[str]) -> int:
     batches = load_examples(examples_path)
     for q in quants.split(","):
         print(json.dumps({"event": "start", "quantization": q}), flush=True)
-        if os.environ.get(CRASH_ENV) == q:
+        if setting(CRASH_ENV) == q:
             os.abort()
         t0 = time.perf_counter()
         try:

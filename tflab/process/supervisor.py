@@ -524,8 +524,10 @@ class ChildChannel:
     @classmethod
     def open(cls) -> ChildChannel | None:
         """The channel the supervisor passed in the environment, or None (not run under `run_child`)."""
-        spec = os.environ.pop(_ENV, None)
-        parent = os.environ.pop("TFLAB_SUPERVISOR_PID", None)
+        from tflab.process.settings import pop
+
+        spec = pop(_ENV)
+        parent = pop("TFLAB_SUPERVISOR_PID")
         if not spec:
             return None
         report, status, quiet, out_tty, err_tty = (int(x) for x in spec.split(","))

@@ -58,7 +58,9 @@ def load_library(result: BuildResult | None = None) -> ModuleType:
         if _lib is None:
             from custom_ops.build import BuildResult, build
 
-            prebuilt = os.environ.get("TFLAB_WARP_SOFTMAX_SO")
+            from tflab.process.settings import get as setting
+
+            prebuilt = setting("TFLAB_WARP_SOFTMAX_SO")
             if result is None and prebuilt:
                 if not os.path.isfile(prebuilt):
                     raise UsageError(f"TFLAB_WARP_SOFTMAX_SO={prebuilt}: no such file; point it at a "
@@ -155,6 +157,8 @@ def planned_cpu_path(cpu_flags: set[str] | None = None, env: dict | None = None)
     Returns:
         "avx512", "avx2+fma", "scalar", or "invalid: <the loader's error>" for a bad request.
     """
+    from tflab.process.settings import get as setting
+
     env = os.environ if env is None else env
     if cpu_flags is None:
         cpu_flags = set()
@@ -167,8 +171,8 @@ def planned_cpu_path(cpu_flags: set[str] | None = None, env: dict | None = None)
         except OSError:
             pass
     has = {isa: all(fl in cpu_flags for fl in flags) for isa, flags in _ISA_CPU_FLAGS.items()}
-    req = env.get("TFLAB_WARP_SOFTMAX_ISA") or ("scalar" if env.get("TFLAB_WARP_SOFTMAX_SCALAR") is not None
-                                                else "")
+    req = setting("TFLAB_WARP_SOFTMAX_ISA", env) or (
+        "scalar" if setting("TFLAB_WARP_SOFTMAX_SCALAR", env) is not None else "")
     if req:
         if req not in ISAS:
             return f"invalid: TFLAB_WARP_SOFTMAX_ISA={req} is not a CPU path"

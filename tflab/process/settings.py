@@ -1,0 +1,187 @@
+"""Every ``TFLAB_*`` environment variable, declared once: name, meaning, default, who reads it.
+
+tflab reads these names through `get` (or `get_float`, `get_int`), which
+knows no other name: a misspelt or undeclared ``TFLAB_*`` name is a
+``KeyError`` at the first read, never a silently unset value. ``tflab env``
+prints the table (``tflab env --json`` carries it as ``"settings"``), and
+``tests/test_process_settings.py`` fails when a tracked file uses a
+``TFLAB_*`` name that is not declared here, or reads one from
+``os.environ`` without this module.
+
+Two readers cannot come through `get` and are listed as such: the C++
+kernel (``std::getenv``, `tflab` is not there) and the benchmark's
+``sitecustomize`` (it runs at every Python start-up and must not import
+tflab, whose import time the benchmark measures).
+
+Kinds:
+
+* ``user``: a user or CI may set it (documented in the README or
+  ``custom_ops/README.md``).
+* ``child``: tflab sets it for a process it starts; a user has no reason to.
+* ``test``: fault injection for tests and demonstrations (a worker that
+  crashes on purpose).
+
+Example:
+    >>> from tflab.process.settings import get
+    >>> get("TFLAB_TOUR_LANE", {})
+    '1'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Mapping
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One ``TFLAB_*`` environment variable.
+
+    Attributes:
+        name: the variable, ``TFLAB_…``.
+        meaning: what it does, one sentence.
+        default: the value when it is unset, as a string; None: unset means
+            "not given" (the reader has no default).
+        kind: ``"user"``, ``"child"`` (tflab sets it for its own children) or
+            ``"test"`` (fault injection).
+        readers: the modules (or files) that read it.
+        setters: the modules that set it for a child, for ``child``/``test`` kinds.
+    """
+
+    name: str
+    meaning: str
+    default: str | None
+    kind: str
+    readers: tuple[str, ...]
+    setters: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        """The fields as JSON data (lists for the tuples)."""
+        return {"name": self.name, "meaning": self.meaning, "default": self.default, "kind": self.kind,
+                "readers": list(self.readers), "setters": list(self.setters)}
+
+
+_TABLE = (
+    # ------------------------------------------------------------------ user
+    Setting("TFLAB_IN_PROCESS", "1 runs the verb in the tflab process itself, without the supervised child "
+            "(tests, debugging with pdb)", "0", "user", ("tflab.cli",)),
+    Setting("TFLAB_TOUR_LANE", "0 keeps every tour section in the tour's own process (no second process "
+            "for steps 6 and 7-8)", "1", "user", ("tflab._tour.lane",)),
+    Setting("TFLAB_WARP_SOFTMAX_ISA", "forces WarpSoftmax's CPU path: scalar, avx2 or avx512 (read when the "
+            "library loads); a path this CPU lacks is an error", None, "user",
+            ("custom_ops/cc/kernels/warp_softmax_cpu.cc (std::getenv)", "custom_ops.python.ops.warp_softmax_ops",
+             "tflab.isa_caps", "tflab.report.base")),
+    Setting("TFLAB_WARP_SOFTMAX_SCALAR", "set: the older spelling of TFLAB_WARP_SOFTMAX_ISA=scalar", None, "user",
+            ("custom_ops/cc/kernels/warp_softmax_cpu.cc (std::getenv)", "custom_ops.python.ops.warp_softmax_ops")),
+    Setting("TFLAB_WARP_SOFTMAX_SO", "a prebuilt _warp_softmax_ops*.so to load instead of building one "
+            "(e.g. from Bazel)", None, "user", ("custom_ops.python.ops.warp_softmax_ops",)),
+    Setting("TFLAB_CUSTOM_OPS_BUILD_DIR", "the folder of the custom-op build cache (default custom_ops/_build, "
+            "or a user cache folder when the package is read-only)", None, "user", ("custom_ops.build",)),
+    Setting("TFLAB_CUSTOM_OPS_CUDA", "0 builds the CPU kernels only, even with nvcc installed", "1", "user",
+            ("custom_ops.build",)),
+    Setting("TFLAB_BENCH_PHASES_DIR", "benchmarks/bench_tour.py: the folder where the tour's second process "
+            "writes its phase timings", None, "user",
+            ("benchmarks/_phases_site/sitecustomize.py (os.environ: must not import tflab)",),
+            ("benchmarks/bench_tour.py",)),
+    # ------------------------------------------------------------------ child
+    Setting("TFLAB_CHILD_FDS", "the verb's child: its report, status and quiet fds and the parent's ttys "
+            "(report,status,quiet,out_tty,err_tty)", None, "child", ("tflab.process.supervisor",),
+            ("tflab.process.supervisor",)),
+    Setting("TFLAB_SUPERVISOR_PID", "the verb's child: the supervisor's pid (the child dies with it)", None,
+            "child", ("tflab.process.supervisor",), ("tflab.process.supervisor",)),
+    Setting("TFLAB_DEADLINE_S", "a helper child: seconds after which it ends itself (its parent's timeout, "
+            "plus a margin)", None, "child",
+            ("tflab._tour.lane", "tflab._tour.precision_child", "tflab.litert.workers", "tflab.distribute.child",
+             "tflab.distribute.workers", "tflab.distribute.user"),
+            ("tflab._tour.lane", "tflab._tour.background", "tflab.distribute.processes")),
+    Setting("TFLAB_PARENT_PID", "distribute's child: the pid it watches (it ends when that process is gone)",
+            None, "child", ("tflab.distribute.child",), ("tflab.distribute.processes",)),
+    Setting("TFLAB_REPORT", "distribute's child: the path of its result (tflab.process.channel)", None, "child",
+            ("tflab.distribute.child",), ("tflab.distribute.processes",)),
+    Setting("TFLAB_LAB_EXPORT", "distribute's lab child: 1 also exports the trained model", "0", "child",
+            ("tflab.distribute.child",), ("tflab.distribute.lab",)),
+    Setting("TFLAB_USER_STEP", "distribute's user-step child: the user's step as FILE.py:NAME", None, "child",
+            ("tflab.distribute.user",), ("tflab.distribute.user",)),
+    Setting("TFLAB_USER_ARGS", "distribute's user-step child: the --arg items, as a JSON list", None, "child",
+            ("tflab.distribute.user",), ("tflab.distribute.user",)),
+    Setting("TFLAB_REPLICAS", "distribute's user-step child: the number of logical CPUs (replicas)", "2",
+            "child", ("tflab.distribute.user",), ("tflab.distribute.user",)),
+    Setting("TFLAB_WORKER_INDEX", "a MultiWorkerMirroredStrategy worker of run_workers: its task index, for "
+            "code in the worker (tflab reads TF_CONFIG)", None, "child", (), ("tflab.distribute.workers",)),
+    # ------------------------------------------------------------------ test
+    Setting("TFLAB_WORKER_CRASH_AFTER", "run_workers(crash_worker=i): worker i SIGKILLs itself after this many "
+            "steps", "0", "test", ("tflab.distribute.workers",), ("tflab.distribute.workers",)),
+    Setting("TFLAB_EXPORT_WORKER_CRASH", "the TFLite converter worker aborts (like an LLVM fatal error) when it "
+            "starts this variant", None, "test", ("tflab.litert.workers",), ("tests",)),
+)
+
+#: Every declared variable, by name, in the table's order.
+SETTINGS: dict[str, Setting] = {s.name: s for s in _TABLE}
+
+
+def declared(name: str) -> Setting:
+    """The `Setting` of ``name``.
+
+    Raises:
+        KeyError: ``name`` is not declared in `SETTINGS` (declare it there, with its meaning).
+    """
+    try:
+        return SETTINGS[name]
+    except KeyError:
+        raise KeyError(f"{name} is not a declared tflab setting: declare it in tflab/process/settings.py "
+                       f"(name, meaning, default, readers)") from None
+
+
+def get(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The value of ``name`` in ``environ`` (default ``os.environ``), else its declared default.
+
+    Args:
+        name: a declared ``TFLAB_*`` name.
+        environ: the mapping to read (a child's environment, a test's dict).
+
+    Returns:
+        The string set, or `Setting.default` when it is unset (None: no default).
+
+    Raises:
+        KeyError: ``name`` is not declared.
+    """
+    setting = declared(name)
+    env = os.environ if environ is None else environ
+    value = env.get(name)
+    return setting.default if value is None else value
+
+
+def get_float(name: str, fallback: float, environ: Mapping[str, str] | None = None) -> float:
+    """`get` as a float; ``fallback`` when unset (a child's own default, e.g. its timeout)."""
+    value = get(name, environ)
+    return fallback if value in (None, "") else float(value)
+
+
+def get_int(name: str, fallback: int, environ: Mapping[str, str] | None = None) -> int:
+    """`get` as an int; ``fallback`` when unset."""
+    value = get(name, environ)
+    return fallback if value in (None, "") else int(value)
+
+
+def pop(name: str, environ: dict | None = None) -> str | None:
+    """Removes ``name`` from ``environ`` (default ``os.environ``) and returns its value, or None."""
+    declared(name)
+    return (os.environ if environ is None else environ).pop(name, None)
+
+
+def table_rows(environ: Mapping[str, str] | None = None) -> list[dict]:
+    """One dict per setting (`Setting.to_dict`) with ``"value"``: what is set now, or None."""
+    env = os.environ if environ is None else environ
+    return [{**s.to_dict(), "value": env.get(s.name)} for s in _TABLE]
+
+
+def table_text(environ: Mapping[str, str] | None = None) -> str:
+    """The table as text: one block per setting, its value now when set (``tflab env``)."""
+    from tflab.report.text import table
+
+    env = os.environ if environ is None else environ
+    rows = [(s.name, env.get(s.name, "") or ("(unset)" if s.default is None else f"(unset: {s.default})"),
+             s.kind, s.meaning) for s in _TABLE]
+    return "TFLAB_* settings (tflab/process/settings.py):\n" + table(
+        rows, header=("variable", "value", "kind", "meaning"), indent="  ")
