@@ -149,7 +149,7 @@ def loss_scaling_demo():
     tmp = str(owned_temp_dir("tflab_tour_precision_"))  # carries its owner: swept after a SIGKILL
     try:
         out = os.path.join(tmp, "demo.result")
-        proc = start_tied([sys.executable, "-m", PRECISION_CHILD, out],
+        proc = start_tied([sys.executable, "-m", PRECISION_CHILD, out], waits=True,  # this thread waits
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
                                "TFLAB_DEADLINE_S": str(PRECISION_TIMEOUT)})

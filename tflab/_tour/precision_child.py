@@ -17,12 +17,10 @@ import sys
 
 def main(argv: list[str]) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from tflab.process.watch import watch_parent as _watch_parent
+    from tflab.process.watch import tie_to_parent
 
     # Never an orphan: a tour stopped by Ctrl-C or SIGTERM takes this process with it.
-    from tflab.process.settings import get_float
-
-    _watch_parent(os.getppid(), get_float("TFLAB_DEADLINE_S", 300.0) + 5)
+    tie_to_parent(300.0, margin_s=5)
     from tflab._tour.s10_precision import DEMO_BATCH, DEMO_SHAPE
     from tflab.precision.loss_scaling import demonstrate_loss_scaling
 

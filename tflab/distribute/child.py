@@ -5,7 +5,7 @@
 worker (`tflab.distribute.workers.worker_main`), with ``TF_CONFIG`` set by its parent.
 ``user-mirrored`` / ``user-worker``: the same on the user's step
 (`tflab.distribute.user`), named by ``$TFLAB_USER_STEP``.
-Each exits on its own when its parent is gone (`tflab.distribute.processes.watch_parent`).
+Each exits on its own when its parent is gone (`tflab.process.watch.tie_to_parent`).
 The JSON report goes back through `tflab.process.channel.send_result` to ``$TFLAB_REPORT``.
 """
 
@@ -38,12 +38,10 @@ def _name_os_exit() -> None:
 
 def main(argv: list[str]) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from tflab.distribute.processes import watch_parent
+    from tflab.process.settings import get as setting
+    from tflab.process.watch import tie_to_parent
 
-    from tflab.process.settings import get as setting, get_float, get_int
-
-    parent = get_int("TFLAB_PARENT_PID", os.getppid())
-    watch_parent(parent, get_float("TFLAB_DEADLINE_S", 120.0) + 5)
+    tie_to_parent(120.0, margin_s=5)
     _name_os_exit()
     mode = argv[0] if argv else ""
     if mode == "mirrored":

@@ -153,9 +153,8 @@ def run_children(specs: Sequence[tuple[str, list[str], dict]], timeout: float,
                 err_path = os.path.join(tmp, f"{len(files)}.stderr")
                 with open(err_path, "w") as err:
                     p = children.start(argv, _child_env({**extra, "TFLAB_REPORT": report,
-                                                         "TFLAB_PARENT_PID": os.getpid(),
                                                          "TFLAB_DEADLINE_S": timeout}),
-                                       stdout=err, stderr=err)
+                                       waits=True, stdout=err, stderr=err)  # tied: TFLAB_PARENT_PID
                 files.append((label, p, report, err_path))
             if on_start is not None:
                 on_start([p.pid for _, p, _, _ in files])

@@ -37,12 +37,12 @@ def _worker_main(argv: Sequence[str]) -> int:
 
     saved_model, outdir, quants, examples_path = argv
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from tflab.process.settings import get as setting, get_float
-    from tflab.process.watch import watch_parent
+    from tflab.process.settings import get as setting
+    from tflab.process.watch import tie_to_parent
 
     # Its own session (tflab.process.group.ChildGroup), so a group kill does not reach it: it ends
     # itself when its parent is gone (a SIGKILLed export or tour lane), instead of converting on.
-    watch_parent(os.getppid(), get_float("TFLAB_DEADLINE_S", 86400.0))
+    tie_to_parent(86400.0)
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
     from tflab.errors import TflabError as _Err
     from tflab.litert.conversion import UnsupportedOpsError, convert
@@ -103,7 +103,7 @@ def convert_isolated(saved_model: str, outdir: str, quants: list[str], examples_
     while pending and not _ABANDONED.is_set():
         cmd = [sys.executable, "-m", "tflab.litert.workers", "--worker", saved_model, outdir, ",".join(pending),
                examples_npz]
-        proc = _workers().start(cmd, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = _workers().start(cmd, env, waits=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         current = None
         assert proc.stdout is not None
         for line in proc.stdout:

@@ -89,10 +89,15 @@ class ChildGroup:
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen] = []
 
-    def start(self, argv: list[str], env: dict | None = None, **popen_kwargs) -> subprocess.Popen:
-        """Starts ``argv`` in a new session (Ctrl-C in the terminal reaches only this process)."""
+    def start(self, argv: list[str], env: dict | None = None, *, waits: bool = False,
+              **popen_kwargs) -> subprocess.Popen:
+        """Starts ``argv`` in a new session (Ctrl-C in the terminal reaches only this process), tied (`tie`).
+
+        ``waits``: the calling thread waits for it (`wait`, or reads it to its end), so the kernel's
+        parent-death signal may be asked for from a thread other than the main one.
+        """
         popen_kwargs.setdefault("stdin", subprocess.DEVNULL)
-        p = subprocess.Popen(argv, env=env, start_new_session=True, **popen_kwargs)
+        p = subprocess.Popen(argv, start_new_session=True, **tie({**popen_kwargs, "env": env}, waits))
         self.procs.append(p)
         return p
 
@@ -163,27 +168,53 @@ class ChildGroup:
         self.procs = [p for p in self.procs if p.returncode is None]
 
 
+_PRCTL = None  # libc's prctl, resolved in the parent: the forked child must not dlopen (another thread may hold the loader's lock)
+
+
 def pdeathsig_preexec() -> None:  # runs in the forked child before exec
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    _PRCTL(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
-def start_tied(argv: list[str], **popen_kwargs) -> subprocess.Popen:
+def tie(popen_kwargs: dict, waits: bool = False) -> dict:
+    """``popen_kwargs`` for a child tied to this process: ``$TFLAB_PARENT_PID`` and, where safe, PDEATHSIG.
+
+    The child's environment names this pid (`tflab.process.watch.tie_to_parent` reads it: a
+    parent that died before the child's first line is not mistaken for init). The kernel's
+    parent-death signal follows the thread that forks, so it is asked for only from the main
+    thread, or from a thread that ``waits`` for the child itself (a background job's thread in
+    ``communicate``, a `ChildGroup` waited on in the thread that started it): that thread
+    outlives the child by construction.
+    """
+    global _PRCTL
+    kwargs = dict(popen_kwargs)
+    env = dict(os.environ if kwargs.get("env") is None else kwargs["env"])
+    env["TFLAB_PARENT_PID"] = str(os.getpid())
+    kwargs["env"] = env
+    if sys.platform.startswith("linux") and (waits or threading.current_thread() is threading.main_thread()):
+        with contextlib.suppress(Exception):
+            if _PRCTL is None:
+                import ctypes
+
+                _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+            kwargs.setdefault("preexec_fn", pdeathsig_preexec)
+    return kwargs
+
+
+def start_tied(argv: list[str], *, waits: bool = False, **popen_kwargs) -> subprocess.Popen:
     """``subprocess.Popen`` of a child that dies with this process (the one way tflab starts a helper).
 
     The kernel sends the child SIGKILL when this thread's process dies (``PR_SET_PDEATHSIG``, set
-    between fork and exec, so no window), and the child watches its parent too (`watch_parent`,
-    for the case where the starting thread ends first: the kernel's signal follows the thread).
+    between fork and exec, so no window), and the child watches its parent too
+    (`tflab.process.watch.tie_to_parent`, with the pid from ``$TFLAB_PARENT_PID``). See `tie`.
     Used by the tour's second process, its background jobs' processes and the suite's full tour.
 
     Args:
         argv: the command.
+        waits: the calling thread waits for the child (then a thread other than
+            the main one may ask for the kernel's signal too).
         **popen_kwargs: as for `subprocess.Popen`.
     """
-    if sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread():
-        popen_kwargs.setdefault("preexec_fn", pdeathsig_preexec)
-    return subprocess.Popen(argv, **popen_kwargs)
+    return subprocess.Popen(argv, **tie(popen_kwargs, waits))
 
 
 # ----------------------------------------------------------------------------- guarded tools

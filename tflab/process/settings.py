@@ -92,11 +92,11 @@ _TABLE = (
             "child", ("tflab.process.supervisor",), ("tflab.process.supervisor",)),
     Setting("TFLAB_DEADLINE_S", "a helper child: seconds after which it ends itself (its parent's timeout, "
             "plus a margin)", None, "child",
-            ("tflab._tour.lane", "tflab._tour.precision_child", "tflab.litert.workers", "tflab.distribute.child",
-             "tflab.distribute.workers", "tflab.distribute.user"),
+            ("tflab.process.watch", "tflab._tour.lane", "tflab.distribute.workers", "tflab.distribute.user"),
             ("tflab._tour.lane", "tflab._tour.background", "tflab.distribute.processes")),
-    Setting("TFLAB_PARENT_PID", "distribute's child: the pid it watches (it ends when that process is gone)",
-            None, "child", ("tflab.distribute.child",), ("tflab.distribute.processes",)),
+    Setting("TFLAB_PARENT_PID", "a helper child: the pid of the process that started it; it ends itself when "
+            "that process is gone, also one that died before the child's first line", None, "child",
+            ("tflab.process.watch",), ("tflab.process.group",)),
     Setting("TFLAB_REPORT", "distribute's child: the path of its result (tflab.process.channel)", None, "child",
             ("tflab.distribute.child",), ("tflab.distribute.processes",)),
     Setting("TFLAB_LAB_EXPORT", "distribute's lab child: 1 also exports the trained model", "0", "child",

@@ -50,3 +50,22 @@ def watch_parent(parent: int, deadline_s: float) -> None:
 
     threading.Thread(target=loop, daemon=True, name="tflab-parent-watch").start()
 
+
+def tie_to_parent(default_deadline_s: float, margin_s: float = 0.0) -> int:
+    """In a helper child, first thing: ends with the process that started it; returns that pid.
+
+    The parent is ``$TFLAB_PARENT_PID`` (set by `tflab.process.group.start_tied` and
+    ``ChildGroup.start``), else ``os.getppid()``: a parent that died before this line ran is
+    noticed at once (this process is then re-parented, so its ``getppid()`` is another pid),
+    never watched as init for the whole deadline.
+
+    Args:
+        default_deadline_s: seconds to live when ``$TFLAB_DEADLINE_S`` is unset.
+        margin_s: added to the deadline (the parent's own timeout ends it first).
+    """
+    from tflab.process.settings import get_float, get_int
+
+    parent = get_int("TFLAB_PARENT_PID", os.getppid())
+    watch_parent(parent, get_float("TFLAB_DEADLINE_S", default_deadline_s) + margin_s)
+    return parent
+
