@@ -305,7 +305,7 @@ def test_b18_distribute_names_the_users_os_exit_not_a_cuda_log_line():
     to cuInit …": TF's log line quoted as the cause."""
     from tflab.distribute.processes import WorkerError, run_children
 
-    code = ("import sys; from tflab.distribute.child import _name_os_exit; _name_os_exit(); "
+    code = ("import sys; from tflab.distribute.child import name_os_exit; name_os_exit(); "
             "sys.stderr.write('E0000 00:00:1764 123 cuda_platform.cc:52] failed call to cuInit: INTERNAL\\n'); "
             "import os; os._exit(5)")
     with pytest.raises(WorkerError) as info:

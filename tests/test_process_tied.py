@@ -119,3 +119,36 @@ def test_the_tours_children_die_with_a_sigkilled_tour(tmp_path, moment):
     for p in left.values():  # do not leave them to the next test
         os.kill(p, signal.SIGKILL)
     assert left == {}, f"children still running 15 s after the tour was SIGKILLed: {left}"
+
+
+def test_tie_names_the_parent_and_asks_for_the_kernels_signal_only_where_a_thread_waits():
+    """PDEATHSIG follows the forking thread: from a thread that returns before its child it would kill
+    the child early, so it is asked for from the main thread or a thread that says it waits."""
+    import threading
+
+    from tflab.process.group import pdeathsig_preexec, tie
+
+    main = tie({"env": {"A": "1"}})
+    assert main["env"] == {"A": "1", "TFLAB_PARENT_PID": str(os.getpid())}
+    assert main["preexec_fn"] is pdeathsig_preexec
+    seen = {}
+    worker = threading.Thread(target=lambda: seen.update(bare=tie({}), waits=tie({}, waits=True)))
+    worker.start()
+    worker.join()
+    assert "preexec_fn" not in seen["bare"] and seen["bare"]["env"]["TFLAB_PARENT_PID"] == str(os.getpid())
+    assert seen["waits"]["preexec_fn"] is pdeathsig_preexec
+
+
+@pytest.mark.parametrize("parent, deadline, code", [("1", "60", -signal.SIGKILL), ("self", "0.5", 124)],
+                         ids=["parent-already-gone", "own-parent-until-the-deadline"])
+def test_a_tied_child_ends_at_once_when_its_parent_is_gone_and_at_its_deadline(parent, deadline, code):
+    """$TFLAB_PARENT_PID names another pid than the child's parent (its parent died before the child's
+    first line, so it was re-parented): it ends at once. Named right, it lives to its deadline."""
+    env = {**ENV, "TFLAB_DEADLINE_S": deadline,
+           "TFLAB_PARENT_PID": str(os.getpid()) if parent == "self" else parent}
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-c", "from tflab.process.watch import tie_to_parent\n"
+                        "tie_to_parent(600.0)\nimport time\ntime.sleep(60)\n"], env=env, timeout=60)
+    took = time.monotonic() - t0
+    assert p.returncode == code
+    assert took < 30  # not the 60 s sleep (a loose bound, not a speed goal)

@@ -15,7 +15,7 @@ import os
 import sys
 
 
-def _name_os_exit() -> None:
+def name_os_exit() -> None:
     """The user's ``os._exit(N)`` in a step writes one line first, so the parent names it (B18).
 
     Without it the worker's last stderr line was TF's cuInit log line, quoted as the cause.
@@ -42,7 +42,7 @@ def main(argv: list[str]) -> int:
     from tflab.process.watch import tie_to_parent
 
     tie_to_parent(120.0, margin_s=5)
-    _name_os_exit()
+    name_os_exit()
     mode = argv[0] if argv else ""
     if mode == "mirrored":
         from tflab.distribute.lab import mirrored_lab
