@@ -193,10 +193,10 @@ def test_item8_bad_xla_flags_are_a_usage_error_not_the_end_of_the_process(monkey
     `compare_modes` in the user's own process died with it. Probed once in a child, cached."""
     import subprocess
 
-    from tflab.process import supervisor as _subprocess
+    from tflab.process import xla_probe
 
     monkeypatch.setenv("XLA_FLAGS", "--xla_hostile_bogus_flag=1")
-    monkeypatch.setattr(_subprocess, "_XLA_PROBED", {})
+    monkeypatch.setattr(xla_probe, "_XLA_PROBED", {})
     runs = []
     real = subprocess.run
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: runs.append(a) or real(*a, **k))
