@@ -45,11 +45,20 @@ def run(args: argparse.Namespace) -> int:
         if out.path.exists() and not args.force:
             raise UsageError(f"--out {args.out}: already exists; choose a new folder or add --force to replace it")
     html = html_output(args.html, args.force)
-    fn, call_args, call_kwargs = load_call(args.target, args.arg)
-    Progress("lower", total=1, enabled=not args.json)(
-        f"lowering {args.target}: nine levels, XLA's dump in a child process")
-    with user_code(args.target.rpartition(":")[2], "while lowering"):
-        report = lower(fn, *call_args, **call_kwargs)
+    from tflab.lowering.dump import arm_own_dump, disarm_own_dump
+
+    # The verb runs in a fresh (supervised) process: XLA's dump is turned on here before TF loads, so
+    # the lowering's own compile writes it (no second process). In-process runs fall back to the child.
+    own = arm_own_dump()
+    try:
+        fn, call_args, call_kwargs = load_call(args.target, args.arg)
+        Progress("lower", total=1, enabled=not args.json)(
+            f"lowering {args.target}: nine levels, XLA's dump " + ("of this process's compile" if own
+                                                                  else "in a child process"))
+        with user_code(args.target.rpartition(":")[2], "while lowering"):
+            report = lower(fn, *call_args, **call_kwargs)
+    finally:
+        disarm_own_dump()
     if out is not None:
         tmp = out.temp_dir()
         try:

@@ -83,7 +83,8 @@ class Fusion:
         tf_op_names, tf_op_types: from XLA's ``op_name``/``op_type`` metadata.
         source_lines: the user's ``file.py:N``, from each FuncGraph op's traceback
             (TF, Keras and tflab frames skipped).
-        layers: Keras layer names found in the op names.
+        layers: the Keras layers (their ``name``) whose calls created its TF ops, recorded while
+            the function was traced (`tflab.lowering.layers`), never guessed from name scopes.
         llvm_ir_bytes, asm_bytes: size of its LLVM IR function(s) and machine code.
         bytes_read, bytes_written: its operands' and result's shapes, in bytes.
     """
@@ -150,7 +151,8 @@ class Lowering(Report):
         """What came from ``key`` at every level: stage name → its pieces (text).
 
         Args:
-            key: a TF op type (``MatMul``) or op name (``while/mul``), an HLO
+            key: a TF op type (``MatMul``; a control-flow type names its family:
+                ``While`` also finds ``StatelessWhile``, likewise ``If`` and ``Case``) or op name (``while/mul``), an HLO
                 instruction or fusion name (``multiply_reduce_fusion``), or a
                 user line ``"file.py:N"`` (a path or its base name).
 
