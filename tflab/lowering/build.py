@@ -88,9 +88,10 @@ def _why(exc: BaseException) -> str:
 
 
 def _timed(name: str, make) -> Stage:
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     text, ops, pieces, note = make()
-    return Stage(name, text, ops, time.perf_counter() - t0, "", note, tuple(pieces))
+    return Stage(name, text, ops, time.perf_counter() - t0, "", note, tuple(pieces),
+                 cpu_seconds=time.process_time() - c0)
 
 
 def _check_inputs_fit(specs: list) -> None:
@@ -173,14 +174,15 @@ def _build(fn: Any, specs: list, rebuild, child) -> Lowering:
         except Exception as e:
             stage = Stage(stage_name, why=f"{type(e).__name__}: {str(e)[:200]}")
         done.append(stage)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     with record_layer_calls() as layer_calls:  # which Keras layer call created each op (not a scope guess)
         concrete = get_concrete_function(jit)  # tracing errors are the user's: raised as TraceError
-    trace_seconds = time.perf_counter() - t0
+    trace_seconds, trace_cpu = time.perf_counter() - t0, time.process_time() - c0
     op_layer = layer_calls.names_for(concrete.graph)
     index = st.op_index(concrete.graph)
     fg = _timed("funcgraph", lambda: st.funcgraph_stage(concrete.graph, index))
     fg.seconds += trace_seconds
+    fg.cpu_seconds += trace_cpu
     done.append(fg)
     if not concrete.outputs:
         # H13: nothing to compute; XLA would compile an empty program and every level below would be

@@ -45,6 +45,7 @@ CHILD_TIMEOUT_S = 600.0
 TEMP_PREFIX = "tflab_lower_"
 _DUMP_FLAGS = "--xla_dump_hlo_as_text"
 _own_dump: Path | None = None  # this process's XLA dump folder, armed before TF loaded (`arm_own_dump`)
+_flags_before: str | None = None  # XLA_FLAGS as they were before `arm_own_dump`
 
 
 def arm_own_dump() -> Path | None:
@@ -58,9 +59,13 @@ def arm_own_dump() -> Path | None:
     (`tflab._paths.owned_temp_dir`): removed by `disarm_own_dump`, by the
     supervisor when this process is killed, or by a later run's sweep.
     """
-    global _own_dump
+    global _own_dump, _flags_before
     if _own_dump is not None:
         return _own_dump
+    from tflab.process.supervisor import report_stream
+
+    if report_stream() is None:
+        return None  # not the supervised verb process: a test's or notebook's flags are never touched
     if "tensorflow" in sys.modules or "--xla_dump_to" in os.environ.get("XLA_FLAGS", ""):
         return None  # too late (XLA may have read its flags) or the user dumps already: the child does it
     from tflab._paths import owned_temp_dir
@@ -68,17 +73,25 @@ def arm_own_dump() -> Path | None:
     tmp = owned_temp_dir(TEMP_PREFIX)
     dump = tmp / "xla_dump"
     dump.mkdir()
+    _flags_before = os.environ.get("XLA_FLAGS")
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={dump} {_DUMP_FLAGS}").strip()
     _own_dump = dump
     return dump
 
 
 def disarm_own_dump() -> None:
-    """Removes this process's dump folder (`arm_own_dump`); XLA keeps its flags (it read them once)."""
+    """Removes this process's dump folder (`arm_own_dump`) and restores ``XLA_FLAGS`` for its children.
+
+    XLA itself keeps the flags it read; nothing compiles here after the lowering.
+    """
     global _own_dump
     if _own_dump is not None:
         shutil.rmtree(_own_dump.parent, ignore_errors=True)
         _own_dump = None
+        if _flags_before is None:
+            os.environ.pop("XLA_FLAGS", None)
+        else:
+            os.environ["XLA_FLAGS"] = _flags_before
 
 
 def dumper():
@@ -100,6 +113,7 @@ class DumpResult:
     buffer_assignment: str = ""
     seconds: dict = dataclasses.field(default_factory=dict)
     compile_seconds: float = 0.0
+    compile_cpu: float = 0.0  # CPU seconds of the compile (this process's route; 0 from the child)
     child_seconds: float = 0.0
     save_seconds: float = 0.0
     error: str = ""
@@ -111,7 +125,8 @@ class DumpResult:
 
     def note(self, wall: float) -> str:
         """How the dump was made and what it cost, for the optimized_hlo level's note."""
-        return (f"XLA's dump of one compile in {self.where} ({self.compile_seconds:.2f} s compile, "
+        cpu = f", {self.compile_cpu:.2f} CPU s" if self.compile_cpu else ""
+        return (f"XLA's dump of one compile in {self.where} ({self.compile_seconds:.2f} s compile{cpu}, "
                 f"{wall:.2f} s waited here for {self.waited_for})")
 
 
@@ -276,13 +291,13 @@ class OwnDump:
         out = DumpResult(where="this process (XLA_FLAGS set before TF loaded)", waited_for="this compile",
                          call_levels=0)
         self._clear()  # only this compile's files: earlier jit compiles of the user's script dumped too
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         try:
             generator(stage="optimized_hlo")
         except Exception as e:  # as in the child: reported, and the stages before are kept
             out.error = f"{type(e).__name__}: {str(getattr(e, 'message', None) or e)[:4000]}"
             return out
-        out.compile_seconds = time.perf_counter() - t0
+        out.compile_seconds, out.compile_cpu = time.perf_counter() - t0, time.process_time() - c0
         _read_dump(self.folder, out)
         return out
 

@@ -42,6 +42,8 @@ class Stage:
         seconds: wall seconds to produce it.
         why: "" when produced, else why it is empty.
         note: how it was produced or measured.
+        cpu_seconds: CPU seconds of this process (all its threads) while it was made; 0 for
+            the levels read from XLA's dump (the compile's CPU is in the optimized_hlo note).
     """
 
     name: str
@@ -51,6 +53,7 @@ class Stage:
     why: str = ""
     note: str = ""
     pieces: tuple[Piece, ...] = dataclasses.field(default=(), metadata={"dict": False})
+    cpu_seconds: float = 0.0
 
     @property
     def bytes(self) -> int:
@@ -63,6 +66,7 @@ class Stage:
 
     def to_dict(self, with_text: bool = False) -> dict:
         d = {"name": self.name, "ops": dict(self.ops), "bytes": self.bytes, "seconds": round(self.seconds, 4),
+             "cpu_seconds": round(self.cpu_seconds, 4),
              "why": self.why, "note": self.note}
         if with_text:
             d["text"] = self.text
