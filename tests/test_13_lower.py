@@ -198,38 +198,83 @@ def test_a_spec_with_an_unknown_dim_is_refused():
 def test_the_childs_private_folder_is_removed_and_the_child_reaped_also_when_lowering_stops(monkeypatch):
     import tflab.lowering.dump as dump
 
-    made, children = [], []
-    real_mkdtemp, real_enter = dump.tempfile.mkdtemp, dump.DumpChild.__enter__
-
-    def mkdtemp(*a, **k):
-        made.append(real_mkdtemp(*a, **k))
-        return made[-1]
+    children = []
+    real_enter = dump.DumpChild.__enter__
 
     def enter(self):
         children.append(real_enter(self))
         return children[-1]
 
-    monkeypatch.setattr(dump.tempfile, "mkdtemp", mkdtemp)
     monkeypatch.setattr(dump.DumpChild, "__enter__", enter)
     low = lower(with_py_function, tf.TensorSpec([3], tf.float32))
-    assert low.stopped_at == "stablehlo" and len(made) == 1 and len(children) == 1
-    assert not os.path.exists(made[0])
+    assert low.stopped_at == "stablehlo" and len(children) == 1
+    assert children[0].tmp.name.startswith(dump.TEMP_PREFIX) and not children[0].tmp.exists()
     assert children[0].proc.poll() is not None  # stopped and reaped, not left importing TF
 
 
-def test_a_custom_op_without_an_xla_kernel_stops_the_lowering_naming_it():
-    """WarpSoftmax has CPU/CUDA kernels and no XLA kernel: lowering stops at stablehlo, quoting TF.
+def returns_none(x):
+    y = x * 2.0  # LINE:none
+    del y
 
-    The library is built once and cached under custom_ops/_build/ (test_09 builds it first in the suite).
-    """
-    from custom_ops import load_library, warp_softmax
 
-    load_library()
+def test_a_function_returning_none_stops_after_the_funcgraph_saying_why():
+    """H13: nothing to lower is not '9/9 stages': the levels below the FuncGraph would be an empty program."""
+    low = lower(returns_none, tf.TensorSpec([3], tf.float32))
+    assert low.stopped_at == "tf_mlir" and "returns no tensor" in low.why and "returns_none" in low.why, low.why
+    assert [s.name for s in low.stages if not s.why] == ["python", "autograph", "funcgraph"]
+    assert low.stage("funcgraph").ops["Mul"] == 1 and low.summary_line() == "3/9 stages; stopped at tf_mlir"
+    assert low.fusions == () and low.provenance("Mul")["source"] == [_line("none")]
 
-    def soft(x):
-        return warp_softmax(x * 2.0)  # LINE:warp
 
-    low = lower(soft, tf.TensorSpec([2, 8], tf.float32))
-    assert low.stopped_at == "stablehlo" and "WarpSoftmax" in low.why and "XLA cannot compile" in low.why, low.why
-    assert low.stage("funcgraph").ops["WarpSoftmax"] == 1 and low.stage("tf_mlir").ops.get("tf.WarpSoftmax") == 1
-    assert low.provenance("WarpSoftmax")["source"] == [_line("warp")]
+def test_a_huge_static_input_is_refused_in_one_line_before_anything_is_allocated(monkeypatch):
+    """H6: the inputs' zeros are checked against the memory available (`check_fits`) before any is made."""
+    import tflab.lowering.dump as dump
+    from tflab.process import memory
+
+    started = []
+    monkeypatch.setattr(dump.DumpChild, "__enter__", lambda self: started.append(self) or self)
+    monkeypatch.setattr(memory, "available_memory", lambda: (1 << 30, "test: 1 GiB"))
+    with pytest.raises(UsageError, match=r"lower \(float32\[1024,1024,1024\]\) would need about 8\.0 GiB.*"
+                                         r"1\.0 GiB is available.*smaller static shape"):
+        lower(returns_none, tf.TensorSpec([1024, 1024, 1024], tf.float32))
+    assert started == []  # refused before the child started
+    # The healthy case beside it: 2 copies of a 256 MiB input fit in 1 GiB (no refusal from the check).
+    from tflab.lowering.build import _check_inputs_fit
+
+    _check_inputs_fit([tf.TensorSpec([64, 1024, 1024], tf.float32)])
+    with pytest.raises(UsageError):  # planted: one float more than fits
+        _check_inputs_fit([tf.TensorSpec([64 * 1024 * 1024 * 2 + 1], tf.float32)])
+
+
+def chained(x):
+    y = x * 2.0  # LINE:c1
+    y = y + 1.0  # LINE:c2
+    y = tf.tanh(y)  # LINE:c3
+    return y - 0.5  # LINE:c4
+
+
+def test_a_fusions_user_lines_hold_every_line_the_funcgraph_gives_its_ops():
+    """The fusion table's lines are the union over its TF ops of the funcgraph level's lines for them."""
+    low = lower(chained, tf.TensorSpec([2, 8], tf.float32))
+    by_op = {}
+    for piece in low.stage("funcgraph").pieces:
+        for n in piece.names:
+            by_op.setdefault(n, set()).update(piece.lines)
+
+    def missing(fusions):
+        out = {}
+        for f in fusions:
+            want = set().union(*(by_op.get(n, set()) for n in f.tf_op_names))
+            if want - set(f.source_lines):
+                out[f.name] = want - set(f.source_lines)
+        return out
+
+    assert missing(low.fusions) == {}
+    lines = [_line(f"c{i}") for i in range(1, 5)]
+    big = [f for f in low.fusions if set(f.source_lines) == set(lines)]
+    assert big, [(f.name, f.tf_op_names, f.source_lines) for f in low.fusions]  # one loop fusion of 4 lines
+    text = low.to_text()
+    row = next(r for r in text.splitlines() if r.strip().startswith(big[0].name + " |"))
+    assert all(line in row for line in lines), row  # the table prints every one (not the first 3)
+    planted = [dataclasses.replace(big[0], source_lines=big[0].source_lines[:1])]  # planted: lines cut to one
+    assert set(missing(planted)) == {big[0].name}

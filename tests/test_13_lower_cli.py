@@ -116,6 +116,8 @@ def test_a_lowering_that_stops_exits_1_with_the_levels_before_it(script):
     (["{script}:f", "--arg", "x=float32[None,8]"], "static shapes"),
     (["{script}:f", "--arg", "x=float32[2,8]", "--stage", "mhlo"], "invalid choice"),
     (["/no/such/file.py:f"], "file.py"),
+    # H6: 40 TB of input is refused from the memory available, before anything is allocated.
+    (["{script}:f", "--arg", "x=float32[100000,100000,1000]"], "would need about"),
 ])
 def test_bad_input_is_one_line_exit_2(script, argv, words):
     code, out, err = _main("lower", *[a.format(script=script) for a in argv])
@@ -170,3 +172,28 @@ def test_page_in_chromium_a_click_on_a_fusion_reaches_its_kernel_code(outputs):
     stages = {s for s, _ in r["hits"] if s}
     assert {"python", "funcgraph", "optimized_hlo", "llvm_ir", "asm"} <= stages, stages
     assert any("tf.nn.relu" in t for s, t in r["hits"] if s == "python")
+
+
+def test_the_console_verb_dumps_its_own_compile_and_leaves_no_folder(script, tmp_path):
+    """``tflab lower`` runs in a fresh supervised process: XLA's dump is on before TF loads, no child compile.
+
+    The one real ``tflab`` process of this file (the others run `main` in this
+    process, where TF loaded first, so they use the child).
+    """
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    env.pop("TFLAB_IN_PROCESS", None)
+    run = subprocess.run([sys.executable, "-m", "tflab", "lower", f"{script}:f", "--arg", "x=float32[2,8]",
+                          "--json"], capture_output=True, text=True, env=env, cwd=script.parent, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    data = json.loads(run.stdout)
+    by = {s["name"]: s for s in data["stages"]}
+    assert all(s["why"] == "" and s["bytes"] > 0 for s in data["stages"]), [s["why"] for s in data["stages"]]
+    assert "in this process (XLA_FLAGS set before TF loaded)" in by["optimized_hlo"]["note"], by["optimized_hlo"]
+    assert "before_optimizations" in by["hlo"]["note"] and by["hlo"]["ops"]["while"] == 1
+    fusion = next(f for f in data["fusions"] if "Relu" in f["tf_op_types"])
+    assert fusion["source_lines"] == ["model_fn.py:11"] and fusion["llvm_ir_bytes"] > 0 and fusion["asm_bytes"] > 0
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("tflab_")] == []  # the dump folder removed

@@ -1,6 +1,8 @@
-"""Issue 35: the parts of `tflab.lower` that read XLA's text, on fixed inputs (no lowering, no child process)."""
+"""Issue 35: the parts of `tflab.lower` that read XLA's text, on fixed inputs, and its temp folders and child (no TF)."""
 
 from __future__ import annotations
+
+import pytest
 
 from tflab.lowering import dump, hlo
 
@@ -45,12 +47,18 @@ def test_buffer_assignment_totals_temp_and_largest_with_shapes():
 
 
 def test_hlo_text_instructions_metadata_and_bytes_from_shapes():
-    comps = hlo.parse_module(MODULE)
+    comps = hlo.parse_module(MODULE, call_levels=2)
     assert [c.name for c in comps] == ["fused_computation", "main"] and comps[1].entry
     fusion = comps[1].instructions[-1]
     assert (fusion.opcode, fusion.kind, fusion.calls, fusion.operands, fusion.root) == (
         "fusion", "kLoop", ("fused_computation",), ("matmul.2",), True)
     assert comps[0].instructions[1].op_names == ("Relu",)  # the child's two call levels dropped
+    assert hlo.parse_module(MODULE)[0].instructions[1].op_names == ("StatefulPartitionedCall/"
+                                                                   "StatefulPartitionedCall/Relu",)  # in-process: kept
+    # A program without variables is called through PartitionedCall (stateless): dropped the same way.
+    assert hlo.clean_op_name("PartitionedCall/PartitionedCall/sub", 2) == "sub"
+    assert hlo.clean_op_name("PartitionedCall/inner/mul", 2) == "inner/mul"  # only call levels go
+    assert hlo.clean_op_name("PartitionedCall/mul", 0) == "PartitionedCall/mul"
     assert hlo.shape_bytes("f32[2,4]{1,0}") == 32 and hlo.shape_bytes("(f32[2], s8[3], pred[])") == 12
     assert hlo.shape_bytes("bf16[10]") == 20 and hlo.shape_bytes("s4[3]") == 2
     assert hlo.opcode_counts(comps)["parameter"] == 3
@@ -70,3 +78,95 @@ def test_asm_stage_says_why_it_is_empty_without_objdump_or_llvm_objdump(tmp_path
     assert out.kernel_ir_bytes == {"multiply_reduce_fusion": len(  # define … { … } (the closing brace included)
         "define void @multiply_reduce_fusion(ptr %0) {\n  %2 = load float, ptr %0\n  ret void\n}")}
     assert out.optimized_hlo == MODULE
+
+
+def _stages(fg):
+    from tflab.lowering.records import STAGES, Stage
+
+    return tuple(fg if name == "funcgraph" else Stage(name, why="not produced") for name in STAGES)
+
+
+def test_a_control_flow_type_key_names_its_family_while_and_statelesswhile():
+    """TF writes ``StatelessWhile`` for a loop whose body is stateless; ``provenance("While")`` finds it too."""
+    from tflab.errors import UsageError
+    from tflab.lowering import provenance as prov
+    from tflab.lowering.records import Lowering, Piece, Stage
+    from tflab.lowering.stages import OpRecord
+
+    index = [OpRecord("while", "StatelessWhile", "/u/f.py", 5, "while i < 3:", 0),
+             OpRecord("cond", "If", "/u/f.py", 9, "if x > 0:", 0),
+             OpRecord("mul", "Mul", "/u/f.py", 6, "x = x * 2", 1)]
+    fg = Stage("funcgraph", "…", {"StatelessWhile": 1}, pieces=tuple(
+        Piece(f"{r.name} = {r.type}", names=(r.name,), lines=(r.source,), key=r.name) for r in index))
+    low = Lowering(function_name="f", stages=_stages(fg), _index=index)
+    assert low.provenance("While") == {"funcgraph": ["while = StatelessWhile"], "source": ["f.py:5"]}
+    assert low.provenance("StatelessWhile")["source"] == ["f.py:5"]
+    assert low.provenance("StatelessIf")["source"] == ["f.py:9"]  # the other way round: If found
+    assert prov.op_types("Mul") == ("Mul",)
+    with pytest.raises(UsageError):
+        low.provenance("Case")  # a family with no member here is still an unknown key
+
+
+def test_a_planted_exact_type_match_misses_statelesswhile(monkeypatch):
+    from tflab.errors import UsageError
+    from tflab.lowering import provenance as prov
+    from tflab.lowering.records import Lowering, Stage
+    from tflab.lowering.stages import OpRecord
+
+    low = Lowering(function_name="f", stages=_stages(Stage("funcgraph")),
+                   _index=[OpRecord("while", "StatelessWhile", "/u/f.py", 5, "", 0)])
+    monkeypatch.setattr(prov, "op_types", lambda key: (key,))  # planted: the pre-fix exact match
+    with pytest.raises(UsageError):
+        low.provenance("While")
+
+
+def test_a_lowering_folder_left_by_a_dead_owner_is_swept_by_the_next_one(tmp_path, monkeypatch):
+    """H3: the child's folder is an owned temp dir; a later lowering's `owned_temp_dir` removes a dead one."""
+    import subprocess
+    import sys
+
+    from tflab import _paths
+
+    monkeypatch.setattr(_paths.tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    left = tmp_path / f"{dump.TEMP_PREFIX}killed"
+    (left / "xla_dump").mkdir(parents=True)
+    (left / _paths.OWNER).write_text(f"{int(dead.stdout)} 1\n")  # its owner is gone
+    alive = tmp_path / f"{dump.TEMP_PREFIX}running"
+    alive.mkdir()
+    _paths.mark_owner(alive)  # this process: kept
+    new = _paths.owned_temp_dir(dump.TEMP_PREFIX)
+    assert not left.exists() and alive.exists() and new.exists() and (new / _paths.OWNER).exists()
+
+
+def test_the_dump_child_dies_with_a_sigkilled_parent_and_its_folder_is_swept(tmp_path):
+    """H3: ``kill -9`` of the lowering's process leaves no ``_child.py`` running and no folder for long."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tflab import _paths
+
+    code = ("import os, signal, sys; from tflab.lowering.dump import DumpChild; c = DumpChild().__enter__(); "
+            "print(c.proc.pid, c.tmp, flush=True); os.kill(os.getpid(), signal.SIGKILL)")
+    env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=os.getcwd())
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    pid_text, folder = run.stdout.split()
+    pid = int(pid_text)
+
+    def running() -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + 5.0  # the child's TF import alone takes longer than this
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not running(), f"_child.py {pid} still runs after its parent's SIGKILL"
+    assert os.path.isdir(folder) and os.path.basename(folder).startswith(dump.TEMP_PREFIX)
+    assert _paths.owner_gone(_paths.Path(folder)) is not None
+    assert _paths.Path(folder) in _paths.sweep_stale(tmp_path, "tflab_", say=lambda line: None)  # the CLI's sweep
+    assert not os.path.exists(folder)

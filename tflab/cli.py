@@ -281,6 +281,10 @@ def main(argv: list[str] | None = None, *, _channel=None) -> int:
     try:
         if _channel is not None:
             _channel.ready()  # from here a forwarded Ctrl-C/SIGTERM is handled below
+        # A verb's set-up that must precede TF's import (lower: XLA_FLAGS, which XLA reads once).
+        before_tf = getattr(modules[args.verb], "before_tf", None)
+        if before_tf is not None:
+            before_tf(args)
         # Inside the try: Ctrl-C or SIGTERM during TF's seconds-long import is "interrupted" (B9).
         _quiet_tf(_channel.quiet_fd if _channel is not None else None)
         if getattr(args, "json", False):

@@ -88,6 +88,7 @@ class Lane:
     def __init__(self, sections: list[str], out_dir: Path, final_dir: Path | None,
                  model_path: str | None, training: list[str] = ()) -> None:
         from tflab._paths import owned_temp_dir
+        from tflab.lowering.tour import lane_env
         from tflab.process.group import start_tied
 
         self.sections = list(sections)
@@ -104,7 +105,8 @@ class Lane:
         try:
             self._proc = start_tied(argv, stdout=subprocess.DEVNULL, stderr=self._err,
                                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
-                                               "TFLAB_DEADLINE_S": str(LANE_TIMEOUT)})
+                                               "TFLAB_DEADLINE_S": str(LANE_TIMEOUT),
+                                               **lane_env(self._tmp)})  # step 6's compile dumps (issue 35)
         except OSError as e:  # no process (fork refused under a memory limit): the tour runs them
             self._failed = f"could not start ({e.strerror or e})"
 

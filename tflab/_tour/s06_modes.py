@@ -39,6 +39,11 @@ def run(ctx) -> None:
     if fwd.fusion_count is not None:
         ctx.line(f"XLA optimized HLO: {fwd.fusion_count} fusions "
                  f"({', '.join(f'{k} {v}' for k, v in sorted(fwd.fusion_kinds.items()))})")
+    # The lowering ladder from the dump of that compile (the tour's second process dumps it; issue 35).
+    from tflab.lowering.tour import tour_lines
+
+    for line in tour_lines(forward, x):
+        ctx.line(line)
 
     # Gradients of the loss, eager vs graph. XLA is left out here: compiling the
     # backward pass of MobileNetV3Small costs far more than this section's budget

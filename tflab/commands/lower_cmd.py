@@ -28,6 +28,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "as JSON (with --stage, those stages' text too)")
 
 
+def before_tf(args: argparse.Namespace) -> None:
+    """Called by the CLI before TF loads: turns XLA's dump on for this process (`arm_own_dump`).
+
+    The verb runs in a fresh supervised process, so the lowering's own compile
+    can write XLA's dump (XLA reads ``XLA_FLAGS`` once per process): no second
+    process, TF import or SavedModel is needed. In-process runs (TF already
+    loaded) use the child process instead.
+    """
+    from tflab.lowering.dump import arm_own_dump
+
+    arm_own_dump()
+
+
 def run(args: argparse.Namespace) -> int:
     from tflab.report import jsonable as _jsonutil
     from tflab._progress import Progress
@@ -45,11 +58,18 @@ def run(args: argparse.Namespace) -> int:
         if out.path.exists() and not args.force:
             raise UsageError(f"--out {args.out}: already exists; choose a new folder or add --force to replace it")
     html = html_output(args.html, args.force)
-    fn, call_args, call_kwargs = load_call(args.target, args.arg)
-    Progress("lower", total=1, enabled=not args.json)(
-        f"lowering {args.target}: nine levels, XLA's dump in a child process")
-    with user_code(args.target.rpartition(":")[2], "while lowering"):
-        report = lower(fn, *call_args, **call_kwargs)
+    from tflab.lowering.dump import arm_own_dump, disarm_own_dump
+
+    own = arm_own_dump()  # armed by `before_tf`; None when TF loaded first (then the child dumps)
+    try:
+        fn, call_args, call_kwargs = load_call(args.target, args.arg)
+        Progress("lower", total=1, enabled=not args.json)(
+            f"lowering {args.target}: nine levels, XLA's dump " + ("of this process's compile" if own
+                                                                  else "in a child process"))
+        with user_code(args.target.rpartition(":")[2], "while lowering"):
+            report = lower(fn, *call_args, **call_kwargs)
+    finally:
+        disarm_own_dump()
     if out is not None:
         tmp = out.temp_dir()
         try:

@@ -22,12 +22,23 @@ ends at once when its parent is gone.
 import json
 import os
 import sys
+import threading
 import time
+
+
+def _watch_parent(parent: int) -> None:
+    """Ends this process once its parent is gone (a SIGKILLed lowering): no compile left running."""
+    while os.getppid() == parent:
+        time.sleep(0.2)
+    os._exit(3)
 
 
 def main(argv: list) -> int:
     saved, specs_path, result_path = argv
     parent = os.getppid()
+    # The parent asked the kernel for SIGKILL when it dies (PR_SET_PDEATHSIG); this thread covers a
+    # parent that started it from another thread, and the TF import and compile below.
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     import tensorflow as tf
 
     deadline = time.monotonic() + 3600

@@ -21,7 +21,9 @@ def lower(fn: Callable, *args: Any, **kwargs: Any) -> Lowering:
     ``llvm_ir`` and ``asm`` from XLA's own dump of one compile.
 
     **A child process.** XLA reads ``XLA_FLAGS`` once per process, so its dump
-    (``--xla_dump_to``) cannot be turned on in this one once TF ran. The
+    (``--xla_dump_to``) cannot be turned on in this one once TF ran (the
+    ``tflab lower`` verb turns it on before TF loads and dumps its own compile
+    instead, `tflab.lowering.dump.arm_own_dump`). The
     program is saved as a SavedModel in a private temporary folder and
     compiled once in a fresh Python process with the dump on (nothing is
     run); the optimized HLO, each kernel's LLVM IR and object code and the
@@ -50,7 +52,8 @@ def lower(fn: Callable, *args: Any, **kwargs: Any) -> Lowering:
         ``.fusions``, ``.provenance(key)``, ``.memory``, ``.stopped_at``, ``.why``.
 
     Raises:
-        UsageError: a TensorSpec with an unknown dimension, or arguments that do not fit ``fn``.
+        UsageError: a TensorSpec with an unknown dimension, arguments that do not fit ``fn``, or
+            inputs whose zeros would not fit in the memory available (checked before any is made).
         tflab.tracing.TraceError: ``fn`` raised while tracing.
 
     Example:

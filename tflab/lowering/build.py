@@ -25,28 +25,6 @@ def _keras_layers(model: Any) -> list:
     return out
 
 
-def _referenced_layers(fn: Any) -> list | None:
-    """The Keras layers (nested ones included) of the models and layers ``fn`` reads from its closure or globals."""
-    import inspect
-    import sys
-
-    if "keras" not in sys.modules or not callable(fn):
-        return None
-    import keras
-
-    try:
-        refs = inspect.getclosurevars(fn)
-    except (TypeError, ValueError):
-        return None
-    found = [v for v in (*refs.nonlocals.values(), *refs.globals.values()) if isinstance(v, keras.layers.Layer)]
-    out = []
-    for v in found:
-        if not getattr(v, "layers", None):  # a model is the scope around its layers, not one of them
-            out.append(v)
-        out.extend(_keras_layers(v))
-    return out or None
-
-
 def _flat_inputs(args: tuple, kwargs: dict):
     """The tensor leaves of the call as named static TensorSpecs, and a rebuild of the call from them."""
     import numpy as np
@@ -110,36 +88,54 @@ def _why(exc: BaseException) -> str:
 
 
 def _timed(name: str, make) -> Stage:
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     text, ops, pieces, note = make()
-    return Stage(name, text, ops, time.perf_counter() - t0, "", note, tuple(pieces))
+    return Stage(name, text, ops, time.perf_counter() - t0, "", note, tuple(pieces),
+                 cpu_seconds=time.process_time() - c0)
+
+
+def _check_inputs_fit(specs: list) -> None:
+    """One line (UsageError) when the zero inputs the compile needs cannot fit in memory, before any is made.
+
+    ``experimental_get_compiler_ir`` takes tensors: one set of zeros of every
+    input in this process and one in the child (`tflab.lowering.dump`).
+    """
+    from tflab.process.memory import check_fits
+
+    sizes = [s.shape.num_elements() * max(s.dtype.size, 1) for s in specs]
+    shapes = ", ".join(f"{s.dtype.name}[{','.join(map(str, s.shape.as_list()))}]" for s in specs[:3])
+    check_fits(sum(sizes), 2, f"lower ({shapes})", "give a smaller static shape (XLA's HLO for a batch "
+               "of 1 or 2 shows the same fusions)")
 
 
 def build_lowering(fn: Any, args: tuple, kwargs: dict) -> Lowering:
-    from tflab.lowering.dump import DumpChild
+    from tflab.lowering.dump import dumper
 
-    # The child starts first: its TF import runs beside this process's tracing (2 cores).
-    with DumpChild() as child:
-        return _build(fn, args, kwargs, child)
+    specs, rebuild = _flat_inputs(args, kwargs)
+    _check_inputs_fit(specs)
+    # The child (when this process cannot dump: TF ran here first) starts now: its TF import and the
+    # SavedModel save overlap this process's tracing and its tf_mlir/stablehlo/hlo levels (2 cores).
+    with dumper() as dump:
+        return _build(fn, specs, rebuild, dump)
 
 
-def _build(fn: Any, args: tuple, kwargs: dict, child) -> Lowering:
+def _build(fn: Any, specs: list, rebuild, child) -> Lowering:
     import tensorflow as tf
 
     from tflab.lowering import stages as st
+    from tflab.lowering.layers import record_layer_calls
     from tflab.tracing import function_name, get_concrete_function
 
     name = function_name(fn)
     keras = _is_keras_model(fn)
     py_fn = getattr(fn, "python_function", fn)
-    layers = _keras_layers(fn) if keras else _referenced_layers(py_fn)
+    layers = _keras_layers(fn) if keras else None
     if keras:
         call = getattr(type(fn), "call", None)
         functional = type(fn).__name__ in ("Functional", "Sequential") or call is None
         py_source = None if functional else call
     else:
         py_source = py_fn
-    specs, rebuild = _flat_inputs(args, kwargs)
 
     def flat(*xs):
         a, k = rebuild(xs)
@@ -167,7 +163,7 @@ def _build(fn: Any, args: tuple, kwargs: dict, child) -> Lowering:
         return stage
 
     # python and autograph never stop the ladder: a body Python cannot show still traces.
-    for stage_name, producer in (("python", lambda: st.python_stage(py_source, layers if keras else None)),
+    for stage_name, producer in (("python", lambda: st.python_stage(py_source, layers)),
                                  ("autograph", lambda: st.autograph_stage(py_source))):
         try:
             if py_source is None and stage_name == "autograph":
@@ -178,22 +174,34 @@ def _build(fn: Any, args: tuple, kwargs: dict, child) -> Lowering:
         except Exception as e:
             stage = Stage(stage_name, why=f"{type(e).__name__}: {str(e)[:200]}")
         done.append(stage)
-    t0 = time.perf_counter()
-    concrete = get_concrete_function(jit)  # tracing errors are the user's: raised as TraceError
-    trace_seconds = time.perf_counter() - t0
+    t0, c0 = time.perf_counter(), time.process_time()
+    with record_layer_calls() as layer_calls:  # which Keras layer call created each op (not a scope guess)
+        concrete = get_concrete_function(jit)  # tracing errors are the user's: raised as TraceError
+    trace_seconds, trace_cpu = time.perf_counter() - t0, time.process_time() - c0
+    op_layer = layer_calls.names_for(concrete.graph)
     index = st.op_index(concrete.graph)
     fg = _timed("funcgraph", lambda: st.funcgraph_stage(concrete.graph, index))
     fg.seconds += trace_seconds
+    fg.cpu_seconds += trace_cpu
     done.append(fg)
+    if not concrete.outputs:
+        # H13: nothing to compute; XLA would compile an empty program and every level below would be
+        # empty, which is not a lowering of the user's function.
+        stopped = "tf_mlir"
+        why = (f"{name} returns no tensor (None, or an empty structure): XLA has no output to compute, so "
+               f"nothing of it lowers past the FuncGraph ({sum(fg.ops.values())} ops traced, none used); "
+               "return the tensors you want to see lowered")
+    specs_list = [(s.name, s.dtype.name, s.shape.as_list()) for s in specs]
+    if not stopped:
+        child.submit(concrete, specs_list, concrete.variables)  # the child compiles while we go on
     add("tf_mlir", lambda: st.tf_mlir_stage(concrete))
     generator = None
     if not stopped:
         generator = jit.experimental_get_compiler_ir(*[tf.zeros(s.shape, s.dtype) for s in specs])
     add("stablehlo", lambda: st.stablehlo_stage(generator))
-    add("hlo", lambda: st.hlo_stage(generator(stage="hlo"), 'experimental_get_compiler_ir(...)(stage="hlo")'))
     fusions, memory = [], {}
     if not stopped:
-        fusions, memory = _compiled_stages(add, done, concrete, specs, generator, index, layers, child)
+        fusions, memory = _compiled_stages(add, done, generator, fg, op_layer, child)
     by_name = {s.name: s for s in done}
     all_stages = []
     for stage_name in STAGES:
@@ -208,17 +216,26 @@ def _build(fn: Any, args: tuple, kwargs: dict, child) -> Lowering:
                     stopped_at=stopped, why=why, _index=index)
 
 
-def _compiled_stages(add, done, concrete, specs, generator, index, layers, child):
-    """optimized_hlo, llvm_ir and asm from the child's dump (or optimized_hlo here when it failed)."""
+def _compiled_stages(add, done, generator, funcgraph, op_layer, child):
+    """hlo, optimized_hlo, llvm_ir and asm from one compile's dump (without one: hlo and optimized_hlo here)."""
     from tflab.lowering import stages as st
     from tflab.lowering.dump import parse_buffer_assignment
     from tflab.lowering.fusions import asm_stage, build_fusions, llvm_stage
 
     t0 = time.perf_counter()
-    dump = child.finish(concrete, [(s.name, s.dtype.name, s.shape.as_list()) for s in specs], concrete.variables)
+    dump = child.collect(generator)
     wall = time.perf_counter() - t0
-    op_source = {r.name: r.source for r in index}
-    layer_names = {layer.name for layer in layers or []}
+    # A fusion's user lines: the union, over its TF ops, of the lines the funcgraph level gives each op.
+    op_source: dict[str, tuple] = {}
+    for piece in funcgraph.pieces:
+        for n in piece.names:
+            op_source[n] = tuple(dict.fromkeys(op_source.get(n, ()) + piece.lines))
+    if dump.error or not dump.hlo:
+        add("hlo", lambda: st.hlo_stage(generator(stage="hlo"), 'experimental_get_compiler_ir(...)(stage="hlo")'))
+    else:  # the module XLA's compile began with (its before_optimizations dump): no second tf2xla lowering
+        text, ops, pieces, _ = st.hlo_stage(dump.hlo, "", dump.call_levels)
+        done.append(Stage("hlo", text, ops, 0.0, "", "the HLO module the compile below began with (XLA's "
+                          "*.before_optimizations.txt dump); seconds: 0, made by that compile", tuple(pieces)))
     if dump.error:
         stage = add("optimized_hlo", lambda: st.hlo_stage(
             generator(stage="optimized_hlo"), 'experimental_get_compiler_ir(...)(stage="optimized_hlo") in this '
@@ -227,15 +244,14 @@ def _compiled_stages(add, done, concrete, specs, generator, index, layers, child
         done.extend([Stage("llvm_ir", why=why), Stage("asm", why=why)])
         if stage is None:
             return [], {}
-        return build_fusions(stage.text, {}, {}, op_source, layer_names), {}
+        return build_fusions(stage.text, {}, {}, op_source, op_layer), {}
     secs = dump.seconds
-    note = (f"XLA's dump of one compile in a child process ({dump.compile_seconds:.2f} s compile, "
-            f"{wall:.2f} s waited here for the SavedModel save and the child, whose TF import began with the "
-            f"lowering)")
-    opt = st.hlo_stage(dump.optimized_hlo, note)
+    note = dump.note(wall)
+    opt = st.hlo_stage(dump.optimized_hlo, note, dump.call_levels)
     done.append(Stage("optimized_hlo", opt[0], opt[1], secs.get("optimized_hlo", 0.0), "",
                       note + "; seconds: the HLO passes (dump file times)", tuple(opt[2])))
-    fusions = build_fusions(dump.optimized_hlo, dump.kernel_ir_bytes, dump.kernel_asm_bytes, op_source, layer_names)
+    fusions = build_fusions(dump.optimized_hlo, dump.kernel_ir_bytes, dump.kernel_asm_bytes, op_source, op_layer,
+                            dump.call_levels)
     ops, pieces = llvm_stage(dump.llvm_ir, dump.kernel_ir_text, fusions)
     done.append(Stage("llvm_ir", dump.llvm_ir, ops, secs.get("llvm_ir", 0.0),
                       "" if dump.llvm_ir else "XLA wrote no LLVM IR (every op ran as a library call)",

@@ -24,6 +24,7 @@ the last ``.ll``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -31,14 +32,71 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["DumpResult", "DumpChild", "disassembler", "parse_buffer_assignment"]
+__all__ = ["DumpResult", "DumpChild", "OwnDump", "dumper", "arm_own_dump", "disarm_own_dump", "disassembler",
+           "parse_buffer_assignment"]
 
 _CHILD = Path(__file__).with_name("_child.py")
 CHILD_TIMEOUT_S = 600.0
+#: Temporary folders carry `tflab._paths.OWNER` under this prefix: the CLI's start sweeps those
+#: whose owner is gone (``tflab_*``), so a SIGKILLed lowering leaves nothing behind for long.
+TEMP_PREFIX = "tflab_lower_"
+_DUMP_FLAGS = "--xla_dump_hlo_as_text"
+_own_dump: Path | None = None  # this process's XLA dump folder, armed before TF loaded (`arm_own_dump`)
+_flags_before: str | None = None  # XLA_FLAGS as they were before `arm_own_dump`
+
+
+def arm_own_dump() -> Path | None:
+    """Turns XLA's dump on for this process, when TF has not loaded yet; returns the folder or None.
+
+    XLA parses ``XLA_FLAGS`` once, at its first compile, so the flag must be in
+    the environment before TF loads. The ``tflab lower`` verb runs in a fresh
+    supervised child process and calls this first: its own compile then
+    writes the dump and no second process (TF import, SavedModel save and
+    load) is needed. The folder is an owned temporary folder
+    (`tflab._paths.owned_temp_dir`): removed by `disarm_own_dump`, by the
+    supervisor when this process is killed, or by a later run's sweep.
+    """
+    global _own_dump, _flags_before
+    if _own_dump is not None:
+        return _own_dump
+    from tflab.process.supervisor import report_stream
+
+    if report_stream() is None:
+        return None  # not the supervised verb process: a test's or notebook's flags are never touched
+    if "tensorflow" in sys.modules or "--xla_dump_to" in os.environ.get("XLA_FLAGS", ""):
+        return None  # too late (XLA may have read its flags) or the user dumps already: the child does it
+    from tflab._paths import owned_temp_dir
+
+    tmp = owned_temp_dir(TEMP_PREFIX)
+    dump = tmp / "xla_dump"
+    dump.mkdir()
+    _flags_before = os.environ.get("XLA_FLAGS")
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={dump} {_DUMP_FLAGS}").strip()
+    _own_dump = dump
+    return dump
+
+
+def disarm_own_dump() -> None:
+    """Removes this process's dump folder (`arm_own_dump`) and restores ``XLA_FLAGS`` for its children.
+
+    XLA itself keeps the flags it read; nothing compiles here after the lowering.
+    """
+    global _own_dump
+    if _own_dump is not None:
+        shutil.rmtree(_own_dump.parent, ignore_errors=True)
+        _own_dump = None
+        if _flags_before is None:
+            os.environ.pop("XLA_FLAGS", None)
+        else:
+            os.environ["XLA_FLAGS"] = _flags_before
+
+
+def dumper():
+    """The dump of this lowering's one compile: `OwnDump` when this process dumps, else a `DumpChild`."""
+    return OwnDump(_own_dump) if _own_dump is not None and _own_dump.is_dir() else DumpChild()
 
 
 @dataclasses.dataclass
@@ -55,10 +113,21 @@ class DumpResult:
     buffer_assignment: str = ""
     seconds: dict = dataclasses.field(default_factory=dict)
     compile_seconds: float = 0.0
+    compile_cpu: float = 0.0  # CPU seconds of the compile (this process's route; 0 from the child)
     child_seconds: float = 0.0
     save_seconds: float = 0.0
     error: str = ""
     asm_why: str = ""
+    hlo: str = ""
+    call_levels: int = 2  # the child calls the program through a SavedModel signature: 2 call ops
+    where: str = "a child process"
+    waited_for: str = "the SavedModel save and the child, whose TF import began with the lowering"
+
+    def note(self, wall: float) -> str:
+        """How the dump was made and what it cost, for the optimized_hlo level's note."""
+        cpu = f", {self.compile_cpu:.2f} CPU s" if self.compile_cpu else ""
+        return (f"XLA's dump of one compile in {self.where} ({self.compile_seconds:.2f} s compile{cpu}, "
+                f"{wall:.2f} s waited here for {self.waited_for})")
 
 
 def disassembler() -> list[str] | None:
@@ -88,7 +157,9 @@ class DumpChild:
     def __enter__(self) -> "DumpChild":
         from tflab.process.group import ChildGroup
 
-        self.tmp = Path(tempfile.mkdtemp(prefix="tflab-lower-"))
+        from tflab._paths import owned_temp_dir
+
+        self.tmp = owned_temp_dir(TEMP_PREFIX)  # carries its owner: swept after a SIGKILL (H3)
         env = dict(os.environ)
         dump = self.tmp / "xla_dump"
         env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + f" --xla_dump_to={dump} --xla_dump_hlo_as_text").strip()
@@ -109,34 +180,53 @@ class DumpChild:
                 shutil.rmtree(self.tmp, ignore_errors=True)
 
     def finish(self, concrete, specs: list[tuple[str, str, list[int]]], variables) -> DumpResult:
-        """Saves ``concrete`` for the child, waits for its compile, reads XLA's dump.
+        """`submit`, then `collect`."""
+        self.submit(concrete, specs, variables)
+        return self.collect(None)
+
+    def submit(self, concrete, specs: list[tuple[str, str, list[int]]], variables) -> None:
+        """Saves ``concrete`` for the child, which compiles it as soon as it has (no waiting here).
 
         Args:
             concrete: the jit ConcreteFunction whose inputs are ``specs`` (flat, named tensors).
             specs: ``(name, dtype name, static shape)`` per input, in order.
             variables: the variables it captures (saved with it).
 
-        Returns:
-            A `DumpResult`; ``error`` says why there is none (the SavedModel could not
-            be written, the child failed or timed out), quoting TF.
+        The SavedModel skips its saver ops (``SaveOptions(experimental_skip_saver=True)``):
+        the child only compiles, and the variables' values do not change the program.
         """
         import tensorflow as tf
 
-        out = DumpResult()
+        self.out = out = DumpResult()
         tmp = self.tmp
-        saved, result_file = tmp / "saved_model", tmp / "result.json"
         t0 = time.perf_counter()
         try:
             holder = tf.Module()
             holder.variables_to_save = list(variables)
-            tf.saved_model.save(holder, str(saved), signatures={"lower": concrete})
+            tf.saved_model.save(holder, str(tmp / "saved_model"), signatures={"lower": concrete},
+                                options=tf.saved_model.SaveOptions(experimental_skip_saver=True))
         except Exception as e:  # a capture SavedModel cannot hold (a lookup table, a py_function)
             out.error = f"the program could not be saved for the child compile: {type(e).__name__}: {str(e)[:300]}"
-            return out
+            return
         out.save_seconds = time.perf_counter() - t0
         ready = tmp / "specs.json.tmp"
         ready.write_text(json.dumps([list(s) for s in specs]))
         os.replace(ready, tmp / "specs.json")  # the child starts compiling when this name appears
+
+    def collect(self, generator=None) -> DumpResult:
+        """Waits for the child's compile (`submit` first) and reads XLA's dump.
+
+        Returns:
+            A `DumpResult`; ``error`` says why there is none (the SavedModel could not
+            be written, the child failed or timed out), quoting TF.
+        """
+        out = getattr(self, "out", None)
+        if out is None:
+            return DumpResult(error="nothing was submitted to the child")
+        if out.error:
+            return out
+        tmp = self.tmp
+        result_file = tmp / "result.json"
         try:
             _, err = self.proc.communicate(timeout=CHILD_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -153,6 +243,50 @@ class DumpChild:
             return out
         out.compile_seconds = float(result.get("seconds", 0.0))
         _read_dump(tmp / "xla_dump", out)
+        return out
+
+
+class OwnDump:
+    """This process's own compile, with XLA's dump on since before TF loaded (`arm_own_dump`).
+
+    `collect` empties the dump folder, compiles with the lowering's
+    ``experimental_get_compiler_ir(...)(stage="optimized_hlo")`` (one
+    ``BuildExecutable``: the same compile the child makes) and reads the
+    dump; nothing else is started or saved.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+
+    def __enter__(self) -> "OwnDump":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._clear()
+
+    def _clear(self) -> None:
+        for p in list(self.folder.iterdir()) if self.folder.is_dir() else []:
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    p.unlink()
+
+    def submit(self, concrete, specs, variables) -> None:
+        """Nothing to hand over: the compile happens here, in `collect`."""
+
+    def collect(self, generator) -> DumpResult:
+        out = DumpResult(where="this process (XLA_FLAGS set before TF loaded)", waited_for="this compile",
+                         call_levels=0)
+        self._clear()  # only this compile's files: earlier jit compiles of the user's script dumped too
+        t0, c0 = time.perf_counter(), time.process_time()
+        try:
+            generator(stage="optimized_hlo")
+        except Exception as e:  # as in the child: reported, and the stages before are kept
+            out.error = f"{type(e).__name__}: {str(getattr(e, 'message', None) or e)[:4000]}"
+            return out
+        out.compile_seconds, out.compile_cpu = time.perf_counter() - t0, time.process_time() - c0
+        _read_dump(self.folder, out)
         return out
 
 
@@ -185,6 +319,7 @@ def _read_dump(dump: Path, out: DumpResult) -> None:
             out.kernel_ir_text[fn_name] = body
     out.llvm_ir = "\n".join(parts)
     before = files.get("before_optimizations.txt")
+    out.hlo = before.read_text(errors="replace") if before is not None else ""
     mt = {k: p.stat().st_mtime_ns / 1e9 for k, p in files.items()}
     t_before = mt.get("before_optimizations.txt", mt["cpu_after_optimizations.txt"])
     t_after = mt["cpu_after_optimizations.txt"]
@@ -192,7 +327,6 @@ def _read_dump(dump: Path, out: DumpResult) -> None:
     t_o = max((mt[n] for n, _ in objs), default=t_ll)
     out.seconds = {"optimized_hlo": max(t_after - t_before, 0.0), "llvm_ir": max(t_ll - t_after, 0.0),
                    "asm": max(t_o - t_ll, 0.0)}
-    del before
     tool = disassembler()
     if not objs:
         out.asm_why = "XLA wrote no object file for this program (every op ran as a library call)"

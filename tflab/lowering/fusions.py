@@ -71,24 +71,19 @@ def _inner(comp_names, by_name, seen=None) -> list:
     return out
 
 
-def _layer(part: str, layer_names: set) -> str:
-    """The Keras layer a name-scope component is: itself, or without TF's ``_N`` uniquifying suffix."""
-    if part in layer_names:
-        return part
-    base = re.sub(r"_\d+$", "", part)
-    return base if base in layer_names else ""
-
-
-def build_fusions(text: str, ir_bytes: dict, asm_bytes: dict, op_source: dict, layer_names: set) -> list[Fusion]:
+def build_fusions(text: str, ir_bytes: dict, asm_bytes: dict, op_source: dict, op_layer: dict,
+                  call_levels: int = 0) -> list[Fusion]:
     """One `Fusion` per fusion or kernel of optimized HLO ``text``.
 
     Args:
         text: the optimized HLO.
         ir_bytes, asm_bytes: kernel name → bytes of its LLVM IR / machine code.
-        op_source: FuncGraph op name → its user line (``file.py:N``; "" for none).
-        layer_names: Keras layer names to look for in op names.
+        op_source: FuncGraph op name → its user lines (``file.py:N``; empty for none).
+        op_layer: FuncGraph op name → the Keras layer whose call created it
+            (`tflab.lowering.layers.record_layer_calls`; ops no layer made are absent).
+        call_levels: call ops in front of every op name (`tflab.lowering.hlo.clean_op_name`).
     """
-    comps = parse_module(text)
+    comps = parse_module(text, call_levels)
     by_name = {c.name: c for c in comps}
     out = []
     for comp in comps:
@@ -112,9 +107,8 @@ def build_fusions(text: str, ir_bytes: dict, asm_bytes: dict, op_source: dict, l
                 if i.op_type:
                     types.append(i.op_type)
             names = list(dict.fromkeys(n for n in names if n and not n.startswith("XLA_")))
-            sources = [op_source.get(n, "") for n in names]
-            layers = [layer for n in names for layer in map(lambda part: _layer(part, layer_names), n.split("/")[:-1])
-                      if layer]
+            sources = [line for n in names for line in op_source.get(n, ())]
+            layers = [op_layer[n] for n in names if op_layer.get(n)]
             out.append(Fusion(
                 name=ins.name, kind=kind, computation=comp.name,
                 instructions=tuple(f"{i.name} = {i.opcode}" for i in (inner or [ins])),

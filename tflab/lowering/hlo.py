@@ -32,8 +32,9 @@ _CALLS_RE = re.compile(r"\b(?:calls|to_apply|condition|body|true_computation|fal
 _OPERAND_RE = re.compile(r"%([\w.\-]+)")
 
 # The child process (`tflab.lowering.dump`) compiles the user's program through a SavedModel
-# signature called from a jit tf.function: two call levels that tf2xla prefixes to every op_name.
-_CHILD_PREFIX = "StatefulPartitionedCall/StatefulPartitionedCall/"
+# signature called from a jit tf.function: two call levels that tf2xla prefixes to every op_name,
+# ``StatefulPartitionedCall`` when the program reads variables, ``PartitionedCall`` when it does not.
+_CALL_LEVEL_RE = re.compile(r"^(?:Stateful)?PartitionedCall/")
 
 
 @dataclasses.dataclass
@@ -67,9 +68,14 @@ class Computation:
     line_no: int
 
 
-def clean_op_name(name: str) -> str:
-    """A TF op name from XLA metadata, without the child's two call levels."""
-    return name[len(_CHILD_PREFIX):] if name.startswith(_CHILD_PREFIX) else name
+def clean_op_name(name: str, call_levels: int = 0) -> str:
+    """A TF op name from XLA metadata without the ``call_levels`` call ops in front (the child's: 2)."""
+    for _ in range(call_levels):
+        m = _CALL_LEVEL_RE.match(name)
+        if m is None:
+            return name
+        name = name[m.end():]
+    return name
 
 
 def _split_shape(rest: str) -> tuple[str, str]:
@@ -100,8 +106,12 @@ def _split_call(rest: str) -> tuple[str, str, str]:
     return m.group(1), rest[start + 1:], ""
 
 
-def parse_module(text: str) -> list[Computation]:
-    """Every computation of an HLO module's text, with its instructions in order."""
+def parse_module(text: str, call_levels: int = 0) -> list[Computation]:
+    """Every computation of an HLO module's text, with its instructions in order.
+
+    ``call_levels``: how many call ops the compile added in front of every op name
+    (`clean_op_name`; 2 for the child's SavedModel signature, 0 for this process).
+    """
     comps: list[Computation] = []
     current = None
     for no, line in enumerate(text.splitlines(), 1):
@@ -120,7 +130,7 @@ def parse_module(text: str) -> list[Computation]:
         shape, rest = _split_shape(m.group(3))
         opcode, operand_text, attrs = _split_call(rest)
         meta = dict(_META_RE.findall(attrs))
-        names = tuple(clean_op_name(n) for n in meta.get("op_name", "").split(";") if n)
+        names = tuple(clean_op_name(n, call_levels) for n in meta.get("op_name", "").split(";") if n)
         calls = tuple(c.strip().lstrip("%") for g in _CALLS_RE.findall(attrs) for c in g.split(","))
         current.instructions.append(Instruction(
             name=m.group(2), shape=shape, opcode=opcode, operands=tuple(_OPERAND_RE.findall(operand_text)),

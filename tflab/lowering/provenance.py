@@ -13,9 +13,19 @@ import re
 
 from tflab.errors import UsageError
 
-__all__ = ["provenance", "resolve_key"]
+__all__ = ["provenance", "resolve_key", "op_types"]
 
 _LINE_KEY_RE = re.compile(r"^(.+\.py):(\d+)$")
+
+# TF writes a control-flow op as its stateless twin when the body or branches have no stateful op
+# (while_v2/cond_v2 pick ``StatelessWhile``/``StatelessIf``/``StatelessCase``): one family per key.
+_FAMILIES = {name: (name, f"Stateless{name}") for name in ("While", "If", "Case")}
+_FAMILIES.update({f"Stateless{name}": pair for name, pair in list(_FAMILIES.items())})
+
+
+def op_types(key: str) -> tuple[str, ...]:
+    """The TF op types a type key names: itself, and its stateful/stateless twin for While, If and Case."""
+    return _FAMILIES.get(key, (key,))
 
 
 def _line_matches(key_path: str, key_line: int, rec) -> bool:
@@ -37,7 +47,8 @@ def resolve_key(lowering, key: str) -> tuple[set[str], set[str], set[str]]:
         base = f"{os.path.basename(path)}:{line}"
         return ops, {base}, {f.name for f in lowering.fusions if base in f.source_lines}
     hlo_keys: set[str] = set()
-    ops = {r.name for r in index if r.type == key}
+    types = op_types(key)
+    ops = {r.name for r in index if r.type in types}
     if not ops:
         ops = {r.name for r in index if r.name == key or r.name.startswith(key + "/")}
     if not ops and key in fusions:

@@ -42,6 +42,8 @@ class Stage:
         seconds: wall seconds to produce it.
         why: "" when produced, else why it is empty.
         note: how it was produced or measured.
+        cpu_seconds: CPU seconds of this process (all its threads) while it was made; 0 for
+            the levels read from XLA's dump (the compile's CPU is in the optimized_hlo note).
     """
 
     name: str
@@ -51,6 +53,7 @@ class Stage:
     why: str = ""
     note: str = ""
     pieces: tuple[Piece, ...] = dataclasses.field(default=(), metadata={"dict": False})
+    cpu_seconds: float = 0.0
 
     @property
     def bytes(self) -> int:
@@ -63,6 +66,7 @@ class Stage:
 
     def to_dict(self, with_text: bool = False) -> dict:
         d = {"name": self.name, "ops": dict(self.ops), "bytes": self.bytes, "seconds": round(self.seconds, 4),
+             "cpu_seconds": round(self.cpu_seconds, 4),
              "why": self.why, "note": self.note}
         if with_text:
             d["text"] = self.text
@@ -83,7 +87,8 @@ class Fusion:
         tf_op_names, tf_op_types: from XLA's ``op_name``/``op_type`` metadata.
         source_lines: the user's ``file.py:N``, from each FuncGraph op's traceback
             (TF, Keras and tflab frames skipped).
-        layers: Keras layer names found in the op names.
+        layers: the Keras layers (their ``name``) whose calls created its TF ops, recorded while
+            the function was traced (`tflab.lowering.layers`), never guessed from name scopes.
         llvm_ir_bytes, asm_bytes: size of its LLVM IR function(s) and machine code.
         bytes_read, bytes_written: its operands' and result's shapes, in bytes.
     """
@@ -150,7 +155,8 @@ class Lowering(Report):
         """What came from ``key`` at every level: stage name → its pieces (text).
 
         Args:
-            key: a TF op type (``MatMul``) or op name (``while/mul``), an HLO
+            key: a TF op type (``MatMul``; a control-flow type names its family:
+                ``While`` also finds ``StatelessWhile``, likewise ``If`` and ``Case``) or op name (``while/mul``), an HLO
                 instruction or fusion name (``multiply_reduce_fusion``), or a
                 user line ``"file.py:N"`` (a path or its base name).
 

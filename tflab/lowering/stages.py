@@ -343,9 +343,12 @@ def stablehlo_stage(ir_generator) -> tuple[str, dict, list[Piece], str]:
     return text, dict(ops.most_common()), pieces, 'experimental_get_compiler_ir(...)(stage="stablehlo")'
 
 
-def hlo_stage(text: str, note: str) -> tuple[str, dict, list[Piece], str]:
-    """HLO text (unoptimized or optimized): opcodes counted, one piece per instruction."""
-    comps = parse_module(text)
+def hlo_stage(text: str, note: str, call_levels: int = 0) -> tuple[str, dict, list[Piece], str]:
+    """HLO text (unoptimized or optimized): opcodes counted, one piece per instruction.
+
+    ``call_levels``: call ops in front of every op name (2 in the child's dump, `tflab.lowering.hlo`).
+    """
+    comps = parse_module(text, call_levels)
     pieces = [Piece(_cut(ins.line), names=ins.op_names, key=ins.name) for c in comps for ins in c.instructions]
     return text, opcode_counts(comps), pieces, note
 

@@ -38,7 +38,7 @@ def lowering_text(low, max_fusions: int = 40) -> str:
         for f in order[:max_fusions]:
             lines.append(f"  {f.name} | {f.kind} | {len(f.instructions)} | {human_bytes(f.bytes_read)}/"
                          f"{human_bytes(f.bytes_written)} | {human_bytes(f.llvm_ir_bytes)} / {human_bytes(f.asm_bytes)} | "
-                         f"{', '.join(f.source_lines[:3]) or '-'} | {', '.join(f.layers[:3]) or '-'} | "
+                         f"{', '.join(f.source_lines) or '-'} | {', '.join(f.layers) or '-'} | "
                          f"{', '.join(f.tf_op_types[:4])}")
         if len(order) > max_fusions:
             lines.append(f"  … {len(order) - max_fusions} more (--json lists every one)")

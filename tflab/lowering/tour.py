@@ -1,0 +1,100 @@
+"""The tour's lowering lines (issue 35 item 8): the levels of the model's inference function, from step 6's compile.
+
+Step 6 of the tour compiles the model's forward pass under XLA already
+(`tflab.modes.compare_modes`). When the tour's second process (`tflab._tour.lane`,
+which runs step 6) is started with `lane_env`, XLA dumps that compile (XLA reads
+``XLA_FLAGS`` once per process, so they are set before the process starts), and
+`tour_lines` makes the other levels of the same function here and reads the
+optimized HLO, LLVM IR and machine code from that dump: no second compile.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+__all__ = ["ENV", "lane_env", "tour_lines"]
+
+#: The dump folder of the tour's second process (set by `lane_env`).
+ENV = "TFLAB_TOUR_XLA_DUMP"
+
+
+def lane_env(tmp: str | os.PathLike, environ: dict | None = None) -> dict[str, str]:
+    """Environment entries that make a new process dump its XLA compiles into ``tmp/xla_dump``.
+
+    Args:
+        tmp: a folder the caller owns and removes (the lane's owned temp folder).
+        environ: the environment the process starts from (default ``os.environ``).
+
+    Returns:
+        ``{"XLA_FLAGS": …, ENV: folder}``, or ``{}`` when the user's ``XLA_FLAGS`` dump already
+        (their folder is theirs: the tour then prints no lowering lines).
+    """
+    flags = (os.environ if environ is None else environ).get("XLA_FLAGS", "")
+    if "--xla_dump_to" in flags:
+        return {}
+    folder = Path(tmp) / "xla_dump"
+    folder.mkdir(parents=True, exist_ok=True)
+    return {"XLA_FLAGS": f"{flags} --xla_dump_to={folder} --xla_dump_hlo_as_text".strip(), ENV: str(folder)}
+
+
+class _StepSixDump:
+    """The dumper of `tflab.lowering.build` over a dump that is already written (no compile here)."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = Path(folder)
+
+    def __enter__(self) -> "_StepSixDump":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def submit(self, concrete, specs, variables) -> None:
+        pass
+
+    def collect(self, generator):
+        from tflab.lowering.dump import DumpResult, _read_dump
+
+        out = DumpResult(where="step 6's own compile (XLA_FLAGS set for the tour's second process)",
+                         waited_for="reading it", call_levels=0)
+        _read_dump(self.folder, out)
+        return out
+
+
+def tour_lines(fn: Callable, *args: Any) -> list[str]:
+    """One line per level of ``fn`` on ``args`` and the largest fusion with its layer; [] without a dump.
+
+    Args:
+        fn: the function step 6 compiled (the model's inference function).
+        *args: the tensors it was compiled for (the same shapes: XLA compiles per shape).
+
+    Returns:
+        The lines, the last one saying what they cost; [] when this process has no dump
+        (the tour ran step 6 itself, or the user's XLA_FLAGS dump elsewhere).
+    """
+    from tflab.lowering.build import _build, _flat_inputs
+    from tflab.lowering.text import human_bytes
+
+    folder = os.environ.get(ENV)
+    if not folder or not os.path.isdir(folder) or not any(Path(folder).glob("*after_optimizations.txt")):
+        return []
+    t0, c0 = time.perf_counter(), time.process_time()
+    specs, rebuild = _flat_inputs(args, {})
+    low = _build(fn, specs, rebuild, _StepSixDump(folder))
+    lines = []
+    for s in low.stages:
+        state = (f"-- {s.why[:100]}" if s.why else
+                 f"{sum(s.ops.values())} ops, {human_bytes(s.bytes)}")
+        lines.append(f"lowering {s.name:<13} {state}")
+    if low.fusions:
+        fused = [f for f in low.fusions if f.kind.startswith("k") and f.kind != "kernel"] or list(low.fusions)
+        big = max(fused, key=lambda f: f.bytes_read + f.bytes_written)
+        lines.append(f"largest fusion {big.name} ({big.kind}, {', '.join(big.tf_op_types[:3])}): "
+                     f"{human_bytes(big.bytes_read + big.bytes_written)} moved, layer "
+                     f"{', '.join(big.layers) or '-'}; {len(low.fusions)} fusions/kernels")
+    lines.append(f"lowering lines: {time.perf_counter() - t0:.1f} s ({time.process_time() - c0:.1f} CPU s), "
+                 "from step 6's compile (no second one)")
+    return lines
