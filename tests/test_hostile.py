@@ -262,14 +262,45 @@ def test_b5_the_own_cgroup_and_its_ancestors_are_read(tmp_path):
     assert own_cgroup_limit(str(proc), str(v1))[:2] == (1 << 30, 1 << 30)
 
 
-def test_b5_rlimit_as_is_a_limit(tmp_path):
-    """RLIMIT_AS (ulimit -v) was not read: allocations past it fail in TF, not as tflab's exit 2."""
-    code = ("import resource; resource.setrlimit(resource.RLIMIT_AS, (6 << 30, resource.RLIM_INFINITY));"
-            "from tflab.process.memory import available_memory; n, src = available_memory(); print(n, src)")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
-    n, _, src = p.stdout.strip().partition(" ")
-    assert p.returncode == 0 and int(n) <= 6 << 30, p.stderr  # whatever the machine has, at most the limit
-    assert "RLIMIT_AS" in src or int(n) < 6 << 30, src
+_RLIMIT_CHILD = """
+import resource, sys
+from tflab.process import memory
+if sys.argv[1] == "planted":  # the defect this test must catch: RLIMIT_AS not read
+    memory.address_space_available = lambda: None
+def vm():
+    return int(next(ln for ln in open("/proc/self/status") if ln.startswith("VmSize:")).split()[1]) * 1024
+free, _ = memory.available_memory()  # no RLIMIT_AS yet: the cgroup or MemAvailable
+before = vm()
+limit = before + free // 2  # half of what is free: below every other limit, on any machine
+resource.setrlimit(resource.RLIMIT_AS, (limit, resource.RLIM_INFINITY))
+n, src = memory.available_memory()
+print(free, limit, before, vm(), n, src)
+"""
+
+
+def _rlimit_reading(mode: str) -> tuple[int, int, int, int, int, str]:
+    p = subprocess.run([sys.executable, "-c", _RLIMIT_CHILD, mode], capture_output=True, text=True, cwd=REPO,
+                       timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert p.returncode == 0, p.stderr
+    free, limit, before, after, n, src = p.stdout.strip().split(" ", 5)
+    return int(free), int(limit), int(before), int(after), int(n), src
+
+
+def _reads_the_limit(free: int, limit: int, before: int, after: int, n: int, src: str) -> bool:
+    """available_memory is RLIMIT_AS minus VmSize (read just before and after it) and says so."""
+    return limit - after <= n <= limit - before and n < free and src.startswith("RLIMIT_AS ")
+
+
+def test_b5_rlimit_as_is_a_limit():
+    """RLIMIT_AS (ulimit -v) was not read: allocations past it fail in TF, not as tflab's exit 2.
+
+    The child sets RLIMIT_AS to its VmSize plus half of what `available_memory` found free, so the
+    limit is the smallest on any machine (a small one too); then the number must be that limit
+    minus VmSize and name RLIMIT_AS. Planted: the same child with the RLIMIT_AS reader disabled."""
+    reading = _rlimit_reading("healthy")
+    assert _reads_the_limit(*reading), reading
+    planted = _rlimit_reading("planted")
+    assert not _reads_the_limit(*planted) and "RLIMIT_AS" not in planted[5], planted
 
 
 # ------------------------------------------------------------------ B6, B7: bad XLA flags
