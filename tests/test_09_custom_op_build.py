@@ -353,13 +353,34 @@ def test_gpu_gradient_matches_cpu(built, cols):
 
 # -------------------------------------------------------------------- tour
 
-def test_tour_section_reports_build_opcheck_and_ratio(built, tmp_path, capsys):
+def test_tour_section_reports_build_opcheck_and_ratio(built, tmp_path, capsys, monkeypatch):
+    import statistics
+
+    from custom_ops import bench
     from tflab._progress import Progress
     from tflab._tour import s09_custom_op
     from tflab.tour import TourContext
 
     ctx = TourContext(model=None, model_source="default", out_dir=tmp_path, report={},
                       progress_line=Progress("tour", total=1, enabled=False))
+    # Record every list the benchmark takes a median of, and the names it timed (in order).
+    samples: list[list[float]] = []
+    timed: list[list[str]] = []
+
+    class RecordingStatistics:
+        @staticmethod
+        def median(values):
+            samples.append(list(values))
+            return statistics.median(values)
+
+    real_time_interleaved = bench.time_interleaved
+
+    def recording_time_interleaved(fns, *args, **kwargs):
+        timed.append(list(fns))
+        return real_time_interleaved(fns, *args, **kwargs)
+
+    monkeypatch.setattr(bench, "statistics", RecordingStatistics)
+    monkeypatch.setattr(bench, "time_interleaved", recording_time_interleaved)
     s09_custom_op.run(ctx)
     rep = ctx.report["custom_op"]
     assert rep["build"].so_path == built.so_path and rep["opcheck"].ok and rep["opcheck_failed"] is None
@@ -373,7 +394,14 @@ def test_tour_section_reports_build_opcheck_and_ratio(built, tmp_path, capsys):
     # No speed assertion (ratios depend on the CPU, oneDNN on/off and the load): the
     # benchmark reports them. The test checks the ratios are the measured medians' ratios.
     assert rep["speedup_vs_tf_softmax"] == cmp.wall_ratio == cmp.tf_seconds / cmp.warp_seconds > 0
-    assert cmp.cpu_ratio > 0
+    # The seconds are the medians of the 7 recorded rounds, per name: wall first, then CPU time
+    # (time_interleaved's order), each list one sample per round.
+    assert timed == [["tf.nn.softmax", "warp_softmax"]] and len(samples) == 4, (timed, len(samples))
+    assert [len(s) for s in samples] == [7] * 4 and min(min(s) for s in samples) > 0
+    wall, cpu = dict(zip(timed[0], samples[:2])), dict(zip(timed[0], samples[2:]))
+    assert (cmp.tf_seconds, cmp.warp_seconds) == (statistics.median(wall["tf.nn.softmax"]),
+                                                  statistics.median(wall["warp_softmax"]))
+    assert cmp.cpu_ratio == statistics.median(cpu["tf.nn.softmax"]) / statistics.median(cpu["warp_softmax"]) > 0
     out = capsys.readouterr().out
     assert "opcheck unsupported xla" in out and "tf.nn.softmax" in out and "×" in out
     from tflab.runtime import runtime_config
