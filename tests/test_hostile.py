@@ -359,24 +359,70 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+def _tf_files_mapped(pid: int) -> int:
+    """How many distinct files of the tensorflow package process ``pid`` has mapped (its .so files)."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return len({ln.split(None, 5)[-1] for ln in f if "/site-packages/tensorflow/" in ln})
+    except OSError:
+        return 0
+
+
+@pytest.fixture(scope="module")
+def tf_files_of_a_full_import():
+    """The number `_tf_files_mapped` reads once ``import tensorflow`` (and the device list the verb
+    child makes) has finished, measured on this machine in a process of its own."""
+    code = ("import sys, tensorflow as tf; tf.config.list_physical_devices(); print('ready', flush=True); "
+            "sys.stdin.read()")
+    ref = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    try:
+        assert ref.stdout.readline().strip() == "ready"
+        return _tf_files_mapped(ref.pid)
+    finally:
+        ref.kill()
+        ref.wait()
+
+
+def test_the_tf_import_probe_tells_not_started_from_done(tf_files_of_a_full_import):
+    """The probe b9 relies on can fail: a process without TF maps none; a full import maps many."""
+    assert _tf_files_mapped(os.getpid()) > 0  # this pytest process imported TF (conftest)
+    plain = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        time.sleep(0.2)
+        assert _tf_files_mapped(plain.pid) == 0
+    finally:
+        plain.kill()
+        plain.wait()
+    assert tf_files_of_a_full_import >= 3  # _pywrap_tensorflow_internal, libtensorflow_{framework,cc}, …
+
+
 @pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"),
                                              (signal.SIGTERM, 143, "terminated")], ids=["SIGINT", "SIGTERM"])
-def test_b9_signal_while_tf_loads_is_one_line(work, sig, code, word):
-    """Ctrl-C during the seconds-long TF import printed a KeyboardInterrupt traceback."""
+def test_b9_signal_while_tf_loads_is_one_line(work, sig, code, word, tf_files_of_a_full_import):
+    """Ctrl-C during the seconds-long TF import printed a KeyboardInterrupt traceback.
+
+    The signal is sent once the verb's child has mapped its first TensorFlow library and before
+    it has mapped all that a full import maps (`tf_files_of_a_full_import`): the import was
+    under way when the signal came, whatever this machine's speed or cache."""
     env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.Popen([sys.executable, "-m", "tflab", "inspect", "h.py:f", "--arg", "x=float32[4]"],
                             cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL)  # no terminal: the supervisor forwards signals
     try:
-        deadline = time.monotonic() + 30
-        while not _children(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        time.sleep(0.5)  # the child is importing TensorFlow (seconds)
+        deadline = time.monotonic() + 60
+        mapped = 0
+        while proc.poll() is None and time.monotonic() < deadline:
+            mapped = max([_tf_files_mapped(c) for c in _children(proc.pid)] or [0])
+            if mapped:
+                break
+            time.sleep(0.002)
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
+    assert 0 < mapped < tf_files_of_a_full_import, (mapped, tf_files_of_a_full_import)  # TF was loading
     assert proc.returncode == code and err == f"tflab inspect: {word}\n" and out == "", (proc.returncode, err)
 
 
