@@ -160,6 +160,8 @@ def test_library_links_cudart_statically(built):
     needed = subprocess.run(args, capture_output=True, text=True).stdout
     assert "libtensorflow_framework.so.2" in needed
     if not built.cuda:
+        # Only a missing nvcc may leave CUDA out: with nvcc found, a CPU-only build is a regression.
+        assert not HAS_NVCC, f"nvcc is installed but the build has no CUDA kernels: {built.note}"
         pytest.skip("no nvcc here: the build has no CUDA kernels, so there is no cudart to link")
     assert "libcudart" not in needed
     # Static, not merely absent: no CUDA runtime entry point is left for the dynamic linker.

@@ -173,7 +173,7 @@ def test_the_docs_scripts_run_as_written(tmp_path, monkeypatch):
 
     w = tf.Variable(tf.ones([3]))
     run(tf.function(lambda x, y: tf.reduce_sum(x * w) - tf.reduce_sum(y)), data)
-    with pytest.raises(RetraceError, match=r"shape \(4, 3\) -> \(5, 3\)|x: shape"):
+    with pytest.raises(RetraceError, match=r"x: shape \(4, 3\) -> \(5, 3\)"):
         run(tf.function(lambda x, y: tf.reduce_sum(x * w) - tf.reduce_sum(y)), ragged)
 
 
