@@ -530,3 +530,26 @@ for path in ("/missing.so", {str(junk)!r}):
                         "_warp_softmax_ops*.so, or unset it to build the op")
     assert lines[1].startswith(f"ERR TFLAB_WARP_SOFTMAX_SO={junk} could not be loaded as a TF op library (")
     assert "|" not in lines[1]
+
+
+def test_the_warp_library_helper_skips_only_without_a_compiler(monkeypatch):
+    """tests/_warp_build.py (the `warp_library` fixture and two more tests use it): no C++ compiler
+    is a skip that names it; a build error of our own op (planted: load_library raising BuildError
+    as a compile error does) propagates and fails the test."""
+    from _warp_build import load_warp_library_or_skip
+    from custom_ops.python.ops import warp_softmax_ops
+
+    def compile_error():
+        raise build_mod.BuildError("compiling warp_softmax_cpu.cc failed: error: expected ';'")
+
+    monkeypatch.setattr(build_mod, "find_cxx", lambda: "/usr/bin/c++")
+    monkeypatch.setattr(warp_softmax_ops, "load_library", compile_error)
+    with pytest.raises(build_mod.BuildError, match="expected ';'"):
+        load_warp_library_or_skip()
+
+    def no_compiler():
+        raise build_mod.BuildError("no C++ compiler found (apt-get install g++)")
+
+    monkeypatch.setattr(build_mod, "find_cxx", no_compiler)
+    with pytest.raises(pytest.skip.Exception, match=r"^no C\+\+ compiler, so WarpSoftmax cannot be built here"):
+        load_warp_library_or_skip()
