@@ -350,6 +350,16 @@ def test_bad_arguments():
 # ---------------------------------------------------------------- tape semantics
 
 
+# Each test states the TF fact and then checks that compare_modes' own gradient path (one
+# GradientTape per mode, the arguments watched, the sum of the outputs) gives that answer in
+# every mode: a tflab regression (an argument not watched, one output dropped) fails here.
+
+def _grads_by_mode(fn, x):
+    c = compare_modes(fn, x, repeats=1, hlo=False)
+    assert all(c.modes[m].error is None for m in ("eager", "graph", "xla")), c
+    return {m: np.asarray(c.modes[m].gradients["arg:x"]).tolist() for m in ("eager", "graph", "xla")}
+
+
 def test_persistent_tape_gives_two_gradients():
     x = tf.constant(3.0)
     with tf.GradientTape(persistent=True) as tape:
@@ -362,6 +372,9 @@ def test_persistent_tape_gives_two_gradients():
     once.gradient(y, x)
     with pytest.raises(RuntimeError, match="non-persistent"):
         once.gradient(y, x)  # a plain tape frees its records after one gradient()
+    # compare_modes takes one gradient of the sum of both outputs (one tape, one call): 2x + 3x² = 33.
+    assert _grads_by_mode(lambda x: (x * x, x * x * x), tf.constant([3.0])) == dict.fromkeys(
+        ("eager", "graph", "xla"), [33.0])
 
 
 def test_watch_constant_or_get_none():
@@ -373,6 +386,9 @@ def test_watch_constant_or_get_none():
         tape.watch(x)
         y = tf.reduce_sum(x * x)
     assert tape.gradient(y, x).numpy().tolist() == [2.0, -4.0]
+    # compare_modes watches its arguments, so a constant argument gets 2x, not None, in each mode.
+    assert _grads_by_mode(lambda x: tf.reduce_sum(x * x), x) == dict.fromkeys(("eager", "graph", "xla"),
+                                                                                [2.0, -4.0])
 
 
 def test_stop_gradient_blocks_one_path():
@@ -381,6 +397,9 @@ def test_stop_gradient_blocks_one_path():
         tape.watch(x)
         y = x * tf.stop_gradient(x)  # d/dx treats the second factor as a constant
     assert float(tape.gradient(y, x)) == 4.0  # not 2x = 8
+    # The same through compare_modes: x in each mode, not 2x (XLA keeps StopGradient's meaning).
+    assert _grads_by_mode(lambda x: x * tf.stop_gradient(x), tf.constant([4.0, -1.5])) == dict.fromkeys(
+        ("eager", "graph", "xla"), [4.0, -1.5])
 
 
 @pytest.mark.parametrize("mode", ["eager", "graph", "xla"])

@@ -19,8 +19,6 @@ and the stage calls made on the XLA tf.function's compiler-IR generator.
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -69,6 +67,16 @@ def test_stateful_function_traced_once_per_mode_and_its_variable_restored():
         np.testing.assert_array_equal(c.modes[m].outputs[0], X * np.float32(1.0))
 
 
+def _ulp32(a, b) -> np.ndarray:
+    """ULP distance of float32 arrays from their bit patterns, independent of tflab's helper:
+    the sign-magnitude int32 view mapped onto one ordered integer line (-0.0 and +0.0 both 0)."""
+    def ordered(x):
+        i = np.asarray(x, np.float32).view(np.int32).astype(np.int64)
+        return np.where(i < 0, -(i & 0x7FFFFFFF), i)
+
+    return np.abs(ordered(a) - ordered(b))
+
+
 def test_ulp_arrays_computed_once_per_mode_and_tensor(monkeypatch):
     calls = []
 
@@ -76,21 +84,37 @@ def test_ulp_arrays_computed_once_per_mode_and_tensor(monkeypatch):
         calls.append(1)
         return ulp_distance(a, b)
 
-    for name in ("tflab.modes", "tflab.modes.findings"):
-        try:
-            monkeypatch.setattr(importlib.import_module(name), "ulp_distance", counting)
-        except ImportError:  # old main has no tflab.modes.findings
-            pass
+    # Every binding a mode comparison reaches: the one in findings (its memo), the module itself
+    # (a function-level `from tflab._numeric import ulp_distance` reads it there).
+    import tflab._numeric
+    import tflab.modes.findings
+
+    for mod in (tflab._numeric, tflab.modes.findings):
+        monkeypatch.setattr(mod, "ulp_distance", counting)
     # A bound of 0 ULP and atol 0 make every XLA difference a finding, so the
     # findings (and the condition note) read the arrays too.
     c = compare_modes(_tanh3([]), X, repeats=1, hlo=False, ulp_bound=0, atol=0.0)
     assert any(f.startswith("xla: ") for f in c.findings), c.findings
     # 3 modes (eager against itself included) x 2 tensors (the output, dL/dx).
     assert len(calls) == 3 * 2
-    # The shared arrays give what a fresh computation on the outputs gives.
+    # The shared arrays give what an independent computation on the outputs gives.
     e, x = c.modes["eager"], c.modes["xla"]
-    assert x.max_ulp.outputs == float(ulp_distance(e.outputs[0], x.outputs[0]).max())
-    assert x.max_ulp.gradients == float(ulp_distance(e.gradients["arg:x"], x.gradients["arg:x"]).max())
+    assert x.max_ulp.outputs == float(_ulp32(e.outputs[0], x.outputs[0]).max())
+    assert x.max_ulp.gradients == float(_ulp32(e.gradients["arg:x"], x.gradients["arg:x"]).max())
+    assert x.max_ulp.outputs > 0 or x.max_ulp.gradients > 0  # the findings above say XLA differs
+
+
+def test_the_independent_ulp_helper_counts_nextafter_steps():
+    """_ulp32 is the oracle above, so it is checked on its own: k nextafter steps are k ULP, across 0 too."""
+    a = np.float32([1.0, -1.0, 0.0, -0.0, 3e-45, 1e30])
+    for k in (1, 2, 7):
+        b = a.copy()
+        for _ in range(k):
+            b = np.nextafter(b, np.float32(np.inf))
+        assert _ulp32(a, b).tolist() == [k] * len(a)
+    assert _ulp32(np.float32([0.0]), np.float32([-0.0])).tolist() == [0]
+    smallest = np.float32(1e-45)
+    assert _ulp32(np.float32([-smallest]), np.float32([smallest])).tolist() == [2]
 
 
 @pytest.fixture

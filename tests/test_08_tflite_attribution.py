@@ -24,6 +24,8 @@ import json
 import numpy as np
 import pytest
 
+from tflab.errors import UsageError
+
 from test_08_tflite_per_op import _cnn, _examples, _plant, _save
 
 
@@ -101,7 +103,8 @@ def test_shares_sum_to_one_and_the_prediction_is_shown(cnn):
     # guaranteed, but an op fed by quantized ops drifts: the last FULLY_CONNECTED does
     fc = next(s for s in a.shares if s.op_type == "FULLY_CONNECTED")
     assert fc.drift is not None and fc.drift > 0
-    with pytest.raises(Exception, match="no quantization error"):
+    with pytest.raises(UsageError, match=r"^attribute_error: the float variant has no quantization error to "
+                                         r"attribute; pass a dynamic, float16 or int8 model$"):
         _attribute(sm, ex, models["none"], models["none"], "none")
 
 

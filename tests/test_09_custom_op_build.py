@@ -7,6 +7,7 @@ kernels for every dtype. GPU-only tests skip cleanly without a GPU.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import os
@@ -159,6 +160,8 @@ def test_library_links_cudart_statically(built):
     needed = subprocess.run(args, capture_output=True, text=True).stdout
     assert "libtensorflow_framework.so.2" in needed
     if not built.cuda:
+        # Only a missing nvcc may leave CUDA out: with nvcc found, a CPU-only build is a regression.
+        assert not HAS_NVCC, f"nvcc is installed but the build has no CUDA kernels: {built.note}"
         pytest.skip("no nvcc here: the build has no CUDA kernels, so there is no cudart to link")
     assert "libcudart" not in needed
     # Static, not merely absent: no CUDA runtime entry point is left for the dynamic linker.
@@ -352,13 +355,34 @@ def test_gpu_gradient_matches_cpu(built, cols):
 
 # -------------------------------------------------------------------- tour
 
-def test_tour_section_reports_build_opcheck_and_ratio(built, tmp_path, capsys):
+def test_tour_section_reports_build_opcheck_and_ratio(built, tmp_path, capsys, monkeypatch):
+    import statistics
+
+    from custom_ops import bench
     from tflab._progress import Progress
     from tflab._tour import s09_custom_op
     from tflab.tour import TourContext
 
     ctx = TourContext(model=None, model_source="default", out_dir=tmp_path, report={},
                       progress_line=Progress("tour", total=1, enabled=False))
+    # Record every list the benchmark takes a median of, and the names it timed (in order).
+    samples: list[list[float]] = []
+    timed: list[list[str]] = []
+
+    class RecordingStatistics:
+        @staticmethod
+        def median(values):
+            samples.append(list(values))
+            return statistics.median(values)
+
+    real_time_interleaved = bench.time_interleaved
+
+    def recording_time_interleaved(fns, *args, **kwargs):
+        timed.append(list(fns))
+        return real_time_interleaved(fns, *args, **kwargs)
+
+    monkeypatch.setattr(bench, "statistics", RecordingStatistics)
+    monkeypatch.setattr(bench, "time_interleaved", recording_time_interleaved)
     s09_custom_op.run(ctx)
     rep = ctx.report["custom_op"]
     assert rep["build"].so_path == built.so_path and rep["opcheck"].ok and rep["opcheck_failed"] is None
@@ -372,7 +396,14 @@ def test_tour_section_reports_build_opcheck_and_ratio(built, tmp_path, capsys):
     # No speed assertion (ratios depend on the CPU, oneDNN on/off and the load): the
     # benchmark reports them. The test checks the ratios are the measured medians' ratios.
     assert rep["speedup_vs_tf_softmax"] == cmp.wall_ratio == cmp.tf_seconds / cmp.warp_seconds > 0
-    assert cmp.cpu_ratio > 0
+    # The seconds are the medians of the 7 recorded rounds, per name: wall first, then CPU time
+    # (time_interleaved's order), each list one sample per round.
+    assert timed == [["tf.nn.softmax", "warp_softmax"]] and len(samples) == 4, (timed, len(samples))
+    assert [len(s) for s in samples] == [7] * 4 and min(min(s) for s in samples) > 0
+    wall, cpu = dict(zip(timed[0], samples[:2])), dict(zip(timed[0], samples[2:]))
+    assert (cmp.tf_seconds, cmp.warp_seconds) == (statistics.median(wall["tf.nn.softmax"]),
+                                                  statistics.median(wall["warp_softmax"]))
+    assert cmp.cpu_ratio == statistics.median(cpu["tf.nn.softmax"]) / statistics.median(cpu["warp_softmax"]) > 0
     out = capsys.readouterr().out
     assert "opcheck unsupported xla" in out and "tf.nn.softmax" in out and "×" in out
     from tflab.runtime import runtime_config
@@ -445,7 +476,8 @@ def test_benchmark_threaded_copy_copies_every_byte():
     for threads in (1, 3):
         np.testing.assert_array_equal(mod.ThreadedCopy(src, threads)(), src.reshape(-1))
     assert mod.parse_shapes("4096x1024,32x32000") == [(4096, 1024), (32, 32000)]
-    with pytest.raises(Exception, match="not a list of shapes"):
+    with pytest.raises(argparse.ArgumentTypeError,
+                       match=r"^'4096by1024' is not a list of shapes like 4096x1024,32x32000$"):
         mod.parse_shapes("4096by1024")
 
 
@@ -498,3 +530,32 @@ for path in ("/missing.so", {str(junk)!r}):
                         "_warp_softmax_ops*.so, or unset it to build the op")
     assert lines[1].startswith(f"ERR TFLAB_WARP_SOFTMAX_SO={junk} could not be loaded as a TF op library (")
     assert "|" not in lines[1]
+
+
+def test_the_warp_library_helper_skips_only_without_a_compiler(monkeypatch):
+    """tests/_warp_build.py (the `warp_library` fixture and two more tests use it): no C++ compiler
+    is a skip that names it; a build error of our own op (planted: load_library raising BuildError
+    as a compile error does) propagates and fails the test."""
+    from _warp_build import load_warp_library_or_skip
+    from custom_ops.python.ops import warp_softmax_ops
+
+    def compile_error():
+        raise build_mod.BuildError("compiling warp_softmax_cpu.cc failed: error: expected ';'")
+
+    monkeypatch.setattr(build_mod, "find_cxx", lambda: "/usr/bin/c++")
+    monkeypatch.setattr(warp_softmax_ops, "load_library", compile_error)
+    try:
+        load_warp_library_or_skip()
+    except pytest.skip.Exception as e:  # a BaseException: pytest.raises(BuildError) would let it skip the test
+        pytest.fail(f"a build error of our own op became a skip: {e}")
+    except build_mod.BuildError as e:
+        assert "expected ';'" in str(e)
+    else:
+        pytest.fail("a build error was swallowed")
+
+    def no_compiler():
+        raise build_mod.BuildError("no C++ compiler found (apt-get install g++)")
+
+    monkeypatch.setattr(build_mod, "find_cxx", no_compiler)
+    with pytest.raises(pytest.skip.Exception, match=r"^no C\+\+ compiler, so WarpSoftmax cannot be built here"):
+        load_warp_library_or_skip()

@@ -176,8 +176,12 @@ def test_diagnose_exception_without_a_statement_map():
     """Other verbs catch the trace error themselves: the frames and op tracebacks suffice."""
     from tflab.diagnosis import diagnose_exception
 
-    with pytest.raises(Exception) as info:
-        tf.function(c.d1_list_in_loop).get_concrete_function(tf.TensorSpec([], tf.int32))
+    traced = tf.function(c.d1_list_in_loop)
+    # TF's InaccessibleTensorError (a ValueError): the loop's tensor kept in a Python list left the While body.
+    with pytest.raises(ValueError, match=r"<tf\.Tensor 'while/\w+:0' shape=\(\) dtype=int32> is out of scope "
+                                         r"and cannot be used here") as info:
+        traced.get_concrete_function(tf.TensorSpec([], tf.int32))
+    assert type(info.value).__name__ == "InaccessibleTensorError"
     d = diagnose_exception(info.value, c.d1_list_in_loop)
     assert (d.kind, d.line) == ("python-list-in-tensor-loop", line_of("D1 culprit"))
 

@@ -105,8 +105,18 @@ def user_files(tmp_path_factory):
 
 
 def _subparsers() -> dict[str, argparse.ArgumentParser]:
+    """Every verb's parser; fails (not skips) when a verb of `tflab.cli.VERBS` has no parser.
+
+    `build_parser` leaves out a verb whose ``tflab.commands.*`` module is missing, so without
+    this check a deleted or renamed command module would turn each per-verb walk into a skip.
+    """
+    import tflab.cli
+
     parser, _ = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    missing = {v: f"tflab.commands.{m}" for v, m in tflab.cli.VERBS.items() if v not in sub.choices}
+    if missing:
+        pytest.fail(f"verbs without a parser (their command module is missing): {missing}")
     return dict(sub.choices)
 
 
@@ -157,12 +167,23 @@ def _one_error_line(verb: str, err: str) -> str:
     return lines[0]
 
 
+def test_every_verb_has_a_parser_and_a_missing_module_fails_the_walks(monkeypatch):
+    """The per-verb walks below cover every verb: none is dropped for a missing command module.
+
+    Planted: a verb whose module does not exist (what deleting or renaming
+    ``tflab/commands/export_cmd.py`` does) fails `_subparsers`, so each walk of it fails."""
+    import tflab.cli
+
+    assert set(_subparsers()) == set(VERBS)
+    monkeypatch.setitem(tflab.cli.VERBS, "ghost", "ghost_cmd")
+    with pytest.raises(pytest.fail.Exception, match=r"\{'ghost': 'tflab\.commands\.ghost_cmd'\}"):
+        _subparsers()
+
+
 @pytest.mark.parametrize("verb", list(VERBS))
 def test_every_output_option_refuses_an_unwritable_path(verb, run_cli, user_files, tmp_path, monkeypatch):
     """Item 1: the probe really creates a file; os.access says yes to root on /proc and /sys."""
-    p = _subparsers().get(verb)
-    if p is None:
-        pytest.skip(f"{verb}: module not built yet")
+    p = _subparsers()[verb]
     options = _output_options(p)
     if not options:
         pytest.skip(f"{verb} has no output-path option (metavar OUT…/DIR or dest out/output/report)")
@@ -180,9 +201,7 @@ def test_every_output_option_refuses_an_unwritable_path(verb, run_cli, user_file
 def test_user_code_that_exits_or_raises_base_exception_is_one_line(verb, kind, run_cli, user_files,
                                                                    tmp_path, monkeypatch):
     """Item 3 (and 7 for retrace): sys.exit(5)/BaseException in user code is exit 2, not tflab exiting 5."""
-    p = _subparsers().get(verb)
-    if p is None:
-        pytest.skip(f"{verb}: module not built yet")
+    p = _subparsers()[verb]
     if _user_positional(p) is None:
         pytest.skip(f"{verb} takes no user code (no FILE.py:… / SCRIPT.py / MODEL positional)")
     monkeypatch.chdir(tmp_path)
@@ -409,9 +428,7 @@ def test_output_through_a_symlink_writes_its_target_and_keeps_the_link(tmp_path)
 @pytest.mark.parametrize("verb", list(VERBS))
 def test_odd_output_path_text_is_one_line(verb, run_cli, user_files, tmp_path, monkeypatch):
     """os.stat raised OSError(ENAMETOOLONG) / ValueError(embedded null byte) out of main() (--dot, export --out)."""
-    p = _subparsers().get(verb)
-    if p is None:
-        pytest.skip(f"{verb}: module not built yet")
+    p = _subparsers()[verb]
     options = _output_options(p)
     if not options:
         pytest.skip(f"{verb} has no output-path option")
@@ -427,9 +444,7 @@ def test_odd_output_path_text_is_one_line(verb, run_cli, user_files, tmp_path, m
 @pytest.mark.parametrize("verb", list(VERBS))
 def test_an_empty_option_value_is_refused_by_argparse(verb, run_cli, user_files, tmp_path, monkeypatch):
     """``--dot ""`` was silently ignored (no file written, exit 0); ``export --out ""`` wrote saved_models/."""
-    p = _subparsers().get(verb)
-    if p is None:
-        pytest.skip(f"{verb}: module not built yet")
+    p = _subparsers()[verb]
     options = [a.option_strings[-1] for a in p._actions
                if a.option_strings and a.nargs != 0 and a.type in (None, str) and a.choices is None]
     if not options:
@@ -445,9 +460,7 @@ def test_an_empty_option_value_is_refused_by_argparse(verb, run_cli, user_files,
 @pytest.mark.parametrize("verb", list(VERBS))
 def test_an_unknown_option_names_the_verb(verb, run_cli, user_files, tmp_path, monkeypatch):
     """argparse reported ``tflab: error: unrecognized arguments`` from the top parser, not ``tflab VERB:``."""
-    p = _subparsers().get(verb)
-    if p is None:
-        pytest.skip(f"{verb}: module not built yet")
+    p = _subparsers()[verb]
     monkeypatch.chdir(tmp_path)
     argv = _argv(verb, p, user_files["exits"], "ok")
     if _user_positional(p) is not None and str(_user_positional(p).metavar) == "SCRIPT.py":

@@ -262,14 +262,45 @@ def test_b5_the_own_cgroup_and_its_ancestors_are_read(tmp_path):
     assert own_cgroup_limit(str(proc), str(v1))[:2] == (1 << 30, 1 << 30)
 
 
-def test_b5_rlimit_as_is_a_limit(tmp_path):
-    """RLIMIT_AS (ulimit -v) was not read: allocations past it fail in TF, not as tflab's exit 2."""
-    code = ("import resource; resource.setrlimit(resource.RLIMIT_AS, (6 << 30, resource.RLIM_INFINITY));"
-            "from tflab.process.memory import available_memory; n, src = available_memory(); print(n, src)")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
-    n, _, src = p.stdout.strip().partition(" ")
-    assert p.returncode == 0 and int(n) <= 6 << 30, p.stderr  # whatever the machine has, at most the limit
-    assert "RLIMIT_AS" in src or int(n) < 6 << 30, src
+_RLIMIT_CHILD = """
+import resource, sys
+from tflab.process import memory
+if sys.argv[1] == "planted":  # the defect this test must catch: RLIMIT_AS not read
+    memory.address_space_available = lambda: None
+def vm():
+    return int(next(ln for ln in open("/proc/self/status") if ln.startswith("VmSize:")).split()[1]) * 1024
+free, _ = memory.available_memory()  # no RLIMIT_AS yet: the cgroup or MemAvailable
+before = vm()
+limit = before + free // 2  # half of what is free: below every other limit, on any machine
+resource.setrlimit(resource.RLIMIT_AS, (limit, resource.RLIM_INFINITY))
+n, src = memory.available_memory()
+print(free, limit, before, vm(), n, src)
+"""
+
+
+def _rlimit_reading(mode: str) -> tuple[int, int, int, int, int, str]:
+    p = subprocess.run([sys.executable, "-c", _RLIMIT_CHILD, mode], capture_output=True, text=True, cwd=REPO,
+                       timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert p.returncode == 0, p.stderr
+    free, limit, before, after, n, src = p.stdout.strip().split(" ", 5)
+    return int(free), int(limit), int(before), int(after), int(n), src
+
+
+def _reads_the_limit(free: int, limit: int, before: int, after: int, n: int, src: str) -> bool:
+    """available_memory is RLIMIT_AS minus VmSize (read just before and after it) and says so."""
+    return limit - after <= n <= limit - before and n < free and src.startswith("RLIMIT_AS ")
+
+
+def test_b5_rlimit_as_is_a_limit():
+    """RLIMIT_AS (ulimit -v) was not read: allocations past it fail in TF, not as tflab's exit 2.
+
+    The child sets RLIMIT_AS to its VmSize plus half of what `available_memory` found free, so the
+    limit is the smallest on any machine (a small one too); then the number must be that limit
+    minus VmSize and name RLIMIT_AS. Planted: the same child with the RLIMIT_AS reader disabled."""
+    reading = _rlimit_reading("healthy")
+    assert _reads_the_limit(*reading), reading
+    planted = _rlimit_reading("planted")
+    assert not _reads_the_limit(*planted) and "RLIMIT_AS" not in planted[5], planted
 
 
 # ------------------------------------------------------------------ B6, B7: bad XLA flags
@@ -328,24 +359,70 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+def _tf_files_mapped(pid: int) -> int:
+    """How many distinct files of the tensorflow package process ``pid`` has mapped (its .so files)."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return len({ln.split(None, 5)[-1] for ln in f if "/site-packages/tensorflow/" in ln})
+    except OSError:
+        return 0
+
+
+@pytest.fixture(scope="module")
+def tf_files_of_a_full_import():
+    """The number `_tf_files_mapped` reads once ``import tensorflow`` (and the device list the verb
+    child makes) has finished, measured on this machine in a process of its own."""
+    code = ("import sys, tensorflow as tf; tf.config.list_physical_devices(); print('ready', flush=True); "
+            "sys.stdin.read()")
+    ref = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    try:
+        assert ref.stdout.readline().strip() == "ready"
+        return _tf_files_mapped(ref.pid)
+    finally:
+        ref.kill()
+        ref.wait()
+
+
+def test_the_tf_import_probe_tells_not_started_from_done(tf_files_of_a_full_import):
+    """The probe b9 relies on can fail: a process without TF maps none; a full import maps many."""
+    assert _tf_files_mapped(os.getpid()) > 0  # this pytest process imported TF (conftest)
+    plain = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        time.sleep(0.2)
+        assert _tf_files_mapped(plain.pid) == 0
+    finally:
+        plain.kill()
+        plain.wait()
+    assert tf_files_of_a_full_import >= 3  # _pywrap_tensorflow_internal, libtensorflow_{framework,cc}, …
+
+
 @pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"),
                                              (signal.SIGTERM, 143, "terminated")], ids=["SIGINT", "SIGTERM"])
-def test_b9_signal_while_tf_loads_is_one_line(work, sig, code, word):
-    """Ctrl-C during the seconds-long TF import printed a KeyboardInterrupt traceback."""
+def test_b9_signal_while_tf_loads_is_one_line(work, sig, code, word, tf_files_of_a_full_import):
+    """Ctrl-C during the seconds-long TF import printed a KeyboardInterrupt traceback.
+
+    The signal is sent once the verb's child has mapped its first TensorFlow library and before
+    it has mapped all that a full import maps (`tf_files_of_a_full_import`): the import was
+    under way when the signal came, whatever this machine's speed or cache."""
     env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.Popen([sys.executable, "-m", "tflab", "inspect", "h.py:f", "--arg", "x=float32[4]"],
                             cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL)  # no terminal: the supervisor forwards signals
     try:
-        deadline = time.monotonic() + 30
-        while not _children(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        time.sleep(0.5)  # the child is importing TensorFlow (seconds)
+        deadline = time.monotonic() + 60
+        mapped = 0
+        while proc.poll() is None and time.monotonic() < deadline:
+            mapped = max([_tf_files_mapped(c) for c in _children(proc.pid)] or [0])
+            if mapped:
+                break
+            time.sleep(0.002)
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
+    assert 0 < mapped < tf_files_of_a_full_import, (mapped, tf_files_of_a_full_import)  # TF was loading
     assert proc.returncode == code and err == f"tflab inspect: {word}\n" and out == "", (proc.returncode, err)
 
 
@@ -543,7 +620,7 @@ def test_every_verb_writes_only_what_its_output_options_declare(run_cli, work, t
     from test_cli_bad_input import _output_options, _subparsers
 
     subs = _subparsers()
-    with_outputs = {v for v in VERBS if v in subs and _output_options(subs[v])}
+    with_outputs = {v for v in VERBS if _output_options(subs[v])}  # _subparsers fails on a missing verb
     assert with_outputs <= set(DECLARED), f"declare what {sorted(with_outputs - set(DECLARED))} write"
     monkeypatch.setattr(tflab.tour, "SECTIONS", [s for s in tflab.tour.SECTIONS if s[0] == "s01_trace"])
     positional = {"inspect": [f"{work}/h.py:f", "--arg", "x=float32[4]"],
