@@ -70,12 +70,6 @@ class StabilizeReport(Report):
     note: str | None = None
     config: dict = config_field()
 
-    def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
-        from tflab.report.html import fragment
-
-        return fragment(self)
-
     def summary_line(self) -> str:
         counts = ", ".join(f"{k}={v.traces} ({v.later_traces} after first call)" for k, v in self.variants.items())
         return f"{len(self.example_shapes)} calls; traces: {counts}"

@@ -16,6 +16,8 @@ import numpy as np
 from tflab.modes.defaults import MODES
 from tflab.report.base import Report, config_field
 from tflab.report.text import table
+from tflab.report.html.dispatch import renders
+from tflab.report.html.lab import modes_fragment
 
 __all__ = ["Distance", "ModeResult", "ModeComparison", "speed_text"]
 
@@ -255,12 +257,6 @@ class ModeComparison(Report):
             return "Grappler off (meta optimizer disabled)"
         return "Grappler options " + ", ".join(f"{k}={v}" for k, v in sorted(self.grappler.items()))
 
-    def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
-        from tflab.report.html import fragment
-
-        return fragment(self)
-
     def summary_line(self) -> str:
         """``eager: out 0 ULP, grad 0 ULP above atol, 1.2 ms; xla: out 6 ULP, grad 110694 ULP …; 10 fusions,
         0 finding(s)`` (the ``repr``)."""
@@ -388,3 +384,5 @@ class ModeComparison(Report):
         return out
 
 
+# Its HTML fragment (notebook and --html pages): tflab.report.html.dispatch's registry.
+renders(ModeComparison)(modes_fragment)

@@ -100,12 +100,6 @@ class SavedModelCheck(Report):
     example_batches: Any = dataclasses.field(default=(), compare=False, metadata={"dict": False})
     config: dict = config_field()
 
-    def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
-        from tflab.report.html import fragment
-
-        return fragment(self)
-
     def summary_line(self) -> str:
         sigs = ", ".join(f"{k}({'exact' if s.bit_exact else 'DIFFERS'})" for k, s in self.signatures.items())
         return (f"{'bit-exact' if self.bit_exact else 'NOT bit-exact'}; signatures [{sigs}]; "

@@ -6,7 +6,7 @@ from typing import Any
 
 from tflab.report.html.base import bar, esc, num, table
 
-# The text table's legend (tflab.litert.result.TABLE_LEGEND), for the columns this table shows.
+# The text table's legend (tflab.litert.records.TABLE_LEGEND), for the columns this table shows.
 LEGEND = ("max|Δ|: the largest |lite − tf| of the worst output (the one with the worst |Δ|/bound), over all "
           "its elements and examples, as in the text table and report.json; bound: that output's largest "
           "elementwise bound; Δ/bound: that same output's largest elementwise |Δ|/bound; argmax: rows whose "
