@@ -40,7 +40,7 @@ _EXPORTS = {
     **dict.fromkeys(("CONTROL_FLOW", "FIT_WIDTH", "funcgraph_svg", "graph_nodes", "trace_fragment"), "funcgraph"),
     **dict.fromkeys(("TRACE_COLOURS", "probe_groups", "script_groups", "timeline_fragment", "timeline_svg"),
                     "timeline"),
-    **dict.fromkeys(("export_fragment", "op_records_fragment", "tflite_fragment"), "export"),
+    **dict.fromkeys(("export_fragment", "op_records_fragment", "per_op_records", "tflite_fragment"), "export"),
     **dict.fromkeys(("distribute_fragment", "loss_scaling_fragment", "modes_fragment", "precision_fragment"),
                     "lab"),
     **dict.fromkeys(("fragment", "renderer_for", "renders"), "dispatch"),

@@ -11,8 +11,8 @@ def modes_fragment(d: Any) -> str:
     d = d.to_dict() if hasattr(d, "to_dict") else d
     rows = {}
     for m, r in (d.get("modes") or {}).items():
-        ulp = r.get("max_ulp_above_atol") or r.get("max_ulp") or {}
-        diff = r.get("max_abs_diff") or {}
+        ulp = r.get("ulp_above_atol") or r.get("ulp") or {}
+        diff = r.get("abs_error") or {}
         rows[m] = {"error": r.get("error"), "max ULP (outputs)": ulp.get("outputs") if isinstance(ulp, dict) else ulp,
                    "max ULP (gradients)": ulp.get("gradients") if isinstance(ulp, dict) else None,
                    "max |Δ| outputs": diff.get("outputs") if isinstance(diff, dict) else diff,
