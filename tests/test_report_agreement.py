@@ -210,8 +210,9 @@ def test_the_export_checker_catches_the_worst_element_shown_as_the_max():
 
 
 def test_the_per_op_list_of_the_page_is_the_text_table():
-    """The page's per-op list reads ``check.per_op.ops`` (it read a ``check.ops`` no record has) and ranks the
-    ops as the text's per-op table does: worst |Δ|/bound first, unchecked ops left out."""
+    """The page's per-op list ranks the ops as the text's per-op table does: worst |Δ|/bound first (it ranked
+    by the OpCheck's ``error``, the |Δ| at the worst element, under a column named "error"), unchecked ops
+    left out, and the max|Δ| of each."""
     from tflab.litert.per_op import OpCheck, PerOpCheck
     from tflab.report.html.export import op_records_fragment, per_op_records
 

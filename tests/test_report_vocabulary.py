@@ -253,3 +253,27 @@ class Healthy(Report):
     nested = dict_kinds("Outer", {"ops": [{"name": "a", "error": 1e-3}]})
     assert problems(nested) == ["Outer.ops.error is a number: `error` is a message (str); a number is "
                                 "max_abs_error, worst_abs_error, max_ulp, ..."]
+
+
+def test_a_stored_tour_expectation_reads_the_renamed_fields_under_their_new_names():
+    """The tour's stored facts (written before the rename) still compare: a renamed key is the same key,
+    a dropped one is still caught."""
+    from tflab._tour.facts import compare_facts, current_path, report_facts
+
+    assert current_path("modes.forward.modes.xla.max_abs_diff.outputs") == "modes.forward.modes.xla.abs_error.outputs"
+    assert current_path("modes.gradients.modes.graph.max_ulp.gradients") == "modes.gradients.modes.graph.ulp.gradients"
+    assert current_path("modes.forward.modes.xla.max_ulp_above_atol.outputs") == \
+        "modes.forward.modes.xla.ulp_above_atol.outputs"
+    assert current_path("stabilize.inference.max_abs_diff") == "stabilize.inference.max_abs_error"
+    assert current_path("modes.gradients_grappler_off_max_ulp") == "modes.gradients_grappler_off_max_ulp"
+    old = {"modes": {"forward": {"modes": {"xla": {"max_abs_diff": {"outputs": 1e-7, "gradients": 0.0},
+                                                   "max_ulp": {"outputs": 3, "gradients": 0}, "error": None}}}},
+           "stabilize": {"inference": {"max_abs_diff": 0.0}}}
+    new = {"modes": {"forward": {"modes": {"xla": {"abs_error": {"outputs": 2e-7, "gradients": 0.0},
+                                                   "ulp": {"outputs": 5, "gradients": 0}, "error": None,
+                                                   "max_abs_error": 2e-7, "max_ulp": 5.0}}}},
+           "stabilize": {"inference": {"max_abs_error": 0.0}}}
+    assert compare_facts(new, report_facts(old)) == []
+    del new["modes"]["forward"]["modes"]["xla"]["ulp"]
+    assert compare_facts(new, report_facts(old)) == ["missing key modes.forward.modes.xla.ulp.gradients",
+                                                     "missing key modes.forward.modes.xla.ulp.outputs"]

@@ -399,7 +399,8 @@ class _Acc:
             return
         w = int(np.argmax(ratio))
         if ratio.flat[w] > self.ratio or self.ratio == 0.0 and diff.flat[w] > self.worst_abs_error:
-            self.ratio, self.worst_abs_error, self.bound = float(ratio.flat[w]), float(diff.flat[w]), float(bound.flat[w])
+            self.ratio, self.worst_abs_error, self.bound = (float(ratio.flat[w]), float(diff.flat[w]),
+                                                            float(bound.flat[w]))
         elif self.ratio == 0.0 and self.worst_abs_error == 0.0:  # exact so far: show the widest bound it met
             self.bound = max(self.bound, float(np.nanmax(bound)))
         self.max_abs_error = max(self.max_abs_error, float(diff.max()))
@@ -480,9 +481,9 @@ def check_ops(model: bytes, float_model: bytes, feeds: Mapping[str, Sequence[Map
             cond = noise = None
             if acc.max_terms:
                 cond, noise = acc.max_out / acc.max_terms, _gamma(acc.k) * acc.max_terms
-            results.append(OpCheck(op.index, op.op_type, name, acc.worst_abs_error, acc.bound, acc.ratio, acc.max_abs_error,
-                                   "ok" if acc.ratio <= 1.0 else "OUTSIDE", float_index=fi, weights=weights,
-                                   signature=key or "", condition=cond, noise=noise,
+            results.append(OpCheck(op.index, op.op_type, name, acc.worst_abs_error, acc.bound, acc.ratio,
+                                   acc.max_abs_error, "ok" if acc.ratio <= 1.0 else "OUTSIDE", float_index=fi,
+                                   weights=weights, signature=key or "", condition=cond, noise=noise,
                                    rms_error=acc.rms()[0], rms_reference=acc.rms()[1]))
     unchecked = collections.Counter(o.op_type for o in results if o.verdict == "unchecked")
     out = PerOpCheck(tuple(results), dict(sorted(unchecked.items())), matched, unmatched, alike,

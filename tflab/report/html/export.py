@@ -13,7 +13,8 @@ LEGEND = ("max|Δ|: the largest |lite − tf| of the worst output (the one with 
           "one top class is TF's (ties are not agreement)")
 
 def per_op_records(check: Any) -> Any:
-    """The per-op records of a `TFLiteCheck`: ``check.per_op.ops`` (`tflab.litert.per_op.OpCheck`), else None."""
+    """The per-op records of a `TFLiteCheck`: ``check.per_op.ops`` (`tflab.litert.per_op.OpCheck`, what
+    ``TFLiteCheck.ops`` returns), else ``check.ops``, else None."""
     per_op = getattr(check, "per_op", None)
     return getattr(per_op, "ops", None) if per_op is not None else getattr(check, "ops", None)
 
