@@ -56,7 +56,7 @@ def test_report_plain_vs_reduce_retracing_vs_signature():
     assert v["reduce_retracing"].traced_specs == ("(float32[4,8], int64[4])", "(float32[None,8], int64[None])")
     # input_signature: one trace, before any shape is seen.
     assert (v["input_signature"].traces, v["input_signature"].later_traces) == (1, 0)
-    assert r.max_abs_diff == 0.0  # same graph modulo static shapes: identical kernels
+    assert r.max_abs_error == 0.0  # same graph modulo static shapes: identical kernels
     assert "input_signature=1" in repr(r)
 
 

@@ -114,8 +114,8 @@ def test_graph_matches_eager_bit_for_bit(dense_cmp):
     # arithmetic, so every output and gradient element is identical. This is a
     # fact on every configuration: oneDNN on or off changes which kernel both
     # modes run, not whether they run the same one.
-    assert (g.max_ulp.outputs, g.max_ulp.gradients) == (0, 0), "same kernels, same bits"
-    assert g.max_abs_diff.overall == 0.0
+    assert (g.ulp.outputs, g.ulp.gradients) == (0, 0), "same kernels, same bits"
+    assert g.abs_error.overall == 0.0
 
 
 @pytest.mark.onednn
@@ -137,13 +137,13 @@ def test_xla_is_close_but_not_bit_identical(dense_cmp):
     assert np.all(np.abs(y - yx) <= bound), "dot reordering through 1-Lipschitz tanh"
     # Not bit-identical: XLA's tanh differs from Eigen's on most inputs, and
     # 2048 outputs would all have to round alike for the bits to match.
-    assert x.max_abs_diff.outputs > 0
+    assert x.abs_error.outputs > 0
     # d tanh = 1 - y²: |Δ(1 - y²)| = |y₁ - y₂|·|y₁ + y₂| ≤ 2·max|Δy|, plus one
     # rounding of 1 - y² (2⁻²⁴ relative near 1), then the backward matmul with
     # Wᵀ (32 terms), whose own reordering adds 2·γ₃₂·Σ|g||W|. Near |y| → 1 the
     # gradient is tiny, so this small absolute error is many ULP: ULP alone is
     # the wrong yardstick there.
-    out_abs = x.max_abs_diff.outputs
+    out_abs = x.abs_error.outputs
     grad_x = np.abs(x.gradients["arg:x"] - e.gradients["arg:x"])
     w_rows = np.abs(w).sum(axis=1).max()  # arg:x gradient = (1-y²) @ Wᵀ, |1 - y²| ≤ 1
     assert grad_x.max() <= (2 * out_abs + 2.0 ** -23 + 2 * gamma(32)) * w_rows, \
@@ -191,14 +191,14 @@ def test_measured_xla_output_bounds():
     y, yx = c.modes["eager"].outputs[0], c.modes["xla"].outputs[0]
     bound = 2 * 2 * gamma(128) * (np.abs(x) @ np.abs(x).T) + 2.0 ** -23 * np.abs(y)
     assert np.all(np.abs(y - yx) <= bound)
-    assert c.modes["graph"].max_ulp.overall == 0  # same kernels: a fact everywhere
+    assert c.modes["graph"].ulp.overall == 0  # same kernels: a fact everywhere
     # softmax(x @ xᵀ): XLA's exp and division are its own emitted code.
     s = compare_modes(fns.softmax_matmul, X64, repeats=1, hlo=False)
     p, px = s.modes["eager"].outputs[0], s.modes["xla"].outputs[0]
     np.testing.assert_array_equal(p, fns.softmax_matmul(tf.constant(x)).numpy())
     out_bound, _ = _softmax_bounds(x, p)
     assert np.all(np.abs(p - px) <= out_bound), "relative bound above 2^-100"
-    assert s.modes["graph"].max_ulp.overall == 0
+    assert s.modes["graph"].ulp.overall == 0
 
 
 @pytest.mark.onednn
@@ -213,7 +213,7 @@ def test_softmax_gradient_is_noise_and_not_a_finding():
     c = compare_modes(fns.softmax_matmul, X64, repeats=1, hlo=False, atol=2 * grad_bound)
     for m in ("eager", "graph", "xla"):
         assert np.abs(c.modes[m].gradients["arg:x"]).max() <= grad_bound, m
-    assert c.modes["xla"].max_abs_diff.gradients <= 2 * grad_bound
+    assert c.modes["xla"].abs_error.gradients <= 2 * grad_bound
     # Outputs: above atol the relative bound of _softmax_bounds is far below
     # 4096 ULP, and below atol a difference is not a finding by definition.
     assert c.findings == ()
@@ -256,7 +256,7 @@ def test_xla_uncompilable_op_is_reported_by_name(fn, op_type):
                           f"No registered '{op_type}' OpKernel for XLA_CPU_JIT")
     assert "fns.py:" in err  # where the op was created
     # The other modes still ran and agree.
-    assert c.modes["graph"].error is None and c.modes["graph"].max_ulp.overall == 0
+    assert c.modes["graph"].error is None and c.modes["graph"].ulp.overall == 0
     assert c.findings == (f"xla did not run: {err}",)
     assert c.hlo == {} and c.fusion_count is None
 
@@ -271,7 +271,7 @@ def test_custom_op_without_xla_kernel_is_reported_by_name():
     assert c.modes["xla"].error.startswith(
         "XLA cannot compile WarpSoftmax op 'WarpSoftmax/WarpSoftmax': No registered 'WarpSoftmax' OpKernel")
     assert "warp_softmax_ops.py:" in c.modes["xla"].error
-    assert c.modes["graph"].max_ulp.overall == 0
+    assert c.modes["graph"].ulp.overall == 0
 
 
 def test_stateful_random_op_is_a_random_stream_not_a_finding():
@@ -283,12 +283,12 @@ def test_stateful_random_op_is_a_random_stream_not_a_finding():
         r = c.modes[mode]
         assert r.random_streams == ("output",)
         assert r.ulp_by_tensor["output"] > 4096  # measured, kept per tensor
-        assert r.max_abs_diff.outputs == 0 and r.max_ulp.outputs == 0  # not in the numeric columns
+        assert r.abs_error.outputs == 0 and r.ulp.outputs == 0  # not in the numeric columns
         assert any(n.startswith(f"{mode}: output is a different random stream {where} (not arithmetic)")
                    for n in c.notes)
     assert c.findings == ()
     # d(x + noise)/dx reads only the noise's shape: 1 in every mode, not random.
-    assert "arg:x" not in c.random_ops and c.modes["xla"].max_ulp.gradients == 0
+    assert "arg:x" not in c.random_ops and c.modes["xla"].ulp.gradients == 0
 
 
 def _sum_of_term_magnitudes(fn, x):
@@ -314,14 +314,14 @@ def test_graph_differences_come_from_one_grappler_pass(fn, culprit):
     # for the residual sum, 2 for hard-swish): the graph is rewritten before it
     # runs. Regrouping a sum, or turning "/ 6" into "* (1/6)", changes where
     # rounding happens: at most a couple of roundings of the terms' magnitudes.
-    assert on.modes["graph"].max_ulp.outputs > 0, "Grappler rewrites change rounding"
+    assert on.modes["graph"].ulp.outputs > 0, "Grappler rewrites change rounding"
     bound = 2 * 2.0 ** -23 * _sum_of_term_magnitudes(fn, x)
-    assert on.modes["graph"].max_abs_diff.outputs <= bound, "two roundings of Σ|terms|"
+    assert on.modes["graph"].abs_error.outputs <= bound, "two roundings of Σ|terms|"
     # Turning off just the culprit pass, or the whole meta optimizer, gives the
     # eager bits back: the executor runs the same kernels as eager.
     for switch in ({culprit: False}, False):
         off = compare_modes(fn, x, repeats=1, hlo=False, modes=("graph",), grappler=switch)
-        assert off.modes["graph"].max_ulp.overall == 0, f"{switch}: same kernels, same bits"
+        assert off.modes["graph"].ulp.overall == 0, f"{switch}: same kernels, same bits"
     # The switch is undone afterwards.
     assert tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer") is False
 
@@ -331,7 +331,7 @@ def test_report_repr_text_json(dense_cmp):
     text = dense_cmp.to_text()
     assert "graph vs eager:" in text and "xla vs graph:" in text
     payload = json.loads(json.dumps(dense_cmp.to_dict()))
-    assert payload["modes"]["graph"]["max_ulp"] == {"outputs": 0, "gradients": 0}
+    assert payload["modes"]["graph"]["ulp"] == {"outputs": 0, "gradients": 0}
     assert payload["modes"]["eager"]["gradients"] == {"arg:x": [64, 128], "var:w:0": [128, 32]}
     for m in ("eager", "graph", "xla"):
         r = dense_cmp.modes[m]
@@ -435,7 +435,7 @@ def test_cli_compare_json_and_hlo_file(run_cli, tmp_path):
                              "--seed", "3", "--repeats", "1", "--hlo", str(out_file), "--json")
     assert code == 0, err
     payload = json.loads(out)
-    assert payload["fusion_count"] == 3 and payload["modes"]["graph"]["max_ulp"]["outputs"] == 0
+    assert payload["fusion_count"] == 3 and payload["modes"]["graph"]["ulp"]["outputs"] == 0
     text = out_file.read_text()
     assert "// ===== stage: hlo =====\nHloModule" in text and "stage: optimized_hlo =====" in text
     code, _, err = run_cli("compare", f"{FNS}:relu_chain", "--arg", "x=float32[64,128]",
@@ -480,7 +480,7 @@ def test_tour_steps_5_and_6_on_a_small_user_model(tmp_path, small_keras_file):
     # Step 6: the forward pass in graph mode is bit-identical to eager; XLA ran
     # and fused (at least the conv's bias+relu epilogue).
     fwd = report["modes"]["forward"]
-    assert fwd["modes"]["graph"]["max_ulp"]["outputs"] == 0
+    assert fwd["modes"]["graph"]["ulp"]["outputs"] == 0
     assert fwd["modes"]["xla"]["error"] is None and fwd["fusion_count"] >= 1
     # Its speed line names the TF CPU kernels eager and graph ran (issue 8).
     assert report["modes"]["tf_cpu_kernels"] == ("oneDNN" if fwd["config"]["onednn_enabled"] else "Eigen")
@@ -505,7 +505,7 @@ def test_stateful_function_starts_each_mode_from_the_same_state(fn, var):
     expected = (x * 2.0 if fn == "counter" else x - 0.5 * tf.reduce_mean(x)).numpy()
     for m in ("eager", "graph", "xla"):
         np.testing.assert_array_equal(c.modes[m].outputs[0], expected, err_msg=m)
-    assert c.findings == () and c.modes["xla"].max_ulp.outputs == 0
+    assert c.findings == () and c.modes["xla"].ulp.outputs == 0
     # 1 probe + 3 modes × (1 + 3 repeats) calls ran, yet the variable is as before.
     assert float(v.numpy()) == before
     assert c.variables_restored == (v.name,)
@@ -535,17 +535,17 @@ def test_headline_ulp_ignores_elements_below_atol():
     # softmax's outputs near FLT_MIN), where ULP means nothing: on oneDNN one
     # output is 0 vs 2.3e-38 (16.7 M ULP), on Eigen a gradient element is
     # 4e-7 vs 0 (8.9e8 ULP). The headline counts only |value| > atol.
-    assert x.max_ulp_above_atol.gradients == 0, "|gradient| <= bound < atol in every mode"
-    assert x.max_ulp_above_atol.outputs <= x.max_ulp.outputs
+    assert x.ulp_above_atol.gradients == 0, "|gradient| <= bound < atol in every mode"
+    assert x.ulp_above_atol.outputs <= x.ulp.outputs
     # Above atol, ULP(p) >= 2^-24·|p|, so the relative bound caps the ULP count.
     big = np.abs(p) > atol
-    assert x.max_ulp_above_atol.outputs <= np.max(out_bound[big] / (np.abs(p[big]) * U))
-    assert f"xla: out {x.max_ulp_above_atol.outputs} ULP, grad {x.max_ulp_above_atol.gradients} ULP" in repr(c)
+    assert x.ulp_above_atol.outputs <= np.max(out_bound[big] / (np.abs(p[big]) * U))
+    assert f"xla: out {x.ulp_above_atol.outputs} ULP, grad {x.ulp_above_atol.gradients} ULP" in repr(c)
     text = c.to_text()
     # (the ULP-columns footnote names the atol in use and the raw maxima)
     assert f"> atol {atol:g}" in text and "all elements (out / grad): xla" in text
     assert "the largest ULP distance over elements with |value| > atol" in text  # labelled worst (issue 9)
-    assert str(int(x.max_ulp.gradients)) in text
+    assert str(int(x.ulp.gradients)) in text
 
 
 def test_python_number_output_and_dict_output_names():
@@ -554,7 +554,7 @@ def test_python_number_output_and_dict_output_names():
     for m in ("eager", "graph", "xla"):
         (out,) = c.modes[m].outputs
         assert out.dtype == np.float32 and out == 3.0
-    assert c.findings == () and c.modes["graph"].max_ulp.overall == 0
+    assert c.findings == () and c.modes["graph"].ulp.overall == 0
     assert c.to_text().startswith("constant_three on CPU:0, ")
     d = compare_modes(fns.named_outputs, tf.TensorSpec([4]), repeats=1, hlo=False, modes=("graph",))
     assert d.output_names == ("output[double]", "output[sum]")  # tf.nest sorts dict keys
@@ -648,9 +648,9 @@ def test_stateless_random_op_differs_only_under_xla():
     c = compare_modes(fns.stateless_noise, tf.TensorSpec([8]), repeats=1, hlo=False)
     assert c.random_ops == {"output": ("StatelessRandomUniformV2",)}
     g, x = c.modes["graph"], c.modes["xla"]
-    assert g.random_streams == () and g.max_ulp.overall == 0  # same kernel, same seed, same bits
+    assert g.random_streams == () and g.ulp.overall == 0  # same kernel, same seed, same bits
     assert x.random_streams == ("output",) and x.ulp_by_tensor["output"] > 4096
-    assert x.max_ulp.outputs == 0 and x.max_ulp_above_atol.outputs == 0
+    assert x.ulp.outputs == 0 and x.ulp_above_atol.outputs == 0
     assert c.findings == ()
     (note,) = c.notes
     assert note.startswith("xla: output is a different random stream under XLA (not arithmetic): "
@@ -661,7 +661,7 @@ def test_stateless_random_op_differs_only_under_xla():
     # The advice works: the same noise passed in gives XLA's arithmetic only.
     noise = tf.random.stateless_uniform([8], seed=[1, 2])
     d = compare_modes(fns.noise_as_argument, tf.TensorSpec([8]), noise, repeats=1, hlo=False)
-    assert d.random_ops == {} and d.notes == () and d.modes["xla"].max_ulp.overall == 0
+    assert d.random_ops == {} and d.notes == () and d.modes["xla"].ulp.overall == 0
 
 
 def test_keras_dropout_mask_is_a_random_stream_under_xla():
@@ -675,12 +675,12 @@ def test_keras_dropout_mask_is_a_random_stream_under_xla():
     c = compare_modes(dropout, tf.TensorSpec([4, 8]), repeats=1, hlo=False)
     # Keras draws the mask with stateless ops from a SeedGenerator variable, which
     # compare_modes restores before each mode: graph mode draws eager's mask.
-    assert c.modes["graph"].max_ulp.overall == 0 and c.modes["graph"].random_streams == ()
+    assert c.modes["graph"].ulp.overall == 0 and c.modes["graph"].random_streams == ()
     # The output and its gradient wrt x (the mask over the keep rate) both depend on it.
     assert set(c.random_ops) == {"output", "arg:x"}
     assert all("StatelessRandomUniformV2" in ops for ops in c.random_ops.values())
     assert set(c.modes["xla"].random_streams) == {"output", "arg:x"}
-    assert c.findings == () and c.modes["xla"].max_ulp.overall == 0
+    assert c.findings == () and c.modes["xla"].ulp.overall == 0
 
 
 def test_random_dependencies_follow_data_flow_into_loops_not_through_shapes():

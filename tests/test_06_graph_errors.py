@@ -83,7 +83,7 @@ def test_p14_repr_says_out_and_grad():
     w = tf.Variable(tf.random.stateless_normal([128, 32], seed=[1, 2]))
     m = tflab.compare_modes(lambda x: tf.tanh(x @ w), tf.random.stateless_normal([64, 128], seed=[3, 4]),
                             repeats=1, hlo=False)
-    xla = m.modes["xla"].max_ulp_above_atol
+    xla = m.modes["xla"].ulp_above_atol
     assert f"xla: out {xla.outputs} ULP, grad {xla.gradients} ULP above atol" in repr(m)
     no_grads = tflab.compare_modes(lambda x: tf.tanh(x), tf.ones([4]), repeats=1, hlo=False, gradients=False)
     assert "eager: out 0 ULP above atol" in repr(no_grads) and " ULP, grad " not in repr(no_grads)

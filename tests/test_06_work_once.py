@@ -99,9 +99,9 @@ def test_ulp_arrays_computed_once_per_mode_and_tensor(monkeypatch):
     assert len(calls) == 3 * 2
     # The shared arrays give what an independent computation on the outputs gives.
     e, x = c.modes["eager"], c.modes["xla"]
-    assert x.max_ulp.outputs == float(_ulp32(e.outputs[0], x.outputs[0]).max())
-    assert x.max_ulp.gradients == float(_ulp32(e.gradients["arg:x"], x.gradients["arg:x"]).max())
-    assert x.max_ulp.outputs > 0 or x.max_ulp.gradients > 0  # the findings above say XLA differs
+    assert x.ulp.outputs == float(_ulp32(e.outputs[0], x.outputs[0]).max())
+    assert x.ulp.gradients == float(_ulp32(e.gradients["arg:x"], x.gradients["arg:x"]).max())
+    assert x.ulp.outputs > 0 or x.ulp.gradients > 0  # the findings above say XLA differs
 
 
 def test_the_independent_ulp_helper_counts_nextafter_steps():

@@ -100,9 +100,9 @@ def test_a_difference_is_detected(tmp_path):
     c = tflab.save_and_reload(Noisy(), tmp_path / "noisy", {"x": np.zeros((2, 4), np.float32)})
     out = c.signatures["serving_default"].outputs["y"]
     assert c.bit_exact is False and out.bit_exact is False
-    assert out.mismatched == 8 and 0 < out.max_abs_diff < 1
+    assert out.mismatched == 8 and 0 < out.max_abs_error < 1
     # Two maxima, each over its own worst element, each labelled (issue 9 item 15's kind).
-    assert (f"8 element(s) differ, max |Δ| {out.max_abs_diff:.3g}, max ULP {out.max_ulp} "
+    assert (f"8 element(s) differ, max |Δ| {out.max_abs_error:.3g}, max ULP {out.max_ulp} "
             f"(each its own worst element)") in c.to_text()
 
 

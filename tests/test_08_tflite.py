@@ -346,7 +346,7 @@ def test_int8_bound_is_at_least_one_output_step(dense64):
 
 def test_table_shows_the_true_maximum_with_a_legend(dense64):
     from tflab.export import VariantResult
-    from tflab.litert.result import variant_table
+    from tflab.litert.records import variant_table
 
     checks = dense64[1]
     table = variant_table({q: VariantResult(q, "ok", check=c) for q, c in checks.items()})

@@ -126,7 +126,7 @@ def test_html_row_is_the_max_not_the_error_at_the_worst_ratio():
     from types import SimpleNamespace as NS
 
     from tflab.report.html.export import export_fragment
-    from tflab.litert.result import OutputError
+    from tflab.litert.records import OutputError
 
     o = OutputError("y", "float32", (-1, 5), max_abs_error=8.9e-05, max_rel_error=1e-4, max_ulp=9, bound=2e-4,
                     bound_ratio=0.6, argmax_agreement=1.0, reference_range=1.0, worst_abs_error=3.37e-05,

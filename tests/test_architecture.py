@@ -161,7 +161,7 @@ def test_the_litert_package_re_exports_public_names_of_its_parts():
     import tflab.litert as pkg
 
     parts = {m.name for m in pkgutil.iter_modules(pkg.__path__)}
-    assert {"conversion", "bounds", "check", "result", "per_op", "nan", "workers"} <= parts
+    assert {"conversion", "bounds", "check", "records", "per_op", "nan", "workers"} <= parts
     for name, part in pkg._EXPORTS.items():
         assert not name.startswith("_") and name not in parts, name  # a function named like a module is hidden
         assert getattr(pkg, name) is getattr(importlib.import_module(f"tflab.litert.{part}"), name), name

@@ -131,7 +131,9 @@ def test_the_html_timeline_shows_the_seconds(script_result):
                   page)
     assert m and float(m.group(1)) == pytest.approx(ts.seconds, abs=1e-5), page[:2000]
     assert "<th>seconds</th>" in page
-    assert re.search(r"<title>#2 retrace, \d+\.\d+ s: x: shape \(1,\) -&gt; \(2,\)</title>", page), page[:3000]
+    # the script's calls were counted: the mark says which call traced (as the text's "in 5 call(s)")
+    assert re.search(r"<title>#2 retrace at call \d+, \d+\.\d+ s: x: shape \(1,\) -&gt; \(2,\)</title>", page), \
+        page[:3000]
 
 
 def test_the_cli_json_carries_the_seconds(script_result, tmp_path, capsys):

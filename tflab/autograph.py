@@ -130,12 +130,6 @@ class AutographDiff(Report):
     strict: bool = False
     config: dict = config_field()
 
-    def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
-        from tflab.report.html import fragment
-
-        return fragment(self)
-
     def summary_line(self) -> str:
         """``while@27 → python ×2, while@31 → StatelessWhile 'while'`` (+ the warning count)."""
         parts = ", ".join(repr(s)[1:-1] for s in self.statements) or "no if/for/while"

@@ -33,10 +33,12 @@ from tflab.custom_op_loader import load_custom_ops_for, unregistered_op
 from tflab.errors import TflabError, UsageError, raise_if_terminated
 from tflab.examples import load_examples
 from tflab.litert.check import TFLiteCheck
-from tflab.litert.result import variant_line, variant_table
+from tflab.litert.records import variant_line, variant_table
 from tflab.litert.conversion import QUANTIZATIONS
 from tflab.litert.workers import (convert_inprocess, convert_isolated, reset_workers, save_examples,
                                   stop_workers)
+from tflab.report.html.dispatch import renders
+from tflab.report.html.export import export_fragment
 
 @dataclasses.dataclass(frozen=True)
 class VariantResult:
@@ -92,12 +94,6 @@ class ExportReport(Report):
         return bool(self.saved_model.bit_exact) and all(
             v.status == "ok" and v.check is not None
             and (v.check.ok if v.check.ok is not None else v.check.within_bound) for v in self.variants.values())
-
-    def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
-        from tflab.report.html import fragment
-
-        return fragment(self)
 
     def summary_line(self) -> str:
         vs = ", ".join(f"{q}:{v.status}" for q, v in self.variants.items())
@@ -553,3 +549,5 @@ def _install_sigterm():
     return install_sigterm_handler()
 
 
+# Its HTML fragment (notebook and --html pages): tflab.report.html.dispatch's registry.
+renders(ExportReport)(export_fragment)

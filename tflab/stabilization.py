@@ -56,7 +56,7 @@ class StabilizeReport(Report):
         input_signature: the signature `stabilize` used.
         example_shapes: the argument shapes of each example call, as text.
         variants: `VariantTraces` per variant, in the order measured.
-        max_abs_diff: max |output(stabilized) − output(plain)| over all calls and outputs.
+        max_abs_error: max |output(stabilized) − output(plain)| over all calls and outputs.
         note: None, or why the inferred signature will still fail on another
             shape (no dim varied across the examples; see `FixedShapeWarning`).
         config: `tflab.runtime_config()` as a dict, filled when the report is made.
@@ -66,15 +66,9 @@ class StabilizeReport(Report):
     input_signature: tuple
     example_shapes: tuple[str, ...]
     variants: dict
-    max_abs_diff: float
+    max_abs_error: float
     note: str | None = None
     config: dict = config_field()
-
-    def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
-        from tflab.report.html import fragment
-
-        return fragment(self)
 
     def summary_line(self) -> str:
         counts = ", ".join(f"{k}={v.traces} ({v.later_traces} after first call)" for k, v in self.variants.items())
@@ -92,7 +86,7 @@ class StabilizeReport(Report):
         for line, v in zip(body, self.variants.values()):
             lines.append(line)
             lines.extend(f"    traced {s}" for s in v.traced_specs)
-        lines.append(f"  max |stabilized - plain| = {self.max_abs_diff:g}")
+        lines.append(f"  max |stabilized - plain| = {self.max_abs_error:g}")
         if self.note:
             lines.append(f"  note: {self.note}")
         return "\n".join(lines)
@@ -104,7 +98,7 @@ class StabilizeReport(Report):
                 "input_signature": to_jsonable(self.input_signature),
                 "example_shapes": list(self.example_shapes),
                 "variants": {k: v.to_dict() for k, v in self.variants.items()},
-                "max_abs_diff": self.max_abs_diff, "note": self.note, "config": self.config}
+                "max_abs_error": self.max_abs_error, "note": self.note, "config": self.config}
 
 
 def _describe_call(args: tuple) -> str:
@@ -234,5 +228,5 @@ def stabilization_report(fn: Callable, examples: Iterable[Any],
         input_signature=tuple(stable.input_signature),
         example_shapes=tuple(_describe_call(c) for c in calls),
         variants=results,
-        max_abs_diff=diff,
+        max_abs_error=diff,
         note=note)

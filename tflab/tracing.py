@@ -25,6 +25,8 @@ from tflab.report.base import Report, config_field
 from tflab._tf import function as _tf
 from tflab._usercode import user_entry
 from tflab.errors import UsageError
+from tflab.report.html.dispatch import renders
+from tflab.report.html.funcgraph import trace_notebook_fragment
 
 CONTROL_FLOW_OP_TYPES = frozenset(
     {"If", "StatelessIf", "While", "StatelessWhile", "Case", "StatelessCase"})
@@ -221,12 +223,6 @@ class TraceReport(Report):
         baked = sum(c.internal_op_type == "Const" for c in tensors)
         return (f"{baked} baked ({self.baked_bytes} B), "
                 f"{len(tensors) - baked} fed at call time ({self.fed_bytes} B)")
-
-    def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
-        from tflab.report.html import fragment
-
-        return fragment(self)
 
     def summary_line(self) -> str:
         top = ", ".join(f"{t}×{n}" for t, n in list(self.op_counts.items())[:4])
@@ -623,3 +619,6 @@ def _is_concrete_function(fn: Any) -> bool:
     return (hasattr(fn, "graph") and hasattr(fn, "structured_input_signature")
             and not hasattr(fn, "python_function"))
 
+
+# Its HTML fragment (notebook and --html pages): tflab.report.html.dispatch's registry.
+renders(TraceReport)(trace_notebook_fragment)

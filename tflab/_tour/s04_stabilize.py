@@ -24,7 +24,7 @@ def run(ctx) -> None:
     for v in rep.variants.values():
         relaxed = v.traced_specs[-1] if v.traced_specs else ""
         ctx.line(f"  {v.variant:17s} {v.traces} traces   (last traced {relaxed})")
-    ctx.line(f"  max |stabilized - plain| = {rep.max_abs_diff:.3g}")
+    ctx.line(f"  max |stabilized - plain| = {rep.max_abs_error:.3g}")
 
     # Training: step 2's optimizer when it ran (its slot variables exist, so no
     # variable-creation re-trace: one trace in all, and ~20 s less tour time; the

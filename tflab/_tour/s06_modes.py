@@ -28,7 +28,7 @@ def run(ctx) -> None:
     for name in ("graph", "xla"):
         r = fwd.modes[name]
         ctx.line(f"forward {name:5s}: " + (f"error: {r.error}" if r.error else
-                 f"max {_ulp(r, 'outputs')}, max |diff| {r.max_abs_diff.outputs:.2g} vs eager; "
+                 f"max {_ulp(r, 'outputs')}, max |diff| {r.abs_error.outputs:.2g} vs eager; "
                  f"first call {r.first_call_seconds:.1f} s"))
     ratios = {"graph_vs_eager": fwd.speed_ratio("graph", "eager"),
               "xla_vs_graph": fwd.speed_ratio("xla", "graph")}
@@ -63,16 +63,16 @@ def run(ctx) -> None:
     g = grad.modes["graph"]
     ctx.line(f"gradients ({len(grad.gradient_names)} sources) graph vs eager: "
              + (f"error: {g.error}" if g.error else
-                f"max {_ulp(g, 'gradients')}, max |diff| {g.max_abs_diff.gradients:.2g}; "
+                f"max {_ulp(g, 'gradients')}, max |diff| {g.abs_error.gradients:.2g}; "
                 f"graph {speed_text(grad.speed_ratio('graph', 'eager'))} per call"))
     plain = None
-    if g.error is None and g.max_ulp.gradients:
+    if g.error is None and g.ulp.gradients:
         # Is the difference Grappler's? Same graph, meta optimizer off.
         plain = compare_modes(loss, x, modes=("eager", "graph"), repeats=1, hlo=False,
                               grappler=False, state_variables=state).modes["graph"]
         if plain.error is None:
-            ctx.line(f"  with Grappler off: max {plain.max_ulp.gradients} ULP"
-                     + (" (its graph rewrites change the rounding)" if plain.max_ulp.gradients == 0 else ""))
+            ctx.line(f"  with Grappler off: max {plain.ulp.gradients} ULP"
+                     + (" (its graph rewrites change the rounding)" if plain.ulp.gradients == 0 else ""))
     for n in fwd.notes + grad.notes:  # outputs of random ops: not arithmetic, not findings
         ctx.line(f"random stream: {n}")
     for f in fwd.findings + grad.findings:
@@ -81,7 +81,7 @@ def run(ctx) -> None:
         "batch": BATCH,
         "forward": fwd.to_dict(),
         "gradients": grad.to_dict(),
-        "gradients_grappler_off_max_ulp": None if plain is None or plain.error else plain.max_ulp.gradients,
+        "gradients_grappler_off_max_ulp": None if plain is None or plain.error else plain.ulp.gradients,
         "speed": ratios,
         "tf_cpu_kernels": "oneDNN" if fwd.config.get("onednn_enabled") else "Eigen",
         "fusion_count": fwd.fusion_count,
@@ -91,7 +91,7 @@ def run(ctx) -> None:
 def _ulp(result, group: str) -> str:
     """ULP over elements above atol (the headline), and the raw maximum when
     near-zero elements make it larger."""
-    sig, raw = getattr(result.max_ulp_above_atol, group), getattr(result.max_ulp, group)
+    sig, raw = getattr(result.ulp_above_atol, group), getattr(result.ulp, group)
     return f"{sig} ULP" + (f" ({raw} counting |values| <= atol)" if raw != sig else "")
 
 

@@ -7,7 +7,7 @@ import os
 
 def run(ctx) -> None:
     from tflab.export import export_model
-    from tflab.litert.result import variant_line, variant_table
+    from tflab.litert.records import variant_line, variant_table
 
     source = ctx.model_source
     # A user's SavedModel folder is exported from the folder itself (the tour

@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import sys
+from typing import Any, Iterator
 
 HELP = ("run a Python script and print, per tf.function object (each instance's method apart), "
         "its traces, why each one happened, and the body's Python side effects that ran only while tracing")
@@ -16,6 +18,10 @@ HELP = ("run a Python script and print, per tf.function object (each instance's 
 EPILOG = ("Options such as --json go BEFORE SCRIPT.py: everything after SCRIPT.py is passed to the "
           "script as its sys.argv[1:]. Exit status: 0, or 2 when the script raised or exited "
           "non-zero (the traces made until then are still printed). Note: ")
+
+
+# FuncGraphs drawn on a retrace page (one per tf.function object, newest trace).
+MAX_RETRACE_GRAPHS = 4
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tflab.report.jsonable import to_jsonable
-    from tflab.report.pages import html_output, keep_traced_functions, retrace_graphs, retrace_page
+    from tflab.report.pages import html_output, retrace_page
     from tflab.retrace.log import trace_script
 
     html = html_output(args.html, args.force)  # before the script runs
@@ -61,3 +67,98 @@ def run(args: argparse.Namespace) -> int:
         print(f"tflab retrace: error: {result.error}", file=sys.stderr)
         return 2
     return 0
+
+
+# --------------------------------------------------------------------------- the page's FuncGraphs
+
+class _PinnedLevelHandler(logging.Handler):
+    """Keeps the traced `tf.function` objects while ``tflab retrace`` runs a script.
+
+    ``tflab.retrace.log.capture_trace_events`` raises every existing handler of
+    the ``tensorflow`` logger to the old threshold so nothing extra is
+    printed; this handler prints nothing and must see TF's level-1 "Creating
+    new FuncGraph" records, so its level stays 1.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(level=1)
+        self.functions: list[Any] = []  # distinct Function objects, first-trace order
+
+    def setLevel(self, level: Any) -> None:  # noqa: N802 (logging's name)
+        pass
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            if not (isinstance(record.msg, str) and record.msg.startswith("Creating new FuncGraph")):
+                return
+            fn = _traced_function()
+            if fn is not None and not any(f is fn for f in self.functions):
+                self.functions.append(fn)
+        except Exception:  # a log handler must never break the user's program
+            return
+
+
+def _traced_function() -> Any:
+    """The `tf.function` (a `tf.types.experimental.PolymorphicFunction`) being traced: ``self`` of its nearest frame."""
+    import tensorflow as tf
+
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith("polymorphic_function.py"):
+            obj = frame.f_locals.get("self")
+            if isinstance(obj, tf.types.experimental.PolymorphicFunction):
+                return obj
+        frame = frame.f_back
+    return None
+
+
+@contextlib.contextmanager
+def keep_traced_functions() -> Iterator[list]:
+    """Yields a list that fills with the tf.function objects traced inside the block (kept alive)."""
+    logger = logging.getLogger("tensorflow")
+    handler = _PinnedLevelHandler()
+    logger.addHandler(handler)
+    try:
+        yield handler.functions
+    finally:
+        logger.removeHandler(handler)
+
+
+def _newest_concrete(fn: Any) -> Any:
+    from tflab._tf.saved_model import traced_concrete_functions
+
+    try:
+        cfs = traced_concrete_functions(fn)  # TF 2.21: the trace cache's values, oldest first
+    except Exception:
+        return None
+    return cfs[-1] if cfs else None
+
+
+def retrace_graphs(result: Any, functions: list) -> list:
+    """The newest FuncGraph (`TraceReport`) of each tf.function in ``result``, up to `MAX_RETRACE_GRAPHS`.
+
+    ``functions`` are the objects `keep_traced_functions` kept; the i-th
+    group of a qualified name in ``result`` is the i-th object with that name
+    (both are in first-trace order).
+    """
+    from tflab.tracing import inspect_concrete_function
+
+    by_name: dict[str, list] = {}
+    for fn in functions:
+        name = getattr(getattr(fn, "python_function", None), "__qualname__", None) or getattr(fn, "__name__", "")
+        by_name.setdefault(name, []).append(fn)
+    used: dict[str, int] = {}
+    reports = []
+    for group in result.functions:
+        i = used.get(group.function_name, 0)
+        used[group.function_name] = i + 1
+        candidates = by_name.get(group.function_name) or [fn for n, fns in by_name.items()
+                                                     if n.endswith(group.function_name) for fn in fns]
+        if i >= len(candidates):
+            continue
+        cf = _newest_concrete(candidates[i])
+        if cf is not None:
+            reports.append(inspect_concrete_function(cf, name=group.label or group.function_name))
+        if len(reports) >= MAX_RETRACE_GRAPHS:
+            break
+    return reports

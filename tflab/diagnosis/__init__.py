@@ -73,7 +73,7 @@ _EXPORTS = {
     **dict.fromkeys(("NUMPY_TO_TF", "FunctionSource", "numpy_equivalent", "trace_fixed"), "fixes"),
     **dict.fromkeys(("diagnose_exception", "diagnosed_error", "diagnosis_note", "probe_diagnosis",
                      "with_diagnosis"), "hooks"),
-    **dict.fromkeys(("SILENT_STAGE", "UNKNOWN_DIM_SIZE", "Diagnosis", "diagnosis_suffix"), "record"),
+    **dict.fromkeys(("SILENT_STAGE", "UNKNOWN_DIM_SIZE", "Diagnosis", "diagnosis_suffix"), "records"),
     **dict.fromkeys(("RULES", "Rule"), "rules"),
 }
 

@@ -10,7 +10,7 @@ import inspect
 import os
 from typing import Any, Callable
 
-from tflab.diagnosis.record import UNKNOWN_DIM_SIZE, Diagnosis
+from tflab.diagnosis.records import UNKNOWN_DIM_SIZE, Diagnosis
 from tflab.diagnosis.source import _Source, _StatementMap
 
 @dataclasses.dataclass

@@ -13,7 +13,7 @@ from tflab._tf.autograph import clone_function, full_tracebacks
 from tflab._usercode import user_entry
 from tflab.diagnosis.context import (_LIST_FIX, _Context, _context, _materialize, _python_target, _sized,
                                      _stmt_label, _tensor_array_fix)
-from tflab.diagnosis.record import SILENT_STAGE, Diagnosis
+from tflab.diagnosis.records import SILENT_STAGE, Diagnosis
 from tflab.diagnosis.rules import _classify
 from tflab.diagnosis.source import _recorder, _Source, _StatementMap
 from tflab.errors import UsageError

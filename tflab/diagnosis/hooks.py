@@ -9,7 +9,7 @@ import dataclasses
 from typing import Any, Callable
 
 from tflab.diagnosis.context import _Context, _context
-from tflab.diagnosis.record import Diagnosis, diagnosis_suffix
+from tflab.diagnosis.records import Diagnosis, diagnosis_suffix
 from tflab.diagnosis.rules import _classify
 from tflab.errors import UsageError
 

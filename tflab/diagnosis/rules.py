@@ -15,7 +15,7 @@ from typing import Callable
 from tflab.diagnosis import fixes
 from tflab.diagnosis.context import _Context, _make
 from tflab.diagnosis.frames import _frames, _user_site
-from tflab.diagnosis.record import Diagnosis
+from tflab.diagnosis.records import Diagnosis
 from tflab.diagnosis.rules_fixed import _rule_created_in_function, _rule_unhashable_tensor
 from tflab.diagnosis.rules_graph import (_rule_cond_vars, _rule_escaped_tensor, _rule_foreign_capture,
                                          _rule_loop_init, _rule_loop_vars)

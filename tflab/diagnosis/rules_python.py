@@ -13,7 +13,7 @@ import os
 from tflab.diagnosis.context import (_candidate, _cast_value_fix, _Context, _fix_source, _make, _materialize,
                                      _planned, _stmt_label, _try_fix)
 from tflab.diagnosis.frames import _frame_named, _is_generated, _is_user_file
-from tflab.diagnosis.record import UNKNOWN_DIM_SIZE
+from tflab.diagnosis.records import UNKNOWN_DIM_SIZE
 from tflab.diagnosis.rules_fixed import _numpy_fix, _static_range_fix
 from tflab.diagnosis.source import (_assignments_before, _owner_from_ops, shape_reads, _static_dim,
                                     _walk_header)

@@ -17,6 +17,8 @@ from tflab.report.base import Report, config_field
 from tflab._tf.distribute import distributed_container
 from tflab.report.text import table
 from tflab.distribute.strategies import CROSS_REPLICA_OP
+from tflab.report.html.dispatch import renders
+from tflab.report.html.lab import distributed_trace_fragment
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,12 +74,6 @@ class DistributedTraceReport(Report):
     def op_count(self) -> int:
         """Ops in the step's FuncGraph."""
         return len(self.report.ops)
-
-    def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
-        from tflab.report.html import fragment
-
-        return fragment(self)
 
     def _cross_text(self) -> str:
         return ", ".join(f"{t}×{n}" for t, n in self.cross_replica_ops.items()) or "none"
@@ -153,3 +149,7 @@ def inspect_distributed(fn: Callable, *args: Any, **kwargs: Any) -> DistributedT
                                   ops_per_device=dict(per_device.most_common()),
                                   mirrored_variables=infos, component_handles=handles,
                                   cross_replica_ops=dict(cross.most_common()))
+
+
+# Its HTML fragment (notebook and --html pages): tflab.report.html.dispatch's registry.
+renders(DistributedTraceReport)(distributed_trace_fragment)

@@ -25,6 +25,8 @@ from typing import Any, Callable, Iterator
 from tflab._tf.distribute import wrapping_strategy_run
 from tflab.retrace.event import TraceEvent
 from tflab.retrace.probe import RetraceProbe
+from tflab.report.html.dispatch import renders
+from tflab.report.html.timeline import probe_text_fragment
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,3 +212,7 @@ class DistributedRetraceProbe(RetraceProbe):
 
     def __repr__(self) -> str:
         return super().__repr__()[:-1] + f", replica bodies: {self.replica_run_count}>"
+
+
+# Its HTML fragment (notebook and --html pages): tflab.report.html.dispatch's registry.
+renders(DistributedRetraceProbe)(probe_text_fragment)

@@ -23,6 +23,8 @@ from tflab.distribute.processes import pick_free_ports, run_children, tf_config,
 from tflab.distribute.strategies import lab_dataset, make_replica_step
 from tflab.errors import UsageError
 from tflab.retrace.probe import RetraceProbe
+from tflab.report.html.dispatch import renders
+from tflab.report.html.lab import multi_worker_fragment
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,12 +89,6 @@ class MultiWorkerReport(Report):
     seconds: float
     function_name: str = "step"  # the chief's probe names it
     config: dict = config_field()
-
-    def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
-        from tflab.report.html import fragment
-
-        return fragment(self)
 
     def to_dict(self) -> dict:
         """The fields as JSON data, built without importing TF (the parent process never does)."""
@@ -266,3 +262,7 @@ def worker_main() -> dict:
             "weights": [float(v) for v in np.asarray(strategy.experimental_local_results(w)[0]).ravel()],
             "seconds": round(time.perf_counter() - t0, 2), "function_name": probe.function_name,
             "config": current_config()}
+
+
+# Its HTML fragment (notebook and --html pages): tflab.report.html.dispatch's registry.
+renders(MultiWorkerReport)(multi_worker_fragment)

@@ -16,7 +16,7 @@ The package, bottom-up (each module imports only those above it):
 * `tflab.litert.float_tensors`: the float variant's intermediates against TF's
   tensors of the same name;
 * `tflab.litert.nan`: the first op that makes a NaN/inf, and its cause;
-* `tflab.litert.result` → `tflab.litert.check`: `TFLiteCheck`, `check_tflite`,
+* `tflab.litert.records` → `tflab.litert.check`: `TFLiteCheck`, `check_tflite`,
   `tflite_roundtrip`;
 * `tflab.litert.workers`, `tflab.litert.pool`: conversions in worker processes,
   several at once.
@@ -49,7 +49,7 @@ _EXPORTS = {
     **dict.fromkeys(("OpShare", "KeptFloat", "Attribution", "attribute_error", "tf_name_of", "output_error"),
                     "attribution"),
     **dict.fromkeys(("TensorMatch", "FloatTensors", "compare_float_tensors"), "float_tensors"),
-    **dict.fromkeys(("OutputError", "TFLiteCheck", "variant_line", "variant_table", "TABLE_LEGEND"), "result"),
+    **dict.fromkeys(("OutputError", "TFLiteCheck", "variant_line", "variant_table", "TABLE_LEGEND"), "records"),
     **dict.fromkeys(("argmax_agreement", "check_tflite", "float_reference", "remember_float_reference",
                      "require_matching_signatures", "read_signature_keys", "MIN_TFLITE_BYTES",
                      "tflite_roundtrip"), "check"),

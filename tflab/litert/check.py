@@ -26,7 +26,7 @@ from tflab.litert.conversion import QUANTIZATIONS, _call_target, analyze_flatbuf
 from tflab.examples import Examples
 from tflab._numeric import ulp_distance
 from tflab.saved_model import load_saved_model, signature_inputs, signature_outputs
-from tflab.litert.result import OutputError, TFLiteCheck
+from tflab.litert.records import OutputError, TFLiteCheck
 
 def _runtime_name(interp) -> str:
     from tflab._tf.lite import ops_details

@@ -80,10 +80,11 @@ class OpCheck(Report):
         index: op index in the checked subgraph (execution order).
         op_type: builtin name, e.g. ``"CONV_2D"``.
         name: the op's first output tensor name (the converter's, e.g. ``"model/conv2d_5/BiasAdd"``).
-        error: ``|lite − reference|`` at the element with the largest ``|Δ|/bound``, output units.
-        bound: the local bound at that same element (so ``error / bound == ratio``).
+        worst_abs_error: ``|lite − reference|`` at the element with the largest ``|Δ|/bound``, output
+            units (as `tflab.litert.records.OutputError.worst_abs_error`).
+        bound: the local bound at that same element (so ``worst_abs_error / bound == ratio``).
         ratio: the largest ``|Δ|/bound`` over the op's output elements and all examples.
-        max_error: the largest ``|lite − reference|`` anywhere in the output (may be another element).
+        max_abs_error: the largest ``|lite − reference|`` anywhere in the output (may be another element).
         verdict: ``"ok"``, ``"OUTSIDE"`` (some element beyond its bound) or ``"unchecked"``.
         reason: why unchecked, else "".
         float_index: index of the matching op in the float model (None when unmatched).
@@ -101,10 +102,10 @@ class OpCheck(Report):
     index: int
     op_type: str
     name: str
-    error: float = 0.0
+    worst_abs_error: float = 0.0
     bound: float = 0.0
     ratio: float = 0.0
-    max_error: float = 0.0
+    max_abs_error: float = 0.0
     verdict: str = "unchecked"
     reason: str = ""
     float_index: int | None = None
@@ -122,7 +123,7 @@ class OpCheck(Report):
     def summary_line(self) -> str:
         if self.verdict == "unchecked":
             return f"#{self.index} {self.op_type} {self.name!r} unchecked: {self.reason}"
-        return (f"#{self.index} {self.op_type} {self.name!r} |Δ| {self.error:.3g} bound {self.bound:.3g} "
+        return (f"#{self.index} {self.op_type} {self.name!r} |Δ| {self.worst_abs_error:.3g} bound {self.bound:.3g} "
                 f"(ratio {self.ratio:.3g}, same element) {self.verdict}")
 
     def to_text(self) -> str:
@@ -209,8 +210,9 @@ class PerOpCheck(Report):
         lines += [f"    {n}" for n in self.notes]
         ranked = sorted((o for o in self.ops if o.verdict != "unchecked"), key=lambda o: -o.ratio)[:limit]
         if ranked:
-            lines.append(table([(f"#{o.index}", o.op_type, f"{o.error:.3g}", f"{o.bound:.3g}", f"{o.ratio:.3g}",
-                                 f"{o.max_error:.3g}", o.verdict, o.name.split(";")[0]) for o in ranked],
+            lines.append(table([(f"#{o.index}", o.op_type, f"{o.worst_abs_error:.3g}", f"{o.bound:.3g}",
+                                 f"{o.ratio:.3g}", f"{o.max_abs_error:.3g}", o.verdict, o.name.split(";")[0])
+                                for o in ranked],
                                header=("op", "type", "|Δ|", "bound", "ratio", "max|Δ|", "verdict", "tensor"),
                                indent="    "))
         return "\n".join(lines)
@@ -361,7 +363,7 @@ def _clip_to_output(ref: np.ndarray, out: TensorInfo) -> np.ndarray:
 
 class _Acc:
     def __init__(self):
-        self.ratio, self.error, self.bound, self.max_error = 0.0, 0.0, 0.0, 0.0
+        self.ratio, self.worst_abs_error, self.bound, self.max_abs_error = 0.0, 0.0, 0.0, 0.0
         self.reason = ""
         self.max_out, self.max_terms, self.k = 0.0, None, 1
         self.err2, self.ref2, self.n = 0.0, 0.0, 0
@@ -396,11 +398,12 @@ class _Acc:
         if not ratio.size:
             return
         w = int(np.argmax(ratio))
-        if ratio.flat[w] > self.ratio or self.ratio == 0.0 and diff.flat[w] > self.error:
-            self.ratio, self.error, self.bound = float(ratio.flat[w]), float(diff.flat[w]), float(bound.flat[w])
-        elif self.ratio == 0.0 and self.error == 0.0:  # exact so far: show the widest bound it met
+        if ratio.flat[w] > self.ratio or self.ratio == 0.0 and diff.flat[w] > self.worst_abs_error:
+            self.ratio, self.worst_abs_error, self.bound = (float(ratio.flat[w]), float(diff.flat[w]),
+                                                            float(bound.flat[w]))
+        elif self.ratio == 0.0 and self.worst_abs_error == 0.0:  # exact so far: show the widest bound it met
             self.bound = max(self.bound, float(np.nanmax(bound)))
-        self.max_error = max(self.max_error, float(diff.max()))
+        self.max_abs_error = max(self.max_abs_error, float(diff.max()))
         finite = np.isfinite(diff) & np.isfinite(ref)
         self.err2 += float(np.sum(np.square(diff[finite], dtype=np.float64)))
         self.ref2 += float(np.sum(np.square(ref[finite], dtype=np.float64)))
@@ -478,9 +481,9 @@ def check_ops(model: bytes, float_model: bytes, feeds: Mapping[str, Sequence[Map
             cond = noise = None
             if acc.max_terms:
                 cond, noise = acc.max_out / acc.max_terms, _gamma(acc.k) * acc.max_terms
-            results.append(OpCheck(op.index, op.op_type, name, acc.error, acc.bound, acc.ratio, acc.max_error,
-                                   "ok" if acc.ratio <= 1.0 else "OUTSIDE", float_index=fi, weights=weights,
-                                   signature=key or "", condition=cond, noise=noise,
+            results.append(OpCheck(op.index, op.op_type, name, acc.worst_abs_error, acc.bound, acc.ratio,
+                                   acc.max_abs_error, "ok" if acc.ratio <= 1.0 else "OUTSIDE", float_index=fi,
+                                   weights=weights, signature=key or "", condition=cond, noise=noise,
                                    rms_error=acc.rms()[0], rms_reference=acc.rms()[1]))
     unchecked = collections.Counter(o.op_type for o in results if o.verdict == "unchecked")
     out = PerOpCheck(tuple(results), dict(sorted(unchecked.items())), matched, unmatched, alike,

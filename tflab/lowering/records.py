@@ -6,6 +6,8 @@ import dataclasses
 from typing import Any, ClassVar
 
 from tflab.report.base import Report, config_field
+from tflab.report.html.dispatch import renders
+from tflab.report.html.lowering import lowering_fragment
 
 __all__ = ["STAGES", "Stage", "Piece", "Fusion", "Lowering"]
 
@@ -193,8 +195,6 @@ class Lowering(Report):
                 "fusions": [f.to_dict() for f in self.fusions], "memory": self.memory,
                 "stopped_at": self.stopped_at, "why": self.why, "config": self.config}
 
-    def _repr_html_(self) -> str:
-        from tflab.report.html.base import style
-        from tflab.report.html.lowering import lowering_fragment
 
-        return f'<div class="tflab">{style()}{lowering_fragment(self)}</div>'
+# Its HTML fragment (notebook and --html pages): tflab.report.html.dispatch's registry.
+renders(Lowering)(lowering_fragment)

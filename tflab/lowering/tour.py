@@ -77,8 +77,9 @@ def tour_lines(fn: Callable, *args: Any) -> list[str]:
     """
     from tflab.lowering.build import _build, _flat_inputs
     from tflab.lowering.text import human_bytes
+    from tflab.process import settings
 
-    folder = os.environ.get(ENV)
+    folder = settings.get(ENV)
     if not folder or not os.path.isdir(folder) or not any(Path(folder).glob("*after_optimizations.txt")):
         return []
     t0, c0 = time.perf_counter(), time.process_time()

@@ -235,7 +235,7 @@ class _ModeRun:
                                                     self.atol, pairs=self.pairs, mode=mode)
             self.results[mode] = ModeResult(mode, tuple(outputs), grad_map, abs_d, ulp_d, first,
                                             statistics.median(times), ulp_by_tensor=per,
-                                            max_ulp_above_atol=ulp_sig)
+                                            ulp_above_atol=ulp_sig)
         xla = self.results.get("xla")
         if self.hlo and xla is not None and xla.error is None:
             # One generator: experimental_get_compiler_ir looks the XLA ConcreteFunction up
@@ -363,7 +363,7 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
     >>> def attention(x):
     ...     return tf.nn.softmax(x @ tf.transpose(x))
     >>> cmp = tflab.compare_modes(attention, tf.TensorSpec([64, 128]))
-    >>> cmp.modes["graph"].max_ulp.outputs, cmp.modes["xla"].max_ulp.outputs, cmp.fusion_count
+    >>> cmp.modes["graph"].ulp.outputs, cmp.modes["xla"].ulp.outputs, cmp.fusion_count
     (0, 2, 10)
     """
     from tflab._argcheck import check_returns_tensors, check_xla_flags, refuse_probe  # issue 33 B26, B25, item 8

@@ -223,7 +223,7 @@ def _separate_random_streams(results, reference, random_ops, output_names, atol,
             continue
         abs_d, ulp_d, _, ulp_sig = _distances(reference, list(r.outputs), r.gradients, output_names, atol,
                                               skip=set(streams), pairs=pairs, mode=mode)
-        results[mode] = dataclasses.replace(r, max_abs_diff=abs_d, max_ulp=ulp_d, max_ulp_above_atol=ulp_sig,
+        results[mode] = dataclasses.replace(r, abs_error=abs_d, ulp=ulp_d, ulp_above_atol=ulp_sig,
                                             random_streams=tuple(streams))
         why = ("XLA compiles random ops with its own RNG code (tf2xla), so it draws other numbers than "
                "TF's kernels" if mode == "xla" else

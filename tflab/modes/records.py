@@ -16,6 +16,8 @@ import numpy as np
 from tflab.modes.defaults import MODES
 from tflab.report.base import Report, config_field
 from tflab.report.text import table
+from tflab.report.html.dispatch import renders
+from tflab.report.html.lab import modes_fragment
 
 __all__ = ["Distance", "ModeResult", "ModeComparison", "speed_text"]
 
@@ -119,13 +121,15 @@ class ModeResult:
             name → numpy array (None where the source is not connected). Names are
             ``"arg:NAME"`` for float tensor arguments and ``"var:NAME"`` for
             trainable variables. None when the mode failed.
-        max_abs_diff: largest absolute difference from eager (`Distance`); zeros for
-            eager itself; None when the mode failed.
-        max_ulp: largest ULP distance from eager over all elements (`Distance`);
+        abs_error: largest absolute difference from eager, outputs and gradients
+            apart (`Distance`); zeros for eager itself; None when the mode failed.
+            Its overall maximum, a float, is ``max_abs_error``.
+        ulp: largest ULP distance from eager over all elements, outputs and
+            gradients apart (`Distance`; its overall maximum is ``max_ulp``);
             ``inf`` when a NaN appears on one side only. Dominated by values near
             zero, where a 1e-8 absolute difference is 1e9 ULP: see
-            ``max_ulp_above_atol``.
-        max_ulp_above_atol: largest ULP distance over the elements whose eager
+            ``ulp_above_atol``.
+        ulp_above_atol: largest ULP distance over the elements whose eager
             or mode value has magnitude above the comparison's ``atol``: the
             number the repr and table show.
         first_call_seconds: the first call, including tracing (graph, XLA) and XLA
@@ -139,28 +143,28 @@ class ModeResult:
         random_streams: tensors that differ from eager because this mode draws
             other random numbers (they depend on a random op this mode does not
             reproduce: any under XLA, stateful ones in graph mode; see
-            `ModeComparison.random_ops`). They are left out of ``max_abs_diff``,
-            ``max_ulp``, ``max_ulp_above_atol`` and the findings: their
+            `ModeComparison.random_ops`). They are left out of ``abs_error``,
+            ``ulp``, ``ulp_above_atol`` and the findings: their
             difference is not arithmetic.
     """
 
     mode: str
     outputs: tuple | None
     gradients: dict | None
-    max_abs_diff: Distance | None
-    max_ulp: Distance | None
+    abs_error: Distance | None
+    ulp: Distance | None
     first_call_seconds: float | None
     median_seconds: float | None
     error: str | None = None
     ulp_by_tensor: dict = dataclasses.field(default_factory=dict)
-    max_ulp_above_atol: Distance | None = None
+    ulp_above_atol: Distance | None = None
     random_streams: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         if self.error:
             return f"<{self.mode}: error: {self.error}>"
-        return (f"<{self.mode}: max_ulp(|v|>atol)={self.max_ulp_above_atol!r} "
-                f"raw max_ulp={self.max_ulp!r} max_abs_diff={self.max_abs_diff!r} "
+        return (f"<{self.mode}: ulp(|v|>atol)={self.ulp_above_atol!r} "
+                f"raw ulp={self.ulp!r} abs_error={self.abs_error!r} "
                 f"first={self.first_call_seconds:.3g}s median={self.median_seconds:.3g}s>")
 
     def to_dict(self, arrays: bool = True) -> dict[str, Any]:
@@ -182,7 +186,20 @@ class ModeResult:
                     k: (None if g is None else list(np.shape(g))) for k, g in v.items()}
             else:
                 out[f.name] = to_jsonable(v)
+        out["max_abs_error"] = to_jsonable(self.max_abs_error)
+        out["max_ulp"] = to_jsonable(self.max_ulp)
         return out
+
+    @property
+    def max_abs_error(self) -> float | None:
+        """The largest ``|mode − eager|`` over outputs and gradients (``abs_error.overall``); None when it failed."""
+        return None if self.abs_error is None else float(self.abs_error.overall)
+
+    @property
+    def max_ulp(self) -> float | None:
+        """The largest ULP distance from eager over outputs and gradients (``ulp.overall``; ``inf`` for a NaN
+        on one side only); None when the mode failed."""
+        return None if self.ulp is None else float(self.ulp.overall)
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -255,12 +272,6 @@ class ModeComparison(Report):
             return "Grappler off (meta optimizer disabled)"
         return "Grappler options " + ", ".join(f"{k}={v}" for k, v in sorted(self.grappler.items()))
 
-    def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
-        from tflab.report.html import fragment
-
-        return fragment(self)
-
     def summary_line(self) -> str:
         """``eager: out 0 ULP, grad 0 ULP above atol, 1.2 ms; xla: out 6 ULP, grad 110694 ULP …; 10 fusions,
         0 finding(s)`` (the ``repr``)."""
@@ -273,7 +284,7 @@ class ModeComparison(Report):
             if r.error:
                 parts.append(f"{m}: error")
                 continue
-            sig = r.max_ulp_above_atol
+            sig = r.ulp_above_atol
             grad = f", grad {_fmt_num(sig.gradients)} ULP" if self.gradient_names else ""
             parts.append(
                          f"{m}: out {_fmt_num(sig.outputs)} ULP{grad} above atol, "
@@ -331,11 +342,11 @@ class ModeComparison(Report):
             if r.error:
                 rows.append((m, "-", "-", "-", "-", "-", f"error: {r.error}"))
                 continue
-            sig, raw = r.max_ulp_above_atol, r.max_ulp
+            sig, raw = r.ulp_above_atol, r.ulp
             if (sig.outputs, sig.gradients) != (raw.outputs, raw.gradients):
                 raw_notes.append(f"{m} {_fmt_num(raw.outputs)} / {_fmt_num(raw.gradients)}")
             rows.append((m, _fmt_num(sig.outputs), _fmt_num(sig.gradients),
-                         f"{r.max_abs_diff.overall:.3g}", f"{r.first_call_seconds:.3f}",
+                         f"{r.abs_error.overall:.3g}", f"{r.first_call_seconds:.3f}",
                          f"{r.median_seconds * 1e3:.3f}", ""))
         lines = [f"{self.function_name} on {self.device.rsplit('device:', 1)[-1] or 'unknown device'}, "
                  f"gradients wrt {len(self.gradient_names)} source(s)"
@@ -388,3 +399,5 @@ class ModeComparison(Report):
         return out
 
 
+# Its HTML fragment (notebook and --html pages): tflab.report.html.dispatch's registry.
+renders(ModeComparison)(modes_fragment)

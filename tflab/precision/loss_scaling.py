@@ -93,12 +93,6 @@ class LossScalingDemo(Report):
         """The row of one configuration (``"mixed_float16 + dynamic loss scale"``, …)."""
         return next(r for r in self.rows if r.label == label)
 
-    def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
-        from tflab.report.html import fragment
-
-        return fragment(self)
-
     def summary_line(self) -> str:
         """``float32: underflow 0.00%, scale -; …`` (the ``repr``)."""
         return "; ".join(f"{r.label}: underflow {r.underflow_fraction:.2%}, scale {fmt_scale(r.loss_scale)}"

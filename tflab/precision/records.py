@@ -17,6 +17,8 @@ from tflab.precision.policy import REFERENCE
 from tflab.report.base import Report, config_field
 from tflab.report.text import table
 from tflab.precision.float_formats import float_info, pow2_text
+from tflab.report.html.dispatch import renders
+from tflab.report.html.lab import precision_notebook_fragment
 
 __all__ = ["PolicyResult", "PrecisionComparison", "fmt_err", "fmt_scale"]
 
@@ -235,12 +237,6 @@ class PrecisionComparison(Report):
         """Policies with underflow or overflow (after loss scaling, where applied)."""
         return tuple(p for p, r in self.policies.items() if r.underflow or r.overflow)
 
-    def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
-        from tflab.report.html import fragment
-
-        return fragment(self)
-
     def summary_line(self) -> str:
         """``mixed_bfloat16: out 0.0039, grad 0, underflow 0, overflow 0; …`` (the ``repr``)."""
         return "; ".join(f"{p}: out {r._err_text('output')}, grad {r._err_text('gradient')}, "
@@ -284,3 +280,7 @@ class PrecisionComparison(Report):
 
 
 # --------------------------------------------------------------------------- Keras policies
+
+
+# Its HTML fragment (notebook and --html pages): tflab.report.html.dispatch's registry.
+renders(PrecisionComparison)(precision_notebook_fragment)

@@ -97,6 +97,9 @@ _TABLE = (
     Setting("TFLAB_PARENT_PID", "a helper child: the pid of the process that started it; it ends itself when "
             "that process is gone, also one that died before the child's first line", None, "child",
             ("tflab.process.watch",), ("tflab.process.group",)),
+    Setting("TFLAB_TOUR_XLA_DUMP", "the tour's second process: the folder XLA dumps step 6's compile into "
+            "(its XLA_FLAGS carry --xla_dump_to), read for step 6's lowering lines", None, "child",
+            ("tflab.lowering.tour",), ("tflab.lowering.tour", "tflab._tour.lane")),
     Setting("TFLAB_REPORT", "distribute's child: the path of its result (tflab.process.channel)", None, "child",
             ("tflab.distribute.child",), ("tflab.distribute.processes",)),
     Setting("TFLAB_LAB_EXPORT", "distribute's lab child: 1 also exports the trained model", "0", "child",

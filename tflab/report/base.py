@@ -11,7 +11,16 @@ mixes in `Report` and follows one convention:
 * ``to_text()`` and ``to_dict()`` take no required argument; ``to_dict()`` is
   derived from the dataclass fields (names starting with ``_`` and fields with
   ``metadata={"dict": False}`` are left out) plus the names in ``DICT_PROPERTIES``;
-* ``repr()`` is one line, ``<Kind function_name: summary>``, from ``summary_line()``.
+* ``repr()`` is one line, ``<Kind function_name: summary>``, from ``summary_line()``;
+* one field vocabulary (tests/test_report_vocabulary.py): ``error`` is always a message
+  (a str, or None); a measured difference is a number named ``*_error``
+  (``max_abs_error``, ``max_rel_error``, ``worst_abs_error``: the ``|Δ|`` at the element
+  with the worst ``|Δ|/bound``, ``rms_error``) or ``*_ulp`` (``max_ulp``), never ``*diff*``;
+  a name means one kind of value in every record (``ModeResult.ulp`` is the `Distance`
+  split by outputs and gradients, ``ModeResult.max_ulp`` its overall number);
+* ``_repr_html_()`` (Jupyter's rich display) is written once, here (`HtmlDisplay`): the
+  fragment of the renderer its lab package registered with
+  `tflab.report.html.dispatch.renders`, else its ``to_text()``.
 
 Declare the dataclass with ``repr=False`` so the dataclass machinery keeps this
 ``__repr__``.
@@ -35,7 +44,7 @@ import functools
 import os
 from typing import Any, ClassVar
 
-__all__ = ["Report", "config_field", "current_config"]
+__all__ = ["HtmlDisplay", "Report", "config_field", "current_config"]
 
 # The variables that change what runtime_config() reports within one process.
 _CONFIG_ENV = ("TF_ENABLE_ONEDNN_OPTS", "ONEDNN_MAX_CPU_ISA", "XLA_FLAGS", "TFLAB_WARP_SOFTMAX_ISA",
@@ -64,7 +73,22 @@ def config_field() -> Any:
     return dataclasses.field(default_factory=current_config, kw_only=True, compare=False)
 
 
-class Report:
+class HtmlDisplay:
+    """Mixin: Jupyter's rich display (``_repr_html_``) for every record a notebook shows.
+
+    `Report` has it; a record that is not a report (`tflab.RetraceProbe`, a
+    wrapper around the user's function) mixes it in directly. The fragment is
+    the one the ``--html`` pages use: `tflab.report.html.dispatch.fragment`.
+    """
+
+    def _repr_html_(self) -> str:
+        """Jupyter's rich display (``IPython.core.formatters.HTMLFormatter``): the fragment of the pages."""
+        from tflab.report.html.dispatch import fragment
+
+        return fragment(self)
+
+
+class Report(HtmlDisplay):
     """Mixin for report dataclasses; see the module docstring for the convention."""
 
     DICT_PROPERTIES: ClassVar[tuple[str, ...]] = ()

@@ -1,5 +1,9 @@
 """The ``--html FILE`` pages of ``tflab tour``, ``tflab retrace`` and ``tflab export``, and ``--tensorboard DIR``.
 
+This module imports nothing above the base layer: what a page needs from a lab
+package (the FuncGraphs of ``tflab retrace``'s functions, `TraceReport` objects)
+the verb computes and passes in (`tflab.commands.retrace_cmd`).
+
 Each page is `tflab.report.html.page` around the fragments of `tflab.report.html` (the
 same fragments the reports' ``_repr_html_`` returns in a notebook). Sections
 carry fixed ids (``config``, ``timeline``, ``funcgraph``, ``export``,
@@ -14,16 +18,9 @@ TensorBoard's Graphs dashboard reads (``tensorboard --logdir DIR``).
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import sys
-from typing import Any, Iterator
+from typing import Any
 
 from tflab.report import html as _html
-
-# FuncGraphs drawn on a retrace page (one per tf.function object, newest trace).
-MAX_RETRACE_GRAPHS = 4
-
 
 def html_output(path: str | None, force: bool):
     """Probes ``--html FILE`` before any work: an existing file needs ``force``.
@@ -125,99 +122,6 @@ def tour_page(report: dict, shared: dict) -> str:
 
 
 # --------------------------------------------------------------------------- retrace
-
-class _PinnedLevelHandler(logging.Handler):
-    """Keeps the traced `tf.function` objects while ``tflab retrace`` runs a script.
-
-    ``tflab.retrace.log.capture_trace_events`` raises every existing handler of
-    the ``tensorflow`` logger to the old threshold so nothing extra is
-    printed; this handler prints nothing and must see TF's level-1 "Creating
-    new FuncGraph" records, so its level stays 1.
-    """
-
-    def __init__(self) -> None:
-        super().__init__(level=1)
-        self.functions: list[Any] = []  # distinct Function objects, first-trace order
-
-    def setLevel(self, level: Any) -> None:  # noqa: N802 (logging's name)
-        pass
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            if not (isinstance(record.msg, str) and record.msg.startswith("Creating new FuncGraph")):
-                return
-            fn = _traced_function()
-            if fn is not None and not any(f is fn for f in self.functions):
-                self.functions.append(fn)
-        except Exception:  # a log handler must never break the user's program
-            return
-
-
-def _traced_function() -> Any:
-    """The `tf.function` (a `tf.types.experimental.PolymorphicFunction`) being traced: ``self`` of its nearest frame."""
-    import tensorflow as tf
-
-    frame = sys._getframe(2)
-    while frame is not None:
-        if frame.f_code.co_filename.endswith("polymorphic_function.py"):
-            obj = frame.f_locals.get("self")
-            if isinstance(obj, tf.types.experimental.PolymorphicFunction):
-                return obj
-        frame = frame.f_back
-    return None
-
-
-@contextlib.contextmanager
-def keep_traced_functions() -> Iterator[list]:
-    """Yields a list that fills with the tf.function objects traced inside the block (kept alive)."""
-    logger = logging.getLogger("tensorflow")
-    handler = _PinnedLevelHandler()
-    logger.addHandler(handler)
-    try:
-        yield handler.functions
-    finally:
-        logger.removeHandler(handler)
-
-
-def _newest_concrete(fn: Any) -> Any:
-    from tflab._tf.saved_model import traced_concrete_functions
-
-    try:
-        cfs = traced_concrete_functions(fn)  # TF 2.21: the trace cache's values, oldest first
-    except Exception:
-        return None
-    return cfs[-1] if cfs else None
-
-
-def retrace_graphs(result: Any, functions: list) -> list:
-    """The newest FuncGraph (`TraceReport`) of each tf.function in ``result``, up to `MAX_RETRACE_GRAPHS`.
-
-    ``functions`` are the objects `keep_traced_functions` kept; the i-th
-    group of a qualified name in ``result`` is the i-th object with that name
-    (both are in first-trace order).
-    """
-    from tflab.tracing import inspect_concrete_function
-
-    by_name: dict[str, list] = {}
-    for fn in functions:
-        name = getattr(getattr(fn, "python_function", None), "__qualname__", None) or getattr(fn, "__name__", "")
-        by_name.setdefault(name, []).append(fn)
-    used: dict[str, int] = {}
-    reports = []
-    for group in result.functions:
-        i = used.get(group.function_name, 0)
-        used[group.function_name] = i + 1
-        candidates = by_name.get(group.function_name) or [fn for n, fns in by_name.items()
-                                                     if n.endswith(group.function_name) for fn in fns]
-        if i >= len(candidates):
-            continue
-        cf = _newest_concrete(candidates[i])
-        if cf is not None:
-            reports.append(inspect_concrete_function(cf, name=group.label or group.function_name))
-        if len(reports) >= MAX_RETRACE_GRAPHS:
-            break
-    return reports
-
 
 def retrace_page(result: Any, graphs: list) -> str:
     """The ``tflab retrace --html`` page: the timeline of every tf.function, then their newest FuncGraphs."""

@@ -99,12 +99,6 @@ class RetracingDemo(Report):
         return {"tf_version": self.tf_version,
                 "results": [dataclasses.asdict(r) for r in self.results], "config": self.config}
 
-    def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
-        from tflab.report.html import fragment
-
-        return fragment(self)
-
     def summary_line(self) -> str:
         return ", ".join(f"{r.trigger}: {r.traces}->{r.traces_after}" for r in self.results)
 

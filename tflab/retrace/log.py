@@ -35,6 +35,8 @@ from tflab.retrace.diff import function_type_inputs, make_trace, nodes_of
 from tflab.retrace.event import ObjectSerials, TraceClock, TraceEvent, capture_trace_events
 from tflab.retrace.records import NO_VARIABLE_CREATION, VARIABLE_CREATION, Trace, _short_name
 from tflab.retrace.sideeffects import SideEffect, trace_time_effects, user_function
+from tflab.report.html.dispatch import renders
+from tflab.report.html.timeline import script_fragment
 
 @dataclasses.dataclass(frozen=True, repr=False)
 class FunctionTraces(Report):
@@ -619,12 +621,6 @@ class ScriptTraces(Report):
                 "shared_names": [g.to_dict() for g in self.shared_names],
                 "note": self.note, "config": self.config, "wall_seconds": self.wall_seconds}
 
-    def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
-        from tflab.report.html import fragment
-
-        return fragment(self)
-
     def __repr__(self) -> str:
         return (f"<ScriptTraces {self.script}: " + ", ".join(
             f"{f.label or f.function_name}×{f.trace_count}" for f in self.functions) + ">")
@@ -735,4 +731,5 @@ def _seconds_by_group(logged: Sequence[TraceEvent], include_internal: bool) -> l
     return [tuple(e.seconds for e in events) for events in _grouped_events(logged, include_internal).values()]
 
 
-
+# Its HTML fragment (notebook and --html pages): tflab.report.html.dispatch's registry.
+renders(ScriptTraces)(script_fragment)

@@ -22,12 +22,14 @@ from typing import Any, Callable
 from tflab.report.text import seconds_text, trace_time_line
 from tflab._usercode import user_entry
 from tflab.errors import UsageError
-from tflab.report.base import current_config
+from tflab.report.base import HtmlDisplay, current_config
 from tflab._tf import function as _tf
 from tflab.retrace.event import TraceEvent, on_each_trace
 from tflab.retrace.log import trace_from_event
 from tflab.retrace.records import NO_VARIABLE_CREATION, Trace, _short_name
 from tflab.retrace.sideeffects import SideEffect, global_writes, trace_time_effects, user_function
+from tflab.report.html.dispatch import renders
+from tflab.report.html.timeline import probe_fragment
 
 @dataclasses.dataclass(frozen=True)
 class StaleRead:
@@ -146,7 +148,7 @@ def _closure_cells(fn: Any) -> list[tuple[str, Any]]:
     return list(zip(code.co_freevars, cells)) if code is not None else []
 
 
-class RetraceProbe:
+class RetraceProbe(HtmlDisplay):
     """Wraps a function, counts its traces and explains each one.
 
     The wrapper calls a Python side effect inside the traced body: it runs
@@ -613,12 +615,6 @@ class RetraceProbe:
                 "side_effects": self.side_effects, "trace_seconds": self.trace_seconds,
                 "seconds": self.seconds, "call_seconds": self.call_seconds}
 
-    def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
-        from tflab.report.html import fragment
-
-        return fragment(self)
-
     def __repr__(self) -> str:
         last = next((t for t in reversed(self._traces) if t.reasons), None)
         why = f", last reason: {last.reasons[0]!r}" if last else ""
@@ -643,4 +639,5 @@ def _value_repr(v: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-
+# Its HTML fragment (notebook and --html pages): tflab.report.html.dispatch's registry.
+renders(RetraceProbe)(probe_fragment)

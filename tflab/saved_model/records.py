@@ -43,7 +43,7 @@ class OutputBits:
         name: output key. dtype/shape: from the reloaded SignatureDef.
         bit_exact: every example's bytes are identical.
         mismatched: number of elements whose bytes differ (over all examples).
-        max_abs_diff: largest ``|a - b|`` over numeric elements (0.0 when exact;
+        max_abs_error: largest ``|a - b|`` over numeric elements (0.0 when exact;
             NaN vs NaN with different payloads counts as a mismatch, not a difference).
         max_ulp: largest distance in units in the last place (floats only, else 0).
     """
@@ -53,7 +53,7 @@ class OutputBits:
     shape: tuple[int | None, ...] | None
     bit_exact: bool
     mismatched: int = 0
-    max_abs_diff: float = 0.0
+    max_abs_error: float = 0.0
     max_ulp: int = 0
 
 
@@ -100,12 +100,6 @@ class SavedModelCheck(Report):
     example_batches: Any = dataclasses.field(default=(), compare=False, metadata={"dict": False})
     config: dict = config_field()
 
-    def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
-        from tflab.report.html import fragment
-
-        return fragment(self)
-
     def summary_line(self) -> str:
         sigs = ", ".join(f"{k}({'exact' if s.bit_exact else 'DIFFERS'})" for k, s in self.signatures.items())
         return (f"{'bit-exact' if self.bit_exact else 'NOT bit-exact'}; signatures [{sigs}]; "
@@ -122,7 +116,7 @@ class SavedModelCheck(Report):
             rows = [("in", str(t), "") for t in sig.inputs.values()]
             for o in sig.outputs.values():
                 verdict = ("bit-exact" if o.bit_exact else
-                           f"{o.mismatched} element(s) differ, max |Δ| {o.max_abs_diff:.3g}, "
+                           f"{o.mismatched} element(s) differ, max |Δ| {o.max_abs_error:.3g}, "
                            f"max ULP {o.max_ulp} (each its own worst element)")
                 rows.append(("out", str(TensorInfo(o.name, o.dtype, o.shape)), verdict))
             lines.append(table(rows, indent="    ", align="<<<"))

@@ -8,8 +8,9 @@ fragment through `fragment`. Everything is inline: CSS, the few lines of
 JavaScript for the FuncGraph search box, and the SVG. Nothing is fetched, so
 the page opens offline and in a sandboxed notebook output.
 
-This module imports no report module: `fragment` dispatches on the class
-name, so any layer can call it without an import cycle. IPython is never
+This package imports no lab package: each lab package registers its
+records' renderers with `renders` (`dispatch`: a registry keyed by class,
+looked up along the MRO), so the import graph runs downward. IPython is never
 imported.
 
 The FuncGraph picture (`funcgraph_svg`) has one ``<g class="op">`` per op of
@@ -21,7 +22,7 @@ are marked. Positions come from `tflab.report.layout.layout_graph` (Graphviz
 
 The package, one module per report family: `base` (CSS, JS, escaping, tables,
 `section`, `page`), `funcgraph`, `timeline`, `export` (SavedModel and TFLite) and
-`lab` (modes, precision, tf.distribute), and `dispatch` (`fragment`). Importing the
+`lab` (modes, precision, tf.distribute), and `dispatch` (`renders`, `fragment`). Importing the
 package imports none of them: each name loads its part on first use.
 """
 
@@ -39,10 +40,10 @@ _EXPORTS = {
     **dict.fromkeys(("CONTROL_FLOW", "FIT_WIDTH", "funcgraph_svg", "graph_nodes", "trace_fragment"), "funcgraph"),
     **dict.fromkeys(("TRACE_COLOURS", "probe_groups", "script_groups", "timeline_fragment", "timeline_svg"),
                     "timeline"),
-    **dict.fromkeys(("export_fragment", "op_records_fragment", "tflite_fragment"), "export"),
+    **dict.fromkeys(("export_fragment", "op_records_fragment", "per_op_records", "tflite_fragment"), "export"),
     **dict.fromkeys(("distribute_fragment", "loss_scaling_fragment", "modes_fragment", "precision_fragment"),
                     "lab"),
-    "fragment": "dispatch",
+    **dict.fromkeys(("fragment", "renderer_for", "renders"), "dispatch"),
 }
 
 __all__ = sorted(_EXPORTS)

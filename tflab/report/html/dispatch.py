@@ -1,66 +1,73 @@
-"""`fragment`: the HTML fragment of any tflab report, chosen by its class name (no report module imported)."""
+"""The renderer registry: `renders` ties a report class to the function that draws its HTML fragment.
+
+A lab package registers its record's renderer where the class is defined
+(``renders(TraceReport)(trace_notebook_fragment)``): this package imports no
+lab package, so the import graph keeps running downward. `fragment` finds
+the renderer by the class and its bases (``type(obj).__mro__``), never by a
+name: a subclass inherits its base's renderer unless it registers its own, and
+a class with none registered shows its ``to_text()``.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
-from tflab.report.html.base import SEARCH_JS, dict_table, esc, style, text_fragment
-from tflab.report.html.export import export_fragment, tflite_fragment
-from tflab.report.html.funcgraph import trace_fragment
-from tflab.report.html.lab import modes_fragment, precision_fragment
-from tflab.report.html.timeline import probe_groups, script_groups, timeline_fragment
+__all__ = ["fragment", "renderer_for", "renders"]
 
-__all__ = ["fragment"]
+Renderer = Callable[[Any], str]
+
+# report class -> the function that returns the body of its fragment (HTML, no wrapper div).
+_RENDERERS: dict[type, Renderer] = {}
+
+
+def renders(*classes: type) -> Callable[[Renderer], Renderer]:
+    """Registers the decorated function as the HTML renderer of ``classes`` (and their subclasses).
+
+    Args:
+        *classes: report classes (at least one).
+
+    Returns:
+        A decorator that records the function and returns it unchanged.
+
+    Raises:
+        TypeError: no class, or something that is not a class.
+
+    Example:
+        >>> @renders(TraceReport)
+        ... def trace_html(report):
+        ...     return trace_fragment(report, op_list=False)
+    """
+    if not classes or not all(isinstance(c, type) for c in classes):
+        raise TypeError(f"renders() takes one or more classes, got {classes!r}")
+
+    def register(fn: Renderer) -> Renderer:
+        for cls in classes:
+            _RENDERERS[cls] = fn
+        return fn
+
+    return register
+
+
+def renderer_for(cls: type) -> Renderer | None:
+    """The renderer registered for ``cls`` or its nearest base that has one, else None."""
+    for base in cls.__mro__:
+        fn = _RENDERERS.get(base)
+        if fn is not None:
+            return fn
+    return None
 
 
 def fragment(obj: Any) -> str:
-    """The HTML fragment of any tflab report, for ``_repr_html_`` (inline CSS and JS, no network).
-
-    Dispatches on the class name (no import of the report modules): a
-    `TraceReport` gives `trace_fragment` (op list folded, to stay small in a
-    notebook), a `RetraceProbe` its trace timeline, `ModeComparison`,
-    `PrecisionComparison`, `TFLiteCheck` and `ExportReport` their tables, every
-    other report its ``to_text()``.
+    """The HTML fragment of any tflab report, for ``_repr_html_`` and the pages (inline CSS and JS, no network).
 
     Args:
         obj: a report object.
 
     Returns:
-        A ``<div class="tflab">`` holding the fragment and the CSS/JS it needs.
+        A ``<div class="tflab">`` holding its registered renderer's body (`renders`),
+        or its ``to_text()`` when none is registered, and the CSS it needs.
     """
-    kind = type(obj).__name__
-    if kind == "TraceReport":
-        body = trace_fragment(obj, op_list=False)
-        body += f"<script>{SEARCH_JS}</script>"
-    elif kind == "RetraceProbe":
-        body = (f"<h3>RetraceProbe({esc(obj.function_name)}): {obj.trace_count} trace(s) in {obj.calls} call(s)</h3>"
-                + timeline_fragment(probe_groups(obj))
-                + "".join(f"<p>stale: {esc(s.text)}<br>fix: {esc(s.fix)}</p>" for s in obj.stale))
-    elif kind == "ScriptTraces":
-        body = timeline_fragment(script_groups(obj))
-    elif kind == "ModeComparison":
-        body = modes_fragment(obj)
-    elif kind == "PrecisionComparison":
-        body = precision_fragment(obj) + text_fragment(obj)
-    elif kind == "TFLiteCheck":
-        body = tflite_fragment(obj)
-    elif kind == "ExportReport":
-        body = export_fragment(obj)
-    elif kind == "DistributedTraceReport":
-        devices = {d or "(unplaced inputs/outputs)": {"ops": n} for d, n in obj.ops_per_device.items()}
-        body = (text_fragment(obj) + "<h4>ops per device (one row per replica)</h4>"
-                + dict_table(devices, chart="ops", chart_colour="#0f766e")
-                + trace_fragment(obj.report, op_list=False) + f"<script>{SEARCH_JS}</script>")
-    elif kind == "MultiWorkerReport":
-        rows = {f"worker {r.task}": {"replicas_in_sync": r.replicas_in_sync, "step_traces": r.step_traces,
-                                     "replica_runs": r.replica_runs, "local_batches": str(list(r.local_batches)),
-                                     "local_data_sum": r.local_data_sum, "seconds": r.seconds}
-                for r in obj.rows}
-        body = (text_fragment(obj) + "<h4>per-worker rows</h4>"
-                + dict_table(rows, chart="local_data_sum", chart_colour="#0f766e"))
-    elif kind in ("DistributedRetraceProbe",):
-        body = (f"<h3>{esc(kind)}({esc(obj.function_name)}): {obj.trace_count} trace(s) in {obj.calls} call(s)"
-                f"</h3>" + timeline_fragment(probe_groups(obj)) + text_fragment(obj))
-    else:
-        body = text_fragment(obj)
-    return f'<div class="tflab">{style()}{body}</div>'
+    from tflab.report.html.base import style, text_fragment
+
+    render = renderer_for(type(obj)) or text_fragment
+    return f'<div class="tflab">{style()}{render(obj)}</div>'

@@ -6,29 +6,43 @@ from typing import Any
 
 from tflab.report.html.base import bar, esc, num, table
 
-# The text table's legend (tflab.litert.result.TABLE_LEGEND), for the columns this table shows.
+# The text table's legend (tflab.litert.records.TABLE_LEGEND), for the columns this table shows.
 LEGEND = ("max|Δ|: the largest |lite − tf| of the worst output (the one with the worst |Δ|/bound), over all "
           "its elements and examples, as in the text table and report.json; bound: that output's largest "
           "elementwise bound; Δ/bound: that same output's largest elementwise |Δ|/bound; argmax: rows whose "
           "one top class is TF's (ties are not agreement)")
 
+def per_op_records(check: Any) -> Any:
+    """The per-op records of a `TFLiteCheck`: ``check.per_op.ops`` (`tflab.litert.per_op.OpCheck`, what
+    ``TFLiteCheck.ops`` returns), else ``check.ops``, else None."""
+    per_op = getattr(check, "per_op", None)
+    return getattr(per_op, "ops", None) if per_op is not None else getattr(check, "ops", None)
+
+
 def op_records_fragment(ops: Any) -> str:
-    """Per-op errors of a TFLite variant (`TFLiteCheck.ops`, when present) as a heat list."""
+    """Per-op errors of a TFLite variant (`per_op_records`) as a heat list, worst ``|Δ|/bound`` first.
+
+    Each record is an `OpCheck` or a dict; its number is ``bound_ratio``/``ratio``
+    (``|Δ|/bound``, as the text's per-op table ranks them), else ``max_rel_error``
+    or ``max_abs_error``. Unchecked ops are left out, as in the text.
+    """
     recs = []
     for r in ops or ():
         d = r if isinstance(r, dict) else (r.to_dict() if hasattr(r, "to_dict") else vars(r))
-        err = next((d[k] for k in ("bound_ratio", "max_rel_error", "max_abs_error", "error") if
+        if d.get("verdict") == "unchecked":
+            continue
+        err = next((d[k] for k in ("bound_ratio", "ratio", "max_rel_error", "max_abs_error") if
                     isinstance(d.get(k), (int, float))), None)
-        recs.append((d.get("name") or d.get("op") or d.get("tensor") or "?", d.get("type") or d.get("op_type") or "",
-                     err, d))
+        recs.append((d.get("name") or d.get("op") or d.get("tensor") or "?",
+                     d.get("type") or d.get("op_type") or "", err, d.get("max_abs_error")))
     if not recs:
         return ""
-    worst = max((abs(e) for *_, e, _ in recs if e is not None), default=0.0) or 1.0
-    rows = [(esc(n), esc(t), num(e), bar(None if e is None else abs(e) / worst,
-                                          "#b3261e" if e is not None and abs(e) > 1 else "#d97706"))
-            for n, t, e, _ in sorted(recs, key=lambda r: -(abs(r[2]) if r[2] is not None else -1))[:40]]
-    return (f"<details><summary>per-op error ({len(recs)} ops, worst first)</summary>"
-            + table(("op", "type", "error", ""), rows, raw=True) + "</details>")
+    worst = max((abs(e) for _, _, e, _ in recs if e is not None), default=0.0) or 1.0
+    rows = [(esc(n), esc(t), num(e), num(m), bar(None if e is None else abs(e) / worst,
+                                                 "#b3261e" if e is not None and abs(e) > 1 else "#d97706"))
+            for n, t, e, m in sorted(recs, key=lambda r: -(abs(r[2]) if r[2] is not None else -1))[:40]]
+    return (f"<details><summary>per-op error ({len(recs)} ops checked, worst |Δ|/bound first)</summary>"
+            + table(("op", "type", "|Δ|/bound", "max|Δ|", ""), rows, raw=True) + "</details>")
 
 
 def tflite_fragment(check: Any) -> str:
@@ -47,7 +61,7 @@ def tflite_fragment(check: Any) -> str:
              + (f" ({check.size_ratio:.2f}× float)" if check.size_ratio else "")
              + f"; {sum(check.op_counts.values())} ops; runtime {esc(check.runtime)}</p>",
              table(("output", "dtype", "max |Δ|", "bound", "Δ/bound", "", "argmax"), rows, raw=True),
-             op_records_fragment(getattr(check, "ops", None)),
+             op_records_fragment(per_op_records(check)),
              "".join(f"<p>note: {esc(n)}</p>" for n in check.notes), "</div>"]
     return "".join(parts)
 
@@ -59,7 +73,7 @@ def export_fragment(report: Any) -> str:
     worst output's max ``|Δ|`` and largest bound (the numbers of the text table and
     report.json), ``Δ/bound`` as a bar (green within the
     bound, red beyond), argmax agreement and conversion time; per-op errors
-    (`TFLiteCheck.ops`, when the check has them) follow, folded.
+    (`per_op_records`, when the check has them) follow, folded.
     """
     sm = report.saved_model
     rows, details = [], []
@@ -79,7 +93,7 @@ def export_fragment(report: Any) -> str:
                                                      else "#b3261e"),
                      num(min(agree), ".0%") if agree else "–", num(v.convert_seconds, ".1f"),
                      f"{sum(c.op_counts.values())} ops; {esc(c.runtime)}"))
-        ops = op_records_fragment(getattr(c, "ops", None))
+        ops = op_records_fragment(per_op_records(c))
         if ops:
             details.append(f"<h4>{esc(q)}</h4>{ops}")
     parts = ['<div class="tflab export-section">',

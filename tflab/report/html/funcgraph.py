@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from tflab.report.layout import NODE_H, NODE_W, layout_graph
-from tflab.report.html.base import esc, type_colour
+from tflab.report.html.base import SEARCH_JS, esc, type_colour
 
 FIT_WIDTH = 1400  # pixels: a wider FuncGraph drawing opens fitted to the page width
 CONTROL_FLOW = frozenset({"If", "StatelessIf", "While", "StatelessWhile", "Case", "StatelessCase"})
@@ -130,3 +130,8 @@ def trace_fragment(report: Any, *, engine: str | None = None, op_list: bool = Tr
                      f"<th>type</th><th>inputs</th><th>outputs</th></tr>{items}</table></details>")
     parts.append("</div>")
     return "".join(parts)
+
+
+def trace_notebook_fragment(report: Any) -> str:
+    """A `tflab.TraceReport` in a notebook: `trace_fragment` with the op list folded away, and the search box's JS."""
+    return trace_fragment(report, op_list=False) + f"<script>{SEARCH_JS}</script>"

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from tflab.report.html.base import bar, dict_table, esc, scalar, table
+from tflab.report.html.base import SEARCH_JS, bar, dict_table, esc, scalar, table, text_fragment
 
 def modes_fragment(d: Any) -> str:
     """A `tflab.ModeComparison` (or its ``to_dict()``): per mode max ULP, |Δ| and time, with a time bar."""
     d = d.to_dict() if hasattr(d, "to_dict") else d
     rows = {}
     for m, r in (d.get("modes") or {}).items():
-        ulp = r.get("max_ulp_above_atol") or r.get("max_ulp") or {}
-        diff = r.get("max_abs_diff") or {}
+        ulp = r.get("ulp_above_atol") or r.get("ulp") or {}
+        diff = r.get("abs_error") or {}
         rows[m] = {"error": r.get("error"), "max ULP (outputs)": ulp.get("outputs") if isinstance(ulp, dict) else ulp,
                    "max ULP (gradients)": ulp.get("gradients") if isinstance(ulp, dict) else None,
                    "max |Δ| outputs": diff.get("outputs") if isinstance(diff, dict) else diff,
@@ -76,3 +76,28 @@ def distribute_fragment(d: dict) -> str:
              for k, v in variants.items()}, chart="trace_count", chart_colour="#d97706"))
     parts.append("</div>")
     return "".join(parts)
+
+
+def precision_notebook_fragment(report: Any) -> str:
+    """A `tflab.PrecisionComparison` in a notebook: `precision_fragment`, then its ``to_text()``."""
+    return precision_fragment(report) + text_fragment(report)
+
+
+def distributed_trace_fragment(report: Any) -> str:
+    """A `tflab.distribute.DistributedTraceReport`: its text, ops per device (a bar each), its FuncGraph."""
+    from tflab.report.html.funcgraph import trace_fragment
+
+    devices = {d or "(unplaced inputs/outputs)": {"ops": n} for d, n in report.ops_per_device.items()}
+    return (text_fragment(report) + "<h4>ops per device (one row per replica)</h4>"
+            + dict_table(devices, chart="ops", chart_colour="#0f766e")
+            + trace_fragment(report.report, op_list=False) + f"<script>{SEARCH_JS}</script>")
+
+
+def multi_worker_fragment(report: Any) -> str:
+    """A `tflab.distribute.MultiWorkerReport`: its text, then one row per worker (bar: its data sum)."""
+    rows = {f"worker {r.task}": {"replicas_in_sync": r.replicas_in_sync, "step_traces": r.step_traces,
+                                 "replica_runs": r.replica_runs, "local_batches": str(list(r.local_batches)),
+                                 "local_data_sum": r.local_data_sum, "seconds": r.seconds}
+            for r in report.rows}
+    return (text_fragment(report) + "<h4>per-worker rows</h4>"
+            + dict_table(rows, chart="local_data_sum", chart_colour="#0f766e"))

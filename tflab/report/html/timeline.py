@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from tflab.report.html.base import esc, table
+from tflab.report.html.base import esc, table, text_fragment
 from tflab.report.text import seconds_text
 
 TRACE_COLOURS = {"first": "#2b6cb0", "retrace": "#d97706", "variable_creation": "#7c3aed",
@@ -34,6 +34,9 @@ def timeline_svg(traces: Sequence[dict], calls: int | None) -> str:
             x = left + (c - 1) * step
             parts.append(f'<line x1="{x:.1f}" y1="27" x2="{x:.1f}" y2="33" stroke="#888"/>')
         parts.append(f'<text x="{left}" y="56">call 1</text><text x="{w - left - 40}" y="56">call {n}</text>')
+    elif calls is not None:
+        parts.append(f'<text x="{left}" y="56">traces in order ({calls} call(s); the log does not say which '
+                     f'call traced)</text>')
     else:
         parts.append(f'<text x="{left}" y="56">traces in order (a trace log does not count calls)</text>')
     seen_calls: dict = {}
@@ -101,8 +104,9 @@ def timeline_fragment(groups: Sequence[dict]) -> str:
             rows = []
             for t in traces:
                 fixes = list(dict.fromkeys(t.get("fixes") or []))
+                # The readable labels (``x=float32(2,), k=2``) the text prints, not TF's TraceType reprs.
                 why = "<br>".join(esc(r) for r in t.get("reasons") or []) or esc(
-                    ", ".join(f"{k}={v}" for k, v in (t.get("inputs") or {}).items()))
+                    ", ".join(f"{k}={v}" for k, v in (t.get("labels") or t.get("inputs") or {}).items()))
                 versus = f" vs #{t['compared_with']}" if t.get("compared_with") and t["kind"] == "retrace" else ""
                 colour = TRACE_COLOURS.get(t.get("kind"), "#444")
                 rows.append((f"#{t['index']}", esc(t.get("call") or "–"),
@@ -124,9 +128,27 @@ def probe_groups(probe: Any) -> list[dict]:
 
 
 def script_groups(result: Any) -> list[dict]:
-    """`timeline_fragment` input for a `ScriptTraces` (``tflab retrace SCRIPT``)."""
+    """`timeline_fragment` input for a `ScriptTraces` (``tflab retrace SCRIPT``): calls where they were counted."""
     return [{"function_name": f.function_name, "label": f.label or f.function_name, "traces": list(f.traces),
-             "calls": None, "seconds": list(getattr(f, "trace_seconds", ()) or ()),
+             "calls": f.calls, "seconds": list(getattr(f, "trace_seconds", ()) or ()),
              "wall": getattr(f, "script_seconds", None), "wall_label": "the script's"} for f in result.functions]
 
 
+
+
+def probe_fragment(probe: Any) -> str:
+    """A `tflab.RetraceProbe`: a heading with its trace and call counts, its timeline, its stale reads."""
+    return (f"<h3>{esc(type(probe).__name__)}({esc(probe.function_name)}): {probe.trace_count} trace(s) in "
+            f"{probe.calls} call(s)</h3>" + timeline_fragment(probe_groups(probe))
+            + "".join(f"<p>stale: {esc(s.text)}<br>fix: {esc(s.fix)}</p>" for s in probe.stale))
+
+
+def probe_text_fragment(probe: Any) -> str:
+    """`probe_fragment`'s heading and timeline, then the probe's ``to_text()`` (a `DistributedRetraceProbe`)."""
+    return (f"<h3>{esc(type(probe).__name__)}({esc(probe.function_name)}): {probe.trace_count} trace(s) in "
+            f"{probe.calls} call(s)</h3>" + timeline_fragment(probe_groups(probe)) + text_fragment(probe))
+
+
+def script_fragment(result: Any) -> str:
+    """A `tflab.retrace.ScriptTraces`: the timeline of every tf.function the script traced."""
+    return timeline_fragment(script_groups(result))

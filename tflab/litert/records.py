@@ -13,6 +13,8 @@ from typing import Any
 
 from tflab.report.base import Report, config_field
 from tflab.report.text import table
+from tflab.report.html.dispatch import renders
+from tflab.report.html.export import tflite_fragment
 
 
 
@@ -171,12 +173,6 @@ class TFLiteCheck(Report):
             return False
         return None if self.per_op is None else self.per_op.ok
 
-    def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
-        from tflab.report.html import fragment
-
-        return fragment(self)
-
     def summary_line(self) -> str:
         err = "n/a" if self.max_abs_error is None else f"{self.max_abs_error:.3g}"
         per_op = "" if self.per_op is None else (
@@ -294,3 +290,7 @@ def variant_table(variants: dict[str, Any]) -> str:
     head = ("variant", "status", "bytes", "×float", "max|Δ|", "Δ/bound", "argmax", "ops", "conv s",
             "worst output; ops / runtime / error")
     return table(rows, header=head, align="<<>>>>>>><") + "\n" + TABLE_LEGEND
+
+
+# Its HTML fragment (notebook and --html pages): tflab.report.html.dispatch's registry.
+renders(TFLiteCheck)(tflite_fragment)

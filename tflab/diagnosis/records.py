@@ -99,12 +99,6 @@ class Diagnosis(Report):
             return True
         return False if any(f.source for f in plan.failures) else None
 
-    def _repr_html_(self) -> str:
-        """Jupyter's rich display: the fragment the ``--html`` pages use (`tflab.report.html.fragment`)."""
-        from tflab.report.html import fragment
-
-        return fragment(self)
-
     def summary_line(self) -> str:
         """``ok``, or ``KIND at line N: 'statement'`` (for ``repr``)."""
         if self.ok:
