@@ -194,9 +194,9 @@ class _ReasonSource:
         explainer(event)
 
     def group(self, live: _Live, events: list) -> list[dict]:
-        from tflab.retrace.log import _is_tf_internal, group_logged_traces
+        from tflab.retrace.log import is_tf_internal, group_logged_traces
 
-        events = [e for e in events if not _is_tf_internal(e)]
+        events = [e for e in events if not is_tf_internal(e)]
         functions = group_logged_traces(events, effects=live.explainer.effects)
         by_key: dict[Any, list] = {}
         for e in events:

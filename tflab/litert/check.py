@@ -21,8 +21,8 @@ import numpy as np
 
 from tflab._usercode import run_signature
 from tflab.errors import TflabError, UsageError
-from tflab.litert.bounds import MIN_WEIGHT_ELEMENTS, _bounds, _explanation, _sensitivity
-from tflab.litert.conversion import QUANTIZATIONS, _call_target, analyze_flatbuffer, convert, signature_op_types
+from tflab.litert.bounds import MIN_WEIGHT_ELEMENTS, output_bounds, bound_explanation, sensitivity
+from tflab.litert.conversion import QUANTIZATIONS, call_target, analyze_flatbuffer, convert, signature_op_types
 from tflab.examples import Examples
 from tflab._numeric import ulp_distance
 from tflab.saved_model import load_saved_model, signature_inputs, signature_outputs
@@ -94,8 +94,8 @@ def _run_signatures(runners, loaded, examples: Examples, notes):
     missing = set(loaded.signatures) - set(runners)
     # Keras signs its endpoint as both 'serve' and 'serving_default': an alias
     # of a converted signature (same function called) is not missing.
-    targets = {_call_target(loaded.signatures[k]) for k in runners if k in loaded.signatures}
-    missing = {k for k in missing if _call_target(loaded.signatures[k]) not in targets - {None}}
+    targets = {call_target(loaded.signatures[k]) for k in runners if k in loaded.signatures}
+    missing = {k for k in missing if call_target(loaded.signatures[k]) not in targets - {None}}
     if missing:
         notes.append(f"TFLiteConverter.from_saved_model converted signature(s) {sorted(runners)} only; "
                      f"{sorted(missing)} are not in the TFLite model (pass signature_keys to convert them)")
@@ -239,7 +239,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
     sens, no_bound = None, ""
     if need_bounds:
         try:
-            sens = _sensitivity(saved_model_dir, loaded, batches)
+            sens = sensitivity(saved_model_dir, loaded, batches)
         except LookupError as e:  # an op without a registered gradient
             no_bound = str(e).strip().splitlines()[0][:200]
 
@@ -268,7 +268,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
                                       int((bad_w & ~bad_g).sum()), int((bad_g & bad_w).sum()),
                                       output=full_keys[okey][len(key) + 1:], got=g32, want=w32))
             bound = (np.full(want.size, np.nan) if sens is None else
-                     _bounds(quantization, full_keys[okey], want, sens, dyn_quantized, in_scales, scale))
+                     output_bounds(quantization, full_keys[okey], want, sens, dyn_quantized, in_scales, scale))
             if sens is not None:
                 estimated = int(np.isnan(sens.rel[full_keys[okey]][:, :1]).sum()) if len(sens.fan_in) else 0
                 if estimated:
@@ -336,7 +336,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
     fed = feed_note(signatures)
     if fed:
         notes.append(fed)
-    explanation = _explanation(quantization, dyn_quantized, outputs)
+    explanation = bound_explanation(quantization, dyn_quantized, outputs)
     per_op_check = _per_op(model, saved_model_dir, batches, quantization, float_model, notes) if per_op else None
     attribution = float_tensors = None
     if per_op_check is not None and quantization == "none" and tf_tensors:

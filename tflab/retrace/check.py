@@ -37,7 +37,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from tflab import fix as fx
 from tflab.retrace.diff import like_trace, node_at, replace_at
-from tflab.retrace.nodes import Node, _fmt_shape
+from tflab.retrace.nodes import Node, fmt_shape
 
 __all__ = ["Recorded", "Bench", "NotRebuilt", "spec_text", "history_signature", "enclosing_scope",
            "keras_optimizer", "plan_fixes", "recorded_calls"]
@@ -175,9 +175,9 @@ def _fold(a: Node, b: Node, path: str) -> Node:
         if a.dtype != b.dtype:
             raise SignatureError(f"{path}: dtype {a.dtype} and {b.dtype}: cast it to one dtype first")
         if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
-            return a._replace(shape=None, label=f"{a.dtype}{_fmt_shape(None)}")
+            return a._replace(shape=None, label=f"{a.dtype}{fmt_shape(None)}")
         dims = tuple(x if x == y else None for x, y in zip(a.shape, b.shape))
-        return a._replace(shape=dims, label=f"{a.dtype}{_fmt_shape(dims)}")
+        return a._replace(shape=dims, label=f"{a.dtype}{fmt_shape(dims)}")
     if a.kind == "literal":
         ta, tb = type(a.value), type(b.value)
         if a.value is None or b.value is None or (ta is not tb and {ta, tb} != {int, float}):

@@ -32,9 +32,9 @@ import dataclasses
 import re
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
-from tflab.retrace.nodes import Node, _collected, _fmt_shape, function_type_inputs, node_of, nodes_of
+from tflab.retrace.nodes import Node, collected, fmt_shape, function_type_inputs, node_of, nodes_of
 from tflab.retrace.records import (FIXES, FIXES_WITH_REDUCE_RETRACING, NO_VARIABLE_CREATION,
-                                   VARIABLE_CREATION, _SINGLETON_VARIABLE, Reason, Trace)
+                                   VARIABLE_CREATION, SINGLETON_VARIABLE, Reason, Trace)
 
 
 # ---------------------------------------------------------------------------
@@ -161,8 +161,8 @@ def _diff(path: str, a: Node, b: Node, out: list[Reason], ctx: _Ctx = _Ctx(),
             else:
                 spec = _relaxed_spec(a, t if t is not None and t.kind == b.kind else b)
                 fix = f"{FIXES_WITH_REDUCE_RETRACING[shape_kind].rsplit(' (', 1)[0]} ({path}: {spec})"
-            out.append(_reason(path, shape_kind, _fmt_shape(a.shape), _fmt_shape(b.shape),
-                               f"{path}: {what}shape {_fmt_shape(a.shape)} -> {_fmt_shape(b.shape)}{note}",
+            out.append(_reason(path, shape_kind, fmt_shape(a.shape), fmt_shape(b.shape),
+                               f"{path}: {what}shape {fmt_shape(a.shape)} -> {fmt_shape(b.shape)}{note}",
                                ctx, t, b, fix=fix))
         for (k, ca), (_, cb) in zip(a.children, b.children):
             if ca != cb:
@@ -174,19 +174,19 @@ def _diff(path: str, a: Node, b: Node, out: list[Reason], ctx: _Ctx = _Ctx(),
     elif b.kind == "object":
         if b.what in ("function", "lambda"):
             kind = "function"
-            gone = "; the earlier one was garbage-collected" if _collected(a) else ""
+            gone = "; the earlier one was garbage-collected" if collected(a) else ""
             text = (f"{path}: a new {'lambda' if b.what == 'lambda' else 'function object'} each call "
                     f"({b.label}); TF matches a function argument by identity{gone}")
         elif "bound_method" in (a.what, b.what):
             kind, text = "bound_method", (f"{path}: new object each call ({b.label}; "
                                           f"TF matches it by weak reference)")
-        elif (_collected(a) and isinstance(b.value, tuple) and b.value and b.value[0] == "eq"
+        elif (collected(a) and isinstance(b.value, tuple) and b.value and b.value[0] == "eq"
               and a.name == b.name and a.label and a.label != b.label):
             # The earlier object is gone, but its value was recorded when TF traced it: a changed
             # value (TF matches such objects by ==) is the cause, not the garbage collection.
             kind, text = "object_value", (f"{path}: {a.label} -> {b.label} (TF matches it by ==; the "
                                           f"earlier object has since been garbage-collected)")
-        elif _collected(a):
+        elif collected(a):
             kind, text = "collected", (f"{path}: the object trace #N was made for was garbage-collected "
                                        f"(TF keeps a weak reference); now {b.label}")
         elif a.value[0] == "eq" and b.value[0] == "eq" and a.name == b.name:
@@ -432,14 +432,14 @@ def explain(inputs: Any, previous: Sequence[Trace], *, scope: str | None = None,
 def _failure_reasons(auto_kind: str, reasons: list[Reason], error: str) -> list[Reason]:
     """The reasons of a trace that raised ``error`` (one line, ``Type: message``)."""
     kept = [r for r in reasons if r.kind not in ("variable_creation", "unexplained")]
-    if _SINGLETON_VARIABLE in error:
+    if SINGLETON_VARIABLE in error:
         if auto_kind == "variable_creation":
             text = ("raised ValueError because the function creates a tf.Variable on every trace: "
                     "after the first trace created one, TF traced again with variable creation "
-                    f"disabled (TF: \"{_SINGLETON_VARIABLE}\")")
+                    f"disabled (TF: \"{SINGLETON_VARIABLE}\")")
         else:
             text = ("raised ValueError because the function created a tf.Variable on a trace "
-                    f"after the first call (TF: \"{_SINGLETON_VARIABLE}\")")
+                    f"after the first call (TF: \"{SINGLETON_VARIABLE}\")")
         return kept + [Reason("", "variable_per_trace", "", "ValueError", text,
                               FIXES["variable_per_trace"])]
     short = error if len(error) <= 200 else error[:197] + "..."
@@ -678,7 +678,7 @@ def _diff_per_replica_nodes(path: str, a: Node, b: Node) -> list[Reason]:
         out.append(Reason(path, "dtype", "/".join(da), "/".join(db),
                           f"{path}: per-replica dtype {'/'.join(da)} -> {'/'.join(db)}",
                           "cast the dataset to one dtype (dataset.map(lambda x: tf.cast(x, ...)))"))
-    sa, sb = [_fmt_shape(c.shape) for c in ka], [_fmt_shape(c.shape) for c in kb]
+    sa, sb = [fmt_shape(c.shape) for c in ka], [fmt_shape(c.shape) for c in kb]
     changed = [(i, x, y) for i, (ca, cb, x, y) in enumerate(zip(ka, kb, sa, sb))
                if _shape_change(ca.shape, cb.shape)[0]]
     if changed:

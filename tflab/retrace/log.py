@@ -33,7 +33,7 @@ from tflab._tf import function as _tf
 from tflab.errors import Terminated, UsageError
 from tflab.retrace.diff import function_type_inputs, make_trace, nodes_of
 from tflab.retrace.event import ObjectSerials, TraceClock, TraceEvent, capture_trace_events
-from tflab.retrace.records import NO_VARIABLE_CREATION, VARIABLE_CREATION, Trace, _short_name
+from tflab.retrace.records import NO_VARIABLE_CREATION, VARIABLE_CREATION, Trace, short_name
 from tflab.retrace.sideeffects import SideEffect, trace_time_effects, user_function
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -122,7 +122,7 @@ class FunctionTraces(Report):
         return f"<FunctionTraces {self.label or self.function_name}: {self.summary_line()}>"
 
 
-def _is_tf_internal(t: TraceEvent) -> bool:
+def is_tf_internal(t: TraceEvent) -> bool:
     # TF's own helpers (variable initializers, tf.data wrappers) are not the user's functions.
     return t.module.startswith("tensorflow") or t.function.startswith(
         ("Function._initialize_uninitialized_variables", "StructuredFunctionWrapper."))
@@ -197,7 +197,7 @@ class LiveExplainer:
         self._side_effects = side_effects  # False: not read (the pytest plugin reports none)
 
     def __call__(self, event: TraceEvent) -> None:
-        if event.nodes is None or event.key is None or _is_tf_internal(event):
+        if event.nodes is None or event.key is None or is_tf_internal(event):
             return
         hist = self._history.get(event.key)
         if hist is None:
@@ -337,9 +337,9 @@ def group_logged_traces(logged: Sequence[TraceEvent], include_internal: bool = F
     groups: dict[Any, list[TraceEvent]] = {}
     aliases: dict[Any, Any] = {}
     for t in logged:
-        if include_internal or not _is_tf_internal(t):
+        if include_internal or not is_tf_internal(t):
             groups.setdefault(_group_key(t, aliases, groups), []).append(t)
-    names = [_short_name(recs[0].function) for recs in groups.values()]
+    names = [short_name(recs[0].function) for recs in groups.values()]
     labels = [f"{name} of {recs[0].owner}" if recs[0].owner and names.count(name) > 1 else name
               for name, recs in zip(names, groups.values())]
     # CPython gives a freed object's address to the next object: two tf.functions alive one
@@ -720,7 +720,7 @@ def _grouped_events(logged: Sequence[TraceEvent], include_internal: bool) -> dic
     groups: dict[Any, list] = {}
     aliases: dict[Any, Any] = {}
     for t in logged:
-        if include_internal or not _is_tf_internal(t):
+        if include_internal or not is_tf_internal(t):
             groups.setdefault(_group_key(t, aliases, groups), []).append(t)
     return groups
 

@@ -26,7 +26,7 @@ from tflab.report.base import current_config
 from tflab._tf import function as _tf
 from tflab.retrace.event import TraceEvent, on_each_trace
 from tflab.retrace.log import trace_from_event
-from tflab.retrace.records import NO_VARIABLE_CREATION, Trace, _short_name
+from tflab.retrace.records import NO_VARIABLE_CREATION, Trace, short_name
 from tflab.retrace.sideeffects import SideEffect, global_writes, trace_time_effects, user_function
 
 @dataclasses.dataclass(frozen=True)
@@ -247,7 +247,7 @@ class RetraceProbe:
         if not is_tf_function and not hasattr(fn, "__qualname__"):
             self.function_name = type(fn).__name__  # a callable object, e.g. a Keras model
         else:
-            self.function_name = _short_name(getattr(self._user_fn, "__qualname__", None)
+            self.function_name = short_name(getattr(self._user_fn, "__qualname__", None)
                                     or getattr(fn, "__name__", type(fn).__name__))
 
         wrapper = on_each_trace(python_fn, self._on_trace, "RetraceProbe")
