@@ -60,13 +60,13 @@ def make_context(fn: Callable | None, args: tuple, kwargs: dict, from_signature:
     from tflab._tf.autograph import autograph_enabled
 
     return Context(name=name, python_fn=python_fn, filename=code.co_filename if code else "",
-                    autograph=autograph_enabled(fn),
-                    params=params, from_signature=from_signature, args=tuple(args),
-                    kwargs=dict(kwargs), lead=bound_user_method(fn)[1])
+                   autograph=autograph_enabled(fn),
+                   params=params, from_signature=from_signature, args=tuple(args),
+                   kwargs=dict(kwargs), lead=bound_user_method(fn)[1])
 
 
 def make(ctx: Context, exc: BaseException, kind: str, filename: str, line: int | None,
-          explanation: str, fix: str, why: str = "") -> Diagnosis:
+         explanation: str, fix: str, why: str = "") -> Diagnosis:
     """The `Diagnosis` of ``kind`` at ``line``; its plan holds ``fix`` as "not checked: WHY"
     until a rule runs a rewrite (`planned`)."""
     from tflab._source_map import error_line, strip_comment
@@ -96,7 +96,7 @@ def _op_for(kind: str) -> str:
 
 
 LIST_FIX = ("use a tf.TensorArray (ta = ta.write(i, value) in the loop, ta.stack() after it), "
-             "which is a loop variable")
+            "which is a loop variable")
 
 
 def materialize_specs(value: Any) -> Any:
@@ -142,7 +142,7 @@ def fix_source(ctx: Context, line: int | None, filename: str):
 
 
 def try_fix(d: Diagnosis, ctx: Context, fsrc, module_source: str | None, *, kind: str = "code",
-             why: str = "") -> Diagnosis:
+            why: str = "") -> Diagnosis:
     """``d`` with its fix applied to a copy of the function, traced, run and compared with eager."""
     if fsrc is None or not module_source:
         return planned(d, [], why or ("" if ctx.rewrite_error else _why_no_copy(fsrc)))
@@ -155,7 +155,7 @@ def _why_no_copy(fsrc) -> str:
 
 
 def planned(d: Diagnosis, candidates: list, why: str = "", fix_text: Callable | None = None,
-             also: tuple = ()) -> Diagnosis:
+            also: tuple = ()) -> Diagnosis:
     """``d`` with a `FixPlan`: ``candidates`` (each a `candidate`) tried in order by
     `tflab.fix.first_working`, then ``d.fix`` as "not checked: WHY". ``fix_text(fix)`` gives
     the Diagnosis' ``fix`` sentence for a checked fix (default: ``d.fix``)."""
@@ -186,7 +186,7 @@ def _change_text(fsrc, module_source: str) -> str:
 
 
 def candidate(ctx: Context, fsrc, description: str, module_source: str, *, change: str | None = None,
-               kind: str = "code", reference: Any = "eager", autograph: bool | None = None) -> Callable:
+              kind: str = "code", reference: Any = "eager", autograph: bool | None = None) -> Callable:
     """A zero-argument callable that applies one rewrite and returns its `tflab.fix.Fix`.
 
     The copy (`tflab.diagnosis.fixes.run_fixed`) is traced on the diagnosed arguments and run

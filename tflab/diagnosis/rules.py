@@ -98,6 +98,6 @@ def classify_error(exc: BaseException, ctx: Context) -> Diagnosis:
         if d is not None:
             return d
     return make(ctx, exc, "unrecognized", filename, line,
-                 "no tflab rule matches this failure; the culprit is the innermost line of "
-                 "your code in the traceback", "read TF's error above at the culprit line",
-                 why="no rule matched, so tflab has no change to run")
+                "no tflab rule matches this failure; the culprit is the innermost line of "
+                "your code in the traceback", "read TF's error above at the culprit line",
+                why="no rule matched, so tflab has no change to run")

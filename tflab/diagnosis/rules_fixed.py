@@ -68,15 +68,15 @@ def rule_created_in_function(exc, ctx, frames, filename, line, loc, src, node):
         src_vars = next((ast.unparse(n.value) for n in ast.walk(applied) if isinstance(n, ast.Attribute)
                          and n.attr == "trainable_variables"), "model")
         return make(ctx, exc, "variable-created-in-function", filename, line,
-                     f"`{opt}` is a Keras optimizer: it creates its slot variables in its first apply_gradients, "
-                     "inside the tf.function, so a new optimizer (or model) after the first trace creates "
-                     "tf.Variables on a later trace", f"call `{opt}.build({src_vars}.trainable_variables)` before "
-                     "the training loop, or make a new tf.function per model and optimizer (both are run on "
-                     "your calls by tflab.RetraceProbe)")
+                    f"`{opt}` is a Keras optimizer: it creates its slot variables in its first apply_gradients, "
+                    "inside the tf.function, so a new optimizer (or model) after the first trace creates "
+                    "tf.Variables on a later trace", f"call `{opt}.build({src_vars}.trainable_variables)` before "
+                    "the training loop, or make a new tf.function per model and optimizer (both are run on "
+                    "your calls by tflab.RetraceProbe)")
     if found is None:
         return make(ctx, exc, "variable-created-in-function", filename, line,
-                     common, "create the tf.Variable once outside the tf.function, or guard it: "
-                             "`if self.v is None: self.v = tf.Variable(...)`")
+                    common, "create the tf.Variable once outside the tf.function, or guard it: "
+                            "`if self.v is None: self.v = tf.Variable(...)`")
     call, what, cls = found
     code = ast.unparse(call)
     uses_local = fsrc is not None and bool({n.id for n in ast.walk(call) if isinstance(n, ast.Name)}
@@ -106,8 +106,8 @@ def rule_created_in_function(exc, ctx, frames, filename, line, loc, src, node):
                + (f"`self.{stem} = {code}` in __init__, then `self.{stem}(...)`" if is_method
                   else f"`{stem} = {code}` at module level (or as a model attribute), then `{stem}(...)`"))
         d = make(ctx, exc, "layer-created-in-function", filename, line,
-                  f"`{code}` builds a new {cls}, and with it new tf.Variables, on every trace; "
-                  + common.split("; ")[0], fix)
+                 f"`{code}` builds a new {cls}, and with it new tf.Variables, on every trace; "
+                 + common.split("; ")[0], fix)
     if fsrc is None:
         return d
     from tflab.diagnosis.fixes import hoist_created
@@ -115,7 +115,7 @@ def rule_created_in_function(exc, ctx, frames, filename, line, loc, src, node):
     fstmt = fsrc.stmt_at(line)
     fcall = _created_call(fstmt, fsrc.namespace) if fstmt is not None else None
     return try_fix(d, ctx, fsrc, hoist_created(fsrc, fcall[0], stem) if fcall and stmt_text else None,
-                    kind="move")
+                   kind="move")
 
 
 def _created_before(src, node, line, namespace):
@@ -153,10 +153,10 @@ def rule_unhashable_tensor(exc, ctx, frames, filename, line, loc, src, node):
     kind = "tensor-in-set" if in_set else "tensor-as-dict-key"
     where = "a set element" if in_set else "a dict key"
     d = make(ctx, exc, kind, filename, line,
-              f"a symbolic tensor cannot be {where}: inside a tf.function Tensor.__hash__ raises "
-              f"(tensor == is elementwise there, so hashing by value is undefined)",
-              f"key by {name}.ref() (a hashable reference; .deref() gives the tensor back), or by a "
-              f"Python value such as the loop index; for a value-keyed table use tf.lookup")
+             f"a symbolic tensor cannot be {where}: inside a tf.function Tensor.__hash__ raises "
+             f"(tensor == is elementwise there, so hashing by value is undefined)",
+             f"key by {name}.ref() (a hashable reference; .deref() gives the tensor back), or by a "
+             f"Python value such as the loop index; for a value-keyed table use tf.lookup")
     fsrc = fix_source(ctx, line, filename)
     if fsrc is None or not names:
         return d

@@ -34,12 +34,12 @@ def rule_escaped_tensor(exc, ctx, frames, filename, line, loc, src, node):
                                                 if is_generated(f.filename) or is_user_file(f.filename)])
     if owner is None or src is None:
         return make(ctx, exc, "tensor-out-of-scope", filename, line,
-                     f"{tensor.name} was made in FuncGraph {inner.name!r}, a branch or loop body "
-                     f"that ended before this line used it",
-                     "return the value from the tf.cond/tf.while_loop (or use tf.TensorArray) "
-                     "instead of keeping it in Python state",
-                     why="tflab found no if/for/while of your source that made the tensor, so it has "
-                         "nothing to rewrite")
+                    f"{tensor.name} was made in FuncGraph {inner.name!r}, a branch or loop body "
+                    f"that ended before this line used it",
+                    "return the value from the tf.cond/tf.while_loop (or use tf.TensorArray) "
+                    "instead of keeping it in Python state",
+                    why="tflab found no if/for/while of your source that made the tensor, so it has "
+                        "nothing to rewrite")
     o_line, o_kind = owner
     stmt = src.stmt_at(o_line)
     body = list(getattr(stmt, "body", [])) + list(getattr(stmt, "orelse", []))
@@ -49,16 +49,16 @@ def rule_escaped_tensor(exc, ctx, frames, filename, line, loc, src, node):
     what = f"the Python {'list' if holder else 'state'} {holder!r}" if holder else "Python state"
     if o_kind == "if":
         return make(ctx, exc, "python-state-in-tensor-if", filename, culprit,
-                     f"{stmt_label(o_line, 'if', 'If')}; {what} is not a branch output, so "
-                     f"{tensor.name} made inside the branch cannot leave it",
-                     "assign the value to a variable in both branches (the If op's outputs) "
-                     "instead of storing it in a Python container",
-                     why="which value the other branch should give is yours to choose, so tflab "
-                         "does not write the If's outputs for you")
+                    f"{stmt_label(o_line, 'if', 'If')}; {what} is not a branch output, so "
+                    f"{tensor.name} made inside the branch cannot leave it",
+                    "assign the value to a variable in both branches (the If op's outputs) "
+                    "instead of storing it in a Python container",
+                    why="which value the other branch should give is yours to choose, so tflab "
+                        "does not write the If's outputs for you")
     d = make(ctx, exc, "python-list-in-tensor-loop", filename, culprit,
-              f"{stmt_label(o_line, o_kind, 'While')}; {what} is not a loop variable, so "
-              f"the tensors stored in it inside the body ({tensor.name}) cannot leave the loop",
-              LIST_FIX)
+             f"{stmt_label(o_line, o_kind, 'While')}; {what} is not a loop variable, so "
+             f"the tensors stored in it inside the body ({tensor.name}) cannot leave the loop",
+             LIST_FIX)
     return tensor_array_fix(d, ctx, filename, culprit, holder, [tensor.dtype.name])
 
 
@@ -150,11 +150,11 @@ def _foreign(exc, ctx: Context, tensor, filename, line, src):
         own = ctx.graph_labels.get(id(ctx.concrete.graph))
         this = f"the graph of trace {own}" if own else this
     return make(ctx, exc, "tensor-from-another-funcgraph", fname, culprit,
-                 f"{this} captured {tensor.name}, a tensor that belongs to {where}{via}",
-                 "return the value from the tf.function, or keep it in a tf.Variable "
-                 "(assign to it) instead of a Python list or attribute",
-                 why="the tensor reaches the trace through Python state kept between calls; how your "
-                     "code should keep it (a return value or a tf.Variable) is a change tflab does not write")
+                f"{this} captured {tensor.name}, a tensor that belongs to {where}{via}",
+                "return the value from the tf.function, or keep it in a tf.Variable "
+                "(assign to it) instead of a Python list or attribute",
+                why="the tensor reaches the trace through Python state kept between calls; how your "
+                    "code should keep it (a return value or a tf.Variable) is a change tflab does not write")
 
 
 def rule_foreign_capture(exc, ctx, frames, filename, line, loc, src, node):
@@ -203,20 +203,20 @@ def rule_cond_vars(exc, ctx, frames, filename, line, loc, src, node):
         if fr.name == "_verify_tf_cond_branch_vars":
             branch = fr.locals.get("branch_name", "else")
         return make(ctx, exc, "branch-variable-undefined", filename, if_line,
-                     f"{stmt_label(if_line, 'if', 'If')}; both branches of an If op must produce "
-                     f"{_var_name(name)}, but the {branch} branch leaves it None or unset",
-                     f"set {name} in the {branch} branch too (add an else if there is none), "
-                     f"or before the if to a tensor of the same dtype and shape",
-                     why=f"the value {name} should have in the {branch} branch is yours to choose")
+                    f"{stmt_label(if_line, 'if', 'If')}; both branches of an If op must produce "
+                    f"{_var_name(name)}, but the {branch} branch leaves it None or unset",
+                    f"set {name} in the {branch} branch too (add an else if there is none), "
+                    f"or before the if to a tensor of the same dtype and shape",
+                    why=f"the value {name} should have in the {branch} branch is yours to choose")
     bd = getattr(body_var, "dtype", type(body_var).__name__)
     od = getattr(orelse_var, "dtype", type(orelse_var).__name__)
     bd = getattr(bd, "name", bd)
     od = getattr(od, "name", od)
     d = make(ctx, exc, "branch-dtype-mismatch", filename, if_line,
-              f"{stmt_label(if_line, 'if', 'If')}; an If op's output has one dtype, but "
-              f"{_var_name(name)} is {bd} in the main branch and {od} in the else branch",
-              "give both branches the same dtype (tf.cast one of them, or return a tensor "
-              "of the other branch's dtype)")
+             f"{stmt_label(if_line, 'if', 'If')}; an If op's output has one dtype, but "
+             f"{_var_name(name)} is {bd} in the main branch and {od} in the else branch",
+             "give both branches the same dtype (tf.cast one of them, or return a tensor "
+             "of the other branch's dtype)")
     return _branch_cast_fix(d, ctx, filename, if_line, name, str(bd), str(od))
 
 
@@ -258,23 +258,23 @@ def rule_loop_vars(exc, ctx, frames, filename, line, loc, src, node):
     head = stmt_label(loop_line, loop_kind, "While")
     if exit_ is None:
         return make(ctx, exc, "loop-variable-undefined", filename, loop_line,
-                     f"{head}; loop variable {_var_name(name)} is None after one iteration",
-                     f"give {name} a tensor value on every path of the loop body",
-                     why=f"the value {name} should have on the other paths is yours to choose")
+                    f"{head}; loop variable {_var_name(name)} is None after one iteration",
+                    f"give {name} a tensor value on every path of the loop body",
+                    why=f"the value {name} should have on the other paths is yours to choose")
     ed, xd = getattr(entry, "dtype", None), getattr(exit_, "dtype", None)
     if ed is not None and xd is not None and ed != xd:
         d = make(ctx, exc, "loop-variable-dtype-changes", filename, init_line,
-                  f"{head}; a While op's loop variables keep their dtype, but {_var_name(name)} "
-                  f"is {ed.name} before the loop and {xd.name} after one iteration",
-                  f"initialize {name} with the dtype the body gives it (e.g. tf.constant(0.0) "
-                  f"or tf.zeros(..., dtype=...)), or tf.cast in the body")
+                 f"{head}; a While op's loop variables keep their dtype, but {_var_name(name)} "
+                 f"is {ed.name} before the loop and {xd.name} after one iteration",
+                 f"initialize {name} with the dtype the body gives it (e.g. tf.constant(0.0) "
+                 f"or tf.zeros(..., dtype=...)), or tf.cast in the body")
         return cast_value_fix(d, ctx, filename, init_line, [xd.name])
     d = make(ctx, exc, "loop-variable-shape-changes", filename, loop_line,
-              f"{head}; {_var_name(name)} has shape {getattr(entry, 'shape', '?')} before the "
-              f"loop and {getattr(exit_, 'shape', '?')} after one iteration",
-              f"declare the changing dim with tf.autograph.experimental.set_loop_options("
-              f"shape_invariants=[({name}, tf.TensorShape([None]))]) at the top of the body, "
-              f"or use tf.TensorArray")
+             f"{head}; {_var_name(name)} has shape {getattr(entry, 'shape', '?')} before the "
+             f"loop and {getattr(exit_, 'shape', '?')} after one iteration",
+             f"declare the changing dim with tf.autograph.experimental.set_loop_options("
+             f"shape_invariants=[({name}, tf.TensorShape([None]))]) at the top of the body, "
+             f"or use tf.TensorArray")
     return _invariant_fix(d, ctx, filename, loop_line, name, entry, exit_)
 
 
@@ -307,16 +307,16 @@ def rule_loop_init(exc, ctx, frames, filename, line, loc, src, node):
         rets = sorted(n.lineno for n in ast.walk(loop_node) if isinstance(n, ast.Return)) \
             if loop_node is not None else []
         return make(ctx, exc, "return-in-tensor-loop", filename, rets[0] if rets else loop_line,
-                     f"{head}; a While op cannot end the function early, so a return inside its "
-                     f"body has no graph equivalent",
-                     "store the result in a variable defined before the loop, `break`, and "
-                     "return after the loop",
-                     why="the result variable needs a value of the returned dtype and shape before "
-                         "the loop, which tflab does not choose for you")
+                    f"{head}; a While op cannot end the function early, so a return inside its "
+                    f"body has no graph equivalent",
+                    "store the result in a variable defined before the loop, `break`, and "
+                    "return after the loop",
+                    why="the result variable needs a value of the returned dtype and shape before "
+                        "the loop, which tflab does not choose for you")
     return make(ctx, exc, "loop-variable-undefined", filename, loop_line,
-                 f"{head}; {_var_name(name)} is a loop variable (set in the body) but has no "
-                 f"tensor value before the loop",
-                 f"define {name} before the loop with a tensor of the dtype and shape the body gives it",
-                 why=f"the value {name} should start from is yours to choose")
+                f"{head}; {_var_name(name)} is a loop variable (set in the body) but has no "
+                f"tensor value before the loop",
+                f"define {name} before the loop with a tensor of the dtype and shape the body gives it",
+                why=f"the value {name} should start from is yours to choose")
 
 

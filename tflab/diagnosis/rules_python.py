@@ -38,9 +38,9 @@ def rule_bool_or_iter(exc, ctx, frames, filename, line, loc, src, node):
         kind_word = ("if" if isinstance(node, ast.If) else "while" if isinstance(node, ast.While)
                      else "statement")
         d = make(ctx, exc, "tensor-as-python-bool", filename, line,
-                  f"this {kind_word} needs a Python bool but got a symbolic tensor; {why}",
-                  "use tf.cond (or tf.where for elementwise choices); or let AutoGraph convert "
-                  "the if (drop autograph=False / do_not_convert)")
+                 f"this {kind_word} needs a Python bool but got a symbolic tensor; {why}",
+                 "use tf.cond (or tf.where for elementwise choices); or let AutoGraph convert "
+                 "the if (drop autograph=False / do_not_convert)")
         return _autograph_on(d, ctx, filename, line, why)
     if "_disallow_iteration" in names:
         comp = node is not None and any(isinstance(n, (ast.ListComp, ast.SetComp, ast.DictComp,
@@ -50,31 +50,31 @@ def rule_bool_or_iter(exc, ctx, frames, filename, line, loc, src, node):
             it_text, values, fsrc, text = static
             bound = ", ".join(map(str, values))
             d = make(ctx, exc, "comprehension-over-tensor", filename, line,
-                      f"AutoGraph converts for statements, not comprehensions: this comprehension "
-                      f"iterates over the symbolic tensor {it_text} in Python; its bound is static "
-                      f"here ({bound} at trace time)",
-                      f"use Python range({bound if len(values) > 1 else ast.unparse(node) and ''}"
-                      f"{'' if len(values) > 1 else it_text[it_text.index('(') + 1:-1]}) instead of "
-                      f"{it_text}: Python unrolls the comprehension at trace time, one copy per "
-                      f"index, and the index stays a Python int")
+                     f"AutoGraph converts for statements, not comprehensions: this comprehension "
+                     f"iterates over the symbolic tensor {it_text} in Python; its bound is static "
+                     f"here ({bound} at trace time)",
+                     f"use Python range({bound if len(values) > 1 else ast.unparse(node) and ''}"
+                     f"{'' if len(values) > 1 else it_text[it_text.index('(') + 1:-1]}) instead of "
+                     f"{it_text}: Python unrolls the comprehension at trace time, one copy per "
+                     f"index, and the index stays a Python int")
             return try_fix(d, ctx, fsrc, text)
         if comp:
             d = make(ctx, exc, "comprehension-over-tensor", filename, line,
-                      "AutoGraph converts for statements, not comprehensions: this comprehension "
-                      "iterates over a symbolic tensor in Python",
-                      "use tf.map_fn or a vectorized op on the whole tensor (or a for over "
-                      "tf.range writing a tf.TensorArray)")
+                     "AutoGraph converts for statements, not comprehensions: this comprehension "
+                     "iterates over a symbolic tensor in Python",
+                     "use tf.map_fn or a vectorized op on the whole tensor (or a for over "
+                     "tf.range writing a tf.TensorArray)")
             return _map_fn_fix(d, ctx, filename, line)
         if isinstance(node, ast.Assign) and any(isinstance(t, (ast.Tuple, ast.List)) for t in node.targets):
             d = make(ctx, exc, "tensor-iterated-in-python", filename, line,
-                      "unpacking a tensor into Python names iterates over it in Python",
-                      "use tf.unstack(x, num=N) (or index x[0], x[1])")
+                     "unpacking a tensor into Python names iterates over it in Python",
+                     "use tf.unstack(x, num=N) (or index x[0], x[1])")
             return _unstack_fix(d, ctx, filename, line)
         why = _why_unconverted(ctx, filename, line, src)
         d = make(ctx, exc, "tensor-iterated-in-python", filename, line,
-                  f"this line iterates over a symbolic tensor in Python; {why}",
-                  "iterate with a for over tf.range (AutoGraph makes a While op) or use "
-                  "tf.map_fn; drop autograph=False if it is set")
+                 f"this line iterates over a symbolic tensor in Python; {why}",
+                 "iterate with a for over tf.range (AutoGraph makes a While op) or use "
+                 "tf.map_fn; drop autograph=False if it is set")
         return _autograph_on(d, ctx, filename, line, why)
     return None
 
@@ -121,7 +121,7 @@ def _autograph_on(d, ctx: Context, filename: str, line, why: str):
                         "AutoGraph is on here; which tf.cond or tf.where your code means is yours to write")
     text = _ast.unparse(fsrc.module) + "\n"
     return planned(d, [candidate(ctx, fsrc, "let AutoGraph convert it", text, change="autograph=True "
-                                   "(drop autograph=False)", kind="option", autograph=True)])
+                                 "(drop autograph=False)", kind="option", autograph=True)])
 
 
 def _unmarked_helper(ctx: Context, filename: str, line) -> list:
@@ -141,7 +141,7 @@ def _unmarked_helper(ctx: Context, filename: str, line) -> list:
         return []
     text = ast.unparse(hsrc.module) + "\n\n\n" + ast.unparse(fsrc.module) + "\n"
     return [candidate(ctx, fsrc, "let AutoGraph convert the helper", text,
-                       change=f"drop @tf.autograph.experimental.do_not_convert from {hsrc.name}")]
+                      change=f"drop @tf.autograph.experimental.do_not_convert from {hsrc.name}")]
 
 
 def _unstack_fix(d, ctx: Context, filename: str, line):
@@ -172,11 +172,11 @@ def rule_nonscalar_cond(exc, ctx, frames, filename, line, loc, src, node):
     shape = getattr(cond, "shape", None)
     tag = fr.locals.get("tag", "if statement")
     d = make(ctx, exc, "non-scalar-condition", filename, line,
-              f"the condition of this {tag} is a tensor of shape {shape}, not a scalar: an If/While op "
-              "takes one bool, and eager Python raises on such a condition too (NumPy's "
-              "'truth value of an array … is ambiguous')",
-              "say which you mean: tf.reduce_any(cond) / tf.reduce_all(cond) for one decision, or "
-              "tf.where(cond, a, b) for an elementwise choice")
+             f"the condition of this {tag} is a tensor of shape {shape}, not a scalar: an If/While op "
+             "takes one bool, and eager Python raises on such a condition too (NumPy's "
+             "'truth value of an array … is ambiguous')",
+             "say which you mean: tf.reduce_any(cond) / tf.reduce_all(cond) for one decision, or "
+             "tf.where(cond, a, b) for an elementwise choice")
     fsrc = fix_source(ctx, line, filename)
     st = fsrc.stmt_at(line) if fsrc is not None else None
     if not isinstance(st, (ast.If, ast.While)):
@@ -232,15 +232,15 @@ def rule_numpy(exc, ctx, frames, filename, line, loc, src, node):
     fix, np_name, cands = numpy_fix(ctx, filename, line, node, loc) if attr != "numpy" else ("", "", [])
     if not fix:
         d = make(ctx, exc, "numpy-on-symbolic-tensor", filename, line, expl,
-                  "use tf.print(x) to look at the value while it runs, TF ops instead of NumPy, "
-                  "or return the tensor and call .numpy() outside the tf.function")
+                 "use tf.print(x) to look at the value while it runs, TF ops instead of NumPy, "
+                 "or return the tensor and call .numpy() outside the tf.function")
         return planned(d, _drop_numpy(ctx, filename, line))
     d = make(ctx, exc, "numpy-on-symbolic-tensor", filename, line,
-              f"np.{np_name} needs a NumPy array, and {expl.split(': ', 1)[1]}", fix)
+             f"np.{np_name} needs a NumPy array, and {expl.split(': ', 1)[1]}", fix)
     keep = fix.split("; or ", 1)[1] if "; or " in fix else ""
     return planned(d, cands, "" if cands else f"np.{np_name} has no TF op to rewrite it with",
-                    fix_text=lambda f: f"replace {f.description.split()[1]} with `{f.change}`"
-                    + (f"; or {keep}" if keep else ""))
+                   fix_text=lambda f: f"replace {f.description.split()[1]} with `{f.change}`"
+                   + (f"; or {keep}" if keep else ""))
 
 
 def _drop_numpy(ctx: Context, filename: str, line) -> list:
@@ -294,9 +294,9 @@ def rule_shape_none(exc, ctx, frames, filename, line, loc, src, node):
                 continue
             then = f"; '{via}' holds that None and line {line} uses it" if via else ""
             d = make(ctx, exc, "shape-dim-is-none", filename, at,
-                      f"{name}.shape[{dim}] is the static shape, and dim {dim} of {name} is None "
-                      f"here{_param_note(ctx, name, dim)}, so Python gets None instead of a number{then}",
-                      f"use the dynamic shape tf.shape({name})[{dim}], which is a tensor at run time")
+                     f"{name}.shape[{dim}] is the static shape, and dim {dim} of {name} is None "
+                     f"here{_param_note(ctx, name, dim)}, so Python gets None instead of a number{then}",
+                     f"use the dynamic shape tf.shape({name})[{dim}], which is a tensor at run time")
             return _shape_fix(d, ctx, filename, at, name, dim)
     return None
 
@@ -335,11 +335,11 @@ def rule_dtype_mismatch(exc, ctx, frames, filename, line, loc, src, node):
                 init = assignments_before(src, names[0], owner[0])
                 if init is not None:
                     d = make(ctx, exc, "loop-variable-dtype-changes", filename, init,
-                              f"{stmt_label(owner[0], owner[1], 'While')}; loop variable "
-                              f"'{names[0]}' took dtype {t.dtype.name} from its value before "
-                              f"the loop, and the body's {op_type} op mixes it with another dtype",
-                              f"initialize {names[0]} with the dtype the body needs (e.g. 0.0 "
-                              f"for float32), or tf.cast in the body")
+                             f"{stmt_label(owner[0], owner[1], 'While')}; loop variable "
+                             f"'{names[0]}' took dtype {t.dtype.name} from its value before "
+                             f"the loop, and the body's {op_type} op mixes it with another dtype",
+                             f"initialize {names[0]} with the dtype the body needs (e.g. 0.0 "
+                             f"for float32), or tf.cast in the body")
                     return cast_value_fix(d, ctx, filename, init, [_other_dtype(operands, t)])
     # An operand made on another line of the user's code (len(x), tf.shape(x)…).
     for _k, t in operands:
@@ -365,12 +365,12 @@ def rule_dtype_mismatch(exc, ctx, frames, filename, line, loc, src, node):
                 expl = (f"the {t.dtype.name} operand of the {op_type} op at line {line} was made "
                         f"at line {o_line}; the other operand is {_other_dtype(operands, t)}")
             d = make(ctx, exc, "dtype-mismatch", filename, o_line, expl,
-                      f"tf.cast the value to the other operand's dtype "
-                      f"(e.g. tf.cast(..., tf.{_other_dtype(operands, t)}))")
+                     f"tf.cast the value to the other operand's dtype "
+                     f"(e.g. tf.cast(..., tf.{_other_dtype(operands, t)}))")
             return cast_value_fix(d, ctx, filename, o_line, [_other_dtype(operands, t)])
     d = make(ctx, exc, "dtype-mismatch", filename, line,
-              f"the {op_type} op needs all its inputs in one dtype; TF does not convert "
-              f"between dtypes", "tf.cast one operand to the other's dtype")
+             f"the {op_type} op needs all its inputs in one dtype; TF does not convert "
+             f"between dtypes", "tf.cast one operand to the other's dtype")
     return _cast_operand_fix(d, ctx, filename, line, sorted({v.dtype.name for _k, v in operands}))
 
 
@@ -413,13 +413,13 @@ def rule_runtime_op(exc, ctx, frames, filename, line, loc, src, node):
     marker = next((i for i, ln in enumerate(lines) if ln.startswith("[[")), len(lines))
     detail = lines[marker - 1] if marker > 0 else lines[0] if lines else ""
     d = make(ctx, exc, "runtime-op-error", o_file, o_line,
-              f"the trace was fine; the {failed.type} op {failed.name!r} failed when the "
-              f"ConcreteFunction ran (diagnose runs it once on seeded random values for each "
-              f"TensorSpec, {UNKNOWN_DIM_SIZE} for a None dim)",
-              "the values, not the trace, are wrong: check what reaches this op "
-              "(tf.debugging.assert_* or tf.print inside the function)",
-              why="the trace is right and the values are not; which values your code should pass "
-                  "is not something a rewrite can know")
+             f"the trace was fine; the {failed.type} op {failed.name!r} failed when the "
+             f"ConcreteFunction ran (diagnose runs it once on seeded random values for each "
+             f"TensorSpec, {UNKNOWN_DIM_SIZE} for a None dim)",
+             "the values, not the trace, are wrong: check what reaches this op "
+             "(tf.debugging.assert_* or tf.print inside the function)",
+             why="the trace is right and the values are not; which values your code should pass "
+                 "is not something a rewrite can know")
     return dataclasses.replace(d, error=f"{type(exc).__name__}: {detail}")
 
 

@@ -340,7 +340,7 @@ def _ulp32(x: np.ndarray) -> np.ndarray:
 
 
 def output_bounds(quantization: str, okey: str, ref: np.ndarray, sens: _Sensitivity, dyn_quantized: bool,
-            input_scales: Mapping[str, float], output_scale: float | None) -> np.ndarray:
+                  input_scales: Mapping[str, float], output_scale: float | None) -> np.ndarray:
     """Elementwise bound for one output (flattened, all examples concatenated).
 
     Elements beyond `MAX_GRADIENT_ELEMENTS` have no gradients; they get the

@@ -232,7 +232,7 @@ class _ModeRun:
             if reference is None:
                 reference = (outputs, grad_map)
             abs_d, ulp_d, per, ulp_sig = distances(reference, outputs, grad_map, self.output_names,
-                                                    self.atol, pairs=self.pairs, mode=mode)
+                                                   self.atol, pairs=self.pairs, mode=mode)
             self.results[mode] = ModeResult(mode, tuple(outputs), grad_map, abs_d, ulp_d, first,
                                             statistics.median(times), ulp_by_tensor=per,
                                             max_ulp_above_atol=ulp_sig)
@@ -468,7 +468,7 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
 
     if findings and any(not r.error for m, r in results.items() if m != "eager"):
         findings = with_conditioning(findings, python_fn, sources, rebuild, results, reference,
-                                      output_names, ulp_bound, atol, saved.restore, run.pairs)
+                                     output_names, ulp_bound, atol, saved.restore, run.pairs)
     h = run.hlo_fetch
     return ModeComparison(function_name=name, device=device, modes=results,
                           gradient_names=tuple(run.grad_names("eager")), hlo=h.text if h else {},

@@ -98,7 +98,7 @@ def _int_if_whole(x: float):
 
 
 def with_conditioning(findings: list[str], python_fn, sources, rebuild, results, reference,
-                       output_names, ulp_bound: int, atol: float, restore, pairs=None) -> list[str]:
+                      output_names, ulp_bound: int, atol: float, restore, pairs=None) -> list[str]:
     """Adds a condition note to an output finding whose worst element is ill-conditioned.
 
     The function is run eagerly once more with every floating input moved by one
@@ -222,7 +222,7 @@ def separate_random_streams(results, reference, random_ops, output_names, atol, 
         if not streams:
             continue
         abs_d, ulp_d, _, ulp_sig = distances(reference, list(r.outputs), r.gradients, output_names, atol,
-                                              skip=set(streams), pairs=pairs, mode=mode)
+                                             skip=set(streams), pairs=pairs, mode=mode)
         results[mode] = dataclasses.replace(r, max_abs_diff=abs_d, max_ulp=ulp_d, max_ulp_above_atol=ulp_sig,
                                             random_streams=tuple(streams))
         why = ("XLA compiles random ops with its own RNG code (tf2xla), so it draws other numbers than "
