@@ -22,6 +22,10 @@ work, as one `UsageError` line (the CLI prints it and exits 2):
 * **Odd path text** (a NUL byte, a name longer than ``NAME_MAX``) is one
   error line, not ``ValueError``/``OSError`` out of ``os.stat``.
 
+What stands at a path and the input-path check are `tflab._path_checks`, and
+the marker of a folder output with the one ``--force`` rule is
+`tflab._output_marker`; their names are importable from here too.
+
 Use from a verb (new verbs: do the same for every output option)::
 
     from tflab._paths import output_path

@@ -11,7 +11,8 @@ larger ones become a ``Placeholder`` fed at call time, per ``_EAGER_CONST_THRESH
 in ``tensorflow/core/function/capture/capture_container.py``), the structured
 input signature, the output spec, and the control-flow ops AutoGraph emitted
 (``If``/``While`` and their ``Stateless`` forms, from ``cond_v2.py`` and
-``while_v2.py``).
+``while_v2.py``). The op and capture records are `tflab.trace_records`
+(importable from here too).
 """
 
 from __future__ import annotations
