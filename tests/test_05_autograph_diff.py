@@ -31,10 +31,10 @@ def by_source(diff: AutographDiff, start: str):
 
 def op_types_by_name(fn, *args):
     """name → type of every op in the FuncGraph and its branch/body FuncGraphs."""
-    from tflab.autograph import _walk_ops
+    from tflab._source_map import walk_ops
 
     graph = tf.function(fn).get_concrete_function(*args).graph
-    return {op.name: op.type for op in _walk_ops(graph)}
+    return {op.name: op.type for op in walk_ops(graph)}
 
 
 def test_mixed_function_table():

@@ -708,7 +708,7 @@ def test_random_dependencies_follow_data_flow_into_loops_not_through_shapes():
 def test_finding_labels_its_two_worst_elements():
     """Item 15: the element with the largest |diff| and the one with the largest ULP
     distance are different elements here; each number says which worst it is."""
-    from tflab.modes.findings import _findings
+    from tflab.modes.findings import mode_findings
     from tflab.modes import ModeResult
 
     eager = np.array([1.0, 1e-6, 0.5], np.float32)
@@ -716,7 +716,7 @@ def test_finding_labels_its_two_worst_elements():
     u = ulp_distance(eager, other)
     assert u[1] > u[0]  # near zero, 2e-6 is more ULP than 1e-3 at 1.0
     r = ModeResult("graph", (other,), {}, None, None, 0.1, 0.1, ulp_by_tensor={"output": float(u.max())})
-    (finding,) = _findings({"graph": r}, ((eager,), {}), 0, 0.0, ["output"])
+    (finding,) = mode_findings({"graph": r}, ((eager,), {}), 0, 0.0, ["output"])
     assert finding == (f"graph: 2 element(s) of output differ from eager by more than 0 ULP and 0; "
                        f"largest |diff| 0.001 ({int(u[0])} ULP) at flat index 0; "
                        f"largest ULP {int(u[1])} (|diff| 2e-06) at flat index 1")
@@ -724,7 +724,7 @@ def test_finding_labels_its_two_worst_elements():
     import dataclasses
 
     both = dataclasses.replace(r, outputs=(np.array([1.5, 1e-6, 0.5], np.float32),))
-    (finding,) = _findings({"graph": both}, ((eager,), {}), 0, 0.0, ["output"])
+    (finding,) = mode_findings({"graph": both}, ((eager,), {}), 0, 0.0, ["output"])
     assert finding.endswith(f"largest |diff| and largest ULP: 0.5 ({int(ulp_distance(eager, both.outputs[0])[0])} "
                             f"ULP) at flat index 0")
 

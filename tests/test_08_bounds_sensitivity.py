@@ -1,6 +1,6 @@
-"""The export bounds' gradient sums (`tflab.litert.bounds._sensitivity`) against a direct tape.
+"""The export bounds' gradient sums (`tflab.litert.bounds.sensitivity`) against a direct tape.
 
-`_sensitivity` traces one function per signature that runs the forward pass
+`sensitivity` traces one function per signature that runs the forward pass
 once and every per-element backward pass in a ``tf.map_fn`` loop, reducing
 each in the graph. Here the same sums are computed the plain way: one eager
 ``tape.gradient`` per output element with a one-hot seed, numpy float64 sums.
@@ -88,7 +88,7 @@ def _columns(loaded):
 def test_sums_equal_a_direct_per_element_gradient(tiny, out_name):
     path, loaded, batches = tiny
     bounds._SENSITIVITY_CACHE.clear()
-    sens = bounds._sensitivity(path, loaded, batches)
+    sens = bounds.sensitivity(path, loaded, batches)
     names, rel, ab, gx, gm = _direct(loaded, batches, out_name)
     order = [names.index(c) for c in _columns(loaded)]
     okey = f"serving_default/{out_name}"
@@ -111,7 +111,7 @@ def test_integer_output_has_zeros_and_the_cap_counts_across_batches(tiny, monkey
     path, loaded, batches = tiny
     bounds._SENSITIVITY_CACHE.clear()
     monkeypatch.setattr(bounds, "MAX_GRADIENT_ELEMENTS", 5)
-    sens = bounds._sensitivity(path, loaded, batches)
+    sens = bounds.sensitivity(path, loaded, batches)
     assert sens.rel["serving_default/n"].shape == (5, 3) and not sens.rel["serving_default/n"].any()
     assert not sens.inputs["serving_default/n"]["x"].any()
     # y has 4 + 6 elements: the first 5 are computed (4 in batch 1, 1 in batch 2), the rest NaN.
@@ -124,4 +124,4 @@ def test_integer_output_has_zeros_and_the_cap_counts_across_batches(tiny, monkey
     # z has 5 elements: all computed
     assert np.isfinite(sens.rel["serving_default/z"]).all()
     # cached per SavedModel and example set
-    assert bounds._sensitivity(path, loaded, batches) is sens
+    assert bounds.sensitivity(path, loaded, batches) is sens

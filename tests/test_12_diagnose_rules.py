@@ -161,14 +161,14 @@ def test_every_table_entry_is_a_tf_symbol():
 def test_a_planted_wrong_fix_is_reported_as_not_tracing():
     """The check can fail: a rewrite that does not trace gives fix_traced False."""
     from tflab.diagnosis import FunctionSource, trace_fixed
-    from tflab.diagnosis.context import _materialize
+    from tflab.diagnosis.context import materialize_specs
 
     src = FunctionSource(c.bands_static)
     broken = "def bands_static(bands):\n    return tf.stack([bands[:, b] * WEIGHTS[b, 1] for b in tf.range(3)])\n"
-    err = trace_fixed(src, broken, (S([4, 3]),), {}, _materialize)
+    err = trace_fixed(src, broken, (S([4, 3]),), {}, materialize_specs)
     assert err is not None and err.startswith("OperatorNotAllowedInGraphError")
     ok = "def bands_static(bands):\n    return tf.stack([bands[:, b] * WEIGHTS[b, 1] for b in range(3)])\n"
-    assert trace_fixed(src, ok, (S([4, 3]),), {}, _materialize) is None
+    assert trace_fixed(src, ok, (S([4, 3]),), {}, materialize_specs) is None
 
 
 # ------------------------------------------------------------------ item 2: short-lived instances

@@ -73,7 +73,7 @@ def test_asm_stage_says_why_it_is_empty_without_objdump_or_llvm_objdump(tmp_path
     (tmp_path / f"{prefix}obj-file.multiply_reduce_fusion_kernel_module.o").write_bytes(b"\x7fELF")
     monkeypatch.setattr(dump.shutil, "which", lambda name: None)
     out = dump.DumpResult()
-    dump._read_dump(tmp_path, out)
+    dump.read_dump(tmp_path, out)
     assert out.asm == "" and "neither objdump nor llvm-objdump is on PATH" in out.asm_why
     assert out.kernel_ir_bytes == {"multiply_reduce_fusion": len(  # define … { … } (the closing brace included)
         "define void @multiply_reduce_fusion(ptr %0) {\n  %2 = load float, ptr %0\n  ret void\n}")}

@@ -79,7 +79,11 @@ def test_nobody_imports_export_or_the_compatibility_modules():
     # the records and the TraceType trees are the bottom of the retrace package, the diff right above them
     assert graph["tflab.retrace.records"] <= {"tflab.report.base"}  # only the base row
     assert graph["tflab.retrace.nodes"] == {"tflab._tf.function"}
-    assert graph["tflab.retrace.diff"] == {"tflab.retrace.records", "tflab.retrace.nodes", "tflab._argcheck"}
+    assert graph["tflab.retrace.diff"] == {"tflab.retrace.records", "tflab.retrace.nodes", "tflab._argcheck",
+                                           "tflab.retrace.paths", "tflab.retrace.function_context"}
+    # the diff's two parts split out of it (issue 37: paths into Node trees, the FunctionContext) sit on the trees
+    assert graph["tflab.retrace.paths"] == {"tflab.retrace.nodes"}
+    assert graph["tflab.retrace.function_context"] == set()
     # export uses saved_model's public API only (it imported _is_keras3/_is_tf_keras/_reference)
     import ast
 

@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from tflab._target import _parameter_names
+from tflab._target import parameter_names
 
 __all__ = ["STATEFUL_RANDOM_OPS", "STATELESS_RANDOM_OPS", "RANDOM_OPS", "random_dependencies",
            "random_ops_by_tensor", "flatten_sources", "prepare_args", "output_names_of", "as_tensor",
@@ -201,7 +201,7 @@ def flatten_sources(fn: Callable, args: tuple, kwargs: dict):
     function that rebuilds (args, kwargs) from replacement leaves."""
     import tensorflow as tf
 
-    names = _parameter_names(fn)
+    names = parameter_names(fn)
     structure = (list(args), dict(kwargs))
     leaves = tf.nest.flatten(structure, expand_composites=False)
     # Leaf names follow the argument they came from.

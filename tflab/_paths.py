@@ -22,6 +22,10 @@ work, as one `UsageError` line (the CLI prints it and exits 2):
 * **Odd path text** (a NUL byte, a name longer than ``NAME_MAX``) is one
   error line, not ``ValueError``/``OSError`` out of ``os.stat``.
 
+What stands at a path and the input-path check are `tflab._path_checks`, and
+the marker of a folder output with the one ``--force`` rule is
+`tflab._output_marker`; their names are importable from here too.
+
 Use from a verb (new verbs: do the same for every output option)::
 
     from tflab._paths import output_path
@@ -54,6 +58,9 @@ import stat
 import tempfile
 from pathlib import Path
 
+from tflab._output_marker import (MARKER, OWNER, check_folder_out, check_replaceable,  # noqa: F401 (re-exported)
+                                  foreign_entries, write_marker)
+from tflab._path_checks import check_path_text, describe_existing, input_path, shorten_path  # noqa: F401
 from tflab.errors import UsageError
 
 
@@ -327,59 +334,6 @@ def _publish_noreplace(tmp: Path, dst: Path, flag: str) -> None:
         raise
 
 
-def describe_existing(p: Path) -> str | None:
-    """What stands at ``p``, for a message: "a FIFO", "a character device", "a symlink loop", ...
-
-    Returns:
-        None when nothing is there (a dangling symlink is "a dangling symlink").
-    """
-    try:
-        st = os.stat(p)
-    except FileNotFoundError:
-        return "a dangling symlink" if os.path.islink(p) else None
-    except NotADirectoryError:
-        return None
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            return "a symlink loop"
-        raise
-    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISREG, "a regular file"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
-        if test(st.st_mode):
-            return name
-    return "not a file or folder"
-
-
-def check_path_text(path: str | os.PathLike, flag: str) -> None:
-    """Refuses a path ``os.stat`` cannot even look at, as one line (call before any ``Path.exists()``).
-
-    ``Path.exists()`` raises ``ValueError: embedded null byte`` for a NUL and
-    ``OSError: [Errno 36] File name too long`` for a component over the file
-    system's ``NAME_MAX`` (255 bytes on ext4), out of ``main()`` as a traceback.
-
-    Raises:
-        UsageError: a NUL byte, or ``lstat`` failing with anything but "no
-            such file" (ENAMETOOLONG, ELOOP, EACCES on a parent folder).
-    """
-    text = os.fspath(path)
-    if "\0" in str(text):
-        raise UsageError(f"{flag} {text!r}: the path contains a NUL byte; give a plain path")
-    try:
-        os.lstat(text)
-    except (FileNotFoundError, NotADirectoryError):
-        pass  # a path to create, or under a file: the callers name that case
-    except OSError as e:
-        raise UsageError(f"{flag} {shorten_path(text)}: {e.strerror or e}; choose another path") from None
-
-
-def shorten_path(text: str | os.PathLike, limit: int = 120) -> str:
-    """A path cut to ``limit`` characters for an error line (a 300-character name stays readable)."""
-    s = os.fspath(text)
-    s = s if isinstance(s, str) else os.fsdecode(s)
-    return s if len(s) <= limit else f"{s[:limit]}…({len(s)} chars)"
-
-
 def _special_kind(p: Path) -> str | None:
     """"character device", "FIFO", ... when ``p`` (links followed) exists and is neither file nor folder."""
     try:
@@ -506,129 +460,6 @@ def _output_path(p: Path, flag: str, *, folder: bool, overwrite: bool, example: 
 
 # ----------------------------------------------------------------------------- what tflab wrote
 
-#: The file tflab writes into every folder output it publishes (``export --out``, ``tour --out``):
-#: JSON with the relative path of every entry it wrote. ``--force`` replaces only such a folder,
-#: and only while it holds nothing else (`check_replaceable`).
-MARKER = ".tflab-output"
-#: The file in every temporary folder tflab fills (``.NAME.tmp-*``, ``$TMPDIR/tflab_*``): the
-#: owner's pid and start time, so a later run can tell a folder whose owner is gone (`sweep_stale`).
-OWNER = ".tflab-owner"
-
-
-def _entries(folder: Path) -> set[str]:
-    """Every path under ``folder`` (files, folders, links), relative, with ``/`` separators."""
-    found = set()
-    for root, dirs, files in os.walk(folder):
-        rel = os.path.relpath(root, folder)
-        for name in dirs + files:
-            found.add(name if rel == "." else f"{rel}/{name}".replace(os.sep, "/"))
-    return found
-
-
-def write_marker(folder: Path, verb: str | None = None) -> None:
-    """Writes `MARKER` into ``folder``, listing every entry it holds now (call last, before publishing)."""
-    import json
-
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(Path(folder) / OWNER)
-    entries = sorted(_entries(Path(folder)) - {MARKER})
-    (Path(folder) / MARKER).write_text(json.dumps({"written_by": "tflab", "verb": verb, "entries": entries}))
-
-
-def foreign_entries(folder: Path) -> list[str] | None:
-    """The entries of ``folder`` tflab did not write there; None when it has no (readable) `MARKER`."""
-    import json
-
-    try:
-        listed = set(json.loads((Path(folder) / MARKER).read_text())["entries"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return sorted(_entries(Path(folder)) - listed - {MARKER})
-
-
-def check_replaceable(folder: Path, flag: str, noun: str = "output") -> None:
-    """Refuses to replace ``folder`` unless it is empty, or holds tflab's `MARKER` and nothing else.
-
-    The one ``--force`` rule for folder outputs (``export --out``, ``tour --out``): tflab replaces
-    only what it wrote itself, never a folder of the user's own files, the current folder or one
-    of its parents.
-
-    Args:
-        folder: the existing folder.
-        flag: the option that named it, for messages.
-        noun: what tflab writes there (``"export"``, ``"tour"``), for messages.
-
-    Raises:
-        UsageError: one line naming what would be lost.
-    """
-    folder = Path(folder)
-    real, cwd = folder.resolve(), Path.cwd().resolve()
-    if real == cwd or real in cwd.parents:
-        raise UsageError(f"{flag} {folder} is the current folder or one of its parents: --force will not "
-                         f"replace it; choose a new folder")
-    try:
-        if not any(folder.iterdir()):
-            return
-    except OSError as e:
-        raise UsageError(f"{flag} {folder}: cannot read it ({e.strerror}); choose another {flag}") from None
-    foreign = foreign_entries(folder)
-    if foreign is None:
-        why = "no report.json" if not (folder / "report.json").is_file() else f"no {MARKER} marker"
-        raise UsageError(f"{flag} {folder} is a folder that is not a tflab {noun} ({why}): --force replaces "
-                         f"only tflab's own {noun}s; choose another {flag}, or remove the folder yourself")
-    if foreign:
-        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-        raise UsageError(f"{flag} {folder} holds files tflab did not write ({shown}): --force would delete "
-                         f"them; move them away or choose another {flag}")
-
-
-def check_folder_out(path: str | os.PathLike, flag: str, force: bool, noun: str = "output",
-                     empty_ok: bool = True) -> bool | None:
-    """The rules for a folder output that replaces a whole folder (``export --out``, ``tour --out``).
-
-    Args:
-        path: the folder the user gave.
-        flag: its option (``"--out"``).
-        force: the verb's ``--force``.
-        noun: what tflab writes there (``"export"``, ``"tour"``), for messages.
-        empty_ok: an existing empty folder is taken without ``force`` (the tour); False: any
-            existing path needs ``force`` (export).
-
-    Returns:
-        None when ``path`` does not exist; True when an existing folder will be replaced (an
-        empty one, or tflab's own with ``force``).
-
-    Raises:
-        UsageError: a file, FIFO, device or symlink loop there; an existing folder without
-            ``force``; with ``force``, a folder `check_replaceable` refuses.
-    """
-    check_path_text(path, flag)
-    p = Path(path)
-    what = describe_existing(p)
-    if what is None:
-        return None
-    if what not in ("a folder", "a regular file", "a dangling symlink"):
-        raise UsageError(f"{flag} {shorten_path(p)} is {what}, not an {noun} folder; choose another {flag}")
-    if what != "a folder":
-        if not force:  # --force would not help: it replaces only a previous tflab folder
-            raise UsageError(f"{flag} {shorten_path(p)} exists and is not a folder (it is {what}); "
-                             f"choose another {flag}")
-        raise UsageError(f"{flag} {shorten_path(p)} is {what}, not an {noun} folder: --force replaces only a "
-                         f"previous tflab {noun}; choose another {flag}")
-    try:
-        empty = not any(p.iterdir())
-    except OSError as e:
-        raise UsageError(f"{flag} {p}: cannot read it ({e.strerror}); choose another {flag}") from None
-    if empty and empty_ok:
-        return True
-    if not force:
-        if empty_ok:
-            raise UsageError(f"{flag} {p} is a folder that is not empty: pass --force to replace it, "
-                             f"or choose another {flag}")
-        raise UsageError(f"{p} already exists: pass --force to replace it, or choose another {flag}")
-    check_replaceable(p, flag, noun)
-    return True
-
 
 # ----------------------------------------------------------------------------- temporary folders
 
@@ -719,59 +550,3 @@ def sweep_beside(target: str | os.PathLike) -> list[Path]:
         if parent.is_dir():
             return sweep_stale(parent, f".{p.name}.tmp-")
     return []
-
-
-# ----------------------------------------------------------------------------- input paths
-
-_KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-          (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
-
-
-def input_path(path: str | os.PathLike, flag: str, *, want: str = "file", what: str = "a file") -> Path:
-    """Probes an input path without opening it: the one input place (FILE.py, MODEL, examples, SavedModel).
-
-    ``open`` on a FIFO blocks until a writer comes (for ever); a device reads for ever or nothing. So
-    the path is judged from ``os.stat`` alone, and each kind is named as such.
-
-    Args:
-        path: what the user gave.
-        flag: the argument's name for messages (``"file"``, ``"--examples"``, ``"SAVED_MODEL"``).
-        want: ``"file"`` (a regular file), ``"folder"``, or ``"any"`` (a regular file or a folder).
-        what: words for what was expected, e.g. ``"a .py file"``.
-
-    Returns:
-        The path.
-
-    Raises:
-        UsageError: the path is missing, a dangling symlink, a symlink loop, under a regular file,
-            unreadable, a FIFO, a device or a socket, or a folder where a file is wanted (or the
-            reverse).
-    """
-    check_path_text(path, flag)
-    text = shorten_path(path)
-    p = Path(path)
-    try:
-        st = os.stat(p)
-    except FileNotFoundError:
-        if os.path.islink(p):
-            raise UsageError(f"{flag} {text!r} is a dangling symlink (to {os.readlink(p)!r}); give {what}") from None
-        raise UsageError(f"{flag} {text!r} does not exist; give {what}") from None
-    except NotADirectoryError:
-        raise UsageError(f"{flag} {text!r} does not exist (a part of the path is a file); give {what}") from None
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise UsageError(f"{flag} {text!r} is a symlink loop (the links point at each other); "
-                             f"give {what}") from None
-        raise UsageError(f"{flag} {text!r}: {e.strerror or e}; give {what}") from None
-    for test, name in _KINDS:
-        if test(st.st_mode):
-            raise UsageError(f"{flag} {text!r} is {name}, not a regular file; give {what}")
-    is_dir = stat.S_ISDIR(st.st_mode)
-    if want == "file" and is_dir:
-        kind = what.removeprefix("a path to ")
-        raise UsageError(f"{flag} {text!r} is a folder, so it is not {kind}; give {what}")
-    if want == "folder" and not is_dir:
-        raise UsageError(f"{flag} {text!r} is a regular file, not a folder; give {what}")
-    if not os.access(p, os.R_OK | (os.X_OK if is_dir else 0)):
-        raise UsageError(f"{flag} {text!r} cannot be read (permission denied); give {what}")
-    return p

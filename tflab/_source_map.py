@@ -3,11 +3,11 @@
 Shared by `tflab.autograph` (what each ``if``/``for``/``while`` became) and
 `tflab.diagnosis` (which line made a trace fail), below both:
 
-* `_TraceCounter`: counts, per source line, what AutoGraph's operators did
+* `TraceCounter`: counts, per source line, what AutoGraph's operators did
   while one trace ran;
-* `_walk_ops`: every op of a FuncGraph and of its If/While branch graphs;
-* `_same_file`, `_strip_comment`, `_error_line`, `_shorten`: source and error
-  text helpers; `_build_layer`: builds an unbuilt Keras layer before its
+* `walk_ops`: every op of a FuncGraph and of its If/While branch graphs;
+* `same_file`, `strip_comment`, `error_line`, `shorten_error`: source and error
+  text helpers; `build_layer`: builds an unbuilt Keras layer before its
   ``call`` is traced.
 """
 
@@ -23,19 +23,19 @@ from tflab._tf.autograph import (branch_graphs, counting_operators, extract_stac
 from tflab.errors import UsageError
 
 
-def _strip_comment(line: str) -> str:
+def strip_comment(line: str) -> str:
     code, _, _ = line.partition("  #")  # table display only; keeps '#' inside strings mostly
     return code.strip()
 
 
-def _walk_ops(graph) -> Iterator:
+def walk_ops(graph) -> Iterator:
     """Every op of a FuncGraph and of its If/While branch/body FuncGraphs, depth first,
     each nested graph's ops placed before the op that owns them (their creation order)."""
     for op in graph.get_operations():
         for sub in branch_graphs(op):
-            yield from _walk_ops(sub)
+            yield from walk_ops(sub)
         for sub in _dataset_function_graphs(graph, op):
-            yield from _walk_ops(sub)
+            yield from walk_ops(sub)
         yield op
 
 
@@ -57,14 +57,14 @@ def _dataset_function_graphs(graph, op) -> list:
     return out
 
 
-def _same_file(a: str, b: str) -> bool:
+def same_file(a: str, b: str) -> bool:
     if a == b:
         return True
     # Frames may carry a path relative to the root ("tmp/x.py" for "/tmp/x.py").
     return os.path.abspath(a) == os.path.abspath(b) or b.endswith(os.sep + a.lstrip(os.sep))
 
 
-class _TraceCounter:
+class TraceCounter:
     """Counts, per source line of the function, what AutoGraph's operators did
     while one trace ran: how often each ``for``/``while`` body ran, whether the
     loop ran as a Python loop, and which branch each Python ``if`` took.
@@ -93,7 +93,7 @@ class _TraceCounter:
     def _line(self) -> int | None:
         best = None
         for frame in extract_stack():
-            if self.first <= frame.lineno <= self.last and _same_file(frame.filename, self.filename):
+            if self.first <= frame.lineno <= self.last and same_file(frame.filename, self.filename):
                 best = frame.lineno
         return best
 
@@ -150,7 +150,7 @@ class _TraceCounter:
         return wrapper
 
     @contextlib.contextmanager
-    def installed(self) -> Iterator["_TraceCounter"]:
+    def installed(self) -> Iterator["TraceCounter"]:
         """Counts while the body runs (`tflab._tf.autograph.counting_operators`).
 
         When TF's layout changed nothing is wrapped and ``active`` stays False:
@@ -161,12 +161,12 @@ class _TraceCounter:
             yield self
 
 
-def _shorten(text: str, limit: int = 240) -> str:
+def shorten_error(text: str, limit: int = 240) -> str:
     text = re.sub(r" at 0x[0-9a-fA-F]+", "", text.strip())
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def _error_line(e: BaseException) -> str:
+def error_line(e: BaseException) -> str:
     """The informative line of an exception: AutoGraph's StagingError starts with
     "in user code:" and puts the real ``XxxError: …`` line last."""
     text = str(e).strip()
@@ -176,11 +176,11 @@ def _error_line(e: BaseException) -> str:
     if lines[0].startswith("in user code"):
         inner = [ln for ln in lines if re.match(r"^[A-Za-z_.]*(Error|Exception):", ln)]
         if inner:
-            return _shorten(inner[-1])
-    return _shorten(f"{type(e).__name__}: {lines[0]}")
+            return shorten_error(inner[-1])
+    return shorten_error(f"{type(e).__name__}: {lines[0]}")
 
 
-def _build_layer(layer: Any, args: tuple, kwargs: dict) -> None:
+def build_layer(layer: Any, args: tuple, kwargs: dict) -> None:
     """Builds an unbuilt Keras layer from its first argument's shape: tracing its
     ``call`` directly skips ``__call__``, which is where Keras would build it
     (and create the weights ``call`` reads)."""

@@ -365,7 +365,7 @@ def materialize(value: Any, seed: "int | Any" = 0) -> Any:
 # ------------------------------------------ a function and its arguments (compare, diagnose)
 
 
-def _parameter_names(fn: Callable) -> list[str]:
+def parameter_names(fn: Callable) -> list[str]:
     """Positional parameter names for labels; a Keras layer's ``call`` rather than
     its ``__call__(*args, **kwargs)``, and no name for ``*args``."""
     target = getattr(fn, "python_function", fn)
@@ -381,17 +381,12 @@ def _parameter_names(fn: Callable) -> list[str]:
     return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
-def _function_name(fn: Callable) -> str:
+def callable_name(fn: Callable) -> str:
     target = getattr(fn, "python_function", fn)
     while isinstance(target, functools.partial):  # the CLI binds a `seed` parameter this way
         target = target.func
     return (getattr(target, "__qualname__", None) or getattr(target, "name", None)
             or type(target).__name__)
-
-
-def _check_target(fn: Callable, name: str) -> None:
-    """A class or an unbound method cannot be run as given: one clear line."""
-    check_target(fn, name)
 
 
 def signature_args(fn: Callable, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -407,10 +402,10 @@ def signature_args(fn: Callable, args: tuple, kwargs: dict) -> tuple[tuple, dict
     sig = getattr(fn, "input_signature", None)
     if sig is None:
         return args, kwargs
-    name = _function_name(fn)
+    name = callable_name(fn)
     if not args and not kwargs:
         return tuple(sig), {}
-    names = _parameter_names(fn)
+    names = parameter_names(fn)
     given = dict(zip(names, args))
     given.update(kwargs)
     if len(given) != len(sig) or any(n not in given for n in names[:len(sig)]):

@@ -42,8 +42,8 @@ import textwrap
 from typing import Any, Callable, Iterator
 
 from tflab.report.base import Report, config_field
-from tflab._source_map import (_TraceCounter, _build_layer, _error_line, _same_file, _shorten,
-                               _strip_comment, _walk_ops)
+from tflab._source_map import (TraceCounter, build_layer, error_line, same_file, shorten_error,
+                               strip_comment, walk_ops)
 from tflab.report.text import table as text_table
 from tflab._tf.autograph import fresh_allowlist
 from tflab._usercode import shorten, user_entry
@@ -245,7 +245,7 @@ def _find_statements(source: str, start: int) -> list[_Stmt]:
                                                      ast.Try, ast.FunctionDef))
                                       for n in ast.walk(b)))
             found.append(_Stmt(node.lineno + off, kind, body, orelse,
-                               _strip_comment(src_lines[node.lineno - 1]), simple))
+                               strip_comment(src_lines[node.lineno - 1]), simple))
     return sorted(found, key=lambda s: s.lineno)
 
 
@@ -256,7 +256,7 @@ def _user_lines(op, filename: str, first: int, last: int) -> tuple[int, ...]:
         return ()
     out = []
     for frame in tb:
-        if first <= frame.lineno <= last and _same_file(frame.filename, filename):
+        if first <= frame.lineno <= last and same_file(frame.filename, filename):
             out.append(frame.lineno)
     return tuple(out)
 
@@ -334,7 +334,7 @@ class _FallbackWarnings(logging.Filter):
             return True
         lines = [ln.strip() for ln in msg.splitlines() if ln.strip()]
         cause = next((ln for ln in lines if ln.startswith("Cause:")), "")
-        self.messages.append(_shorten(f"{lines[0]} {cause}"))
+        self.messages.append(shorten_error(f"{lines[0]} {cause}"))
         return False
 
 
@@ -345,7 +345,7 @@ def _autograph_frame(e: BaseException, filename: str) -> str:
     source), or "" when there is none."""
     meta = getattr(e, "ag_error_metadata", None)
     for frame in reversed(getattr(meta, "translated_stack", None) or ()):
-        if _same_file(frame.filename, filename):
+        if same_file(frame.filename, filename):
             return f"{frame.filename}:{frame.lineno} in {frame.function_name}"
     return ""
 
@@ -450,9 +450,9 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
     python_fn, lead = bound_user_method(fn)
     if not callable(python_fn):
         raise UsageError(f"autograph_diff needs a function, got {type(fn).__name__}")
-    from tflab._target import _check_target, _function_name, signature_args
+    from tflab._target import check_target, callable_name, signature_args
 
-    _check_target(fn, _function_name(fn))
+    check_target(fn, callable_name(fn))
     if not args and not kwargs and getattr(fn, "input_signature", None) is not None:
         args = tuple(fn.input_signature)
     else:
@@ -462,7 +462,7 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
         # that holds its code (Keras' ``call``, else ``__call__``).
         call = _user_callable(getattr(python_fn, "call", None))
         if inspect.ismethod(call):
-            _build_layer(python_fn, args, kwargs)
+            build_layer(python_fn, args, kwargs)
         python_fn = call if inspect.ismethod(call) else _user_callable(python_fn.__call__)
     name = getattr(python_fn, "__qualname__", repr(python_fn))
     source, filename, start = _source_or_raise(python_fn)
@@ -481,7 +481,7 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
     tf_logger = logging.getLogger("tensorflow")
     tf_logger.addFilter(catcher)
     last = start + source.count("\n")
-    counter = _TraceCounter(filename, start, last)
+    counter = TraceCounter(filename, start, last)
     try:
         with _strict_env(strict_on), fresh_allowlist(), counter.installed():
             concrete = tf.function(python_fn).get_concrete_function(*lead, *args, **kwargs)
@@ -490,13 +490,13 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
         mode = (f" under strict AutoGraph conversion ({_STRICT_ENV}=1)" if strict_on else "")
         from tflab.diagnosis import with_diagnosis
 
-        raise with_diagnosis(UsageError(f"tracing {name}{mode} raised {_error_line(e)}"
+        raise with_diagnosis(UsageError(f"tracing {name}{mode} raised {error_line(e)}"
                                         + (f" (at {where})" if where else "") + _unconverted_hint(e)),
                              e, python_fn) from e
     finally:
         tf_logger.removeFilter(catcher)
 
-    ops = [(op, _user_lines(op, filename, start, last)) for op in _walk_ops(concrete.graph)]
+    ops = [(op, _user_lines(op, filename, start, last)) for op in walk_ops(concrete.graph)]
     records = counter.by_graph.get(id(concrete.graph))
     if records is None and counter.active:  # no statement ran at all: none was reached
         records = {"runs": {}, "python": set(), "reached": {}, "branches": {}}

@@ -32,7 +32,7 @@ def _as_call(example: Any) -> tuple:
     return tuple(example) if isinstance(example, tuple) else (example,)
 
 
-def _examples_list(examples: Any) -> list[tuple]:
+def examples_list(examples: Any) -> list[tuple]:
     import tensorflow as tf
 
     if examples is None:
@@ -148,10 +148,10 @@ def infer_input_signature(examples: Iterable[Any], names: Sequence[str] | None =
     >>> infer_input_signature([tf.zeros([4, 8]), tf.zeros([2, 8])])
     (TensorSpec(shape=(None, 8), dtype=tf.float32, name=None),)
     """
-    return _infer(_examples_list(examples), names, _element_spec(examples))
+    return _infer(examples_list(examples), names, dataset_element_spec(examples))
 
 
-def _element_spec(examples: Any) -> Any:
+def dataset_element_spec(examples: Any) -> Any:
     import tensorflow as tf
 
     # A DistributedDataset's element_spec is per replica (PerReplicaSpec): what every
@@ -251,7 +251,7 @@ def _fixed_dims_message(signature: Sequence[Any], n_examples: int) -> str | None
             f"tf.TensorSpec({relaxed}, tf.{first.dtype.name})")
 
 
-def _python_function(fn: Any) -> Callable:
+def python_function(fn: Any) -> Callable:
     if hasattr(fn, "python_function"):
         return fn.python_function
     if not callable(fn):
@@ -313,7 +313,7 @@ def stabilize(fn: Callable, input_signature: Sequence[Any] | None = None,
     """
     import tensorflow as tf
 
-    py_fn = _python_function(fn)
+    py_fn = python_function(fn)
     names = _param_names(py_fn)
     if input_signature is None and getattr(fn, "input_signature", None) is not None:
         input_signature = fn.input_signature  # "the one given": the tf.function's own
@@ -321,8 +321,8 @@ def stabilize(fn: Callable, input_signature: Sequence[Any] | None = None,
         if examples is None:
             raise UsageError("stabilize needs input_signature=[tf.TensorSpec(...)] or examples=[...] "
                              "to infer one from")
-        calls = _examples_list(examples)
-        element_spec = _element_spec(examples)
+        calls = examples_list(examples)
+        element_spec = dataset_element_spec(examples)
         input_signature = _infer(calls, names or None, element_spec)
         # A dataset's element_spec is what it can yield: a dim it fixes is fixed.
         message = _fixed_dims_message(input_signature, len(calls)) if element_spec is None else None
@@ -342,7 +342,7 @@ def stabilize(fn: Callable, input_signature: Sequence[Any] | None = None,
         if names and len(input_signature) > len(names):
             raise UsageError(f"input_signature has {len(input_signature)} specs but the function takes "
                              f"{len(names)} positional parameters ({', '.join(names)})")
-        for k, call in enumerate(_examples_list(examples)):
+        for k, call in enumerate(examples_list(examples)):
             if len(call) != len(input_signature):
                 raise UsageError(f"example {k} has {len(call)} arguments but input_signature has "
                                  f"{len(input_signature)} specs")

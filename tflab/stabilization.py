@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from tflab.report.base import Report, config_field
 from tflab.errors import UsageError
-from tflab.signatures import FixedShapeWarning, _element_spec, _examples_list, _python_function, stabilize
+from tflab.signatures import FixedShapeWarning, dataset_element_spec, examples_list, python_function, stabilize
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,15 +175,15 @@ def stabilization_report(fn: Callable, examples: Iterable[Any],
     import numpy as np
     import tensorflow as tf
 
-    py_fn = _python_function(fn)
-    calls = _examples_list(examples)
+    py_fn = python_function(fn)
+    calls = examples_list(examples)
     import warnings
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", FixedShapeWarning)
         # A dataset goes as itself: its element_spec relaxes dims too.
         stable = stabilize(fn, input_signature=input_signature,
-                           examples=examples if _element_spec(examples) is not None else calls)
+                           examples=examples if dataset_element_spec(examples) is not None else calls)
     note = next((str(w.message) for w in caught if issubclass(w.category, FixedShapeWarning)), None)
     for w in caught:  # anything else goes on to the caller's filters
         if not issubclass(w.category, FixedShapeWarning):

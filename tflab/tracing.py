@@ -11,7 +11,8 @@ larger ones become a ``Placeholder`` fed at call time, per ``_EAGER_CONST_THRESH
 in ``tensorflow/core/function/capture/capture_container.py``), the structured
 input signature, the output spec, and the control-flow ops AutoGraph emitted
 (``If``/``While`` and their ``Stateless`` forms, from ``cond_v2.py`` and
-``while_v2.py``).
+``while_v2.py``). The op and capture records are `tflab.trace_records`
+(importable from here too).
 """
 
 from __future__ import annotations
@@ -22,117 +23,14 @@ import dataclasses
 from typing import Any, Callable
 
 from tflab.report.base import Report, config_field
+from tflab.report.html.dispatch import renders
+from tflab.report.html.funcgraph import trace_notebook_fragment
 from tflab._tf import function as _tf
 from tflab._usercode import user_entry
 from tflab.errors import UsageError
-from tflab.report.html.dispatch import renders
-from tflab.report.html.funcgraph import trace_notebook_fragment
-
-CONTROL_FLOW_OP_TYPES = frozenset(
-    {"If", "StatelessIf", "While", "StatelessWhile", "Case", "StatelessCase"})
-
-# Attributes of control-flow ops that name their branch/body functions.
-_BRANCH_ATTRS = ("then_branch", "else_branch", "cond", "body", "branches")
-
-
-class TraceError(UsageError):
-    """The user's function raised while being traced; the message names the user's line."""
-
-
-@dataclasses.dataclass(frozen=True)
-class OpInfo:
-    """One op of a FuncGraph.
-
-    Attributes:
-        name: the op's unique name in the graph, e.g. ``"MatMul"``.
-        type: the op type (``op.type``), e.g. ``"MatMul"``, ``"StatelessIf"``.
-        inputs: names of input tensors (``"x:0"``).
-        outputs: ``(tensor name, dtype name, shape as a list with None dims)`` triples.
-        functions: for control-flow ops, the names of the branch/body FuncGraphs.
-    """
-
-    name: str
-    type: str
-    inputs: tuple[str, ...]
-    outputs: tuple[tuple[str, str, Any], ...]
-    functions: tuple[str, ...] = ()
-
-    def __repr__(self) -> str:
-        outs = ", ".join(f"{d}{_fmt_shape(s)}" for _, d, s in self.outputs)
-        return f"<{self.type} {self.name!r} ({', '.join(self.inputs)}) -> {outs or '()'}>"
-
-
-@dataclasses.dataclass(frozen=True)
-class CaptureInfo:
-    """One captured value of a FuncGraph.
-
-    Attributes:
-        kind: ``"variable"`` (a `tf.Variable`, captured as its resource handle)
-            or ``"tensor"`` (an eager tensor captured by value).
-        name: the variable's name, or the internal tensor name for a tensor.
-        dtype: dtype name of the value (the variable's dtype, not ``resource``).
-        shape: shape as a list (None for unknown dims).
-        bytes: size of the value in bytes (elements × itemsize).
-        internal: the graph tensor standing for the capture; for a tensor,
-            ``Const`` means its bytes are baked into the GraphDef, ``Placeholder``
-            means the ConcreteFunction feeds it at call time.
-        internal_op_type: ``"Const"`` or ``"Placeholder"``.
-        distributed: for one component of a distributed variable (a variable
-            made in ``strategy.scope()``): ``"MirroredVariable w:0"``, the
-            variable it belongs to (``values.DistributedVariable`` sets a weak
-            reference to itself on each component's handle); "" otherwise.
-        device: the component's device, for a distributed variable; "" otherwise.
-    """
-
-    kind: str
-    name: str
-    dtype: str
-    shape: Any
-    bytes: int
-    internal: str
-    internal_op_type: str
-    distributed: str = ""
-    device: str = ""
-
-    @property
-    def baked_bytes(self) -> int:
-        """Bytes stored in the GraphDef itself: the tensor's size if it became a Const, else 0."""
-        return self.bytes if self.kind == "tensor" and self.internal_op_type == "Const" else 0
-
-
-def _fmt_shape(shape: Any) -> str:
-    if shape is None:
-        return "[?]"
-    return "[" + ",".join("None" if d is None else str(d) for d in shape) + "]"
-
-
-def _shape_list(shape) -> Any:
-    import tensorflow as tf
-
-    shape = tf.TensorShape(shape)
-    return None if shape.rank is None else shape.as_list()
-
-
-def _spec_str(spec: Any) -> str:
-    import tensorflow as tf
-
-    if isinstance(spec, tf.TensorSpec):
-        return f"{spec.dtype.name}{_fmt_shape(_shape_list(spec.shape))}"
-    if isinstance(spec, tf.TypeSpec):
-        return repr(spec)
-    return repr(spec)
-
-
-def _output_spec(structured_outputs: Any) -> Any:
-    import tensorflow as tf
-
-    def to_spec(t):
-        if isinstance(t, (tf.Tensor, tf.Variable)):
-            return tf.TensorSpec(t.shape, t.dtype)
-        spec = _tf.value_type_spec(t)  # composite tensors (RaggedTensor, SparseTensor)
-        return spec if spec is not None else t
-
-    return tf.nest.map_structure(to_spec, structured_outputs, expand_composites=False)
+from tflab.trace_records import (  # noqa: F401 (re-exported)
+    CONTROL_FLOW_OP_TYPES, CaptureInfo, OpInfo, TraceError, BRANCH_ATTRS, fmt_shape, outputs_as_specs,
+    shape_list, spec_str)
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -276,7 +174,7 @@ class TraceReport(Report):
                  f"(made in strategy.scope(); one component per replica, each on its device):"]
         for label, comps in groups.items():
             devs = ", ".join(c.device.rsplit("/", 1)[-1] or "?" for c in comps)
-            lines.append(f"    {label}: {comps[0].dtype}{_fmt_shape(comps[0].shape)}, "
+            lines.append(f"    {label}: {comps[0].dtype}{fmt_shape(comps[0].shape)}, "
                          f"{len(comps)} components ({', '.join(c.name for c in comps)}) on {devs}")
         per_device = collections.Counter(op.device for op in self.func_graph.get_operations())
         placed = ", ".join(f"{d.rsplit('/', 1)[-1]}: {k}" for d, k in sorted(per_device.items()) if d)
@@ -307,13 +205,13 @@ class TraceReport(Report):
                      f"resource handles); eager tensors: {self.capture_summary}")
         plain = [c for c in self.variables if not c.distributed]
         for c in plain[:8]:
-            lines.append(f"    variable {c.name}: {c.dtype}{_fmt_shape(c.shape)}")
+            lines.append(f"    variable {c.name}: {c.dtype}{fmt_shape(c.shape)}")
         if len(plain) > 8:
             lines.append(f"    … {len(plain) - 8} more variables")
         lines += self._distributed_lines()
         for c in self.captured_tensors:
             how = "baked as Const" if c.internal_op_type == "Const" else "fed at call time"
-            lines.append(f"    tensor {c.internal}: {c.dtype}{_fmt_shape(c.shape)}, {c.bytes:,} bytes, {how}")
+            lines.append(f"    tensor {c.internal}: {c.dtype}{fmt_shape(c.shape)}, {c.bytes:,} bytes, {how}")
         from tflab.diagnosis.baked import text_lines
 
         lines += text_lines(self.constants, self.constants_fix)
@@ -326,7 +224,7 @@ class TraceReport(Report):
         lines.append("  ops:")
         shown = self.ops if max_ops is None else self.ops[:max_ops]
         for op in shown:
-            outs = ", ".join(f"{d}{_fmt_shape(s)}" for _, d, s in op.outputs)
+            outs = ", ".join(f"{d}{fmt_shape(s)}" for _, d, s in op.outputs)
             lines.append(f"    {op.name} = {op.type}({', '.join(op.inputs)}) -> {outs or '()'}")
         if len(shown) < len(self.ops):
             lines.append(f"    … {len(self.ops) - len(shown)} more ops (to_text(max_ops=None) lists all)")
@@ -360,7 +258,7 @@ class TraceReport(Report):
         producers: dict[str, tuple[str, str]] = {}
         for op in shown:
             for tname, dt, shape in op.outputs:
-                producers[tname] = (op.name, f"{dt}{_fmt_shape(shape)}")
+                producers[tname] = (op.name, f"{dt}{fmt_shape(shape)}")
             attrs = {}
             if op.type == "Placeholder":
                 attrs = {"shape": "ellipse", "style": "filled", "fillcolor": "lightblue"}
@@ -420,7 +318,7 @@ def nested_str(x: Any) -> str:
         inner = ", ".join(nested_str(v) for v in x)
         return f"({inner})" if isinstance(x, tuple) else f"[{inner}]"
     if isinstance(x, tf.TypeSpec):
-        return _spec_str(x)
+        return spec_str(x)
     return repr(x)
 
 
@@ -503,7 +401,7 @@ def inspect_concrete_function(concrete_function: Any, name: str | None = None) -
     ops = []
     for op in graph.get_operations():
         funcs = []
-        for attr in _BRANCH_ATTRS:
+        for attr in BRANCH_ATTRS:
             try:
                 val = op.get_attr(attr)
             except (ValueError, TypeError):
@@ -513,7 +411,7 @@ def inspect_concrete_function(concrete_function: Any, name: str | None = None) -
         ops.append(OpInfo(
             name=op.name, type=op.type,
             inputs=tuple(t.name for t in op.inputs) + tuple("^" + c.name for c in op.control_inputs),
-            outputs=tuple((o.name, o.dtype.name, _shape_list(o.shape)) for o in op.outputs),
+            outputs=tuple((o.name, o.dtype.name, shape_list(o.shape)) for o in op.outputs),
             functions=tuple(funcs)))
     counts = collections.Counter(op.type for op in ops)
     by_handle = {id(v.handle): v for v in concrete_function.variables}
@@ -522,7 +420,7 @@ def inspect_concrete_function(concrete_function: Any, name: str | None = None) -
         var = by_handle.get(id(external))
         if var is not None:
             dtype = var.dtype.base_dtype
-            shape = _shape_list(var.shape)
+            shape = shape_list(var.shape)
             nelem = int(tf.TensorShape(var.shape).num_elements() or 0)
             owner = _tf.distributed_container(var)
             captures.append(CaptureInfo("variable", var.name, dtype.name, shape,
@@ -535,7 +433,7 @@ def inspect_concrete_function(concrete_function: Any, name: str | None = None) -
             captures.append(CaptureInfo("resource", internal.name, "resource", [], 0,
                                         internal.name, internal.op.type))
         else:
-            shape = _shape_list(external.shape)
+            shape = shape_list(external.shape)
             nelem = int(tf.TensorShape(external.shape).num_elements() or 0)
             size = nelem * (external.dtype.size if external.dtype != tf.string else 0)
             if external.dtype == tf.string and hasattr(external, "numpy"):
@@ -556,7 +454,7 @@ def inspect_concrete_function(concrete_function: Any, name: str | None = None) -
         func_graph=graph,
         function_type=ftype,
         structured_input_signature=concrete_function.structured_input_signature,
-        output_spec=_output_spec(concrete_function.structured_outputs),
+        output_spec=outputs_as_specs(concrete_function.structured_outputs),
         ops=tuple(ops),
         op_counts=dict(counts.most_common()),
         captures=tuple(captures),

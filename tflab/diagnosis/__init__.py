@@ -47,7 +47,7 @@ The package, one module per concern (each imports only those listed before it):
 * ``record``: the `Diagnosis` record;
 * ``frames``: the traceback frames with their locals, the user's own site;
 * ``source``: the user's file parsed once, shape reads, the statement map;
-* ``context``: what a rule knows about the function, `_make`, running each candidate fix
+* ``context``: what a rule knows about the function, `make`, running each candidate fix
   on a copy and comparing it with eager (`tflab.fix.first_working`);
 * ``baked``: the Const ops a NumPy array became while tracing, in bytes, and their fix
   (`trace_and_inspect`);

@@ -66,25 +66,25 @@ def baked_constants(graph, min_bytes: int = LARGE_CONST_BYTES) -> tuple[int, tup
         graph: a FuncGraph; its If/While branch and body FuncGraphs are read too.
         min_bytes: the size from which a Const is listed.
     """
-    from tflab._source_map import _strip_comment, _walk_ops
-    from tflab.diagnosis.frames import _is_user_file
-    from tflab.diagnosis.source import _Source
+    from tflab._source_map import strip_comment, walk_ops
+    from tflab.diagnosis.frames import is_user_file
+    from tflab.diagnosis.source import Source
 
     total, big = 0, []
-    for op in _walk_ops(graph):
+    for op in walk_ops(graph):
         if op.type != "Const":
             continue
         n = const_bytes(op)
         total += n
         if n < min_bytes:
             continue
-        user = [f for f in (op.traceback or ()) if _is_user_file(f.filename)]
+        user = [f for f in (op.traceback or ()) if is_user_file(f.filename)]
         where, stmt = "", ""
         if user:
             f = user[-1]
             where = f"{os.path.basename(f.filename)}:{f.lineno}"
-            src = _Source.of(f.filename)
-            stmt = _strip_comment(src.text(f.lineno)) if src else ""
+            src = Source.of(f.filename)
+            stmt = strip_comment(src.text(f.lineno)) if src else ""
         out = op.outputs[0]
         big.append(ConstInfo(op.name, out.dtype.name, out.shape.as_list(), n, where, stmt))
     return total, tuple(sorted(big, key=lambda c: -c.bytes))
@@ -149,18 +149,18 @@ def baked_fix(fn: Callable, args: tuple, kwargs: dict, concrete, big: tuple[Cons
     def check():
         import tensorflow as tf
 
-        from tflab.diagnosis.context import _compare, _materialize
+        from tflab.diagnosis.context import compare, materialize_specs
         from tflab.diagnosis.fixes import run_fixed
 
         spec = tf.TensorSpec(value.shape, tf.as_dtype(value.dtype))
 
         def mat(v):
-            return tf.nest.map_structure(lambda s: tf.constant(value) if s is spec else _materialize(s), v)
+            return tf.nest.map_structure(lambda s: tf.constant(value) if s is spec else materialize_specs(s), v)
 
         out, fixed = run_fixed(fsrc, text, tuple(args), {**kwargs, name: spec}, mat)
         left, _ = baked_constants(fixed.graph, 0)
         before = sum(c.bytes for c in big)
-        ok, cmp, measured = _compare(out, concrete(*_materialize(args), **_materialize(kwargs)), "the original's")
+        ok, cmp, measured = compare(out, concrete(*materialize_specs(args), **materialize_specs(kwargs)), "the original's")
         left_big = baked_constants(fixed.graph)[1]
         worked = ok and not left_big
         return worked, (f"re-traced with {ast.unparse(expr)} passed as an argument: "
@@ -199,13 +199,13 @@ def _array_expr(fsrc, target: ConstInfo) -> tuple[ast.expr, Any] | None:
 def _as_parameter(fsrc, expr: ast.expr, name: str) -> str:
     import copy
 
-    from tflab.diagnosis.fixes import _pos, _replace, _unparse
+    from tflab.diagnosis.fixes import pos, replace, unparse
 
     module = copy.deepcopy(fsrc.module)
     fdef = module.body[0]
     for node in list(ast.walk(fdef)):
-        if type(node) is type(expr) and _pos(node) == _pos(expr):
-            _replace(fdef, node, ast.Name(name, ast.Load()))
+        if type(node) is type(expr) and pos(node) == pos(expr):
+            replace(fdef, node, ast.Name(name, ast.Load()))
     fdef.args.kwonlyargs.append(ast.arg(name))
     fdef.args.kw_defaults.append(None)
-    return _unparse(module)
+    return unparse(module)

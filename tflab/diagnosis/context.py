@@ -1,5 +1,5 @@
 """What a rule knows about the failing function: its name, options, arguments and statement
-map (`_Context`), and the helpers every rule shares: `_make` (a `Diagnosis` for a kind and a
+map (`Context`), and the helpers every rule shares: `make` (a `Diagnosis` for a kind and a
 culprit line), materialized arguments, the function's own source for a fix, and trying a fix."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import os
 from typing import Any, Callable
 
 from tflab.diagnosis.records import UNKNOWN_DIM_SIZE, Diagnosis
-from tflab.diagnosis.source import _Source, _StatementMap
+from tflab.diagnosis.source import Source, StatementMap
 
 @dataclasses.dataclass
-class _Context:
+class Context:
     name: str
     python_fn: Callable | None = None
     autograph: bool = True
-    stmap: _StatementMap = dataclasses.field(default_factory=_StatementMap)
+    stmap: StatementMap = dataclasses.field(default_factory=StatementMap)
     params: dict = dataclasses.field(default_factory=dict)   # parameter -> spec/value traced with
     from_signature: bool = False
     concrete: Any = None
@@ -32,7 +32,7 @@ class _Context:
     rewrite_error: str = ""  # set when writing a fix raised (a tflab bug): rules then write none
 
 
-def _python_target(fn: Callable) -> Callable:
+def python_target(fn: Callable) -> Callable:
     from tflab._target import bound_user_method
 
     # A bound tf.function method: the user's method on its instance (held strongly),
@@ -44,10 +44,10 @@ def _python_target(fn: Callable) -> Callable:
     return python_fn
 
 
-def _context(fn: Callable | None, args: tuple, kwargs: dict, from_signature: bool) -> _Context:
+def make_context(fn: Callable | None, args: tuple, kwargs: dict, from_signature: bool) -> Context:
     if fn is None:
-        return _Context(name="<function>")
-    python_fn = _python_target(fn)
+        return Context(name="<function>")
+    python_fn = python_target(fn)
     name = getattr(python_fn, "__qualname__", None) or type(fn).__name__
     params: dict = {}
     try:
@@ -59,26 +59,26 @@ def _context(fn: Callable | None, args: tuple, kwargs: dict, from_signature: boo
     from tflab._target import bound_user_method
     from tflab._tf.autograph import autograph_enabled
 
-    return _Context(name=name, python_fn=python_fn, filename=code.co_filename if code else "",
-                    autograph=autograph_enabled(fn),
-                    params=params, from_signature=from_signature, args=tuple(args),
-                    kwargs=dict(kwargs), lead=bound_user_method(fn)[1])
+    return Context(name=name, python_fn=python_fn, filename=code.co_filename if code else "",
+                   autograph=autograph_enabled(fn),
+                   params=params, from_signature=from_signature, args=tuple(args),
+                   kwargs=dict(kwargs), lead=bound_user_method(fn)[1])
 
 
-def _make(ctx: _Context, exc: BaseException, kind: str, filename: str, line: int | None,
-          explanation: str, fix: str, why: str = "") -> Diagnosis:
+def make(ctx: Context, exc: BaseException, kind: str, filename: str, line: int | None,
+         explanation: str, fix: str, why: str = "") -> Diagnosis:
     """The `Diagnosis` of ``kind`` at ``line``; its plan holds ``fix`` as "not checked: WHY"
-    until a rule runs a rewrite (`_planned`)."""
-    from tflab._source_map import _error_line, _strip_comment
+    until a rule runs a rewrite (`planned`)."""
+    from tflab._source_map import error_line, strip_comment
     from tflab.fix import first_working, unchecked
 
-    src = _Source.of(filename)
+    src = Source.of(filename)
     why = why or (f"writing the fix into a copy raised ({ctx.rewrite_error}), so tflab ran none"
                   if ctx.rewrite_error else _NO_REWRITE)
     plan = first_working([unchecked("code", "", fix, why)]) if fix else None
     return Diagnosis(function_name=ctx.name, ok=False, kind=kind, line=line,
-                     statement=_strip_comment(src.text(line)) if src else "", filename=filename,
-                     error=_error_line(exc), explanation=explanation, fix=fix, stage=ctx.stage,
+                     statement=strip_comment(src.text(line)) if src else "", filename=filename,
+                     error=error_line(exc), explanation=explanation, fix=fix, stage=ctx.stage,
                      fix_plan=plan)
 
 
@@ -86,7 +86,7 @@ _NO_REWRITE = "tflab has no mechanical rewrite for this kind of mistake, so it d
 
 
 
-def _stmt_label(line: int, kind: str, op: str) -> str:
+def stmt_label(line: int, kind: str, op: str) -> str:
     return f"the {kind} at line {line} became a{'n' if op[0] in 'AEIOU' else ''} {op} op"
 
 
@@ -95,24 +95,24 @@ def _op_for(kind: str) -> str:
 
 
 
-_LIST_FIX = ("use a tf.TensorArray (ta = ta.write(i, value) in the loop, ta.stack() after it), "
-             "which is a loop variable")
+LIST_FIX = ("use a tf.TensorArray (ta = ta.write(i, value) in the loop, ta.stack() after it), "
+            "which is a loop variable")
 
 
-def _materialize(value: Any) -> Any:
+def materialize_specs(value: Any) -> Any:
     import tensorflow as tf
 
     from tflab._target import materialize
 
     def conv(v):
         if isinstance(v, tf.TensorSpec):
-            return materialize(_sized(v), 0)
+            return materialize(sized(v), 0)
         return v
 
     return tf.nest.map_structure(conv, value)
 
 
-def _sized(v):
+def sized(v):
     """The spec with each None dim (or an unknown rank) given `UNKNOWN_DIM_SIZE`."""
     import tensorflow as tf
 
@@ -123,7 +123,7 @@ def _sized(v):
     return v
 
 
-def _fix_source(ctx: _Context, line: int | None, filename: str):
+def fix_source(ctx: Context, line: int | None, filename: str):
     """`tflab.diagnosis.fixes.FunctionSource` of the traced function when the
     culprit line is in it (a fix is tried on that function only), else None."""
     from tflab.diagnosis.fixes import FunctionSource
@@ -141,12 +141,12 @@ def _fix_source(ctx: _Context, line: int | None, filename: str):
     return fsrc if fsrc.start <= line <= last else None
 
 
-def _try_fix(d: Diagnosis, ctx: _Context, fsrc, module_source: str | None, *, kind: str = "code",
-             why: str = "") -> Diagnosis:
+def try_fix(d: Diagnosis, ctx: Context, fsrc, module_source: str | None, *, kind: str = "code",
+            why: str = "") -> Diagnosis:
     """``d`` with its fix applied to a copy of the function, traced, run and compared with eager."""
     if fsrc is None or not module_source:
-        return _planned(d, [], why or ("" if ctx.rewrite_error else _why_no_copy(fsrc)))
-    return _planned(d, [_candidate(ctx, fsrc, d.fix, module_source, kind=kind)], why)
+        return planned(d, [], why or ("" if ctx.rewrite_error else _why_no_copy(fsrc)))
+    return planned(d, [candidate(ctx, fsrc, d.fix, module_source, kind=kind)], why)
 
 
 def _why_no_copy(fsrc) -> str:
@@ -154,9 +154,9 @@ def _why_no_copy(fsrc) -> str:
             if fsrc is None else "tflab could not write this fix into a copy of the function")
 
 
-def _planned(d: Diagnosis, candidates: list, why: str = "", fix_text: Callable | None = None,
-             also: tuple = ()) -> Diagnosis:
-    """``d`` with a `FixPlan`: ``candidates`` (each a `_candidate`) tried in order by
+def planned(d: Diagnosis, candidates: list, why: str = "", fix_text: Callable | None = None,
+            also: tuple = ()) -> Diagnosis:
+    """``d`` with a `FixPlan`: ``candidates`` (each a `candidate`) tried in order by
     `tflab.fix.first_working`, then ``d.fix`` as "not checked: WHY". ``fix_text(fix)`` gives
     the Diagnosis' ``fix`` sentence for a checked fix (default: ``d.fix``)."""
     from tflab.fix import first_working, unchecked
@@ -167,7 +167,7 @@ def _planned(d: Diagnosis, candidates: list, why: str = "", fix_text: Callable |
         plan = first_working(list(candidates))
     else:
         if not why and d.fix_plan is not None and d.fix_plan.fix is not None:
-            why = d.fix_plan.fix.why  # the rule's own reason (`_make`)
+            why = d.fix_plan.fix.why  # the rule's own reason (`make`)
         plan = first_working([unchecked("code", "", d.fix, why or _NO_REWRITE)])
     text = d.fix
     if plan.fix is not None and plan.fix.checked and fix_text is not None:
@@ -185,8 +185,8 @@ def _change_text(fsrc, module_source: str) -> str:
     return "; ".join(ln[2:].strip() for ln in difflib.ndiff(old, new) if ln.startswith("+ ") and ln[2:].strip())
 
 
-def _candidate(ctx: _Context, fsrc, description: str, module_source: str, *, change: str | None = None,
-               kind: str = "code", reference: Any = "eager", autograph: bool | None = None) -> Callable:
+def candidate(ctx: Context, fsrc, description: str, module_source: str, *, change: str | None = None,
+              kind: str = "code", reference: Any = "eager", autograph: bool | None = None) -> Callable:
     """A zero-argument callable that applies one rewrite and returns its `tflab.fix.Fix`.
 
     The copy (`tflab.diagnosis.fixes.run_fixed`) is traced on the diagnosed arguments and run
@@ -202,21 +202,21 @@ def _candidate(ctx: _Context, fsrc, description: str, module_source: str, *, cha
     def check():
         from tflab.diagnosis.fixes import run_fixed
 
-        from tflab._source_map import _error_line
+        from tflab._source_map import error_line
 
         lead = ctx.lead if fsrc.instance is None else ()
         try:
             with _seeded():
                 out, concrete = run_fixed(fsrc, module_source, tuple(lead) + tuple(ctx.args), ctx.kwargs,
-                                          _materialize, autograph=ctx.autograph if autograph is None else autograph)
+                                          materialize_specs, autograph=ctx.autograph if autograph is None else autograph)
         except Exception as e:  # noqa: BLE001 - the copy may raise anything; TF's own line, not "in user code:"
-            return False, f"raised {_error_line(e)}", {}
+            return False, f"raised {error_line(e)}", {}
         ran = f"traced and ran: {_summary(out)}"
         if reference is None:
             return True, ran, {}
-        from tflab._source_map import _walk_ops
+        from tflab._source_map import walk_ops
 
-        types = {op.type for op in _walk_ops(concrete.graph)}
+        types = {op.type for op in walk_ops(concrete.graph)}
         if any(t.startswith("Random") for t in types):
             return True, f"{ran} (not compared with eager: it draws stateful random numbers)", {}
         if any(t.startswith(_STATE_OPS) for t in types):
@@ -226,7 +226,7 @@ def _candidate(ctx: _Context, fsrc, description: str, module_source: str, *, cha
         status, value = ref
         if status != "ran":
             return True, f"{ran}; {value}", {}
-        return _compare(out, value, label)
+        return compare(out, value, label)
 
     return lambda: attempt(kind, change, description, check, how="ran a copy of your function",
                            source=module_source)
@@ -257,21 +257,21 @@ def _seeded():
         np.random.set_state(np_state)
 
 
-def _eager_reference(ctx: _Context) -> tuple[str, Any]:
+def _eager_reference(ctx: Context) -> tuple[str, Any]:
     """``("ran", outputs)`` of the user's function run eagerly once on the materialized
     arguments, ``("raised", why)`` or ``("not run", why)``; cached on ``ctx``."""
     if ctx.eager is not None:
         return ctx.eager
-    from tflab._source_map import _error_line
+    from tflab._source_map import error_line
 
     if ctx.python_fn is None or any(v is None for v in ctx.lead):
         ctx.eager = ("not run", "not compared with eager: the method's instance was freed")
         return ctx.eager
     try:
         with _seeded():
-            ctx.eager = ("ran", ctx.python_fn(*_materialize(ctx.args), **_materialize(ctx.kwargs)))
+            ctx.eager = ("ran", ctx.python_fn(*materialize_specs(ctx.args), **materialize_specs(ctx.kwargs)))
     except Exception as e:  # noqa: BLE001 - the user's code may raise anything eagerly
-        ctx.eager = ("raised", f"your function raises eagerly too ({_error_line(e)}), so there is "
+        ctx.eager = ("raised", f"your function raises eagerly too ({error_line(e)}), so there is "
                                "no eager output to compare with")
     return ctx.eager
 
@@ -293,7 +293,7 @@ def _summary(value: Any) -> str:
     return ", ".join(parts) or "no output"
 
 
-def _compare(out: Any, ref: Any, label: str = "eager's") -> tuple[bool, str, dict]:
+def compare(out: Any, ref: Any, label: str = "eager's") -> tuple[bool, str, dict]:
     """Whether the copy's outputs equal ``ref``'s: the same count and shapes, numeric values
     within `_close` (a ``ref`` of another numeric dtype is read in the copy's dtype, and said),
     and the largest ULP distance (`tflab._numeric.max_ulp`)."""
@@ -335,7 +335,7 @@ def _close(a, b) -> bool:
     return bool(np.allclose(a64, b64, rtol=1e-5, atol=1e-6 * max(scale, 1e-30), equal_nan=True))
 
 
-def _namespace(ctx: _Context) -> dict:
+def function_namespace(ctx: Context) -> dict:
     fn = ctx.python_fn
     inner = inspect.unwrap(getattr(fn, "__func__", fn)) if fn is not None else None
     ns = dict(getattr(inner, "__globals__", {}) or {})
@@ -346,39 +346,39 @@ def _namespace(ctx: _Context) -> dict:
     return ns
 
 
-def _cast_value_fix(d, ctx: _Context, filename: str, line: int, dtypes: list[str]):
+def cast_value_fix(d, ctx: Context, filename: str, line: int, dtypes: list[str]):
     """``name = VALUE`` -> ``name = tf.cast(VALUE, tf.DTYPE)`` at ``line`` in a copy, run."""
     import ast
 
     from tflab.diagnosis.fixes import replace_expr
 
-    fsrc = _fix_source(ctx, line, filename)
+    fsrc = fix_source(ctx, line, filename)
     st = fsrc.stmt_at(line) if fsrc is not None else None
     if not isinstance(st, (ast.Assign, ast.AnnAssign)) or st.value is None:
-        return _planned(d, [])
+        return planned(d, [])
     cands = []
     for dt in dtypes:
         text = replace_expr(fsrc, st.value, f"tf.cast({{}}, tf.{dt})") if dt.isidentifier() else None
         if text:
-            cands.append(_candidate(ctx, fsrc, d.fix, text))
-    return _planned(d, cands)
+            cands.append(candidate(ctx, fsrc, d.fix, text))
+    return planned(d, cands)
 
 
-def _tensor_array_fix(d, ctx: _Context, filename: str, line, holder: str | None, dtypes: list[str]):
+def tensor_array_fix(d, ctx: Context, filename: str, line, holder: str | None, dtypes: list[str]):
     """The Python list ``holder`` rewritten as a tf.TensorArray of each dtype in turn, run."""
     import tensorflow as tf
 
     from tflab.diagnosis.fixes import list_to_tensor_array
 
-    fsrc = _fix_source(ctx, line, filename)
+    fsrc = fix_source(ctx, line, filename)
     if fsrc is None or not holder or not holder.isidentifier():
-        return _planned(d, [], "the list is not a plain name in the traced function's own source, so "
+        return planned(d, [], "the list is not a plain name in the traced function's own source, so "
                                "tflab cannot rewrite a copy")
     extra = [s.dtype.name for s in tf.nest.flatten((ctx.args, ctx.kwargs)) if hasattr(s, "dtype")]
     cands = []
     for dt in dict.fromkeys(list(dtypes) + extra + ["float32", "int32"]):
         text = list_to_tensor_array(fsrc, holder, f"tf.{dt}")
         if text:
-            cands.append(_candidate(ctx, fsrc, "use a tf.TensorArray, a loop variable", text))
-    return _planned(d, cands, "" if cands else f"'{holder}' is used in a way tflab's rewrite to a "
+            cands.append(candidate(ctx, fsrc, "use a tf.TensorArray, a loop variable", text))
+    return planned(d, cands, "" if cands else f"'{holder}' is used in a way tflab's rewrite to a "
                                                "tf.TensorArray does not cover (only append, tf.stack, tf.add_n)")

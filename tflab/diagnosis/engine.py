@@ -11,11 +11,11 @@ from typing import Any, Callable
 
 from tflab._tf.autograph import clone_function, full_tracebacks
 from tflab._usercode import user_entry
-from tflab.diagnosis.context import (_LIST_FIX, _Context, _context, _materialize, _python_target, _sized,
-                                     _stmt_label, _tensor_array_fix)
+from tflab.diagnosis.context import (LIST_FIX, Context, make_context, materialize_specs, python_target, sized,
+                                     stmt_label, tensor_array_fix)
 from tflab.diagnosis.records import SILENT_STAGE, Diagnosis
-from tflab.diagnosis.rules import _classify
-from tflab.diagnosis.source import _recorder, _Source, _StatementMap
+from tflab.diagnosis.rules import classify_error
+from tflab.diagnosis.source import recorder, Source, StatementMap
 from tflab.errors import UsageError
 
 def _check_inputs_fit(args: Any, kwargs: Any) -> None:
@@ -32,7 +32,7 @@ def _check_inputs_fit(args: Any, kwargs: Any) -> None:
     from tflab.process.memory import check_fits
     from tflab._target import MAX_RANDOM_BYTES
 
-    specs = [_sized(v) for v in tf.nest.flatten((args, kwargs)) if isinstance(v, tf.TensorSpec)]
+    specs = [sized(v) for v in tf.nest.flatten((args, kwargs)) if isinstance(v, tf.TensorSpec)]
     sizes = [int(np.prod(s.shape.as_list(), dtype=np.float64)) * max(s.dtype.size, 1) for s in specs]
     if all(n <= MAX_RANDOM_BYTES for n in sizes):  # else materialize names the argument over its cap
         check_fits(sum(sizes), 3, "diagnose", "use a smaller shape")
@@ -91,30 +91,30 @@ def diagnose(fn: Callable, *args: Any, **kwargs: Any) -> Diagnosis:
     >>> d.fix
     'use a tf.TensorArray (ta = ta.write(i, value) in the loop, ta.stack() after it), which is a loop variable'
     """
-    from tflab._target import _check_target, _function_name, signature_args
+    from tflab._target import check_target, callable_name, signature_args
 
     if not callable(fn):
         raise UsageError(f"diagnose needs a function, got {type(fn).__name__}")
-    _check_target(fn, _function_name(fn))
+    check_target(fn, callable_name(fn))
     from_sig = False
     if not args and not kwargs and getattr(fn, "input_signature", None) is not None:
         args, from_sig = tuple(fn.input_signature), True
     else:
         args, kwargs = signature_args(fn, args, kwargs)
         from_sig = getattr(fn, "input_signature", None) is not None
-    python_fn = _python_target(fn)
+    python_fn = python_target(fn)
     if python_fn is not getattr(fn, "python_function", fn):  # a Keras layer/model: build it first
-        from tflab._source_map import _build_layer
+        from tflab._source_map import build_layer
 
-        _build_layer(getattr(fn, "python_function", fn), args, kwargs)
-    ctx = _context(fn, args, kwargs, from_signature=from_sig)
+        build_layer(getattr(fn, "python_function", fn), args, kwargs)
+    ctx = make_context(fn, args, kwargs, from_signature=from_sig)
     tf_fn = _tf_function_for(fn, python_fn)
     counter = None
     code = getattr(inspect.unwrap(getattr(python_fn, "__func__", python_fn)), "__code__", None)
     if code is not None:
         # The whole file: errors may sit in helpers the function calls.
-        counter = _recorder(code.co_filename, 1, 10 ** 9)
-    ctx.stmap = _StatementMap(counter)
+        counter = recorder(code.co_filename, 1, 10 ** 9)
+    ctx.stmap = StatementMap(counter)
     with full_tracebacks():
         try:
             with (counter.installed() if counter is not None else contextlib.nullcontext()):
@@ -127,15 +127,15 @@ def diagnose(fn: Callable, *args: Any, **kwargs: Any) -> Diagnosis:
                 mismatch = binding_error(getattr(target, "__name__", None) or type(target).__name__, tf_fn, e)
                 if mismatch is not None:  # the same one line as trace_and_inspect's
                     raise mismatch from e
-            return _classify(e, ctx)
+            return classify_error(e, ctx)
         ctx.concrete, ctx.stage = concrete, "call"
         # Inputs too large are bad input (UsageError, exit 2), not a failure of the user's code.
         _check_inputs_fit(args, kwargs)
-        call_args, call_kwargs = _materialize(args), _materialize(kwargs)
+        call_args, call_kwargs = materialize_specs(args), materialize_specs(kwargs)
         try:
             concrete(*call_args, **call_kwargs)
         except Exception as e:
-            return _classify(e, ctx)
+            return classify_error(e, ctx)
     silent = _silent_list_append(ctx, code.co_filename if code is not None else "")
     return silent or Diagnosis(function_name=ctx.name, ok=True)
 
@@ -144,7 +144,7 @@ def diagnose(fn: Callable, *args: Any, **kwargs: Any) -> Diagnosis:
 _LIST_MUTATORS = frozenset({"append", "extend", "insert"})
 
 
-def _silent_list_append(ctx: _Context, filename: str) -> Diagnosis | None:
+def _silent_list_append(ctx: Context, filename: str) -> Diagnosis | None:
     """A Python list appended to inside a loop that became a While op, with no error.
 
     The While body is traced once (``while_v2``), so ``acc.append(v)`` runs once at
@@ -154,7 +154,7 @@ def _silent_list_append(ctx: _Context, filename: str) -> Diagnosis | None:
     """
     graph = ctx.stmap.graph_lines() if ctx.stmap is not None else {}
     loops = {line for line, kind in graph.items() if kind in ("for", "while")}
-    src = _Source.of(filename) if filename and loops else None
+    src = Source.of(filename) if filename and loops else None
     if src is None:
         return None
     for fn_node in ast.walk(src.tree):
@@ -175,21 +175,21 @@ def _silent_list_append(ctx: _Context, filename: str) -> Diagnosis | None:
                             and call.func.attr in _LIST_MUTATORS and isinstance(call.func.value, ast.Name)
                             and call.func.value.id in lists and call.func.value.id not in rebound):
                         name, kind = call.func.value.id, graph[loop.lineno]
-                        from tflab._source_map import _strip_comment
+                        from tflab._source_map import strip_comment
 
                         from tflab.fix import first_working, unchecked
 
                         d = Diagnosis(
                             function_name=ctx.name, ok=False, kind="python-list-in-tensor-loop",
-                            line=call.lineno, statement=_strip_comment(src.text(call.lineno)),
+                            line=call.lineno, statement=strip_comment(src.text(call.lineno)),
                             filename=filename, error="",
-                            explanation=(f"{_stmt_label(loop.lineno, kind, 'While')}, whose body is traced "
+                            explanation=(f"{stmt_label(loop.lineno, kind, 'While')}, whose body is traced "
                                          f"once: '{name}.{call.func.attr}(...)' ran once at trace time, so "
                                          f"'{name}' gets one entry, not one per iteration as in eager "
                                          "Python; no error is raised"),
-                            fix=_LIST_FIX, stage=SILENT_STAGE,
-                            fix_plan=first_working([unchecked("code", "", _LIST_FIX, "")]))
-                        return _tensor_array_fix(d, ctx, filename, call.lineno, name, [])
+                            fix=LIST_FIX, stage=SILENT_STAGE,
+                            fix_plan=first_working([unchecked("code", "", LIST_FIX, "")]))
+                        return tensor_array_fix(d, ctx, filename, call.lineno, name, [])
     return None
 
 

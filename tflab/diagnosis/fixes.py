@@ -215,7 +215,7 @@ def hoist_created(src: FunctionSource, call: ast.Call, stem: str) -> str | None:
     """
     module = copy.deepcopy(src.module)
     fdef = module.body[0]
-    target = next((n for n in ast.walk(fdef) if isinstance(n, ast.Call) and _pos(n) == _pos(call)), None)
+    target = next((n for n in ast.walk(fdef) if isinstance(n, ast.Call) and pos(n) == pos(call)), None)
     if target is None:
         return None
     stmt = next((s for s in ast.walk(fdef) if isinstance(s, ast.stmt) and s is not fdef
@@ -243,7 +243,7 @@ def hoist_created(src: FunctionSource, call: ast.Call, stem: str) -> str | None:
             if not parent[0]:
                 parent[0].append(ast.Pass())
         else:
-            _replace(stmt, target, ast.Name(name, ast.Load()))
+            replace(stmt, target, ast.Name(name, ast.Load()))
         module.body.insert(0, hoisted)
     else:
         parent = _parent_stmt_list(fdef, stmt)
@@ -268,12 +268,12 @@ def hoist_created(src: FunctionSource, call: ast.Call, stem: str) -> str | None:
             if simple:
                 stmt.value = use
             else:
-                _replace(stmt, target, use)
+                replace(stmt, target, use)
             seq.insert(i, guard)
-    return _unparse(module)
+    return unparse(module)
 
 
-def _replace(root: ast.AST, old: ast.AST, new: ast.AST) -> None:
+def replace(root: ast.AST, old: ast.AST, new: ast.AST) -> None:
     for node in ast.walk(root):
         for field, value in ast.iter_fields(node):
             if value is old:
@@ -312,25 +312,25 @@ def ref_keys(src: FunctionSource, tensor_names: set[str]) -> str | None:
         elif isinstance(node, ast.Compare) and is_t(node.left) \
                 and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
             node.left, changed = ref(node.left), True
-    return _unparse(module) if changed else None
+    return unparse(module) if changed else None
 
 
 def replace_call_func(src: FunctionSource, calls: list[ast.Call], new_func: str) -> str:
     """Each of ``calls`` (located by position) with its function replaced by ``new_func``."""
     module = copy.deepcopy(src.module)
-    where = {_pos(c) for c in calls}
+    where = {pos(c) for c in calls}
     for node in ast.walk(module.body[0]):
-        if isinstance(node, ast.Call) and _pos(node) in where:
+        if isinstance(node, ast.Call) and pos(node) in where:
             node.func = ast.parse(new_func, mode="eval").body
-    return _unparse(module)
+    return unparse(module)
 
 
-def _pos(node: ast.AST) -> tuple:
+def pos(node: ast.AST) -> tuple:
     # Start and end: ``Dense(3)(x)`` and its ``Dense(3)`` start at the same column.
     return (node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)
 
 
-def _unparse(module: ast.Module) -> str:
+def unparse(module: ast.Module) -> str:
     return ast.unparse(ast.fix_missing_locations(module)) + "\n"
 
 
@@ -341,22 +341,22 @@ def replace_expr(src: FunctionSource, old: ast.AST, new: str) -> str | None:
     """The module source with the expression ``old`` (a node of ``src.module``, found by its
     position) replaced by the expression ``new`` (source text; ``{}`` in it is ``old``'s text)."""
     module = copy.deepcopy(src.module)
-    target = next((n for n in ast.walk(module.body[0]) if type(n) is type(old) and _pos(n) == _pos(old)), None)
+    target = next((n for n in ast.walk(module.body[0]) if type(n) is type(old) and pos(n) == pos(old)), None)
     if target is None:
         return None
     repl = ast.parse(new.replace("{}", f"({ast.unparse(old)})"), mode="eval").body
-    _replace(module.body[0], target, repl)
-    return _unparse(module)
+    replace(module.body[0], target, repl)
+    return unparse(module)
 
 
 def insert_first_in_body(src: FunctionSource, loop: ast.stmt, code: str) -> str | None:
     """The module source with statement ``code`` put first in ``loop``'s body."""
     module = copy.deepcopy(src.module)
-    target = next((n for n in ast.walk(module.body[0]) if type(n) is type(loop) and _pos(n) == _pos(loop)), None)
+    target = next((n for n in ast.walk(module.body[0]) if type(n) is type(loop) and pos(n) == pos(loop)), None)
     if target is None:
         return None
     target.body.insert(0, ast.parse(code).body[0])
-    return _unparse(module)
+    return unparse(module)
 
 
 def if_to_where(src: FunctionSource, stmt: ast.If) -> str | None:
@@ -364,7 +364,7 @@ def if_to_where(src: FunctionSource, stmt: ast.If) -> str | None:
     branch) -> ``return tf.where(C, A, B)`` / ``y = tf.where(C, A, B)``: an elementwise choice."""
     module = copy.deepcopy(src.module)
     fdef = module.body[0]
-    node = next((n for n in ast.walk(fdef) if isinstance(n, ast.If) and _pos(n) == _pos(stmt)), None)
+    node = next((n for n in ast.walk(fdef) if isinstance(n, ast.If) and pos(n) == pos(stmt)), None)
     parent = _parent_stmt_list(fdef, node) if node is not None else None
     if parent is None or len(node.body) != 1:
         return None
@@ -374,18 +374,18 @@ def if_to_where(src: FunctionSource, stmt: ast.If) -> str | None:
             and isinstance(seq[i + 1], ast.Return) and first.value is not None and seq[i + 1].value is not None:
         new = ast.Return(_where(node.test, first.value, seq[i + 1].value))
         seq[i:i + 2] = [new]
-        return _unparse(module)
+        return unparse(module)
     if len(node.orelse) != 1:
         return None
     second = node.orelse[0]
     if isinstance(first, ast.Return) and isinstance(second, ast.Return) and first.value and second.value:
         seq[i] = ast.Return(_where(node.test, first.value, second.value))
-        return _unparse(module)
+        return unparse(module)
     if all(isinstance(b, ast.Assign) and len(b.targets) == 1 and isinstance(b.targets[0], ast.Name)
            for b in (first, second)) and first.targets[0].id == second.targets[0].id:
         seq[i] = ast.Assign([ast.Name(first.targets[0].id, ast.Store())],
                             _where(node.test, first.value, second.value))
-        return _unparse(module)
+        return unparse(module)
     return None
 
 
@@ -427,10 +427,10 @@ def list_to_tensor_array(src: FunctionSource, name: str, dtype: str) -> str | No
                 and node.args[0].id == name and dotted(node.func) in ("tf.stack", "tf.add_n"):
             handled.add(id(node.args[0]))
             new = f"{name}.stack()" if dotted(node.func) == "tf.stack" else f"tf.reduce_sum({name}.stack(), axis=0)"
-            _replace(fdef, node, ast.parse(new, mode="eval").body)
+            replace(fdef, node, ast.parse(new, mode="eval").body)
     if changed["init"] != 1 or not changed["append"] or any(id(u) not in handled for u in uses):
         return None
-    return _unparse(module)
+    return unparse(module)
 
 
 # --------------------------------------------------------------------------- the trial

@@ -17,14 +17,14 @@ _SKIP_PATHS = (os.sep + "tensorflow" + os.sep, os.sep + "keras" + os.sep, os.sep
 
 
 @dataclasses.dataclass
-class _Frame:
+class Frame:
     filename: str
     lineno: int
     name: str
     locals: dict
 
 
-def _frames(exc: BaseException) -> list[_Frame]:
+def traceback_frames(exc: BaseException) -> list[Frame]:
     """Every traceback frame of ``exc``, outermost first, with its locals.
 
     AutoGraph re-raises an error from converted code as a new exception of the
@@ -43,7 +43,7 @@ def _frames(exc: BaseException) -> list[_Frame]:
                 loc = dict(f.f_locals)
             except Exception:  # a frame whose locals cannot be read
                 loc = {}
-            out.append(_Frame(f.f_code.co_filename, tb.tb_lineno, f.f_code.co_name, loc))
+            out.append(Frame(f.f_code.co_filename, tb.tb_lineno, f.f_code.co_name, loc))
             tb = tb.tb_next
         nxt = exc.__cause__ or exc.__context__
         if nxt is None or not (type(nxt) is type(exc) or hasattr(exc, "ag_error_metadata")):
@@ -52,19 +52,19 @@ def _frames(exc: BaseException) -> list[_Frame]:
     return out
 
 
-def _is_generated(filename: str) -> bool:
+def is_generated(filename: str) -> bool:
     return "__autograph_generated" in filename
 
 
-def _is_user_file(filename: str) -> bool:
-    if not filename or filename.startswith("<") or _is_generated(filename):
+def is_user_file(filename: str) -> bool:
+    if not filename or filename.startswith("<") or is_generated(filename):
         return False
     if any(s in filename for s in _SKIP_PATHS):
         return False
     return not filename.startswith(os.path.dirname(os.__file__))
 
 
-def _user_site(exc: BaseException, frames: list[_Frame]) -> tuple[str, int | None, dict]:
+def user_site(exc: BaseException, frames: list[Frame]) -> tuple[str, int | None, dict]:
     """(file, line, locals) of the innermost user frame.
 
     Converted code runs from AutoGraph's generated file; its errors carry
@@ -80,24 +80,24 @@ def _user_site(exc: BaseException, frames: list[_Frame]) -> tuple[str, int | Non
                      if os.sep + "tensorflow" + os.sep in fr.filename), 0)
     frames = frames[first_tf:]
     for fr in reversed(frames):
-        if _is_user_file(fr.filename) or _is_generated(fr.filename):
+        if is_user_file(fr.filename) or is_generated(fr.filename):
             loc = fr.locals
-            if _is_user_file(fr.filename):
+            if is_user_file(fr.filename):
                 # Unconverted user code (autograph=False, do_not_convert, a helper
                 # AutoGraph skipped) runs from the user's file: its line is real.
                 return fr.filename, fr.lineno, loc
             break
     meta = getattr(exc, "ag_error_metadata", None)
     for fr in reversed(getattr(meta, "translated_stack", None) or ()):
-        if _is_user_file(fr.filename):
+        if is_user_file(fr.filename):
             return fr.filename, fr.lineno, loc
     for fr in reversed(frames):
-        if _is_user_file(fr.filename):
+        if is_user_file(fr.filename):
             return fr.filename, fr.lineno, loc
     return "", None, loc
 
 
-def _frame_named(frames: list[_Frame], *names: str) -> _Frame | None:
+def frame_named(frames: list[Frame], *names: str) -> Frame | None:
     for fr in reversed(frames):
         if fr.name in names:
             return fr

@@ -8,9 +8,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from tflab.diagnosis.context import _Context, _context
+from tflab.diagnosis.context import Context, make_context
 from tflab.diagnosis.records import Diagnosis, diagnosis_suffix
-from tflab.diagnosis.rules import _classify
+from tflab.diagnosis.rules import classify_error
 from tflab.errors import UsageError
 
 def diagnose_exception(exc: BaseException, fn: Callable | None = None, *, stage: str = "trace",
@@ -34,15 +34,15 @@ def diagnose_exception(exc: BaseException, fn: Callable | None = None, *, stage:
     Returns:
         A `Diagnosis` with ``ok=False``.
     """
-    ctx = _Context(name=getattr(fn, "__qualname__", None) or "<function>")
+    ctx = Context(name=getattr(fn, "__qualname__", None) or "<function>")
     try:
-        ctx = _context(fn, args, kwargs or {}, from_signature=False)
+        ctx = make_context(fn, args, kwargs or {}, from_signature=False)
         ctx.stage, ctx.concrete, ctx.graph_labels = stage, concrete, dict(graph_labels or {})
-        return _classify(exc, ctx)
+        return classify_error(exc, ctx)
     except Exception as bug:  # never let the diagnosis hide the user's own error
-        from tflab._source_map import _error_line
+        from tflab._source_map import error_line
 
-        return Diagnosis(function_name=ctx.name, ok=False, kind="unrecognized", error=_error_line(exc),
+        return Diagnosis(function_name=ctx.name, ok=False, kind="unrecognized", error=error_line(exc),
                          explanation=f"tflab could not classify it ({type(bug).__name__}: {bug})",
                          fix="read TF's error", stage=stage)
 
@@ -75,9 +75,9 @@ def with_diagnosis(err: BaseException, exc: BaseException, fn: Callable | None =
 def diagnosed_error(what: str, exc: BaseException, fn: Callable | None = None, **kw: Any) -> UsageError:
     """``UsageError("{what} raised {TF's first line}; KIND at FILE:LINE: FIX")`` with
     ``.diagnosis``, for ``raise diagnosed_error("…", e, fn) from e``."""
-    from tflab._source_map import _error_line
+    from tflab._source_map import error_line
 
-    return with_diagnosis(UsageError(f"{what} raised {_error_line(exc)}"), exc, fn, **kw)
+    return with_diagnosis(UsageError(f"{what} raised {error_line(exc)}"), exc, fn, **kw)
 
 
 def diagnosis_note(exc: BaseException, fn: Callable | None = None) -> str:

@@ -13,15 +13,15 @@ import dataclasses
 from typing import Callable
 
 from tflab.diagnosis import fixes
-from tflab.diagnosis.context import _Context, _make
-from tflab.diagnosis.frames import _frames, _user_site
+from tflab.diagnosis.context import Context, make
+from tflab.diagnosis.frames import traceback_frames, user_site
 from tflab.diagnosis.records import Diagnosis
-from tflab.diagnosis.rules_fixed import _rule_created_in_function, _rule_unhashable_tensor
-from tflab.diagnosis.rules_graph import (_rule_cond_vars, _rule_escaped_tensor, _rule_foreign_capture,
-                                         _rule_loop_init, _rule_loop_vars)
-from tflab.diagnosis.rules_python import (_rule_bool_or_iter, _rule_dtype_mismatch, _rule_nonscalar_cond,
-                                          _rule_numpy, _rule_runtime_op, _rule_shape_none)
-from tflab.diagnosis.source import _Source
+from tflab.diagnosis.rules_fixed import rule_created_in_function, rule_unhashable_tensor
+from tflab.diagnosis.rules_graph import (rule_cond_vars, rule_escaped_tensor, rule_foreign_capture,
+                                         rule_loop_init, rule_loop_vars)
+from tflab.diagnosis.rules_python import (rule_bool_or_iter, rule_dtype_mismatch, rule_nonscalar_cond,
+                                          rule_numpy, rule_runtime_op, rule_shape_none)
+from tflab.diagnosis.source import Source
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,45 +47,45 @@ class Rule:
 
 RULES: tuple[Rule, ...] = (
     Rule("created-in-function", "invalid_creator_scope (polymorphic_function.py)",
-         ("variable-created-in-function", "layer-created-in-function"), _rule_created_in_function,
+         ("variable-created-in-function", "layer-created-in-function"), rule_created_in_function,
          fixes.hoist_created),
     Rule("unhashable-tensor", "Tensor.__hash__ (framework/tensor.py)",
-         ("tensor-as-dict-key", "tensor-in-set"), _rule_unhashable_tensor, fixes.ref_keys),
+         ("tensor-as-dict-key", "tensor-in-set"), rule_unhashable_tensor, fixes.ref_keys),
     Rule("escaped-tensor", "capture_by_value (capture_container.py) and the statement map",
          ("tensor-out-of-scope", "python-state-in-tensor-if", "python-list-in-tensor-loop",
-          "tensor-from-another-funcgraph"), _rule_escaped_tensor, fixes.list_to_tensor_array),
+          "tensor-from-another-funcgraph"), rule_escaped_tensor, fixes.list_to_tensor_array),
     Rule("foreign-capture", "the ConcreteFunction's captures",
-         ("tensor-from-another-funcgraph",), _rule_foreign_capture),
+         ("tensor-from-another-funcgraph",), rule_foreign_capture),
     Rule("bool-or-iteration", "Tensor._disallow_bool_casting / _disallow_iteration",
          ("tensor-as-python-bool", "comprehension-over-tensor", "tensor-iterated-in-python"),
-         _rule_bool_or_iter, fixes.replace_call_func),
+         rule_bool_or_iter, fixes.replace_call_func),
     Rule("non-scalar-condition", "_verify_tf_condition (autograph/operators/control_flow.py)",
-         ("non-scalar-condition",), _rule_nonscalar_cond, fixes.if_to_where),
+         ("non-scalar-condition",), rule_nonscalar_cond, fixes.if_to_where),
     Rule("numpy", "Tensor.__getattr__ / __array__",
-         ("numpy-on-symbolic-tensor",), _rule_numpy, fixes.replace_expr),
+         ("numpy-on-symbolic-tensor",), rule_numpy, fixes.replace_expr),
     Rule("cond-vars", "verify_single_cond_var (autograph/operators/control_flow.py)",
-         ("branch-variable-undefined", "branch-dtype-mismatch"), _rule_cond_vars, fixes.replace_expr),
+         ("branch-variable-undefined", "branch-dtype-mismatch"), rule_cond_vars, fixes.replace_expr),
     Rule("loop-vars", "_verify_single_loop_var (autograph/operators/control_flow.py)",
          ("loop-variable-undefined", "loop-variable-dtype-changes", "loop-variable-shape-changes"),
-         _rule_loop_vars, fixes.insert_first_in_body),
+         rule_loop_vars, fixes.insert_first_in_body),
     Rule("loop-init", "verify_loop_init_vars (autograph/operators/control_flow.py)",
-         ("return-in-tensor-loop", "loop-variable-undefined"), _rule_loop_init),
+         ("return-in-tensor-loop", "loop-variable-undefined"), rule_loop_init),
     Rule("shape-none", "the culprit statement's x.shape[i] (or a local assigned from it) against the frame's locals",
-         ("shape-dim-is-none",), _rule_shape_none, fixes.replace_expr),
+         ("shape-dim-is-none",), rule_shape_none, fixes.replace_expr),
     Rule("dtype-mismatch", "_ExtractInputsAndAttrs (op_def_library.py)",
-         ("dtype-mismatch", "loop-variable-dtype-changes"), _rule_dtype_mismatch, fixes.replace_expr),
+         ("dtype-mismatch", "loop-variable-dtype-changes"), rule_dtype_mismatch, fixes.replace_expr),
     Rule("runtime-op", "the node the runtime names, and its Operation.traceback",
-         ("runtime-op-error",), _rule_runtime_op),
+         ("runtime-op-error",), rule_runtime_op),
 )
 
 
-def _classify(exc: BaseException, ctx: _Context) -> Diagnosis:
+def classify_error(exc: BaseException, ctx: Context) -> Diagnosis:
     """The first rule's `Diagnosis` for ``exc``, else ``unrecognized`` naming the user's line."""
-    frames = _frames(exc)
-    filename, line, loc = _user_site(exc, frames)
+    frames = traceback_frames(exc)
+    filename, line, loc = user_site(exc, frames)
     if not filename and ctx.filename:  # raised after the body returned (its outputs)
         filename = ctx.filename
-    src = _Source.of(filename)
+    src = Source.of(filename)
     node = src.stmt_at(line) if src and line else None
     for rule in RULES:
         try:
@@ -97,7 +97,7 @@ def _classify(exc: BaseException, ctx: _Context) -> Diagnosis:
             d = rule.classify(exc, ctx, frames, filename, line, loc, src, node)  # now without rewrites
         if d is not None:
             return d
-    return _make(ctx, exc, "unrecognized", filename, line,
-                 "no tflab rule matches this failure; the culprit is the innermost line of "
-                 "your code in the traceback", "read TF's error above at the culprit line",
-                 why="no rule matched, so tflab has no change to run")
+    return make(ctx, exc, "unrecognized", filename, line,
+                "no tflab rule matches this failure; the culprit is the innermost line of "
+                "your code in the traceback", "read TF's error above at the culprit line",
+                why="no rule matched, so tflab has no change to run")

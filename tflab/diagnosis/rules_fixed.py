@@ -9,9 +9,9 @@ import ast
 import os
 import re
 
-from tflab.diagnosis.context import _candidate, _Context, _fix_source, _make, _namespace, _try_fix
-from tflab.diagnosis.frames import _frame_named
-from tflab.diagnosis.source import _Source, _walk_header
+from tflab.diagnosis.context import candidate, Context, fix_source, make, function_namespace, try_fix
+from tflab.diagnosis.frames import frame_named
+from tflab.diagnosis.source import Source, walk_header
 
 def _created_call(node, namespace: dict):
     """(call, "variable" | "layer", class name) of the first ``tf.Variable(...)`` or
@@ -22,7 +22,7 @@ def _created_call(node, namespace: dict):
 
     if node is None:
         return None
-    for n in _walk_header(node):
+    for n in walk_header(node):
         if not isinstance(n, ast.Call):
             continue
         obj = resolve(n.func, namespace)
@@ -42,22 +42,22 @@ def _created_call(node, namespace: dict):
     return None
 
 
-def _rule_created_in_function(exc, ctx, frames, filename, line, loc, src, node):
+def rule_created_in_function(exc, ctx, frames, filename, line, loc, src, node):
     """A tf.Variable, or a Keras layer (whose build makes variables), created inside
     the function: TF traces a variable-creating function twice on its first call
     and lets only the first trace create variables (``polymorphic_function.py``,
     ``Function._initialize``: the second trace runs under ``invalid_creator_scope``),
     so a creation that runs on every trace raises there (#26812, case X2)."""
-    if _frame_named(frames, "invalid_creator_scope") is None:
+    if frame_named(frames, "invalid_creator_scope") is None:
         return None
-    fsrc = _fix_source(ctx, line, filename)
-    found = _created_call(node, fsrc.namespace if fsrc else _namespace(ctx))
+    fsrc = fix_source(ctx, line, filename)
+    found = _created_call(node, fsrc.namespace if fsrc else function_namespace(ctx))
     if found is None and src is not None:  # `d = Dense(3)` on one line, `d(x)` on the next
-        line, node = _created_before(src, node, line, fsrc.namespace if fsrc else _namespace(ctx))
-        found = _created_call(node, fsrc.namespace if fsrc else _namespace(ctx))
+        line, node = _created_before(src, node, line, fsrc.namespace if fsrc else function_namespace(ctx))
+        found = _created_call(node, fsrc.namespace if fsrc else function_namespace(ctx))
     is_method = fsrc is not None and (fsrc.instance is not None or (
         bool(fsrc.fdef.args.args) and fsrc.fdef.args.args[0].arg == "self"))
-    stmt_text = _Source.of(filename).text(line) if _Source.of(filename) else ""
+    stmt_text = Source.of(filename).text(line) if Source.of(filename) else ""
     common = ("TF traces a function that creates tf.Variables twice on its first call and lets only "
               "the first trace create them (the second runs under invalid_creator_scope, "
               "polymorphic_function.py); this line creates a new one on every trace")
@@ -67,16 +67,16 @@ def _rule_created_in_function(exc, ctx, frames, filename, line, loc, src, node):
         opt = ast.unparse(applied.func.value)
         src_vars = next((ast.unparse(n.value) for n in ast.walk(applied) if isinstance(n, ast.Attribute)
                          and n.attr == "trainable_variables"), "model")
-        return _make(ctx, exc, "variable-created-in-function", filename, line,
-                     f"`{opt}` is a Keras optimizer: it creates its slot variables in its first apply_gradients, "
-                     "inside the tf.function, so a new optimizer (or model) after the first trace creates "
-                     "tf.Variables on a later trace", f"call `{opt}.build({src_vars}.trainable_variables)` before "
-                     "the training loop, or make a new tf.function per model and optimizer (both are run on "
-                     "your calls by tflab.RetraceProbe)")
+        return make(ctx, exc, "variable-created-in-function", filename, line,
+                    f"`{opt}` is a Keras optimizer: it creates its slot variables in its first apply_gradients, "
+                    "inside the tf.function, so a new optimizer (or model) after the first trace creates "
+                    "tf.Variables on a later trace", f"call `{opt}.build({src_vars}.trainable_variables)` before "
+                    "the training loop, or make a new tf.function per model and optimizer (both are run on "
+                    "your calls by tflab.RetraceProbe)")
     if found is None:
-        return _make(ctx, exc, "variable-created-in-function", filename, line,
-                     common, "create the tf.Variable once outside the tf.function, or guard it: "
-                             "`if self.v is None: self.v = tf.Variable(...)`")
+        return make(ctx, exc, "variable-created-in-function", filename, line,
+                    common, "create the tf.Variable once outside the tf.function, or guard it: "
+                            "`if self.v is None: self.v = tf.Variable(...)`")
     call, what, cls = found
     code = ast.unparse(call)
     uses_local = fsrc is not None and bool({n.id for n in ast.walk(call) if isinstance(n, ast.Name)}
@@ -97,7 +97,7 @@ def _rule_created_in_function(exc, ctx, frames, filename, line, loc, src, node):
         else:
             fix = (f"create it once outside the tf.function (module level `{vname} = {code}`), or "
                    f"keep it on an object and guard it: {guard}")
-        d = _make(ctx, exc, "variable-created-in-function", filename, line, common, fix)
+        d = make(ctx, exc, "variable-created-in-function", filename, line, common, fix)
         stem = attr if attr.isidentifier() else "v"
     else:
         simple = isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
@@ -105,17 +105,17 @@ def _rule_created_in_function(exc, ctx, frames, filename, line, loc, src, node):
         fix = (f"build the {cls} once outside the function and call it inside: "
                + (f"`self.{stem} = {code}` in __init__, then `self.{stem}(...)`" if is_method
                   else f"`{stem} = {code}` at module level (or as a model attribute), then `{stem}(...)`"))
-        d = _make(ctx, exc, "layer-created-in-function", filename, line,
-                  f"`{code}` builds a new {cls}, and with it new tf.Variables, on every trace; "
-                  + common.split("; ")[0], fix)
+        d = make(ctx, exc, "layer-created-in-function", filename, line,
+                 f"`{code}` builds a new {cls}, and with it new tf.Variables, on every trace; "
+                 + common.split("; ")[0], fix)
     if fsrc is None:
         return d
     from tflab.diagnosis.fixes import hoist_created
 
     fstmt = fsrc.stmt_at(line)
     fcall = _created_call(fstmt, fsrc.namespace) if fstmt is not None else None
-    return _try_fix(d, ctx, fsrc, hoist_created(fsrc, fcall[0], stem) if fcall and stmt_text else None,
-                    kind="move")
+    return try_fix(d, ctx, fsrc, hoist_created(fsrc, fcall[0], stem) if fcall and stmt_text else None,
+                   kind="move")
 
 
 def _created_before(src, node, line, namespace):
@@ -124,8 +124,8 @@ def _created_before(src, node, line, namespace):
     failing line and statement unchanged."""
     if node is None or not line:
         return line, node
-    called = {n.func.id for n in _walk_header(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-    called |= {n.id for n in _walk_header(node) if isinstance(n, ast.Name)}
+    called = {n.func.id for n in walk_header(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    called |= {n.id for n in walk_header(node) if isinstance(n, ast.Name)}
     fn = src.function_at(line)
     best = None
     for st in ast.walk(fn) if fn is not None else ():
@@ -136,11 +136,11 @@ def _created_before(src, node, line, namespace):
     return (best.lineno, best) if best is not None else (line, node)
 
 
-def _rule_unhashable_tensor(exc, ctx, frames, filename, line, loc, src, node):
+def rule_unhashable_tensor(exc, ctx, frames, filename, line, loc, src, node):
     """A symbolic tensor used as a dict key or a set element: ``Tensor.__hash__``
     raises inside a FuncGraph (``framework/tensor.py``; a tensor's ``==`` is
     elementwise there), case X2 ``out[x] = …``."""
-    fr = _frame_named(frames, "__hash__")
+    fr = frame_named(frames, "__hash__")
     if fr is None or not isinstance(exc, TypeError) or "tensor" not in os.path.basename(fr.filename):
         return None
     tensor = fr.locals.get("self")
@@ -148,27 +148,27 @@ def _rule_unhashable_tensor(exc, ctx, frames, filename, line, loc, src, node):
         {n for n, v in (loc or {}).items() if hasattr(v, "graph") and hasattr(v, "ref")}
     in_set = node is not None and any(isinstance(n, (ast.Set, ast.SetComp)) or (
         isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("add", "discard"))
-        for n in _walk_header(node))
+        for n in walk_header(node))
     name = sorted(names)[0] if names else "x"
     kind = "tensor-in-set" if in_set else "tensor-as-dict-key"
     where = "a set element" if in_set else "a dict key"
-    d = _make(ctx, exc, kind, filename, line,
-              f"a symbolic tensor cannot be {where}: inside a tf.function Tensor.__hash__ raises "
-              f"(tensor == is elementwise there, so hashing by value is undefined)",
-              f"key by {name}.ref() (a hashable reference; .deref() gives the tensor back), or by a "
-              f"Python value such as the loop index; for a value-keyed table use tf.lookup")
-    fsrc = _fix_source(ctx, line, filename)
+    d = make(ctx, exc, kind, filename, line,
+             f"a symbolic tensor cannot be {where}: inside a tf.function Tensor.__hash__ raises "
+             f"(tensor == is elementwise there, so hashing by value is undefined)",
+             f"key by {name}.ref() (a hashable reference; .deref() gives the tensor back), or by a "
+             f"Python value such as the loop index; for a value-keyed table use tf.lookup")
+    fsrc = fix_source(ctx, line, filename)
     if fsrc is None or not names:
         return d
     from tflab.diagnosis.fixes import ref_keys
 
-    return _try_fix(d, ctx, fsrc, ref_keys(fsrc, names))
+    return try_fix(d, ctx, fsrc, ref_keys(fsrc, names))
 
 
-def _numpy_fix(ctx: _Context, filename: str, line: int | None, node, loc: dict):
+def numpy_fix(ctx: Context, filename: str, line: int | None, node, loc: dict):
     """(advice, the NumPy name, candidates) for the NumPy call at the culprit line.
 
-    The candidates, tried in order on a copy (`_planned`): the core TF op of *that* call
+    The candidates, tried in order on a copy (`planned`): the core TF op of *that* call
     (`NUMPY_TO_TF`), ``tf.experimental.numpy``'s function where TF has one, then the TF op
     cast to the dtype NumPy gives for these arguments (NumPy run on stand-ins of the
     symbolic tensors: ones of their dtype and shape, a Python int for an int scalar, as
@@ -177,8 +177,8 @@ def _numpy_fix(ctx: _Context, filename: str, line: int | None, node, loc: dict):
     """
     from tflab.diagnosis.fixes import numpy_calls, numpy_equivalent, replace_expr
 
-    fsrc = _fix_source(ctx, line, filename)
-    ns = fsrc.namespace if fsrc else _namespace(ctx)
+    fsrc = fix_source(ctx, line, filename)
+    ns = fsrc.namespace if fsrc else function_namespace(ctx)
     calls = numpy_calls(node, ns) if node is not None else []
     if not calls:
         return "", "", []
@@ -210,7 +210,7 @@ def _numpy_fix(ctx: _Context, filename: str, line: int | None, node, loc: dict):
     for t in dict.fromkeys(texts):
         text = replace_expr(fsrc, fcall, t)
         if text is not None:
-            cands.append(_candidate(ctx, fsrc, f"replace {shown} with a TF op", text, change=t))
+            cands.append(candidate(ctx, fsrc, f"replace {shown} with a TF op", text, change=t))
     return advice, name, cands
 
 
@@ -242,7 +242,7 @@ def _cast_dtypes(call, namespace: dict, loc: dict) -> list[str]:
     return out
 
 
-def _static_range_fix(ctx: _Context, filename: str, line: int | None, node, loc: dict):
+def static_range_fix(ctx: Context, filename: str, line: int | None, node, loc: dict):
     """For a comprehension over ``tf.range(E)`` whose bound E is static here
     (``bands.shape[1]`` is 3 at trace time: tensorflow/tensorflow#33308): the
     bound values, and the function with ``range(E)``, which Python unrolls."""
@@ -252,9 +252,9 @@ def _static_range_fix(ctx: _Context, filename: str, line: int | None, node, loc:
         return None
     import tensorflow as tf
 
-    ns = dict(_namespace(ctx))
+    ns = dict(function_namespace(ctx))
     ns.update(loc or {})
-    for comp in _walk_header(node):
+    for comp in walk_header(node):
         if not isinstance(comp, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
             continue
         for gen in comp.generators:
@@ -267,7 +267,7 @@ def _static_range_fix(ctx: _Context, filename: str, line: int | None, node, loc:
                 return None
             if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
                 return None
-            fsrc = _fix_source(ctx, line, filename)
+            fsrc = fix_source(ctx, line, filename)
             text = None
             if fsrc is not None:
                 fstmt = fsrc.stmt_at(line)

@@ -15,16 +15,16 @@ _CONTAINER_METHODS = frozenset({"append", "extend", "insert", "add", "update", "
 # --------------------------------------------------------------------------- source
 
 
-class _Source:
+class Source:
     """The user's file parsed once: statements by line, and enclosing functions."""
 
-    _cache: dict[str, "_Source | None"] = {}
+    _cache: dict[str, "Source | None"] = {}
 
     def __init__(self, filename: str, tree: ast.AST, lines: list[str]):
         self.filename, self.tree, self.lines = filename, tree, lines
 
     @classmethod
-    def of(cls, filename: str) -> "_Source | None":
+    def of(cls, filename: str) -> "Source | None":
         if not filename:
             return None
         lines = linecache.getlines(filename)
@@ -89,7 +89,7 @@ def _header_nodes(node: ast.stmt) -> list[ast.AST]:
     return [node]
 
 
-def _walk_header(node: ast.stmt) -> Iterator[ast.AST]:
+def walk_header(node: ast.stmt) -> Iterator[ast.AST]:
     for h in _header_nodes(node):
         yield from ast.walk(h)
 
@@ -98,7 +98,7 @@ def shape_reads(node: ast.stmt) -> list[tuple[str, int, ast.AST]]:
     """``NAME.shape[i]`` / ``NAME.get_shape()[i]`` / ``len(NAME)`` reads in the
     statement's own line(s): (name, dim, node)."""
     out = []
-    for n in _walk_header(node):
+    for n in walk_header(node):
         if isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant) \
                 and isinstance(n.slice.value, int):
             base = n.value
@@ -163,7 +163,7 @@ def unknown_dim_reads(fn: Any, input_signature: Any) -> list[tuple[str, str, str
     return out
 
 
-def _static_dim(value: Any, dim: int) -> tuple[bool, Any]:
+def static_dim(value: Any, dim: int) -> tuple[bool, Any]:
     """(is a tensor with a known rank, the static dim or None)."""
     shape = getattr(value, "shape", None)
     if shape is None or not hasattr(shape, "rank") or shape.rank is None:
@@ -174,7 +174,7 @@ def _static_dim(value: Any, dim: int) -> tuple[bool, Any]:
         return False, None
 
 
-def _container_stores(stmts: list[ast.stmt], names: set[str] | None = None) -> list[tuple[int, str]]:
+def container_stores(stmts: list[ast.stmt], names: set[str] | None = None) -> list[tuple[int, str]]:
     """(line, holder) of statements that put a value into Python state: a
     ``holder.append(...)``-style call, ``holder[k] = ...``, ``holder += [...]``,
     ``obj.attr = ...``. With ``names``, only holders of those names."""
@@ -200,7 +200,7 @@ def _container_stores(stmts: list[ast.stmt], names: set[str] | None = None) -> l
     return sorted(set(out))
 
 
-def _assignments_before(src: _Source, name: str, before: int) -> int | None:
+def assignments_before(src: Source, name: str, before: int) -> int | None:
     """The last line before ``before``, in the same function, that assigns ``name``."""
     fn = src.function_at(before)
     root = fn if fn is not None else src.tree
@@ -224,7 +224,7 @@ def _assignments_before(src: _Source, name: str, before: int) -> int | None:
 # --------------------------------------------------------------------------- statement map
 
 
-class _StatementMap:
+class StatementMap:
     """Which if/for/while became graph control flow, from `tflab.autograph`'s
     trace-time counter, plus which branch/body FuncGraph belongs to which line."""
 
@@ -249,13 +249,13 @@ class _StatementMap:
         return getattr(self.counter, "graph_owner", {}).get(id(graph))
 
 
-def _recorder(filename: str, first: int, last: int):
-    """A `tflab._source_map._TraceCounter` that also remembers, for each body
+def recorder(filename: str, first: int, last: int):
+    """A `tflab._source_map.TraceCounter` that also remembers, for each body
     FuncGraph it sees, the statement running it."""
-    from tflab._source_map import _TraceCounter
+    from tflab._source_map import TraceCounter
     from tflab._tf.autograph import current_graph
 
-    class _Recorder(_TraceCounter):
+    class _Recorder(TraceCounter):
         def __init__(self, *a):
             super().__init__(*a)
             self.graph_owner: dict[int, tuple[int, str]] = {}
@@ -268,11 +268,11 @@ def _recorder(filename: str, first: int, last: int):
     return _Recorder(filename, first, last)
 
 
-def _owner_from_ops(graph, src: _Source | None) -> tuple[int, str] | None:
+def owner_from_ops(graph, src: Source | None) -> tuple[int, str] | None:
     """(line, kind) of the graph if/for/while whose body made ``graph``'s ops, read
     from the ops' creation tracebacks (used when no statement map was recorded):
     the innermost frame, in the user's file, on an if/for/while header line."""
-    from tflab._source_map import _same_file
+    from tflab._source_map import same_file
 
     if src is None or graph is None:
         return None
@@ -281,7 +281,7 @@ def _owner_from_ops(graph, src: _Source | None) -> tuple[int, str] | None:
     for op in getattr(graph, "get_operations", lambda: [])():
         last = None
         for frame in op.traceback or ():
-            if _same_file(frame.filename, src.filename):
+            if same_file(frame.filename, src.filename):
                 node = src.stmt_at(frame.lineno)
                 if isinstance(node, tuple(kinds)) and node.lineno == frame.lineno:
                     last = node

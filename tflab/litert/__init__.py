@@ -15,9 +15,10 @@ The package, bottom-up (each module imports only those above it):
   ops (TFLite tensors matched to TF's by name), and the measured kept-float fix;
 * `tflab.litert.float_tensors`: the float variant's intermediates against TF's
   tensors of the same name;
-* `tflab.litert.nan`: the first op that makes a NaN/inf, and its cause;
-* `tflab.litert.records` → `tflab.litert.check`: `TFLiteCheck`, `check_tflite`,
-  `tflite_roundtrip`;
+* `tflab.litert.nan_runner` → `tflab.litert.nan`: one signature rerun op by op with the
+  builtin kernels; the first op that makes a NaN/inf, and its cause;
+* `tflab.litert.records`, `tflab.litert.runner` → `tflab.litert.check`: `TFLiteCheck`;
+  the interpreter run on every SignatureDef; `check_tflite`, `tflite_roundtrip`;
 * `tflab.litert.workers`, `tflab.litert.pool`: conversions in worker processes,
   several at once.
 
@@ -44,14 +45,14 @@ _EXPORTS = {
                      "run_ops", "variant_of"), "ops"),
     **dict.fromkeys(("Terms", "REFERENCES", "INDEX_INPUTS"), "references"),
     **dict.fromkeys(("OpCheck", "PerOpCheck", "match_ops", "check_ops", "ILL_CONDITIONED"), "per_op"),
-    **dict.fromkeys(("CAUSES", "NanOrigin", "run_per_op", "find_nan_origin", "find_nan_sink", "nan_note"),
-                    "nan"),
+    "run_per_op": "nan_runner",
+    **dict.fromkeys(("CAUSES", "NanOrigin", "find_nan_origin", "find_nan_sink", "nan_note"), "nan"),
     **dict.fromkeys(("OpShare", "KeptFloat", "Attribution", "attribute_error", "tf_name_of", "output_error"),
                     "attribution"),
     **dict.fromkeys(("TensorMatch", "FloatTensors", "compare_float_tensors"), "float_tensors"),
     **dict.fromkeys(("OutputError", "TFLiteCheck", "variant_line", "variant_table", "TABLE_LEGEND"), "records"),
-    **dict.fromkeys(("argmax_agreement", "check_tflite", "float_reference", "remember_float_reference",
-                     "require_matching_signatures", "read_signature_keys", "MIN_TFLITE_BYTES",
+    **dict.fromkeys(("argmax_agreement", "require_matching_signatures", "read_signature_keys"), "runner"),
+    **dict.fromkeys(("check_tflite", "float_reference", "remember_float_reference", "MIN_TFLITE_BYTES",
                      "tflite_roundtrip"), "check"),
     **dict.fromkeys(("CRASH_ENV", "convert_isolated", "convert_inprocess", "save_examples", "stop_workers",
                      "reset_workers"), "workers"),

@@ -37,8 +37,8 @@ steps ``max|w|/127``, an upper bound of the per-channel steps the converter
 uses; they are computed once per SavedModel and example set and shared by the
 four variants.
 
-`_sensitivity` computes the gradients (cached per SavedModel and example
-set), `_bounds` the elementwise bound of one output, `_explanation` the
+`sensitivity` computes the gradients (cached per SavedModel and example
+set), `output_bounds` the elementwise bound of one output, `bound_explanation` the
 sentence the report prints.
 """
 
@@ -53,7 +53,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from tflab._usercode import run_signature
-from tflab.litert.conversion import _call_target
+from tflab.litert.conversion import call_target
 from tflab.examples import Examples, feed_for
 from tflab.saved_model import load_saved_model, signature_inputs
 
@@ -95,7 +95,7 @@ def _cache_key(saved_model_dir: str, batches) -> str:
     return h.hexdigest()
 
 
-def _sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
+def sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
     """Gradients of every output element of every signature, keyed ``"<signature>/<output>"``.
 
     One backward pass per output element (one-hot seed), as a persistent
@@ -155,7 +155,7 @@ def _sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
     done: dict[str, str] = {}  # call target -> signature key already differentiated
     for sig_key in keys:
         fn = loaded.signatures[sig_key]
-        target = _call_target(fn)
+        target = call_target(fn)
         if target is not None and target in done:
             # Same FuncGraph behind another key: same gradients, copy them.
             for out_name in fn.structured_outputs:
@@ -326,7 +326,7 @@ def prepare_bounds(saved_model_dir: str | os.PathLike, examples: Examples | Any)
     `tflab.export` calls it while the converter works in its worker process.
     """
     saved_model_dir = os.fspath(saved_model_dir)
-    _sensitivity(saved_model_dir, load_saved_model(saved_model_dir), Examples.of(examples))
+    sensitivity(saved_model_dir, load_saved_model(saved_model_dir), Examples.of(examples))
 
 
 def _gamma(k: np.ndarray) -> np.ndarray:
@@ -339,8 +339,8 @@ def _ulp32(x: np.ndarray) -> np.ndarray:
     return np.spacing(np.maximum(x, np.finfo(np.float32).tiny)).astype(np.float64)
 
 
-def _bounds(quantization: str, okey: str, ref: np.ndarray, sens: _Sensitivity, dyn_quantized: bool,
-            input_scales: Mapping[str, float], output_scale: float | None) -> np.ndarray:
+def output_bounds(quantization: str, okey: str, ref: np.ndarray, sens: _Sensitivity, dyn_quantized: bool,
+                  input_scales: Mapping[str, float], output_scale: float | None) -> np.ndarray:
     """Elementwise bound for one output (flattened, all examples concatenated).
 
     Elements beyond `MAX_GRADIENT_ELEMENTS` have no gradients; they get the
@@ -386,7 +386,7 @@ def _bounds_computed(quantization: str, okey: str, ref: np.ndarray, sens: _Sensi
                       output_scale or 0.0)
 
 
-def _explanation(quantization: str, dyn_quantized: bool, outputs: Mapping[str, Any]) -> str:
+def bound_explanation(quantization: str, dyn_quantized: bool, outputs: Mapping[str, Any]) -> str:
     float_why = ("XNNPACK and the converter's fusions (BatchNorm folded into weights, bias and activation "
                  "fused) reorder float32 sums; a length-K sum in another order is off by at most 2·γ_K "
                  "relative weight error (Higham §3.1), propagated to the output with TF's gradients "

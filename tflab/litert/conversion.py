@@ -227,7 +227,7 @@ def make_converter(saved_model_dir: str | os.PathLike, quantization: str = "none
         # (Keras' serve/serving_default): calibrate that one, serving_default first.
         for k in sorted((k for k in loaded.signatures if k in converted),
                         key=lambda k: (k != "serving_default", k)):
-            target = _call_target(loaded.signatures[k])
+            target = call_target(loaded.signatures[k])
             if target is not None and target in seen_targets:
                 continue
             seen_targets.add(target)
@@ -372,7 +372,7 @@ def analyze_flatbuffer(model: bytes) -> FlatbufferStats:
 # ------------------------------------------------------- signature graphs
 
 
-def _call_target(fn) -> str | None:
+def call_target(fn) -> str | None:
     """Name of the one function a signature wrapper calls (Keras' serve and serving_default share it)."""
     calls = [op for op in fn.graph.get_operations() if op.type in ("StatefulPartitionedCall", "PartitionedCall")]
     return calls[0].get_attr("f").name if len(calls) == 1 else None

@@ -25,14 +25,14 @@ reported as such, with the input range, and no guessed cause.
 from __future__ import annotations
 
 import dataclasses
-import re
-import warnings
 from typing import Mapping, Sequence
 
 import numpy as np
 
 from tflab.fix import first_working
-from tflab.litert.flatbuffer_notes import FLOAT16_MAX, VARIABLE_FIX, Graph, Op, read_graphs
+from tflab.litert.flatbuffer_notes import FLOAT16_MAX, VARIABLE_FIX, Graph, Op
+from tflab.litert.nan_runner import (  # noqa: F401 (re-exported)
+    as_fed, count_nonfinite, describe_values, nonfinite_mask, run_per_op)
 
 CAUSES = ("uninitialized_variable", "nonfinite_input", "nonfinite_weight", "float16_overflow",
           "int8_zero_scale", "int8_nonfinite_input", "division_by_zero", "log_of_zero", "log_of_negative",
@@ -40,8 +40,6 @@ CAUSES = ("uninitialized_variable", "nonfinite_input", "nonfinite_weight", "floa
 
 _DIVISIONS = ("DIV", "FLOOR_DIV", "FLOOR_MOD")
 _LOGS = ("LOG", "RSQRT", "POW")
-
-# ------------------------------------------------------------ per-op runner
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,130 +90,34 @@ FIX_NOT_RUN = ("it changes your model or your data, which tflab cannot do to a c
                "convert again after the change and tflab checks the result")
 
 
-# LiteRT's builtin float kernels clamp a fused activation of NONE to
-# [-FLT_MAX, FLT_MAX] (CalculateActivationRange in tflite/kernels/kernel_util.h),
-# so where TF and XNNPACK give ±inf (x / 0) they give ±3.4028235e38: in the
-# per-op rerun that value counts as an infinity.
-_FLT_MAX = float(np.finfo(np.float32).max)
-
-
-def _bad(a: np.ndarray) -> np.ndarray:
-    if a.dtype.kind != "f":
-        return np.zeros(a.shape, dtype=bool)
-    bad = ~np.isfinite(a)
-    return bad | (np.abs(a) >= _FLT_MAX) if a.dtype == np.float32 else bad
-
-
-def _nonfinite(a: np.ndarray) -> int:
-    return int(_bad(a).sum())
-
-
-def _as_fed(graph: Graph, feed: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, int]]:
-    """The feed as LiteRT takes it (a float example quantized for an int8 input), and the inputs
-    whose NaN/inf that quantization turned into integers (name → count)."""
-    fed, swallowed = {}, {}
-    for name, a in feed.items():
-        a = np.asarray(a)
-        t = graph.feeds.get(name)
-        if t is not None and graph.dtypes[t] in ("int8", "uint8", "int16") and graph.scales[t] and a.dtype.kind == "f":
-            info = np.iinfo(np.dtype(graph.dtypes[t]))
-            bad = int((~np.isfinite(a)).sum())
-            if bad:
-                swallowed[name] = bad
-            with np.errstate(invalid="ignore"):
-                q = np.round(np.nan_to_num(a, nan=0.0) / graph.scales[t][0] + graph.zero_points[t][0])
-            a = np.clip(q, info.min, info.max).astype(info.dtype)
-        fed[name] = a
-    return fed, swallowed
-
-
-def run_per_op(model: bytes, key: str, feed: Mapping[str, np.ndarray]):
-    """Runs signature ``key`` once with LiteRT's builtin kernels, keeping every tensor.
-
-    Args:
-        model: flatbuffer bytes.
-        key: signature key.
-        feed: ``{input name: array}``; a float array for an int8 input is quantized
-            with that input's scale and zero point.
-
-    Returns:
-        ``(graph, values, failed)``: the `Graph` of that signature, ``{tensor index:
-        array}`` for every tensor LiteRT could return, and ``(op index, message)``
-        when an op failed to invoke (LiteRT's "Node number N (OP) failed to
-        invoke"), else None.
-    """
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    from tflab._tf.lite import signature_subgraph
-
-    graphs = read_graphs(model)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "preserve_all_tensors is for debugging": that is what this is
-        interp = Interpreter(model_content=model, experimental_preserve_all_tensors=True,
-                             experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
-    runner = interp.get_signature_runner(key)
-    sg = signature_subgraph(runner)
-    graph = graphs[sg]
-    failed = None
-    try:
-        runner(**_as_fed(graph, feed)[0])
-    except (RuntimeError, ValueError) as e:
-        found = re.search(r"Node number (\d+) \((\w+)\) failed to invoke", str(e))
-        failed = (int(found.group(1)) if found else -1, str(e).strip().splitlines()[0][:200])
-    values: dict[int, np.ndarray] = {}
-    for op in graph.ops:
-        for t in op.inputs + op.outputs:
-            if t < 0 or t in values or graph.dtypes[t] in ("resource", "variant", "string"):
-                continue
-            try:
-                values[t] = np.array(interp.get_tensor(t, sg))
-            except (ValueError, RuntimeError):
-                pass
-    for t in graph.inputs:
-        if t not in values:
-            try:
-                values[t] = np.array(interp.get_tensor(t, sg))
-            except (ValueError, RuntimeError):
-                pass
-    return graph, values, failed
-
-
-def _describe(values: np.ndarray) -> str:
-    a = values.astype(np.float64).ravel()
-    text = f"{int(np.isnan(a).sum())} NaN, {int(np.isposinf(a).sum())} +inf, {int(np.isneginf(a).sum())} -inf"
-    clamped = int((np.isfinite(a) & (np.abs(a) >= _FLT_MAX)).sum()) if values.dtype == np.float32 else 0
-    return text + (f", {clamped} ±3.4e38 (an inf the builtin kernel clamped to the float32 range)"
-                   if clamped else "")
-
-
 def _zero_scale(graph: Graph, t: int) -> bool:
     return graph.dtypes[t] in ("int8", "uint8", "int16", "int32") and any(s == 0.0 for s in graph.scales[t]) \
         and len(graph.scales[t]) > 0
 
 
 def _classify(graph: Graph, op: Op, values: Mapping[int, np.ndarray], key: str) -> NanOrigin:
-    out = next((t for t in op.outputs if t in values and _nonfinite(values[t])), op.outputs[0])
-    made = _describe(values[out]) if out in values else "non-finite values"
+    out = next((t for t in op.outputs if t in values and count_nonfinite(values[t])), op.outputs[0])
+    made = describe_values(values[out]) if out in values else "non-finite values"
     name = graph.names[out]
 
     def origin(cause, why, fix=""):
         return NanOrigin(key, op.index, op.name, name, cause, why, fix)
 
-    bad_in = [t for t in op.inputs if t >= 0 and t in values and _nonfinite(values[t])]
+    bad_in = [t for t in op.inputs if t >= 0 and t in values and count_nonfinite(values[t])]
     for t in bad_in:
         if t in graph.inputs:
             return origin("nonfinite_input", f"the model input {graph.names[t]!r} already holds "
-                          f"{_describe(values[t])} (the examples fed), and {op.name} passes them on ({made})",
+                          f"{describe_values(values[t])} (the examples fed), and {op.name} passes them on ({made})",
                           "clean the examples (np.nan_to_num, or drop the rows) before feeding them")
         if t in graph.constants and graph.dtypes[t] == "float16":
             return origin("float16_overflow", f"the float16 weight {graph.names[t]!r} holds "
-                          f"{_describe(values[t])}: float16's largest finite value is {FLOAT16_MAX:g}, so a "
+                          f"{describe_values(values[t])}: float16's largest finite value is {FLOAT16_MAX:g}, so a "
                           f"float32 weight beyond it became inf when converted",
                           f"keep that weight below {FLOAT16_MAX:g} in magnitude (rescale it, or fold the "
                           f"scale into the next op) or use the float32 or dynamic variant")
         if t in graph.constant_ids:
             return origin("nonfinite_weight", f"the constant {graph.names[t]!r} already holds "
-                          f"{_describe(values[t])}, as in the SavedModel's weights")
+                          f"{describe_values(values[t])}, as in the SavedModel's weights")
     zero = [t for t in op.inputs + op.outputs if t >= 0 and _zero_scale(graph, t)]
     if zero:
         return origin("int8_zero_scale", f"tensor {graph.names[zero[0]]!r} is {graph.dtypes[zero[0]]} with "
@@ -291,7 +193,7 @@ def find_nan_origin(model: bytes, key: str, feed: Mapping[str, np.ndarray]) -> N
     for op in graph.ops:
         if failed is not None and op.index >= failed[0] >= 0:
             break  # tensors from the failing op on were never computed
-        if any(t >= 0 and t in values and _nonfinite(values[t]) for t in op.outputs):
+        if any(t >= 0 and t in values and count_nonfinite(values[t]) for t in op.outputs):
             return _classify(graph, op, values, key)
     if failed is not None:
         raise RuntimeError(f"op {failed[0]} failed to invoke: {failed[1]}")
@@ -317,7 +219,7 @@ def find_nan_sink(model: bytes, key: str, feed: Mapping[str, np.ndarray]) -> Nan
     graph, values, failed = run_per_op(model, key, feed)
     if failed is not None:
         raise RuntimeError(f"op {failed[0]} failed to invoke: {failed[1]}")
-    swallowed = _as_fed(graph, feed)[1]
+    swallowed = as_fed(graph, feed)[1]
     for name, count in swallowed.items():
         t = graph.feeds[name]
         op = next((op for op in graph.ops if t in op.inputs), None)
@@ -329,28 +231,28 @@ def find_nan_sink(model: bytes, key: str, feed: Mapping[str, np.ndarray]) -> Nan
                          f"example makes them integers and LiteRT's output is finite where TF's is NaN/inf",
                          fix="feed finite inputs (int8 kernels cannot carry NaN/inf), or keep float inputs")
     for op in graph.ops:
-        bad_in = [t for t in op.inputs if t >= 0 and t in values and _nonfinite(values[t])]
+        bad_in = [t for t in op.inputs if t >= 0 and t in values and count_nonfinite(values[t])]
         outs = [t for t in op.outputs if t in values]
-        if not bad_in or not outs or any(_nonfinite(values[t]) for t in outs):
+        if not bad_in or not outs or any(count_nonfinite(values[t]) for t in outs):
             continue
         t, o = bad_in[0], outs[0]
         src = "model input" if t in graph.inputs else "tensor"
         if graph.dtypes[o] in ("int8", "uint8", "int16", "int32"):
             return NanOrigin(key, op.index, op.name, graph.names[t], "int8_nonfinite_input",
-                             f"its input, {src} {graph.names[t]!r}, holds {_describe(values[t])}, and it "
+                             f"its input, {src} {graph.names[t]!r}, holds {describe_values(values[t])}, and it "
                              f"writes the {graph.dtypes[o]} tensor {graph.names[o]!r}: an integer has no NaN, so "
                              f"LiteRT's output is finite where TF's is NaN/inf",
                              "feed finite inputs (int8 kernels cannot carry NaN/inf)", dropped=True)
         weights = [w for w in op.inputs if w >= 0 and w not in graph.inputs and graph.dtypes[w] in ("int8", "int4")]
         if weights:  # a hybrid (dynamic-range) kernel: int8 weights, float activations quantized on the fly
             return NanOrigin(key, op.index, op.name, graph.names[t], "int8_nonfinite_input",
-                             f"its input, {src} {graph.names[t]!r}, holds {_describe(values[t])}, and its "
+                             f"its input, {src} {graph.names[t]!r}, holds {describe_values(values[t])}, and its "
                              f"weight {graph.names[weights[0]]!r} is {graph.dtypes[weights[0]]}: this dynamic-range "
                              f"kernel quantizes its float input to int8 on the fly, where a NaN/inf becomes an "
                              f"integer, so its output {graph.names[o]!r} is finite where TF's is NaN/inf",
                              "feed finite inputs (int8 kernels cannot carry NaN/inf)", dropped=True)
         return NanOrigin(key, op.index, op.name, graph.names[t], "nonfinite_input",
-                         f"its input, {src} {graph.names[t]!r}, holds {_describe(values[t])}, and its output "
+                         f"its input, {src} {graph.names[t]!r}, holds {describe_values(values[t])}, and its output "
                          f"{graph.names[o]!r} is finite", "feed finite inputs", dropped=True)
     # An integer kernel on values outside its float op's domain: TF's log of a negative number is NaN,
     # the int8 LOG gives a code. Measured on the dequantized input of each such op.
@@ -449,7 +351,7 @@ def delegate_fix(checked: np.ndarray, builtin: np.ndarray, want: np.ndarray):
     from tflab.fix import attempt
 
     def check():
-        tf_bad, b_bad = ~np.isfinite(want), _bad(np.asarray(builtin, np.float32))
+        tf_bad, b_bad = ~np.isfinite(want), nonfinite_mask(np.asarray(builtin, np.float32))
         off = int((tf_bad != b_bad).sum())
         measured = {"differ_from_tf": off, "nonfinite_tf": int(tf_bad.sum()), "nonfinite_builtin": int(b_bad.sum())}
         if off:
@@ -471,7 +373,7 @@ def kernel_difference(model: bytes, key: str, output: str, feeds, checked: np.nd
     builtin = run_builtin(model, key, output, feeds)
     if builtin.shape != checked.shape:
         return None
-    c_bad, b_bad, w_bad = _bad(checked.astype(np.float32)), _bad(builtin.astype(np.float32)), ~np.isfinite(want)
+    c_bad, b_bad, w_bad = nonfinite_mask(checked.astype(np.float32)), nonfinite_mask(builtin.astype(np.float32)), ~np.isfinite(want)
     if (c_bad == b_bad).all():
         return None
     lost = w_bad & ~c_bad
@@ -480,7 +382,7 @@ def kernel_difference(model: bytes, key: str, output: str, feeds, checked: np.nd
                                          for a in f.values())), feeds[0] if feeds else {})
     graph, vals, _ = run_per_op(model, key, feed)
     ops = tuple(op.name for op in graph.ops
-                if any(t >= 0 and t in vals and _nonfinite(vals[t]) for t in op.inputs))
+                if any(t >= 0 and t in vals and count_nonfinite(vals[t]) for t in op.inputs))
     lost_kind = "NaN" if lost.any() and np.isnan(want[lost]).all() else "NaN/inf"
     return KernelDifference(int((c_bad != w_bad).sum()), int((b_bad != w_bad).sum()), values, ops,
                             delegate_fix(checked, builtin, want), lost_kind)
@@ -521,7 +423,7 @@ def clean_examples_fix(model: bytes, key: str, feeds):
             for out in runner(**quantize_feed(clean, ins)).values():
                 out = np.asarray(out)
                 total += out.size
-                bad += _nonfinite(out)
+                bad += count_nonfinite(out)
         measured = {"nonfinite": bad, "elements": total}
         if bad:
             return False, f"LiteRT still gives {bad} NaN/inf of {total} output element(s) on the cleaned examples", \

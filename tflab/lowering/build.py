@@ -25,7 +25,7 @@ def _keras_layers(model: Any) -> list:
     return out
 
 
-def _flat_inputs(args: tuple, kwargs: dict):
+def flat_inputs(args: tuple, kwargs: dict):
     """The tensor leaves of the call as named static TensorSpecs, and a rebuild of the call from them."""
     import numpy as np
     import tensorflow as tf
@@ -111,15 +111,15 @@ def _check_inputs_fit(specs: list) -> None:
 def build_lowering(fn: Any, args: tuple, kwargs: dict) -> Lowering:
     from tflab.lowering.dump import dumper
 
-    specs, rebuild = _flat_inputs(args, kwargs)
+    specs, rebuild = flat_inputs(args, kwargs)
     _check_inputs_fit(specs)
     # The child (when this process cannot dump: TF ran here first) starts now: its TF import and the
     # SavedModel save overlap this process's tracing and its tf_mlir/stablehlo/hlo levels (2 cores).
     with dumper() as dump:
-        return _build(fn, specs, rebuild, dump)
+        return build_levels(fn, specs, rebuild, dump)
 
 
-def _build(fn: Any, specs: list, rebuild, child) -> Lowering:
+def build_levels(fn: Any, specs: list, rebuild, child) -> Lowering:
     import tensorflow as tf
 
     from tflab.lowering import stages as st

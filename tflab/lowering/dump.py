@@ -242,7 +242,7 @@ class DumpChild:
             out.error = f"{result['error']}: {result['message']}"
             return out
         out.compile_seconds = float(result.get("seconds", 0.0))
-        _read_dump(tmp / "xla_dump", out)
+        read_dump(tmp / "xla_dump", out)
         return out
 
 
@@ -286,7 +286,7 @@ class OwnDump:
             out.error = f"{type(e).__name__}: {str(getattr(e, 'message', None) or e)[:4000]}"
             return out
         out.compile_seconds, out.compile_cpu = time.perf_counter() - t0, time.process_time() - c0
-        _read_dump(self.folder, out)
+        read_dump(self.folder, out)
         return out
 
 
@@ -299,7 +299,7 @@ def _module_files(dump: Path) -> dict[str, Path]:
     return {p.name[len(prefix):]: p for p in dump.iterdir() if p.name.startswith(prefix)}
 
 
-def _read_dump(dump: Path, out: DumpResult) -> None:
+def read_dump(dump: Path, out: DumpResult) -> None:
     files = _module_files(dump)
     after = files.get("cpu_after_optimizations.txt")
     if after is None:

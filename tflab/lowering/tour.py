@@ -56,11 +56,11 @@ class _StepSixDump:
         pass
 
     def collect(self, generator):
-        from tflab.lowering.dump import DumpResult, _read_dump
+        from tflab.lowering.dump import DumpResult, read_dump
 
         out = DumpResult(where="step 6's own compile (XLA_FLAGS set for the tour's second process)",
                          waited_for="reading it", call_levels=0)
-        _read_dump(self.folder, out)
+        read_dump(self.folder, out)
         return out
 
 
@@ -75,7 +75,7 @@ def tour_lines(fn: Callable, *args: Any) -> list[str]:
         The lines, the last one saying what they cost; [] when this process has no dump
         (the tour ran step 6 itself, or the user's XLA_FLAGS dump elsewhere).
     """
-    from tflab.lowering.build import _build, _flat_inputs
+    from tflab.lowering.build import build_levels, flat_inputs
     from tflab.lowering.text import human_bytes
     from tflab.process import settings
 
@@ -83,8 +83,8 @@ def tour_lines(fn: Callable, *args: Any) -> list[str]:
     if not folder or not os.path.isdir(folder) or not any(Path(folder).glob("*after_optimizations.txt")):
         return []
     t0, c0 = time.perf_counter(), time.process_time()
-    specs, rebuild = _flat_inputs(args, {})
-    low = _build(fn, specs, rebuild, _StepSixDump(folder))
+    specs, rebuild = flat_inputs(args, {})
+    low = build_levels(fn, specs, rebuild, _StepSixDump(folder))
     lines = []
     for s in low.stages:
         state = (f"-- {s.why[:100]}" if s.why else

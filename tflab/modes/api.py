@@ -61,10 +61,10 @@ from tflab._graph_analysis import (RANDOM_OPS, STATELESS_RANDOM_OPS, STATEFUL_RA
 # MODES, and the default disagreement bound: an element is a finding when it is more than
 # DEFAULT_ULP_BOUND ULP *and* more than DEFAULT_ATOL away from eager (see tflab/modes/defaults.py).
 from tflab.modes.defaults import DEFAULT_ATOL, DEFAULT_ULP_BOUND, MODES
-from tflab.modes.findings import _distances, _findings, _PairDistances, _separate_random_streams, _with_conditioning
+from tflab.modes.findings import distances, mode_findings, PairDistances, separate_random_streams, with_conditioning
 from tflab.modes.records import Distance, ModeComparison, ModeResult, speed_text  # noqa: F401
 from tflab._numeric import ulp_distance  # noqa: F401  (tflab.modes.ulp_distance)
-from tflab._target import _check_target, _function_name, signature_args
+from tflab._target import check_target, callable_name, signature_args
 from tflab._usercode import user_entry
 from tflab.modes.xla import count_fusions, fetch_hlo, probe_hlo_stages, xla_reason  # noqa: F401
 
@@ -142,7 +142,7 @@ class _ModeRun:
     results: dict = dataclasses.field(default_factory=dict)
     var_names: dict = dataclasses.field(default_factory=dict)  # mode -> names of its variables
     output_names: list = dataclasses.field(default_factory=list)
-    pairs: _PairDistances = dataclasses.field(default_factory=_PairDistances)
+    pairs: PairDistances = dataclasses.field(default_factory=PairDistances)
     hlo_fetch: Any = None
     errors: dict = dataclasses.field(default_factory=dict)  # mode -> the exception it raised
 
@@ -231,8 +231,8 @@ class _ModeRun:
                                  "return the tensors to check")
             if reference is None:
                 reference = (outputs, grad_map)
-            abs_d, ulp_d, per, ulp_sig = _distances(reference, outputs, grad_map, self.output_names,
-                                                    self.atol, pairs=self.pairs, mode=mode)
+            abs_d, ulp_d, per, ulp_sig = distances(reference, outputs, grad_map, self.output_names,
+                                                   self.atol, pairs=self.pairs, mode=mode)
             self.results[mode] = ModeResult(mode, tuple(outputs), grad_map, abs_d, ulp_d, first,
                                             statistics.median(times), ulp_by_tensor=per,
                                             ulp_above_atol=ulp_sig)
@@ -408,8 +408,8 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
         hlo = stages
     run_modes = [m for m in MODES if m == "eager" or m in modes]
     python_fn = getattr(fn, "python_function", fn)
-    name = _function_name(fn)
-    _check_target(fn, name)
+    name = callable_name(fn)
+    check_target(fn, name)
     args, kwargs = signature_args(fn, args, kwargs)
     if any(isinstance(v, tf.TensorSpec) and not v.shape.is_fully_defined()
            for v in tf.nest.flatten((args, kwargs))) and getattr(fn, "input_signature", None):
@@ -461,14 +461,14 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
     results, output_names = run.results, run.output_names
     reference = (results["eager"].outputs, results["eager"].gradients)
     random_ops = run.random_ops()
-    notes = _separate_random_streams(results, reference, random_ops, output_names, atol, run.pairs)
-    findings = _findings(results, reference, ulp_bound, atol, output_names, run.pairs)
+    notes = separate_random_streams(results, reference, random_ops, output_names, atol, run.pairs)
+    findings = mode_findings(results, reference, ulp_bound, atol, output_names, run.pairs)
     findings = _cond_branch_findings(findings, run, args, kwargs, saved.restore)
     nonfinite = _nonfinite_note(run, results, python_fn, sources, rebuild, saved.restore)
 
     if findings and any(not r.error for m, r in results.items() if m != "eager"):
-        findings = _with_conditioning(findings, python_fn, sources, rebuild, results, reference,
-                                      output_names, ulp_bound, atol, saved.restore, run.pairs)
+        findings = with_conditioning(findings, python_fn, sources, rebuild, results, reference,
+                                     output_names, ulp_bound, atol, saved.restore, run.pairs)
     h = run.hlo_fetch
     return ModeComparison(function_name=name, device=device, modes=results,
                           gradient_names=tuple(run.grad_names("eager")), hlo=h.text if h else {},

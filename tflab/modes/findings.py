@@ -1,7 +1,7 @@
 """Distances from eager and findings for `tflab.modes`: each array computed once.
 
 For every mode and tensor, the element-wise ULP distance (`tflab._numeric.ulp_distance`)
-and absolute difference are computed once (`_PairDistances`) and shared by the
+and absolute difference are computed once (`PairDistances`) and shared by the
 maxima each `ModeResult` reports, the random-stream split, the findings (their two
 worst elements) and the ill-conditioning note.
 """
@@ -15,7 +15,7 @@ import numpy as np
 
 from tflab._graph_analysis import RANDOM_OPS, STATEFUL_RANDOM_OPS, as_tensor
 from tflab.modes.defaults import MODES
-from tflab.modes.records import Distance, _fmt_num
+from tflab.modes.records import Distance, fmt_num
 from tflab._numeric import ulp_distance
 
 
@@ -31,9 +31,9 @@ def _abs_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(d), np.where(fa == fb, 0.0, np.inf), d)
 
 
-class _PairDistances:
+class PairDistances:
     """ULP and |diff| arrays per (mode, tensor name), computed once and shared by the
-    maxima (`_distances`), the findings and the condition note."""
+    maxima (`distances`), the findings and the condition note."""
 
     def __init__(self) -> None:
         self._memo: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
@@ -53,11 +53,11 @@ def _pairs(reference, outputs, grad_map, output_names):
         yield "gradients", name, a, grad_map.get(name)
 
 
-def _distances(reference, outputs, grad_map, output_names, atol, skip=frozenset(), pairs=None, mode=""):
+def distances(reference, outputs, grad_map, output_names, atol, skip=frozenset(), pairs=None, mode=""):
     """Max |diff|, max ULP, per-tensor ULP and max ULP above atol; tensors named
     in ``skip`` (random streams) are left out of all but the per-tensor numbers.
-    ``pairs`` (a `_PairDistances`) holds each tensor's arrays, computed once per ``mode``."""
-    pairs = pairs if pairs is not None else _PairDistances()
+    ``pairs`` (a `PairDistances`) holds each tensor's arrays, computed once per ``mode``."""
+    pairs = pairs if pairs is not None else PairDistances()
     abs_max = {"outputs": 0.0, "gradients": 0.0}
     ulp_max = {"outputs": 0.0, "gradients": 0.0}
     sig_max = {"outputs": 0.0, "gradients": 0.0}
@@ -97,8 +97,8 @@ def _int_if_whole(x: float):
     return int(x) if math.isfinite(x) else x
 
 
-def _with_conditioning(findings: list[str], python_fn, sources, rebuild, results, reference,
-                       output_names, ulp_bound: int, atol: float, restore, pairs=None) -> list[str]:
+def with_conditioning(findings: list[str], python_fn, sources, rebuild, results, reference,
+                      output_names, ulp_bound: int, atol: float, restore, pairs=None) -> list[str]:
     """Adds a condition note to an output finding whose worst element is ill-conditioned.
 
     The function is run eagerly once more with every floating input moved by one
@@ -110,7 +110,7 @@ def _with_conditioning(findings: list[str], python_fn, sources, rebuild, results
     """
     import tensorflow as tf
 
-    pairs = pairs if pairs is not None else _PairDistances()
+    pairs = pairs if pairs is not None else PairDistances()
     nudged = []
     for t in sources:
         a = np.asarray(t.numpy()) if hasattr(t, "numpy") else np.asarray(t)
@@ -157,9 +157,9 @@ def _with_conditioning(findings: list[str], python_fn, sources, rebuild, results
     return out
 
 
-def _findings(results, reference, ulp_bound: int, atol: float, output_names, pairs=None) -> list[str]:
+def mode_findings(results, reference, ulp_bound: int, atol: float, output_names, pairs=None) -> list[str]:
     """One line per mode that failed, and per tensor beyond both bounds (its two worst elements)."""
-    pairs = pairs if pairs is not None else _PairDistances()
+    pairs = pairs if pairs is not None else PairDistances()
     out = []
     for mode in MODES[1:]:
         r = results.get(mode)
@@ -187,9 +187,9 @@ def _findings(results, reference, ulp_bound: int, atol: float, output_names, pai
                 # is many ULP), among the elements beyond both bounds.
                 i = int(np.argmax(np.where(bad, d, -1.0)))
                 j = int(np.argmax(np.where(bad, u, -1.0)))
-                by_diff = (f"{float(d.flat[i]):.3g} ({_fmt_num(float(u.flat[i]))} ULP) at flat index {i}")
+                by_diff = (f"{float(d.flat[i]):.3g} ({fmt_num(float(u.flat[i]))} ULP) at flat index {i}")
                 worst = (f"largest |diff| and largest ULP: {by_diff}" if u.flat[j] == u.flat[i] else
-                         f"largest |diff| {by_diff}; largest ULP {_fmt_num(float(u.flat[j]))} "
+                         f"largest |diff| {by_diff}; largest ULP {fmt_num(float(u.flat[j]))} "
                          f"(|diff| {float(d.flat[j]):.3g}) at flat index {j}")
                 out.append(f"{mode}: {int(bad.sum())} element(s) of {name} differ from eager by more "
                            f"than {ulp_bound} ULP and {atol:g}; {worst}")
@@ -204,7 +204,7 @@ def _noise_fix():
                         "the random op is inside your function; tflab cannot move it out for you")
 
 
-def _separate_random_streams(results, reference, random_ops, output_names, atol, pairs=None) -> list[str]:
+def separate_random_streams(results, reference, random_ops, output_names, atol, pairs=None) -> list[str]:
     """Moves tensors that differ because a mode draws other random numbers out of
     that mode's distances (they stay in ``ulp_by_tensor``) and says so, one note each.
 
@@ -221,8 +221,8 @@ def _separate_random_streams(results, reference, random_ops, output_names, atol,
         streams = {n: ops for n, ops in streams.items() if ops and r.ulp_by_tensor.get(n, 0) > 0}
         if not streams:
             continue
-        abs_d, ulp_d, _, ulp_sig = _distances(reference, list(r.outputs), r.gradients, output_names, atol,
-                                              skip=set(streams), pairs=pairs, mode=mode)
+        abs_d, ulp_d, _, ulp_sig = distances(reference, list(r.outputs), r.gradients, output_names, atol,
+                                             skip=set(streams), pairs=pairs, mode=mode)
         results[mode] = dataclasses.replace(r, abs_error=abs_d, ulp=ulp_d, ulp_above_atol=ulp_sig,
                                             random_streams=tuple(streams))
         why = ("XLA compiles random ops with its own RNG code (tf2xla), so it draws other numbers than "
@@ -233,7 +233,7 @@ def _separate_random_streams(results, reference, random_ops, output_names, atol,
         for n, ops in streams.items():
             notes.append(f"{mode}: {n} is a different random stream {where} (not arithmetic): it depends on "
                          f"{', '.join(ops)}; {why}. Left out of the ULP columns and findings "
-                         f"({_fmt_num(r.ulp_by_tensor[n])} ULP). " + _noise_fix().line())
+                         f"({fmt_num(r.ulp_by_tensor[n])} ULP). " + _noise_fix().line())
     return notes
 
 

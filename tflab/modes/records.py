@@ -51,7 +51,7 @@ class Distance:
         return max(self.outputs, self.gradients)
 
     def __repr__(self) -> str:
-        return f"(outputs={_fmt_num(self.outputs)}, gradients={_fmt_num(self.gradients)})"
+        return f"(outputs={fmt_num(self.outputs)}, gradients={fmt_num(self.gradients)})"
 
     def __float__(self) -> float:
         return float(self.overall)
@@ -101,7 +101,7 @@ def speed_text(ratio: float) -> str:
     return f"{ratio:.2f}× faster" if ratio >= 1 else f"{ratio:.2f}×, slower"
 
 
-def _fmt_num(x: float) -> str:
+def fmt_num(x: float) -> str:
     if isinstance(x, float) and (math.isinf(x) or math.isnan(x)):
         return str(x)
     if float(x).is_integer() and abs(x) < 1e15:
@@ -285,9 +285,9 @@ class ModeComparison(Report):
                 parts.append(f"{m}: error")
                 continue
             sig = r.ulp_above_atol
-            grad = f", grad {_fmt_num(sig.gradients)} ULP" if self.gradient_names else ""
+            grad = f", grad {fmt_num(sig.gradients)} ULP" if self.gradient_names else ""
             parts.append(
-                         f"{m}: out {_fmt_num(sig.outputs)} ULP{grad} above atol, "
+                         f"{m}: out {fmt_num(sig.outputs)} ULP{grad} above atol, "
                          f"{r.median_seconds * 1e3:.3g} ms")
         extra = f", {self.fusion_count} fusions" if self.fusion_count is not None else ""
         if self.grappler is not True and "graph" in self.modes:
@@ -344,8 +344,8 @@ class ModeComparison(Report):
                 continue
             sig, raw = r.ulp_above_atol, r.ulp
             if (sig.outputs, sig.gradients) != (raw.outputs, raw.gradients):
-                raw_notes.append(f"{m} {_fmt_num(raw.outputs)} / {_fmt_num(raw.gradients)}")
-            rows.append((m, _fmt_num(sig.outputs), _fmt_num(sig.gradients),
+                raw_notes.append(f"{m} {fmt_num(raw.outputs)} / {fmt_num(raw.gradients)}")
+            rows.append((m, fmt_num(sig.outputs), fmt_num(sig.gradients),
                          f"{r.abs_error.overall:.3g}", f"{r.first_call_seconds:.3f}",
                          f"{r.median_seconds * 1e3:.3f}", ""))
         lines = [f"{self.function_name} on {self.device.rsplit('device:', 1)[-1] or 'unknown device'}, "

@@ -63,7 +63,7 @@ from tflab._graph_analysis import flatten_sources, output_names_of, prepare_args
 from tflab.precision.policy import (DEFAULT_POLICIES, INITIAL_LOSS_SCALE, MIN_LOSS_SCALE, POLICIES,  # noqa: F401
                            REFERENCE, global_policy, is_keras_layer, keras_modules, takes_no_parameters)
 from tflab.precision.records import PolicyResult, PrecisionComparison
-from tflab._target import _check_target, _function_name, signature_args
+from tflab._target import check_target, callable_name, signature_args
 from tflab._usercode import user_entry
 from tflab.errors import UsageError
 from tflab.precision.float_formats import FloatInfo, float_info  # noqa: F401  (tflab.precision.float_info)
@@ -408,11 +408,11 @@ def _with_fixes(result: PolicyResult, subject: PolicySubject, policy: str, obj, 
             progress(f"{policy}: the first non-finite op of the traced graph")
         try:
             ops, outs = trace_op_values(subject.call(obj, compute), subject.sources)
-            found = analyse(ops, outs, _function_name(subject.fn))
+            found = analyse(ops, outs, callable_name(subject.fn))
         except Exception as e:  # noqa: BLE001 - the comparison stands without the cause
             from tflab.nonfinite import FirstNonFinite
 
-            found = FirstNonFinite(_function_name(subject.fn), 0, None, None, False,
+            found = FirstNonFinite(callable_name(subject.fn), 0, None, None, False,
                                    error=f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
 
         def rerun() -> PolicyResult:
@@ -516,8 +516,8 @@ def compare_precisions(fn: Callable, *args: Any,
                          "pass a zero-argument factory instead, e.g. lambda: build_model()")
     if not callable(fn):
         raise UsageError(f"compare_precisions needs a callable, got {type(fn).__name__}")
-    name = _function_name(fn)
-    _check_target(fn, name)
+    name = callable_name(fn)
+    check_target(fn, name)
     factory = bool(args or kwargs) and takes_no_parameters(fn)
     if not factory:
         args, kwargs = signature_args(fn, args, kwargs)

@@ -5,17 +5,25 @@ The package, bottom-up (each module imports only those above it):
 * `tflab.retrace.records`: the `Trace` and `Reason` records and the FIXES table;
 * `tflab.retrace.nodes`: TraceType objects (or a log's TraceType text) ->
   `Node` trees;
+* `tflab.retrace.function_context`, `tflab.retrace.paths`: which part of TF's
+  FunctionContext changed; paths into `Node` trees and a call rebuilt like an
+  earlier trace;
 * `tflab.retrace.diff`: the structured diff of two trees that gives each
   `Reason` (parameter path, old -> new, exact or relaxed, a fix that fits the
   options already on);
+* `tflab.retrace.bench` → `tflab.retrace.check`: a recorded call rebuilt from
+  its TraceTypes, and each fix run on the recorded calls before it is printed;
 * `tflab.retrace.event`: the `TraceEvent`, made at one place from TF's tracing
   frame (``tracing_compilation._maybe_define_function``), `capture_trace_events`
   and `on_each_trace` (the two triggers every consumer uses);
 * `tflab.retrace.sideeffects`: Python side effects in the body that run only
   while tracing;
+* `tflab.retrace.live`: a `Trace` from each `TraceEvent` as TF starts it, and
+  a tf.function's cached traces;
 * `tflab.retrace.log`: traces of every tf.function in a block or a script
   (``tflab retrace SCRIPT.py``), grouped by object and by qualified name;
-* `tflab.retrace.probe`: `RetraceProbe`;
+* `tflab.retrace.stale` → `tflab.retrace.probe`: stale closure and global
+  reads (`StaleRead`); `RetraceProbe`;
 * `tflab.retrace.expect`: `expect_traces`, `RetraceError`;
 * `tflab.retrace.demo`: `demonstrate_retracing` (lab step 3).
 
@@ -43,10 +51,11 @@ _EXPORTS = {
     **dict.fromkeys(("TraceEvent", "capture_trace_events", "current_trace_event",
                      "event_from_frame", "parse_trace_log_message"), "event"),
     **dict.fromkeys(("SideEffect", "trace_time_effects"), "sideeffects"),
+    **dict.fromkeys(("cached_traces", "explain_records", "trace_from_event"), "live"),
     **dict.fromkeys(("FunctionTraces", "NameGroup", "STALE_READ_NOTE", "ScriptTraces",
-                     "cached_traces", "explain_records", "group_logged_traces", "name_groups",
-                     "trace_from_event", "trace_script"), "log"),
-    **dict.fromkeys(("RetraceProbe", "StaleRead"), "probe"),
+                     "group_logged_traces", "name_groups", "trace_script"), "log"),
+    "StaleRead": "stale",
+    "RetraceProbe": "probe",
     **dict.fromkeys(("RetraceError", "TraceExpectation", "expect_traces"), "expect"),
     "demonstrate_retracing": "demo",
 }

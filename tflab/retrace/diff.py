@@ -29,12 +29,13 @@ dispatch compared with: a dim already relaxed to None is never blamed.
 from __future__ import annotations
 
 import dataclasses
-import re
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
-from tflab.retrace.nodes import Node, _collected, _fmt_shape, function_type_inputs, node_of, nodes_of
+from tflab.retrace.nodes import Node, collected, fmt_shape, function_type_inputs, node_of, nodes_of
 from tflab.retrace.records import (FIXES, FIXES_WITH_REDUCE_RETRACING, NO_VARIABLE_CREATION,
-                                   VARIABLE_CREATION, _SINGLETON_VARIABLE, Reason, Trace)
+                                   VARIABLE_CREATION, SINGLETON_VARIABLE, Reason, Trace)
+from tflab.retrace.function_context import context_change, context_text  # noqa: F401 (re-exported)
+from tflab.retrace.paths import like_trace, node_at, replace_at, same_types  # noqa: F401 (re-exported)
 
 
 # ---------------------------------------------------------------------------
@@ -161,8 +162,8 @@ def _diff(path: str, a: Node, b: Node, out: list[Reason], ctx: _Ctx = _Ctx(),
             else:
                 spec = _relaxed_spec(a, t if t is not None and t.kind == b.kind else b)
                 fix = f"{FIXES_WITH_REDUCE_RETRACING[shape_kind].rsplit(' (', 1)[0]} ({path}: {spec})"
-            out.append(_reason(path, shape_kind, _fmt_shape(a.shape), _fmt_shape(b.shape),
-                               f"{path}: {what}shape {_fmt_shape(a.shape)} -> {_fmt_shape(b.shape)}{note}",
+            out.append(_reason(path, shape_kind, fmt_shape(a.shape), fmt_shape(b.shape),
+                               f"{path}: {what}shape {fmt_shape(a.shape)} -> {fmt_shape(b.shape)}{note}",
                                ctx, t, b, fix=fix))
         for (k, ca), (_, cb) in zip(a.children, b.children):
             if ca != cb:
@@ -174,19 +175,19 @@ def _diff(path: str, a: Node, b: Node, out: list[Reason], ctx: _Ctx = _Ctx(),
     elif b.kind == "object":
         if b.what in ("function", "lambda"):
             kind = "function"
-            gone = "; the earlier one was garbage-collected" if _collected(a) else ""
+            gone = "; the earlier one was garbage-collected" if collected(a) else ""
             text = (f"{path}: a new {'lambda' if b.what == 'lambda' else 'function object'} each call "
                     f"({b.label}); TF matches a function argument by identity{gone}")
         elif "bound_method" in (a.what, b.what):
             kind, text = "bound_method", (f"{path}: new object each call ({b.label}; "
                                           f"TF matches it by weak reference)")
-        elif (_collected(a) and isinstance(b.value, tuple) and b.value and b.value[0] == "eq"
+        elif (collected(a) and isinstance(b.value, tuple) and b.value and b.value[0] == "eq"
               and a.name == b.name and a.label and a.label != b.label):
             # The earlier object is gone, but its value was recorded when TF traced it: a changed
             # value (TF matches such objects by ==) is the cause, not the garbage collection.
             kind, text = "object_value", (f"{path}: {a.label} -> {b.label} (TF matches it by ==; the "
                                           f"earlier object has since been garbage-collected)")
-        elif _collected(a):
+        elif collected(a):
             kind, text = "collected", (f"{path}: the object trace #N was made for was garbage-collected "
                                        f"(TF keeps a weak reference); now {b.label}")
         elif a.value[0] == "eq" and b.value[0] == "eq" and a.name == b.name:
@@ -432,14 +433,14 @@ def explain(inputs: Any, previous: Sequence[Trace], *, scope: str | None = None,
 def _failure_reasons(auto_kind: str, reasons: list[Reason], error: str) -> list[Reason]:
     """The reasons of a trace that raised ``error`` (one line, ``Type: message``)."""
     kept = [r for r in reasons if r.kind not in ("variable_creation", "unexplained")]
-    if _SINGLETON_VARIABLE in error:
+    if SINGLETON_VARIABLE in error:
         if auto_kind == "variable_creation":
             text = ("raised ValueError because the function creates a tf.Variable on every trace: "
                     "after the first trace created one, TF traced again with variable creation "
-                    f"disabled (TF: \"{_SINGLETON_VARIABLE}\")")
+                    f"disabled (TF: \"{SINGLETON_VARIABLE}\")")
         else:
             text = ("raised ValueError because the function created a tf.Variable on a trace "
-                    f"after the first call (TF: \"{_SINGLETON_VARIABLE}\")")
+                    f"after the first call (TF: \"{SINGLETON_VARIABLE}\")")
         return kept + [Reason("", "variable_per_trace", "", "ValueError", text,
                               FIXES["variable_per_trace"])]
     short = error if len(error) <= 200 else error[:197] + "..."
@@ -512,146 +513,6 @@ def make_trace(index: int, inputs: Any, previous: Sequence[Trace], *,
 
 
 # ---------------------------------------------------------------------------
-# Paths into Node trees
-# ---------------------------------------------------------------------------
-
-_TOKEN = re.compile(r"\[((?:'[^']*'|\"[^\"]*\"|[^\]])+)\]|\.(\w+)")
-
-
-def _split(path: str) -> tuple[str, list[str]]:
-    head = re.match(r"^[^\[.]+", path)
-    name = head.group(0) if head else path
-    return name, [a or b for a, b in _TOKEN.findall(path[len(name):])]
-
-
-def _child(node: Node, key: str) -> Node | None:
-    for k, c in node.children:
-        if k == key or k.strip("'\"") == key.strip("'\""):
-            return c
-    return None
-
-
-def node_at(nodes: Mapping[str, Node], path: str) -> Node | None:
-    """The Node at a reason's parameter path (``x``, ``d['l']``, ``cfg.scale``), or None."""
-    name, keys = _split(path)
-    node = nodes.get(name)
-    for k in keys:
-        if node is None:
-            return None
-        node = _child(node, k)
-    return node
-
-
-def replace_at(nodes: Mapping[str, Node], path: str, fn: Callable[[Node], Node]) -> dict[str, Node]:
-    """A copy of ``nodes`` with the Node at ``path`` replaced by ``fn(node)`` (unchanged if absent)."""
-    name, keys = _split(path)
-    out = dict(nodes)
-    if name not in out:
-        return out
-
-    def walk(node: Node, rest: list[str]) -> Node:
-        if not rest:
-            return fn(node)
-        kids = tuple((k, walk(c, rest[1:]) if (k == rest[0] or k.strip("'\"") == rest[0].strip("'\"")) else c)
-                     for k, c in node.children)
-        return node._replace(children=kids)
-
-    out[name] = walk(out[name], keys)
-    return out
-
-
-# ---------------------------------------------------------------------------
-# "Make it like trace #P": the smallest change of one reason, for ties and structure fixes
-# ---------------------------------------------------------------------------
-
-
-def _bare(node: Node) -> Any:
-    """A Node without its labels (a List and a Tuple of the same items differ only in ``name``)."""
-    return (node.kind, node.name, node.shape, node.dtype, node.value if node.kind != "object" else node.value[:2]
-            if isinstance(node.value, tuple) else node.value,
-            tuple((k, _bare(c)) for k, c in node.children))
-
-
-def same_types(a: Mapping[str, Node], b: Mapping[str, Node]) -> bool:
-    """Two FunctionType trees are the same TraceTypes (labels aside)."""
-    return list(a) == list(b) and all(_bare(a[n]) == _bare(b[n]) for n in a)
-
-
-def like_trace(nodes: Mapping[str, Node], reason: Any, earlier: Mapping[str, Node]) -> dict[str, Node]:
-    """``nodes`` with only the change ``reason`` names undone, as the earlier trace had it.
-
-    A dict's keys: the keys become the earlier ones, the values of the keys
-    both have stay this call's. A list <-> tuple: the container only. A dtype:
-    the dtype only. Anything else at the path: the earlier trace's value there.
-    """
-    path, kind = reason.parameter, reason.kind
-    if not path:
-        return dict(nodes)
-    old = node_at(earlier, path)
-    if kind == "signature":
-        out = dict(nodes)
-        if old is None:
-            out.pop(path, None)
-        else:
-            out[path] = old
-        return {n: out[n] for n in earlier if n in out}
-    if old is None:
-        return dict(nodes)
-
-    def change(cur: Node) -> Node:
-        if kind == "keys" and cur.kind == "map" and old.kind == "map":
-            mine = dict(cur.children)
-            return cur._replace(children=tuple((k, mine.get(k, c)) for k, c in old.children))
-        if kind == "kind" and cur.kind == "seq" and old.kind == "seq":
-            return cur._replace(name=old.name)
-        if kind == "dtype" and cur.kind == old.kind:
-            return cur._replace(dtype=old.dtype)
-        return old
-
-    return replace_at(nodes, path, change)
-
-
-# ---------------------------------------------------------------------------
-# The FunctionContext: which part of TF's cache key changed
-# ---------------------------------------------------------------------------
-
-# TF 2.21 function_context.EagerContext fields -> what they are (make_function_context).
-_CONTEXT_PARTS = {
-    "variable_policy": ("save context", "tf.saved_model.save traced it in its save context (SaveOptions."
-                        "experimental_variable_policy is part of TF's cache key)"),
-    "parent_graph": ("graph", "called from inside another graph (an outer tf.function or a tf.Graph) "
-                     "instead of eagerly, or from another graph"),
-    "device_functions": ("device scope", "called under another device scope (tf.device)"),
-    "colocation_stack": ("colocation", "called under another colocation scope"),
-    "in_cross_replica_context": ("distribution scope", "called in another tf.distribute context "
-                                 "(cross-replica vs replica)"),
-    "xla_context_id": ("XLA context", "called inside another XLA (jit_compile) context"),
-}
-
-
-def context_change(old: Mapping[str, str] | None, new: Mapping[str, str] | None) -> list[tuple[str, str, str, str]]:
-    """(field, part, old, new) for each field of TF's FunctionContext that differs, in TF's field order."""
-    if not old or not new:
-        return []
-    out = []
-    for f in new:
-        if f in old and old[f] != new[f]:
-            out.append((f, _CONTEXT_PARTS.get(f, (f, ""))[0], old[f], new[f]))
-    return out
-
-
-def context_text(changes: Sequence[tuple[str, str, str, str]]) -> str:
-    parts = []
-    for f, part, old, new in changes:
-        what = _CONTEXT_PARTS.get(f, (part, ""))[1]
-        if f == "parent_graph":
-            old = "eager" if old == "None" else "a graph"
-            new = "eager" if new == "None" else ("another graph" if old == "a graph" else "a graph")
-        parts.append(f"{part}: {what} ({f} {old} -> {new})")
-    return "; ".join(parts)
-
-
-# ---------------------------------------------------------------------------
 # PerReplicaSpec: the TraceType of a tf.distribute dataset element
 # ---------------------------------------------------------------------------
 
@@ -678,7 +539,7 @@ def _diff_per_replica_nodes(path: str, a: Node, b: Node) -> list[Reason]:
         out.append(Reason(path, "dtype", "/".join(da), "/".join(db),
                           f"{path}: per-replica dtype {'/'.join(da)} -> {'/'.join(db)}",
                           "cast the dataset to one dtype (dataset.map(lambda x: tf.cast(x, ...)))"))
-    sa, sb = [_fmt_shape(c.shape) for c in ka], [_fmt_shape(c.shape) for c in kb]
+    sa, sb = [fmt_shape(c.shape) for c in ka], [fmt_shape(c.shape) for c in kb]
     changed = [(i, x, y) for i, (ca, cb, x, y) in enumerate(zip(ka, kb, sa, sb))
                if _shape_change(ca.shape, cb.shape)[0]]
     if changed:

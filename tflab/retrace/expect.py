@@ -13,10 +13,10 @@ from typing import Any, Sequence
 from tflab._tf import function as _tf
 from tflab.errors import UsageError
 from tflab.retrace.event import function_owner
-from tflab.retrace.log import _is_tf_internal, cached_traces, capture_explained, explain_records
+from tflab.retrace.log import is_tf_internal, cached_traces, capture_explained, explain_records
 from tflab.retrace.probe import RetraceProbe
 from tflab.retrace.sideeffects import user_function
-from tflab.retrace.records import Trace, _short_name
+from tflab.retrace.records import Trace, short_name
 
 class RetraceError(AssertionError):
     """`expect_traces` saw more traces than allowed; the message lists the reasons.
@@ -98,7 +98,7 @@ class _FunctionWatch:
         out = []
         for i, f in members.items():
             if by_object:
-                mine = [t for t in self.logged if t.function_id == i and not _is_tf_internal(t)]
+                mine = [t for t in self.logged if t.function_id == i and not is_tf_internal(t)]
             else:  # the log records carry no object (TF internals moved): match the name
                 mine = [t for t in self.logged if t.function == qualname] if f is self.fn else []
             if not mine:
@@ -156,7 +156,7 @@ class _ExpectTraces:
         if self._watch is not None:
             groups = self._watch.finish(result)
             target = user_function(t)
-            name = _short_name(getattr(target, "__qualname__", None) or getattr(t, "__name__", "function"))
+            name = short_name(getattr(target, "__qualname__", None) or getattr(t, "__name__", "function"))
         else:
             n_traces, count, calls, original = self._before
             result.count = t.trace_count - count

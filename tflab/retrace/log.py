@@ -16,27 +16,25 @@ are compared with. The reasons come from `tflab.retrace.diff`.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
-import re
 import runpy
 import sys
 import time
-import types
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Sequence
 
 from tflab.report.text import seconds_text, trace_time_line
 from tflab.report.base import Report, config_field
-from tflab._tf import function as _tf
-from tflab.errors import Terminated, UsageError
-from tflab.retrace.diff import function_type_inputs, make_trace, nodes_of
-from tflab.retrace.event import ObjectSerials, TraceClock, TraceEvent, capture_trace_events
-from tflab.retrace.records import NO_VARIABLE_CREATION, VARIABLE_CREATION, Trace, _short_name
-from tflab.retrace.sideeffects import SideEffect, trace_time_effects, user_function
 from tflab.report.html.dispatch import renders
 from tflab.report.html.timeline import script_fragment
+from tflab._tf import function as _tf
+from tflab.errors import Terminated, UsageError
+from tflab.retrace.event import ObjectSerials, TraceClock, TraceEvent, capture_trace_events
+from tflab.retrace.records import NO_VARIABLE_CREATION, VARIABLE_CREATION, Trace, short_name
+from tflab.retrace.live import (  # noqa: F401 (re-exported)
+    LiveExplainer, cached_traces, capture_explained, explain_records, is_tf_internal, trace_from_event)
+
 
 @dataclasses.dataclass(frozen=True, repr=False)
 class FunctionTraces(Report):
@@ -124,12 +122,6 @@ class FunctionTraces(Report):
         return f"<FunctionTraces {self.label or self.function_name}: {self.summary_line()}>"
 
 
-def _is_tf_internal(t: TraceEvent) -> bool:
-    # TF's own helpers (variable initializers, tf.data wrappers) are not the user's functions.
-    return t.module.startswith("tensorflow") or t.function.startswith(
-        ("Function._initialize_uninitialized_variables", "StructuredFunctionWrapper."))
-
-
 def _group_key(t: TraceEvent, aliases: dict, groups: dict) -> Any:
     """The tf.function object a record belongs to (see `group_logged_traces`)."""
     if t.key is None:
@@ -150,160 +142,6 @@ def _group_key(t: TraceEvent, aliases: dict, groups: dict) -> Any:
                 aliases[t.key] = key
                 return key
     return t.key
-
-
-def trace_from_event(event: TraceEvent, index: int, previous: Sequence[Trace],
-                     previous_contexts: Sequence[str | None] = (), *, call: int = 0,
-                     kind: str | None = None, reduce_retracing: bool = False,
-                     outcome_known: bool = True, error: str | None = None) -> Trace:
-    """The `Trace` of one `TraceEvent`: its reasons diffed from the event's FunctionTypes.
-
-    Every consumer (the probe, the log path, `expect_traces`) turns an event
-    into a Trace here, so one script gives the same reasons either way.
-    """
-    structured = event.nodes is not None
-    return make_trace(index, event.nodes if structured else event.inputs, previous,
-                      scope=event.scope, context=event.context_fields or event.context,
-                      previous_contexts=previous_contexts,
-                      traced_as=event.traced_nodes if structured else None,
-                      inputs_text=event.inputs,
-                      traced_text=(function_type_inputs(event.traced_type)
-                                   if structured and event.relaxed else None),
-                      call=call, kind=kind,
-                      reduce_retracing=reduce_retracing or event.reduce_retracing,
-                      outcome_known=outcome_known, error=error, options=event.options,
-                      site=event.site)
-
-
-class LiveExplainer:
-    """An ``on_event`` for `capture_trace_events`: explains each event as TF starts its trace.
-
-    Keeps each tf.function object's traces, seeded with what its trace cache
-    held at its first event (`cached_traces`), and stores the `Trace` in
-    ``event.explained``. Diffing then, not after the block, judges an
-    argument object alive or collected as TF did when it looked the call up.
-    """
-
-    def __init__(self, calls: dict | None = None, side_effects: bool = True) -> None:
-        # {event key: eager calls so far} (`trace_script`'s counter): a trace's call number
-        self.calls = calls
-        self._history: dict[Any, tuple[list[Trace], list[str | None]]] = {}
-        # key -> the body's trace-time side effects, read while the tf.function is alive
-        self.effects: dict[Any, list[SideEffect]] = {}
-        # key -> the Python function of an object that retraced, kept for checking its fixes
-        # (`tflab.retrace.check`); qualname -> the latest object's, for a name many objects share
-        self.bodies: dict[Any, Any] = {}
-        self.latest: dict[str, Any] = {}
-        # key -> what configures the object: its instance's attributes or its closure's values
-        self.configs: dict[Any, tuple[str, dict]] = {}
-        self._side_effects = side_effects  # False: not read (the pytest plugin reports none)
-
-    def __call__(self, event: TraceEvent) -> None:
-        if event.nodes is None or event.key is None or _is_tf_internal(event):
-            return
-        hist = self._history.get(event.key)
-        if hist is None:
-            fn = event.function_object()
-            prior, contexts = cached_traces(fn) if fn is not None else ([], [])
-            hist = self._history[event.key] = (list(prior), list(contexts))
-            self.effects[event.key] = _user_effects(fn) if self._side_effects else []
-            self.configs[event.key] = _configuration(fn)
-        traces, contexts = hist
-        call = self.calls.get(event.key, 0) if self.calls is not None else 0
-        t = trace_from_event(event, len(traces) + 1, traces, contexts, outcome_known=False, call=call)
-        fn = event.function_object()
-        body = getattr(fn, "python_function", None) if fn is not None else None
-        if body is not None:
-            self.latest[event.function] = body
-            if t.kind not in ("first", "variable_creation", "cached"):
-                self.bodies[event.key] = body
-        traces.append(t)
-        contexts.append(event.context_fields or event.context)
-        event.explained.append(t)
-
-
-_SIMPLE = (bool, int, float, str, bytes, type(None))
-
-
-def _configuration(fn: Any) -> tuple[str, dict]:
-    """("instance", {attribute: repr}) of a method's instance, or ("closure", {name: repr}) of a closure.
-
-    Only plain values (numbers, strings, bools, None, tuples of them) are kept:
-    two objects that differ there compute different graphs.
-    """
-    def simple(v: Any) -> bool:
-        return isinstance(v, _SIMPLE) or (isinstance(v, tuple) and all(isinstance(x, _SIMPLE) for x in v))
-
-    try:
-        instance = _tf.method_instance(fn)
-        if instance is not None and not isinstance(instance, (type, types.ModuleType)):
-            attrs = getattr(instance, "__dict__", {}) or {}
-            return "instance", {k: repr(v) for k, v in attrs.items() if not k.startswith("_") and simple(v)}
-        body = user_function(fn)
-        cells = getattr(body, "__closure__", None) or ()
-        names = getattr(getattr(body, "__code__", None), "co_freevars", ())
-        out = {}
-        for n, c in zip(names, cells):
-            try:
-                v = c.cell_contents
-            except ValueError:
-                continue
-            if simple(v):
-                out[n] = repr(v)
-        return "closure", out
-    except Exception:  # a help only
-        return "", {}
-
-
-def _user_effects(fn: Any) -> list[SideEffect]:
-    """`trace_time_effects` of a tf.function's body when it is the user's code (not TF's or Keras's)."""
-    if fn is None:
-        return []
-    try:
-        body = user_function(fn)
-        filename = getattr(getattr(body, "__code__", None), "co_filename", "")
-        if not filename or any(part in filename for part in _LIBRARY_PARTS):
-            return []
-        return trace_time_effects(body)
-    except Exception:  # the listing is a help; an odd callable must not stop the report
-        return []
-
-
-_LIBRARY_PARTS = (os.sep + "site-packages" + os.sep, os.sep + "tflab" + os.sep, "<frozen ")
-
-
-def capture_explained(explainer: "LiveExplainer | None" = None,
-                      identify: Callable[[Any], Any] | None = None) -> Any:
-    """`capture_trace_events` with a `LiveExplainer`: the events come with their `Trace`."""
-    return capture_trace_events(on_event=explainer or LiveExplainer(), identify=identify)
-
-
-def explain_records(records: Sequence[TraceEvent], prior: Sequence[Trace] = (),
-                    prior_contexts: Sequence[str | None] = (),
-                    reduce_retracing: bool = False) -> list[Trace]:
-    """Explains the logged traces of ONE tf.function object, after its ``prior`` traces.
-
-    Args:
-        records: that object's records, in trace order.
-        prior: traces the object made before the records (`cached_traces`);
-            the new traces are numbered after them and compared with them too.
-        prior_contexts: the FunctionContext ``context`` text of each prior trace.
-        reduce_retracing: the function has ``reduce_retracing=True``.
-
-    Returns:
-        One `Trace` per record (the prior ones are not repeated).
-    """
-    # Explained at trace time (`LiveExplainer`) after the same prior traces: use that.
-    if records and all(r.explained for r in records) and \
-            records[0].explained[0].index == len(prior) + 1:
-        return [r.explained[0] for r in records]
-    traces: list[Trace] = list(prior)
-    contexts: list[str | None] = list(prior_contexts) + [None] * (len(prior) - len(prior_contexts))
-    for rec in records:
-        traces.append(trace_from_event(rec, len(traces) + 1, traces, contexts,
-                                       reduce_retracing=reduce_retracing, outcome_known=False))
-        contexts.append(rec.context_fields or rec.context)
-    return traces[len(prior):]
 
 
 def group_logged_traces(logged: Sequence[TraceEvent], include_internal: bool = False,
@@ -339,9 +177,9 @@ def group_logged_traces(logged: Sequence[TraceEvent], include_internal: bool = F
     groups: dict[Any, list[TraceEvent]] = {}
     aliases: dict[Any, Any] = {}
     for t in logged:
-        if include_internal or not _is_tf_internal(t):
+        if include_internal or not is_tf_internal(t):
             groups.setdefault(_group_key(t, aliases, groups), []).append(t)
-    names = [_short_name(recs[0].function) for recs in groups.values()]
+    names = [short_name(recs[0].function) for recs in groups.values()]
     labels = [f"{name} of {recs[0].owner}" if recs[0].owner and names.count(name) > 1 else name
               for name, recs in zip(names, groups.values())]
     # CPython gives a freed object's address to the next object: two tf.functions alive one
@@ -376,38 +214,6 @@ def _checked(traces: Sequence[Trace], body: Any, n_calls: int | None, event: Tra
     if body is None:
         bench.body = None
     return plan_fixes(traces, bench)
-
-
-def cached_traces(fn: Any, keys: Sequence[tuple[Any, Any]] | None = None) -> tuple[list[Trace], list[str]]:
-    """The traces a tf.function already holds in its trace cache, as `Trace` records.
-
-    TF 2.21's ``FunctionCache`` (``tensorflow/core/function/polymorphism/
-    function_cache.py``) is an ordered map ``(FunctionContext, FunctionType)
-    -> ConcreteFunction``; ``experimental_get_tracing_count()`` is its length.
-    The FunctionTypes are the ones TF traced (relaxed by
-    ``reduce_retracing``), oldest first; traces that raised are not cached.
-    The records are the baseline later traces are compared with: their kind
-    is "cached" and they carry no reasons of their own.
-
-    Args:
-        fn: a `tf.function`.
-        keys: the cache keys read earlier (`tflab._tf.function.cache_keys`); read now when None.
-
-    Returns:
-        (traces numbered from 1, the FunctionContext ``context`` text of each).
-        Both empty when the cache cannot be read.
-    """
-    traces: list[Trace] = []
-    contexts: list[str] = []
-    for ctx, ftype in (_tf.cache_keys(fn) if keys is None else keys):
-        scope = getattr(getattr(ctx, "scope_type", None), "name", None)
-        nodes = nodes_of(ftype)
-        traces.append(Trace(index=len(traces) + 1, kind="cached", reasons=[], fixes=[],
-                            inputs=function_type_inputs(ftype), scope=scope,
-                            labels=tuple((n, c.label) for n, c in nodes.items()),
-                            nodes=nodes, traced_nodes=nodes))
-        contexts.append(_tf.context_fields(ctx) or repr(getattr(ctx, "context", None)))
-    return traces, contexts
 
 
 # What the log-based report cannot show (also in ``tflab retrace --help``).
@@ -716,7 +522,7 @@ def _grouped_events(logged: Sequence[TraceEvent], include_internal: bool) -> dic
     groups: dict[Any, list] = {}
     aliases: dict[Any, Any] = {}
     for t in logged:
-        if include_internal or not _is_tf_internal(t):
+        if include_internal or not is_tf_internal(t):
             groups.setdefault(_group_key(t, aliases, groups), []).append(t)
     return groups
 

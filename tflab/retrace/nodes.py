@@ -57,7 +57,7 @@ class Node(NamedTuple):
     children: tuple = ()
 
 
-def _fmt_shape(shape: Any) -> str:
+def fmt_shape(shape: Any) -> str:
     if shape is None:
         return "<unknown rank>"
     dims = ", ".join("None" if d is None else str(d) for d in shape)
@@ -113,7 +113,7 @@ def _object_key(obj: Any) -> Any:
     return (mode, id(obj) if mode == "id" else 0, ref)
 
 
-def _collected(node: "Node") -> bool:
+def collected(node: "Node") -> bool:
     if node.what == "collected":
         return True
     ref = node.value[2] if isinstance(node.value, tuple) and len(node.value) == 3 else None
@@ -123,7 +123,7 @@ def _collected(node: "Node") -> bool:
 def _leaf(value: Any) -> "Node":
     """A non-TraceType field of a TypeSpec's serialization (a shape, a dtype, a number)."""
     if type(value).__name__ == "TensorShape":
-        return Node("tensor", name="shape", shape=_dims_of(value), label=_fmt_shape(_dims_of(value)))
+        return Node("tensor", name="shape", shape=_dims_of(value), label=fmt_shape(_dims_of(value)))
     if type(value).__name__ == "DType":
         return Node("literal", value=value.name, label=value.name)
     if _tf.has_serialization(value) or hasattr(value, "is_subtype_of"):
@@ -160,7 +160,7 @@ def node_of(trace_type: Any) -> "Node":
     cls = type(trace_type).__name__
     if cls in ("TensorSpec", "BoundedTensorSpec", "DenseSpec"):
         dims, dt = _dims_of(trace_type.shape), _dtype_name(trace_type.dtype)
-        return Node("tensor", name=cls, shape=dims, dtype=dt, label=f"{dt}{_fmt_shape(dims)}")
+        return Node("tensor", name=cls, shape=dims, dtype=dt, label=f"{dt}{fmt_shape(dims)}")
     if cls == "Literal":
         v = trace_type.value
         return Node("literal", value=v, label=repr(v))
@@ -197,10 +197,10 @@ def node_of(trace_type: Any) -> "Node":
         kids = (("ragged_rank", _leaf(trace_type.ragged_rank)),
                 ("row_splits_dtype", _leaf(trace_type.row_splits_dtype)))
         return Node("ragged", name=cls, shape=dims, dtype=dt, children=kids,
-                    label=f"ragged {dt}{_fmt_shape(dims)}")
+                    label=f"ragged {dt}{fmt_shape(dims)}")
     if cls == "SparseTensorSpec":
         dims, dt = _dims_of(trace_type.shape), _dtype_name(trace_type.dtype)
-        return Node("sparse", name=cls, shape=dims, dtype=dt, label=f"sparse {dt}{_fmt_shape(dims)}")
+        return Node("sparse", name=cls, shape=dims, dtype=dt, label=f"sparse {dt}{fmt_shape(dims)}")
     if _tf.has_serialization(trace_type):  # an ExtensionType's spec or another TypeSpec
         try:
             fields = _tf.type_spec_fields(trace_type)
@@ -284,7 +284,7 @@ def parse_trace_type(text: str) -> Node:
     if m:
         dims = _parse_shape(m.group(2))
         return Node("tensor", name=m.group(1), shape=dims, dtype=m.group(3),
-                    label=f"{m.group(3)}{_fmt_shape(dims)}")
+                    label=f"{m.group(3)}{fmt_shape(dims)}")
     if text.startswith("Literal[") and text.endswith("]"):
         import ast
 

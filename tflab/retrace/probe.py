@@ -23,98 +23,20 @@ from tflab.report.text import seconds_text, trace_time_line
 from tflab._usercode import user_entry
 from tflab.errors import UsageError
 from tflab.report.base import HtmlDisplay, current_config
+from tflab.report.html.dispatch import renders
+from tflab.report.html.timeline import probe_fragment
 from tflab._tf import function as _tf
 from tflab.retrace.event import TraceEvent, on_each_trace
 from tflab.retrace.log import trace_from_event
-from tflab.retrace.records import NO_VARIABLE_CREATION, Trace, _short_name
+from tflab.retrace.records import NO_VARIABLE_CREATION, Trace, short_name
 from tflab.retrace.sideeffects import SideEffect, global_writes, trace_time_effects, user_function
-from tflab.report.html.dispatch import renders
-from tflab.report.html.timeline import probe_fragment
-
-@dataclasses.dataclass(frozen=True)
-class StaleRead:
-    """A closure variable or global read at trace time that changed later, without a retrace.
-
-    On TF 2.21 a Python number read by the traced body is baked into the
-    FuncGraph as a constant and is not part of the FunctionType, so changing it
-    does not retrace: the graph keeps computing with the traced value. The same
-    holds when the name is rebound to a new eager tensor or tf.Variable (the
-    graph captured the old one); ``.assign()`` on the same variable is seen.
-
-    Attributes:
-        name: the variable's name.
-        scope: "closure" (a cell of the function) or "global".
-        traced: repr of the value the FuncGraph was traced with.
-        current: repr of the value it has now.
-        trace: index of the trace that baked in ``traced``.
-        call: 1-based number of the call that first saw the change.
-    """
-
-    name: str
-    scope: str
-    traced: str
-    current: str
-    trace: int
-    call: int
-
-    @property
-    def text(self) -> str:
-        return (f"{self.scope} {self.name!r} was {self.traced} at trace #{self.trace}, now "
-                f"{self.current}: no retrace, the graph still uses {self.traced}")
-
-    @property
-    def change(self) -> str:
-        """The change in one phrase, as the probe's repr names it: ``global SCALE 2.0 -> 3.0``."""
-        return f"{self.scope} {self.name} {self.traced} -> {self.current}"
-
-    @property
-    def fix(self) -> str:
-        return (f"pass {self.name} as an argument (a tensor, so changing it needs no retrace) "
-                f"or keep it in a tf.Variable and .assign() new values")
-
-    @property
-    def fix_record(self) -> Any:
-        """The `tflab.fix.Fix` printed: not run, since it changes the function's parameters or globals."""
-        from tflab import fix as fx
-
-        return fx.unchecked("code", "", self.fix, f"it changes how your function reads {self.name}; "
-                            "tflab does not rewrite your source here")
-
+from tflab.retrace.stale import (  # noqa: F401 (re-exported)
+    StaleRead, MISSING, closure_cells, code_names, is_watchable, same_value, value_repr)
 
 
 # ---------------------------------------------------------------------------
 # RetraceProbe
 # ---------------------------------------------------------------------------
-
-# Values whose staleness we can judge: they are baked into the FuncGraph as
-# constants when read at trace time. Containers, modules and functions are not.
-_SCALARS = (bool, int, float, complex, str, bytes, type(None))
-_MISSING = object()
-
-
-# Rebinding a name to a new eager tensor or tf.Variable is stale too: the
-# FuncGraph captured the old one (by value for a tensor, by handle for a
-# variable). .assign() on the same variable is not: the handle is unchanged.
-_BY_IDENTITY = ("EagerTensor", "ResourceVariable", "UninitializedVariable")
-
-
-def _is_watchable(value: Any) -> bool:
-    if isinstance(value, _SCALARS):
-        return True
-    mod = type(value).__module__ or ""
-    return (mod == "numpy" and hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0) or \
-        type(value).__name__ in _BY_IDENTITY
-
-
-def _same(a: Any, b: Any) -> bool:
-    if a is b:
-        return True
-    if type(a).__name__ in _BY_IDENTITY or type(b).__name__ in _BY_IDENTITY:
-        return False
-    try:
-        return bool(type(a) is type(b) and a == b)
-    except Exception:  # an odd __eq__: treat as changed
-        return False
 
 
 def _check_tf_function_kwargs(kwargs: dict) -> None:
@@ -132,20 +54,6 @@ def _check_tf_function_kwargs(kwargs: dict) -> None:
         raise UsageError(f"RetraceProbe: unknown keyword argument{'s' * (len(unknown) > 1)} "
                          f"{', '.join(repr(k) for k in unknown)}: RetraceProbe takes watch_stale and "
                          f"tf.function's own options ({', '.join(allowed)})")
-
-
-def _code_names(code: types.CodeType) -> set[str]:
-    names = set(code.co_names)
-    for const in code.co_consts:  # nested lambdas / comprehensions read globals too
-        if isinstance(const, types.CodeType):
-            names |= _code_names(const)
-    return names
-
-
-def _closure_cells(fn: Any) -> list[tuple[str, Any]]:
-    code = getattr(fn, "__code__", None)
-    cells = getattr(fn, "__closure__", None) or ()
-    return list(zip(code.co_freevars, cells)) if code is not None else []
 
 
 class RetraceProbe(HtmlDisplay):
@@ -249,7 +157,7 @@ class RetraceProbe(HtmlDisplay):
         if not is_tf_function and not hasattr(fn, "__qualname__"):
             self.function_name = type(fn).__name__  # a callable object, e.g. a Keras model
         else:
-            self.function_name = _short_name(getattr(self._user_fn, "__qualname__", None)
+            self.function_name = short_name(getattr(self._user_fn, "__qualname__", None)
                                     or getattr(fn, "__name__", type(fn).__name__))
 
         wrapper = on_each_trace(python_fn, self._on_trace, "RetraceProbe")
@@ -280,8 +188,8 @@ class RetraceProbe(HtmlDisplay):
         # user's own trace counter: it changes because the body ran, it is not
         # a value the graph read and kept.
         written = global_writes(code)
-        gnames = sorted(n for n in _code_names(code) if n in globs and n not in written)
-        return gnames, _closure_cells(fn)
+        gnames = sorted(n for n in code_names(code) if n in globs and n not in written)
+        return gnames, closure_cells(fn)
 
     def _on_trace(self, event: TraceEvent | None, args: tuple = (), kwargs: dict | None = None) -> None:
         self._count += 1
@@ -293,8 +201,8 @@ class RetraceProbe(HtmlDisplay):
         snapshot: dict[str, Any] = {}
         gwatch, cwatch = [], []
         for n in gnames:
-            v = globs.get(n, _MISSING)
-            if v is not _MISSING and _is_watchable(v):
+            v = globs.get(n, MISSING)
+            if v is not MISSING and is_watchable(v):
                 snapshot[n] = v
                 gwatch.append([globs, n, v])
         for n, cell in cells:
@@ -302,7 +210,7 @@ class RetraceProbe(HtmlDisplay):
                 v = cell.cell_contents
             except ValueError:  # an empty cell
                 continue
-            if _is_watchable(v):
+            if is_watchable(v):
                 snapshot[n] = v
                 cwatch.append([n, cell, v])
         self._traced_values.append(snapshot)
@@ -368,25 +276,25 @@ class RetraceProbe(HtmlDisplay):
         # Hot path of a cached call: identity checks only, the slow compare
         # runs only when an identity changed.
         for w in self._gwatch:
-            cur = w[0].get(w[1], _MISSING)
+            cur = w[0].get(w[1], MISSING)
             if cur is not w[2]:
                 self._note_change(w[1], "global", w, cur)
         for w in self._cwatch:
             try:
                 cur = w[1].cell_contents
             except ValueError:
-                cur = _MISSING
+                cur = MISSING
             if cur is not w[2]:
                 self._note_change(w[0], "closure", w, cur)
 
     def _note_change(self, name: str, scope: str, w: list, cur: Any) -> None:
         w[-1] = cur
         last = len(self._traced_values)
-        traced = self._traced_values[-1].get(name, _MISSING) if last else _MISSING
-        if traced is _MISSING or _same(traced, cur):
+        traced = self._traced_values[-1].get(name, MISSING) if last else MISSING
+        if traced is MISSING or same_value(traced, cur):
             return
-        self.stale.append(StaleRead(name=name, scope=scope, traced=_value_repr(traced),
-                                    current=_value_repr(cur), trace=last, call=self.calls))
+        self.stale.append(StaleRead(name=name, scope=scope, traced=value_repr(traced),
+                                    current=value_repr(cur), trace=last, call=self.calls))
 
     def _record(self, before: int, args: tuple, kwargs: dict, kind: str | None = None,
                 error: BaseException | None = None) -> None:
@@ -625,18 +533,6 @@ class RetraceProbe(HtmlDisplay):
                      else f", {n} stale, latest: {self.stale[-1].change}")
         return (f"<RetraceProbe {self.function_name}: {self.trace_count} trace(s) in {self.calls} call(s)"
                 f"{why}{stale}>")
-
-
-
-def _value_repr(v: Any) -> str:
-    if v is _MISSING:
-        return "<deleted>"
-    if type(v).__name__ == "EagerTensor":
-        return f"<tf.Tensor {v.dtype.name}{tuple(v.shape)} at {id(v):#x}>"
-    if type(v).__name__ in _BY_IDENTITY:
-        return f"<tf.Variable {v.name!r} {v.dtype.name}{tuple(v.shape)} at {id(v):#x}>"
-    text = repr(v)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 # Its HTML fragment (notebook and --html pages): tflab.report.html.dispatch's registry.

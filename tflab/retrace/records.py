@@ -92,7 +92,7 @@ FIXES_WITH_REDUCE_RETRACING = {
 
 # TF 2.21 polymorphic_function.Function._initialize: the error of a trace that
 # creates a tf.Variable once variable creation is disabled.
-_SINGLETON_VARIABLE = "tf.function only supports singleton tf.Variables created on the first call"
+SINGLETON_VARIABLE = "tf.function only supports singleton tf.Variables created on the first call"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -272,6 +272,6 @@ class Trace(Report):
     site: str = ""
 
 
-def _short_name(qualname: str) -> str:
+def short_name(qualname: str) -> str:
     """``test_x.<locals>.h`` -> ``h``: the enclosing function adds nothing for a reader."""
     return qualname.rsplit("<locals>.", 1)[-1]

@@ -1,0 +1,140 @@
+"""What tflab wrote: the marker of every folder output it publishes, and the one ``--force`` rule.
+
+A folder output (``export --out``, ``tour --out``) carries `MARKER`, the list
+of what tflab wrote there; ``--force`` replaces only such a folder, and only
+while it holds nothing else (`check_replaceable`, `check_folder_out`).
+`tflab._paths` (output paths) uses them and re-exports them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from tflab._path_checks import check_path_text, describe_existing, shorten_path
+from tflab.errors import UsageError
+
+
+#: The file tflab writes into every folder output it publishes (``export --out``, ``tour --out``):
+#: JSON with the relative path of every entry it wrote. ``--force`` replaces only such a folder,
+#: and only while it holds nothing else (`check_replaceable`).
+MARKER = ".tflab-output"
+#: The file in every temporary folder tflab fills (``.NAME.tmp-*``, ``$TMPDIR/tflab_*``): the
+#: owner's pid and start time, so a later run can tell a folder whose owner is gone (`sweep_stale`).
+OWNER = ".tflab-owner"
+
+
+def _entries(folder: Path) -> set[str]:
+    """Every path under ``folder`` (files, folders, links), relative, with ``/`` separators."""
+    found = set()
+    for root, dirs, files in os.walk(folder):
+        rel = os.path.relpath(root, folder)
+        for name in dirs + files:
+            found.add(name if rel == "." else f"{rel}/{name}".replace(os.sep, "/"))
+    return found
+
+
+def write_marker(folder: Path, verb: str | None = None) -> None:
+    """Writes `MARKER` into ``folder``, listing every entry it holds now (call last, before publishing)."""
+    import json
+
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(Path(folder) / OWNER)
+    entries = sorted(_entries(Path(folder)) - {MARKER})
+    (Path(folder) / MARKER).write_text(json.dumps({"written_by": "tflab", "verb": verb, "entries": entries}))
+
+
+def foreign_entries(folder: Path) -> list[str] | None:
+    """The entries of ``folder`` tflab did not write there; None when it has no (readable) `MARKER`."""
+    import json
+
+    try:
+        listed = set(json.loads((Path(folder) / MARKER).read_text())["entries"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return sorted(_entries(Path(folder)) - listed - {MARKER})
+
+
+def check_replaceable(folder: Path, flag: str, noun: str = "output") -> None:
+    """Refuses to replace ``folder`` unless it is empty, or holds tflab's `MARKER` and nothing else.
+
+    The one ``--force`` rule for folder outputs (``export --out``, ``tour --out``): tflab replaces
+    only what it wrote itself, never a folder of the user's own files, the current folder or one
+    of its parents.
+
+    Args:
+        folder: the existing folder.
+        flag: the option that named it, for messages.
+        noun: what tflab writes there (``"export"``, ``"tour"``), for messages.
+
+    Raises:
+        UsageError: one line naming what would be lost.
+    """
+    folder = Path(folder)
+    real, cwd = folder.resolve(), Path.cwd().resolve()
+    if real == cwd or real in cwd.parents:
+        raise UsageError(f"{flag} {folder} is the current folder or one of its parents: --force will not "
+                         f"replace it; choose a new folder")
+    try:
+        if not any(folder.iterdir()):
+            return
+    except OSError as e:
+        raise UsageError(f"{flag} {folder}: cannot read it ({e.strerror}); choose another {flag}") from None
+    foreign = foreign_entries(folder)
+    if foreign is None:
+        why = "no report.json" if not (folder / "report.json").is_file() else f"no {MARKER} marker"
+        raise UsageError(f"{flag} {folder} is a folder that is not a tflab {noun} ({why}): --force replaces "
+                         f"only tflab's own {noun}s; choose another {flag}, or remove the folder yourself")
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise UsageError(f"{flag} {folder} holds files tflab did not write ({shown}): --force would delete "
+                         f"them; move them away or choose another {flag}")
+
+
+def check_folder_out(path: str | os.PathLike, flag: str, force: bool, noun: str = "output",
+                     empty_ok: bool = True) -> bool | None:
+    """The rules for a folder output that replaces a whole folder (``export --out``, ``tour --out``).
+
+    Args:
+        path: the folder the user gave.
+        flag: its option (``"--out"``).
+        force: the verb's ``--force``.
+        noun: what tflab writes there (``"export"``, ``"tour"``), for messages.
+        empty_ok: an existing empty folder is taken without ``force`` (the tour); False: any
+            existing path needs ``force`` (export).
+
+    Returns:
+        None when ``path`` does not exist; True when an existing folder will be replaced (an
+        empty one, or tflab's own with ``force``).
+
+    Raises:
+        UsageError: a file, FIFO, device or symlink loop there; an existing folder without
+            ``force``; with ``force``, a folder `check_replaceable` refuses.
+    """
+    check_path_text(path, flag)
+    p = Path(path)
+    what = describe_existing(p)
+    if what is None:
+        return None
+    if what not in ("a folder", "a regular file", "a dangling symlink"):
+        raise UsageError(f"{flag} {shorten_path(p)} is {what}, not an {noun} folder; choose another {flag}")
+    if what != "a folder":
+        if not force:  # --force would not help: it replaces only a previous tflab folder
+            raise UsageError(f"{flag} {shorten_path(p)} exists and is not a folder (it is {what}); "
+                             f"choose another {flag}")
+        raise UsageError(f"{flag} {shorten_path(p)} is {what}, not an {noun} folder: --force replaces only a "
+                         f"previous tflab {noun}; choose another {flag}")
+    try:
+        empty = not any(p.iterdir())
+    except OSError as e:
+        raise UsageError(f"{flag} {p}: cannot read it ({e.strerror}); choose another {flag}") from None
+    if empty and empty_ok:
+        return True
+    if not force:
+        if empty_ok:
+            raise UsageError(f"{flag} {p} is a folder that is not empty: pass --force to replace it, "
+                             f"or choose another {flag}")
+        raise UsageError(f"{p} already exists: pass --force to replace it, or choose another {flag}")
+    check_replaceable(p, flag, noun)
+    return True

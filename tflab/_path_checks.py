@@ -1,0 +1,124 @@
+"""What stands at a path, and the one guarded path for reading a user's input path.
+
+`describe_existing` names what is at a path for a message, `check_path_text`
+refuses a path ``os.stat`` cannot look at (a NUL byte, a name over
+``NAME_MAX``), `shorten_path` cuts one for an error line, and `input_path`
+probes an input (FILE.py, MODEL, examples, SavedModel) without opening it.
+`tflab._paths` (output paths) builds on them and re-exports them.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+from tflab.errors import UsageError
+
+
+def describe_existing(p: Path) -> str | None:
+    """What stands at ``p``, for a message: "a FIFO", "a character device", "a symlink loop", ...
+
+    Returns:
+        None when nothing is there (a dangling symlink is "a dangling symlink").
+    """
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        return "a dangling symlink" if os.path.islink(p) else None
+    except NotADirectoryError:
+        return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "a symlink loop"
+        raise
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISREG, "a regular file"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+        if test(st.st_mode):
+            return name
+    return "not a file or folder"
+
+
+def check_path_text(path: str | os.PathLike, flag: str) -> None:
+    """Refuses a path ``os.stat`` cannot even look at, as one line (call before any ``Path.exists()``).
+
+    ``Path.exists()`` raises ``ValueError: embedded null byte`` for a NUL and
+    ``OSError: [Errno 36] File name too long`` for a component over the file
+    system's ``NAME_MAX`` (255 bytes on ext4), out of ``main()`` as a traceback.
+
+    Raises:
+        UsageError: a NUL byte, or ``lstat`` failing with anything but "no
+            such file" (ENAMETOOLONG, ELOOP, EACCES on a parent folder).
+    """
+    text = os.fspath(path)
+    if "\0" in str(text):
+        raise UsageError(f"{flag} {text!r}: the path contains a NUL byte; give a plain path")
+    try:
+        os.lstat(text)
+    except (FileNotFoundError, NotADirectoryError):
+        pass  # a path to create, or under a file: the callers name that case
+    except OSError as e:
+        raise UsageError(f"{flag} {shorten_path(text)}: {e.strerror or e}; choose another path") from None
+
+
+def shorten_path(text: str | os.PathLike, limit: int = 120) -> str:
+    """A path cut to ``limit`` characters for an error line (a 300-character name stays readable)."""
+    s = os.fspath(text)
+    s = s if isinstance(s, str) else os.fsdecode(s)
+    return s if len(s) <= limit else f"{s[:limit]}…({len(s)} chars)"
+
+
+_KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
+
+
+def input_path(path: str | os.PathLike, flag: str, *, want: str = "file", what: str = "a file") -> Path:
+    """Probes an input path without opening it: the one input place (FILE.py, MODEL, examples, SavedModel).
+
+    ``open`` on a FIFO blocks until a writer comes (for ever); a device reads for ever or nothing. So
+    the path is judged from ``os.stat`` alone, and each kind is named as such.
+
+    Args:
+        path: what the user gave.
+        flag: the argument's name for messages (``"file"``, ``"--examples"``, ``"SAVED_MODEL"``).
+        want: ``"file"`` (a regular file), ``"folder"``, or ``"any"`` (a regular file or a folder).
+        what: words for what was expected, e.g. ``"a .py file"``.
+
+    Returns:
+        The path.
+
+    Raises:
+        UsageError: the path is missing, a dangling symlink, a symlink loop, under a regular file,
+            unreadable, a FIFO, a device or a socket, or a folder where a file is wanted (or the
+            reverse).
+    """
+    check_path_text(path, flag)
+    text = shorten_path(path)
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        if os.path.islink(p):
+            raise UsageError(f"{flag} {text!r} is a dangling symlink (to {os.readlink(p)!r}); give {what}") from None
+        raise UsageError(f"{flag} {text!r} does not exist; give {what}") from None
+    except NotADirectoryError:
+        raise UsageError(f"{flag} {text!r} does not exist (a part of the path is a file); give {what}") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UsageError(f"{flag} {text!r} is a symlink loop (the links point at each other); "
+                             f"give {what}") from None
+        raise UsageError(f"{flag} {text!r}: {e.strerror or e}; give {what}") from None
+    for test, name in _KINDS:
+        if test(st.st_mode):
+            raise UsageError(f"{flag} {text!r} is {name}, not a regular file; give {what}")
+    is_dir = stat.S_ISDIR(st.st_mode)
+    if want == "file" and is_dir:
+        kind = what.removeprefix("a path to ")
+        raise UsageError(f"{flag} {text!r} is a folder, so it is not {kind}; give {what}")
+    if want == "folder" and not is_dir:
+        raise UsageError(f"{flag} {text!r} is a regular file, not a folder; give {what}")
+    if not os.access(p, os.R_OK | (os.X_OK if is_dir else 0)):
+        raise UsageError(f"{flag} {text!r} cannot be read (permission denied); give {what}")
+    return p
