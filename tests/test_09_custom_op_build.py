@@ -378,7 +378,9 @@ def test_tour_section_reports_build_opcheck_and_ratio(built, tmp_path, capsys):
 
 
 def test_benchmark_and_tour_share_one_timing_function(built, monkeypatch, capsys):
-    """bench_softmax.py times through custom_ops.bench.time_interleaved, as the tour does."""
+    """bench_softmax.py sets the candidates' best of N (custom_ops.bench.best_of) beside the one
+    roofline (custom_ops.bench.copy_roofline) of the same input, then times them through
+    custom_ops.bench.time_interleaved, as the tour does."""
     import importlib.util
 
     from custom_ops import bench
@@ -386,21 +388,61 @@ def test_benchmark_and_tour_share_one_timing_function(built, monkeypatch, capsys
     class Reached(Exception):
         pass
 
+    roofs, bests = [], []
+    real_best_of = bench.best_of
+
+    def roofline_spy(src, runs=7, threads=None):  # its copies are tested below
+        roofs.append((src.shape, src.dtype.name, runs))
+        return bench.Roofline(nbytes=src.nbytes, seconds=1e-3, way="numpy, 1 thread",
+                              by_way={"numpy, 1 thread": 1e-3}, runs=runs)
+
+    def best_of_spy(fn, runs, **kwargs):
+        bests.append(runs)
+        return real_best_of(fn, 1, warmup=1)
+
     def spy(fns, rounds, inner, **kwargs):
         raise Reached(sorted(fns), rounds, inner)
 
+    monkeypatch.setattr(bench, "copy_roofline", roofline_spy)
+    monkeypatch.setattr(bench, "best_of", best_of_spy)
     monkeypatch.setattr(bench, "time_interleaved", spy)
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_softmax.py"
     spec = importlib.util.spec_from_file_location("bench_softmax_under_test", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     with pytest.raises(Reached) as e:
-        mod.main(["--child", "--rounds", "3", "--shapes", "4096x1024"])  # one configuration's run
-    # The copy roofline, TF's softmax, XLA's and ours, interleaved; (4096, 1024): 2e7 // 4M calls.
-    assert e.value.args == (["copy_1thread", "copy_threads", "tf.nn.softmax", "warp_softmax", "xla_softmax"],
-                            3, 4)
+        mod.main(["--child", "--rounds", "3", "--runs", "5", "--shapes", "4096x1024"])  # one configuration
+    assert roofs == [((4096, 1024), "float32", 5)]  # the roofline of the softmax's own input
+    assert bests == [5, 5, 5]  # tf.nn.softmax, XLA and ours, each alone
+    # TF's softmax, XLA's and ours, interleaved; (4096, 1024): 2e7 // 4M calls.
+    assert e.value.args == (["tf.nn.softmax", "warp_softmax", "xla_softmax"], 3, 4)
     out = capsys.readouterr().out
     assert "WarpSoftmax CPU path" in out and "oneDNN" in out and "allocator" in out  # config line
+    assert "TFLAB_WARP_SOFTMAX_ISA=" in out and "ONEDNN_MAX_CPU_ISA=" in out  # the caps
+
+
+@pytest.mark.parametrize("how", ["numpy", "memmove"])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_roofline_copies_are_true_copies_into_touched_buffers(how, threads):
+    """Each way the roofline times copies every byte (odd sizes and slice cuts included) into a
+    buffer touched before timing; the roofline is the fastest way, and % of roofline is its time
+    over the kernel's. Planted: a slice left out, or a copy of the first slice only, fails."""
+    from custom_ops.bench import Roofline, SlicedCopy, copy_roofline
+
+    src = np.random.default_rng(threads).standard_normal(100_003).astype(np.float32)
+    c = SlicedCopy(src, threads, how)
+    assert np.all(c.dst == 1)  # touched (filled) at construction, before any timed copy
+    try:
+        np.testing.assert_array_equal(c().view(np.float32), src)
+    finally:
+        c.close()
+    roof = copy_roofline(src, runs=2, threads=threads)
+    assert set(roof.by_way) == {f"{w}, {t} thread{'s' if t > 1 else ''}"
+                                for w in ("numpy", "memmove") for t in {1, threads}}
+    assert roof.seconds == min(roof.by_way.values()) and roof.by_way[roof.way] == roof.seconds
+    assert roof.nbytes == src.nbytes and roof.gbps == pytest.approx(2 * src.nbytes / roof.seconds / 1e9)
+    fake = Roofline(nbytes=8, seconds=2.0, way="x", by_way={"x": 2.0}, runs=1)
+    assert fake.fraction(4.0) == 0.5 and fake.fraction(2.0) == 1.0
 
 
 def test_benchmark_gpu_mode_runs_its_candidates_on_the_cpu(built, monkeypatch, capsys):
