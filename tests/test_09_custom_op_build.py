@@ -471,18 +471,17 @@ def test_benchmark_gpu_mode_runs_its_candidates_on_the_cpu(built, monkeypatch, c
     assert out.count("of D2D copy") == 2 and "goal >= 85%" in out and "WarpSoftmax CPU path" in out
 
 
-def test_benchmark_threaded_copy_copies_every_byte():
+def test_benchmark_parses_shapes():
+    """(The roofline's copies: test_roofline_copies_are_true_copies_into_touched_buffers.)"""
+    import argparse
     import importlib.util
 
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_softmax.py"
     spec = importlib.util.spec_from_file_location("bench_softmax_copy", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    src = np.arange(1001, dtype=np.float32).reshape(7, 143)
-    for threads in (1, 3):
-        np.testing.assert_array_equal(mod.ThreadedCopy(src, threads)(), src.reshape(-1))
     assert mod.parse_shapes("4096x1024,32x32000") == [(4096, 1024), (32, 32000)]
-    with pytest.raises(Exception, match="not a list of shapes"):
+    with pytest.raises(argparse.ArgumentTypeError, match="not a list of shapes"):
         mod.parse_shapes("4096by1024")
 
 
