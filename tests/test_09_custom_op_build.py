@@ -534,3 +534,22 @@ for path in ("/missing.so", {str(junk)!r}):
                         "_warp_softmax_ops*.so, or unset it to build the op")
     assert lines[1].startswith(f"ERR TFLAB_WARP_SOFTMAX_SO={junk} could not be loaded as a TF op library (")
     assert "|" not in lines[1]
+
+
+def test_prebuilt_library_loads_and_says_whether_it_has_gpu_kernels(built):
+    """$TFLAB_WARP_SOFTMAX_SO naming a good library loads it without building, and the loader reads
+    from TF's kernel registry (tflab._tf.runtime.registered_kernels) whether it registered GPU
+    kernels: the same answer as the build that made it (CUDA here when nvcc is installed)."""
+    code = """
+import numpy as np, tensorflow as tf
+from custom_ops import warp_softmax
+from custom_ops.python.ops import warp_softmax_ops as ops
+x = tf.random.stateless_normal([3, 37], seed=[0, 1])
+ok = np.allclose(warp_softmax(x).numpy(), tf.nn.softmax(x).numpy(), rtol=1e-5, atol=1e-7)
+r = ops.build_result()
+print("RESULT", r.key, r.cuda, r.so_path, ok)
+"""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TFLAB_WARP_SOFTMAX_SO=built.so_path)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    lines = [ln.split() for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert lines == [["RESULT", "prebuilt", str(built.cuda), built.so_path, "True"]], out.stderr[-2000:]
