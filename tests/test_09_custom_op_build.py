@@ -553,3 +553,23 @@ print("RESULT", r.key, r.cuda, r.so_path, ok)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     lines = [ln.split() for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
     assert lines == [["RESULT", "prebuilt", str(built.cuda), built.so_path, "True"]], out.stderr[-2000:]
+
+
+def test_pass_timer_compiles_against_the_kernel_source_and_reports_every_pass():
+    """benchmarks/bench_softmax.py --breakdown's pass timer (cc/bench/warp_softmax_passes.cc, which
+    includes the kernel source) builds and prints each pass; no timing is asserted."""
+    import importlib.util
+
+    from custom_ops.python.ops.warp_softmax_ops import planned_cpu_path
+
+    if planned_cpu_path() == "scalar":
+        pytest.skip("this CPU lacks AVX2: the pass timer times the AVX2 functions")
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_softmax.py"
+    spec = importlib.util.spec_from_file_location("bench_softmax_passes", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    got = mod.row_passes(cols=1024, rows=4, reps=3)
+    assert got is not None and (got["cols"], got["rows"], got["reps"]) == (1024, 4, 3)
+    ns = got["ns_per_element"]
+    assert set(ns) == {"max", "exp_store_sum", "exp_sum", "scale", "row", "row_streamed"}
+    assert all(v > 0 for v in ns.values()), ns
