@@ -9,35 +9,42 @@ reads both switches once, when it loads:
 * ``TF_CPU_ALLOCATOR_USE_BFC=true`` or TF's default allocator (MklCPUAllocator
   with oneDNN on, malloc with it off; tensorflow/core/common_runtime/process_state.cc).
 
-In each child, at each shape, four candidates run interleaved
-(`custom_ops.bench.time_interleaved`: 2 warm-up calls each, then ``--rounds``
-rounds, medians), so the machine's load hits them alike:
+In each child, at each shape:
 
-* ``copy``: the same bytes copied into an already touched buffer (numpy
-  ``copyto``, on one thread and in one slice per core in threads, both interleaved with the
-  others; the faster of the two is the roofline). A softmax that
-  keeps a row in cache reads each element once and writes it once, like a copy,
-  so no softmax can beat it;
-* ``tf.nn.softmax``, ``tf.function(tf.nn.softmax, jit_compile=True)`` (XLA) and
-  ``warp_softmax``.
+* the **roofline** (`custom_ops.bench.copy_roofline`, its one definition): the
+  fastest copy this machine makes of the same bytes (read N, write N): numpy
+  ``copyto`` and libc ``memmove``, on one thread and in one slice per core, into a
+  touched (pre-faulted) destination, the best of ``--runs`` runs of each, each run
+  alone. A softmax that keeps a row in cache reads each element once and writes
+  it once, like a copy, so no softmax can beat it;
+* ``tf.nn.softmax`` (Eigen with oneDNN off, oneDNN's kernel with it on),
+  ``tf.function(tf.nn.softmax, jit_compile=True)`` (XLA) and ``warp_softmax``:
+  the best of ``--runs`` calls each, each call alone (`custom_ops.bench.best_of`),
+  printed beside the roofline as a % of it (roofline time / best time) and as
+  ratios "tf best / warp best";
+* the same three interleaved (`custom_ops.bench.time_interleaved`: ``--rounds``
+  rounds, medians, wall and CPU time), a check of the ratio under the machine's
+  load, never set against the roofline.
 
-Every op is counted as 8 bytes per element (one float32 read, one written), and
-printed as GB/s and as a % of the copy's GB/s. Ratios are "tf time / warp time"
-within one child (interleaved). The runtime configuration line
-(`tflab.runtime_config`) of each child is printed, with the load average.
+Every op is counted as 8 bytes per element (one float32 read, one written). The
+runtime configuration line (`tflab.runtime_config`) of each child is printed,
+with the ISA caps (``ONEDNN_MAX_CPU_ISA``, ``TFLAB_WARP_SOFTMAX_ISA``) and the
+load average; each shape's line has the load before and after it.
 
 Goals (issue 13): >= 1.0x tf.nn.softmax with oneDNN on at the four shapes,
 >= 2.0x with oneDNN off, and at (16384, 4096) with BFC >= 60% of copy bandwidth
-(aiming at 85%). ``--breakdown`` adds where the time goes at (16384, 4096):
-first-touch page faults of a fresh 256 MiB buffer, the kernel single-threaded
-from DRAM and in cache (custom_ops/README.md quotes these).
+(aiming at 85%). ``--breakdown`` adds where the time goes at (16384, 4096),
+without TF: the row kernel on one thread and on every core beside the copy on
+one thread and the roofline, its cost per element in cache, each pass of the
+row alone (``custom_ops/cc/bench/warp_softmax_passes.cc``) and the first-touch
+page faults of a fresh 256 MiB buffer (custom_ops/README.md quotes these).
 
 GPU (``--device gpu``): fp32 (32768, 1024) and (32768, 4096) against
 device-to-device copy bandwidth (``tf.raw_ops.DeepCopy``), tf.nn.softmax and
 ``tf.function(tf.nn.softmax, jit_compile=True)``, in this process. Goals:
 >= 85% of copy bandwidth, >= 2x tf.nn.softmax, >= 1x the XLA version.
 
-Usage: ``python benchmarks/bench_softmax.py [--device cpu|gpu] [--rounds N] [--shapes 4096x1024,...]
+Usage: ``python benchmarks/bench_softmax.py [--device cpu|gpu] [--runs N] [--rounds N] [--shapes 4096x1024,...]
 [--onednn 1,0] [--allocators bfc,default] [--breakdown] [--json]``
 """
 
@@ -85,71 +92,105 @@ def _choices(allowed: tuple[str, ...]):
     return parse
 
 
-class ThreadedCopy:
-    """Copies src into a touched dst, one slice per thread (numpy releases the GIL in copyto)."""
-
-    def __init__(self, src: np.ndarray, threads: int):
-        self.src = src.reshape(-1)
-        self.dst = np.empty_like(self.src)
-        self.dst.fill(0)  # touch every page once: later copies see no page faults
-        n = self.src.size
-        cuts = [n * i // threads for i in range(threads + 1)]
-        self.slices = [slice(a, b) for a, b in zip(cuts, cuts[1:])]
-        self.pool = concurrent.futures.ThreadPoolExecutor(threads) if threads > 1 else None
-
-    def __call__(self):
-        if self.pool is None:
-            np.copyto(self.dst, self.src)
-        else:
-            list(self.pool.map(lambda s: np.copyto(self.dst[s], self.src[s]), self.slices))
-        return self.dst
-
-
 def config_line() -> str:
     """`tflab.runtime_config().one_line()`, plus the WarpSoftmax CPU path and the load average."""
     from custom_ops.python.ops.warp_softmax_ops import cpu_isa
+    from tflab.process import settings
     from tflab.runtime import runtime_config
 
     cfg = runtime_config()
     return (f"{cfg.one_line()} · {cfg.schedulable_cpus} CPUs · intra-op threads "
             f"{cfg.intra_op_threads or 'TF default'} · WarpSoftmax CPU path {cpu_isa()} · "
+            f"caps ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA', 'unset')} "
+            f"TFLAB_WARP_SOFTMAX_ISA={settings.get('TFLAB_WARP_SOFTMAX_ISA') or 'unset'} · "
             f"load avg {os.getloadavg()[0]:.1f}")
 
 
-def breakdown(tf, warp_softmax, rounds: int) -> dict:
-    """Where the time goes at (16384, 4096) float32 (256 MiB in, 256 MiB out), single-threaded
-    numpy/ctypes parts and TF calls, all in this process:
+def _kernel_rows(lib, isa_code: int, x: np.ndarray, y: np.ndarray, threads: int, stream: bool,
+                 pool: concurrent.futures.ThreadPoolExecutor | None):
+    """A callable running the WarpSoftmax row kernel (ctypes, no TF) over x in ``threads`` row slices."""
+    rows, cols = x.shape
+    cuts = [rows * i // threads for i in range(threads + 1)]
+    parts = [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
 
-    * fresh_fill_s / touched_fill_s: writing 256 MiB into a fresh anonymous mmap (first-touch
-      page faults, 4 KiB pages) vs into a touched buffer: the difference is the page-fault cost
-      that TF's malloc allocator pays on every call for a fresh output (glibc mmaps blocks
-      >= 32 MiB and unmaps them on free); fresh_hugepage_fill_s with MADV_HUGEPAGE;
-    * kernel_dram_s: the WarpSoftmax row kernel alone, one thread, input from DRAM, output
-      into a touched buffer (no TF, no allocation);
-    * kernel_cache_ns_per_elem: the same kernel on (64, 4096) (1 MiB in and out, in L2/L3):
-      the compute cost per element without DRAM.
+    def one(ab):
+        a, b = ab
+        lib.tflab_warp_softmax_rows_f32(isa_code, x[a:].ctypes.data, y[a:].ctypes.data, b - a, cols,
+                                        int(stream))
+
+    if pool is None or len(parts) == 1:
+        return lambda: one((0, rows))
+    return lambda: list(pool.map(one, parts))
+
+
+PASSES_SRC = os.path.join(ROOT, "custom_ops", "cc", "bench", "warp_softmax_passes.cc")
+
+
+def row_passes(cols: int = 4096, rows: int = 16, reps: int = 300) -> dict | None:
+    """Nanoseconds per element of each pass of the AVX2 row kernel, one thread, in cache
+    (``custom_ops/cc/bench/warp_softmax_passes.cc``, compiled here with the library's CPU flags).
+
+    Returns:
+        The program's JSON (``ns_per_element``: max, exp_store_sum, exp_sum, scale, row,
+        row_streamed), or None where no compiler or no AVX2 is at hand (the reason is printed).
     """
+    import tempfile
+
+    from custom_ops.build import BuildError, find_cxx
+
+    try:
+        cxx = find_cxx()
+    except BuildError as e:
+        print(f"  row passes: not measured ({e})", flush=True)
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = os.path.join(tmp, "warp_softmax_passes")
+        built = subprocess.run([cxx, "-O2", "-std=c++17", PASSES_SRC, "-o", exe], capture_output=True, text=True)
+        if built.returncode != 0:
+            print(f"  row passes: the pass timer did not compile: {built.stderr.strip()[:500]}", flush=True)
+            return None
+        ran = subprocess.run([exe, str(cols), str(rows), str(reps)], capture_output=True, text=True)
+    if ran.returncode != 0:
+        print(f"  row passes: not measured ({ran.stderr.strip()})", flush=True)
+        return None
+    return json.loads(ran.stdout)
+
+
+def breakdown(runs: int, shape=(16384, 4096)) -> dict:
+    """Where the gap to the roofline goes at ``shape`` float32, without TF in the timed code
+    (the row kernel through ctypes; best of ``runs``, each alone):
+
+    * kernel_1thread_s / copy_1thread_s, kernel_cores_s / roofline: the kernel against the
+      fastest copy on one thread and on every core (thread scaling of each);
+    * kernel_cache_ns_per_elem: the kernel on (64, cols) (1 MiB in and out, in L2/L3): its compute
+      cost per element without DRAM, on one thread;
+    * fresh_fill_s / touched_fill_s: writing the output size into a fresh anonymous mmap
+      (first-touch page faults, 4 KiB pages; with MADV_HUGEPAGE too) vs a touched buffer: what
+      TF's malloc allocator pays on every call (glibc mmaps blocks >= 32 MiB, unmaps them on free).
+    """
+    from custom_ops.bench import SlicedCopy, best_of, copy_roofline, every_core
     from custom_ops.python.ops import warp_softmax_ops as ops
 
-    shape = (16384, 4096)
     isa = {"avx512": "avx512", "avx2+fma": "avx2", "scalar": "scalar"}[ops.cpu_isa()]
+    code = ops.ISAS.index(isa)
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     lib = ops._cdll(ops.build_result().so_path)
-
-    def best(fn, n=rounds):
-        ts = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
-        return min(ts)
-
-    touched = np.empty_like(x)
-    touched.fill(0)
+    cores = every_core()
+    stream = x.nbytes >= 8 << 20 and shape[1] >= 512  # the OpKernel's rule (kernels.cc, cpu.cc)
+    y = np.empty_like(x)
+    y.fill(0)
+    pool = concurrent.futures.ThreadPoolExecutor(cores) if cores > 1 else None
+    roof = copy_roofline(x, runs)
+    copy1 = min(v for k, v in roof.by_way.items() if k.endswith(" 1 thread"))
+    kernel1 = best_of(_kernel_rows(lib, code, x, y, 1, stream, None), runs)
+    kernel_n = best_of(_kernel_rows(lib, code, x, y, cores, stream, pool), runs)
+    small = np.ascontiguousarray(x[:64])
+    ys = np.empty_like(small)
+    one_small = _kernel_rows(lib, code, small, ys, 1, False, None)
+    reps = 64
+    kernel_cache = best_of(lambda: [one_small() for _ in range(reps)], runs)
 
     def fresh(madvise_huge: bool):
-        # An anonymous mmap, as glibc malloc makes for TF's default allocator (blocks >= 32 MiB);
-        # optionally with MADV_HUGEPAGE (2 MiB pages where THP is "madvise"), as numpy does.
         m = mmap.mmap(-1, x.nbytes)
         if madvise_huge and hasattr(m, "madvise") and hasattr(mmap, "MADV_HUGEPAGE"):
             m.madvise(mmap.MADV_HUGEPAGE)
@@ -158,23 +199,20 @@ def breakdown(tf, warp_softmax, rounds: int) -> dict:
         del a
         m.close()
 
-    fresh_fill = best(lambda: fresh(False), 3)
-    fresh_huge_fill = best(lambda: fresh(True), 3)
-    touched_fill = best(lambda: touched.fill(1.0), 3)
-    y = np.empty_like(x)
-    y.fill(0)
-    code = ops.ISAS.index(isa)
-    kernel_dram = best(lambda: lib.tflab_warp_softmax_rows_f32(code, x.ctypes.data, y.ctypes.data,
-                                                               shape[0], shape[1], 1), 3)
-    small = np.ascontiguousarray(x[:64])
-    ys = np.empty_like(small)
-    reps = 64
-    kernel_cache = best(lambda: [lib.tflab_warp_softmax_rows_f32(code, small.ctypes.data, ys.ctypes.data,
-                                                                 64, shape[1], 0) for _ in range(reps)], 3)
-    return {"shape": list(shape), "fresh_fill_s": fresh_fill, "fresh_hugepage_fill_s": fresh_huge_fill,
+    fresh_fill = best_of(lambda: fresh(False), 3, warmup=0)
+    fresh_huge_fill = best_of(lambda: fresh(True), 3, warmup=0)
+    touched = SlicedCopy(x, 1).dst
+    touched_fill = best_of(lambda: touched.fill(1), 3)
+    if pool is not None:
+        pool.shutdown()
+    return {"shape": list(shape), "isa": isa, "cores": cores, "runs": runs,
+            "roofline_s": roof.seconds, "roofline_way": roof.way, "copy_1thread_s": copy1,
+            "kernel_1thread_s": kernel1, "kernel_cores_s": kernel_n,
+            "kernel_cache_ns_per_elem": kernel_cache / (reps * small.size) * 1e9,
+            "kernel_dram_ns_per_elem_1thread": kernel1 / x.size * 1e9,
+            "fresh_fill_s": fresh_fill, "fresh_hugepage_fill_s": fresh_huge_fill,
             "touched_fill_s": touched_fill, "page_fault_s": fresh_fill - touched_fill,
-            "page_fault_hugepage_s": fresh_huge_fill - touched_fill, "kernel_dram_1thread_s": kernel_dram,
-            "kernel_cache_ns_per_elem": kernel_cache / (reps * small.size) * 1e9}
+            "passes": row_passes(), "load_avg": os.getloadavg()[0]}
 
 
 def run_child(args) -> int:
@@ -182,48 +220,60 @@ def run_child(args) -> int:
     import tensorflow as tf
 
     from custom_ops import load_library, warp_softmax
-    from custom_ops.bench import ELEMENTS_PER_SAMPLE, allocator_name, time_interleaved
+    from custom_ops.bench import ELEMENTS_PER_SAMPLE, allocator_name, best_of, copy_roofline, time_interleaved
+    from tflab.runtime import runtime_config
 
     load_library()
-    threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    out = {"config": config_line(), "allocator": allocator_name(), "rows": []}
+    out = {"config": config_line(), "allocator": allocator_name(), "tf_kernel": runtime_config().onednn_label,
+           "rows": []}
     print(out["config"], flush=True)
     xla = tf.function(tf.nn.softmax, jit_compile=True)
     for shape in args.shapes:
         with tf.device("/CPU:0"):
             x = tf.random.stateless_normal(shape, seed=[0, 1], dtype=tf.float32)
-            # One thread copies an in-cache array faster (measured: 4 MiB 29 vs 22 GB/s), all
-            # cores a DRAM-sized one (256 MiB: 23 vs 20 GB/s): both run, the faster is the roofline.
-            copy1 = ThreadedCopy(x.numpy(), 1)
-            copy_mt = ThreadedCopy(x.numpy(), threads)
-            fns = {"copy_1thread": copy1, "copy_threads": copy_mt, "tf.nn.softmax": lambda: tf.nn.softmax(x),
-                   "xla_softmax": lambda: xla(x), "warp_softmax": lambda: warp_softmax(x)}
+            load0 = os.getloadavg()[0]
+            roof = copy_roofline(x.numpy(), args.runs)
+            fns = {"tf.nn.softmax": lambda: tf.nn.softmax(x), "xla_softmax": lambda: xla(x),
+                   "warp_softmax": lambda: warp_softmax(x)}
+            best = {k: best_of(fn, args.runs) for k, fn in fns.items()}  # each alone
             inner = max(1, int(ELEMENTS_PER_SAMPLE // x.shape.num_elements()))
-            wall, cpu = time_interleaved(fns, args.rounds, inner)
-            wall["copy"] = min(wall.pop("copy_1thread"), wall.pop("copy_threads"))
-        nbytes = 8 * int(np.prod(shape))
-        gbps = {k: nbytes / v / 1e9 for k, v in wall.items()}
-        row = {"shape": list(shape), "ms": {k: v * 1e3 for k, v in wall.items()}, "gbps": gbps,
-               "pct_of_copy": {k: v / gbps["copy"] for k, v in gbps.items() if k != "copy"},
-               "warp_vs_tf": wall["tf.nn.softmax"] / wall["warp_softmax"],
-               "warp_vs_xla": wall["xla_softmax"] / wall["warp_softmax"],
+            med, cpu = time_interleaved(fns, args.rounds, inner)
+        row = {"shape": list(shape), "load_avg": [load0, os.getloadavg()[0]],
+               "roofline": {"seconds": roof.seconds, "gbps": roof.gbps, "way": roof.way, "by_way": roof.by_way},
+               "best_ms": {k: v * 1e3 for k, v in best.items()},
+               "pct_of_roofline": {k: roof.fraction(v) for k, v in best.items()},
+               "warp_vs_tf": best["tf.nn.softmax"] / best["warp_softmax"],
+               "warp_vs_xla": best["xla_softmax"] / best["warp_softmax"],
+               "median_ms": {k: v * 1e3 for k, v in med.items()},
+               "warp_vs_tf_interleaved": med["tf.nn.softmax"] / med["warp_softmax"],
                "warp_vs_tf_cpu_time": cpu["tf.nn.softmax"] / cpu["warp_softmax"]}
         out["rows"].append(row)
-        print(f"  {'x'.join(map(str, shape)):>11}  copy {gbps['copy']:5.1f} GB/s | "
-              + " | ".join(f"{k} {row['ms'][k]:8.3f} ms {row['pct_of_copy'][k]:4.0%}"
+        pct = row["pct_of_roofline"]
+        print(f"  {'x'.join(map(str, shape)):>11}  roofline {roof.seconds * 1e3:7.2f} ms = {roof.gbps:5.1f} GB/s"
+              f" ({roof.way}) | best of {args.runs}: "
+              + " | ".join(f"{k} {row['best_ms'][k]:8.2f} ms {pct[k]:4.0%}"
                            for k in ("tf.nn.softmax", "xla_softmax", "warp_softmax"))
-              + f" | warp vs tf {row['warp_vs_tf']:.2f}x (CPU time {row['warp_vs_tf_cpu_time']:.2f}x),"
-                f" vs XLA {row['warp_vs_xla']:.2f}x", flush=True)
-        del copy1, copy_mt
+              + f" | warp vs tf.nn.softmax ({out['tf_kernel']}) {row['warp_vs_tf']:.2f}x best-of,"
+                f" {row['warp_vs_tf_interleaved']:.2f}x interleaved median (CPU time"
+                f" {row['warp_vs_tf_cpu_time']:.2f}x), vs XLA {row['warp_vs_xla']:.2f}x"
+                f" | load {load0:.1f}-{os.getloadavg()[0]:.1f}", flush=True)
     if args.breakdown:
-        out["breakdown"] = breakdown(tf, warp_softmax, args.rounds)
-        b = out["breakdown"]
-        print(f"  breakdown at 16384x4096: fill a fresh 256 MiB mmap {b['fresh_fill_s'] * 1e3:.0f} ms "
-              f"(4 KiB pages; {b['fresh_hugepage_fill_s'] * 1e3:.0f} ms with MADV_HUGEPAGE) vs a touched "
-              f"buffer {b['touched_fill_s'] * 1e3:.0f} ms: page faults {b['page_fault_s'] * 1e3:.0f} ms "
-              f"({b['page_fault_hugepage_s'] * 1e3:.0f} ms); "
-              f"WarpSoftmax kernel 1 thread from DRAM {b['kernel_dram_1thread_s'] * 1e3:.0f} ms; "
-              f"in cache {b['kernel_cache_ns_per_elem']:.2f} ns/element", flush=True)
+        out["breakdown"] = b = breakdown(args.runs)
+        print(f"  breakdown at {'x'.join(map(str, b['shape']))} ({b['isa']}, no TF, best of {b['runs']}, load "
+              f"{b['load_avg']:.1f}): kernel 1 thread {b['kernel_1thread_s'] * 1e3:.1f} ms vs copy 1 thread "
+              f"{b['copy_1thread_s'] * 1e3:.1f} ms ({b['copy_1thread_s'] / b['kernel_1thread_s']:.0%}); "
+              f"kernel {b['cores']} threads {b['kernel_cores_s'] * 1e3:.1f} ms vs roofline "
+              f"{b['roofline_s'] * 1e3:.1f} ms ({b['roofline_way']}; {b['roofline_s'] / b['kernel_cores_s']:.0%}); "
+              f"in cache {b['kernel_cache_ns_per_elem']:.2f} ns/element vs "
+              f"{b['kernel_dram_ns_per_elem_1thread']:.2f} from DRAM (1 thread); fresh-mmap fill "
+              f"{b['fresh_fill_s'] * 1e3:.0f} ms ({b['fresh_hugepage_fill_s'] * 1e3:.0f} ms MADV_HUGEPAGE) vs "
+              f"touched {b['touched_fill_s'] * 1e3:.0f} ms", flush=True)
+        if b["passes"]:
+            ns = b["passes"]["ns_per_element"]
+            print(f"  row passes (AVX2, 1 thread, {b['passes']['rows']}x{b['passes']['cols']} in cache, best of "
+                  f"{b['passes']['reps']}), ns/element: max {ns['max']:.3f}, exp+store+sum {ns['exp_store_sum']:.3f} "
+                  f"(without the store {ns['exp_sum']:.3f}), scale {ns['scale']:.3f}; whole row {ns['row']:.3f}, "
+                  f"streamed {ns['row_streamed']:.3f}", flush=True)
     print("CHILD-JSON " + json.dumps(out), flush=True)
     return 0
 
@@ -239,7 +289,7 @@ def run_cpu(args) -> int:
             if alloc == "bfc":
                 env["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
             cmd = [sys.executable, os.path.abspath(__file__), "--child", "--rounds", str(args.rounds),
-                   "--shapes", ",".join("x".join(map(str, s)) for s in args.shapes)]
+                   "--runs", str(args.runs), "--shapes", ",".join("x".join(map(str, s)) for s in args.shapes)]
             if args.breakdown and (onednn, alloc) == (args.onednn[0], args.allocators[0]):
                 cmd.append("--breakdown")
             print(f"== {name}", flush=True)
@@ -254,16 +304,19 @@ def run_cpu(args) -> int:
                 print(f"bench_softmax: the {name} run failed (exit {proc.returncode})", file=sys.stderr)
                 return 1
             results[name] = data
-    print("\nSummary: warp_softmax vs tf.nn.softmax (wall-time ratio, interleaved in one process); "
-          "% of the copy bandwidth measured in the same process")
+    print(f"\nSummary (best of {args.runs}, each run alone): warp_softmax as % of the roofline (the fastest "
+          "copy of the same bytes, 1 thread or every core, measured in the same process) and against "
+          "tf.nn.softmax in the same process")
     for name, data in results.items():
-        print(f"  {name}:")
+        print(f"  {name} (tf.nn.softmax = {data['tf_kernel']}):")
+        worst = min(data["rows"], key=lambda r: r["warp_vs_tf"])
         for row in data["rows"]:
-            pct = row["pct_of_copy"]
-            print(f"    {'x'.join(map(str, row['shape'])):>11}  {row['warp_vs_tf']:.2f}x vs tf.nn.softmax, "
-                  f"{row['warp_vs_xla']:.2f}x vs XLA;  warp {pct['warp_softmax']:.0%}, "
-                  f"tf.nn.softmax {pct['tf.nn.softmax']:.0%}, XLA {pct['xla_softmax']:.0%} of copy "
-                  f"({row['gbps']['copy']:.1f} GB/s)")
+            pct = row["pct_of_roofline"]
+            print(f"    {'x'.join(map(str, row['shape'])):>11}  warp {pct['warp_softmax']:4.0%} of roofline "
+                  f"({row['roofline']['gbps']:.1f} GB/s), tf.nn.softmax {pct['tf.nn.softmax']:4.0%}, "
+                  f"XLA {pct['xla_softmax']:4.0%};  warp vs tf.nn.softmax {row['warp_vs_tf']:.2f}x "
+                  f"(interleaved {row['warp_vs_tf_interleaved']:.2f}x, CPU time {row['warp_vs_tf_cpu_time']:.2f}x)"
+                  + ("  <- worst" if row is worst else ""))
     if args.json:
         print(json.dumps({"device": "cpu", "configs": results}, indent=2))
     return 0
@@ -348,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench_softmax.py", description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
     p.add_argument("--rounds", type=int, default=7, help="interleaved rounds (median taken)")
+    p.add_argument("--runs", type=int, default=7,
+                   help="runs of each candidate alone, and of each copy of the roofline (best taken)")
     p.add_argument("--shapes", type=parse_shapes, default=CPU_SHAPES,
                    help="CPU shapes, e.g. 4096x1024,16384x4096 (default: the five of the docstring)")
     p.add_argument("--onednn", type=_choices(("1", "0")), default=["1", "0"],
@@ -360,8 +415,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--gpu-path-on-cpu", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.rounds < 1:
-        p.error(f"--rounds must be >= 1, got {args.rounds}")
+    if args.rounds < 1 or args.runs < 1:
+        p.error(f"--rounds and --runs must be >= 1, got {args.rounds} and {args.runs}")
     if args.device == "gpu" or args.gpu_path_on_cpu:
         return run_gpu(args)
     if args.child:

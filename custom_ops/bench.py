@@ -4,10 +4,19 @@
 line (`tflab/_tour/s09_custom_op.py`) both time with `time_interleaved`, so
 the tour's ratio is the benchmark's measurement at one shape, not a different
 one.
+
+The memory roofline has one definition, `copy_roofline`: the fastest copy this
+machine makes of the same bytes (read N, write N), the best of ``runs`` runs of
+each way to copy, each run alone, on one thread and on every core, into a
+touched destination. Kernels are set beside it with `best_of` (the best of
+``runs`` calls, each alone), never with a median taken while interleaved: an
+interleaved median of a copy carries the load of whatever ran just before it.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import ctypes
 import dataclasses
 import os
 import statistics
@@ -60,6 +69,144 @@ def time_interleaved(fns: dict[str, Callable[[], object]], rounds: int, inner: i
             cpu[name].append((time.process_time() - c0) / inner)
     return ({k: statistics.median(v) for k, v in wall.items()},
             {k: statistics.median(v) for k, v in cpu.items()})
+
+
+def best_of(fn: Callable[[], object], runs: int, warmup: int = 2,
+            sync: Callable[[], None] = lambda: None) -> float:
+    """The fastest of ``runs`` calls of ``fn``, each timed alone (wall seconds).
+
+    Nothing else runs in between (no interleaving): the minimum is the call that
+    the machine's other load disturbed least, the figure a roofline is compared with.
+
+    Args:
+        fn: zero-argument callable; its result is dropped after each call.
+        runs: timed calls (>= 1).
+        warmup: untimed calls first (allocation, page faults, tracing).
+        sync: waits for the device after each call (GPU); a no-op on the CPU.
+
+    Returns:
+        The minimum wall seconds of one call.
+    """
+    for _ in range(warmup):
+        fn()
+    sync()
+    best = float("inf")
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        out = fn()
+        sync()
+        best = min(best, time.perf_counter() - t0)
+        del out
+    return best
+
+
+def every_core() -> int:
+    """The CPUs this process may run on (``os.sched_getaffinity``; ``os.cpu_count`` elsewhere)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+class SlicedCopy:
+    """Copies a C-contiguous numpy array into a touched buffer of the same size, in ``threads``
+    contiguous slices (one per thread; numpy's ``copyto`` and ctypes' ``memmove`` release the GIL).
+
+    Args:
+        src: the array to copy (any dtype; viewed as flat bytes).
+        threads: slices, each copied by its own thread (1: in the calling thread).
+        how: ``"numpy"`` (``np.copyto``) or ``"memmove"`` (libc ``memmove`` through ctypes).
+    """
+
+    def __init__(self, src, threads: int, how: str = "numpy"):
+        import numpy as np
+
+        if how not in ("numpy", "memmove"):
+            raise ValueError(f"how={how!r}: use 'numpy' or 'memmove'")
+        self.src = np.ascontiguousarray(src).reshape(-1).view(np.uint8)
+        self.dst = np.empty_like(self.src)
+        self.dst.fill(1)  # touch every page: no copy below takes a page fault
+        n = self.src.size
+        cuts = [n * i // threads // 64 * 64 for i in range(threads)] + [n]  # cache-line cuts
+        self.slices = [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+        self.how = how
+        self.pool = concurrent.futures.ThreadPoolExecutor(threads) if len(self.slices) > 1 else None
+
+    def _one(self, ab: tuple[int, int]) -> None:
+        a, b = ab
+        if self.how == "numpy":
+            import numpy as np
+
+            np.copyto(self.dst[a:b], self.src[a:b])
+        else:
+            ctypes.memmove(self.dst.ctypes.data + a, self.src.ctypes.data + a, b - a)
+
+    def __call__(self):
+        if self.pool is None:
+            self._one(self.slices[0])
+        else:
+            list(self.pool.map(self._one, self.slices))
+        return self.dst
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+
+
+@dataclasses.dataclass(frozen=True)
+class Roofline:
+    """The fastest copy of ``nbytes`` this machine made (`copy_roofline`).
+
+    Attributes:
+        nbytes: bytes read (the same count is written): a softmax's input size.
+        seconds: the best run of the fastest way (min over ``by_way``).
+        way: which way it was, e.g. ``"memmove, 2 threads"``.
+        by_way: best seconds of each way tried.
+        runs: runs of each way (each alone).
+    """
+
+    nbytes: int
+    seconds: float
+    way: str
+    by_way: dict
+    runs: int
+
+    @property
+    def gbps(self) -> float:
+        """Read plus write, GB/s (10^9 bytes): ``2 * nbytes / seconds``."""
+        return 2 * self.nbytes / self.seconds / 1e9
+
+    def fraction(self, seconds: float) -> float:
+        """A kernel's best seconds on the same bytes as a fraction of this roofline (1.0 = copy speed)."""
+        return self.seconds / seconds
+
+
+def copy_roofline(src, runs: int = 7, threads: int | None = None) -> Roofline:
+    """The fastest copy this machine makes of ``src``'s bytes: the memory roofline of a kernel that
+    reads ``src`` once and writes as many bytes once (a softmax keeping each row in cache).
+
+    Tried, each alone and the best of ``runs`` runs each: numpy ``copyto`` and libc ``memmove``
+    (glibc switches to non-temporal stores for copies larger than a share of the last-level cache,
+    so the large ones write without read-for-ownership, as the WarpSoftmax kernel does), on one
+    thread and in one slice per core, into a destination touched before timing (no page faults).
+
+    Args:
+        src: C-contiguous numpy array (the kernel's input).
+        runs: runs of each way.
+        threads: the "every core" thread count (default: `every_core`).
+
+    Returns:
+        A `Roofline`.
+    """
+    cores = threads or every_core()
+    by_way = {}
+    for t in sorted({1, cores}):
+        for how in ("numpy", "memmove"):
+            c = SlicedCopy(src, t, how)
+            try:
+                by_way[f"{how}, {t} thread{'s' if t > 1 else ''}"] = best_of(c, runs)
+            finally:
+                c.close()
+            del c
+    way = min(by_way, key=by_way.get)
+    return Roofline(nbytes=int(src.nbytes), seconds=by_way[way], way=way, by_way=by_way, runs=runs)
 
 
 def allocator_name() -> str:

@@ -139,16 +139,11 @@ def test_warp_kernels_are_instantiated_for_every_iters_bucket(built):
 @pytest.mark.skipif(not HAS_NVCC, reason="nvcc not installed: CPU-only build")
 def test_gpu_kernels_are_registered_for_every_dtype(built):
     """The OpKernel file compiled with GOOGLE_CUDA=1 registers DEVICE_GPU kernels."""
-    from tensorflow.python.framework import kernels
+    from tflab._tf.runtime import registered_kernels
 
     for op in ("WarpSoftmax", "WarpSoftmaxGrad"):
-        regs = kernels.get_registered_kernels_for_op(op).kernel
-        by_device = {}
-        for k in regs:
-            dtypes = {c.allowed_values.list.type[0] for c in k.constraint}
-            by_device.setdefault(k.device_type, set()).update(dtypes)
-        want = {tf.float32.as_datatype_enum, tf.float16.as_datatype_enum, tf.bfloat16.as_datatype_enum}
-        assert by_device == {"CPU": want, "GPU": want}, (op, by_device)
+        want = {"float32", "float16", "bfloat16"}
+        assert registered_kernels(op) == {"CPU": want, "GPU": want}, (op, registered_kernels(op))
 
 
 def test_library_links_cudart_statically(built):
@@ -414,7 +409,9 @@ def test_tour_section_reports_build_opcheck_and_ratio(built, tmp_path, capsys, m
 
 
 def test_benchmark_and_tour_share_one_timing_function(built, monkeypatch, capsys):
-    """bench_softmax.py times through custom_ops.bench.time_interleaved, as the tour does."""
+    """bench_softmax.py sets the candidates' best of N (custom_ops.bench.best_of) beside the one
+    roofline (custom_ops.bench.copy_roofline) of the same input, then times them through
+    custom_ops.bench.time_interleaved, as the tour does."""
     import importlib.util
 
     from custom_ops import bench
@@ -422,21 +419,61 @@ def test_benchmark_and_tour_share_one_timing_function(built, monkeypatch, capsys
     class Reached(Exception):
         pass
 
+    roofs, bests = [], []
+    real_best_of = bench.best_of
+
+    def roofline_spy(src, runs=7, threads=None):  # its copies are tested below
+        roofs.append((src.shape, src.dtype.name, runs))
+        return bench.Roofline(nbytes=src.nbytes, seconds=1e-3, way="numpy, 1 thread",
+                              by_way={"numpy, 1 thread": 1e-3}, runs=runs)
+
+    def best_of_spy(fn, runs, **kwargs):
+        bests.append(runs)
+        return real_best_of(fn, 1, warmup=1)
+
     def spy(fns, rounds, inner, **kwargs):
         raise Reached(sorted(fns), rounds, inner)
 
+    monkeypatch.setattr(bench, "copy_roofline", roofline_spy)
+    monkeypatch.setattr(bench, "best_of", best_of_spy)
     monkeypatch.setattr(bench, "time_interleaved", spy)
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_softmax.py"
     spec = importlib.util.spec_from_file_location("bench_softmax_under_test", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     with pytest.raises(Reached) as e:
-        mod.main(["--child", "--rounds", "3", "--shapes", "4096x1024"])  # one configuration's run
-    # The copy roofline, TF's softmax, XLA's and ours, interleaved; (4096, 1024): 2e7 // 4M calls.
-    assert e.value.args == (["copy_1thread", "copy_threads", "tf.nn.softmax", "warp_softmax", "xla_softmax"],
-                            3, 4)
+        mod.main(["--child", "--rounds", "3", "--runs", "5", "--shapes", "4096x1024"])  # one configuration
+    assert roofs == [((4096, 1024), "float32", 5)]  # the roofline of the softmax's own input
+    assert bests == [5, 5, 5]  # tf.nn.softmax, XLA and ours, each alone
+    # TF's softmax, XLA's and ours, interleaved; (4096, 1024): 2e7 // 4M calls.
+    assert e.value.args == (["tf.nn.softmax", "warp_softmax", "xla_softmax"], 3, 4)
     out = capsys.readouterr().out
     assert "WarpSoftmax CPU path" in out and "oneDNN" in out and "allocator" in out  # config line
+    assert "TFLAB_WARP_SOFTMAX_ISA=" in out and "ONEDNN_MAX_CPU_ISA=" in out  # the caps
+
+
+@pytest.mark.parametrize("how", ["numpy", "memmove"])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_roofline_copies_are_true_copies_into_touched_buffers(how, threads):
+    """Each way the roofline times copies every byte (odd sizes and slice cuts included) into a
+    buffer touched before timing; the roofline is the fastest way, and % of roofline is its time
+    over the kernel's. Planted: a slice left out, or a copy of the first slice only, fails."""
+    from custom_ops.bench import Roofline, SlicedCopy, copy_roofline
+
+    src = np.random.default_rng(threads).standard_normal(100_003).astype(np.float32)
+    c = SlicedCopy(src, threads, how)
+    assert np.all(c.dst == 1)  # touched (filled) at construction, before any timed copy
+    try:
+        np.testing.assert_array_equal(c().view(np.float32), src)
+    finally:
+        c.close()
+    roof = copy_roofline(src, runs=2, threads=threads)
+    assert set(roof.by_way) == {f"{w}, {t} thread{'s' if t > 1 else ''}"
+                                for w in ("numpy", "memmove") for t in {1, threads}}
+    assert roof.seconds == min(roof.by_way.values()) and roof.by_way[roof.way] == roof.seconds
+    assert roof.nbytes == src.nbytes and roof.gbps == pytest.approx(2 * src.nbytes / roof.seconds / 1e9)
+    fake = Roofline(nbytes=8, seconds=2.0, way="x", by_way={"x": 2.0}, runs=1)
+    assert fake.fraction(4.0) == 0.5 and fake.fraction(2.0) == 1.0
 
 
 def test_benchmark_gpu_mode_runs_its_candidates_on_the_cpu(built, monkeypatch, capsys):
@@ -465,16 +502,15 @@ def test_benchmark_gpu_mode_runs_its_candidates_on_the_cpu(built, monkeypatch, c
     assert out.count("of D2D copy") == 2 and "goal >= 85%" in out and "WarpSoftmax CPU path" in out
 
 
-def test_benchmark_threaded_copy_copies_every_byte():
+def test_benchmark_parses_shapes():
+    """(The roofline's copies: test_roofline_copies_are_true_copies_into_touched_buffers.)"""
+    import argparse
     import importlib.util
 
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_softmax.py"
     spec = importlib.util.spec_from_file_location("bench_softmax_copy", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    src = np.arange(1001, dtype=np.float32).reshape(7, 143)
-    for threads in (1, 3):
-        np.testing.assert_array_equal(mod.ThreadedCopy(src, threads)(), src.reshape(-1))
     assert mod.parse_shapes("4096x1024,32x32000") == [(4096, 1024), (32, 32000)]
     with pytest.raises(argparse.ArgumentTypeError,
                        match=r"^'4096by1024' is not a list of shapes like 4096x1024,32x32000$"):
@@ -559,3 +595,42 @@ def test_the_warp_library_helper_skips_only_without_a_compiler(monkeypatch):
     monkeypatch.setattr(build_mod, "find_cxx", no_compiler)
     with pytest.raises(pytest.skip.Exception, match=r"^no C\+\+ compiler, so WarpSoftmax cannot be built here"):
         load_warp_library_or_skip()
+
+
+def test_prebuilt_library_loads_and_says_whether_it_has_gpu_kernels(built):
+    """$TFLAB_WARP_SOFTMAX_SO naming a good library loads it without building, and the loader reads
+    from TF's kernel registry (tflab._tf.runtime.registered_kernels) whether it registered GPU
+    kernels: the same answer as the build that made it (CUDA here when nvcc is installed)."""
+    code = """
+import numpy as np, tensorflow as tf
+from custom_ops import warp_softmax
+from custom_ops.python.ops import warp_softmax_ops as ops
+x = tf.random.stateless_normal([3, 37], seed=[0, 1])
+ok = np.allclose(warp_softmax(x).numpy(), tf.nn.softmax(x).numpy(), rtol=1e-5, atol=1e-7)
+r = ops.build_result()
+print("RESULT", r.key, r.cuda, r.so_path, ok)
+"""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TFLAB_WARP_SOFTMAX_SO=built.so_path)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    lines = [ln.split() for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert lines == [["RESULT", "prebuilt", str(built.cuda), built.so_path, "True"]], out.stderr[-2000:]
+
+
+def test_pass_timer_compiles_against_the_kernel_source_and_reports_every_pass():
+    """benchmarks/bench_softmax.py --breakdown's pass timer (cc/bench/warp_softmax_passes.cc, which
+    includes the kernel source) builds and prints each pass; no timing is asserted."""
+    import importlib.util
+
+    from custom_ops.python.ops.warp_softmax_ops import planned_cpu_path
+
+    if planned_cpu_path() == "scalar":
+        pytest.skip("this CPU lacks AVX2: the pass timer times the AVX2 functions")
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_softmax.py"
+    spec = importlib.util.spec_from_file_location("bench_softmax_passes", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    got = mod.row_passes(cols=1024, rows=4, reps=3)
+    assert got is not None and (got["cols"], got["rows"], got["reps"]) == (1024, 4, 3)
+    ns = got["ns_per_element"]
+    assert set(ns) == {"max", "exp_store_sum", "exp_sum", "scale", "row", "row_streamed"}
+    assert all(v > 0 for v in ns.values()), ns

@@ -54,10 +54,10 @@ def assert_matches(ours, ref, dtype=tf.float32, x=None, axis=-1):
 
 def onednn_on() -> bool:
     """Whether TF runs its oneDNN CPU kernels in this process (TF_ENABLE_ONEDNN_OPTS, or TF's
-    default for this CPU); tensorflow/python/framework/test_util.py, ``IsMklEnabled``."""
-    from tensorflow.python.util import _pywrap_util_port
+    default for this CPU): `tflab._tf.runtime.onednn_enabled` (``IsMklEnabled``)."""
+    from tflab._tf.runtime import onednn_enabled
 
-    return bool(_pywrap_util_port.IsMklEnabled())
+    return onednn_enabled()
 
 
 def truth(x: np.ndarray, axis: int = -1) -> np.ndarray:

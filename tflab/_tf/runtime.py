@@ -10,7 +10,10 @@ What tflab reads here has no public API in TF 2.21:
 * op callbacks (``tensorflow/python/framework/op_callbacks.py``), which see every
   eager op and every op created while tracing: `op_callback` adds one for a block;
 * the joined string paths of a nested structure (``tensorflow/python/util/nest.py``
-  ``flatten_with_joined_string_paths``; public ``tf.nest`` has no path API).
+  ``flatten_with_joined_string_paths``; public ``tf.nest`` has no path API);
+* the kernels registered for an op type, by device and dtype
+  (``tensorflow/python/framework/kernels.py`` ``get_registered_kernels_for_op``):
+  the custom-op loader asks whether a prebuilt library registered GPU kernels.
 
 Every patch is a context manager that restores what it changed, also on error.
 """
@@ -21,7 +24,7 @@ import contextlib
 from typing import Any, Callable, Iterator
 
 __all__ = ["PRIVATE_NAMES", "onednn_enabled", "global_seed", "kept_global_seed", "op_callback",
-           "joined_paths"]
+           "joined_paths", "registered_kernels"]
 
 PRIVATE_NAMES = (
     ("tensorflow.python.util._pywrap_util_port", "IsMklEnabled"),
@@ -29,6 +32,7 @@ PRIVATE_NAMES = (
     ("tensorflow.python.framework.op_callbacks", "add_op_callback"),
     ("tensorflow.python.framework.op_callbacks", "remove_op_callback"),
     ("tensorflow.python.util.nest", "flatten_with_joined_string_paths"),
+    ("tensorflow.python.framework.kernels", "get_registered_kernels_for_op"),
 )
 
 
@@ -94,3 +98,25 @@ def joined_paths(structure: Any) -> list[str] | None:
         return [p for p, _ in nest.flatten_with_joined_string_paths(structure)]
     except (ImportError, AttributeError):
         return None
+
+
+def registered_kernels(op_type: str) -> dict[str, set[str]]:
+    """The kernels this process has registered for ``op_type``: device type -> dtype names.
+
+    Args:
+        op_type: a registered op's type name, e.g. ``"WarpSoftmax"``.
+
+    Returns:
+        ``{"CPU": {"float32", "float16", "bfloat16"}, "GPU": {...}}``: each device type that has
+        a kernel, with the dtypes its ``TypeConstraint``s allow (empty set: no constraint).
+        Empty when the op has no kernel (or is not registered).
+    """
+    import tensorflow as tf
+    from tensorflow.python.framework import kernels
+
+    found: dict[str, set[str]] = {}
+    for k in kernels.get_registered_kernels_for_op(op_type).kernel:
+        names = found.setdefault(k.device_type, set())
+        for c in k.constraint:
+            names.update(tf.dtypes.as_dtype(t).name for t in c.allowed_values.list.type)
+    return found

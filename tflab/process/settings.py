@@ -71,7 +71,7 @@ _TABLE = (
     Setting("TFLAB_WARP_SOFTMAX_ISA", "forces WarpSoftmax's CPU path: scalar, avx2 or avx512 (read when the "
             "library loads); a path this CPU lacks is an error", None, "user",
             ("custom_ops/cc/kernels/warp_softmax_cpu.cc (std::getenv)", "custom_ops.python.ops.warp_softmax_ops",
-             "tflab.isa_caps", "tflab.report.base")),
+             "tflab.isa_caps", "tflab.report.base", "benchmarks/bench_softmax.py")),
     Setting("TFLAB_WARP_SOFTMAX_SCALAR", "set: the older spelling of TFLAB_WARP_SOFTMAX_ISA=scalar", None, "user",
             ("custom_ops/cc/kernels/warp_softmax_cpu.cc (std::getenv)", "custom_ops.python.ops.warp_softmax_ops")),
     Setting("TFLAB_WARP_SOFTMAX_SO", "a prebuilt _warp_softmax_ops*.so to load instead of building one "

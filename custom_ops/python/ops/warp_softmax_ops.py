@@ -88,11 +88,10 @@ def load_library(result: BuildResult | None = None) -> ModuleType:
             if _build_result.key == "prebuilt":  # say whether it registered GPU kernels
                 import dataclasses
 
-                from tensorflow.python.framework import kernels
+                from tflab._tf.runtime import registered_kernels  # no public TF API lists kernels
 
-                regs = kernels.get_registered_kernels_for_op("WarpSoftmax").kernel
                 _build_result = dataclasses.replace(
-                    _build_result, cuda=any(k.device_type == "GPU" for k in regs))
+                    _build_result, cuda="GPU" in registered_kernels("WarpSoftmax"))
         return _lib
 
 
