@@ -42,9 +42,9 @@ tour: $(STAMP)
 # the caps that lower this CPU (ONEDNN_MAX_CPU_ISA, XLA_FLAGS, TFLAB_WARP_SOFTMAX_ISA).
 # The onednn passes collect only the test files that carry the marker (pytest
 # would otherwise import all ~40 test modules to deselect 95% of them: ~30-50 s
-# per pass on 2 cores); tests/test_00_tour_speed.py checks this list against
+# per pass on 2 cores); tests/tour/test_tour_speed.py checks this list against
 # the marker pytest itself collects.
-ONEDNN_FILES := $(shell grep -lE 'mark\.onednn' tests/test_*.py)
+ONEDNN_FILES := $(shell grep -rlE 'mark\.onednn' tests --include='test_*.py' | sort)
 # The main pass runs one pytest-xdist worker per schedulable CPU (at most 4: each holds a
 # TensorFlow of ~2-3 GiB), a test file per worker (--dist loadfile: a file's fixtures are
 # built once). TEST_JOBS=1 runs it in one process.

@@ -97,7 +97,7 @@ _FACTS_CHECK = """
 import ast, json, pathlib, sys
 from tflab._tour.facts import compare_facts
 expected = json.load(open(sys.argv[2]))
-test = pathlib.Path("tests/test_00_tour_speed.py")
+test = pathlib.Path("tests/tour/test_tour_speed.py")
 for node in ast.parse(test.read_text()).body if test.exists() else []:
     if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "INTENDED_CHANGES":
         expected["verdicts"].update(ast.literal_eval(node.value))

@@ -45,7 +45,7 @@ import numpy as np
 import tensorflow as tf
 
 # Bounds vs the reference per storage dtype: |ours - ref| <= atol + rtol*|ref|,
-# as (rtol, atol). Measured in tests/test_09_warp_softmax.py; README.md,
+# as (rtol, atol). Measured in tests/custom_ops/test_warp_softmax.py; README.md,
 # "Error bounds", gives the numbers and the reasons:
 # * float32: ours and tf.nn.softmax subtract the same max (same rounding),
 #   then differ by each one's exp (1-2 ULP) and the order of the row sum
@@ -73,7 +73,7 @@ TOLERANCES = {
 # oneDNN, and between oneDNN's AVX2 and AVX-512 code: on an AVX2-only EPYC with oneDNN
 # forced on, tf.nn.softmax is 4.3e-6 from ours at 50257 columns, past the 2^-18 above):
 # * float32: 40u = 40 * 2^-24 = 2.4e-6, the vector paths' derived bound (exp 4u, the
-#   blocked row sum 32u + u, the division 2u; tests/test_09_cpu_paths.py derives it
+#   blocked row sum 32u + u, the division 2u; tests/custom_ops/test_warp_cpu_paths.py derives it
 #   and the scalar path's 8u); atol as above (outputs near FLT_MIN flushed to zero).
 # * float16/bfloat16: one unit roundoff of the storage type for rounding the float32
 #   result once, plus the float32 bound (< one more unit): the same 2 units as above.

@@ -1,6 +1,6 @@
 """The import graph of the tflab package, read from its source with `ast` (no import runs).
 
-Used by tests/test_architecture.py and to print the map in docs/architecture.md
+Used by tests/house/test_architecture.py and to print the map in docs/architecture.md
 (``python tests/_import_graph.py``). An edge A -> B means module A imports
 module B somewhere: at module level or inside a function (a lazy import is
 still a dependency, and a cycle through one fails only on the call that

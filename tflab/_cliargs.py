@@ -3,7 +3,7 @@
 Every numeric option of every verb uses one of these instead of a bare
 ``int``/``float``, so ``--seed -1`` is refused while parsing, not by numpy
 halfway through the work (``ValueError: expected non-negative integer``).
-``tests/test_cli_bad_input.py`` walks `tflab.cli.VERBS` and fails on any
+``tests/commands/test_cli_bad_input.py`` walks `tflab.cli.VERBS` and fails on any
 option typed with a bare ``int`` or ``float``.
 
 Use::

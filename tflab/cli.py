@@ -14,7 +14,7 @@ Rules for verb modules:
   ``add_arguments``.** The ``tflab`` console script (`supervise`) builds
   the parser of every verb before it starts the child that runs one, so
   ``tflab --help`` and ``tflab VERB --bogus`` stay well under 0.5 s
-  (``tests/test_hostile.py::test_parsing_imports_no_tensorflow``). Import
+  (``tests/commands/test_cli_hostile.py::test_parsing_imports_no_tensorflow``). Import
   TF inside ``run``.
 * Print the report to ``sys.stdout`` from ``run`` (under the supervisor that
   is the report pipe); progress and notes go to stderr.

@@ -1,4 +1,4 @@
-"""Functions for tests/test_cases_answers.py (issue 22 items 4 and 5)."""
+"""Functions for tests/diagnosis/test_diagnose_user_cases.py (issue 22 items 4 and 5)."""
 
 import tensorflow as tf
 

@@ -1,4 +1,4 @@
-"""A user's own replica step for `tflab distribute FILE.py:STEP` (tests/test_11_distribute_user_step.py).
+"""A user's own replica step for `tflab distribute FILE.py:STEP` (tests/distribute/test_distribute_user_step.py).
 
 ``w`` is created at import; tflab imports this file inside strategy.scope(), so
 it becomes one MirroredVariable with a component per replica. The step is the

@@ -1,6 +1,6 @@
 """tensorflow/tensorflow#109015, adapted (no GPU): a tf.cond branch that eager never takes calls
 `tf.config()` (a module, not callable). Eager runs only the branch its predicate picks; tracing
-(graph, XLA) builds both, so graph and XLA raise TypeError. For tests/test_06_graph_errors.py."""
+(graph, XLA) builds both, so graph and XLA raise TypeError. For tests/modes/test_graph_errors.py."""
 
 import keras
 import tensorflow as tf

@@ -12,7 +12,7 @@ reached through a module of this package, one per concern:
 * ``_tf.runtime``: build facts (oneDNN on or off), eager context, op callbacks.
 
 Each module lists the private names it uses in ``PRIVATE_NAMES`` as
-``(module path, attribute path)`` pairs; ``tests/test_tf_internals.py`` imports
+``(module path, attribute path)`` pairs; ``tests/house/test_tf_internals.py`` imports
 each and fails naming the one a TF upgrade removed. A patch of TF state is a
 context manager that restores what it changed, also when the body raises.
 Where a public equivalent exists it is used instead (``tf.__internal__.decorator``

@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, Iterator
 
-# (module, attribute path) of every private TF name used below; tests/test_tf_internals.py
+# (module, attribute path) of every private TF name used below; tests/house/test_tf_internals.py
 # imports each, so a TF upgrade that drops one fails there, naming it.
 PRIVATE_NAMES = (
     ("tensorflow.python.autograph.impl.api", "_TRANSPILER"),

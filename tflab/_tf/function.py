@@ -37,7 +37,7 @@ import contextlib
 import os
 from typing import Any, Callable, Iterator, NamedTuple
 
-# (module, attribute path) of every private TF name used here; tests/test_tf_internals.py
+# (module, attribute path) of every private TF name used here; tests/house/test_tf_internals.py
 # resolves each in the pinned TF, so an upgrade fails there with the name.
 PRIVATE_NAMES = (
     ("tensorflow.python.eager.polymorphic_function.tracing_compilation", "_maybe_define_function"),
@@ -52,7 +52,7 @@ PRIVATE_NAMES = (
 )
 
 # Instance attributes (set in __init__, so not resolvable on the class): checked on a live
-# tf.function / TraceType by tests/test_20_retrace_why.py::test_the_adapter_instance_names_exist.
+# tf.function / TraceType by tests/retrace/test_retrace_why.py::test_the_adapter_instance_names_exist.
 INSTANCE_NAMES = (
     ("Function", "_function_cache"), ("Function", "_descriptor_cache"), ("Function", "_jit_compile"),
     ("Function", "_reduce_retracing"), ("Function", "_created_variables"),

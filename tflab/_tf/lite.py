@@ -19,7 +19,7 @@ What tflab's LiteRT lab (`tflab.litert`) needs beyond the public API of
   runner's subgraph index (``SignatureRunner._subgraph_index``); neither has a
   public getter in ai_edge_litert 2.x.
 
-Each private name is listed in `PRIVATE_NAMES` (``tests/test_tf_internals.py``
+Each private name is listed in `PRIVATE_NAMES` (``tests/house/test_tf_internals.py``
 checks that each exists in the pinned versions).
 """
 

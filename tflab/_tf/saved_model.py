@@ -16,7 +16,7 @@ What `tflab.saved_model` and the ``--html`` pages need from TF that has no publi
 * `keras_input_signature`: the input signature ``keras.Model.export`` uses
   (keras/src/export/export_utils.py).
 
-Each name used is listed in `PRIVATE_NAMES`; tests/test_tf_internals.py checks that
+Each name used is listed in `PRIVATE_NAMES`; tests/house/test_tf_internals.py checks that
 every one exists in the pinned TF and Keras.
 """
 

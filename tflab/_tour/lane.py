@@ -23,7 +23,7 @@ It matters: the freshly built MobileNetV3Small's softmax spans only ~0.03 to
 than the output's whole range (vacuous: they cannot fail); after the seven
 steps the outputs span 0 to 1 and each bound can fail. The weights agree with
 the one-process tour's in distribution, not bit for bit (eager kernels, and
-Dropout draws other masks); the facts ``tests/test_00_tour_speed.py``
+Dropout draws other masks); the facts ``tests/tour/test_tour_speed.py``
 compares are the same.
 """
 

@@ -28,7 +28,7 @@ def run(ctx) -> None:
 
     # Training: step 2's optimizer when it ran (its slot variables exist, so no
     # variable-creation re-trace: one trace in all, and ~20 s less tour time; the
-    # fresh-optimizer case, 2 traces, is case T10 in tests/test_04_stabilize.py),
+    # fresh-optimizer case, 2 traces, is case T10 in tests/signatures/test_stabilize.py),
     # over the tf.data pipeline with the smaller last batch, then one more batch size.
     optimizer = ctx.shared.get("optimizer") or keras.optimizers.Adam()
     log: list[str] = []

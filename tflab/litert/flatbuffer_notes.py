@@ -27,7 +27,7 @@ import numpy as np
 # float16's largest finite value (IEEE 754 binary16: (2 − 2^-10) · 2^15).
 FLOAT16_MAX = 65504.0
 
-# Measured on TF 2.21's converter (tests/test_08_tflite_nan.py): a read-only
+# Measured on TF 2.21's converter (tests/litert/test_litert_nan.py): a read-only
 # tf.Variable of a tf.Module becomes a constant weight; one a signature
 # assigns stays a TFLite resource variable with an initializer subgraph
 # (CALL_ONCE), as ``experimental_enable_resource_variables`` (default True,
@@ -262,7 +262,7 @@ def float16_note(model: bytes) -> str:
     """One line naming float16 weights at ±65504, or "".
 
     TF 2.21's float16 recipe saturates a float32 weight beyond float16's range
-    to ±65504 rather than storing inf (measured: tests/test_08_tflite_nan.py),
+    to ±65504 rather than storing inf (measured: tests/litert/test_litert_nan.py),
     so such a weight gives a wrong answer, not a NaN. A weight exactly ±65504
     in float32 is possible but rare; the note says "at", not "beyond".
     """

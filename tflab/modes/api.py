@@ -36,7 +36,7 @@ variable the function touches is saved first and put back before each mode's
 first call and at the end, so the modes are compared on equal terms and the
 user's variables are left as they were.
 
-What tests/test_06_compare_modes.py measures on TF 2.21 (CPU): graph mode gives
+What tests/modes/test_compare_modes.py measures on TF 2.21 (CPU): graph mode gives
 eager's bits unless a Grappler pass rewrites the arithmetic (the arithmetic
 optimizer regrouping an add tree, constant folding turning ``/ 6`` into a
 multiply); with that pass off the bits match again. XLA differs by a few ULP

@@ -32,7 +32,7 @@ candidate fix is applied to a rewritten copy of the user's line and measured
 zeroed below float16's range get loss_scale='dynamic' run on the same tape. `tflab.demonstrate_loss_scaling` (``tflab/precision/loss_scaling.py``)
 does it on the tour's MobileNetV3Small training step.
 
-What tests/test_10_precision.py measures on TF 2.21 (CPU, oneDNN on and off):
+What tests/precision/test_precision.py measures on TF 2.21 (CPU, oneDNN on and off):
 for ``reduce_sum(x @ w) * 2^-20`` with ``x = ones[8, 64]``, ``w = 2^-8``
 (shape [64, 4]), dL/dx is 2^-26: 0 in float16 for all 512 elements, exact in
 bfloat16, and 2^-26 again in float16 with a loss scale of 2^15 (fixed or

@@ -4,7 +4,7 @@ tflab reads these names through `get` (or `get_float`, `get_int`), which
 knows no other name: a misspelt or undeclared ``TFLAB_*`` name is a
 ``KeyError`` at the first read, never a silently unset value. ``tflab env``
 prints the table (``tflab env --json`` carries it as ``"settings"``), and
-``tests/test_process_settings.py`` fails when a tracked file uses a
+``tests/process/test_process_settings.py`` fails when a tracked file uses a
 ``TFLAB_*`` name that is not declared here, or reads one from
 ``os.environ`` without this module.
 

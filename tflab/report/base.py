@@ -12,7 +12,7 @@ mixes in `Report` and follows one convention:
   derived from the dataclass fields (names starting with ``_`` and fields with
   ``metadata={"dict": False}`` are left out) plus the names in ``DICT_PROPERTIES``;
 * ``repr()`` is one line, ``<Kind function_name: summary>``, from ``summary_line()``;
-* one field vocabulary (tests/test_report_vocabulary.py): ``error`` is always a message
+* one field vocabulary (tests/report/test_report_vocabulary.py): ``error`` is always a message
   (a str, or None); a measured difference is a number named ``*_error``
   (``max_abs_error``, ``max_rel_error``, ``worst_abs_error``: the ``|Δ|`` at the element
   with the worst ``|Δ|/bound``, ``rms_error``) or ``*_ulp`` (``max_ulp``), never ``*diff*``;

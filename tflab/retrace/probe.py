@@ -405,7 +405,7 @@ class RetraceProbe(HtmlDisplay):
                 culprit, value = name, v
                 break
         what = f"argument {culprit!r} ({type(value).__name__})" if culprit else "an argument"
-        # Measured (tests/test_cases_tracing.py T4): frozen=True alone makes it
+        # Measured (tests/retrace/test_retrace_user_cases.py T4): frozen=True alone makes it
         # hashable, so TF traces it as a Weakref TraceType matched by == while
         # alive; a fresh instance per call retraces once the previous is freed.
         return UsageError(

@@ -1,4 +1,4 @@
-"""Functions whose if/for/while statements test_05_autograph_diff.py classifies.
+"""Functions whose if/for/while statements test_autograph_diff.py classifies.
 
 Line numbers matter to the tests only through `ast` (they look statements up by
 their source text), so editing this file keeps the tests valid.

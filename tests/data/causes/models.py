@@ -1,4 +1,4 @@
-"""Models for tests/test_08_tflite_causes.py (issue 32): each built in code, random weights, non-zero biases.
+"""Models for tests/litert/test_litert_causes.py (issue 32): each built in code, random weights, non-zero biases.
 
 * `ExpNet`: ``exp(x)`` (tensorflow#120299: XNNPACK's EXP and the builtin one on NaN).
 * `TwoHeads`: logits and softmax(logits) (newcomer trial P8: the softmax must be matched to TF's softmax).

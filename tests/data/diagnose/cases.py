@@ -1,4 +1,4 @@
-"""The handed cases D1-D8 of ../shared/cases/diagnosis.md, for tests/test_12_diagnose.py.
+"""The handed cases D1-D8 of ../shared/cases/diagnosis.md, for tests/diagnosis/test_diagnose.py.
 
 Line numbers matter: the tests assert the culprit line of each function.
 """

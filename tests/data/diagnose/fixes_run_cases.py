@@ -1,4 +1,4 @@
-"""Cases for tests/test_12_diagnose_fixes_run.py (issue 32: every fix run on a copy).
+"""Cases for tests/diagnosis/test_diagnose_fixes_run.py (issue 32: every fix run on a copy).
 
 Each culprit line ends with a ``# F…`` marker; the tests find the line by it. Adapted from
 reports_s4.md row 5 (tensorflow/tensorflow#40537) and trial_newcomer.md P5, P6, P7; each

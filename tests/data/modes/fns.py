@@ -1,4 +1,4 @@
-"""Small functions for test_06_compare_modes.py and the ``tflab compare`` CLI tests."""
+"""Small functions for test_compare_modes.py and the ``tflab compare`` CLI tests."""
 
 import numpy as np
 import tensorflow as tf

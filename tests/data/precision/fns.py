@@ -1,4 +1,4 @@
-"""Functions for tests/test_10_precision.py and the `tflab precision` CLI tests."""
+"""Functions for tests/precision/test_precision.py and the `tflab precision` CLI tests."""
 
 import keras
 import tensorflow as tf

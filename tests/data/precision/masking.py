@@ -2,7 +2,7 @@
 
 ``scores - 1e30 * (1.0 - mask)`` under mixed_float16: the Python constant 1e30 becomes
 inf in float16 (max 65504), and inf * 0 = NaN where the mask keeps a position.
-`healthy_attention` masks with 1e4, which float16 holds. For tests/test_10_first_nonfinite.py.
+`healthy_attention` masks with 1e4, which float16 holds. For tests/nonfinite/test_first_nonfinite.py.
 """
 
 import keras

@@ -1,0 +1,224 @@
+"""The export's repeated work, done once: each .tflite parsed once, the SavedModel loaded once per process.
+
+* one `check_tflite` of a quantized variant reads its bytes and the float
+  reference's through ``read_ops``/``analyze_flatbuffer``/``read_graphs`` a dozen
+  times; the schema's object API (``ModelT.InitFromPackedBuf``) now runs once per
+  distinct model, and a changed byte (a planted defect) is a new model, parsed again;
+* the shared parse equals a fresh one field by field, and its arrays are read-only,
+  so no caller can change what the next one reads;
+* the converter tflab builds from the keys of the SavedModel it already loaded
+  gives the same bytes as ``tf.lite.TFLiteConverter.from_saved_model`` (its
+  conversion metadata included) without that call's own ``tf.saved_model.load``;
+* `tflab.litert.float_tensors._downstream` with its memo walks the same ancestors
+  as the walk it replaced (reimplemented here as it was).
+
+Every number asserted is a count or a comparison made in the same run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from test_litert_per_op import _cnn, _examples, _plant, _save
+
+
+@pytest.fixture(scope="module")
+def cnn(tmp_path_factory):
+    """(SavedModel, examples, {variant: bytes}) of the per-op tests' CNN."""
+    from tflab.litert.conversion import convert
+
+    sm = _save(_cnn(), tmp_path_factory.mktemp("costs") / "cnn")
+    ex = _examples((12, 12, 3), n=8)
+    return sm, ex, {q: convert(sm, q, [ex]) for q in ("none", "dynamic")}
+
+
+@pytest.fixture
+def unpacks(monkeypatch):
+    """Counts the schema's object-API parses (``ModelT.InitFromPackedBuf``), from empty caches."""
+    from tensorflow.lite.python import schema_py_generated as fb
+
+    from tflab._tf import lite
+    from tflab.litert import flatbuffer_notes, ops
+
+    lite._unpack.cache_clear()
+    ops._parse_ops.cache_clear()
+    flatbuffer_notes.read_graphs.cache_clear()
+    calls = []
+    real = fb.ModelT.InitFromPackedBuf
+
+    def counted(buf, pos=0):
+        calls.append(len(buf))
+        return real(buf, pos)
+
+    monkeypatch.setattr(fb.ModelT, "InitFromPackedBuf", staticmethod(counted))
+    yield calls
+    lite._unpack.cache_clear()  # nothing parsed through the counter stays behind
+    ops._parse_ops.cache_clear()
+    flatbuffer_notes.read_graphs.cache_clear()
+
+
+def test_a_check_parses_each_flatbuffer_once(cnn, unpacks, monkeypatch):
+    """check_tflite of the dynamic variant against the float one: two models, two parses."""
+    from tflab.litert import ops
+    from tflab.litert.check import check_tflite
+
+    sm, ex, models = cnn
+    reads = []
+    real_read = ops.read_ops
+    monkeypatch.setattr(ops, "read_ops", lambda m: reads.append(1) or real_read(m))
+    c = check_tflite(models["dynamic"], sm, [ex], "dynamic", float_model=models["none"])
+    assert c.per_op is not None and c.attribution is not None, c.notes  # the passes that read the models ran
+    assert len(reads) >= 4, reads  # asked for again and again ...
+    assert len(unpacks) == 2 and set(unpacks) == {len(models["dynamic"]), len(models["none"])}, unpacks  # once each
+    check_tflite(models["dynamic"], sm, [ex], "dynamic", float_model=models["none"])
+    assert len(unpacks) == 2, unpacks  # a second check of the same bytes parses nothing
+
+
+def test_a_changed_byte_is_another_model(cnn, unpacks):
+    """The cache is keyed by content: a planted weight is parsed anew and read as planted."""
+    from tflab.litert.ops import read_ops
+
+    _, _, models = cnn
+    planted, index = _plant(models["none"], "CONV_2D", "weight_x1.1", 1)
+    assert planted != models["none"]
+    healthy, bad = read_ops(models["none"]), read_ops(bytearray(planted))
+    assert len(unpacks) == 2, unpacks
+    w_ok = healthy.subgraphs[0][index].inputs[1].constant
+    w_bad = bad.subgraphs[0][index].inputs[1].constant
+    np.testing.assert_allclose(w_bad, w_ok * np.float32(1.1), rtol=1e-6)
+    assert read_ops(bytes(bytearray(models["none"]))) is healthy  # equal bytes, another object: the same parse
+
+
+def test_the_shared_parse_equals_a_fresh_one_and_is_read_only(cnn):
+    from tflab.litert import ops
+
+    _, _, models = cnn
+    for q, model in models.items():
+        shared, fresh = ops.read_ops(model), ops._parse_ops.__wrapped__(model)
+        assert shared.signatures == fresh.signatures
+        for sa, sb in zip(shared.subgraphs, fresh.subgraphs, strict=True):
+            for a, b in zip(sa, sb, strict=True):
+                assert (a.index, a.op_type, type(a.options)) == (b.index, b.op_type, type(b.options))
+                for ta, tb in zip((*a.inputs, *a.outputs), (*b.inputs, *b.outputs), strict=True):
+                    if ta is None:
+                        assert tb is None
+                        continue
+                    assert (ta.index, ta.name, ta.dtype, ta.shape, ta.quantized_dimension) == \
+                           (tb.index, tb.name, tb.dtype, tb.shape, tb.quantized_dimension)
+                    np.testing.assert_array_equal(ta.scale, tb.scale)
+                    np.testing.assert_array_equal(ta.zero_point, tb.zero_point)
+                    assert (ta.constant is None) == (tb.constant is None)
+                    if ta.constant is not None:
+                        assert ta.constant.tobytes() == tb.constant.tobytes()
+    quantized = next(t for op in ops.read_ops(models["dynamic"]).subgraphs[0] for t in op.inputs
+                     if t is not None and t.quantized)
+    with pytest.raises(ValueError, match="read-only"):
+        quantized.scale[0] = 0.0
+    with pytest.raises(ValueError, match="read-only"):
+        quantized.constant.flat[0] = 0
+
+
+def test_converter_from_loaded_keys_is_from_saved_models(cnn, monkeypatch):
+    """Same bytes as TF's from_saved_model, and no tf.saved_model.load of its own."""
+    import tensorflow as tf
+    from tensorflow.lite.python import conversion_metadata_schema_py_generated as metadata
+    from tensorflow.lite.python import lite
+
+    from tflab._tf.lite import from_saved_model_keys
+    from tflab.litert.conversion import _converter
+    from tflab.saved_model import load_saved_model
+
+    sm, _, models = cnn
+    loaded = load_saved_model(sm)
+    assert sorted(loaded.signatures) == ["serve", "serving_default"]
+    assert from_saved_model_keys(loaded) == ["serving_default"]  # a model.export artifact: TF's rule
+    loads = []
+    real = lite._load
+    monkeypatch.setattr(lite, "_load", lambda *a, **k: loads.append(a) or real(*a, **k))
+    theirs = tf.lite.TFLiteConverter.from_saved_model(sm)
+    assert len(loads) == 1  # TF loads the SavedModel in Python to read its keys ...
+    conv = _converter(sm)
+    assert len(loads) == 1  # ... tflab reads them off the load it keeps (convert() itself loads once more)
+    assert type(conv) is type(theirs) is lite.TFLiteSavedModelConverterV2
+    assert conv._metadata.environment.modelType == metadata.ModelType.TF_SAVED_MODEL
+    want, got = theirs.convert(), conv.convert()
+    assert got == want and got == models["none"]
+
+
+def test_module_with_two_signatures_keeps_both_keys(tmp_path):
+    """A tf.Module saved with two signatures and no ``serve``: every key, as from_saved_model converts."""
+    import tensorflow as tf
+
+    from tflab._tf.lite import from_saved_model_keys
+    from tflab.litert.conversion import convert
+    from tflab.litert.ops import read_ops
+    from tflab.saved_model import load_saved_model
+
+    class Two(tf.Module):
+        def __init__(self):
+            self.w = tf.Variable(2.0)
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+        def double(self, x):
+            return {"y": x * self.w}
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+        def plus(self, x):
+            return {"y": x + self.w}
+
+    m = Two()
+    path = str(tmp_path / "two")
+    tf.saved_model.save(m, path, signatures={"double": m.double, "plus": m.plus})
+    assert sorted(from_saved_model_keys(load_saved_model(path))) == ["double", "plus"]
+    assert sorted(read_ops(convert(path, "none")).signatures) == ["double", "plus"]
+
+
+def _old_walk(candidates, graph):
+    """The ancestor walk `_downstream` did before its memo (the same cut at 2000 nodes)."""
+    if len(candidates) == 1:
+        return candidates[0]
+    ancestors = {}
+    for c in candidates:
+        seen, todo = set(), [graph.get_operation_by_name(c)]
+        while todo and len(seen) < 2000:
+            op = todo.pop()
+            for t in op.inputs:
+                if t.op.name not in seen:
+                    seen.add(t.op.name)
+                    todo.append(t.op)
+        ancestors[c] = seen
+    for c in candidates:
+        if all(c == d or d in ancestors[c] for d in candidates):
+            return c
+    return candidates[0]
+
+
+def test_downstream_with_memo_picks_what_the_old_walk_picked():
+    """On a chain of 3000 ops (past the 2000-node cut) and a diamond, every candidate order."""
+    import itertools
+
+    import tensorflow as tf
+
+    from tflab.litert.float_tensors import _downstream
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [4], name="x")
+        h = x
+        for i in range(3000):
+            h = tf.identity(h, name=f"c{i}")
+        a = tf.math.abs(x, name="a")
+        b = tf.math.negative(x, name="b")
+        tf.math.add(a, b, name="join")
+    memo: dict = {}
+    sets = [["c10", "c2999", "c1500"], ["c2999", "c0"], ["c500", "c2999"], ["a", "b"], ["a", "join", "b"], ["join", "x"]]
+    for cands in sets:
+        for order in itertools.permutations(cands):
+            order = list(order)
+            assert _downstream(order, g, memo) == _old_walk(order, g) == _downstream(order, g), order
+    assert _downstream(["c1500", "c2999"], g, memo) == "c2999"  # within 2000 nodes: found upstream
+    # 2999 nodes apart: the walk stops at 2000, finds neither above the other, keeps the first (as before)
+    assert _downstream(["c0", "c2999"], g, memo) == "c0" and _downstream(["c2999", "c0"], g, memo) == "c2999"
+    assert _downstream(["c500", "c2999"], g, memo) == "c500"  # 2499 apart: beyond the cut too
+    assert _downstream(["a", "join", "b"], g, memo) == "join"

@@ -1,0 +1,239 @@
+"""Issue 33 (hostile pass, second round): the input and output path breaks, each with its reproducer.
+
+Every verb goes through the supervisor's pre-flight (`tflab.cli.preflight`) before TensorFlow
+loads, so these run ``python -m tflab`` in a fresh process and also check that TF was never
+imported there (the answer comes from the parent: under 0.5 s, `benchmarks/bench_cli_startup.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tflab import _paths
+from tflab.errors import UsageError
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Runs the console script's entry point and says whether TF got imported in that process.
+_SUPERVISE = ("import sys; from tflab.cli import supervise; rc = supervise(sys.argv[1:]); "
+              "print('TF-IMPORTED' if 'tensorflow' in sys.modules else 'NO-TF', file=sys.stderr); sys.exit(rc)")
+
+
+def tflab(*argv, cwd, timeout=60):
+    """``tflab ARGV`` through the supervisor in a fresh process: (code, stdout, the error lines, TF imported)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env.pop("TFLAB_IN_PROCESS", None)
+    p = subprocess.run([sys.executable, "-c", _SUPERVISE, *map(str, argv)], cwd=cwd, env=env,
+                       capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    lines = p.stderr.strip().splitlines()
+    tf = lines[-1] == "TF-IMPORTED"
+    return p.returncode, p.stdout, lines[:-1], tf
+
+
+@pytest.fixture
+def odd(tmp_path):
+    """A FIFO, a symlink loop, a dangling link, a folder, a socket: named as such, never opened."""
+    import socket
+
+    os.mkfifo(tmp_path / "fifo.py")
+    (tmp_path / "loop1.py").symlink_to("loop2.py")
+    (tmp_path / "loop2.py").symlink_to("loop1.py")
+    (tmp_path / "dangling.py").symlink_to("nowhere.py")
+    (tmp_path / "adir.py").mkdir()
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "sock.py"))
+    yield tmp_path
+    sock.close()
+
+
+# ------------------------------------------------------------------ B1, B3: inputs that are not files
+
+@pytest.mark.parametrize("argv, words", [
+    (["inspect", "fifo.py:f", "--arg", "x=float32[2,4]"], "file 'fifo.py' is a FIFO"),
+    (["retrace", "fifo.py"], "script 'fifo.py' is a FIFO"),
+    (["export", "fifo.py", "--quantize", "none", "--out", "o"], "MODEL 'fifo.py' is a FIFO"),
+    (["export", "fifo.py:tiny", "--out", "o"], "file 'fifo.py' is a FIFO"),
+    (["check-tflite", "fifo.py", "adir.py"], "MODEL.tflite 'fifo.py' is a FIFO"),
+    (["check-tflite", "/dev/null", "adir.py"], "is a character device"),
+    (["tour", "--model", "fifo.py", "--out", "t"], "--model 'fifo.py' is a FIFO"),
+    (["autograph", "loop1.py:f"], "is a symlink loop"),
+    (["compare", "dangling.py:f"], "is a dangling symlink"),
+    (["diagnose", "sock.py:f"], "is a socket"),
+    (["precision", "adir.py:f"], "is a folder"),
+    (["distribute", "fifo.py:step", "--arg", "x=float32[8,4]"], "is a FIFO"),
+], ids=["inspect-fifo", "retrace-fifo", "export-fifo", "export-fifo-obj", "check-tflite-fifo",
+        "check-tflite-device", "tour-fifo", "autograph-loop", "compare-dangling", "diagnose-socket",
+        "precision-folder", "distribute-fifo"])
+def test_b1_b3_input_that_is_not_a_file_is_named_before_tf(odd, argv, words):
+    """B1: a FIFO as FILE.py blocked in open() for ever (inspect killed after 337 s); B3: a symlink
+    loop was "does not exist". Probed with stat only, in the parent, for every verb."""
+    code, out, lines, tf = tflab(*argv, cwd=odd, timeout=30)
+    assert code == 2 and len(lines) == 1 and words in lines[0] and "does not exist" not in lines[0], lines
+    assert not tf and out == ""
+    assert (odd / "fifo.py").is_fifo()
+
+
+def test_b1_input_probe_never_opens(odd):
+    """The one input place itself (`tflab._paths.input_path`), used by the child and the API too."""
+    for name, kind in [("fifo.py", "a FIFO"), ("loop1.py", "a symlink loop"), ("sock.py", "a socket"),
+                       ("dangling.py", "a dangling symlink"), ("adir.py", "is a folder")]:
+        with pytest.raises(UsageError, match=kind):
+            _paths.input_path(odd / name, "file", want="file", what="a .py file")
+    with pytest.raises(UsageError, match="is a regular file, not a folder"):
+        (odd / "f.py").write_text("x = 1\n")
+        _paths.input_path(odd / "f.py", "SAVED_MODEL", want="folder", what="a SavedModel folder")
+    assert _paths.input_path(odd / "f.py", "file") == odd / "f.py"  # healthy: passes
+    assert _paths.input_path(odd / "adir.py", "DIR", want="folder") == odd / "adir.py"
+
+
+def test_b1_load_module_refuses_a_fifo_without_opening_it(odd):
+    """The child's side (and the API's): `load_target` on a FIFO blocked in open() for ever."""
+    from tflab._target import load_target
+
+    with pytest.raises(UsageError, match="is a FIFO"):
+        load_target(f"{odd / 'fifo.py'}:f")
+
+
+# ------------------------------------------------------------------ pre-flight: --arg grammar, outputs
+
+@pytest.mark.parametrize("arg, words", [
+    ("x", "expected NAME=VALUE"), ("1x=3", "is not a parameter name"),
+    ("x=float32[-1,4]", "bad dimension -1"), ("x=float32[2,a]", "bad dimension 'a'"),
+    ("x=int64[99999999999999999999]", "larger than TF's int64 dims"),
+])
+def test_arg_grammar_is_answered_by_the_parent(tmp_path, arg, words):
+    (tmp_path / "m.py").write_text("def f(x):\n    return x\n")
+    code, _, lines, tf = tflab("inspect", "m.py:f", "--arg", arg, cwd=tmp_path)
+    assert code == 2 and len(lines) == 1 and words in lines[0] and not tf, lines
+
+
+def test_arg_given_twice_and_healthy_grammar(tmp_path):
+    from tflab._cliargs import check_arg_grammar
+
+    with pytest.raises(UsageError, match="given twice"):
+        check_arg_grammar(["x=1", "x=2"])
+    # healthy: literals, unknown dims, scalars, dtypes the parent does not know (left to TF)
+    check_arg_grammar(["x=float32[None,8]", "n=3", "s='a=b'", "y=float32[]", "z=float8_e4m3fn[2]",
+                       "w=int32[007]"])
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["inspect", "m.py:f", "--arg", "x=float32[2]", "--dot", "adir"], "is a directory"),
+    (["compare", "m.py:f", "--hlo", "afile"], "exists; pass --force"),
+    (["export", "m.py:f", "--out", "afile/x"], "afile is a file, not a folder"),
+    (["retrace", "--html", "nodir/p.html", "m.py"], "does not exist"),
+])
+def test_output_paths_are_answered_by_the_parent(tmp_path, argv, words):
+    (tmp_path / "m.py").write_text("def f(x):\n    return x\n")
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "afile").write_text("keep")
+    code, _, lines, tf = tflab(*argv, cwd=tmp_path)
+    assert code == 2 and len(lines) == 1 and words in lines[0] and not tf, lines
+    assert (tmp_path / "afile").read_text() == "keep"
+
+
+# ------------------------------------------------------------------ B21: --force replaces only tflab's own
+
+@pytest.mark.parametrize("verb", ["tour", "export"])
+def test_b21_force_never_deletes_a_folder_of_user_files(tmp_path, verb):
+    """B21: `tour --out DIR --force` deleted o4/user/thesis.txt (export refused the same folder)."""
+    user = tmp_path / "o4" / "user"
+    user.mkdir(parents=True)
+    (user / "thesis.txt").write_text("mine")
+    (user / "report.json").write_text("{}")  # looks like an export, but tflab did not write it
+    argv = ["tour", "--out", str(user), "--force"] if verb == "tour" else \
+        ["export", "m.py:f", "--out", str(user), "--force"]
+    (tmp_path / "m.py").write_text("def f(x):\n    return x\n")
+    code, _, lines, tf = tflab(*argv, cwd=tmp_path)
+    assert code == 2 and len(lines) == 1 and "not a tflab" in lines[0] and not tf, lines
+    assert (user / "thesis.txt").read_text() == "mine"
+
+
+def test_b21_the_rule_at_the_one_output_place(tmp_path):
+    """`OutputPath.commit` writes the marker; `--force` (exclusive=False) replaces that folder only
+    while it holds nothing else; a file the user added since is named and kept."""
+    out = tmp_path / "out"
+    target = _paths.output_path(out, "--out", folder=True, exclusive=True)
+    tmp = target.temp_dir()
+    assert (tmp / _paths.OWNER).is_file()  # the temp folder names its owner (pid, start time)
+    (tmp / "report.json").write_text("{}")
+    (tmp / "sub").mkdir()
+    (tmp / "sub" / "a.bin").write_bytes(b"1")
+    target.commit(tmp)
+    marker = json.loads((out / _paths.MARKER).read_text())
+    assert marker["entries"] == ["report.json", "sub", "sub/a.bin"] and not (out / _paths.OWNER).exists()
+    # tflab's own folder, untouched: --force replaces it
+    again = _paths.output_path(out, "--out", folder=True, exclusive=False)
+    tmp2 = again.temp_dir()
+    (tmp2 / "report.json").write_text('{"new": 1}')
+    again.commit(tmp2)
+    assert json.loads((out / "report.json").read_text()) == {"new": 1} and not (out / "sub").exists()
+    # planted defect: a user's file inside a subfolder tflab wrote
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(UsageError, match=r"holds files tflab did not write \(notes.txt\)"):
+        _paths.output_path(out, "--out", folder=True, exclusive=False)
+    # a file put there between the check and the commit: commit checks again
+    (out / "notes.txt").unlink()
+    late = _paths.output_path(out, "--out", folder=True, exclusive=False)
+    tmp3 = late.temp_dir()
+    (out / "late.txt").write_text("mine too")
+    with pytest.raises(UsageError, match="late.txt"):
+        late.commit(tmp3)
+    late.discard(tmp3)
+    assert (out / "late.txt").read_text() == "mine too"
+    # no marker at all (a folder of the user's): refused; an empty folder: taken
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "theirs" / "a").write_text("a")
+    with pytest.raises(UsageError, match="not a tflab"):
+        _paths.check_folder_out(tmp_path / "theirs", "--out", True, noun="tour")
+    (tmp_path / "empty").mkdir()
+    assert _paths.check_folder_out(tmp_path / "empty", "--out", False, noun="tour") is True
+
+
+# ------------------------------------------------------------------ B7: temp folders of killed runs
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_b7_the_next_run_removes_temp_folders_whose_owner_is_gone(tmp_path, capsys):
+    """B7: SIGKILL of tflab mid-export left o2/.e2.tmp-*; no later run removed it."""
+    dead = tmp_path / ".e2.tmp-al386s7e"
+    dead.mkdir()
+    (dead / "saved_model").mkdir()
+    (dead / _paths.OWNER).write_text(f"{_dead_pid()} 12345\n")
+    alive = tmp_path / ".e2.tmp-running"
+    alive.mkdir()
+    (alive / _paths.OWNER).write_text(f"{os.getpid()} {_paths._start_time(os.getpid())}\n")
+    reused = tmp_path / ".e2.tmp-reused"  # this pid, another start time: a pid the kernel reused
+    reused.mkdir()
+    (reused / _paths.OWNER).write_text(f"{os.getpid()} 1\n")
+    foreign = tmp_path / ".e2.tmp-nomarker"  # not tflab's (or older): kept
+    foreign.mkdir()
+    _paths.output_path(tmp_path / "e2", "--out", folder=True, exclusive=True)
+    err = capsys.readouterr().err
+    assert not dead.exists() and not reused.exists() and alive.exists() and foreign.exists()
+    assert err.count("\n") == 1 and "removed 2 temporary folder(s) left by a run that was killed" in err
+
+
+def test_b7_b22_owned_temp_dirs_in_tmpdir(tmp_path, monkeypatch):
+    """B7 addendum / B22: $TMPDIR/tflab_tour_lane_*, tflab_distribute_*, tflab_lab_export_* stayed."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    old = tmp_path / "tflab_distribute_n_2fapqt"
+    old.mkdir()
+    (old / "0.stderr").write_text("log")
+    (old / _paths.OWNER).write_text(f"{_dead_pid()} 99\n")
+    new = _paths.owned_temp_dir("tflab_distribute_")
+    assert not old.exists() and new.is_dir() and _paths.owner_gone(new) is None
+    assert (new / _paths.OWNER).read_text().split()[0] == str(os.getpid())
