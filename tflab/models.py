@@ -137,10 +137,12 @@ def tour_optimizer():
     Like Adam it creates slot variables (one momentum per trainable variable,
     142 for MobileNetV3Small) on its first ``apply_gradients``, so inside a
     tf.function TF traces the first call twice (the variable-creation re-trace
-    step 2 explains). Its Python update per variable is smaller than Adam's:
-    a trace of the tour's training step costs about 0.6× Adam's and its first
-    call (two traces and a run) about 0.55× (issue 36;
-    ``benchmarks/bench_tour.py --optimizers`` measures the candidates).
+    step 2 explains). Its Python update per variable is smaller than Adam's: on
+    a loaded 2-CPU machine a retrace of the tour's training step and its run
+    took 7.6 CPU-s against Adam's 12.5–15.8, the first call (two traces and a
+    run) 17.9 against 23.1–36.2 (issue 36; ``benchmarks/bench_tour.py
+    --optimizers`` measures the candidates). Plain ``SGD()`` creates no
+    variable, so its first call traces once: the re-trace would be lost.
     """
     import keras
 
