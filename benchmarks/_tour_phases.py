@@ -9,20 +9,13 @@ old checkout of tflab as well as the current one.
 
 Phases, timed on the tour's main thread only (worker threads mostly wait on
 child processes), exclusive: a phase nested in another is subtracted from
-the outer one, so they add up to at most the section's wall time:
+the outer one, so they add up to at most the section's wall time. The TF
+entry points (``tracing``, ``autograph``, ``gradients``, ``xla_compile``,
+``graph_first_run``) are wrapped by `tflab._tf.phases.timed_entry_points`,
+which lists them (issue 37: no TF internal outside ``tflab/_tf/``); it is
+loaded by file path from this checkout, so an old checkout is timed the same
+way. The others:
 
-* ``tracing``: `tracing_compilation._create_concrete_function` (TF building a
-  new FuncGraph: Python runs symbolically; TF 2.21
-  ``tensorflow/python/eager/polymorphic_function/tracing_compilation.py``);
-* ``autograph``: AutoGraph's source transformation (`api._convert_actual`,
-  ``tensorflow/python/autograph/impl/api.py``), not the converted code's run;
-* ``gradients``: `GradientTape.gradient` (symbolic while tracing, eager otherwise);
-* ``xla_compile``: the first call of each ``tf.function(jit_compile=True)``
-  (trace excluded: what remains is XLA's compile plus one run) and every
-  ``Context.get_compiler_ir`` (HLO fetched: XLA compiles again);
-* ``graph_first_run``: the first call of each ConcreteFunction
-  (``ConcreteFunction._call_flat``): TF instantiates the function, Grappler
-  rewrites its graph, then it runs once;
 * ``litert_runs``: ``ai_edge_litert`` ``Interpreter.invoke`` and signature runners;
 * ``tflite_convert``: an in-process `tflab.litert.conversion.convert`; conversions
   in worker processes are taken from ``report.json`` instead (their own clocks);
@@ -70,10 +63,12 @@ def _timed(phase, fn):
     return wrapper
 
 
-def _first_call(fn, timed, key, seen):
+def _first_call(fn, timed, key):
+    seen = set()
+
     @functools.wraps(fn)
     def wrapper(self, *args, **kwargs):
-        if key(self) and id(self) not in seen:
+        if id(self) not in seen and key(self):
             seen.add(id(self))
             return timed(self, *args, **kwargs)
         return fn(self, *args, **kwargs)
@@ -88,6 +83,21 @@ def _patch(owner, name: str, phase: str) -> None:
         setattr(owner, name, _timed(phase, original))
 
 
+_ENTERED: list = []
+
+
+def _adapter():
+    """``tflab/_tf/phases.py`` of this benchmark's checkout, loaded by path (an old tflab has none)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "tflab" / "_tf" / "phases.py"
+    spec = importlib.util.spec_from_file_location("_tflab_bench_tf_phases", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def install(progress: bool = True) -> None:
     """Wraps the entry points above; call before the tour starts.
 
@@ -95,27 +105,12 @@ def install(progress: bool = True) -> None:
     """
     import subprocess
 
-    from tensorflow.python.autograph.impl import api as ag_api
-    from tensorflow.python.eager import backprop, context
-    from tensorflow.python.eager.polymorphic_function import polymorphic_function, tracing_compilation
-
-    _patch(tracing_compilation, "_create_concrete_function", "tracing")
-    _patch(ag_api, "_convert_actual", "autograph")
-    _patch(backprop.GradientTape, "gradient", "gradients")
-    _patch(context.Context, "get_compiler_ir", "xla_compile")
+    adapter = _adapter()
+    _ENTERED.append(adapter.timed_entry_points(_timed, _first_call))  # noqa: F821 (the exec above)
+    _ENTERED[-1].__enter__()  # for the process's lifetime
     _patch(subprocess.Popen, "wait", "child_wait")
     _patch(subprocess.Popen, "communicate", "child_wait")
     _patch(threading.Thread, "join", "worker_wait")
-
-    call = polymorphic_function.Function.__call__
-    polymorphic_function.Function.__call__ = _first_call(  # noqa: F821 (defined by the exec above)
-        call, _timed("xla_compile", call), lambda f: getattr(f, "_jit_compile", False), set())
-
-    from tensorflow.python.eager.polymorphic_function import concrete_function
-
-    call_flat = concrete_function.ConcreteFunction._call_flat
-    concrete_function.ConcreteFunction._call_flat = _first_call(  # noqa: F821
-        call_flat, _timed("graph_first_run", call_flat), lambda f: True, set())
     try:
         from ai_edge_litert import interpreter as litert
 

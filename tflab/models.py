@@ -131,6 +131,24 @@ def step4_extra_batch(spec, num_classes: int):
     return next(iter(tour_dataset(spec, num_classes, n=3, batch=3, seed=1)))
 
 
+def tour_optimizer():
+    """The optimizer of the tour's training step (steps 2 and 4): ``keras.optimizers.SGD(momentum=0.9)``.
+
+    Like Adam it creates slot variables (one momentum per trainable variable,
+    142 for MobileNetV3Small) on its first ``apply_gradients``, so inside a
+    tf.function TF traces the first call twice (the variable-creation re-trace
+    step 2 explains). Its Python update per variable is smaller than Adam's: on
+    a loaded 2-CPU machine a retrace of the tour's training step and its run
+    took 7.6 CPU-s against Adam's 12.5–15.8, the first call (two traces and a
+    run) 17.9 against 23.1–36.2 (issue 36; ``benchmarks/bench_tour.py
+    --optimizers`` measures the candidates). Plain ``SGD()`` creates no
+    variable, so its first call traces once: the re-trace would be lost.
+    """
+    import keras
+
+    return keras.optimizers.SGD(momentum=0.9)
+
+
 def make_train_step(model, optimizer=None):
     """A real training step for ``model``: forward, loss, GradientTape, optimizer update.
 
@@ -141,9 +159,9 @@ def make_train_step(model, optimizer=None):
 
     Args:
         model: a Keras model.
-        optimizer: default ``keras.optimizers.Adam()``, whose slot variables are
-            created on the first call: inside a tf.function that makes TF trace
-            the first call twice. A reloaded SavedModel (`keras.layers.TFSMLayer`)
+        optimizer: default `tour_optimizer` (SGD with momentum), whose slot
+            variables are created on the first call: inside a tf.function that
+            makes TF trace the first call twice. A reloaded SavedModel (`keras.layers.TFSMLayer`)
             is updated by plain SGD instead.
 
     Returns:
@@ -153,7 +171,7 @@ def make_train_step(model, optimizer=None):
     import keras
     import tensorflow as tf
 
-    optimizer = optimizer or keras.optimizers.Adam()
+    optimizer = optimizer or tour_optimizer()
     # A reloaded SavedModel (TFSMLayer) holds tf.Variables named "…:0", which
     # Keras 3 optimizers reject as slot-variable scope names: update those by
     # plain SGD (no slot variables, so no variable-creation re-trace).

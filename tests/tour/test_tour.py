@@ -31,7 +31,7 @@ def test_tour_tracing_sections_on_a_user_model(small_keras_file, tmp_path):
     assert saved["trace"]["variables"] == 4
     assert saved["trace"]["op_counts"]["Conv2D"] == 1
     assert (out / "inference.dot").read_text().startswith("digraph")
-    # Step 2: batches 4, 4, 2 with Adam: first trace, TF's variable-creation re-trace, last batch.
+    # Step 2: batches 4, 4, 2 with SGD(momentum=0.9): first trace, TF's variable-creation re-trace, last batch.
     assert report["retrace"]["batch_sizes"] == [4, 4, 2]
     assert [t["kind"] for t in report["retrace"]["traces"]] == ["first", "variable_creation", "retrace"]
     # Step 4: inference plain 3 / reduce_retracing 2 / input_signature 1. Training reuses

@@ -109,3 +109,29 @@ def test_a_lane_whose_tour_is_already_gone_exits_at_once(tmp_path):
                            str(tmp_path / "notes"), str(tmp_path), "", "", "", "s06_modes"], timeout=120)
     assert proc.returncode == 124 and time.perf_counter() - t < 60
     assert not (tmp_path / "notes").exists()  # it built no model, ran no section
+
+
+@pytest.mark.parametrize("in_lane, isolate", [(True, False), (False, True)])
+def test_steps_7_8_convert_in_the_lane_itself_and_in_workers_elsewhere(in_lane, isolate, tmp_path, monkeypatch):
+    """Issue 36: in the second process the TFLite variants convert in that process (it is the
+    isolation: a converter abort ends it and the tour reruns steps 7–8 itself, in worker processes);
+    in the tour's own process they convert in workers as before."""
+    import tflab.export
+    from tflab._tour import s07_export
+    from tflab._tour.context import TourContext
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_export(model, out, **kwargs):
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(tflab.export, "export_model", fake_export)
+    ctx = TourContext(model=object(), model_source="default", out_dir=tmp_path, report={},
+                      progress_line=lambda m: None, quiet=True, in_second_process=in_lane)
+    with pytest.raises(Stop):
+        s07_export.run(ctx)
+    assert seen["isolate"] is isolate

@@ -83,8 +83,14 @@ def test_the_stored_expectation_is_the_old_tours_facts():
     (lambda r: r["modes"]["forward"]["modes"]["xla"].update(error="XLA failed"),
      "verdict modes.forward.modes.xla.error"),
     (lambda r: r["modes"].pop("fusion_count"), "missing key modes.fusion_count"),
+    # Issue 36: a cheaper model for the second process must keep every TFLite bound able to fail.
+    (lambda r: r["export"]["variants"]["int8"].update(vacuous_outputs=["output_0"]),
+     "verdict export.variants.int8.vacuous_outputs"),
+    (lambda r: r["export"]["variants"]["dynamic"].update(vacuous_outputs=["output_0"]),
+     "verdict export.variants.dynamic.vacuous_outputs"),
 ], ids=["key-dropped", "trace-count", "trace-kind", "trace-dropped", "bound-exceeded", "savedmodel-not-exact",
-        "stabilize-count", "section-dropped", "xla-error", "fusion-count-dropped"])
+        "stabilize-count", "section-dropped", "xla-error", "fusion-count-dropped",
+        "int8-bound-vacuous", "dynamic-bound-vacuous"])
 def test_a_dropped_or_changed_fact_is_caught(plant, expect):
     from tflab._tour.facts import compare_facts
 

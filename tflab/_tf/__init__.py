@@ -9,7 +9,9 @@ reached through a module of this package, one per concern:
 * ``_tf.saved_model``: signature selection as ``tf.saved_model.save`` does it, the
   ConcreteFunctions a tf.function holds, the SavedModel protobuf;
 * ``_tf.distribute``: Strategy internals (replica context, ``StrategyBase.run``);
-* ``_tf.runtime``: build facts (oneDNN on or off), eager context, op callbacks.
+* ``_tf.runtime``: build facts (oneDNN on or off), eager context, op callbacks;
+* ``_tf.phases``: the entry points ``benchmarks/bench_tour.py`` times (tracing,
+  AutoGraph, gradients, XLA compiles, first runs), wrapped and restored.
 
 Each module lists the private names it uses in ``PRIVATE_NAMES`` as
 ``(module path, attribute path)`` pairs; ``tests/house/test_tf_internals.py`` imports

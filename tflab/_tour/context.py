@@ -30,6 +30,9 @@ class TourContext:
         progress_line: the tour's `Progress` (one step per section); call
             ``ctx.progress(msg)`` for a line within a section.
         quiet: True under ``--json``: sections print nothing to stdout.
+        in_second_process: the section runs in the tour's second process
+            (`tflab._tour.lane`), which is itself the isolation a crash needs: if
+            it dies, the tour runs the section again in its own process.
     """
 
     model: Any
@@ -40,6 +43,7 @@ class TourContext:
     quiet: bool = False
     shared: dict = dataclasses.field(default_factory=dict)
     final_dir: Path | None = None
+    in_second_process: bool = False
 
     def final_path(self, path: str | os.PathLike) -> Path:
         """Where ``path`` (under `out_dir`) will be once the tour commits its folder."""

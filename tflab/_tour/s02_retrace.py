@@ -4,14 +4,12 @@ from __future__ import annotations
 
 
 def run(ctx) -> None:
-    import keras
-
     from tflab.retrace.probe import RetraceProbe
-    from tflab.models import make_train_step, model_input_spec, tour_dataset
+    from tflab.models import make_train_step, model_input_spec, tour_dataset, tour_optimizer
 
     spec = ctx.shared.get("input_spec") or model_input_spec(ctx.model)
     num_classes = int(ctx.model.outputs[0].shape[-1]) if getattr(ctx.model, "outputs", None) else 1
-    optimizer = keras.optimizers.Adam()
+    optimizer = tour_optimizer()  # SGD with momentum: slot variables, so TF's variable-creation re-trace
     ctx.shared["optimizer"] = optimizer  # step 4 reuses it: its slot variables exist by then
     probe = RetraceProbe(make_train_step(ctx.model, optimizer))
     ctx.shared["probe"] = probe  # the --html page's trace timeline

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 
 def run(ctx) -> None:
-    import keras
-
     from tflab.signatures import stabilize
     from tflab.stabilization import count_traces, stabilization_report
     from tflab.models import (example_batch, make_train_step, model_input_spec, step4_extra_batch,
-                                   tour_dataset)
+                              tour_dataset, tour_optimizer)
 
     spec = ctx.shared.get("input_spec") or model_input_spec(ctx.model)
     num_classes = int(ctx.model.outputs[0].shape[-1]) if getattr(ctx.model, "outputs", None) else 1
@@ -30,7 +28,7 @@ def run(ctx) -> None:
     # variable-creation re-trace: one trace in all, and ~20 s less tour time; the
     # fresh-optimizer case, 2 traces, is case T10 in tests/signatures/test_stabilize.py),
     # over the tf.data pipeline with the smaller last batch, then one more batch size.
-    optimizer = ctx.shared.get("optimizer") or keras.optimizers.Adam()
+    optimizer = ctx.shared.get("optimizer") or tour_optimizer()
     log: list[str] = []
     step = stabilize(count_traces(make_train_step(ctx.model, optimizer), log),
                      examples=tour_dataset(spec, num_classes))

@@ -14,10 +14,12 @@ def run(ctx) -> None:
     # wraps it in a TFSMLayer, which is not a model to save).
     model = source if source != "default" and os.path.isdir(source) else ctx.model
     name = "MobileNetV3Small (tour model)" if source == "default" else source
-    # Converting in a worker process isolates converter aborts and lets this
-    # process compute the bounds' gradients meanwhile.
+    # Converting in worker processes isolates converter aborts (and lets this process compute the
+    # bounds' gradients meanwhile). In the tour's second process the process is the isolation: an
+    # abort ends it, and the tour runs this section again, isolated; converting there spares the
+    # two workers' TensorFlow imports and SavedModel loads (issue 36).
     # The int8 kept-float fix costs one more calibration conversion: `tflab export` measures it.
-    report = export_model(model, ctx.out_dir / "export", force=True, isolate=True,
+    report = export_model(model, ctx.out_dir / "export", force=True, isolate=not ctx.in_second_process,
                           progress=ctx.progress, model_name=name, keep_float=False)
     ctx.shared["export_report"] = report  # the --html page's variants table
     sm = report.saved_model
