@@ -399,7 +399,7 @@ def test_a_failing_expect_traces_hides_tflab_frames_from_pytest():
         with expect_traces(probe, at_most=0):
             probe(tf.ones([2]))
     shown = [e for e in info.traceback if not e.ishidden(info)]
-    assert [os.path.basename(str(e.path)) for e in shown] == ["test_retrace_probe.py"]
+    assert [os.path.basename(str(e.path)) for e in shown] == [os.path.basename(__file__)]
     rendered = str(info.getrepr(style="long"))
     assert "retrace.py" not in rendered and "contextlib" not in rendered
     assert "#1 first trace" in rendered
