@@ -187,11 +187,10 @@ def test_diagnose_exception_without_a_statement_map():
 
 
 def test_traceback_filtering_is_restored():
-    from tensorflow.python.util import traceback_utils
-
-    before = traceback_utils.is_traceback_filtering_enabled()
+    # tf.debugging.is_traceback_filtering_enabled is traceback_utils' own flag, exported.
+    before = tf.debugging.is_traceback_filtering_enabled()
     diagnose(c.d4_numpy, S([]))
-    assert traceback_utils.is_traceback_filtering_enabled() == before
+    assert tf.debugging.is_traceback_filtering_enabled() == before
 
 
 def test_bad_input_is_a_usage_error():

@@ -111,29 +111,26 @@ def test_each_adapter_accessor_reads_the_pinned_tf():
 
 
 def test_each_patch_is_undone_also_when_the_body_raises():
-    from tensorflow.python.autograph.impl import api, conversion
-    from tensorflow.python.autograph.operators import control_flow
-
     from tflab._tf import autograph as ag
 
-    ag__ = api._TRANSPILER.get_extra_locals()["ag__"]
-    before = (ag__.for_stmt, ag__.while_stmt, ag__.if_stmt, control_flow._py_for_stmt,
-              control_flow._py_while_stmt, control_flow._py_if_stmt)
+    # ag.operator_slots() reads TF's own slots (ag__.for_stmt/while_stmt/if_stmt of AutoGraph's
+    # operator module, control_flow._py_for_stmt/_py_while_stmt/_py_if_stmt).
+    before = ag.operator_slots()
     seen = []
     with pytest.raises(RuntimeError):
         with ag.counting_operators(lambda f, i, k: (lambda *a, **kw: f(*a, **kw)),
                                    lambda f, k: (lambda *a, **kw: f(*a, **kw))) as wrapped:
-            seen.append((wrapped, ag__.for_stmt is before[0], control_flow._py_if_stmt is before[5]))
+            inside = ag.operator_slots()
+            seen.append((wrapped, [now is was for now, was in zip(inside, before)]))
             raise RuntimeError("inside")
-    assert seen == [(True, False, False)]  # patched inside
-    assert (ag__.for_stmt, ag__.while_stmt, ag__.if_stmt, control_flow._py_for_stmt,
-            control_flow._py_while_stmt, control_flow._py_if_stmt) == before
-    cache = conversion._ALLOWLIST_CACHE
+    assert seen == [(True, [False] * 6)]  # every slot patched inside
+    assert all(now is was for now, was in zip(ag.operator_slots(), before))  # and each put back
+    cache = ag.allowlist_cache()  # conversion._ALLOWLIST_CACHE
     with pytest.raises(RuntimeError):
         with ag.fresh_allowlist():
-            assert conversion._ALLOWLIST_CACHE is not cache
+            assert ag.allowlist_cache() is not cache
             raise RuntimeError("inside")
-    assert conversion._ALLOWLIST_CACHE is cache
+    assert ag.allowlist_cache() is cache
     assert tf.debugging.is_traceback_filtering_enabled()
     with pytest.raises(RuntimeError):
         with ag.full_tracebacks():

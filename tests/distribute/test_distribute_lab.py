@@ -342,11 +342,11 @@ def test_a_per_replica_reason_names_the_replica_that_changed():
     """Batch 6 on 3 replicas, then 5: only replica 2 goes (2, 4) -> (1, 4); the reason said
     '(2, 4) -> [(2, 4), (2, 4), (1, 4)]', one shape against a list."""
     import tensorflow as tf
-    from tensorflow.python.distribute import values as values_lib
 
+    from tflab._tf.function import make_per_replica_spec
     from tflab.retrace import diff_per_replica
 
-    spec = lambda *rows: repr(values_lib.PerReplicaSpec(*[tf.TensorSpec([r, 4]) for r in rows]))
+    spec = lambda *rows: repr(make_per_replica_spec([tf.TensorSpec([r, 4]) for r in rows]))
     (short,) = diff_per_replica("x", spec(2, 2, 2), spec(2, 2, 1))
     assert short.text == "x: per-replica shape replica 2 (2, 4) -> (1, 4) (of 3 replicas)"
     (all_short,) = diff_per_replica("x", spec(2, 2), spec(1, 1))

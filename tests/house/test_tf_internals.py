@@ -1,13 +1,18 @@
-"""Issue 23: TF internals are reached only through ``tflab/_tf/``, and every private name it uses exists.
+"""Issues 23 and 37: TF internals are reached only through ``tflab/_tf/``, and every private name it uses exists.
 
 Two checks:
 
 * every ``(module, attribute)`` pair a ``tflab._tf`` module lists in ``PRIVATE_NAMES``
   imports and resolves in the pinned TF, so an upgrade fails here, naming it;
-* no module outside ``tflab/_tf/`` (in ``tflab/`` and in ``custom_ops/``) imports ``tensorflow.python``, ``tensorflow.core``,
+* no tracked Python file outside ``tflab/_tf/`` (in ``tflab/``, ``custom_ops/``, ``benchmarks/``
+  and ``tests/``; `OTHER_ROOTS`) imports ``tensorflow.python``, ``tensorflow.core``,
   ``tensorflow.lite.python``, a ``_pywrap`` module, or reads a private attribute that
   tflab itself does not define (an AST scan; string literals passed to
-  ``getattr``/``hasattr``/``setattr`` count as attribute reads).
+  ``getattr``/``hasattr``/``setattr`` count as attribute reads). Tests and benchmarks reach
+  TF's state through the adapter's functions too (``tflab._tf.autograph.operator_slots``,
+  ``tflab._tf.function.function_cache``, ...). The one file skipped is this scanner
+  (`SCANNER`), which names internals on purpose to prove its checks can fail; a planted
+  name elsewhere is built at run time (``"_no_such" + "_attribute_in_tf"``).
 """
 
 from __future__ import annotations
@@ -23,11 +28,15 @@ REPO = Path(__file__).resolve().parents[2]
 ROOT = REPO / "tflab"
 # Trees besides tflab/ that the scan covers (issue 37: no TF internal outside tflab/_tf/); their
 # files are named from the repository root ("custom_ops/build.py").
-OTHER_ROOTS = ("custom_ops",)
+OTHER_ROOTS = ("custom_ops", "benchmarks", "tests")
 
 # Files allowed to reach TF internals outside the adapter (none): an entry added here must be
 # removed once its module moves; the test below also fails if an entry is no longer needed.
 PENDING: set[str] = set()
+
+# The scanner itself: it names TF internals on purpose (the planted uses below, a private name
+# TF lacks to prove the name check can fail), so it is the one file outside tflab/_tf/ not scanned.
+SCANNER = Path(__file__).resolve().relative_to(REPO).as_posix()
 
 INTERNAL_MODULES = ("tensorflow.python", "tensorflow.core", "tensorflow.lite.python",
                     "tensorflow.compiler", "tensorflow.tsl", "tensorflow.dtensor")
@@ -35,8 +44,9 @@ INTERNAL_MODULES = ("tensorflow.python", "tensorflow.core", "tensorflow.lite.pyt
 # Private names of the standard library and of namedtuples that tflab may use.
 ALLOWED_PRIVATE = {"_asdict", "_replace", "_fields", "_make", "_field_defaults", "_getframe", "_exit",
                    "_current_frames", "_name_", "_value_", "_missing_", "_ignore_", "_generate_next_value_",
-                   # argparse's parser internals (cli.py walks its subparsers for help text)
-                   "_actions", "_subparsers", "_group_actions"}
+                   # argparse's parser internals (cli.py walks its subparsers for help text;
+                   # tests/commands/test_cli_bad_input.py finds the subparsers action by its class)
+                   "_actions", "_subparsers", "_group_actions", "_SubParsersAction"}
 
 
 def _python_files():
@@ -98,7 +108,7 @@ def test_tf_internals_only_inside_the_adapter():
     own = _own_private_names()
     bad, clean_pending = [], []
     for rel, path in _python_files():
-        if rel.startswith("_tf/"):
+        if rel.startswith("_tf/") or rel == SCANNER:
             continue
         v = _violations(rel, path.read_text(encoding="utf-8"), own)
         if rel in PENDING:
@@ -118,6 +128,21 @@ def test_the_scan_covers_custom_ops():
     planted = files[loader].read_text(encoding="utf-8") + "\nfrom tensorflow.python.framework import kernels\n"
     got = _violations(loader, planted, _own_private_names())
     assert got == [f"{loader}:{planted.count(chr(10))}: imports tensorflow.python.framework"], got
+
+
+def test_the_scan_covers_tests_and_benchmarks():
+    """tests/ and benchmarks/ are scanned: an internal planted in a test file or a benchmark is found,
+    and the scanner, the one file skipped, does hold uses the scan would report."""
+    files, own = dict(_python_files()), _own_private_names()
+    for rel in ("tests/retrace/test_retrace_why_paths.py", "benchmarks/bench_tour.py"):
+        assert rel in files, rel
+        for line, what in (("from tensorflow.core.function import trace_type", "imports tensorflow.core.function"),
+                           ("x = f._variable_creation_config", "reads the private attribute _variable_creation_config")):
+            planted = files[rel].read_text(encoding="utf-8") + "\n" + line + "\n"
+            got = _violations(rel, planted, own)
+            assert got == [f"{rel}:{planted.count(chr(10))}: {what}"], got
+    assert SCANNER == "tests/house/test_tf_internals.py" and SCANNER in files
+    assert _violations(SCANNER, files[SCANNER].read_text(encoding="utf-8"), own)  # skipped for a reason
 
 
 def test_the_scan_catches_planted_internals():

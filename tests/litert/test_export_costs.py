@@ -36,11 +36,10 @@ def cnn(tmp_path_factory):
 @pytest.fixture
 def unpacks(monkeypatch):
     """Counts the schema's object-API parses (``ModelT.InitFromPackedBuf``), from empty caches."""
-    from tensorflow.lite.python import schema_py_generated as fb
-
     from tflab._tf import lite
     from tflab.litert import flatbuffer_notes, ops
 
+    fb = lite.schema()  # tensorflow/lite/python/schema_py_generated.py
     lite._unpack.cache_clear()
     ops._parse_ops.cache_clear()
     flatbuffer_notes.read_graphs.cache_clear()
@@ -119,13 +118,12 @@ def test_the_shared_parse_equals_a_fresh_one_and_is_read_only(cnn):
         quantized.constant.flat[0] = 0
 
 
-def test_converter_from_loaded_keys_is_from_saved_models(cnn, monkeypatch):
+def test_converter_from_loaded_keys_is_from_saved_models(cnn):
     """Same bytes as TF's from_saved_model, and no tf.saved_model.load of its own."""
     import tensorflow as tf
-    from tensorflow.lite.python import conversion_metadata_schema_py_generated as metadata
-    from tensorflow.lite.python import lite
 
-    from tflab._tf.lite import from_saved_model_keys
+    from tflab._tf.lite import (conversion_model_type, counting_saved_model_loads, from_saved_model_keys,
+                                saved_model_converter_class)
     from tflab.litert.conversion import _converter
     from tflab.saved_model import load_saved_model
 
@@ -133,15 +131,13 @@ def test_converter_from_loaded_keys_is_from_saved_models(cnn, monkeypatch):
     loaded = load_saved_model(sm)
     assert sorted(loaded.signatures) == ["serve", "serving_default"]
     assert from_saved_model_keys(loaded) == ["serving_default"]  # a model.export artifact: TF's rule
-    loads = []
-    real = lite._load
-    monkeypatch.setattr(lite, "_load", lambda *a, **k: loads.append(a) or real(*a, **k))
-    theirs = tf.lite.TFLiteConverter.from_saved_model(sm)
-    assert len(loads) == 1  # TF loads the SavedModel in Python to read its keys ...
-    conv = _converter(sm)
-    assert len(loads) == 1  # ... tflab reads them off the load it keeps (convert() itself loads once more)
-    assert type(conv) is type(theirs) is lite.TFLiteSavedModelConverterV2
-    assert conv._metadata.environment.modelType == metadata.ModelType.TF_SAVED_MODEL
+    with counting_saved_model_loads() as loads:  # tensorflow/lite/python/lite.py's _load
+        theirs = tf.lite.TFLiteConverter.from_saved_model(sm)
+        assert len(loads) == 1  # TF loads the SavedModel in Python to read its keys ...
+        conv = _converter(sm)
+        assert len(loads) == 1  # ... tflab reads them off the load it keeps (convert() itself loads once more)
+    assert type(conv) is type(theirs) is saved_model_converter_class()  # lite.TFLiteSavedModelConverterV2
+    assert conversion_model_type(theirs) == conversion_model_type(conv) == "TF_SAVED_MODEL"
     want, got = theirs.convert(), conv.convert()
     assert got == want and got == models["none"]
 

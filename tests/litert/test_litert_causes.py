@@ -174,10 +174,10 @@ def test_output_scale_off_by_ten_percent_is_flagged_on_the_calibration_rows(uint
     """A planted defect: the output tensor's scale ×0.9 in the flatbuffer. The calibration rows (no
     saturation with the real scale) now reach past what the output can represent."""
     import flatbuffers
-    from tensorflow.lite.python import schema_py_generated as fb
-
+    from tflab._tf.lite import schema
     from tflab.litert.check import check_tflite
 
+    fb = schema()  # the flatbuffer schema's generated classes (tensorflow/lite/python/schema_py_generated.py)
     sm_dir, model, calib = uint8_linear
     healthy = check_tflite(model, sm_dir, {"x": calib})
     assert not [n for n in healthy.notes if "saturates" in n], healthy.notes

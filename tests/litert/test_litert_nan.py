@@ -115,8 +115,8 @@ def test_each_fix_the_note_gives_is_checked_on_the_snippet(models, snippet, tmp_
     """Each fix the READ_VARIABLE note names converts to plain weights that match Keras; the one it
     says does not help (experimental_enable_resource_variables=False) really keeps the variables."""
     import tensorflow as tf
-    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
+    from tflab._tf.lite import frozen_function  # convert_variables_to_constants_v2
     from tflab.litert.flatbuffer_notes import VARIABLE_FIX, uninitialized_variables
 
     mm, d, ex = snippet
@@ -126,7 +126,7 @@ def test_each_fix_the_note_gives_is_checked_on_the_snippet(models, snippet, tmp_
         mm.m.export(str(tmp_path / "k"), verbose=False)
         model = tf.lite.TFLiteConverter.from_saved_model(str(tmp_path / "k")).convert()
     elif fix == "freeze":
-        frozen = convert_variables_to_constants_v2(mm.serve.get_concrete_function())
+        frozen = frozen_function(mm.serve.get_concrete_function())
         model = tf.lite.TFLiteConverter.from_concrete_functions([frozen]).convert()
     elif fix == "track_tf_variables":
         tracked = models.keras_in_module_tracked()
@@ -267,12 +267,12 @@ def test_dynamic_range_kernel_swallows_nan_and_is_named(models, tmp_path):
 def test_int8_zero_scale_is_named_and_the_calibrated_model_has_none(models, tmp_path):
     """A planted defect: one int8 tensor's scale set to 0 in the flatbuffer."""
     import flatbuffers
-    from tensorflow.lite.python import schema_py_generated as fb
-
+    from tflab._tf.lite import schema
     from tflab.litert.check import check_tflite
     from tflab.litert.conversion import convert
     from tflab.litert.flatbuffer_notes import conversion_notes
 
+    fb = schema()  # the flatbuffer schema's generated classes (tensorflow/lite/python/schema_py_generated.py)
     x = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32)
     sm, good = _roundtrip(models.big_weight_folded(), tmp_path / "a", {"x": x}, "int8")
     model = convert(sm.path, "int8", {"x": x})

@@ -151,9 +151,11 @@ def _check(model: bytes, float_model: bytes, ex, q: str):
 
 def _plant(model: bytes, op_type: str, defect: str, nth: int = -1) -> tuple[bytes, int]:
     """``model`` with one defect in the weight/bias of the ``nth`` ``op_type`` op; returns (bytes, op index)."""
-    from tensorflow.lite.python import schema_py_generated as fb
     from tensorflow.lite.tools import flatbuffer_utils
 
+    from tflab._tf.lite import schema
+
+    fb = schema()  # the flatbuffer schema's generated classes (tensorflow/lite/python/schema_py_generated.py)
     m = flatbuffer_utils.read_model_from_bytearray(bytearray(model))
     builtin = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
     sg = m.subgraphs[0]
@@ -382,9 +384,11 @@ def test_scale_float16_passes_per_op(tmp_path):
 
 def _plant_scalar(model: bytes, factor: float) -> tuple[bytes, int]:
     """Every float16 constant of ``model`` multiplied by ``factor``."""
-    from tensorflow.lite.python import schema_py_generated as fb
     from tensorflow.lite.tools import flatbuffer_utils
 
+    from tflab._tf.lite import schema
+
+    fb = schema()  # the flatbuffer schema's generated classes (tensorflow/lite/python/schema_py_generated.py)
     m = flatbuffer_utils.read_model_from_bytearray(bytearray(model))
     for t in m.subgraphs[0].tensors:
         buf = m.buffers[t.buffer]

@@ -163,11 +163,11 @@ def test_t4_non_frozen_dataclass_error():
 
 def test_t4_what_frozen_alone_gives_and_what_tracing_type_adds():
     """Measures each clause of the UsageError's advice above."""
-    from tensorflow.core.function import trace_type
+    from tflab._tf.function import trace_type_of  # trace_type.from_value
 
     # frozen=True alone: hashable, so TF builds a Weakref TraceType (no error).
     assert hash(_Cfg()) == hash(_Cfg()) and _Cfg() == _Cfg()
-    assert repr(trace_type.from_value(_Cfg())).startswith("Weakref[")
+    assert repr(trace_type_of(_Cfg())).startswith("Weakref[")
     x = tf.ones([2])
     # Equal live instances share a trace; a different value gets its own.
     alive = [_Cfg(2.0), _Cfg(3.0), _Cfg(2.0)]

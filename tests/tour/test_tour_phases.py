@@ -69,7 +69,7 @@ def test_each_entry_point_books_its_phase_and_is_restored():
 
 def test_the_benchmark_imports_no_tf_internal():
     """The planted check: the old file's ``from tensorflow.python…`` imports would be found here."""
-    # tests/test_tf_internals.py's list (that test scans tflab/ only).
+    # tests/house/test_tf_internals.py's list (that test scans these files too, with the rest of tests/).
     INTERNAL_MODULES = ("tensorflow.python", "tensorflow.core", "tensorflow.lite.python",
                         "tensorflow.compiler", "tensorflow.tsl", "tensorflow.dtensor")
 

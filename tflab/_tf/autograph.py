@@ -6,9 +6,10 @@ What is private here, and why tflab needs it:
   (``autograph/impl/api.py``, ``_TRANSPILER``) and the Python paths of the
   control-flow operators (``autograph/operators/control_flow.py``:
   ``_py_for_stmt``, ``_py_while_stmt``, ``_py_if_stmt``): wrapped for one trace
-  by `counting_operators` to count what each ``if``/``for``/``while`` did;
+  by `counting_operators` to count what each ``if``/``for``/``while`` did
+  (`operator_slots` reads what those six slots hold now);
 * AutoGraph's cache of functions it fell back on (``conversion._ALLOWLIST_CACHE``):
-  emptied for one trace by `fresh_allowlist`;
+  emptied for one trace by `fresh_allowlist` (`allowlist_cache` reads the one in place);
 * ``tf_stack.extract_stack``: the Python stack as AutoGraph's ``StackTraceMapper``
   maps it back to the user's lines (the same frames an op's traceback holds);
 * per-op and per-graph attributes: the branch/body FuncGraphs ``cond_v2`` and
@@ -27,7 +28,7 @@ body raises.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 # (module, attribute path) of every private TF name used below; tests/house/test_tf_internals.py
 # imports each, so a TF upgrade that drops one fails there, naming it.
@@ -92,6 +93,56 @@ def current_graph() -> Any:
     import tensorflow as tf
 
     return tf.compat.v1.get_default_graph()
+
+
+class OperatorSlots(NamedTuple):
+    """What AutoGraph's six control-flow operator slots hold now (`operator_slots`).
+
+    Attributes:
+        for_stmt, while_stmt, if_stmt: ``ag__.for_stmt``/``while_stmt``/``if_stmt`` of the
+            operator module converted code calls (``api._TRANSPILER.get_extra_locals()["ag__"]``).
+        py_for_stmt, py_while_stmt, py_if_stmt: ``control_flow._py_for_stmt``/``_py_while_stmt``/
+            ``_py_if_stmt``, the paths a statement takes when it runs as Python at trace time.
+    """
+
+    for_stmt: Any
+    while_stmt: Any
+    if_stmt: Any
+    py_for_stmt: Any
+    py_while_stmt: Any
+    py_if_stmt: Any
+
+
+def operator_slots() -> OperatorSlots:
+    """The callables AutoGraph's control-flow operator slots hold now (the ones `counting_operators` wraps).
+
+    Returns:
+        An `OperatorSlots`; compare two by identity (``is``) or equality to tell whether a
+        slot was patched and whether it was put back.
+
+    Raises:
+        ImportError, AttributeError, KeyError: TF's AutoGraph layout changed.
+    """
+    from tensorflow.python.autograph.impl import api
+    from tensorflow.python.autograph.operators import control_flow
+
+    ag = api._TRANSPILER.get_extra_locals()["ag__"]
+    return OperatorSlots(ag.for_stmt, ag.while_stmt, ag.if_stmt, control_flow._py_for_stmt,
+                         control_flow._py_while_stmt, control_flow._py_if_stmt)
+
+
+def allowlist_cache() -> Any:
+    """The cache of functions AutoGraph fell back on, as it is now (``conversion._ALLOWLIST_CACHE``).
+
+    Returns:
+        TF's cache object (the one `fresh_allowlist` swaps for an empty one and puts back).
+
+    Raises:
+        ImportError, AttributeError: TF's AutoGraph layout changed.
+    """
+    from tensorflow.python.autograph.impl import conversion
+
+    return conversion._ALLOWLIST_CACHE
 
 
 @contextlib.contextmanager

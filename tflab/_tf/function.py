@@ -196,6 +196,11 @@ def cache_items(fn: Any) -> list[tuple[Any, Any]]:
         return []
 
 
+def function_cache(fn: Any) -> Any:
+    """A tf.function's FunctionCache (``Function._function_cache``), or None when ``fn`` has none."""
+    return getattr(fn, "_function_cache", None)
+
+
 def cache_size(fn: Any) -> int | None:
     """Entries in the tf.function's trace cache (``experimental_get_tracing_count``), or None."""
     cache = getattr(fn, "_function_cache", None)

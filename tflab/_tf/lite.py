@@ -11,7 +11,11 @@ What tflab's LiteRT lab (`tflab.litert`) needs beyond the public API of
   converter ``from_saved_model`` builds, made directly for a SavedModel without
   a ``serving_default`` key or from keys read off a SavedModel already loaded
   (with the original model type ``from_saved_model`` records), and the signature
-  keys it keeps (``_saved_model_exported_names``);
+  keys it keeps (``_saved_model_exported_names``), the model type its conversion
+  metadata records (``_metadata.environment.modelType``, `conversion_model_type`),
+  and the SavedModel loads it makes in Python (``lite._load``, the
+  ``tensorflow.python.saved_model.load.load`` it imports; counted by
+  `counting_saved_model_loads`);
 * ``convert_variables_to_constants_v2``, to fetch a SavedModel signature's
   intermediate tensors by name (`frozen_function`);
 * the interpreter's op list (``Interpreter._get_ops_details``), which names a
@@ -25,8 +29,9 @@ checks that each exists in the pinned versions).
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from typing import Any
+from typing import Any, Iterator
 
 PRIVATE_NAMES = (
     ("tensorflow.lite.python.schema_py_generated", "ModelT.InitFromPackedBuf"),
@@ -34,6 +39,7 @@ PRIVATE_NAMES = (
     ("tensorflow.lite.python.schema_py_generated", "TensorType"),
     ("tensorflow.lite.python.lite", "TFLiteSavedModelConverterV2"),
     ("tensorflow.lite.python.lite", "TFLiteConverterBase._set_original_model_type"),
+    ("tensorflow.lite.python.lite", "_load"),  # the SavedModel loader the converters call
     ("tensorflow.lite.python.conversion_metadata_schema_py_generated", "ModelType"),
     ("ai_edge_litert.interpreter", "Interpreter._get_ops_details"),
     ("ai_edge_litert.interpreter", "SignatureRunner"),  # sets _subgraph_index in __init__
@@ -116,6 +122,57 @@ def saved_model_converter_as_from_saved_model(saved_model_dir: str, tags: set, k
 
     lite.TFLiteConverterBase._set_original_model_type(metadata.ModelType.TF_SAVED_MODEL)  # noqa: SLF001
     return lite.TFLiteSavedModelConverterV2(saved_model_dir, tags, keys)
+
+
+def saved_model_converter_class() -> type:
+    """The class ``TFLiteConverter.from_saved_model`` returns (``lite.TFLiteSavedModelConverterV2``)."""
+    from tensorflow.lite.python import lite
+
+    return lite.TFLiteSavedModelConverterV2
+
+
+def conversion_model_type(converter: Any) -> str:
+    """The original model type a converter writes into the ``.tflite``'s conversion metadata.
+
+    Args:
+        converter: a ``tf.lite.TFLiteConverter`` (any of its classes), not yet converted.
+
+    Returns:
+        The ``ModelType`` name (``tensorflow/lite/python/conversion_metadata_schema_py_generated.py``)
+        of ``converter._metadata.environment.modelType``: ``"TF_SAVED_MODEL"``, ``"KERAS_MODEL"``,
+        ``"TF_CONCRETE_FUNCTIONS"``, ``"NONE"``, ...; the number as text if the schema has no name for it.
+    """
+    from tensorflow.lite.python import conversion_metadata_schema_py_generated as metadata
+
+    value = converter._metadata.environment.modelType  # noqa: SLF001
+    names = {v: k for k, v in vars(metadata.ModelType).items() if not k.startswith("_")}
+    return names.get(value, str(value))
+
+
+@contextlib.contextmanager
+def counting_saved_model_loads() -> Iterator[list[tuple]]:
+    """Records each SavedModel load the TFLite converter makes in Python, for the duration.
+
+    ``tensorflow/lite/python/lite.py`` loads SavedModels through the module-level name
+    ``_load`` (``from_saved_model`` to read the signature keys, ``convert`` once more);
+    that name is wrapped for the block and put back after, also when the block raises.
+
+    Yields:
+        A list that gets the positional arguments (``(saved_model_dir, tags)``) of each load.
+    """
+    from tensorflow.lite.python import lite
+
+    real, calls = lite._load, []  # noqa: SLF001
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    lite._load = counted  # noqa: SLF001
+    try:
+        yield calls
+    finally:
+        lite._load = real  # noqa: SLF001
 
 
 def from_saved_model_keys(loaded: Any) -> list[str] | None:
