@@ -4,8 +4,16 @@ once per session beside the other tests."""
 from __future__ import annotations
 
 import os
+import signal
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# A suite started in the background of a non-interactive shell (`make test &`, a CI step
+# wrapper) inherits SIGINT ignored, and so would every process the tests start: the tests that
+# send SIGINT (Ctrl-C) to tflab would then see it ignored. The tests run with Python's own
+# Ctrl-C handler, so their children start with SIGINT at its default, as in a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import pytest  # noqa: E402
 
