@@ -393,3 +393,14 @@ def _module_with_signature():
 
 
 # ---------------------------------------------------------------- signals and partial output
+
+
+def test_a_truncated_tflite_says_what_failed_and_how_big_the_file_is(run_cli, tmp_path):
+    """Hostile trial s7 #13: a .tflite cut after its identifier said only '(error)'."""
+    trunc = tmp_path / "trunc.tflite"
+    trunc.write_bytes(b"\x1c\x00\x00\x00TFL3\x14\x00\x20\x00\x1c\x00\x18\x00")
+    (tmp_path / "sm").mkdir()
+    code, out, err = run_cli("check-tflite", str(trunc), str(tmp_path / "sm"))
+    assert code == 2 and out == "", (code, out, err)
+    assert len(err.strip().splitlines()) == 1, err
+    assert "reading its tables failed (struct.error: " in err and "a file of 16 bytes (cut short?)" in err, err

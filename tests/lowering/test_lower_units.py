@@ -170,3 +170,23 @@ def test_the_dump_child_dies_with_a_sigkilled_parent_and_its_folder_is_swept(tmp
     assert _paths.owner_gone(_paths.Path(folder)) is not None
     assert _paths.Path(folder) in _paths.sweep_stale(tmp_path, "tflab_", say=lambda line: None)  # the CLI's sweep
     assert not os.path.exists(folder)
+
+
+def test_lower_refuses_a_bad_xla_flags_and_a_non_callable_before_tf_can_stop_the_process(monkeypatch):
+    """Hostile trial s7 #5, #16: a bad XLA_FLAGS ended the caller's process (TF's F line at the first
+    compile); `lower` now asks the same cached child probe as `compare_modes` first. `lower(None)` says
+    it needs a callable, as every other API call does."""
+    import tensorflow as tf
+
+    import tflab
+    from tflab.errors import UsageError
+    from tflab.process import xla_probe
+
+    with pytest.raises(UsageError, match=r"^tflab\.lower: fn must be a callable, got None"):
+        tflab.lower(None, tf.TensorSpec([2]))
+    monkeypatch.setenv("XLA_FLAGS", "--xla_hostile_bogus_flag=1")
+    monkeypatch.delenv("TF_XLA_FLAGS", raising=False)
+    fatal = "F0000 00:00:1 parse_flags_from_env.cc:234] Unknown flag in XLA_FLAGS: --xla_hostile_bogus_flag=1"
+    monkeypatch.setattr(xla_probe, "_XLA_PROBED", {("--xla_hostile_bogus_flag=1", ""): fatal})
+    with pytest.raises(UsageError, match=r"bad XLA_FLAGS: 'F0000 .*Unknown flag in XLA_FLAGS"):
+        tflab.lower(lambda x: x + 1.0, tf.TensorSpec([2]))

@@ -56,8 +56,10 @@ def _read_model(path: str) -> bytes:
     except UsageError as e:
         raise UsageError(f"{path!r} is {str(e)}") from None
     except Exception as e:  # a file with the identifier but a broken table
-        raise UsageError(f"{path!r} is not a readable TFLite flatbuffer ({type(e).__name__}); "
-                         f"give the .tflite file tf.lite.TFLiteConverter wrote") from None
+        why = f"{type(e).__module__}.{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        raise UsageError(f"{path!r} is not a readable TFLite flatbuffer: reading its tables failed ({why}) after "
+                         f"its identifier, in a file of {len(data)} bytes (cut short?); give the whole .tflite "
+                         f"file tf.lite.TFLiteConverter wrote") from None
     return data
 
 

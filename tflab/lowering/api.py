@@ -52,7 +52,8 @@ def lower(fn: Callable, *args: Any, **kwargs: Any) -> Lowering:
         ``.fusions``, ``.provenance(key)``, ``.memory``, ``.stopped_at``, ``.why``.
 
     Raises:
-        UsageError: a TensorSpec with an unknown dimension, arguments that do not fit ``fn``, or
+        UsageError: ``fn`` is not callable, a bad ``XLA_FLAGS`` (tried in a child first, as
+            `compare_modes` does), a TensorSpec with an unknown dimension, arguments that do not fit ``fn``, or
             inputs whose zeros would not fit in the memory available (checked before any is made).
         tflab.tracing.TraceError: ``fn`` raised while tracing.
 
@@ -66,6 +67,9 @@ def lower(fn: Callable, *args: Any, **kwargs: Any) -> Lowering:
     (['python', 'autograph', 'funcgraph', 'tf_mlir'], 1)
     >>> low.fusions[0].tf_op_types      # ('Sum', 'Relu', 'Mul')
     """
+    from tflab._argcheck import check_callable, check_xla_flags
     from tflab.lowering.build import build_lowering
 
+    check_callable(fn, "fn", "tflab.lower", allow_none=False)
+    check_xla_flags()  # a bad XLA_FLAGS is a UsageError here, not the end of the caller's process
     return build_lowering(fn, args, kwargs)
