@@ -61,23 +61,76 @@ def shorten(text: Any, limit: int = MAX_ECHO) -> str:
     return f"{s[:limit]}…({len(s)} chars)"
 
 
+# The libraries whose frames are never the user's line, by their installed package folders (found
+# without importing them). A user's own file is judged by where it lives, not by its path's words:
+# code under a folder that happens to be named ``tflab``, ``keras`` or ``tensorflow`` is the user's.
+_LIBRARIES = ("tensorflow", "keras", "tf_keras", "absl", "numpy", "ml_dtypes", "tensorboard", "google",
+              "ai_edge_litert", "custom_ops")
+
+
+@functools.lru_cache(maxsize=1)
+def _library_roots() -> tuple[tuple[str, str], ...]:
+    import importlib.util
+    import sysconfig
+
+    roots: list[tuple[str, str]] = []
+
+    def add(name: str, folder: str) -> None:
+        for f in {os.path.abspath(folder), os.path.realpath(folder)}:
+            roots.append((name, f.rstrip(os.sep) + os.sep))
+
+    add("tflab", os.path.dirname(os.path.abspath(__file__)))
+    for name in _LIBRARIES:
+        with contextlib.suppress(Exception):
+            spec = importlib.util.find_spec(name)
+            for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+                add(name, folder)
+    paths = sysconfig.get_paths()
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        if paths.get(key):
+            add("python", paths[key])
+    return tuple(sorted(set(roots), key=lambda r: -len(r[1])))  # the deepest folder first
+
+
+def library_of(filename: str) -> str | None:
+    """The library a source file belongs to (``"tensorflow"``, ``"tflab"``, ``"python"`` for the
+    standard library and installed packages, ...), or None for the user's own code.
+
+    Judged by the file's folder against each library's installed package folder (and Python's
+    ``stdlib``/``site-packages`` folders), never by words in the path: a user's project under
+    ``~/src/tflab/`` is the user's. ``<frozen …>`` modules are Python's.
+    """
+    if not filename:
+        return None
+    if filename.startswith("<frozen"):
+        return "python"
+    for f in {os.path.abspath(filename), os.path.realpath(filename)}:
+        for name, root in _library_roots():
+            if f.startswith(root):
+                return name
+    return None
+
+
+def is_library_file(filename: str) -> bool:
+    """True for a frame of TF, Keras, tflab, the standard library or an installed package (`library_of`)."""
+    return library_of(filename) is not None
+
+
 def user_frame(exc: BaseException) -> str:
     """The innermost traceback frame outside TF, tflab and the stdlib, as ``file:line in fn``.
 
     Used to point at the user's own line when their function raises while tracing.
     Returns "" when no such frame exists.
     """
-    skip = ("tensorflow", os.sep + "tflab" + os.sep, "keras", "importlib", "autograph",
-            os.sep + "lib" + os.sep + "python3")
     best = ""
     for fs in traceback.extract_tb(exc.__traceback__):
-        if not any(s in fs.filename for s in skip) and "__autograph_generated" not in fs.filename:
+        if not is_library_file(fs.filename) and "__autograph_generated" not in fs.filename:
             best = f"{fs.filename}:{fs.lineno} in {fs.name}"
     if not best:
         # AutoGraph re-raises with the user's frames only in the message text:
         # 'in user code:\n\n    File "/path/f.py", line 23, in broken\n ...'
         for m in re.finditer(r'File "([^"]+)", line (\d+), in (\w+)', str(exc)):
-            if not any(s in m.group(1) for s in skip):
+            if not is_library_file(m.group(1)) and "__autograph_generated" not in m.group(1):
                 best = f"{m.group(1)}:{m.group(2)} in {m.group(3)}"
     return best
 

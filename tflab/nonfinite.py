@@ -39,18 +39,15 @@ from __future__ import annotations
 import ast
 import dataclasses
 import linecache
-import os
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from tflab._usercode import is_library_file
 from tflab.report.base import Report, config_field
 
 __all__ = ["first_nonfinite", "trace_op_values", "FirstNonFinite", "NonFiniteOp", "OpValue"]
 
-_SKIP = (os.sep + "tensorflow" + os.sep, os.sep + "keras" + os.sep, os.sep + "tf_keras" + os.sep,
-         os.sep + "tflab" + os.sep, "__autograph_generated", os.sep + "lib" + os.sep + "python3",
-         os.sep + "ml_dtypes" + os.sep, os.sep + "numpy" + os.sep)
 
 
 @dataclasses.dataclass
@@ -82,7 +79,8 @@ def _user_frame(tb) -> tuple | None:
             filename, lineno, name = fr.filename, fr.lineno, fr.name
         except AttributeError:
             filename, lineno, name = fr[0], fr[1], fr[2]
-        if not any(s in filename for s in _SKIP) and not filename.startswith("<"):
+        if not is_library_file(filename) and "__autograph_generated" not in filename \
+                and not filename.startswith("<"):
             best = (filename, int(lineno), name)
     return best
 

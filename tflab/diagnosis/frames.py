@@ -8,10 +8,7 @@ involved (AutoGraph's ``verify_*`` checks, ``Tensor._disallow_*``,
 from __future__ import annotations
 
 import dataclasses
-import os
 
-_SKIP_PATHS = (os.sep + "tensorflow" + os.sep, os.sep + "keras" + os.sep, os.sep + "tflab" + os.sep,
-               os.sep + "tf_keras" + os.sep, os.sep + "absl" + os.sep, os.sep + "numpy" + os.sep)
 
 # --------------------------------------------------------------------------- frames
 
@@ -59,9 +56,9 @@ def is_generated(filename: str) -> bool:
 def is_user_file(filename: str) -> bool:
     if not filename or filename.startswith("<") or is_generated(filename):
         return False
-    if any(s in filename for s in _SKIP_PATHS):
-        return False
-    return not filename.startswith(os.path.dirname(os.__file__))
+    from tflab._usercode import is_library_file
+
+    return not is_library_file(filename)  # by where the file lives, not by words in its path
 
 
 def user_site(exc: BaseException, frames: list[Frame]) -> tuple[str, int | None, dict]:
@@ -76,8 +73,9 @@ def user_site(exc: BaseException, frames: list[Frame]) -> tuple[str, int | None,
     loc: dict = {}
     # Frames before the first TF frame are the caller's (the line that called
     # get_concrete_function), not the function's code.
-    first_tf = next((i for i, fr in enumerate(frames)
-                     if os.sep + "tensorflow" + os.sep in fr.filename), 0)
+    from tflab._usercode import library_of
+
+    first_tf = next((i for i, fr in enumerate(frames) if library_of(fr.filename) == "tensorflow"), 0)
     frames = frames[first_tf:]
     for fr in reversed(frames):
         if is_user_file(fr.filename) or is_generated(fr.filename):

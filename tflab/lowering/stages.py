@@ -37,13 +37,13 @@ __all__ = ["OpRecord", "op_index", "user_frame", "python_stage", "autograph_stag
 _TFLAB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 # The lab's own custom op package (its Python wrapper makes the op): a library frame like tflab's.
 _CUSTOM_OPS_DIR = os.path.join(os.path.dirname(os.path.dirname(_TFLAB_DIR)), "custom_ops") + os.sep
-_LIBRARY_PARTS = (f"{os.sep}tensorflow{os.sep}", f"{os.sep}keras{os.sep}", f"{os.sep}tf_keras{os.sep}",
-                  f"{os.sep}absl{os.sep}", "__autograph_generated")
 
 
 def _library_frame(filename: str) -> bool:
+    from tflab._usercode import is_library_file
+
     return (filename.startswith("<") or filename.startswith(_TFLAB_DIR) or filename.startswith(_CUSTOM_OPS_DIR)
-            or any(p in filename for p in _LIBRARY_PARTS))
+            or "__autograph_generated" in filename or is_library_file(filename))
 
 
 _WRAPPER = (os.path.join(os.path.dirname(os.path.abspath(__file__)), "build.py"), "flat")

@@ -55,7 +55,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import os
 import re
 import sys
 import threading
@@ -65,11 +64,9 @@ import weakref
 from typing import Any, Callable, Iterator
 
 from tflab._tf import function as _tf
+from tflab._usercode import is_library_file
 
 _LOG_PREFIX = "Creating new FuncGraph for Python function "
-_TFLAB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_NOT_USER = (os.sep + "tensorflow" + os.sep, os.sep + "keras" + os.sep, os.sep + "tf_keras" + os.sep,
-             os.sep + "absl" + os.sep, _TFLAB_DIR + os.sep, "<frozen ")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,9 +162,8 @@ def _user_site(start: Any) -> str:
         if f is None:
             return ""
         name = f.f_code.co_filename
-        if not any(part in name for part in _NOT_USER) and not name.startswith("<"):
-            if "site-packages" not in name and "/lib/python3" not in name:
-                return f"{name}:{f.f_lineno}"
+        if not name.startswith("<") and not is_library_file(name):
+            return f"{name}:{f.f_lineno}"
         f = f.f_back
     return ""
 

@@ -12,11 +12,11 @@ re-exports these names.
 
 from __future__ import annotations
 
-import os
 import types
 from typing import Any, Callable, Sequence
 
 from tflab._tf import function as _tf
+from tflab._usercode import is_library_file
 from tflab.retrace.diff import function_type_inputs, make_trace, nodes_of
 from tflab.retrace.event import TraceEvent, capture_trace_events
 from tflab.retrace.records import Trace
@@ -138,14 +138,13 @@ def _user_effects(fn: Any) -> list[SideEffect]:
     try:
         body = user_function(fn)
         filename = getattr(getattr(body, "__code__", None), "co_filename", "")
-        if not filename or any(part in filename for part in _LIBRARY_PARTS):
+        if not filename or filename.startswith("<frozen ") or is_library_file(filename):
             return []
         return trace_time_effects(body)
     except Exception:  # the listing is a help; an odd callable must not stop the report
         return []
 
 
-_LIBRARY_PARTS = (os.sep + "site-packages" + os.sep, os.sep + "tflab" + os.sep, "<frozen ")
 
 
 def capture_explained(explainer: "LiveExplainer | None" = None,
