@@ -190,3 +190,17 @@ def test_lower_refuses_a_bad_xla_flags_and_a_non_callable_before_tf_can_stop_the
     monkeypatch.setattr(xla_probe, "_XLA_PROBED", {("--xla_hostile_bogus_flag=1", ""): fatal})
     with pytest.raises(UsageError, match=r"bad XLA_FLAGS: 'F0000 .*Unknown flag in XLA_FLAGS"):
         tflab.lower(lambda x: x + 1.0, tf.TensorSpec([2]))
+
+
+def test_the_fusion_table_says_how_many_tf_op_types_it_leaves_out():
+    """Newcomer trial s7 #5: the table showed 4 TF op types and dropped a fifth (Tanh) without a word."""
+    from tflab.lowering.records import Fusion, Lowering, Stage
+    from tflab.lowering.text import lowering_text
+
+    types = ("Sum", "Mul", "Neg", "Erfc", "Tanh")
+    f = Fusion(name="fusion.1", kind="kLoop", computation="main", instructions=("fusion.1 = fusion",),
+               tf_op_names=tuple(t.lower() for t in types), tf_op_types=types, source_lines=("f.py:3",),
+               layers=(), llvm_ir_bytes=10, asm_bytes=10, bytes_read=64, bytes_written=32)
+    low = Lowering(function_name="f", stages=_stages(Stage("funcgraph")), fusions=(f,))
+    row = next(line for line in lowering_text(low).splitlines() if line.startswith("  fusion.1 |"))
+    assert row.endswith("Sum, Mul, Neg, Erfc … +1 more"), row

@@ -39,7 +39,8 @@ def lowering_text(low, max_fusions: int = 40) -> str:
             lines.append(f"  {f.name} | {f.kind} | {len(f.instructions)} | {human_bytes(f.bytes_read)}/"
                          f"{human_bytes(f.bytes_written)} | {human_bytes(f.llvm_ir_bytes)} / {human_bytes(f.asm_bytes)} | "
                          f"{', '.join(f.source_lines) or '-'} | {', '.join(f.layers) or '-'} | "
-                         f"{', '.join(f.tf_op_types[:4])}")
+                         f"{', '.join(f.tf_op_types[:4])}"
+                         + (f" … +{len(f.tf_op_types) - 4} more" if len(f.tf_op_types) > 4 else ""))
         if len(order) > max_fusions:
             lines.append(f"  … {len(order) - max_fusions} more (--json lists every one)")
     if low.memory:
