@@ -439,3 +439,34 @@ def test_a_structure_fix_that_drops_data_is_not_printed_as_checked():
     q((tf.ones([2]), tf.ones([2])))
     [k] = [r for r in q.traces[1].details if r.kind == "kind"]
     assert k.fix_record.status == "checked", k.fix_record.line()
+
+
+VARIABLE_INSTANCES = """
+import tensorflow as tf
+
+
+class Layer:
+    def __init__(self, v):
+        self.w = tf.Variable(v)
+
+    @tf.function
+    def __call__(self, x):
+        return x * self.w
+
+
+a, b = Layer({v1}), Layer({v2})
+a(tf.ones([2]))
+b(tf.ones([2]))
+"""
+
+
+def test_instances_holding_their_own_variables_are_configured_not_told_to_share_one(tmp_path):
+    """Newcomer trial s7 #3: Layer(1.0) and Layer(2.0), each with its own tf.Variable, were told to build
+    one Layer and reuse it ("checked: 1 trace"), which would give b's caller a's 1x. A variable attribute
+    is configuration, by value: different values need their own graphs; equal ones may share."""
+    (g,) = _script(tmp_path, "vars.py", VARIABLE_INSTANCES.format(v1=1.0, v2=2.0)).shared_names
+    assert g.configured, g.text
+    assert "w: tf.Variable(1.0, float32), tf.Variable(2.0, float32)" in g.text, g.text
+    assert "build the Layer once" not in g.fix and "nothing to change across them" in g.fix
+    (same,) = _script(tmp_path, "same_vars.py", VARIABLE_INSTANCES.format(v1=1.0, v2=1.0)).shared_names
+    assert not same.configured and "a new tf.function each time" in same.text

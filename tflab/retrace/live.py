@@ -101,6 +101,30 @@ class LiveExplainer:
 _SIMPLE = (bool, int, float, str, bytes, type(None))
 
 
+def _variable_value(v: Any) -> str | None:
+    """A tf.Variable attribute's value as configuration (newcomer trial s7: two instances holding their
+    own variables, 1.0 and 2.0, were told to share one tf.function, which computes with one of them).
+
+    Small variables by value, larger ones by a digest of their bytes; read in TF's eager init scope
+    (this runs while a FuncGraph is being traced). None for anything that is not a variable.
+    """
+    if not (hasattr(v, "assign") and hasattr(v, "read_value") and hasattr(v, "dtype") and hasattr(v, "shape")):
+        return None
+    try:
+        import hashlib
+
+        import numpy as np
+        import tensorflow as tf
+
+        with tf.init_scope():
+            a = np.asarray(v.numpy())
+        if a.size <= 8:
+            return f"tf.Variable({a.tolist()!r}, {a.dtype})"
+        return f"tf.Variable(shape {a.shape}, {a.dtype}, sha1 {hashlib.sha1(a.tobytes()).hexdigest()[:10]})"
+    except Exception:  # a help only
+        return None
+
+
 def _configuration(fn: Any) -> tuple[str, dict]:
     """("instance", {attribute: repr}) of a method's instance, or ("closure", {name: repr}) of a closure.
 
@@ -114,7 +138,10 @@ def _configuration(fn: Any) -> tuple[str, dict]:
         instance = _tf.method_instance(fn)
         if instance is not None and not isinstance(instance, (type, types.ModuleType)):
             attrs = getattr(instance, "__dict__", {}) or {}
-            return "instance", {k: repr(v) for k, v in attrs.items() if not k.startswith("_") and simple(v)}
+            out = {k: repr(v) for k, v in attrs.items() if not k.startswith("_") and simple(v)}
+            out.update({k: text for k, v in attrs.items() if not k.startswith("_")
+                        for text in [_variable_value(v)] if text is not None})
+            return "instance", out
         body = user_function(fn)
         cells = getattr(body, "__closure__", None) or ()
         names = getattr(getattr(body, "__code__", None), "co_freevars", ())
