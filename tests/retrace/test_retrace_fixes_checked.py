@@ -108,14 +108,15 @@ def test_a_dtype_change_is_fixed_by_a_cast_and_a_cast_of_one_input_alone_is_trie
     healthy(tf.ones([2], tf.float32))
     healthy(tf.ones([2], tf.float64))
     fix = _plan(healthy.traces[1]).fix
-    assert (fix.kind, fix.change, fix.status) == ("cast", "tf.cast(x, tf.float32)", "checked")
+    # float32 and float64 once each: the wider, which holds both calls' values (newcomer trial s7 #2)
+    assert (fix.kind, fix.change, fix.status) == ("cast", "tf.cast(x, tf.float64)", "checked")
     assert fix.measured["traces"] == 1
     broken = RetraceProbe(lambda x, y: x + y)
     broken(tf.ones([2], tf.float32), tf.ones([2], tf.float32))
     broken(tf.ones([2], tf.float64), tf.ones([2], tf.float64))
     plan = _plan(broken.traces[1])
     assert [f.status for f in plan.tried] == ["failed", "failed", "checked"]
-    assert plan.tried[0].change == "tf.cast(x, tf.float32)" and "raised" in plan.tried[0].result
+    assert plan.tried[0].change == "tf.cast(x, tf.float64)" and "raised" in plan.tried[0].result
     assert plan.fix.change == "tf.cast(x, tf.float32), tf.cast(y, tf.float32)"
     assert "tried first: " in broken.to_text()
 
@@ -470,3 +471,12 @@ def test_instances_holding_their_own_variables_are_configured_not_told_to_share_
     assert "build the Layer once" not in g.fix and "nothing to change across them" in g.fix
     (same,) = _script(tmp_path, "same_vars.py", VARIABLE_INSTANCES.format(v1=1.0, v2=1.0)).shared_names
     assert not same.configured and "a new tf.function each time" in same.text
+
+
+def test_every_trace_of_a_dtype_history_names_one_cast_and_never_a_float_to_an_integer():
+    """Newcomer trial s7 #2: float32, int32, float64, int32 calls; trace #3 said cast to int32 (4.5 -> 4)."""
+    p = RetraceProbe(lambda x: x * 2)
+    for v in (tf.constant(1.5), tf.constant(2), tf.constant(2.25, tf.float64), tf.constant(3)):
+        p(v)
+    changes = {_plan(t).fix.change for t in p.traces[1:] if t.reasons and "dtype" in t.reasons[0]}
+    assert changes == {"tf.cast(x, tf.float64)"}, changes

@@ -75,6 +75,24 @@ def varying_dtypes(calls: Sequence[Recorded]) -> dict[str, str]:
     return {p: first[p] for p in first if p in varies}
 
 
+_WIDTH_ORDER = ("float64", "float32", "bfloat16", "float16", "int64", "uint64", "int32", "uint32", "int16",
+                "uint16", "int8", "uint8", "bool")
+
+
+def _kind_rank(dtype: str) -> int:
+    """Floats (and complex) first, then integers, then bool and the rest."""
+    if dtype.startswith(("float", "bfloat", "complex")):
+        return 0
+    if dtype.startswith(("int", "uint")):
+        return 1
+    return 2
+
+
+def _widest_first(dtype: str) -> int:
+    """Sort key: a dtype that holds the others' values first (floats, then integers, wider first)."""
+    return _WIDTH_ORDER.index(dtype) if dtype in _WIDTH_ORDER else len(_WIDTH_ORDER)
+
+
 def _cast(casts: Mapping[str, str]) -> Callable[[Recorded], dict[str, Node]]:
     def transform(c: Recorded) -> dict[str, Node]:
         nodes = dict(c.nodes)
@@ -180,7 +198,13 @@ class _Planner:
         how = f"re-traced a fresh tf.function of your function on {b.your_calls()}, cast so"
         cands = []
         options = {"reduce_retracing": True} if b.options.get("reduce_retracing") else {}
-        for dt in dict.fromkeys([r.old, r.new]):
+        # One target for every trace of a history: a float dtype before an integer one (casting a float64
+        # 4.5 to the int32 of another trace changes the value: newcomer trial s7 #2), then the dtype most
+        # recorded calls passed, then the wider; traces of one history now all name the same target.
+        seen = [dt for c in b.calls for name, node in c.nodes.items() for p, dt in _tensor_paths(node, name)
+                if p == r.parameter]
+        counts = {dt: seen.count(dt) for dt in dict.fromkeys(seen + [r.old, r.new])}
+        for dt in sorted(counts, key=lambda d: (_kind_rank(d), -counts[d], _widest_first(d))):
             casts = {r.parameter: dt}
             cands.append(lambda casts=casts: measured_fix(
                 "cast", _cast_text(casts), desc, b, f"cast:{sorted(casts.items())}", calls,
