@@ -75,7 +75,7 @@ _EXPORTS = {
     "PrecisionComparison": "tflab.precision.records",
     "PolicyResult": "tflab.precision.records",
     "demonstrate_loss_scaling": "tflab.precision.loss_scaling",
-    "LossScalingDemo": "tflab.precision.loss_scaling",
+    "LossScalingDemo": "tflab.precision.records",
     "runtime_config": "tflab.runtime",
     "RuntimeConfig": "tflab.runtime",
     "TflabError": "tflab.errors",
