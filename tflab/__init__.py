@@ -38,7 +38,7 @@ _EXPORTS = {
     "capture_trace_events": "tflab.retrace.event",
     "reasons_between": "tflab.retrace.diff",
     "trace_script": "tflab.retrace.log",
-    "ScriptTraces": "tflab.retrace.log",
+    "ScriptTraces": "tflab.retrace.records",
     "SideEffect": "tflab.retrace.sideeffects",
     "expect_traces": "tflab.retrace.expect",
     "RetraceError": "tflab.retrace.expect",
