@@ -77,7 +77,9 @@ def test_nobody_imports_export_or_the_compatibility_modules():
         assert "tflab.custom_op_loader" in graph[m]
     assert graph["tflab.custom_op_loader"] == set()
     # the records and the TraceType trees are the bottom of the retrace package, the diff right above them
-    assert graph["tflab.retrace.records"] <= {"tflab.report.base"}  # only the base row
+    # only the base row: the report base and text, and the registry its ScriptTraces renderer is added to
+    assert graph["tflab.retrace.records"] <= {"tflab.report.base", "tflab.report.text", "tflab.report.html.dispatch",
+                                              "tflab.report.html.timeline"}
     assert graph["tflab.retrace.nodes"] == {"tflab._tf.function"}
     assert graph["tflab.retrace.diff"] == {"tflab.retrace.records", "tflab.retrace.nodes", "tflab._argcheck",
                                            "tflab.retrace.paths", "tflab.retrace.function_context"}

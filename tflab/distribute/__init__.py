@@ -24,12 +24,14 @@ The package, one concern per module (each imports only those above it):
   replica step and data;
 * `tflab.distribute.probe`: `DistributedRetraceProbe` (outer traces are
   `tflab.retrace.TraceEvent`s; replica bodies are counted per TraceEvent);
-* `tflab.distribute.per_device`: `inspect_distributed`, `DistributedTraceReport`;
+* `tflab.distribute.records`: the records, `DistributedTraceReport`, `MirroredVariableInfo`,
+  `MultiWorkerReport`, `WorkerRow` (no TF);
+* `tflab.distribute.per_device`: `inspect_distributed`;
 * `tflab.distribute.processes`: the child processes (`run_children` on
   `tflab.process.group.ChildGroup`), free ports, ``TF_CONFIG``;
 * `tflab.distribute.export`: export after distributed training;
 * `tflab.distribute.lab`: `mirrored_lab` and `run_lab_subprocess`;
-* `tflab.distribute.workers`: `run_workers`, `MultiWorkerReport`, `worker_main`;
+* `tflab.distribute.workers`: `run_workers`, `worker_main`;
 * `tflab.distribute.user`: the same on the user's own replica step
   (``tflab distribute FILE.py:STEP``).
 
@@ -50,14 +52,15 @@ _EXPORTS = {
     **dict.fromkeys(("CROSS_REPLICA_OP", "configure_logical_cpus", "lab_dataset", "make_replica_step",
                      "mirrored_strategy"), "strategies"),
     **dict.fromkeys(("DistributedRetraceProbe", "ReplicaRun", "count_replica_runs"), "probe"),
-    **dict.fromkeys(("DistributedTraceReport", "MirroredVariableInfo", "inspect_distributed"), "per_device"),
+    **dict.fromkeys(("DistributedTraceReport", "MirroredVariableInfo", "MultiWorkerReport", "WorkerRow"), "records"),
+    **dict.fromkeys(("inspect_distributed",), "per_device"),
     **dict.fromkeys(("WorkerError", "pick_free_ports", "run_children", "tf_config", "watch_parent",
                      "worker_argv"),
                     "processes"),
     **dict.fromkeys(("export_after_distributed_training", "saved_model_devices", "saved_model_op_types"),
                     "export"),
     **dict.fromkeys(("lab_text", "mirrored_lab", "run_lab_subprocess"), "lab"),
-    **dict.fromkeys(("MultiWorkerReport", "WorkerRow", "run_workers", "worker_main"), "workers"),
+    **dict.fromkeys(("run_workers", "worker_main"), "workers"),
     **dict.fromkeys(("MAX_REPLICAS", "MAX_WORKERS", "UserStep", "check_counts", "check_user_step",
                      "empty_batch_notes", "run_user_step", "user_text"), "user"),
 }

@@ -9,113 +9,23 @@ what is the same on every worker and what differs.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
 import time
 from typing import Callable
 
-from tflab.report.base import Report, config_field
-from tflab.report.text import table
 from tflab.distribute.probe import DistributedRetraceProbe
 from tflab.distribute.processes import pick_free_ports, run_children, tf_config, worker_argv
 from tflab.distribute.strategies import lab_dataset, make_replica_step
 from tflab.errors import UsageError
+from tflab.distribute.records import MultiWorkerReport, WorkerRow  # noqa: F401  (the records live there)
 from tflab.retrace.probe import RetraceProbe
-from tflab.report.html.dispatch import renders
-from tflab.report.html.lab import multi_worker_fragment
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkerRow:
-    """What one worker measured.
-
-    Attributes:
-        task: its ``TF_CONFIG`` task index (0 is the chief).
-        address: its ``127.0.0.1:PORT``.
-        pid: its process id.
-        replicas_in_sync: replicas over all workers (1 CPU each: 2).
-        step_traces: traces of the training step (`DistributedRetraceProbe`).
-        replica_runs: its replica-function bodies run (its local replicas × traces).
-        step_reasons: the step's retrace reasons.
-        summary_traces: traces of the worker-local ``write_summary`` tf.function.
-        summary_reasons: its retrace reasons (a worker-dependent Python flag).
-        local_batches: this worker's per-step batch sizes.
-        local_data_sum: the sum of this worker's input features over all
-            steps (each worker's pipeline reads its own examples).
-        reduced: ``strategy.reduce(SUM, …)`` of each step: examples over all workers.
-        weights: the trained MirroredVariable after the last step.
-        seconds: the worker's wall time, seconds.
-    """
-
-    task: int
-    address: str
-    pid: int
-    replicas_in_sync: int
-    step_traces: int
-    replica_runs: int
-    step_reasons: tuple[str, ...]
-    summary_traces: int
-    summary_reasons: tuple[str, ...]
-    local_batches: tuple[int, ...]
-    local_data_sum: float
-    reduced: tuple[float, ...]
-    weights: tuple[float, ...]
-    seconds: float
 
 
 # Fields compared across workers for the "same / differs" lines.
 _COMPARED = ("replicas_in_sync", "step_traces", "replica_runs", "step_reasons", "summary_traces",
              "summary_reasons", "local_batches", "local_data_sum", "reduced", "weights")
-
-
-@dataclasses.dataclass(repr=False)
-class MultiWorkerReport(Report):
-    """`run_workers`' merged report: one row per worker.
-
-    Attributes:
-        rows: one `WorkerRow` per worker, by task index.
-        same: fields equal on every worker.
-        differs: fields that differ between workers.
-        seconds: wall time of the whole run, seconds.
-        function_name: the training step every worker traced (``step``).
-        config: `tflab.runtime_config()` of the chief worker's process (where TF ran).
-    """
-
-    rows: tuple[WorkerRow, ...]
-    same: tuple[str, ...]
-    differs: tuple[str, ...]
-    seconds: float
-    function_name: str = "step"  # the chief's probe names it
-    config: dict = config_field()
-
-    def to_dict(self) -> dict:
-        """The fields as JSON data, built without importing TF (the parent process never does)."""
-        return {"rows": [dataclasses.asdict(r) for r in self.rows], "same": list(self.same),
-                "differs": list(self.differs), "seconds": self.seconds, "function_name": self.function_name,
-                "config": dict(self.config)}
-
-    def summary_line(self) -> str:
-        traces = ", ".join(f"worker {r.task}: {r.step_traces}" for r in self.rows)
-        return (f"{len(self.rows)} workers; step traces {traces}; "
-                f"differs: {', '.join(self.differs) or 'nothing'}")
-
-    def to_text(self) -> str:
-        lines = [f"MultiWorkerMirroredStrategy: {len(self.rows)} workers on 127.0.0.1, "
-                 f"{self.rows[0].replicas_in_sync if self.rows else 0} replicas in sync ({self.seconds:.1f} s)",
-                 table([(r.task, r.address, ",".join(map(str, r.local_batches)), r.step_traces, r.replica_runs,
-                         r.summary_traces, ", ".join(f"{v:g}" for v in r.reduced)) for r in self.rows],
-                       header=("worker", "address", "batches", "step traces", "replica bodies",
-                               "summary traces", "reduce(SUM) per step"), align="<<<>>><", indent="  ")]
-        for r in self.rows:
-            for reason in r.step_reasons:
-                lines.append(f"  worker {r.task} step {reason}")
-            for reason in r.summary_reasons:
-                lines.append(f"  worker {r.task} write_summary {reason}")
-        lines.append(f"  same on every worker: {', '.join(self.same) or 'nothing'}")
-        lines.append(f"  differs: {', '.join(self.differs) or 'nothing'}")
-        return "\n".join(lines)
 
 
 def run_workers(n: int = 2, timeout: float = 60.0, crash_worker: int | None = None,
@@ -265,4 +175,3 @@ def worker_main() -> dict:
 
 
 # Its HTML fragment (notebook and --html pages): tflab.report.html.dispatch's registry.
-renders(MultiWorkerReport)(multi_worker_fragment)

@@ -17,7 +17,10 @@ The package, bottom-up (each module imports only those above it):
   tensors of the same name;
 * `tflab.litert.nan_runner` → `tflab.litert.nan`: one signature rerun op by op with the
   builtin kernels; the first op that makes a NaN/inf, and its cause;
-* `tflab.litert.records`, `tflab.litert.runner` → `tflab.litert.check`: `TFLiteCheck`;
+* `tflab.litert.records` (a package: `check`, `ops`, `attribution`, `float_tensors`): every
+  record of the step (`TFLiteCheck`, `PerOpCheck`, `Attribution`, `FloatTensors`, ...), below the
+  modules that measure them;
+* `tflab.litert.runner` → `tflab.litert.check`:
   the interpreter run on every SignatureDef; `check_tflite`, `tflite_roundtrip`;
 * `tflab.litert.workers`, `tflab.litert.pool`: conversions in worker processes,
   several at once.
@@ -44,13 +47,14 @@ _EXPORTS = {
     **dict.fromkeys(("TensorInfo", "OpInfo", "OpTensors", "ModelOps", "read_ops", "preserving_interpreter",
                      "run_ops", "variant_of"), "ops"),
     **dict.fromkeys(("Terms", "REFERENCES", "INDEX_INPUTS"), "references"),
-    **dict.fromkeys(("OpCheck", "PerOpCheck", "match_ops", "check_ops", "ILL_CONDITIONED"), "per_op"),
+    **dict.fromkeys(("match_ops", "check_ops"), "per_op"),
     "run_per_op": "nan_runner",
     **dict.fromkeys(("CAUSES", "NanOrigin", "find_nan_origin", "find_nan_sink", "nan_note"), "nan"),
-    **dict.fromkeys(("OpShare", "KeptFloat", "Attribution", "attribute_error", "tf_name_of", "output_error"),
-                    "attribution"),
-    **dict.fromkeys(("TensorMatch", "FloatTensors", "compare_float_tensors"), "float_tensors"),
-    **dict.fromkeys(("OutputError", "TFLiteCheck", "variant_line", "variant_table", "TABLE_LEGEND"), "records"),
+    **dict.fromkeys(("attribute_error", "tf_name_of", "output_error"), "attribution"),
+    "compare_float_tensors": "float_tensors",
+    **dict.fromkeys(("OutputError", "TFLiteCheck", "variant_line", "variant_table", "TABLE_LEGEND", "OpCheck",
+                     "PerOpCheck", "ILL_CONDITIONED", "OpShare", "KeptFloat", "Attribution", "TensorMatch",
+                     "FloatTensors"), "records"),
     **dict.fromkeys(("argmax_agreement", "require_matching_signatures", "read_signature_keys"), "runner"),
     **dict.fromkeys(("check_tflite", "float_reference", "remember_float_reference", "MIN_TFLITE_BYTES",
                      "tflite_roundtrip"), "check"),

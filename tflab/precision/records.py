@@ -1,4 +1,5 @@
-"""The records `tflab.compare_precisions` returns: `PolicyResult` per policy, `PrecisionComparison`.
+"""The records `tflab.compare_precisions` returns: `PolicyResult` per policy, `PrecisionComparison`;
+and `tflab.demonstrate_loss_scaling`'s `LossScalingRow` and `LossScalingDemo`.
 
 `PrecisionComparison` follows the report convention of `tflab.report.base`
 (``function_name``, ``config`` filled once, data as fields and properties,
@@ -20,7 +21,7 @@ from tflab.precision.float_formats import float_info, pow2_text
 from tflab.report.html.dispatch import renders
 from tflab.report.html.lab import precision_notebook_fragment
 
-__all__ = ["PolicyResult", "PrecisionComparison", "fmt_err", "fmt_scale"]
+__all__ = ["PolicyResult", "PrecisionComparison", "LossScalingRow", "LossScalingDemo", "fmt_err", "fmt_scale"]
 
 
 def fmt_err(x: float | None) -> str:
@@ -280,6 +281,109 @@ class PrecisionComparison(Report):
 
 
 # --------------------------------------------------------------------------- Keras policies
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class LossScalingRow:
+    """One row of `demonstrate_loss_scaling`.
+
+    Attributes:
+        label: ``"float32"``, ``"mixed_bfloat16"``, ``"mixed_float16"``,
+            ``"mixed_float16 + dynamic loss scale"``.
+        underflow_fraction: gradient elements non-zero in float32 and 0 here, over
+            the non-zero ones (0..1).
+        range_underflow_fraction: the part of those below the compute dtype's smallest
+            normal in float32 magnitude (range, which a loss scale fixes), same denominator.
+        gradient_error: maximum relative gradient error against float32.
+        gradient_error_median: median relative gradient error against float32.
+        overflow: gradient/output elements inf/NaN here and finite in float32.
+        loss_scale: the final loss scale (None: no scaling).
+        loss_scale_history: the scales tried.
+        seconds: forward + backward pass(es), seconds.
+    """
+
+    label: str
+    underflow_fraction: float
+    range_underflow_fraction: float
+    gradient_error: float
+    gradient_error_median: float
+    overflow: int
+    loss_scale: float | None
+    loss_scale_history: tuple
+    seconds: float
+
+    def __repr__(self) -> str:
+        return (f"<{self.label}: underflow {self.underflow_fraction:.3%} (range "
+                f"{self.range_underflow_fraction:.3%}), grad err max {fmt_err(self.gradient_error)} "
+                f"median {fmt_err(self.gradient_error_median)}, loss scale {fmt_scale(self.loss_scale)}>")
+
+    def to_dict(self) -> dict[str, Any]:
+        from tflab.report.jsonable import to_jsonable
+
+        return {f.name: to_jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class LossScalingDemo(Report):
+    """Measured: why mixed_float16 needs loss scaling and mixed_bfloat16 does not.
+
+    Attributes:
+        function_name: what ran, ``"MobileNetV3Small train step"``.
+        model: ``MobileNetV3Small(weights=None, input_shape=…, classes=10)``.
+        step: the training step's forward and loss.
+        rows: `LossScalingRow` per configuration, float32 first.
+        keras_version: ``keras.__version__``.
+        input: the batch, ``"batch×H×W×C"``.
+        comparison: the underlying `PrecisionComparison` (arrays included; not in ``to_dict()``).
+        config: `tflab.runtime_config()`'s dict (TF build, CPU ISA, oneDNN on/off and why,
+            allocator, threads), filled when the demo is made.
+    """
+
+    function_name: str
+    model: str
+    step: str
+    rows: tuple
+    keras_version: str
+    input: str
+    comparison: PrecisionComparison = dataclasses.field(metadata={"dict": False})
+    config: dict = config_field()
+
+    def row(self, label: str) -> LossScalingRow:
+        """The row of one configuration (``"mixed_float16 + dynamic loss scale"``, …)."""
+        return next(r for r in self.rows if r.label == label)
+
+    def summary_line(self) -> str:
+        """``float32: underflow 0.00%, scale -; …`` (the ``repr``)."""
+        return "; ".join(f"{r.label}: underflow {r.underflow_fraction:.2%}, scale {fmt_scale(r.loss_scale)}"
+                         for r in self.rows)
+
+    def to_text(self) -> str:
+        """A table, one row per configuration, then what ran and where."""
+        header = ("configuration", "underflow", "of it: range", "grad err max", "grad err median",
+                  "overflow", "loss scale")
+        rows = []
+        for r in self.rows:
+            scale = fmt_scale(r.loss_scale)
+            if len(r.loss_scale_history) > 1:
+                scale += f" (from {pow2_text(r.loss_scale_history[0])})"
+            rows.append((r.label, f"{r.underflow_fraction:.3%}", f"{r.range_underflow_fraction:.3%}",
+                         fmt_err(r.gradient_error), fmt_err(r.gradient_error_median), str(r.overflow), scale))
+        lines = [f"{self.model}, {self.step}", table(rows, header, align="<>>>>>>", rule=False)]
+        lines.append("underflow: gradient elements non-zero in float32 and 0 (share of the non-zero ones); "
+                     "range: of those, |float32 value| below the compute dtype's smallest normal")
+        lines.append(f"ran on: {self.config.get('one_line', '?')} · Keras {self.keras_version} · "
+                     f"input {self.input}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields (``comparison`` left out) plus ``configuration``: ``config`` with
+        ``keras_version`` and ``input``, the key the tour's ``report.json`` has always had."""
+        from tflab.report.jsonable import to_jsonable
+
+        out = super().to_dict()
+        out["configuration"] = to_jsonable({**self.config, "keras_version": self.keras_version,
+                                            "input": self.input})
+        return out
 
 
 # Its HTML fragment (notebook and --html pages): tflab.report.html.dispatch's registry.

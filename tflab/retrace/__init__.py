@@ -2,7 +2,8 @@
 
 The package, bottom-up (each module imports only those above it):
 
-* `tflab.retrace.records`: the `Trace` and `Reason` records and the FIXES table;
+* `tflab.retrace.records`: the `Trace` and `Reason` records, the FIXES table and the
+  reports `FunctionTraces`, `ScriptTraces`, `RetracingDemo`;
 * `tflab.retrace.nodes`: TraceType objects (or a log's TraceType text) ->
   `Node` trees;
 * `tflab.retrace.function_context`, `tflab.retrace.paths`: which part of TF's
@@ -43,7 +44,8 @@ from tflab._lazy import lazy_exports
 # that part and what it imports, never the whole package.
 _EXPORTS = {
     **dict.fromkeys(("FIXES", "FIXES_WITH_REDUCE_RETRACING", "NO_VARIABLE_CREATION", "Reason",
-                     "Trace", "VARIABLE_CREATION"), "records"),
+                     "Trace", "VARIABLE_CREATION", "FunctionTraces", "STALE_READ_NOTE", "ScriptTraces"),
+                    "records"),
     **dict.fromkeys(("Node", "function_type_inputs", "node_of", "nodes_of", "parse_trace_type"),
                     "nodes"),
     **dict.fromkeys(("PER_REPLICA_FIX", "describe_per_replica", "diff_per_replica", "explain",
@@ -52,8 +54,7 @@ _EXPORTS = {
                      "event_from_frame", "parse_trace_log_message"), "event"),
     **dict.fromkeys(("SideEffect", "trace_time_effects"), "sideeffects"),
     **dict.fromkeys(("cached_traces", "explain_records", "trace_from_event"), "live"),
-    **dict.fromkeys(("FunctionTraces", "NameGroup", "STALE_READ_NOTE", "ScriptTraces",
-                     "group_logged_traces", "name_groups", "trace_script"), "log"),
+    **dict.fromkeys(("NameGroup", "group_logged_traces", "name_groups", "trace_script"), "log"),
     "StaleRead": "stale",
     "RetraceProbe": "probe",
     **dict.fromkeys(("RetraceError", "TraceExpectation", "expect_traces"), "expect"),

@@ -9,101 +9,11 @@ numbers are whatever the installed TensorFlow does (the tests pin TF 2.21's).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 from typing import Any, Iterator
 
-from tflab.report.base import Report, config_field
-from tflab.report.text import table
 from tflab.retrace.probe import RetraceProbe
-
-
-@dataclasses.dataclass(frozen=True)
-class TriggerResult:
-    """One retrace trigger, measured before and after its prevention.
-
-    Attributes:
-        trigger: what changes between calls ("new shape", "changed closure"…).
-        calls: the calls made, in words.
-        traces: traces counted by the probe's trace-time side effect.
-        tf_tracing_count: TF's ``experimental_get_tracing_count()`` afterwards
-            (differs from ``traces`` when a trace raised: failed traces are not cached).
-        reasons: the probe's reason lines for the traces after the first.
-        observed: what else was measured (a stale result, the error raised), or "".
-        prevention: the change applied.
-        traces_after: traces counted with the prevention, same calls.
-        observed_after: what the prevention's calls gave, or "".
-    """
-
-    trigger: str
-    calls: str
-    traces: int
-    tf_tracing_count: int
-    reasons: tuple[str, ...]
-    observed: str
-    prevention: str
-    traces_after: int
-    observed_after: str = ""
-
-
-@dataclasses.dataclass(frozen=True, repr=False)
-class RetracingDemo(Report):
-    """The measured retrace triggers of `demonstrate_retracing`.
-
-    Attributes:
-        tf_version: ``tf.__version__`` the numbers were measured on.
-        results: one `TriggerResult` per trigger, in lab order.
-        config: `tflab.runtime_config()` as a dict, filled in when the demo
-            is made. The trace counts are the
-            same on every configuration (tracing is Python-side); it is
-            recorded so the report says what it ran on.
-    """
-
-    tf_version: str
-    results: tuple[TriggerResult, ...]
-    config: dict = config_field()
-
-    def __getitem__(self, trigger: str) -> TriggerResult:
-        for r in self.results:
-            if r.trigger == trigger:
-                return r
-        raise KeyError(f"no trigger {trigger!r}; triggers: {', '.join(r.trigger for r in self.results)}")
-
-    @property
-    def counts(self) -> dict[str, tuple[int, int]]:
-        """trigger -> (traces, traces after prevention)."""
-        return {r.trigger: (r.traces, r.traces_after) for r in self.results}
-
-    def to_text(self, compact: bool = False) -> str:
-        """A table: trigger, traces, prevention, traces after; ``compact`` drops the details."""
-        w = max(len(r.trigger) for r in self.results)
-        rows = table([(r.trigger, r.traces, f"{r.prevention} -> {r.traces_after}") for r in self.results],
-                     header=("trigger", "traces", "prevention -> traces"), rule=False).splitlines()
-        lines = rows[:1]
-        for r, row in zip(self.results, rows[1:]):
-            lines.append(row)
-            if not compact:
-                lines.append(f"{'':<{w}}          calls: {r.calls}")
-                for reason in r.reasons:
-                    lines.append(f"{'':<{w}}          reason: {reason}")
-                if r.observed:
-                    lines.append(f"{'':<{w}}          observed: {r.observed}")
-                if r.observed_after:
-                    lines.append(f"{'':<{w}}          after prevention: {r.observed_after}")
-        if not compact and self.config.get("one_line"):
-            lines.append(f"measured on: {self.config['one_line']}")
-        return "\n".join(lines)
-
-    def to_dict(self) -> dict:
-        """JSON-ready dict."""
-        return {"tf_version": self.tf_version,
-                "results": [dataclasses.asdict(r) for r in self.results], "config": self.config}
-
-    def summary_line(self) -> str:
-        return ", ".join(f"{r.trigger}: {r.traces}->{r.traces_after}" for r in self.results)
-
-    def __repr__(self) -> str:
-        return f"<RetracingDemo TF {self.tf_version}: {self.summary_line()}>"
+from tflab.retrace.records import RetracingDemo, TriggerResult
 
 
 def _first_line(e: BaseException) -> str:
@@ -229,7 +139,6 @@ def _variable_later_call(tf) -> TriggerResult:
         probe.trace_count, probe.tf_tracing_count, tuple(probe.reasons), observed,
         "create every tf.Variable before the first call", fixed.trace_count,
         "no error")
-
 
 
 def _type_hints(tf) -> TriggerResult:

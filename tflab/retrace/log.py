@@ -24,102 +24,13 @@ import sys
 import time
 from typing import Any, Sequence
 
-from tflab.report.text import seconds_text, trace_time_line
-from tflab.report.base import Report, config_field
-from tflab.report.html.dispatch import renders
-from tflab.report.html.timeline import script_fragment
 from tflab._tf import function as _tf
 from tflab.errors import Terminated, UsageError
 from tflab.retrace.event import ObjectSerials, TraceClock, TraceEvent, capture_trace_events
 from tflab.retrace.records import NO_VARIABLE_CREATION, VARIABLE_CREATION, Trace, short_name
+from tflab.retrace.records import FunctionTraces, ScriptTraces, STALE_READ_NOTE  # noqa: F401 (re-exported)
 from tflab.retrace.live import (  # noqa: F401 (re-exported)
     LiveExplainer, cached_traces, capture_explained, explain_records, is_tf_internal, trace_from_event)
-
-
-@dataclasses.dataclass(frozen=True, repr=False)
-class FunctionTraces(Report):
-    """The traces of one tf.function object seen in a block or a script, with reasons.
-
-    Attributes:
-        function_name: the Python function's name (its qualified name without
-            the enclosing function's ``<locals>`` prefix).
-        traces: one `Trace` per trace TF started, oldest first.
-        owner: what tells this tf.function object apart from others with the
-            same name (``Net@0x7f…``: the instance of a method; ``@0x7f…``:
-            the object's address), or "".
-        label: the name printed: ``function_name``, plus ``of OWNER`` when
-            another tf.function in the same report has the same name (and
-            ``(object N at this address)`` when a freed object's address was
-            given to a later one).
-        calls: eager calls of this object counted while the script ran
-            (`tflab._tf.function.count_eager_calls`), or None when not counted.
-        side_effects: the body's Python side effects that ran only while
-            tracing, one line each, worded as `tflab.RetraceProbe.side_effects`
-            words them (empty when every call traced, or calls were not counted).
-        config: `tflab.runtime_config()` as a dict, filled when the record is made.
-        trace_seconds: each trace's seconds (`tflab.retrace.event.TraceEvent.seconds`:
-            tracing plus the first run's instantiation), None where not timed; () when not measured.
-        script_seconds: the wall seconds of the script (or block) the traces were made in, or None.
-    """
-
-    function_name: str
-    traces: tuple[Trace, ...]
-    owner: str = ""
-    label: str = ""
-    calls: int | None = None
-    side_effects: tuple[str, ...] = ()
-    # The Python function's full qualified name (``Net.run.<locals>.step``): where it is defined.
-    qualname: str = ""
-    config: dict = config_field()
-    trace_seconds: tuple[float | None, ...] = ()
-    script_seconds: float | None = None
-
-    @property
-    def seconds(self) -> float:
-        """Seconds of all this function's timed traces."""
-        return sum(s for s in self.trace_seconds if s is not None)
-
-    @property
-    def time_text(self) -> str | None:
-        """``train_step: 3 traces, 18.4 s of the script's 25.0 s (74%)``, or None when not timed."""
-        if not any(s is not None for s in self.trace_seconds):
-            return None
-        return trace_time_line(self.label or self.function_name, self.trace_count, self.seconds,
-                               self.script_seconds, "the script's {}")
-
-    def _time_lines(self) -> list[str]:
-        if not any(s is not None for s in self.trace_seconds):
-            return []
-        per = ", ".join(f"#{t.index} {seconds_text(s)}" for t, s in zip(self.traces, self.trace_seconds))
-        return [f"  trace time: {seconds_text(self.seconds)} ({per}; tracing plus the first run's instantiation)"]
-
-    @property
-    def trace_count(self) -> int:
-        return len(self.traces)
-
-    def summary_line(self) -> str:
-        return f"{self.trace_count} trace(s)" + (f" in {self.calls} call(s)" if self.calls is not None else "")
-
-    def to_text(self) -> str:
-        calls = f" in {self.calls} call(s)" if self.calls is not None else ""
-        lines = [f"{self.label or self.function_name}: {self.trace_count} trace(s){calls}"]
-        lines += self._time_lines()
-        for t in self.traces:
-            lines.extend("  " + ln for ln in t.to_text().splitlines())
-        lines.extend(f"  side effect: {e}" for e in self.side_effects)
-        return "\n".join(lines)
-
-    def to_dict(self) -> dict:
-        return {"function": self.function_name, "function_name": self.function_name,
-                "label": self.label or self.function_name, "owner": self.owner,
-                "trace_count": self.trace_count, "calls": self.calls,
-                "traces": [t.to_dict() for t in self.traces],
-                "side_effects": list(self.side_effects), "config": self.config,
-                "trace_seconds": list(self.trace_seconds), "seconds": self.seconds,
-                "script_seconds": self.script_seconds}
-
-    def __repr__(self) -> str:
-        return f"<FunctionTraces {self.label or self.function_name}: {self.summary_line()}>"
 
 
 def _group_key(t: TraceEvent, aliases: dict, groups: dict) -> Any:
@@ -217,9 +128,6 @@ def _checked(traces: Sequence[Trace], body: Any, n_calls: int | None, event: Tra
 
 
 # What the log-based report cannot show (also in ``tflab retrace --help``).
-STALE_READ_NOTE = ("stale closure or global reads (a Python value changed without a retrace) are "
-                   "detected by tflab.RetraceProbe only: TF's trace log carries no values")
-
 
 NEW_FUNCTION_FIX = ("build it once, outside the loop, and reuse it (the model, layer or tf.function); "
                     "for a Keras model call model(x) or model.predict_on_batch(x) in a loop rather than "
@@ -370,68 +278,6 @@ def _line(plan: Any) -> str:
     return lines[0][len("fix: "):] if lines and lines[0].startswith("fix: ") else (lines[0] if lines else "")
 
 
-@dataclasses.dataclass(frozen=True, repr=False)
-class ScriptTraces(Report):
-    """What ``tflab retrace SCRIPT.py`` found.
-
-    Attributes:
-        script: the script path.
-        functions: one `FunctionTraces` per tf.function that traced, in first-trace order.
-        error: None, or one line saying how the script failed and where.
-        note: None, or why some traces may be missing (the script raised the
-            ``tensorflow`` logger's level, which hides TF's level-1 records).
-        config: `tflab.runtime_config()` as a dict, filled when the report is made.
-        wall_seconds: the script's wall time (seconds), or None.
-    """
-
-    script: str
-    functions: tuple[FunctionTraces, ...]
-    error: str | None = None
-    note: str | None = None
-    # The `NameGroup`s found while the script's objects were alive (their fixes run); () to group now.
-    groups: tuple = ()
-    config: dict = config_field()
-    wall_seconds: float | None = None
-
-    @property
-    def time_lines(self) -> list[str]:
-        """``trace time: train_step: 3 traces, 18.4 s of the script's 25.0 s (74%)``, most seconds first."""
-        timed = [f for f in self.functions if f.time_text is not None]
-        return [f"trace time: {f.time_text}" for f in sorted(timed, key=lambda f: -f.seconds)]
-
-    @property
-    def trace_count(self) -> int:
-        return sum(f.trace_count for f in self.functions)
-
-    @property
-    def shared_names(self) -> tuple[NameGroup, ...]:
-        """Names shared by several tf.function objects (`name_groups`)."""
-        return tuple(self.groups) if self.groups else name_groups(self.functions)
-
-    def to_text(self) -> str:
-        if not self.functions:
-            head = f"{self.script}: no tf.function traced"
-        else:
-            head = (f"{self.script}: {self.trace_count} trace(s) in {len(self.functions)} "
-                    f"tf.function(s)")
-        shared = [ln for g in self.shared_names for ln in g.lines()]
-        tail = [f"note: {self.note}"] if self.note else []
-        head = "\n".join([head] + self.time_lines)
-        if self.functions:
-            tail.append(f"note: {STALE_READ_NOTE}")
-        return "\n".join([head] + shared + [f.to_text() for f in self.functions] + tail)
-
-    def to_dict(self) -> dict:
-        return {"script": self.script, "trace_count": self.trace_count,
-                "functions": [f.to_dict() for f in self.functions], "error": self.error,
-                "shared_names": [g.to_dict() for g in self.shared_names],
-                "note": self.note, "config": self.config, "wall_seconds": self.wall_seconds}
-
-    def __repr__(self) -> str:
-        return (f"<ScriptTraces {self.script}: " + ", ".join(
-            f"{f.label or f.function_name}×{f.trace_count}" for f in self.functions) + ">")
-
-
 def trace_script(path: str, argv: Sequence[str] = (), include_internal: bool = False) -> ScriptTraces:
     """Runs a Python script as ``__main__`` and explains every tf.function trace it made.
 
@@ -538,4 +384,3 @@ def _seconds_by_group(logged: Sequence[TraceEvent], include_internal: bool) -> l
 
 
 # Its HTML fragment (notebook and --html pages): tflab.report.html.dispatch's registry.
-renders(ScriptTraces)(script_fragment)

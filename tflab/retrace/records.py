@@ -6,7 +6,13 @@ diff of its FunctionType against the nearest earlier trace gave
 TraceType trees they were made from, for later diffs), so they are JSON-ready
 and never print a raw TraceType repr in a reason or a fix.
 
-This is the bottom of the retrace package: it imports no tflab module but the report base.
+The reports made from them live here too: `FunctionTraces` and `ScriptTraces`
+(`tflab.retrace.log`, ``tflab retrace SCRIPT``), `TriggerResult` and
+`RetracingDemo` (`tflab.retrace.demo`). ``ScriptTraces.groups`` is filled by
+`tflab.retrace.log.trace_script` (this module imports nothing back up).
+
+This is the bottom of the retrace package: it imports no tflab module but the report base
+(`tflab.report.base`, `tflab.report.text`).
 """
 
 from __future__ import annotations
@@ -14,7 +20,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from tflab.report.base import Report
+from tflab.report.base import Report, config_field
+from tflab.report.text import seconds_text, table, trace_time_line
+from tflab.report.html.dispatch import renders
+from tflab.report.html.timeline import script_fragment
 
 # The FunctionContext scope types TF 2.21 uses (tracing_compilation.ScopeType).
 VARIABLE_CREATION = "VARIABLE_CREATION"
@@ -275,3 +284,248 @@ class Trace(Report):
 def short_name(qualname: str) -> str:
     """``test_x.<locals>.h`` -> ``h``: the enclosing function adds nothing for a reader."""
     return qualname.rsplit("<locals>.", 1)[-1]
+
+
+@dataclasses.dataclass(frozen=True)
+class TriggerResult:
+    """One retrace trigger, measured before and after its prevention.
+
+    Attributes:
+        trigger: what changes between calls ("new shape", "changed closure"…).
+        calls: the calls made, in words.
+        traces: traces counted by the probe's trace-time side effect.
+        tf_tracing_count: TF's ``experimental_get_tracing_count()`` afterwards
+            (differs from ``traces`` when a trace raised: failed traces are not cached).
+        reasons: the probe's reason lines for the traces after the first.
+        observed: what else was measured (a stale result, the error raised), or "".
+        prevention: the change applied.
+        traces_after: traces counted with the prevention, same calls.
+        observed_after: what the prevention's calls gave, or "".
+    """
+
+    trigger: str
+    calls: str
+    traces: int
+    tf_tracing_count: int
+    reasons: tuple[str, ...]
+    observed: str
+    prevention: str
+    traces_after: int
+    observed_after: str = ""
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class RetracingDemo(Report):
+    """The measured retrace triggers of `demonstrate_retracing`.
+
+    Attributes:
+        tf_version: ``tf.__version__`` the numbers were measured on.
+        results: one `TriggerResult` per trigger, in lab order.
+        config: `tflab.runtime_config()` as a dict, filled in when the demo
+            is made. The trace counts are the
+            same on every configuration (tracing is Python-side); it is
+            recorded so the report says what it ran on.
+    """
+
+    tf_version: str
+    results: tuple[TriggerResult, ...]
+    config: dict = config_field()
+
+    def __getitem__(self, trigger: str) -> TriggerResult:
+        for r in self.results:
+            if r.trigger == trigger:
+                return r
+        raise KeyError(f"no trigger {trigger!r}; triggers: {', '.join(r.trigger for r in self.results)}")
+
+    @property
+    def counts(self) -> dict[str, tuple[int, int]]:
+        """trigger -> (traces, traces after prevention)."""
+        return {r.trigger: (r.traces, r.traces_after) for r in self.results}
+
+    def to_text(self, compact: bool = False) -> str:
+        """A table: trigger, traces, prevention, traces after; ``compact`` drops the details."""
+        w = max(len(r.trigger) for r in self.results)
+        rows = table([(r.trigger, r.traces, f"{r.prevention} -> {r.traces_after}") for r in self.results],
+                     header=("trigger", "traces", "prevention -> traces"), rule=False).splitlines()
+        lines = rows[:1]
+        for r, row in zip(self.results, rows[1:]):
+            lines.append(row)
+            if not compact:
+                lines.append(f"{'':<{w}}          calls: {r.calls}")
+                for reason in r.reasons:
+                    lines.append(f"{'':<{w}}          reason: {reason}")
+                if r.observed:
+                    lines.append(f"{'':<{w}}          observed: {r.observed}")
+                if r.observed_after:
+                    lines.append(f"{'':<{w}}          after prevention: {r.observed_after}")
+        if not compact and self.config.get("one_line"):
+            lines.append(f"measured on: {self.config['one_line']}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict."""
+        return {"tf_version": self.tf_version,
+                "results": [dataclasses.asdict(r) for r in self.results], "config": self.config}
+
+    def summary_line(self) -> str:
+        return ", ".join(f"{r.trigger}: {r.traces}->{r.traces_after}" for r in self.results)
+
+    def __repr__(self) -> str:
+        return f"<RetracingDemo TF {self.tf_version}: {self.summary_line()}>"
+
+
+STALE_READ_NOTE = ("stale closure or global reads (a Python value changed without a retrace) are "
+                   "detected by tflab.RetraceProbe only: TF's trace log carries no values")
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class FunctionTraces(Report):
+    """The traces of one tf.function object seen in a block or a script, with reasons.
+
+    Attributes:
+        function_name: the Python function's name (its qualified name without
+            the enclosing function's ``<locals>`` prefix).
+        traces: one `Trace` per trace TF started, oldest first.
+        owner: what tells this tf.function object apart from others with the
+            same name (``Net@0x7f…``: the instance of a method; ``@0x7f…``:
+            the object's address), or "".
+        label: the name printed: ``function_name``, plus ``of OWNER`` when
+            another tf.function in the same report has the same name (and
+            ``(object N at this address)`` when a freed object's address was
+            given to a later one).
+        calls: eager calls of this object counted while the script ran
+            (`tflab._tf.function.count_eager_calls`), or None when not counted.
+        side_effects: the body's Python side effects that ran only while
+            tracing, one line each, worded as `tflab.RetraceProbe.side_effects`
+            words them (empty when every call traced, or calls were not counted).
+        config: `tflab.runtime_config()` as a dict, filled when the record is made.
+        trace_seconds: each trace's seconds (`tflab.retrace.event.TraceEvent.seconds`:
+            tracing plus the first run's instantiation), None where not timed; () when not measured.
+        script_seconds: the wall seconds of the script (or block) the traces were made in, or None.
+    """
+
+    function_name: str
+    traces: tuple[Trace, ...]
+    owner: str = ""
+    label: str = ""
+    calls: int | None = None
+    side_effects: tuple[str, ...] = ()
+    # The Python function's full qualified name (``Net.run.<locals>.step``): where it is defined.
+    qualname: str = ""
+    config: dict = config_field()
+    trace_seconds: tuple[float | None, ...] = ()
+    script_seconds: float | None = None
+
+    @property
+    def seconds(self) -> float:
+        """Seconds of all this function's timed traces."""
+        return sum(s for s in self.trace_seconds if s is not None)
+
+    @property
+    def time_text(self) -> str | None:
+        """``train_step: 3 traces, 18.4 s of the script's 25.0 s (74%)``, or None when not timed."""
+        if not any(s is not None for s in self.trace_seconds):
+            return None
+        return trace_time_line(self.label or self.function_name, self.trace_count, self.seconds,
+                               self.script_seconds, "the script's {}")
+
+    def _time_lines(self) -> list[str]:
+        if not any(s is not None for s in self.trace_seconds):
+            return []
+        per = ", ".join(f"#{t.index} {seconds_text(s)}" for t, s in zip(self.traces, self.trace_seconds))
+        return [f"  trace time: {seconds_text(self.seconds)} ({per}; tracing plus the first run's instantiation)"]
+
+    @property
+    def trace_count(self) -> int:
+        return len(self.traces)
+
+    def summary_line(self) -> str:
+        return f"{self.trace_count} trace(s)" + (f" in {self.calls} call(s)" if self.calls is not None else "")
+
+    def to_text(self) -> str:
+        calls = f" in {self.calls} call(s)" if self.calls is not None else ""
+        lines = [f"{self.label or self.function_name}: {self.trace_count} trace(s){calls}"]
+        lines += self._time_lines()
+        for t in self.traces:
+            lines.extend("  " + ln for ln in t.to_text().splitlines())
+        lines.extend(f"  side effect: {e}" for e in self.side_effects)
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {"function": self.function_name, "function_name": self.function_name,
+                "label": self.label or self.function_name, "owner": self.owner,
+                "trace_count": self.trace_count, "calls": self.calls,
+                "traces": [t.to_dict() for t in self.traces],
+                "side_effects": list(self.side_effects), "config": self.config,
+                "trace_seconds": list(self.trace_seconds), "seconds": self.seconds,
+                "script_seconds": self.script_seconds}
+
+    def __repr__(self) -> str:
+        return f"<FunctionTraces {self.label or self.function_name}: {self.summary_line()}>"
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class ScriptTraces(Report):
+    """What ``tflab retrace SCRIPT.py`` found.
+
+    Attributes:
+        script: the script path.
+        functions: one `FunctionTraces` per tf.function that traced, in first-trace order.
+        error: None, or one line saying how the script failed and where.
+        note: None, or why some traces may be missing (the script raised the
+            ``tensorflow`` logger's level, which hides TF's level-1 records).
+        config: `tflab.runtime_config()` as a dict, filled when the report is made.
+        wall_seconds: the script's wall time (seconds), or None.
+    """
+
+    script: str
+    functions: tuple[FunctionTraces, ...]
+    error: str | None = None
+    note: str | None = None
+    # The `NameGroup`s found while the script's objects were alive (their fixes run); () when none.
+    groups: tuple = ()
+    config: dict = config_field()
+    wall_seconds: float | None = None
+
+    @property
+    def time_lines(self) -> list[str]:
+        """``trace time: train_step: 3 traces, 18.4 s of the script's 25.0 s (74%)``, most seconds first."""
+        timed = [f for f in self.functions if f.time_text is not None]
+        return [f"trace time: {f.time_text}" for f in sorted(timed, key=lambda f: -f.seconds)]
+
+    @property
+    def trace_count(self) -> int:
+        return sum(f.trace_count for f in self.functions)
+
+    @property
+    def shared_names(self) -> tuple:
+        """Names shared by several tf.function objects: the `tflab.retrace.log.NameGroup`s
+        `trace_script` found with `tflab.retrace.log.name_groups` (their fixes run) and stored in ``groups``."""
+        return tuple(self.groups)
+
+    def to_text(self) -> str:
+        if not self.functions:
+            head = f"{self.script}: no tf.function traced"
+        else:
+            head = (f"{self.script}: {self.trace_count} trace(s) in {len(self.functions)} "
+                    f"tf.function(s)")
+        shared = [ln for g in self.shared_names for ln in g.lines()]
+        tail = [f"note: {self.note}"] if self.note else []
+        head = "\n".join([head] + self.time_lines)
+        if self.functions:
+            tail.append(f"note: {STALE_READ_NOTE}")
+        return "\n".join([head] + shared + [f.to_text() for f in self.functions] + tail)
+
+    def to_dict(self) -> dict:
+        return {"script": self.script, "trace_count": self.trace_count,
+                "functions": [f.to_dict() for f in self.functions], "error": self.error,
+                "shared_names": [g.to_dict() for g in self.shared_names],
+                "note": self.note, "config": self.config, "wall_seconds": self.wall_seconds}
+
+    def __repr__(self) -> str:
+        return (f"<ScriptTraces {self.script}: " + ", ".join(
+            f"{f.label or f.function_name}×{f.trace_count}" for f in self.functions) + ">")
+
+
+# Its HTML fragment (notebook and --html pages): tflab.report.html.dispatch's registry.
+renders(ScriptTraces)(script_fragment)
