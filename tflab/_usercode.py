@@ -99,6 +99,16 @@ def library_of(filename: str) -> str | None:
     Judged by the file's folder against each library's installed package folder (and Python's
     ``stdlib``/``site-packages`` folders), never by words in the path: a user's project under
     ``~/src/tflab/`` is the user's. ``<frozen …>`` modules are Python's.
+
+    Args:
+        filename: a source path as a traceback or a code object names it (``co_filename``).
+
+    Returns:
+        The library's name, or None when the file is the user's (or ``filename`` is empty).
+
+    Example:
+        >>> library_of(tf.__file__), library_of("/home/me/src/tflab/model.py")
+        ('tensorflow', None)
     """
     if not filename:
         return None
