@@ -46,6 +46,22 @@ def pytest_collection_modifyitems(config, items):
             _COLLECTED["onednn"].add(name)
 
 
+@pytest.hookimpl(tryfirst=True)  # before the test's fixtures are set up (they run bfloat16 too)
+def pytest_runtest_setup(item):
+    """A ``bfloat16``-marked test is skipped where bfloat16 kernels cannot run in this configuration.
+
+    `tflab.process.bfloat16_probe` measures it in a child, and only when oneDNN is on and
+    ``ONEDNN_MAX_CPU_ISA`` is set: ``make test``'s third pass on an AVX-512 CPU, where a bfloat16
+    MatMul ends the process with SIGSEGV. Elsewhere no child is started and nothing is skipped.
+    """
+    if item.get_closest_marker("bfloat16") is not None:
+        from tflab.process.bfloat16_probe import bfloat16_failure
+
+        failure = bfloat16_failure()
+        if failure is not None:
+            pytest.skip(f"this configuration cannot run bfloat16 (tflab refuses it with a UsageError): {failure}")
+
+
 # The one full tour of a session (`make tour` in a fresh process: 2-3 min on 2 quiet cores).
 # It starts when collection ends, in its own process, and runs while the other tests run (they
 # are mostly Python tracing on one core); the tests that read it are moved to the session's end.

@@ -325,6 +325,11 @@ def run_policies(subject: PolicySubject, policies: tuple, loss_scale: Any, name:
 
     results: dict[str, PolicyResult] = {}
     ref = None
+    if any(POLICIES[p][0] == "bfloat16" for p in policies):
+        # With oneDNN's ISA capped, bfloat16 MatMul can end this process (SIGSEGV): a child tries first.
+        from tflab.process.bfloat16_probe import check_bfloat16_kernels
+
+        check_bfloat16_kernels()
     for policy in policies:
         compute, _ = POLICIES[policy]
         if progress:
