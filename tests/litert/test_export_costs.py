@@ -138,8 +138,25 @@ def test_converter_from_loaded_keys_is_from_saved_models(cnn):
         assert len(loads) == 1  # ... tflab reads them off the load it keeps (convert() itself loads once more)
     assert type(conv) is type(theirs) is saved_model_converter_class()  # lite.TFLiteSavedModelConverterV2
     assert conversion_model_type(theirs) == conversion_model_type(conv) == "TF_SAVED_MODEL"
-    want, got = theirs.convert(), conv.convert()
+    with counting_saved_model_loads() as loads:
+        want, got = theirs.convert(), conv.convert()
+    assert len(loads) == 2  # TF's convert() loads the SavedModel in Python for its debug info
     assert got == want and got == models["none"]
+
+
+@pytest.mark.parametrize("quantization", ["none", "dynamic", "float16", "int8"])
+def test_convert_reuses_the_kept_load_for_the_debug_info_and_writes_the_same_bytes(cnn, quantization):
+    """`convert` lends the converter's ``_load`` the load tflab keeps: no Python load (the
+    converter's own would be counted), and the bytes of a plain ``convert()`` for every recipe."""
+    from tflab._tf.lite import counting_saved_model_loads
+    from tflab.litert.conversion import convert, make_converter
+
+    sm, examples, models = cnn
+    with counting_saved_model_loads() as loads:
+        got = convert(sm, quantization, [examples])
+    assert loads == []
+    want = make_converter(sm, quantization, [examples]).convert()  # TF's own load of the folder
+    assert got == want
 
 
 def test_module_with_two_signatures_keeps_both_keys(tmp_path):

@@ -27,9 +27,16 @@ SCRIPT = textwrap.dedent("""\
     x = tf.random.normal([2, 8])
     def forward(images):
         return model(images, training=False)
-    tf.function(forward, jit_compile=True)(x)  # step 6's own XLA compile
+    jitted = tf.function(forward, jit_compile=True)
+    jitted(x)  # step 6's own XLA compile
     files = len(os.listdir(os.environ[ENV])) if ENV in os.environ else 0
-    print(json.dumps({"lines": tour_lines(forward, x), "layers": [l.name for l in model.layers], "files": files}))
+    from tflab.lowering.tour import dumps_compiles, step_six_optimized_hlo
+    from tflab.modes import count_fusions
+    dumped = step_six_optimized_hlo()
+    fusions = {"dumped": dumps_compiles(), "dump": None if dumped is None else count_fusions(dumped),
+               "compiler_ir": count_fusions(jitted.experimental_get_compiler_ir(x)(stage="optimized_hlo"))}
+    print(json.dumps({"lines": tour_lines(forward, x), "layers": [l.name for l in model.layers], "files": files,
+                      "fusions": fusions}))
     """)
 
 
@@ -49,6 +56,10 @@ def test_one_line_per_level_and_the_largest_fusion_with_its_layer_from_the_compi
     from tflab.lowering import STAGES
 
     got = _run("dump", tmp_path)
+    # Step 6 counts fusions in XLA's dump of its own compile instead of compiling again for
+    # experimental_get_compiler_ir(stage="optimized_hlo"): the same count and kinds.
+    assert got["fusions"]["dumped"] and got["fusions"]["dump"] is not None
+    assert got["fusions"]["dump"] == got["fusions"]["compiler_ir"] and got["fusions"]["dump"][0] > 0, got
     lines = got["lines"]
     assert got["files"] > 0
     assert [ln.split()[1] for ln in lines[:len(STAGES)]] == list(STAGES), lines
@@ -60,7 +71,9 @@ def test_one_line_per_level_and_the_largest_fusion_with_its_layer_from_the_compi
 
 
 def test_without_a_dump_the_tour_prints_no_lowering_lines(tmp_path):
-    assert _run("nodump", tmp_path)["lines"] == []
+    got = _run("nodump", tmp_path)
+    assert got["lines"] == []
+    assert not got["fusions"]["dumped"] and got["fusions"]["dump"] is None  # step 6 asks TF then
 
 
 def test_lane_env_leaves_a_users_own_dump_alone(tmp_path):
@@ -70,3 +83,4 @@ def test_lane_env_leaves_a_users_own_dump_alone(tmp_path):
     assert env["XLA_FLAGS"].startswith("--xla_cpu_use_thunk_runtime=true --xla_dump_to=")
     assert os.path.isdir(env[ENV])
     assert lane_env(tmp_path, {"XLA_FLAGS": "--xla_dump_to=/mine"}) == {}
+

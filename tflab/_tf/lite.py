@@ -175,6 +175,40 @@ def counting_saved_model_loads() -> Iterator[list[tuple]]:
         lite._load = real  # noqa: SLF001
 
 
+@contextlib.contextmanager
+def reusing_saved_model_load(saved_model_dir: str, loaded: Any) -> Iterator[None]:
+    """For the block, the converter's Python load of ``saved_model_dir`` returns ``loaded`` instead.
+
+    ``TFLiteSavedModelConverterV2.convert`` (``tensorflow/lite/python/lite.py``) calls
+    ``_load(saved_model_dir, tags)``, a whole ``tf.saved_model.load`` (~1.2 s for
+    MobileNetV3Small), only to read the object's ``graph_debug_info`` (source locations for
+    the converter's messages), then drops it. That is read from the folder, the same in every
+    load of it: ``loaded``, the load tflab keeps (`tflab.saved_model.load_saved_model`),
+    answers it, and the flatbuffer's bytes are the same for every recipe
+    (``tests/litert/test_export_costs.py``). A load of any other folder goes to TF.
+
+    Args:
+        saved_model_dir: the SavedModel folder being converted.
+        loaded: ``tf.saved_model.load`` of that folder, as it is now.
+    """
+    import os
+
+    from tensorflow.lite.python import lite
+
+    real, mine = lite._load, os.path.realpath(saved_model_dir)  # noqa: SLF001
+
+    def reuse(path, *args, **kwargs):
+        if isinstance(path, (str, os.PathLike)) and os.path.realpath(path) == mine:
+            return loaded
+        return real(path, *args, **kwargs)
+
+    lite._load = reuse  # noqa: SLF001
+    try:
+        yield
+    finally:
+        lite._load = real  # noqa: SLF001
+
+
 def from_saved_model_keys(loaded: Any) -> list[str] | None:
     """The signature keys ``TFLiteConverter.from_saved_model(dir)`` converts, or None where it would fail.
 

@@ -290,7 +290,7 @@ class OwnDump:
         return out
 
 
-def _module_files(dump: Path) -> dict[str, Path]:
+def module_files(dump: Path) -> dict[str, Path]:
     """The files of the dumped module with an after-optimizations HLO (the largest, if several)."""
     afters = sorted(dump.glob("module_*.cpu_after_optimizations.txt"), key=lambda p: p.stat().st_size)
     if not afters:
@@ -300,7 +300,7 @@ def _module_files(dump: Path) -> dict[str, Path]:
 
 
 def read_dump(dump: Path, out: DumpResult) -> None:
-    files = _module_files(dump)
+    files = module_files(dump)
     after = files.get("cpu_after_optimizations.txt")
     if after is None:
         out.error = "XLA wrote no optimized HLO (no *.cpu_after_optimizations.txt in its dump)"

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["ENV", "lane_env", "tour_lines"]
+__all__ = ["ENV", "lane_env", "step_six_optimized_hlo", "tour_lines"]
 
 #: The dump folder of the tour's second process (set by `lane_env`).
 ENV = "TFLAB_TOUR_XLA_DUMP"
@@ -37,7 +37,38 @@ def lane_env(tmp: str | os.PathLike, environ: dict | None = None) -> dict[str, s
         return {}
     folder = Path(tmp) / "xla_dump"
     folder.mkdir(parents=True, exist_ok=True)
-    return {"XLA_FLAGS": f"{flags} --xla_dump_to={folder} --xla_dump_hlo_as_text".strip(), ENV: str(folder)}
+    from tflab.process.xla_probe import dump_flags
+
+    return {"XLA_FLAGS": f"{flags} {dump_flags(folder)}".strip(), ENV: str(folder)}
+
+
+def step_six_optimized_hlo() -> str | None:
+    """The optimized HLO of the compile this process dumped (step 6's forward pass), or None.
+
+    The text is the module XLA ran (``*.cpu_after_optimizations.txt``, the largest module when
+    there are several): what ``experimental_get_compiler_ir(...)(stage="optimized_hlo")`` returns,
+    which in TF 2.21 compiles the function a second time to get it (the same instructions; only
+    the module's name differs). Step 6 reads its fusion count here when the process dumps.
+
+    Returns:
+        The HLO text, or None when this process has no `lane_env` dump or XLA wrote no such file.
+    """
+    from tflab.lowering.dump import module_files
+    from tflab.process import settings
+
+    folder = settings.get(ENV)
+    if not folder or not os.path.isdir(folder):
+        return None
+    after = module_files(Path(folder)).get("cpu_after_optimizations.txt")
+    return after.read_text(errors="replace") if after is not None else None
+
+
+def dumps_compiles() -> bool:
+    """True in a process started with `lane_env`: XLA writes each compile into its dump folder."""
+    from tflab.process import settings
+
+    folder = settings.get(ENV)
+    return bool(folder) and os.path.isdir(folder)
 
 
 class _StepSixDump:

@@ -99,7 +99,7 @@ _TABLE = (
             ("tflab.process.watch",), ("tflab.process.group",)),
     Setting("TFLAB_TOUR_XLA_DUMP", "the tour's second process: the folder XLA dumps step 6's compile into "
             "(its XLA_FLAGS carry --xla_dump_to), read for step 6's lowering lines", None, "child",
-            ("tflab.lowering.tour",), ("tflab.lowering.tour", "tflab._tour.lane")),
+            ("tflab.lowering.tour", "tflab.process.xla_probe"), ("tflab.lowering.tour", "tflab._tour.lane")),
     Setting("TFLAB_REPORT", "distribute's child: the path of its result (tflab.process.channel)", None, "child",
             ("tflab.distribute.child",), ("tflab.distribute.processes",)),
     Setting("TFLAB_LAB_EXPORT", "distribute's lab child: 1 also exports the trained model", "0", "child",

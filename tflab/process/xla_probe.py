@@ -13,6 +13,38 @@ _XLA_PROBE = ("import os; os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2'); im
               "tf.function(lambda x: x + 1.0, jit_compile=True)(tf.constant(1.0))")
 
 
+# The dump flags tflab sets itself for a process it starts (`dump_flags`): known to parse on TF 2.21.
+_DUMP_SETTING = "TFLAB_TOUR_XLA_DUMP"
+
+
+def dump_flags(folder: str | os.PathLike) -> str:
+    """The ``XLA_FLAGS`` words that make XLA dump each compile as text into ``folder``.
+
+    A process started with them and with ``TFLAB_TOUR_XLA_DUMP=folder`` (the tour's second
+    process, `tflab.lowering.tour.lane_env`) skips `check_xla_flags`' child for these words: they
+    are tflab's own and parse (``tests/lowering/test_lowering_tour.py`` compiles under them);
+    whatever the user's ``XLA_FLAGS`` carried before them is still tried.
+
+    Args:
+        folder: the dump folder; a path with white space is not one word, so it is left to the probe.
+    """
+    return f"--xla_dump_to={os.fspath(folder)} --xla_dump_hlo_as_text"
+
+
+def users_xla_flags(environ=None) -> str:
+    """``XLA_FLAGS`` without the `dump_flags` words tflab appended for this process (stripped)."""
+    from tflab.process.settings import get
+
+    env = os.environ if environ is None else environ
+    flags = env.get("XLA_FLAGS", "").strip()
+    folder = get(_DUMP_SETTING, env)
+    if folder and not any(c.isspace() for c in folder):
+        own = dump_flags(folder)
+        if flags == own or flags.endswith(" " + own):
+            return flags[: -len(own)].strip()
+    return flags
+
+
 def check_xla_flags(timeout: float = 300.0) -> None:
     """Before the first XLA compile in an API process: the XLA flags tried once in a child, cached.
 
@@ -25,7 +57,7 @@ def check_xla_flags(timeout: float = 300.0) -> None:
     Raises:
         tflab.errors.UsageError: the child stopped on the flags; TF's line is quoted.
     """
-    key = (os.environ.get("XLA_FLAGS", "").strip(), os.environ.get("TF_XLA_FLAGS", "").strip())
+    key = (users_xla_flags(), os.environ.get("TF_XLA_FLAGS", "").strip())
     if not any(key) or supervised():
         return
     if key not in _XLA_PROBED:
