@@ -119,29 +119,30 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
     model = None if model_path is None else load_user_model(model_path)
     progress = Progress("tour", total=len(available) + 1)
     names = [mod.__name__.rsplit(".", 1)[-1] for mod, _ in available]
-    import tensorflow  # noqa: F401  (imported here first, not by two threads at once)
-
-    from tflab._tour.background import start_jobs
-
-    # The op's compilers and the labs' processes run on the other core while the
-    # sections before them trace on this one (tflab._tour.background).
-    shared: dict = dict(start_jobs(names, default_model=model_path is None))
     tmp = target.temp_dir()
     out = tmp
     from tflab._tour.lane import TRAINING_SECTIONS, Lane, lane_sections
 
     # Sections that need only the model run in a second process from now on
-    # (tflab._tour.lane), beside the sections this process traces.
+    # (tflab._tour.lane), beside the sections this process traces. It starts before this
+    # process imports TensorFlow (~3 CPU-s): the two imports overlap on two cores.
     in_lane = lane_sections(names)
     lane = None
-    if in_lane:
-        first = names.index(in_lane[0])
-        lane = Lane(in_lane, tmp, target.path, model_path,
-                    training=[n for n in names[:first] if n in TRAINING_SECTIONS])
-    progress("building MobileNetV3Small" if model_path is None else f"loaded {model_path}")
     # Everything from the temporary folder on is undone on the way out (Ctrl-C, SIGTERM, an
-    # error): the model build and the configuration probe take seconds.
+    # error): the imports, the model build and the configuration probe take seconds.
     try:
+        if in_lane:
+            first = names.index(in_lane[0])
+            lane = Lane(in_lane, tmp, target.path, model_path,
+                        training=[n for n in names[:first] if n in TRAINING_SECTIONS])
+        import tensorflow  # noqa: F401  (imported here first, not by two threads at once)
+
+        from tflab._tour.background import start_jobs
+
+        # The op's compilers and the labs' processes run on the other core while the
+        # sections before them trace on this one (tflab._tour.background).
+        shared: dict = dict(start_jobs(names, default_model=model_path is None))
+        progress("building MobileNetV3Small" if model_path is None else f"loaded {model_path}")
         if model is None:
             model = build_default_model()
         report: dict = {"model": model_path or "MobileNetV3Small(weights=None, input_shape=(96, 96, 3), classes=10)"}
