@@ -877,6 +877,35 @@ extern "C" const char* tflab_warp_softmax_isa_error() { return tflab::Choice().e
 extern "C" int tflab_warp_softmax_cpu_has(int isa) {
   return isa >= 0 && isa <= 2 && tflab::CpuHas(static_cast<tflab::Isa>(isa)) ? 1 : 0;
 }
+// a copy of n bytes written with non-temporal stores (the kernel's output path for large
+// outputs): one of the ways the copy roofline tries (custom_ops.bench.copy_roofline), so a
+// kernel that streams its output is never measured against a slower copy than its own
+// stores allow. -1 without AVX2 (nothing copied); 0 after an sfence.
+namespace tflab {
+TFLAB_AVX2 static void StreamCopyAvx2(const char* src, char* dst, int64_t n) {
+  int64_t head = (32 - reinterpret_cast<uintptr_t>(dst) % 32) % 32;
+  if (head > n) head = n;
+  std::memcpy(dst, src, head);
+  int64_t i = head;
+  for (; i + 128 <= n; i += 128) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 32));
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 64));
+    const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + 96));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i), a);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 32), b);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 64), c);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i + 96), d);
+  }
+  std::memcpy(dst + i, src + i, n - i);
+  _mm_sfence();
+}
+}  // namespace tflab
+extern "C" int tflab_stream_copy(const void* src, void* dst, int64_t n) {
+  if (!tflab::CpuHas(tflab::Isa::kAvx2)) return -1;
+  tflab::StreamCopyAvx2(static_cast<const char*>(src), static_cast<char*>(dst), n);
+  return 0;
+}
 // and float32 rows through one given path, for tests that compare the paths in
 // one process (returns -1 when the CPU lacks the path; nothing is written then).
 extern "C" int tflab_warp_softmax_rows_f32(int isa, const float* x, float* y, int64_t rows,

@@ -116,7 +116,25 @@ def _cdll(so_path: str):
     lib.tflab_warp_softmax_rows_f32.restype = ctypes.c_int
     lib.tflab_warp_softmax_rows_f32.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
                                                 ctypes.c_int64, ctypes.c_int64, ctypes.c_int]
+    lib.tflab_stream_copy.restype = ctypes.c_int
+    lib.tflab_stream_copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
     return lib
+
+
+def stream_copy(src_address: int, dst_address: int, nbytes: int) -> bool:
+    """Copies ``nbytes`` from one address to another with non-temporal stores (the library's AVX2 copy).
+
+    The kernel writes large outputs this way (no read-for-ownership of the destination), so
+    `custom_ops.bench.copy_roofline` tries it beside numpy's and libc's copies.
+
+    Args:
+        src_address, dst_address: addresses of non-overlapping buffers (``ndarray.ctypes.data``).
+        nbytes: bytes to copy.
+
+    Returns:
+        True when copied; False on a CPU without AVX2 (nothing is written).
+    """
+    return _cdll(build_result().so_path).tflab_stream_copy(src_address, dst_address, nbytes) == 0
 
 
 def cpu_isa() -> str:
