@@ -82,9 +82,8 @@ def bfloat16_failure(timeout: float = 300.0) -> str | None:
         if failed is not None:
             worked = None
             for what, change in FIXES:
-                env = dict(os.environ)
-                for name, value in change.items():
-                    env.pop(name, None) if value is None else env.__setitem__(name, value)
+                env = {k: v for k, v in os.environ.items() if change.get(k, "") is not None}
+                env.update({k: v for k, v in change.items() if v is not None})
                 if _run_probe(env, timeout) is None:
                     worked = what
                     break
