@@ -499,9 +499,38 @@ def owner_gone(folder: Path) -> int | None:
     return None
 
 
+def system_temp_dir() -> str:
+    """The temporary folder tflab's own folders go in: the user's, also inside a verb's processes.
+
+    The ``tflab`` supervisor gives the verb's child (and so its children) ``TMPDIR`` = a private
+    folder of its own (`private_temp_dir`), so that files other libraries leave in ``TMPDIR`` when a
+    process is killed (AutoGraph's ``__autograph_generated_file*.py``, deleted only at a normal
+    exit) go with that folder; ``TFLAB_SYSTEM_TMPDIR`` keeps the user's folder for the owned
+    folders, where every run's sweep looks for stale ones.
+    """
+    from tflab.process.settings import get
+
+    named = get("TFLAB_SYSTEM_TMPDIR")
+    return named if named and os.path.isdir(named) else tempfile.gettempdir()
+
+
+def private_temp_dir() -> tuple[Path, dict[str, str]]:
+    """An owned folder for a verb's processes to use as ``TMPDIR``, and the environment entries that say so.
+
+    Returns:
+        ``(folder, {"TMPDIR": folder, "TFLAB_SYSTEM_TMPDIR": the user's temporary folder})``; the
+        caller removes the folder when the processes are gone (a later run sweeps it after a SIGKILL).
+    """
+    system = system_temp_dir()
+    folder = owned_temp_dir("tflab_tmp_", dir=system)
+    return folder, {"TMPDIR": str(folder), "TFLAB_SYSTEM_TMPDIR": system}
+
+
 def owned_temp_dir(prefix: str, dir: str | os.PathLike | None = None) -> Path:
-    """``tempfile.mkdtemp(prefix=…)`` carrying `OWNER`; stale ones of the same prefix are swept first."""
-    sweep_stale(Path(dir or tempfile.gettempdir()), prefix)
+    """``tempfile.mkdtemp(prefix=…)`` carrying `OWNER` in `system_temp_dir` (or ``dir``); stale ones of the
+    same prefix are swept first."""
+    dir = dir or system_temp_dir()
+    sweep_stale(Path(dir), prefix)
     tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=dir))
     mark_owner(tmp)
     return tmp

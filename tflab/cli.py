@@ -376,6 +376,7 @@ def supervise(argv: list[str] | None = None) -> int:
         from tflab.errors import TflabError
         from tflab.isa_caps import read_isa_caps
 
+        import shutil
         import tempfile
 
         from tflab import _paths
@@ -394,7 +395,13 @@ def supervise(argv: list[str] | None = None) -> int:
             return 2
         cmd = [sys.executable, "-c", "import sys; from tflab.cli import _child_main; sys.exit(_child_main())",
                *argv]
-        end = _subprocess.run_child(cmd, reap_orphans=True)
+        # The verb's processes get a private TMPDIR: what TF leaves in TMPDIR when one of them is
+        # killed (AutoGraph's generated files) goes with it (`_paths.private_temp_dir`).
+        private, env = _paths.private_temp_dir()
+        try:
+            end = _subprocess.run_child(cmd, env={**os.environ, **env}, reap_orphans=True)
+        finally:
+            shutil.rmtree(private, ignore_errors=True)
         with contextlib.suppress(OSError):  # what the child's own children left there (quietly: ours)
             _paths.sweep_stale(Path(tempfile.gettempdir()), "tflab_", say=lambda line: None)
     except KeyboardInterrupt:  # before the child started

@@ -106,9 +106,12 @@ class Lane:
         self._proc = None
         self._err = open(os.path.join(self._tmp, "stderr.txt"), "w+b")
         try:
+            # TMPDIR is the lane's own folder: what TF leaves there when the lane is killed mid-work
+            # (AutoGraph's __autograph_generated_file*.py, removed only at a normal exit) goes with
+            # the folder, which `stop` removes and a later run sweeps after a SIGKILL.
             self._proc = start_tied(argv, stdout=subprocess.DEVNULL, stderr=self._err,
                                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
-                                               "TFLAB_DEADLINE_S": str(LANE_TIMEOUT),
+                                               "TFLAB_DEADLINE_S": str(LANE_TIMEOUT), "TMPDIR": self._tmp,
                                                **lane_env(self._tmp)})  # step 6's compile dumps (issue 35)
         except OSError as e:  # no process (fork refused under a memory limit): the tour runs them
             self._failed = f"could not start ({e.strerror or e})"
