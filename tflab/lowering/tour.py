@@ -64,7 +64,11 @@ def step_six_optimized_hlo() -> str | None:
 
 
 def dumps_compiles() -> bool:
-    """True in a process started with `lane_env`: XLA writes each compile into its dump folder."""
+    """True in a process started with `lane_env` (its dump folder exists): XLA writes each compile there.
+
+    Returns:
+        Whether step 6 can read the optimized HLO of its own compile (`step_six_optimized_hlo`).
+    """
     from tflab.process import settings
 
     folder = settings.get(ENV)

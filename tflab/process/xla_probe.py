@@ -32,7 +32,15 @@ def dump_flags(folder: str | os.PathLike) -> str:
 
 
 def users_xla_flags(environ=None) -> str:
-    """``XLA_FLAGS`` without the `dump_flags` words tflab appended for this process (stripped)."""
+    """``XLA_FLAGS`` without the `dump_flags` words tflab appended for this process.
+
+    Args:
+        environ: the environment to read (default ``os.environ``).
+
+    Returns:
+        The user's part of ``XLA_FLAGS``, stripped ("" when tflab's words were all of it); the
+        whole variable when its end is not exactly ``dump_flags(TFLAB_TOUR_XLA_DUMP)``.
+    """
     from tflab.process.settings import get
 
     env = os.environ if environ is None else environ
