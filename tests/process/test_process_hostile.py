@@ -161,8 +161,9 @@ def test_b15_rlimit_as_too_small_for_tensorflow_is_named(tmp_path):
     def limit():
         resource.setrlimit(resource.RLIMIT_AS, (1_000_000_000, resource.RLIM_INFINITY))
 
-    p = subprocess.run([sys.executable, "-m", "tflab", "env"], env=ENV, capture_output=True, text=True,
-                       timeout=60, preexec_fn=limit, cwd=tmp_path)
+    # Its own TMPDIR: a folder another run left in the shared one would add a "removed" line.
+    p = subprocess.run([sys.executable, "-m", "tflab", "env"], env={**ENV, "TMPDIR": str(tmp_path)},
+                       capture_output=True, text=True, timeout=60, preexec_fn=limit, cwd=tmp_path)
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1, p.stderr
     assert "RLIMIT_AS 0.93 GiB is too small for TensorFlow (needs about 1.4 GiB" in lines[0]
