@@ -276,3 +276,19 @@ def test_bound_tighter_than_the_range_is_not_called_vacuous(tmp_path):
     o = c.outputs["probs"]
     assert o.bound < o.reference_range
     assert c.vacuous_outputs == () and not any("cannot fail" in n for n in c.notes)
+
+
+def test_a_saturated_output_is_called_vacuous_though_its_bound_is_small(tmp_path):
+    """×1000 inputs: every softmax row is 0 and 1 to the last bit, so the first-order bound is tiny
+    (the gradients vanish) while no error inside the model can move the output: the check cannot
+    fail in practice. The tour's export hid behind this (newcomer trial, session 8: dynamic and
+    float16 bit-exact on a saturated MobileNetV3Small). The ×1 model above is not flagged."""
+    import tflab
+
+    path, ex = _scaled_softmax(tmp_path, 1000.0)
+    c = tflab.tflite_roundtrip(path, ex, "dynamic", float_size=10_000)
+    o = c.outputs["probs"]
+    assert o.bound < o.reference_range  # the range rule alone would call this check able to fail
+    assert c.vacuous_outputs == ("probs",)
+    note = [n for n in c.notes if "is saturated" in n]
+    assert len(note) == 1 and "this check cannot fail in practice" in note[0], c.notes

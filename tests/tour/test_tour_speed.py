@@ -43,7 +43,17 @@ INTENDED_CHANGES = {"retrace.traces[2].fixes": [
         "nothing to fix: TF traces once more after the first call created tf.Variables; create them outside "
         "the tf.function to skip it (not checked: TF's own re-trace: there is nothing to change)"],
     "precision.tiny_loss.policies.mixed_float16.unscaled.verdict":
-        "float16 underflows 512/512 gradient elements of x"}
+        "float16 underflows 512/512 gradient elements of x",
+    # Issue 36 (session 8): the export's end-to-end bounds for the quantized variants cannot fail on
+    # this model, and say so. Before, the second process replayed all seven training steps, which
+    # saturate the softmax on the export's examples (every element within 1e-26 of 0 or 1): dynamic and
+    # float16 came out bit-exact, and a tiny first-order bound (vanishing gradients) passed for
+    # "not vacuous" although no error inside the model could move the output. Now the lane replays two
+    # steps (outputs 0.010-0.408, none saturated): the float variant's bound is tight, while the
+    # dynamic (11.2), float16 (0.711 on 5 of 50 elements) and int8 (11.3) bounds exceed the output's
+    # range 0.398. `tflab.litert.check` names saturated outputs vacuous too. The per-op check still
+    # judges every op of every variant (0 outside their bounds, unchanged).
+    **{f"export.variants.{q}.vacuous_outputs": ["output_0"] for q in ("dynamic", "float16", "int8")}}
 
 
 def _expected_now():

@@ -112,7 +112,9 @@ class TFLiteCheck(Report):
             examples), or at least 1 for a probability (TF's and LiteRT's values all
             in [0, 1]): their check cannot fail (on the elements with such bounds),
             so ``within_bound`` says little about them; a note says so and points to
-            ``argmax_agreement``.
+            ``argmax_agreement``. Also a saturated output: every element of TF's within
+            ``1e-4`` of its range from its min or max (a softmax at 0 and 1), which
+            squashes any error inside the model.
         per_op: the per-op check (`tflab.litert.per_op.PerOpCheck`): every op run on
             its own inputs with the builtin kernels and compared with a float64
             reference using the float model's weights (None when it could not run;
