@@ -109,6 +109,12 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
             raise UsageError(f"only: unknown section(s) {unknown}; the sections are "
                              f"{', '.join(m for m, _ in SECTIONS)}")
     sections = [(m, t) for m, t in SECTIONS if only is None or m in only]
+    if any(m == "s10_precision" for m, _ in sections):
+        # Step 10 runs mixed_bfloat16, which a capped oneDNN cannot (tflab.process.bfloat16_probe):
+        # said before step 1, not after minutes of work. No child without ONEDNN_MAX_CPU_ISA.
+        from tflab.process.bfloat16_probe import check_bfloat16_kernels
+
+        check_bfloat16_kernels(instead="(the tour's step 10 compares mixed_bfloat16 with float32)")
     available = []
     for modname, title in sections:
         try:

@@ -102,3 +102,50 @@ def test_on_an_avx512_cpu_capped_at_avx2_the_process_survives_with_the_measured_
     assert run.returncode == 0, f"exit {run.returncode}: {run.stderr[-1500:]}"  # -11 before: SIGSEGV
     error = json.loads(run.stdout.strip().splitlines()[-1])["error"]
     assert error is not None and "died with SIGSEGV" in error and "(checked: the same child ran both ops so)" in error
+
+
+def _planted(monkeypatch, children):
+    seen, answers = children
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.setattr("tflab._tf.runtime.onednn_enabled", lambda: True)
+    answers[("AVX2", None)] = "a child running a bfloat16 tf.matmul and tf.nn.conv2d died with SIGSEGV"
+    return seen
+
+
+def test_compare_modes_asks_before_running_bfloat16_inputs_and_not_for_float32(monkeypatch, children):
+    """Newcomer trial s8 #2: compare_modes on bfloat16 inputs under the cap ended the caller's process."""
+    import tensorflow as tf
+
+    import tflab
+
+    seen = _planted(monkeypatch, children)
+    ok = tflab.compare_modes(lambda x: x * 2.0, tf.TensorSpec([4]), modes=("eager", "graph"), repeats=1)
+    assert seen == [] and ok.modes["graph"].error is None  # float32: no child
+    with pytest.raises(UsageError, match=r"died with SIGSEGV .*checked.*, or compare float32 inputs$"):
+        tflab.compare_modes(lambda x: x * 2.0, tf.TensorSpec([4], tf.bfloat16), modes=("eager", "graph"))
+    assert len(seen) == 2
+
+
+def test_the_tour_refuses_before_step_1_and_writes_nothing(monkeypatch, children, tmp_path):
+    """Newcomer trial s8 #3: the tour found out at step 10, after every other step had run."""
+    from tflab.tour import run_tour
+
+    _planted(monkeypatch, children)
+    with pytest.raises(UsageError, match=r"died with SIGSEGV .*\(the tour's step 10 compares mixed_bfloat16"):
+        run_tour(out_dir=str(tmp_path / "tour"), quiet=True)
+    assert not (tmp_path / "tour").exists() and list(tmp_path.iterdir()) == []
+
+
+def test_a_verb_that_crashed_under_the_cap_is_told_the_measured_cause(monkeypatch, children):
+    """`tflab compare` on bfloat16 inputs under the cap: exit 70 and "segmentation fault" alone before."""
+    import signal as sig
+
+    from tflab.process.supervisor import CRASH_EXIT, ChildEnd, describe_end
+
+    _planted(monkeypatch, children)
+    code, line = describe_end(ChildEnd(returncode=-sig.SIGSEGV, status=["ready"], stderr_tail=""))
+    assert code == CRASH_EXIT and "segmentation fault" in line
+    assert "measured after it: bfloat16 kernels do not run" in line and "(checked: the same child ran" in line
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    code, line = describe_end(ChildEnd(returncode=-sig.SIGSEGV, status=["ready"], stderr_tail=""))
+    assert "measured after it" not in line  # no cap: no child, the plain line

@@ -374,6 +374,12 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
         check_xla_flags()
     import tensorflow as tf
 
+    if any("bfloat16" in str(getattr(a, "dtype", "")) for a in tf.nest.flatten((args, kwargs))):
+        # With oneDNN's ISA capped, a bfloat16 MatMul can end this process (SIGSEGV): a child tries first.
+        from tflab.process.bfloat16_probe import check_bfloat16_kernels
+
+        check_bfloat16_kernels(instead="or compare float32 inputs")
+
     from tflab._target import error_summary, user_frame
 
     if not callable(fn):

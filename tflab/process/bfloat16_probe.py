@@ -59,11 +59,16 @@ def _run_probe(env: dict[str, str], timeout: float) -> str | None:
     return f"a child running a bfloat16 tf.matmul and tf.nn.conv2d failed: {last[0][:200]}"
 
 
-def bfloat16_failure(timeout: float = 300.0) -> str | None:
+def bfloat16_failure(timeout: float = 300.0, ask_tf: bool = True) -> str | None:
     """Why bfloat16 MatMul/Conv2D cannot run in this process's configuration, measured once; None when they can.
 
     No child is started (None) unless TF's oneDNN kernels are on here and ``ONEDNN_MAX_CPU_ISA``
     is set: only the cap makes the two disagree (see the module docstring).
+
+    Args:
+        timeout: seconds each child may take.
+        ask_tf: ask this process's TF whether oneDNN is on (it imports TF); False leaves that to
+            the child (the ``tflab`` supervisor, which has no TF, after its child crashed).
 
     Returns:
         One sentence: the configuration, what the child did, and the first fix of `FIXES` that
@@ -72,10 +77,11 @@ def bfloat16_failure(timeout: float = 300.0) -> str | None:
     cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip()
     if not cap:
         return None
-    from tflab._tf.runtime import onednn_enabled
+    if ask_tf:
+        from tflab._tf.runtime import onednn_enabled
 
-    if not onednn_enabled():
-        return None
+        if not onednn_enabled():
+            return None
     key = (cap, os.environ.get("TF_ENABLE_ONEDNN_OPTS", ""))
     if key not in _ANSWERS:
         failed = _run_probe(dict(os.environ), timeout)
@@ -91,13 +97,17 @@ def bfloat16_failure(timeout: float = 300.0) -> str | None:
                    f"none of {', '.join(w for w, _ in FIXES)} let the same child run them either")
             failed = (f"bfloat16 kernels do not run with TF's oneDNN on and ONEDNN_MAX_CPU_ISA={cap}: {failed} "
                       f"(TF picks oneDNN for bfloat16 by this CPU's own features, and oneDNN capped at {cap} "
-                      f"has no bfloat16 primitive); {fix}, or leave mixed_bfloat16 out")
+                      f"has no bfloat16 primitive); {fix}")
         _ANSWERS[key] = failed
     return _ANSWERS[key]
 
 
-def check_bfloat16_kernels(timeout: float = 300.0) -> None:
+def check_bfloat16_kernels(timeout: float = 300.0, instead: str = "or leave mixed_bfloat16 out") -> None:
     """Before the first bfloat16 run in this process: `bfloat16_failure`, raised as one `UsageError`.
+
+    Args:
+        timeout: seconds each child may take.
+        instead: the other way out, for the caller's own terms (appended to the message).
 
     Raises:
         tflab.errors.UsageError: bfloat16 MatMul/Conv2D crash or fail here (a child measured it);
@@ -107,4 +117,4 @@ def check_bfloat16_kernels(timeout: float = 300.0) -> None:
     if failure is not None:
         from tflab.errors import UsageError
 
-        raise UsageError(failure)
+        raise UsageError(f"{failure}, {instead}" if instead else failure)

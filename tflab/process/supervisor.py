@@ -409,8 +409,15 @@ def describe_end(end: ChildEnd, memory_limit: str | None = None) -> tuple[int, s
         return CRASH_EXIT, ("error: the process was killed with SIGKILL, most likely by the kernel's "
                             f"out-of-memory killer{limit}; use smaller inputs or give it more memory")
     if rc == -signal.SIGSEGV:
+        cause = None
+        if os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip():  # measured, not guessed: a child tries bfloat16
+            from tflab.process.bfloat16_probe import bfloat16_failure
+
+            with contextlib.suppress(Exception):
+                cause = bfloat16_failure(ask_tf=False)
         return CRASH_EXIT, ("error: the process crashed with a segmentation fault (SIGSEGV) in native "
-                            "code (TensorFlow, a custom op or an extension your code loaded)")
+                            "code (TensorFlow, a custom op or an extension your code loaded)"
+                            + (f"; measured after it: {cause}" if cause else ""))
     if rc < 0:
         return CRASH_EXIT, f"error: the process was killed by {_signal_name(-rc)}"
     last = next((ln for ln in reversed(end.stderr_tail.splitlines()) if ln.strip()), "")
