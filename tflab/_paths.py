@@ -103,6 +103,9 @@ class OutputPath:
     preexisting: set[str] | None = None  # make_dir: the folder's entries before the work; discard keeps only these
     in_place: bool = False  # an existing device/FIFO: opened and written, never renamed over
     replace: bool = True  # False: publishing fails with "already exists" if anything took the path meanwhile
+    # With replace: only while the existing folder is still empty (tour --out an empty folder, no --force):
+    # of two runs that both saw it empty, the second gets "already exists" instead of replacing the first.
+    only_if_empty: bool = False
 
     def _fail(self, what: str, e: OSError) -> UsageError:
         return UsageError(f"{self.flag} {self.path}: {what}: {e.strerror or e}; choose another {self.flag}")
@@ -227,6 +230,17 @@ class OutputPath:
         write_marker(tmp)
         if not self.replace:
             _publish_noreplace(tmp, self.path, self.flag)
+            self.created.clear()
+            return
+        if self.only_if_empty:
+            try:  # rename(2) over a folder replaces it only while it is empty (ENOTEMPTY otherwise)
+                os.rename(tmp, self.path)
+            except OSError as e:
+                if e.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise UsageError(f"{self.flag} {self.path} is no longer empty (another run wrote it since "
+                                     f"the check); pass --force to replace it, or choose another "
+                                     f"{self.flag}") from None
+                raise
             self.created.clear()
             return
         if self.path.exists():

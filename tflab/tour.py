@@ -95,6 +95,7 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
     target = output_path(out_dir, "--out", folder=True, exclusive=not force)
     if replaces:
         target.replace = True  # an empty folder, or --force: renamed over; else the rename is exclusive
+        target.only_if_empty = not force  # an empty folder: only while it stays empty (two racing tours)
     from tflab.report.pages import html_output, tensorboard_output
 
     html_target, tb_target = html_output(html, force), tensorboard_output(tensorboard)

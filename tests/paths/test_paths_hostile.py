@@ -237,3 +237,33 @@ def test_b7_b22_owned_temp_dirs_in_tmpdir(tmp_path, monkeypatch):
     new = _paths.owned_temp_dir("tflab_distribute_")
     assert not old.exists() and new.is_dir() and _paths.owner_gone(new) is None
     assert (new / _paths.OWNER).read_text().split()[0] == str(os.getpid())
+
+
+def test_two_tours_into_one_empty_folder_the_second_does_not_replace_the_first(tmp_path, small_keras_file,
+                                                                              monkeypatch):
+    """Hostile trial s8 B1: `tour --out EMPTY` is allowed without --force, and of two tours racing into the
+    same empty folder the second replaced the first's output at its commit. Planted here: another run's
+    output lands in the folder between the check and the commit."""
+    import pytest
+
+    from tflab import _paths
+    from tflab.errors import UsageError
+    from tflab.tour import run_tour
+
+    out = tmp_path / "shared"
+    out.mkdir()
+    real = _paths.OutputPath.commit
+
+    def other_run_first(self, tmp):
+        (self.path / "report.json").write_text('{"by": "the other run"}')
+        return real(self, tmp)
+
+    monkeypatch.setattr(_paths.OutputPath, "commit", other_run_first)
+    with pytest.raises(UsageError, match=r"--out .*shared is no longer empty \(another run wrote it"):
+        run_tour(model_path=str(small_keras_file), out_dir=str(out), quiet=True, only=["s01_trace"])
+    assert os.listdir(out) == ["report.json"] and "the other run" in (out / "report.json").read_text()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".shared.tmp-")]  # its own work discarded
+    monkeypatch.setattr(_paths.OutputPath, "commit", real)
+    (out / "report.json").unlink()
+    report = run_tour(model_path=str(small_keras_file), out_dir=str(out), quiet=True, only=["s01_trace"])
+    assert (out / "report.json").is_file() and report["section_seconds"]  # healthy: an empty folder is used

@@ -77,3 +77,4 @@ def test_after_a_sigkill_the_next_run_sweeps_the_private_folder(tmp_path):
     assert again.returncode == 0, err
     assert "removed 1 temporary folder(s) left by a run that was killed" in err, err  # the private folder
     assert not left.exists() and os.listdir(tmp_path / "tmp") == []
+
