@@ -146,6 +146,8 @@ def test_a_verb_that_crashed_under_the_cap_is_told_the_measured_cause(monkeypatc
     code, line = describe_end(ChildEnd(returncode=-sig.SIGSEGV, status=["ready"], stderr_tail=""))
     assert code == CRASH_EXIT and "segmentation fault" in line
     assert "measured after it: bfloat16 kernels do not run" in line and "(checked: the same child ran" in line
+    code, line = describe_end(ChildEnd(returncode=-sig.SIGABRT, status=["ready"], stderr_tail=""))
+    assert "SIGABRT" in line and "measured after it: bfloat16 kernels do not run" in line  # diagnose's dnnl abort
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
     code, line = describe_end(ChildEnd(returncode=-sig.SIGSEGV, status=["ready"], stderr_tail=""))
     assert "measured after it" not in line  # no cap: no child, the plain line

@@ -40,13 +40,19 @@ _ANSWERS: dict[tuple[str, str], str | None] = {}  # (ONEDNN_MAX_CPU_ISA, TF_ENAB
 
 def _run_probe(env: dict[str, str], timeout: float) -> str | None:
     """None when both ops ran in a child under ``env``; else how the child failed, in a few words."""
-    try:
-        p = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, env=env,
-                           timeout=timeout, stdin=subprocess.DEVNULL, start_new_session=True)
-    except subprocess.TimeoutExpired:
-        return f"a child running them did not finish in {timeout:.0f} s"
+    from tflab.process.group import start_tied
+
+    try:  # tied: it dies with this process (hostile trial s8 B3: a SIGKILLed tflab left it running)
+        p = start_tied([sys.executable, "-c", _PROBE], waits=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True, env=env, stdin=subprocess.DEVNULL)
     except OSError:
         return None  # no child to ask: let the run itself decide
+    try:
+        _, stderr = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        return f"a child running them did not finish in {timeout:.0f} s"
     if p.returncode == 0:
         return None
     if p.returncode < 0:
@@ -55,7 +61,7 @@ def _run_probe(env: dict[str, str], timeout: float) -> str | None:
         except ValueError:
             name = f"signal {-p.returncode}"
         return f"a child running a bfloat16 tf.matmul and tf.nn.conv2d died with {name}"
-    last = [ln.strip() for ln in p.stderr.splitlines() if ln.strip()][-1:] or [f"exit {p.returncode}"]
+    last = [ln.strip() for ln in stderr.splitlines() if ln.strip()][-1:] or [f"exit {p.returncode}"]
     return f"a child running a bfloat16 tf.matmul and tf.nn.conv2d failed: {last[0][:200]}"
 
 

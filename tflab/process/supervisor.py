@@ -408,18 +408,20 @@ def describe_end(end: ChildEnd, memory_limit: str | None = None) -> tuple[int, s
         limit = f" (memory limit in force: {memory_limit})" if memory_limit else ""
         return CRASH_EXIT, ("error: the process was killed with SIGKILL, most likely by the kernel's "
                             f"out-of-memory killer{limit}; use smaller inputs or give it more memory")
-    if rc == -signal.SIGSEGV:
-        cause = None
-        if os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip():  # measured, not guessed: a child tries bfloat16
-            from tflab.process.bfloat16_probe import bfloat16_failure
+    cause = None
+    if rc in (-signal.SIGSEGV, -signal.SIGABRT) and os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip():
+        # Measured, not guessed: a child tries bfloat16 under the same cap (oneDNN segfaults on a
+        # bfloat16 MatMul, and aborts with dnnl::error elsewhere; tflab.process.bfloat16_probe).
+        from tflab.process.bfloat16_probe import bfloat16_failure
 
-            with contextlib.suppress(Exception):
-                cause = bfloat16_failure(ask_tf=False)
+        with contextlib.suppress(Exception):
+            cause = bfloat16_failure(ask_tf=False)
+    measured = f"; measured after it: {cause}" if cause else ""
+    if rc == -signal.SIGSEGV:
         return CRASH_EXIT, ("error: the process crashed with a segmentation fault (SIGSEGV) in native "
-                            "code (TensorFlow, a custom op or an extension your code loaded)"
-                            + (f"; measured after it: {cause}" if cause else ""))
+                            "code (TensorFlow, a custom op or an extension your code loaded)" + measured)
     if rc < 0:
-        return CRASH_EXIT, f"error: the process was killed by {_signal_name(-rc)}"
+        return CRASH_EXIT, f"error: the process was killed by {_signal_name(-rc)}" + measured
     last = next((ln for ln in reversed(end.stderr_tail.splitlines()) if ln.strip()), "")
     return CRASH_EXIT, (f"error: the process ended with status {rc} before tflab wrote its report"
                         + (f"; its last line: {last.strip()[:300]!r}" if last else ""))
