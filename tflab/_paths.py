@@ -501,9 +501,22 @@ def mark_owner(folder: Path) -> None:
 
 
 def owner_gone(folder: Path) -> int | None:
-    """The owner's pid when ``folder``'s `OWNER` names a process that is no longer running, else None."""
+    """The owner's pid when ``folder``'s `OWNER` names a process that is no longer running, else None.
+
+    Only a regular file of this user's, opened without following a link and without blocking, is
+    read (hostile trial s8 B10: a FIFO named `OWNER` in a shared /tmp hung every tflab command).
+    """
+    import stat
+
     try:
-        pid_text, start = (Path(folder) / OWNER).read_text().split()[:2]
+        fd = os.open(Path(folder) / OWNER, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+                return None
+            pid_text, start = os.read(fd, 256).decode(errors="replace").split()[:2]
+        finally:
+            os.close(fd)
         pid = int(pid_text)
     except (OSError, ValueError):
         return None

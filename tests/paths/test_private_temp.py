@@ -78,3 +78,24 @@ def test_after_a_sigkill_the_next_run_sweeps_the_private_folder(tmp_path):
     assert "removed 1 temporary folder(s) left by a run that was killed" in err, err  # the private folder
     assert not left.exists() and os.listdir(tmp_path / "tmp") == []
 
+
+
+def test_a_fifo_or_a_link_named_like_an_owner_file_is_not_read(tmp_path):
+    """Hostile trial s8 B10: `mkfifo /tmp/tflab_x/.tflab-owner` hung every tflab command (the sweep read it)."""
+    from tflab._paths import OWNER, owner_gone, sweep_stale
+
+    fifo_dir = tmp_path / "tflab_fifo"
+    fifo_dir.mkdir()
+    os.mkfifo(fifo_dir / OWNER)
+    link_dir = tmp_path / "tflab_link"
+    link_dir.mkdir()
+    (tmp_path / "elsewhere").write_text("999999999 ?")
+    (link_dir / OWNER).symlink_to(tmp_path / "elsewhere")
+    dead = tmp_path / "tflab_dead"  # healthy: a real owner file naming a process that is gone is swept
+    dead.mkdir()
+    (dead / OWNER).write_text("999999999 ?")
+    t0 = time.monotonic()
+    assert owner_gone(fifo_dir) is None and owner_gone(link_dir) is None
+    removed = sweep_stale(tmp_path, "tflab_", say=lambda line: None)
+    assert time.monotonic() - t0 < 5
+    assert removed == [dead] and fifo_dir.exists() and link_dir.exists()
