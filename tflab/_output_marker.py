@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from pathlib import Path
 
 from tflab._path_checks import check_path_text, describe_existing, shorten_path
@@ -138,3 +139,13 @@ def check_folder_out(path: str | os.PathLike, flag: str, force: bool, noun: str 
         raise UsageError(f"{p} already exists: pass --force to replace it, or choose another {flag}")
     check_replaceable(p, flag, noun)
     return True
+
+
+def system_temp_dir() -> str:
+    """The temporary folder tflab's own folders go in: the user's, also inside a verb's processes
+    (whose ``TMPDIR`` is their `private_temp_dir`; ``TFLAB_SYSTEM_TMPDIR`` names the user's, where
+    every run's sweep looks for stale folders)."""
+    from tflab.process.settings import get
+
+    named = get("TFLAB_SYSTEM_TMPDIR")
+    return named if named and os.path.isdir(named) else tempfile.gettempdir()

@@ -59,7 +59,7 @@ import tempfile
 from pathlib import Path
 
 from tflab._output_marker import (MARKER, OWNER, check_folder_out, check_replaceable,  # noqa: F401 (re-exported)
-                                  foreign_entries, write_marker)
+                                  foreign_entries, system_temp_dir, write_marker)
 from tflab._path_checks import check_path_text, describe_existing, input_path, shorten_path  # noqa: F401
 from tflab.errors import UsageError
 
@@ -103,9 +103,7 @@ class OutputPath:
     preexisting: set[str] | None = None  # make_dir: the folder's entries before the work; discard keeps only these
     in_place: bool = False  # an existing device/FIFO: opened and written, never renamed over
     replace: bool = True  # False: publishing fails with "already exists" if anything took the path meanwhile
-    # With replace: only while the existing folder is still empty (tour --out an empty folder, no --force):
-    # of two runs that both saw it empty, the second gets "already exists" instead of replacing the first.
-    only_if_empty: bool = False
+    only_if_empty: bool = False  # with replace: only while the folder is still empty (two racing tours)
 
     def _fail(self, what: str, e: OSError) -> UsageError:
         return UsageError(f"{self.flag} {self.path}: {what}: {e.strerror or e}; choose another {self.flag}")
@@ -503,9 +501,8 @@ def mark_owner(folder: Path) -> None:
 def owner_gone(folder: Path) -> int | None:
     """The owner's pid when ``folder``'s `OWNER` names a process that is no longer running, else None.
 
-    Only a regular file of this user's, opened without following a link and without blocking, is
-    read (hostile trial s8 B10: a FIFO named `OWNER` in a shared /tmp hung every tflab command).
-    """
+    Only this user's regular file is read, never through a link nor blocking (a FIFO there hung
+    every tflab command)."""
     import stat
 
     try:
@@ -526,23 +523,11 @@ def owner_gone(folder: Path) -> int | None:
     return None
 
 
-def system_temp_dir() -> str:
-    """The temporary folder tflab's own folders go in: the user's, also inside a verb's processes.
-
-    The ``tflab`` supervisor gives the verb's child (and so its children) ``TMPDIR`` = a private
-    folder of its own (`private_temp_dir`), so that files other libraries leave in ``TMPDIR`` when a
-    process is killed (AutoGraph's ``__autograph_generated_file*.py``, deleted only at a normal
-    exit) go with that folder; ``TFLAB_SYSTEM_TMPDIR`` keeps the user's folder for the owned
-    folders, where every run's sweep looks for stale ones.
-    """
-    from tflab.process.settings import get
-
-    named = get("TFLAB_SYSTEM_TMPDIR")
-    return named if named and os.path.isdir(named) else tempfile.gettempdir()
-
-
 def private_temp_dir() -> tuple[Path, dict[str, str]]:
     """An owned folder for a verb's processes to use as ``TMPDIR``, and the environment entries that say so.
+
+    What other libraries leave in ``TMPDIR`` when a process is killed (AutoGraph's
+    ``__autograph_generated_file*.py``, deleted only at a normal exit) goes with the folder.
 
     Returns:
         ``(folder, {"TMPDIR": folder, "TFLAB_SYSTEM_TMPDIR": the user's temporary folder})``; the
