@@ -30,16 +30,19 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from tflab.report.base import Report
 
-__all__ = ["Fix", "FixPlan", "attempt", "unchecked", "first_working", "CHECKED", "FAILED", "NOT_CHECKED"]
+__all__ = ["Fix", "FixPlan", "ValuesCheck", "attempt", "unchecked", "first_working", "values_match", "CHECKED", "FAILED",
+           "NOT_CHECKED", "VALUES_NOT_KEPT"]
 
 CHECKED = "checked"
 FAILED = "failed"
 NOT_CHECKED = "not checked"
 _STATUSES = (CHECKED, FAILED, NOT_CHECKED)
+# What a "checked" line says when the symptom is gone but tflab kept no values to compare with.
+VALUES_NOT_KEPT = "traces only, values not kept"
 
 
 def _first_line(text: str, limit: int = 200) -> str:
@@ -241,3 +244,161 @@ def first_working(candidates: Iterable[Callable[[], Fix] | Fix]) -> FixPlan:
             return FixPlan(f, tuple(tried))
     pending = next((f for f in tried if f.status == NOT_CHECKED), None)
     return FixPlan(pending, tuple(tried))
+
+
+# ---------------------------------------------------------------------------
+# "Checked" on the user's values: the one comparison every fix's check uses
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ValuesCheck:
+    """The fixed function's outputs against the original function's eager outputs, call by call.
+
+    Attributes:
+        ok: True when every recorded call's outputs match (see `values_match`).
+        text: one phrase for a fix line: ``"outputs equal eager's on your 3 calls (bit for bit)"``,
+            ``"call 2: output[0] 0 where eager gave 0.5"``, or `VALUES_NOT_KEPT`.
+        calls: how many calls were compared.
+        max_ulp: the largest distance in ULP of the reference's dtype (0 for bit-equal;
+            inf for a NaN against a number, a shape or a structure that differs).
+        ulp_bound: the bound the comparison allowed.
+        kept: False when no values were kept (nothing was compared).
+    """
+
+    ok: bool
+    text: str
+    calls: int = 0
+    max_ulp: float = 0.0
+    ulp_bound: float = 0.0
+    kept: bool = True
+
+    @property
+    def measured(self) -> dict:
+        """The numbers, JSON-ready, for `Fix.measured`."""
+        return {"calls_compared": self.calls, "max_ulp": self.max_ulp, "ulp_bound": self.ulp_bound,
+                "values_kept": self.kept}
+
+
+def _leaves(value: Any) -> list:
+    """The leaves of a nested output (tf.nest's flattening when TF is loaded, else lists/tuples/dicts)."""
+    import sys
+
+    tf = sys.modules.get("tensorflow")
+    if tf is not None:
+        return list(tf.nest.flatten(value, expand_composites=True))
+    if isinstance(value, dict):
+        return [x for k in sorted(value) for x in _leaves(value[k])]
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _leaves(v)]
+    return [value]
+
+
+def _array(x: Any):
+    import numpy as np
+
+    if hasattr(x, "numpy"):
+        x = x.numpy()
+    return np.asarray(x)
+
+
+def _show(a) -> str:
+    return str(a.item()) if a.size == 1 else f"{a.dtype}{list(a.shape)}"
+
+
+def values_match(reference_calls: Sequence[Any] | None, fixed_calls: Sequence[Any], *, ulp_bound: float = 0,
+                 why_bound: str = "") -> ValuesCheck:
+    """Compares a fixed function's outputs with the original function's eager outputs, on every call.
+
+    The reference is never transformed: a fix that changes an output's dtype is
+    compared in the reference's own dtype with both values read exactly as
+    float64 (an int32 ``0`` against eager's float32 ``0.5`` is 0.5 away, not
+    "equal as int32"). ``ulp_bound`` is counted in ULP of the reference's dtype
+    and is printed; a fix that keeps the dtypes should pass with 0.
+
+    Args:
+        reference_calls: one output structure per recorded call, from the
+            ORIGINAL function run eagerly before any change (tensors, numpy
+            arrays or Python numbers, nested in lists/tuples/dicts). None when
+            tflab kept no values: the result says `VALUES_NOT_KEPT` and is ok
+            only in the sense that nothing was compared (``kept`` False).
+        fixed_calls: the fixed function's outputs for the same calls, in order.
+        ulp_bound: the largest distance allowed, in ULP of the reference's dtype
+            (integers and bools: the absolute difference).
+        why_bound: why a non-zero bound is allowed, printed after it
+            (``"the fix computes in float32 on purpose"``).
+
+    Returns:
+        A `ValuesCheck`.
+
+    Example:
+        >>> values_match([0.5, 1.0], [0.5, 1.0]).text
+        "outputs equal eager's on your 2 calls (bit for bit)"
+        >>> values_match([0.5], [0]).text
+        "call 1: output[0] is 0 where eager gave 0.5"
+    """
+    import numpy as np
+
+    from tflab._numeric import ulp_distance
+
+    if reference_calls is None:
+        return ValuesCheck(True, VALUES_NOT_KEPT, kept=False, ulp_bound=ulp_bound)
+    if len(reference_calls) != len(fixed_calls):
+        return ValuesCheck(False, f"{len(fixed_calls)} call(s) ran where eager ran {len(reference_calls)}",
+                           len(reference_calls), float("inf"), ulp_bound)
+    worst = 0.0
+    for i, (ref, got) in enumerate(zip(reference_calls, fixed_calls), 1):
+        rl, gl = _leaves(ref), _leaves(got)
+        if len(rl) != len(gl):
+            return ValuesCheck(False, f"call {i}: {len(gl)} output(s) where eager gave {len(rl)}", i, float("inf"),
+                               ulp_bound)
+        for j, (r, g) in enumerate(zip(rl, gl)):
+            r, g = _array(r), _array(g)
+            if r.shape != g.shape:
+                return ValuesCheck(False, f"call {i}: output[{j}] has shape {list(g.shape)} where eager's has "
+                                   f"{list(r.shape)}", i, float("inf"), ulp_bound)
+            if r.dtype.kind in "OSU" or g.dtype.kind in "OSU":
+                same = r.dtype == g.dtype and bool(np.all(r == g))
+                d = 0.0 if same else float("inf")
+            elif g.dtype == r.dtype:
+                d = float(ulp_distance(r, g).max()) if r.size else 0.0
+            else:
+                # the fix changed the dtype: read the fixed value exactly as float64, round it to
+                # the reference's dtype only to count ULP there; a value the reference's dtype
+                # cannot hold at all (0 vs 0.5 is fine; 1e40 in float32 is inf) counts as inf
+                gv = g.astype(np.float64)
+                if r.dtype.kind == "f":
+                    with np.errstate(over="ignore", invalid="ignore"):
+                        g_in_r = gv.astype(r.dtype)
+                    exact = np.isnan(gv) | (g_in_r.astype(np.float64) == gv)
+                    d_arr = ulp_distance(r, g_in_r)
+                    d = float(np.where(exact, d_arr, np.maximum(d_arr, 1.0)).max()) if r.size else 0.0
+                else:
+                    d = float(np.abs(r.astype(np.float64) - gv).max()) if r.size else 0.0
+            worst = max(worst, d)
+            if d > ulp_bound:
+                eager_v, fix_v, at = _first_off(r, g)
+                return ValuesCheck(False, f"call {i}: output[{j}]{at} is {fix_v} where eager gave {eager_v}"
+                                   + (f" ({d:g} ULP, bound {ulp_bound:g})" if ulp_bound else ""),
+                                   i, d, ulp_bound)
+    n = len(reference_calls)
+    how = "bit for bit" if worst == 0 else f"within {worst:g} ULP, bound {ulp_bound:g}" + (
+        f": {why_bound}" if why_bound else "")
+    return ValuesCheck(True, f"outputs equal eager's on your {n} call{'s' if n != 1 else ''} ({how})", n, worst,
+                       ulp_bound)
+
+
+def _first_off(r, g) -> tuple[str, str, str]:
+    """The first differing element of two same-shaped arrays, as text: (eager's, the fix's, where)."""
+    import numpy as np
+
+    if r.size == 1:
+        return _show(r), _show(g), ""
+    rf = r.astype(np.float64).ravel() if r.dtype.kind not in "OSU" else r.ravel()
+    gf = g.astype(np.float64).ravel() if g.dtype.kind not in "OSU" else g.ravel()
+    for k in range(rf.size):
+        a, b = rf[k], gf[k]
+        if not (a == b or (isinstance(a, float) and np.isnan(a) and np.isnan(b))):
+            idx = np.unravel_index(k, r.shape)
+            return f"{a:g}", f"{b:g}", f"{list(map(int, idx))}"
+    return _show(r), _show(g), ""

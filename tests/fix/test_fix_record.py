@@ -83,3 +83,50 @@ def test_sys_exit_under_a_fix_fails_that_fix_not_the_run():
     f = fx.attempt("input_signature", "tf.TensorSpec([None])", "relax x", lambda: sys.exit(7))
     assert f.failed and f.result == "your code called sys.exit(7) under this fix"
     assert fx.first_working([f]).none_worked
+
+
+# --- "checked" on the user's values: the fixed outputs against the original's eager outputs ---
+
+def test_values_match_never_casts_the_reference():
+    import numpy as np
+
+    from tflab.fix import values_match
+
+    # a fix that turns eager's float 0.5 into an int 0 changed the answer
+    v = values_match([np.float32(0.5)], [np.int32(0)])
+    assert not v.ok and v.text == "call 1: output[0] is 0 where eager gave 0.5"
+    # the same value in a wider dtype is the same value
+    assert values_match([np.float32(0.5)], [np.float64(0.5)]).ok
+    # a wider value the reference's dtype cannot hold is not equal
+    assert not values_match([np.float32(1.0)], [np.float64(1.0 + 2.0 ** -40)]).ok
+
+
+def test_values_match_checks_every_call_and_says_which():
+    from tflab.fix import values_match
+
+    ok = values_match([42.0, 43.0], [42.0, 43.0])
+    assert ok.ok and ok.calls == 2 and ok.max_ulp == 0 and "bit for bit" in ok.text
+    bad = values_match([42.0, 43.0], [42.0, 1.0])
+    assert not bad.ok and bad.text == "call 2: output[0] is 1.0 where eager gave 43.0"
+    assert not values_match([1.0, 2.0], [1.0]).ok
+
+
+def test_values_match_bound_is_stated_and_binding():
+    import numpy as np
+
+    from tflab.fix import values_match
+
+    ref = np.float32([1, 2, 3])
+    near = np.nextafter(ref, np.float32(10))
+    assert not values_match([ref], [near]).ok
+    v = values_match([ref], [near], ulp_bound=1, why_bound="the fix computes in float32 on purpose")
+    assert v.ok and v.max_ulp == 1 and "bound 1: the fix computes in float32 on purpose" in v.text
+    far = values_match([[ref]], [[np.float32([1, 2, 4])]])
+    assert not far.ok and "output[0][2] is 4 where eager gave 3" in far.text
+
+
+def test_values_not_kept_says_so():
+    from tflab.fix import VALUES_NOT_KEPT, values_match
+
+    v = values_match(None, [1.0])
+    assert v.text == VALUES_NOT_KEPT and not v.kept
