@@ -30,6 +30,7 @@ class Context:
     lead: tuple = ()  # (None,) for a bound method whose instance was freed: TF passes self=None
     eager: Any = None  # (status, value): the function run eagerly once (`_eager_reference`)
     rewrite_error: str = ""  # set when writing a fix raised (a tflab bug): rules then write none
+    target: Any = None  # the callable as the user gave it (a bound tf.function method keeps its instance)
 
 
 def python_target(fn: Callable) -> Callable:
@@ -62,7 +63,18 @@ def make_context(fn: Callable | None, args: tuple, kwargs: dict, from_signature:
     return Context(name=name, python_fn=python_fn, filename=code.co_filename if code else "",
                    autograph=autograph_enabled(fn),
                    params=params, from_signature=from_signature, args=tuple(args),
-                   kwargs=dict(kwargs), lead=bound_user_method(fn)[1])
+                   kwargs=dict(kwargs), lead=bound_user_method(fn)[1], target=fn)
+
+
+def instance_of(ctx: Context) -> Any:
+    """The instance a method diagnosed runs on (a bound method's ``__self__``, or the object behind
+    a tf.function method's ``TfMethodTarget``), or None."""
+    obj = getattr(ctx.python_fn, "__self__", None)
+    if obj is None and ctx.target is not None:
+        obj = getattr(inspect.unwrap(getattr(ctx.target, "python_function", ctx.target)), "__self__", None)
+    if type(obj).__name__ == "TfMethodTarget":
+        obj = obj.target
+    return obj
 
 
 def make(ctx: Context, exc: BaseException, kind: str, filename: str, line: int | None,
@@ -189,47 +201,94 @@ def candidate(ctx: Context, fsrc, description: str, module_source: str, *, chang
               kind: str = "code", reference: Any = "eager", autograph: bool | None = None) -> Callable:
     """A zero-argument callable that applies one rewrite and returns its `tflab.fix.Fix`.
 
-    The copy (`tflab.diagnosis.fixes.run_fixed`) is traced on the diagnosed arguments and run
-    once on their materialized values; it worked when it ran and, where the user's function
-    runs eagerly on the same values, gives the same outputs (dtype, shape, values within
-    `_close`; the ULP distance is measured). ``reference`` is "eager", None (no comparison)
-    or a callable giving ``(label, outputs)``.
+    The copy (`tflab.diagnosis.fixes.run_fixed`) is traced once on the diagnosed arguments and
+    run on each input of the eager reference (`tflab.diagnosis.reference.eager_reference`: the
+    user's ORIGINAL function run eagerly on the same inputs before any change). It is checked
+    only when `tflab.fix.values_match` finds its outputs equal to eager's on every input: the
+    reference is never cast, so an int32 ``0`` against eager's float32 ``0.5`` fails. Where the
+    fix changes an output's dtype on purpose, the ULP bound it is held to
+    (`reference.dtype_bound`) is printed. ``reference`` is "eager", None (no comparison) or a
+    callable giving ``(label, (status, outputs))`` for tflab's one input.
     """
-    from tflab.fix import attempt
+    from tflab.fix import VALUES_NOT_KEPT, attempt
 
     change = _change_text(fsrc, module_source) if change is None else change
 
     def check():
         from tflab.diagnosis.fixes import run_fixed
 
-        from tflab._source_map import error_line
+        from tflab._source_map import error_line, walk_ops
 
         lead = ctx.lead if fsrc.instance is None else ()
-        try:
+
+        def run(inputs=None):
             with _seeded():
-                out, concrete = run_fixed(fsrc, module_source, tuple(lead) + tuple(ctx.args), ctx.kwargs,
-                                          materialize_specs, autograph=ctx.autograph if autograph is None else autograph)
+                return run_fixed(fsrc, module_source, tuple(lead) + tuple(ctx.args), ctx.kwargs, materialize_specs,
+                                 autograph=ctx.autograph if autograph is None else autograph,
+                                 inputs=[(tuple(lead) + tuple(a), k) for a, k in inputs] if inputs else None)
+
+        try:
+            out, concrete = run()
         except Exception as e:  # noqa: BLE001 - the copy may raise anything; TF's own line, not "in user code:"
             return False, f"raised {error_line(e)}", {}
+        outs = [out]
         ran = f"traced and ran: {_summary(out)}"
         if reference is None:
             return True, ran, {}
-        from tflab._source_map import walk_ops
-
         types = {op.type for op in walk_ops(concrete.graph)}
         if any(t.startswith("Random") for t in types):
-            return True, f"{ran} (not compared with eager: it draws stateful random numbers)", {}
+            return True, f"{VALUES_NOT_KEPT}: {ran} (not compared with eager: it draws stateful random numbers)", {}
         if any(t.startswith(_STATE_OPS) for t in types):
-            return True, (f"{ran} (not compared with eager: it assigns to tf.Variables, so tflab does not "
+            return True, (f"{VALUES_NOT_KEPT}: {ran} (not compared with eager: it assigns to tf.Variables, so tflab does not "
                           "run your function a second time)"), {}
-        label, ref = reference() if callable(reference) else ("eager's", _eager_reference(ctx))
-        status, value = ref
-        if status != "ran":
-            return True, f"{ran}; {value}", {}
-        return compare(out, value, label)
+        ref = _eager_reference(ctx) if reference == "eager" else None
+        if ref is not None and ref.status == "ran" and len(ref.inputs) > 1:
+            # the extra draws eager ran on (the other branch): the copy runs on each of them too
+            try:
+                outs, _ = run(ref.inputs)
+            except Exception as e:  # noqa: BLE001 - as above
+                return False, f"raised {error_line(e)} on {ref.labels[-1]}", {}
+        if callable(reference):
+            label, (status, value) = reference()
+            if status != "ran":
+                return True, f"{VALUES_NOT_KEPT}: {ran}; {value}", {}
+            return judge([value], outs[:1], label=label)
+        if ref.status != "ran":
+            return True, f"{VALUES_NOT_KEPT}: {ran}; {ref.why}", {}
+        return judge(ref.outputs, outs, ref)
 
     return lambda: attempt(kind, change, description, check, how="ran a copy of your function",
                            source=module_source)
+
+
+def judge(reference_outputs: list, fixed_outputs: list, ref=None, label: str = "") -> tuple[bool, str, dict]:
+    """`tflab.fix.values_match` of a fix's outputs against eager's, input by input, with the ULP
+    bound of each output whose dtype the fix changed (`reference.dtype_bound`), the bound stated,
+    and the inputs and uncovered branches said."""
+    from tflab.diagnosis.reference import dtype_bound, snapshot
+    from tflab.fix import values_match
+
+    bound, whys = 0.0, []
+    fixed = [snapshot(o) for o in fixed_outputs]
+    for r, g in zip(reference_outputs, fixed):
+        for a, b in zip(_arrays(r), _arrays(g)):
+            if a.dtype != b.dtype:
+                bd, why = dtype_bound(a.dtype, b.dtype)
+                bound = max(bound, bd)
+                if why and why not in whys:
+                    whys.append(why)
+    vm = values_match(reference_outputs, fixed, ulp_bound=bound, why_bound="the fix changes a dtype on purpose")
+    notes = []
+    if whys:
+        notes.append(f"dtype changed on purpose, ULP bound {bound:g}: " + "; ".join(whys))
+    if label and label != "eager's":
+        notes.append(f"the reference is {label.rstrip(',')}")
+    if ref is not None and ref.inputs_text:
+        notes.append(ref.inputs_text)
+    if ref is not None and vm.ok:
+        notes.extend(ref.uncovered)
+    text = vm.text + (f" ({'; '.join(notes)})" if notes else "")
+    return vm.ok, text, vm.measured
 
 
 # Ops that change a tf.Variable: a function with one is not run eagerly for a reference (an
@@ -257,22 +316,17 @@ def _seeded():
         np.random.set_state(np_state)
 
 
-def _eager_reference(ctx: Context) -> tuple[str, Any]:
-    """``("ran", outputs)`` of the user's function run eagerly once on the materialized
-    arguments, ``("raised", why)`` or ``("not run", why)``; cached on ``ctx``."""
+def _eager_reference(ctx: Context):
+    """The `tflab.diagnosis.reference.EagerReference` of the user's function: run eagerly, before
+    any fix, on tflab's input(s); cached on ``ctx``."""
+    from tflab.diagnosis.reference import EagerReference, eager_reference
+
     if ctx.eager is not None:
         return ctx.eager
-    from tflab._source_map import error_line
-
     if ctx.python_fn is None or any(v is None for v in ctx.lead):
-        ctx.eager = ("not run", "not compared with eager: the method's instance was freed")
+        ctx.eager = EagerReference("not run", "not compared with eager: the method's instance was freed")
         return ctx.eager
-    try:
-        with _seeded():
-            ctx.eager = ("ran", ctx.python_fn(*materialize_specs(ctx.args), **materialize_specs(ctx.kwargs)))
-    except Exception as e:  # noqa: BLE001 - the user's code may raise anything eagerly
-        ctx.eager = ("raised", f"your function raises eagerly too ({error_line(e)}), so there is "
-                               "no eager output to compare with")
+    ctx.eager = eager_reference(ctx.python_fn, (), ctx.args, ctx.kwargs, materialize_specs, _seeded)
     return ctx.eager
 
 
@@ -347,8 +401,11 @@ def function_namespace(ctx: Context) -> dict:
 
 
 def cast_value_fix(d, ctx: Context, filename: str, line: int, dtypes: list[str]):
-    """``name = VALUE`` -> ``name = tf.cast(VALUE, tf.DTYPE)`` at ``line`` in a copy, run."""
+    """``name = VALUE`` -> ``name = tf.cast(VALUE, tf.DTYPE)`` at ``line`` in a copy, run, the
+    dtype that keeps the most values first (`tflab.diagnosis.reference.widest_first`)."""
     import ast
+
+    from tflab.diagnosis.reference import widest_first
 
     from tflab.diagnosis.fixes import replace_expr
 
@@ -357,7 +414,7 @@ def cast_value_fix(d, ctx: Context, filename: str, line: int, dtypes: list[str])
     if not isinstance(st, (ast.Assign, ast.AnnAssign)) or st.value is None:
         return planned(d, [])
     cands = []
-    for dt in dtypes:
+    for dt in widest_first(list(dtypes)):
         text = replace_expr(fsrc, st.value, f"tf.cast({{}}, tf.{dt})") if dt.isidentifier() else None
         if text:
             cands.append(candidate(ctx, fsrc, d.fix, text))

@@ -438,7 +438,7 @@ def list_to_tensor_array(src: FunctionSource, name: str, dtype: str) -> str | No
 
 def run_fixed(src: FunctionSource, module_source: str, args: tuple, kwargs: dict,
               materialize: Callable[[Any], Any], *, autograph: bool = True,
-              extra: dict | None = None) -> Any:
+              extra: dict | None = None, inputs: list | None = None) -> Any:
     """Runs ``module_source`` (the rewritten function plus what it moved to module level)
     in a copy of the function's namespace (``extra`` added: other rewritten functions),
     traces the copy with ``tf.function(autograph=autograph)`` on ``args``/``kwargs`` and
@@ -446,6 +446,9 @@ def run_fixed(src: FunctionSource, module_source: str, args: tuple, kwargs: dict
 
     The tf.Variables the copy captured are assigned their values back after the run, so a
     training step tried as a fix does not move the user's weights.
+
+    ``inputs``: when given, a list of materialized ``(args, kwargs)``; the copy, traced once, is
+    run on each, and ``outputs`` is the list of their outputs (the eager reference's inputs).
 
     Returns:
         ``(outputs, the copy's ConcreteFunction)``.
@@ -475,7 +478,10 @@ def run_fixed(src: FunctionSource, module_source: str, args: tuple, kwargs: dict
             # The user's tf.Variables the copy captured get their values back after the run.
             saved = [(v, tf.identity(v.read_value())) for v in concrete.variables]
             try:
-                out = concrete(*materialize(args), **materialize(kwargs))
+                if inputs is None:
+                    out = concrete(*materialize(args), **materialize(kwargs))
+                else:
+                    out = [concrete(*a, **k) for a, k in inputs]
             finally:
                 for v, value in saved:
                     v.assign(value)
@@ -490,6 +496,17 @@ def run_fixed(src: FunctionSource, module_source: str, args: tuple, kwargs: dict
             os.remove(path)
         except OSError:
             pass
+
+
+def run_source(src: FunctionSource, module_source: str, extra: dict) -> Callable:
+    """The function ``module_source`` defines, executed in a copy of ``src``'s namespace with
+    ``extra`` added (a fresh tf.Variable for a global): the user's own module is not touched."""
+    namespace = dict(src.namespace)
+    namespace.update(extra)
+    path = f"<tflab fix of {src.name}>"
+    linecache.cache[path] = (len(module_source), None, module_source.splitlines(keepends=True), path)
+    exec(compile(module_source, path, "exec"), namespace)
+    return namespace[src.name]
 
 
 def trace_fixed(src: FunctionSource, module_source: str, args: tuple, kwargs: dict,

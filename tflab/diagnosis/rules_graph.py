@@ -143,6 +143,15 @@ def _foreign(exc, ctx: Context, tensor, filename, line, src):
                 stores = container_stores(list(getattr(fnode, "body", [])), {holder[1]})
                 if stores:
                     culprit, fname = stores[0][0], fsrc_file
+    if ctx.python_fn is not None:
+        from tflab.diagnosis.rebind import find_rebinding
+
+        from tflab.diagnosis.context import instance_of
+
+        reb = (find_rebinding(ctx.python_fn, holder[0]) if holder is not None else None) \
+            or find_rebinding(ctx.python_fn, instance=instance_of(ctx))
+        if reb is not None:
+            return _rebound(exc, ctx, tensor, reb, holder, where)
     via = f"; it reached this trace through Python state ({holder[0]})" if holder else \
         "; it reached this trace through Python state kept between calls"
     this = "this trace's FuncGraph"
@@ -155,6 +164,38 @@ def _foreign(exc, ctx: Context, tensor, filename, line, src):
                 "(assign to it) instead of a Python list or attribute",
                 why="the tensor reaches the trace through Python state kept between calls; how your "
                     "code should keep it (a return value or a tf.Variable) is a change tflab does not write")
+
+
+def _rebound(exc, ctx: Context, tensor, reb, holder, where: str):
+    """The function rebinds ``holder`` (a global, closure variable or ``self`` attribute) to a
+    tensor at ``reb.line``: that line, with ``NAME.assign…(…)`` run and checked against eager."""
+    from tflab.diagnosis.context import _seeded, instance_of, materialize_specs
+    from tflab.diagnosis.rebind import check_rebind_fix, starting_value
+    from tflab.fix import attempt, first_working, unchecked
+
+    what = {"global": "the global", "nonlocal": "the closure variable", "attribute": "the attribute"}[reb.scope]
+    fname = inspect.getsourcefile(inspect.unwrap(getattr(ctx.python_fn, "__func__", ctx.python_fn))) or ""
+    d = make(ctx, exc, "tensor-from-another-funcgraph", fname, reb.line,
+             f"this line rebinds {what} `{reb.target}` to a tensor: eagerly each call makes a new value "
+             f"from the last one, but traced it makes `{reb.target}` a symbolic tensor of the graph being "
+             f"traced (the tf.Variable it held is gone), and the next trace captures {tensor.name}, a tensor "
+             f"that belongs to {where}",
+             f"keep `{reb.target}` in a tf.Variable and assign to it: `{reb.change}`")
+    start, start_text = starting_value(tensor)
+    fsrc = fix_source(ctx, reb.line, fname)
+    if fsrc is None or start is None:
+        return planned(d, [unchecked("code", reb.change, d.fix, "tflab could not rebuild the starting value or a "
+                                                                "copy of the function to run the fix on")])
+
+    def check():
+        with _seeded():
+            return check_rebind_fix(fsrc, reb, start, start_text, ctx.args, ctx.kwargs, materialize_specs,
+                                    {"autograph": ctx.autograph}, instance=instance_of(ctx))
+
+    fix = attempt("code", reb.change, f"keep `{reb.target}` in a tf.Variable and assign to it", check,
+                  how="ran your function eagerly and the fix as a tf.function, each from a fresh "
+                      "tf.Variable holding the same starting value")
+    return planned(d, [fix])
 
 
 def rule_foreign_capture(exc, ctx, frames, filename, line, loc, src, node):
@@ -221,8 +262,13 @@ def rule_cond_vars(exc, ctx, frames, filename, line, loc, src, node):
 
 
 def _branch_cast_fix(d, ctx: Context, filename: str, if_line: int, name: str, bd: str, od: str):
-    """The else branch's value cast to the main branch's dtype, then the reverse, each run."""
+    """One branch's value cast to the other branch's dtype, each run and checked against eager.
+
+    The dtype that holds both branches' values is tried first (`reference.widest_first`:
+    float32 before int32, int32 before bool), so the printed fix keeps what eager gives on
+    either branch; the narrowing cast is tried after it and fails on eager's values."""
     from tflab.diagnosis.fixes import replace_expr
+    from tflab.diagnosis.reference import widest_first
 
     fsrc = fix_source(ctx, if_line, filename)
     st = fsrc.stmt_at(if_line) if fsrc is not None else None
@@ -238,7 +284,8 @@ def _branch_cast_fix(d, ctx: Context, filename: str, if_line: int, name: str, bd
         return None
 
     cands = []
-    for branch, dt in ((st.orelse, bd), (st.body, od)):
+    for dt in widest_first([bd, od]):
+        branch = st.orelse if dt == bd else st.body
         v = value_in(branch)
         text = replace_expr(fsrc, v, f"tf.cast({{}}, tf.{dt})") if v is not None and dt.isidentifier() else None
         if text:
