@@ -6,10 +6,11 @@ done by `tflab.diagnosis.fixes` on a copy of the function, which is traced and r
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 import re
 
-from tflab.diagnosis.context import candidate, Context, fix_source, make, function_namespace, try_fix
+from tflab.diagnosis.context import candidate, Context, fix_source, make, function_namespace, planned, try_fix
 from tflab.diagnosis.frames import frame_named
 from tflab.diagnosis.source import Source, walk_header
 
@@ -100,8 +101,13 @@ def rule_created_in_function(exc, ctx, frames, filename, line, loc, src, node):
         d = make(ctx, exc, "variable-created-in-function", filename, line, common, fix)
         stem = attr if attr.isidentifier() else "v"
     else:
-        simple = isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+        # `d = Dense(3)` keeps the user's own name `d`; `x = Dense(4)(x)` does not bind the layer to a
+        # name, and `x` is the function's input: the layer is named from its class (`dense`).
+        simple = isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+            and node.value is call
         stem = node.targets[0].id if simple else re.sub(r"(?<!^)(?=[A-Z])", "_", cls).lower()
+        if not simple and fsrc is not None:
+            stem = fsrc.fresh_name(stem)
         fix = (f"build the {cls} once outside the function and call it inside: "
                + (f"`self.{stem} = {code}` in __init__, then `self.{stem}(...)`" if is_method
                   else f"`{stem} = {code}` at module level (or as a model attribute), then `{stem}(...)`"))
@@ -114,6 +120,20 @@ def rule_created_in_function(exc, ctx, frames, filename, line, loc, src, node):
 
     fstmt = fsrc.stmt_at(line)
     fcall = _created_call(fstmt, fsrc.namespace) if fstmt is not None else None
+    if fcall and stmt_text:
+        from tflab.diagnosis.per_iteration import describe, is_in_loop, per_iteration
+
+        if is_in_loop(fsrc, fcall[0]):
+            # One object per iteration: hoisting the one call would share it across iterations.
+            got = per_iteration(fsrc, fcall[0], cls, what)
+            if got is None:
+                return planned(d, [], "the loop's iterable or the constructor's arguments read values local to "
+                                      "the function, so tflab cannot build one object per iteration outside it")
+            text, made, inner = got
+            d = dataclasses.replace(d, fix=describe(cls, what, made, inner))
+            return planned(d, [candidate(ctx, fsrc, "build one {} per loop iteration outside the function".format(
+                "tf.Variable" if what == "variable" else cls),
+                                         text, change=f"{made}; {inner}", kind="move")])
     return try_fix(d, ctx, fsrc, hoist_created(fsrc, fcall[0], stem) if fcall and stmt_text else None,
                    kind="move")
 
