@@ -222,7 +222,7 @@ def candidate(ctx: Context, fsrc, description: str, module_source: str, *, chang
         lead = ctx.lead if fsrc.instance is None else ()
 
         def run(inputs=None):
-            with _seeded():
+            with seeded():
                 return run_fixed(fsrc, module_source, tuple(lead) + tuple(ctx.args), ctx.kwargs, materialize_specs,
                                  autograph=ctx.autograph if autograph is None else autograph,
                                  inputs=[(tuple(lead) + tuple(a), k) for a, k in inputs] if inputs else None)
@@ -298,7 +298,7 @@ _STATE_OPS = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", 
 
 
 @contextlib.contextmanager
-def _seeded():
+def seeded():
     """Python's and NumPy's global random state seeded with 0 and restored after: a Keras
     initializer without a seed draws its seed from Python's `random` (Keras 3
     ``random.make_default_seed``), so the eager run and the copy build the same weights."""
@@ -326,7 +326,7 @@ def _eager_reference(ctx: Context):
     if ctx.python_fn is None or any(v is None for v in ctx.lead):
         ctx.eager = EagerReference("not run", "not compared with eager: the method's instance was freed")
         return ctx.eager
-    ctx.eager = eager_reference(ctx.python_fn, (), ctx.args, ctx.kwargs, materialize_specs, _seeded)
+    ctx.eager = eager_reference(ctx.python_fn, (), ctx.args, ctx.kwargs, materialize_specs, seeded)
     return ctx.eager
 
 

@@ -136,7 +136,7 @@ def eager_reference(python_fn: Callable, lead: tuple, args: tuple, kwargs: dict,
         lead: leading arguments (a bound method's ``self=None`` placeholder), passed first.
         args, kwargs: what diagnose traced with (TensorSpecs, tensors, Python values).
         materialize: turns the specs into tflab's seeded values (`context.materialize_specs`).
-        seeded: a context manager seeding Python's and NumPy's random state (`context._seeded`):
+        seeded: a context manager seeding Python's and NumPy's random state (`context.seeded`):
             each eager run is made under it, as each candidate is, so a Keras layer the function
             builds draws the same weights in both.
 

@@ -169,7 +169,7 @@ def _foreign(exc, ctx: Context, tensor, filename, line, src):
 def _rebound(exc, ctx: Context, tensor, reb, holder, where: str):
     """The function rebinds ``holder`` (a global, closure variable or ``self`` attribute) to a
     tensor at ``reb.line``: that line, with ``NAME.assign…(…)`` run and checked against eager."""
-    from tflab.diagnosis.context import _seeded, instance_of, materialize_specs
+    from tflab.diagnosis.context import seeded, instance_of, materialize_specs
     from tflab.diagnosis.rebind import check_rebind_fix, starting_value
     from tflab.fix import attempt, first_working, unchecked
 
@@ -188,7 +188,7 @@ def _rebound(exc, ctx: Context, tensor, reb, holder, where: str):
                                                                 "copy of the function to run the fix on")])
 
     def check():
-        with _seeded():
+        with seeded():
             return check_rebind_fix(fsrc, reb, start, start_text, ctx.args, ctx.kwargs, materialize_specs,
                                     {"autograph": ctx.autograph}, instance=instance_of(ctx))
 
