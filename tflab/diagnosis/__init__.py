@@ -44,11 +44,16 @@ a tracing error (`trace_and_inspect`, `autograph_diff`, `compare_modes`,
 The package, one module per concern (each imports only those listed before it):
 
 * ``fixes``: AST rewrites of a copy of the function, traced and run (`run_fixed`, `trace_fixed`);
+* ``per_iteration``: a layer or tf.Variable built in a Python loop, built once per iteration outside;
 * ``record``: the `Diagnosis` record;
 * ``frames``: the traceback frames with their locals, the user's own site;
 * ``source``: the user's file parsed once, shape reads, the statement map;
+* ``reference``: the original function's eager outputs on tflab's input (and on draws that
+  take the other branch), the ULP bound of a fix that changes a dtype on purpose;
+* ``rebind``: a global, closure variable or ``self`` attribute rebound to a tensor inside the
+  function, and its ``NAME.assign…`` fix checked on calls in a row;
 * ``context``: what a rule knows about the function, `make`, running each candidate fix
-  on a copy and comparing it with eager (`tflab.fix.first_working`);
+  on a copy and comparing it with eager (`tflab.fix.first_working`, `tflab.fix.values_match`);
 * ``baked``: the Const ops a NumPy array became while tracing, in bytes, and their fix
   (`trace_and_inspect`);
 * ``rules_fixed``, ``rules_python``, ``rules_graph``: the classifiers;

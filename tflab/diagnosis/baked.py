@@ -149,8 +149,10 @@ def baked_fix(fn: Callable, args: tuple, kwargs: dict, concrete, big: tuple[Cons
     def check():
         import tensorflow as tf
 
-        from tflab.diagnosis.context import compare, materialize_specs
+        from tflab.diagnosis.context import judge, materialize_specs, seeded
         from tflab.diagnosis.fixes import run_fixed
+        from tflab.diagnosis.reference import snapshot
+        from tflab.fix import VALUES_NOT_KEPT
 
         spec = tf.TensorSpec(value.shape, tf.as_dtype(value.dtype))
 
@@ -160,7 +162,14 @@ def baked_fix(fn: Callable, args: tuple, kwargs: dict, concrete, big: tuple[Cons
         out, fixed = run_fixed(fsrc, text, tuple(args), {**kwargs, name: spec}, mat)
         left, _ = baked_constants(fixed.graph, 0)
         before = sum(c.bytes for c in big)
-        ok, cmp, measured = compare(out, concrete(*materialize_specs(args), **materialize_specs(kwargs)), "the original's")
+        # The reference is your function run eagerly on the same values (not its traced graph,
+        # which is the function with the array baked in): `tflab.fix.values_match`.
+        try:
+            with seeded():
+                eager = snapshot(python_fn(*materialize_specs(args), **materialize_specs(kwargs)))
+            ok, cmp, measured = judge([eager], [out])
+        except Exception as e:  # noqa: BLE001 - the user's code may raise anything eagerly
+            ok, cmp, measured = True, f"{VALUES_NOT_KEPT} (your function raises eagerly: {type(e).__name__})", {}
         left_big = baked_constants(fixed.graph)[1]
         worked = ok and not left_big
         return worked, (f"re-traced with {ast.unparse(expr)} passed as an argument: "

@@ -347,48 +347,6 @@ def _summary(value: Any) -> str:
     return ", ".join(parts) or "no output"
 
 
-def compare(out: Any, ref: Any, label: str = "eager's") -> tuple[bool, str, dict]:
-    """Whether the copy's outputs equal ``ref``'s: the same count and shapes, numeric values
-    within `_close` (a ``ref`` of another numeric dtype is read in the copy's dtype, and said),
-    and the largest ULP distance (`tflab._numeric.max_ulp`)."""
-    import numpy as np
-
-    from tflab._numeric import max_ulp
-
-    got, want = _arrays(out), _arrays(ref)
-    if len(got) != len(want):
-        return False, f"returns {len(got)} value(s), {label} output has {len(want)}", {}
-    worst, notes = 0.0, []
-    for k, (a, b) in enumerate(zip(got, want)):
-        if a.shape != b.shape:
-            return False, f"output {k} has shape {list(a.shape)}, {label} has {list(b.shape)}", {}
-        if a.dtype != b.dtype:
-            if a.dtype.kind not in "biuf" or b.dtype.kind not in "biuf":
-                return False, f"output {k} is {a.dtype.name}, {label} is {b.dtype.name}", {}
-            notes.append(f"{label} {b.dtype.name} read as {a.dtype.name}")
-            b = b.astype(a.dtype)
-        if a.dtype.kind not in "biufc":
-            if not np.array_equal(a, b):
-                return False, f"output {k} differs from {label}", {}
-            continue
-        ulp = max_ulp(a, b)
-        if not _close(a, b):
-            return False, (f"traced and ran, but output {k} differs from {label}: {_summary(a)} "
-                           f"against {_summary(b)} ({ulp:g} ULP)"), {"max_ulp": ulp}
-        worst = max(worst, ulp)
-    note = f" ({'; '.join(notes)})" if notes else ""
-    return True, f"traced and ran; output equal to {label} within {worst:g} ULP{note}", {"max_ulp": worst}
-
-
-def _close(a, b) -> bool:
-    """Equal up to float32 rounding of a reordered sum: |a - b| <= 1e-5·|b| + 1e-6·max|b|."""
-    import numpy as np
-
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    scale = float(np.nanmax(np.abs(b64))) if b64.size and np.isfinite(b64).any() else 1.0
-    return bool(np.allclose(a64, b64, rtol=1e-5, atol=1e-6 * max(scale, 1e-30), equal_nan=True))
-
-
 def function_namespace(ctx: Context) -> dict:
     fn = ctx.python_fn
     inner = inspect.unwrap(getattr(fn, "__func__", fn)) if fn is not None else None
