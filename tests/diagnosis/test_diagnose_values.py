@@ -150,6 +150,16 @@ def test_rebound_fix_that_drops_the_carried_value_fails(monkeypatch):
     assert "call 1: output[0] is 1.0 where eager gave 2.0" in d.fix_plan.failures[0].result
 
 
+def test_a_rebinding_before_any_failure_is_said_and_the_users_variable_is_put_back():
+    """No call has failed yet: diagnose's own trace rebinds the global (a silent diagnosis), and
+    the user's tf.Variable object is what the global holds afterwards."""
+    before = V.fresh
+    d = diagnose(V.accumulate_fresh, S([]))
+    assert (d.kind, d.stage, d.line) == ("state-rebound-to-tensor", "silent", vline("V12")), d.to_text()
+    assert d.fix_plan.fix.checked and d.fix_plan.fix.change == "fresh.assign_add(x)"
+    assert V.fresh is before and float(V.fresh.numpy()) == 1.0
+
+
 def test_assigning_to_the_variable_is_healthy():
     V.accumulate_healthy(42.0)
     assert diagnose(V.accumulate_healthy, 1.0).ok

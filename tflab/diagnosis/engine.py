@@ -115,6 +115,23 @@ def diagnose(fn: Callable, *args: Any, **kwargs: Any) -> Diagnosis:
         # The whole file: errors may sit in helpers the function calls.
         counter = recorder(code.co_filename, 1, 10 ** 9)
     ctx.stmap = StatementMap(counter)
+    # A global / closure variable / self attribute the body rebinds: tracing rebinds it to a
+    # symbolic tensor; what the user had is put back after diagnose's own trace and call.
+    from tflab.diagnosis.context import instance_of
+    from tflab.diagnosis.rebind import restore_state, state_before
+
+    saved = state_before(python_fn, instance_of(ctx))
+    try:
+        return _trace_and_run(fn, ctx, tf_fn, args, kwargs, counter, code, saved)
+    finally:
+        restore_state(python_fn, saved, instance_of(ctx))
+
+
+def _trace_and_run(fn, ctx: Context, tf_fn, args, kwargs, counter, code, saved) -> Diagnosis:
+    """`diagnose`'s trace and one call, then the silent checks (a list appended to in a While
+    body, state rebound to a tensor by the trace)."""
+    from tflab.diagnosis.rebind import silent_rebinding
+
     with full_tracebacks():
         try:
             with (counter.installed() if counter is not None else contextlib.nullcontext()):
@@ -136,7 +153,7 @@ def diagnose(fn: Callable, *args: Any, **kwargs: Any) -> Diagnosis:
             concrete(*call_args, **call_kwargs)
         except Exception as e:
             return classify_error(e, ctx)
-    silent = _silent_list_append(ctx, code.co_filename if code is not None else "")
+    silent = _silent_list_append(ctx, code.co_filename if code is not None else "") or silent_rebinding(ctx, saved)
     return silent or Diagnosis(function_name=ctx.name, ok=True)
 
 

@@ -263,3 +263,105 @@ def _short(value: Any) -> str:
     leaves = tf.nest.flatten(value)
     a = np.asarray(leaves[0]) if leaves else np.asarray([])
     return f"{a.item():g}" if a.size == 1 and a.dtype.kind in "fiub" else f"{a.dtype}{list(a.shape)}"
+
+
+def _set_value(python_fn: Callable, reb: Rebinding, value: Any, instance: Any = None) -> None:
+    inner = inspect.unwrap(getattr(python_fn, "__func__", python_fn))
+    if reb.scope == "global":
+        getattr(inner, "__globals__", {})[reb.target] = value
+    elif reb.scope == "nonlocal":
+        code = getattr(inner, "__code__", None)
+        for n, cell in zip(getattr(code, "co_freevars", ()), getattr(inner, "__closure__", None) or ()):
+            if n == reb.target:
+                cell.cell_contents = value
+    else:
+        obj = getattr(python_fn, "__self__", None) if instance is None else instance
+        if obj is not None:
+            setattr(obj, reb.target.split(".", 1)[1], value)
+
+
+_MISSING = object()
+
+
+def state_before(python_fn: Callable | None, instance: Any = None) -> list[tuple[Rebinding, Any]]:
+    """Each state the function rebinds, with what it holds before diagnose traces it (tracing
+    rebinds it to a symbolic tensor: `restore_state` puts the user's value back)."""
+    import textwrap
+
+    if python_fn is None:
+        return []
+    inner = inspect.unwrap(getattr(python_fn, "__func__", python_fn))
+    try:
+        lines, start = inspect.getsourcelines(inner)
+        fdef = ast.parse(textwrap.dedent("".join(lines))).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):
+        return []
+    out = []
+    for r in rebindings(fdef, start):
+        value = current_value(python_fn, r, instance)
+        out.append((r, _MISSING if value is None else value))
+    return out
+
+
+def restore_state(python_fn: Callable | None, saved: list[tuple[Rebinding, Any]], instance: Any = None) -> None:
+    """Puts back what each rebound state held before diagnose's own trace."""
+    for r, value in saved:
+        if value is not _MISSING:
+            try:
+                _set_value(python_fn, r, value, instance)
+            except (AttributeError, TypeError, ValueError):  # a read-only attribute: left as the trace made it
+                pass
+
+
+def silent_rebinding(ctx, saved: list[tuple[Rebinding, Any]]):
+    """A function that traced and ran, but whose trace rebound a global, closure variable or
+    ``self`` attribute holding a tf.Variable or tensor to a symbolic tensor: eagerly each call
+    carries the value on; traced, later calls of the same trace repeat the first result and the
+    next trace fails ("out of scope"). None when no such state was rebound.
+
+    Returns:
+        A silent `tflab.diagnosis.records.Diagnosis` whose fix (``NAME.assign_add(x)``…) is run
+        by `check_rebind_fix` from the value the state held before the trace.
+    """
+    import numpy as np
+
+    from tflab._source_map import strip_comment
+    from tflab.diagnosis.context import instance_of, materialize_specs, seeded
+    from tflab.diagnosis.records import SILENT_STAGE, Diagnosis
+    from tflab.diagnosis.source import Source
+    from tflab.fix import attempt, first_working, unchecked
+
+    inst = instance_of(ctx)
+    for reb, before in saved:
+        if before is _MISSING or _symbolic(before) or not hasattr(before, "numpy"):
+            continue
+        if not _symbolic(current_value(ctx.python_fn, reb, inst)):
+            continue
+        fname = inspect.getsourcefile(inspect.unwrap(getattr(ctx.python_fn, "__func__", ctx.python_fn))) or ""
+        src = Source.of(fname)
+        kind_text = "tf.Variable" if hasattr(before, "assign") else "tensor"
+        explanation = (f"this line rebinds `{reb.target}` (a {kind_text} before the trace) to a symbolic tensor of "
+                       f"the graph: eagerly each call makes a new value from the last one; traced, every call "
+                       f"of this graph starts again from the value the trace read, so nothing is carried from call "
+                       f"to call, and the next trace captures a tensor of this one and fails (\"out of scope\")")
+        fix_text = f"keep `{reb.target}` in a tf.Variable and assign to it: `{reb.change}`"
+        start = np.array(before.numpy())
+        from tflab.diagnosis.context import fix_source
+
+        fsrc = fix_source(ctx, reb.line, fname)
+        if fsrc is None:
+            plan = first_working([unchecked("code", reb.change, fix_text, "tflab could not copy the function")])
+        else:
+            def check(reb=reb, fsrc=fsrc, start=start, kind_text=kind_text):
+                with seeded():
+                    return check_rebind_fix(fsrc, reb, start, f"your {kind_text}'s value", ctx.args, ctx.kwargs,
+                                            materialize_specs, {"autograph": ctx.autograph}, instance=inst)
+
+            plan = first_working([attempt("code", reb.change, f"keep `{reb.target}` in a tf.Variable and assign "
+                                                              "to it", check,
+                                          how="ran your function eagerly and the fix as a tf.function, each "
+                                              "from a fresh tf.Variable holding the same starting value")])
+        return Diagnosis(function_name=ctx.name, ok=False, kind="state-rebound-to-tensor", line=reb.line,
+                         statement=strip_comment(src.text(reb.line)) if src else "", filename=fname, error="",
+                         explanation=explanation, fix=fix_text, stage=SILENT_STAGE, fix_plan=plan)
+    return None

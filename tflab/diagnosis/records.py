@@ -33,6 +33,8 @@ class Diagnosis(Report):
             ``tensor-iterated-in-python``, ``dtype-mismatch``,
             ``python-state-in-tensor-if``, ``tensor-from-another-funcgraph``,
             ``variable-created-in-function``, ``layer-created-in-function``,
+            ``state-rebound-to-tensor`` (silent: a global, closure variable or
+            ``self`` attribute rebound to a tensor by the trace),
             ``tensor-as-dict-key``, ``tensor-in-set``, ``tensor-out-of-scope``,
             ``runtime-op-error`` (the trace was fine, an op failed when run),
             ``unrecognized``), or None when ``ok``; each comes from one entry of

@@ -90,6 +90,16 @@ class Total(tf.Module):
         return self.total
 
 
+fresh = tf.Variable(1.0)
+
+
+@tf.function
+def accumulate_fresh(x):
+    global fresh
+    fresh = fresh + x  # V12
+    return fresh
+
+
 u = tf.Variable(1.0)
 
 
