@@ -65,7 +65,8 @@ def test_branch_dtype_fix_keeps_the_float_branch_and_covers_both_branches():
     assert f.checked and "tf.cast(tf.constant(1), tf.float32)" in f.change, d.to_text()
     assert f.result.startswith("outputs equal eager's on your 2 calls (bit for bit)")
     assert "int32 → float32" in f.result and "ULP bound 0" in f.result
-    assert "×" in f.result  # the draw scaled to take the main branch (sum > 100) was run too
+    # the draw scaled to take the main branch (sum > 100) was run too
+    assert "×" in f.result and f"both branches of the if at line {vline('V1')} ran" in f.result
 
 
 def test_branch_dtype_narrowing_cast_fails_on_eagers_values(monkeypatch):

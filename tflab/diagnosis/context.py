@@ -198,7 +198,8 @@ def _change_text(fsrc, module_source: str) -> str:
 
 
 def candidate(ctx: Context, fsrc, description: str, module_source: str, *, change: str | None = None,
-              kind: str = "code", reference: Any = "eager", autograph: bool | None = None) -> Callable:
+              kind: str = "code", reference: Any = "eager", autograph: bool | None = None,
+              note: str = "") -> Callable:
     """A zero-argument callable that applies one rewrite and returns its `tflab.fix.Fix`.
 
     The copy (`tflab.diagnosis.fixes.run_fixed`) is traced once on the diagnosed arguments and
@@ -208,7 +209,8 @@ def candidate(ctx: Context, fsrc, description: str, module_source: str, *, chang
     reference is never cast, so an int32 ``0`` against eager's float32 ``0.5`` fails. Where the
     fix changes an output's dtype on purpose, the ULP bound it is held to
     (`reference.dtype_bound`) is printed. ``reference`` is "eager", None (no comparison) or a
-    callable giving ``(label, (status, outputs))`` for tflab's one input.
+    callable giving ``(label, (status, outputs))`` for tflab's one input. ``note`` is added to a
+    checked result (how the reference was made fair).
     """
     from tflab.fix import VALUES_NOT_KEPT, attempt
 
@@ -255,13 +257,13 @@ def candidate(ctx: Context, fsrc, description: str, module_source: str, *, chang
             return judge([value], outs[:1], label=label)
         if ref.status != "ran":
             return True, f"{VALUES_NOT_KEPT}: {ran}; {ref.why}", {}
-        return judge(ref.outputs, outs, ref)
+        return judge(ref.outputs, outs, ref, note=note)
 
     return lambda: attempt(kind, change, description, check, how="ran a copy of your function",
                            source=module_source)
 
 
-def judge(reference_outputs: list, fixed_outputs: list, ref=None, label: str = "") -> tuple[bool, str, dict]:
+def judge(reference_outputs: list, fixed_outputs: list, ref=None, label: str = "", note: str = "") -> tuple[bool, str, dict]:
     """`tflab.fix.values_match` of a fix's outputs against eager's, input by input, with the ULP
     bound of each output whose dtype the fix changed (`reference.dtype_bound`), the bound stated,
     and the inputs and uncovered branches said."""
@@ -284,9 +286,11 @@ def judge(reference_outputs: list, fixed_outputs: list, ref=None, label: str = "
     if label and label != "eager's":
         notes.append(f"the reference is {label.rstrip(',')}")
     if ref is not None and ref.inputs_text:
-        notes.append(ref.inputs_text)
+        notes.append(ref.inputs_text + (f" ({', '.join(ref.covered)})" if ref.covered and vm.ok else ""))
     if ref is not None and vm.ok:
         notes.extend(ref.uncovered)
+    if note and vm.ok:
+        notes.append(note)
     text = vm.text + (f" ({'; '.join(notes)})" if notes else "")
     return vm.ok, text, vm.measured
 

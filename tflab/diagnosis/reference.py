@@ -40,6 +40,8 @@ class EagerReference:
         labels: what each input is ("tflab's seeded input", "tflab's seeded input ×1000").
         outputs: eager's outputs per input, as NumPy copies taken right after each run.
         uncovered: phrases for the tensor ``if`` branches no input ran.
+        covered: phrases for the ``if`` statements whose two branches both ran (said when an
+            extra draw was needed for that).
     """
 
     status: str
@@ -48,6 +50,7 @@ class EagerReference:
     labels: list = dataclasses.field(default_factory=list)
     outputs: list = dataclasses.field(default_factory=list)
     uncovered: list = dataclasses.field(default_factory=list)
+    covered: list = dataclasses.field(default_factory=list)
 
     @property
     def inputs_text(self) -> str:
@@ -188,10 +191,15 @@ def eager_reference(python_fn: Callable, lead: tuple, args: tuple, kwargs: dict,
                 ref.outputs.append(o)
                 ref.labels.append(f"tflab's seeded input {label}")
                 covered |= more
+    ran_both: dict = {}
     for line, name, body in branches:
         if line in covered and not (body & covered):
             ref.uncovered.append(f"the {name} branch of the if at line {line} never ran on these inputs, "
                                  "so it was not checked")
+        elif body & covered:
+            ran_both[line] = ran_both.get(line, 0) + 1
+    if len(ref.inputs) > 1:
+        ref.covered = [f"both branches of the if at line {line} ran" for line, n in sorted(ran_both.items()) if n == 2]
     return ref
 
 

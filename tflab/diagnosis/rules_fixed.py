@@ -133,7 +133,9 @@ def rule_created_in_function(exc, ctx, frames, filename, line, loc, src, node):
             d = dataclasses.replace(d, fix=describe(cls, what, made, inner))
             return planned(d, [candidate(ctx, fsrc, "build one {} per loop iteration outside the function".format(
                 "tf.Variable" if what == "variable" else cls),
-                                         text, change=f"{made}; {inner}", kind="move")])
+                                         text, change=f"{made}; {inner}", kind="move",
+                                         note="built in eager's order under the same seed, so each holds the "
+                                              "weights eager's got")])
     return try_fix(d, ctx, fsrc, hoist_created(fsrc, fcall[0], stem) if fcall and stmt_text else None,
                    kind="move")
 
