@@ -161,6 +161,21 @@ def test_a_rebinding_before_any_failure_is_said_and_the_users_variable_is_put_ba
     assert V.fresh is before and float(V.fresh.numpy()) == 1.0
 
 
+def test_the_retrace_probe_names_the_rebinding_line_too():
+    """tensorflow/tensorflow#30768 as the report ran it: RetraceProbe over f(42.0), f(1.0). The
+    probe's diagnosis of trace #2 names `probed = probed + x`; it has no call arguments to run
+    the fix with, so the fix says so instead of "checked"."""
+    import tflab
+
+    p = tflab.RetraceProbe(V.accumulate_probed)
+    p(42.0)
+    with pytest.raises(TypeError):
+        p(1.0)
+    (d,) = [t.diagnosis for t in p.traces if getattr(t, "diagnosis", None) is not None]
+    assert (d.kind, d.line) == ("tensor-from-another-funcgraph", vline("V13"))
+    assert d.fix_plan.fix.status == fx.NOT_CHECKED and d.fix_plan.fix.change == "probed.assign_add(x)"
+
+
 def test_assigning_to_the_variable_is_healthy():
     V.accumulate_healthy(42.0)
     assert diagnose(V.accumulate_healthy, 1.0).ok

@@ -183,6 +183,12 @@ def _rebound(exc, ctx: Context, tensor, reb, holder, where: str):
              f"keep `{reb.target}` in a tf.Variable and assign to it: `{reb.change}`")
     start, start_text = starting_value(tensor)
     fsrc = fix_source(ctx, reb.line, fname)
+    try:  # a caller that passed no arguments (a hook on a failed trace) gives nothing to run the calls with
+        inspect.signature(ctx.python_fn).bind(*ctx.lead, *ctx.args, **ctx.kwargs)
+    except (TypeError, ValueError):
+        if not (ctx.args or ctx.kwargs):
+            return planned(d, [unchecked("code", reb.change, d.fix, "tflab was given no arguments of a call to run "
+                                                                    "your function and the fix with")])
     if fsrc is None or start is None:
         return planned(d, [unchecked("code", reb.change, d.fix, "tflab could not rebuild the starting value or a "
                                                                 "copy of the function to run the fix on")])

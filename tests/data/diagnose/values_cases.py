@@ -100,6 +100,16 @@ def accumulate_fresh(x):
     return fresh
 
 
+probed = tf.Variable(0.0)
+
+
+@tf.function
+def accumulate_probed(x):
+    global probed
+    probed = probed + x  # V13
+    return probed
+
+
 u = tf.Variable(1.0)
 
 
