@@ -181,6 +181,10 @@ def test_assigning_to_the_variable_is_healthy():
     assert diagnose(V.accumulate_healthy, 1.0).ok
 
 
+def test_a_global_created_once_under_a_none_guard_is_healthy():
+    assert diagnose(V.create_once, S([])).ok
+
+
 # --- layers and variables in a Python loop ------------------------------------------------------
 
 def test_layer_in_loop_is_built_once_per_iteration_under_a_class_name():

@@ -110,6 +110,17 @@ def accumulate_probed(x):
     return probed
 
 
+guarded = None
+
+
+@tf.function
+def create_once(x):  # healthy twin: the global is rebound once, from None to a tf.Variable
+    global guarded
+    if guarded is None:
+        guarded = tf.Variable(2.0)
+    return guarded * x
+
+
 u = tf.Variable(1.0)
 
 
