@@ -226,3 +226,13 @@ def test_layers_in_the_wrong_order_fail_the_eager_comparison(monkeypatch):
 
 def test_layers_built_outside_are_healthy():
     assert diagnose(V.layers_built_outside, S([2, 4])).ok
+
+
+def test_cli_prints_the_float_fix_checked_and_exits_1(run_cli):
+    """`tflab diagnose FILE.py:branch_dtype2 --arg x=float32[3]`: the printed fix keeps eager's 0.5."""
+    code, out, err = run_cli("diagnose", os.path.join(DATA, "values_cases.py") + ":branch_dtype2",
+                             "--arg", "x=float32[3]")
+    assert code == 1, err
+    (fix,) = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("fix: ")]
+    assert "tf.cast(tf.constant(1), tf.float32) (checked: outputs equal eager's on your 2 calls (bit for bit)" in fix
+    assert "tf.int32" not in fix
