@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Trial", "Bisection", "SavedStep", "bisect_xla", "FMA_RE", "fma_sites", "CHILD_TIMEOUT_S",
+__all__ = ["Trial", "Bisection", "SavedStep", "bisect_xla", "FMA_RE", "fma_sites", "fusion_sites", "FmaSite", "CHILD_TIMEOUT_S",
            "DEFAULT_BUDGET_S"]
 
 _CHILD = Path(__file__).with_name("_bisect_child.py")
@@ -103,6 +103,7 @@ class Bisection:
         hlo: the HLO instructions it came from (``multiply %mul.0 -> add %add_1.0``), or "".
         tf_ops: the TF op names of those HLO instructions.
         seconds: the bisection's wall time.
+        sites: every `FmaSite` of the baseline's code (the caller picks one by measurement).
     """
 
     mode: str
@@ -114,12 +115,14 @@ class Bisection:
     hlo: str = ""
     tf_ops: tuple = ()
     seconds: float = 0.0
+    sites: list = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {"mode": self.mode, "trials": [t.to_dict() for t in self.trials],
                 "found": self.found.to_dict() if self.found else None, "why_not": self.why_not,
                 "fusion": self.fusion, "instruction": self.instruction, "hlo": self.hlo,
-                "tf_ops": list(self.tf_ops), "seconds": round(self.seconds, 3)}
+                "tf_ops": list(self.tf_ops), "seconds": round(self.seconds, 3),
+                "sites": [dataclasses.asdict(x) for x in self.sites]}
 
 
 class SavedStep:
@@ -247,12 +250,24 @@ def _flag_candidates(dumped, user_flags: str) -> list[tuple[str, str, str]]:
     return out
 
 
-def _fusion_site(dumped, call_levels: int = 2) -> tuple[str, str, str, tuple]:
-    """The fusion whose code holds an FMA, its instruction, the HLO multiply→add it came from, the TF ops.
+@dataclasses.dataclass(frozen=True)
+class FmaSite:
+    """A multiply feeding an add or subtract inside a fusion whose machine code holds an FMA."""
 
-    Among the fusions whose machine code holds a fused multiply-add, the first
-    whose fused computation has a ``multiply`` feeding an ``add``/``subtract``
-    is taken, forward ops (no ``gradient_tape/`` name) before gradient ones.
+    fusion: str
+    instruction: str
+    hlo: str
+    tf_ops: tuple
+    mul_ops: tuple
+    add_ops: tuple
+    backward: bool
+
+
+def fusion_sites(dumped, call_levels: int = 2) -> list:
+    """Every `FmaSite` of a dump: each multiply→add/subtract pair in a fusion whose code holds an FMA.
+
+    Forward ops (no ``gradient_tape/`` name) come before gradient ones; the
+    caller picks among them by measurement (`tflab.modes.causes`).
     """
     from tflab.lowering.hlo import clean_op_name, parse_module
 
@@ -274,15 +289,15 @@ def _fusion_site(dumped, call_levels: int = 2) -> tuple[str, str, str, tuple]:
         for i in ins.values():
             muls = [ins[o] for o in i.operands if o in ins and ins[o].opcode == "multiply"]
             if i.opcode in ("add", "subtract") and muls:
-                names = [clean_op_name(n, call_levels) for x in (muls[0], i) for n in x.op_names]
-                ops = tuple(dict.fromkeys(n for n in names if n))
+                mul_ops = tuple(clean_op_name(n, call_levels) for m in muls for n in m.op_names)
+                add_ops = tuple(clean_op_name(n, call_levels) for n in i.op_names)
+                ops = tuple(dict.fromkeys(n for n in mul_ops + add_ops if n))
                 backward = any(n.startswith(("gradient_tape/", "gradients/")) for n in ops)
-                found.append((backward, name, instr, f"multiply %{muls[0].name} -> {i.opcode} %{i.name}", ops))
-                break
+                found.append(FmaSite(name, instr, f"multiply %{muls[0].name} -> {i.opcode} %{i.name}", ops,
+                                     mul_ops, add_ops, backward))
     if not found:
-        return sites[0][0], sites[0][1], "", ()
-    _, name, instr, hlo, ops = min(found, key=lambda f: f[0])
-    return name, instr, hlo, ops
+        return [FmaSite(sites[0][0], sites[0][1], "", (), (), (), False)]
+    return sorted(found, key=lambda f: f.backward)
 
 
 def bisect_xla(saved: SavedStep, reference: list, parent_xla: list, ulp_bound: float,
@@ -359,7 +374,10 @@ def bisect_xla(saved: SavedStep, reference: list, parent_xla: list, ulp_bound: f
         if not out.found:
             tried = ", ".join(t.setting for t in out.trials) or "nothing (no candidate setting was found)"
             out.why_not = f"no single setting gave eager's values back (tried: {tried})"
-    out.fusion, out.instruction, out.hlo, out.tf_ops = _fusion_site(dumped)
+    out.sites = fusion_sites(dumped)
+    if out.sites:
+        site = out.sites[0]
+        out.fusion, out.instruction, out.hlo, out.tf_ops = site.fusion, site.instruction, site.hlo, site.tf_ops
     del n_out
     out.seconds = time.perf_counter() - t_start
     return out

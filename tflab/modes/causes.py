@@ -113,6 +113,80 @@ def _graph_cause(run, reference: list, ulp_bound: float, grappler_options: Calla
     return out
 
 
+def _one_rounding(mul, add):
+    """``(one rounding, eager's value, ULP between them, flat index)`` of ``add``'s multiply-add, or None.
+
+    ``mul``/``add`` are `tflab.nonfinite.OpValue` s with their actual inputs. A
+    product of two float32 (or float16) values is exact in float64, so
+    ``float64(a)*b ± c`` rounded once to the dtype is what one fused
+    multiply-add gives (up to a double rounding, at most one ULP).
+    """
+    import numpy as np
+
+    from tflab._numeric import ulp_distance
+
+    ins = [x for x in mul.inputs if x is not None]
+    if len(ins) != 2 or not mul.outputs or not add.outputs or len(add.inputs) != 2 or any(
+            x is None for x in add.inputs):
+        return None
+    prod, out = mul.outputs[0], add.outputs[0]
+    if out.dtype.kind != "f" or out.dtype.itemsize > 4:
+        return None
+    at = next((i for i, x in enumerate(add.inputs) if x.shape == prod.shape and np.array_equal(x, prod)), None)
+    if at is None:
+        return None
+    exact = ins[0].astype(np.float64) * ins[1].astype(np.float64)
+    other = add.inputs[1 - at].astype(np.float64)
+    sign = -1.0 if (add.op_type == "Sub" and at == 1) else 1.0
+    if add.op_type == "Sub" and at == 0:
+        other = -other
+    try:
+        one = np.asarray(sign * exact + other).astype(out.dtype)
+        one = np.broadcast_to(one, out.shape)
+    except ValueError:
+        return None
+    ulp = ulp_distance(out, one)
+    if not ulp.size:
+        return None
+    i = int(np.argmax(ulp))
+    return float(one.ravel()[i]), float(out.ravel()[i]), float(ulp.ravel()[i]), i
+
+
+def _measure_sites(run, sites) -> tuple:
+    """The site whose multiply-add, rounded once on the ops' actual inputs, moves eager's value most.
+
+    Returns ``(site, measured sentence)``; ``(first site, "")`` when no site could be measured.
+    """
+    from tflab.nonfinite import trace_op_values
+
+    if not sites:
+        return None, ""
+    try:
+        def call(srcs):
+            a, k = run.rebuild(list(srcs))
+            return run.python_fn(*a, **k)
+
+        ops, _ = trace_op_values(call, run.sources)
+    except Exception:  # noqa: BLE001 - the bisection's finding stands without the measurement
+        return sites[0], ""
+    finally:
+        run.snapshot.restore()
+    by_name = {o.name: o for o in ops}
+    best = None
+    for site in sites:
+        for add_name in site.add_ops:
+            for mul_name in site.mul_ops:
+                if add_name in by_name and mul_name in by_name:
+                    m = _one_rounding(by_name[mul_name], by_name[add_name])
+                    if m is not None and (best is None or m[2] > best[1][2]):
+                        best = (site, m, add_name)
+    if best is None or best[1][2] == 0:
+        return sites[0], ""
+    site, (one, eager, ulp, i), add_name = best
+    return site, (f"on {add_name}'s actual inputs one rounding gives {one:.6g} where eager's two give "
+                  f"{eager:.6g} ({ulp:.3g} ULP, flat index {i})")
+
+
 def _cause_from(bis, run, mode: str, ulp_bound: float):
     """The `Cause` a `Bisection` names, with its setting as a fix checked on eager's values."""
     from tflab import fix as fx
@@ -124,6 +198,12 @@ def _cause_from(bis, run, mode: str, ulp_bound: float):
         detail = (bis.why_not or "no setting tried") + f"; bisection {bis.seconds:.1f} s"
         return Cause(run.name, runs, "unexplained", detail=detail, evidence=evidence)
     t = bis.found
+    measured = ""
+    if mode == "xla" and len(bis.sites) > 0:
+        site, measured = _measure_sites(run, bis.sites)
+        bis.fusion, bis.instruction, bis.hlo, bis.tf_ops = site.fusion, site.instruction, site.hlo, site.tf_ops
+        evidence = bis.to_dict()
+        evidence["sites_measured"] = measured
     graph = run.runners["xla" if mode == "xla" else "graph"].get_concrete_function(run.sources).graph
     line = user_line_of_op(graph, bis.tf_ops) if bis.tf_ops else ""
     if mode == "xla":
@@ -134,7 +214,7 @@ def _cause_from(bis, run, mode: str, ulp_bound: float):
             ops = f" (TF ops {', '.join(bis.tf_ops)})" if bis.tf_ops else ""
             detail = (f"XLA contracted a multiply and an add into one fused multiply-add (one rounding where "
                       f"eager rounds twice): `{bis.instruction}` in this fusion's code, from HLO "
-                      f"{bis.hlo or 'multiply+add'}{ops}; {detail}")
+                      f"{bis.hlo or 'multiply+add'}{ops}" + (f"; {measured}" if measured else "") + f"; {detail}")
         fix = fx.attempt("xla_flag", change, "run XLA with the transformation off",
                          lambda: (t.check.ok, t.check.text, t.check.measured),
                          how="your step compiled in a child process under that setting, run on your inputs")
