@@ -273,7 +273,7 @@ def fusion_sites(dumped, call_levels: int = 2) -> list:
 
     sites = fma_sites(dumped.kernel_asm_text)
     if not sites:
-        return "", "", "", ()
+        return []
     comps = parse_module(dumped.optimized_hlo)
     by_name = {c.name: c for c in comps}
     fusions = {i.name: i for c in comps for i in c.instructions if i.opcode == "fusion"}
