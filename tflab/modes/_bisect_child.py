@@ -40,7 +40,8 @@ def main(argv: list) -> int:
         with np.load(inputs_path, allow_pickle=False) as z:
             names = sorted(z.files, key=lambda n: int(n[1:]))
             inputs = [tf.constant(z[n]) for n in names]
-        signature = tf.saved_model.load(saved).signatures["step"]
+        loaded = tf.saved_model.load(saved)  # kept: its variables die with it
+        signature = loaded.signatures["step"]
         keys = [f"s{i}" for i in range(len(inputs))]
 
         def call(*xs):

@@ -131,12 +131,17 @@ class SavedStep:
     Args:
         step: the step (``srcs -> (outputs, grads)``) as `tflab.modes.api` builds it.
         sources: the flat input tensors.
+        grad_names: called once the step is traced: the name of each gradient it returns, in
+            order (``arg:x``, ``var:NAME``; the order of a tape's watched variables is the
+            trace's own, so gradients are matched by name, never by position).
 
     Use as a context manager: the private temporary folder is removed on exit.
     """
 
-    def __init__(self, step, sources) -> None:
+    def __init__(self, step, sources, grad_names=None) -> None:
         self.step, self.sources = step, list(sources)
+        self._grad_names_fn = grad_names
+        self.grad_names: list = []
         self.tmp: Path | None = None
         self.error = ""
         self.runs = 0
@@ -159,6 +164,7 @@ class SavedStep:
 
         try:
             concrete = tf.function(flat, input_signature=specs).get_concrete_function()
+            self.grad_names = list(self._grad_names_fn()) if self._grad_names_fn is not None else []
             holder = tf.Module()
             holder.captured = list(concrete.graph.variables)
             tf.saved_model.save(holder, str(self.tmp / "saved_model"), signatures={"step": concrete},
@@ -301,7 +307,8 @@ def fusion_sites(dumped, call_levels: int = 2) -> list:
 
 
 def bisect_xla(saved: SavedStep, reference: list, parent_xla: list, ulp_bound: float,
-               budget_s: float = DEFAULT_BUDGET_S, child_timeout_s: float = CHILD_TIMEOUT_S) -> Bisection:
+               budget_s: float = DEFAULT_BUDGET_S, child_timeout_s: float = CHILD_TIMEOUT_S,
+               grad_names: list | None = None) -> Bisection:
     """Finds the XLA flag or HLO pass whose change gives eager's values back (see the module docstring).
 
     Args:
@@ -311,6 +318,9 @@ def bisect_xla(saved: SavedStep, reference: list, parent_xla: list, ulp_bound: f
         ulp_bound: the comparison's ULP bound, for `tflab.fix.values_match`.
         budget_s: the whole bisection's time limit, seconds.
         child_timeout_s: one child's time limit, seconds.
+        grad_names: the names of the gradients in ``reference``, in order (matched by name
+            against ``saved.grad_names``; the last of equal names, as a dict keeps it); None
+            compares the child's gradients in the order it returns them.
 
     Returns:
         A `Bisection`.
@@ -328,7 +338,10 @@ def bisect_xla(saved: SavedStep, reference: list, parent_xla: list, ulp_bound: f
 
     def flat(res):
         outs, grads = res
-        return list(outs) + [grads[i] for i in sorted(grads)]
+        if grad_names is None or not saved.grad_names:
+            return list(outs) + [grads[i] for i in sorted(grads)]
+        last = {n: i for i, n in enumerate(saved.grad_names)}
+        return list(outs) + [grads[last[n]] for n in grad_names if n in last and last[n] in grads]
 
     dump = saved.tmp / f"dump{saved.runs}"
     try:

@@ -65,11 +65,16 @@ def user_line_of_op(graph, op_names) -> str:
 
 def _reference(results, grad_names) -> list:
     eager = results["eager"]
-    return list(eager.outputs) + [eager.gradients[n] for n in grad_names if eager.gradients.get(n) is not None]
+    return list(eager.outputs) + [eager.gradients[n] for n in _present(eager, grad_names)]
+
+
+def _present(result, grad_names) -> list:
+    """The gradient names with a value (not None), in order, each once (the dict keeps one per name)."""
+    return [n for n in dict.fromkeys(grad_names) if result.gradients.get(n) is not None]
 
 
 def _flat(result, grad_names) -> list:
-    return list(result.outputs) + [result.gradients[n] for n in grad_names if result.gradients.get(n) is not None]
+    return list(result.outputs) + [result.gradients[n] for n in _present(result, grad_names)]
 
 
 def _graph_cause(run, reference: list, ulp_bound: float, grappler_options: Callable, budget_s: float):
@@ -251,8 +256,9 @@ def attribute_modes(run, findings, ulp_bound: float, grappler_options: Callable,
             bis = _graph_cause(run, reference, ulp_bound, grappler_options, budget_s)
         else:
             run.snapshot.restore()
-            with SavedStep(run.step_for("xla-bisect"), run.sources) as saved:
-                bis = bisect_xla(saved, reference, _flat(run.results["xla"], run.grad_names("xla")), ulp_bound,
-                                 budget_s=budget_s)
+            with SavedStep(run.step_for("xla-bisect"), run.sources,
+                           grad_names=lambda: run.grad_names("xla-bisect")) as saved:
+                bis = bisect_xla(saved, reference, _flat(run.results["xla"], names), ulp_bound,
+                                 budget_s=budget_s, grad_names=_present(run.results["eager"], names))
         causes.append(_cause_from(bis, run, mode, ulp_bound))
     return tuple(causes)
