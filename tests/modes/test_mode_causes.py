@@ -112,3 +112,12 @@ def test_healthy_twin_runs_no_bisection_and_names_no_cause(monkeypatch):
     cmp = tflab.compare_modes(healthy, tf.constant([0.1, 0.7, 1.3]), repeats=1, hlo=False)
     assert cmp.findings == () and cmp.causes == () and cmp.cause is None
     assert "cause:" not in cmp.to_text() and cmp.to_dict()["causes"] == []
+
+
+def test_the_html_fragment_shows_the_cause_line(xla_cases):
+    from tflab.report.html.lab import modes_fragment
+
+    bn = xla_cases[0]
+    _needs_fma(bn)
+    html = modes_fragment(bn)
+    assert 'class="cause"' in html and f"cause: compiler at fusion &#x27;{bn.cause.op_name}&#x27;" in html
