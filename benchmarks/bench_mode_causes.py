@@ -15,11 +15,15 @@ and ``attribute=True`` on two functions:
   withholds FMA, found second).
 
 Prints the median of ``--runs`` calls per function and mode, and the children
-the bisection started. Measured on a shared 2-core AMD EPYC (AVX2+FMA, oneDNN
-off, other jobs running), 3 runs:
+the bisection started. Measured on the shared 2-core AMD EPYC (AVX2+FMA, oneDNN
+off) at load average 9-12 (other jobs running), ``--runs 2``:
 
-    agree  attribute=False  0.93 s   attribute=True  0.93 s   (no bisection)
-    fma    attribute=False  0.31 s   attribute=True  9.9 s    (2 child processes, ~4.5 s each: one TF import)
+    agree  attribute=False  1.44 s   attribute=True   0.86 s   (no bisection: the
+           difference is the order of the runs, the first one warms TF up)
+    fma    attribute=False  1.14 s   attribute=True  46.0 s    (2 child processes)
+
+The same #117318 comparison at a lighter load took 9.3 s with its bisection
+(``tflab.compare_modes`` in a script, 2 child processes of about 4 s each).
 
 A child costs about one TF import and one XLA compile; the bisection is
 bounded by ``attribute_seconds`` (default 120 s per mode) and each child by

@@ -487,9 +487,11 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
     if attribute and findings:
         from tflab.modes.causes import attribute_modes
 
+        logging.getLogger("tensorflow").addFilter(quiet)  # each optimizer off is one more trace, on purpose
         try:
             causes = attribute_modes(run, findings, ulp_bound, _grappler_options, float(attribute_seconds))
         finally:
+            logging.getLogger("tensorflow").removeFilter(quiet)
             saved.restore()
     h = run.hlo_fetch
     return ModeComparison(function_name=name, device=device, modes=results,
