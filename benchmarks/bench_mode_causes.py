@@ -12,7 +12,7 @@ and ``attribute=True`` on two functions:
   multiply-add gives 8.7e8 against eager's 0: the bisection saves the step
   once and runs one child process for the baseline (XLA's dump) and one per
   setting tried until eager's values come back (here the ISA cap that
-  withholds FMA, found second).
+  withholds FMA, tried first: found by the second child).
 
 Prints the median of ``--runs`` calls per function and mode, and the children
 the bisection started. Measured on the shared 2-core AMD EPYC (AVX2+FMA, oneDNN
