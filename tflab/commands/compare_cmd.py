@@ -29,6 +29,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--atol", type=_non_negative_float, default=DEFAULT_ATOL,
                    help="absolute tolerance for findings (default: %(default)s)")
     p.add_argument("--no-grad", action="store_true", help="forward pass only (cheaper XLA compile)")
+    p.add_argument("--no-cause", action="store_true",
+                   help="when a mode disagrees, do not look for the transformation that made it (the "
+                        "bisection: Grappler optimizers, XLA flags and HLO passes one at a time, each XLA "
+                        "setting in a child process of a few seconds)")
     p.add_argument("--hlo", metavar="OUT.txt",
                    help="write XLA's HLO text stages to OUT.txt (refuses to overwrite without --force)")
     p.add_argument("--force", action="store_true", help="overwrite the --hlo file")
@@ -71,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     call_args = tuple(materialize(a, rng) for a in call_args)
     call_kwargs = {k: materialize(v, rng) for k, v in call_kwargs.items()}
     own = {"seed", "repeats", "ulp_bound", "atol", "hlo", "gradients", "modes",
-           "grappler", "state_variables"} & set(call_kwargs)
+           "grappler", "state_variables", "attribute", "attribute_seconds"} & set(call_kwargs)
     if own:  # names compare_modes takes itself: bind them to the function instead
         fn = functools.partial(fn, **{k: call_kwargs.pop(k) for k in own})
     name = args.target.rpartition(":")[2]
@@ -79,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         report = compare_modes(
             fn, *call_args, seed=args.seed, repeats=args.repeats,
             ulp_bound=args.ulp_bound, atol=args.atol,
-            gradients=not args.no_grad, **call_kwargs)
+            gradients=not args.no_grad, attribute=not args.no_cause, **call_kwargs)
     xla = report.modes["xla"]
     if hlo is not None and xla.error is None:
         _write_hlo(report.hlo, hlo)

@@ -23,6 +23,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "lowering.json, into the new folder DIR")
     p.add_argument("--html", metavar="OUT.html", help="write one self-contained page: click a source line, "
                    "TF op or fusion to highlight what came from it at every level")
+    p.add_argument("--cause", action="store_true", help="also compare eager with XLA on the same arguments "
+                   "(tflab compare); when they disagree, find the transformation that made it (flags and HLO "
+                   "passes one at a time, each in a child process) and mark the fusion where it acted")
     p.add_argument("--force", action="store_true", help="replace an existing --out folder or --html file")
     p.add_argument("--json", action="store_true", help="print every stage's op counts and the fusion records "
                    "as JSON (with --stage, those stages' text too)")
@@ -68,6 +71,13 @@ def run(args: argparse.Namespace) -> int:
                                                                   else "in a child process"))
         with user_code(args.target.rpartition(":")[2], "while lowering"):
             report = lower(fn, *call_args, **call_kwargs)
+        if args.cause:
+            from tflab.lowering.cause import link_cause
+            from tflab.modes import compare_modes
+
+            with user_code(args.target.rpartition(":")[2], "while comparing eager with XLA"):
+                link_cause(report, compare_modes(fn, *call_args, modes=("xla",), repeats=1, hlo=False,
+                                                 **call_kwargs))
     finally:
         disarm_own_dump()
     if out is not None:

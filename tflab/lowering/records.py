@@ -129,6 +129,10 @@ class Lowering(Report):
         stopped_at: the first stage that could not be produced, or "".
         why: why it stopped (names the op type and quotes TF), or "".
         config: `tflab.runtime_config()` when it was made.
+        cause: the `tflab.attribution.Cause` of a difference between eager and
+            XLA linked to this lowering (`tflab.lowering.cause.link_cause`,
+            ``tflab lower --cause``), or None.
+        cause_fusion: the fusion of ``fusions`` where that cause acted, or "".
     """
 
     function_name: str
@@ -139,6 +143,8 @@ class Lowering(Report):
     why: str = ""
     config: dict = config_field()
     _index: Any = dataclasses.field(default=None, repr=False, compare=False)
+    cause: Any = None
+    cause_fusion: str = ""
 
     DICT_PROPERTIES: ClassVar[tuple[str, ...]] = ()
 
@@ -193,7 +199,9 @@ class Lowering(Report):
     def to_dict(self) -> dict:
         return {"function_name": self.function_name, "stages": [s.to_dict() for s in self.stages],
                 "fusions": [f.to_dict() for f in self.fusions], "memory": self.memory,
-                "stopped_at": self.stopped_at, "why": self.why, "config": self.config}
+                "stopped_at": self.stopped_at, "why": self.why, "config": self.config,
+                "cause": self.cause.to_dict() if self.cause is not None else None,
+                "cause_fusion": self.cause_fusion}
 
 
 # Its HTML fragment (notebook and --html pages): tflab.report.html.dispatch's registry.

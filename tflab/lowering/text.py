@@ -35,14 +35,23 @@ def lowering_text(low, max_fusions: int = 40) -> str:
         lines.append(f"fusions and kernels ({len(low.fusions)}), largest traffic first:")
         lines.append("  name | kind | instr | read/written | LLVM IR / asm | user lines | layers | TF ops")
         order = sorted(low.fusions, key=lambda f: -(f.bytes_read + f.bytes_written))
+        cause_at = getattr(low, "cause_fusion", "")
+        if cause_at:  # the linked cause's fusion first, marked
+            order = sorted(order, key=lambda f: f.name != cause_at)
         for f in order[:max_fusions]:
-            lines.append(f"  {f.name} | {f.kind} | {len(f.instructions)} | {human_bytes(f.bytes_read)}/"
+            mark = " <- cause" if f.name == cause_at else ""
+            lines.append(f"  {f.name}{mark} | {f.kind} | {len(f.instructions)} | {human_bytes(f.bytes_read)}/"
                          f"{human_bytes(f.bytes_written)} | {human_bytes(f.llvm_ir_bytes)} / {human_bytes(f.asm_bytes)} | "
                          f"{', '.join(f.source_lines) or '-'} | {', '.join(f.layers) or '-'} | "
                          f"{', '.join(f.tf_op_types[:4])}"
                          + (f" … +{len(f.tf_op_types) - 4} more" if len(f.tf_op_types) > 4 else ""))
         if len(order) > max_fusions:
             lines.append(f"  … {len(order) - max_fusions} more (--json lists every one)")
+    cause = getattr(low, "cause", None)
+    if cause is not None:
+        where = f"at fusion {low.cause_fusion!r}" if low.cause_fusion else "at no fusion of this lowering"
+        lines.append(f"{cause.runs} {where}: {cause.line_text}")
+        lines += ["  " + ln for ln in cause.to_text().splitlines()[1:]]
     if low.memory:
         m = low.memory
         big = m.get("largest", [])[:3]

@@ -295,7 +295,8 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
                   ulp_bound: int = DEFAULT_ULP_BOUND, atol: float = DEFAULT_ATOL,
                   hlo: bool | tuple[str, ...] = True, gradients: bool = True,
                   modes: tuple[str, ...] = MODES, grappler: bool | dict = True,
-                  state_variables: Any = None, **kwargs: Any) -> ModeComparison:
+                  state_variables: Any = None, attribute: bool = True, attribute_seconds: float = 120.0,
+                  **kwargs: Any) -> ModeComparison:
     """Runs ``fn`` forward and backward eagerly, as a graph and under XLA, and compares.
 
     Each mode computes the outputs and, with a `tf.GradientTape`, the gradients
@@ -335,9 +336,16 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
             captured variable, trainable or not; no extra trace); a variable
             that trace misses but the eager run's tape watches is saved after
             that first eager run.
+        attribute: when graph or XLA disagrees with eager beyond the bound, find
+            the transformation that made it (`tflab.modes.causes`: Grappler
+            optimizers off one at a time; XLA flags and HLO passes one at a
+            time, each in a child process of about one TF import) and put it in
+            ``causes``. Costs nothing when the modes agree.
+        attribute_seconds: the time limit of each mode's bisection (seconds);
+            past it the cause says "not bisected: out of time".
         **kwargs: keyword arguments for ``fn``. ``seed``, ``repeats``,
             ``ulp_bound``, ``atol``, ``hlo``, ``gradients``, ``modes``,
-            ``grappler``, ``state_variables`` are taken by compare_modes; wrap
+            ``grappler``, ``state_variables``, ``attribute``, ``attribute_seconds`` are taken by compare_modes; wrap
             ``fn`` in `functools.partial` to pass such names to it.
 
     Returns:
@@ -475,6 +483,16 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
     if findings and any(not r.error for m, r in results.items() if m != "eager"):
         findings = with_conditioning(findings, python_fn, sources, rebuild, results, reference,
                                      output_names, ulp_bound, atol, saved.restore, run.pairs)
+    causes = ()
+    if attribute and findings:
+        from tflab.modes.causes import attribute_modes
+
+        logging.getLogger("tensorflow").addFilter(quiet)  # each optimizer off is one more trace, on purpose
+        try:
+            causes = attribute_modes(run, findings, ulp_bound, _grappler_options, float(attribute_seconds))
+        finally:
+            logging.getLogger("tensorflow").removeFilter(quiet)
+            saved.restore()
     h = run.hlo_fetch
     return ModeComparison(function_name=name, device=device, modes=results,
                           gradient_names=tuple(run.grad_names("eager")), hlo=h.text if h else {},
@@ -482,7 +500,7 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
                           fusion_kinds=h.fusion_kinds if h else {}, ulp_bound=ulp_bound,
                           atol=atol, findings=tuple(findings), output_names=tuple(output_names),
                           variables_restored=saved.names(), random_ops=random_ops, notes=tuple(notes),
-                          nonfinite=nonfinite,
+                          nonfinite=nonfinite, causes=causes,
                           grappler=grappler if isinstance(grappler, bool) else dict(grappler))
 
 

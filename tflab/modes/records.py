@@ -242,6 +242,10 @@ class ModeComparison(Report):
             ``to_dict()`` too.
         nonfinite: when some mode's outputs hold inf/NaN, the first non-finite op of
             the function's traced graph (`tflab.nonfinite.FirstNonFinite`); else None.
+        causes: one `tflab.attribution.Cause` per traced mode that disagrees with
+            eager beyond the bound, found by turning one transformation off at a
+            time (`tflab.modes.causes`); empty when every mode agrees (no
+            bisection ran) or ``attribute=False``.
     """
 
     function_name: str
@@ -261,7 +265,17 @@ class ModeComparison(Report):
     notes: tuple[str, ...] = ()
     grappler: Any = True
     nonfinite: Any = None
+    causes: tuple = ()
     config: dict = config_field()
+
+    @property
+    def cause(self) -> Any:
+        """The first `tflab.attribution.Cause` of ``causes`` (XLA's before graph's), or None."""
+        for mode in ("xla", "graph"):
+            for c in self.causes:
+                if c.runs == f"eager vs {mode}":
+                    return c
+        return self.causes[0] if self.causes else None
 
     @property
     def grappler_text(self) -> str:
@@ -374,6 +388,9 @@ class ModeComparison(Report):
             lines.append(f"non-finite: {self.nonfinite.cause_text} (the function traced once more, every op's "
                          f"output looked at)")
         left_out = " (random streams left out, above)" if self.notes else ""
+        for c in self.causes:
+            lines.append(f"{c.line_text} [{c.runs}]")
+            lines += ["  " + ln for ln in c.to_text().splitlines()[1:]]
         lines += [f"finding: {f}" for f in self.findings] or [
             f"no findings: {compared} within {self.ulp_bound} ULP or {self.atol:g} of eager{left_out}"
             if compared else "no findings: only eager ran"]
@@ -391,6 +408,8 @@ class ModeComparison(Report):
                 v = {m: r.to_dict(arrays=False) for m, r in v.items()}
             elif f.name == "nonfinite" and v is not None:
                 v = v.to_dict()
+            elif f.name == "causes":
+                v = [c.to_dict() for c in v]
             elif f.name == "hlo" and not arrays:
                 v = {k: f"{len(t)} characters" for k, t in v.items()}
             out[f.name] = to_jsonable(v)

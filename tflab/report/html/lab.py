@@ -22,6 +22,11 @@ def modes_fragment(d: Any) -> str:
     if d.get("fusion_count") is not None:
         parts.append(f"<p>XLA optimized HLO: {d['fusion_count']} fusions "
                      f"({esc(', '.join(f'{k} {v}' for k, v in sorted((d.get('fusion_kinds') or {}).items())))})</p>")
+    for c in d.get("causes") or []:  # a tflab.attribution.Cause's dict: its one cause line, marked
+        where = " ".join(p for p in (c.get("op_type"), repr(c["op_name"]) if c.get("op_name") else "") if p)
+        line = (f"cause: {c.get('kind')}" + (f" at {where}" if where else "")
+                + (f" ({c['line']})" if c.get("line") else "") + (f": {c['detail']}" if c.get("detail") else ""))
+        parts.append(f'<p class="cause"><b>{esc(c.get("runs") or "")}</b> {esc(line)}</p>')
     parts += [f"<p>finding: {esc(f)}</p>" for f in d.get("findings") or []]
     parts.append("</div>")
     return "".join(parts)

@@ -108,7 +108,9 @@ def lowering_fragment(low: Any) -> str:
                 if not stage.why else f"{esc(stage.name)}: {esc(stage.why)}")
         cols.append(f'<div class="lower-col" data-stage="{esc(stage.name)}"><h4>{head}</h4>{"".join(rows)}'
                     + (f"<p>… {more} more pieces (see --out)</p>" if more > 0 else "") + "</div>")
-    fusion_rows = [(f'<span data-key="{esc(f.name)}">{esc(f.name)}</span>', esc(f.kind), len(f.instructions),
+    cause_at = getattr(low, "cause_fusion", "")
+    fusion_rows = [(f'<span data-key="{esc(f.name)}">{esc(f.name)}</span>'
+                    + (' <b class="cause">&#9664; cause</b>' if f.name == cause_at else ""), esc(f.kind), len(f.instructions),
                     esc(", ".join(f.source_lines) or "-"), esc(", ".join(f.layers) or "-"),
                     esc(", ".join(f.tf_op_types)), f.bytes_read, f.bytes_written, f.llvm_ir_bytes, f.asm_bytes)
                    for f in low.fusions]
@@ -120,6 +122,9 @@ def lowering_fragment(low: Any) -> str:
         mem = (f"<h4>memory (XLA buffer assignment): {m['total_bytes']} bytes, temp {m['temp_bytes']}</h4>"
                + table(["allocation", "bytes", "kind", "shape"],
                        [(a["index"], a["bytes"], a["kind"], a["shape"]) for a in m.get("largest", [])]))
+    cause = getattr(low, "cause", None)
+    if cause is not None:  # the cause line, above the fusion table that marks its fusion
+        stop += f'<p class="cause"><b>{esc(cause.runs)}</b>: {esc(cause.line_text)}</p>'
     key_map = _key_map(low, ids)
     data = json.dumps(key_map).replace("</", "<\\/")
     return (f"<style>{_CSS}</style>{stop}<p id=\"lower-count\">click a source line, a FuncGraph op or a fusion</p>"
