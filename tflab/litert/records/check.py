@@ -40,6 +40,10 @@ class OutputError(Report):
         worst_bound: the bound of that element (so ``worst_abs_error / worst_bound
             == bound_ratio``; ``max_abs_error`` and ``bound`` may come from other elements).
         argmax_ties: rows where LiteRT ties several classes at its top value.
+        inner_quantization: for a float output read through a final DEQUANTIZE (and data movement
+            such as RESHAPE), ``(scale, zero point, dtype, tensor name)`` of the integer tensor it
+            starts from (`tflab.litert.recipe.carried_quantization`): its last rounding, which the
+            bound uses as an integer output's own scale; None otherwise.
     """
 
     name: str
@@ -56,8 +60,16 @@ class OutputError(Report):
     worst_abs_error: float = 0.0
     worst_bound: float = 0.0
     argmax_ties: int = 0
+    inner_quantization: tuple | None = None
 
     DICT_PROPERTIES = ("within_bound",)
+
+    @property
+    def step(self) -> float | None:
+        """The output's quantization step: its own scale, or the carried one (``inner_quantization``)."""
+        if self.quantization:
+            return self.quantization[0]
+        return self.inner_quantization[0] if self.inner_quantization else None
 
     @property
     def within_bound(self) -> bool:
@@ -211,7 +223,10 @@ class TFLiteCheck(Report):
             lines.append(f"  {o.name}: max|Δ| {o.max_abs_error:.3g} (rel {o.max_rel_error:.3g}; "
                          f"max ULP {o.max_ulp}, its own worst element) bound {o.bound:.3g} "
                          f"ratio {o.bound_ratio:.3g} "
-                         f"{'ok' if o.within_bound else 'EXCEEDED'}{am}")
+                         f"{'ok' if o.within_bound else 'EXCEEDED'}{am}"
+                         + (f"; bounded in steps of {o.inner_quantization[2]} tensor "
+                            f"{o.inner_quantization[3].split(';')[0]!r} (scale {o.inner_quantization[0]:.4g}) "
+                            f"before the final DEQUANTIZE" if o.inner_quantization else ""))
         lines.append(f"  why: {self.explanation}")
         if self.per_op is not None:
             lines.append(self.per_op.to_text())
