@@ -105,7 +105,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
                 shared_weights=stats.shared_weights, size_bytes=len(model),
                 size_ratio=size_ratio, convert_seconds=convert_seconds, model=bytes(model))
     from tflab.litert.flatbuffer_notes import conversion_notes
-    from tflab.litert.nan import nan_note
+    from tflab.litert.nan import nan_findings
 
     notes += conversion_notes(model, stats.op_counts)  # known before running: said first
     if quantization == "dynamic" and not dyn_quantized:
@@ -155,6 +155,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
             no_bound = str(e).strip().splitlines()[0][:200]
 
     outputs = {}
+    nan_found: list = []
     vacuous: list[str] = []
     exact = True
     for okey, c in collected.items():
@@ -177,9 +178,11 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
             bad_g, bad_w = ~np.isfinite(g32), ~np.isfinite(w32)
             if bad_g.any() or (bad_w & ~bad_g).any():  # the first op that makes (or drops) it, measured
                 key = max((k for k in runners if full_keys[okey].startswith(k + "/")), key=len)
-                notes.append(nan_note(model, okey, key, batches.feeds(key), int((bad_g & ~bad_w).sum()),
-                                      int((bad_w & ~bad_g).sum()), int((bad_g & bad_w).sum()),
-                                      output=full_keys[okey][len(key) + 1:], got=g32, want=w32))
+                found = nan_findings(model, okey, key, batches.feeds(key), int((bad_g & ~bad_w).sum()),
+                                     int((bad_w & ~bad_g).sum()), int((bad_g & bad_w).sum()),
+                                     output=full_keys[okey][len(key) + 1:], got=g32, want=w32)
+                notes.append(found[0])
+                nan_found.append(found[1:])
             bound = (np.full(want.size, np.nan) if sens is None else
                      output_bounds(quantization, full_keys[okey], want, sens, dyn_quantized, in_scales,
                                    bound_scale))
@@ -276,8 +279,13 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
     if no_bound:
         explanation = (f"no bound: the first-order propagation needs TF gradients, and {no_bound}; "
                        f"the errors are measured but not judged")
+    from tflab.litert.cause import litert_cause
+
+    cause = litert_cause({"per_op": per_op_check, "outputs": outputs, "nan": nan_found}, model,
+                         float_model if float_model is not None else _FLOAT_MODELS.get(_float_key(saved_model_dir)),
+                         quantization, os.path.basename(saved_model_dir.rstrip(os.sep)))
     return TFLiteCheck(
-        quantization=quantization, bit_exact=exact,
+        quantization=quantization, bit_exact=exact, cause=cause,
         max_abs_error=max((o.max_abs_error for o in outputs.values()), default=0.0),
         bound=outputs[worst_output].bound if worst_output else 0.0, worst_output=worst_output,
         within_bound=None if no_bound else all(o.within_bound for o in outputs.values()),

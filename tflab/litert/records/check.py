@@ -137,6 +137,10 @@ class TFLiteCheck(Report):
             tensor of the same name (`tflab.litert.float_tensors.FloatTensors`; None otherwise).
         model: the flatbuffer bytes that were checked (not in ``to_dict``).
         path: where those bytes are written, when known (``tflab export`` sets it).
+        cause: the root cause of the difference (`tflab.attribution.Cause`: the first op over its own
+            bound on its actual inputs, with its class, and the ops that only carry it; a kernel or
+            domain cause from the NaN analysis), None when every op and output is within bound
+            (`tflab.litert.cause.litert_cause`).
     """
 
     quantization: str
@@ -165,6 +169,7 @@ class TFLiteCheck(Report):
     tf_tensors: Any = None
     model: bytes = dataclasses.field(default=b"", repr=False, compare=False, metadata={"dict": False})
     path: str | None = None
+    cause: Any = None
     config: dict = config_field()
 
     DICT_PROPERTIES = ("ok",)
@@ -228,6 +233,8 @@ class TFLiteCheck(Report):
                             f"{o.inner_quantization[3].split(';')[0]!r} (scale {o.inner_quantization[0]:.4g}) "
                             f"before the final DEQUANTIZE" if o.inner_quantization else ""))
         lines.append(f"  why: {self.explanation}")
+        if self.cause is not None:
+            lines.append(f"  {self.cause.line_text}")
         if self.per_op is not None:
             lines.append(self.per_op.to_text())
         if self.attribution is not None:
