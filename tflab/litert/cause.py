@@ -79,6 +79,20 @@ def constant_defect(op, f_op, producer: Mapping[int, object]) -> dict | None:
                     "what": f"the constant {want[i]:.6g} is past {dtype}'s largest finite value "
                             f"{FLOAT16_MAX if dtype == 'float16' else np.finfo(np.float32).max:g}: it overflows "
                             f"to {stored[i]:g}"}
+        # Not this weight rounded: the stored value is further from the float model's than half a step
+        # (int8: the tensor's scale; float16: half its spacing at that value).
+        try:
+            half = _half_step(stored_t, ft, want, dtype)
+        except ValueError:  # a layout we cannot broadcast: no claim about this constant
+            continue
+        with np.errstate(invalid="ignore"):
+            off = np.abs(stored - want) - half * (1 + 1e-6)
+        if np.isfinite(want).all() and np.isfinite(stored).all() and (off > 0).any():
+            i = int(np.argmax(off))
+            return {"tensor": src.name, "value": float(want[i]), "stored": float(stored[i]),
+                    "what": (f"the stored {dtype} constant is not the float model's rounded: {stored[i]:.6g} where "
+                             f"the float weight is {want[i]:.6g}, {abs(stored[i] - want[i]):.3g} apart, more than "
+                             f"half a step ({half[i]:.3g})")}
         nonzero = want != 0
         vanished = nonzero & (stored == 0)
         if nonzero.any() and vanished[nonzero].all():
@@ -90,6 +104,18 @@ def constant_defect(op, f_op, producer: Mapping[int, object]) -> dict | None:
                 what = f"the constant {want[i]:.3g} rounds to 0 in {dtype}"
             return {"tensor": src.name, "value": float(want[i]), "stored": 0.0, "what": what}
     return None
+
+
+def _half_step(stored_t, ft, want: np.ndarray, dtype: str) -> np.ndarray:
+    """Half the stored dtype's step at each element: the scale (per channel) for int8, the spacing for floats."""
+    if stored_t.quantized:
+        scale = np.asarray(stored_t.scale, np.float64)
+        if scale.size > 1:
+            nd = len(np.asarray(ft.constant).shape)
+            scale = scale.reshape([-1] + [1] * (nd - 1 - stored_t.quantized_dimension))
+        return np.broadcast_to(scale / 2, np.asarray(ft.constant).shape).reshape(-1)
+    ftype = np.float16 if dtype == "float16" else np.float32
+    return np.spacing(np.abs(want).astype(ftype)).astype(np.float64) / 2
 
 
 def _downstream(ops, start: int) -> list[str]:
@@ -137,7 +163,7 @@ def litert_cause(check_fields: Mapping, model: bytes, float_model: bytes | None,
                          evidence={"nan_cause": origin.cause, "op_index": origin.op_index},
                          fix=None if origin.fix_record is None else _plan(origin.fix_record))
         if origin is not None and origin.cause == "float16_overflow":
-            return Cause(function_name, runs, "constant" if "weight" in origin.why else "overflow",
+            return Cause(function_name, runs, "constant" if origin.constant else "overflow",
                          origin.tensor, origin.op, detail=origin.why, evidence={"nan_cause": origin.cause})
     per_op = check_fields.get("per_op")
     outside = () if per_op is None else per_op.outside

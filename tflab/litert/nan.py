@@ -64,6 +64,7 @@ class NanOrigin:
     why: str
     fix: str = ""
     dropped: bool = False  # True: the first op that loses TF's NaN/inf (`find_nan_sink`)
+    constant: bool = False  # True: the non-finite value is a constant (weight) of the flatbuffer
 
     @property
     def fix_record(self):
@@ -99,8 +100,8 @@ def _classify(graph: Graph, op: Op, values: Mapping[int, np.ndarray], key: str) 
     made = describe_values(values[out]) if out in values else "non-finite values"
     name = graph.names[out]
 
-    def origin(cause, why, fix=""):
-        return NanOrigin(key, op.index, op.name, name, cause, why, fix)
+    def origin(cause, why, fix="", constant=False):
+        return NanOrigin(key, op.index, op.name, name, cause, why, fix, constant=constant)
 
     bad_in = [t for t in op.inputs if t >= 0 and t in values and count_nonfinite(values[t])]
     for t in bad_in:
@@ -113,10 +114,10 @@ def _classify(graph: Graph, op: Op, values: Mapping[int, np.ndarray], key: str) 
                           f"{describe_values(values[t])}: float16's largest finite value is {FLOAT16_MAX:g}, so a "
                           f"float32 weight beyond it became inf when converted",
                           f"keep that weight below {FLOAT16_MAX:g} in magnitude (rescale it, or fold the "
-                          f"scale into the next op) or use the float32 or dynamic variant")
+                          f"scale into the next op) or use the float32 or dynamic variant", constant=True)
         if t in graph.constant_ids:
             return origin("nonfinite_weight", f"the constant {graph.names[t]!r} already holds "
-                          f"{describe_values(values[t])}, as in the SavedModel's weights")
+                          f"{describe_values(values[t])}, as in the SavedModel's weights", constant=True)
     zero = [t for t in op.inputs + op.outputs if t >= 0 and _zero_scale(graph, t)]
     if zero:
         return origin("int8_zero_scale", f"tensor {graph.names[zero[0]]!r} is {graph.dtypes[zero[0]]} with "
