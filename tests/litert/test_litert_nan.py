@@ -306,8 +306,11 @@ def test_float16_recipe_saturates_a_big_weight_and_the_note_says_so(models, tmp_
     assert np.isfinite(w16).all() and np.abs(w16.astype(np.float32)).max() == 65504.0
     (note,) = [n for n in c.notes if n.startswith("float16 weight(s) at ±65504")]
     assert c.within_bound is False and _nan_notes(c) == []
+    # The root cause: the op holding that constant, class constant (the dtype cannot hold it).
+    assert c.cause.kind == "constant" and "past float16's largest finite value 65504" in c.cause.detail, c.cause
     _, fixed = _roundtrip(models.big_weight_folded(), tmp_path / "b", {"x": x}, "float16")
     assert fixed.within_bound is True and not any(n.startswith("float16 weight") for n in fixed.notes)
+    assert fixed.cause is None
 
 
 def test_nonfinite_weight_is_named_and_a_clean_weight_removes_it(models, tmp_path):

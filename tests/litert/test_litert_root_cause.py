@@ -277,3 +277,55 @@ def test_selu_on_finite_inputs_has_no_cause(selu):
     ok = check_tflite(c.model, path, {"x": np.array([[0.3, 1.0, -1.0, 0.5]], np.float32)}, "none",
                       float_model=c.model)
     assert ok.ok is True and ok.cause is None
+
+
+def test_a_where_with_exp_on_nan_is_the_same_kernel_cause(tmp_path):
+    """A sibling the SELU report does not name: ``where(x > 0, x, 2·(exp(x) − 1))``, no SELU op."""
+    import tensorflow as tf
+
+    import tflab
+
+    x = np.array([[np.nan, 1.0, -1.0, 0.5]], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sm = tflab.save_and_reload(_module(lambda x: {"y": tf.where(x > 0, x, 2.0 * (tf.exp(x) - 1.0))}, 4),
+                                   tmp_path / "elu", {"x": x})
+        c = tflab.tflite_roundtrip(sm.path, {"x": x}, "none")
+    from ai_edge_litert.interpreter import Interpreter
+
+    lite = np.asarray(Interpreter(model_content=c.model).get_signature_runner()(x=x)["y"])[0, 0]
+    assert c.cause.kind == "kernel" and f"give {lite:.4g} there" in c.cause.detail, c.cause.to_text()
+    assert "gives False at all 1 element(s)" in c.cause.detail and "(checked:" in c.cause.to_text()
+
+
+def test_sqrt_of_negatives_through_the_whole_check_is_a_domain_cause(tmp_path):
+    import tensorflow as tf
+
+    import tflab
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sm = tflab.save_and_reload(_module(lambda x: {"y": tf.math.sqrt(x @ W)}, 6), tmp_path / "sq", {"x": X})
+        c = tflab.tflite_roundtrip(sm.path, {"x": X}, "none")
+    negative = int((X.astype(np.float64) @ W < 0).sum())
+    assert c.cause.kind == "domain" and c.cause.op_type == "SQRT", c.cause.to_text()
+    assert f"{negative} negative value(s)" in c.cause.detail and "FULLY_CONNECTED #0" in c.cause.detail
+    assert c.cause.detail.startswith("NaN/inf in TF and LiteRT alike")  # they match: the check passes
+    assert not any("unexplained" in n for n in c.notes)
+
+
+def test_an_op_over_its_bound_with_its_own_weights_is_rounding_not_constant(default_int8):
+    """The healthy int8 model's weights are the float ones rounded: an op over its bound there is the
+    quantization step (rounding), where the planted ×1.1 weight above is a constant."""
+    import dataclasses
+
+    from tflab.litert.cause import litert_cause
+    from tflab.litert.check import float_reference
+
+    c = default_int8["check"]
+    fc = next(o for o in c.per_op.ops if o.op_type == "FULLY_CONNECTED" and o.float_index is not None)
+    over = dataclasses.replace(fc, verdict="OUTSIDE", ratio=3.0)
+    per_op = dataclasses.replace(c.per_op, ops=tuple(over if o is fc else o for o in c.per_op.ops))
+    cause = litert_cause({"per_op": per_op, "outputs": c.outputs, "nan": []}, default_int8["model"],
+                         float_reference(default_int8["sm"]), "int8")
+    assert cause.kind == "rounding" and cause.op_type == "FULLY_CONNECTED" and "output step" in cause.detail

@@ -79,6 +79,12 @@ def constant_defect(op, f_op, producer: Mapping[int, object]) -> dict | None:
                     "what": f"the constant {want[i]:.6g} is past {dtype}'s largest finite value "
                             f"{FLOAT16_MAX if dtype == 'float16' else np.finfo(np.float32).max:g}: it overflows "
                             f"to {stored[i]:g}"}
+        past = np.isfinite(stored) & (np.abs(want) > FLOAT16_MAX) if dtype == "float16" else np.zeros(0, bool)
+        if past.any():  # stored finite (TF 2.21 saturates to ±65504): past the range, not an overflow to inf
+            i = int(np.argmax(past))
+            return {"tensor": src.name, "value": float(want[i]), "stored": float(stored[i]),
+                    "what": f"the constant {want[i]:.6g} is past float16's largest finite value {FLOAT16_MAX:g}: "
+                            f"stored as {stored[i]:g}"}
         # Not this weight rounded: the stored value is further from the float model's than half a step
         # (int8: the tensor's scale; float16: half its spacing at that value).
         try:
@@ -157,9 +163,13 @@ def litert_cause(check_fields: Mapping, model: bytes, float_model: bytes | None,
                 evidence={"differ_checked": diff.checked, "differ_builtin": diff.builtin,
                           "values": list(diff.values), "ops": list(diff.ops)},
                 fix=None if fix is None else _plan(fix))
+    alike = all(o.within_bound for o in check_fields.get("outputs", {}).values())
     for origin, _ in check_fields.get("nan", ()):
         if origin is not None and origin.cause in _DOMAIN_CAUSES:
-            return Cause(function_name, runs, "domain", origin.tensor, origin.op, detail=origin.why,
+            # The NaN/inf is the op's right answer: TF and LiteRT may well agree on it (then the check passes
+            # and this names where the NaN comes from).
+            return Cause(function_name, runs, "domain", origin.tensor, origin.op, detail=(
+                "NaN/inf in TF and LiteRT alike: " if alike else "") + origin.why,
                          evidence={"nan_cause": origin.cause, "op_index": origin.op_index},
                          fix=None if origin.fix_record is None else _plan(origin.fix_record))
         if origin is not None and origin.cause == "float16_overflow":
