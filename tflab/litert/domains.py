@@ -32,7 +32,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["DOMAINS", "DomainRule", "DomainViolation", "domain_violation"]
+__all__ = ["DOMAINS", "DomainRule", "DomainViolation", "dequantized", "domain_violation"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,7 +154,7 @@ class DomainViolation:
     zeros_divisor: int = 0
 
 
-def _dequantized(graph, t: int, a: np.ndarray) -> np.ndarray:
+def dequantized(graph, t: int, a: np.ndarray) -> np.ndarray:
     """A tensor's values as float64, dequantized with its own (per-tensor) scale and zero point."""
     a = np.asarray(a)
     if a.dtype.kind in "iu" and graph.scales[t]:
@@ -182,7 +182,7 @@ def domain_violation(graph, op, values: Mapping[int, np.ndarray]) -> DomainViola
     if not ts or any(t not in values for t in ts):
         return None
     try:
-        arrays = np.broadcast_arrays(*[_dequantized(graph, t, values[t]) for t in ts])
+        arrays = np.broadcast_arrays(*[dequantized(graph, t, values[t]) for t in ts])
     except ValueError:
         return None
     with np.errstate(invalid="ignore"):
@@ -194,8 +194,8 @@ def domain_violation(graph, op, values: Mapping[int, np.ndarray]) -> DomainViola
     src = writer.get(ts[0])
     out = values.get(op.outputs[0]) if op.outputs else None
     out = np.zeros(0) if out is None else np.asarray(out, np.float64)
-    x = np.asarray(_dequantized(graph, ts[0], values[ts[0]]))
-    divisor = np.asarray(_dequantized(graph, ts[1], values[ts[1]])) if len(ts) > 1 else np.zeros(0)
+    x = np.asarray(dequantized(graph, ts[0], values[ts[0]]))
+    divisor = np.asarray(dequantized(graph, ts[1], values[ts[1]])) if len(ts) > 1 else np.zeros(0)
     return DomainViolation(op.name, hits, tuple(graph.names[t] for t in ts),
                            f"{src.name} #{src.index}" if src is not None else "", int((x < 0).sum()),
                            int((x == 0).sum()), fix, int(np.isnan(out).sum()), int(np.isinf(out).sum()),

@@ -38,7 +38,7 @@ CAUSES = ("uninitialized_variable", "nonfinite_input", "nonfinite_weight", "floa
           "int8_zero_scale", "int8_nonfinite_input", "division_by_zero", "log_of_zero", "log_of_negative",
           "integer_kernel_domain", "outside_domain", "unexplained")
 
-from tflab.litert.domains import DOMAINS, _dequantized, domain_violation  # noqa: E402,F401 (re-exported)
+from tflab.litert.domains import DOMAINS, dequantized, domain_violation  # noqa: E402,F401 (re-exported)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,7 +244,7 @@ def find_nan_sink(model: bytes, key: str, feed: Mapping[str, np.ndarray]) -> Nan
             continue
         dom = domain_violation(graph, op, values)
         if dom is not None:
-            x = _dequantized(graph, t, values[t])
+            x = dequantized(graph, t, values[t])
             negative, zeros = int((x < 0).sum()), int((x == 0).sum())
             return NanOrigin(key, op.index, op.name, graph.names[t], "integer_kernel_domain", dropped=True, why=
                              f"its {graph.dtypes[t]} input {graph.names[t]!r} dequantizes to {negative} negative "

@@ -119,14 +119,13 @@ class TFLiteCheck(Report):
         notes: other measured facts worth reading (constant outputs, float weights kept).
         convert_seconds: wall time of the conversion, seconds (None when not converted here).
         worst_output: the output with the largest ``|Δ|/bound`` (None when not run).
-        vacuous_outputs: outputs whose bound (largest elementwise bound) is at least
-            the output's reference range (``max − min`` of TF's values over the
-            examples), or at least 1 for a probability (TF's and LiteRT's values all
-            in [0, 1]): their check cannot fail (on the elements with such bounds),
-            so ``within_bound`` says little about them; a note says so and points to
-            ``argmax_agreement``. Also a saturated output: every element of TF's within
-            ``1e-4`` of its range from its min or max (a softmax at 0 and 1), which
-            squashes any error inside the model.
+        vacuous_outputs: outputs whose check cannot fail, as measured (`tflab.litert.vacuous`): the
+            bound is at least the output's reference range (``max − min`` of TF's values), or at least
+            1 for a probability, or TF's output is saturated (every element within ``1e-4`` of its range
+            from its min or max), AND a planted defect (TF rerun with every float weight ×1.1) moves no
+            element past its bound. A note says so, with the measured move, and points to
+            ``argmax_agreement``. Never listed: an output with NaN/inf on either side, fewer than 8
+            elements, or over its bound (a check that has failed).
         per_op: the per-op check (`tflab.litert.per_op.PerOpCheck`): every op run on
             its own inputs with the builtin kernels and compared with a float64
             reference using the float model's weights (None when it could not run;
