@@ -329,3 +329,41 @@ def test_an_op_over_its_bound_with_its_own_weights_is_rounding_not_constant(defa
     cause = litert_cause({"per_op": per_op, "outputs": c.outputs, "nan": []}, default_int8["model"],
                          float_reference(default_int8["sm"]), "int8")
     assert cause.kind == "rounding" and cause.op_type == "FULLY_CONNECTED" and "output step" in cause.detail
+
+
+# ------------------------------------------------ constants the dtype cannot hold
+
+
+def _rms_norm(eps: float):
+    import tensorflow as tf
+
+    return _module(lambda x: {"y": x * tf.math.rsqrt(tf.reduce_mean(x * x, -1, keepdims=True) + eps)}, 8)
+
+
+@pytest.mark.parametrize("case", ["eps_1e-12", "scale_1e-8", "eps_2^-10"])
+def test_a_literal_float16_cannot_hold_is_the_cause_and_a_representable_one_is_not(case, tmp_path):
+    """variance_epsilon=1e-12 is 0 in float16: a zero row's rsqrt(0 + 0) is inf and 0·inf NaN (TF: 0).
+    ``relu(x)·1e-8`` (a sibling without NaN) outputs 0. ε = 2^-10 ≈ 1e-3 is held exactly (the healthy
+    twin: the end-to-end float16 bound counts the rounding of variables, not of literals, so a literal
+    that float16 rounds would be judged against a bound that leaves it out)."""
+    import tensorflow as tf
+
+    import tflab
+
+    model = {"eps_1e-12": lambda: _rms_norm(1e-12), "eps_2^-10": lambda: _rms_norm(2.0 ** -10),
+             "scale_1e-8": lambda: _module(lambda x: {"y": tf.nn.relu(x) * 1e-8}, 8)}[case]()
+    x = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
+    x[1] = 0.0  # a row with zero variance
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sm = tflab.save_and_reload(model, tmp_path / "m", {"x": x})
+        c = tflab.tflite_roundtrip(sm.path, {"x": x}, "float16")
+    if case == "eps_2^-10":
+        assert c.ok is True and c.cause is None, c.to_text()
+        return
+    literal = {"eps_1e-12": "1e-12", "scale_1e-8": "1e-08"}[case]
+    assert c.ok is False and c.cause.kind == "constant", c.to_text()
+    assert f"the constant {literal} underflows to 0 in float16" in c.cause.detail
+    assert c.cause.evidence["constant"]["stored"] == 0.0
+    if case == "eps_1e-12":  # the RSQRT that then divides by zero only carries it
+        assert c.cause.op_type == "ADD" and any(s.startswith("RSQRT") for s in c.cause.carried_by)

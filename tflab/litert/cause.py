@@ -51,7 +51,9 @@ def constant_defect(op, f_op, producer: Mapping[int, object]) -> dict | None:
             a DEQUANTIZE).
 
     Returns:
-        ``{"tensor", "what", "value", "stored"}`` for the first such constant, or None.
+        ``{"tensor", "what", "value", "stored", "held"}`` for the first such constant, or None;
+        ``held`` is False where the dtype cannot hold the value (past its range, or every non-zero
+        element became 0), True where it could but the stored value is another one.
     """
     if f_op is None or len(f_op.inputs) != len(op.inputs):
         return None
@@ -76,13 +78,14 @@ def constant_defect(op, f_op, producer: Mapping[int, object]) -> dict | None:
         if became_inf.any():
             i = int(np.argmax(became_inf))
             return {"tensor": src.name, "value": float(want[i]), "stored": float(stored[i]),
-                    "what": f"the constant {want[i]:.6g} is past {dtype}'s largest finite value "
+                    "held": False, "what": f"the constant {want[i]:.6g} is past {dtype}'s largest finite value "
                             f"{FLOAT16_MAX if dtype == 'float16' else np.finfo(np.float32).max:g}: it overflows "
                             f"to {stored[i]:g}"}
         past = np.isfinite(stored) & (np.abs(want) > FLOAT16_MAX) if dtype == "float16" else np.zeros(0, bool)
         if past.any():  # stored finite (TF 2.21 saturates to ±65504): past the range, not an overflow to inf
             i = int(np.argmax(past))
             return {"tensor": src.name, "value": float(want[i]), "stored": float(stored[i]),
+                    "held": False,
                     "what": f"the constant {want[i]:.6g} is past float16's largest finite value {FLOAT16_MAX:g}: "
                             f"stored as {stored[i]:g}"}
         # Not this weight rounded: the stored value is further from the float model's than half a step
@@ -96,7 +99,7 @@ def constant_defect(op, f_op, producer: Mapping[int, object]) -> dict | None:
         if np.isfinite(want).all() and np.isfinite(stored).all() and (off > 0).any():
             i = int(np.argmax(off))
             return {"tensor": src.name, "value": float(want[i]), "stored": float(stored[i]),
-                    "what": (f"the stored {dtype} constant is not the float model's rounded: {stored[i]:.6g} where "
+                    "held": True, "what": (f"the stored {dtype} constant is not the float model's rounded: {stored[i]:.6g} where "
                              f"the float weight is {want[i]:.6g}, {abs(stored[i] - want[i]):.3g} apart, more than "
                              f"half a step ({half[i]:.3g})")}
         nonzero = want != 0
@@ -104,11 +107,11 @@ def constant_defect(op, f_op, producer: Mapping[int, object]) -> dict | None:
         if nonzero.any() and vanished[nonzero].all():
             i = int(np.argmax(vanished))
             if dtype == "float16" and abs(want[i]) < FLOAT16_TINY:
-                what = (f"the constant {want[i]:.3g} underflows to 0 in float16 (below half its smallest "
-                        f"subnormal, {2.0 ** -24:.3g})")
+                what = (f"the constant {want[i]:.3g} underflows to 0 in float16 (below {FLOAT16_TINY:.3g}, half "
+                        f"its smallest subnormal {2.0 ** -24:.3g})")
             else:
                 what = f"the constant {want[i]:.3g} rounds to 0 in {dtype}"
-            return {"tensor": src.name, "value": float(want[i]), "stored": 0.0, "what": what}
+            return {"tensor": src.name, "value": float(want[i]), "stored": 0.0, "what": what, "held": False}
     return None
 
 
@@ -153,6 +156,18 @@ def litert_cause(check_fields: Mapping, model: bytes, float_model: bytes | None,
         A `tflab.attribution.Cause`, or None.
     """
     runs = _runs(quantization)
+    per_op = check_fields.get("per_op")
+    over = [o for o in check_fields.get("outputs", {}).values() if not o.within_bound]
+    if over or (per_op is not None and per_op.outside):
+        # A literal the stored dtype cannot hold (1e-12 in float16 is 0) is within its op's rounding
+        # bound, and yet every op after it computes on another number: it is the cause when it comes first.
+        found = _unheld_constant(model, float_model, per_op)
+        if found is not None:
+            op, defect, carried = found
+            return Cause(function_name, runs, "constant", defect["tensor"].split(";")[0], op.op_type,
+                         detail=f"{defect['what']} (tensor {defect['tensor'].split(';')[0]!r}, read by "
+                                f"{op.op_type} #{op.index}); every op after it computes on that value",
+                         carried_by=carried, evidence={"op_index": op.index, "constant": defect})
     for origin, diff in check_fields.get("nan", ()):
         if diff is not None:
             fix = diff.fix
@@ -175,7 +190,6 @@ def litert_cause(check_fields: Mapping, model: bytes, float_model: bytes | None,
         if origin is not None and origin.cause == "float16_overflow":
             return Cause(function_name, runs, "constant" if origin.constant else "overflow",
                          origin.tensor, origin.op, detail=origin.why, evidence={"nan_cause": origin.cause})
-    per_op = check_fields.get("per_op")
     outside = () if per_op is None else per_op.outside
     if outside:
         first = min(outside, key=lambda o: (o.signature, o.index))
@@ -207,7 +221,6 @@ def litert_cause(check_fields: Mapping, model: bytes, float_model: bytes | None,
                      local_error=first.worst_abs_error, bound=first.bound, carried_by=carried,
                      evidence={"op_index": first.index, "ratio": first.ratio, "signature": first.signature,
                                **({"constant": defect} if defect else {})})
-    over = [o for o in check_fields.get("outputs", {}).values() if not o.within_bound]
     if over:
         o = max(over, key=lambda o: o.bound_ratio)
         un = "" if per_op is None or not per_op.unchecked else (
@@ -216,6 +229,33 @@ def litert_cause(check_fields: Mapping, model: bytes, float_model: bytes | None,
         return Cause(function_name, runs, "unexplained", o.name, "output",
                      detail=(f"{o.name} is {o.bound_ratio:.3g}× its end-to-end bound while every checked op is "
                              f"within its own{un}"), evidence={"bound_ratio": o.bound_ratio})
+    return None
+
+
+def _unheld_constant(model: bytes, float_model: bytes | None, per_op):
+    """The first op (execution order) with a constant its stored dtype cannot hold, or None.
+
+    Returns:
+        ``(op, defect, carried_by)``: the checked `OpInfo`, `constant_defect`'s dict (``held`` False),
+        and the ops downstream of it.
+    """
+    if float_model is None or per_op is None:
+        return None
+    from tflab.litert.ops import read_ops
+
+    pq, pf = read_ops(bytes(model)), read_ops(bytes(float_model))
+    for o in sorted((o for o in per_op.ops if o.float_index is not None), key=lambda o: (o.signature, o.index)):
+        sq = pq.signatures.get(o.signature, 0) if pq.signatures else 0
+        sf = pf.signatures.get(o.signature, 0) if pf.signatures else 0
+        ops, f_ops = pq.subgraphs[sq], pf.subgraphs[sf]
+        op = next((x for x in ops if x.index == o.index), None)
+        f_op = next((x for x in f_ops if x.index == o.float_index), None)
+        if op is None or f_op is None:
+            continue
+        producer = {t.index: x for x in ops for t in x.outputs}
+        defect = constant_defect(op, f_op, producer)
+        if defect is not None and not defect["held"]:
+            return op, defect, tuple(_downstream(ops, op.index))
     return None
 
 
