@@ -187,6 +187,10 @@ def litert_cause(check_fields: Mapping, model: bytes, float_model: bytes | None,
                 "NaN/inf in TF and LiteRT alike: " if alike else "") + origin.why,
                          evidence={"nan_cause": origin.cause, "op_index": origin.op_index},
                          fix=None if origin.fix_record is None else _plan(origin.fix_record))
+        if origin is not None and origin.cause == "overflow":
+            return Cause(function_name, runs, "overflow", origin.tensor, origin.op, detail=(
+                "inf in TF and LiteRT alike: " if alike else "") + origin.why,
+                evidence={"nan_cause": origin.cause, "op_index": origin.op_index})
         if origin is not None and origin.cause == "float16_overflow":
             return Cause(function_name, runs, "constant" if origin.constant else "overflow",
                          origin.tensor, origin.op, detail=origin.why, evidence={"nan_cause": origin.cause})

@@ -36,7 +36,7 @@ from tflab.litert.nan_runner import (  # noqa: F401 (re-exported)
 
 CAUSES = ("uninitialized_variable", "nonfinite_input", "nonfinite_weight", "float16_overflow",
           "int8_zero_scale", "int8_nonfinite_input", "division_by_zero", "log_of_zero", "log_of_negative",
-          "integer_kernel_domain", "outside_domain", "unexplained")
+          "integer_kernel_domain", "outside_domain", "overflow", "unexplained")
 
 from tflab.litert.domains import DOMAINS, dequantized, domain_violation  # noqa: E402,F401 (re-exported)
 
@@ -134,6 +134,14 @@ def _classify(graph: Graph, op: Op, values: Mapping[int, np.ndarray], key: str) 
         return origin("float16_overflow", f"{op.name} writes the float16 tensor {name!r} from values up to "
                       f"{span:.6g}, past float16's largest finite value {FLOAT16_MAX:g} ({made})",
                       f"scale the values below {FLOAT16_MAX:g} before the cast, or keep that tensor float32")
+    out_v = np.asarray(values[out], np.float64) if out in values else np.zeros(0)
+    if out_v.size and not np.isnan(out_v).any() and np.isinf(out_v).any() and graph.dtypes[out] == "float32":
+        # Finite inputs, ±inf out, no NaN, and no input outside the op's domain: a finite result past
+        # float32's largest value (exp(100)), which is what overflow means.
+        return origin("overflow", f"{op.name} made {made} from finite inputs (largest |input| {span:.3g}): "
+                      f"its result passes float32's largest finite value {float(np.finfo(np.float32).max):.4g}",
+                      "keep the values in range before this op (subtract the max before exp, as softmax "
+                      "does; clip the input)")
     return origin("unexplained", f"{op.name} made {made} from finite inputs (largest |input| {span:.3g}); "
                   f"none of the causes tflab recognizes (non-finite input, float16 weight overflow, int8 "
                   f"scale 0, an input outside the op's domain) applies")
