@@ -162,6 +162,10 @@ def litert_cause(check_fields: Mapping, model: bytes, float_model: bytes | None,
         # A literal the stored dtype cannot hold (1e-12 in float16 is 0) is within its op's rounding
         # bound, and yet every op after it computes on another number: it is the cause when it comes first.
         found = _unheld_constant(model, float_model, per_op)
+        first_out = min(per_op.outside, key=lambda o: (o.signature, o.index)) if per_op and per_op.outside else None
+        if found is not None and first_out is not None and not (
+                first_out.index == found[0].index or f"{first_out.op_type} #{first_out.index}" in found[2]):
+            found = None  # an op over its own bound that this constant does not feed comes first: that one
         if found is not None:
             op, defect, carried = found
             return Cause(function_name, runs, "constant", defect["tensor"].split(";")[0], op.op_type,
