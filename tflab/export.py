@@ -112,6 +112,8 @@ class ExportReport(Report):
                 if v.check.per_op is not None:
                     lines.append(f"{q}: {variant_line(v.check)}")
                 lines.append(f"{q}: {v.check.explanation}")
+                if v.check.cause is not None:  # the first op over its own bound, with its class
+                    lines.append(f"{q}: {v.check.cause.line_text}")
                 lines += [f"  note: {n}" for n in v.check.notes if not (n in seen or seen.add(n))]
         return "\n".join(lines)
 

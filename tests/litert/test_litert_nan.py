@@ -306,8 +306,11 @@ def test_float16_recipe_saturates_a_big_weight_and_the_note_says_so(models, tmp_
     assert np.isfinite(w16).all() and np.abs(w16.astype(np.float32)).max() == 65504.0
     (note,) = [n for n in c.notes if n.startswith("float16 weight(s) at ±65504")]
     assert c.within_bound is False and _nan_notes(c) == []
+    # The root cause: the op holding that constant, class constant (the dtype cannot hold it).
+    assert c.cause.kind == "constant" and "past float16's largest finite value 65504" in c.cause.detail, c.cause
     _, fixed = _roundtrip(models.big_weight_folded(), tmp_path / "b", {"x": x}, "float16")
     assert fixed.within_bound is True and not any(n.startswith("float16 weight") for n in fixed.notes)
+    assert fixed.cause is None
 
 
 def test_nonfinite_weight_is_named_and_a_clean_weight_removes_it(models, tmp_path):
@@ -321,14 +324,19 @@ def test_nonfinite_weight_is_named_and_a_clean_weight_removes_it(models, tmp_pat
     assert _nan_notes(fixed) == [] and fixed.within_bound is True
 
 
-def test_an_unrecognized_origin_is_named_without_a_guessed_cause(models, tmp_path):
-    """exp(100) overflows float32: the op is named with its input range, and no listed cause is claimed."""
+def test_a_finite_input_made_inf_is_named_overflow_from_the_measured_values(models, tmp_path):
+    """exp(100) overflows float32: finite input, +inf out, no NaN, inside EXP's domain: overflow, measured
+    (its op and input range named); the other elements (exp(0), exp(1), exp(-1)) are no cause."""
     x = np.array([[0.0, 1.0, 100.0, -1.0]], np.float32)
     _, c = _roundtrip(models.Exp(), tmp_path / "a", {"x": x})
     (note,) = _nan_notes(c)
-    assert "op 0 EXP" in note and "'serving_default'): unexplained: " in note, note
-    assert "largest |input| 100" in note
+    assert "op 0 EXP" in note and "'serving_default'): overflow: " in note, note
+    assert "largest |input| 100" in note and "0 NaN, 1 +inf" in note
     from tflab.litert.nan import CAUSES
 
     # The cause label follows the op's "(tensor …, signature …): "; no other label is claimed.
-    assert [c for c in CAUSES if f"'serving_default'): {c.replace('_', ' ')}: " in note] == ["unexplained"]
+    assert [c for c in CAUSES if f"'serving_default'): {c.replace('_', ' ')}: " in note] == ["overflow"]
+    assert c.cause.kind == "overflow" and c.cause.op_type == "EXP", c.cause
+    # The healthy twin: the same op on inputs whose exp is finite has no NaN/inf note and no cause.
+    _, ok = _roundtrip(models.Exp(), tmp_path / "b", {"x": np.array([[0.0, 1.0, 80.0, -1.0]], np.float32)})
+    assert _nan_notes(ok) == [] and ok.cause is None

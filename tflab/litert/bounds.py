@@ -403,7 +403,7 @@ def bound_explanation(quantization: str, dyn_quantized: bool, outputs: Mapping[s
         return ("int8 weights with step s = max|w|/127 move each weight by ≤ s/2: Σ (s/2)·|∂y/∂w| to first "
                 "order; the hybrid kernels also quantize activations to int8 at run time, which we estimate "
                 "as a second term of the same size (×2, an estimate, not a proof), plus the float bound")
-    steps = [f"{o.name} {o.bound / o.quantization[0]:.1f}" for o in outputs.values() if o.quantization]
+    steps = [f"{o.name} {o.bound / o.step:.1f}" for o in outputs.values() if o.step]
     in_steps = f"; in output steps: {', '.join(steps)}" if steps else ""
     return ("full-integer: half an output step for the final rounding, plus the first-order effect of the "
             "weight steps and of the input quantization step, doubled to estimate the requantization of "

@@ -26,6 +26,7 @@ from tflab.examples import Examples
 from tflab._numeric import ulp_distance
 from tflab.saved_model import load_saved_model, signature_inputs
 from tflab.litert.records import OutputError, TFLiteCheck
+from tflab.litert.vacuous import planted_outputs, vacuous_note as _vacuous_note
 from tflab.litert.runner import (  # noqa: F401 (re-exported)
     run_signatures, runtime_name, argmax_agreement, read_signature_keys, require_matching_signatures)
 
@@ -104,7 +105,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
                 shared_weights=stats.shared_weights, size_bytes=len(model),
                 size_ratio=size_ratio, convert_seconds=convert_seconds, model=bytes(model))
     from tflab.litert.flatbuffer_notes import conversion_notes
-    from tflab.litert.nan import nan_note
+    from tflab.litert.nan import nan_findings
 
     notes += conversion_notes(model, stats.op_counts)  # known before running: said first
     if quantization == "dynamic" and not dyn_quantized:
@@ -134,6 +135,17 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
                            explanation="not checked: LiteRT could not run this model in Python",
                            signatures={}, notes=tuple(notes), **base)
     runtime = runtime_name(interp)
+    carried = _carried(model, runners, out_details, full_keys, signatures, in_scales)
+    moved: dict = {}
+
+    def _planted(okey: str):
+        if "all" not in moved:
+            try:
+                moved["all"] = planted_outputs(loaded, batches, full_keys)
+            except Exception as e:  # noqa: BLE001  no measurement, no claim: the note is left out
+                moved["all"] = None
+                notes.append(f"planted-defect run failed ({type(e).__name__}), so no bound is called vacuous")
+        return None if moved["all"] is None else moved["all"].get(okey)
     need_bounds = any(np.concatenate([w.ravel() for w in c["want"]]).dtype.kind == "f" for c in collected.values())
     sens, no_bound = None, ""
     if need_bounds:
@@ -143,6 +155,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
             no_bound = str(e).strip().splitlines()[0][:200]
 
     outputs = {}
+    nan_found: list = []
     vacuous: list[str] = []
     exact = True
     for okey, c in collected.items():
@@ -150,6 +163,8 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
         want = np.concatenate([w.ravel() for w in c["want"]])
         det = out_details[okey]
         scale = float(det["quantization"][0]) or None
+        inner = carried.get(okey)
+        bound_scale = scale or (inner.scale if inner is not None else None)
         if got.dtype != want.dtype or got.tobytes() != want.tobytes():
             exact = False
         if want.dtype.kind == "f":
@@ -163,11 +178,14 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
             bad_g, bad_w = ~np.isfinite(g32), ~np.isfinite(w32)
             if bad_g.any() or (bad_w & ~bad_g).any():  # the first op that makes (or drops) it, measured
                 key = max((k for k in runners if full_keys[okey].startswith(k + "/")), key=len)
-                notes.append(nan_note(model, okey, key, batches.feeds(key), int((bad_g & ~bad_w).sum()),
-                                      int((bad_w & ~bad_g).sum()), int((bad_g & bad_w).sum()),
-                                      output=full_keys[okey][len(key) + 1:], got=g32, want=w32))
+                found = nan_findings(model, okey, key, batches.feeds(key), int((bad_g & ~bad_w).sum()),
+                                     int((bad_w & ~bad_g).sum()), int((bad_g & bad_w).sum()),
+                                     output=full_keys[okey][len(key) + 1:], got=g32, want=w32)
+                notes.append(found[0])
+                nan_found.append(found[1:])
             bound = (np.full(want.size, np.nan) if sens is None else
-                     output_bounds(quantization, full_keys[okey], want, sens, dyn_quantized, in_scales, scale))
+                     output_bounds(quantization, full_keys[okey], want, sens, dyn_quantized, in_scales,
+                                   bound_scale))
             if sens is not None:
                 estimated = int(np.isnan(sens.rel[full_keys[okey]][:, :1]).sum()) if len(sens.fan_in) else 0
                 if estimated:
@@ -204,9 +222,11 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
             notes.append(f"TF's {okey} is the same value ({want[0]:.6g}) for every element of every example, "
                          f"so these errors say little about the variant (e.g. a random-weight model whose "
                          f"logits collapse)")
-        vacuous_note = _vacuous_note(okey, got, want, bound, rng, agree)
+        vacuous_note, is_vacuous = _vacuous_note(okey, got, want, bound, rng, agree,
+                                                 lambda k=okey: _planted(k))
         if vacuous_note:
             notes.append(vacuous_note)
+        if is_vacuous:
             vacuous.append(okey)
         if scale and np.dtype(det["dtype"]).kind in "iu" and want.dtype.kind == "f":
             from tflab.litert.recipe import saturation, saturation_note
@@ -229,7 +249,9 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
             argmax_agreement=agree, argmax_ties=tied if agree is not None else 0, reference_range=rng,
             quantization=(scale, int(det["quantization"][1])) if scale else None,
             worst_abs_error=float(diff[worst]) if diff.size else 0.0,
-            worst_bound=float(bound[worst]) if bound.size else 0.0)
+            worst_bound=float(bound[worst]) if bound.size else 0.0,
+            inner_quantization=None if scale or inner is None else (inner.scale, inner.zero_point, inner.dtype,
+                                                                    inner.tensor))
     from tflab.litert.recipe import feed_note
 
     fed = feed_note(signatures)
@@ -257,14 +279,48 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
     if no_bound:
         explanation = (f"no bound: the first-order propagation needs TF gradients, and {no_bound}; "
                        f"the errors are measured but not judged")
+    from tflab.litert.cause import litert_cause
+
+    cause = litert_cause({"per_op": per_op_check, "outputs": outputs, "nan": nan_found}, model,
+                         float_model if float_model is not None else _FLOAT_MODELS.get(_float_key(saved_model_dir)),
+                         quantization, os.path.basename(saved_model_dir.rstrip(os.sep)))
     return TFLiteCheck(
-        quantization=quantization, bit_exact=exact,
+        quantization=quantization, bit_exact=exact, cause=cause,
         max_abs_error=max((o.max_abs_error for o in outputs.values()), default=0.0),
         bound=outputs[worst_output].bound if worst_output else 0.0, worst_output=worst_output,
         within_bound=None if no_bound else all(o.within_bound for o in outputs.values()),
         outputs=outputs, runtime=runtime, explanation=explanation, signatures=signatures,
         notes=tuple(notes), vacuous_outputs=tuple(vacuous), per_op=per_op_check, attribution=attribution,
         tf_tensors=float_tensors, **base)
+
+
+def _carried(model: bytes, runners, out_details, full_keys, signatures, in_scales: dict) -> dict:
+    """Each float output's `CarriedQuantization` (the int8 tensor before its final DEQUANTIZE), by report key.
+
+    Float inputs read through a QUANTIZE get that tensor's scale in ``in_scales`` (the input's
+    quantization step enters the int8 bound as an int8 input's own does).
+    """
+    from tflab._tf.lite import signature_subgraph
+    from tflab.litert.flatbuffer_notes import read_graphs
+    from tflab.litert.recipe import carried_quantization
+
+    found: dict = {}
+    try:
+        graphs = read_graphs(bytes(model))
+        for key, runner in runners.items():
+            g = graphs[signature_subgraph(runner)]
+            for name, d in runner.get_input_details().items():
+                c = None if d["quantization"][0] else carried_quantization(g, int(d["index"]), "input")
+                if c is not None and name not in in_scales:
+                    in_scales[name] = c.scale
+            for okey, det in out_details.items():
+                if full_keys[okey].startswith(key + "/") and not float(det["quantization"][0]):
+                    c = carried_quantization(g, int(det["index"]), "output")
+                    if c is not None:
+                        found[okey] = c
+    except Exception:  # noqa: BLE001 - unreadable tables: the float bound stands, as before
+        return {}
+    return found
 
 
 def _writer(model: bytes, runners, okey: str, full_keys, det) -> str:
@@ -367,52 +423,7 @@ def _per_op(model: bytes, saved_model_dir: str, batches: Examples, quantization:
         return None
 
 
-# An output is saturated when every element of TF's lies within this share of its range of the
-# output's min or max (a softmax at exactly 0 and 1, or 1e-26 from them).
-SATURATED = 1e-4
-
-
-def _vacuous_note(okey: str, got: np.ndarray, want: np.ndarray, bound: np.ndarray, rng: float,
-                  agree: float | None) -> str:
-    """A note when ``okey``'s bound is no smaller than what it bounds (the check cannot fail), else "".
-
-    Any LiteRT value inside TF's range ``[min, max]`` is within ``rng`` of every
-    TF value, so an element whose bound is ``>= rng`` fails only if LiteRT
-    leaves that range. For a probability (TF's and LiteRT's values all in
-    [0, 1]) no ``|Δ|`` exceeds 1, so when every element's bound is ``>= 1``
-    the check cannot fail at all and the note drops that proviso.
-    The output's bound is its largest elementwise bound (as reported); the note
-    says how many elements have a bound that large.
-    """
-    finite = np.isfinite(want) & np.isfinite(bound) if want.dtype.kind == "f" else None
-    if finite is None or not finite.any():
-        return ""
-    b = bound[finite]
-    g = got.astype(np.float64)
-    probability = bool(np.all((want[finite] >= 0) & (want[finite] <= 1))
-                       and np.all(np.isfinite(g)) and np.all((g >= 0) & (g <= 1)))
-    w = want[finite].astype(np.float64)
-    at_extremes = (np.abs(w - w.min()) <= SATURATED * rng) | (np.abs(w.max() - w) <= SATURATED * rng)
-    if rng > 0 and b.max() < rng and w.size > 1 and at_extremes.all():
-        # A saturated output (a softmax whose logits lie far apart: exactly 0 and 1, or within a hair
-        # of them) squashes any error upstream: a variant off by far more than its bound inside the
-        # model still gives the same values here, so the check cannot fail in practice.
-        return (f"TF's {okey} is saturated: every element lies within {SATURATED:g} × its range of its min "
-                f"{w.min():.3g} or its max {w.max():.3g}, so errors inside the model barely move it and "
-                f"this check cannot fail in practice; give examples on which the model's outputs spread "
-                f"(the per-op check still judges every op)")
-    if rng > 0 and b.max() >= rng:
-        what, limit = f"the output's range {rng:.3g} (max − min of TF's {okey} over the examples)", rng
-    elif probability and b.max() >= 1.0:
-        what, limit = "1, the range of a probability", 1.0
-    else:
-        return ""
-    count = int((b >= limit).sum())
-    which = "" if count == b.size else f" on the {count} of {b.size} elements whose bound is that large"
-    instead = (f"compare argmax agreement instead (here {agree:.0%})" if agree is not None
-               else "compare a task metric on real data instead")
-    return (f"bound {b.max():.3g} exceeds {what}: this check cannot fail for {okey}{which}"
-            + ("" if probability and b.min() >= 1.0 else " unless LiteRT leaves TF's range") + f"; {instead}")
+from tflab.litert.vacuous import SATURATED  # noqa: E402,F401 (public here before it moved)
 
 
 # The smallest possible .tflite file: root offset + "TFL3" identifier (see tflite_roundtrip).

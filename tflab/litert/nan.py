@@ -36,10 +36,9 @@ from tflab.litert.nan_runner import (  # noqa: F401 (re-exported)
 
 CAUSES = ("uninitialized_variable", "nonfinite_input", "nonfinite_weight", "float16_overflow",
           "int8_zero_scale", "int8_nonfinite_input", "division_by_zero", "log_of_zero", "log_of_negative",
-          "integer_kernel_domain", "unexplained")
+          "integer_kernel_domain", "outside_domain", "overflow", "unexplained")
 
-_DIVISIONS = ("DIV", "FLOOR_DIV", "FLOOR_MOD")
-_LOGS = ("LOG", "RSQRT", "POW")
+from tflab.litert.domains import DOMAINS, dequantized, domain_violation  # noqa: E402,F401 (re-exported)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +64,7 @@ class NanOrigin:
     why: str
     fix: str = ""
     dropped: bool = False  # True: the first op that loses TF's NaN/inf (`find_nan_sink`)
+    constant: bool = False  # True: the non-finite value is a constant (weight) of the flatbuffer
 
     @property
     def fix_record(self):
@@ -100,8 +100,8 @@ def _classify(graph: Graph, op: Op, values: Mapping[int, np.ndarray], key: str) 
     made = describe_values(values[out]) if out in values else "non-finite values"
     name = graph.names[out]
 
-    def origin(cause, why, fix=""):
-        return NanOrigin(key, op.index, op.name, name, cause, why, fix)
+    def origin(cause, why, fix="", constant=False):
+        return NanOrigin(key, op.index, op.name, name, cause, why, fix, constant=constant)
 
     bad_in = [t for t in op.inputs if t >= 0 and t in values and count_nonfinite(values[t])]
     for t in bad_in:
@@ -114,39 +114,19 @@ def _classify(graph: Graph, op: Op, values: Mapping[int, np.ndarray], key: str) 
                           f"{describe_values(values[t])}: float16's largest finite value is {FLOAT16_MAX:g}, so a "
                           f"float32 weight beyond it became inf when converted",
                           f"keep that weight below {FLOAT16_MAX:g} in magnitude (rescale it, or fold the "
-                          f"scale into the next op) or use the float32 or dynamic variant")
+                          f"scale into the next op) or use the float32 or dynamic variant", constant=True)
         if t in graph.constant_ids:
             return origin("nonfinite_weight", f"the constant {graph.names[t]!r} already holds "
-                          f"{describe_values(values[t])}, as in the SavedModel's weights")
+                          f"{describe_values(values[t])}, as in the SavedModel's weights", constant=True)
     zero = [t for t in op.inputs + op.outputs if t >= 0 and _zero_scale(graph, t)]
     if zero:
         return origin("int8_zero_scale", f"tensor {graph.names[zero[0]]!r} is {graph.dtypes[zero[0]]} with "
                       f"quantization scale 0, so dequantizing or requantizing by it divides by zero ({made})",
                       "give the representative dataset rows that make this tensor vary (a tensor constant "
                       "over every calibration row gets a degenerate range)")
-    if op.name in _DIVISIONS and len(op.inputs) > 1 and op.inputs[1] in values:
-        zeros = int((values[op.inputs[1]] == 0).sum())
-        if zeros:
-            return origin("division_by_zero", f"its divisor {graph.names[op.inputs[1]]!r} has {zeros} zero(s) "
-                          f"({made})", "guard the divisor (tf.math.divide_no_nan, or add an epsilon)")
-    if op.name in _LOGS and op.inputs and op.inputs[0] in values:
-        x = values[op.inputs[0]]
-        zeros, negative = int((x == 0).sum()), int((x < 0).sum())
-        if zeros or negative:
-            out_v = values[out].astype(np.float64) if out in values else np.zeros(0)
-            nans, infs = int(np.isnan(out_v).sum()), int((~np.isfinite(out_v) & ~np.isnan(out_v)).sum())
-            # Measured, not assumed: log (and RSQRT, POW's fractional powers) of a negative number is NaN,
-            # log of zero is -inf (RSQRT of zero +inf). Name the one the counts show, or both.
-            if negative and not zeros:
-                cause, what = "log_of_negative", f"of a negative number is NaN"
-            elif zeros and not negative:
-                cause, what = "log_of_zero", f"of zero is ±inf"
-            else:
-                cause = "log_of_negative" if nans >= infs else "log_of_zero"
-                what = "of a negative number is NaN, of zero ±inf"
-            return origin(cause, f"its input {graph.names[op.inputs[0]]!r} has {negative} negative value(s) and "
-                          f"{zeros} zero(s), and {op.name} {what} ({made})",
-                          "clamp the input first (tf.math.log(tf.maximum(x, eps)) or log1p)")
+    dom = domain_violation(graph, op, values)
+    if dom is not None:
+        return origin(dom.cause, dom.why(graph, op, made), dom.fix)
     finite_in = [values[t] for t in op.inputs if t >= 0 and t in values and values[t].dtype.kind == "f"
                  and values[t].size]
     span = max((float(np.abs(v).max()) for v in finite_in), default=0.0)
@@ -154,9 +134,17 @@ def _classify(graph: Graph, op: Op, values: Mapping[int, np.ndarray], key: str) 
         return origin("float16_overflow", f"{op.name} writes the float16 tensor {name!r} from values up to "
                       f"{span:.6g}, past float16's largest finite value {FLOAT16_MAX:g} ({made})",
                       f"scale the values below {FLOAT16_MAX:g} before the cast, or keep that tensor float32")
+    out_v = np.asarray(values[out], np.float64) if out in values else np.zeros(0)
+    if out_v.size and not np.isnan(out_v).any() and np.isinf(out_v).any() and graph.dtypes[out] == "float32":
+        # Finite inputs, ±inf out, no NaN, and no input outside the op's domain: a finite result past
+        # float32's largest value (exp(100)), which is what overflow means.
+        return origin("overflow", f"{op.name} made {made} from finite inputs (largest |input| {span:.3g}): "
+                      f"its result passes float32's largest finite value {float(np.finfo(np.float32).max):.4g}",
+                      "keep the values in range before this op (subtract the max before exp, as softmax "
+                      "does; clip the input)")
     return origin("unexplained", f"{op.name} made {made} from finite inputs (largest |input| {span:.3g}); "
                   f"none of the causes tflab recognizes (non-finite input, float16 weight overflow, int8 "
-                  f"scale 0, division or log of zero) applies")
+                  f"scale 0, an input outside the op's domain) applies")
 
 
 def find_nan_origin(model: bytes, key: str, feed: Mapping[str, np.ndarray]) -> NanOrigin | None:
@@ -255,21 +243,23 @@ def find_nan_sink(model: bytes, key: str, feed: Mapping[str, np.ndarray]) -> Nan
                          f"its input, {src} {graph.names[t]!r}, holds {describe_values(values[t])}, and its output "
                          f"{graph.names[o]!r} is finite", "feed finite inputs", dropped=True)
     # An integer kernel on values outside its float op's domain: TF's log of a negative number is NaN,
-    # the int8 LOG gives a code. Measured on the dequantized input of each such op.
+    # the int8 LOG gives a code. Measured on the dequantized inputs of each op of the domain table.
     for op in graph.ops:
-        if op.name not in _LOGS or not op.inputs or op.inputs[0] not in values:
+        if op.name not in DOMAINS or not op.inputs or op.inputs[0] not in values:
             continue
         t = op.inputs[0]
         if graph.dtypes[t] not in ("int8", "uint8", "int16") or not graph.scales[t]:
             continue
-        x = (values[t].astype(np.float64) - graph.zero_points[t][0]) * graph.scales[t][0]
-        negative, zeros = int((x < 0).sum()), int((x == 0).sum())
-        if negative or zeros:
+        dom = domain_violation(graph, op, values)
+        if dom is not None:
+            x = dequantized(graph, t, values[t])
+            negative, zeros = int((x < 0).sum()), int((x == 0).sum())
             return NanOrigin(key, op.index, op.name, graph.names[t], "integer_kernel_domain", dropped=True, why=
                              f"its {graph.dtypes[t]} input {graph.names[t]!r} dequantizes to {negative} negative "
-                             f"value(s) and {zeros} zero(s), where TF's {op.name} gives NaN/-inf; the integer "
-                             f"kernel writes a code there (an integer has no NaN), so LiteRT is finite where TF "
-                             f"is not", fix="clamp the input first (tf.math.log(tf.maximum(x, eps)) or log1p)")
+                             f"value(s) and {zeros} zero(s) ({dom.count} outside {op.name}'s domain: "
+                             f"{dom.label}), where TF's {op.name} gives {dom.result}; the integer kernel writes "
+                             f"a code there (an integer has no NaN), so LiteRT is finite where TF is not",
+                             fix=dom.fix)
     return None
 
 
@@ -319,6 +309,9 @@ class KernelDifference:
     ops: tuple[str, ...]
     fix: object
     lost: str = "NaN/inf"
+    branch: str = ""  # why a NaN gives a number: the SELECT branch taken (`tflab.litert.cause.select_branch`)
+    op_type: str = ""
+    op_name: str = ""
 
     def to_text(self) -> str:
         shown = ", ".join(f"{v:g}" for v in self.values)
@@ -329,7 +322,8 @@ class KernelDifference:
         if self.fix.checked:
             head = (f"{who} maps {self.lost} to {shown}; {builtin_op} keeps it (measured: the default XNNPACK "
                     f"delegate ran this check and differs from TF at {self.checked} element(s); LiteRT's "
-                    f"builtin kernels, run without the default delegate, at {self.builtin})")
+                    f"builtin kernels, run without the default delegate, at {self.builtin})"
+                    + (f"; {self.branch}" if self.branch else ""))
         else:
             head = (f"XNNPACK (the default delegate, which ran this check) and the builtin kernels differ: "
                     f"{self.checked} vs {self.builtin} element(s) where they disagree with TF on NaN/inf")
@@ -384,8 +378,11 @@ def kernel_difference(model: bytes, key: str, output: str, feeds, checked: np.nd
     ops = tuple(op.name for op in graph.ops
                 if any(t >= 0 and t in vals and count_nonfinite(vals[t]) for t in op.inputs))
     lost_kind = "NaN" if lost.any() and np.isnan(want[lost]).all() else "NaN/inf"
+    from tflab.litert.cause import select_branch
+
+    branch, op_type, op_name = select_branch(graph, vals, values)
     return KernelDifference(int((c_bad != w_bad).sum()), int((b_bad != w_bad).sum()), values, ops,
-                            delegate_fix(checked, builtin, want), lost_kind)
+                            delegate_fix(checked, builtin, want), lost_kind, branch, op_type, op_name)
 
 
 # ----------------------------------------------------------- check hook
@@ -467,8 +464,16 @@ def nan_note(model: bytes, okey: str, key: str, feeds: Sequence[Mapping[str, np.
     Returns:
         One line, or ``""`` when all three counts are 0.
     """
+    return nan_findings(model, okey, key, feeds, lite_only, tf_only, both, output=output, got=got,
+                        want=want)[0]
+
+
+def nan_findings(model: bytes, okey: str, key: str, feeds: Sequence[Mapping[str, np.ndarray]], lite_only: int,
+                 tf_only: int, both: int = 0, *, output: str | None = None, got: np.ndarray | None = None,
+                 want: np.ndarray | None = None) -> tuple[str, NanOrigin | None, KernelDifference | None]:
+    """`nan_note`'s line with what it measured: ``(note, origin or None, kernel difference or None)``."""
     if not (lite_only or tf_only or both):
-        return ""
+        return "", None, None
     if lite_only or tf_only:
         head = (f"{okey}: {lite_only + tf_only} element(s) are NaN/inf on one side only (LiteRT only "
                 f"{lite_only}, TF only {tf_only}; {both} on both): an infinite error")
@@ -490,7 +495,7 @@ def nan_note(model: bytes, okey: str, key: str, feeds: Sequence[Mapping[str, np.
             if found is not None:
                 break
     except (RuntimeError, ValueError) as e:  # the builtin kernels could not even prepare it
-        return f"{head}; the per-op rerun with builtin kernels failed ({str(e).strip()[:160]})"
+        return f"{head}; the per-op rerun with builtin kernels failed ({str(e).strip()[:160]})", None, None
     diff = None
     if (lite_only or tf_only) and output is not None and got is not None and want is not None:
         try:
@@ -505,18 +510,18 @@ def nan_note(model: bytes, okey: str, key: str, feeds: Sequence[Mapping[str, np.
                 found = None
         plan = first_working([diff.fix] + ([found.fix_record] if found is not None and found.fix_record else []))
         cause = "" if found is None else "; per-op rerun with the builtin kernels: " + found.cause_text()
-        return f"{head}; {diff.to_text()}{cause}; " + " ".join(plan.lines())
+        return f"{head}; {diff.to_text()}{cause}; " + " ".join(plan.lines()), found, diff
     if found is None:
         side = ("no tensor of the per-op rerun with LiteRT's builtin kernels holds a NaN/inf, so the kernels of "
                 "the checked run (XNNPACK delegate) made it" if lite_only or both else
                 "no tensor of the LiteRT run holds a NaN/inf: TF's kernels made it, LiteRT's do not")
-        return f"{head}; {side}"
+        return f"{head}; {side}", None, None
     if found.cause == "uninitialized_variable":  # its fix is in the READ_VARIABLE note already
-        return f"{head}; {found.cause_text()}; fix: see the READ_VARIABLE note"
+        return f"{head}; {found.cause_text()}; fix: see the READ_VARIABLE note", found, None
     if found.cause == "nonfinite_input" and not found.dropped:
         try:
             plan = first_working([clean_examples_fix(model, key, list(feeds))])
-            return f"{head}; {found.cause_text()}; " + " ".join(plan.lines())
+            return f"{head}; {found.cause_text()}; " + " ".join(plan.lines()), found, None
         except (RuntimeError, ValueError):
             pass
-    return f"{head}; {found.to_text()}"
+    return f"{head}; {found.to_text()}", found, None

@@ -189,3 +189,79 @@ def saturation_note(okey: str, op: str, s: Mapping) -> str:
             f"{op}'s output scale and zero point can represent (TF's values span [{s['tf_min']:.4g}, "
             f"{s['tf_max']:.4g}]): that range came from the representative dataset and these inputs lie "
             f"outside it; calibrate on data like your inputs (representative dataset)")
+
+
+# Ops that move or re-encode values without computing new ones: a float output read through them (a
+# final DEQUANTIZE, a RESHAPE after it) carries the quantization of the integer tensor they start from.
+CARRY_OPS = ("DEQUANTIZE", "QUANTIZE", "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE", "SLICE",
+             "STRIDED_SLICE", "GATHER", "BROADCAST_TO", "IDENTITY")
+
+
+@dataclasses.dataclass(frozen=True)
+class CarriedQuantization:
+    """The integer tensor whose quantization a float signature tensor carries.
+
+    Attributes:
+        scale: its scale (the largest, for a per-channel tensor), float units per step.
+        zero_point: its zero point.
+        dtype: ``"int8"``, ``"uint8"`` or ``"int16"``.
+        tensor: its name in the flatbuffer.
+        path: the ops between it and the signature tensor (``("DEQUANTIZE #5", "RESHAPE #6")``).
+    """
+
+    scale: float
+    zero_point: int
+    dtype: str
+    tensor: str
+    path: tuple[str, ...] = ()
+
+
+def _quantized(g, t: int) -> bool:
+    return t >= 0 and g.dtypes[t] in (*_INTEGER, "int16") and bool(g.scales[t]) and max(g.scales[t]) > 0
+
+
+def carried_quantization(g, tensor: int, toward: str = "output") -> CarriedQuantization | None:
+    """The last (``toward="output"``) or first (``"input"``) quantized tensor on a signature tensor's path.
+
+    An output is followed back through its writers while they are `CARRY_OPS` (its first input);
+    an input forward through the ops that read it while they are. The converter's default int8 recipe
+    (float input and output, int8 ops inside) puts QUANTIZE/DEQUANTIZE at the edges: the int8 tensor
+    feeding the final DEQUANTIZE is the output's last rounding, and its scale bounds the output as
+    an int8 output's own scale would.
+
+    Args:
+        g: a `tflab.litert.flatbuffer_notes.Graph` (one subgraph).
+        tensor: the signature tensor's index in ``g``.
+        toward: ``"output"`` or ``"input"``.
+
+    Returns:
+        A `CarriedQuantization`, or None when no quantized tensor is reached (a float model, a
+        dynamic-range model whose activations stay float).
+    """
+    writer = {t: op for op in g.ops for t in op.outputs}
+    readers: dict[int, list] = {}
+    for op in g.ops:
+        for t in op.inputs:
+            readers.setdefault(t, []).append(op)
+    path: list[str] = []
+    seen = set()
+    t = tensor
+    while t >= 0 and t not in seen:
+        seen.add(t)
+        if _quantized(g, t):
+            return CarriedQuantization(float(max(g.scales[t])), int(g.zero_points[t][0]) if g.zero_points[t] else 0,
+                                       g.dtypes[t], g.names[t], tuple(reversed(path)) if toward == "output"
+                                       else tuple(path))
+        if toward == "output":
+            op = writer.get(t)
+            if op is None or op.name not in CARRY_OPS or not op.inputs:
+                return None
+            t = op.inputs[0]
+        else:
+            ops = [op for op in readers.get(t, ()) if op.name in CARRY_OPS and op.inputs and op.inputs[0] == t]
+            if not ops:
+                return None
+            op = next((o for o in ops if any(_quantized(g, x) for x in o.outputs)), ops[0])
+            t = op.outputs[0] if op.outputs else -1
+        path.append(f"{op.name} #{op.index}")
+    return None

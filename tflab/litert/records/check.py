@@ -40,6 +40,10 @@ class OutputError(Report):
         worst_bound: the bound of that element (so ``worst_abs_error / worst_bound
             == bound_ratio``; ``max_abs_error`` and ``bound`` may come from other elements).
         argmax_ties: rows where LiteRT ties several classes at its top value.
+        inner_quantization: for a float output read through a final DEQUANTIZE (and data movement
+            such as RESHAPE), ``(scale, zero point, dtype, tensor name)`` of the integer tensor it
+            starts from (`tflab.litert.recipe.carried_quantization`): its last rounding, which the
+            bound uses as an integer output's own scale; None otherwise.
     """
 
     name: str
@@ -56,8 +60,16 @@ class OutputError(Report):
     worst_abs_error: float = 0.0
     worst_bound: float = 0.0
     argmax_ties: int = 0
+    inner_quantization: tuple | None = None
 
     DICT_PROPERTIES = ("within_bound",)
+
+    @property
+    def step(self) -> float | None:
+        """The output's quantization step: its own scale, or the carried one (``inner_quantization``)."""
+        if self.quantization:
+            return self.quantization[0]
+        return self.inner_quantization[0] if self.inner_quantization else None
 
     @property
     def within_bound(self) -> bool:
@@ -107,14 +119,13 @@ class TFLiteCheck(Report):
         notes: other measured facts worth reading (constant outputs, float weights kept).
         convert_seconds: wall time of the conversion, seconds (None when not converted here).
         worst_output: the output with the largest ``|Δ|/bound`` (None when not run).
-        vacuous_outputs: outputs whose bound (largest elementwise bound) is at least
-            the output's reference range (``max − min`` of TF's values over the
-            examples), or at least 1 for a probability (TF's and LiteRT's values all
-            in [0, 1]): their check cannot fail (on the elements with such bounds),
-            so ``within_bound`` says little about them; a note says so and points to
-            ``argmax_agreement``. Also a saturated output: every element of TF's within
-            ``1e-4`` of its range from its min or max (a softmax at 0 and 1), which
-            squashes any error inside the model.
+        vacuous_outputs: outputs whose check cannot fail, as measured (`tflab.litert.vacuous`): the
+            bound is at least the output's reference range (``max − min`` of TF's values), or at least
+            1 for a probability, or TF's output is saturated (every element within ``1e-4`` of its range
+            from its min or max), AND a planted defect (TF rerun with every float weight ×1.1) moves no
+            element past its bound. A note says so, with the measured move, and points to
+            ``argmax_agreement``. Never listed: an output with NaN/inf on either side, fewer than 8
+            elements, or over its bound (a check that has failed).
         per_op: the per-op check (`tflab.litert.per_op.PerOpCheck`): every op run on
             its own inputs with the builtin kernels and compared with a float64
             reference using the float model's weights (None when it could not run;
@@ -125,6 +136,10 @@ class TFLiteCheck(Report):
             tensor of the same name (`tflab.litert.float_tensors.FloatTensors`; None otherwise).
         model: the flatbuffer bytes that were checked (not in ``to_dict``).
         path: where those bytes are written, when known (``tflab export`` sets it).
+        cause: the root cause of the difference (`tflab.attribution.Cause`: the first op over its own
+            bound on its actual inputs, with its class, and the ops that only carry it; a kernel or
+            domain cause from the NaN analysis), None when every op and output is within bound
+            (`tflab.litert.cause.litert_cause`).
     """
 
     quantization: str
@@ -153,6 +168,7 @@ class TFLiteCheck(Report):
     tf_tensors: Any = None
     model: bytes = dataclasses.field(default=b"", repr=False, compare=False, metadata={"dict": False})
     path: str | None = None
+    cause: Any = None
     config: dict = config_field()
 
     DICT_PROPERTIES = ("ok",)
@@ -211,8 +227,13 @@ class TFLiteCheck(Report):
             lines.append(f"  {o.name}: max|Δ| {o.max_abs_error:.3g} (rel {o.max_rel_error:.3g}; "
                          f"max ULP {o.max_ulp}, its own worst element) bound {o.bound:.3g} "
                          f"ratio {o.bound_ratio:.3g} "
-                         f"{'ok' if o.within_bound else 'EXCEEDED'}{am}")
+                         f"{'ok' if o.within_bound else 'EXCEEDED'}{am}"
+                         + (f"; bounded in steps of {o.inner_quantization[2]} tensor "
+                            f"{o.inner_quantization[3].split(';')[0]!r} (scale {o.inner_quantization[0]:.4g}) "
+                            f"before the final DEQUANTIZE" if o.inner_quantization else ""))
         lines.append(f"  why: {self.explanation}")
+        if self.cause is not None:
+            lines.append(f"  {self.cause.line_text}")
         if self.per_op is not None:
             lines.append(self.per_op.to_text())
         if self.attribution is not None:

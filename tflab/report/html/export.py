@@ -19,7 +19,15 @@ def per_op_records(check: Any) -> Any:
     return getattr(per_op, "ops", None) if per_op is not None else getattr(check, "ops", None)
 
 
-def op_records_fragment(ops: Any) -> str:
+def cause_fragment(check: Any) -> str:
+    """The check's root-cause line (``cause: KIND at OP 'name': ...``), marked, or "" when it has none."""
+    cause = getattr(check, "cause", None)
+    if cause is None:
+        return ""
+    return f'<p class="cause"><b>{esc(cause.line_text)}</b></p>'
+
+
+def op_records_fragment(ops: Any, cause: Any = None) -> str:
     """Per-op errors of a TFLite variant (`per_op_records`) as a heat list, worst ``|Δ|/bound`` first.
 
     Each record is an `OpCheck` or a dict; its number is ``bound_ratio``/``ratio``
@@ -38,8 +46,16 @@ def op_records_fragment(ops: Any) -> str:
     if not recs:
         return ""
     worst = max((abs(e) for _, _, e, _ in recs if e is not None), default=0.0) or 1.0
-    rows = [(esc(n), esc(t), num(e), num(m), bar(None if e is None else abs(e) / worst,
-                                                 "#b3261e" if e is not None and abs(e) > 1 else "#d97706"))
+    # The cause op (the first over its own bound, `TFLiteCheck.cause`) is marked; later ops only carry it.
+    mark = getattr(cause, "op_name", "") or ""
+
+    def name(n, t):
+        if mark and str(n).split(";")[0] == mark and t == getattr(cause, "op_type", t):
+            return f'<b>{esc(n)}</b> <span class="bad">◀ cause: {esc(cause.kind)}</span>'
+        return esc(n)
+
+    rows = [(name(n, t), esc(t), num(e), num(m), bar(None if e is None else abs(e) / worst,
+                                                     "#b3261e" if e is not None and abs(e) > 1 else "#d97706"))
             for n, t, e, m in sorted(recs, key=lambda r: -(abs(r[2]) if r[2] is not None else -1))[:40]]
     return (f"<details><summary>per-op error ({len(recs)} ops checked, worst |Δ|/bound first)</summary>"
             + table(("op", "type", "|Δ|/bound", "max|Δ|", ""), rows, raw=True) + "</details>")
@@ -61,7 +77,7 @@ def tflite_fragment(check: Any) -> str:
              + (f" ({check.size_ratio:.2f}× float)" if check.size_ratio else "")
              + f"; {sum(check.op_counts.values())} ops; runtime {esc(check.runtime)}</p>",
              table(("output", "dtype", "max |Δ|", "bound", "Δ/bound", "", "argmax"), rows, raw=True),
-             op_records_fragment(per_op_records(check)),
+             cause_fragment(check), op_records_fragment(per_op_records(check), getattr(check, "cause", None)),
              "".join(f"<p>note: {esc(n)}</p>" for n in check.notes), "</div>"]
     return "".join(parts)
 
@@ -93,9 +109,9 @@ def export_fragment(report: Any) -> str:
                                                      else "#b3261e"),
                      num(min(agree), ".0%") if agree else "–", num(v.convert_seconds, ".1f"),
                      f"{sum(c.op_counts.values())} ops; {esc(c.runtime)}"))
-        ops = op_records_fragment(per_op_records(c))
-        if ops:
-            details.append(f"<h4>{esc(q)}</h4>{ops}")
+        ops = op_records_fragment(per_op_records(c), getattr(c, "cause", None))
+        if ops or cause_fragment(c):
+            details.append(f"<h4>{esc(q)}</h4>{cause_fragment(c)}{ops}")
     parts = ['<div class="tflab export-section">',
              f"<p>export {esc(report.model)} → {esc(report.out)} (examples: {esc(report.examples)})</p>",
              f"<p>SavedModel: <span class=\"{'ok' if sm.bit_exact else 'bad'}\">"
