@@ -61,6 +61,11 @@ class OpValue:
         inputs: numpy arrays of its inputs (None where not float or not recorded).
         input_ops: the op types producing each input.
         frame: ``(filename, lineno, function name)`` of the user's line that made it, or None.
+        attrs: the op's attributes as ``tf.Operation.get_attr`` gives them (what
+            `tflab.attribution` re-creates the op from, with its float dtypes raised).
+        input_names: the graph names of its input tensors (``op:0``), in order.
+        stateful: whether TF registers the op as stateful (a re-run may differ).
+        num_outputs: how many outputs the op has (all, float or not).
     """
 
     name: str
@@ -69,6 +74,10 @@ class OpValue:
     inputs: list
     input_ops: list
     frame: tuple | None
+    attrs: dict = dataclasses.field(default_factory=dict)
+    input_names: list = dataclasses.field(default_factory=list)
+    stateful: bool = False
+    num_outputs: int = 1
 
 
 def _user_frame(tb) -> tuple | None:
@@ -122,7 +131,8 @@ def trace_op_values(call: Callable, sources: Sequence) -> tuple[list[OpValue], A
             if op.graph is not g:
                 continue
             for t in list(op.inputs) + list(op.outputs):
-                if t.name not in index and (t.dtype.is_floating or t.dtype.is_integer) and not t.dtype.is_quantized:
+                if t.name not in index and (t.dtype.is_floating or t.dtype.is_integer or t.dtype.is_bool) \
+                        and not t.dtype.is_quantized:
                     index[t.name] = len(fetch)
                     fetch.append(t)
             keep.append(op)
@@ -150,8 +160,21 @@ def trace_op_values(call: Callable, sources: Sequence) -> tuple[list[OpValue], A
         if not outs:
             continue
         ins = [arrays[names[t.name]] if t.name in names else None for t in op.inputs]
-        ops.append(OpValue(op.name, op.type, outs, ins, [t.op.type for t in op.inputs], _user_frame(op.traceback)))
+        ops.append(OpValue(op.name, op.type, outs, ins, [t.op.type for t in op.inputs], _user_frame(op.traceback),
+                           _attrs_of(op), [t.name for t in op.inputs], bool(op.op_def.is_stateful),
+                           len(op.outputs)))
     return ops, tf.nest.map_structure(lambda t: t.numpy(), out)
+
+
+def _attrs_of(op) -> dict:
+    """``{name: op.get_attr(name)}`` for each attribute of the op's NodeDef (those it cannot read: left out)."""
+    out = {}
+    for k in op.node_def.attr:
+        try:
+            out[k] = op.get_attr(k)
+        except Exception:  # noqa: BLE001 - an attribute get_attr cannot decode is simply not kept
+            pass
+    return out
 
 
 def _finite(a) -> bool:
