@@ -369,6 +369,7 @@ def _cause(j: JudgedOp, kind: str, extra: dict, test_ops, ref_ops, pairs, consum
                f"below half of {dt}'s smallest subnormal {sub:.3g}, so it rounds to 0")
         detail = (f"the constant {lit or _fmt(j.reference_max)} is {became} in {dt} ({why})")
         evidence["literal"] = lit
+        evidence["became"] = became
         evidence["reference_value"] = j.reference_max
     elif kind == "overflow":
         detail = (f"{j.event_count} of {j.event_of} elements became inf in {dt} from finite inputs; the float64 "

@@ -447,13 +447,15 @@ def _with_fixes(result: PolicyResult, subject: PolicySubject, policy: str, obj, 
         g2, _ = run2.grad_fn(1.0)
         return _measure(policy, ref[0], ref[1], run2.outputs, g2, out_names, grad_names, None, (), 0.0)
 
+    out_overflow = any(k in out_names for k in result.overflow)
+    zeroed_constant = cause is not None and cause.kind == "constant" and cause.evidence.get("became") == "0"
     if cause is not None and cause.kind in ("overflow", "constant", "ill-conditioned", "rounding", "domain") \
-            and not any(k in out_names for k in result.overflow):
+            and (not out_overflow or zeroed_constant):
         if progress:
             progress(f"{policy}: the candidate fixes of the cause, run on your inputs")
         changes["fix"] = cause_plan(result, cause, rerun_fixed, list(ref[0]), list(ref[1]), out_names, grad_names,
                                     masks)
-    if any(k in out_names for k in result.overflow):
+    if out_overflow and not zeroed_constant:
         from tflab.nonfinite import analyse, trace_op_values
 
         if progress:

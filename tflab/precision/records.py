@@ -184,14 +184,12 @@ class PolicyResult:
                 parts.append(self.nonfinite.cause_text)
             elif self.nonfinite is not None and self.nonfinite.error:
                 parts.append(f"first non-finite op not found: {self.nonfinite.error}")
-            if self.fix is not None:
+            if self.fix is not None and self.nonfinite is not None:
                 parts += self.fix.lines()
         if self.cause is not None:
             parts.append(self.cause.line_text)
-            if self.fix is not None and not self.overflow:
-                parts += self.fix.lines()
-        elif self.fix is not None and not self.overflow:
-            parts += self.fix.lines()
+        if self.fix is not None and not (self.overflow and self.nonfinite is not None):
+            parts += self.fix.lines()  # the fix of the cause (an overflow's fix is printed with it above)
         if self.reference_noise_elements:
             parts.append(f"{self.reference_noise_elements} float32 gradient element(s) below float32's own "
                          "noise floor (vs float64) not counted")
