@@ -21,8 +21,8 @@ import importlib
 from tflab._lazy import lazy_exports
 
 _EXPORTS = {
-    **dict.fromkeys(("CAUSE_CLASSES", "Cause", "OpJudgement"), "records"),
-    **dict.fromkeys(("attribute", "attribute_calls", "attribute_runs", "Attribution"), "engine"),
+    **dict.fromkeys(("CAUSE_CLASSES", "Cause", "OpJudgement", "Attribution"), "records"),
+    **dict.fromkeys(("attribute", "attribute_calls", "attribute_runs"), "engine"),
 }
 
 __all__ = sorted(_EXPORTS)

@@ -221,7 +221,6 @@ def values_within(r, ref_outputs: list, ref_grads: list, out_names, grad_names,
 def _keras_layer_class(frame) -> type | None:
     """The Keras layer class whose method holds the user's line, or None."""
     from tflab._code_swap import find_function
-    from tflab.precision.policy import is_keras_layer
 
     funcs = find_function(*frame) if frame else []
     for f in funcs:
@@ -229,7 +228,6 @@ def _keras_layer_class(frame) -> type | None:
         if isinstance(owner, type) and any(c.__name__ == "Layer" and c.__module__.split(".")[0] in ("keras", "tf_keras")
                                            for c in owner.__mro__):
             return owner
-    del is_keras_layer
     return None
 
 
@@ -308,12 +306,12 @@ def cause_plan(result, cause, rerun: Callable[[], Any], ref_outputs: list, ref_g
             "and backward"))
     candidates.append(rewritten(in_float32(cast_back=True),
                                 f"compute {where} in float32 and cast the result back to its first operand's dtype"))
-    if True:  # whatever the class: float32 values beyond the dtype's range have no fix in that dtype
-        big = max((float(np.max(np.abs(g[np.isfinite(g)]), initial=0)) for g in ref_grads + ref_outputs
-                   if g is not None and np.asarray(g).dtype.kind == "f"), default=0.0)
-        if big > float(float_info(dt).max):
-            candidates.append(fx.Fix("note", "", f"keep these values in float32: no {dt} fix exists",
-                                     status=fx.NOT_CHECKED,
-                                     why=f"their float32 values reach {big:.4g}, beyond {dt}'s max "
-                                         f"{float(float_info(dt).max):.6g}"))
+    # whatever the class: float32 values beyond the dtype's range have no fix in that dtype
+    big = max((float(np.max(np.abs(g[np.isfinite(g)]), initial=0)) for g in ref_grads + ref_outputs
+               if g is not None and np.asarray(g).dtype.kind == "f"), default=0.0)
+    if big > float(float_info(dt).max):
+        candidates.append(fx.Fix("note", "", f"keep these values in float32: no {dt} fix exists",
+                                 status=fx.NOT_CHECKED,
+                                 why=f"their float32 values reach {big:.4g}, beyond {dt}'s max "
+                                     f"{float(float_info(dt).max):.6g}"))
     return fx.first_working(candidates)
