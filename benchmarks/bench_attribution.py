@@ -11,7 +11,8 @@ graph, as in tensorflow/tensorflow#47156):
 * ``small``: an instance normalization of a [2, 16] input (~40 ops with the
   backward pass);
 * ``deep``: 12 blocks of dense -> instance norm -> tanh on [8, 32]
-  (~200 forward ops; about 450 with the backward pass).
+  (~200 forward ops; about 500 with the backward pass); planted: inputs ~300,
+  whose squared deviations overflow float16 in the first block.
 
 Each configuration runs ``--runs`` times after a warm-up; the best time is
 printed, with the ratio "attributed / plain" (the planted run against the
@@ -47,12 +48,13 @@ _W = [tf.constant(np.random.default_rng(i).normal(0, 0.2, (32, 32)).astype(np.fl
 
 
 def deep(x):
+    """Healthy: each block's input is the tanh of a normalized value, within [-1, 1]."""
     h = x
     for w in _W:
         h = h @ tf.cast(w, h.dtype)
         mean = tf.reduce_mean(h, axis=-1, keepdims=True)
         var = tf.reduce_mean(tf.square(h - mean), axis=-1, keepdims=True)
-        h = tf.tanh((h - mean) * tf.math.rsqrt(var + 1e-3)) * 300.0
+        h = tf.tanh((h - mean) * tf.math.rsqrt(var + 1e-3))
     return h
 
 
@@ -74,7 +76,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     rows = []
     for name, fn, shape in (("small", small, (2, 16)), ("deep", deep, (8, 32))):
-        healthy = tf.constant(rng.normal(0, 0.01 if name == "deep" else 3, shape).astype(np.float32))
+        healthy = tf.constant(rng.normal(0, 3, shape).astype(np.float32))
         planted = tf.constant(rng.normal(0, 300, shape).astype(np.float32))
         plain, r0 = _best(lambda: tflab.compare_precisions(fn, healthy, policies="mixed_float16"), args.runs)
         attributed, r1 = _best(lambda: tflab.compare_precisions(fn, planted, policies="mixed_float16"), args.runs)

@@ -80,6 +80,17 @@ class OpValue:
     num_outputs: int = 1
 
 
+_LIBRARY: dict[str, bool] = {}
+
+
+def _is_library(filename: str) -> bool:
+    """`is_library_file`, remembered per file name (every op of a trace asks about the same few files)."""
+    known = _LIBRARY.get(filename)
+    if known is None:
+        known = _LIBRARY[filename] = bool(is_library_file(filename))
+    return known
+
+
 def _user_frame(tb) -> tuple | None:
     """The innermost frame of an op's creation traceback outside TF, Keras, tflab and the stdlib."""
     best = None
@@ -88,7 +99,7 @@ def _user_frame(tb) -> tuple | None:
             filename, lineno, name = fr.filename, fr.lineno, fr.name
         except AttributeError:
             filename, lineno, name = fr[0], fr[1], fr[2]
-        if not is_library_file(filename) and "__autograph_generated" not in filename \
+        if not _is_library(filename) and "__autograph_generated" not in filename \
                 and not filename.startswith("<"):
             best = (filename, int(lineno), name)
     return best
@@ -138,14 +149,28 @@ def trace_op_values(call: Callable, sources: Sequence) -> tuple[list[OpValue], A
             keep.append(op)
         meta.extend(keep)
         names.update(index)
+        shapes.extend(t.shape for t in fetch)
+        if all(sh.is_fully_defined() for sh in shapes):
+            # one flat tensor per dtype instead of one return value per op output: each value a
+            # FuncGraph returns gets its own identity and control-dependency bookkeeping, which made
+            # the trace of a few hundred ops cost seconds
+            groups: dict = {}
+            for i, t in enumerate(fetch):
+                groups.setdefault(t.dtype, []).append(i)
+            order.extend(groups.values())
+            fetch = [tf.concat([tf.reshape(fetch[i], [-1]) for i in idx], 0) for idx in groups.values()]
         return tf.nest.map_structure(tf.convert_to_tensor, out), fetch
 
     meta: list = []
     names: dict[str, int] = {}
+    shapes: list = []
+    order: list = []
     last: Exception | None = None
     for autograph in (False, True):
         meta.clear()
         names.clear()
+        shapes.clear()
+        order.clear()
         try:
             out, values = tf.function(traced, autograph=autograph)(list(sources))
             break
@@ -153,7 +178,16 @@ def trace_op_values(call: Callable, sources: Sequence) -> tuple[list[OpValue], A
             last = e
     else:
         raise last  # type: ignore[misc]
-    arrays = [v.numpy() for v in values]
+    if order:  # packed per dtype: split back into one array per op output
+        arrays = [None] * len(shapes)
+        for idx, flat in zip(order, values):
+            flat, at = flat.numpy(), 0
+            for i in idx:
+                n = int(np.prod(shapes[i].as_list(), dtype=np.int64))
+                arrays[i] = flat[at:at + n].reshape(shapes[i].as_list())
+                at += n
+    else:
+        arrays = [v.numpy() for v in values]
     ops = []
     for op in meta:
         outs = [arrays[names[t.name]] for t in op.outputs if t.name in names]

@@ -26,6 +26,7 @@ the user's line, and what was measured. The ops after it that read its error
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import time
@@ -406,7 +407,9 @@ def attribute_calls(test_call: Callable, ref_call: Callable, test_sources: Seque
         test_call, ref_call: functions of one list of tensors (the run under test, the reference run).
         test_sources, ref_sources: their tensors.
         function_name, runs: for the record.
-        gradients: also trace the gradients of sum(outputs) (so the backward ops are judged too).
+        gradients: also trace the gradients of sum(outputs) (so the backward ops are judged too);
+            ``"auto"``: the forward pass first, and forward and backward (with ``higher``)
+            only when the forward pass names no cause.
         require_cause: the runs are known to differ (see `attribute_runs`).
         higher: ``(call, sources)`` of the same function in float64, or None: the reference
             run's noise floor (its distance to this run). A float64 run that fails is skipped.
@@ -419,6 +422,13 @@ def attribute_calls(test_call: Callable, ref_call: Callable, test_sources: Seque
     from tflab.nonfinite import trace_op_values
 
     t0 = time.perf_counter()
+    if gradients == "auto":
+        # the forward pass alone first (a third of the ops, no float64 run): most causes are there
+        first = attribute_calls(test_call, ref_call, test_sources, ref_sources, function_name, runs, False,
+                                False, None)
+        if first.cause is not None or first.error:
+            return dataclasses.replace(first, seconds=time.perf_counter() - t0)
+        gradients = True
     try:
         test_ops, test_out = trace_op_values(_grad_call(test_call) if gradients else test_call, test_sources)
         ref_ops, _ = trace_op_values(_grad_call(ref_call) if gradients else ref_call, ref_sources)

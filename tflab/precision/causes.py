@@ -84,5 +84,5 @@ def attribute_policy(subject, policy: str, obj, ref_obj, name: str) -> Any:
     except Exception:  # noqa: BLE001 - attributed without the floor
         higher = None
     return attribute_calls(subject.call(obj, compute), subject.call(ref_obj, "float32"), subject.sources,
-                           subject.sources, name, f"float32 vs {policy}", gradients=True, require_cause=True,
+                           subject.sources, name, f"float32 vs {policy}", gradients="auto", require_cause=True,
                            higher=higher)
