@@ -123,3 +123,14 @@ def test_no_float16_fix_is_said_plainly_when_the_true_gradient_exceeds_the_range
     assert not ("gone" in r.verdict and "still" in r.verdict)
     assert "no float16 fix exists" in r.verdict
     assert all(not f.checked for f in r.fix.tried)
+
+
+# ------------------------------------------------------------------ one ULP, amplified
+
+
+def test_one_ulp_amplified_is_ill_conditioned_and_a_failed_rewrite_is_not_printed_as_checked():
+    x = tf.constant(np.arange(1, 9, dtype=np.float32) * 1e-2)  # cos(x) rounds to 1 in float16
+    r = compare_precisions(c.one_minus_cos, x, policies="mixed_float16").policies["mixed_float16"]
+    assert r.cause.kind == "ill-conditioned" and r.cause.op_type == "Sub"
+    assert r.cause.line == _line(c.one_minus_cos, "return") and "error of Cos" in r.cause.detail
+    assert r.fix.fix is None and r.fix.none_worked  # the cause's line alone in float32 still reads the rounded cos

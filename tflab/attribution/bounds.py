@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["unit_roundoff", "gamma", "ulp", "ELEMENTWISE_ULPS", "CONTRACTIONS", "REDUCTIONS", "terms_per_output",
+__all__ = ["unit_roundoff", "gamma", "ulp", "np_dtype", "ELEMENTWISE_ULPS", "CONTRACTIONS", "REDUCTIONS", "terms_per_output",
            "elementwise_bound", "sum_bound"]
 
 ELEMENTWISE_ULPS = 2.0
@@ -58,7 +58,8 @@ def gamma(k: float, u: float) -> float:
     return ku / (1.0 - ku) if ku < 1.0 else float("inf")
 
 
-def _np_dtype(dtype: str):
+def np_dtype(dtype: str):
+    """The numpy dtype of a float dtype name (``"bfloat16"``: ml_dtypes')."""
     if dtype == "bfloat16":
         import ml_dtypes
 
@@ -68,7 +69,7 @@ def _np_dtype(dtype: str):
 
 def ulp(ref: np.ndarray, dtype: str) -> np.ndarray:
     """The spacing of ``dtype`` at ``|ref|`` (float64 array; the subnormal spacing below the smallest normal)."""
-    dt = _np_dtype(dtype)
+    dt = np_dtype(dtype)
     info = _info(dtype)
     a = np.abs(np.asarray(ref, np.float64))
     a = np.where(np.isfinite(a), np.minimum(a, info[0]), info[0])

@@ -82,14 +82,14 @@ def _literal_on_line(op, ref_value: float, dtype: str) -> str:
         tree = ast.parse(line.rstrip(":") if not line.endswith(":") else line + " pass")
     except SyntaxError:
         return ""
-    from tflab.attribution.bounds import _np_dtype
+    from tflab.attribution.bounds import np_dtype
 
     best, dist = "", np.inf
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
             v = float(node.value)
             with np.errstate(over="ignore"):
-                held = float(np.asarray(v).astype(_np_dtype(dtype)))
+                held = float(np.asarray(v).astype(np_dtype(dtype)))
             if v != 0 and (held == 0 or np.isinf(held)) and np.isfinite(ref_value) and ref_value:
                 d = abs(np.log(abs(v)) - np.log(abs(ref_value)))
                 if d < dist:
