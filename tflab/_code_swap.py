@@ -33,7 +33,7 @@ import textwrap
 import types
 from typing import Callable, Iterator
 
-__all__ = ["swapped_line", "finite_literals", "in_float32", "find_function", "RewriteError"]
+__all__ = ["swapped_line", "finite_literals", "representable_literals", "in_float32", "find_function", "RewriteError"]
 
 
 class RewriteError(Exception):
@@ -93,6 +93,35 @@ def finite_literals(limit: float) -> Callable[[ast.stmt, types.FunctionType], st
         if not t.changed:
             raise RewriteError("no numeric literal on that line is beyond the range")
         return f"{', '.join(t.changed)} -> {value:g}"
+
+    return rewrite
+
+
+def representable_literals(smallest_normal: float, largest: float, small: float):
+    """A rewrite: non-zero literals below ``smallest_normal`` become ``small``; beyond ``largest``, 1e4-like.
+
+    A literal a dtype rounds to 0 or to a subnormal (``variance_epsilon=1e-12`` in
+    float16, whose smallest normal is 6.1e-5) becomes ``small`` (1e-3 for
+    float16), keeping its sign; one beyond the range becomes ±10^floor(log10(largest)).
+    """
+    big_value = 10.0 ** math.floor(math.log10(largest))
+
+    def rewrite(stmt: ast.stmt, func) -> str:
+        changed: list[str] = []
+
+        class Lit(ast.NodeTransformer):
+            def visit_Constant(self, node):
+                v = node.value
+                if isinstance(v, float) and v != 0 and (abs(v) < smallest_normal or abs(v) > largest):
+                    new = small if abs(v) < smallest_normal else big_value
+                    changed.append(f"{v!r} -> {new:g}")
+                    return ast.copy_location(ast.Constant(math.copysign(new, v)), node)
+                return node
+
+        Lit().visit(stmt)
+        if not changed:
+            raise RewriteError("no numeric literal on that line is outside the dtype's normal range")
+        return ", ".join(changed)
 
     return rewrite
 

@@ -61,6 +61,11 @@ class OpValue:
         inputs: numpy arrays of its inputs (None where not float or not recorded).
         input_ops: the op types producing each input.
         frame: ``(filename, lineno, function name)`` of the user's line that made it, or None.
+        attrs: the op's attributes as ``tf.Operation.get_attr`` gives them (what
+            `tflab.attribution` re-creates the op from, with its float dtypes raised).
+        input_names: the graph names of its input tensors (``op:0``), in order.
+        stateful: whether TF registers the op as stateful (a re-run may differ).
+        num_outputs: how many outputs the op has (all, float or not).
     """
 
     name: str
@@ -69,6 +74,21 @@ class OpValue:
     inputs: list
     input_ops: list
     frame: tuple | None
+    attrs: dict = dataclasses.field(default_factory=dict)
+    input_names: list = dataclasses.field(default_factory=list)
+    stateful: bool = False
+    num_outputs: int = 1
+
+
+_LIBRARY: dict[str, bool] = {}
+
+
+def _is_library(filename: str) -> bool:
+    """`is_library_file`, remembered per file name (every op of a trace asks about the same few files)."""
+    known = _LIBRARY.get(filename)
+    if known is None:
+        known = _LIBRARY[filename] = bool(is_library_file(filename))
+    return known
 
 
 def _user_frame(tb) -> tuple | None:
@@ -79,7 +99,7 @@ def _user_frame(tb) -> tuple | None:
             filename, lineno, name = fr.filename, fr.lineno, fr.name
         except AttributeError:
             filename, lineno, name = fr[0], fr[1], fr[2]
-        if not is_library_file(filename) and "__autograph_generated" not in filename \
+        if not _is_library(filename) and "__autograph_generated" not in filename \
                 and not filename.startswith("<"):
             best = (filename, int(lineno), name)
     return best
@@ -122,20 +142,35 @@ def trace_op_values(call: Callable, sources: Sequence) -> tuple[list[OpValue], A
             if op.graph is not g:
                 continue
             for t in list(op.inputs) + list(op.outputs):
-                if t.name not in index and (t.dtype.is_floating or t.dtype.is_integer) and not t.dtype.is_quantized:
+                if t.name not in index and (t.dtype.is_floating or t.dtype.is_integer or t.dtype.is_bool) \
+                        and not t.dtype.is_quantized:
                     index[t.name] = len(fetch)
                     fetch.append(t)
             keep.append(op)
         meta.extend(keep)
         names.update(index)
+        shapes.extend(t.shape for t in fetch)
+        if all(sh.is_fully_defined() for sh in shapes):
+            # one flat tensor per dtype instead of one return value per op output: each value a
+            # FuncGraph returns gets its own identity and control-dependency bookkeeping, which made
+            # the trace of a few hundred ops cost seconds
+            groups: dict = {}
+            for i, t in enumerate(fetch):
+                groups.setdefault(t.dtype, []).append(i)
+            order.extend(groups.values())
+            fetch = [tf.concat([tf.reshape(fetch[i], [-1]) for i in idx], 0) for idx in groups.values()]
         return tf.nest.map_structure(tf.convert_to_tensor, out), fetch
 
     meta: list = []
     names: dict[str, int] = {}
+    shapes: list = []
+    order: list = []
     last: Exception | None = None
     for autograph in (False, True):
         meta.clear()
         names.clear()
+        shapes.clear()
+        order.clear()
         try:
             out, values = tf.function(traced, autograph=autograph)(list(sources))
             break
@@ -143,15 +178,37 @@ def trace_op_values(call: Callable, sources: Sequence) -> tuple[list[OpValue], A
             last = e
     else:
         raise last  # type: ignore[misc]
-    arrays = [v.numpy() for v in values]
+    if order:  # packed per dtype: split back into one array per op output
+        arrays = [None] * len(shapes)
+        for idx, flat in zip(order, values):
+            flat, at = flat.numpy(), 0
+            for i in idx:
+                n = int(np.prod(shapes[i].as_list(), dtype=np.int64))
+                arrays[i] = flat[at:at + n].reshape(shapes[i].as_list())
+                at += n
+    else:
+        arrays = [v.numpy() for v in values]
     ops = []
     for op in meta:
         outs = [arrays[names[t.name]] for t in op.outputs if t.name in names]
         if not outs:
             continue
         ins = [arrays[names[t.name]] if t.name in names else None for t in op.inputs]
-        ops.append(OpValue(op.name, op.type, outs, ins, [t.op.type for t in op.inputs], _user_frame(op.traceback)))
+        ops.append(OpValue(op.name, op.type, outs, ins, [t.op.type for t in op.inputs], _user_frame(op.traceback),
+                           _attrs_of(op), [t.name for t in op.inputs], bool(op.op_def.is_stateful),
+                           len(op.outputs)))
     return ops, tf.nest.map_structure(lambda t: t.numpy(), out)
+
+
+def _attrs_of(op) -> dict:
+    """``{name: op.get_attr(name)}`` for each attribute of the op's NodeDef (those it cannot read: left out)."""
+    out = {}
+    for k in op.node_def.attr:
+        try:
+            out[k] = op.get_attr(k)
+        except Exception:  # noqa: BLE001 - an attribute get_attr cannot decode is simply not kept
+            pass
+    return out
 
 
 def _finite(a) -> bool:

@@ -13,7 +13,11 @@ What tflab reads here has no public API in TF 2.21:
   ``flatten_with_joined_string_paths``; public ``tf.nest`` has no path API);
 * the kernels registered for an op type, by device and dtype
   (``tensorflow/python/framework/kernels.py`` ``get_registered_kernels_for_op``):
-  the custom-op loader asks whether a prebuilt library registered GPU kernels.
+  the custom-op loader asks whether a prebuilt library registered GPU kernels;
+* one op executed eagerly from its type, flat inputs and flat attributes
+  (``tensorflow/python/eager/execute.py`` ``execute``, what every ``tf.raw_ops``
+  function calls): `tflab.attribution.reeval` re-creates a traced op with its
+  float dtypes raised.
 
 Every patch is a context manager that restores what it changed, also on error.
 """
@@ -24,7 +28,7 @@ import contextlib
 from typing import Any, Callable, Iterator
 
 __all__ = ["PRIVATE_NAMES", "onednn_enabled", "global_seed", "kept_global_seed", "op_callback",
-           "joined_paths", "registered_kernels"]
+           "joined_paths", "registered_kernels", "eager_execute"]
 
 PRIVATE_NAMES = (
     ("tensorflow.python.util._pywrap_util_port", "IsMklEnabled"),
@@ -33,6 +37,8 @@ PRIVATE_NAMES = (
     ("tensorflow.python.framework.op_callbacks", "remove_op_callback"),
     ("tensorflow.python.util.nest", "flatten_with_joined_string_paths"),
     ("tensorflow.python.framework.kernels", "get_registered_kernels_for_op"),
+    ("tensorflow.python.eager.execute", "execute"),
+    ("tensorflow.python.eager.context", "context"),
 )
 
 
@@ -120,3 +126,20 @@ def registered_kernels(op_type: str) -> dict[str, set[str]]:
         for c in k.constraint:
             names.update(tf.dtypes.as_dtype(t).name for t in c.allowed_values.list.type)
     return found
+
+
+def eager_execute(op_type: str, num_outputs: int, inputs: list, attrs: tuple) -> list:
+    """Runs one op eagerly: ``execute.execute(op_type, num_outputs, inputs, attrs, context())``.
+
+    Args:
+        op_type: the op's registered type (``"MatMul"``).
+        num_outputs: how many output tensors it makes.
+        inputs: eager tensors, flat (a list input's tensors one after another).
+        attrs: ``(name, value, name, value, ...)``; dtypes as ``DataType`` enums.
+
+    Returns:
+        The op's output tensors (a list).
+    """
+    from tensorflow.python.eager import context, execute
+
+    return list(execute.execute(op_type.encode(), num_outputs, inputs, attrs, context.context()))

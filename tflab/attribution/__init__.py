@@ -9,9 +9,23 @@ after it only carries the error along.
 
 `tflab.attribution.records.Cause` is the one record every comparison prints
 for it (``cause: CLASS at OP_TYPE 'name' (file.py:LINE): ...``), and the
-classes it may name are `CAUSE_CLASSES`.
+classes it may name are `CAUSE_CLASSES`. `tflab.attribution.engine` measures
+it on a TF graph (`attribute`, `attribute_calls`, `Attribution`); `bounds` is
+the rounding arithmetic, `reeval` one op re-run in float64, `judge` one op's
+verdict. Importing the package imports none of them: each name loads its
+module on first use.
 """
 
-from tflab.attribution.records import CAUSE_CLASSES, Cause, OpJudgement
+import importlib
 
-__all__ = ["CAUSE_CLASSES", "Cause", "OpJudgement"]
+from tflab._lazy import lazy_exports
+
+_EXPORTS = {
+    **dict.fromkeys(("CAUSE_CLASSES", "Cause", "OpJudgement", "Attribution"), "records"),
+    **dict.fromkeys(("attribute", "attribute_calls", "attribute_runs"), "engine"),
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS,
+                                      lambda part: importlib.import_module(f"tflab.attribution.{part}"))

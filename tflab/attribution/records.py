@@ -33,7 +33,7 @@ from typing import Any
 
 from tflab.report.base import Report, config_field
 
-__all__ = ["CAUSE_CLASSES", "Cause", "OpJudgement"]
+__all__ = ["CAUSE_CLASSES", "Cause", "OpJudgement", "Attribution"]
 
 CAUSE_CLASSES = ("constant", "overflow", "underflow", "rounding", "ill-conditioned", "domain", "compiler",
                  "kernel", "unexplained")
@@ -142,4 +142,47 @@ class Cause(Report):
             lines.append("carried by: " + ", ".join(self.carried_by[:8]) + (" …" if len(self.carried_by) > 8 else ""))
         if self.fix is not None and hasattr(self.fix, "lines"):
             lines += self.fix.lines()
+        return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class Attribution(Report):
+    """Every op of the run under test judged on its own inputs, and the cause it names.
+
+    Attributes:
+        function_name: the function the runs are of.
+        runs: ``"float32 vs float16"``.
+        cause: the `Cause`, or None when no op was over its bound and no error grew.
+        judgements: one `OpJudgement` per judged op, in creation order.
+        unchecked: ``"TYPE 'name': why"`` for each float op that was not re-evaluated.
+        ops_run: float ops of the run under test.
+        seconds: wall seconds of the attribution (tracing both runs included).
+        error: why the runs could not be traced or judged, or "".
+        config: `tflab.runtime_config()`'s dict.
+    """
+
+    function_name: str
+    runs: str
+    cause: Cause | None
+    judgements: tuple = ()
+    unchecked: tuple = ()
+    ops_run: int = 0
+    seconds: float = 0.0
+    error: str = ""
+    config: dict = config_field()
+
+    def summary_line(self) -> str:
+        if self.error:
+            return f"not attributed: {self.error}"
+        return self.cause.line_text if self.cause else f"{self.ops_run} ops within their bounds"
+
+    def to_text(self) -> str:
+        lines = [f"{self.function_name} ({self.runs}): {self.ops_run} ops judged on their own inputs, "
+                 f"{len(self.unchecked)} unchecked"]
+        if self.error:
+            lines.append(f"not attributed: {self.error}")
+        elif self.cause is not None:
+            lines.append(self.cause.to_text())
+        else:
+            lines.append("no op over its bound, and no op whose error grew past rounding")
         return "\n".join(lines)

@@ -1,7 +1,11 @@
 """``tflab precision FILE.py:FUNC --arg …``: lab step 10 on a user's function.
 
-Exit status: 0 when no policy underflows or overflows, 1 when one does (the
-report says which and what a loss scale changes), 2 on bad input.
+Exit status: 0 when no policy underflows or overflows, 1 when one does, or
+when the measured cause of a disagreement is a range problem with finite
+outputs (a constant the dtype cannot hold, an overflow inside a layer: the
+report prints ``cause: …`` with the op, the line and the class, and what a
+loss scale changes), 2 on bad input. Gradient elements below float32's own
+noise floor (a float64 run) are not counted: a plain softmax exits 0.
 """
 
 from __future__ import annotations

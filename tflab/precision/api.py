@@ -367,6 +367,7 @@ def run_policies(subject: PolicySubject, policies: tuple, loss_scale: Any, name:
             grad_names = tuple(_source_labels(subject, obj) + [_var_name(v) for v in run.variables])
             ref = (run.outputs, grads, [np.asarray(v.numpy() if hasattr(v, "numpy") else v)
                                         for v in run.variables])
+            ref_obj, ref_clean, noise_left, masks = obj, None, None, None
             results[policy] = _measure(policy, ref[0], ref[1], run.outputs, grads, out_names,
                                        grad_names, None, (), run.forward_seconds + t)
             continue
@@ -392,21 +393,69 @@ def run_policies(subject: PolicySubject, policies: tuple, loss_scale: Any, name:
                 if loss_scale != "dynamic" or finite or scale <= MIN_LOSS_SCALE:
                     break
                 scale = max(scale / 2, MIN_LOSS_SCALE)
-        result = _measure(policy, ref[0], ref[1], run.outputs, grads, out_names, grad_names,
+        if ref_clean is None and _may_be_noise(ref[1], grads, compute):
+            # float32 elements a policy zeroed: are they values, or float32's own rounding noise?
+            from tflab.precision.causes import cleaned, float64_gradients, noise_masks
+
+            if progress:
+                progress("float64: the float32 reference's own noise floor")
+            masks = noise_masks(ref[1], float64_gradients(subject, _forward))
+            ref_clean = cleaned(ref[1], masks)
+            noise_left = (None if all(m is None for m in masks) else
+                          sum(int((~m & (r != 0)).sum()) for m, r in zip(masks, ref[1]) if m is not None))
+        mref = (ref[0], ref_clean if ref_clean is not None else ref[1], ref[2])
+        if unscaled is not None and ref_clean is not None:
+            unscaled = _measure(policy, mref[0], mref[1], run.outputs, run.grad_fn(1.0)[0], out_names, grad_names,
+                                None, (), unscaled.seconds)
+        result = _measure(policy, mref[0], mref[1], run.outputs, grads, out_names, grad_names,
                           history[-1] if history else None, history, total, unscaled)
-        results[policy] = _with_fixes(result, subject, policy, obj, run, ref, out_names, grad_names,
-                                      scaled, progress)
+        result = dataclasses.replace(result, reference_noise_elements=noise_left)
+        results[policy] = _with_fixes(result, subject, policy, obj, run, mref, out_names, grad_names,
+                                      scaled, progress, ref_obj, name, masks)
     return results, out_names, grad_names
 
 
+def _may_be_noise(ref_grads: list, grads: list, compute: str) -> bool:
+    """Whether a policy zeroed float32 gradient elements or differs from them by more than rounding."""
+    from tflab.attribution.judge import significant
+
+    return any(r is not None and g is not None and (bool(((r != 0) & (g == 0)).any()) or significant(g, r, compute))
+               for r, g in zip(ref_grads, grads))
+
+
 def _with_fixes(result: PolicyResult, subject: PolicySubject, policy: str, obj, run: _Run, ref,
-                out_names, grad_names, scaled: bool, progress) -> PolicyResult:
-    """The measured cause and the checked fixes of an overflow or a range underflow (`tflab.precision.fixes`)."""
-    from tflab.precision.fixes import loss_scale_plan, overflow_plan
+                out_names, grad_names, scaled: bool, progress, ref_obj=None, name: str = "",
+                masks=None) -> PolicyResult:
+    """The measured cause and the checked fixes of a disagreement (`tflab.precision.causes`, `.fixes`)."""
+    from tflab.precision.causes import attribute_policy, disagree
+    from tflab.precision.fixes import cause_plan, loss_scale_plan, overflow_plan
 
     compute, _ = POLICIES[policy]
     changes: dict = {}
-    if any(k in out_names for k in result.overflow):
+    cause = None
+    if ref_obj is not None and disagree(result, ref[0], run.outputs):
+        if progress:
+            progress(f"{policy}: every op judged on its own inputs (the cause)")
+        attribution = attribute_policy(subject, policy, obj, ref_obj, name or callable_name(subject.fn))
+        cause = attribution.cause
+        changes["attribution"] = attribution
+        changes["cause"] = cause
+
+    def rerun_fixed() -> PolicyResult:
+        obj2 = subject.build(policy)
+        run2 = _forward(subject.call(obj2, compute), subject.sources, compute, subject.variables_of(obj2))
+        g2, _ = run2.grad_fn(1.0)
+        return _measure(policy, ref[0], ref[1], run2.outputs, g2, out_names, grad_names, None, (), 0.0)
+
+    out_overflow = any(k in out_names for k in result.overflow)
+    zeroed_constant = cause is not None and cause.kind == "constant" and cause.evidence.get("became") == "0"
+    if cause is not None and cause.kind in ("overflow", "constant", "ill-conditioned", "rounding", "domain") \
+            and (not out_overflow or zeroed_constant):
+        if progress:
+            progress(f"{policy}: the candidate fixes of the cause, run on your inputs")
+        changes["fix"] = cause_plan(result, cause, rerun_fixed, list(ref[0]), list(ref[1]), out_names, grad_names,
+                                    masks)
+    if out_overflow and not zeroed_constant:
         from tflab.nonfinite import analyse, trace_op_values
 
         if progress:
@@ -429,8 +478,11 @@ def _with_fixes(result: PolicyResult, subject: PolicySubject, policy: str, obj, 
         if progress:
             progress(f"{policy}: running the candidate fixes")
         changes["nonfinite"] = found
-        changes["fix"] = overflow_plan(result, found.origin, rerun, out_names)
-    if compute == "float16" and not scaled and sum(result.underflow_below_normal.values()):
+        big = max((float(np.max(np.abs(a[np.isfinite(a)]), initial=0)) for a in list(ref[0]) + list(ref[1])
+                   if a is not None and a.dtype.kind == "f"), default=0.0)
+        changes["fix"] = overflow_plan(result, found.origin, rerun, out_names, big)
+    if compute == "float16" and not scaled and sum(result.underflow_below_normal.values()) \
+            and (cause is None or cause.kind in ("underflow", "unexplained")):
         def measure(grads, scale, history):
             return _measure(policy, ref[0], ref[1], run.outputs, grads, out_names, grad_names, scale, history, 0.0)
 

@@ -41,7 +41,7 @@ def _output_overflow(result, out_names) -> int:
     return sum(v for k, v in result.overflow.items() if k in out_names)
 
 
-def overflow_plan(result, origin, rerun: Callable[[], Any], out_names) -> fx.FixPlan:
+def overflow_plan(result, origin, rerun: Callable[[], Any], out_names, reference_max: float = 0.0) -> fx.FixPlan:
     """The candidates for a forward overflow, applied and measured (see the module docstring).
 
     Args:
@@ -50,6 +50,8 @@ def overflow_plan(result, origin, rerun: Callable[[], Any], out_names) -> fx.Fix
         rerun: ``rerun()`` builds and runs the policy again and returns its `PolicyResult`
             (called inside a rewritten line's ``with`` block).
         out_names: the output names (to tell outputs from gradients in ``overflow``).
+        reference_max: the largest finite float32 magnitude among outputs and gradients;
+            beyond the dtype's max, the plan ends with a note that no fix in the dtype exists.
     """
     from tflab._code_swap import finite_literals, in_float32, swapped_line
     from tflab.precision.records import fmt_err
@@ -76,13 +78,12 @@ def overflow_plan(result, origin, rerun: Callable[[], Any], out_names) -> fx.Fix
         facts = {"output_nonfinite": out_bad, "variable_gradient_nonfinite": var_bad,
                  "argument_gradient_nonfinite": arg_bad, "output_error": r.output_error,
                  "gradient_error": r.gradient_error}
-        if out_bad or var_bad:
-            return False, (f"still {out_bad} non-finite output and {var_bad} non-finite variable-gradient "
-                           f"element(s) in {dt}"), facts
-        text = (f"NaN/inf gone: outputs and variable gradients finite in {dt}, max rel. error "
+        if out_bad or var_bad or arg_bad:
+            # a gradient left inf/NaN fails the fix: "gone" is said only of every output and gradient
+            return False, (f"still {out_bad} non-finite output, {var_bad} variable-gradient and {arg_bad} "
+                           f"input-gradient element(s) in {dt}"), facts
+        text = (f"NaN/inf gone: outputs and every gradient finite in {dt}, max rel. error "
                 f"{fmt_err(r.output_error)} vs float32 (gradients: median {fmt_err(r.gradient_error_median)})")
-        if arg_bad:
-            text += f"; {arg_bad} input-gradient element(s) still inf/NaN"
         return True, text, facts
 
     import os
@@ -121,7 +122,19 @@ def overflow_plan(result, origin, rerun: Callable[[], Any], out_names) -> fx.Fix
         candidates.append(rewritten(finite_literals(origin.dtype_max), "code",
                                     f"use a finite constant {dt} holds instead of {origin.literal} "
                                     f"(e.g. -1e4 or tf.{dt}.min for a mask)"))
+    limit = float(float_info_max(dt))
+    if reference_max > limit:
+        # the true values themselves exceed the range: say so, instead of a fix that cannot exist
+        candidates.append(fx.Fix("note", "", f"keep these values in float32: no {dt} fix exists",
+                                 status=fx.NOT_CHECKED,
+                                 why=f"their float32 values reach {reference_max:.4g}, beyond {dt}'s max {limit:.6g}"))
     return fx.first_working(candidates)
+
+
+def float_info_max(dtype: str) -> float:
+    from tflab.precision.float_formats import float_info
+
+    return float(float_info(dtype).max)
 
 
 def loss_scale_plan(result, grad_fn: Callable, measure: Callable, initial: float, minimum: float) -> fx.FixPlan:
@@ -162,3 +175,143 @@ def loss_scale_plan(result, grad_fn: Callable, measure: Callable, initial: float
     return fx.first_working([lambda: fx.attempt(
         "option", "loss_scale='dynamic'", "use a loss scale (Keras' LossScaleOptimizer)", check,
         how="the dynamic rule run on the same float16 backward pass")])
+
+
+# --------------------------------------------------------------------------- fixes of a measured cause
+
+
+def _rel_text(x) -> str:
+    return "inf" if x is None or not np.isfinite(x) else f"{x:.2g}"
+
+
+def values_within(r, ref_outputs: list, ref_grads: list, out_names, grad_names,
+                  grad_masks: list | None = None) -> tuple[bool, str, dict]:
+    """Outputs and every gradient finite and within `significance_threshold` of float32, on the user's inputs.
+
+    The relative error is taken over the elements whose float32 magnitude is at
+    least 1/16 of the tensor's largest (`tflab.attribution.judge.inherited`), and
+    an element inf/NaN where float32 is finite fails the check. ``grad_masks``
+    leaves out the float32 gradient elements below float32's own noise floor
+    (`tflab.precision.causes`): they have no value to match.
+    """
+    from tflab.attribution.judge import inherited, significance_threshold
+
+    tol = significance_threshold(r.compute_dtype)
+    worst, bad = 0.0, []
+    gm = list(grad_masks) if grad_masks is not None else [None] * len(grad_names)
+    for kind, names, refs, got, ms in (("output", out_names, ref_outputs, r.outputs, [None] * len(out_names)),
+                                       ("gradient", grad_names, ref_grads, r.gradients, gm)):
+        for n, ref, m in zip(names, refs, ms):
+            g = got.get(n)
+            if ref is None or g is None or np.asarray(ref).dtype.kind != "f":
+                continue
+            _, rel, mism = inherited(g, ref, m)
+            if rel is None:
+                continue
+            worst = max(worst, rel)
+            if mism or rel > tol:
+                bad.append(f"{kind} {n.split(':', 1)[-1]} " + (f"{mism} inf/NaN" if mism else f"rel. error {rel:.2g}"))
+    facts = {"max_relative_error": worst, "tolerance": tol, "off": bad[:5]}
+    if bad:
+        return False, f"{'; '.join(bad[:3])} vs float32 (tolerance {tol:.3g})", facts
+    return True, (f"outputs and every gradient finite and within {tol:.3g} relative of float32 on your inputs "
+                  f"(max {_rel_text(worst)})"), facts
+
+
+def _keras_layer_class(frame) -> type | None:
+    """The Keras layer class whose method holds the user's line, or None."""
+    from tflab._code_swap import find_function
+
+    funcs = find_function(*frame) if frame else []
+    for f in funcs:
+        owner = f.__globals__.get(f.__qualname__.split(".")[0])
+        if isinstance(owner, type) and any(c.__name__ == "Layer" and c.__module__.split(".")[0] in ("keras", "tf_keras")
+                                           for c in owner.__mro__):
+            return owner
+    return None
+
+
+def cause_plan(result, cause, rerun: Callable[[], Any], ref_outputs: list, ref_grads: list, out_names,
+               grad_names, grad_masks: list | None = None) -> fx.FixPlan:
+    """The candidates for a measured `Cause`, each run on the user's inputs, in order.
+
+    1. ``constant``: the literal replaced by one the dtype holds (a value below
+       the smallest normal becomes the power of ten at or above 16 of it: 1e-3
+       in float16; one beyond the max becomes 1e4);
+    2. the Keras layer whose ``call`` holds the cause's line computed in float32
+       (``dtype="float32"`` on that layer: Keras casts its inputs to float32 and
+       its outputs stay float32);
+    3. the cause's line computed in float32 and cast back.
+
+    Each is "checked" only when outputs and every gradient are finite and
+    within the tolerance of `values_within`; a rewrite that leaves a gradient
+    inf/NaN is failed.
+    """
+    import math
+    import os
+
+    from tflab._code_swap import in_float32, representable_literals, swapped_line
+    from tflab.precision.float_formats import float_info
+
+    dt = result.compute_dtype
+    frame = tuple(cause.evidence.get("frame") or ())
+    where = f"{os.path.basename(frame[0])}:{frame[1]}" if frame else "the line"
+
+    def check_run() -> tuple[bool, str, dict]:
+        return values_within(rerun(), ref_outputs, ref_grads, out_names, grad_names, grad_masks)
+
+    def rewritten(rewrite, description: str):
+        def run() -> fx.Fix:
+            if not frame:
+                return fx.unchecked("code", "", description, "the cause op has no line of yours")
+            box: dict = {}
+
+            def check():
+                with swapped_line(frame[0], frame[1], frame[2], rewrite) as (_, line):
+                    box["line"] = line
+                    return check_run()
+
+            f = fx.attempt("code", "", description, check, how=f"ran a copy with {where} rewritten, rebuilt and "
+                           "re-ran forward and backward under the policy")
+            if "line" not in box:
+                return fx.unchecked("code", "", description, f.result.split(": ", 1)[-1])
+            return fx.Fix(f.kind, box["line"], f.description, status=f.status, how=f.how, result=f.result,
+                          measured=f.measured, source=box["line"])
+        return run
+
+    candidates: list = []
+    if cause.kind == "constant":
+        fi = float_info(dt)
+        small = 10.0 ** math.ceil(math.log10(16 * float(fi.smallest_normal)))
+        candidates.append(rewritten(representable_literals(float(fi.smallest_normal), float(fi.max), small),
+                                    f"use a constant {dt} holds (e.g. {small:g} for an epsilon)"))
+    cls = _keras_layer_class(frame)
+    if cls is not None:
+        def layer_f32():
+            orig = cls.__init__
+
+            def init(self, *a, **k):
+                orig(self, *a, **k)
+                self.dtype_policy = "float32"
+
+            cls.__init__ = init
+            try:
+                return check_run()
+            finally:
+                cls.__init__ = orig
+
+        candidates.append(lambda: fx.attempt(
+            "code", f"{cls.__name__}(..., dtype='float32')", f"compute the layer {cls.__name__} in float32",
+            layer_f32, how=f"rebuilt under the policy with every {cls.__name__} in float32 and re-ran forward "
+            "and backward"))
+    candidates.append(rewritten(in_float32(cast_back=True),
+                                f"compute {where} in float32 and cast the result back to its first operand's dtype"))
+    # whatever the class: float32 values beyond the dtype's range have no fix in that dtype
+    big = max((float(np.max(np.abs(g[np.isfinite(g)]), initial=0)) for g in ref_grads + ref_outputs
+               if g is not None and np.asarray(g).dtype.kind == "f"), default=0.0)
+    if big > float(float_info(dt).max):
+        candidates.append(fx.Fix("note", "", f"keep these values in float32: no {dt} fix exists",
+                                 status=fx.NOT_CHECKED,
+                                 why=f"their float32 values reach {big:.4g}, beyond {dt}'s max "
+                                     f"{float(float_info(dt).max):.6g}"))
+    return fx.first_working(candidates)

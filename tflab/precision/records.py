@@ -21,7 +21,10 @@ from tflab.precision.float_formats import float_info, pow2_text
 from tflab.report.html.dispatch import renders
 from tflab.report.html.lab import precision_notebook_fragment
 
-__all__ = ["PolicyResult", "PrecisionComparison", "LossScalingRow", "LossScalingDemo", "fmt_err", "fmt_scale"]
+# Cause classes that flag a policy (its values left the dtype's range), even with finite outputs.
+RANGE_CAUSES = ("constant", "overflow", "underflow", "domain")
+
+__all__ = ["RANGE_CAUSES", "PolicyResult", "PrecisionComparison", "LossScalingRow", "LossScalingDemo", "fmt_err", "fmt_scale"]
 
 
 def fmt_err(x: float | None) -> str:
@@ -86,7 +89,17 @@ class PolicyResult:
         fix: for outputs that overflowed, the candidate fixes applied to this case
             and measured (`tflab.fix.FixPlan`; its ``fix`` is the first that worked).
         loss_scale_fix: for float16 gradients zeroed below its range without a loss
-            scale, loss_scale='dynamic' run on the same backward pass (a `FixPlan`).
+            scale, loss_scale='dynamic' run on the same backward pass (a `FixPlan`),
+            tried only when the cause is an underflow (or none was named).
+        cause: when this policy and float32 disagree, the root cause measured by
+            `tflab.attribution` (a `tflab.attribution.Cause`: class, op, user's
+            line, what was measured), else None.
+        attribution: the `tflab.attribution.engine.Attribution` behind ``cause``
+            (every op judged on its own inputs), or None.
+        reference_noise_elements: float32 gradient elements left out because they
+            are below float32's own noise floor (their distance to a float64 run
+            is half their value or more; `tflab.precision.causes`); None when that
+            floor was not measured (nothing was zeroed, or the float64 run failed).
     """
 
     policy: str
@@ -111,6 +124,9 @@ class PolicyResult:
     nonfinite: Any = None
     fix: Any = None
     loss_scale_fix: Any = None
+    cause: Any = None
+    attribution: Any = None
+    reference_noise_elements: int | None = None
     _nonzero_by_name: dict = dataclasses.field(default_factory=dict)
 
     def _err_text(self, which: str) -> str:
@@ -139,8 +155,13 @@ class PolicyResult:
         dt = self.compute_dtype
         parts = []
         base = self.unscaled if self.unscaled is not None else self
+        below_all = sum(base.underflow_below_normal.values())
         if base.underflow:
-            parts.append(f"{dt} underflows {self._where(base)}")
+            # "underflows" only for elements whose float32 value is below the dtype's range
+            verb = "underflows" if below_all == base.underflow_count else "zeroes"
+            parts.append(f"{dt} {verb} {self._where(base)}"
+                         + (f" ({below_all} of them below {dt}'s smallest normal)" if verb == "zeroes" and below_all
+                            else ""))
             if self.unscaled is not None:
                 rescued = base.underflow_count - self.underflow_count
                 scale = f"loss scale {pow2_text(self.loss_scale)}"
@@ -149,9 +170,9 @@ class PolicyResult:
             elif self.loss_scale_fix is not None:
                 parts += self.loss_scale_fix.lines()
             lost = self.underflow_count - sum(self.underflow_below_normal.values())
-            if self.underflow and lost:
+            if self.underflow and lost and self.cause is None:
                 parts.append(f"{lost} of the {self.underflow_count} zeroed are >= {dt}'s smallest "
-                             "normal in float32: lost to rounding, not range")
+                             "normal in float32: not lost to range")
         if self.overflow:
             out = sum(v for k, v in self.overflow.items() if k in self.outputs)
             grad = self.overflow_count - out
@@ -163,8 +184,15 @@ class PolicyResult:
                 parts.append(self.nonfinite.cause_text)
             elif self.nonfinite is not None and self.nonfinite.error:
                 parts.append(f"first non-finite op not found: {self.nonfinite.error}")
-            if self.fix is not None:
+            if self.fix is not None and self.nonfinite is not None:
                 parts += self.fix.lines()
+        if self.cause is not None:
+            parts.append(self.cause.line_text)
+        if self.fix is not None and not (self.overflow and self.nonfinite is not None):
+            parts += self.fix.lines()  # the fix of the cause (an overflow's fix is printed with it above)
+        if self.reference_noise_elements:
+            parts.append(f"{self.reference_noise_elements} float32 gradient element(s) below float32's own "
+                         "noise floor (vs float64) not counted")
         if len(self.loss_scale_history) > 1:
             parts.append(f"dynamic loss scale halved {len(self.loss_scale_history) - 1}× to "
                          f"{pow2_text(self.loss_scale)} on inf/NaN gradients")
@@ -198,7 +226,7 @@ class PolicyResult:
                 v = {k: (None if a is None else list(np.shape(a))) for k, a in v.items()}
             elif f.name == "unscaled" and v is not None:
                 v = v.to_dict(arrays)
-            elif f.name in ("nonfinite", "fix", "loss_scale_fix") and v is not None:
+            elif f.name in ("nonfinite", "fix", "loss_scale_fix", "cause", "attribution") and v is not None:
                 v = v.to_dict()
             out[f.name] = to_jsonable(v)
         out["underflow_count"] = self.underflow_count
@@ -235,8 +263,13 @@ class PrecisionComparison(Report):
 
     @property
     def flagged(self) -> tuple[str, ...]:
-        """Policies with underflow or overflow (after loss scaling, where applied)."""
-        return tuple(p for p, r in self.policies.items() if r.underflow or r.overflow)
+        """Policies with underflow or overflow (after loss scaling, where applied), or whose
+        measured cause is a range problem (a constant the dtype cannot hold, an overflow or
+        an underflow inside the graph, NaN from inputs outside an op's domain) even where
+        the outputs stay finite; an underflow a loss scale rescued does not flag."""
+        return tuple(p for p, r in self.policies.items() if r.underflow or r.overflow or (
+            r.cause is not None and r.cause.kind in RANGE_CAUSES
+            and not (r.cause.kind == "underflow" and r.loss_scale is not None and not r.underflow)))
 
     def summary_line(self) -> str:
         """``mixed_bfloat16: out 0.0039, grad 0, underflow 0, overflow 0; …`` (the ``repr``)."""
