@@ -195,7 +195,7 @@ def _measure_sites(run, sites) -> tuple:
 def _cause_from(bis, run, mode: str, ulp_bound: float):
     """The `Cause` a `Bisection` names, with its setting as a fix checked on eager's values."""
     from tflab import fix as fx
-    from tflab.attribution import Cause
+    from tflab.attribution.records import Cause
 
     runs = f"eager vs {mode}"
     evidence = bis.to_dict()
