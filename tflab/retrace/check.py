@@ -102,6 +102,11 @@ def _cast(casts: Mapping[str, str]) -> Callable[[Recorded], dict[str, Node]]:
     return transform
 
 
+def _casts(casts: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """The same casts as a `tflab.retrace.values.convert_call` spec: what the user's call passes then."""
+    return {p: ("cast", dt) for p, dt in casts.items()}
+
+
 def _cast_text(casts: Mapping[str, str]) -> str:
     return ", ".join(f"tf.cast({p}, tf.{dt})" for p, dt in casts.items())
 
@@ -153,7 +158,7 @@ class _Planner:
             seen.add(text)
             cands.append(lambda sig=sig, text=text: measured_fix(
                 "input_signature", text + cast_note, desc, b, f"sig:{text}:{sorted(casts.items())}", calls,
-                input_signature=sig, transform=transform, how=how,
+                input_signature=sig, transform=transform, how=how, convert=_casts(casts),
                 goal=lambda o: o.traces == 1 or o.traces < b.traces,
                 summary=lambda o: traces_text(o, b)))
 
@@ -208,12 +213,14 @@ class _Planner:
             casts = {r.parameter: dt}
             cands.append(lambda casts=casts: measured_fix(
                 "cast", _cast_text(casts), desc, b, f"cast:{sorted(casts.items())}", calls,
-                transform=_cast(casts), how=how, goal=_fewer(b), summary=lambda o: traces_text(o, b), **options))
+                transform=_cast(casts), how=how, goal=_fewer(b), summary=lambda o: traces_text(o, b),
+                convert=_casts(casts), **options))
         every = varying_dtypes(calls)
         if len(every) > 1:
             cands.append(lambda: measured_fix(
                 "cast", _cast_text(every), "cast every input whose dtype varies to one dtype before the call",
                 b, f"cast:{sorted(every.items())}", calls, transform=_cast(every), how=how, goal=_fewer(b),
+                convert=_casts(every),
                 summary=lambda o: traces_text(o, b), **options))
         return fx.first_working(cands)
 
@@ -235,7 +242,7 @@ class _Planner:
                                   if n.kind == "literal" else n)
             cands.append(lambda dt=dt, transform=transform: measured_fix(
                 "code", f"{r.parameter} = tf.constant({r.parameter}, tf.{dt})", desc, b,
-                f"tensor:{r.parameter}:{dt}", calls, transform=transform,
+                f"tensor:{r.parameter}:{dt}", calls, transform=transform, convert={r.parameter: ("tensor", dt)},
                 how=f"re-traced a fresh tf.function of your function on {b.your_calls()} with {r.parameter} "
                     f"as a tf.{dt} tensor", goal=_fewer(b), summary=lambda o: traces_text(o, b)))
         if not cands:
@@ -279,7 +286,7 @@ class _Planner:
             return replace_at(c.nodes, r.parameter, lambda n: live if n.kind == "object" else n)
 
         return fx.first_working([lambda: measured_fix(
-            "move", "", desc, b, f"same:{r.parameter}:{id(obj)}", calls, transform=transform,
+            "move", "", desc, b, f"same:{r.parameter}:{id(obj)}", calls, transform=transform, values=False,
             how=f"re-traced a fresh tf.function of your function on {b.your_calls()} with one {what} as "
                 f"{r.parameter} ({live.label})", goal=_fewer(b), summary=lambda o: traces_text(o, b))])
 
@@ -306,7 +313,7 @@ class _Planner:
         def run() -> fx.Fix:
             f = measured_fix(
                 "code", change, desc, b, f"like:{t.index}:{r.parameter}:{r.kind}", [theirs, mine],
-                transform=lambda c: c.nodes, how=f"traced a fresh tf.function of your function on trace "
+                transform=lambda c: c.nodes, values=False, how=f"traced a fresh tf.function of your function on trace "
                 f"#{p.index}'s call, then on {name} changed so",
                 goal=lambda o: o.traces == 1,
                 summary=lambda o: (f"{name} then hits trace #{p.index}'s graph (1 trace for both)" if o.traces == 1

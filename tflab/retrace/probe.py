@@ -31,7 +31,9 @@ from tflab.retrace.log import trace_from_event
 from tflab.retrace.records import NO_VARIABLE_CREATION, Trace, short_name
 from tflab.retrace.sideeffects import SideEffect, global_writes, trace_time_effects, user_function
 from tflab.retrace.stale import (  # noqa: F401 (re-exported)
-    StaleRead, MISSING, closure_cells, code_names, is_watchable, same_value, value_repr)
+    StaleRead, MISSING, attribute_reads, cell_stores, closure_cells, code_names, is_watchable, same_value,
+    value_repr, what_it_is)
+from tflab.retrace.values import ValueLog, World, attr_slot, cell_slot, global_slot
 
 
 # ---------------------------------------------------------------------------
@@ -139,10 +141,14 @@ class RetraceProbe(HtmlDisplay):
         self._checked: list[Trace] = []
         self._checked_key: tuple | None = None
         self._memo: dict = {}               # fix candidate -> outcome (`tflab.retrace.check.Bench`)
-        self.stale: list[StaleRead] = []
+        self._stale: list[StaleRead] = []
         self._traced_values: list[dict[str, Any]] = []   # per trace: name -> value read
         self._gwatch: list[list] = []   # [globals dict, name, last seen value]
         self._cwatch: list[list] = []   # [name, cell, last seen value]
+        self._awatch: list[list] = []   # [label, object, attribute, last seen value]: self.weights, self.cfg.scale
+        self._values = ValueLog()   # each call's arguments, for the values a fix is checked on
+        self._world = World()       # the Python state the body reads or writes, for replaying those calls
+        self._stale_key: tuple | None = None
         self._watch_stale = watch_stale
         self._cache_len = 0
         self._events: list[TraceEvent | None] = []   # one per trace, from TF's tracing frame
@@ -175,6 +181,7 @@ class RetraceProbe(HtmlDisplay):
             self.function = tf.function(wrapper, **tf_function_kwargs)
             self.original = None
         self._watch_names = self._stale_candidates() if watch_stale else ([], [])
+        self._attrs = self._attribute_candidates() if watch_stale else []
         self._effects = trace_time_effects(self._user_fn)
 
     # -- trace-time side effect --------------------------------------------
@@ -189,7 +196,23 @@ class RetraceProbe(HtmlDisplay):
         # a value the graph read and kept.
         written = global_writes(code)
         gnames = sorted(n for n in code_names(code) if n in globs and n not in written)
-        return gnames, closure_cells(fn)
+        rebound = cell_stores(code)
+        for n in sorted(n for n in code_names(code) if n in globs):
+            self._world.add(global_slot(globs, n, n in written))
+        for n, cell in closure_cells(fn):
+            self._world.add(cell_slot(n, cell, n in rebound))
+        # a cell the body rebinds (`nonlocal c; c = c + x`) is its own state, not a value it read and kept
+        return gnames, [(n, c) for n, c in closure_cells(fn) if n not in rebound]
+
+    def _attribute_candidates(self) -> list[tuple[str, Any, str, bool]]:
+        fn = self._python_fn
+        obj = getattr(fn, "__self__", None)
+        if obj is None and not isinstance(fn, (types.FunctionType, types.MethodType)):
+            obj = fn  # a callable object: its __call__ reads self
+        found = attribute_reads(obj, self._user_fn) if obj is not None else []
+        for label, owner, attr, written in found:
+            self._world.add(attr_slot(label, owner, attr, written))
+        return [f for f in found if not f[3]]
 
     def _on_trace(self, event: TraceEvent | None, args: tuple = (), kwargs: dict | None = None) -> None:
         self._count += 1
@@ -213,8 +236,17 @@ class RetraceProbe(HtmlDisplay):
             if is_watchable(v):
                 snapshot[n] = v
                 cwatch.append([n, cell, v])
+        awatch = []
+        for label, owner, attr, _ in self._attrs:
+            v = getattr(owner, attr, MISSING)
+            if v is not MISSING and is_watchable(v):
+                snapshot[label] = v
+                awatch.append([label, owner, attr, v])
+        for label, v in snapshot.items():   # the state this call ran with, for replaying it
+            if self._world.initial.get(label, MISSING) is not v:
+                self._world.changed(self.calls, label, v)
         self._traced_values.append(snapshot)
-        self._gwatch, self._cwatch = gwatch, cwatch
+        self._gwatch, self._cwatch, self._awatch = gwatch, cwatch, awatch
 
     # -- calls ----------------------------------------------------------------
     @user_entry("when called through RetraceProbe", name=lambda self, *a, **k: self.function_name)
@@ -230,6 +262,9 @@ class RetraceProbe(HtmlDisplay):
 
         check_binds(self.function.python_function, args, kwargs, "RetraceProbe", self.function_name)
         self._catch_up()
+        if not self._world.started:
+            self._world.start()
+        self._values.record(args, kwargs)
         self.calls += 1
         before = self._count
         try:
@@ -244,7 +279,7 @@ class RetraceProbe(HtmlDisplay):
             raise
         if self._count != before:
             self._record(before, args, kwargs)
-        elif self._gwatch or self._cwatch:
+        elif self._gwatch or self._cwatch or self._awatch:
             self._check_stale()
         return out
 
@@ -286,15 +321,21 @@ class RetraceProbe(HtmlDisplay):
                 cur = MISSING
             if cur is not w[2]:
                 self._note_change(w[0], "closure", w, cur)
+        for w in self._awatch:
+            cur = getattr(w[1], w[2], MISSING)
+            if cur is not w[3]:
+                self._note_change(w[0], "attribute", w, cur)
 
     def _note_change(self, name: str, scope: str, w: list, cur: Any) -> None:
         w[-1] = cur
+        self._world.changed(self.calls, name, cur)
         last = len(self._traced_values)
         traced = self._traced_values[-1].get(name, MISSING) if last else MISSING
         if traced is MISSING or same_value(traced, cur):
             return
-        self.stale.append(StaleRead(name=name, scope=scope, traced=value_repr(traced),
-                                    current=value_repr(cur), trace=last, call=self.calls))
+        self._stale.append(StaleRead(name=name, scope=scope, traced=value_repr(traced),
+                                     current=value_repr(cur), trace=last, call=self.calls,
+                                     what=what_it_is(traced)))
 
     def _record(self, before: int, args: tuple, kwargs: dict, kind: str | None = None,
                 error: BaseException | None = None) -> None:
@@ -442,8 +483,51 @@ class RetraceProbe(HtmlDisplay):
         options = {"reduce_retracing": _tf.reduce_retracing(self.function),
                    "input_signature": getattr(self.function, "input_signature", None) is not None}
         bench = Bench(self._python_fn, recorded_calls(self._traces), self.calls,
-                      sum(t.kind != "failed" for t in self._traces), options, self._memo)
+                      sum(t.kind != "failed" for t in self._traces), options, self._memo,
+                      values=self._case_values(), rebinds=tuple(self.rebinds))
         return plan_fixes(self._traces, bench)
+
+    def _case_values(self) -> Any:
+        """The recorded calls' values, the state they ran with, and eager's outputs on them (made once per call count)."""
+        from tflab.retrace.values import CaseValues
+
+        if getattr(self, "_cases", (None, -1))[1] != self.calls:
+            self._cases = (CaseValues(self._python_fn, self._values, self._world), self.calls)
+        return self._cases[0]
+
+    @property
+    def rebinds(self) -> list:
+        """`tflab.retrace.statefix.Rebind` records: a line of the body that rebinds a tf.Variable's name.
+
+        ``global v; v = v + x`` (or ``nonlocal``, or ``self.v = self.v + x``) turns the
+        name into a tensor of the FuncGraph at the first trace: the Variable is no
+        longer read, and the next trace fails ("out of scope") or a cached call
+        computes from the Variable's old value. Each record names the line and its
+        fix (``v.assign_add(x)``), run on your calls and compared with eager.
+        """
+        if not self.calls:
+            return []
+        key = ("rebinds", self.calls)
+        if self._memo.get("rebinds_key") != key:
+            from tflab.retrace.statefix import find_rebinds
+
+            self._memo["rebinds"] = find_rebinds(self._python_fn, self._user_fn, self._world, self._case_values(),
+                                                 self.trace_count)
+            self._memo["rebinds_key"] = key
+        return self._memo["rebinds"]
+
+    @property
+    def stale(self) -> list[StaleRead]:
+        """`StaleRead` records, oldest first, each with its fix run on your calls (`StaleRead.plan`)."""
+        key = (len(self._stale), self.calls)
+        if self._stale and self._stale_key != key and not self._recording:
+            from tflab.retrace.statefix import stale_plan
+
+            vals = self._case_values()
+            self._stale = [dataclasses.replace(s, plan=stale_plan(s, vals, self._python_fn, self.trace_count))
+                           for s in self._stale]
+            self._stale_key = key
+        return self._stale
 
     @property
     def trace_count(self) -> int:
@@ -507,6 +591,8 @@ class RetraceProbe(HtmlDisplay):
             lines.extend("  " + ln for ln in t.to_text().splitlines())
         for s in self.stale:
             lines.append(f"  stale: {s.text}\n      {s.fix_record.line()}")
+        for rb in self.rebinds:
+            lines.extend("  " + ln for ln in rb.lines())
         for e in self.side_effects:
             lines.append(f"  side effect: {e}")
         return "\n".join(lines)
