@@ -471,9 +471,13 @@ def plan_fixes(traces: Sequence[Any], bench: Bench) -> list[Any]:
         if not t.details:
             out.append(t)
             continue
+        plans = [planner.plan(t, r) for r in t.details]
+        if len(t.details) > 1 or bench.rebinds:  # several causes: each with the others held fixed, then together
+            from tflab.retrace.search import search_trace
+
+            plans = search_trace(t, bench, planner.calls_for(t), plans)
         details = []
-        for r in t.details:
-            plan = planner.plan(t, r)
+        for r, plan in zip(t.details, plans):
             line = plan.lines()[0] if plan.lines() else f"fix: {r.fix}"
             details.append(dataclasses.replace(r, fix=line[len("fix: "):] if line.startswith("fix: ") else line,
                                                plan=plan))

@@ -207,6 +207,8 @@ class RetraceProbe(HtmlDisplay):
     def _attribute_candidates(self) -> list[tuple[str, Any, str, bool]]:
         fn = self._python_fn
         obj = getattr(fn, "__self__", None)
+        if obj is None and self.original is not None:
+            obj = _tf.method_instance(self.original)  # a method decorated in its class
         if obj is None and not isinstance(fn, (types.FunctionType, types.MethodType)):
             obj = fn  # a callable object: its __call__ reads self
         found = attribute_reads(obj, self._user_fn) if obj is not None else []
