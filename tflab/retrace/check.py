@@ -134,6 +134,12 @@ class _Planner:
             return self.cache[key]
         b = self.bench
         calls = self.calls_for(t)
+        from tflab.retrace.keras_owned import keras_owned, keras_plan
+
+        module = keras_owned(b.body)
+        if module is not None:  # Keras' own step function: fixes at the user's call, never a signature on it
+            self.cache[key] = keras_plan(b, calls, module)
+            return self.cache[key]
         rr_on = bool(b.options.get("reduce_retracing"))
         desc = ("reduce_retracing is already on (TF relaxed the dims that differ, see 'traced as'); to skip "
                 "this trace too, give the tf.function an input_signature"

@@ -204,13 +204,18 @@ class RetraceProbe(HtmlDisplay):
         # a cell the body rebinds (`nonlocal c; c = c + x`) is its own state, not a value it read and kept
         return gnames, [(n, c) for n, c in closure_cells(fn) if n not in rebound]
 
-    def _attribute_candidates(self) -> list[tuple[str, Any, str, bool]]:
+    def _instance(self) -> Any:
+        """The object a method's ``self`` is (a bound method, a tf.function method, a callable object), or None."""
         fn = self._python_fn
         obj = getattr(fn, "__self__", None)
         if obj is None and self.original is not None:
             obj = _tf.method_instance(self.original)  # a method decorated in its class
         if obj is None and not isinstance(fn, (types.FunctionType, types.MethodType)):
             obj = fn  # a callable object: its __call__ reads self
+        return obj
+
+    def _attribute_candidates(self) -> list[tuple[str, Any, str, bool]]:
+        obj = self._instance()
         found = attribute_reads(obj, self._user_fn) if obj is not None else []
         for label, owner, attr, written in found:
             self._world.add(attr_slot(label, owner, attr, written))
@@ -514,7 +519,7 @@ class RetraceProbe(HtmlDisplay):
             from tflab.retrace.statefix import find_rebinds
 
             self._memo["rebinds"] = find_rebinds(self._python_fn, self._user_fn, self._world, self._case_values(),
-                                                 self.trace_count)
+                                                 self.trace_count, instance=self._instance())
             self._memo["rebinds_key"] = key
         return self._memo["rebinds"]
 

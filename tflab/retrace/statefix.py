@@ -168,7 +168,8 @@ def _rewritten(func: types.FunctionType, fdef: ast.FunctionDef, lines: set[int])
     return new
 
 
-def find_rebinds(body: Callable, user_fn: Any, world: World, values: CaseValues, traces: int) -> list[Rebind]:
+def find_rebinds(body: Callable, user_fn: Any, world: World, values: CaseValues, traces: int, *,
+                 instance: Any = None) -> list[Rebind]:
     """The lines of ``user_fn`` that rebind a tf.Variable's name, each with its fix run on the user's calls.
 
     A line counts when it is ``NAME = NAME <op> EXPR`` or ``NAME <op>= EXPR`` with
@@ -181,6 +182,7 @@ def find_rebinds(body: Callable, user_fn: Any, world: World, values: CaseValues,
         world: the state at the first call.
         values: the recorded calls and eager's outputs.
         traces: the traces the user's calls made.
+        instance: the object ``self`` is, for a method (the copy is bound to it).
 
     Returns:
         `Rebind` records in line order; empty when no such line exists.
@@ -222,8 +224,8 @@ def find_rebinds(body: Callable, user_fn: Any, world: World, values: CaseValues,
         return [Rebind(label, scope, user_fn.__code__.co_filename, line, "", "",
                        plan=fx.first_working([fx.unchecked("code", "", "use assign", f"no rewrite: {e}")]))
                 for line, label, scope, *_ in hits]
-    obj = getattr(body, "__self__", None)
-    new_body = types.MethodType(new, obj) if obj is not None else new
+    obj = getattr(body, "__self__", None) if instance is None else instance
+    new_body = types.MethodType(new, obj) if obj is not None and _takes_one_more(new, body) else new
     out = []
     changes = [ast.unparse(_assign_call(t, op, e)) for _, _, _, t, op, e in hits]
     plan = fx.first_working([lambda: fx.attempt(
@@ -238,6 +240,14 @@ def find_rebinds(body: Callable, user_fn: Any, world: World, values: CaseValues,
         src = src_lines[line - 1].strip() if 0 < line <= len(src_lines) else ast.unparse(target)
         out.append(Rebind(label, scope, filename, line, src, change, plan=plan, body=new_body))
     return sorted(out, key=lambda r: r.line)
+
+
+def _takes_one_more(new: Callable, body: Callable) -> bool:
+    """``new`` (the copy of the method's function) takes ``self`` where the body the user calls does not."""
+    try:
+        return len(inspect.signature(new).parameters) == len(inspect.signature(body).parameters) + 1
+    except (TypeError, ValueError):
+        return False
 
 
 def _file_lines(filename: str) -> list[str]:
