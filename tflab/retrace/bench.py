@@ -296,7 +296,8 @@ class Bench:
         memo_key = ("values", key, tuple(c.trace for c in calls), id(run_kwargs.get("body") or self.body))
         if memo_key not in self.memo:
             ref = self.values.reference()  # before any candidate runs
-            f = self._traced(calls, **run_kwargs)
+            f = self.memo.get(("fn", key, tuple(c.trace for c in calls), id(run_kwargs.get("body") or self.body)))
+            f = f if f is not None else self._traced(calls, **run_kwargs)
             outs = self.values.run(f, convert, overrides=overrides)
             self.memo[memo_key] = self.values.compare(outs) if ref is not None else fx.values_match(None, [])
         return self.memo[memo_key]
@@ -360,6 +361,7 @@ class Bench:
             out = self._trace_all(f, body, calls, transform)
         if out is None:
             out = Outcome(int(f.experimental_get_tracing_count()))
+            self.memo[("fn",) + memo_key] = f  # the values check calls this same tf.function: no trace more
         self.memo[memo_key] = out
         return out
 

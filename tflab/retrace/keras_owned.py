@@ -48,31 +48,49 @@ def _model_of(body: Any) -> Any:
     return None
 
 
-def _batch_dims(nodes: Any, size: int | None) -> Any:
+def _tensors(nodes: Any) -> list[Node]:
+    out: list[Node] = []
+
+    def walk(n: Node) -> None:
+        if n.kind == "tensor" and n.shape:
+            out.append(n)
+        for _, c in n.children:
+            walk(c)
+    for n in nodes.values():
+        walk(n)
+    return out
+
+
+def _varying(calls: Sequence[Recorded]) -> dict[int, list[int]]:
+    """tensor index -> the dims whose size differs between the calls (same ranks only)."""
+    per = [_tensors(c.nodes) for c in calls]
+    out: dict[int, list[int]] = {}
+    if not per or len({len(p) for p in per}) != 1:
+        return out
+    for i, first in enumerate(per[0]):
+        shapes = [p[i].shape for p in per]
+        if len({len(s) for s in shapes}) != 1:
+            continue
+        dims = [d for d in range(len(first.shape)) if len({s[d] for s in shapes}) > 1]
+        if dims:
+            out[i] = dims
+    return out
+
+
+def _sized(nodes: Any, varying: dict[int, list[int]], size: Any) -> Any:
+    """The nodes with every varying dim set by ``size(tensor index, dim, its size)``."""
+    counter = iter(range(10 ** 6))
+
     def walk(n: Node) -> Node:
         if n.kind == "tensor" and n.shape:
-            return n._replace(shape=(size,) + tuple(n.shape[1:]))
+            i = next(counter)
+            if i in varying:
+                return n._replace(shape=tuple(size(i, d, s) if d in varying[i] else s for d, s in enumerate(n.shape)))
+            return n
         if n.children:
             return n._replace(children=tuple((k, walk(c)) for k, c in n.children))
         return n
     return {k: walk(v) for k, v in nodes.items()}
-
-
-def _first_batch(calls: Sequence[Recorded]) -> int | None:
-    def walk(n: Node) -> int | None:
-        if n.kind == "tensor" and n.shape:
-            return n.shape[0]
-        for _, c in n.children:
-            b = walk(c)
-            if b is not None:
-                return b
-        return None
-    for c in calls:
-        for n in c.nodes.values():
-            b = walk(n)
-            if b is not None:
-                return b
-    return None
 
 
 def keras_plan(bench: Bench, calls: Sequence[Recorded], module: str) -> fx.FixPlan:
@@ -80,32 +98,40 @@ def keras_plan(bench: Bench, calls: Sequence[Recorded], module: str) -> fx.FixPl
 
     Returns:
         A `tflab.fix.FixPlan` of every candidate (alternatives to choose between):
-        "nothing to fix" when a further batch size adds no trace, one batch size
-        for every call, the user's own tf.function of the model; never an
-        input_signature on Keras' function.
+        "nothing to fix" when a further size of the dims that vary adds no trace,
+        one size for every call, the user's own tf.function of the model; never
+        an input_signature on Keras' function.
     """
     where = f"this tf.function is made inside Keras ({module}), not by your code: it takes no input_signature"
-    batch = _first_batch(calls)
-    last = calls[-1] if calls else None
+    varying = _varying(calls)
     tried: list[fx.Fix] = []
-    if last is not None and batch is not None:
-        sizes = [b for b in (_first_batch([c]) for c in calls) if b is not None]
-        extra = max(sizes) + 1
-        one_more = list(calls) + [Recorded(last.trace + 1000, 0, _batch_dims(last.nodes, extra))]
+    if calls and varying:
+        largest = {(i, d): max(s for c in calls for s in [_tensors(c.nodes)[i].shape[d]] if s is not None)
+                   for i, dims in varying.items() for d in dims}
+        first = _tensors(calls[0].nodes)
+        last = calls[-1]
+        one_more = list(calls) + [Recorded(last.trace + 1000, 0, _sized(last.nodes, varying,
+                                                                        lambda i, d, s: largest[(i, d)] + 1))]
+        batch_only = all(dims == [0] for dims in varying.values())
+        what = "batch dim" if batch_only else "dims that vary"
         tried.append(measured_fix(
             "none", "", f"nothing to fix: {where}; Keras makes it with reduce_retracing=True, so TF relaxed the "
-            f"batch dim to None and a further batch size reuses that trace", bench, "keras:none", one_more,
+            f"{what} to None and a further size reuses that trace", bench, "keras:none", one_more,
             reduce_retracing=True, values=False,
             how=f"re-traced a fresh tf.function(..., reduce_retracing=True) of Keras' function on "
-                f"{bench.your_calls()} and one more of batch {extra}",
+                f"{bench.your_calls()} and one more, each varying dim one larger than any you passed",
             goal=lambda o: o.traces <= bench.traces,
-            summary=lambda o: f"a batch of {extra} after your calls adds no trace ({o.traces} in all, as yours)"
-            if o.traces <= bench.traces else f"a batch of {extra} traces again ({o.traces} traces)"))
+            summary=lambda o: f"one more call of a new size adds no trace ({o.traces} in all, as yours)"
+            if o.traces <= bench.traces else f"one more call of a new size traces again ({o.traces} traces)"))
+        sizes = sorted({first[i].shape[d] for i, dims in varying.items() for d in dims})
+        change = (f"batch_size={sizes[0]} for every call; pad the last batch to {sizes[0]} rows and drop the "
+                  "padded rows from the output" if batch_only and len(sizes) == 1 else
+                  "pad every call to the sizes of your first call (" + ", ".join(
+                      f"dim {d} to {first[i].shape[d]}" for i, dims in varying.items() for d in dims) + ")")
         tried.append(measured_fix(
-            "code", f"batch_size={batch} for every call; pad the last batch to {batch} rows and drop the padded "
-            f"rows from the output", "call it with one batch size", bench, f"keras:batch:{batch}", calls,
-            transform=lambda c: _batch_dims(c.nodes, batch), values=False, reduce_retracing=True,
-            how=f"re-traced a fresh copy of Keras' function on your calls, every batch of {batch} rows",
+            "code", change, "call it with one size", bench, f"keras:one:{sizes}", calls,
+            transform=lambda c: _sized(c.nodes, varying, lambda i, d, s: first[i].shape[d]), values=False,
+            reduce_retracing=True, how="re-traced a fresh copy of Keras' function on your calls, each padded so",
             goal=lambda o: o.traces == 1, summary=lambda o: f"{o.traces} trace{'s' * (o.traces != 1)} for "
             f"{bench.your_calls()}, instead of {bench.traces}"))
     model = _model_of(bench.body)
@@ -114,8 +140,8 @@ def keras_plan(bench: Bench, calls: Sequence[Recorded], module: str) -> fx.FixPl
     tried.append(fx.unchecked("option", "steps_per_execution=N in model.compile(...)",
                               "for fit/evaluate: run N batches per call of Keras' function",
                               "it changes your compile() call; tflab does not re-run your training"))
-    first = next((f for f in tried if f.checked), None)
-    return fx.FixPlan(first, tuple(tried)) if first is not None else fx.first_working(tried)
+    chosen = next((f for f in tried if f.checked), None)
+    return fx.FixPlan(chosen, tuple(tried)) if chosen is not None else fx.first_working(tried)
 
 
 def _own_function(model: Any, calls: Sequence[Recorded], bench: Bench) -> fx.Fix:

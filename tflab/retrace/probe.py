@@ -29,11 +29,11 @@ from tflab._tf import function as _tf
 from tflab.retrace.event import TraceEvent, on_each_trace
 from tflab.retrace.log import trace_from_event
 from tflab.retrace.records import NO_VARIABLE_CREATION, Trace, short_name
-from tflab.retrace.sideeffects import SideEffect, global_writes, trace_time_effects, user_function
+from tflab.retrace.sideeffects import SideEffect, trace_time_effects, user_function
 from tflab.retrace.stale import (  # noqa: F401 (re-exported)
-    StaleRead, MISSING, attribute_reads, cell_stores, closure_cells, code_names, is_watchable, same_value,
-    value_repr, what_it_is)
-from tflab.retrace.values import ValueLog, World, attr_slot, cell_slot, global_slot
+    StaleRead, MISSING, closure_cells, code_names, is_watchable, same_value, value_repr, what_it_is)
+from tflab.retrace.probe_state import StateWatch
+from tflab.retrace.values import ValueLog, World
 
 
 # ---------------------------------------------------------------------------
@@ -58,7 +58,7 @@ def _check_tf_function_kwargs(kwargs: dict) -> None:
                          f"tf.function's own options ({', '.join(allowed)})")
 
 
-class RetraceProbe(HtmlDisplay):
+class RetraceProbe(StateWatch, HtmlDisplay):
     """Wraps a function, counts its traces and explains each one.
 
     The wrapper calls a Python side effect inside the traced body: it runs
@@ -185,42 +185,6 @@ class RetraceProbe(HtmlDisplay):
         self._effects = trace_time_effects(self._user_fn)
 
     # -- trace-time side effect --------------------------------------------
-    def _stale_candidates(self) -> tuple[list[str], list[tuple[str, Any]]]:
-        fn = self._user_fn
-        code = getattr(fn, "__code__", None)
-        if code is None:
-            return [], []
-        globs = getattr(fn, "__globals__", {})
-        # A global the body itself writes (`global TRACES; TRACES += 1`) is the
-        # user's own trace counter: it changes because the body ran, it is not
-        # a value the graph read and kept.
-        written = global_writes(code)
-        gnames = sorted(n for n in code_names(code) if n in globs and n not in written)
-        rebound = cell_stores(code)
-        for n in sorted(n for n in code_names(code) if n in globs):
-            self._world.add(global_slot(globs, n, n in written))
-        for n, cell in closure_cells(fn):
-            self._world.add(cell_slot(n, cell, n in rebound))
-        # a cell the body rebinds (`nonlocal c; c = c + x`) is its own state, not a value it read and kept
-        return gnames, [(n, c) for n, c in closure_cells(fn) if n not in rebound]
-
-    def _instance(self) -> Any:
-        """The object a method's ``self`` is (a bound method, a tf.function method, a callable object), or None."""
-        fn = self._python_fn
-        obj = getattr(fn, "__self__", None)
-        if obj is None and self.original is not None:
-            obj = _tf.method_instance(self.original)  # a method decorated in its class
-        if obj is None and not isinstance(fn, (types.FunctionType, types.MethodType)):
-            obj = fn  # a callable object: its __call__ reads self
-        return obj
-
-    def _attribute_candidates(self) -> list[tuple[str, Any, str, bool]]:
-        obj = self._instance()
-        found = attribute_reads(obj, self._user_fn) if obj is not None else []
-        for label, owner, attr, written in found:
-            self._world.add(attr_slot(label, owner, attr, written))
-        return [f for f in found if not f[3]]
-
     def _on_trace(self, event: TraceEvent | None, args: tuple = (), kwargs: dict | None = None) -> None:
         self._count += 1
         self._events.append(event)
@@ -493,48 +457,6 @@ class RetraceProbe(HtmlDisplay):
                       sum(t.kind != "failed" for t in self._traces), options, self._memo,
                       values=self._case_values(), rebinds=tuple(self.rebinds))
         return plan_fixes(self._traces, bench)
-
-    def _case_values(self) -> Any:
-        """The recorded calls' values, the state they ran with, and eager's outputs on them (made once per call count)."""
-        from tflab.retrace.values import CaseValues
-
-        if getattr(self, "_cases", (None, -1))[1] != self.calls:
-            self._cases = (CaseValues(self._python_fn, self._values, self._world), self.calls)
-        return self._cases[0]
-
-    @property
-    def rebinds(self) -> list:
-        """`tflab.retrace.statefix.Rebind` records: a line of the body that rebinds a tf.Variable's name.
-
-        ``global v; v = v + x`` (or ``nonlocal``, or ``self.v = self.v + x``) turns the
-        name into a tensor of the FuncGraph at the first trace: the Variable is no
-        longer read, and the next trace fails ("out of scope") or a cached call
-        computes from the Variable's old value. Each record names the line and its
-        fix (``v.assign_add(x)``), run on your calls and compared with eager.
-        """
-        if not self.calls:
-            return []
-        key = ("rebinds", self.calls)
-        if self._memo.get("rebinds_key") != key:
-            from tflab.retrace.statefix import find_rebinds
-
-            self._memo["rebinds"] = find_rebinds(self._python_fn, self._user_fn, self._world, self._case_values(),
-                                                 self.trace_count, instance=self._instance())
-            self._memo["rebinds_key"] = key
-        return self._memo["rebinds"]
-
-    @property
-    def stale(self) -> list[StaleRead]:
-        """`StaleRead` records, oldest first, each with its fix run on your calls (`StaleRead.plan`)."""
-        key = (len(self._stale), self.calls)
-        if self._stale and self._stale_key != key and not self._recording:
-            from tflab.retrace.statefix import stale_plan
-
-            vals = self._case_values()
-            self._stale = [dataclasses.replace(s, plan=stale_plan(s, vals, self._python_fn, self.trace_count))
-                           for s in self._stale]
-            self._stale_key = key
-        return self._stale
 
     @property
     def trace_count(self) -> int:

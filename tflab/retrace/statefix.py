@@ -132,7 +132,10 @@ def _function_source(func: Any) -> tuple[ast.FunctionDef, int, list[str]] | None
         lines, start = inspect.getsourcelines(func)
     except (OSError, TypeError):
         return None
-    module = ast.parse(textwrap.dedent("".join(lines)))
+    try:
+        module = ast.parse(textwrap.dedent("".join(lines)))
+    except SyntaxError:  # a lambda inside a larger statement: no def to rewrite
+        return None
     fdef = module.body[0] if module.body else None
     if not isinstance(fdef, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None

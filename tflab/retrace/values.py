@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import re
+import weakref
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from tflab import fix as fx
@@ -54,7 +55,7 @@ def _kept(v: Any) -> tuple[Any, int]:
         return v, 8
     name = t.__name__
     if name == "EagerTensor":
-        return v, v._num_elements() * v.dtype.size
+        return v, (v.shape.num_elements() or 0) * v.dtype.size
     if t is tuple or t is list:
         out, n = [], 0
         for x in v:
@@ -74,8 +75,42 @@ def _kept(v: Any) -> tuple[Any, int]:
 
         a = np.array(v, copy=True)
         return a, int(a.nbytes)
-    # A tf.Variable, a Keras model, a dataclass...: kept by reference (what TF keys its cache on too).
-    return v, 64
+    # A tf.Variable, a Keras model, a dataclass, a function...: a weak reference, so the probe never
+    # keeps alive an object TF keys its cache on (a collected object is what makes TF trace again).
+    try:
+        return _Ref(v), 64
+    except TypeError:  # not weakly referenceable: TF cannot key on it weakly either
+        return v, 64
+
+
+class _Ref:
+    __slots__ = ("ref",)
+
+    def __init__(self, v: Any):
+        self.ref = weakref.ref(v)
+
+
+class Gone(Exception):
+    """An object a recorded call passed has been garbage-collected: that call cannot be run again."""
+
+
+def _live(v: Any, call: int) -> Any:
+    t = type(v)
+    if t is _Ref:
+        obj = v.ref()
+        if obj is None:
+            raise Gone(f"the object call {call} passed has been garbage-collected")
+        return obj
+    if t is tuple or t is list:
+        return t(_live(x, call) for x in v)
+    if t is dict:
+        return {k: _live(x, call) for k, x in v.items()}
+    return v
+
+
+def live_calls(calls: Sequence[tuple[tuple, dict]]) -> list[tuple[tuple, dict]]:
+    """The recorded calls with every weakly kept object resolved (raises `Gone` for a collected one)."""
+    return [(_live(a, i), _live(k, i)) for i, (a, k) in enumerate(calls, 1)]
 
 
 class ValueLog:
@@ -349,6 +384,7 @@ class CaseValues:
     def __init__(self, body: Callable, log: ValueLog, world: World | None):
         self.body, self.log, self.world = body, log, world or World()
         self._reference: list | None = None
+        self._gone = ""
 
     @property
     def kept(self) -> bool:
@@ -363,17 +399,27 @@ class CaseValues:
         if self._reference is None:
             import tensorflow as tf
 
+            try:
+                calls = live_calls(self.log.calls)
+            except Gone as e:
+                self._gone = str(e)
+                self._reference = []
+                return self._reference
             was = tf.config.functions_run_eagerly()
             tf.config.run_functions_eagerly(True)
             try:
-                self._reference = self.world.replay(self.body, self.log.calls)
+                self._reference = self.world.replay(self.body, calls)
             finally:
                 tf.config.run_functions_eagerly(was)
         return self._reference
 
     def run(self, fn: Callable, convert: Mapping[str, tuple[str, str]] | None = None, **replay: Any) -> list:
         """A candidate (a tf.function) over the recorded calls, each call's arguments converted so."""
-        calls = [convert_call(self.body, a, k, convert or {}) for a, k in self.log.calls]
+        try:
+            live = live_calls(self.log.calls)
+        except Gone:
+            return []
+        calls = [convert_call(self.body, a, k, convert or {}) for a, k in live]
         return self.world.replay(fn, calls, **replay)
 
     def compare(self, outs: list) -> fx.ValuesCheck:
@@ -381,6 +427,8 @@ class CaseValues:
         if not self.kept:
             return fx.values_match(None, outs)
         ref = self.reference()
+        if self._gone:
+            return fx.ValuesCheck(True, f"{fx.VALUES_NOT_KEPT} ({self._gone})", kept=False)
         bad = next((r for r in ref if isinstance(r, Raised)), None)
         if bad is not None:  # no eager value to compare with: say so, do not pretend
             return fx.ValuesCheck(True, f"{fx.VALUES_NOT_KEPT} (eager raised on call {bad.call}: {bad.text})",
