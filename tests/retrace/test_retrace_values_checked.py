@@ -300,3 +300,31 @@ def test_keras_step_function_gets_no_input_signature_but_fixes_at_the_users_call
 def test_healthy_twin_the_users_own_function_still_gets_its_input_signature(keras_script):
     block = keras_script.split("\nmine", 1)[1]
     assert "input_signature=[tf.TensorSpec([None], tf.float32)] (checked: 1 trace" in block
+
+
+# --- what the values check leaves as it found it, and where eager is no reference ------------------
+
+
+def test_a_replayed_training_step_leaves_the_users_weights_as_they_were():
+    w = tf.Variable([1.0, 2.0])
+
+    def step(x):
+        w.assign_sub(0.5 * x)
+        return tf.reduce_sum(w * x)
+
+    p = tflab.RetraceProbe(step)
+    p(tf.ones([2])), p(tf.ones([3])[:2] * 2.0), p(tf.ones([2]), )
+    before = w.numpy().copy()
+    p.to_text()  # the reference and each candidate ran the step again
+    assert (w.numpy() == before).all()
+
+
+def test_random_numbers_make_eager_no_reference_and_say_so():
+    def noisy(x, k):
+        return x * k + tf.random.uniform(tf.shape(x))
+
+    p = tflab.RetraceProbe(noisy)
+    x = tf.ones([2])
+    p(x, 1.0), p(x, 2.0)
+    f = p.traces[1].details[0].plan.fix
+    assert f.checked and fx.VALUES_NOT_KEPT in f.result and "two eager runs of your function differ" in f.result

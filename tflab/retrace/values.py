@@ -211,6 +211,7 @@ class World:
         self.variables: dict[str, tuple[Any, Any]] = {}
         self.changes: list[tuple[int, str, Any]] = []
         self.started = False
+        self._protected: list | None = None
 
     def add(self, slot: _Slot) -> None:
         self.slots.setdefault(slot.label, slot)
@@ -274,6 +275,11 @@ class World:
                     saved_vars[label] = var.numpy().copy()
                 except Exception:  # noqa: BLE001
                     pass
+            # Every other tf.Variable alive now (a model's weights, an optimizer's slots and step): a
+            # training step replayed moves them; the user's process gets them back as they were.
+            if self._protected is None:  # found once: the variables alive when tflab first replays
+                self._protected = _live_variables(exclude={id(v) for v, _ in self.variables.values()})
+            others = [(v, v.numpy().copy()) for v in self._protected]
         by_call: dict[int, list[tuple[str, Any]]] = {}
         for call, label, value in self.changes:
             by_call.setdefault(call, []).append((label, value))
@@ -305,7 +311,37 @@ class World:
                 s.set(saved[label])
             for label, value in saved_vars.items():
                 self.variables[label][0].assign(value)
+            for var, value in others:
+                var.assign(value)
         return outs
+
+
+def _variable_classes() -> set:
+    import tensorflow as tf
+
+    out, todo = set(), [tf.Variable]
+    while todo:
+        c = todo.pop()
+        if c not in out:
+            out.add(c)
+            todo.extend(c.__subclasses__())
+    return out
+
+
+def _live_variables(exclude: set[int]) -> list[Any]:
+    """Every initialized eager tf.Variable alive in this process (a type lookup per object: no isinstance)."""
+    import gc
+
+    classes = _variable_classes()
+    out = []
+    for o in gc.get_objects():
+        if type(o) in classes and id(o) not in exclude:
+            try:
+                o.numpy()
+            except Exception:  # noqa: BLE001 - uninitialized, or a variable of a graph: not the user's state
+                continue
+            out.append(o)
+    return out
 
 
 class Raised:
@@ -385,6 +421,7 @@ class CaseValues:
         self.body, self.log, self.world = body, log, world or World()
         self._reference: list | None = None
         self._gone = ""
+        self._again: str | None = None
 
     @property
     def kept(self) -> bool:
@@ -437,4 +474,23 @@ class CaseValues:
         if got is not None:
             return fx.ValuesCheck(False, f"call {got.call} raised {got.text} where eager returned a value",
                                   got.call, float("inf"))
-        return fx.values_match(ref, outs)
+        vc = fx.values_match(ref, outs)
+        if not vc.ok and self._repeatable() is not None:
+            return fx.ValuesCheck(True, f"{fx.VALUES_NOT_KEPT} ({self._repeatable()})", kept=False)
+        return vc
+
+    def _repeatable(self) -> str | None:
+        """Why eager's outputs are no reference (two eager runs differ: random numbers), or None."""
+        if self._again is None:
+            import tensorflow as tf
+
+            was = tf.config.functions_run_eagerly()
+            tf.config.run_functions_eagerly(True)
+            try:
+                again = self.world.replay(self.body, live_calls(self.log.calls))
+            finally:
+                tf.config.run_functions_eagerly(was)
+            vc = fx.values_match(self._reference, again)
+            self._again = "" if vc.ok else (f"two eager runs of your function differ ({vc.text}): it draws random "
+                                            "numbers, so no run can equal eager's")
+        return self._again or None
