@@ -34,6 +34,7 @@ import weakref
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from tflab import fix as fx
+from tflab._tf import function as _tf
 
 __all__ = ["ValueLog", "World", "CaseValues", "VALUE_BYTES", "VALUE_CALLS"]
 
@@ -42,6 +43,8 @@ VALUE_BYTES = 64 << 20
 VALUE_CALLS = 10_000
 MISSING = object()
 _SCALARS = (bool, int, float, complex, str, bytes, type(None))
+_SCALAR_TYPES = frozenset(_SCALARS)
+_EAGER: list = [None]   # TF's EagerTensor class, once seen
 
 
 class _Unkept(Exception):
@@ -51,11 +54,13 @@ class _Unkept(Exception):
 def _kept(v: Any) -> tuple[Any, int]:
     """(what to keep of one argument, its bytes)."""
     t = type(v)
-    if t in _SCALARS:
+    if t is _EAGER[0]:  # the common case first: a cached call's tensors
+        return v, _tf.eager_nbytes(v)
+    if t in _SCALAR_TYPES:
         return v, 8
-    name = t.__name__
-    if name == "EagerTensor":
-        return v, (v.shape.num_elements() or 0) * v.dtype.size
+    if t.__name__ == "EagerTensor":
+        _EAGER[0] = t
+        return v, _tf.eager_nbytes(v)
     if t is tuple or t is list:
         out, n = [], 0
         for x in v:
