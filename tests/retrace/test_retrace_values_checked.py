@@ -328,3 +328,25 @@ def test_random_numbers_make_eager_no_reference_and_say_so():
     p(x, 1.0), p(x, 2.0)
     f = p.traces[1].details[0].plan.fix
     assert f.checked and fx.VALUES_NOT_KEPT in f.result and "two eager runs of your function differ" in f.result
+
+
+def test_the_json_report_carries_the_rebind_and_the_stale_fix(global_probe, stale_probes):
+    import json
+
+    d = json.loads(json.dumps(global_probe.to_dict(), default=str))
+    assert d["rebinds"][0]["change"] == "v.assign_add(x)" and d["rebinds"][0]["fix_record"]["status"] == "checked"
+    s = stale_probes[0].to_dict()["stale"][0]
+    assert s["name"] == "self.weights" and s["fix_record"]["status"] == "checked" and "plan" not in s
+
+
+def test_a_global_int_read_as_a_float_gets_its_variable_as_float32_checked():
+    ns = {"tf": tf}
+    exec("N = 2\ndef scaled(x):\n    return x * N\n", ns)  # noqa: S102 - a module of its own: N is its global
+    p = tflab.RetraceProbe(ns["scaled"])
+    p(tf.ones([2]))
+    ns["N"] = 3
+    p(tf.ones([2]))
+    (s,) = p.stale
+    f = s.fix_record
+    assert f.checked and "N = tf.Variable(N, dtype=tf.float32)" in f.change, f.line()
+    assert [t.status for t in s.plan.tried][:2] == ["failed", "checked"]  # int32 first: x * N then fails

@@ -533,8 +533,11 @@ class RetraceProbe(StateWatch, HtmlDisplay):
                 "tf_tracing_count": self.tf_tracing_count, "calls": self.calls,
                 "original_tracing_count": self.original_tracing_count,
                 "traces": [t.to_dict() for t in self.traces],
-                "stale": [dataclasses.asdict(s) | {"text": s.text, "fix": s.fix,
-                                                   "fix_record": s.fix_record.to_dict()} for s in self.stale],
+                "stale": [{f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name != "plan"}
+                          | {"text": s.text, "fix": s.fix, "fix_record": s.fix_record.to_dict(),
+                             "fix_tried": [f.to_dict() for f in s.plan.tried] if s.plan is not None else []}
+                          for s in self.stale],
+                "rebinds": [rb.to_dict() for rb in self.rebinds],
                 "side_effects": self.side_effects, "trace_seconds": self.trace_seconds,
                 "seconds": self.seconds, "call_seconds": self.call_seconds}
 

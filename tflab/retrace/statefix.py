@@ -295,14 +295,23 @@ def stale_plan(stale: Any, values: CaseValues, body: Callable, traces: int) -> f
     shapes = {tuple(getattr(v, "shape", ())) for v in seen if v is not MISSING}
     free = len(shapes) > 1
     short = name.rsplit(".", 1)[-1]
-    init = (f"{name} = tf.Variable({short}, shape=tf.TensorShape(None))" if free
-            else f"{name} = tf.Variable({short})")
-    change = f"{init} where it is first set, then {name}.assign(new) where it is replaced"
+    # A Python int may be read as a float by the body (x * n): its Variable is tried as int32, then float32.
+    dtypes = [None, "float32"] if any(type(v) is int for v in seen) else [None]
+    cands = [lambda dt=dt: _variable_candidate(name, short, free, dt, values, body, traces) for dt in dtypes]
+    return fx.first_working(cands + [arg])
+
+
+def _variable_candidate(name: str, short: str, free: bool, dtype: str | None, values: CaseValues, body: Callable,
+                        traces: int) -> fx.Fix:
+    extra = (", shape=tf.TensorShape(None)" if free else "") + (f", dtype=tf.{dtype}" if dtype else "")
+    change = (f"{name} = tf.Variable({short}{extra}) where it is first set, then {name}.assign(new) where it is "
+              "replaced")
 
     def make(v: Any) -> Any:
         import tensorflow as tf
 
-        return tf.Variable(v, shape=tf.TensorShape(None)) if free else tf.Variable(v)
+        kw = {"shape": tf.TensorShape(None)} if free else {}
+        return tf.Variable(v, dtype=tf.as_dtype(dtype), **kw) if dtype else tf.Variable(v, **kw)
 
     def assign(cur: Any, new: Any) -> Any:
         cur.assign(new)
@@ -317,14 +326,13 @@ def stale_plan(stale: Any, values: CaseValues, body: Callable, traces: int) -> f
         n = int(f.experimental_get_tracing_count())
         return vc.ok, f"{vc.text}, {n} trace{'s' * (n != 1)}", vc.measured | {"traces": n, "was": traces}
 
-    var = fx.attempt("code", change, f"keep {name} in a tf.Variable and .assign() new values: the graph reads "
-                     "the Variable at each call", check,
-                     how=f"ran a fresh tf.function of your function on your {values.n} recorded call(s), {name} a "
-                         "tf.Variable and each of your changes an .assign(), against your function run eagerly")
-    return fx.first_working([var, arg])
+    return fx.attempt("code", change, f"keep {name} in a tf.Variable and .assign() new values: the graph reads "
+                      "the Variable at each call", check,
+                      how=f"ran a fresh tf.function of your function on your {values.n} recorded call(s), {name} a "
+                          "tf.Variable and each of your changes an .assign(), against your function run eagerly")
 
 
 def unchecked_argument(name: str) -> fx.Fix:
     short = name.rsplit(".", 1)[-1]
-    return fx.unchecked("code", "", f"or pass {short} as an argument (a tensor: a new value needs no retrace)",
+    return fx.unchecked("code", "", f"pass {short} as an argument (a tensor: a new value needs no retrace)",
                         "it changes your function's parameters and its callers")
