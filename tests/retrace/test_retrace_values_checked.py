@@ -350,3 +350,16 @@ def test_a_global_int_read_as_a_float_gets_its_variable_as_float32_checked():
     f = s.fix_record
     assert f.checked and "N = tf.Variable(N, dtype=tf.float32)" in f.change, f.line()
     assert [t.status for t in s.plan.tried][:2] == ["failed", "checked"]  # int32 first: x * N then fails
+
+
+def test_three_python_ints_that_change_together_are_all_converted():
+    def h(x, a, b, c):
+        return x * a + b - c
+
+    p = tflab.RetraceProbe(h)
+    x = tf.ones([2])
+    p(x, 1, 2, 3), p(x, 2, 3, 4)
+    f = p.traces[1].details[0].plan.fix
+    assert f.checked, f.line()
+    assert all(f"{n} = tf.constant({n}, tf.float32)" in f.change for n in "abc"), f.change
+    assert "bit for bit" in f.result

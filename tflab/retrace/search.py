@@ -30,7 +30,7 @@ from tflab.retrace.nodes import Node
 
 __all__ = ["Change", "search_trace"]
 
-_MAX_SETS = 24
+_MAX_SETS = 64   # sets of changes run at most per trace (each costs one trace per call signature)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,6 +170,7 @@ def search_trace(t: Any, bench: Bench, calls: Sequence[Recorded], plans: Sequenc
         return list(plans)
     params = [c for c in causes if c != "rebind"]
     held: dict[str, fx.Fix] = {}
+    picked: dict[str, list[Change]] = {}
     for cause in params:
         if len(params) < 2:
             break
@@ -184,13 +185,14 @@ def search_trace(t: Any, bench: Bench, calls: Sequence[Recorded], plans: Sequenc
                           f"(needed together with the fix for {', '.join(q for q in params if q != cause)})")
             if f.checked:
                 held[cause] = f
+                picked[cause] = [ch]  # the combinations try this cause's working candidate only
                 break
     combined = None
     tried_sets = 0
     names = list(causes)
     for size in range(1, len(names) + 1):
         for subset in itertools.combinations(names, size):
-            for pick in itertools.product(*(causes[c] for c in subset)):
+            for pick in itertools.product(*(picked.get(c, causes[c]) for c in subset)):
                 tried_sets += 1
                 if tried_sets > _MAX_SETS:
                     break
