@@ -363,3 +363,41 @@ def test_three_python_ints_that_change_together_are_all_converted():
     assert f.checked, f.line()
     assert all(f"{n} = tf.constant({n}, tf.float32)" in f.change for n in "abc"), f.change
     assert "bit for bit" in f.result
+
+
+_GLOBAL_SCRIPT = """
+import tensorflow as tf
+v = tf.Variable(0.0)
+w = tf.Variable(0.0)
+
+@tf.function
+def f(x):
+    global v
+    v = v + x
+    return v
+
+@tf.function
+def g(x):
+    w.assign_add(x)
+    return w.read_value()
+
+f(42.0)
+try:
+    f(1.0)
+except TypeError:
+    pass
+g(42.0), g(1.0)
+"""
+
+
+def test_tflab_retrace_names_the_rebinding_line_from_the_log_and_not_a_healthy_assign(tmp_path):
+    from tflab.retrace.log import trace_script
+
+    path = tmp_path / "rebind.py"
+    path.write_text(_GLOBAL_SCRIPT)
+    result = trace_script(str(path))
+    by = {f.function_name: f for f in result.functions}
+    (line, fix) = by["f"].rebinds
+    assert "`v = v + x` (rebind.py:9) rebinds global v" in line
+    assert "v.assign_add(x) (line 9)" in fix and f"not checked: {fx.VALUES_NOT_KEPT}" in fix
+    assert by["g"].rebinds == ()

@@ -62,6 +62,9 @@ class Rebind:
     change: str
     plan: Any = dataclasses.field(default=None, compare=False, repr=False)
     body: Any = dataclasses.field(default=None, compare=False, repr=False)
+    # What the name held: "a tf.Variable" (at the first call), or, seen through TF's log only,
+    # "now a tensor of a traced graph" (what the line left in it).
+    held: str = "a tf.Variable"
 
     @property
     def where(self) -> str:
@@ -69,7 +72,7 @@ class Rebind:
 
     @property
     def text(self) -> str:
-        return (f"`{self.source}` ({self.where}) rebinds {self.scope} {self.name}, a tf.Variable, to a tensor: "
+        return (f"`{self.source}` ({self.where}) rebinds {self.scope} {self.name}, {self.held}, to a tensor: "
                 f"the graph no longer reads or updates the Variable (a later trace fails: out of scope; a "
                 f"cached call starts again from the Variable's old value)")
 
@@ -171,8 +174,45 @@ def _rewritten(func: types.FunctionType, fdef: ast.FunctionDef, lines: set[int])
     return new
 
 
+def _symbolic(v: Any) -> bool:
+    """A tensor of a FuncGraph (what a rebound name holds after a trace), not an eager one."""
+    return hasattr(v, "graph") and hasattr(v, "op") and type(v).__name__ != "EagerTensor"
+
+
+def static_rebinds(body: Callable) -> list[Rebind]:
+    """The rebinding lines of a function seen only through TF's trace log (``tflab retrace SCRIPT``).
+
+    No call was recorded, so the names' values at the first call are unknown: a
+    name counts when it holds a tf.Variable now, or a tensor of a FuncGraph (what
+    ``v = v + x`` left in it after a trace). The fix is printed not checked.
+    """
+    from tflab._tf import function as _tf
+    from tflab.retrace.sideeffects import user_function
+    from tflab.retrace.values import ValueLog, attr_slot, cell_slot, global_slot
+
+    user_fn = user_function(body)
+    code = getattr(user_fn, "__code__", None)
+    if code is None:
+        return []
+    world = World()
+    globs = getattr(user_fn, "__globals__", {})
+    for n in code.co_names:
+        if n in globs:
+            world.add(global_slot(globs, n, True))
+    for n, cell in zip(code.co_freevars, getattr(user_fn, "__closure__", None) or ()):
+        world.add(cell_slot(n, cell, True))
+    obj = getattr(body, "__self__", None) or _tf.method_instance(body)
+    if obj is not None and hasattr(obj, "__dict__"):
+        for n in code.co_names:
+            if n in vars(obj):
+                world.add(attr_slot(f"self.{n}", obj, n, True))
+    world.initial = {label: s.get() for label, s in world.slots.items()}
+    values = CaseValues(body, ValueLog(max_calls=0), world)
+    return find_rebinds(body, user_fn, world, values, 0, instance=obj, seen_in_log=True)
+
+
 def find_rebinds(body: Callable, user_fn: Any, world: World, values: CaseValues, traces: int, *,
-                 instance: Any = None) -> list[Rebind]:
+                 instance: Any = None, seen_in_log: bool = False) -> list[Rebind]:
     """The lines of ``user_fn`` that rebind a tf.Variable's name, each with its fix run on the user's calls.
 
     A line counts when it is ``NAME = NAME <op> EXPR`` or ``NAME <op>= EXPR`` with
@@ -186,6 +226,8 @@ def find_rebinds(body: Callable, user_fn: Any, world: World, values: CaseValues,
         values: the recorded calls and eager's outputs.
         traces: the traces the user's calls made.
         instance: the object ``self`` is, for a method (the copy is bound to it).
+        seen_in_log: the function was seen through TF's trace log only (no values):
+            a name holding a FuncGraph's tensor counts, and the fix is not checked.
 
     Returns:
         `Rebind` records in line order; empty when no such line exists.
@@ -216,7 +258,8 @@ def find_rebinds(body: Callable, user_fn: Any, world: World, values: CaseValues,
             scope = "attribute"
         else:
             continue
-        if not is_variable(world.initial.get(label, MISSING)):
+        now = world.initial.get(label, MISSING)
+        if not (is_variable(now) or (seen_in_log and _symbolic(now))):
             continue
         hits.append((node.lineno, label, scope, target, op, expr))
     if not hits:
@@ -231,7 +274,11 @@ def find_rebinds(body: Callable, user_fn: Any, world: World, values: CaseValues,
     new_body = types.MethodType(new, obj) if obj is not None and _takes_one_more(new, body) else new
     out = []
     changes = [ast.unparse(_assign_call(t, op, e)) for _, _, _, t, op, e in hits]
-    plan = fx.first_working([lambda: fx.attempt(
+    plan = fx.first_working([fx.unchecked(
+        "code", "; ".join(f"{c} (line {h[0]})" for c, h in zip(changes, hits)),
+        "update the tf.Variable in place instead of rebinding its name",
+        f"{fx.VALUES_NOT_KEPT}: tflab retrace reads TF's trace log; tflab.RetraceProbe(f) keeps your calls' "
+        "values and runs this fix on them against eager")] if seen_in_log else [lambda: fx.attempt(
         "code", "; ".join(f"{c} (line {h[0]})" for c, h in zip(changes, hits)),
         "update the tf.Variable in place instead of rebinding its name",
         lambda: _check_rebind(new_body, values, traces), source=ast.unparse(fdef),
@@ -241,7 +288,8 @@ def find_rebinds(body: Callable, user_fn: Any, world: World, values: CaseValues,
     src_lines = _file_lines(filename)
     for (line, label, scope, target, op, expr), change in zip(hits, changes):
         src = src_lines[line - 1].strip() if 0 < line <= len(src_lines) else ast.unparse(target)
-        out.append(Rebind(label, scope, filename, line, src, change, plan=plan, body=new_body))
+        held = "a tf.Variable" if is_variable(world.initial.get(label, MISSING)) else "now a tensor of a traced graph"
+        out.append(Rebind(label, scope, filename, line, src, change, plan=plan, body=new_body, held=held))
     return sorted(out, key=lambda r: r.line)
 
 
