@@ -82,13 +82,16 @@ class RetraceProbe(StateWatch, HtmlDisplay):
     Args:
         fn: a `tf.function` (options kept) or a plain Python callable (wrapped
             in ``tf.function(**tf_function_kwargs)``).
-        watch_stale: record the closure cells and globals the Python function
-            reads (its own code and nested lambdas/comprehensions; not the
-            functions it calls, nor object attributes like ``self.rate``) that
+        watch_stale: record the closure cells, globals and attributes of
+            ``self`` (and of plain objects ``self`` holds: ``self.cfg.scale``)
+            the Python function reads (its own code, nested
+            lambdas/comprehensions, and for ``self`` the methods it calls) that
             hold numbers, strings, bools, eager tensors or tf.Variables at
-            trace time, and
-            report in `stale` when one changed without a retrace. The per-call
-            check compares identities only.
+            trace time, and report in `stale` when one changed without a
+            retrace, with its tf.Variable fix run on your calls against eager.
+            The per-call check compares identities only. Each call's arguments
+            are kept too (`tflab.retrace.values.ValueLog`, within a budget) so
+            every fix is compared with your function's eager outputs.
         **tf_function_kwargs: options for ``tf.function`` when ``fn`` is a plain
             callable (e.g. ``reduce_retracing=True``); not allowed with a tf.function.
 
@@ -435,9 +438,14 @@ class RetraceProbe(StateWatch, HtmlDisplay):
         Each fix is a `tflab.fix.Fix` (``Reason.plan``; ``Reason.fix`` is its
         line): the candidate input_signature, cast, tensor or object change is
         applied to a fresh tf.function of your function and traced on every
-        call signature the probe recorded (`tflab.retrace.check`). The check
-        runs when this is read after a new trace, and traces your function's
-        Python body once per candidate tried.
+        call signature the probe recorded (`tflab.retrace.check`); then it is
+        called with every recorded call's values and its outputs compared with
+        your original function run eagerly on the same calls, from the same
+        state (`tflab.fix.values_match`): "checked" means both. Several causes
+        of one retrace are searched together (`tflab.retrace.search`). The
+        check runs when this is read after a new trace: your function's Python
+        body runs once per recorded call eagerly (the reference) and is traced
+        once per candidate tried; every tf.Variable gets its value back after.
         """
         self._catch_up()
         if self._recording or not self._traces:
