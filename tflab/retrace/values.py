@@ -497,5 +497,6 @@ class CaseValues:
                 tf.config.run_functions_eagerly(was)
             vc = fx.values_match(self._reference, again)
             self._again = "" if vc.ok else (f"two eager runs of your function differ ({vc.text}): it draws random "
-                                            "numbers, so no run can equal eager's")
+                                            "numbers or reads state tflab does not replay, so eager's outputs are "
+                                            "no reference")
         return self._again or None
