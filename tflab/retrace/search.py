@@ -183,7 +183,10 @@ def search_trace(t: Any, bench: Bench, calls: Sequence[Recorded], plans: Sequenc
                          f"{', '.join(q for q in params if q != cause)} held at call 1's value",
                      desc=f"{ch.text}, checked with {', '.join(q for q in params if q != cause)} held fixed "
                           f"(needed together with the fix for {', '.join(q for q in params if q != cause)})")
-            if f.checked:
+            # Held calls are made up (one parameter from call 1, another from call N): they count only
+            # where eager ran them, so its outputs were compared (coupled parameters, e.g. x and y of
+            # one batch, give calls eager rejects: no evidence either way).
+            if f.checked and f.measured.get("values_kept", False):
                 held[cause] = f
                 picked[cause] = [ch]  # the combinations try this cause's working candidate only
                 break
