@@ -427,6 +427,7 @@ class CaseValues:
         self._reference: list | None = None
         self._gone = ""
         self._again: str | None = None
+        self._floor: float | None = None
 
     @property
     def kept(self) -> bool:
@@ -482,7 +483,36 @@ class CaseValues:
         vc = fx.values_match(ref, outs)
         if not vc.ok and self._repeatable() is not None:
             return fx.ValuesCheck(True, f"{fx.VALUES_NOT_KEPT} ({self._repeatable()})", kept=False)
+        if not vc.ok and vc.max_ulp != float("inf"):
+            floor = self._graph_floor()
+            if floor is not None and vc.max_ulp <= floor:
+                return fx.values_match(ref, outs, ulp_bound=floor, why_bound=(
+                    "your function unchanged, traced afresh for each call, is that far from eager on these calls "
+                    "(graph vs eager rounding)"))
         return vc
+
+    def _graph_floor(self) -> float | None:
+        """How far the user's own function, as a fresh tf.function per call, is from eager (ULP), or None.
+
+        A graph may round differently from eager (other kernels, another order of
+        a reduction, fused ops): that distance is no fault of a fix. A fresh
+        tf.function per call traces each call from the state it runs in, so a
+        stale read or a rebound name does not enter it; where such a run raises
+        or differs by a non-finite amount there is no floor (None).
+        """
+        if self._floor is None:
+            import tensorflow as tf
+
+            def fresh(*a: Any, **k: Any) -> Any:
+                return tf.function(self.body)(*a, **k)
+
+            outs = self.world.replay(fresh, live_calls(self.log.calls))
+            if any(isinstance(o, Raised) for o in outs):
+                self._floor = float("nan")
+            else:
+                vc = fx.values_match(self._reference, outs)
+                self._floor = vc.max_ulp if vc.max_ulp != float("inf") else float("nan")
+        return None if self._floor != self._floor else self._floor
 
     def _repeatable(self) -> str | None:
         """Why eager's outputs are no reference (two eager runs differ: random numbers), or None."""
