@@ -407,3 +407,15 @@ def test_tflab_retrace_names_the_rebinding_line_from_the_log_and_not_a_healthy_a
     assert "`v = v + x` (rebind.py:9) rebinds global v" in line
     assert "v.assign_add(x) (line 9)" in fix and f"not checked: {fx.VALUES_NOT_KEPT}" in fix
     assert by["g"].rebinds == ()
+
+
+def test_a_graph_that_differs_from_eager_by_itself_sets_a_printed_bound_not_a_failure():
+    def f(x, k):  # the graph computes a little differently from eager, as fused or reordered kernels may
+        return x * k + (0.0 if tf.executing_eagerly() else 1e-6)
+
+    p = tflab.RetraceProbe(f)
+    x = tf.ones([2])
+    p(x, 1.0), p(x, 2.0)
+    fix = p.traces[1].details[0].plan.fix
+    assert fix.checked and "ULP, bound" in fix.result and "graph vs eager rounding" in fix.result, fix.line()
+    assert 0 < fix.measured["max_ulp"] == fix.measured["ulp_bound"]
