@@ -262,6 +262,11 @@ class Bench:
         traces: how many traces the user's calls made (the count to beat).
         options: the tf.function's options (``reduce_retracing``, ``input_signature``).
         memo: candidate key -> `Outcome`, so a report read twice traces nothing new.
+        values: the calls' argument values, the state they ran with and eager's
+            outputs on them (`tflab.retrace.values.CaseValues`); None when no
+            values were kept (a log): fixes then say "traces only, values not kept".
+        rebinds: the body's lines that rebind a tf.Variable's name
+            (`tflab.retrace.statefix.Rebind`), whose fix the search may combine.
     """
 
     body: Callable | None
@@ -270,6 +275,54 @@ class Bench:
     traces: int
     options: dict = dataclasses.field(default_factory=dict)
     memo: dict = dataclasses.field(default_factory=dict)
+    values: Any = None
+    rebinds: tuple = ()
+
+    def state(self) -> Any:
+        """The state the first call ran with, for the block (a body that rebinds a global traces as it did)."""
+        import contextlib
+
+        return self.values.world.as_at_first_call() if self.values is not None else contextlib.nullcontext()
+
+    def values_check(self, key: str, calls: Sequence[Recorded], *, convert: Mapping | None = None,
+                     overrides: Mapping | None = None, **run_kwargs: Any) -> fx.ValuesCheck:
+        """The candidate run on every recorded call's VALUES, compared with eager's outputs (memoized by ``key``).
+
+        The fresh tf.function is traced on the recorded signatures first (as `run`
+        does: an input_signature, relaxed dims), then called with the values.
+        """
+        if self.values is None or not self.values.kept:
+            return fx.values_match(None, [])
+        memo_key = ("values", key, tuple(c.trace for c in calls), id(run_kwargs.get("body") or self.body))
+        if memo_key not in self.memo:
+            ref = self.values.reference()  # before any candidate runs
+            f = self.memo.get(("fn", key, tuple(c.trace for c in calls), id(run_kwargs.get("body") or self.body)))
+            f = f if f is not None else self._traced(calls, **run_kwargs)
+            outs = self.values.run(f, convert, overrides=overrides)
+            self.memo[memo_key] = self.values.compare(outs) if ref is not None else fx.values_match(None, [])
+        return self.memo[memo_key]
+
+    def _traced(self, calls: Sequence[Recorded], *, input_signature: Any = None, reduce_retracing: bool = False,
+                transform: Callable[[Recorded], Mapping[str, Node]] | None = None, body: Callable | None = None) -> Any:
+        import tensorflow as tf
+
+        body = body or self.body
+        kwargs: dict = {}
+        if input_signature is not None:
+            kwargs["input_signature"] = input_signature
+        if reduce_retracing:
+            kwargs["reduce_retracing"] = True
+        f = tf.function(body, **kwargs)
+        with self.state():
+            for c in calls:
+                args, kw = call_args(body, transform(c) if transform is not None else c.nodes)
+                try:
+                    f.get_concrete_function(*args, **kw)
+                except (KeyboardInterrupt, SystemExit):
+                    raise
+                except Exception:  # noqa: BLE001 - the values run says what this call does
+                    break
+        return f
 
     @property
     def ok_calls(self) -> list[Recorded]:
@@ -304,6 +357,17 @@ class Bench:
             kwargs["reduce_retracing"] = True
         f = tf.function(body, **kwargs)
         out = None
+        with self.state():
+            out = self._trace_all(f, body, calls, transform)
+        if out is None:
+            out = Outcome(int(f.experimental_get_tracing_count()))
+            self.memo[("fn",) + memo_key] = f  # the values check calls this same tf.function: no trace more
+        self.memo[memo_key] = out
+        return out
+
+    def _trace_all(self, f: Any, body: Callable, calls: Sequence[Recorded],
+                   transform: Callable[[Recorded], Mapping[str, Node]] | None) -> Outcome | None:
+        out = None
         for c in calls:
             nodes = transform(c) if transform is not None else c.nodes
             args, kw = call_args(body, nodes)
@@ -324,16 +388,24 @@ class Bench:
                 out = Outcome(int(f.experimental_get_tracing_count()),
                               error=f"the trace for {c.name} raised {error_text(e)}")
                 break
-        if out is None:
-            out = Outcome(int(f.experimental_get_tracing_count()))
-        self.memo[memo_key] = out
         return out
 
 
 def measured_fix(kind: str, change: str, description: str, bench: Bench, key: str,
                  calls: Sequence[Recorded], *, goal: Callable[[Outcome], bool], how: str,
-                 summary: Callable[[Outcome], str], **run_kwargs: Any) -> fx.Fix:
-    """One candidate applied on the bench: checked when ``goal(outcome)``, else failed; not checked when it cannot run."""
+                 summary: Callable[[Outcome], str], convert: Mapping | None = None, values: bool = True,
+                 overrides: Mapping | None = None, **run_kwargs: Any) -> fx.Fix:
+    """One candidate applied on the bench: checked when ``goal(outcome)`` AND its outputs equal eager's.
+
+    The trace count is measured on the recorded signatures; then, where values
+    were kept, the candidate runs on every recorded call's values (each
+    argument converted by ``convert``: ``{path: ("tensor"|"cast", dtype)}``)
+    and its outputs are compared with the original function's eager outputs
+    (`tflab.fix.values_match`). Without values the result says
+    `tflab.fix.VALUES_NOT_KEPT`; ``values=False`` for a change whose calls pass
+    other data than the user's (one object for many).
+    Not checked when it cannot run.
+    """
     try:
         bench.run(key, calls, **run_kwargs)  # NotRebuilt is raised before anything is traced
     except NotRebuilt as e:
@@ -345,8 +417,13 @@ def measured_fix(kind: str, change: str, description: str, bench: Bench, key: st
             return False, o.rejected, {"traces": o.traces}
         if o.error:
             return False, o.error, {"traces": o.traces}
-        return goal(o), summary(o), {"traces": o.traces, "calls": bench.n_calls,
-                                     "signatures": len(calls), "was": bench.traces}
+        measured = {"traces": o.traces, "calls": bench.n_calls, "signatures": len(calls), "was": bench.traces}
+        if not goal(o):
+            return False, summary(o), measured
+        vc = (bench.values_check(key, calls, convert=convert, overrides=overrides, **run_kwargs) if values
+              else fx.values_match(None, []))
+        measured.update(vc.measured)
+        return vc.ok, f"{summary(o)}; {vc.text}" if vc.ok else f"{summary(o)}, but {vc.text}", measured
 
     return fx.attempt(kind, change, description, check, how=how)
 

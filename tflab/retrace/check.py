@@ -102,6 +102,11 @@ def _cast(casts: Mapping[str, str]) -> Callable[[Recorded], dict[str, Node]]:
     return transform
 
 
+def _casts(casts: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """The same casts as a `tflab.retrace.values.convert_call` spec: what the user's call passes then."""
+    return {p: ("cast", dt) for p, dt in casts.items()}
+
+
 def _cast_text(casts: Mapping[str, str]) -> str:
     return ", ".join(f"tf.cast({p}, tf.{dt})" for p, dt in casts.items())
 
@@ -129,6 +134,12 @@ class _Planner:
             return self.cache[key]
         b = self.bench
         calls = self.calls_for(t)
+        from tflab.retrace.keras_owned import keras_owned, keras_plan
+
+        module = keras_owned(b.body)
+        if module is not None:  # Keras' own step function: fixes at the user's call, never a signature on it
+            self.cache[key] = keras_plan(b, calls, module)
+            return self.cache[key]
         rr_on = bool(b.options.get("reduce_retracing"))
         desc = ("reduce_retracing is already on (TF relaxed the dims that differ, see 'traced as'); to skip "
                 "this trace too, give the tf.function an input_signature"
@@ -153,7 +164,7 @@ class _Planner:
             seen.add(text)
             cands.append(lambda sig=sig, text=text: measured_fix(
                 "input_signature", text + cast_note, desc, b, f"sig:{text}:{sorted(casts.items())}", calls,
-                input_signature=sig, transform=transform, how=how,
+                input_signature=sig, transform=transform, how=how, convert=_casts(casts),
                 goal=lambda o: o.traces == 1 or o.traces < b.traces,
                 summary=lambda o: traces_text(o, b)))
 
@@ -208,12 +219,14 @@ class _Planner:
             casts = {r.parameter: dt}
             cands.append(lambda casts=casts: measured_fix(
                 "cast", _cast_text(casts), desc, b, f"cast:{sorted(casts.items())}", calls,
-                transform=_cast(casts), how=how, goal=_fewer(b), summary=lambda o: traces_text(o, b), **options))
+                transform=_cast(casts), how=how, goal=_fewer(b), summary=lambda o: traces_text(o, b),
+                convert=_casts(casts), **options))
         every = varying_dtypes(calls)
         if len(every) > 1:
             cands.append(lambda: measured_fix(
                 "cast", _cast_text(every), "cast every input whose dtype varies to one dtype before the call",
                 b, f"cast:{sorted(every.items())}", calls, transform=_cast(every), how=how, goal=_fewer(b),
+                convert=_casts(every),
                 summary=lambda o: traces_text(o, b), **options))
         return fx.first_working(cands)
 
@@ -235,7 +248,7 @@ class _Planner:
                                   if n.kind == "literal" else n)
             cands.append(lambda dt=dt, transform=transform: measured_fix(
                 "code", f"{r.parameter} = tf.constant({r.parameter}, tf.{dt})", desc, b,
-                f"tensor:{r.parameter}:{dt}", calls, transform=transform,
+                f"tensor:{r.parameter}:{dt}", calls, transform=transform, convert={r.parameter: ("tensor", dt)},
                 how=f"re-traced a fresh tf.function of your function on {b.your_calls()} with {r.parameter} "
                     f"as a tf.{dt} tensor", goal=_fewer(b), summary=lambda o: traces_text(o, b)))
         if not cands:
@@ -279,7 +292,7 @@ class _Planner:
             return replace_at(c.nodes, r.parameter, lambda n: live if n.kind == "object" else n)
 
         return fx.first_working([lambda: measured_fix(
-            "move", "", desc, b, f"same:{r.parameter}:{id(obj)}", calls, transform=transform,
+            "move", "", desc, b, f"same:{r.parameter}:{id(obj)}", calls, transform=transform, values=False,
             how=f"re-traced a fresh tf.function of your function on {b.your_calls()} with one {what} as "
                 f"{r.parameter} ({live.label})", goal=_fewer(b), summary=lambda o: traces_text(o, b))])
 
@@ -306,7 +319,7 @@ class _Planner:
         def run() -> fx.Fix:
             f = measured_fix(
                 "code", change, desc, b, f"like:{t.index}:{r.parameter}:{r.kind}", [theirs, mine],
-                transform=lambda c: c.nodes, how=f"traced a fresh tf.function of your function on trace "
+                transform=lambda c: c.nodes, values=False, how=f"traced a fresh tf.function of your function on trace "
                 f"#{p.index}'s call, then on {name} changed so",
                 goal=lambda o: o.traces == 1,
                 summary=lambda o: (f"{name} then hits trace #{p.index}'s graph (1 trace for both)" if o.traces == 1
@@ -464,9 +477,13 @@ def plan_fixes(traces: Sequence[Any], bench: Bench) -> list[Any]:
         if not t.details:
             out.append(t)
             continue
+        plans = [planner.plan(t, r) for r in t.details]
+        if len(t.details) > 1 or bench.rebinds:  # several causes: each with the others held fixed, then together
+            from tflab.retrace.search import search_trace
+
+            plans = search_trace(t, bench, planner.calls_for(t), plans)
         details = []
-        for r in t.details:
-            plan = planner.plan(t, r)
+        for r, plan in zip(t.details, plans):
             line = plan.lines()[0] if plan.lines() else f"fix: {r.fix}"
             details.append(dataclasses.replace(r, fix=line[len("fix: "):] if line.startswith("fix: ") else line,
                                                plan=plan))

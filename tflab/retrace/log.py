@@ -107,9 +107,15 @@ def group_logged_traces(logged: Sequence[TraceEvent], include_internal: bool = F
         lines: tuple[str, ...] = ()
         if n_calls is not None and 0 < len(traces) < n_calls:  # the probe's rule: some call skipped the body
             lines = tuple(e.text(len(traces), n_calls) for e in effects.get(key, ()))
+        body = (bodies or {}).get(key)
+        rebinds: tuple[str, ...] = ()
+        if body is not None:
+            from tflab.retrace.statefix import static_rebinds
+
+            rebinds = tuple(ln for rb in static_rebinds(body) for ln in rb.lines())
         out.append(FunctionTraces(function_name=name, owner=records[0].owner, label=label,
                                   traces=traces, calls=n_calls, side_effects=lines,
-                                  qualname=records[0].function))
+                                  qualname=records[0].function, rebinds=rebinds))
     return tuple(out)
 
 

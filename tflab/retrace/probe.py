@@ -29,9 +29,11 @@ from tflab._tf import function as _tf
 from tflab.retrace.event import TraceEvent, on_each_trace
 from tflab.retrace.log import trace_from_event
 from tflab.retrace.records import NO_VARIABLE_CREATION, Trace, short_name
-from tflab.retrace.sideeffects import SideEffect, global_writes, trace_time_effects, user_function
+from tflab.retrace.sideeffects import SideEffect, trace_time_effects, user_function
 from tflab.retrace.stale import (  # noqa: F401 (re-exported)
-    StaleRead, MISSING, closure_cells, code_names, is_watchable, same_value, value_repr)
+    StaleRead, MISSING, closure_cells, code_names, is_watchable, same_value, value_repr, what_it_is)
+from tflab.retrace.probe_state import StateWatch
+from tflab.retrace.values import ValueLog, World
 
 
 # ---------------------------------------------------------------------------
@@ -56,7 +58,7 @@ def _check_tf_function_kwargs(kwargs: dict) -> None:
                          f"tf.function's own options ({', '.join(allowed)})")
 
 
-class RetraceProbe(HtmlDisplay):
+class RetraceProbe(StateWatch, HtmlDisplay):
     """Wraps a function, counts its traces and explains each one.
 
     The wrapper calls a Python side effect inside the traced body: it runs
@@ -80,13 +82,16 @@ class RetraceProbe(HtmlDisplay):
     Args:
         fn: a `tf.function` (options kept) or a plain Python callable (wrapped
             in ``tf.function(**tf_function_kwargs)``).
-        watch_stale: record the closure cells and globals the Python function
-            reads (its own code and nested lambdas/comprehensions; not the
-            functions it calls, nor object attributes like ``self.rate``) that
+        watch_stale: record the closure cells, globals and attributes of
+            ``self`` (and of plain objects ``self`` holds: ``self.cfg.scale``)
+            the Python function reads (its own code, nested
+            lambdas/comprehensions, and for ``self`` the methods it calls) that
             hold numbers, strings, bools, eager tensors or tf.Variables at
-            trace time, and
-            report in `stale` when one changed without a retrace. The per-call
-            check compares identities only.
+            trace time, and report in `stale` when one changed without a
+            retrace, with its tf.Variable fix run on your calls against eager.
+            The per-call check compares identities only. Each call's arguments
+            are kept too (`tflab.retrace.values.ValueLog`, within a budget) so
+            every fix is compared with your function's eager outputs.
         **tf_function_kwargs: options for ``tf.function`` when ``fn`` is a plain
             callable (e.g. ``reduce_retracing=True``); not allowed with a tf.function.
 
@@ -139,10 +144,14 @@ class RetraceProbe(HtmlDisplay):
         self._checked: list[Trace] = []
         self._checked_key: tuple | None = None
         self._memo: dict = {}               # fix candidate -> outcome (`tflab.retrace.check.Bench`)
-        self.stale: list[StaleRead] = []
+        self._stale: list[StaleRead] = []
         self._traced_values: list[dict[str, Any]] = []   # per trace: name -> value read
         self._gwatch: list[list] = []   # [globals dict, name, last seen value]
         self._cwatch: list[list] = []   # [name, cell, last seen value]
+        self._awatch: list[list] = []   # [label, object, attribute, last seen value]: self.weights, self.cfg.scale
+        self._values = ValueLog()   # each call's arguments, for the values a fix is checked on
+        self._world = World()       # the Python state the body reads or writes, for replaying those calls
+        self._stale_key: tuple | None = None
         self._watch_stale = watch_stale
         self._cache_len = 0
         self._events: list[TraceEvent | None] = []   # one per trace, from TF's tracing frame
@@ -175,22 +184,10 @@ class RetraceProbe(HtmlDisplay):
             self.function = tf.function(wrapper, **tf_function_kwargs)
             self.original = None
         self._watch_names = self._stale_candidates() if watch_stale else ([], [])
+        self._attrs = self._attribute_candidates() if watch_stale else []
         self._effects = trace_time_effects(self._user_fn)
 
     # -- trace-time side effect --------------------------------------------
-    def _stale_candidates(self) -> tuple[list[str], list[tuple[str, Any]]]:
-        fn = self._user_fn
-        code = getattr(fn, "__code__", None)
-        if code is None:
-            return [], []
-        globs = getattr(fn, "__globals__", {})
-        # A global the body itself writes (`global TRACES; TRACES += 1`) is the
-        # user's own trace counter: it changes because the body ran, it is not
-        # a value the graph read and kept.
-        written = global_writes(code)
-        gnames = sorted(n for n in code_names(code) if n in globs and n not in written)
-        return gnames, closure_cells(fn)
-
     def _on_trace(self, event: TraceEvent | None, args: tuple = (), kwargs: dict | None = None) -> None:
         self._count += 1
         self._events.append(event)
@@ -213,8 +210,17 @@ class RetraceProbe(HtmlDisplay):
             if is_watchable(v):
                 snapshot[n] = v
                 cwatch.append([n, cell, v])
+        awatch = []
+        for label, owner, attr, _ in self._attrs:
+            v = getattr(owner, attr, MISSING)
+            if v is not MISSING and is_watchable(v):
+                snapshot[label] = v
+                awatch.append([label, owner, attr, v])
+        for label, v in snapshot.items():   # the state this call ran with, for replaying it
+            if self._world.initial.get(label, MISSING) is not v:
+                self._world.changed(self.calls, label, v)
         self._traced_values.append(snapshot)
-        self._gwatch, self._cwatch = gwatch, cwatch
+        self._gwatch, self._cwatch, self._awatch = gwatch, cwatch, awatch
 
     # -- calls ----------------------------------------------------------------
     @user_entry("when called through RetraceProbe", name=lambda self, *a, **k: self.function_name)
@@ -230,6 +236,9 @@ class RetraceProbe(HtmlDisplay):
 
         check_binds(self.function.python_function, args, kwargs, "RetraceProbe", self.function_name)
         self._catch_up()
+        if not self._world.started:
+            self._world.start()
+        self._values.record(args, kwargs)
         self.calls += 1
         before = self._count
         try:
@@ -244,7 +253,7 @@ class RetraceProbe(HtmlDisplay):
             raise
         if self._count != before:
             self._record(before, args, kwargs)
-        elif self._gwatch or self._cwatch:
+        elif self._gwatch or self._cwatch or self._awatch:
             self._check_stale()
         return out
 
@@ -286,15 +295,21 @@ class RetraceProbe(HtmlDisplay):
                 cur = MISSING
             if cur is not w[2]:
                 self._note_change(w[0], "closure", w, cur)
+        for w in self._awatch:
+            cur = getattr(w[1], w[2], MISSING)
+            if cur is not w[3]:
+                self._note_change(w[0], "attribute", w, cur)
 
     def _note_change(self, name: str, scope: str, w: list, cur: Any) -> None:
         w[-1] = cur
+        self._world.changed(self.calls, name, cur)
         last = len(self._traced_values)
         traced = self._traced_values[-1].get(name, MISSING) if last else MISSING
         if traced is MISSING or same_value(traced, cur):
             return
-        self.stale.append(StaleRead(name=name, scope=scope, traced=value_repr(traced),
-                                    current=value_repr(cur), trace=last, call=self.calls))
+        self._stale.append(StaleRead(name=name, scope=scope, traced=value_repr(traced),
+                                     current=value_repr(cur), trace=last, call=self.calls,
+                                     what=what_it_is(traced)))
 
     def _record(self, before: int, args: tuple, kwargs: dict, kind: str | None = None,
                 error: BaseException | None = None) -> None:
@@ -423,9 +438,14 @@ class RetraceProbe(HtmlDisplay):
         Each fix is a `tflab.fix.Fix` (``Reason.plan``; ``Reason.fix`` is its
         line): the candidate input_signature, cast, tensor or object change is
         applied to a fresh tf.function of your function and traced on every
-        call signature the probe recorded (`tflab.retrace.check`). The check
-        runs when this is read after a new trace, and traces your function's
-        Python body once per candidate tried.
+        call signature the probe recorded (`tflab.retrace.check`); then it is
+        called with every recorded call's values and its outputs compared with
+        your original function run eagerly on the same calls, from the same
+        state (`tflab.fix.values_match`): "checked" means both. Several causes
+        of one retrace are searched together (`tflab.retrace.search`). The
+        check runs when this is read after a new trace: your function's Python
+        body runs once per recorded call eagerly (the reference) and is traced
+        once per candidate tried; every tf.Variable gets its value back after.
         """
         self._catch_up()
         if self._recording or not self._traces:
@@ -442,7 +462,8 @@ class RetraceProbe(HtmlDisplay):
         options = {"reduce_retracing": _tf.reduce_retracing(self.function),
                    "input_signature": getattr(self.function, "input_signature", None) is not None}
         bench = Bench(self._python_fn, recorded_calls(self._traces), self.calls,
-                      sum(t.kind != "failed" for t in self._traces), options, self._memo)
+                      sum(t.kind != "failed" for t in self._traces), options, self._memo,
+                      values=self._case_values(), rebinds=tuple(self.rebinds))
         return plan_fixes(self._traces, bench)
 
     @property
@@ -507,6 +528,8 @@ class RetraceProbe(HtmlDisplay):
             lines.extend("  " + ln for ln in t.to_text().splitlines())
         for s in self.stale:
             lines.append(f"  stale: {s.text}\n      {s.fix_record.line()}")
+        for rb in self.rebinds:
+            lines.extend("  " + ln for ln in rb.lines())
         for e in self.side_effects:
             lines.append(f"  side effect: {e}")
         return "\n".join(lines)
@@ -518,8 +541,11 @@ class RetraceProbe(HtmlDisplay):
                 "tf_tracing_count": self.tf_tracing_count, "calls": self.calls,
                 "original_tracing_count": self.original_tracing_count,
                 "traces": [t.to_dict() for t in self.traces],
-                "stale": [dataclasses.asdict(s) | {"text": s.text, "fix": s.fix,
-                                                   "fix_record": s.fix_record.to_dict()} for s in self.stale],
+                "stale": [{f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name != "plan"}
+                          | {"text": s.text, "fix": s.fix, "fix_record": s.fix_record.to_dict(),
+                             "fix_tried": [f.to_dict() for f in s.plan.tried] if s.plan is not None else []}
+                          for s in self.stale],
+                "rebinds": [rb.to_dict() for rb in self.rebinds],
                 "side_effects": self.side_effects, "trace_seconds": self.trace_seconds,
                 "seconds": self.seconds, "call_seconds": self.call_seconds}
 

@@ -410,6 +410,8 @@ class FunctionTraces(Report):
     label: str = ""
     calls: int | None = None
     side_effects: tuple[str, ...] = ()
+    # Lines of the body that rebind a tf.Variable's name (`tflab.retrace.statefix.Rebind.lines`).
+    rebinds: tuple[str, ...] = ()
     # The Python function's full qualified name (``Net.run.<locals>.step``): where it is defined.
     qualname: str = ""
     config: dict = config_field()
@@ -449,6 +451,7 @@ class FunctionTraces(Report):
         for t in self.traces:
             lines.extend("  " + ln for ln in t.to_text().splitlines())
         lines.extend(f"  side effect: {e}" for e in self.side_effects)
+        lines.extend(f"  {e}" for e in self.rebinds)
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
@@ -456,7 +459,7 @@ class FunctionTraces(Report):
                 "label": self.label or self.function_name, "owner": self.owner,
                 "trace_count": self.trace_count, "calls": self.calls,
                 "traces": [t.to_dict() for t in self.traces],
-                "side_effects": list(self.side_effects), "config": self.config,
+                "side_effects": list(self.side_effects), "rebinds": list(self.rebinds), "config": self.config,
                 "trace_seconds": list(self.trace_seconds), "seconds": self.seconds,
                 "script_seconds": self.script_seconds}
 

@@ -40,9 +40,17 @@ class StaleRead:
     current: str
     trace: int
     call: int
+    # What the traced value is, in words ("a tensor", "a Python float"), for an attribute read.
+    what: str = ""
+    # The `tflab.fix.FixPlan` run on the user's calls (`tflab.retrace.statefix.stale_plan`), once checked.
+    plan: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def text(self) -> str:
+        if self.scope == "attribute":
+            return (f"`{self.name}` was baked into the graph at trace #{self.trace} ({self.what}, not part "
+                    f"of the cache key); at call {self.call} it is {self.current}: no retrace, the graph "
+                    f"still uses {self.traced}")
         return (f"{self.scope} {self.name!r} was {self.traced} at trace #{self.trace}, now "
                 f"{self.current}: no retrace, the graph still uses {self.traced}")
 
@@ -58,9 +66,11 @@ class StaleRead:
 
     @property
     def fix_record(self) -> Any:
-        """The `tflab.fix.Fix` printed: not run, since it changes the function's parameters or globals."""
+        """The `tflab.fix.Fix` printed: the checked one when tflab ran it on your calls, else not run."""
         from tflab import fix as fx
 
+        if self.plan is not None and self.plan.fix is not None:
+            return self.plan.fix
         return fx.unchecked("code", "", self.fix, f"it changes how your function reads {self.name}; "
                             "tflab does not rewrite your source here")
 
@@ -100,6 +110,92 @@ def code_names(code: types.CodeType) -> set[str]:
         if isinstance(const, types.CodeType):
             names |= code_names(const)
     return names
+
+
+def what_it_is(v: Any) -> str:
+    """``a tensor`` / ``a tf.Variable`` / ``a Python float``: the kind of value a trace read."""
+    name = type(v).__name__
+    if name == "EagerTensor":
+        return "a tensor"
+    if name in _BY_IDENTITY:
+        return "a tf.Variable"
+    return f"a Python {name}" if isinstance(v, _SCALARS) else f"a {name}"
+
+
+def attribute_stores(code: types.CodeType | None) -> set[str]:
+    """Attribute names a function's code (and nested code) stores (``self.v = ...``: ``STORE_ATTR``)."""
+    import dis
+
+    out: set[str] = set()
+    if code is None:
+        return out
+    out |= {i.argval for i in dis.get_instructions(code) if i.opname == "STORE_ATTR"}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            out |= attribute_stores(const)
+    return out
+
+
+def cell_stores(code: types.CodeType | None) -> set[str]:
+    """Closure names a function's code rebinds (``nonlocal c; c = ...``: ``STORE_DEREF``)."""
+    import dis
+
+    if code is None:
+        return set()
+    return {i.argval for i in dis.get_instructions(code) if i.opname == "STORE_DEREF"} & set(code.co_freevars)
+
+
+_MAX_ATTRS = 64
+
+
+def attribute_reads(obj: Any, func: Any) -> list[tuple[str, Any, str, bool]]:
+    """The attributes of ``self`` (``obj``) and of plain objects it holds that the method ``func`` can read.
+
+    The names come from the body's code and from the code of the methods of
+    ``type(self)`` it names (``self.helper()`` reading ``self.weights``), three
+    calls deep; an attribute is listed when the instance holds it now.
+
+    Returns:
+        ``(label, owner object, attribute, written)`` tuples, ``label`` as the
+        user writes it (``self.weights``, ``self.cfg.scale``); ``written`` when
+        the body stores that attribute itself (``self.v = self.v + x``).
+    """
+    code = getattr(func, "__code__", None)
+    if obj is None or code is None or not hasattr(obj, "__dict__") or isinstance(obj, types.ModuleType):
+        return []
+    names, stores, todo, seen = set(), set(), [code], set()
+    while todo and len(seen) < 16:
+        c = todo.pop()
+        if c in seen:
+            continue
+        seen.add(c)
+        names |= code_names(c)
+        stores |= attribute_stores(c)
+        for n in code_names(c):
+            m = getattr(type(obj), n, None)
+            mc = getattr(m, "__code__", None) or getattr(getattr(m, "python_function", None), "__code__", None)
+            if mc is not None:
+                todo.append(mc)
+    out: list[tuple[str, Any, str, bool]] = []
+    own = vars(obj)
+    for n in sorted(names):
+        if n not in own:
+            continue
+        v = own[n]
+        if is_watchable(v):
+            out.append((f"self.{n}", obj, n, n in stores))
+        elif _plain_object(v):
+            inner = vars(v)
+            out.extend((f"self.{n}.{m}", v, m, False) for m in sorted(names) if m in inner and is_watchable(inner[m]))
+    return out[:_MAX_ATTRS]
+
+
+def _plain_object(v: Any) -> bool:
+    """A user's own object (a config, a holder): not a module, function, class, container or TF/Keras object."""
+    t = type(v)
+    mod = t.__module__ or ""
+    return (hasattr(v, "__dict__") and not isinstance(v, (types.ModuleType, types.FunctionType, type))
+            and not mod.startswith(("tensorflow", "keras", "tf_keras", "numpy", "builtins")))
 
 
 def closure_cells(fn: Any) -> list[tuple[str, Any]]:

@@ -1,0 +1,532 @@
+"""The argument values of each call through the probe, the Python state the body reads, and eager's outputs.
+
+A retrace fix is "checked" only when the symptom is gone AND the fixed
+function's outputs equal the ORIGINAL function's eager outputs on every
+recorded call (`tflab.fix.values_match`). This module keeps what that needs:
+
+* `ValueLog`: each call's arguments, as passed (an EagerTensor is immutable,
+  so it is kept by reference: the same as a copy, at no cost on the call;
+  a NumPy array is copied; Python values as they are), up to a budget in
+  bytes and calls. Past it, nothing more is kept and every check says
+  `tflab.fix.VALUES_NOT_KEPT`.
+* `World`: the Python state the body reads and may write (globals, closure
+  cells, attributes of ``self`` and of objects it holds): its value at the
+  first call, the changes the user made between calls (seen by the probe's
+  stale watch, by identity), and the tf.Variables' values at the first call.
+  `World.replay` runs a function over the recorded calls from that state,
+  then puts every name and variable back as it found it.
+* `CaseValues`: the reference (the original Python function run eagerly
+  over the recorded calls, every nested tf.function run eagerly too,
+  computed once, before any candidate) and the run of a candidate on the
+  same calls and state, compared with `values_match`.
+
+Replaying re-runs the user's code: it happens only inside the check
+callables passed to `tflab.fix.attempt` (so it runs wherever ``attempt`` runs
+its checks), never on a call through the probe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import re
+import weakref
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from tflab import fix as fx
+from tflab._tf import function as _tf
+
+__all__ = ["ValueLog", "World", "CaseValues", "VALUE_BYTES", "VALUE_CALLS"]
+
+# What the probe keeps of the user's arguments, at most (beyond: "traces only, values not kept").
+VALUE_BYTES = 64 << 20
+VALUE_CALLS = 10_000
+MISSING = object()
+_SCALARS = (bool, int, float, complex, str, bytes, type(None))
+_SCALAR_TYPES = frozenset(_SCALARS)
+_EAGER: list = [None]   # TF's EagerTensor class, once seen
+
+
+class _Unkept(Exception):
+    pass
+
+
+def _kept(v: Any) -> tuple[Any, int]:
+    """(what to keep of one argument, its bytes)."""
+    t = type(v)
+    if t is _EAGER[0]:  # the common case first: a cached call's tensors
+        return v, _tf.eager_nbytes(v)
+    if t in _SCALAR_TYPES:
+        return v, 8
+    if t.__name__ == "EagerTensor":
+        _EAGER[0] = t
+        return v, _tf.eager_nbytes(v)
+    if t is tuple or t is list:
+        out, n = [], 0
+        for x in v:
+            k, b = _kept(x)
+            out.append(k)
+            n += b
+        return t(out), n
+    if t is dict:
+        out_d, n = {}, 0
+        for key, x in v.items():
+            k, b = _kept(x)
+            out_d[key] = k
+            n += b
+        return out_d, n
+    if (t.__module__ or "") == "numpy":
+        import numpy as np
+
+        a = np.array(v, copy=True)
+        return a, int(a.nbytes)
+    # A tf.Variable, a Keras model, a dataclass, a function...: a weak reference, so the probe never
+    # keeps alive an object TF keys its cache on (a collected object is what makes TF trace again).
+    try:
+        return _Ref(v), 64
+    except TypeError:  # not weakly referenceable: TF cannot key on it weakly either
+        return v, 64
+
+
+class _Ref:
+    __slots__ = ("ref",)
+
+    def __init__(self, v: Any):
+        self.ref = weakref.ref(v)
+
+
+class Gone(Exception):
+    """An object a recorded call passed has been garbage-collected: that call cannot be run again."""
+
+
+def _live(v: Any, call: int) -> Any:
+    t = type(v)
+    if t is _Ref:
+        obj = v.ref()
+        if obj is None:
+            raise Gone(f"the object call {call} passed has been garbage-collected")
+        return obj
+    if t is tuple or t is list:
+        return t(_live(x, call) for x in v)
+    if t is dict:
+        return {k: _live(x, call) for k, x in v.items()}
+    return v
+
+
+def live_calls(calls: Sequence[tuple[tuple, dict]]) -> list[tuple[tuple, dict]]:
+    """The recorded calls with every weakly kept object resolved (raises `Gone` for a collected one)."""
+    return [(_live(a, i), _live(k, i)) for i, (a, k) in enumerate(calls, 1)]
+
+
+class ValueLog:
+    """Each call's arguments, in call order, within a budget.
+
+    Args:
+        max_bytes: the most bytes of tensors and arrays kept (all calls).
+        max_calls: the most calls kept.
+
+    Attributes:
+        calls: ``(args, kwargs)`` per call, oldest first.
+        kept: False once the budget was passed (then ``calls`` is cleared).
+        why: why values were not kept ("" while kept).
+    """
+
+    def __init__(self, max_bytes: int = VALUE_BYTES, max_calls: int = VALUE_CALLS):
+        self.calls: list[tuple[tuple, dict]] = []
+        self.max_bytes, self.max_calls = max_bytes, max_calls
+        self.bytes = 0
+        self.kept = True
+        self.why = ""
+
+    def record(self, args: tuple, kwargs: dict) -> None:
+        """Keeps one call's arguments (a cached call's hot path: type checks and a size)."""
+        if not self.kept:
+            return
+        if len(self.calls) >= self.max_calls:
+            return self.drop(f"more than {self.max_calls} calls")
+        a, n = _kept(args)
+        k, m = _kept(kwargs) if kwargs else ({}, 0)
+        self.bytes += n + m
+        if self.bytes > self.max_bytes:
+            return self.drop(f"your calls passed more than {self.max_bytes >> 20} MiB of arguments")
+        self.calls.append((a, k))
+
+    def drop(self, why: str) -> None:
+        self.kept, self.why, self.calls = False, why, []
+
+
+def is_variable(v: Any) -> bool:
+    return type(v).__name__ in ("ResourceVariable", "UninitializedVariable", "Variable") or any(
+        c.__name__ == "Variable" and (c.__module__ or "").startswith("tensorflow") for c in type(v).__mro__)
+
+
+class _Slot:
+    __slots__ = ("label", "get", "set", "written")
+
+    def __init__(self, label: str, get: Callable[[], Any], set_: Callable[[Any], None], written: bool):
+        self.label, self.get, self.set, self.written = label, get, set_, written
+
+
+def global_slot(globs: dict, name: str, written: bool) -> _Slot:
+    def put(v: Any) -> None:
+        if v is MISSING:
+            globs.pop(name, None)
+        else:
+            globs[name] = v
+    return _Slot(name, lambda: globs.get(name, MISSING), put, written)
+
+
+def cell_slot(name: str, cell: Any, written: bool) -> _Slot:
+    def get() -> Any:
+        try:
+            return cell.cell_contents
+        except ValueError:
+            return MISSING
+
+    def put(v: Any) -> None:
+        if v is not MISSING:
+            cell.cell_contents = v
+    return _Slot(name, get, put, written)
+
+
+def attr_slot(label: str, obj: Any, attr: str, written: bool) -> _Slot:
+    def put(v: Any) -> None:
+        if v is MISSING:
+            if hasattr(obj, attr):
+                delattr(obj, attr)
+        else:
+            setattr(obj, attr, v)
+    return _Slot(label, lambda: getattr(obj, attr, MISSING), put, written)
+
+
+class World:
+    """The Python state a traced body reads or writes, as at the first call and as it changed since.
+
+    Attributes:
+        slots: label (``v``, ``self.weights``, ``self.cfg.scale``) -> how to read and set it.
+        initial: label -> its value at the first call.
+        variables: label -> (the tf.Variable, its value at the first call as NumPy).
+        changes: ``(call number, label, value)`` for each change the user made between calls
+            (names the body writes itself are not changed by the user: they are replayed).
+    """
+
+    def __init__(self) -> None:
+        self.slots: dict[str, _Slot] = {}
+        self.initial: dict[str, Any] = {}
+        self.variables: dict[str, tuple[Any, Any]] = {}
+        self.changes: list[tuple[int, str, Any]] = []
+        self.started = False
+        self._protected: list | None = None
+
+    def add(self, slot: _Slot) -> None:
+        self.slots.setdefault(slot.label, slot)
+
+    def start(self) -> None:
+        """Takes the state at the first call (before it runs)."""
+        import tensorflow as tf
+
+        self.started = True
+        with tf.init_scope():
+            for label, s in self.slots.items():
+                v = s.get()
+                self.initial[label] = v
+                if is_variable(v):
+                    try:
+                        self.variables[label] = (v, v.numpy().copy())
+                    except Exception:  # noqa: BLE001 - an uninitialized variable: replay keeps it as is
+                        pass
+
+    def changed(self, call: int, label: str, value: Any) -> None:
+        if label in self.slots and not self.slots[label].written:
+            self.changes.append((call, label, value))
+
+    @contextlib.contextmanager
+    def as_at_first_call(self) -> Iterator[None]:
+        """The block runs with every name and variable as at the first call; all put back after."""
+        saved = {label: s.get() for label, s in self.slots.items()}
+        try:
+            for label, s in self.slots.items():
+                if label in self.initial:
+                    s.set(self.initial[label])
+            yield
+        finally:
+            for label, s in self.slots.items():
+                s.set(saved[label])
+
+    def replay(self, fn: Callable, calls: Sequence[tuple[tuple, dict]], *,
+               overrides: Mapping[str, Callable[[Any], Any]] | None = None,
+               on_change: Callable[[Any, Any], Any] | None = None) -> list:
+        """``fn`` over ``calls`` from the first call's state; every name and variable put back after.
+
+        Args:
+            fn: what to call (the original Python function, or a candidate tf.function).
+            calls: ``(args, kwargs)`` per call.
+            overrides: label -> ``make(initial value)``: the value to start with instead
+                (a candidate that keeps a name in a tf.Variable).
+            on_change: ``(current value, user's new value) -> value to set`` for a user's
+                change between calls to an overridden name (``var.assign(new)``).
+
+        Returns:
+            Per call: its outputs as NumPy (nested as returned), or a `Raised`.
+        """
+        import tensorflow as tf
+
+        overrides = dict(overrides or {})
+        saved = {label: s.get() for label, s in self.slots.items()}
+        saved_vars = {}
+        with tf.init_scope():
+            for label, (var, _) in self.variables.items():
+                try:
+                    saved_vars[label] = var.numpy().copy()
+                except Exception:  # noqa: BLE001
+                    pass
+            # Every other tf.Variable alive now (a model's weights, an optimizer's slots and step): a
+            # training step replayed moves them; the user's process gets them back as they were.
+            if self._protected is None:  # found once: the variables alive when tflab first replays
+                self._protected = _live_variables(exclude={id(v) for v, _ in self.variables.values()})
+            others = [(v, v.numpy().copy()) for v in self._protected]
+        by_call: dict[int, list[tuple[str, Any]]] = {}
+        for call, label, value in self.changes:
+            by_call.setdefault(call, []).append((label, value))
+        outs: list = []
+        try:
+            current: dict[str, Any] = {}
+            for label, s in self.slots.items():
+                v = self.initial.get(label, MISSING)
+                if label in overrides:
+                    v = overrides[label](v)
+                current[label] = v
+                s.set(v)
+            for label, (var, value) in self.variables.items():
+                var.assign(value)
+            for i, (a, k) in enumerate(calls, 1):
+                for label, value in by_call.get(i, ()):
+                    if label in overrides and on_change is not None:
+                        value = on_change(current[label], value)
+                    current[label] = value
+                    self.slots[label].set(value)
+                try:
+                    outs.append(as_numpy(fn(*a, **k)))
+                except (KeyboardInterrupt, SystemExit):
+                    raise
+                except Exception as e:  # noqa: BLE001 - the user's code may raise anything
+                    outs.append(Raised(i, e))
+        finally:
+            for label, s in self.slots.items():
+                s.set(saved[label])
+            for label, value in saved_vars.items():
+                self.variables[label][0].assign(value)
+            for var, value in others:
+                var.assign(value)
+        return outs
+
+
+def _variable_classes() -> set:
+    import tensorflow as tf
+
+    out, todo = set(), [tf.Variable]
+    while todo:
+        c = todo.pop()
+        if c not in out:
+            out.add(c)
+            todo.extend(c.__subclasses__())
+    return out
+
+
+def _live_variables(exclude: set[int]) -> list[Any]:
+    """Every initialized eager tf.Variable alive in this process (a type lookup per object: no isinstance)."""
+    import gc
+
+    classes = _variable_classes()
+    out = []
+    for o in gc.get_objects():
+        if type(o) in classes and id(o) not in exclude:
+            try:
+                o.numpy()
+            except Exception:  # noqa: BLE001 - uninitialized, or a variable of a graph: not the user's state
+                continue
+            out.append(o)
+    return out
+
+
+class Raised:
+    """A call that raised during a replay."""
+
+    def __init__(self, call: int, error: BaseException):
+        from tflab.retrace.bench import error_text
+
+        self.call, self.text = call, error_text(error)
+
+
+def as_numpy(out: Any) -> Any:
+    """Outputs with every tensor or variable read as a NumPy copy (a variable's value can change later)."""
+    import tensorflow as tf
+
+    def one(x: Any) -> Any:
+        return x.numpy().copy() if hasattr(x, "numpy") else x
+
+    return tf.nest.map_structure(one, out)
+
+
+_STEP = re.compile(r"\[(\d+|'[^']*'|\"[^\"]*\")\]|\.(\w+)")
+
+
+def _convert_at(value: Any, steps: list, make: Callable[[Any], Any]) -> Any:
+    if not steps:
+        return make(value)
+    key, rest = steps[0], steps[1:]
+    if isinstance(value, dict):
+        out = dict(value)
+        out[key] = _convert_at(value[key], rest, make)
+        return out
+    if isinstance(value, (list, tuple)) and isinstance(key, int):
+        items = list(value)
+        items[key] = _convert_at(items[key], rest, make)
+        return type(value)(items) if type(value) in (list, tuple) else type(value)(*items)
+    return make(value)
+
+
+def convert_call(body: Callable, args: tuple, kwargs: dict, convert: Mapping[str, tuple[str, str]]
+                 ) -> tuple[tuple, dict]:
+    """The call's arguments with each ``path -> ("tensor"|"cast", dtype)`` applied (what a fix's user writes)."""
+    if not convert:
+        return args, kwargs
+    import tensorflow as tf
+
+    try:
+        bound = inspect.signature(body).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return args, kwargs
+    for path, (how, dt) in convert.items():
+        m = re.match(r"\w+", path)
+        if m is None or m.group(0) not in bound.arguments:
+            continue
+        steps = []
+        for idx, attr in _STEP.findall(path[m.end():]):
+            steps.append(attr if attr else (int(idx) if idx.isdigit() else idx[1:-1]))
+
+        def make(v: Any, how: str = how, dt: str = dt) -> Any:
+            if how == "cast":
+                return tf.cast(v, tf.as_dtype(dt))
+            return tf.constant(v, tf.as_dtype(dt))
+        bound.arguments[m.group(0)] = _convert_at(bound.arguments[m.group(0)], steps, make)
+    return tuple(bound.args), dict(bound.kwargs)
+
+
+class CaseValues:
+    """The user's calls with their values, the reference, and a candidate's run on them.
+
+    Args:
+        body: the ORIGINAL Python function (a bound method included).
+        log: the `ValueLog` of the calls.
+        world: the `World` the body reads.
+    """
+
+    def __init__(self, body: Callable, log: ValueLog, world: World | None):
+        self.body, self.log, self.world = body, log, world or World()
+        self._reference: list | None = None
+        self._gone = ""
+        self._again: str | None = None
+        self._floor: float | None = None
+
+    @property
+    def kept(self) -> bool:
+        return self.log.kept and bool(self.log.calls)
+
+    @property
+    def n(self) -> int:
+        return len(self.log.calls)
+
+    def reference(self) -> list:
+        """The original function's eager outputs on every recorded call (nested tf.functions eager too)."""
+        if self._reference is None:
+            import tensorflow as tf
+
+            try:
+                calls = live_calls(self.log.calls)
+            except Gone as e:
+                self._gone = str(e)
+                self._reference = []
+                return self._reference
+            was = tf.config.functions_run_eagerly()
+            tf.config.run_functions_eagerly(True)
+            try:
+                self._reference = self.world.replay(self.body, calls)
+            finally:
+                tf.config.run_functions_eagerly(was)
+        return self._reference
+
+    def run(self, fn: Callable, convert: Mapping[str, tuple[str, str]] | None = None, **replay: Any) -> list:
+        """A candidate (a tf.function) over the recorded calls, each call's arguments converted so."""
+        try:
+            live = live_calls(self.log.calls)
+        except Gone:
+            return []
+        calls = [convert_call(self.body, a, k, convert or {}) for a, k in live]
+        return self.world.replay(fn, calls, **replay)
+
+    def compare(self, outs: list) -> fx.ValuesCheck:
+        """``outs`` against the reference with `values_match`; a call that raised fails it, named."""
+        if not self.kept:
+            return fx.values_match(None, outs)
+        ref = self.reference()
+        if self._gone:
+            return fx.ValuesCheck(True, f"{fx.VALUES_NOT_KEPT} ({self._gone})", kept=False)
+        bad = next((r for r in ref if isinstance(r, Raised)), None)
+        if bad is not None:  # no eager value to compare with: say so, do not pretend
+            return fx.ValuesCheck(True, f"{fx.VALUES_NOT_KEPT} (eager raised on call {bad.call}: {bad.text})",
+                                  kept=False)
+        got = next((o for o in outs if isinstance(o, Raised)), None)
+        if got is not None:
+            return fx.ValuesCheck(False, f"call {got.call} raised {got.text} where eager returned a value",
+                                  got.call, float("inf"))
+        vc = fx.values_match(ref, outs)
+        if not vc.ok and self._repeatable() is not None:
+            return fx.ValuesCheck(True, f"{fx.VALUES_NOT_KEPT} ({self._repeatable()})", kept=False)
+        if not vc.ok and vc.max_ulp != float("inf"):
+            floor = self._graph_floor()
+            if floor is not None and vc.max_ulp <= floor:
+                return fx.values_match(ref, outs, ulp_bound=floor, why_bound=(
+                    "your function unchanged, traced afresh for each call, is that far from eager on these calls "
+                    "(graph vs eager rounding)"))
+        return vc
+
+    def _graph_floor(self) -> float | None:
+        """How far the user's own function, as a fresh tf.function per call, is from eager (ULP), or None.
+
+        A graph may round differently from eager (other kernels, another order of
+        a reduction, fused ops): that distance is no fault of a fix. A fresh
+        tf.function per call traces each call from the state it runs in, so a
+        stale read or a rebound name does not enter it; where such a run raises
+        or differs by a non-finite amount there is no floor (None).
+        """
+        if self._floor is None:
+            import tensorflow as tf
+
+            def fresh(*a: Any, **k: Any) -> Any:
+                return tf.function(self.body)(*a, **k)
+
+            outs = self.world.replay(fresh, live_calls(self.log.calls))
+            if any(isinstance(o, Raised) for o in outs):
+                self._floor = float("nan")
+            else:
+                vc = fx.values_match(self._reference, outs)
+                self._floor = vc.max_ulp if vc.max_ulp != float("inf") else float("nan")
+        return None if self._floor != self._floor else self._floor
+
+    def _repeatable(self) -> str | None:
+        """Why eager's outputs are no reference (two eager runs differ: random numbers), or None."""
+        if self._again is None:
+            import tensorflow as tf
+
+            was = tf.config.functions_run_eagerly()
+            tf.config.run_functions_eagerly(True)
+            try:
+                again = self.world.replay(self.body, live_calls(self.log.calls))
+            finally:
+                tf.config.run_functions_eagerly(was)
+            vc = fx.values_match(self._reference, again)
+            self._again = "" if vc.ok else (f"two eager runs of your function differ ({vc.text}): it draws random "
+                                            "numbers or reads state tflab does not replay, so eager's outputs are "
+                                            "no reference")
+        return self._again or None
