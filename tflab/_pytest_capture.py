@@ -155,7 +155,6 @@ class _Live:
         from tflab.retrace.event import capture_trace_events
 
         self._log_phase = True
-        self._state_at_begin = state
         stack.enter_context(capture_trace_events(on_event=self._on_log_event, identify=self.identify))
 
     def _release(self) -> None:
@@ -170,7 +169,7 @@ class _Live:
         stack, self._stack = self._stack, None
         level = logging.getLogger("tensorflow").level  # before the capture restores it
         stack.close()
-        if self._log_phase:
+        if self._log_phase and self.tf_state() == "loaded":  # imported during the phase
             note = (f"TensorFlow was imported during this test's {self.phase}, so its traces there were "
                     f"read from TF's log record, which a logger setting can hide")
             if level != 1:

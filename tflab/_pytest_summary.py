@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tflab._pytest_output import write_json_atomically  # noqa: F401 (re-exported)
 from tflab.report.text import seconds_text
 
 # The caveat `tflab.retrace.diff` appends to a variable-creation re-trace read from TF's log: the

@@ -1,41 +1,49 @@
-"""pytest plugin: the tf.function traces of each test, with reasons, seconds and budgets.
+"""pytest plugin: the tf.function traces of each test, with reasons, seconds, budgets and a baseline.
 
 Registered by the ``pytest11`` entry point ``tflab`` (so ``pip install tflab``
 is enough; ``-p no:tflab`` turns it off). Importing it imports neither
 TensorFlow nor the retrace package: those load when a test is recorded, i.e.
-under ``--tflab-traces`` / ``--tflab-traces-json``, or for a test with the
-``tflab_max_traces`` marker or the ``tflab_traces`` fixture.
+under ``--tflab-traces`` / ``--tflab-traces-json`` / ``--tflab-traces-baseline``,
+or for a test with the ``tflab_max_traces`` marker or the ``tflab_traces`` fixture.
 
-What it records is the one TraceEvent pipeline of `tflab.retrace`: every trace
-any tf.function starts while a test's setup, call or teardown runs
-(`tflab.retrace.event.capture_trace_events`, TF's trace-time record read from
-its tracing frame), explained as it starts by `tflab.retrace.log.LiveExplainer`
-(the reasons `tflab.RetraceProbe` and ``tflab retrace`` give), and timed by
-`tflab.retrace.event.TraceClock` (tracing plus the first run's instantiation).
+What it records (`tflab._pytest_capture`) is the one TraceEvent pipeline of
+`tflab.retrace`: every trace any tf.function starts while a test's setup, call
+or teardown runs, taken at TF's own trace entry point
+(`tflab._tf.function.install_trace_entry`, so no logger setting of the test
+hides one), made into a `TraceEvent` from TF's tracing frame, explained as it
+starts by `tflab.retrace.log.LiveExplainer` (the reasons `tflab.RetraceProbe`
+and ``tflab retrace`` give), and timed: graph building apart from
+instantiation, compilation and the first run.
 
 * ``--tflab-traces``: a terminal summary section ``tflab traces``: per test, each
   tf.function that traced, its trace count, the reasons of each retrace and the
-  seconds; then the most expensive functions (``--tflab-traces-top N``) and the
-  session's totals. Reporting never changes the exit status.
-* ``--tflab-traces-json PATH``: the same records as JSON, written atomically;
-  under pytest-xdist the workers' records are merged on the controller.
-  Each recorded test also gets the ``user_properties`` (``--junitxml``
-  properties) ``tflab_traces`` and ``tflab_trace_seconds``.
+  seconds; then each function across the session (traces, tests, first test,
+  seconds, most common retrace reason; tf.data's functions in their own group)
+  and the session's totals (`tflab._pytest_summary`).
+* ``--tflab-traces-json PATH``: the same records as JSON (`tflab._pytest_output`:
+  checked at session start, never over a file tflab did not write unless
+  ``--tflab-traces-force``, written atomically); under pytest-xdist the workers'
+  records are merged on the controller. Each recorded test also gets the
+  ``user_properties`` (``--junitxml`` properties) ``tflab_traces`` and
+  ``tflab_trace_seconds``.
+* ``--tflab-traces-baseline OLD.json`` (``--tflab-traces-fail-on-increase``):
+  each function that traces more than in a stored record, with the new traces'
+  reasons and call sites (a failed session with the flag).
 * ``@pytest.mark.tflab_max_traces(N, function=None)``: the test body (its call
   phase) may trace each tf.function at most N times (summed over the
   tf.function objects that share a qualified name); over it, the test fails
   naming the function, its ``K traces`` and the reasons of each trace past N.
+  ``function=`` is a name as users write it or the object; a name that matches
+  nothing that traced fails the test.
 * fixture ``tflab_traces``: `TestTraces` of the running test (``count``,
   ``events``, ``explain``).
 
-What is counted: one trace per FuncGraph TF starts building (TF's
-``Creating new FuncGraph`` point in ``tracing_compilation._maybe_define_function``),
-for the user's tf.functions (TF's own helpers, such as the variable
-initializer, are left out). That equals the change in TF's own
-``fn.experimental_get_tracing_count()`` (the trace cache's entries) over the test,
-with one exception: a trace that raised is counted here and left no cache
-entry. A function that creates tf.Variables traces twice on its first call
-(kind ``variable_creation``), and both traces are counted, by TF and here.
+The plugin never changes a test's outcome by its own failure: each hook runs
+its work guarded (`TraceRecorder._safe`), and pytest's own phase always runs.
+What is counted: one trace per FuncGraph TF builds for the user's tf.functions
+(TF's own helpers, judged by their code's location, are left out). That equals
+the change in TF's own ``fn.experimental_get_tracing_count()`` over the test,
+with one exception: a trace that raised is counted here and left no cache entry.
 """
 
 from __future__ import annotations
@@ -50,10 +58,11 @@ import pytest
 from tflab._pytest_capture import (  # noqa: F401 (re-exported)
     _SOURCE, EntryHook, TFState, _Live, _ReasonSource, describe, function_record, matches, name_matches,
     reason_source)
-from tflab._pytest_output import (
-    OutputError, check_json_path, compare_with_baseline, increase_lines, increase_summary, load_baseline)
+from tflab._pytest_output import (  # noqa: F401 (write_json_atomically re-exported)
+    OutputError, check_json_path, compare_with_baseline, increase_lines, increase_summary, load_baseline,
+    write_json_atomically)
 from tflab._pytest_summary import (  # noqa: F401 (re-exported)
-    name_of, seconds_of_test, format_function, session_totals, summarize, write_json_atomically)
+    name_of, seconds_of_test, format_function, session_totals, summarize)
 
 MARKER = "tflab_max_traces"
 FIXTURE = "tflab_traces"
