@@ -3,7 +3,7 @@
 `EntryHook` (one per session) wraps TF's trace entry point once TensorFlow
 is loaded (`tflab._tf.function.install_trace_entry`: one call per FuncGraph
 TF builds, whatever a test does to the ``tensorflow`` logger), and hands each
-trace to the `_Live` of the test running then. `_Live` makes the trace's
+trace to the `Live` of the test running then. `Live` makes the trace's
 `TraceEvent` from TF's tracing frame (`tflab.retrace.event.event_from_frame`),
 explains it as it starts (`tflab.retrace.log.LiveExplainer`), times it
 (`TraceClock`: start to the return of its call) and measures its graph
@@ -63,7 +63,7 @@ class EntryHook:
 
     def __init__(self) -> None:
         self._uninstall: Any = None
-        self.live: "_Live | None" = None
+        self.live: "Live | None" = None
         self._local = threading.local()
         self.seen: set[tuple[str, str]] = set()  # (module, qualname) of functions that traced while installed (a budget's name check)
 
@@ -86,6 +86,8 @@ class EntryHook:
         return stack
 
     def _start(self, frame: Any) -> Any:
+        if frame is None:  # no tracing frame found: TF's internals moved
+            return None
         live = self.live
         if live is None:
             self._note_name(frame)
@@ -111,7 +113,7 @@ class EntryHook:
             self.seen.add((getattr(py, "__module__", "") or "", getattr(py, "__qualname__", "") or ""))
 
 
-class _Live:
+class Live:
     """The capture of one test: events in trace order, with their phase, group and timings."""
 
     def __init__(self, nodeid: str, entry: EntryHook, tf_state: TFState) -> None:
@@ -235,7 +237,7 @@ class _Live:
         return self.functions(phases) + self.functions(phases, "tf.data")
 
 
-class _ReasonSource:
+class ReasonSource:
     """Where the plugin takes its traces' kinds and reasons from: `tflab.retrace.log`, nothing of its own.
 
     One object, so a test can plant a defect in it (drop a reason, lose a
@@ -245,7 +247,7 @@ class _ReasonSource:
     def live_explain(self, explainer: Any, event: Any) -> None:
         explainer(event)
 
-    def group(self, live: _Live, events: list) -> list[dict]:
+    def group(self, live: Live, events: list) -> list[dict]:
         from tflab.retrace.log import group_logged_traces
 
         functions = group_logged_traces(events, effects=live.explainer.effects)
@@ -255,14 +257,14 @@ class _ReasonSource:
         return [function_record(f, evs, live) for f, evs in zip(functions, by_key.values())]
 
 
-_SOURCE = _ReasonSource()
+SOURCE = ReasonSource()
 
 
-def reason_source() -> _ReasonSource:
-    return _SOURCE
+def reason_source() -> ReasonSource:
+    return SOURCE
 
 
-def _timings(events: list, live: _Live) -> list[dict]:
+def _timings(events: list, live: Live) -> list[dict]:
     """Per event: seconds, graph-building and the rest, own seconds (nested traces apart), nested, outcome."""
     children: dict[int, list] = {}
     for e in live.events:
@@ -286,7 +288,7 @@ def _timings(events: list, live: _Live) -> list[dict]:
     return out
 
 
-def function_record(f: Any, events: list, live: _Live) -> dict:
+def function_record(f: Any, events: list, live: Live) -> dict:
     """The JSON-ready record of one tf.function object's traces in one test.
 
     Keys: ``function`` (the name as TF's qualified name ends, ``Net.step``),
@@ -327,7 +329,7 @@ def _totals(rec: dict, traces: list[dict]) -> dict:
     return rec
 
 
-def data_records(live: _Live, events: list) -> list[dict]:
+def data_records(live: Live, events: list) -> list[dict]:
     """tf.data's functions (``map``, ``filter``, ...), one record per user function and transformation."""
     groups: dict[Any, list] = {}
     for e in events:
@@ -394,7 +396,7 @@ def describe(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
 
 
-def matches(fn: Any, record: dict, live: _Live) -> bool:
+def matches(fn: Any, record: dict, live: Live) -> bool:
     """``fn`` (a name, a tf.function, its Python function, or a tf.data function) is the function of ``record``."""
     if isinstance(fn, str):
         return name_matches(fn, record)

@@ -34,6 +34,11 @@ class OutputError(Exception):
     """A path or baseline the plugin refuses; the message says what to do."""
 
 
+def _in_place(path: str) -> bool:
+    """A path under /dev or /proc (``/dev/stdout``, ``/dev/fd/3``): written where it points, never replaced."""
+    return os.path.abspath(path).startswith(("/dev/", "/proc/")) and os.path.exists(path)
+
+
 def _is_pipe_alias(path: str) -> bool:
     # /dev/stdout or /dev/fd/N naming an anonymous pipe: realpath gives "pipe:[…]", no file on disk.
     real = os.path.realpath(path)
@@ -60,7 +65,7 @@ def check_json_path(path: str, force: bool = False) -> None:
     if mode is not None and stat.S_ISFIFO(mode) and not _is_pipe_alias(path):
         raise OutputError(f"{flag} {path} is a named FIFO: the record is written atomically to a file; "
                           f"give a file path, or /dev/stdout to pipe it")
-    if mode is not None and not stat.S_ISREG(mode):
+    if mode is not None and (not stat.S_ISREG(mode) or _in_place(path)):
         return  # a device or an open pipe (/dev/stdout, /dev/null): written in place at the end
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
@@ -90,7 +95,8 @@ def written_by_tflab(path: str) -> bool:
 def write_json_atomically(path: str, data: dict) -> None:
     """Writes ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``.
 
-    A device or an open pipe is written in place (never replaced by a regular
+    A device, an open pipe, or a path under /dev or /proc (``/dev/stdout``
+    redirected to a file) is written in place (never replaced by a regular
     file): opened without blocking so that a FIFO with no reader is an error
     (ENXIO), not a hang, then switched to blocking writes so that a reader
     that drains slowly gets the whole document.
@@ -100,8 +106,9 @@ def write_json_atomically(path: str, data: dict) -> None:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
         mode = None
-    if mode is not None and not stat.S_ISREG(mode):
-        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    if mode is not None and (not stat.S_ISREG(mode) or _in_place(path)):
+        # O_APPEND: /dev/stdout redirected to a file keeps what pytest already printed there
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_APPEND)
         try:
             os.set_blocking(fd, True)
             payload = text.encode()

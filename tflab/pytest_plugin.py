@@ -56,13 +56,17 @@ from typing import Any
 import pytest
 
 from tflab._pytest_capture import (  # noqa: F401 (re-exported)
-    _SOURCE, EntryHook, TFState, _Live, _ReasonSource, describe, function_record, matches, name_matches,
+    SOURCE, EntryHook, Live, ReasonSource, TFState, describe, function_record, matches, name_matches,
     reason_source)
 from tflab._pytest_output import (  # noqa: F401 (write_json_atomically re-exported)
     OutputError, check_json_path, compare_with_baseline, increase_lines, increase_summary, load_baseline,
     write_json_atomically)
 from tflab._pytest_summary import (  # noqa: F401 (re-exported)
     name_of, seconds_of_test, format_function, session_totals, summarize)
+
+# The names a test plants a defect through (the recorder makes each test's capture with `_Live`).
+_Live = Live
+_SOURCE = SOURCE
 
 MARKER = "tflab_max_traces"
 FIXTURE = "tflab_traces"

@@ -638,3 +638,45 @@ def test_a_slow_reader_of_a_pipe_gets_the_whole_document():
         os.close(w)
         reader.join(30)
     assert json.loads(got) == json.loads(json.dumps(doc, default=str))
+
+
+def test_two_wrappers_of_tf_s_trace_entry_point_each_see_every_trace():
+    """A user's own counter of TF's entry point (or an outer pytest session's plugin) under the plugin's:
+    each wrapper finds TF's tracing frame, and uninstalling in either order restores TF's function."""
+    import tensorflow as tf
+
+    from tflab._tf import function as _tf
+
+    seen: dict[str, list] = {"outer": [], "inner": []}
+
+    def hook(name):
+        def start(frame):
+            loc = _tf.tracing_locals(frame) if frame is not None else None
+            seen[name].append(getattr(getattr(loc, "python_function", None), "__name__", None))
+            return name
+
+        return start, lambda token, ok: None
+
+    @tf.function
+    def twice(x):
+        return x * 2.0
+
+    module = __import__(_tf.TRACING_MODULE, fromlist=["x"])
+    original = vars(module)[_tf.TRACE_ENTRY]
+    outer = _tf.install_trace_entry(*hook("outer"))
+    inner = _tf.install_trace_entry(*hook("inner"))
+    try:
+        twice(tf.ones([1]))
+        twice(tf.ones([2]))
+        twice(tf.ones([2]))  # cached: no trace
+    finally:
+        outer()  # out of order: the inner wrapper still calls through, the outer one passes through
+        inner()
+    assert seen == {"outer": ["twice", "twice"], "inner": ["twice", "twice"]}, seen
+    twice(tf.ones([3]))
+    assert len(seen["outer"]) == len(seen["inner"]) == 2  # uninstalled: no more calls
+    inner_again = _tf.install_trace_entry(*hook("inner"))
+    inner_again()
+    left = vars(module)[_tf.TRACE_ENTRY]
+    setattr(module, _tf.TRACE_ENTRY, original)  # this test's own leftover: the outer pass-through
+    assert left.__wrapped__ is original

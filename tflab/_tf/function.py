@@ -461,7 +461,9 @@ def install_trace_entry(on_start: Callable[[Any], Any],
         token = None
         if active[0]:
             try:
-                token = on_start(sys._getframe(1))
+                # TF's _maybe_define_function frame: the caller, or above another wrapper of
+                # this entry point (an outer session's, a user's own counter)
+                token = on_start(tracing_frame(sys._getframe(1)))
             except Exception:  # counting must never break the user's trace
                 token = None
         ok = False
