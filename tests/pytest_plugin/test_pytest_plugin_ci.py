@@ -214,6 +214,14 @@ def test_tf_s_own_helper_is_not_counted():  # healthy twin: TF's variable initia
     assert net.step.experimental_get_tracing_count() == 2
 
 
+def test_keras_steps_are_the_model_s():  # healthy twin: Keras wraps its step in a wrapper from TF's folder
+    import numpy as np
+    import keras
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.predict(np.ones((2, 4), "float32"), verbose=0)
+
+
 def test_caplog_at_level(caplog):
     @tf.function
     def f(x):
@@ -266,8 +274,9 @@ def test_ownership_by_location_and_counts_that_no_logger_setting_hides(pytester,
     out = tmp_path / "t.json"
     # pytest's logging plugin on (caplog): the plugin no longer touches the tensorflow logger
     result = run(pytester, f"--tflab-traces-json={out}", "tensorflow_helpers_test.py", quiet=QUIET[:2])
-    assert result.parseoutcomes() == {"passed": 7}, result.outlines
+    assert result.parseoutcomes() == {"passed": 8}, result.outlines
     recs = record(out)
+    assert counts(recs["test_keras_steps_are_the_model_s"]) == {"one_step_on_data_distributed": 1}
     assert counts(recs["test_a_user_module_named_tensorflow_something"]) == {"scale": 2}
     assert counts(recs["test_a_user_package_named_tensorflow_something"]) == {"shift": 2}
     assert counts(recs["test_tf_s_own_helper_is_not_counted"]) == {"Net.step": 2}

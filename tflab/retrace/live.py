@@ -45,7 +45,11 @@ def code_file(fn: Any) -> str:
     if fn is None:
         return ""
     try:
-        body = _tf.unwrap(getattr(fn, "python_function", fn))
+        import inspect
+
+        # TF's decorators, then functools.wraps chains (Keras wraps its steps in AutoGraph's
+        # do_not_convert, whose wrapper lives in TF's folder)
+        body = inspect.unwrap(_tf.unwrap(getattr(fn, "python_function", fn)))
         body = getattr(body, "__func__", body)
         return getattr(getattr(body, "__code__", None), "co_filename", "") or ""
     except Exception:
