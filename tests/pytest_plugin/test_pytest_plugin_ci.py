@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from tests.pytest_plugin.test_pytest_plugin import QUIET, block_of, plugin_args, section
+from tests.pytest_plugin.test_pytest_plugin import QUIET, plugin_args, section
 
 pytest_plugins = ["pytester"]
 
