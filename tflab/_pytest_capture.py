@@ -100,8 +100,10 @@ class EntryHook:
 
     def _end(self, token: Any, ok: bool) -> None:
         stack = self._stack()
-        if token in stack:
-            stack.remove(token)
+        for i in range(len(stack) - 1, -1, -1):  # by identity: two events may compare equal
+            if stack[i] is token:
+                del stack[i]
+                break
         token[0].on_built(token, ok)
 
     def _note_name(self, frame: Any) -> None:
