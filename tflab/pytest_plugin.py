@@ -1,55 +1,72 @@
-"""pytest plugin: the tf.function traces of each test, with reasons, seconds and budgets.
+"""pytest plugin: the tf.function traces of each test, with reasons, seconds, budgets and a baseline.
 
 Registered by the ``pytest11`` entry point ``tflab`` (so ``pip install tflab``
 is enough; ``-p no:tflab`` turns it off). Importing it imports neither
 TensorFlow nor the retrace package: those load when a test is recorded, i.e.
-under ``--tflab-traces`` / ``--tflab-traces-json``, or for a test with the
-``tflab_max_traces`` marker or the ``tflab_traces`` fixture.
+under ``--tflab-traces`` / ``--tflab-traces-json`` / ``--tflab-traces-baseline``,
+or for a test with the ``tflab_max_traces`` marker or the ``tflab_traces`` fixture.
 
-What it records is the one TraceEvent pipeline of `tflab.retrace`: every trace
-any tf.function starts while a test's setup, call or teardown runs
-(`tflab.retrace.event.capture_trace_events`, TF's trace-time record read from
-its tracing frame), explained as it starts by `tflab.retrace.log.LiveExplainer`
-(the reasons `tflab.RetraceProbe` and ``tflab retrace`` give), and timed by
-`tflab.retrace.event.TraceClock` (tracing plus the first run's instantiation).
+What it records (`tflab._pytest_capture`) is the one TraceEvent pipeline of
+`tflab.retrace`: every trace any tf.function starts while a test's setup, call
+or teardown runs, taken at TF's own trace entry point
+(`tflab._tf.function.install_trace_entry`, so no logger setting of the test
+hides one), made into a `TraceEvent` from TF's tracing frame, explained as it
+starts by `tflab.retrace.log.LiveExplainer` (the reasons `tflab.RetraceProbe`
+and ``tflab retrace`` give), and timed: graph building apart from
+instantiation, compilation and the first run.
 
 * ``--tflab-traces``: a terminal summary section ``tflab traces``: per test, each
   tf.function that traced, its trace count, the reasons of each retrace and the
-  seconds; then the most expensive functions (``--tflab-traces-top N``) and the
-  session's totals. Reporting never changes the exit status.
-* ``--tflab-traces-json PATH``: the same records as JSON, written atomically;
-  under pytest-xdist the workers' records are merged on the controller.
-  Each recorded test also gets the ``user_properties`` (``--junitxml``
-  properties) ``tflab_traces`` and ``tflab_trace_seconds``.
+  seconds; then each function across the session (traces, tests, first test,
+  seconds, most common retrace reason; tf.data's functions in their own group)
+  and the session's totals (`tflab._pytest_summary`).
+* ``--tflab-traces-json PATH``: the same records as JSON (`tflab._pytest_output`:
+  checked at session start, never over a file tflab did not write unless
+  ``--tflab-traces-force``, written atomically); under pytest-xdist the workers'
+  records are merged on the controller. Each recorded test also gets the
+  ``user_properties`` (``--junitxml`` properties) ``tflab_traces`` and
+  ``tflab_trace_seconds``.
+* ``--tflab-traces-baseline OLD.json`` (``--tflab-traces-fail-on-increase``):
+  each function that traces more than in a stored record, with the new traces'
+  reasons and call sites (a failed session with the flag).
 * ``@pytest.mark.tflab_max_traces(N, function=None)``: the test body (its call
   phase) may trace each tf.function at most N times (summed over the
   tf.function objects that share a qualified name); over it, the test fails
   naming the function, its ``K traces`` and the reasons of each trace past N.
+  ``function=`` is a name as users write it or the object; a name that matches
+  nothing that traced fails the test.
 * fixture ``tflab_traces``: `TestTraces` of the running test (``count``,
   ``events``, ``explain``).
 
-What is counted: one trace per FuncGraph TF starts building (TF's
-``Creating new FuncGraph`` point in ``tracing_compilation._maybe_define_function``),
-for the user's tf.functions (TF's own helpers, such as the variable
-initializer, are left out). That equals the change in TF's own
-``fn.experimental_get_tracing_count()`` (the trace cache's entries) over the test,
-with one exception: a trace that raised is counted here and left no cache
-entry. A function that creates tf.Variables traces twice on its first call
-(kind ``variable_creation``), and both traces are counted, by TF and here.
+The plugin never changes a test's outcome by its own failure: each hook runs
+its work guarded (`TraceRecorder._safe`), and pytest's own phase always runs.
+What is counted: one trace per FuncGraph TF builds for the user's tf.functions
+(TF's own helpers, judged by their code's location, are left out). That equals
+the change in TF's own ``fn.experimental_get_tracing_count()`` over the test,
+with one exception: a trace that raised is counted here and left no cache entry.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 import time
-from typing import Any, Iterable
+from typing import Any
 
 import pytest
 
+from tflab._pytest_capture import (  # noqa: F401 (re-exported)
+    SOURCE, EntryHook, Live, ReasonSource, TFState, describe, function_record, matches, name_matches,
+    reason_source)
+from tflab._pytest_output import (  # noqa: F401 (write_json_atomically re-exported)
+    OutputError, check_json_path, compare_with_baseline, increase_lines, increase_summary, load_baseline,
+    write_json_atomically)
 from tflab._pytest_summary import (  # noqa: F401 (re-exported)
-    name_of, seconds_of_test, format_function, session_totals, summarize, write_json_atomically)
+    name_of, seconds_of_test, format_function, session_totals, summarize)
+
+# The names a test plants a defect through (the recorder makes each test's capture with `_Live`).
+_Live = Live
+_SOURCE = SOURCE
 
 MARKER = "tflab_max_traces"
 FIXTURE = "tflab_traces"
@@ -69,12 +86,23 @@ def pytest_addoption(parser: Any) -> None:
     group = parser.getgroup("tflab", "tflab: tf.function traces per test")
     group.addoption("--tflab-traces", action="store_true", default=False,
                     help="report every tf.function traced while each test ran: counts, the reasons "
-                         "of each retrace and the seconds tracing (terminal section 'tflab traces')")
+                         "of each retrace and the seconds (graph building apart from compile and first "
+                         "run), then each function across the session (terminal section 'tflab traces')")
     group.addoption("--tflab-traces-json", metavar="PATH", default=None,
-                    help="write the per-test trace records to PATH as JSON (atomically; merged across "
-                         "xdist workers); implies recording, not the terminal section")
+                    help="write the per-test trace records to PATH as JSON (checked at start, written "
+                         "atomically, merged across xdist workers; labels and paths are stable, so two "
+                         "files diff); implies recording, not the terminal section")
+    group.addoption("--tflab-traces-force", action="store_true", default=False,
+                    help="let --tflab-traces-json replace an existing file that tflab did not write")
     group.addoption("--tflab-traces-top", metavar="N", type=int, default=10,
-                    help="how many of the most expensive tf.functions the section lists (default 10)")
+                    help="how many tf.functions the per-function list shows (default 10)")
+    group.addoption("--tflab-traces-baseline", metavar="OLD.json", default=None,
+                    help="compare each test's trace count per function with a stored --tflab-traces-json "
+                         "file and list every increase with the new traces' reasons and call sites "
+                         "(as pytest-benchmark's --benchmark-compare); implies recording")
+    group.addoption("--tflab-traces-fail-on-increase", action="store_true", default=False,
+                    help="with --tflab-traces-baseline: fail the session (exit status 1) when any "
+                         "function traces more than in the baseline (as --benchmark-compare-fail)")
 
 
 def pytest_configure(config: Any) -> None:
@@ -83,16 +111,27 @@ def pytest_configure(config: Any) -> None:
     if top is not None and top < 0:
         raise pytest.UsageError(f"--tflab-traces-top takes a count >= 0, got {top}")
     path = config.getoption("--tflab-traces-json")
-    if path:
-        parent = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(parent):
-            raise pytest.UsageError(f"--tflab-traces-json {path}: the folder {parent} does not exist; "
-                                    f"create it or give another path")
-        if os.path.isdir(path):
-            raise pytest.UsageError(f"--tflab-traces-json {path} is a folder; give a file path "
-                                    f"(e.g. {os.path.join(path, 'traces.json')})")
+    baseline = config.getoption("--tflab-traces-baseline")
+    if config.getoption("--tflab-traces-fail-on-increase") and not baseline:
+        raise pytest.UsageError("--tflab-traces-fail-on-increase compares with a stored record: add "
+                                "--tflab-traces-baseline OLD.json (written by --tflab-traces-json)")
+    worker = hasattr(config, "workerinput")
+    try:
+        if path is not None and not worker:  # the controller writes it; a worker only sends records
+            check_json_path(path, force=config.getoption("--tflab-traces-force"))
+        loaded = load_baseline(baseline) if baseline is not None and not worker else None
+    except OutputError as e:
+        raise pytest.UsageError(str(e)) from None
     if not config.pluginmanager.has_plugin(PLUGIN_NAME):
-        config.pluginmanager.register(TraceRecorder(config), PLUGIN_NAME)
+        recorder = TraceRecorder(config)
+        recorder.baseline = loaded
+        config.pluginmanager.register(recorder, PLUGIN_NAME)
+
+
+def pytest_unconfigure(config: Any) -> None:
+    recorder = config.pluginmanager.get_plugin(PLUGIN_NAME)
+    if recorder is not None:
+        recorder.entry.uninstall()
 
 
 @pytest.fixture
@@ -115,127 +154,8 @@ def tflab_traces(request: Any) -> "TestTraces":
 
 
 # ---------------------------------------------------------------------------
-# One test's recording
+# The running test's traces (the fixture's object)
 # ---------------------------------------------------------------------------
-
-
-class _Live:
-    """The capture of one test: events in trace order, with their phase.
-
-    The capture is opened for each phase (setup, call, teardown) inside
-    pytest's own logging capture for that phase, and closed at its end: pytest
-    attaches its handlers to every non-propagating logger when a phase starts,
-    and `capture_trace_events` makes the ``tensorflow`` logger non-propagating
-    while it runs, so opened earlier it would let TF's level-1 records into
-    the test's captured log.
-    """
-
-    def __init__(self, nodeid: str) -> None:
-        from tflab.retrace.event import ObjectSerials, TraceClock
-        from tflab.retrace.log import LiveExplainer
-
-        self.nodeid = nodeid
-        self.phase = "setup"
-        self.phases: dict[int, str] = {}
-        self.clock = TraceClock()
-        self.explainer = LiveExplainer(side_effects=False)  # the section reports no side effects
-        self.identify = ObjectSerials()
-        self.events: list = []
-        self.timed = False
-        self._stack: Any = None
-        self.level_note: str | None = None
-        self.unmatched: str | None = None  # a budget's function= that traced nothing in the test body
-
-    def begin(self, phase: str) -> None:
-        from contextlib import ExitStack
-
-        from tflab.retrace.event import capture_trace_events
-
-        self.phase = phase
-        self._stack = ExitStack()
-        if "tensorflow" in sys.modules:  # TF already imported: its calls can be watched
-            self.timed = True
-            self._stack.enter_context(self.clock.watching())
-        self._stack.enter_context(capture_trace_events(on_event=self._on_event, identify=self.identify))
-
-    def end(self) -> None:
-        import logging
-
-        if self._stack is None:
-            return
-        stack, self._stack = self._stack, None
-        level = logging.getLogger("tensorflow").level  # before the capture restores it
-        stack.close()
-        if level != 1 and self.level_note is None:
-            self.level_note = (f"the test set the tensorflow logger to level {logging.getLevelName(level)}, "
-                               f"which hides TF's level-1 trace records: traces after that are not listed")
-
-    def _on_event(self, event: Any) -> None:
-        self.events.append(event)
-        self.phases[id(event)] = self.phase
-        self.clock.on_event(event)
-        reason_source().live_explain(self.explainer, event)
-
-    def functions(self, phases: Iterable[str] | None = None) -> list[dict]:
-        """Per tf.function object (first-trace order): its record (see `function_record`)."""
-        wanted = None if phases is None else set(phases)
-        events = [e for e in self.events if wanted is None or self.phases.get(id(e)) in wanted]
-        return reason_source().group(self, events)
-
-
-class _ReasonSource:
-    """Where the plugin takes its traces' kinds and reasons from: `tflab.retrace.log`, nothing of its own.
-
-    One object, so a test can plant a defect in it (drop a reason, lose a
-    trace) and show that the plugin's checks catch it.
-    """
-
-    def live_explain(self, explainer: Any, event: Any) -> None:
-        explainer(event)
-
-    def group(self, live: _Live, events: list) -> list[dict]:
-        from tflab.retrace.log import is_tf_internal, group_logged_traces
-
-        events = [e for e in events if not is_tf_internal(e)]
-        functions = group_logged_traces(events, effects=live.explainer.effects)
-        by_key: dict[Any, list] = {}
-        for e in events:
-            by_key.setdefault(e.key if e.key is not None else ("name", e.function), []).append(e)
-        out = []
-        for f, evs in zip(functions, by_key.values()):
-            out.append(function_record(f, evs, live))
-        return out
-
-
-_SOURCE = _ReasonSource()
-
-
-def reason_source() -> _ReasonSource:
-    return _SOURCE
-
-
-def function_record(f: Any, events: list, live: _Live) -> dict:
-    """The JSON-ready record of one tf.function object's traces in one test.
-
-    Keys: ``function`` (the short name), ``qualname`` and ``module`` of the
-    Python function, ``label`` and ``owner`` (as ``tflab retrace`` labels
-    them), ``trace_count``, ``seconds`` (the sum of the timed traces),
-    ``untimed`` (traces without a measured time) and ``traces``: per trace
-    ``index`` (among this object's traces, counting those it held before the
-    test), ``kind``, ``reasons``, ``seconds`` (None when untimed), ``nested``
-    (it ran inside another trace, whose seconds include it), ``phase`` and ``site``.
-    """
-    traces = []
-    for t, e in zip(f.traces, events):
-        traces.append({"index": t.index, "kind": t.kind, "reasons": list(t.reasons),
-                       "seconds": e.seconds, "nested": id(e) in live.clock.nested,
-                       "phase": live.phases.get(id(e), "call"), "site": e.site})
-    first = events[0] if events else None
-    return {"function": f.function_name, "qualname": first.function if first else f.function_name,
-            "module": first.module if first else "", "label": f.label or f.function_name,
-            "owner": f.owner, "trace_count": len(traces),
-            "seconds": sum(t["seconds"] or 0.0 for t in traces),
-            "untimed": sum(t["seconds"] is None for t in traces), "traces": traces}
 
 
 class TestTraces:
@@ -252,18 +172,19 @@ class TestTraces:
         self._live = live
 
     def _records(self) -> list[dict]:
-        return self._live.functions()
+        return self._live.all_functions()
 
     def _matching(self, fn: Any) -> list[dict]:
-        return [r for r in self._records() if _matches(fn, r, self._live)]
+        return [r for r in self._records() if matches(fn, r, self._live)]
 
     def count(self, fn: Any) -> int:
         """Traces TF started for ``fn`` during this test, an int.
 
         Args:
             fn: a tf.function (for a ``@tf.function`` method: ``obj.method`` for one
-                instance, ``Class.method`` for all), or a name (the short name,
-                ``Class.method`` or the qualified name).
+                instance, ``Class.method`` for all), its Python function, a tf.data
+                function (``ds.map(fn)``'s ``fn``), or a name as you write it: the
+                short name (``generate_step``), ``Class.method`` or the qualified name.
 
         Returns:
             The number of FuncGraphs TF started for it: the change in its
@@ -274,8 +195,8 @@ class TestTraces:
 
     @property
     def trace_count(self) -> int:
-        """Traces of all the user's tf.functions during this test."""
-        return sum(r["trace_count"] for r in self._records())
+        """Traces of all the user's tf.functions during this test (tf.data's functions apart)."""
+        return sum(r["trace_count"] for r in self._live.functions())
 
     @property
     def events(self) -> list["TraceRecord"]:
@@ -285,14 +206,15 @@ class TestTraces:
             for t in r["traces"]:
                 out.append(TraceRecord(function=r["function"], qualname=r["qualname"], label=r["label"],
                                        index=t["index"], kind=t["kind"], reasons=tuple(t["reasons"]),
-                                       seconds=t["seconds"], phase=t["phase"], site=t["site"]))
+                                       seconds=t["seconds"], phase=t["phase"], site=t["site"],
+                                       build_seconds=t["build_seconds"], group=r["group"]))
         return out
 
     def explain(self, fn: Any = None) -> str:
         """The text of ``fn``'s traces (all functions when None), as the terminal section prints them."""
         records = self._records() if fn is None else self._matching(fn)
         if not records:
-            return f"{_describe(fn)}: no trace in this test"
+            return f"{describe(fn)}: no trace in this test"
         return "\n".join(format_function(r) for r in records)
 
     def __repr__(self) -> str:
@@ -301,9 +223,11 @@ class TestTraces:
 
 class TraceRecord:
     """One trace in a test: ``function`` (short name), ``qualname``, ``label``, ``index``, ``kind``,
-    ``reasons``, ``seconds`` (None when untimed), ``phase`` (setup/call/teardown), ``site``."""
+    ``reasons``, ``seconds`` (None when untimed), ``build_seconds`` (graph building), ``phase``
+    (setup/call/teardown), ``site``, ``group`` ("tf.function" or "tf.data")."""
 
-    __slots__ = ("function", "qualname", "label", "index", "kind", "reasons", "seconds", "phase", "site")
+    __slots__ = ("function", "qualname", "label", "index", "kind", "reasons", "seconds", "phase", "site",
+                 "build_seconds", "group")
 
     def __init__(self, **fields: Any) -> None:
         for k, v in fields.items():
@@ -314,72 +238,58 @@ class TraceRecord:
         return f"<TraceRecord {self.label} #{self.index} {self.kind}{why}>"
 
 
-def _describe(fn: Any) -> str:
-    if isinstance(fn, str):
-        return fn
-    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
-
-
-def _matches(fn: Any, record: dict, live: _Live) -> bool:
-    """``fn`` (a name or a tf.function) is the tf.function of ``record``."""
-    if isinstance(fn, str):
-        return fn in (record["function"], record["qualname"], record["label"], name_of(record))
-    wanted = {id(fn)}
-    try:
-        from tflab._tf import function as _tf
-
-        wanted |= {id(x) for x in _tf.method_instances(fn)}
-    except Exception:
-        pass
-    for e in live.events:
-        if e.function == record["qualname"] and (e.owner == record["owner"] or not record["owner"]):
-            obj = e.function_object()
-            if obj is not None and id(obj) in wanted:
-                return True
-            python_function = getattr(obj, "python_function", None)  # fn is the tf.function's Python function
-            if python_function is not None and (python_function is fn or _unwrap(python_function) is fn):
-                return True
-    return False
-
-
-def _unwrap(fn: Any) -> Any:
-    try:
-        from tflab._tf import function as _tf
-
-        return _tf.unwrap(fn)
-    except Exception:
-        return fn
-
-
 # ---------------------------------------------------------------------------
 # Budgets
 # ---------------------------------------------------------------------------
+
+
+class MarkerError(Exception):
+    """A malformed ``tflab_max_traces`` marker: the test fails with this one line."""
 
 
 def _budget(marker: Any) -> tuple[int, Any]:
     args, kwargs = list(marker.args), dict(marker.kwargs)
     n = args.pop(0) if args else kwargs.pop("n", None)
     function = args.pop(0) if args else kwargs.pop("function", None)
-    if args or kwargs or isinstance(n, bool) or not isinstance(n, int) or n < 0:
+    bad_function = function is not None and not (isinstance(function, str) and function.strip()) and not callable(function)
+    if args or kwargs or isinstance(n, bool) or not isinstance(n, int) or n < 0 or bad_function:
         extra = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
-        raise pytest.UsageError(
+        raise MarkerError(
             f"{MARKER} takes a trace budget n (an int >= 0) and an optional function= (a name or a "
             f"tf.function), e.g. @pytest.mark.{MARKER}(2, function='train_step'); got n={n!r}"
+            + (f", function={function!r}" if function is not None else "")
             + (f" and {extra}" if extra else ""))
     return n, function
 
 
-def budget_failures(live: _Live, marker: Any) -> list[str]:
-    """The over-budget lines of the test body (call phase), one block per qualified name."""
+def budget_failures(live: _Live, marker: Any, seen: set | None = None) -> list[str]:
+    """The over-budget lines of the test body (call phase), one block per qualified name.
+
+    A ``function=`` name that matches no function traced in the test body,
+    nor any that traced earlier in this session (``seen``: (module, qualname)
+    pairs), fails the test with the names that did trace: a misspelt or
+    wrongly shortened name would otherwise hold any budget. A tf.function
+    object that did not trace is within any budget.
+    """
     n, function = _budget(marker)
-    records = live.functions(phases=("call",))
+    records = live.all_functions(phases=("call",))
+    traced = records
     if function is not None:
-        records = [r for r in records if _matches(function, r, live)]
-        if not records:
-            live.unmatched = _describe(function)
+        records = [r for r in records if matches(function, r, live)]
+        if not records and isinstance(function, str):
+            known = [{"function": q.rsplit(".", 1)[-1], "qualname": q, "label": q, "module": m}
+                     for m, q in (seen or ())]
+            if not any(name_matches(function, r) for r in known):
+                names = sorted({r["label"] if r["group"] == "tf.data" else name_of(r) for r in traced})
+                return [f"{MARKER}(function={function!r}): no tf.function of that name traced in the test "
+                        f"body or earlier in this session; traced in the test body: "
+                        f"{', '.join(names) if names else 'none'} (a name matches as written: short, "
+                        f"Class.method or module-qualified, or pass the tf.function itself)"]
+    if function is None:
+        records = [r for r in records if r["group"] == "tf.function"]
     by_name: dict[str, list[dict]] = {}
     for r in records:
-        by_name.setdefault(r["qualname"], []).append(r)
+        by_name.setdefault(name_of(r), []).append(r)
     out = []
     for name, objs in by_name.items():
         traces = [t for r in objs for t in r["traces"]]
@@ -388,7 +298,7 @@ def budget_failures(live: _Live, marker: Any) -> list[str]:
         label = objs[0]["label"] if len(objs) == 1 else objs[0]["function"]
         many = f" in {len(objs)} tf.function objects of this name" if len(objs) > 1 else ""
         lines = [f"{label}: {len(traces)} trace{'s' * (len(traces) != 1)}{many}, over the budget of {n} "
-                 f"({MARKER}({n}{', function=' + repr(_describe(function)) if function is not None else ''}))"]
+                 f"({MARKER}({n}{', function=' + repr(describe(function)) if function is not None else ''}))"]
         for k, t in enumerate(traces[n:], start=n + 1):
             reasons = "; ".join(t["reasons"]) if t["reasons"] else f"its {t['kind']} trace (no earlier one to compare)"
             site = f" at {t['site']}" if t["site"] else ""
@@ -403,89 +313,135 @@ def budget_failures(live: _Live, marker: Any) -> list[str]:
 
 
 class TraceRecorder:
-    """Records the tests that use the plugin, reports them and merges xdist workers' records."""
+    """Records the tests that use the plugin, reports them and merges xdist workers' records.
+
+    Every hook runs the plugin's own work through `_safe`: what it raises
+    becomes one line of the section (``tflab traces: internal error ...``), the
+    phase itself (pytest's fixtures, their finalizers, monkeypatch's undo) always
+    runs, and the test's outcome is its own. Only a budget the test exceeds, or
+    a malformed ``tflab_max_traces`` marker, fails a test.
+    """
 
     def __init__(self, config: Any) -> None:
         self.config = config
         self.show = bool(config.getoption("--tflab-traces"))
         self.json_path = config.getoption("--tflab-traces-json")
-        self.on = self.show or bool(self.json_path)
+        self.baseline_path = config.getoption("--tflab-traces-baseline")
+        self.baseline: dict | None = None
+        self.fail_on_increase = bool(config.getoption("--tflab-traces-fail-on-increase"))
+        self.on = self.show or self.json_path is not None or self.baseline_path is not None
         self.top = config.getoption("--tflab-traces-top")
         self.live: dict[str, _Live] = {}
         self.records: list[dict] = []
         self.wall: dict[str, float] = {}
         self.is_worker = hasattr(config, "workerinput")
+        self.entry = EntryHook()
+        self.tf_state = TFState()
+        self.problems: dict[str, int] = {}
+        self.increases: list[dict] = []
+        self.json_error: str | None = None
         self.started = time.time()
 
     def _wanted(self, item: Any) -> bool:
         return self.on or item.get_closest_marker(MARKER) is not None or FIXTURE in getattr(
             item, "fixturenames", ())
 
-    # trylast: inside pytest's own per-phase logging capture (see `_Live`).
+    def _safe(self, where: str, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as e:  # the plugin's own failure: one line, never the test's outcome
+            line = f"{where}: {type(e).__name__}: {e}"
+            self.problems[line] = self.problems.get(line, 0) + 1
+            return None
+
+    def pytest_collection_modifyitems(self, items: list) -> None:
+        # A budget's function= name is checked against every function that traced in the session.
+        self.budgets = any(item.get_closest_marker(MARKER) is not None for item in items)
+
+    def _begin(self, item: Any, phase: str) -> "_Live | None":
+        if getattr(self, "budgets", False) and self.tf_state() == "loaded":
+            self.entry.ensure()
+        live = self.live.get(item.nodeid)
+        if live is None and phase == "setup" and self._wanted(item):
+            live = self.live[item.nodeid] = _Live(item.nodeid, self.entry, self.tf_state)
+            live.order = len(self.records) + len(self.live)
+        if live is not None:
+            live.begin(phase)
+        return live
+
+    # trylast: inside pytest's own per-phase logging capture (a phase that reads TF's log, see `_Live`).
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtest_setup(self, item: Any) -> Any:
-        live = self.live.get(item.nodeid)
-        if live is None and self._wanted(item):
-            marker = item.get_closest_marker(MARKER)
-            if marker is not None:
-                _budget(marker)  # a malformed budget is an error before the test runs
-            live = self.live[item.nodeid] = _Live(item.nodeid)
-        if live is not None:
-            live.begin("setup")
+        live = self._safe(f"setup of {item.nodeid}", self._begin, item, "setup")
         try:
-            return (yield)
+            result = yield
         finally:
             if live is not None:
-                live.end()
+                self._safe(f"setup of {item.nodeid}", live.end)
+        marker = item.get_closest_marker(MARKER)
+        if marker is not None:
+            try:
+                _budget(marker)
+            except MarkerError as e:  # the user's marker, one line (no tflab frames)
+                pytest.fail(str(e), pytrace=False)
+        return result
 
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtest_call(self, item: Any) -> Any:
-        live = self.live.get(item.nodeid)
-        if live is not None:
-            live.begin("call")
+        live = self._safe(f"call of {item.nodeid}", self._begin, item, "call")
         try:
             result = yield  # a failing test raises here: its own failure is the report
         finally:
             if live is not None:
-                live.end()
+                self._safe(f"call of {item.nodeid}", live.end)
         marker = item.get_closest_marker(MARKER)
         if live is not None and marker is not None:
-            failures = budget_failures(live, marker)
-            if live.unmatched is not None:  # within budget, but perhaps a misspelt name: say so
-                item.warn(pytest.PytestWarning(
-                    f"{MARKER}(function={live.unmatched!r}): no tf.function of that name traced in the test "
-                    f"body, so the budget held trivially; check the name (short, Class.method or qualified)"))
+            failures = self._safe(f"budget of {item.nodeid}", budget_failures, live, marker, self.entry.seen)
             if failures:
                 pytest.fail("\n".join(failures), pytrace=False)
         return result
 
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtest_teardown(self, item: Any) -> Any:
-        live = self.live.get(item.nodeid)
-        if live is not None:
-            live.begin("teardown")
+        live = self._safe(f"teardown of {item.nodeid}", self._begin, item, "teardown")
         try:
             return (yield)
         finally:
+            live = self.live.pop(item.nodeid, live)
             if live is not None:
-                live.end()
-                self._finish(item, live)
+                self._safe(f"teardown of {item.nodeid}", live.end)
+                self._safe(f"record of {item.nodeid}", self._finish, item, live)
 
     def _finish(self, item: Any, live: _Live) -> None:
-        del self.live[item.nodeid]
         if not self.on:
             return
-        functions = live.functions()
+        functions = [self._relative(f) for f in live.functions()]
+        data = [self._relative(f) for f in live.functions(group="tf.data")]
         rec = {"nodeid": item.nodeid, "trace_count": sum(f["trace_count"] for f in functions),
-               "functions": functions, "timed": live.timed}
+               "functions": functions, "data_trace_count": sum(f["trace_count"] for f in data),
+               "data_functions": data, "timed": live.timed, "order": getattr(live, "order", 0),
+               "tf_loaded": self.tf_state.real is not None}
         rec["trace_seconds"] = seconds_of_test(rec)
-        if live.level_note:
-            rec["note"] = live.level_note
+        notes = list(live.notes)
+        if live.hidden:
+            notes.insert(0, f"TF hidden in this test (sys.modules['tensorflow'] was None or a stand-in when its "
+                            f"{' and '.join(dict.fromkeys(live.hidden))} began): nothing was read from "
+                            f"TensorFlow then, and the tests after it are recorded as usual")
+        if notes:
+            rec["note"] = "; ".join(notes)
         if self.is_worker:
             rec["worker"] = self.config.workerinput.get("workerid")
         self.records.append(rec)
         item.user_properties.append(("tflab_traces", rec["trace_count"]))
         item.user_properties.append(("tflab_trace_seconds", round(rec["trace_seconds"], 6)))
+
+    def _relative(self, f: dict) -> dict:
+        """Call sites relative to the rootdir (two runs' files diff line by line)."""
+        root = str(self.config.rootpath) + os.sep
+        for t in f["traces"]:
+            if t["site"].startswith(root):
+                t["site"] = t["site"][len(root):]
+        return f
 
     def pytest_runtest_logreport(self, report: Any) -> None:
         if self.on:
@@ -505,30 +461,67 @@ class TraceRecorder:
         if self.is_worker:
             self.config.workeroutput["tflab_traces"] = json.dumps(self.records)
             return
-        if self.json_path:
+        if self.baseline is not None:
+            self.increases = self._safe("baseline", compare_with_baseline, self.baseline, self.records) or []
+            if self.fail_on_increase and self.increases and session.exitstatus == 0:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if self.json_path is not None:
             try:
                 write_json_atomically(self.json_path, self.document())
-            except OSError as e:  # a full disk, a FIFO with no reader: one line, the exit status unchanged
+            except OSError as e:  # a full disk, a FIFO that lost its reader: one line, and a failed run
                 self.json_error = f"could not write {self.json_path}: {e.strerror or e}"
+                if session.exitstatus == 0:
+                    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def document(self) -> dict:
-        """The JSON record: version, per-test records (sorted by test id) and the session totals."""
+        """The JSON record: version, tool, per-test records (sorted by test id) and the session totals."""
         records = sorted(self.records, key=lambda r: r["nodeid"])
+        totals = session_totals(records)
+        for key in ("functions", "data_functions"):  # by name, not seconds: two runs' files diff
+            totals[key].sort(key=lambda f: f["function"])
         return {"version": RECORD_VERSION, "tool": "tflab.pytest_plugin", "tests": records,
-                "totals": session_totals(records), "test_seconds": sum(self.wall.values())}
+                "totals": totals, "test_seconds": sum(self.wall.values())}
+
+    def _no_tf_line(self) -> str | None:
+        if self.tf_state.real is not None or any(r.get("tf_loaded") for r in self.records):
+            return None
+        import importlib.util
+
+        try:
+            found = importlib.util.find_spec("tensorflow") is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return ("tflab traces: TensorFlow cannot be imported here (no module named 'tensorflow'), "
+                    "so there are no tf.function traces to record")
+        return "tflab traces: no test imported TensorFlow, so there were no tf.function traces to record"
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if getattr(self, "json_error", None) and not self.is_worker and not self.show:
-            terminalreporter.write_line(f"tflab traces: error: {self.json_error}", red=True)
-        if not self.show or self.is_worker:
+        if self.is_worker:
             return
-        records = sorted(self.records, key=lambda r: r["nodeid"])
-        terminalreporter.write_sep("=", "tflab traces")
-        for line in summarize(records, self.top, sum(self.wall.values())):
-            terminalreporter.write_line(line)
-        if getattr(self, "json_error", None):
-            terminalreporter.write_line(f"tflab traces: error: {self.json_error}", red=True)
-        elif self.json_path:
-            terminalreporter.write_line(f"trace record: {self.json_path}")
-
-
+        write = terminalreporter.write_line
+        if self.show:
+            terminalreporter.write_sep("=", "tflab traces")
+            no_tf = self._no_tf_line()
+            if no_tf:
+                write(no_tf)
+            else:
+                records = sorted(self.records, key=lambda r: r["nodeid"])
+                for line in self._safe("summary", summarize, records, self.top, sum(self.wall.values())) or []:
+                    write(line)
+            if self.json_path and not self.json_error:
+                write(f"trace record: {self.json_path}")
+        if self.baseline is not None:
+            if self.increases:
+                for line in increase_lines(self.increases, self.baseline_path):
+                    write(line)
+                verdict = "FAILED" if self.fail_on_increase else "note"
+                write(f"tflab traces: {verdict}: {increase_summary(self.increases, self.baseline_path)}",
+                      red=self.fail_on_increase)
+            else:
+                write(f"tflab traces: no function traced more than in the baseline {self.baseline_path}")
+        if self.json_error:
+            write(f"tflab traces: error: {self.json_error}", red=True)
+        for line, count in self.problems.items():
+            write(f"tflab traces: internal error in {line}" + (f" ({count} times)" if count > 1 else "")
+                  + " (the test's outcome is its own)", yellow=True)

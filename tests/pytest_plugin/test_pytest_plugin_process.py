@@ -78,7 +78,7 @@ def test_the_entry_point_registers_it_and_it_is_off_by_default(pytester, install
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--tflab-traces")
     assert result.ret == 0
     assert any("tflab traces" in ln for ln in result.outlines)
-    assert any(ln.startswith("session: 0 traces of 0 tf.functions in 0 of 1 recorded test") for ln in result.outlines)
+    assert "tflab traces: no test imported TensorFlow, so there were no tf.function traces to record" in result.outlines
     assert (pytester.path / "tf-imported.txt").read_text() == "False"  # on, but nothing used TF
     result = pytester.runpytest_subprocess("--markers")
     assert any(ln.startswith("@pytest.mark.tflab_max_traces(") for ln in result.outlines)
@@ -164,3 +164,80 @@ def test_a_recorded_test_s_captured_log_holds_no_tf_trace_record(pytester, insta
     assert "a warning of the test's own" in text.split("Captured log call", 1)[1]  # still forwarded
     assert "Creating new FuncGraph" not in text and "Level 1" not in text
     assert "h: 2 traces" in text
+
+
+# TensorFlow imported inside the first test: that phase can only read TF's log record, and says so.
+LATE_IMPORT = '''
+def test_imports_tf_late():
+    import tensorflow as tf
+
+    class Net(tf.Module):
+        def __init__(self):
+            self.v = None
+
+        @tf.function
+        def step(self, x):
+            if self.v is None:
+                self.v = tf.Variable(1.0)
+            return x * self.v
+
+    nets = [Net() for _ in range(3)]  # three objects: three variable-creation re-traces
+    for net in nets:
+        net.step(tf.ones([2]))
+
+
+def test_after_import():
+    import tensorflow as tf
+
+    @tf.function
+    def g(x):
+        return x + 1
+
+    g(tf.ones([1]))
+    g(tf.ones([2]))
+'''
+
+
+def test_a_phase_that_imports_tf_says_its_traces_came_from_the_log_and_each_caveat_once(pytester, installed):
+    pytester.makepyfile(test_late=LATE_IMPORT)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "--tflab-traces",
+                                           timeout=600)
+    result.assert_outcomes(passed=2)
+    text = "\n".join(result.outlines)
+    assert "test_late.py::test_imports_tf_late: 6 traces" in text, text
+    assert ("note: TensorFlow was imported during this test's call, so its traces there were read from TF's "
+            "log record, which a logger setting can hide") in text, text
+    assert text.count("does not say whether") == 1, text  # the caveat once, not per trace
+    lines = result.outlines
+    start = lines.index(next(ln for ln in lines if ln.startswith("test_late.py::test_after_import:")))
+    after = [lines[start]] + [ln for ln in lines[start + 1:start + 20]][:next(
+        i for i, ln in enumerate(lines[start + 1:]) if not ln.startswith(" "))]
+    assert after[0].startswith("test_late.py::test_after_import: 2 traces"), after
+    assert not any("note:" in ln for ln in after), after  # TF's entry point from then on
+
+
+# A machine without TensorFlow: a finder that refuses it, as an uninstalled package would.
+NO_TF_CONFTEST = '''
+import sys
+
+
+class NoTensorFlow:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "tensorflow":
+            raise ModuleNotFoundError("No module named 'tensorflow'", name=name)
+        return None
+
+
+sys.meta_path.insert(0, NoTensorFlow())
+'''
+
+
+def test_no_importable_tensorflow_is_said_in_one_line(pytester, installed):
+    pytester.makeconftest(NO_TF_CONFTEST)
+    pytester.makepyfile(test_plain=NO_TF)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--tflab-traces", timeout=300)
+    result.assert_outcomes(passed=1)
+    body = result.outlines[next(i for i, ln in enumerate(result.outlines) if "tflab traces" in ln and "=" in ln) + 1:]
+    assert body[0] == ("tflab traces: TensorFlow cannot be imported here (no module named 'tensorflow'), so there "
+                       "are no tf.function traces to record"), body
+    assert not any(ln.startswith("session:") for ln in result.outlines)

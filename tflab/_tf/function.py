@@ -28,7 +28,10 @@ strategy and replica-context functions, ``f.function_type``.
 
 The patches, `count_eager_calls` and `watch_calls`, are context managers that
 restore ``Function.__call__`` (and ``get_concrete_function``) on exit, also
-when the body raises.
+when the body raises. `install_trace_entry` wraps TF's trace entry point,
+``tracing_compilation._create_concrete_function`` (called once per FuncGraph
+TF builds, whatever the ``tensorflow`` logger's level or handlers), until its
+``uninstall`` is called; it never imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ PRIVATE_NAMES = (
     ("tensorflow.python.distribute.values", "PerReplicaSpec"),
     ("tensorflow.python.framework.ops", "_EagerTensorBase._num_elements"),
     ("tensorflow.python.framework.ops", "_EagerTensorBase._datatype_enum"),
+    ("tensorflow.python.eager.polymorphic_function.tracing_compilation", "_create_concrete_function"),
+    ("tensorflow.python.data.ops.structured_function", "StructuredFunctionWrapper.__init__"),
 )
 
 # Instance attributes (set in __init__, so not resolvable on the class): checked on a live
@@ -61,7 +66,10 @@ INSTANCE_NAMES = (
     ("FunctionCache", "_primary"), ("Weakref", "_ref"), ("PerReplicaSpec", "_value_specs"),
 )
 
+TRACING_MODULE = "tensorflow.python.eager.polymorphic_function.tracing_compilation"
+TRACE_ENTRY = "_create_concrete_function"
 TRACING_FILE = os.path.join("polymorphic_function", "tracing_compilation.py")
+DATA_FUNCTION_FILE = os.path.join("data", "ops", "structured_function.py")
 FUNCTION_FILE = os.path.join("polymorphic_function", "polymorphic_function.py")
 
 
@@ -427,3 +435,95 @@ def trace_type_of(value: Any) -> Any:
     from tensorflow.core.function import trace_type
 
     return trace_type.from_value(value)
+
+
+# ---------------------------------------------------------------------------
+# TF's trace entry point (one FuncGraph built per call)
+# ---------------------------------------------------------------------------
+
+
+def install_trace_entry(on_start: Callable[[Any], Any],
+                        on_end: Callable[[Any, bool], None]) -> Callable[[], None] | None:
+    """Wraps ``tracing_compilation._create_concrete_function``: ``on_start(frame)`` / ``on_end(token, ok)`` per trace.
+
+    ``_maybe_define_function`` calls it once for every FuncGraph it builds
+    (after its cache lookup missed), and never on a cached call; ``frame`` is
+    that ``_maybe_define_function`` frame (`tracing_locals`, `function_frame`
+    read it). ``on_end`` runs when the FuncGraph is built and its
+    ConcreteFunction made (``ok`` True) or the trace raised (``ok`` False),
+    only for a start that returned a token other than None. Neither may break
+    the trace: what they raise is dropped. Unlike TF's level-1 "Creating new
+    FuncGraph" record, no logger setting (``caplog.at_level``, ``assertLogs``)
+    can hide this point.
+
+    Args:
+        on_start: called with TF's tracing frame as the trace starts; returns a token or None.
+        on_end: called with that token and whether the FuncGraph was built.
+
+    Returns:
+        ``uninstall()`` (restores TF's function if the wrapper is still in place, and
+        turns the wrapper into a pass-through otherwise), or None when TensorFlow's
+        tracing module is not loaded (nothing is imported here).
+    """
+    import sys
+    import types
+
+    module = sys.modules.get(TRACING_MODULE)
+    if not isinstance(module, types.ModuleType):
+        return None
+    original = vars(module).get(TRACE_ENTRY)
+    if original is None:
+        return None
+    active = [True]
+
+    def wrapper(*args, **kwargs):
+        token = None
+        if active[0]:
+            try:
+                # TF's _maybe_define_function frame: the caller, or above another wrapper of
+                # this entry point (an outer session's, a user's own counter)
+                token = on_start(tracing_frame(sys._getframe(1)))
+            except Exception:  # counting must never break the user's trace
+                token = None
+        ok = False
+        try:
+            result = original(*args, **kwargs)
+            ok = True
+            return result
+        finally:
+            if token is not None:
+                try:
+                    on_end(token, ok)
+                except Exception:
+                    pass
+
+    wrapper.__name__ = original.__name__
+    wrapper.__doc__ = original.__doc__
+    wrapper.__wrapped__ = original
+    setattr(module, TRACE_ENTRY, wrapper)
+
+    def uninstall() -> None:
+        active[0] = False
+        if vars(module).get(TRACE_ENTRY) is wrapper:
+            setattr(module, TRACE_ENTRY, original)
+
+    return uninstall
+
+
+def data_function(frame: Any) -> tuple[Any, str] | None:
+    """(the user's function, ``"Dataset.map()"``) when the trace in ``frame`` is a tf.data function's.
+
+    tf.data traces a ``map``/``filter``/... function through
+    ``structured_function.StructuredFunctionWrapper.__init__``, whose locals
+    are the user's ``func`` and the ``transformation_name``; None for any other trace.
+    """
+    f = frame
+    for _ in range(40):
+        if f is None:
+            return None
+        code = f.f_code
+        if code.co_name == "__init__" and code.co_filename.endswith(DATA_FUNCTION_FILE):
+            loc = f.f_locals
+            return loc.get("func"), str(loc.get("transformation_name") or "")
+        f = f.f_back
+    return None

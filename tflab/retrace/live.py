@@ -16,7 +16,7 @@ import types
 from typing import Any, Callable, Sequence
 
 from tflab._tf import function as _tf
-from tflab._usercode import is_library_file
+from tflab._usercode import is_library_file, library_of
 from tflab.retrace.diff import function_type_inputs, make_trace, nodes_of
 from tflab.retrace.event import TraceEvent, capture_trace_events
 from tflab.retrace.records import Trace
@@ -24,9 +24,36 @@ from tflab.retrace.sideeffects import SideEffect, trace_time_effects, user_funct
 
 
 def is_tf_internal(t: TraceEvent) -> bool:
-    # TF's own helpers (variable initializers, tf.data wrappers) are not the user's functions.
-    return t.module.startswith("tensorflow") or t.function.startswith(
-        ("Function._initialize_uninitialized_variables", "StructuredFunctionWrapper."))
+    """TF's own helpers (variable initializers, tf.data wrappers) are not the user's functions.
+
+    Judged by location (`tflab._usercode.library_of`): the traced Python
+    function's code file lies in the installed TensorFlow package. A user's
+    module named ``tensorflow_helpers`` (or ``tensorflow_probability``) is not
+    TensorFlow. Only an event without its function object (a saved log's text)
+    falls back to the module name, ``tensorflow`` or ``tensorflow.*``.
+    """
+    if t.function.startswith(("Function._initialize_uninitialized_variables", "StructuredFunctionWrapper.")):
+        return True
+    filename = code_file(t.function_object())
+    if filename:
+        return library_of(filename) == "tensorflow"
+    return t.module == "tensorflow" or t.module.startswith("tensorflow.")
+
+
+def code_file(fn: Any) -> str:
+    """The code file of a tf.function's Python function (``co_filename``), or "" when it has none."""
+    if fn is None:
+        return ""
+    try:
+        import inspect
+
+        # TF's decorators, then functools.wraps chains (Keras wraps its steps in AutoGraph's
+        # do_not_convert, whose wrapper lives in TF's folder)
+        body = inspect.unwrap(_tf.unwrap(getattr(fn, "python_function", fn)))
+        body = getattr(body, "__func__", body)
+        return getattr(getattr(body, "__code__", None), "co_filename", "") or ""
+    except Exception:
+        return ""
 
 def trace_from_event(event: TraceEvent, index: int, previous: Sequence[Trace],
                      previous_contexts: Sequence[str | None] = (), *, call: int = 0,
