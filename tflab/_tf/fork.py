@@ -1,0 +1,83 @@
+"""TF's eager runtime in a forked child: a fresh eager context, and functions traced before the fork rebound to it.
+
+A child made by ``os.fork()`` keeps one thread: TF's inter-op thread pool (owned
+by the eager context, ``tensorflow/core/common_runtime/eager/context.cc``) has
+no threads left in it, so any tf.function call waits for ever on work queued
+there (``ProcessFunctionLibraryRuntime::RunSync``). What tflab does in the child:
+
+* `fresh_eager_context`: drops the Python ``Context`` (``context._reset_context``,
+  ``tensorflow/python/eager/context.py``); the next op builds a new C++ context,
+  whose pools are started in the child. The global seed is carried over.
+  Variables and Keras layers built before the fork still read and assign (their
+  resources stay on the device that holds them);
+* `rebind_functions`: an ``AtomicFunction`` traced before the fork keeps the old
+  context (``_bound_context``, ``polymorphic_function/atomic_function.py``);
+  its ``call_flat`` is wrapped so that on first use it copies its FunctionDef
+  and its children's into the new context and binds to it.
+
+Every private name is listed in `PRIVATE_NAMES` (``tests/house/test_tf_internals.py``).
+"""
+
+from __future__ import annotations
+
+import gc
+
+__all__ = ["PRIVATE_NAMES", "fresh_eager_context", "rebind_functions"]
+
+PRIVATE_NAMES = (
+    ("tensorflow.python.eager.context", "_reset_context"),
+    ("tensorflow.python.eager.context", "context"),
+    ("tensorflow.python.eager.polymorphic_function.atomic_function", "AtomicFunction"),
+    ("tensorflow.python.eager.polymorphic_function.atomic_function", "AtomicFunction._bound_context"),
+    ("tensorflow.python.eager.polymorphic_function.atomic_function", "AtomicFunction._children"),
+)
+
+
+def fresh_eager_context() -> None:
+    """Replaces the eager context inherited through fork by a new one (started on first use), seed kept."""
+    import tensorflow as tf
+    from tensorflow.python.eager import context
+
+    from tflab._tf.runtime import global_seed
+
+    seed = global_seed()
+    # _reset_context runs gc.collect(): over the user's whole heap that costs ~0.7 s and touches
+    # every page fork shares; frozen objects (all of them, inherited) are not traversed.
+    gc.freeze()
+    context._reset_context()
+    if seed is not None:
+        tf.random.set_seed(seed)
+    rebind_functions()
+
+
+def _copy_into(fn, new_ctx, seen: set) -> None:
+    if id(fn) in seen:
+        return
+    seen.add(id(fn))
+    for child in list(fn._children or ()):
+        _copy_into(child, new_ctx, seen)
+    old = fn._bound_context
+    if old is not new_ctx:
+        if not new_ctx.has_function(fn.name):
+            new_ctx.add_function_def(old.get_function_def(fn.name))
+        fn._bound_context = new_ctx
+
+
+def rebind_functions() -> None:
+    """Wraps ``AtomicFunction.call_flat`` so a function traced before the fork runs in the current context."""
+    from tensorflow.python.eager import context
+    from tensorflow.python.eager.polymorphic_function import atomic_function
+
+    cls = atomic_function.AtomicFunction
+    if getattr(cls.call_flat, "__tflab_rebinds__", False):
+        return
+    original = cls.call_flat
+
+    def call_flat(self, *args, **kwargs):
+        now = context.context()
+        if self._bound_context is not now:
+            _copy_into(self, now, set())
+        return original(self, *args, **kwargs)
+
+    call_flat.__tflab_rebinds__ = True
+    cls.call_flat = call_flat
