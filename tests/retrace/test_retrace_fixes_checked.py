@@ -411,13 +411,27 @@ def test_checking_costs_one_trace_per_signature_candidate_and_nothing_on_a_secon
     for s in ([], [2], [2], [3]):
         p(tf.zeros(s, tf.int32), tf.zeros(s, tf.int32))
     assert len(traced) == p.trace_count == 3
-    p.to_text()
-    plan = _plan(p.traces[1])
-    assert [f.status for f in plan.tried] == ["failed", "checked"]   # the pair spec, then the history's
-    # the rejected candidate traced nothing (TF refuses the binding first); the signature traced once
-    assert len(traced) == 3 + 1
-    p.to_text(), p.to_dict()
-    assert len(traced) == 3 + 1                      # memoized: a second read traces nothing
+    from tflab.process import apart
+
+    children = []
+    real_run_apart = apart.run_apart
+
+    def counted(fn, timeout_s=None):
+        children.append(fn)
+        return real_run_apart(fn, timeout_s)
+
+    apart.run_apart = counted
+    try:
+        p.to_text()
+        plan = _plan(p.traces[1])
+        assert [f.status for f in plan.tried] == ["failed", "checked"]   # the pair spec, then the history's
+        assert plan.fix.measured["traces"] == 1  # the signature traced once, in the check's child
+        assert len(traced) == 3                  # ... so the user's list is as the user's calls left it
+        n = len(children)
+        p.to_text(), p.to_dict()
+        assert len(children) == n                # memoized: a second read runs no check again
+    finally:
+        apart.run_apart = real_run_apart
     assert len(recorded_calls(p.traces)) == 3
     # reduce_retracing is run only when no input_signature works (it costs a trace per shape)
     assert all(f.change != "reduce_retracing=True" for f in plan.tried)

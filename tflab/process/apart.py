@@ -64,6 +64,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import pickle
@@ -193,7 +194,8 @@ def _child(fn: Callable[[], Any], w: int, parent: int, scratch: str) -> None:
     """The child's side: run ``fn``, send what happened, leave without atexit handlers or thread joins."""
     code = 0
     try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        with contextlib.suppress(ValueError):  # forked from a thread that is not the main one
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         import faulthandler
 
         faulthandler.disable()  # a crash of the body is reported from its exit status, not dumped on the user's tty
