@@ -150,3 +150,36 @@ def test_the_time_limit_setting_is_read(monkeypatch):
     monkeypatch.setenv("TFLAB_FIX_TIMEOUT_S", "0.5")
     assert apart.default_timeout_s() == 0.5
     assert run_apart(lambda: time.sleep(1e9)).text == "the candidate did not finish in 0.5 s"
+
+
+def test_tf_runs_in_the_child_and_its_variable_writes_stay_there():
+    """After fork TF's thread pools have no threads: the child's fresh eager context must run
+    a tf.function traced before the fork (and one nested in it), a new one, an op big enough
+    to be split over the intra-op pool, and a Keras layer; an assign there leaves this process's
+    variable as it was."""
+    import tensorflow as tf
+
+    @tf.function
+    def f(a):
+        return tf.reduce_sum(tf.matmul(a, a))
+
+    @tf.function
+    def nested(a):
+        return f(a) + 1.0
+
+    big = tf.ones([256, 256])
+    v = tf.Variable(tf.ones([3]))
+    layer = tf.keras.layers.Dense(2, kernel_initializer="ones")
+    layer(tf.ones([1, 3]))
+    expected = float(f(big))
+    nested(big)
+
+    def body():
+        v.assign([5.0, 5.0, 5.0])
+        return (float(f(big)), float(nested(big)), float(tf.function(lambda a: tf.reduce_sum(a * v))(tf.ones([3]))),
+                float(tf.reduce_sum(tf.matmul(big, big))), layer(tf.ones([1, 3])).numpy().tolist())
+
+    got = run_apart(body, 60)
+    assert got.status == apart.RETURNED, got.text
+    assert got.value == (expected, expected + 1.0, 15.0, expected, [[3.0, 3.0]])
+    assert v.numpy().tolist() == [1.0, 1.0, 1.0]
