@@ -155,8 +155,8 @@ def test_the_time_limit_setting_is_read(monkeypatch):
 def test_tf_runs_in_the_child_and_its_variable_writes_stay_there():
     """After fork TF's thread pools have no threads: the child's fresh eager context must run
     a tf.function traced before the fork (and one nested in it), a new one, an op big enough
-    to be split over the intra-op pool, and a Keras layer; an assign there leaves this process's
-    variable as it was."""
+    to be split over the intra-op pool, and a Keras layer; an assign_add there leaves this
+    process's variable as it was."""
     import tensorflow as tf
 
     @tf.function
@@ -167,7 +167,7 @@ def test_tf_runs_in_the_child_and_its_variable_writes_stay_there():
     def nested(a):
         return f(a) + 1.0
 
-    big = tf.ones([256, 256])
+    big = tf.fill([256, 256], 0.5)  # each sum is 2**22: the nested +1 stays exact in float32
     v = tf.Variable(tf.ones([3]))
     layer = tf.keras.layers.Dense(2, kernel_initializer="ones")
     layer(tf.ones([1, 3]))
@@ -175,7 +175,7 @@ def test_tf_runs_in_the_child_and_its_variable_writes_stay_there():
     nested(big)
 
     def body():
-        v.assign([5.0, 5.0, 5.0])
+        v.assign_add([4.0, 4.0, 4.0])
         return (float(f(big)), float(nested(big)), float(tf.function(lambda a: tf.reduce_sum(a * v))(tf.ones([3]))),
                 float(tf.reduce_sum(tf.matmul(big, big))), layer(tf.ones([1, 3])).numpy().tolist())
 
