@@ -155,8 +155,8 @@ def test_the_time_limit_setting_is_read(monkeypatch):
 def test_tf_runs_in_the_child_and_its_variable_writes_stay_there():
     """After fork TF's thread pools have no threads: the child's fresh eager context must run
     a tf.function traced before the fork (and one nested in it), a new one, an op big enough
-    to be split over the intra-op pool, and a Keras layer; an assign_add there leaves this
-    process's variable as it was."""
+    to be split over the intra-op pool, and a Keras layer; a variable made before the fork and
+    assigned there reads back the new value there, and this process's is as it was."""
     import tensorflow as tf
 
     @tf.function
@@ -175,7 +175,7 @@ def test_tf_runs_in_the_child_and_its_variable_writes_stay_there():
     nested(big)
 
     def body():
-        v.assign_add([4.0, 4.0, 4.0])
+        v.assign([5.0, 5.0, 5.0])  # TF's assign would make a new variable in the child's context, unseen
         return (float(f(big)), float(nested(big)), float(tf.function(lambda a: tf.reduce_sum(a * v))(tf.ones([3]))),
                 float(tf.reduce_sum(tf.matmul(big, big))), layer(tf.ones([1, 3])).numpy().tolist())
 
@@ -183,3 +183,25 @@ def test_tf_runs_in_the_child_and_its_variable_writes_stay_there():
     assert got.status == apart.RETURNED, got.text
     assert got.value == (expected, expected + 1.0, 15.0, expected, [[3.0, 3.0]])
     assert v.numpy().tolist() == [1.0, 1.0, 1.0]
+
+
+def test_assigns_to_variables_made_before_the_fork_take_effect_in_the_child():
+    import tensorflow as tf
+
+    s = tf.Variable(1.0)
+    flags = tf.Variable([True, False])
+    model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(2)])
+    made_here = [tf.Variable(0.0)]
+
+    def body():
+        tf.function(lambda: [s.assign(7.0), None][1])()  # in a traced function
+        flags.assign([False, True])
+        model.set_weights([w * 0 + 2 for w in model.get_weights()])
+        made_here.append(tf.Variable([1.0, 2.0]))  # a variable made in the child is initialized by the same op
+        made_here[-1].assign([3.0, 4.0])
+        return (float(s.numpy()), flags.numpy().tolist(), float(sum(w.sum() for w in model.get_weights())),
+                made_here[-1].numpy().tolist())
+
+    got = run_apart(body, 60)
+    assert got.value == (7.0, [False, True], 16.0, [3.0, 4.0]), got.text
+    assert float(s.numpy()) == 1.0 and flags.numpy().tolist() == [True, False] and len(made_here) == 1

@@ -13,7 +13,15 @@ there (``ProcessFunctionLibraryRuntime::RunSync``). What tflab does in the child
 * `rebind_functions`: an ``AtomicFunction`` traced before the fork keeps the old
   context (``_bound_context``, ``polymorphic_function/atomic_function.py``);
   its ``call_flat`` is wrapped so that on first use it copies its FunctionDef
-  and its children's into the new context and binds to it.
+  and its children's into the new context and binds to it;
+* `keep_assigns`: ``AssignVariableOp`` finds a variable made before the fork in
+  the new device's resource manager (``LookupOrCreateResource``), misses it and
+  makes a new one, so ``v.assign(x)`` was lost (measured: a later read gave the
+  old value, eagerly and in a tf.function) while ``assign_add`` (a plain
+  lookup) worked. For such a variable (its handle's EagerTensor id is below
+  the id counter at the fork, ``ops.uid``) ``assign_variable_op`` becomes a
+  full-range ``ResourceStridedSliceAssign`` (empty begin/end/strides: every
+  element, any rank, exact), which looks it up the way ``assign_add`` does.
 
 Every private name is listed in `PRIVATE_NAMES` (``tests/house/test_tf_internals.py``).
 """
@@ -22,7 +30,7 @@ from __future__ import annotations
 
 import gc
 
-__all__ = ["PRIVATE_NAMES", "fresh_eager_context", "rebind_functions"]
+__all__ = ["PRIVATE_NAMES", "fresh_eager_context", "rebind_functions", "keep_assigns"]
 
 PRIVATE_NAMES = (
     ("tensorflow.python.eager.context", "_reset_context"),
@@ -30,6 +38,9 @@ PRIVATE_NAMES = (
     ("tensorflow.python.eager.polymorphic_function.atomic_function", "AtomicFunction"),
     ("tensorflow.python.eager.polymorphic_function.atomic_function", "AtomicFunction._bound_context"),
     ("tensorflow.python.eager.polymorphic_function.atomic_function", "AtomicFunction._children"),
+    ("tensorflow.python.ops.gen_resource_variable_ops", "assign_variable_op"),
+    ("tensorflow.python.framework.ops", "uid"),
+    ("tensorflow.python.framework.ops", "EagerTensor._id"),
 )
 
 
@@ -40,6 +51,9 @@ def fresh_eager_context() -> None:
 
     from tflab._tf.runtime import global_seed
 
+    from tensorflow.python.framework import ops
+
+    fork_uid = ops.uid()
     seed = global_seed()
     # _reset_context runs gc.collect(): over the user's whole heap that costs ~0.7 s and touches
     # every page fork shares; frozen objects (all of them, inherited) are not traversed.
@@ -48,6 +62,7 @@ def fresh_eager_context() -> None:
     if seed is not None:
         tf.random.set_seed(seed)
     rebind_functions()
+    keep_assigns(fork_uid)
 
 
 def _copy_into(fn, new_ctx, seen: set) -> None:
@@ -81,3 +96,37 @@ def rebind_functions() -> None:
 
     call_flat.__tflab_rebinds__ = True
     cls.call_flat = call_flat
+
+
+def keep_assigns(fork_uid: int) -> None:
+    """Routes ``assign_variable_op`` on a variable made before the fork through ``ResourceStridedSliceAssign``."""
+    import tensorflow as tf
+    from tensorflow.python.framework import ops
+    from tensorflow.python.ops import gen_resource_variable_ops as gen
+
+    original = gen.assign_variable_op
+    if getattr(original, "__tflab_keeps__", False):
+        return
+
+    def inherited(handle) -> bool:
+        if isinstance(handle, ops.EagerTensor):
+            return handle._id < fork_uid
+        graph = getattr(handle, "graph", None)
+        for external, internal in getattr(graph, "captures", ()) or ():
+            if internal is handle:
+                return isinstance(external, ops.EagerTensor) and external._id < fork_uid
+        return False
+
+    def assign_variable_op(resource, value, validate_shape=False, name=None):
+        if inherited(resource):
+            empty = tf.zeros([0], tf.int32)
+            try:
+                return tf.raw_ops.ResourceStridedSliceAssign(ref=resource, begin=empty, end=empty, strides=empty,
+                                                             value=value, name=name)
+            except Exception:  # noqa: BLE001 - a shape change or an uninitialized variable: TF's own op
+                if not tf.executing_eagerly():
+                    raise
+        return original(resource, value, validate_shape=validate_shape, name=name)
+
+    assign_variable_op.__tflab_keeps__ = True
+    gen.assign_variable_op = assign_variable_op

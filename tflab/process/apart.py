@@ -47,11 +47,12 @@ tf.functions and a Keras layer):
   ``TF_OVERRIDE_GLOBAL_THREADPOOL=1`` before TF loads (``import tflab`` does it
   too, where TF has not started yet); where TF started without it, a candidate
   whose ops are split over threads does not finish and says so.
-* known limit: in the child, ``v.assign(value)`` on a tf.Variable made before
-  the fork is lost (a later read gives the old value, eagerly and in a
-  tf.function), while ``assign_add``/``assign_sub`` and variables made in
-  the child behave (optimizer updates were not measured). A check that assigns one of the user's
-  variables and reads it back must make its own variable in the child.
+* ``v.assign(x)`` on a tf.Variable made before the fork was lost in the child
+  (a later read gave the old value; ``assign_add`` worked): TF's assign looks
+  the variable up in the new device's resource manager and makes a new one.
+  `tflab._tf.fork.keep_assigns` routes it through a full-range strided-slice
+  assign; measured: eager, in a tf.function, scalar, bool and Keras
+  ``set_weights`` assigns all read back in the child, the parent's unchanged.
 
 Cost (best of 5, 2 shared cores, TF's oneDNN off / on): a check that never
 crosses into TF 0.10 s (fork, the child's exit, the pipe); one that traces a
