@@ -22,6 +22,12 @@ Public names (imported lazily, since importing TensorFlow takes seconds):
 from __future__ import annotations
 
 import importlib
+import os as _os
+
+# Candidate fixes are checked in a forked child (tflab/process/apart.py). TF's intra-op thread pool
+# is one pool for the whole process unless this is set before TF's first op, and its threads do
+# not survive fork: with it, each eager context owns its pool and the child starts its own.
+_os.environ.setdefault("TF_OVERRIDE_GLOBAL_THREADPOOL", "1")
 
 __version__ = "0.1.0"
 

@@ -182,38 +182,54 @@ class FixPlan(Report):
 
 
 def attempt(kind: str, change: str, description: str, check: Callable[[], tuple[bool, str] | tuple[bool, str, dict]],
-            *, how: str = "", source: str = "") -> Fix:
-    """Apply one candidate fix by running ``check`` and record what it measured.
+            *, how: str = "", source: str = "", timeout_s: float | None = None) -> Fix:
+    """Apply one candidate fix by running ``check`` apart from the user's process, and record what it measured.
+
+    ``check`` runs in a forked child (`tflab.process.apart.run_apart`): it sees
+    the user's objects as they are, and what it changes there (a global list the
+    body appends to, an iterator it advances, a tf.Variable it assigns) stays in
+    the child; a file it opens for writing with ``open()`` is written in a
+    scratch copy (listed in ``measured["files_kept_apart"]``). Only
+    ``(worked, result, measured)`` comes back.
 
     Args:
         kind, change, description: as `Fix`'s fields.
         check: runs the fix on the user's case; returns ``(worked, result)`` or
-            ``(worked, result, measured)``. An exception it raises makes the
-            fix "failed" with the exception's first line as its result (the
-            user's code may raise anything, sys.exit included); KeyboardInterrupt
-            is let through.
+            ``(worked, result, measured)`` (``measured`` pickles: numbers,
+            strings, numpy arrays). An exception it raises makes the fix
+            "failed" with the exception's first line as its result (the user's
+            code may raise anything: a ``sys.exit``, ``os._exit``,
+            ``KeyboardInterrupt`` or a signal that ends the child fails this
+            fix, never the report).
         how: how it was applied, e.g. "re-traced on your 3 recorded calls".
         source: the rewritten source, for a "code" fix.
+        timeout_s: seconds the check may run; default ``TFLAB_FIX_TIMEOUT_S``
+            (60). A check that does not finish is "not checked: the candidate
+            did not finish in N s".
 
     Returns:
-        A `Fix` with status "checked" or "failed".
+        A `Fix` with status "checked", "failed" or (time limit) "not checked".
+
+    Raises:
+        KeyboardInterrupt: the user pressed Ctrl-C (the child is killed first).
     """
-    measured: dict[str, Any] = {}
-    try:
+    from tflab.process import apart
+
+    def in_child():
         out = check()
-        worked, result = bool(out[0]), str(out[1])
-        if len(out) > 2 and out[2]:
-            measured = dict(out[2])
-    except KeyboardInterrupt:  # a Ctrl-C stops the run; the user's code under the fix is not the user
-        raise
-    except BaseException as e:  # noqa: BLE001 - the user's code under the fix may raise anything, and a
-        # sys.exit() in it (reached only because the fix changed what it sees) fails this fix, not the run
-        if isinstance(e, SystemExit):
-            return Fix(kind, change, description, status=FAILED, how=how, source=source,
-                       result=f"your code called sys.exit({e.code!r}) under this fix")
-        worked, result = False, f"raised {type(e).__name__}: {_first_line(e)}"
-    return Fix(kind, change, description, status=CHECKED if worked else FAILED, how=how,
-               result=result, measured=measured, source=source)
+        return bool(out[0]), str(out[1]), dict(out[2]) if len(out) > 2 and out[2] else {}
+
+    ran = apart.run_apart(in_child, timeout_s)
+    if ran.status == apart.RETURNED:
+        worked, result, measured = ran.value
+        if ran.files_kept_apart:
+            measured = {**measured, "files_kept_apart": list(ran.files_kept_apart)}
+        return Fix(kind, change, description, status=CHECKED if worked else FAILED, how=how,
+                   result=result, measured=measured, source=source)
+    if ran.status == apart.TIMED_OUT:
+        return Fix(kind, change, description, status=NOT_CHECKED, how=how, source=source, why=ran.text,
+                   measured={"timeout_s": ran.timeout_s})
+    return Fix(kind, change, description, status=FAILED, how=how, source=source, result=ran.text)
 
 
 def unchecked(kind: str, change: str, description: str, why: str) -> Fix:

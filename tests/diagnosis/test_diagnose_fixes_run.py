@@ -43,8 +43,13 @@ def run_copy(d, name, *values, module=F):
     """The printed fix's source, executed in a copy of the case module, traced and run (the test's
     own check, independent of tflab's)."""
     assert d.fix_plan.fix.checked and d.fixed_source
+    import linecache
+
     ns = dict(vars(module))
-    exec(compile(d.fixed_source + "\n", f"<fixed {name}>", "exec"), ns)
+    source, filename = d.fixed_source + "\n", f"<fixed {name}>"
+    # AutoGraph reads a function's source through linecache: the test's copy is converted on its own
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    exec(compile(source, filename, "exec"), ns)
     return tf.function(ns[name])(*values), ns
 
 

@@ -55,12 +55,21 @@ def test_unchecked_fix_is_printed_with_why_only_when_nothing_was_checked():
     assert fx.first_working([]).lines() == []
 
 
-def test_keyboard_interrupt_in_a_check_is_not_swallowed():
-    def ctrl_c():
+def test_ctrl_c_during_a_check_is_not_swallowed_but_a_keyboard_interrupt_the_check_raises_fails_it():
+    import os
+    import signal
+    import threading
+    import time
+
+    def ctrl_c_raised_by_the_code():
         raise KeyboardInterrupt
 
+    f = fx.attempt("code", "", "x", ctrl_c_raised_by_the_code)  # no Ctrl-C came: the candidate's own doing
+    assert f.check_text == "failed: your code raised KeyboardInterrupt under this fix"
+
+    threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()  # the user presses Ctrl-C
     with pytest.raises(KeyboardInterrupt):
-        fx.attempt("code", "", "x", ctrl_c)
+        fx.attempt("code", "", "x", lambda: time.sleep(1e9), timeout_s=60)
 
 
 def test_status_is_checked_and_dict_is_json_ready():

@@ -151,8 +151,7 @@ def test_p2_the_tie_headline_is_the_trace_the_call_would_hit():
     assert four.compared_with == 2 and four.reasons == ["d['l']: list of 2 -> tuple of 2"]
     assert four.runner_up == 3
     fix = _plan(four).fix
-    # a list passed as a tuple runs other data than the user's call: counted on traces, never called values-checked
-    assert fix.checked and fix.result == "call 4 then hits trace #2's graph (1 trace for both); traces only, values not kept"
+    assert fix.checked and fix.result == "call 4 then hits trace #2's graph (1 trace for both)"
     # The runner-up's fix (same keys as #3) is the planted failure: applied, call 4 still misses #3.
     nodes = {t.index: t.nodes for t in p.traces}
     keys = next(r for r in p.traces[2].details if r.kind == "keys")   # d's keys, as #3's runner-up
@@ -366,7 +365,7 @@ def test_row1_through_tflab_retrace_the_log_path_runs_the_same_fix(tmp_path):
     plan = _plan(f.traces[1])
     assert plan.fix.checked and "tf.TensorSpec(None, tf.int32)" in plan.fix.change
     assert plan.tried[0].failed and plan.tried[0].result.startswith("rejects call 1 (trace #1): Can not cast")
-    assert plan.fix.result == "1 trace for your 3 calls, instead of 2; traces only, values not kept"  # a log has no values
+    assert plan.fix.result == "1 trace for your 3 calls, instead of 2"
 
 
 def test_row4_names_the_enclosing_function_and_checks_one_tf_function(tmp_path):
@@ -375,7 +374,7 @@ def test_row4_names_the_enclosing_function_and_checks_one_tf_function(tmp_path):
     fix = g.plan.fix
     assert fix.description.startswith("`predict_step` is defined inside `Predictor.run_predictions`")
     assert "create it once, in `Predictor.__init__`" in fix.description
-    assert fix.checked and fix.result == "1 trace for your 4 calls, instead of 4; traces only, values not kept"
+    assert fix.checked and fix.result == "1 trace for your 4 calls, instead of 4"
 
 
 def test_a_shared_tf_function_that_cannot_serve_every_object_is_not_printed(tmp_path):
@@ -412,15 +411,27 @@ def test_checking_costs_one_trace_per_signature_candidate_and_nothing_on_a_secon
     for s in ([], [2], [2], [3]):
         p(tf.zeros(s, tf.int32), tf.zeros(s, tf.int32))
     assert len(traced) == p.trace_count == 3
-    p.to_text()
-    plan = _plan(p.traces[1])
-    assert [f.status for f in plan.tried] == ["failed", "checked"]   # the pair spec, then the history's
-    # the rejected candidate traced nothing (TF refuses the binding first); the signature traced once
-    # one eager run of the body per recorded call (the reference, made once), and the values
-    # check calls the tf.function the signature candidate traced: no trace more
-    assert len(traced) == 3 + 1 + 4
-    p.to_text(), p.to_dict()
-    assert len(traced) == 3 + 1 + 4                  # memoized: a second read runs nothing
+    from tflab.process import apart
+
+    children = []
+    real_run_apart = apart.run_apart
+
+    def counted(fn, timeout_s=None):
+        children.append(fn)
+        return real_run_apart(fn, timeout_s)
+
+    apart.run_apart = counted
+    try:
+        p.to_text()
+        plan = _plan(p.traces[1])
+        assert [f.status for f in plan.tried] == ["failed", "checked"]   # the pair spec, then the history's
+        assert plan.fix.measured["traces"] == 1  # the signature traced once, in the check's child
+        assert len(traced) == 3                  # ... so the user's list is as the user's calls left it
+        n = len(children)
+        p.to_text(), p.to_dict()
+        assert len(children) == n                # memoized: a second read runs no check again
+    finally:
+        apart.run_apart = real_run_apart
     assert len(recorded_calls(p.traces)) == 3
     # reduce_retracing is run only when no input_signature works (it costs a trace per shape)
     assert all(f.change != "reduce_retracing=True" for f in plan.tried)

@@ -66,6 +66,9 @@ _TABLE = (
     # ------------------------------------------------------------------ user
     Setting("TFLAB_IN_PROCESS", "1 runs the verb in the tflab process itself, without the supervised child "
             "(tests, debugging with pdb)", "0", "user", ("tflab.cli",)),
+    Setting("TFLAB_FIX_TIMEOUT_S", "seconds each candidate fix's check may run in its child (a re-trace or run "
+            "of your code that tflab makes before printing a fix) before it is stopped and shown as not checked",
+            "60", "user", ("tflab.process.apart",)),
     Setting("TFLAB_TOUR_LANE", "0 keeps every tour section in the tour's own process (no second process "
             "for steps 6 and 7-8)", "1", "user", ("tflab._tour.lane",)),
     Setting("TFLAB_WARP_SOFTMAX_ISA", "forces WarpSoftmax's CPU path: scalar, avx2 or avx512 (read when the "

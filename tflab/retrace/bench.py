@@ -14,9 +14,11 @@ these names.
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import inspect
 import re
+import weakref
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from tflab import fix as fx
@@ -334,12 +336,12 @@ class Bench:
             return f"the {n} call signature{'s' * (n != 1)} that traced"
         return f"your {self.n_calls} call{'s' * (self.n_calls != 1)}"
 
-    def run(self, key: str, calls: Sequence[Recorded], *, input_signature: Any = None,
-            reduce_retracing: bool = False, transform: Callable[[Recorded], Mapping[str, Node]] | None = None,
-            body: Callable | None = None) -> Outcome:
-        """Trace a fresh tf.function of the body on ``calls`` (each transformed); memoized by ``key``."""
-        import tensorflow as tf
+    def rebuildable(self, body: Callable | None = None) -> Callable:
+        """The body a candidate re-traces (``body`` or the recorded one), without running it.
 
+        Raises:
+            NotRebuilt: the function or the instance of its method is gone.
+        """
         body = body or self.body
         if body is None:
             raise NotRebuilt("the Python function is no longer alive")
@@ -347,6 +349,15 @@ class Bench:
 
         if method_target_freed(body):
             raise NotRebuilt("the instance whose method this is has been freed")
+        return body
+
+    def run(self, key: str, calls: Sequence[Recorded], *, input_signature: Any = None,
+            reduce_retracing: bool = False, transform: Callable[[Recorded], Mapping[str, Node]] | None = None,
+            body: Callable | None = None) -> Outcome:
+        """Trace a fresh tf.function of the body on ``calls`` (each transformed); memoized by ``key``."""
+        import tensorflow as tf
+
+        body = self.rebuildable(body)
         memo_key = (key, tuple(c.trace for c in calls), id(body))
         if memo_key in self.memo:
             return self.memo[memo_key]
@@ -391,6 +402,11 @@ class Bench:
         return out
 
 
+# Bodies whose re-trace did not finish within the time limit: later candidates for them are not
+# checked, so one blocking body costs one time limit, not one per candidate and retrace.
+_STUCK: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def measured_fix(kind: str, change: str, description: str, bench: Bench, key: str,
                  calls: Sequence[Recorded], *, goal: Callable[[Outcome], bool], how: str,
                  summary: Callable[[Outcome], str], convert: Mapping | None = None, values: bool = True,
@@ -407,9 +423,17 @@ def measured_fix(kind: str, change: str, description: str, bench: Bench, key: st
     Not checked when it cannot run.
     """
     try:
-        bench.run(key, calls, **run_kwargs)  # NotRebuilt is raised before anything is traced
+        bench.rebuildable(run_kwargs.get("body"))  # the body is re-run only in the check's child
     except NotRebuilt as e:
         return fx.unchecked(kind, change, description, str(e))
+
+    memo_key = ("fix", kind, change, key, tuple(c.trace for c in calls), id(run_kwargs.get("body")))
+    if memo_key in bench.memo:  # the check runs in a child: its Outcome is not kept, the Fix is
+        return bench.memo[memo_key]
+    body = run_kwargs.get("body") or bench.body
+    stuck = _STUCK.get(body)
+    if stuck is not None:
+        return fx.unchecked(kind, change, description, f"an earlier candidate for this function {stuck}")
 
     def check():
         o = bench.run(key, calls, **run_kwargs)
@@ -425,7 +449,12 @@ def measured_fix(kind: str, change: str, description: str, bench: Bench, key: st
         measured.update(vc.measured)
         return vc.ok, f"{summary(o)}; {vc.text}" if vc.ok else f"{summary(o)}, but {vc.text}", measured
 
-    return fx.attempt(kind, change, description, check, how=how)
+    fix = fx.attempt(kind, change, description, check, how=how)
+    bench.memo[memo_key] = fix
+    if fix.status == fx.NOT_CHECKED and "timeout_s" in fix.measured:
+        with contextlib.suppress(TypeError):  # a body that cannot be weakly referenced is tried every time
+            _STUCK[body] = f"did not finish in {fix.measured['timeout_s']:g} s"
+    return fix
 
 
 def traces_text(o: Outcome, bench: Bench, extra: str = "") -> str:

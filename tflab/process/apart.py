@@ -1,0 +1,352 @@
+"""Runs one candidate fix's check in a forked child with a time limit: the user's process is never changed.
+
+Every printed fix is applied to the user's own case first (`tflab.fix.attempt`),
+and applying it runs the user's Python again: a re-trace runs the body, a
+rewritten copy runs its loop. That run is tflab's, not the user's, so it happens
+in a child made by ``os.fork()``:
+
+* the child inherits the user's objects as they are (functions defined in a
+  REPL, closures, Keras models, recorded calls): nothing is pickled on the way in;
+* what the body does there stays there: a global list it appends to, an iterator
+  it advances, a counter, a ``tf.Variable`` it assigns, a module it imports are
+  the child's copies; the user's process sees them unchanged. A file the body
+  opens for writing with Python's ``open()`` (``io.open``, ``pathlib``, ``np.save``)
+  is written in a scratch folder instead (a copy where the file existed; later
+  reads in the child see the copy), removed when the child ends; its path comes
+  back in ``Apart.files_kept_apart``. Writes that bypass ``open()`` (``os.open``,
+  TF's C++ file system: ``tf.io.write_file``, checkpoints) reach the disk. The
+  user's open file objects and iterators in the parent are not moved;
+* the child's stdin is /dev/null and its stdout/stderr go to /dev/null (what
+  the body prints while tflab re-runs it is not the user's output), and a
+  terminal's Ctrl-C is the parent's to handle (the child ignores SIGINT);
+* only the check's small result crosses back: pickled over a pipe, at most
+  `MAX_RESULT_BYTES` (numpy arrays included);
+* the time limit (``timeout_s``, default ``TFLAB_FIX_TIMEOUT_S``) ends a body
+  that blocks on a queue or loops for ever: the child is killed with SIGKILL;
+* ``sys.exit``, ``os._exit``, a ``KeyboardInterrupt`` the body raises, or a
+  signal that kills the child end the child only, and come back as an
+  `Apart` whose ``status`` says which; a Ctrl-C of the user (SIGINT in the
+  parent) kills the child and is raised in the parent as usual.
+
+TensorFlow in a forked child (measured on TF 2.21, x86-64, 2 cores, with
+``TF_ENABLE_ONEDNN_OPTS=0`` and ``=1`` alike, after the parent ran eager ops,
+tf.functions and a Keras layer):
+
+* tracing a new tf.function (``get_concrete_function``) works as is (0.09 s);
+* an op small enough to run in one shard works; calling any tf.function hangs:
+  the eager context's inter-op pool has no threads after fork, and
+  ``ProcessFunctionLibraryRuntime::RunSync`` waits for ever. So does an op big
+  enough to be split over the intra-op pool (a 300x300 MatMul), which is one
+  pool for the whole process unless ``TF_OVERRIDE_GLOBAL_THREADPOOL=1`` was set
+  before TF's first op (then each context's devices own theirs);
+* with a fresh eager context in the child (`tflab._tf.fork.fresh_eager_context`)
+  and ``TF_OVERRIDE_GLOBAL_THREADPOOL=1`` in the parent: new tf.functions trace
+  and run, tf.functions traced before the fork run (rebound to the new
+  context), a 300x300 MatMul, a while_loop, a Keras layer and ``model.predict``
+  all run, parent's tf.Variables read. ``tflab`` sets
+  ``TF_OVERRIDE_GLOBAL_THREADPOOL=1`` before TF loads (``import tflab`` does it
+  too, where TF has not started yet); where TF started without it, a candidate
+  whose ops are split over threads does not finish and says so.
+* ``v.assign(x)`` on a tf.Variable made before the fork was lost in the child
+  (a later read gave the old value; ``assign_add`` worked): TF's assign looks
+  the variable up in the new device's resource manager and makes a new one.
+  `tflab._tf.fork.keep_assigns` routes it through a full-range strided-slice
+  assign; measured: eager, in a tf.function, scalar, bool and Keras
+  ``set_weights`` assigns all read back in the child, the parent's unchanged.
+
+Cost (best of 5, 2 shared cores, TF's oneDNN off / on): a check that never
+crosses into TF 0.10 s (fork, the child's exit, the pipe); one that traces a
+tf.function 0.23 / 0.25 s (in the user's process: 0.011 / 0.016 s); one that
+traces and runs one 0.28 / 0.38 s (in process: 0.016 / 0.047 s). The first
+trace in the child's fresh context is most of the difference. Without
+``gc.freeze()`` before the context reset, TF's ``gc.collect()`` over the
+inherited heap cost 0.7 s more per candidate. A spawned child handed the
+recorded calls would cost a TF import (seconds) per candidate and could not
+see a function defined in a REPL.
+
+On a GPU machine the child runs on CPU (a CUDA context does not survive fork).
+
+Example:
+    >>> from tflab.process.apart import run_apart
+    >>> run_apart(lambda: 6 * 7, timeout_s=5).value
+    42
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import pickle
+import select
+import signal
+import sys
+import time
+from typing import Any, Callable
+
+__all__ = ["Apart", "run_apart", "default_timeout_s", "MAX_RESULT_BYTES", "RETURNED", "RAISED", "TIMED_OUT",
+           "EXITED", "KILLED", "LOST"]
+
+# A child without a safe copy of TF's thread pools hangs on a big op (see the module's docstring):
+# ask TF for pools per context, read once when TF builds its first device.
+os.environ.setdefault("TF_OVERRIDE_GLOBAL_THREADPOOL", "1")
+
+RETURNED, RAISED, TIMED_OUT, EXITED, KILLED, LOST = "returned", "raised", "timed out", "exited", "killed", "lost"
+#: The largest result a check may send back (pickled), in bytes.
+MAX_RESULT_BYTES = 64 << 20
+_DEFAULT_TIMEOUT_S = 60.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Apart:
+    """What one run in a child gave.
+
+    Attributes:
+        status: `RETURNED` (``value`` is what the callable returned), `RAISED`
+            (``error_type``/``error`` say what; ``exit_code`` for SystemExit),
+            `TIMED_OUT` (killed at ``timeout_s``), `EXITED` (the process ended,
+            ``os._exit(exit_code)``, without returning), `KILLED` (a signal,
+            ``signal_name``) or `LOST` (the result could not come back: ``error``).
+        value: the callable's return value (status `RETURNED`).
+        error_type: the exception's class name (status `RAISED`).
+        error: the exception's first line, or why the result was lost.
+        exit_code: the code of a SystemExit or of the child's exit.
+        signal_name: e.g. "SIGSEGV" (status `KILLED`).
+        timeout_s: the time limit applied, in seconds.
+        seconds: wall time from fork to the child's end, in seconds.
+        files_kept_apart: the paths the child opened for writing, written in
+            its scratch folder instead (status `RETURNED` or `RAISED`).
+    """
+
+    status: str
+    value: Any = None
+    error_type: str = ""
+    error: str = ""
+    exit_code: Any = None
+    signal_name: str = ""
+    timeout_s: float = 0.0
+    seconds: float = 0.0
+    files_kept_apart: tuple = ()
+
+    @property
+    def text(self) -> str:
+        """What happened, as a phrase for a fix line (empty for `RETURNED`)."""
+        if self.status == RAISED:
+            if self.error_type == "SystemExit":
+                return f"your code called sys.exit({self.exit_code!r}) under this fix"
+            if self.error_type == "KeyboardInterrupt":
+                return "your code raised KeyboardInterrupt under this fix"
+            return f"raised {self.error_type}: {self.error}" if self.error else f"raised {self.error_type}"
+        if self.status == TIMED_OUT:
+            return f"the candidate did not finish in {self.timeout_s:g} s"
+        if self.status == EXITED:
+            return f"your code ended its process with os._exit({self.exit_code}) under this fix"
+        if self.status == KILLED:
+            return f"the candidate's process was killed by {self.signal_name}"
+        if self.status == LOST:
+            return self.error
+        return ""
+
+
+def default_timeout_s() -> float:
+    """``TFLAB_FIX_TIMEOUT_S`` as seconds (default 60).
+
+    Raises:
+        tflab.errors.UsageError: the value is not a positive finite number.
+    """
+    from tflab.process.settings import get
+
+    raw = get("TFLAB_FIX_TIMEOUT_S")
+    if raw in (None, ""):
+        return _DEFAULT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and value < float("inf")):
+        from tflab.errors import UsageError
+
+        raise UsageError(f"TFLAB_FIX_TIMEOUT_S={raw!r} is not a time limit: give a positive number of seconds "
+                         f"(each candidate fix's check stops after it; default {_DEFAULT_TIMEOUT_S:g})")
+    return value
+
+
+def _first_line(text: str, limit: int = 200) -> str:
+    line = next((s.strip() for s in str(text).splitlines() if s.strip()), "")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _keep_files_apart(scratch: str) -> dict:
+    """In the child: ``open()`` for writing goes to ``scratch``; returns the map path -> scratch copy."""
+    import builtins
+    import io
+
+    real_open = builtins.open
+    moved: dict[str, str] = {}
+
+    def open_apart(file, mode="r", *args, **kwargs):
+        if isinstance(file, (str, bytes, os.PathLike)) and isinstance(mode, str):
+            path = os.path.abspath(os.fsdecode(file))
+            if any(c in mode for c in "wax+") and path not in moved:
+                copy = os.path.join(scratch, f"{len(moved)}_{os.path.basename(path) or 'file'}")
+                if not any(c in mode for c in "wx") and os.path.isfile(path):
+                    with real_open(path, "rb") as src, real_open(copy, "wb") as dst:
+                        dst.write(src.read())
+                moved[path] = copy
+            file = moved.get(path, file)
+        return real_open(file, mode, *args, **kwargs)
+
+    builtins.open = io.open = open_apart
+    return moved
+
+
+def _child(fn: Callable[[], Any], w: int, parent: int, scratch: str) -> None:
+    """The child's side: run ``fn``, send what happened, leave without atexit handlers or thread joins."""
+    code = 0
+    try:
+        with contextlib.suppress(ValueError):  # forked from a thread that is not the main one
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        import faulthandler
+
+        faulthandler.disable()  # a crash of the body is reported from its exit status, not dumped on the user's tty
+        from tflab.process.watch import die_with_parent
+
+        die_with_parent(str(parent))
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        if "tensorflow" in sys.modules:
+            _fresh_tf()
+        moved = _keep_files_apart(scratch)
+        try:
+            message: tuple = (RETURNED, fn(), tuple(moved))
+        except BaseException as e:  # noqa: BLE001 - the user's code under a fix may raise anything; it is sent back
+            message = (RAISED, type(e).__name__, _first_line(e), getattr(e, "code", None) if isinstance(
+                e, SystemExit) else None, tuple(moved))
+        try:
+            data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as e:  # noqa: BLE001 - a result that does not pickle is reported, not raised
+            data = pickle.dumps((LOST, f"the check's result could not be sent back: {_first_line(e)}"))
+        if len(data) > MAX_RESULT_BYTES:
+            data = pickle.dumps((LOST, f"the check's result is {len(data):,} bytes, over the "
+                                       f"{MAX_RESULT_BYTES:,}-byte limit for a result sent back"))
+        view = memoryview(data)
+        os.write(w, len(data).to_bytes(8, "little"))
+        while view:
+            view = view[os.write(w, view):]
+    except BaseException:  # noqa: BLE001 - nothing may escape the child into the parent's code
+        code = 70
+    finally:
+        os._exit(code)
+
+
+def _fresh_tf() -> None:
+    import tensorflow as tf
+
+    from tflab._tf.fork import fresh_eager_context
+
+    fresh_eager_context()
+    try:
+        tf.config.set_visible_devices([], "GPU")  # a CUDA context does not survive fork
+    except Exception:  # noqa: BLE001 - no GPU, or none listed: nothing to hide
+        pass
+
+
+def run_apart(fn: Callable[[], Any], timeout_s: float | None = None) -> Apart:
+    """Runs ``fn()`` in a forked child and returns what happened, within ``timeout_s``.
+
+    Args:
+        fn: a zero-argument callable; it sees the caller's objects as they are at
+            the call (fork), and its changes to them stay in the child.
+        timeout_s: seconds before the child is killed (SIGKILL); default
+            `default_timeout_s` (``TFLAB_FIX_TIMEOUT_S``, 60 s).
+
+    Returns:
+        An `Apart`; ``value`` is ``fn()``'s return value when it returned (it
+        must pickle, at most `MAX_RESULT_BYTES`).
+
+    Raises:
+        KeyboardInterrupt: the user pressed Ctrl-C (SIGINT in this process):
+            the child is killed first.
+    """
+    limit = default_timeout_s() if timeout_s is None else float(timeout_s)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    import shutil
+    import tempfile
+
+    scratch = tempfile.mkdtemp(prefix="tflab_apart_")
+    r, w = os.pipe()
+    start = time.monotonic()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's side is measured through what it sends back
+        os.close(r)
+        _child(fn, w, parent, scratch)
+    os.close(w)
+    chunks: list[bytes] = []
+    timed_out = False
+    try:
+        deadline = start + limit
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            ready, _, _ = select.select([r], [], [], min(left, 0.5))
+            if ready:
+                chunk = os.read(r, 1 << 20)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        if timed_out:
+            _kill(pid)
+        status = _reap(pid)
+    except BaseException:  # a Ctrl-C (or anything else) in the parent: the child goes first
+        _kill(pid)
+        _reap(pid)
+        raise
+    finally:
+        os.close(r)
+        shutil.rmtree(scratch, ignore_errors=True)
+    seconds = time.monotonic() - start
+    if timed_out:
+        return Apart(TIMED_OUT, timeout_s=limit, seconds=seconds)
+    data = b"".join(chunks)
+    if len(data) >= 8 and len(data) - 8 == int.from_bytes(data[:8], "little"):
+        message = pickle.loads(data[8:])
+        if message[0] == RETURNED:
+            return Apart(RETURNED, value=message[1], timeout_s=limit, seconds=seconds, files_kept_apart=message[2])
+        if message[0] == RAISED:
+            return Apart(RAISED, error_type=message[1], error=message[2], exit_code=message[3], timeout_s=limit,
+                         seconds=seconds, files_kept_apart=message[4])
+        return Apart(LOST, error=message[1], timeout_s=limit, seconds=seconds)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        return Apart(KILLED, signal_name=name, timeout_s=limit, seconds=seconds)
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+    if data:
+        return Apart(LOST, error=f"the candidate's process ended with code {code} while sending its result",
+                     exit_code=code, timeout_s=limit, seconds=seconds)
+    return Apart(EXITED, exit_code=code, timeout_s=limit, seconds=seconds)
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _reap(pid: int) -> int:
+    while True:
+        try:
+            return os.waitpid(pid, 0)[1]
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            return 0
