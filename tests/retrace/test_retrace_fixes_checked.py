@@ -151,7 +151,8 @@ def test_p2_the_tie_headline_is_the_trace_the_call_would_hit():
     assert four.compared_with == 2 and four.reasons == ["d['l']: list of 2 -> tuple of 2"]
     assert four.runner_up == 3
     fix = _plan(four).fix
-    assert fix.checked and fix.result == "call 4 then hits trace #2's graph (1 trace for both)"
+    # a list passed as a tuple runs other data than the user's call: counted on traces, never called values-checked
+    assert fix.checked and fix.result == "call 4 then hits trace #2's graph (1 trace for both); traces only, values not kept"
     # The runner-up's fix (same keys as #3) is the planted failure: applied, call 4 still misses #3.
     nodes = {t.index: t.nodes for t in p.traces}
     keys = next(r for r in p.traces[2].details if r.kind == "keys")   # d's keys, as #3's runner-up
@@ -365,7 +366,7 @@ def test_row1_through_tflab_retrace_the_log_path_runs_the_same_fix(tmp_path):
     plan = _plan(f.traces[1])
     assert plan.fix.checked and "tf.TensorSpec(None, tf.int32)" in plan.fix.change
     assert plan.tried[0].failed and plan.tried[0].result.startswith("rejects call 1 (trace #1): Can not cast")
-    assert plan.fix.result == "1 trace for your 3 calls, instead of 2"
+    assert plan.fix.result == "1 trace for your 3 calls, instead of 2; traces only, values not kept"  # a log has no values
 
 
 def test_row4_names_the_enclosing_function_and_checks_one_tf_function(tmp_path):
@@ -374,7 +375,7 @@ def test_row4_names_the_enclosing_function_and_checks_one_tf_function(tmp_path):
     fix = g.plan.fix
     assert fix.description.startswith("`predict_step` is defined inside `Predictor.run_predictions`")
     assert "create it once, in `Predictor.__init__`" in fix.description
-    assert fix.checked and fix.result == "1 trace for your 4 calls, instead of 4"
+    assert fix.checked and fix.result == "1 trace for your 4 calls, instead of 4; traces only, values not kept"
 
 
 def test_a_shared_tf_function_that_cannot_serve_every_object_is_not_printed(tmp_path):
