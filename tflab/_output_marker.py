@@ -114,6 +114,10 @@ def check_folder_out(path: str | os.PathLike, flag: str, force: bool, noun: str 
             ``force``; with ``force``, a folder `check_replaceable` refuses.
     """
     check_path_text(path, flag)
+    text = os.fspath(path)
+    if Path(text).name == ".." or text.rstrip("/").endswith("/.."):  # x/.. names x's parent, which exists
+        raise UsageError(f"{flag} {shorten_path(text)} names the folder {shorten_path(os.path.realpath(text))} "
+                         f"(it ends in ..); give the folder itself")
     p = Path(path)
     what = describe_existing(p)
     if what is None:
@@ -149,3 +153,41 @@ def system_temp_dir() -> str:
 
     named = get("TFLAB_SYSTEM_TMPDIR")
     return named if named and os.path.isdir(named) else tempfile.gettempdir()
+
+
+def check_temp_dir() -> str:
+    """The temporary folder, after creating and writing a file there; else one line naming the limit.
+
+    Python's own answer is a 16-line traceback out of ``tempfile._get_default_tempdir``
+    ("No usable temporary directory found in ['/tmp', …]"), which names neither the reason nor the
+    limit (``ulimit -f 0``: every write fails with EFBIG, "File too large").
+
+    Returns:
+        `system_temp_dir`.
+
+    Raises:
+        UsageError: "no usable temporary folder: writing a file in /tmp fails (File too large; the
+            file size limit, ulimit -f, is 0 bytes); set TMPDIR to a writable folder or raise ulimit -f".
+    """
+    import resource
+
+    try:
+        return system_temp_dir()  # gettempdir() writes a file in each candidate: fails when none takes one
+    except OSError:
+        pass
+    candidate = os.environ.get("TMPDIR") or "/tmp"
+    why = "it cannot be used"
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".tflab-probe-", dir=candidate)
+        try:
+            os.write(fd, b"x")
+        finally:
+            os.close(fd)
+            os.remove(probe)
+    except OSError as e:
+        why = e.strerror or str(e)
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    named = (f"; the file size limit (ulimit -f) is {limit} bytes" if limit != resource.RLIM_INFINITY and
+             limit < 1 << 20 else "")
+    raise UsageError(f"no usable temporary folder: writing a file in {candidate} fails ({why}{named}); set "
+                     f"TMPDIR to a writable folder" + (" or raise ulimit -f" if named else ""))

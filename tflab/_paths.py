@@ -59,7 +59,7 @@ import tempfile
 from pathlib import Path
 
 from tflab._output_marker import (MARKER, OWNER, check_folder_out, check_replaceable,  # noqa: F401 (re-exported)
-                                  foreign_entries, system_temp_dir, write_marker)
+                                  check_temp_dir, foreign_entries, system_temp_dir, write_marker)
 from tflab._path_checks import check_path_text, describe_existing, input_path, shorten_path  # noqa: F401
 from tflab.errors import UsageError
 
@@ -361,6 +361,22 @@ def _special_kind(p: Path) -> str | None:
     return None
 
 
+def check_not_parent_ref(path: str | os.PathLike, flag: str) -> None:
+    """Refuses an output path whose last part is ``..`` (``--out x/..``): it names x's parent, which exists.
+
+    Without this, ``--out o/p/..`` passed the checks that look at the text and was refused only after
+    the work, as "already exists (another run wrote it since the check)".
+
+    Raises:
+        UsageError: "--out x/.. names the folder PARENT (it ends in ..); give the folder itself".
+    """
+    text = os.fspath(path)
+    if Path(text).name == ".." or text.rstrip("/").endswith("/..") or text.rstrip("/") == "..":
+        real = os.path.realpath(text)
+        raise UsageError(f"{flag} {shorten_path(text)} names the folder {shorten_path(real)} (it ends in ..); "
+                         f"give the folder itself")
+
+
 def output_path(path: str | os.PathLike, flag: str, *, folder: bool = False, overwrite: bool = False,
                 example: str = "out.txt", exclusive: bool | None = None) -> OutputPath:
     """Checks, before any work, that a user's output path can be written, by really writing there.
@@ -414,6 +430,7 @@ def output_path(path: str | os.PathLike, flag: str, *, folder: bool = False, ove
     if not text:
         raise UsageError(f"{flag}: empty path; give a {'folder' if folder else 'file'} path")
     check_path_text(text, flag)
+    check_not_parent_ref(text, flag)
     if describe_existing(Path(text)) == "a symlink loop":
         raise UsageError(f"{flag} {shorten_path(text)}: is a symlink loop (the links point at each other); "
                          f"remove them or choose another {flag}")
@@ -542,14 +559,18 @@ def owned_temp_dir(prefix: str, dir: str | os.PathLike | None = None) -> Path:
     """``tempfile.mkdtemp(prefix=…)`` carrying `OWNER` in `system_temp_dir` (or ``dir``); stale ones of the
     same prefix are swept first."""
     dir = dir or system_temp_dir()
-    sweep_stale(Path(dir), prefix)
+    # Every tflab_* folder of a killed run, not only this prefix's (a killed lower's tflab_lower_* is
+    # swept by the next run of any verb).
+    sweep_stale(Path(dir), "tflab_" if prefix.startswith("tflab_") else prefix)
     tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=dir))
     mark_owner(tmp)
     return tmp
 
 
-def sweep_stale(parent: Path, prefix: str, say=None) -> list[Path]:
+def sweep_stale(parent: Path, prefix: str, say=None, match=None) -> list[Path]:
     """Removes the folders ``parent/prefix*`` whose `OWNER` is gone (a run killed with SIGKILL).
+
+    ``match(name)``, when given, must also say yes (`sweep_beside`: every ``.*.tmp-*`` name).
 
     Says so in one line on stderr (or through ``say``). Folders without `OWNER` (not tflab's, or
     from an older tflab) and folders of running processes are kept.
@@ -561,7 +582,7 @@ def sweep_stale(parent: Path, prefix: str, say=None) -> list[Path]:
 
     removed = []
     try:
-        names = [n for n in os.listdir(parent) if n.startswith(prefix)]
+        names = [n for n in os.listdir(parent) if n.startswith(prefix) and (match is None or match(n))]
     except OSError:
         return removed
     for name in names:
@@ -581,13 +602,23 @@ def sweep_stale(parent: Path, prefix: str, say=None) -> list[Path]:
     return removed
 
 
+def _temp_output_name(name: str) -> bool:
+    """``.NAME.tmp-XXXX``: the temporary folder of a folder output (`OutputPath.temp_dir`), any NAME."""
+    return name.startswith(".") and ".tmp-" in name[1:]
+
+
 def sweep_beside(target: str | os.PathLike) -> list[Path]:
-    """`sweep_stale` for the ``.NAME.tmp-*`` folders beside an output path (any verb writing there)."""
+    """`sweep_stale` for every ``.*.tmp-*`` folder in the folder of an output path (any verb writing there).
+
+    Not only the same NAME's: after ``export --out run1`` is killed, ``export --out run2`` in the same
+    folder removes ``.run1.tmp-*`` (it can hold hundreds of MB). Only folders whose `OWNER` names a
+    process that is gone are removed; a running export's folder, and folders without `OWNER`, stay.
+    """
     p = Path(target)
     with contextlib.suppress(OSError, ValueError):
         if p.is_symlink():
             p = Path(os.path.realpath(p))
         parent = p.parent if str(p.parent) else Path(".")
         if parent.is_dir():
-            return sweep_stale(parent, f".{p.name}.tmp-")
+            return sweep_stale(parent, ".", match=_temp_output_name)
     return []

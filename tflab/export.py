@@ -321,6 +321,9 @@ def check_out(out: Path, force: bool) -> OutputPath:
         UsageError: one line saying what is wrong with ``out``.
     """
     check_path_text(out, "--out")  # a NUL byte or a too-long name: one line, not os.stat's traceback
+    from tflab._paths import check_not_parent_ref
+
+    check_not_parent_ref(out, "--out")
     what = describe_existing(out)
     if what not in (None, "a folder", "a regular file", "a dangling symlink"):
         # A FIFO, a device or a symlink loop: --force never replaces those, so do not offer it.

@@ -159,6 +159,12 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
+#: Signals that end a run as SIGTERM does (forwarded to the child as SIGTERM; exit 128 + the signal):
+#: a terminal's hang-up, SIGQUIT and SIGUSR1 killed tflab by their default action, with no line and
+#: its temporary folders left.
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1)
+
+
 def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float | None = None,
               grace: float = 10.0, stdout_fd: int = 1, stderr_fd: int = 2,
               forward_signals: bool = True, reap_orphans: bool = False) -> ChildEnd:
@@ -218,7 +224,9 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
             return
         if not (same_group and signum == signal.SIGINT):  # the terminal's Ctrl-C reached the child too
             with contextlib.suppress(OSError):
-                os.kill(proc.pid, signum)
+                # A hang-up or a stray SIGQUIT/SIGUSR1 ends the run as SIGTERM does: the child cleans up
+                # (its temporary folders, a half-written --out) and says "terminated" in one line.
+                os.kill(proc.pid, signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
         state["deadline"] = time.monotonic() + grace
 
     previous = {}
@@ -226,7 +234,7 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
         import threading
 
         if threading.current_thread() is threading.main_thread():
-            for s in (signal.SIGINT, signal.SIGTERM):
+            for s in (signal.SIGINT, *ENDING_SIGNALS):
                 if signal.getsignal(s) is signal.SIG_IGN:
                     continue  # nohup, a background job of a script: the caller asked not to be stopped
                 previous[s] = signal.signal(s, on_signal)
@@ -378,10 +386,13 @@ def describe_end(end: ChildEnd, memory_limit: str | None = None) -> tuple[int, s
         return 141, None
     own = end.exit_status()
     if own is not None:
+        if own == 128 + signal.SIGTERM and end.signal_received in ENDING_SIGNALS:
+            return 128 + end.signal_received, None  # SIGHUP forwarded as SIGTERM: the shell's 129, not 143
         return own, None
     if end.signal_received is not None:
         code = 128 + end.signal_received
-        word = "interrupted" if end.signal_received == signal.SIGINT else "terminated"
+        word = ("interrupted" if end.signal_received == signal.SIGINT else "terminated"
+                + ("" if end.signal_received == signal.SIGTERM else f" ({_signal_name(end.signal_received)})"))
         if end.killed and "ready" in end.status:
             word += " (it did not stop within the grace period and was killed)"
         return code, word
