@@ -520,19 +520,18 @@ def owner_gone(folder: Path) -> int | None:
 
     Only this user's regular file is read, never through a link nor blocking (a FIFO there hung
     every tflab command)."""
-    import stat
+    from tflab._path_checks import open_regular
 
     try:
-        fd = os.open(Path(folder) / OWNER, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        fd = open_regular(Path(folder) / OWNER, follow=False)  # the one non-blocking open of a regular file
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+            if os.fstat(fd).st_uid != os.getuid():
                 return None
             pid_text, start = os.read(fd, 256).decode(errors="replace").split()[:2]
         finally:
             os.close(fd)
         pid = int(pid_text)
-    except (OSError, ValueError):
+    except (OSError, ValueError, UsageError):
         return None
     now = _start_time(pid)
     if now is None or (start != "?" and now != start):

@@ -39,9 +39,12 @@ def load_custom_ops_for(saved_model_dir: str | os.PathLike) -> list[str]:
         The project custom ops found in ``saved_model.pb`` (loaded now or before).
     """
     pb = os.path.join(os.fspath(saved_model_dir), "saved_model.pb")
+    from tflab._path_checks import read_regular
+    from tflab.errors import UsageError
+
     try:
-        data = Path(pb).read_bytes()
-    except OSError:
+        data = read_regular(pb, what="saved_model.pb")  # a FIFO is never opened (it would block for ever)
+    except (OSError, UsageError):
         return []
     found = [op for op in PROJECT_CUSTOM_OPS if op.encode() in data]
     if found:

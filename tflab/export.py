@@ -181,6 +181,9 @@ def load_model(spec: str) -> tuple[Any, str]:
         raise UsageError(f"{spec!r} does not exist: give a .keras file, a SavedModel folder or FILE.py:OBJ")
     if os.path.isdir(spec):
         pb = os.path.join(spec, "saved_model.pb")
+        from tflab._path_checks import check_saved_model_files
+
+        check_saved_model_files(spec, "MODEL")  # a FIFO saved_model.pb blocked TF's open for ever
         if not os.path.exists(pb):
             raise UsageError(f"{spec!r} is a folder without saved_model.pb, so not a SavedModel: give a "
                              f".keras file, a SavedModel folder or FILE.py:OBJ")
