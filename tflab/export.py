@@ -429,12 +429,7 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         raise UsageError(f"export_model: force and isolate must be True or False, got {force!r}, {isolate!r}")
     progress = progress or (lambda msg: None)
     target = check_out(out, force)
-    if isinstance(model, (str, os.PathLike)):
-        name = model_name or os.fspath(model)
-        progress(f"loading {name}")
-        obj, _ = load_model(os.fspath(model))
-    else:
-        obj, name = model, model_name or type(model).__name__
+    # The examples first: 0 rows or an all-NaN input is refused before the model is loaded or converted.
     if isinstance(examples, (str, os.PathLike)):
         source = os.fspath(examples)
         batches = Examples.of(load_examples(source))
@@ -442,9 +437,14 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         source, batches = "given", Examples.of(examples)
     else:
         source, batches = "seeded random (seed 0), batch sizes 1 and 4", None
-
     if batches is not None:
         batches.check_rows()
+    if isinstance(model, (str, os.PathLike)):
+        name = model_name or os.fspath(model)
+        progress(f"loading {name}")
+        obj, _ = load_model(os.fspath(model))
+    else:
+        obj, name = model, model_name or type(model).__name__
     listed = None if batches is None else list(batches)
     build_note = build_unbuilt_keras(obj, listed, name)
     if listed is not None and any(x is not y for x, y in zip(listed, batches)):
