@@ -212,6 +212,7 @@ class OutputPath:
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the output is an ordinary folder
         mark_owner(tmp)
+        register_publication(tmp, self.path)  # what is written inside names the published path
         return tmp
 
     def commit(self, tmp: Path) -> None:
@@ -273,6 +274,38 @@ class OutputPath:
             with contextlib.suppress(OSError):
                 p.rmdir()  # only if empty: never removes anything the user put there
         self.created.clear()
+
+
+#: Temporary folder -> the path it is published as (`OutputPath.temp_dir`, `register_publication`).
+_PUBLISHED: dict[str, Path] = {}
+
+
+def register_publication(tmp: str | os.PathLike, final: str | os.PathLike) -> None:
+    """Records that ``tmp`` will be renamed to ``final``: `published_path` maps paths under it.
+
+    `OutputPath.temp_dir` records its own folders; a process that fills another process's
+    temporary folder (the tour's second process) records it itself.
+    """
+    _PUBLISHED[os.path.abspath(tmp)] = Path(final)
+
+
+def published_path(path: str | os.PathLike) -> Path:
+    """Where ``path`` will be once every temporary folder it is under has been published.
+
+    A report written inside a temporary folder (the tour's export, its own ``report.json`` and
+    the HTML page) named the ``.NAME.tmp-*`` folder, gone after the rename. Nested folders are
+    followed (an export inside a tour). A path under no registered folder comes back as given.
+    """
+    p = Path(path)
+    for _ in range(16):
+        absolute = os.path.abspath(p)
+        under = [t for t in _PUBLISHED if absolute == t or absolute.startswith(t + os.sep)]
+        if not under:
+            return p
+        tmp = max(under, key=len)  # the innermost first: it is published into the next one out
+        rest = os.path.relpath(absolute, tmp)
+        p = _PUBLISHED[tmp] if rest == "." else _PUBLISHED[tmp] / rest
+    return p
 
 
 #: Set by `tflab.process.supervisor.ChildChannel` in a supervised child (this module imports nothing of it):

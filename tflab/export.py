@@ -525,9 +525,13 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
                       "ok" if check.ok else
                       {True: "ok", None: "no bound"}[check.within_bound])
             variants[q] = VariantResult(q, status, check=check, file=msg["file"], convert_seconds=msg["seconds"])
-        # Paths inside the report point at the final folder.
-        sm = dataclasses.replace(sm, path=os.fspath(out / "saved_model"))
-        report = ExportReport(model=name, out=os.fspath(out), saved_model=sm, variants=variants,
+        # Paths inside the report point at the final folder: this export's, and the folder an enclosing
+        # run publishes it in (the tour's --out), not a temporary folder gone after the rename.
+        from tflab._paths import published_path
+
+        final = published_path(out)
+        sm = dataclasses.replace(sm, path=os.fspath(final / "saved_model"))
+        report = ExportReport(model=name, out=os.fspath(final), saved_model=sm, variants=variants,
                               examples=source, seconds=time.perf_counter() - t0)
         from tflab.report.jsonable import dumps
 
