@@ -164,3 +164,32 @@ def test_temp_folder_healthy_twin():
 def test_junk_switch_from_the_cli_is_refused_before_the_verb():
     p = _cli("env", env={"TFLAB_TOUR_LANE": "banana"})
     assert p.returncode == 2 and p.stderr.startswith("tflab env: error: TFLAB_TOUR_LANE='banana'") and not p.stdout
+
+
+# ------------------------------------------------------------------ a memory limit just above TF's floor
+
+@pytest.mark.parametrize("rc, tail", [
+    (127, "Fatal glibc error: cannot allocate memory for thread-local data: ABORT"),
+    (-signal.SIGABRT, "terminate called after throwing an instance of 'std::bad_alloc'"),
+    (1, "MemoryError"),
+    (1, "F0000 env.cc:84] Check failed: ret == 0 (11 vs. 0) Thread tf_async_compiler_threads creation via "
+        "pthread_create() failed."),
+], ids=["glibc-127", "bad_alloc-abort", "MemoryError", "tf-thread-fatal"])
+def test_running_out_of_memory_under_a_limit_names_the_limit(rc, tail):
+    """B21: RLIMIT_AS 2.2 GB let TF load, then glibc aborted (status 127): "the process ended with status
+    127", the limit unnamed."""
+    from tflab.process.supervisor import ChildEnd, describe_end
+
+    code, line = describe_end(ChildEnd(returncode=rc, status=[], stderr_tail=f"...\n{tail}\n"), "RLIMIT_AS 2.0 GiB")
+    assert code == 2 and "ran out of memory under the limit in force (RLIMIT_AS 2.0 GiB)" in line, line
+    assert "prlimit --as" in line
+
+
+def test_memory_limit_healthy_twins():
+    """No limit set, or a crash whose output shows no allocation failure: the crash line, as before."""
+    from tflab.process.supervisor import CRASH_EXIT, ChildEnd, describe_end
+
+    oom = ChildEnd(returncode=127, status=[], stderr_tail="cannot allocate memory for thread-local data\n")
+    other = ChildEnd(returncode=127, status=[], stderr_tail="Segment table corrupt\n")
+    assert describe_end(oom, "no cgroup or RLIMIT_AS limit; MemAvailable now 3.0 GiB")[0] == CRASH_EXIT
+    assert describe_end(other, "RLIMIT_AS 2.0 GiB")[0] == CRASH_EXIT
