@@ -215,7 +215,7 @@ def preflight(verb: str, args: argparse.Namespace) -> None:
     """
     from tflab import _paths
     from tflab._cliargs import NUMPY_MAX_DIMS, check_arg_grammar
-    from tflab.commands import _preflight
+    from tflab.commands import preflight_checks as _preflight
 
     module = importlib.import_module(f"tflab.commands.{VERBS[verb]}")
     check_options = getattr(module, "check_options", None)

@@ -39,12 +39,15 @@ def load_custom_ops_for(saved_model_dir: str | os.PathLike) -> list[str]:
         The project custom ops found in ``saved_model.pb`` (loaded now or before).
     """
     pb = os.path.join(os.fspath(saved_model_dir), "saved_model.pb")
-    from tflab._path_checks import read_regular
-    from tflab.errors import UsageError
+    import stat
 
-    try:
-        data = read_regular(pb, what="saved_model.pb")  # a FIFO is never opened (it would block for ever)
-    except (OSError, UsageError):
+    try:  # opened without blocking, and read only when a regular file: a FIFO would block for ever
+        fd = os.open(pb, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return []
+            data = f.read()
+    except OSError:
         return []
     found = [op for op in PROJECT_CUSTOM_OPS if op.encode() in data]
     if found:

@@ -108,12 +108,16 @@ def test_healthy_twin_passes_the_preflight(work, argv, monkeypatch):
 
 
 def test_dtype_list_is_every_name_tf_takes():
-    """The pre-TF dtype names are exactly the strings tf.dtypes.as_dtype accepts (so no valid dtype is refused)."""
-    from tensorflow.python.framework import dtypes
+    """The pre-TF dtype names: each is one tf.dtypes.as_dtype takes (so a refusal is certain), and every
+    public TF dtype and its _ref form is among them (so no valid dtype is refused)."""
+    import tensorflow as tf
 
     from tflab._cliargs import _DTYPES
 
-    assert _DTYPES == {k for k in dtypes._ANY_TO_TF if isinstance(k, str)}
+    for name in _DTYPES:
+        tf.dtypes.as_dtype(name)
+    public = {getattr(tf.dtypes, n).name for n in dir(tf.dtypes) if isinstance(getattr(tf.dtypes, n), tf.dtypes.DType)}
+    assert public and public | {f"{n}_ref" for n in public} <= _DTYPES
 
 
 def test_word_lists_match_the_library():

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     out = None
     if args.out:
         from tflab._paths import check_folder_out
-        from tflab.commands._preflight import check_file_not_in_folder
+        from tflab.commands.preflight_checks import check_file_not_in_folder
 
         if args.html:  # the page inside the folder, or at its path: refused before any work
             check_file_not_in_folder(args.html, "--html", args.out, "--out")

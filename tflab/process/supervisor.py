@@ -402,7 +402,9 @@ def describe_end(end: ChildEnd, memory_limit: str | None = None) -> tuple[int, s
     if n is not None:
         return 2, (f"error: your code ended the process with os._exit({n}) before tflab wrote its report; "
                    f"return or raise instead (tflab cannot report on a process that was ended under it)")
-    limited = _out_of_memory_under_limit(end, memory_limit)  # before TF's fatal check, which may be its symptom
+    from tflab.process.memory import out_of_memory_line
+
+    limited = out_of_memory_line(end.stderr_tail, memory_limit)  # before TF's fatal check, which may be its symptom
     if limited is not None:
         return 2, limited
     fatal = end.fatal_line()
@@ -440,30 +442,6 @@ def describe_end(end: ChildEnd, memory_limit: str | None = None) -> tuple[int, s
     return CRASH_EXIT, (f"error: the process ended with status {rc} before tflab wrote its report"
                         + (f"; its last line: {last.strip()[:300]!r}" if last else ""))
 
-
-
-# What an allocation failure leaves on stderr: glibc's "cannot allocate memory for thread-local data",
-# Python's MemoryError, C++'s std::bad_alloc, TF's "Resource exhausted: OOM", a thread whose stack
-# could not be mapped (TF's fatal "Thread … creation via pthread_create() failed").
-_NO_MEMORY = re.compile(r"cannot allocate memory|MemoryError|bad_alloc|ResourceExhausted|Resource exhausted|"
-                        r"out of memory|failed to allocate|pthread_create\(\) failed", re.I)
-
-
-def _out_of_memory_under_limit(end: ChildEnd, memory_limit: str | None) -> str | None:
-    """The line for a child that ran out of memory under a limit the user set, else None.
-
-    RLIMIT_AS just above what TF's import needs let TF load, then glibc aborted a thread's start
-    ("cannot allocate memory for thread-local data", status 127) and the line named neither the
-    cause nor the limit.
-    """
-    if not memory_limit or not memory_limit.startswith(("RLIMIT_AS", "cgroup")):
-        return None
-    last = next((ln.strip() for ln in reversed(end.stderr_tail.splitlines()) if _NO_MEMORY.search(ln)), None)
-    if last is None:
-        return None
-    return (f"error: the process ran out of memory under the limit in force ({memory_limit}) before tflab wrote "
-            f"its report ({last[:160]!r}); raise the limit (ulimit -v, prlimit --as, or the cgroup's "
-            f"memory.max) or use smaller inputs")
 
 
 # ----------------------------------------------------------------------------- the child's end
