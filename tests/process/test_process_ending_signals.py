@@ -193,3 +193,59 @@ def test_memory_limit_healthy_twins():
     other = ChildEnd(returncode=127, status=[], stderr_tail="Segment table corrupt\n")
     assert describe_end(oom, "no cgroup or RLIMIT_AS limit; MemAvailable now 3.0 GiB")[0] == CRASH_EXIT
     assert describe_end(other, "RLIMIT_AS 2.0 GiB")[0] == CRASH_EXIT
+
+
+# ------------------------------------------------------------------ setsid escapees
+
+ESCAPER = textwrap.dedent("""
+    import subprocess, sys, time
+    from pathlib import Path
+    from tflab.process.supervisor import ChildChannel
+    ch = ChildChannel.open()
+    ch.ready()
+    p = subprocess.Popen(["setsid", "sleep", "4391"])      # a new session: not in the child's group
+    time.sleep(0.3)
+    (Path(sys.argv[1]) / "pid").write_text(str(p.pid))
+    time.sleep(30)
+""")
+REAPING_SUPERVISOR = textwrap.dedent("""
+    import sys
+    from tflab.process.supervisor import run_child
+    run_child([sys.executable, "-c", sys.argv[1], sys.argv[2]], reap_orphans=True)
+""")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGHUP], ids=["KILL", "HUP"])
+def test_a_setsid_process_of_the_run_is_ended_when_tflab_is_killed(tmp_path, sig):
+    """B26: a `setsid` process the user's code started survived SIGKILL (or SIGHUP) of tflab: only the
+    subreaper killed such processes, and it was the process that died. Every process of the run carries
+    the run's mark (TFLAB_RUN); the guard ends the marked ones when the supervisor dies. (No cgroup here:
+    creating one needs a delegated cgroup v2 tree, which an unprivileged run rarely has.)"""
+    bystander = subprocess.Popen(["sleep", "4391"])  # healthy twin: the same command, not of the run
+    try:
+        p = subprocess.Popen([sys.executable, "-c", REAPING_SUPERVISOR, ESCAPER, str(tmp_path)],
+                             env=dict(os.environ, PYTHONPATH=str(REPO)), stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        escapee = int((tmp_path / "pid").read_text())
+        assert _alive(escapee)
+        p.send_signal(sig)
+        p.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while _alive(escapee) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(escapee), "the setsid process outlived tflab"
+        assert _alive(bystander.pid)
+    finally:
+        bystander.kill()
+        bystander.wait()

@@ -90,6 +90,9 @@ _TABLE = (
     Setting("TFLAB_CHILD_FDS", "the verb's child: its report, status and quiet fds and the parent's ttys "
             "(report,status,quiet,out_tty,err_tty)", None, "child", ("tflab.process.supervisor",),
             ("tflab.process.supervisor",)),
+    Setting("TFLAB_RUN", "every process of a supervised verb: the run's mark; the supervisor (or its guard, "
+            "when the supervisor is killed) ends each process that carries it, also one that left its session "
+            "(setsid)", None, "child", ("tflab.process.group",), ("tflab.process.supervisor",)),
     Setting("TFLAB_SUPERVISOR_PID", "the verb's child: the supervisor's pid (the child dies with it)", None,
             "child", ("tflab.process.supervisor",), ("tflab.process.supervisor",)),
     Setting("TFLAB_DEADLINE_S", "a helper child: seconds after which it ends itself (its parent's timeout, "

@@ -64,7 +64,7 @@ import sys
 import tempfile
 import time
 
-from tflab.process.group import kill_orphans, set_subreaper
+from tflab.process.group import end_marked_run, kill_orphans, mark_run, set_subreaper
 from tflab.process.watch import die_with_parent
 
 #: Exit code for a child that crashed: segfault, a native abort, SIGKILL
@@ -202,8 +202,10 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
     state = {"ready": False, "deadline": None, "killed": False}
     proc = None
     same_group = _terminal_foreground()
+    marked = None
     if reap_orphans:
         reap_orphans = set_subreaper()
+        marked = mark_run(child_env)  # a process that left its group and session (setsid) is still ended
 
     def kill_group() -> None:
         state["killed"] = True
@@ -333,6 +335,8 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
                     os.killpg(proc.pid, signal.SIGKILL)  # what the child started in its group
             if reap_orphans:
                 kill_orphans()  # what left the group (setsid, double fork): re-parented here
+        if marked is not None:
+            end_marked_run(*marked)  # what left and was re-parented elsewhere (a setsid -f, a daemon)
         for fd in (report_r, status_r, err_r, report_w, status_w, err_w):
             if fd >= 0:
                 with contextlib.suppress(OSError):
