@@ -151,7 +151,6 @@ def remove_announced(status: list[str]) -> list[str]:
     return removed
 
 
-
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -159,9 +158,8 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
-#: Signals that end a run as SIGTERM does (forwarded to the child as SIGTERM; exit 128 + the signal):
-#: a terminal's hang-up, SIGQUIT and SIGUSR1 killed tflab by their default action, with no line and
-#: its temporary folders left.
+#: Signals that end a run as SIGTERM does (forwarded as SIGTERM; exit 128 + the signal): by their default
+#: action a hang-up, SIGQUIT and SIGUSR1 killed tflab with no line and its temporary folders left.
 ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1)
 
 
@@ -221,13 +219,15 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
             return
         if len(received) > 1:
             return  # one forward; the grace deadline is already running
+        with contextlib.suppress(OSError):  # "ready" may be in the pipe, not read by the loop yet
+            if not state["ready"] and not os.get_blocking(status_r):  # (blocking: the loop has not begun)
+                status_buf.extend(os.read(status_r, 65536))
+                state["ready"] = b"ready\n" in status_buf
         if not state["ready"]:
             kill_group()  # Python start-up: nothing written yet, nothing to clean
             return
         if not (same_group and signum == signal.SIGINT):  # the terminal's Ctrl-C reached the child too
-            with contextlib.suppress(OSError):
-                # A hang-up or a stray SIGQUIT/SIGUSR1 ends the run as SIGTERM does: the child cleans up
-                # (its temporary folders, a half-written --out) and says "terminated" in one line.
+            with contextlib.suppress(OSError):  # SIGHUP/SIGQUIT/SIGUSR1: the child cleans up as for SIGTERM
                 os.kill(proc.pid, signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
         state["deadline"] = time.monotonic() + grace
 
@@ -406,9 +406,9 @@ def describe_end(end: ChildEnd, memory_limit: str | None = None) -> tuple[int, s
     if n is not None:
         return 2, (f"error: your code ended the process with os._exit({n}) before tflab wrote its report; "
                    f"return or raise instead (tflab cannot report on a process that was ended under it)")
-    from tflab.process.memory import out_of_memory_line
+    from tflab.process.memory import out_of_memory_line  # before TF's fatal check, which may be its symptom
 
-    limited = out_of_memory_line(end.stderr_tail, memory_limit)  # before TF's fatal check, which may be its symptom
+    limited = out_of_memory_line(end.stderr_tail, memory_limit)
     if limited is not None:
         return 2, limited
     fatal = end.fatal_line()
@@ -445,7 +445,6 @@ def describe_end(end: ChildEnd, memory_limit: str | None = None) -> tuple[int, s
     last = next((ln for ln in reversed(end.stderr_tail.splitlines()) if ln.strip()), "")
     return CRASH_EXIT, (f"error: the process ended with status {rc} before tflab wrote its report"
                         + (f"; its last line: {last.strip()[:300]!r}" if last else ""))
-
 
 
 # ----------------------------------------------------------------------------- the child's end
