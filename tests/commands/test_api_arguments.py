@@ -72,3 +72,15 @@ def test_timeout_check_healthy_twin():
 
     assert check_float(60, "timeout", "run_workers", minimum=0) == 60.0
     assert check_float(0.5, "timeout", "run_workers", minimum=0) == 0.5
+
+
+@pytest.mark.parametrize("call", ["compare_modes", "materialize"])
+def test_more_than_64_dims_is_one_usage_error(call):
+    """B19, API half: compare_modes(f, TensorSpec([1]*65)) raised numpy's raw ValueError ("maximum supported
+    dimension for an ndarray is currently 64, found 65"). Sibling: the shared materialize itself."""
+    from tflab._target import materialize
+
+    spec = tf.TensorSpec([1] * 65)
+    with pytest.raises(UsageError, match="65 dims; numpy arrays .* hold at most 64"):
+        tflab.compare_modes(f, spec, repeats=1) if call == "compare_modes" else materialize(spec)
+    assert materialize(tf.TensorSpec([1] * 64)).shape.rank == 64  # healthy twin
