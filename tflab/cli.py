@@ -539,7 +539,17 @@ def _child_main() -> int:
     if channel is None:
         return code
     verb = next((a for a in argv if a in VERBS), "")
-    return channel.finish(code, verb)
+    code = channel.finish(code, verb)
+    if verb != "retrace":
+        # The report is out: what the user's function left behind (a non-daemon thread, a blocking
+        # atexit handler) must not keep tflab from ending; the user ran no program of their own.
+        # `retrace` runs the user's script as __main__: its threads and atexit handlers are the
+        # script's, and run as under plain python.
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 class _ReportOnlyStdout:
