@@ -84,3 +84,10 @@ def test_more_than_64_dims_is_one_usage_error(call):
     with pytest.raises(UsageError, match="65 dims; numpy arrays .* hold at most 64"):
         tflab.compare_modes(f, spec, repeats=1) if call == "compare_modes" else materialize(spec)
     assert materialize(tf.TensorSpec([1] * 64)).shape.rank == 64  # healthy twin
+
+
+def test_export_model_out_ending_in_dotdot_is_refused_before_loading(tmp_path):
+    """B15, API half: export_model("fx/sm", "exp/..") loaded the model, then said "already exists (another
+    run wrote it since the check)". Refused first; nothing is loaded (the model path does not even exist)."""
+    with pytest.raises(UsageError, match=r"names the folder .* \(it ends in \.\.\); give the folder itself"):
+        tflab.export_model(str(tmp_path / "no_such_model"), tmp_path / "exp" / "..", quantize=["none"])
