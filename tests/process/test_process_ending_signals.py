@@ -127,7 +127,7 @@ def test_unusable_tflab_folder_is_refused(name, tmp_path):
     """B22: TFLAB_CUSTOM_OPS_BUILD_DIR=/proc was a traceback (os.access says yes to root); TFLAB_SYSTEM_TMPDIR=/proc too."""
     from tflab.process.settings import check_environment
 
-    with pytest.raises(UsageError, match=rf"{name}=/proc: cannot create a folder in /proc"):
+    with pytest.raises(UsageError, match=rf"cannot use /proc as {name}: cannot create a folder in /proc"):
         check_environment({name: "/proc"})
     (tmp_path / "afile").write_text("x")
     with pytest.raises(UsageError, match="is not a folder"):

@@ -205,8 +205,8 @@ def check_environment(environ: Mapping[str, str] | None = None) -> None:
                     raise NotADirectoryError(20, f"{probe} is not a folder")
                 os.rmdir(tempfile.mkdtemp(prefix=".tflab-probe-", dir=probe))
             except OSError as e:
-                raise UsageError(f"{setting.name}={value}: cannot create a folder in {probe} "
-                                 f"({e.strerror or e}); set it to a writable folder, or unset it") from None
+                raise UsageError(f"cannot use {value} as {setting.name}: cannot create a folder in {probe} "
+                                 f"({e.strerror or e}); set {setting.name} to a writable folder, or unset it") from None
 
 
 def get_float(name: str, fallback: float, environ: Mapping[str, str] | None = None) -> float:
