@@ -14,6 +14,11 @@ starts. One path error per verb (a missing FILE.py, a FIFO as input, an existing
 here too, through an entry point that prints whether ``tensorflow`` is in ``sys.modules`` when the
 verb returns: a verb that imports TF for its answer fails the run (exit 1), whatever its time.
 
+Issue 44 (item 1): one error of each pre-TF kind (OPTION_ERRORS): the FILE.py:FUNC grammar, option
+values (``--loss-scale`` out of float32's range, ``--policies``, ``--quantize``, a dtype typo, None
+dims for ``lower``, more than 64 dims), and output paths (``lower --out`` an existing folder, ``x/..``,
+``--html`` equal to or inside ``--out``).
+
 Usage:
     git worktree add /tmp/oldmain 176dbcb
     python benchmarks/bench_cli_startup.py --old /tmp/oldmain [--rounds 5]
@@ -45,6 +50,22 @@ PATH_ERRORS = (
     ["export", "nothere.keras", "--out", "o"],
     ["check-tflite", "nothere.tflite", "nothere/"],
     ["tour", "--out", "user", "--force"],
+)
+# One error of each kind answered before TF loads (issue 44, item 1).
+_DIMS65 = "x=float32[" + ",".join(["1"] * 65) + "]"
+OPTION_ERRORS = (
+    ["inspect", "m.py", "--arg", "x=float32[2]"],
+    ["inspect", "m.txt:f", "--arg", "x=float32[2]"],
+    ["precision", "m.py:f", "--arg", "x=float32[4]", "--loss-scale", "1e-320"],
+    ["precision", "m.py:f", "--arg", "x=float32[4]", "--policies", "bogus"],
+    ["export", "m.py:f", "--quantize", "bogus", "--out", "o/q"],
+    ["inspect", "m.py:f", "--arg", "x=flaot32[2]"],
+    ["lower", "m.py:f", "--arg", "x=float32[None,8]"],
+    ["compare", "m.py:f", "--arg", _DIMS65],
+    ["lower", "m.py:f", "--arg", "x=float32[2,8]", "--out", "adir"],
+    ["lower", "m.py:f", "--arg", "x=float32[2,8]", "--out", "o/p/.."],
+    ["lower", "m.py:f", "--arg", "x=float32[2,8]", "--out", "o/s", "--html", "o/s"],
+    ["export", "m.py:f", "--out", "o/e", "--html", "o/e/page.html"],
 )
 _ENTRY = ("import sys; from tflab.cli import supervise; rc = supervise(sys.argv[1:]); "
           "sys.stderr.write('TF-IMPORTED\\n' if 'tensorflow' in sys.modules else ''); sys.exit(rc)")
@@ -81,6 +102,9 @@ def _work_folder() -> Path:
     (work / "adir").mkdir()
     (work / "user").mkdir()
     (work / "user" / "thesis.txt").write_text("mine")
+    (work / "m.py").write_text("def f(x):\n    return x * 2.0\n")
+    (work / "m.txt").write_text("not python")
+    (work / "o").mkdir()
     return work
 
 
@@ -94,9 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     work = _work_folder()
     for r in range(args.rounds):
         order = list(trees.items()) if r % 2 == 0 else list(trees.items())[::-1]
-        for cmd in COMMANDS + PATH_ERRORS:
+        for cmd in COMMANDS + PATH_ERRORS + OPTION_ERRORS:
             for label, tree in order:
-                cwd = work if cmd in PATH_ERRORS else None
+                cwd = work if cmd in PATH_ERRORS + OPTION_ERRORS else None
                 times.setdefault((label, " ".join(cmd)), []).append(_time(tree, cmd, cwd))
     import shutil
 
@@ -104,10 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"median wall seconds over {args.rounds} rounds (load average {load}; {os.cpu_count()} CPUs)")
     ok = True
-    for cmd in COMMANDS + PATH_ERRORS:
+    for cmd in COMMANDS + PATH_ERRORS + OPTION_ERRORS:
         name = " ".join(cmd)
         new = statistics.median(times[("new", name)])
-        line = f"  tflab {name:<44} new {new:6.3f} s"
+        line = f"  tflab {name[:60]:<60} new {new:6.3f} s"
         if "old" in trees:
             old = statistics.median(times[("old", name)])
             line += f"   old {old:6.3f} s   old/new {old / new:5.1f}×"

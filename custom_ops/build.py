@@ -325,16 +325,35 @@ def build(force: bool = False, cuda: bool | None = None, verbose: bool = False) 
                            compiler=info["compiler"], nvcc=info["nvcc"], note=note_)
 
     manifest = so_path.with_suffix(".json")
-    if not force and so_path.exists() and manifest.exists():
-        m = json.loads(manifest.read_text())
+    from tflab._path_checks import open_regular, read_regular
+    from tflab.errors import UsageError
+
+    def cached_manifest() -> dict | None:
+        # read without blocking: a FIFO in the cache folder hung build-op for ever
+        if force or not (so_path.exists() and manifest.exists()):
+            return None
+        try:
+            return json.loads(read_regular(manifest, what=f"the build cache's {manifest.name}"))
+        except UsageError as e:
+            raise BuildError(f"{e}; or set TFLAB_CUSTOM_OPS_BUILD_DIR to another folder") from None
+
+    m = cached_manifest()
+    if m is not None:
         return result(True, m["cuda"], m.get("note", ""))
     if not os.access(out_dir, os.W_OK):
         raise BuildError(f"the build cache folder {out_dir} is not writable: set "
                          "TFLAB_CUSTOM_OPS_BUILD_DIR to a writable folder, or unset it")
-    with open(out_dir / ".lock", "w") as lock:
+    try:
+        lock_fd = open_regular(out_dir / ".lock", os.O_WRONLY | os.O_CREAT, what=f".lock in {out_dir}")
+    except UsageError as e:
+        raise BuildError(f"{e}; or set TFLAB_CUSTOM_OPS_BUILD_DIR to another folder") from None
+    except OSError as e:  # /proc, /sys: os.access says yes to root, the create fails
+        raise BuildError(f"cannot use {out_dir} as the build cache folder ({e.strerror or e}): set "
+                         "TFLAB_CUSTOM_OPS_BUILD_DIR to a writable folder, or unset it") from None
+    with os.fdopen(lock_fd, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building this key
-        if not force and so_path.exists() and manifest.exists():
-            m = json.loads(manifest.read_text())
+        m = cached_manifest()
+        if m is not None:
             return result(True, m["cuda"], m.get("note", ""))
         from tflab._paths import owned_temp_dir  # carries its owner: a SIGKILLed build's obj-* is swept (B17)
 

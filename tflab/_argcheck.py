@@ -48,6 +48,51 @@ def check_int(value: Any, name: str, where: str, *, minimum: int | None = None,
     return int(value)
 
 
+class UnknownKey(UsageError, KeyError):
+    """A name looked up among fixed ones (a stage, a record) that is not there: a `UsageError`, and a
+    ``KeyError`` for callers that caught the lookup's old exception."""
+
+    __str__ = Exception.__str__  # KeyError's own str() quotes the message
+
+
+def check_str(value: Any, name: str, where: str, *, example: str = "") -> str:
+    """``value`` when it is a non-empty str.
+
+    Raises:
+        UsageError: "WHERE: NAME must be a non-empty str (e.g. EXAMPLE), got VALUE (TYPE)".
+    """
+    if not isinstance(value, str) or not value.strip():
+        raise UsageError(f"{where}: {name} must be a non-empty str" + (f" (e.g. {example})" if example else "")
+                         + f", got {_got(value)}")
+    return value
+
+
+def check_float(value: Any, name: str, where: str, *, minimum: float | None = None,
+                allow_none: bool = False) -> float | None:
+    """``value`` as a finite float (bool refused) greater than ``minimum``.
+
+    NaN compares false with everything, so a ``timeout=nan`` deadline passed at once and read as a
+    crash of what it timed.
+
+    Raises:
+        UsageError: "WHERE: NAME must be a finite number > MIN (or None), got VALUE (TYPE)".
+    """
+    import math
+    import numbers
+
+    if value is None and allow_none:
+        return None
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    try:
+        ok = ok and math.isfinite(float(value)) and (minimum is None or float(value) > minimum)
+    except OverflowError:
+        ok = False
+    if not ok:
+        want = "a finite number" + (f" > {minimum:g}" if minimum is not None else "") + (" or None" if allow_none else "")
+        raise UsageError(f"{where}: {name} must be {want}, got {_got(value)}")
+    return float(value)
+
+
 def check_callable(value: Any, name: str, where: str, *, allow_none: bool = True) -> Callable | None:
     """``value`` when callable (or None if allowed).
 

@@ -75,24 +75,56 @@ def positive_float(text: str) -> float:
     return value
 
 
-# Every dtype name tf.dtypes.as_dtype takes on TF 2.21 that a user writes in --arg (a subset is
-# enough: a name outside it is left to the child, which asks TF; the parent refuses only for sure).
-_DTYPES = frozenset(
-    "float16 half bfloat16 float32 float float64 double int8 int16 int32 int64 uint8 uint16 uint32 uint64 "
-    "bool complex64 complex128 string qint8 quint8 qint16 quint16 qint32 resource variant".split())
+# Every string tf.dtypes.as_dtype takes on TF 2.21 (``_ANY_TO_TF`` in tensorflow/python/framework/dtypes.py,
+# the ``_ref`` forms included): a ``NAME[dims]`` whose NAME is outside it is refused before TF loads,
+# in `tflab._target.parse_value`'s words. tests/commands/test_cli_preflight.py checks the list against TF.
+_BASE_DTYPES = (
+    "bfloat16 bool complex128 complex64 double float float16 float32 float64 float4_e2m1fn float8_e4m3b11fnuz "
+    "float8_e4m3fn float8_e4m3fnuz float8_e5m2 float8_e5m2fnuz half int16 int2 int32 int4 int64 int8 qint16 qint32 "
+    "qint8 quint16 quint8 resource string uint16 uint2 uint32 uint4 uint64 uint8 variant").split()
+_DTYPES = frozenset(_BASE_DTYPES + [f"{n}_ref" for n in _BASE_DTYPES])
+# The names `tflab._target.parse_value` offers as "did you mean" (TF's public ``tf.dtypes`` DTypes).
+_SUGGESTED = ("bfloat16 bool complex128 complex64 double float16 float32 float64 half int16 int32 int64 int8 "
+              "qint16 qint32 qint8 quint16 quint8 resource string uint16 uint32 uint64 uint8 variant").split()
+#: numpy arrays (the random inputs compare, precision and diagnose draw) hold at most this many dims
+#: (``numpy/_core/include/numpy/ndarraytypes.h``: NPY_MAXDIMS).
+NUMPY_MAX_DIMS = 64
+#: float32's smallest normal and largest finite value (IEEE 754 binary32): a loss scale outside them
+#: is 0, a subnormal or inf once cast to float32, and the scaled gradients are meaningless.
+FLOAT32_NORMAL_RANGE = (1.1754943508222875e-38, 3.4028234663852886e+38)
+
+
+def loss_scale_problem(value: float) -> str | None:
+    """Why ``value`` cannot be a loss scale (not a normal float32 > 0), or None when it can."""
+    low, high = FLOAT32_NORMAL_RANGE
+    if not (math.isfinite(value) and value > 0):
+        return "must be a number > 0"
+    if not low <= value <= high:
+        return (f"must be a normal float32 number > 0 ({low:.3g} … {high:.3g}): {value:g} becomes "
+                f"{'0 or a subnormal' if value < low else 'inf'} in float32")
+    return None
+
+
 _MAX_DIM = 2**63 - 1
 
 
-def check_arg_grammar(items: list[str] | None) -> None:
+def check_arg_grammar(items: list[str] | None, *, static: bool = False, max_rank: int | None = None) -> None:
     """The ``--arg NAME=VALUE`` grammar, checked without TensorFlow (the supervisor's pre-flight).
 
-    Refuses only what `tflab._target.parse_args` would refuse for sure: no ``=``, a name that is
-    not an identifier, a name given twice, and for ``dtype[dims]`` with a known dtype a negative,
-    non-integer or over-int64 dim. Python literals and other dtypes are left to the child.
+    Refuses only what the child would refuse for sure (`tflab._target.parse_args`, in its words): no
+    ``=``, a name that is not an identifier, a name given twice, a ``NAME[dims]`` whose NAME is no TF
+    dtype, and for a dtype a negative, non-integer or over-int64 dim. Python literals are left to the
+    child.
+
+    Args:
+        items: the ``--arg`` values.
+        static: every dim must be given (``tflab lower``: XLA compiles for static shapes).
+        max_rank: the most dims a spec may have (the verbs that draw numpy inputs: `NUMPY_MAX_DIMS`).
 
     Raises:
-        tflab.errors.UsageError: one line, in `tflab._target.parse_args`'s words.
+        tflab.errors.UsageError: one line.
     """
+    import difflib
     import re
 
     from tflab.errors import UsageError
@@ -112,18 +144,35 @@ def check_arg_grammar(items: list[str] | None) -> None:
             raise UsageError(f"--arg {name} given twice")
         seen.add(name)
         m = re.match(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*\[(.*)\]\s*$", value)
-        if not m or m.group(1) not in _DTYPES or not m.group(2).strip():
+        if not m:
             continue
-        for d in (d.strip() for d in m.group(2).split(",")):
+        dtype = m.group(1)
+        if dtype not in _DTYPES:
+            if dtype in ("True", "False", "None"):
+                continue
+            near = difflib.get_close_matches(dtype, _SUGGESTED, n=3)
+            raise UsageError(f"--arg {name}={short(value)}: not a TensorSpec: unknown dtype {short(dtype, 40)!r}"
+                             + (f"; did you mean {' or '.join(near)}?" if near else
+                                "; use a TF dtype such as float32, int64, bool"))
+        if not m.group(2).strip():
+            continue
+        dims = [d.strip() for d in m.group(2).split(",")]
+        for d in dims:
             if d in ("None", "?"):
+                if static:
+                    raise UsageError(f"--arg {name}={short(value)}: dim {d} is unknown, and XLA lowers for static "
+                                     f"shapes; give every dim, e.g. {name}={dtype}[{','.join('4' if x in ('None', '?') else x for x in dims)[:60]}]")
                 continue
             if d.startswith("-") and re.fullmatch(r"[0-9]+", d[1:]):
                 raise UsageError(f"bad dimension {d} in --arg {name}={short(value)}: a dim is >= 0, or None for "
-                                 f"an unknown dim, e.g. {name}={m.group(1)}[None,8]")
+                                 f"an unknown dim, e.g. {name}={dtype}[None,8]")
             if not re.fullmatch(r"[0-9]+", d):
                 raise UsageError(f"bad dimension {short(d, 20)!r} in --arg {name}={short(value)}: use integers or "
-                                 f"None, e.g. {name}={m.group(1)}[None,8]")
+                                 f"None, e.g. {name}={dtype}[None,8]")
             digits = d.lstrip("0")
             if len(digits) > 19 or (digits and int(digits) > _MAX_DIM):
                 raise UsageError(f"dimension {short(d, 24)} in --arg {name}={short(value)} is larger than "
                                  f"TF's int64 dims allow (2**63-1); use a smaller dim, or None for an unknown dim")
+        if max_rank is not None and len(dims) > max_rank:
+            raise UsageError(f"--arg {name}={short(value)}: {len(dims)} dims; numpy arrays (the random inputs "
+                             f"drawn for it) hold at most {max_rank}")

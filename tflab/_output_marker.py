@@ -9,6 +9,7 @@ while it holds nothing else (`check_replaceable`, `check_folder_out`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -114,6 +115,7 @@ def check_folder_out(path: str | os.PathLike, flag: str, force: bool, noun: str 
             ``force``; with ``force``, a folder `check_replaceable` refuses.
     """
     check_path_text(path, flag)
+    check_not_parent_ref(path, flag)  # x/.. names x's parent, which exists
     p = Path(path)
     what = describe_existing(p)
     if what is None:
@@ -149,3 +151,148 @@ def system_temp_dir() -> str:
 
     named = get("TFLAB_SYSTEM_TMPDIR")
     return named if named and os.path.isdir(named) else tempfile.gettempdir()
+
+
+def check_temp_dir() -> str:
+    """The temporary folder, after creating and writing a file there; else one line naming the limit.
+
+    Python's own answer is a 16-line traceback out of ``tempfile._get_default_tempdir``
+    ("No usable temporary directory found in ['/tmp', …]"), which names neither the reason nor the
+    limit (``ulimit -f 0``: every write fails with EFBIG, "File too large").
+
+    Returns:
+        `system_temp_dir`.
+
+    Raises:
+        UsageError: "no usable temporary folder: writing a file in /tmp fails (File too large; the
+            file size limit, ulimit -f, is 0 bytes); set TMPDIR to a writable folder or raise ulimit -f".
+    """
+    import resource
+
+    try:
+        return system_temp_dir()  # gettempdir() writes a file in each candidate: fails when none takes one
+    except OSError:
+        pass
+    candidate = os.environ.get("TMPDIR") or "/tmp"
+    why = "it cannot be used"
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".tflab-probe-", dir=candidate)
+        try:
+            os.write(fd, b"x")
+        finally:
+            os.close(fd)
+            os.remove(probe)
+    except OSError as e:
+        why = e.strerror or str(e)
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    named = (f"; the file size limit (ulimit -f) is {limit} bytes" if limit != resource.RLIM_INFINITY and
+             limit < 1 << 20 else "")
+    raise UsageError(f"no usable temporary folder: writing a file in {candidate} fails ({why}{named}); set "
+                     f"TMPDIR to a writable folder" + (" or raise ulimit -f" if named else ""))
+
+
+# ----------------------------------------------------------------------------- publishing
+
+_RENAME_NOREPLACE = 1  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def _renameat2_noreplace(src: Path, dst: Path) -> bool:
+    """``renameat2(src, dst, RENAME_NOREPLACE)``; False when the C library or file system lacks it.
+
+    Raises:
+        FileExistsError: ``dst`` exists.
+        OSError: any other failure of the rename.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+        return False  # not on this file system: fall back
+    raise OSError(err, os.strerror(err), os.fspath(dst))
+
+
+def publish_noreplace(tmp: Path, dst: Path, flag: str) -> None:
+    """Renames ``tmp`` to ``dst`` only if ``dst`` does not exist, atomically (two writers: one wins).
+
+    ``renameat2(RENAME_NOREPLACE)`` where the kernel and file system have it;
+    else a file is published with ``link(2)`` (fails with EEXIST) and a folder
+    by claiming ``dst`` with ``mkdir(2)`` (fails with EEXIST) and renaming
+    over that empty folder, which ``rename(2)`` allows.
+
+    Raises:
+        UsageError: ``dst`` exists ("already exists", exit 2); ``tmp`` is left for the caller to remove.
+    """
+    taken = UsageError(f"{flag} {dst} already exists (another run wrote it since the check); "
+                       f"pass --force to replace it, or choose another {flag}")
+    try:
+        if _renameat2_noreplace(tmp, dst):
+            return
+        if tmp.is_dir():
+            os.mkdir(dst)
+            os.rename(tmp, dst)
+        else:
+            os.link(tmp, dst)
+            os.unlink(tmp)
+    except FileExistsError:
+        raise taken from None
+    except OSError as e:
+        if e.errno in (errno.EEXIST, errno.ENOTEMPTY):
+            raise taken from None
+        raise
+
+
+def check_not_parent_ref(path: str | os.PathLike, flag: str) -> None:
+    """Refuses an output path whose last part is ``..`` (``--out x/..``): it names x's parent, which exists.
+
+    Without this, ``--out o/p/..`` passed the checks that look at the text and was refused only after
+    the work, as "already exists (another run wrote it since the check)".
+
+    Raises:
+        UsageError: "--out x/.. names the folder PARENT (it ends in ..); give the folder itself".
+    """
+    text = os.fspath(path)
+    if Path(text).name == ".." or text.rstrip("/").endswith("/..") or text.rstrip("/") == "..":
+        real = os.path.realpath(text)
+        raise UsageError(f"{flag} {shorten_path(text)} names the folder {shorten_path(real)} (it ends in ..); "
+                         f"give the folder itself")
+
+
+#: Temporary folder -> the path it is published as (`OutputPath.temp_dir`, `register_publication`).
+_PUBLISHED: dict[str, Path] = {}
+
+
+def register_publication(tmp: str | os.PathLike, final: str | os.PathLike) -> None:
+    """Records that ``tmp`` will be renamed to ``final``: `published_path` maps paths under it.
+
+    `OutputPath.temp_dir` records its own folders; a process that fills another process's
+    temporary folder (the tour's second process) records it itself.
+    """
+    _PUBLISHED[os.path.abspath(tmp)] = Path(final)
+
+
+def published_path(path: str | os.PathLike) -> Path:
+    """Where ``path`` will be once every temporary folder it is under has been published.
+
+    A report written inside a temporary folder (the tour's export, its own ``report.json`` and
+    the HTML page) named the ``.NAME.tmp-*`` folder, gone after the rename. Nested folders are
+    followed (an export inside a tour). A path under no registered folder comes back as given.
+    """
+    p = Path(path)
+    for _ in range(16):
+        absolute = os.path.abspath(p)
+        under = [t for t in _PUBLISHED if absolute == t or absolute.startswith(t + os.sep)]
+        if not under:
+            return p
+        tmp = max(under, key=len)  # the innermost first: it is published into the next one out
+        rest = os.path.relpath(absolute, tmp)
+        p = _PUBLISHED[tmp] if rest == "." else _PUBLISHED[tmp] / rest
+    return p

@@ -122,3 +122,95 @@ def input_path(path: str | os.PathLike, flag: str, *, want: str = "file", what: 
     if not os.access(p, os.R_OK | (os.X_OK if is_dir else 0)):
         raise UsageError(f"{flag} {text!r} cannot be read (permission denied); give {what}")
     return p
+
+
+def _kind_of_mode(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), *_KINDS):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular(path: str | os.PathLike, flags: int = os.O_RDONLY, *, follow: bool = True,
+                 what: str = "this file", mode: int = 0o666) -> int:
+    """Opens ``path`` as a regular file without ever blocking: the one "open a file tflab reads" place.
+
+    ``open(2)`` of a FIFO without a writer (for reading) or a reader (for writing) blocks for ever,
+    and a character device reads for ever. The file is opened with ``O_NONBLOCK`` (a FIFO then opens
+    at once, or fails with ENXIO), judged with ``fstat`` on the descriptor that was opened (no race
+    between a check and the open), and only a regular file is kept: ``O_NONBLOCK`` is cleared again,
+    so reads and writes block as usual.
+
+    Args:
+        path: the file.
+        flags: ``os.open`` flags (``os.O_RDONLY``, ``os.O_WRONLY | os.O_CREAT``).
+        follow: False adds ``O_NOFOLLOW`` (a symlink is refused).
+        what: the words for the message ("saved_model.pb in SAVED_MODEL", "the build cache's .lock").
+        mode: the permission bits of a file ``O_CREAT`` creates.
+
+    Returns:
+        The open file descriptor (the caller closes it; ``os.fdopen`` wraps it).
+
+    Raises:
+        UsageError: ``path`` is a FIFO, a device, a socket or a folder (named as such).
+        OSError: the open itself failed (missing, permission denied, ELOOP with ``follow=False``).
+    """
+    import fcntl
+
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else getattr(os, "O_NOFOLLOW", 0)),
+                     mode)
+    except OSError as e:
+        if e.errno in (errno.ENXIO, errno.EISDIR):  # a FIFO opened for writing with no reader; a folder
+            kind = describe_existing(Path(path)) or "not a regular file"
+            raise UsageError(f"{what} ({shorten_path(path)}) is {kind}, not a regular file: tflab never opens "
+                             f"one (it could block for ever); replace it with the regular file") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UsageError(f"{what} ({shorten_path(path)}) is {_kind_of_mode(st.st_mode)}, not a regular file: "
+                             f"tflab never reads one (it could block for ever); replace it with the regular file")
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: str | os.PathLike, what: str = "this file") -> bytes:
+    """The bytes of a regular file, read through `open_regular` (a FIFO or device is refused, never read).
+
+    Raises:
+        UsageError: not a regular file. OSError: it cannot be opened or read.
+    """
+    with os.fdopen(open_regular(path, what=what), "rb") as f:
+        return f.read()
+
+
+#: The files TF reads from a SavedModel folder (``tensorflow/python/saved_model/loader_impl.py``,
+#: ``tensorflow/core/util/tensor_bundle``): each is judged before TF opens it.
+SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt", os.path.join("variables", "variables.index"),
+                     "fingerprint.pb")
+
+
+def check_saved_model_files(folder: str | os.PathLike, flag: str) -> None:
+    """Refuses a SavedModel folder whose ``saved_model.pb`` (or ``variables.index``, …) is not a regular file.
+
+    TF opens them with a blocking ``open``: a FIFO there hung ``tflab export`` for ever, and
+    ``os.path.isfile`` made ``check-tflite`` say the file was missing. Judged with ``os.stat`` only.
+
+    Raises:
+        UsageError: "FLAG F: saved_model.pb is a FIFO, not a regular file; …".
+    """
+    for name in SAVED_MODEL_FILES:
+        p = Path(folder) / name
+        try:
+            what = describe_existing(p)
+        except OSError:
+            continue
+        if what in (None, "a regular file"):
+            continue
+        raise UsageError(f"{flag} {shorten_path(folder)}: {name} is {what}, not a regular file, so TF would "
+                         f"{'block reading it' if what in ('a FIFO', 'a character device') else 'fail to read it'}; "
+                         f"replace it with the SavedModel's file (save the model again)")

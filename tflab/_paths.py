@@ -58,8 +58,9 @@ import stat
 import tempfile
 from pathlib import Path
 
-from tflab._output_marker import (MARKER, OWNER, check_folder_out, check_replaceable,  # noqa: F401 (re-exported)
-                                  foreign_entries, system_temp_dir, write_marker)
+from tflab._output_marker import (MARKER, OWNER, check_folder_out, publish_noreplace,  # noqa: F401 (re-exported)
+                                  check_not_parent_ref, check_replaceable, check_temp_dir, foreign_entries,
+                                  published_path, register_publication, system_temp_dir, write_marker)
 from tflab._path_checks import check_path_text, describe_existing, input_path, shorten_path  # noqa: F401
 from tflab.errors import UsageError
 
@@ -151,7 +152,7 @@ class OutputPath:
                 os.replace(tmp, self.path)
             else:
                 try:
-                    _publish_noreplace(Path(tmp), self.path, self.flag)
+                    publish_noreplace(Path(tmp), self.path, self.flag)
                 except UsageError:
                     with contextlib.suppress(OSError):
                         os.remove(tmp)
@@ -212,13 +213,14 @@ class OutputPath:
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the output is an ordinary folder
         mark_owner(tmp)
+        register_publication(tmp, self.path)  # what is written inside names the published path
         return tmp
 
     def commit(self, tmp: Path) -> None:
         """Renames the finished ``tmp`` folder to the target; an old target is moved aside, then removed.
 
         Without ``replace`` (no ``--force``) the rename is exclusive
-        (`_publish_noreplace`): of two runs writing the same new path, the
+        (`publish_noreplace`): of two runs writing the same new path, the
         second gets "already exists" and its ``tmp`` is kept for `discard`.
 
         Raises:
@@ -227,7 +229,7 @@ class OutputPath:
         old = None
         write_marker(tmp)
         if not self.replace:
-            _publish_noreplace(tmp, self.path, self.flag)
+            publish_noreplace(tmp, self.path, self.flag)
             self.created.clear()
             return
         if self.only_if_empty:
@@ -287,63 +289,6 @@ def _stdout_stream(path: Path):
     if os.path.abspath(path) not in ("/dev/stdout", "/proc/self/fd/1", "/dev/fd/1", f"/proc/{os.getpid()}/fd/1"):
         return None
     return report_hook() if report_hook is not None else None
-
-
-_RENAME_NOREPLACE = 1  # linux/fs.h
-_AT_FDCWD = -100
-
-
-def _renameat2_noreplace(src: Path, dst: Path) -> bool:
-    """``renameat2(src, dst, RENAME_NOREPLACE)``; False when the C library or file system lacks it.
-
-    Raises:
-        FileExistsError: ``dst`` exists.
-        OSError: any other failure of the rename.
-    """
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    if fn(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
-        return False  # not on this file system: fall back
-    raise OSError(err, os.strerror(err), os.fspath(dst))
-
-
-def _publish_noreplace(tmp: Path, dst: Path, flag: str) -> None:
-    """Renames ``tmp`` to ``dst`` only if ``dst`` does not exist, atomically (two writers: one wins).
-
-    ``renameat2(RENAME_NOREPLACE)`` where the kernel and file system have it;
-    else a file is published with ``link(2)`` (fails with EEXIST) and a folder
-    by claiming ``dst`` with ``mkdir(2)`` (fails with EEXIST) and renaming
-    over that empty folder, which ``rename(2)`` allows.
-
-    Raises:
-        UsageError: ``dst`` exists ("already exists", exit 2); ``tmp`` is left for the caller to remove.
-    """
-    taken = UsageError(f"{flag} {dst} already exists (another run wrote it since the check); "
-                       f"pass --force to replace it, or choose another {flag}")
-    try:
-        if _renameat2_noreplace(tmp, dst):
-            return
-        if tmp.is_dir():
-            os.mkdir(dst)
-            os.rename(tmp, dst)
-        else:
-            os.link(tmp, dst)
-            os.unlink(tmp)
-    except FileExistsError:
-        raise taken from None
-    except OSError as e:
-        if e.errno in (errno.EEXIST, errno.ENOTEMPTY):
-            raise taken from None
-        raise
 
 
 def _special_kind(p: Path) -> str | None:
@@ -414,6 +359,7 @@ def output_path(path: str | os.PathLike, flag: str, *, folder: bool = False, ove
     if not text:
         raise UsageError(f"{flag}: empty path; give a {'folder' if folder else 'file'} path")
     check_path_text(text, flag)
+    check_not_parent_ref(text, flag)
     if describe_existing(Path(text)) == "a symlink loop":
         raise UsageError(f"{flag} {shorten_path(text)}: is a symlink loop (the links point at each other); "
                          f"remove them or choose another {flag}")
@@ -503,19 +449,18 @@ def owner_gone(folder: Path) -> int | None:
 
     Only this user's regular file is read, never through a link nor blocking (a FIFO there hung
     every tflab command)."""
-    import stat
+    from tflab._path_checks import open_regular
 
     try:
-        fd = os.open(Path(folder) / OWNER, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        fd = open_regular(Path(folder) / OWNER, follow=False)  # the one non-blocking open of a regular file
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+            if os.fstat(fd).st_uid != os.getuid():
                 return None
             pid_text, start = os.read(fd, 256).decode(errors="replace").split()[:2]
         finally:
             os.close(fd)
         pid = int(pid_text)
-    except (OSError, ValueError):
+    except (OSError, ValueError, UsageError):
         return None
     now = _start_time(pid)
     if now is None or (start != "?" and now != start):
@@ -542,14 +487,18 @@ def owned_temp_dir(prefix: str, dir: str | os.PathLike | None = None) -> Path:
     """``tempfile.mkdtemp(prefix=…)`` carrying `OWNER` in `system_temp_dir` (or ``dir``); stale ones of the
     same prefix are swept first."""
     dir = dir or system_temp_dir()
-    sweep_stale(Path(dir), prefix)
+    # Every tflab_* folder of a killed run, not only this prefix's (a killed lower's tflab_lower_* is
+    # swept by the next run of any verb).
+    sweep_stale(Path(dir), "tflab_" if prefix.startswith("tflab_") else prefix)
     tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=dir))
     mark_owner(tmp)
     return tmp
 
 
-def sweep_stale(parent: Path, prefix: str, say=None) -> list[Path]:
+def sweep_stale(parent: Path, prefix: str, say=None, match=None) -> list[Path]:
     """Removes the folders ``parent/prefix*`` whose `OWNER` is gone (a run killed with SIGKILL).
+
+    ``match(name)``, when given, must also say yes (`sweep_beside`: every ``.*.tmp-*`` name).
 
     Says so in one line on stderr (or through ``say``). Folders without `OWNER` (not tflab's, or
     from an older tflab) and folders of running processes are kept.
@@ -561,7 +510,7 @@ def sweep_stale(parent: Path, prefix: str, say=None) -> list[Path]:
 
     removed = []
     try:
-        names = [n for n in os.listdir(parent) if n.startswith(prefix)]
+        names = [n for n in os.listdir(parent) if n.startswith(prefix) and (match is None or match(n))]
     except OSError:
         return removed
     for name in names:
@@ -581,13 +530,23 @@ def sweep_stale(parent: Path, prefix: str, say=None) -> list[Path]:
     return removed
 
 
+def _temp_output_name(name: str) -> bool:
+    """``.NAME.tmp-XXXX``: the temporary folder of a folder output (`OutputPath.temp_dir`), any NAME."""
+    return name.startswith(".") and ".tmp-" in name[1:]
+
+
 def sweep_beside(target: str | os.PathLike) -> list[Path]:
-    """`sweep_stale` for the ``.NAME.tmp-*`` folders beside an output path (any verb writing there)."""
+    """`sweep_stale` for every ``.*.tmp-*`` folder in the folder of an output path (any verb writing there).
+
+    Not only the same NAME's: after ``export --out run1`` is killed, ``export --out run2`` in the same
+    folder removes ``.run1.tmp-*`` (it can hold hundreds of MB). Only folders whose `OWNER` names a
+    process that is gone are removed; a running export's folder, and folders without `OWNER`, stay.
+    """
     p = Path(target)
     with contextlib.suppress(OSError, ValueError):
         if p.is_symlink():
             p = Path(os.path.realpath(p))
         parent = p.parent if str(p.parent) else Path(".")
         if parent.is_dir():
-            return sweep_stale(parent, f".{p.name}.tmp-")
+            return sweep_stale(parent, ".", match=_temp_output_name)
     return []

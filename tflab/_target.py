@@ -333,8 +333,8 @@ def materialize(value: Any, seed: "int | Any" = 0) -> Any:
             identical values (``x - y`` would be all zeros).
 
     Raises:
-        UsageError: the spec has an unknown (None) dimension, an unsupported
-            dtype, or would need more than `MAX_RANDOM_BYTES` (4 GiB).
+        UsageError: the spec has an unknown (None) dimension, more than 64 dims (numpy's limit), an
+            unsupported dtype, or would need more than `MAX_RANDOM_BYTES` (4 GiB).
     """
     import numpy as np
     import tensorflow as tf
@@ -346,6 +346,11 @@ def materialize(value: Any, seed: "int | Any" = 0) -> Any:
         raise UsageError(f"{label}: shape {value.shape} has unknown dims; "
                          f"give every dim to run it, e.g. {value.dtype.name}[4,8]")
     shape = value.shape.as_list()
+    from tflab._cliargs import NUMPY_MAX_DIMS
+
+    if len(shape) > NUMPY_MAX_DIMS:  # numpy's ValueError came out raw (compare_modes) or as exit 70 (compare)
+        raise UsageError(f"{label}: {len(shape)} dims; numpy arrays (the random inputs drawn for it) hold at most "
+                         f"{NUMPY_MAX_DIMS}")
     nbytes = int(np.prod(shape, dtype=np.float64)) * max(value.dtype.size, 1)
     if nbytes > MAX_RANDOM_BYTES:
         raise UsageError(f"{label}: shape {shape} needs {nbytes / 2**30:,.1f} GiB of random data "

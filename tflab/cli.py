@@ -114,7 +114,14 @@ class _OneLineParser(argparse.ArgumentParser):
         return ns, extras
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
+def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, object]]:
+    """The ``tflab`` parser and the verb modules.
+
+    Args:
+        only: the verb the command line names; the other verbs get their sub-parser (``--help``
+            lists them) without their options, whose ``add_arguments`` may import more (retrace's
+            epilog: 0.2 s of the pre-TF budget). None: every verb's options.
+    """
     parser = _OneLineParser(
         prog="tflab",
         description="TensorFlow tracing and export lab: FuncGraphs, retracing, AutoGraph, "
@@ -129,9 +136,16 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
                 continue  # verb not built yet
             raise
         p = sub.add_parser(verb, help=mod.HELP, description=mod.HELP)
-        mod.add_arguments(p)
+        if only is None or verb == only:
+            mod.add_arguments(p)
         modules[verb] = mod
     return parser, modules
+
+
+def _named_verb(argv: list[str] | None) -> str | None:
+    """The verb a command line names (its first word, the only place the top-level parser takes one)."""
+    argv = sys.argv[1:] if argv is None else argv
+    return argv[0] if argv and argv[0] in VERBS else None
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str] | None):
@@ -177,37 +191,50 @@ _FILE_OUTPUTS = {"inspect": [("dot", "--dot", "graph.dot")], "compare": [("hlo",
                  "check-tflite": [("node_data", "--node-data", "nodes.json")],
                  "lower": [("html", "--html", "lowering.html")]}
 _ARG_GRAMMAR = ("inspect", "autograph", "compare", "diagnose", "precision", "lower")
+# Verbs that draw numpy random inputs from the specs (at most `_cliargs.NUMPY_MAX_DIMS` dims each).
+_DRAWS_INPUTS = ("compare", "precision", "diagnose")
+# verb -> its folder output, published whole by a rename (`check_folder_out`'s rules), and the noun.
+_FOLDER_OUTPUTS = {"export": "export", "tour": "tour", "lower": "lowering"}
 
 
 def preflight(verb: str, args: argparse.Namespace) -> None:
     """Checks every argument that needs no TensorFlow, before the TF child starts (under 0.5 s).
 
-    In the verbs' own order: output paths first (`tflab._paths.output_path`,
-    `tflab._paths.check_folder_out`, which also remove the ``.NAME.tmp-*`` folders of killed runs
-    there), then input paths, probed without opening them (`tflab._paths.input_path`: a FIFO, a
-    device, a socket, a symlink loop, a folder each named), then the ``--arg`` grammar
-    (`tflab._cliargs.check_arg_grammar`). The child checks them again: this is the quick answer,
-    not the only one.
+    In the verbs' own order: option values (the verb module's ``check_options(args)``: word lists,
+    ``--loss-scale``), output paths (`tflab._paths.output_path`, `tflab._paths.check_folder_out`,
+    which also remove the ``.*.tmp-*`` folders of killed runs there; ``--html`` equal to or inside
+    ``--out`` is refused: publishing one would replace or foul the other), then input paths, probed
+    without opening them (`tflab._paths.input_path`: a FIFO, a device, a socket, a symlink loop, a
+    folder each named), the ``FILE.py:FUNC`` grammar, then the ``--arg`` grammar
+    (`tflab._cliargs.check_arg_grammar`: dtype names, dims, static dims for ``lower``, numpy's 64 dims
+    where random inputs are drawn). The child checks them again: this is the quick answer, not the
+    only one.
 
     Raises:
         UsageError: the first bad argument, in one line.
     """
     from tflab import _paths
-    from tflab._cliargs import check_arg_grammar
+    from tflab._cliargs import NUMPY_MAX_DIMS, check_arg_grammar
+    from tflab.commands import preflight_checks as _preflight
 
+    module = importlib.import_module(f"tflab.commands.{VERBS[verb]}")
+    check_options = getattr(module, "check_options", None)
+    if check_options is not None:
+        check_options(args)
     force = bool(getattr(args, "force", False))
+    folder_out = getattr(args, "out", None) if verb in _FOLDER_OUTPUTS else None
+    if isinstance(folder_out, str) and folder_out:
+        _paths.check_not_parent_ref(folder_out, "--out")
     for dest, flag, example in _FILE_OUTPUTS.get(verb, []):
         value = getattr(args, dest, None)
         if isinstance(value, str) and value:
+            _paths.check_not_parent_ref(value, flag)
+            if isinstance(folder_out, str) and folder_out:
+                _preflight.check_file_not_in_folder(value, flag, folder_out, "--out")
             _paths.output_path(value, flag, overwrite=force, example=example)
-    if verb in ("export", "tour") and getattr(args, "out", None):
-        if verb == "export":
-            _paths.check_folder_out(args.out, "--out", force, noun="export", empty_ok=False)
-        else:
-            _paths.check_folder_out(args.out, "--out", force, noun="tour")
-        _paths.output_path(args.out, "--out", folder=True, exclusive=not force)
-    if verb == "lower" and getattr(args, "out", None):
-        _paths.output_path(args.out, "--out", folder=True, exclusive=not force)
+    if isinstance(folder_out, str) and folder_out:
+        _paths.check_folder_out(folder_out, "--out", force, noun=_FOLDER_OUTPUTS[verb], empty_ok=verb == "tour")
+        _paths.output_path(folder_out, "--out", folder=True, exclusive=not force)
     if getattr(args, "tensorboard", None):
         _paths.output_path(args.tensorboard, "--tensorboard", folder=True)
     for dest, (kind, words) in _INPUTS.get(verb, {}).items():
@@ -215,21 +242,31 @@ def preflight(verb: str, args: argparse.Namespace) -> None:
         if not isinstance(value, str) or not value:
             continue
         if kind == "target":  # FILE.py:FUNC
-            path, sep, name = value.rpartition(":")
-            if sep and path and name:
-                _paths.input_path(path, "file", want="file", what="a path to a .py file")
+            path = _preflight.check_target(value, *(("FILE.py:STEP", "examples/model.py:step") if verb == "distribute" else ()))
+            _paths.input_path(path, "file", want="file", what="a path to a .py file")
+            _preflight.check_py(path, "file")
         elif kind == "model":  # export's MODEL: FILE.py:OBJ, a .keras file or a SavedModel folder
             path, sep, name = value.rpartition(":")
-            if sep and path.endswith(".py") and name:
+            if value.endswith(".py"):  # a .py file without :OBJ: what is there first, then the grammar
+                _paths.input_path(value, "MODEL", want="any", what=words)
+                _preflight.check_target(value, "FILE.py:OBJ", "examples/model.py:build")
+            elif sep and path.endswith(".py"):
+                path = _preflight.check_target(value, "FILE.py:OBJ", "examples/model.py:build")
                 _paths.input_path(path, "file", want="file", what="a .py file")
             else:
                 _paths.input_path(value, "MODEL", want="any", what=words)
+                _preflight.check_saved_model_folder(value, "MODEL")
         else:
             flag = {"model": "MODEL.tflite" if verb == "check-tflite" else "--model", "saved_model": "SAVED_MODEL",
                     "examples": "--examples", "script": "script"}.get(dest, dest)
             _paths.input_path(value, flag, want=kind, what=words)
+            if dest == "script":
+                _preflight.check_py(value, "script")
+            if kind in ("folder", "any"):
+                _preflight.check_saved_model_folder(value, flag)
     if verb in _ARG_GRAMMAR:
-        check_arg_grammar(getattr(args, "arg", None))
+        check_arg_grammar(getattr(args, "arg", None), static=verb == "lower",
+                          max_rank=NUMPY_MAX_DIMS if verb in _DRAWS_INPUTS else None)
 
 
 def _user_keyboard_interrupt(verb: str, args, exc: BaseException) -> int | None:
@@ -256,11 +293,15 @@ def main(argv: list[str] | None = None, *, _channel=None) -> int:
     from tflab._usercode import cli_verb, describe
     from tflab.errors import Terminated, TflabError
 
-    parser, modules = build_parser()
+    parser, modules = build_parser(_named_verb(argv))
     args, code = _parse(parser, argv)
     if args is None:
         return code
     if _channel is None:  # under the supervisor, it ran the pre-flight before starting this child
+        refusal = _environment_refusal()
+        if refusal is not None:
+            print(f"tflab {args.verb}: error: {refusal}", file=sys.stderr)
+            return 2
         try:
             from tflab.isa_caps import read_isa_caps
 
@@ -277,6 +318,7 @@ def main(argv: list[str] | None = None, *, _channel=None) -> int:
     from tflab.errors import install_sigterm_handler, raise_if_terminated
 
     previous_term = install_sigterm_handler()
+    previous_ending = _end_like_sigterm()
     real_stdout = sys.stdout
     try:
         if _channel is not None:
@@ -337,8 +379,32 @@ def main(argv: list[str] | None = None, *, _channel=None) -> int:
 
         if previous_term is not None:
             signal.signal(signal.SIGTERM, previous_term)
+        for s, h in previous_ending.items():
+            signal.signal(s, h)
         if previous_int is not None and _channel is None:
             signal.signal(signal.SIGINT, previous_int)
+
+
+def _end_like_sigterm() -> dict:
+    """SIGHUP, SIGQUIT and SIGUSR1 get SIGTERM's handler (cleanup, one "terminated" line) in this process.
+
+    Their default action ended the process at once: no line, ``.OUT.tmp-*`` and ``$TMPDIR/tflab_*``
+    left. A signal the caller ignores (``nohup``) stays ignored.
+
+    Returns:
+        The previous handlers, to restore.
+    """
+    import signal
+    import threading
+
+    previous: dict = {}
+    term = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is not threading.main_thread() or not callable(term):
+        return previous
+    for s in (signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1):
+        if signal.getsignal(s) is signal.SIG_DFL:
+            previous[s] = signal.signal(s, term)
+    return previous
 
 
 def supervise(argv: list[str] | None = None) -> int:
@@ -363,11 +429,15 @@ def supervise(argv: list[str] | None = None) -> int:
         return 141
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        parser, _ = build_parser()
+        parser, _ = build_parser(_named_verb(argv))
         args, code = _parse(parser, argv)
         if args is None:
             sys.stdout.flush()  # `tflab --help | head -1`: EPIPE here, not in the interpreter's final flush
             return code
+        refusal = _environment_refusal()  # junk TFLAB_* values, no usable temporary folder: one line
+        if refusal is not None:
+            print(f"tflab {args.verb}: error: {refusal}", file=sys.stderr)
+            return 2
         from tflab.process.settings import get as setting
 
         if setting("TFLAB_IN_PROCESS") == "1":
@@ -417,6 +487,24 @@ def supervise(argv: list[str] | None = None) -> int:
     return code
 
 
+def _environment_refusal() -> str | None:
+    """One line for a ``TFLAB_*`` value tflab cannot use or no usable temporary folder, else None.
+
+    Before anything else of the verb: the sweep of stale temporary folders and the verb's private
+    ``TMPDIR`` need the temporary folder, and ``TFLAB_IN_PROCESS`` decides how the verb runs.
+    """
+    from tflab._paths import check_temp_dir
+    from tflab.errors import UsageError
+    from tflab.process.settings import check_environment
+
+    try:
+        check_environment()
+        check_temp_dir()
+    except UsageError as e:
+        return str(e)
+    return None
+
+
 def _memory_refusal() -> str | None:
     """One line when RLIMIT_AS is too small for TensorFlow to load at all (B15), else None."""
     from tflab.process.memory import tf_load_refusal
@@ -451,7 +539,17 @@ def _child_main() -> int:
     if channel is None:
         return code
     verb = next((a for a in argv if a in VERBS), "")
-    return channel.finish(code, verb)
+    code = channel.finish(code, verb)
+    if verb != "retrace":
+        # The report is out: what the user's function left behind (a non-daemon thread, a blocking
+        # atexit handler) must not keep tflab from ending; the user ran no program of their own.
+        # `retrace` runs the user's script as __main__: its threads and atexit handlers are the
+        # script's, and run as under plain python.
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 class _ReportOnlyStdout:

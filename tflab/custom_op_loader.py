@@ -39,8 +39,14 @@ def load_custom_ops_for(saved_model_dir: str | os.PathLike) -> list[str]:
         The project custom ops found in ``saved_model.pb`` (loaded now or before).
     """
     pb = os.path.join(os.fspath(saved_model_dir), "saved_model.pb")
-    try:
-        data = Path(pb).read_bytes()
+    import stat
+
+    try:  # opened without blocking, and read only when a regular file: a FIFO would block for ever
+        fd = os.open(pb, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return []
+            data = f.read()
     except OSError:
         return []
     found = [op for op in PROJECT_CUSTOM_OPS if op.encode() in data]

@@ -397,15 +397,37 @@ def random_examples(inputs: Mapping[str, Any], seed: int = 0,
 
 
 def check_rows(batches: Sequence[Mapping[str, np.ndarray]]) -> None:
-    """Refuses examples with zero rows: nothing would be compared or calibrated.
+    """Refuses examples with zero rows, or an input none of whose values is finite: nothing would be
+    compared or calibrated.
+
+    An all-NaN input made int8 calibration produce a float model (export then blamed its own
+    ``int8`` recipe) and check-tflite compare NaN with NaN and pass ("ok", exit 0): the check was
+    vacuous. Called before any conversion. An input with some finite values is kept (NaN
+    propagation is worth checking).
 
     Raises:
-        UsageError: a batch whose first dimension is 0.
+        UsageError: a batch whose first dimension is 0; an input whose every value (over all
+            batches) is NaN or ±inf, with the counts.
     """
     for b in batches:
         rows = [a.shape[0] for a in b.values() if a.ndim]
         if rows and min(rows) == 0:
             raise UsageError("examples have 0 rows: nothing to compare or calibrate; give at least one row")
+    counts: dict[str, list[int]] = {}  # name -> [NaN, +-inf, size], over every batch
+    for b in batches:
+        for name, a in b.items():
+            a = np.asarray(a)
+            if a.dtype.kind not in "fc" or a.size == 0:
+                continue
+            c = counts.setdefault(name, [0, 0, 0])
+            c[0] += int(np.count_nonzero(np.isnan(a)))
+            c[1] += int(np.count_nonzero(np.isinf(a)))
+            c[2] += int(a.size)
+    for name, (nan, inf, size) in counts.items():
+        if nan + inf == size:
+            what = "NaN" if not inf else "±inf" if not nan else "NaN or ±inf"
+            raise UsageError(f"examples: every value of {name} is {what} ({nan} NaN, {inf} inf of {size} "
+                             f"non-finite): nothing to calibrate or compare; give finite values")
 
 
 def load_examples(path: str) -> list[dict[str, np.ndarray]]:

@@ -183,6 +183,9 @@ def load_model(spec: str) -> tuple[Any, str]:
         raise UsageError(f"{spec!r} does not exist: give a .keras file, a SavedModel folder or FILE.py:OBJ")
     if os.path.isdir(spec):
         pb = os.path.join(spec, "saved_model.pb")
+        from tflab._path_checks import check_saved_model_files
+
+        check_saved_model_files(spec, "MODEL")  # a FIFO saved_model.pb blocked TF's open for ever
         if not os.path.exists(pb):
             raise UsageError(f"{spec!r} is a folder without saved_model.pb, so not a SavedModel: give a "
                              f".keras file, a SavedModel folder or FILE.py:OBJ")
@@ -323,6 +326,9 @@ def check_out(out: Path, force: bool) -> OutputPath:
         UsageError: one line saying what is wrong with ``out``.
     """
     check_path_text(out, "--out")  # a NUL byte or a too-long name: one line, not os.stat's traceback
+    from tflab._paths import check_not_parent_ref
+
+    check_not_parent_ref(out, "--out")
     what = describe_existing(out)
     if what not in (None, "a folder", "a regular file", "a dangling symlink"):
         # A FIFO, a device or a symlink loop: --force never replaces those, so do not offer it.
@@ -425,12 +431,7 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         raise UsageError(f"export_model: force and isolate must be True or False, got {force!r}, {isolate!r}")
     progress = progress or (lambda msg: None)
     target = check_out(out, force)
-    if isinstance(model, (str, os.PathLike)):
-        name = model_name or os.fspath(model)
-        progress(f"loading {name}")
-        obj, _ = load_model(os.fspath(model))
-    else:
-        obj, name = model, model_name or type(model).__name__
+    # The examples first: 0 rows or an all-NaN input is refused before the model is loaded or converted.
     if isinstance(examples, (str, os.PathLike)):
         source = os.fspath(examples)
         batches = Examples.of(load_examples(source))
@@ -438,9 +439,14 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         source, batches = "given", Examples.of(examples)
     else:
         source, batches = "seeded random (seed 0), batch sizes 1 and 4", None
-
     if batches is not None:
         batches.check_rows()
+    if isinstance(model, (str, os.PathLike)):
+        name = model_name or os.fspath(model)
+        progress(f"loading {name}")
+        obj, _ = load_model(os.fspath(model))
+    else:
+        obj, name = model, model_name or type(model).__name__
     listed = None if batches is None else list(batches)
     build_note = build_unbuilt_keras(obj, listed, name)
     if listed is not None and any(x is not y for x, y in zip(listed, batches)):
@@ -521,9 +527,13 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
                       "ok" if check.ok else
                       {True: "ok", None: "no bound"}[check.within_bound])
             variants[q] = VariantResult(q, status, check=check, file=msg["file"], convert_seconds=msg["seconds"])
-        # Paths inside the report point at the final folder.
-        sm = dataclasses.replace(sm, path=os.fspath(out / "saved_model"))
-        report = ExportReport(model=name, out=os.fspath(out), saved_model=sm, variants=variants,
+        # Paths inside the report point at the final folder: this export's, and the folder an enclosing
+        # run publishes it in (the tour's --out), not a temporary folder gone after the rename.
+        from tflab._paths import published_path
+
+        final = published_path(out)
+        sm = dataclasses.replace(sm, path=os.fspath(final / "saved_model"))
+        report = ExportReport(model=name, out=os.fspath(final), saved_model=sm, variants=variants,
                               examples=source, seconds=time.perf_counter() - t0)
         from tflab.report.jsonable import dumps
 

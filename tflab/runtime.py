@@ -229,7 +229,8 @@ class RuntimeConfig:
             this CPU and the flags that decide it.
         onednn_env: the raw ``TF_ENABLE_ONEDNN_OPTS`` value, None if unset.
         onednn_default: TF's default for this CPU without the variable.
-        xla_flags: ``XLA_FLAGS``, None if unset.
+        xla_flags: the user's ``XLA_FLAGS``, None if unset (tflab's own dump flags left out:
+            `tflab_xla_flags`).
         tf_xla_flags: ``TF_XLA_FLAGS``, None if unset.
         cpu_allocator: "BFC", "MklCPUAllocator" or "DefaultCPUAllocator (malloc)".
         cpu_allocator_reason: the variable or default that chose it.
@@ -264,6 +265,7 @@ class RuntimeConfig:
     inter_op_threads: int
     gpus: tuple
     isa_caps: dict = dataclasses.field(default_factory=dict)
+    tflab_xla_flags: str | None = None  # XLA_FLAGS words tflab added for its own dump folder (removed after)
 
     @property
     def isa_summary(self) -> str:
@@ -308,6 +310,8 @@ class RuntimeConfig:
                  f"oneDNN {'on' if self.onednn_enabled else 'off'} ({why})",
                  f"XLA_FLAGS {self.xla_flags!r}" if self.xla_flags else "XLA_FLAGS unset",
                  f"allocator {self.cpu_allocator}"]
+        if self.tflab_xla_flags:
+            parts.append(f"tflab's own XLA dump flags {self.tflab_xla_flags!r} (a temporary folder, removed)")
         if self.isa_caps.get("summary", "none") != "none":
             parts.append(f"ISA caps {self.isa_caps['summary']}")
         if self.gpus:
@@ -429,6 +433,9 @@ def runtime_config() -> RuntimeConfig:
     build = {k: build_info[k] for k in sorted(build_info)
              if k.startswith(("is_cuda", "is_rocm", "cuda", "cudnn", "is_tensorrt"))}
     allocator, allocator_reason = _allocator(enabled)
+    from tflab.process.xla_probe import split_own_flags
+
+    user_flags, own_flags = split_own_flags(os.environ.get("XLA_FLAGS"))  # the user's, tflab's dump apart
     return RuntimeConfig(
         tf_version=tf.version.VERSION,
         tf_git_version=tf.version.GIT_VERSION,
@@ -444,7 +451,8 @@ def runtime_config() -> RuntimeConfig:
         onednn_reason=reason,
         onednn_env=env,
         onednn_default=onednn_default_for(isa, system),
-        xla_flags=os.environ.get("XLA_FLAGS"),
+        xla_flags=user_flags,
+        tflab_xla_flags=own_flags,
         tf_xla_flags=os.environ.get("TF_XLA_FLAGS"),
         cpu_allocator=allocator,
         cpu_allocator_reason=allocator_reason,

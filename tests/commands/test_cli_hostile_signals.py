@@ -339,8 +339,17 @@ def test_a_converter_worker_ends_itself_when_its_parent_is_killed(tmp_path):
 
     examples = tmp_path / "examples.npz"
     np.savez(examples, x=np.ones((1, 2), np.float32))
-    (tmp_path / "sm").mkdir()
-    os.mkfifo(tmp_path / "sm" / "saved_model.pb")  # the worker blocks reading it: alive until ended
+    import tensorflow as tf
+
+    m = tf.Module()
+    m.v = tf.Variable(tf.ones([2]))
+    m.f = tf.function(lambda x: x * m.v, input_signature=[tf.TensorSpec([1, 2])])
+    tf.saved_model.save(m, str(tmp_path / "sm"), signatures=m.f)
+    # The worker blocks reading the variables' data shard, which TF opens itself (saved_model.pb and
+    # variables.index are judged by tflab first and would be refused at once): alive until ended.
+    shard = next((tmp_path / "sm" / "variables").glob("variables.data-*"))
+    shard.unlink()
+    os.mkfifo(shard)
     spawn = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-m', 'tflab.litert.workers', "
              f"'--worker', {str(tmp_path / 'sm')!r}, {str(tmp_path)!r}, 'none', {str(examples)!r}], "
              "start_new_session=True); print(p.pid, flush=True); time.sleep(120)")

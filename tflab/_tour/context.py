@@ -45,6 +45,12 @@ class TourContext:
     final_dir: Path | None = None
     in_second_process: bool = False
 
+    def __post_init__(self) -> None:
+        if self.final_dir is not None:  # reports written under out_dir name the published folder
+            from tflab._paths import register_publication
+
+            register_publication(self.out_dir, self.final_dir)
+
     def final_path(self, path: str | os.PathLike) -> Path:
         """Where ``path`` (under `out_dir`) will be once the tour commits its folder."""
         p = Path(path)

@@ -75,14 +75,15 @@ def run(args: argparse.Namespace) -> int:
 
     node_out = (output_path(args.node_data, "--node-data", example="nodes.json", overwrite=args.force)
                 if args.node_data else None)
-    data = _read_model(args.model)
-    sm_dir = require_saved_model_dir(args.saved_model)
     from tflab.examples import load_examples
 
+    given = Examples.of(load_examples(args.examples)).check_rows() if args.examples else None  # before any load
+    data = _read_model(args.model)
+    sm_dir = require_saved_model_dir(args.saved_model)
     export_examples = os.path.join(os.path.dirname(os.path.abspath(args.model)), "examples.npz")
     source = ""
-    if args.examples:
-        batches = Examples.of(load_examples(args.examples))
+    if given is not None:
+        batches = given
     elif os.path.isfile(export_examples) and os.path.isfile(
             os.path.join(os.path.dirname(os.path.abspath(args.model)), "report.json")):
         # A `tflab export` folder: its own examples, so these numbers are the export's.

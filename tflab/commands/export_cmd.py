@@ -35,6 +35,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                 "2 bad input (nothing written)")
 
 
+# `tflab.litert.conversion.QUANTIZATIONS`, here so the pre-TF check imports no numpy
+# (tests/commands/test_cli_preflight.py keeps them equal).
+QUANTIZE_NAMES = ("none", "dynamic", "float16", "int8")
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """``--quantize``'s names, before TF loads (`tflab.cli.preflight`), in `tflab.export.parse_quantize`'s words."""
+    from tflab.errors import UsageError
+
+    text = args.quantize
+    names = [q.strip() for q in text.split(",") if q.strip()]
+    bad = [q for q in names if q not in QUANTIZE_NAMES]
+    if bad:
+        raise UsageError(f"--quantize {text!r}: unknown variant(s) {', '.join(map(repr, bad))}; use a comma "
+                         f"list of {', '.join(QUANTIZE_NAMES)}")
+    if not names:
+        raise UsageError(f"--quantize {text!r} names no variant: use a comma list of {', '.join(QUANTIZE_NAMES)}")
+
+
 def default_out(model: str) -> str:
     """``saved_models/NAME``: NAME from the file, folder or OBJ name."""
     if ".py:" in model:

@@ -57,9 +57,13 @@ def run(args: argparse.Namespace) -> int:
     # Every output checked before any work: a bad path must not cost a lowering.
     out = None
     if args.out:
+        from tflab._paths import check_folder_out
+        from tflab.commands.preflight_checks import check_file_not_in_folder
+
+        if args.html:  # the page inside the folder, or at its path: refused before any work
+            check_file_not_in_folder(args.html, "--html", args.out, "--out")
         out = output_path(args.out, "--out", folder=True, exclusive=not args.force)  # odd path text refused here
-        if out.path.exists() and not args.force:
-            raise UsageError(f"--out {args.out}: already exists; choose a new folder or add --force to replace it")
+        check_folder_out(args.out, "--out", args.force, noun="lowering", empty_ok=False)
     html = html_output(args.html, args.force)
     from tflab.lowering.dump import arm_own_dump, disarm_own_dump
 

@@ -19,6 +19,11 @@ HELP = ("run FILE.py:FUNC forward and backward under float32, mixed_bfloat16 and
         "print errors against float32, gradient underflow, overflow and what loss scaling changes")
 
 
+# `tflab.precision.policy.POLICIES`' names, here so the pre-TF check imports no numpy
+# (tests/commands/test_cli_preflight.py keeps them equal).
+POLICY_NAMES = ("float32", "mixed_bfloat16", "mixed_float16", "bfloat16", "float16")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", metavar="FILE.py:FUNC",
                    help="a function of tensors, a tf.function, or a zero-argument factory that "
@@ -38,6 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _loss_scale(text: str | None):
+    from tflab._cliargs import loss_scale_problem
     from tflab.errors import UsageError
 
     if text is None or text == "dynamic":
@@ -48,7 +54,22 @@ def _loss_scale(text: str | None):
         value = None
     if value is None or not value > 0 or value == float("inf"):
         raise UsageError(f"--loss-scale {text}: give a positive number (e.g. 32768) or 'dynamic'")
+    problem = loss_scale_problem(value)
+    if problem:
+        raise UsageError(f"--loss-scale {text}: {problem}; give e.g. 32768 or 'dynamic'")
     return value
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """The option values, before TF loads (`tflab.cli.preflight`): the policy names and the loss scale."""
+    from tflab.errors import UsageError
+
+    names = [p.strip() for p in args.policies.split(",")]
+    unknown = [p for p in names if p not in POLICY_NAMES]
+    if unknown or not names:
+        raise UsageError(f"unknown policy {', '.join(map(repr, unknown)) or '(none given)'}; "
+                         f"choose from {', '.join(POLICY_NAMES)}")
+    _loss_scale(args.loss_scale)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -67,9 +67,12 @@ def lower(fn: Callable, *args: Any, **kwargs: Any) -> Lowering:
     (['python', 'autograph', 'funcgraph', 'tf_mlir'], 1)
     >>> low.fusions[0].tf_op_types      # ('Sum', 'Relu', 'Mul')
     """
-    from tflab._argcheck import check_callable, check_xla_flags
+    from tflab._argcheck import check_binds, check_callable, check_xla_flags
     from tflab.lowering.build import build_lowering
 
     check_callable(fn, "fn", "tflab.lower", allow_none=False)
+    if args or kwargs:  # an unknown keyword is named (TF's error pointed at tflab's own frame)
+        check_binds(getattr(fn, "python_function", fn), args, kwargs, "tflab.lower",
+                    getattr(fn, "__name__", type(fn).__name__))
     check_xla_flags()  # a bad XLA_FLAGS is a UsageError here, not the end of the caller's process
     return build_lowering(fn, args, kwargs)

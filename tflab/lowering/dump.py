@@ -74,7 +74,10 @@ def arm_own_dump() -> Path | None:
     dump = tmp / "xla_dump"
     dump.mkdir()
     _flags_before = os.environ.get("XLA_FLAGS")
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={dump} {_DUMP_FLAGS}").strip()
+    from tflab.process.xla_probe import dump_flags, note_own_dump
+
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + dump_flags(dump)).strip()
+    note_own_dump(dump)  # reports record the user's XLA_FLAGS, these apart (`tflab.runtime`)
     _own_dump = dump
     return dump
 

@@ -152,12 +152,15 @@ class Lowering(Report):
         """The stage called ``name`` (one of `STAGES`).
 
         Raises:
-            KeyError: ``name`` is not a stage name (the message lists them).
+            tflab.errors.UsageError: ``name`` is not a stage name (the message lists them); it is also a
+                ``KeyError``, as before.
         """
+        from tflab._argcheck import UnknownKey
+
         for s in self.stages:
             if s.name == name:
                 return s
-        raise KeyError(f"no stage {name!r}; the stages are {', '.join(STAGES)}")
+        raise UnknownKey(f"Lowering.stage: no stage {name!r}; the stages are {', '.join(STAGES)}")
 
     def provenance(self, key: str) -> dict[str, list[str]]:
         """What came from ``key`` at every level: stage name → its pieces (text).
@@ -176,9 +179,11 @@ class Lowering(Report):
         Raises:
             tflab.errors.UsageError: ``key`` names nothing in this lowering.
         """
+        from tflab._argcheck import check_str
+
         from tflab.lowering.provenance import provenance
 
-        return provenance(self, key)
+        return provenance(self, check_str(key, "key", "Lowering.provenance", example="'MatMul' or 'f.py:7'"))
 
     def _resolve_key(self, key: str) -> tuple[set, set, set]:
         """(FuncGraph op names, user lines, HLO names) ``key`` names (`tflab.lowering.provenance.resolve_key`)."""

@@ -237,6 +237,11 @@ def _parse_loss_scale(loss_scale: Any) -> Any:
         shown = repr(loss_scale) if len(repr(loss_scale)) <= 40 else repr(loss_scale)[:37] + "..."
         raise UsageError(f"loss_scale must be None, a positive number or 'dynamic' (a float; at most "
                          f"{sys.float_info.max:.3g}), got {shown}")
+    from tflab._cliargs import loss_scale_problem
+
+    problem = loss_scale_problem(value)  # 1e-320 is 0 in float32, 1e39 is inf: the scaled gradients mean nothing
+    if problem:
+        raise UsageError(f"loss_scale {problem}; give e.g. 32768 or 'dynamic'")
     return value
 
 

@@ -267,3 +267,117 @@ def guard_main(argv: list[str]) -> int:
     kill_orphans()
     return code if code >= 0 else 128 - code
 
+
+
+# ----------------------------------------------------------------------------- the run's mark
+
+#: The environment variable that marks every process of one supervised run (`run_env`).
+RUN_MARK = "TFLAB_RUN"
+
+
+def run_env(token: str) -> dict[str, str]:
+    """The environment entry that marks a run's processes: every process the verb starts inherits it.
+
+    A process that leaves the verb's process group and session (``setsid``) is still found by it
+    (`kill_run`): no cgroup is needed, which an unprivileged tflab often cannot create (cgroup v1,
+    or a v2 tree not delegated to the user). A process started with an environment of its own
+    (``env={}``) is not marked.
+    """
+    return {RUN_MARK: token}
+
+
+def run_processes(token: str) -> list[int]:
+    """The pids whose environment (``/proc/PID/environ``, as they started) carries ``RUN_MARK=token``."""
+    mark = f"{RUN_MARK}={token}".encode()
+    found, me = [], os.getpid()
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == me:
+                continue
+            try:
+                with open(f"/proc/{name}/environ", "rb") as f:
+                    if mark in f.read().split(b"\0"):
+                        found.append(int(name))
+            except OSError:  # gone, or another user's
+                continue
+    return found
+
+
+def kill_run(token: str, rounds: int = 5) -> int:
+    """SIGKILLs every process marked with ``token`` (`run_env`), again while new ones appear (forks).
+
+    Returns:
+        How many were killed.
+    """
+    killed = 0
+    for _ in range(rounds):
+        pids = run_processes(token)
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+        time.sleep(0.02)
+    return killed
+
+
+_RUN_GUARD = "import sys; from tflab.process.group import run_guard_main; run_guard_main(sys.argv[1])"
+
+
+def start_run_guard(token: str) -> subprocess.Popen | None:
+    """A small process that ends the run's marked processes when this process dies (SIGKILL included).
+
+    The supervisor's own sweep (`kill_run`, on every end it lives to see) cannot run after a
+    SIGKILL; the kernel then tells this guard (``PR_SET_PDEATHSIG`` SIGTERM), which sweeps. The
+    guard itself is not marked. Stop it with ``proc.kill()`` after the run's own sweep.
+    """
+    env = {k: v for k, v in os.environ.items() if k != RUN_MARK}
+    with contextlib.suppress(OSError):
+        return subprocess.Popen([sys.executable, "-c", _RUN_GUARD, token], env=env, start_new_session=True,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                close_fds=True)
+    return None
+
+
+def run_guard_main(token: str) -> None:
+    """`start_run_guard`'s process: waits for its parent's end, then kills the run's marked processes."""
+    parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+    def stop(*_):
+        kill_run(token)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a terminal's hang-up is the supervisor's to handle
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    stop()
+
+
+def mark_run(env: dict) -> tuple[str, subprocess.Popen | None]:
+    """Marks a run about to start: its environment gets `run_env`, and a guard starts (`start_run_guard`).
+
+    Returns:
+        ``(token, guard)`` for `end_marked_run`.
+    """
+    import secrets
+
+    token = f"{os.getpid()}-{secrets.token_hex(8)}"
+    env.update(run_env(token))
+    return token, start_run_guard(token)
+
+
+def end_marked_run(token: str, guard: subprocess.Popen | None) -> None:
+    """Ends every process still marked with ``token``, then the guard (the run is over)."""
+    kill_run(token)
+    if guard is not None:
+        with contextlib.suppress(OSError):
+            guard.kill()
+            guard.wait()

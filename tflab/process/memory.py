@@ -33,6 +33,7 @@ Use from a verb (new verbs that make random inputs: do the same)::
 from __future__ import annotations
 
 import os
+import re
 
 from tflab.errors import UsageError
 
@@ -261,3 +262,31 @@ def ulp_step_copies(itemsize: int) -> int:
     """
     per_element = 68 if int(itemsize) >= 8 else 52
     return -(-per_element // max(int(itemsize), 1))
+
+
+# What an allocation failure leaves on stderr: glibc's "cannot allocate memory for thread-local data",
+# Python's MemoryError, C++'s std::bad_alloc, TF's "Resource exhausted: OOM", a thread whose stack
+# could not be mapped (TF's fatal "Thread … creation via pthread_create() failed").
+_NO_MEMORY = re.compile(r"cannot allocate memory|MemoryError|bad_alloc|ResourceExhausted|Resource exhausted|"
+                        r"out of memory|failed to allocate|pthread_create\(\) failed", re.I)
+
+
+def out_of_memory_line(stderr_tail: str, memory_limit: str | None) -> str | None:
+    """The line for a child that ran out of memory under a limit the user set, else None.
+
+    Args:
+        stderr_tail: the end of what the child wrote to stderr.
+        memory_limit: `limit_text` (a RLIMIT_AS or cgroup limit is one the user set).
+
+    RLIMIT_AS just above what TF's import needs let TF load, then glibc aborted a thread's start
+    ("cannot allocate memory for thread-local data", status 127) and the line named neither the
+    cause nor the limit.
+    """
+    if not memory_limit or not memory_limit.startswith(("RLIMIT_AS", "cgroup")):
+        return None
+    last = next((ln.strip() for ln in reversed(stderr_tail.splitlines()) if _NO_MEMORY.search(ln)), None)
+    if last is None:
+        return None
+    return (f"error: the process ran out of memory under the limit in force ({memory_limit}) before tflab wrote "
+            f"its report ({last[:160]!r}); raise the limit (ulimit -v, prlimit --as, or the cgroup's "
+            f"memory.max) or use smaller inputs")

@@ -55,6 +55,8 @@ class Setting:
     kind: str
     readers: tuple[str, ...]
     setters: tuple[str, ...] = ()
+    values: tuple[str, ...] = ()  # a switch's accepted values ("1", "0"); empty: any text
+    folder: bool = False  # names a folder tflab writes in: probed by `check_environment`
 
     def to_dict(self) -> dict:
         """The fields as JSON data (lists for the tuples)."""
@@ -65,12 +67,12 @@ class Setting:
 _TABLE = (
     # ------------------------------------------------------------------ user
     Setting("TFLAB_IN_PROCESS", "1 runs the verb in the tflab process itself, without the supervised child "
-            "(tests, debugging with pdb)", "0", "user", ("tflab.cli",)),
+            "(tests, debugging with pdb)", "0", "user", ("tflab.cli",), values=("0", "1")),
     Setting("TFLAB_FIX_TIMEOUT_S", "seconds each candidate fix's check may run in its child (a re-trace or run "
             "of your code that tflab makes before printing a fix) before it is stopped and shown as not checked",
             "60", "user", ("tflab.process.apart",)),
     Setting("TFLAB_TOUR_LANE", "0 keeps every tour section in the tour's own process (no second process "
-            "for steps 6 and 7-8)", "1", "user", ("tflab._tour.lane",)),
+            "for steps 6 and 7-8)", "1", "user", ("tflab._tour.lane",), values=("0", "1")),
     Setting("TFLAB_WARP_SOFTMAX_ISA", "forces WarpSoftmax's CPU path: scalar, avx2 or avx512 (read when the "
             "library loads); a path this CPU lacks is an error", None, "user",
             ("custom_ops/cc/kernels/warp_softmax_cpu.cc (std::getenv)", "custom_ops.python.ops.warp_softmax_ops",
@@ -80,9 +82,9 @@ _TABLE = (
     Setting("TFLAB_WARP_SOFTMAX_SO", "a prebuilt _warp_softmax_ops*.so to load instead of building one "
             "(e.g. from Bazel)", None, "user", ("custom_ops.python.ops.warp_softmax_ops",)),
     Setting("TFLAB_CUSTOM_OPS_BUILD_DIR", "the folder of the custom-op build cache (default custom_ops/_build, "
-            "or a user cache folder when the package is read-only)", None, "user", ("custom_ops.build",)),
+            "or a user cache folder when the package is read-only)", None, "user", ("custom_ops.build",), folder=True),
     Setting("TFLAB_CUSTOM_OPS_CUDA", "0 builds the CPU kernels only, even with nvcc installed", "1", "user",
-            ("custom_ops.build",)),
+            ("custom_ops.build",), values=("0", "1")),
     Setting("TFLAB_BENCH_PHASES_DIR", "benchmarks/bench_tour.py: the folder where the tour's second process "
             "writes its phase timings", None, "user",
             ("benchmarks/_phases_site/sitecustomize.py (os.environ: must not import tflab)",),
@@ -91,6 +93,9 @@ _TABLE = (
     Setting("TFLAB_CHILD_FDS", "the verb's child: its report, status and quiet fds and the parent's ttys "
             "(report,status,quiet,out_tty,err_tty)", None, "child", ("tflab.process.supervisor",),
             ("tflab.process.supervisor",)),
+    Setting("TFLAB_RUN", "every process of a supervised verb: the run's mark; the supervisor (or its guard, "
+            "when the supervisor is killed) ends each process that carries it, also one that left its session "
+            "(setsid)", None, "child", ("tflab.process.group",), ("tflab.process.supervisor",)),
     Setting("TFLAB_SUPERVISOR_PID", "the verb's child: the supervisor's pid (the child dies with it)", None,
             "child", ("tflab.process.supervisor",), ("tflab.process.supervisor",)),
     Setting("TFLAB_DEADLINE_S", "a helper child: seconds after which it ends itself (its parent's timeout, "
@@ -103,14 +108,14 @@ _TABLE = (
     Setting("TFLAB_SYSTEM_TMPDIR", "a verb's processes: the temporary folder tflab's own folders go in (the one "
             "the user's TMPDIR names); TMPDIR itself points them at the verb's private folder, removed when the "
             "verb ends and swept after a SIGKILL, so what TF leaves there (AutoGraph's generated files) goes too",
-            None, "child", ("tflab._output_marker",), ("tflab.cli",)),
+            None, "child", ("tflab._output_marker",), ("tflab.cli",), folder=True),
     Setting("TFLAB_TOUR_XLA_DUMP", "the tour's second process: the folder XLA dumps step 6's compile into "
             "(its XLA_FLAGS carry --xla_dump_to), read for step 6's lowering lines", None, "child",
             ("tflab.lowering.tour", "tflab.process.xla_probe"), ("tflab.lowering.tour", "tflab._tour.lane")),
     Setting("TFLAB_REPORT", "distribute's child: the path of its result (tflab.process.channel)", None, "child",
             ("tflab.distribute.child",), ("tflab.distribute.processes",)),
     Setting("TFLAB_LAB_EXPORT", "distribute's lab child: 1 also exports the trained model", "0", "child",
-            ("tflab.distribute.child",), ("tflab.distribute.lab",)),
+            ("tflab.distribute.child",), ("tflab.distribute.lab",), values=("0", "1")),
     Setting("TFLAB_USER_STEP", "distribute's user-step child: the user's step as FILE.py:NAME", None, "child",
             ("tflab.distribute.user",), ("tflab.distribute.user",)),
     Setting("TFLAB_USER_ARGS", "distribute's user-step child: the --arg items, as a JSON list", None, "child",
@@ -159,7 +164,52 @@ def get(name: str, environ: Mapping[str, str] | None = None) -> str | None:
     setting = declared(name)
     env = os.environ if environ is None else environ
     value = env.get(name)
+    if value is not None and setting.values and value not in setting.values:
+        raise _refusal(setting, value)
     return setting.default if value is None else value
+
+
+def _refusal(setting: Setting, value: str):
+    from tflab.errors import UsageError
+
+    shown = value if len(value) <= 40 else value[:40] + "…"
+    accepted = " or ".join(setting.values)
+    return UsageError(f"{setting.name}={shown!r} is not a value it takes: give {accepted} (unset: "
+                      f"{setting.default}; {setting.meaning})")
+
+
+def check_environment(environ: Mapping[str, str] | None = None) -> None:
+    """Refuses junk in the ``TFLAB_*`` variables before a verb starts (every verb: the supervisor calls it).
+
+    A switch takes only its `Setting.values` (``TFLAB_IN_PROCESS=yes`` was read as 0, ``=banana`` as
+    the default); a folder setting must be a folder where a file can be created, probed by creating
+    one (``os.access`` says yes to root on ``/proc`` and ``/sys``); a missing one must be creatable.
+
+    Raises:
+        UsageError: one line naming the variable, its value and what it accepts.
+    """
+    import tempfile
+
+    from tflab.errors import UsageError
+
+    env = os.environ if environ is None else environ
+    for setting in _TABLE:
+        value = env.get(setting.name)
+        if value is None:
+            continue
+        if setting.values and value not in setting.values:
+            raise _refusal(setting, value)
+        if setting.folder and value:
+            probe = os.path.abspath(value)
+            while not os.path.lexists(probe) and os.path.dirname(probe) != probe:
+                probe = os.path.dirname(probe)
+            try:
+                if not os.path.isdir(probe):
+                    raise NotADirectoryError(20, f"{probe} is not a folder")
+                os.rmdir(tempfile.mkdtemp(prefix=".tflab-probe-", dir=probe))
+            except OSError as e:
+                raise UsageError(f"cannot use {value} as {setting.name}: cannot create a folder in {probe} "
+                                 f"({e.strerror or e}); set {setting.name} to a writable folder, or unset it") from None
 
 
 def get_float(name: str, fallback: float, environ: Mapping[str, str] | None = None) -> float:

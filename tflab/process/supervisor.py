@@ -64,7 +64,7 @@ import sys
 import tempfile
 import time
 
-from tflab.process.group import kill_orphans, set_subreaper
+from tflab.process.group import end_marked_run, kill_orphans, mark_run, set_subreaper
 from tflab.process.watch import die_with_parent
 
 #: Exit code for a child that crashed: segfault, a native abort, SIGKILL
@@ -151,12 +151,16 @@ def remove_announced(status: list[str]) -> list[str]:
     return removed
 
 
-
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         n = os.write(fd, view)
         view = view[n:]
+
+
+#: Signals that end a run as SIGTERM does (forwarded as SIGTERM; exit 128 + the signal): by their default
+#: action a hang-up, SIGQUIT and SIGUSR1 killed tflab with no line and its temporary folders left.
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1)
 
 
 def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float | None = None,
@@ -196,8 +200,10 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
     state = {"ready": False, "deadline": None, "killed": False}
     proc = None
     same_group = _terminal_foreground()
+    marked = None
     if reap_orphans:
         reap_orphans = set_subreaper()
+        marked = mark_run(child_env)  # a process that left its group and session (setsid) is still ended
 
     def kill_group() -> None:
         state["killed"] = True
@@ -213,12 +219,16 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
             return
         if len(received) > 1:
             return  # one forward; the grace deadline is already running
+        with contextlib.suppress(OSError):  # "ready" may be in the pipe, not read by the loop yet
+            if not state["ready"] and not os.get_blocking(status_r):  # (blocking: the loop has not begun)
+                status_buf.extend(os.read(status_r, 65536))
+                state["ready"] = b"ready\n" in status_buf
         if not state["ready"]:
             kill_group()  # Python start-up: nothing written yet, nothing to clean
             return
         if not (same_group and signum == signal.SIGINT):  # the terminal's Ctrl-C reached the child too
-            with contextlib.suppress(OSError):
-                os.kill(proc.pid, signum)
+            with contextlib.suppress(OSError):  # SIGHUP/SIGQUIT/SIGUSR1: the child cleans up as for SIGTERM
+                os.kill(proc.pid, signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
         state["deadline"] = time.monotonic() + grace
 
     previous = {}
@@ -226,7 +236,7 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
         import threading
 
         if threading.current_thread() is threading.main_thread():
-            for s in (signal.SIGINT, signal.SIGTERM):
+            for s in (signal.SIGINT, *ENDING_SIGNALS):
                 if signal.getsignal(s) is signal.SIG_IGN:
                     continue  # nohup, a background job of a script: the caller asked not to be stopped
                 previous[s] = signal.signal(s, on_signal)
@@ -325,6 +335,8 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
                     os.killpg(proc.pid, signal.SIGKILL)  # what the child started in its group
             if reap_orphans:
                 kill_orphans()  # what left the group (setsid, double fork): re-parented here
+        if marked is not None:
+            end_marked_run(*marked)  # what left and was re-parented elsewhere (a setsid -f, a daemon)
         for fd in (report_r, status_r, err_r, report_w, status_w, err_w):
             if fd >= 0:
                 with contextlib.suppress(OSError):
@@ -378,10 +390,13 @@ def describe_end(end: ChildEnd, memory_limit: str | None = None) -> tuple[int, s
         return 141, None
     own = end.exit_status()
     if own is not None:
+        if own == 128 + signal.SIGTERM and end.signal_received in ENDING_SIGNALS:
+            return 128 + end.signal_received, None  # SIGHUP forwarded as SIGTERM: the shell's 129, not 143
         return own, None
     if end.signal_received is not None:
         code = 128 + end.signal_received
-        word = "interrupted" if end.signal_received == signal.SIGINT else "terminated"
+        word = ("interrupted" if end.signal_received == signal.SIGINT else "terminated"
+                + ("" if end.signal_received == signal.SIGTERM else f" ({_signal_name(end.signal_received)})"))
         if end.killed and "ready" in end.status:
             word += " (it did not stop within the grace period and was killed)"
         return code, word
@@ -391,6 +406,11 @@ def describe_end(end: ChildEnd, memory_limit: str | None = None) -> tuple[int, s
     if n is not None:
         return 2, (f"error: your code ended the process with os._exit({n}) before tflab wrote its report; "
                    f"return or raise instead (tflab cannot report on a process that was ended under it)")
+    from tflab.process.memory import out_of_memory_line  # before TF's fatal check, which may be its symptom
+
+    limited = out_of_memory_line(end.stderr_tail, memory_limit)
+    if limited is not None:
+        return 2, limited
     fatal = end.fatal_line()
     if fatal is not None:
         flags = [v for v in ("XLA_FLAGS", "TF_XLA_FLAGS") if re.search(rf"\b{v}\b", fatal)]
@@ -425,7 +445,6 @@ def describe_end(end: ChildEnd, memory_limit: str | None = None) -> tuple[int, s
     last = next((ln for ln in reversed(end.stderr_tail.splitlines()) if ln.strip()), "")
     return CRASH_EXIT, (f"error: the process ended with status {rc} before tflab wrote its report"
                         + (f"; its last line: {last.strip()[:300]!r}" if last else ""))
-
 
 
 # ----------------------------------------------------------------------------- the child's end

@@ -31,6 +31,43 @@ def dump_flags(folder: str | os.PathLike) -> str:
     return f"--xla_dump_to={os.fspath(folder)} --xla_dump_hlo_as_text"
 
 
+_OWN_DUMPS: list[str] = []  # dump folders this process put in XLA_FLAGS for tflab's own work
+
+
+def note_own_dump(folder: str | os.PathLike | None) -> None:
+    """Records that this process added `dump_flags` ``(folder)`` to ``XLA_FLAGS`` (None: forget them all)."""
+    if folder is None:
+        _OWN_DUMPS.clear()
+    else:
+        _OWN_DUMPS.append(os.fspath(folder))
+
+
+def split_own_flags(text: str | None) -> tuple[str | None, str | None]:
+    """``XLA_FLAGS`` split into the user's own flags and tflab's dump flags (`dump_flags`).
+
+    ``tflab lower`` and the tour's second process add XLA's dump flags for a temporary folder
+    that is removed after the run; a report that recorded them as the user's ``XLA_FLAGS`` sent a
+    reproduction to a deleted folder. tflab's are those of a folder noted with `note_own_dump` or
+    named by ``TFLAB_TOUR_XLA_DUMP``.
+
+    Returns:
+        ``(user's flags or None when none is left, tflab's flags or None)``.
+    """
+    if not text:
+        return text or None, None
+    from tflab.process.settings import get
+
+    folders = [*_OWN_DUMPS, *([get("TFLAB_TOUR_XLA_DUMP")] if get("TFLAB_TOUR_XLA_DUMP") else [])]
+    own = []
+    for folder in folders:
+        words = dump_flags(folder)
+        if words in text:
+            text = text.replace(words, " ", 1)
+            own.append(words)
+    user = " ".join(text.split())
+    return (user or None), (" ".join(own) or None)
+
+
 def users_xla_flags(environ=None) -> str:
     """``XLA_FLAGS`` without the `dump_flags` words tflab appended for this process.
 

@@ -37,10 +37,11 @@ def _load_key(path: str) -> tuple:
     import hashlib
 
     digest = hashlib.sha256()
+    from tflab._path_checks import read_regular
+
     for name in ("saved_model.pb", "saved_model.pbtxt", os.path.join("variables", "variables.index")):
-        with contextlib.suppress(OSError):
-            with open(os.path.join(path, name), "rb") as f:
-                digest.update(name.encode() + b"\0" + f.read() + b"\0")
+        with contextlib.suppress(OSError, UsageError):  # a FIFO is never opened: refused by the load
+            digest.update(name.encode() + b"\0" + read_regular(os.path.join(path, name)) + b"\0")
     var_dir = os.path.join(path, "variables")
     with contextlib.suppress(OSError):
         for name in sorted(os.listdir(var_dir)):
@@ -74,6 +75,9 @@ def require_saved_model_dir(path: Any, what: str = "saved_model_dir") -> str:
 
     # A FIFO, a device, a symlink loop: named as such, without opening it (the one input place).
     input_path(path, what, want="folder", what="a SavedModel folder (the folder holding saved_model.pb)")
+    from tflab._path_checks import check_saved_model_files
+
+    check_saved_model_files(path, what)  # saved_model.pb a FIFO: named, never opened (TF's open blocks)
     if not any(os.path.isfile(os.path.join(path, f)) for f in ("saved_model.pb", "saved_model.pbtxt")):
         raise UsageError(f"{what} {path!r} is a folder without saved_model.pb, so not a SavedModel")
     return path
@@ -97,9 +101,10 @@ def require_readable_saved_model(path: Any, what: str = "saved_model_dir") -> st
 
         from tflab._tf.saved_model import parse_saved_model
 
+        from tflab._path_checks import read_regular
+
         try:
-            with open(pb, "rb") as f:
-                parse_saved_model(f.read())
+            parse_saved_model(read_regular(pb, what=f"saved_model.pb in {what}"))
         except (DecodeError, OSError, ValueError) as e:
             raise UsageError(f"{what} {path!r}: {pb} is not a readable SavedModel ({type(e).__name__}: "
                              f"{str(e).splitlines()[0][:160] if str(e) else 'cannot parse'}); export it "

@@ -41,8 +41,9 @@ def signature_names(path: str, key: str = "serving_default") -> tuple[list[str],
     """(input names, output names) of SignatureDef ``key`` in the SavedModel at ``path``, from saved_model.pb."""
     from tflab._tf.saved_model import parse_saved_model
 
-    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
-        message = parse_saved_model(f.read())
+    from tflab._path_checks import read_regular
+
+    message = parse_saved_model(read_regular(os.path.join(path, "saved_model.pb"), what="saved_model.pb"))
     sig = message.meta_graphs[0].signature_def[key]
     return sorted(sig.inputs), sorted(sig.outputs)
 

@@ -234,10 +234,9 @@ def save_and_reload(obj: Any, path: str | os.PathLike, examples: Any, *,
         raise
 
 
-def _save_and_check(obj, path: str, batches: Examples | None, signatures) -> SavedModelCheck:
+def _save(obj, path: str, signatures) -> tuple[str, dict, list[str]]:
+    """Saves ``obj`` the way its kind is saved: ``(kind, {signature key: Reference}, notes)``."""
     import tensorflow as tf
-
-    from tflab._usercode import run_signature
 
     notes: list[str] = []
     if _is_loaded_saved_model(obj):
@@ -257,6 +256,25 @@ def _save_and_check(obj, path: str, batches: Examples | None, signatures) -> Sav
     else:
         raise UsageError(f"cannot save a {type(obj).__name__}: give a tf.Module, a Keras 3 model "
                          f"or a tf-keras model")
+    return kind, refs, notes
+
+
+def _save_and_check(obj, path: str, batches: Examples | None, signatures) -> SavedModelCheck:
+    import tensorflow as tf
+
+    from tflab._usercode import run_signature
+
+    try:
+        kind, refs, notes = _save(obj, path, signatures)
+    except TflabError:
+        raise
+    except Exception as e:
+        from tflab.saved_model.node_names import explain_model_error, raised_by_tf
+
+        if not raised_by_tf(e):
+            raise  # tflab's own bug: its traceback is what a report needs
+        save = (lambda m, p: _save_keras3(m, p)) if is_keras3(obj) else None
+        raise explain_model_error(e, obj, "while saving it as a SavedModel", save) from e
 
     # The in-process model is called below: remember its variables to give them back (case M9).
     state = _variable_state(obj) if kind != "SavedModel" else []
