@@ -96,20 +96,14 @@ def overflow_plan(result, origin, rerun: Callable[[], Any], out_names, reference
             if not frame:
                 return fx.unchecked(kind, "", description, "the first non-finite op has no line of yours "
                                     "(it is made inside TF or Keras)")
-            box: dict = {}
-
             def check():
                 with swapped_line(frame[0], frame[1], frame[2], rewrite) as (what, line):
-                    box["line"] = line
                     r = rerun()
-                return measured(r)
+                return _with_line(measured(r), line)
 
             f = fx.attempt(kind, "", description, check, how=f"ran a copy of {frame[2]} with {where} rewritten, "
                            f"rebuilt and re-ran under the policy")
-            if "line" not in box:  # the rewrite did not apply to that line (RewriteError): not run
-                return fx.unchecked(kind, "", description, f.result.split(": ", 1)[-1])
-            return fx.Fix(f.kind, box["line"], f.description, status=f.status, how=f.how, result=f.result,
-                          measured=f.measured, source=box["line"])
+            return _rewritten_fix(f, kind, description)
         return run
 
     candidates.append(rewritten(in_float32(cast_back=True), "code",
@@ -264,19 +258,13 @@ def cause_plan(result, cause, rerun: Callable[[], Any], ref_outputs: list, ref_g
         def run() -> fx.Fix:
             if not frame:
                 return fx.unchecked("code", "", description, "the cause op has no line of yours")
-            box: dict = {}
-
             def check():
                 with swapped_line(frame[0], frame[1], frame[2], rewrite) as (_, line):
-                    box["line"] = line
-                    return check_run()
+                    return _with_line(check_run(), line)
 
             f = fx.attempt("code", "", description, check, how=f"ran a copy with {where} rewritten, rebuilt and "
                            "re-ran forward and backward under the policy")
-            if "line" not in box:
-                return fx.unchecked("code", "", description, f.result.split(": ", 1)[-1])
-            return fx.Fix(f.kind, box["line"], f.description, status=f.status, how=f.how, result=f.result,
-                          measured=f.measured, source=box["line"])
+            return _rewritten_fix(f, "code", description)
         return run
 
     candidates: list = []
@@ -315,3 +303,25 @@ def cause_plan(result, cause, rerun: Callable[[], Any], ref_outputs: list, ref_g
                                  why=f"their float32 values reach {big:.4g}, beyond {dt}'s max "
                                      f"{float(float_info(dt).max):.6g}"))
     return fx.first_working(candidates)
+
+
+def _with_line(out: tuple, line: str) -> tuple:
+    """A check's ``(worked, result, measured)`` with the rewritten line in ``measured``.
+
+    The check runs in a child (`tflab.fix.attempt`): only what it returns comes
+    back, so the line the rewrite produced travels in ``measured``.
+    """
+    extra = dict(out[2]) if len(out) > 2 and out[2] else {}
+    extra["rewritten_line"] = line
+    return bool(out[0]), str(out[1]), extra
+
+
+def _rewritten_fix(f: fx.Fix, kind: str, description: str) -> fx.Fix:
+    """The Fix of a one-line rewrite; "not checked" when the rewrite did not apply to the line (nothing ran)."""
+    measured = dict(f.measured)
+    line = measured.pop("rewritten_line", None)
+    if line is None:
+        why = (f.result or f.why).split(": ", 1)[-1]
+        return fx.unchecked(kind, "", description, why)
+    return fx.Fix(f.kind, line, f.description, status=f.status, how=f.how, result=f.result, why=f.why,
+                  measured=measured, source=line)
