@@ -182,7 +182,7 @@ class FixPlan(Report):
 
 
 def attempt(kind: str, change: str, description: str, check: Callable[[], tuple[bool, str] | tuple[bool, str, dict]],
-            *, how: str = "", source: str = "", timeout_s: float | None = None) -> Fix:
+            *, how: str = "", source: str = "", timeout_s: float | None = None, apart: bool = True) -> Fix:
     """Apply one candidate fix by running ``check`` apart from the user's process, and record what it measured.
 
     ``check`` runs in a forked child (`tflab.process.apart.run_apart`): it sees
@@ -206,6 +206,11 @@ def attempt(kind: str, change: str, description: str, check: Callable[[], tuple[
         timeout_s: seconds the check may run; default ``TFLAB_FIX_TIMEOUT_S``
             (60). A check that does not finish is "not checked: the candidate
             did not finish in N s".
+        apart: False runs ``check`` in this process, for a check that cannot
+            run in a forked child: XLA's compiler, once this process has
+            compiled with it, hangs or aborts (SIGABRT) in a fork (its thread
+            pools do not survive ``fork``; measured on TF 2.21). Such a check
+            has no time limit, and what it changes stays changed.
 
     Returns:
         A `Fix` with status "checked", "failed" or (time limit) "not checked".
@@ -213,23 +218,42 @@ def attempt(kind: str, change: str, description: str, check: Callable[[], tuple[
     Raises:
         KeyboardInterrupt: the user pressed Ctrl-C (the child is killed first).
     """
-    from tflab.process import apart
+    if not apart:
+        return _attempt_here(kind, change, description, check, how=how, source=source)
+    from tflab.process import apart as apart_
 
     def in_child():
         out = check()
         return bool(out[0]), str(out[1]), dict(out[2]) if len(out) > 2 and out[2] else {}
 
-    ran = apart.run_apart(in_child, timeout_s)
-    if ran.status == apart.RETURNED:
+    ran = apart_.run_apart(in_child, timeout_s)
+    if ran.status == apart_.RETURNED:
         worked, result, measured = ran.value
         if ran.files_kept_apart:
             measured = {**measured, "files_kept_apart": list(ran.files_kept_apart)}
         return Fix(kind, change, description, status=CHECKED if worked else FAILED, how=how,
                    result=result, measured=measured, source=source)
-    if ran.status == apart.TIMED_OUT:
+    if ran.status == apart_.TIMED_OUT:
         return Fix(kind, change, description, status=NOT_CHECKED, how=how, source=source, why=ran.text,
                    measured={"timeout_s": ran.timeout_s})
     return Fix(kind, change, description, status=FAILED, how=how, source=source, result=ran.text)
+
+
+def _attempt_here(kind: str, change: str, description: str, check: Callable, *, how: str, source: str) -> Fix:
+    """`attempt` in this process (``apart=False``): an exception, ``sys.exit`` included, fails the fix."""
+    try:
+        out = check()
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - the user's code under the fix may raise anything
+        if isinstance(e, SystemExit):
+            return Fix(kind, change, description, status=FAILED, how=how, source=source,
+                       result=f"your code called sys.exit({e.code!r}) under this fix")
+        return Fix(kind, change, description, status=FAILED, how=how, source=source,
+                   result=f"raised {type(e).__name__}: {_first_line(e)}")
+    measured = dict(out[2]) if len(out) > 2 and out[2] else {}
+    return Fix(kind, change, description, status=CHECKED if out[0] else FAILED, how=how, result=str(out[1]),
+               measured=measured, source=source)
 
 
 def unchecked(kind: str, change: str, description: str, why: str) -> Fix:

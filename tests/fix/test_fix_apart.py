@@ -165,8 +165,8 @@ def test_retrace_checks_leave_the_users_list_iterator_and_trace_log_as_the_run_l
 
     p = _probe_three_calls(step)
     report = p.to_text()
-    # the healthy twin: the fix is still measured on the user's calls, with the same text as before
-    assert "(checked: 1 trace for your 3 calls, instead of 3)" in report
+    # the healthy twin: the fix is still measured on the user's calls, traces and values
+    assert "(checked: 1 trace for your 3 calls, instead of 3; outputs equal eager's on your 3 calls" in report
     assert log.read_text().count("trace") == 3
     assert created == [0, 1, 2] and next(it) == 3
 
@@ -274,3 +274,16 @@ def test_tflab_retrace_script_whose_re_trace_exits_or_blocks_prints_its_report_w
     assert "os._exit(7) under this fix" in out.stdout
     assert "the candidate did not finish in 1 s" in out.stdout
     assert "before tflab wrote its report" not in out.stdout + out.stderr
+
+
+def test_a_check_that_cannot_fork_runs_here_with_the_same_verdicts():
+    """``apart=False``: the XLA checks (XLA's compiler does not survive fork once it ran here)."""
+    from tflab import fix as fx
+
+    seen = []
+    ok = fx.attempt("option", "x", "d", lambda: (seen.append(1) or True, "fine", {"n": 1}), apart=False)
+    assert ok.checked and ok.result == "fine" and ok.measured == {"n": 1} and seen == [1]   # ran here
+    bad = fx.attempt("option", "x", "d", lambda: (_ for _ in ()).throw(ValueError("no")), apart=False)
+    assert bad.failed and bad.result == "raised ValueError: no"
+    gone = fx.attempt("option", "x", "d", lambda: (_ for _ in ()).throw(SystemExit(3)), apart=False)
+    assert gone.failed and gone.result == "your code called sys.exit(3) under this fix"

@@ -271,8 +271,10 @@ class _ModeRun:
                         default=0.0)
             return True, f"XLA compiles and runs the forward pass: outputs within {worst:g} ULP of eager"
 
+        # apart=False: XLA has compiled in this process already, and its compiler hangs or aborts in a fork
         forward_only = fx.attempt("option", "gradients=False", "compare the forward pass only", check,
-                                  how="the forward pass compiled with jit_compile=True and run on your inputs")
+                                  how="the forward pass compiled with jit_compile=True and run on your inputs",
+                                  apart=False)
         return "; ".join([bound.line(), *fx.first_working([forward_only]).lines("or")])
 
     def random_ops(self) -> dict[str, tuple]:
