@@ -419,3 +419,24 @@ def test_a_graph_that_differs_from_eager_by_itself_sets_a_printed_bound_not_a_fa
     fix = p.traces[1].details[0].plan.fix
     assert fix.checked and "ULP, bound" in fix.result and "graph vs eager rounding" in fix.result, fix.line()
     assert 0 < fix.measured["max_ulp"] == fix.measured["ulp_bound"]
+
+
+@pytest.mark.parametrize("loop", ["predict", "fit", "predict_on_batch"])
+def test_a_keras_loop_is_refused_with_what_works(loop):
+    import keras
+
+    from tflab.errors import UsageError
+
+    m = keras.Sequential([keras.Input((6,)), keras.layers.Dense(2)])
+    with pytest.raises(UsageError, match=f"{loop} is Keras' own loop.*tflab retrace SCRIPT.py"):
+        tflab.RetraceProbe(getattr(m, loop))
+    tflab.RetraceProbe(m)  # the healthy twin: the model's own call is probed
+
+
+def test_a_rebound_variable_is_not_called_a_trace_counter():
+    from tflab.retrace.sideeffects import trace_time_effects
+
+    ns = {"tf": tf, "acc": tf.Variable(tf.zeros([3])), "n": 0}
+    exec("def accumulate(x):\n    global acc, n\n    acc = acc + x\n    n = n + 1\n    return acc\n", ns)
+    kinds = {e.base: e.kind for e in trace_time_effects(ns["accumulate"])}
+    assert kinds == {"acc": "variable", "n": "global"}  # the int stays a trace counter (healthy twin)

@@ -132,6 +132,7 @@ class RetraceProbe(StateWatch, HtmlDisplay):
             raise UsageError(f"RetraceProbe needs a function, a tf.function or a callable object, got the "
                              f"class {fn.__name__}; pass an instance (RetraceProbe({fn.__name__}(...))) "
                              f"or one of its bound methods")
+        _refuse_keras_loop(fn)
         _check_tf_function_kwargs(tf_function_kwargs)
         if not isinstance(watch_stale, bool):
             raise UsageError(f"RetraceProbe: watch_stale must be True or False, got {watch_stale!r}")
@@ -563,3 +564,23 @@ class RetraceProbe(StateWatch, HtmlDisplay):
 
 # Its HTML fragment (notebook and --html pages): tflab.report.html.dispatch's registry.
 renders(RetraceProbe)(probe_fragment)
+
+
+# Keras' driver loops: each builds its own tf.function (the step) and calls it per batch; tracing
+# the loop itself into a graph fails inside Keras (a symbolic tensor has no .numpy()).
+_KERAS_LOOPS = ("fit", "evaluate", "predict", "train_on_batch", "test_on_batch", "predict_on_batch")
+
+
+def _refuse_keras_loop(fn: Callable) -> None:
+    """One UsageError for ``RetraceProbe(model.predict)`` and the other Keras loops, with what works."""
+    owner = getattr(fn, "__self__", None)
+    name = getattr(fn, "__name__", "")
+    if owner is None or name not in _KERAS_LOOPS:
+        return
+    mro = [c.__module__ for c in type(owner).__mro__]
+    if not any(m.startswith(("keras.", "tf_keras.")) for m in mro):
+        return
+    raise UsageError(f"RetraceProbe({type(owner).__name__}.{name}): {name} is Keras' own loop, which builds its own "
+                     f"tf.function and calls it per batch; it cannot be traced as one function. Run your script "
+                     f"with `tflab retrace SCRIPT.py` (it follows Keras' step function and explains its retraces), "
+                     f"or probe the model's call: RetraceProbe(model) for model(x)")

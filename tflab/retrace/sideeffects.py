@@ -32,6 +32,8 @@ ADVICE = {
     "print": "use tf.print, which is a graph op and runs on every call",
     "global": "this counts traces, not calls (fine as a trace counter); keep state that must "
               "change on every call in a tf.Variable",
+    "variable": "it rebinds the name of a tf.Variable to a tensor of this trace's graph, so the Variable is lost "
+                "after the first trace; assign to the Variable instead (.assign / .assign_add / .assign_sub)",
 }
 
 _MUTATORS = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "pop",
@@ -45,7 +47,8 @@ class SideEffect:
     Attributes:
         kind: "attribute" (``o.value += 1``), "subscript" (``d[k] = v``),
             "append" (``xs.append(v)`` and other in-place container calls),
-            "print", or "global" (a write to a name declared ``global``).
+            "print", "global" (a write to a name declared ``global``), or "variable"
+            (that write rebinds a name that holds a tf.Variable: no counter, lost state).
         source: the statement's text, as written.
         line: its line number in ``filename``.
         filename: the file of the user's function.
@@ -238,4 +241,13 @@ def trace_time_effects(fn: Any) -> list[SideEffect]:
     locals_ = set(code.co_varnames) - params
     finder = _Finder(locals_, global_writes(code), src.splitlines(), first, code.co_filename)
     finder.visit(target)
-    return finder.found
+    found = finder.found
+    g = getattr(fn, "__globals__", {}) or {}
+    return [dataclasses.replace(e, kind="variable") if e.kind == "global" and _is_variable(g.get(e.base)) else e
+            for e in found]
+
+
+def _is_variable(value: Any) -> bool:
+    """True for a tf.Variable (by its class's module, so TF is not imported for a plain value)."""
+    return any(c.__module__.startswith("tensorflow.") and c.__name__ in ("Variable", "BaseResourceVariable")
+               for c in type(value).__mro__)
