@@ -433,10 +433,13 @@ def test_a_keras_loop_is_refused_with_what_works(loop):
     tflab.RetraceProbe(m)  # the healthy twin: the model's own call is probed
 
 
-def test_a_rebound_variable_is_not_called_a_trace_counter():
+def test_a_rebound_variable_is_not_called_a_trace_counter(tmp_path):
+    from tflab._target import load_module
     from tflab.retrace.sideeffects import trace_time_effects
 
-    ns = {"tf": tf, "acc": tf.Variable(tf.zeros([3])), "n": 0}
-    exec("def accumulate(x):\n    global acc, n\n    acc = acc + x\n    n = n + 1\n    return acc\n", ns)
-    kinds = {e.base: e.kind for e in trace_time_effects(ns["accumulate"])}
+    src = tmp_path / "acc_mod.py"
+    src.write_text("import tensorflow as tf\nacc = tf.Variable(tf.zeros([3]))\nn = 0\n\n\n"
+                   "def accumulate(x):\n    global acc, n\n    acc = acc + x\n    n = n + 1\n    return acc\n")
+    mod = load_module(str(src))
+    kinds = {e.base: e.kind for e in trace_time_effects(mod.accumulate)}
     assert kinds == {"acc": "variable", "n": "global"}  # the int stays a trace counter (healthy twin)
