@@ -200,8 +200,18 @@ def _keep_files_apart(scratch: str) -> dict:
     return moved
 
 
+_IN_CHILD = False
+
+
+def in_child() -> bool:
+    """True inside a child `run_apart` forked (what it computes there never reaches the parent's memory)."""
+    return _IN_CHILD
+
+
 def _child(fn: Callable[[], Any], w: int, parent: int, scratch: str) -> None:
     """The child's side: run ``fn``, send what happened, leave without atexit handlers or thread joins."""
+    global _IN_CHILD
+    _IN_CHILD = True
     code = 0
     try:
         with contextlib.suppress(ValueError):  # forked from a thread that is not the main one

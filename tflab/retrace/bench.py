@@ -449,6 +449,8 @@ def measured_fix(kind: str, change: str, description: str, bench: Bench, key: st
         measured.update(vc.measured)
         return vc.ok, f"{summary(o)}; {vc.text}" if vc.ok else f"{summary(o)}, but {vc.text}", measured
 
+    if values and bench.values is not None:
+        bench.values.prefetch()  # eager's outputs made once, inherited by every candidate's child
     fix = fx.attempt(kind, change, description, check, how=how)
     bench.memo[memo_key] = fix
     if fix.status == fx.NOT_CHECKED and "timeout_s" in fix.measured:

@@ -456,6 +456,30 @@ class CaseValues:
                 tf.config.run_functions_eagerly(was)
         return self._reference
 
+    def prefetch(self) -> None:
+        """Eager's outputs (twice) and the graph-vs-eager floor, made once in a child and kept here.
+
+        Each candidate's check runs in its own forked child (`tflab.fix.attempt`):
+        what a child computes is lost with it, so without this every candidate
+        would replay the user's function eagerly again. One child computes them,
+        the parent keeps the NumPy results, and every later child inherits them.
+        """
+        from tflab.process import apart
+
+        if apart.in_child() or self._reference is not None or not self.kept:
+            return
+
+        def work():
+            self.reference()
+            if not self._gone:
+                self._repeatable()
+                self._graph_floor()
+            return self._reference, self._gone, self._again, self._floor
+
+        ran = apart.run_apart(work)
+        if ran.status == apart.RETURNED:
+            self._reference, self._gone, self._again, self._floor = ran.value
+
     def run(self, fn: Callable, convert: Mapping[str, tuple[str, str]] | None = None, **replay: Any) -> list:
         """A candidate (a tf.function) over the recorded calls, each call's arguments converted so."""
         try:
