@@ -34,7 +34,11 @@ def _expected():
 # Issue 32: the fix is the whole input_signature from every call, run on the recorded calls before it is printed.
 INTENDED_CHANGES = {"retrace.traces[2].fixes": [
     "give the tf.function an input_signature: input_signature=[tf.TensorSpec([None, 96, 96, 3], tf.float32), "
-    "tf.TensorSpec([None], tf.int64)] (checked: 1 trace for your 3 calls, instead of 3)"] * 2,
+    "tf.TensorSpec([None], tf.int64)] (checked: 1 trace for your 3 calls, instead of 3; outputs equal eager's "
+    "on your 3 calls (within its bound))"] * 2,
+    # A fix is checked on the user's values too: the signature's graph run on the three recorded batches
+    # equals the training step run eagerly (bit for bit, or within the ULP that the user's own function
+    # traced afresh is from eager on this CPU; facts fold that CPU-dependent detail).
     # Issue 32: the unscaled float16 run no longer guesses "a loss scale may rescue them
     # (loss_scale='dynamic')": a loss-scale fix is printed only when it was run and rescued every
     # zeroed gradient element, and here the scaled run beside it (2^15) is that measurement.
@@ -53,7 +57,10 @@ INTENDED_CHANGES = {"retrace.traces[2].fixes": [
     # dynamic (11.2), float16 (0.711 on 5 of 50 elements) and int8 (11.3) bounds exceed the output's
     # range 0.398. `tflab.litert.check` names saturated outputs vacuous too. The per-op check still
     # judges every op of every variant (0 outside their bounds, unchanged).
-    **{f"export.variants.{q}.vacuous_outputs": ["output_0"] for q in ("dynamic", "float16", "int8")}}
+    **{f"export.variants.{q}.vacuous_outputs": ["output_0"] for q in ("dynamic", "int8")},
+    # "Cannot fail" is measured now: every float weight x1.1 in TF moves float16's output past its
+    # per-element bound (0.711 holds only on 5 of 50 elements), so that check can fail, and says nothing.
+    "export.variants.float16.vacuous_outputs": []}
 
 
 def _expected_now():
