@@ -253,6 +253,11 @@ class World:
             for label, s in self.slots.items():
                 s.set(saved[label])
 
+    def protect(self) -> None:
+        """Finds, once, every other live tf.Variable a replay must put back (a model's weights, slots)."""
+        if self._protected is None:  # the variables alive when tflab first replays
+            self._protected = _live_variables(exclude={id(v) for v, _ in self.variables.values()})
+
     def replay(self, fn: Callable, calls: Sequence[tuple[tuple, dict]], *,
                overrides: Mapping[str, Callable[[Any], Any]] | None = None,
                on_change: Callable[[Any, Any], Any] | None = None) -> list:
@@ -282,8 +287,7 @@ class World:
                     pass
             # Every other tf.Variable alive now (a model's weights, an optimizer's slots and step): a
             # training step replayed moves them; the user's process gets them back as they were.
-            if self._protected is None:  # found once: the variables alive when tflab first replays
-                self._protected = _live_variables(exclude={id(v) for v, _ in self.variables.values()})
+            self.protect()
             others = [(v, v.numpy().copy()) for v in self._protected]
         by_call: dict[int, list[tuple[str, Any]]] = {}
         for call, label, value in self.changes:
@@ -339,6 +343,8 @@ def _live_variables(exclude: set[int]) -> list[Any]:
 
     classes = _variable_classes()
     out = []
+    if gc.get_freeze_count():  # in a check's forked child the inherited heap is frozen: invisible to get_objects
+        gc.unfreeze()
     for o in gc.get_objects():
         if type(o) in classes and id(o) not in exclude:
             try:
@@ -468,6 +474,7 @@ class CaseValues:
 
         if apart.in_child() or self._reference is not None or not self.kept:
             return
+        self.world.protect()  # found here, so no child has to walk its whole (frozen) heap for them
 
         def work():
             self.reference()
