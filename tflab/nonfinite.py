@@ -351,7 +351,9 @@ def _named(op: OpValue, kind: str) -> NonFiniteOp:
         return NonFiniteOp(op.name, op.op_type, dtype, limit, nan, pinf, ninf, out.size, ins, element,
                            "", where, code, cause, op.frame or ())
     counts = f"{nan} NaN, {pinf} +inf, {ninf} -inf in {out.size}"
-    lit = literals[0] if literals else ""
+    # several literals beyond the range on one line: the Const holds one of them, and its value (now inf)
+    # no longer tells which; name them all rather than guess
+    lit = literals[0] if len(literals) == 1 else (f"(one of {', '.join(literals)})" if literals else "")
     if op.op_type == "Const":
         cause = (f"a constant that is already non-finite in {dtype} ({counts}): "
                  + (f"the literal {lit} on that line is beyond {rng}, so converting it to {dtype} "

@@ -58,7 +58,13 @@ def fresh_eager_context() -> None:
     # _reset_context runs gc.collect(): over the user's whole heap that costs ~0.7 s and touches
     # every page fork shares; frozen objects (all of them, inherited) are not traversed.
     gc.freeze()
-    context._reset_context()
+    try:
+        context._reset_context()
+    finally:
+        # frozen objects are invisible to gc.get_objects(): a check that looks for the user's live
+        # objects (the function holding a line to rewrite, the tf.Variables a replay must put back)
+        # has to see the inherited heap again
+        gc.unfreeze()
     if seed is not None:
         tf.random.set_seed(seed)
     rebind_functions()
