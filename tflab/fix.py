@@ -218,6 +218,8 @@ def attempt(kind: str, change: str, description: str, check: Callable[[], tuple[
     Raises:
         KeyboardInterrupt: the user pressed Ctrl-C (the child is killed first).
     """
+    if _SKIP_REASON:
+        return Fix(kind, change, description, status=NOT_CHECKED, how=how, source=source, why=_SKIP_REASON[-1])
     if not apart:
         return _attempt_here(kind, change, description, check, how=how, source=source)
     from tflab.process import apart as apart_
@@ -273,17 +275,39 @@ def first_working(candidates: Iterable[Callable[[], Fix] | Fix]) -> FixPlan:
         A `FixPlan`: its ``fix`` is the first checked one; else the first
         "not checked" one; else None (every candidate failed). ``tried`` holds
         each candidate applied, in order.
+
+    Once a candidate's check did not finish in its time limit (status "not
+    checked" with ``measured["timeout_s"]``: the user's body loops or blocks),
+    the later candidates' checks are not run: each is "not checked: an earlier
+    candidate did not finish in N s" (a callable candidate is still called, and
+    its `attempt` returns at once without running its check), so one stuck
+    body costs one time limit, not one per candidate.
     """
     tried: list[Fix] = []
+    stuck = ""
     for c in candidates:
-        f = c() if callable(c) else c
+        if stuck and callable(c):
+            _SKIP_REASON.append(stuck)  # its `attempt` records it as not checked, without running its check
+            try:
+                f = c()
+            finally:
+                _SKIP_REASON.pop()
+        else:
+            f = c() if callable(c) else c
         if not isinstance(f, Fix):
             raise TypeError(f"first_working: a candidate gave {type(f).__name__}, not a Fix")
         tried.append(f)
         if f.checked:
             return FixPlan(f, tuple(tried))
+        if not stuck and f.status == NOT_CHECKED and "timeout_s" in f.measured:
+            stuck = f"an earlier candidate did not finish in {f.measured['timeout_s']:g} s"
     pending = next((f for f in tried if f.status == NOT_CHECKED), None)
     return FixPlan(pending, tuple(tried))
+
+
+#: While not empty, `attempt` does not run its check: the last entry is why (a candidate of the same problem
+#: did not finish in its time limit, so the next ones would very likely spend theirs too).
+_SKIP_REASON: list[str] = []
 
 
 # ---------------------------------------------------------------------------

@@ -58,7 +58,10 @@ def test_a_check_that_blocks_or_ends_its_process_fails_that_candidate_only(body,
     f = fx.attempt("code", "x", "change x", body)
     assert (f.status, f.check_text) == (status, text)
     plan = fx.first_working([lambda: f, lambda: fx.attempt("code", "y", "change y", lambda: (True, "ran"))])
-    assert plan.fix.change == "y" and plan.fix.checked  # the next candidate is still tried
+    if status == fx.NOT_CHECKED:  # a body that does not finish: the next candidate would spend its limit too
+        assert plan.tried[1].check_text == "not checked: an earlier candidate did not finish in 1 s"
+    else:
+        assert plan.fix.change == "y" and plan.fix.checked  # the next candidate is still tried
 
 
 # --------------------------------------------------------------------------- retrace: the probe's report
@@ -287,3 +290,79 @@ def test_a_check_that_cannot_fork_runs_here_with_the_same_verdicts():
     assert bad.failed and bad.result == "raised ValueError: no"
     gone = fx.attempt("option", "x", "d", lambda: (_ for _ in ()).throw(SystemExit(3)), apart=False)
     assert gone.failed and gone.result == "your code called sys.exit(3) under this fix"
+
+
+def test_after_a_candidate_that_did_not_finish_the_next_ones_of_that_problem_are_not_run(short_limit, tmp_path):
+    ran = tmp_path / "later_check_ran"
+
+    def later_check():
+        ran.write_text("ran")  # os-level evidence: a check run apart still leaves a file it writes with write_text
+        return True, "ran"
+
+    start = time.monotonic()
+    plan = fx.first_working([
+        lambda: fx.attempt("code", "x", "change x", lambda: time.sleep(1e9)),
+        lambda: fx.attempt("code", "y", "change y", later_check),
+        lambda: fx.attempt("code", "z", "change z", lambda: time.sleep(1e9)),
+        fx.Fix("note", "", "keep these values in float32", status=fx.NOT_CHECKED, why="beyond float16's max"),
+    ])
+    assert time.monotonic() - start < 2 * float(LIMIT_S)  # one time limit, not one per candidate
+    assert [f.check_text for f in plan.tried] == [
+        "not checked: the candidate did not finish in 1 s",
+        "not checked: an earlier candidate did not finish in 1 s",
+        "not checked: an earlier candidate did not finish in 1 s",
+        "not checked: beyond float16's max"]
+    assert [f.description for f in plan.tried[:3]] == ["change x", "change y", "change z"]
+    assert not ran.exists()
+    # a candidate that failed fast (not a time limit) does not stop the next ones: the healthy twin
+    plan = fx.first_working([lambda: fx.attempt("code", "x", "change x", lambda: sys.exit(1)),
+                             lambda: fx.attempt("code", "y", "change y", lambda: (True, "ran"))])
+    assert plan.fix.description == "change y" and plan.fix.checked
+    # and the next problem's candidates run again
+    assert fx.first_working([lambda: fx.attempt("code", "y", "change y", lambda: (True, "ran"))]).fix.checked
+
+
+def test_a_process_the_check_starts_does_not_outlive_it_and_a_grandchild_does_not_delay_it():
+    def starts_sleep():
+        import subprocess
+
+        return True, str(subprocess.Popen(["sleep", "25"]).pid)
+
+    def forks_sleep():
+        if os.fork() == 0:
+            time.sleep(25)
+            os._exit(0)
+        return True, "forked"
+
+    f = fx.attempt("code", "x", "change x", starts_sleep)
+    pid = int(f.result)
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as st:
+                if st.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.02)
+    else:
+        pytest.fail(f"the sleep the check started ({pid}) still runs")
+    start = time.monotonic()
+    f = fx.attempt("code", "y", "change y", forks_sleep)
+    assert f.checked and time.monotonic() - start < 10
+
+
+def test_a_check_whose_exit_argument_would_run_code_when_unpickled_fails_with_its_repr(tmp_path):
+    planted = tmp_path / "written_in_the_users_process"
+
+    class Arg:
+        def __reduce__(self):
+            return (open, (str(planted), "w"))
+
+        def __repr__(self):
+            return "Arg()"
+
+    arg = Arg()
+    f = fx.attempt("code", "x", "change x", lambda: sys.exit(arg))
+    assert f.check_text == "failed: your code called sys.exit(Arg()) under this fix"
+    assert not planted.exists()

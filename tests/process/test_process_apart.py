@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -139,7 +140,7 @@ def test_ctrl_c_in_this_process_kills_the_child_and_is_raised(tmp_path):
     assert time.monotonic() - start < 1
 
 
-@pytest.mark.parametrize("raw", ["0", "-1", "nan", "inf", "soon"])
+@pytest.mark.parametrize("raw", ["0", "-1", "nan", "inf", "soon", "abc", "1e400", "1e-300", "0x10", "86401"])
 def test_a_junk_time_limit_is_one_usage_error(monkeypatch, raw):
     monkeypatch.setenv("TFLAB_FIX_TIMEOUT_S", raw)
     with pytest.raises(UsageError, match="TFLAB_FIX_TIMEOUT_S"):
@@ -205,3 +206,86 @@ def test_assigns_to_variables_made_before_the_fork_take_effect_in_the_child():
     got = run_apart(body, 60)
     assert got.value == (7.0, [False, True], 16.0, [3.0, 4.0]), got.text
     assert float(s.numpy()) == 1.0 and flags.numpy().tolist() == [True, False] and len(made_here) == 1
+
+
+class _ExitArgument:
+    """A ``sys.exit`` argument whose unpickling would write a file: it must never be unpickled here."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+    def __repr__(self):
+        return "<exit argument>"
+
+
+@pytest.mark.parametrize("arg,shown", [("obj", "<exit argument>"), ([1, 2], "[1, 2]"), (None, "None"), ("bye", "'bye'")],
+                         ids=["object_with_reduce", "list", "none", "str"])
+def test_a_sys_exit_argument_comes_back_as_its_repr_never_as_the_object(tmp_path, arg, shown):
+    planted = tmp_path / "written_by_unpickling"
+    value = _ExitArgument(str(planted)) if arg == "obj" else arg
+
+    def body():
+        sys.exit(value)
+
+    got = run_apart(body, LIMIT)
+    assert got.text == f"your code called sys.exit({shown}) under this fix"
+    assert not planted.exists()
+
+
+def _gone(pid):
+    """True when ``pid`` no longer runs (ended, or a zombie waiting for init to reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_a_process_the_body_starts_is_ended_with_the_check(tmp_path):
+    import subprocess
+
+    def popen_sleep():
+        return subprocess.Popen(["sleep", "25"]).pid
+
+    def fork_sleep():
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(25)  # holds the result pipe; never answers
+            os._exit(0)
+        return pid
+
+    for body in (popen_sleep, fork_sleep):
+        start = time.monotonic()
+        got = run_apart(body, LIMIT)
+        assert got.status == apart.RETURNED and time.monotonic() - start < LIMIT
+        deadline = time.monotonic() + 2
+        while not _gone(got.value) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _gone(got.value)
+
+
+def test_a_fork_that_does_not_exit_leaves_the_childs_own_result():
+    def body():
+        os.fork()  # both processes return here; only the child tflab made answers
+        return "one answer"
+
+    got = run_apart(body, LIMIT)
+    assert (got.status, got.value) == (apart.RETURNED, "one answer")
+
+
+def test_a_body_that_signals_its_process_group_ends_its_check_only():
+    got = run_apart(lambda: os.killpg(0, signal.SIGTERM), LIMIT)
+    assert got.text == "the candidate's process was killed by SIGTERM"
+    assert run_apart(lambda: "still here", LIMIT).value == "still here"
+
+
+@pytest.mark.parametrize("body", [lambda: os.closerange(3, 4096), lambda: [os.closerange(3, 4096), os.open(os.devnull, os.O_WRONLY)]],
+                         ids=["closed", "closed_and_reopened"])
+def test_a_body_that_closes_tflabs_pipe_is_not_blamed_for_an_exit(body):
+    got = run_apart(body, LIMIT)
+    assert (got.status, got.text) == (apart.LOST, "the check's result could not be sent back (the candidate "
+                                                  "closed tflab's pipe)")
+    assert run_apart(lambda: os._exit(70), LIMIT).text == "your code ended its process with os._exit(70) under this fix"

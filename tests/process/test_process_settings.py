@@ -153,3 +153,29 @@ def test_tflab_env_prints_the_table_and_json_carries_it(monkeypatch, capsys):
     assert list(got) == list(settings.SETTINGS)
     assert got["TFLAB_TOUR_LANE"]["value"] == "0" and got["TFLAB_TOUR_LANE"]["default"] == "1"
     assert got["TFLAB_DEADLINE_S"]["value"] is None and "tflab._tour.lane" in got["TFLAB_DEADLINE_S"]["readers"]
+
+
+@pytest.mark.parametrize("raw", ["abc", "0", "-1", "nan", "inf", "1e400", "1e-300", "0x10", "86401", " "])
+def test_a_junk_fix_time_limit_is_refused_before_a_verb_starts(raw):
+    from tflab.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"TFLAB_FIX_TIMEOUT_S=.* give a number of seconds from 0\.1 to 86400"):
+        settings.check_environment({"TFLAB_FIX_TIMEOUT_S": raw})
+    assert "(refused: not a value it takes)" in settings.table_text({"TFLAB_FIX_TIMEOUT_S": raw})
+
+
+@pytest.mark.parametrize("raw", ["30", "0.5", "2.5e1", "86400", ""])
+def test_a_fix_time_limit_in_range_is_taken(raw):
+    settings.check_environment({"TFLAB_FIX_TIMEOUT_S": raw})
+    assert "refused" not in settings.table_text({"TFLAB_FIX_TIMEOUT_S": raw})
+
+
+def test_tflab_refuses_a_junk_fix_time_limit_in_one_line_with_exit_2():
+    import os
+    import sys
+
+    env = {**os.environ, "TFLAB_FIX_TIMEOUT_S": "inf", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    got = subprocess.run([sys.executable, "-m", "tflab", "env"], env=env, capture_output=True, text=True, timeout=120)
+    assert got.returncode == 2
+    lines = [ln for ln in got.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "TFLAB_FIX_TIMEOUT_S='inf'" in lines[0] and "Traceback" not in got.stderr

@@ -23,6 +23,17 @@ in a child made by ``os.fork()``:
   `MAX_RESULT_BYTES` (numpy arrays included);
 * the time limit (``timeout_s``, default ``TFLAB_FIX_TIMEOUT_S``) ends a body
   that blocks on a queue or loops for ever: the child is killed with SIGKILL;
+* the child runs in its own process group: when the check ends (its result
+  read, the time limit, or the child's end) the whole group is killed, so a
+  process the body starts (``subprocess.Popen``, ``os.fork``) does not outlive
+  the check, and a signal the body sends to its group (``os.killpg(0, ...)``)
+  reaches the check only. Only the child's own length-prefixed message counts:
+  a grandchild holding the pipe open does not delay it, and a forked copy that
+  returns into tflab's code sends nothing;
+* a ``sys.exit`` argument that is not an int, str or None comes back as its
+  ``repr()`` text, never as the object (unpickling it here could run its code);
+* a body that closes or replaces tflab's pipe (``os.closerange``) is reported
+  as a result that could not be sent back, not as an ``os._exit`` of its own;
 * ``sys.exit``, ``os._exit``, a ``KeyboardInterrupt`` the body raises, or a
   signal that kills the child end the child only, and come back as an
   `Apart` whose ``status`` says which; a Ctrl-C of the user (SIGINT in the
@@ -152,23 +163,15 @@ def default_timeout_s() -> float:
     """``TFLAB_FIX_TIMEOUT_S`` as seconds (default 60).
 
     Raises:
-        tflab.errors.UsageError: the value is not a positive finite number.
+        tflab.errors.UsageError: the value is not a number of seconds from 0.1 to 86400
+            (`tflab.process.settings.seconds_value`).
     """
-    from tflab.process.settings import get
+    from tflab.process.settings import get, seconds_value
 
     raw = get("TFLAB_FIX_TIMEOUT_S")
     if raw in (None, ""):
         return _DEFAULT_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not (value > 0 and value < float("inf")):
-        from tflab.errors import UsageError
-
-        raise UsageError(f"TFLAB_FIX_TIMEOUT_S={raw!r} is not a time limit: give a positive number of seconds "
-                         f"(each candidate fix's check stops after it; default {_DEFAULT_TIMEOUT_S:g})")
-    return value
+    return seconds_value("TFLAB_FIX_TIMEOUT_S", raw)
 
 
 def _first_line(text: str, limit: int = 200) -> str:
@@ -208,11 +211,42 @@ def in_child() -> bool:
     return _IN_CHILD
 
 
+#: The child's exit code when the check's result could not be written to tflab's pipe (the body closed or
+#: replaced its file descriptor): reported as `LOST`, not as the body's own ``os._exit``.
+_SEND_FAILED = 198
+#: The child's exit code when tflab's own side of the child failed before the result was sent.
+_CHILD_FAILED = 199
+
+
+class _Shown(str):
+    """A ``sys.exit`` argument that is not an int, str or None, as its ``repr()`` text (made in the child).
+
+    The object itself never crosses back: unpickling a user's object in the user's process could run its
+    code (``__reduce__``) or fail there. This class is tflab's, so the parent unpickles only a string.
+    """
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _exit_code(e: SystemExit) -> Any:
+    code = e.code
+    if code is None or type(code) in (int, str, bool):
+        return code
+    try:
+        return _Shown(repr(code))
+    except BaseException:  # noqa: BLE001 - a repr that raises still says what kind of object it was
+        return _Shown(f"<{type(code).__name__} object>")
+
+
 def _child(fn: Callable[[], Any], w: int, parent: int, scratch: str) -> None:
     """The child's side: run ``fn``, send what happened, leave without atexit handlers or thread joins."""
     global _IN_CHILD
     _IN_CHILD = True
-    code = 0
+    code = _CHILD_FAILED
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)  # its own process group: the parent ends it and whatever it starts in one kill
+    me = os.getpid()
     try:
         with contextlib.suppress(ValueError):  # forked from a thread that is not the main one
             signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -227,12 +261,16 @@ def _child(fn: Callable[[], Any], w: int, parent: int, scratch: str) -> None:
             os.dup2(null, fd)
         if "tensorflow" in sys.modules:
             _fresh_tf()
+        pipe = os.fstat(w)
         moved = _keep_files_apart(scratch)
         try:
             message: tuple = (RETURNED, fn(), tuple(moved))
         except BaseException as e:  # noqa: BLE001 - the user's code under a fix may raise anything; it is sent back
-            message = (RAISED, type(e).__name__, _first_line(e), getattr(e, "code", None) if isinstance(
-                e, SystemExit) else None, tuple(moved))
+            message = (RAISED, type(e).__name__, _first_line(e), _exit_code(e) if isinstance(e, SystemExit) else None,
+                       tuple(moved))
+        if os.getpid() != me:  # a process the body forked came back here: only the child itself answers
+            code = 0
+            return
         try:
             data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as e:  # noqa: BLE001 - a result that does not pickle is reported, not raised
@@ -240,12 +278,17 @@ def _child(fn: Callable[[], Any], w: int, parent: int, scratch: str) -> None:
         if len(data) > MAX_RESULT_BYTES:
             data = pickle.dumps((LOST, f"the check's result is {len(data):,} bytes, over the "
                                        f"{MAX_RESULT_BYTES:,}-byte limit for a result sent back"))
+        code = _SEND_FAILED
+        now = os.fstat(w)  # the body may have closed tflab's pipe, or opened a file of its own on that number
+        if (now.st_dev, now.st_ino) != (pipe.st_dev, pipe.st_ino):
+            return
         view = memoryview(data)
         os.write(w, len(data).to_bytes(8, "little"))
         while view:
             view = view[os.write(w, view):]
+        code = 0
     except BaseException:  # noqa: BLE001 - nothing may escape the child into the parent's code
-        code = 70
+        pass
     finally:
         os._exit(code)
 
@@ -294,27 +337,38 @@ def run_apart(fn: Callable[[], Any], timeout_s: float | None = None) -> Apart:
         os.close(r)
         _child(fn, w, parent, scratch)
     os.close(w)
-    chunks: list[bytes] = []
+    with contextlib.suppress(OSError):
+        os.setpgid(pid, pid)  # as the child does first: whichever runs first, the group exists before the body
+    data = bytearray()
     timed_out = False
+    status = None
     try:
         deadline = start + limit
-        while True:
+        eof = False
+        while not _complete(data):
             left = deadline - time.monotonic()
             if left <= 0:
                 timed_out = True
                 break
-            ready, _, _ = select.select([r], [], [], min(left, 0.5))
+            ready, _, _ = select.select([] if eof else [r], [], [], min(left, 0.05))
             if ready:
                 chunk = os.read(r, 1 << 20)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-        if timed_out:
-            _kill(pid)
-        status = _reap(pid)
+                if chunk:
+                    data += chunk
+                    continue
+                eof = True  # no writer is left; the child may still run (its body closed the pipe)
+            if status is not None:
+                break  # the child ended and what it wrote is read; a grandchild may still hold the pipe open
+            done, st = _poll(pid)
+            if done:
+                status = st  # one more pass reads what it wrote before it ended
+        _kill_group(pid, reaped=status is not None)
+        if status is None:
+            status = _reap(pid)
     except BaseException:  # a Ctrl-C (or anything else) in the parent: the child goes first
-        _kill(pid)
-        _reap(pid)
+        _kill_group(pid, reaped=status is not None)
+        if status is None:
+            _reap(pid)
         raise
     finally:
         os.close(r)
@@ -322,9 +376,8 @@ def run_apart(fn: Callable[[], Any], timeout_s: float | None = None) -> Apart:
     seconds = time.monotonic() - start
     if timed_out:
         return Apart(TIMED_OUT, timeout_s=limit, seconds=seconds)
-    data = b"".join(chunks)
-    if len(data) >= 8 and len(data) - 8 == int.from_bytes(data[:8], "little"):
-        message = pickle.loads(data[8:])
+    if _complete(data):
+        message = pickle.loads(bytes(data[8:8 + int.from_bytes(data[:8], "little")]))
         if message[0] == RETURNED:
             return Apart(RETURNED, value=message[1], timeout_s=limit, seconds=seconds, files_kept_apart=message[2])
         if message[0] == RAISED:
@@ -339,10 +392,35 @@ def run_apart(fn: Callable[[], Any], timeout_s: float | None = None) -> Apart:
             name = f"signal {sig}"
         return Apart(KILLED, signal_name=name, timeout_s=limit, seconds=seconds)
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+    if code == _SEND_FAILED and not data:
+        return Apart(LOST, error="the check's result could not be sent back (the candidate closed tflab's pipe)",
+                     exit_code=code, timeout_s=limit, seconds=seconds)
     if data:
         return Apart(LOST, error=f"the candidate's process ended with code {code} while sending its result",
                      exit_code=code, timeout_s=limit, seconds=seconds)
     return Apart(EXITED, exit_code=code, timeout_s=limit, seconds=seconds)
+
+
+def _complete(data: bytes) -> bool:
+    """True once ``data`` holds the child's whole length-prefixed message."""
+    return len(data) >= 8 and len(data) - 8 >= int.from_bytes(data[:8], "little")
+
+
+def _poll(pid: int) -> tuple[bool, int]:
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True, 0
+    return done == pid, status
+
+
+def _kill_group(pid: int, reaped: bool) -> None:
+    """Ends every process the child started (its process group, which outlives a reaped child while a member
+    is left), and the child itself by pid while it is not reaped (a reaped pid may be another process's)."""
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)
+    if not reaped:
+        _kill(pid)
 
 
 def _kill(pid: int) -> None:

@@ -57,6 +57,7 @@ class Setting:
     setters: tuple[str, ...] = ()
     values: tuple[str, ...] = ()  # a switch's accepted values ("1", "0"); empty: any text
     folder: bool = False  # names a folder tflab writes in: probed by `check_environment`
+    seconds: tuple[float, float] = ()  # a time in seconds: the (lowest, highest) accepted; empty: not a time
 
     def to_dict(self) -> dict:
         """The fields as JSON data (lists for the tuples)."""
@@ -70,7 +71,7 @@ _TABLE = (
             "(tests, debugging with pdb)", "0", "user", ("tflab.cli",), values=("0", "1")),
     Setting("TFLAB_FIX_TIMEOUT_S", "seconds each candidate fix's check may run in its child (a re-trace or run "
             "of your code that tflab makes before printing a fix) before it is stopped and shown as not checked",
-            "60", "user", ("tflab.process.apart",)),
+            "60", "user", ("tflab.process.apart",), seconds=(0.1, 86400.0)),
     Setting("TFLAB_TOUR_LANE", "0 keeps every tour section in the tour's own process (no second process "
             "for steps 6 and 7-8)", "1", "user", ("tflab._tour.lane",), values=("0", "1")),
     Setting("TFLAB_WARP_SOFTMAX_ISA", "forces WarpSoftmax's CPU path: scalar, avx2 or avx512 (read when the "
@@ -199,6 +200,8 @@ def check_environment(environ: Mapping[str, str] | None = None) -> None:
             continue
         if setting.values and value not in setting.values:
             raise _refusal(setting, value)
+        if setting.seconds and value:
+            seconds_value(setting.name, value)
         if setting.folder and value:
             probe = os.path.abspath(value)
             while not os.path.lexists(probe) and os.path.dirname(probe) != probe:
@@ -210,6 +213,31 @@ def check_environment(environ: Mapping[str, str] | None = None) -> None:
             except OSError as e:
                 raise UsageError(f"cannot use {value} as {setting.name}: cannot create a folder in {probe} "
                                  f"({e.strerror or e}); set {setting.name} to a writable folder, or unset it") from None
+
+
+def seconds_value(name: str, value: str) -> float:
+    """A time setting's value in seconds, within its `Setting.seconds` range.
+
+    Only a plain decimal number is taken (``30``, ``2.5``, ``1e3``): ``nan``, ``inf``, a number that
+    overflows a float (``1e400``), hexadecimal (``0x10``) and values outside the range are refused.
+
+    Raises:
+        UsageError: one line naming the variable, its value and the accepted range.
+    """
+    import math
+    import re
+
+    from tflab.errors import UsageError
+
+    setting = declared(name)
+    lo, hi = setting.seconds
+    text = value.strip()
+    number = float(text) if re.fullmatch(r"[+]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", text) else math.nan
+    if not (math.isfinite(number) and lo <= number <= hi):
+        shown = value if len(value) <= 40 else value[:40] + "…"
+        raise UsageError(f"{name}={shown!r} is not a time limit: give a number of seconds from {lo:g} to {hi:g} "
+                         f"(unset: {setting.default}; {setting.meaning})")
+    return number
 
 
 def get_float(name: str, fallback: float, environ: Mapping[str, str] | None = None) -> float:
@@ -236,12 +264,29 @@ def table_rows(environ: Mapping[str, str] | None = None) -> list[dict]:
     return [{**s.to_dict(), "value": env.get(s.name)} for s in _TABLE]
 
 
+def _refused(setting: Setting, value: str | None) -> bool:
+    """True when ``value`` is set and `check_environment` would refuse it (a switch or a time; folders not probed)."""
+    from tflab.errors import UsageError
+
+    if not value:
+        return False
+    if setting.values:
+        return value not in setting.values
+    if setting.seconds:
+        try:
+            seconds_value(setting.name, value)
+        except UsageError:
+            return True
+    return False
+
+
 def table_text(environ: Mapping[str, str] | None = None) -> str:
     """The table as text: one block per setting, its value now when set (``tflab env``)."""
     from tflab.report.text import table
 
     env = os.environ if environ is None else environ
-    rows = [(s.name, env.get(s.name, "") or ("(unset)" if s.default is None else f"(unset: {s.default})"),
+    rows = [(s.name, (env.get(s.name, "") + (" (refused: not a value it takes)" if _refused(s, env.get(s.name))
+                                              else "")) or ("(unset)" if s.default is None else f"(unset: {s.default})"),
              s.kind, s.meaning) for s in _TABLE]
     return "TFLAB_* settings (tflab/process/settings.py):\n" + table(
         rows, header=("variable", "value", "kind", "meaning"), indent="  ")
