@@ -196,7 +196,7 @@ def load_baseline(path: str) -> dict:
     """
     flag = "--tflab-traces-baseline"
     try:
-        data = read_regular(path, what=f"{flag} {path}")
+        data = read_regular(path, what=flag)
     except FileNotFoundError:
         raise OutputError(f"{flag} {path}: no such file; write one with --tflab-traces-json") from None
     except UsageError as e:
