@@ -22,13 +22,16 @@ instantiation, compilation and the first run.
   and the session's totals (`tflab._pytest_summary`).
 * ``--tflab-traces-json PATH``: the same records as JSON (`tflab._pytest_output`:
   checked at session start, never over a file tflab did not write unless
-  ``--tflab-traces-force``, written atomically); under pytest-xdist the workers'
+  ``--tflab-traces-force``, written atomically with the umask's mode; a
+  symlink is refused, and with ``--tflab-traces-force`` written through to its
+  target, the link kept); under pytest-xdist the workers'
   records are merged on the controller. Each recorded test also gets the
   ``user_properties`` (``--junitxml`` properties) ``tflab_traces`` and
   ``tflab_trace_seconds``.
 * ``--tflab-traces-baseline OLD.json`` (``--tflab-traces-fail-on-increase``):
   each function that traces more than in a stored record, with the new traces'
-  reasons and call sites (a failed session with the flag).
+  reasons and call sites (a failed session with the flag). The stored record
+  is read as a regular file only and its schema checked at session start.
 * ``@pytest.mark.tflab_max_traces(N, function=None)``: the test body (its call
   phase) may trace each tf.function at most N times (summed over the
   tf.function objects that share a qualified name); over it, the test fails
@@ -59,8 +62,8 @@ from tflab._pytest_capture import (  # noqa: F401 (re-exported)
     SOURCE, EntryHook, Live, ReasonSource, TFState, describe, function_record, matches, name_matches,
     reason_source)
 from tflab._pytest_output import (  # noqa: F401 (write_json_atomically re-exported)
-    OutputError, check_json_path, compare_with_baseline, increase_lines, increase_summary, load_baseline,
-    write_json_atomically)
+    RECORD_VERSION, OutputError, check_json_path, compare_with_baseline, increase_lines, increase_summary,
+    load_baseline, write_json_atomically)
 from tflab._pytest_summary import (  # noqa: F401 (re-exported)
     name_of, seconds_of_test, format_function, session_totals, summarize)
 
@@ -71,7 +74,6 @@ _SOURCE = SOURCE
 MARKER = "tflab_max_traces"
 FIXTURE = "tflab_traces"
 PLUGIN_NAME = "tflab-traces-recorder"
-RECORD_VERSION = 1
 _MARKER_HELP = (f"{MARKER}(n, function=None): fail the test when its body traces a tf.function more "
                 f"than n times (each qualified name, or only `function`: a name or a tf.function); "
                 f"the failure gives the reasons of every trace past n (tflab)")
@@ -93,7 +95,8 @@ def pytest_addoption(parser: Any) -> None:
                          "atomically, merged across xdist workers; labels and paths are stable, so two "
                          "files diff); implies recording, not the terminal section")
     group.addoption("--tflab-traces-force", action="store_true", default=False,
-                    help="let --tflab-traces-json replace an existing file that tflab did not write")
+                    help="let --tflab-traces-json replace an existing file that tflab did not write, "
+                         "or write through a symlink to its target")
     group.addoption("--tflab-traces-top", metavar="N", type=int, default=10,
                     help="how many tf.functions the per-function list shows (default 10)")
     group.addoption("--tflab-traces-baseline", metavar="OLD.json", default=None,
