@@ -241,7 +241,8 @@ def quantize_feed(feed: Mapping[str, np.ndarray], details: Mapping) -> dict:
         scale, zp = d.get("quantization", (0.0, 0))
         if dt.kind in "iu" and scale and np.asarray(a).dtype.kind == "f":
             info = np.iinfo(dt)
-            a = np.clip(np.round(np.asarray(a) / scale + zp), info.min, info.max).astype(dt)
+            with np.errstate(invalid="ignore", over="ignore"):  # a NaN/inf example is counted and named elsewhere
+                a = np.clip(np.round(np.asarray(a) / scale + zp), info.min, info.max).astype(dt)
         out[n] = a
     return out
 

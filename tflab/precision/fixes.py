@@ -98,7 +98,10 @@ def overflow_plan(result, origin, rerun: Callable[[], Any], out_names, reference
                                     "(it is made inside TF or Keras)")
             def check():
                 with swapped_line(frame[0], frame[1], frame[2], rewrite) as (what, line):
-                    r = rerun()
+                    try:
+                        r = rerun()
+                    except Exception as e:  # noqa: BLE001 - the rewritten code ran and raised: a failed fix
+                        return _raised(e, line)
                 return _with_line(measured(r), line)
 
             f = fx.attempt(kind, "", description, check, how=f"ran a copy of {frame[2]} with {where} rewritten, "
@@ -260,7 +263,10 @@ def cause_plan(result, cause, rerun: Callable[[], Any], ref_outputs: list, ref_g
                 return fx.unchecked("code", "", description, "the cause op has no line of yours")
             def check():
                 with swapped_line(frame[0], frame[1], frame[2], rewrite) as (_, line):
-                    return _with_line(check_run(), line)
+                    try:
+                        return _with_line(check_run(), line)
+                    except Exception as e:  # noqa: BLE001 - the rewritten code ran and raised: a failed fix
+                        return _raised(e, line)
 
             f = fx.attempt("code", "", description, check, how=f"ran a copy with {where} rewritten, rebuilt and "
                            "re-ran forward and backward under the policy")
@@ -314,6 +320,12 @@ def _with_line(out: tuple, line: str) -> tuple:
     extra = dict(out[2]) if len(out) > 2 and out[2] else {}
     extra["rewritten_line"] = line
     return bool(out[0]), str(out[1]), extra
+
+
+def _raised(e: Exception, line: str) -> tuple:
+    """A rewrite that applied and then raised: failed, with the exception's first line (as `tflab.fix.attempt`)."""
+    first = next((s.strip() for s in str(e).splitlines() if s.strip()), "")
+    return False, f"raised {type(e).__name__}: {first[:199]}", {"rewritten_line": line}
 
 
 def _rewritten_fix(f: fx.Fix, kind: str, description: str) -> fx.Fix:
