@@ -51,7 +51,7 @@ PATH_ERRORS = (
     ["check-tflite", "nothere.tflite", "nothere/"],
     ["tour", "--out", "user", "--force"],
 )
-# One error of each kind answered before TF loads (issue 44, item 1).
+# One error of each kind, each answered before TF loads.
 _DIMS65 = "x=float32[" + ",".join(["1"] * 65) + "]"
 OPTION_ERRORS = (
     ["inspect", "m.py", "--arg", "x=float32[2]"],

@@ -26,7 +26,7 @@ def low():
 
 @pytest.mark.parametrize("key", [None, 3, ""], ids=["None", "int", "empty"])
 def test_provenance_key_must_be_a_str(low, key):
-    """B29: provenance(None) raised AttributeError ('NoneType' object has no attribute 'strip')."""
+    """provenance(None) raised AttributeError ('NoneType' object has no attribute 'strip')."""
     with pytest.raises(UsageError, match="Lowering.provenance: key must be a non-empty str"):
         low.provenance(key)
 
@@ -37,7 +37,7 @@ def test_provenance_and_stage_healthy_twin(low):
 
 @pytest.mark.parametrize("name", ["bogus", None], ids=["bogus", "None"])
 def test_unknown_stage_is_a_usage_error_listing_the_stages(low, name):
-    """B29: stage('bogus') raised a raw KeyError; it stays a KeyError too, for callers that caught one."""
+    """stage('bogus') raised a raw KeyError; it stays a KeyError too, for callers that caught one."""
     with pytest.raises(UsageError, match=r"no stage .*; the stages are python, autograph, .*asm") as info:
         low.stage(name)
     assert isinstance(info.value, KeyError) and not str(info.value).startswith('"')
@@ -47,7 +47,7 @@ def test_unknown_stage_is_a_usage_error_listing_the_stages(low, name):
                                                  ((tf.ones([2, 8]),), {"extra": 1}, "'extra'")],
                          ids=["y", "extra"])
 def test_lower_names_an_unknown_keyword(args, kwargs, named):
-    """B30: the error pointed at tflab/lowering/build.py as "user code" and never named y."""
+    """the error pointed at tflab/lowering/build.py as "user code" and never named y."""
     with pytest.raises(UsageError, match=rf"tflab.lower: f got an unexpected keyword argument {named}; "
                                          rf"its parameters: \(x\)") as info:
         tflab.lower(f, *args, **kwargs)
@@ -62,7 +62,7 @@ def test_lower_keywords_healthy_twin():
 
 @pytest.mark.parametrize("timeout", [math.nan, math.inf, -1, 0, True, "60"], ids=["nan", "inf", "-1", "0", "bool", "str"])
 def test_run_workers_timeout_must_be_a_finite_positive_number(timeout):
-    """B31: timeout=nan was accepted; both workers died at once ("exited with status 124")."""
+    """timeout=nan was accepted; both workers died at once ("exited with status 124")."""
     with pytest.raises(UsageError, match="run_workers: timeout must be a finite number > 0"):
         tflab.run_workers(n=2, timeout=timeout)
 
@@ -76,7 +76,7 @@ def test_timeout_check_healthy_twin():
 
 @pytest.mark.parametrize("call", ["compare_modes", "materialize"])
 def test_more_than_64_dims_is_one_usage_error(call):
-    """B19, API half: compare_modes(f, TensorSpec([1]*65)) raised numpy's raw ValueError ("maximum supported
+    """compare_modes(f, TensorSpec([1]*65)) raised numpy's raw ValueError ("maximum supported
     dimension for an ndarray is currently 64, found 65"). Sibling: the shared materialize itself."""
     from tflab._target import materialize
 
@@ -87,7 +87,7 @@ def test_more_than_64_dims_is_one_usage_error(call):
 
 
 def test_export_model_out_ending_in_dotdot_is_refused_before_loading(tmp_path):
-    """B15, API half: export_model("fx/sm", "exp/..") loaded the model, then said "already exists (another
+    """export_model("fx/sm", "exp/..") loaded the model, then said "already exists (another
     run wrote it since the check)". Refused first; nothing is loaded (the model path does not even exist)."""
     with pytest.raises(UsageError, match=r"names the folder .* \(it ends in \.\.\); give the folder itself"):
         tflab.export_model(str(tmp_path / "no_such_model"), tmp_path / "exp" / "..", quantize=["none"])

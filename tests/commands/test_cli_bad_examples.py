@@ -14,7 +14,7 @@ from tflab.errors import UsageError
     (np.array([[np.nan, -np.inf]], np.float64), "is NaN or ±inf (1 NaN, 1 inf of 2 non-finite)"),
 ], ids=["nan", "inf", "mixed"])
 def test_all_non_finite_input_is_refused_with_the_counts(array, words):
-    """B28: all-NaN examples made export blame its own int8 recipe and check-tflite pass (exit 0)."""
+    """all-NaN examples made export blame its own int8 recipe and check-tflite pass (exit 0)."""
     from tflab.examples import Examples
 
     with pytest.raises(UsageError, match=words.replace("(", r"\(").replace(")", r"\)")):

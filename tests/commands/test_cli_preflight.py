@@ -75,7 +75,7 @@ REFUSED = [
 
 @pytest.mark.parametrize("argv, words", REFUSED, ids=[f"{a[0]}-{i}" for i, (a, _) in enumerate(REFUSED)])
 def test_refused_before_tensorflow_loads(work, argv, words):
-    """B12-B17, B19: each was refused only after TF's import (8-20 s), or after the work was written."""
+    """each was refused only after TF's import (8-20 s), or after the work was written."""
     code, lines, tf = tflab(work, *argv)
     assert code == 2 and len(lines) == 1 and words in lines[0], (code, lines)
     assert lines[0].startswith(f"tflab {argv[0]}: error: ")
@@ -130,7 +130,7 @@ def test_word_lists_match_the_library():
 
 
 def test_api_loss_scale_outside_float32_is_refused():
-    """B18, API half: compare_precisions(loss_scale=1e-320) ran with a scale that is 0 in float32."""
+    """compare_precisions(loss_scale=1e-320) ran with a scale that is 0 in float32."""
     from tflab.errors import UsageError
     from tflab.precision.api import _parse_loss_scale
 

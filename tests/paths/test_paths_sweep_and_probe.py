@@ -78,7 +78,7 @@ def test_system_temp_sweep_covers_every_tflab_prefix(tmp_path):
 # ------------------------------------------------------------------ probing before opening
 
 def test_open_regular_refuses_a_fifo_at_once_for_reading_and_writing(tmp_path):
-    """B3/B4: open() of a FIFO without a peer blocked export and build-op for ever."""
+    """open() of a FIFO without a peer blocked export and build-op for ever."""
     from tflab._path_checks import open_regular, read_regular
 
     os.mkfifo(tmp_path / "f")
@@ -135,7 +135,7 @@ def test_cli_names_a_fifo_saved_model_pb_before_tf(tmp_path):
 
 
 def test_build_op_fifo_lock_and_manifest_are_refused_not_waited_on(tmp_path, monkeypatch):
-    """B4: a FIFO named .lock in the build cache hung `tflab build-op` (its open blocked for a writer)."""
+    """a FIFO named .lock in the build cache hung `tflab build-op` (its open blocked for a writer)."""
     from custom_ops.build import BuildError, build
 
     monkeypatch.setenv("TFLAB_CUSTOM_OPS_BUILD_DIR", str(tmp_path))

@@ -30,7 +30,7 @@ HOSTILE = textwrap.dedent("""
 
 @pytest.mark.parametrize("func", ["both"])
 def test_verb_ends_after_its_report(tmp_path, func):
-    """B5: `tflab inspect` printed the whole report, then never exited (killed at 90 s), for a function that
+    """`tflab inspect` printed the whole report, then never exited (killed at 90 s), for a function that
     starts a non-daemon thread and for one that registers a blocking atexit handler (one run: either alone
     hangs the old child)."""
     (tmp_path / "hostile.py").write_text(HOSTILE)

@@ -67,7 +67,7 @@ def _supervised(tmp_path, sig):
 
 @pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1], ids=["HUP", "QUIT", "USR1"])
 def test_hangup_and_stray_signals_end_the_run_like_sigterm(tmp_path, sig):
-    """B27: SIGHUP/SIGQUIT/SIGUSR1 killed tflab by their default action: no line, temp folders left."""
+    """SIGHUP/SIGQUIT/SIGUSR1 killed tflab by their default action: no line, temp folders left."""
     code, lines = _supervised(tmp_path, sig)
     assert code == 128 + sig and lines == ["tflab x: terminated"], (code, lines)
     assert not (tmp_path / "scratch").exists()  # the child cleaned up: it got SIGTERM, not the raw signal
@@ -105,7 +105,7 @@ def test_in_process_hangup_raises_terminated_like_sigterm():
 @pytest.mark.parametrize("name, value", [("TFLAB_IN_PROCESS", "yes"), ("TFLAB_IN_PROCESS", "true"),
                                          ("TFLAB_TOUR_LANE", "banana"), ("TFLAB_CUSTOM_OPS_CUDA", "false")])
 def test_junk_switch_value_is_refused_naming_the_accepted_values(name, value):
-    """B25: yes/true read as 0, banana as the default 1, false as 'not 0' (CUDA built)."""
+    """yes/true read as 0, banana as the default 1, false as 'not 0' (CUDA built)."""
     from tflab.process.settings import check_environment, get
 
     with pytest.raises(UsageError, match=rf"{name}='{value}' is not a value it takes: give 0 or 1"):
@@ -124,7 +124,7 @@ def test_switch_healthy_values_pass():
 
 @pytest.mark.parametrize("name", ["TFLAB_CUSTOM_OPS_BUILD_DIR", "TFLAB_SYSTEM_TMPDIR"])
 def test_unusable_tflab_folder_is_refused(name, tmp_path):
-    """B22: TFLAB_CUSTOM_OPS_BUILD_DIR=/proc was a traceback (os.access says yes to root); TFLAB_SYSTEM_TMPDIR=/proc too."""
+    """TFLAB_CUSTOM_OPS_BUILD_DIR=/proc was a traceback (os.access says yes to root); TFLAB_SYSTEM_TMPDIR=/proc too."""
     from tflab.process.settings import check_environment
 
     with pytest.raises(UsageError, match=rf"cannot use /proc as {name}: cannot create a folder in /proc"):
@@ -148,7 +148,7 @@ def _no_file_size():
 
 @pytest.mark.parametrize("argv", [["env"], ["inspect", "nothere.py:f", "--arg", "x=float32[2]"]], ids=["env", "inspect"])
 def test_no_usable_temporary_folder_is_one_line_naming_the_limit(argv):
-    """B20: `ulimit -f 0` printed tempfile's 16-line traceback (exit 1) for every verb."""
+    """`ulimit -f 0` printed tempfile's 16-line traceback (exit 1) for every verb."""
     p = _cli(*argv, preexec=_no_file_size)
     lines = p.stderr.splitlines()
     assert p.returncode == 2 and len(lines) == 1, (p.returncode, p.stderr)
@@ -176,7 +176,7 @@ def test_junk_switch_from_the_cli_is_refused_before_the_verb():
         "pthread_create() failed."),
 ], ids=["glibc-127", "bad_alloc-abort", "MemoryError", "tf-thread-fatal"])
 def test_running_out_of_memory_under_a_limit_names_the_limit(rc, tail):
-    """B21: RLIMIT_AS 2.2 GB let TF load, then glibc aborted (status 127): "the process ended with status
+    """RLIMIT_AS 2.2 GB let TF load, then glibc aborted (status 127): "the process ended with status
     127", the limit unnamed."""
     from tflab.process.supervisor import ChildEnd, describe_end
 
@@ -225,7 +225,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGHUP], ids=["KILL", "HUP"])
 def test_a_setsid_process_of_the_run_is_ended_when_tflab_is_killed(tmp_path, sig):
-    """B26: a `setsid` process the user's code started survived SIGKILL (or SIGHUP) of tflab: only the
+    """a `setsid` process the user's code started survived SIGKILL (or SIGHUP) of tflab: only the
     subreaper killed such processes, and it was the process that died. Every process of the run carries
     the run's mark (TFLAB_RUN); the guard ends the marked ones when the supervisor dies. (No cgroup here:
     creating one needs a delegated cgroup v2 tree, which an unprivileged run rarely has.)"""
