@@ -50,9 +50,6 @@ def test_cli_exits_0_for_a_plain_softmax(run_cli):
 
 @pytest.fixture(scope="module")
 def instance_norm():
-    import keras
-
-    keras.backend.clear_session()  # Keras' global state (layer name counters, seed generators) as a new session's
     x = tf.constant(RNG.normal(0, 300, (2, 16, 4)).astype(np.float32))
     return compare_precisions(c.make_instance_norm_model, x, policies="mixed_float16")
 

@@ -215,17 +215,17 @@ def values_within(r, ref_outputs: list, ref_grads: list, out_names, grad_names,
                   f"(max {_rel_text(worst)})"), facts
 
 
-def _keras_layer_class(frame) -> type | None:
-    """The Keras layer class whose method holds the user's line, or None."""
+def _keras_layer_classes(frame) -> list[type]:
+    """Every live Keras layer class whose method holds the user's line (a module loaded twice has two)."""
     from tflab._code_swap import find_function
 
-    funcs = find_function(*frame) if frame else []
-    for f in funcs:
+    out: list[type] = []
+    for f in find_function(*frame) if frame else []:
         owner = f.__globals__.get(f.__qualname__.split(".")[0])
-        if isinstance(owner, type) and any(c.__name__ == "Layer" and c.__module__.split(".")[0] in ("keras", "tf_keras")
-                                           for c in owner.__mro__):
-            return owner
-    return None
+        if isinstance(owner, type) and owner not in out and any(
+                c.__name__ == "Layer" and c.__module__.split(".")[0] in ("keras", "tf_keras") for c in owner.__mro__):
+            out.append(owner)
+    return out
 
 
 def cause_plan(result, cause, rerun: Callable[[], Any], ref_outputs: list, ref_grads: list, out_names,
@@ -279,20 +279,27 @@ def cause_plan(result, cause, rerun: Callable[[], Any], ref_outputs: list, ref_g
         small = 10.0 ** math.ceil(math.log10(16 * float(fi.smallest_normal)))
         candidates.append(rewritten(representable_literals(float(fi.smallest_normal), float(fi.max), small),
                                     f"use a constant {dt} holds (e.g. {small:g} for an epsilon)"))
-    cls = _keras_layer_class(frame)
-    if cls is not None:
+    classes = _keras_layer_classes(frame)
+    if classes:
+        cls = classes[0]
+
         def layer_f32():
-            orig = cls.__init__
+            # every live copy of the class: the factory may build from another copy than the first found
+            origs = [(k, k.__init__) for k in classes]
 
-            def init(self, *a, **k):
-                orig(self, *a, **k)
-                self.dtype_policy = "float32"
+            def patched(orig):
+                def init(self, *a, **k):
+                    orig(self, *a, **k)
+                    self.dtype_policy = "float32"
+                return init
 
-            cls.__init__ = init
+            for k, orig in origs:
+                k.__init__ = patched(orig)
             try:
                 return check_run()
             finally:
-                cls.__init__ = orig
+                for k, orig in origs:
+                    k.__init__ = orig
 
         candidates.append(lambda: fx.attempt(
             "code", f"{cls.__name__}(..., dtype='float32')", f"compute the layer {cls.__name__} in float32",
