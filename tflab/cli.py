@@ -269,20 +269,6 @@ def preflight(verb: str, args: argparse.Namespace) -> None:
                           max_rank=NUMPY_MAX_DIMS if verb in _DRAWS_INPUTS else None)
 
 
-def _user_keyboard_interrupt(verb: str, args, exc: BaseException) -> int | None:
-    """Exit 2 and one line for a KeyboardInterrupt the user's code raised (no SIGINT came), else None."""
-    from tflab._usercode import describe
-    from tflab.errors import sigint_received
-
-    if sigint_received():
-        return None
-    name = next((v for v in (getattr(args, k, None) for k in ("target", "model", "script"))
-                 if isinstance(v, str) and v), "user code")
-    print(f"tflab {verb}: error: {describe(exc, name, f'while tflab {verb} ran')}; no Ctrl-C came, so "
-          f"this is your code's exception: return or raise an Exception instead", file=sys.stderr)
-    return 2
-
-
 def main(argv: list[str] | None = None, *, _channel=None) -> int:
     """Runs one verb in THIS process and returns its exit code (tests, ``TFLAB_IN_PROCESS=1``).
 
@@ -343,7 +329,9 @@ def main(argv: list[str] | None = None, *, _channel=None) -> int:
         print(f"tflab {args.verb}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
-        own = _user_keyboard_interrupt(args.verb, args, e)
+        from tflab.commands.endings import user_keyboard_interrupt
+
+        own = user_keyboard_interrupt(args.verb, args, e)
         if own is not None:
             return own
         print(f"tflab {args.verb}: interrupted", file=sys.stderr)

@@ -106,6 +106,36 @@ def clear_terminated() -> None:
 
 
 _INT_RECEIVED = False
+_INT_HANDLED = False  # install_sigint_handler ran in this process: a SIGINT is recorded
+_INT_WITNESS = None  # the verb's child: asks the supervisor whether a SIGINT reached it (ChildChannel)
+
+
+def set_sigint_witness(witness) -> None:
+    """Installs the callable that says whether a SIGINT this process got also reached tflab's supervisor.
+
+    Args:
+        witness: a zero-argument callable returning True when the supervisor received a SIGINT
+            (a Ctrl-C reaches the terminal's whole foreground process group; a ``kill -INT`` names
+            tflab), or None to forget it.
+    """
+    global _INT_WITNESS
+
+    _INT_WITNESS = witness
+
+
+def own_interrupt() -> bool:
+    """True when the ``KeyboardInterrupt`` now unwinding is the user's code's own, not a Ctrl-C.
+
+    It is the user's when no SIGINT came at all (the code raised it), or when the SIGINT came from
+    inside the run (the user's code signalled its own process) and never reached the supervisor
+    (`set_sigint_witness`). Where tflab installed no handler (the Python API in the user's own
+    process), False: a ``KeyboardInterrupt`` is passed on as Python does.
+    """
+    if not _INT_HANDLED:
+        return False
+    if not _INT_RECEIVED:
+        return True
+    return _INT_WITNESS is not None and not _INT_WITNESS()
 
 
 def install_sigint_handler():
@@ -121,8 +151,11 @@ def install_sigint_handler():
     import signal
     import threading
 
+    global _INT_HANDLED
+
     if threading.current_thread() is not threading.main_thread():
         return None
+    _INT_HANDLED = True
 
     def on_int(signum, frame):
         global _INT_RECEIVED

@@ -246,7 +246,12 @@ def _attempt_here(kind: str, change: str, description: str, check: Callable, *, 
     try:
         out = check()
     except KeyboardInterrupt:
-        raise
+        from tflab.errors import own_interrupt
+
+        if not own_interrupt():
+            raise  # a Ctrl-C: the run stops
+        return Fix(kind, change, description, status=FAILED, how=how, source=source,
+                   result="your code raised KeyboardInterrupt under this fix (no Ctrl-C reached tflab)")
     except BaseException as e:  # noqa: BLE001 - the user's code under the fix may raise anything
         if isinstance(e, SystemExit):
             return Fix(kind, change, description, status=FAILED, how=how, source=source,

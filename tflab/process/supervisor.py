@@ -9,7 +9,7 @@ TensorFlow and the user's code run; whatever they do to the process
 child only, and the parent, which never imported TF, says in one line what
 happened.
 
-The protocol between the two ends (both live here, so they cannot drift):
+The protocol between the two ends (this module and `tflab.process.child_end`, the child's end):
 
 * **report fd**: the child writes its report (text or JSON) to a pipe the
   parent copies to its own stdout. The child's fd 1 and fd 2 both go to a
@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
 import os
 import re
 import selectors
@@ -64,6 +63,10 @@ import sys
 import tempfile
 import time
 
+# The child's end of the protocol lives in `tflab.process.child_end`; its names are re-exported here.
+from tflab.process.child_end import ENV as CHILD_FDS_ENV
+from tflab.process.child_end import (  # noqa: F401
+    CHANNEL_LOST_EXIT, ChildChannel, announce_temp, report_stream, supervised)
 from tflab.process.group import end_marked_run, kill_orphans, mark_run, set_subreaper
 from tflab.process.watch import die_with_parent
 
@@ -72,7 +75,6 @@ from tflab.process.watch import die_with_parent
 #: EX_SOFTWARE, "an internal software error has been detected".
 CRASH_EXIT = 70
 
-_ENV = "TFLAB_CHILD_FDS"  # "report,status,quiet,out_tty,err_tty" for the child
 FATAL_LINE = re.compile(r"^F\d{4} [^\n]*\]\s*(?P<msg>[^\n]*)$", re.M)  # glog: F0000 00:00:… file.cc:234] msg
 _TAIL = 64 * 1024
 
@@ -192,9 +194,10 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
     status_r, status_w = os.pipe()
     err_r, err_w = os.pipe()
     quiet = tempfile.TemporaryFile()
+    notice = tempfile.TemporaryFile()  # each signal this process receives, for the child to read (child_end)
     tty = f"{int(os.isatty(stdout_fd))},{int(os.isatty(stderr_fd))}"
     child_env = dict(os.environ if env is None else env)
-    child_env[_ENV] = f"{report_w},{status_w},{quiet.fileno()},{tty}"
+    child_env[CHILD_FDS_ENV] = f"{report_w},{status_w},{quiet.fileno()},{tty},{notice.fileno()}"
     child_env["TFLAB_SUPERVISOR_PID"] = str(os.getpid())
     received: list[int] = []
     state = {"ready": False, "deadline": None, "killed": False}
@@ -215,6 +218,8 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
 
     def on_signal(signum, frame):
         received.append(signum)  # sticky: judged after the child is gone
+        with contextlib.suppress(OSError):  # a SIGINT the child gets and this process does not is its code's
+            os.write(notice.fileno(), f"{int(signum)}\n".encode())
         if proc is None or proc.poll() is not None:
             return
         if len(received) > 1:
@@ -252,7 +257,8 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
                 os.setpgrp()
 
         proc = subprocess.Popen(cmd, env=child_env, stdin=None, stdout=err_w, stderr=err_w,
-                                pass_fds=(report_w, status_w, quiet.fileno()), preexec_fn=child_setup)
+                                pass_fds=(report_w, status_w, quiet.fileno(), notice.fileno()),
+                                preexec_fn=child_setup)
         for fd in (report_w, status_w, err_w):
             os.close(fd)
         report_w = status_w = err_w = -1
@@ -346,6 +352,7 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
     quiet.seek(0)
     quiet_text = quiet.read()[-_TAIL:].decode(errors="replace")
     quiet.close()
+    notice.close()
     status_lines = status_buf.decode(errors="replace").splitlines()
     return ChildEnd(returncode=proc.returncode,
                     status=status_lines, temp_removed=remove_announced(status_lines),
@@ -402,6 +409,11 @@ def describe_end(end: ChildEnd, memory_limit: str | None = None) -> tuple[int, s
         return code, word
     if end.timed_out:
         return CRASH_EXIT, "error: it ran past its time limit and was killed"
+    if end.returncode == CHANNEL_LOST_EXIT:
+        said = "closed the pipe tflab's report travels on" in end.stderr_tail
+        return 2, (None if said else
+                   "error: your code closed the file descriptors tflab's report and status travel on (ones it "
+                   "did not open), so the report is lost; close only the file descriptors your code opened")
     n = end.os_exit()
     if n is not None:
         return 2, (f"error: your code ended the process with os._exit({n}) before tflab wrote its report; "
@@ -446,154 +458,3 @@ def describe_end(end: ChildEnd, memory_limit: str | None = None) -> tuple[int, s
     return CRASH_EXIT, (f"error: the process ended with status {rc} before tflab wrote its report"
                         + (f"; its last line: {last.strip()[:300]!r}" if last else ""))
 
-
-# ----------------------------------------------------------------------------- the child's end
-
-
-class _Stream(io.TextIOBase):
-    """A text stream in the child that cannot be closed by user code and reports the parent's tty."""
-
-    def __init__(self, raw: io.TextIOBase, tty: bool):
-        self._raw, self._tty = raw, tty
-        self.written = 0
-
-    def write(self, text: str) -> int:
-        self.written += len(text)
-        return self._raw.write(text)
-
-    def flush(self) -> None:
-        self._raw.flush()
-
-    def close(self) -> None:  # the user's sys.stdout.close() must not lose tflab's report
-        with contextlib.suppress(Exception):
-            self._raw.flush()
-
-    @property
-    def closed(self) -> bool:
-        return False
-
-    def isatty(self) -> bool:
-        return self._tty
-
-    def fileno(self) -> int:
-        return self._raw.fileno()
-
-    def writable(self) -> bool:
-        return True
-
-    @property
-    def encoding(self):
-        return self._raw.encoding
-
-    @property
-    def errors(self):
-        return self._raw.errors
-
-    @property
-    def buffer(self):
-        return self._raw.buffer
-
-
-_CHANNEL: "ChildChannel | None" = None  # this process's channel to its supervisor, once opened
-
-
-def announce_temp(path) -> None:
-    """Tells the supervisor (if any) about a temporary folder this process made (``tmp PATH``).
-
-    The supervisor removes it when this process ends without removing it itself (SIGKILL).
-    """
-    if _CHANNEL is not None and os.getpid() == _CHANNEL._pid:
-        _CHANNEL._send(f"tmp {os.path.abspath(os.fspath(path))}")
-
-
-def supervised() -> bool:
-    """True in a child that opened its `ChildChannel` (the verb's child of the ``tflab`` supervisor)."""
-    return _CHANNEL is not None
-
-
-def report_stream():
-    """The stream that reaches the supervisor's stdout (the report pipe), or None outside a channel."""
-    return _CHANNEL.report if _CHANNEL is not None and os.getpid() == _CHANNEL._pid else None
-
-
-class ChildChannel:
-    """The child's end of the protocol (see the module docstring); `open` it first thing.
-
-    Attributes:
-        quiet_fd: the parent's file for TF's start-up lines, or None.
-        report: the report stream (installed as ``sys.stdout``).
-    """
-
-    def __init__(self, report_fd: int, status_fd: int, quiet_fd: int, out_tty: bool, err_tty: bool):
-        self._status_fd = status_fd
-        self.quiet_fd = quiet_fd
-        self._pid = os.getpid()
-        enc = getattr(sys.stdout, "encoding", None) or "utf-8"
-        raw = io.TextIOWrapper(io.FileIO(report_fd, "w", closefd=True), encoding=enc,
-                               errors="backslashreplace", line_buffering=True)
-        self.report = _Stream(raw, out_tty)
-        sys.stdout = self.report
-        if sys.stderr is not None:
-            sys.stderr = _Stream(sys.stderr, err_tty)
-        real_exit = os._exit
-
-        def _exit(n):  # the user's os._exit(n): say so to the parent before the process ends
-            if os.getpid() == self._pid:
-                self._send(f"os_exit {int(n) if isinstance(n, int) else n}")
-            real_exit(n)
-
-        self._real_exit = real_exit
-        os._exit = _exit
-        global _CHANNEL
-        _CHANNEL = self
-        from tflab import _paths
-
-        _paths.announce_hook, _paths.report_hook = announce_temp, report_stream
-    @classmethod
-    def open(cls) -> ChildChannel | None:
-        """The channel the supervisor passed in the environment, or None (not run under `run_child`)."""
-        from tflab.process.settings import pop
-
-        spec = pop(_ENV)
-        parent = pop("TFLAB_SUPERVISOR_PID")
-        if not spec:
-            return None
-        report, status, quiet, out_tty, err_tty = (int(x) for x in spec.split(","))
-        die_with_parent(parent)
-        return cls(report, status, quiet, bool(out_tty), bool(err_tty))
-
-    def _send(self, line: str) -> None:
-        with contextlib.suppress(OSError):
-            os.write(self._status_fd, f"{line}\n".encode())
-
-    def ready(self) -> None:
-        """Turns Ctrl-C into KeyboardInterrupt again and says so: a signal now is forwarded, not a kill."""
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            from tflab.errors import install_sigint_handler
-
-            install_sigint_handler()  # records that a SIGINT really came (exit 130), then KeyboardInterrupt
-        self._send("ready")
-
-    def finish(self, code: int, verb: str) -> int:
-        """Flushes the report and sends ``exit CODE``; a report that could not be written is not a 0.
-
-        Returns:
-            ``code``; 141 when the parent's stdout went away; 2 when the verb
-            returned 0 without writing any report (the user's code replaced
-            ``sys.stdout``).
-        """
-        try:
-            self.report.flush()
-        except BrokenPipeError:
-            code = 141
-        except OSError as e:
-            print(f"tflab {verb}: error: the report could not be written: {e.strerror or e}", file=sys.stderr)
-            code = 2
-        if code == 0 and self.report.written == 0:
-            print(f"tflab {verb}: error: no report was written (did your code replace sys.stdout?)",
-                  file=sys.stderr)
-            code = 2
-        self._send(f"exit {code}")
-        return code
