@@ -60,6 +60,7 @@ OPTION_ERRORS = (
     ["precision", "m.py:f", "--arg", "x=float32[4]", "--policies", "bogus"],
     ["export", "m.py:f", "--quantize", "bogus", "--out", "o/q"],
     ["inspect", "m.py:f", "--arg", "x=flaot32[2]"],
+    ["inspect", "m.py:f", "--arg", "x=float32[2"],
     ["lower", "m.py:f", "--arg", "x=float32[None,8]"],
     ["compare", "m.py:f", "--arg", _DIMS65],
     ["lower", "m.py:f", "--arg", "x=float32[2,8]", "--out", "adir"],

@@ -108,13 +108,32 @@ def loss_scale_problem(value: float) -> str | None:
 _MAX_DIM = 2**63 - 1
 
 
+def _check_literal(name: str, value: str, short: Callable) -> None:
+    """A value with no ``[dims]``: a bare TF dtype name (a scalar spec) or a Python literal, as the child reads it."""
+    import ast
+    import re
+
+    from tflab.errors import UsageError
+
+    bare = re.match(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*$", value)
+    if bare and bare.group(1) in _DTYPES and bare.group(1) not in ("True", "False", "None"):
+        return
+    try:
+        ast.literal_eval(value)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        raise UsageError(
+            f"--arg {name}={short(value)}: not a TensorSpec (dtype[dims], e.g. float32[None,8]) "
+            f"nor a Python literal (e.g. 3, 0.5, True, 'text'); quote strings") from None
+
+
 def check_arg_grammar(items: list[str] | None, *, static: bool = False, max_rank: int | None = None) -> None:
     """The ``--arg NAME=VALUE`` grammar, checked without TensorFlow (the supervisor's pre-flight).
 
-    Refuses only what the child would refuse for sure (`tflab._target.parse_args`, in its words): no
+    Refuses what the child would refuse for sure (`tflab._target.parse_args`, in its words): no
     ``=``, a name that is not an identifier, a name given twice, a ``NAME[dims]`` whose NAME is no TF
-    dtype, and for a dtype a negative, non-integer or over-int64 dim. Python literals are left to the
-    child.
+    dtype (``True[2]`` included), for a dtype a negative, non-integer or over-int64 dim, and a value
+    that is neither a bare dtype name nor a Python literal (``x=float32[2``, ``x=``, ``n=3,``): all
+    the same rules as the child's, and `ast.literal_eval` needs no TensorFlow.
 
     Args:
         items: the ``--arg`` values.
@@ -145,11 +164,10 @@ def check_arg_grammar(items: list[str] | None, *, static: bool = False, max_rank
         seen.add(name)
         m = re.match(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*\[(.*)\]\s*$", value)
         if not m:
+            _check_literal(name, value, short)
             continue
         dtype = m.group(1)
         if dtype not in _DTYPES:
-            if dtype in ("True", "False", "None"):
-                continue
             near = difflib.get_close_matches(dtype, _SUGGESTED, n=3)
             raise UsageError(f"--arg {name}={short(value)}: not a TensorSpec: unknown dtype {short(dtype, 40)!r}"
                              + (f"; did you mean {' or '.join(near)}?" if near else

@@ -60,6 +60,11 @@ REFUSED = [
     (["lower", "m.py:f", "--arg", "x=int32[2,?]"], "XLA lowers for static shapes"),
     (["compare", "m.py:f", "--arg", DIMS65], "65 dims; numpy arrays"),
     (["precision", "m.py:f", "--arg", DIMS65], "65 dims; numpy arrays"),
+    # --arg values that are no spec and no Python literal (handed: an unclosed spec; sibling: an empty value,
+    # a Python keyword used as a dtype)
+    (["inspect", "m.py:f", "--arg", "x=float32[2"], "nor a Python literal"),
+    (["compare", "m.py:f", "--arg", "x=float32[2]", "--arg", "n="], "--arg n=: not a TensorSpec"),
+    (["diagnose", "m.py:f", "--arg", "x=True[2]"], "unknown dtype 'True'"),
     # output paths (handed: lower --out existing, x/.., --html = --out, --html inside --out;
     # sibling: export's --html inside --out, a tour --html at --out)
     (["lower", "m.py:f", "--arg", "x=float32[2,8]", "--out", "o/exists"], "already exists"),
@@ -88,7 +93,8 @@ HEALTHY = [
     ["lower", "m.py:f", "--arg", "x=float32[2,8]", "--out", "o/fresh", "--html", "o/fresh.html"],
     ["export", "m.py:f", "--quantize", "none,int8", "--out", "o/exists/../fresh2", "--html", "o/e.html"],
     ["compare", "m.py:f", "--arg", "x=float32[" + ",".join(["1"] * 64) + "]", "--arg", "n=3"],
-    ["inspect", "m.py:f", "--arg", "x=float8_e4m3fn[2]", "--arg", "y=bool[]"],
+    ["inspect", "m.py:f", "--arg", "x=float8_e4m3fn[2]", "--arg", "y=bool[]", "--arg", "z=float32",
+     "--arg", "s='abc'", "--arg", "t=3,", "--arg", "u=[1, 2.5]", "--arg", "v=None"],
 ]
 
 

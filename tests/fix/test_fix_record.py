@@ -139,3 +139,35 @@ def test_values_not_kept_says_so():
 
     v = values_match(None, [1.0])
     assert v.text == VALUES_NOT_KEPT and not v.kept
+
+
+# --------------------------------------------------------------------------- interrupts under a check in this process
+
+
+def _raise_keyboard_interrupt():
+    raise KeyboardInterrupt
+
+
+def test_a_keyboard_interrupt_of_the_users_code_fails_an_in_process_check(monkeypatch):
+    """A check that cannot run apart (``apart=False``) re-raised every KeyboardInterrupt, so the user's own
+    ``raise KeyboardInterrupt`` (or a SIGINT it sent itself, which tflab's supervisor never received)
+    ended the verb as if Ctrl-C came. Under tflab's handler with no SIGINT at all, or with the
+    supervisor's word that none reached it, it fails that candidate; a real Ctrl-C still stops the run."""
+    import tflab.errors as errors
+    import tflab.fix as fx
+
+    monkeypatch.setattr(errors, "_INT_HANDLED", True)  # the CLI's handler records every SIGINT
+    monkeypatch.setattr(errors, "_INT_RECEIVED", False)
+    f = fx.attempt("code", "x", "change x", _raise_keyboard_interrupt, apart=False)
+    assert (f.status, f.check_text) == (fx.FAILED, "failed: your code raised KeyboardInterrupt under this fix "
+                                                   "(no Ctrl-C reached tflab)")
+    monkeypatch.setattr(errors, "_INT_RECEIVED", True)  # a SIGINT came ...
+    monkeypatch.setattr(errors, "_INT_WITNESS", lambda: False)  # ... from inside the run (sibling)
+    assert fx.attempt("code", "x", "change x", _raise_keyboard_interrupt, apart=False).status == fx.FAILED
+    monkeypatch.setattr(errors, "_INT_WITNESS", lambda: True)  # the healthy twin: the supervisor got it too
+    with pytest.raises(KeyboardInterrupt):
+        fx.attempt("code", "x", "change x", _raise_keyboard_interrupt, apart=False)
+    monkeypatch.setattr(errors, "_INT_HANDLED", False)  # the Python API: passed on as Python does
+    monkeypatch.setattr(errors, "_INT_RECEIVED", False)
+    with pytest.raises(KeyboardInterrupt):
+        fx.attempt("code", "x", "change x", _raise_keyboard_interrupt, apart=False)
