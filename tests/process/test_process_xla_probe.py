@@ -65,3 +65,45 @@ def test_dump_words_that_are_not_the_ones_tflab_set_are_probed(tmp_path, monkeyp
     monkeypatch.delenv("TFLAB_TOUR_XLA_DUMP")
     monkeypatch.setenv("XLA_FLAGS", xla_probe.dump_flags(folder))
     assert xla_probe.users_xla_flags() == xla_probe.dump_flags(folder)
+
+
+# ------------------------------------------------------------------ the user's dump folders stay the user's
+
+def test_private_dumps_env_sends_every_user_dump_to_tflabs_folder(tmp_path):
+    """A child tflab starts compiles copies of the user's function: with the user's ``--xla_dump_to=D`` it
+    wrote its modules into D. Every dump destination is replaced by a private folder; the flags that may
+    change the numbers are kept as they are."""
+    private = tmp_path / "private"
+    env = xla_probe.private_dumps_env(
+        {"XLA_FLAGS": "--xla_cpu_enable_fast_math=true --xla_dump_to=/u/dumps --xla_dump_hlo_as_text",
+         "TF_DUMP_GRAPH_PREFIX": "/u/graphs"}, private)
+    assert "/u/" not in env["XLA_FLAGS"] and "/u/" not in env["TF_DUMP_GRAPH_PREFIX"]
+    assert env["XLA_FLAGS"].startswith("--xla_cpu_enable_fast_math=true")
+    assert env["XLA_FLAGS"].endswith(f"--xla_dump_to={private}/xla")
+    assert env["TF_DUMP_GRAPH_PREFIX"].startswith(str(private))
+    # Siblings: a quoted folder with a space, and a dump flag with no folder (XLA then dumps to stdout).
+    quoted = xla_probe.private_dumps_env({"XLA_FLAGS": '--xla_dump_to="/u/my dumps" --xla_dump_hlo_as_proto'},
+                                         private)["XLA_FLAGS"]
+    assert "/u/" not in quoted and quoted.endswith(f"--xla_dump_to={private}/xla")
+    bare = xla_probe.private_dumps_env({"XLA_FLAGS": "--xla_dump_hlo_as_text"}, private)["XLA_FLAGS"]
+    assert bare == f"--xla_dump_hlo_as_text --xla_dump_to={private}/xla"
+    # The healthy twin: no dump asked, nothing changed.
+    plain = {"XLA_FLAGS": "--xla_cpu_enable_fast_math=true", "PATH": "/bin"}
+    assert xla_probe.private_dumps_env(plain, private) == plain
+
+
+def test_the_flags_probe_child_does_not_dump_into_the_users_folder(tmp_path, monkeypatch):
+    """The API's probe of the flags compiles ``x + 1`` under the user's XLA_FLAGS: its module went into the
+    user's dump folder. It runs with `private_dumps_env` (its environment seen here, no child started)."""
+    seen = {}
+
+    class Done:
+        returncode, stderr = 0, ""
+
+    monkeypatch.setattr(xla_probe, "_XLA_PROBED", {})
+    monkeypatch.setattr(xla_probe, "supervised", lambda: False)
+    monkeypatch.setenv("XLA_FLAGS", f"--xla_dump_to={tmp_path / 'mine'} --xla_dump_hlo_as_text")
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: seen.update(k) or Done())
+    xla_probe.check_xla_flags()
+    assert str(tmp_path / "mine") not in seen["env"]["XLA_FLAGS"]
+    assert "--xla_dump_hlo_as_text" in seen["env"]["XLA_FLAGS"]

@@ -183,6 +183,7 @@ class SavedStep:
         import numpy as np
 
         from tflab.process.group import start_tied
+        from tflab.process.xla_probe import private_dumps_env
 
         self.runs += 1
         prefix = self.tmp / f"run{self.runs}"
@@ -193,6 +194,7 @@ class SavedStep:
                 env.pop(k, None)
             else:
                 env[k] = v
+        env = private_dumps_env(env, self.tmp / "user_dumps")  # the user's own dump folders stay theirs
         if dump is not None:
             env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + f" --xla_dump_to={dump} --xla_dump_hlo_as_text"
                                 " --xla_dump_hlo_pass_re=.*").strip()

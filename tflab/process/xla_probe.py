@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -29,6 +30,42 @@ def dump_flags(folder: str | os.PathLike) -> str:
         folder: the dump folder; a path with white space is not one word, so it is left to the probe.
     """
     return f"--xla_dump_to={os.fspath(folder)} --xla_dump_hlo_as_text"
+
+
+# An XLA dump flag as XLA's own parser reads it (``xla/parse_flags_from_env.cc``: ``--name=value``, a value
+# in double quotes may hold spaces).
+_DUMP_TO = re.compile(r'(?<!\S)--xla_dump_to(?:=(?:"[^"]*"|\S*))?')
+_DUMP_ANY = re.compile(r'(?<!\S)--xla_dump_\w+')
+#: Where TF's own graph dumps go (``tensorflow/core/util/dump_graph.cc``; ``--tf_xla_clustering_debug``
+#: in ``TF_XLA_FLAGS`` and the MLIR bridge write there).
+TF_GRAPH_DUMP_ENV = "TF_DUMP_GRAPH_PREFIX"
+
+
+def private_dumps_env(env: dict, folder: str | os.PathLike) -> dict:
+    """``env`` for a child tflab starts, with every dump the user asked for sent to ``folder`` instead.
+
+    A user who sets ``XLA_FLAGS=--xla_dump_to=D`` (or ``TF_DUMP_GRAPH_PREFIX=D``) asks for the dumps of
+    their own compiles. tflab's children (the bisection's runs under each compiler setting, the probe of
+    the flags) compile copies of them, and wrote dozens of modules into ``D``, mixed with the user's. Every
+    ``--xla_dump_to`` is dropped; where a dump flag is left (``--xla_dump_hlo_as_text``, which without a
+    folder dumps to stdout), ``--xla_dump_to=folder`` is added; ``TF_DUMP_GRAPH_PREFIX`` points into
+    ``folder``. The other flags, which may change the numbers, are kept as they are.
+
+    Args:
+        env: the child's environment (not changed).
+        folder: a private folder (removed with the caller's temporary folder).
+
+    Returns:
+        A new environment dict.
+    """
+    out = dict(env)
+    flags = out.get("XLA_FLAGS", "")
+    if flags and (_DUMP_TO.search(flags) or _DUMP_ANY.search(flags)):
+        kept = _DUMP_TO.sub(" ", flags).strip()
+        out["XLA_FLAGS"] = f"{kept} --xla_dump_to={os.path.join(os.fspath(folder), 'xla')}".strip()
+    if out.get(TF_GRAPH_DUMP_ENV):
+        out[TF_GRAPH_DUMP_ENV] = os.path.join(os.fspath(folder), "tf_graphs")
+    return out
 
 
 _OWN_DUMPS: list[str] = []  # dump folders this process put in XLA_FLAGS for tflab's own work
@@ -107,9 +144,13 @@ def check_xla_flags(timeout: float = 300.0) -> None:
         return
     if key not in _XLA_PROBED:
         fatal = None
+        import tempfile
+
         try:
-            p = subprocess.run([sys.executable, "-c", _XLA_PROBE], capture_output=True, text=True,
-                               timeout=timeout, stdin=subprocess.DEVNULL, start_new_session=True)
+            with tempfile.TemporaryDirectory(prefix="tflab_xla_probe_") as private:
+                p = subprocess.run([sys.executable, "-c", _XLA_PROBE], capture_output=True, text=True,
+                                   timeout=timeout, stdin=subprocess.DEVNULL, start_new_session=True,
+                                   env=private_dumps_env(os.environ, private))  # its compile is not the user's
             if p.returncode != 0:
                 found = list(FATAL_LINE.finditer(p.stderr))
                 fatal = found[-1].group(0).strip() if found else None
