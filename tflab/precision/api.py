@@ -61,7 +61,7 @@ import numpy as np
 
 from tflab._graph_analysis import flatten_sources, output_names_of, prepare_args
 from tflab.precision.policy import (DEFAULT_POLICIES, INITIAL_LOSS_SCALE, MIN_LOSS_SCALE, POLICIES,  # noqa: F401
-                           REFERENCE, global_policy, is_keras_layer, keras_modules, takes_no_parameters)
+                           REFERENCE, check_float_values, global_policy, is_keras_layer, keras_modules, takes_no_parameters)
 from tflab.precision.records import PolicyResult, PrecisionComparison
 from tflab._target import check_target, callable_name, signature_args
 from tflab._usercode import user_entry
@@ -368,6 +368,7 @@ def run_policies(subject: PolicySubject, policies: tuple, loss_scale: Any, name:
         scaled = compute == "float16" and loss_scale is not None
         if ref is None:
             grads, t = run.grad_fn(1.0)
+            check_float_values(name, run.outputs, grads)
             out_names = tuple(run.output_names)
             grad_names = tuple(_source_labels(subject, obj) + [_var_name(v) for v in run.variables])
             ref = (run.outputs, grads, [np.asarray(v.numpy() if hasattr(v, "numpy") else v)

@@ -94,3 +94,24 @@ def takes_no_parameters(fn: Callable) -> bool:
 
     sig = python_signature(fn)
     return sig is not None and not sig.parameters
+
+
+def check_float_values(name: str, outputs: list, grads: list) -> None:
+    """Refuses a function with no floating-point value to judge: every policy would pass vacuously.
+
+    Each policy is judged on the float outputs and the gradients; a function whose outputs are all
+    integers or booleans (``x * 2 + 1`` on int32, ``tf.logical_not``, a ``tf.cast(tf.round(x), tf.int32)``
+    of a float argument, through which no gradient flows) gave "no underflow or overflow" for every
+    policy, measured over nothing.
+    """
+    floats = [o for o in outputs if np.issubdtype(np.asarray(o).dtype, np.floating)]
+    if sum(np.asarray(o).size for o in floats) or any(g is not None and np.asarray(g).size for g in grads):
+        return
+    kinds = ", ".join(sorted({str(np.asarray(o).dtype) for o in outputs})) or "none"
+    from tflab.errors import UsageError
+
+    raise UsageError(f"{name}: there is no floating-point value to judge: its outputs are {kinds} "
+                     f"({len(outputs)} output(s), {sum(np.asarray(o).size for o in floats)} float element(s)) and "
+                     f"no gradient reaches a float argument or variable; precision measures float values "
+                     f"under each dtype policy, so return the float tensors to judge (e.g. before a cast to "
+                     f"an integer)")
