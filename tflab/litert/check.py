@@ -127,6 +127,14 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
         if isinstance(e, UsageError):
             raise
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        refused = None if stats.flex_ops else _domain_refusal(model, batches, quantization)
+        if refused is not None:  # a kernel that checks its domain refused the examples: measured, not "not run"
+            return TFLiteCheck(quantization=quantization, bit_exact=None, max_abs_error=None, bound=None,
+                               within_bound=False, outputs={},
+                               runtime=f"refused by LiteRT's {refused.op_type} kernel: {reason}",
+                               explanation=f"failed: {refused.op_type} got inputs outside its domain "
+                                           f"({refused.detail})", signatures={}, notes=tuple(notes),
+                               cause=refused, **base)
         if stats.flex_ops:
             reason = (f"Flex op(s) {', '.join(stats.flex_ops)} need the Flex delegate, which the Python "
                       f"LiteRT interpreter does not have ({reason[:200]})")
@@ -439,6 +447,23 @@ def _stateful_random_ops(loaded) -> list[str]:
     for types in signature_op_types(loaded).values():
         found.update(t for t in types if t in _RANDOM_OPS)
     return sorted(found)
+
+
+def _domain_refusal(model: bytes, batches, quantization: str):
+    """A domain `Cause` when LiteRT refused to run because an op's inputs lie outside its domain, else None."""
+    from tflab.attribution.records import Cause
+    from tflab.fix import first_working
+    from tflab.litert.nan import refusal_origin
+
+    try:
+        origin = refusal_origin(model, [(k, batches.feeds(k)) for k in batches.signatures])
+    except Exception:  # noqa: BLE001 - no measurement, no claim: the variant stays "not run"
+        return None
+    if origin is None:
+        return None
+    return Cause("", f"tf vs litert {quantization}", "domain", origin.tensor, origin.op, detail=origin.why,
+                 evidence={"nan_cause": origin.cause, "op_index": origin.op_index, "signature": origin.signature},
+                 fix=None if origin.fix_record is None else first_working([origin.fix_record]))
 
 
 def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | Any,

@@ -263,6 +263,44 @@ def find_nan_sink(model: bytes, key: str, feed: Mapping[str, np.ndarray]) -> Nan
     return None
 
 
+def refusal_origin(model: bytes, feeds_by_key) -> NanOrigin | None:
+    """The op whose LiteRT kernel refused to run because its actual inputs lie outside its domain, measured.
+
+    LiteRT's integer kernels check their input's domain and fail the whole invoke ("Sqrt is only
+    defined for non-negative values", "Node number 0 (SQRT) failed to invoke") where TF's float op
+    gives NaN/inf. The variant was reported as "not run"; the op, the inputs it received (the ops
+    before it ran: `run_per_op` keeps every tensor) and the domain rule they break are the cause.
+
+    Args:
+        model: flatbuffer bytes.
+        feeds_by_key: ``[(signature key, [{input name: array}, ...]), ...]``.
+
+    Returns:
+        A `NanOrigin` (cause from `tflab.litert.domains.DOMAINS`) for the first refused op whose inputs
+        break its domain rule, or None when no op failed that way.
+    """
+    for key, feeds in feeds_by_key:
+        for feed in feeds:
+            try:
+                graph, values, failed = run_per_op(model, key, feed)
+            except (RuntimeError, ValueError):
+                return None
+            if failed is None:
+                continue
+            at = next((op for op in graph.ops if op.index == failed[0]), None)
+            dom = None if at is None else domain_violation(graph, at, values)
+            if dom is None:
+                continue
+            t = at.inputs[0]
+            x = dequantized(graph, t, values[t])
+            return NanOrigin(key, at.index, at.name, graph.names[t], dom.cause, why=(
+                f"LiteRT's {graph.dtypes[t]} {at.name} kernel refused to run: its input {graph.names[t]!r} "
+                f"dequantizes to {int((x < 0).sum())} negative value(s) and {int((x == 0).sum())} zero(s) "
+                f"({dom.count} outside {at.name}'s domain: {dom.label}), where TF's {at.name} gives {dom.result}; "
+                f"LiteRT: {failed[1][:160]!r}"), fix=dom.fix)
+    return None
+
+
 # ------------------------------------------- which kernel: XNNPACK vs builtin
 
 BUILTIN_CHANGE = ("Interpreter(model_content=..., experimental_op_resolver_type="
