@@ -171,3 +171,34 @@ def test_a_keyboard_interrupt_of_the_users_code_fails_an_in_process_check(monkey
     monkeypatch.setattr(errors, "_INT_RECEIVED", False)
     with pytest.raises(KeyboardInterrupt):
         fx.attempt("code", "x", "change x", _raise_keyboard_interrupt, apart=False)
+
+
+def test_a_candidate_that_signals_tflabs_process_fails_that_candidate(monkeypatch):
+    """A check run apart whose body sends SIGINT to tflab's own process (its parent): under the CLI the
+    supervisor received none, so it is the candidate's interrupt, a failed fix, not the end of the run.
+    The healthy twin: the same SIGINT with the supervisor's word that it came (a Ctrl-C) stops the run."""
+    import os
+    import signal
+
+    import tflab.errors as errors
+    import tflab.fix as fx
+
+    previous = signal.getsignal(signal.SIGINT)
+    monkeypatch.setattr(errors, "_INT_HANDLED", errors._INT_HANDLED)  # restored after the test
+    errors.install_sigint_handler()
+    try:
+        monkeypatch.setattr(errors, "_INT_RECEIVED", False)
+        monkeypatch.setattr(errors, "_INT_WITNESS", lambda: False)
+
+        def signal_parent():
+            os.kill(os.getppid(), signal.SIGINT)
+            import time
+            time.sleep(30)
+
+        f = fx.attempt("code", "x", "change x", signal_parent, timeout_s=20)
+        assert (f.status, f.check_text) == (fx.FAILED, "failed: your code raised KeyboardInterrupt under this fix")
+        monkeypatch.setattr(errors, "_INT_WITNESS", lambda: True)
+        with pytest.raises(KeyboardInterrupt):
+            fx.attempt("code", "x", "change x", signal_parent, timeout_s=20)
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -320,8 +320,12 @@ def run_apart(fn: Callable[[], Any], timeout_s: float | None = None) -> Apart:
 
     Raises:
         KeyboardInterrupt: the user pressed Ctrl-C (SIGINT in this process):
-            the child is killed first.
+            the child is killed first. A SIGINT that came from inside the run
+            (the candidate signalled this process; tflab's supervisor received
+            none: `tflab.errors.own_interrupt`) is the candidate's, `RAISED`.
     """
+    from tflab.errors import own_interrupt
+
     limit = default_timeout_s() if timeout_s is None else float(timeout_s)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -365,10 +369,14 @@ def run_apart(fn: Callable[[], Any], timeout_s: float | None = None) -> Apart:
         _kill_group(pid, reaped=status is not None)
         if status is None:
             status = _reap(pid)
-    except BaseException:  # a Ctrl-C (or anything else) in the parent: the child goes first
+    except BaseException as e:  # a Ctrl-C (or anything else) in the parent: the child goes first
         _kill_group(pid, reaped=status is not None)
         if status is None:
             _reap(pid)
+        if isinstance(e, KeyboardInterrupt) and own_interrupt():  # the candidate signalled tflab's process
+            return Apart(RAISED, error_type="KeyboardInterrupt", timeout_s=limit,
+                         error="a SIGINT from inside the run (no Ctrl-C reached tflab)",
+                         seconds=time.monotonic() - start)
         raise
     finally:
         os.close(r)
