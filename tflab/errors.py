@@ -106,7 +106,6 @@ def clear_terminated() -> None:
 
 
 _INT_RECEIVED = False
-_INT_HANDLED = False  # install_sigint_handler ran in this process: a SIGINT is recorded
 _INT_WITNESS = None  # the verb's child: asks the supervisor whether a SIGINT reached it (ChildChannel)
 
 
@@ -131,8 +130,12 @@ def own_interrupt() -> bool:
     (`set_sigint_witness`). Where tflab installed no handler (the Python API in the user's own
     process), False: a ``KeyboardInterrupt`` is passed on as Python does.
     """
-    if not _INT_HANDLED:
-        return False
+    import signal
+
+    handler = signal.getsignal(signal.SIGINT)
+    if not (getattr(handler, "__module__", None) == __name__
+            and getattr(handler, "__qualname__", "") == "install_sigint_handler.<locals>.on_int"):
+        return False  # tflab's handler is not in place: no SIGINT is recorded, nothing can be told apart
     if not _INT_RECEIVED:
         return True
     return _INT_WITNESS is not None and not _INT_WITNESS()
@@ -151,11 +154,8 @@ def install_sigint_handler():
     import signal
     import threading
 
-    global _INT_HANDLED
-
     if threading.current_thread() is not threading.main_thread():
         return None
-    _INT_HANDLED = True
 
     def on_int(signum, frame):
         global _INT_RECEIVED

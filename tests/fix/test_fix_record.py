@@ -153,22 +153,27 @@ def test_a_keyboard_interrupt_of_the_users_code_fails_an_in_process_check(monkey
     ``raise KeyboardInterrupt`` (or a SIGINT it sent itself, which tflab's supervisor never received)
     ended the verb as if Ctrl-C came. Under tflab's handler with no SIGINT at all, or with the
     supervisor's word that none reached it, it fails that candidate; a real Ctrl-C still stops the run."""
+    import signal
+
     import tflab.errors as errors
     import tflab.fix as fx
 
-    monkeypatch.setattr(errors, "_INT_HANDLED", True)  # the CLI's handler records every SIGINT
+    previous = signal.getsignal(signal.SIGINT)
     monkeypatch.setattr(errors, "_INT_RECEIVED", False)
-    f = fx.attempt("code", "x", "change x", _raise_keyboard_interrupt, apart=False)
-    assert (f.status, f.check_text) == (fx.FAILED, "failed: your code raised KeyboardInterrupt under this fix "
-                                                   "(no Ctrl-C reached tflab)")
-    monkeypatch.setattr(errors, "_INT_RECEIVED", True)  # a SIGINT came ...
-    monkeypatch.setattr(errors, "_INT_WITNESS", lambda: False)  # ... from inside the run (sibling)
-    assert fx.attempt("code", "x", "change x", _raise_keyboard_interrupt, apart=False).status == fx.FAILED
-    monkeypatch.setattr(errors, "_INT_WITNESS", lambda: True)  # the healthy twin: the supervisor got it too
-    with pytest.raises(KeyboardInterrupt):
-        fx.attempt("code", "x", "change x", _raise_keyboard_interrupt, apart=False)
-    monkeypatch.setattr(errors, "_INT_HANDLED", False)  # the Python API: passed on as Python does
-    monkeypatch.setattr(errors, "_INT_RECEIVED", False)
+    errors.install_sigint_handler()  # the CLI's handler records every SIGINT
+    try:
+        f = fx.attempt("code", "x", "change x", _raise_keyboard_interrupt, apart=False)
+        assert (f.status, f.check_text) == (fx.FAILED, "failed: your code raised KeyboardInterrupt under this "
+                                                       "fix (no Ctrl-C reached tflab)")
+        monkeypatch.setattr(errors, "_INT_RECEIVED", True)  # a SIGINT came ...
+        monkeypatch.setattr(errors, "_INT_WITNESS", lambda: False)  # ... from inside the run (sibling)
+        assert fx.attempt("code", "x", "change x", _raise_keyboard_interrupt, apart=False).status == fx.FAILED
+        monkeypatch.setattr(errors, "_INT_WITNESS", lambda: True)  # the healthy twin: the supervisor got it
+        with pytest.raises(KeyboardInterrupt):
+            fx.attempt("code", "x", "change x", _raise_keyboard_interrupt, apart=False)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    monkeypatch.setattr(errors, "_INT_RECEIVED", False)  # the Python API: tflab's handler not in place
     with pytest.raises(KeyboardInterrupt):
         fx.attempt("code", "x", "change x", _raise_keyboard_interrupt, apart=False)
 
@@ -184,10 +189,9 @@ def test_a_candidate_that_signals_tflabs_process_fails_that_candidate(monkeypatc
     import tflab.fix as fx
 
     previous = signal.getsignal(signal.SIGINT)
-    monkeypatch.setattr(errors, "_INT_HANDLED", errors._INT_HANDLED)  # restored after the test
+    monkeypatch.setattr(errors, "_INT_RECEIVED", False)
     errors.install_sigint_handler()
     try:
-        monkeypatch.setattr(errors, "_INT_RECEIVED", False)
         monkeypatch.setattr(errors, "_INT_WITNESS", lambda: False)
 
         def signal_parent():
