@@ -12,9 +12,14 @@ from constants alone.
 
 from __future__ import annotations
 
+import os
+import pickle
 import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
-import numpy as np
 import pytest
 
 tf = pytest.importorskip("tensorflow")
@@ -23,6 +28,8 @@ keras = pytest.importorskip("keras")
 from tflab.lowering import fusions as fusions_mod  # noqa: E402
 from tflab.lowering.fusions import build_fusions  # noqa: E402
 from tflab.lowering.layers import record_layer_calls  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
 
 _FUSION_RE = re.compile(r"%(\S+) = [^\n]*? fusion\([^\n]*calls=%([\w.\-]+)")
 _COMP_RE = re.compile(r"^%?([\w.\-]+) \([^\n]*\{\n(.*?)\n\}", re.M | re.S)
@@ -187,48 +194,109 @@ def test_constants_outside_the_fusion_and_arithmetic_on_constants_are_not_work()
     assert f.constant_layers == ("a",) and set(f.constant_op_names) == {"a/add", "a/mul"}
 
 
-@pytest.fixture(scope="module")
-def mobilenet():
+_MOBILENET = textwrap.dedent("""\
+    import os, pickle, sys
+    import numpy as np, keras, tensorflow as tf
+    from tflab import lower
+    from tflab.lowering import dump, fusions
+
     keras.utils.set_random_seed(4)
     model = keras.applications.MobileNetV2(input_shape=(32, 32, 3), alpha=0.35, weights=None)
-    return _compile(model, [1, 32, 32, 3])
+    seen, real = [], fusions.build_fusions
+    fusions.build_fusions = lambda *a, **k: seen.append((a, k)) or real(*a, **k)
+    before = os.environ.get("XLA_FLAGS")
+    low = lower(model, np.zeros((1, 32, 32, 3), np.float32))  # the process's first XLA compile
+    fusions.build_fusions = real
+    info = {"flags_kept": os.environ.get("XLA_FLAGS") == before, "folder": str(dump._in_process)}
+    tf.function(lambda x: x * 5.0, jit_compile=True)(tf.ones([3]))  # the user's own compile
+    info["left"] = sorted(os.listdir(dump._in_process)) if dump._in_process else None
+    again = lower(lambda x: tf.nn.relu(x) * 2.0, tf.TensorSpec([2, 4], tf.float32))
+    info["again"] = (again.stage("optimized_hlo").note, bool(again.stage("llvm_ir").text), len(again.fusions))
+    with open(sys.argv[1], "wb") as f:
+        pickle.dump((low, seen[0], info), f)
+    """)
+
+
+@pytest.fixture(scope="module")
+def mobilenet(tmp_path_factory):
+    """`tflab.lower` of a small MobileNetV2 as a fresh process's first XLA compile (one process, no child).
+
+    Returns the `Lowering`, the arguments its fusion records were built from, and what the
+    process saw of XLA's dump.
+    """
+    out = tmp_path_factory.mktemp("mobilenet") / "low.pkl"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env.pop("XLA_FLAGS", None)
+    r = subprocess.run([sys.executable, "-c", _MOBILENET, str(out)], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    with open(out, "rb") as f:
+        low, built_from, info = pickle.load(f)
+    assert low.stopped_at == "", low.why
+    return low, built_from, info
+
+
+def test_the_first_lowering_of_a_process_dumps_there_and_only_its_own_compiles(mobilenet):
+    """XLA reads XLA_FLAGS at a process's first compile: `lower` dumps there, no child process, no TF import.
+
+    Only `lower`'s compiles are dumped (``--xla_dump_hlo_module_re``), the folder is emptied after each
+    lowering, and ``XLA_FLAGS`` in ``os.environ`` is the user's again (children inherit theirs only).
+    """
+    low, _, info = mobilenet
+    assert low.stage("optimized_hlo").note.startswith("XLA's dump of one compile in this process"), \
+        low.stage("optimized_hlo").note
+    assert low.stage("llvm_ir").text and (low.stage("asm").text or low.stage("asm").why)
+    assert info["flags_kept"] and info["left"] == [], info
+    note, llvm, n = info["again"]
+    assert "in this process" in note and llvm and n >= 1, info["again"]
+
+
+def test_after_another_compile_the_dump_comes_from_a_child(monkeypatch):
+    """The healthy twin: XLA already read its flags in this process, so the probe finds no dump: a child."""
+    from tflab.lowering import dump
+
+    tf.function(lambda x: x + 2.0, jit_compile=True)(tf.ones([2]))  # XLA has compiled in this process
+    monkeypatch.setattr(dump, "_in_process", None)
+    monkeypatch.setattr(dump, "_own_dump", None)
+    assert isinstance(dump.dumper(), dump.DumpChild) and dump._in_process is False
 
 
 def test_mobilenetv2_every_credited_layer_owns_work_in_its_fusion(mobilenet, monkeypatch):
-    text, op_layer = mobilenet
-    fusions = build_fusions(text, {}, {}, {}, op_layer)
-    fused = [f for f in fusions if f.kind.startswith("k")]
-    assert len(fused) > 50
-    assert _miscredited(text, fusions) == []
-    owners = _owners_of_work(text)
-    # Every fusion whose work names a layer is credited to one.
-    layer_names = set(op_layer.values())
-    assert [f.name for f in fused if not f.layers and owners.get(f.name, set()) & layer_names] == []
-    planted = _credit_with_constants(text, op_layer, monkeypatch)
-    assert len(_miscredited(text, planted)) > len(fused) // 4  # most BN fusions read another BN's epsilon
-
-
-def test_the_lowering_report_shows_the_same_credit(tmp_path):
-    """`tflab.lower` on the two-block model: the fusion table, the page's highlighting and the JSON agree."""
-    from tflab import lower
-    from tflab.report.html.lowering import lowering_fragment
-
-    keras.utils.set_random_seed(5)
-    model = _two_conv_bn_blocks()
-    low = lower(model, np.zeros((1, 8, 8, 4), np.float32))
-    assert low.stopped_at == "", low.why
+    low, (args, kwargs), _ = mobilenet
     text = low.stage("optimized_hlo").text
+    fused = [f for f in low.fusions if f.kind.startswith("k")]
+    assert len(fused) > 50
     assert _miscredited(text, low.fusions) == []
-    rsqrt = [f for f in low.fusions if "Rsqrt" in f.tf_op_types]
-    assert sorted(f.layers for f in rsqrt) == [("bn1",), ("bn2",)]
-    # A click on bn1's fusion highlights nothing of bn2's: the page reads the same tf_op_names.
-    bn1 = next(f for f in rsqrt if f.layers == ("bn1",))
-    ops, _, hlo = low._resolve_key(bn1.name)
-    assert all("bn2" not in n for n in ops) and all(
-        "bn2" not in next(g for g in low.fusions if g.name == h).layers for h in hlo if h in
-        {g.name for g in low.fusions}), (ops, hlo)
-    table = low.to_text()
-    for f in rsqrt:
-        row = next(line for line in table.splitlines() if line.startswith(f"  {f.name} |"))
-        assert f" | {', '.join(f.layers)}" in row
-    assert "bn1" in lowering_fragment(low)
+    # Every fusion whose work names a layer is credited to one.
+    owners = _owners_of_work(text)
+    layer_names = {f for g in low.fusions for f in g.layers + g.constant_layers}
+    assert [f.name for f in fused if not f.layers and owners.get(f.name, set()) & layer_names] == []
+    assert any(f.constant_layers for f in fused)  # BatchNorm's epsilon, shared and listed apart
+    # The planted defect on the same HLO: most BN fusions read another BN's epsilon.
+    with monkeypatch.context() as m:
+        m.setattr(fusions_mod, "input_free", lambda *a, **k: set())
+        planted = build_fusions(*args, **kwargs)
+    assert len(_miscredited(text, planted)) > len(fused) // 4
+
+
+def test_the_table_the_page_and_the_largest_fusion_line_read_the_same_credit(mobilenet):
+    """The fusion table, the page's click map (`Lowering._resolve_key`) and the tour's largest-fusion line."""
+    from tflab.lowering.text import layer_credit, lowering_text
+
+    low, _, _ = mobilenet
+    shared = [f for f in low.fusions if f.constant_layers]
+    table = lowering_text(low, max_fusions=len(low.fusions))
+    assert shared
+    for f in shared:
+        ops, _, hlo = low._resolve_key(f.name)
+        assert ops == set(f.tf_op_names), f.name
+        # A click on the fusion marks no fusion of a layer that only shares a constant with it.
+        others = [g for g in low.fusions if g.name in hlo and g.name != f.name]
+        assert not [g.name for g in others if g.layers and set(g.layers) <= set(f.constant_layers)], f.name
+        assert "shared constants from: " + ", ".join(f.constant_layers) in layer_credit(f)
+    rows = [line for line in table.splitlines() if "shared constants from:" in line]
+    listed = [f for f in low.fusions if f.name in {r.split(" | ")[0].strip() for r in rows}]
+    assert len(listed) == len(shared)
+    for f in listed:
+        assert f" | {layer_credit(f)} | " in next(r for r in rows if r.startswith(f"  {f.name} |"))
