@@ -1,16 +1,26 @@
-"""Wall seconds of ``tflab lower`` on the tour model's inference function, and each level's cost.
+"""``tflab lower`` against the one XLA compile it wraps, side by side in one run, on Keras applications.
 
-Runs ``tflab lower SCRIPT.py:serve --arg x=float32[1,96,96,3] --json`` once
-(a fresh process, as a user runs it: TF import, the tour's MobileNetV3Small
-96×96 with random weights, every level, the child-process XLA dump), then, in
-this process, one XLA compile of the same inference function the way
-``compare_modes`` does it (``experimental_get_compiler_ir(...)(stage=
-"optimized_hlo")``, one ``BuildExecutable``), and prints each level's seconds
-(from the report) as a share of that compile. Goal: the ``tflab lower`` wall
-≤ 30 s on 2 cores. Prints the load average before and after: the seconds are
-only comparable at the same load.
+For each model (``keras.applications.NAME(input_shape=(S, S, 3), weights=None)``,
+small inputs to stay cheap on 2 shared cores) it measures, each in a fresh
+process as a user runs it:
 
-    python benchmarks/bench_lower.py [--batch 1]
+* ``cli``: ``tflab lower m.py:serve --arg x=float32[1,S,S,3] --json`` (Python
+  start, TF import, the model built, every level) against ``python plain.py``
+  doing the same imports and build, then one plain compile:
+  ``tf.function(jit_compile=True).experimental_get_compiler_ir(x)`` for
+  ``stage="hlo"`` and ``stage="optimized_hlo"`` (the compile ``lower`` wraps).
+* ``api``: ``tflab.lower(model, x)`` against that plain compile, both timed
+  inside a process whose model is built (no import in either figure), each as
+  the process's first XLA compile (``lower`` then dumps in this process).
+* ``api_warm``: the same after an XLA compile already ran in the process (XLA
+  read its flags: ``lower``'s dump comes from a child process).
+
+and prints ``lower / one compile`` for each. Goal: ≤ 2×. The load average is
+printed before and after: ratios are only comparable at the same load.
+
+    python benchmarks/bench_lower.py [--models MobileNetV2,ResNet50] [--size 32]
+
+``lower_ratio(model, size)`` returns the figures as a dict (``benchmarks/bench_zoo.py`` imports it).
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -28,87 +39,136 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = Path(__file__).resolve().parents[1]
 
-SCRIPT = textwrap.dedent("""\
-    from tflab.models import build_default_model
+_MODEL = """\
+import keras, numpy as np, tensorflow as tf
+keras.utils.set_random_seed(0)
+model = keras.applications.{name}(input_shape=({size}, {size}, 3), weights=None)
+x = np.zeros((1, {size}, {size}, 3), np.float32)
 
-    model = build_default_model(seed=0)
+
+def serve(x):
+    return model(x, training=False)
+"""
+
+_PLAIN = """\
+import resource, time
+{model}
+
+def cpu():
+    own, kids = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-    def serve(x):
-        return model(x, training=False)
-    """)
+def plain():
+    t0, c0 = time.perf_counter(), cpu()
+    ir = tf.function(serve, jit_compile=True).experimental_get_compiler_ir(x)
+    ir(stage="hlo")
+    ir(stage="optimized_hlo")
+    return time.perf_counter() - t0, cpu() - c0
+"""
+
+_API = """\
+import json, sys
+{plain}
+import tflab
+mode = sys.argv[1]
+out = {{}}
+if mode == "warm":
+    plain()
+if mode in ("plain", "warm"):
+    out["compile_s"], out["compile_cpu"] = plain()
+if mode in ("first", "warm"):
+    t0, c0 = time.perf_counter(), cpu()
+    low = tflab.lower(serve, x)
+    out["lower_s"], out["lower_cpu"] = time.perf_counter() - t0, cpu() - c0
+    out["route"] = low.stage("optimized_hlo").note.split(" (")[0]
+    out["fusions"] = len(low.fusions)
+print(json.dumps(out))
+"""
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
+    return env
 
 
 def _children_cpu() -> float:
-    import resource
-
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
 
 
+def _run(cmd: list[str], cwd: str) -> tuple[float, float, str]:
+    """Wall and CPU seconds (its whole process tree) of one command, and its stdout."""
+    t0, c0 = time.perf_counter(), _children_cpu()
+    r = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True)
+    wall, cpu = time.perf_counter() - t0, _children_cpu() - c0
+    if r.returncode not in (0, 1):
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr[-2000:]}")
+    return wall, cpu, r.stdout
+
+
+def lower_ratio(model: str, size: int = 32) -> dict:
+    """``tflab lower`` / one plain compile for ``keras.applications.<model>`` at ``size``×``size``×3, batch 1.
+
+    Args:
+        model: a ``keras.applications`` class name (``"MobileNetV2"``, ``"ResNet50"``).
+        size: the input's height and width (32: the smallest most applications take).
+
+    Returns:
+        ``{"model", "size", "cli_s", "plain_script_s", "cli_ratio", "lower_s", "compile_s",
+        "api_ratio", "route", "warm_lower_s", "warm_compile_s", "warm_ratio", "warm_route"}``: wall
+        seconds, each measured in a fresh process; the same keys with ``_cpu`` in place of ``_s``
+        (and ``cpu_ratio``, ``api_cpu_ratio``, ``warm_cpu_ratio``) are CPU seconds of the process
+        and its children, which a loaded machine inflates far less than wall time.
+    """
+    src = _MODEL.format(name=model, size=size)
+    with tempfile.TemporaryDirectory(prefix="bench_lower_") as tmp:
+        Path(tmp, "m.py").write_text(src)
+        plain_src = _PLAIN.format(model=src)
+        Path(tmp, "plain.py").write_text(plain_src + "\nplain()\n")
+        Path(tmp, "api.py").write_text(_API.format(plain=plain_src))
+        py = sys.executable
+        cli_s, cli_cpu, _ = _run([py, "-m", "tflab", "lower", "m.py:serve", "--arg",
+                                  f"x=float32[1,{size},{size},3]", "--json"], tmp)
+        plain_script_s, plain_script_cpu, _ = _run([py, "plain.py"], tmp)
+        first = json.loads(_run([py, "api.py", "first"], tmp)[2].splitlines()[-1])
+        plain = json.loads(_run([py, "api.py", "plain"], tmp)[2].splitlines()[-1])
+        warm = json.loads(_run([py, "api.py", "warm"], tmp)[2].splitlines()[-1])
+    return {"model": model, "size": size, "cli_s": cli_s, "plain_script_s": plain_script_s,
+            "cli_ratio": cli_s / plain_script_s, "cli_cpu": cli_cpu, "plain_script_cpu": plain_script_cpu,
+            "cpu_ratio": cli_cpu / plain_script_cpu,
+            "lower_s": first["lower_s"], "compile_s": plain["compile_s"],
+            "api_ratio": first["lower_s"] / plain["compile_s"], "route": first["route"],
+            "lower_cpu": first["lower_cpu"], "compile_cpu": plain["compile_cpu"],
+            "api_cpu_ratio": first["lower_cpu"] / plain["compile_cpu"],
+            "warm_lower_s": warm["lower_s"], "warm_compile_s": warm["compile_s"],
+            "warm_ratio": warm["lower_s"] / warm["compile_s"], "warm_route": warm["route"],
+            "warm_lower_cpu": warm["lower_cpu"], "warm_compile_cpu": warm["compile_cpu"],
+            "warm_cpu_ratio": warm["lower_cpu"] / warm["compile_cpu"]}
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=1, help="images per call (default: %(default)s)")
-    args = parser.parse_args()
-    load_before = os.getloadavg()
-    with tempfile.TemporaryDirectory() as tmp:
-        script = Path(tmp) / "tour_serve.py"
-        script.write_text(SCRIPT)
-        env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-        c0 = _children_cpu()
-        t0 = time.perf_counter()
-        run = subprocess.run([sys.executable, "-m", "tflab", "lower", f"{script}:serve", "--arg",
-                              f"x=float32[{args.batch},96,96,3]", "--json"], capture_output=True, text=True,
-                             env=env, cwd=tmp)
-        wall = time.perf_counter() - t0
-        cpu = _children_cpu() - c0
-    if run.returncode != 0:
-        sys.exit(f"tflab lower failed ({run.returncode}): {run.stderr[-2000:]}")
-    report = json.loads(run.stdout)
-
-    import tensorflow as tf
-
-    sys.path.insert(0, str(ROOT))
-    from tflab.models import build_default_model
-
-    model = build_default_model(seed=0)
-    jit = tf.function(lambda x: model(x, training=False), jit_compile=True)
-    x = tf.zeros([args.batch, 96, 96, 3])
-    generator = jit.experimental_get_compiler_ir(x)
-    t0, c0 = time.perf_counter(), time.process_time()
-    generator(stage="optimized_hlo")
-    compile_s, compile_cpu = time.perf_counter() - t0, time.process_time() - c0
-    load_after = os.getloadavg()
-    print(f"tflab lower (MobileNetV3Small 96x96, batch {args.batch}): {wall:.1f} s wall, one process "
-          f"(goal <= 30 s on 2 cores), {cpu:.1f} CPU s (all its processes); {len(report['fusions'])} "
-          f"fusions/kernels; stopped_at={report['stopped_at']!r}")
-    print(f"one XLA compile as compare_modes does it (optimized_hlo): {compile_s:.2f} s wall, {compile_cpu:.2f} CPU s; "
-          f"tflab lower = {wall / compile_s:.1f}x its wall")
-    print(f"{'stage':<14} {'ops':>7} {'bytes':>10} {'wall s':>8} {'share':>7} {'CPU s':>7} {'share':>7}"
-          "   (share: of that one compile's wall / CPU seconds)")
-    for s in report["stages"]:
-        cpu_s = s.get("cpu_seconds", 0.0)
-        print(f"{s['name']:<14} {sum(s['ops'].values()):>7} {s['bytes']:>10} {s['seconds']:>8.3f} "
-              f"{s['seconds'] / compile_s:>6.2f}x {cpu_s:>7.3f} {cpu_s / compile_cpu:>6.2f}x"
-              + (f"  ({s['why']})" if s["why"] else ""))
-    by = {s["name"]: s for s in report["stages"]}
-    # What a tour line would add to step 6, whose forward pass XLA compiles already: a second trace
-    # (to record the layer calls), the tf_mlir and stablehlo levels, and reading the dump.
-    extra = sum(by[n].get("cpu_seconds", 0.0) for n in ("funcgraph", "tf_mlir", "stablehlo"))
-    print(f"tour line estimate (funcgraph + tf_mlir + stablehlo CPU, beyond step 6's own compile, dump reading "
-          f"not counted): {extra:.2f} CPU s (the tour's budget for it: 5 s)")
-    big = max(report["fusions"], key=lambda f: f["bytes_read"] + f["bytes_written"], default=None)
-    if big:
-        print(f"largest fusion by traffic: {big['name']} ({big['kind']}, {big['bytes_read']} B read, "
-              f"{big['bytes_written']} B written) layers {', '.join(big['layers']) or '-'}; "
-              f"TF ops {', '.join(big['tf_op_types'][:4])}")
-    with_layer = sum(1 for f in report["fusions"] if f["layers"])
-    print(f"fusions/kernels naming a layer: {with_layer} of {len(report['fusions'])}; memory: "
-          f"{report['memory'].get('total_bytes', 0)} B total, {report['memory'].get('temp_bytes', 0)} B temp")
-    note = next(s["note"] for s in report["stages"] if s["name"] == "optimized_hlo")
-    print(f"child: {note}")
-    print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}; {os.cpu_count()} CPUs "
-          f"({len(os.sched_getaffinity(0))} schedulable)")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="MobileNetV2,ResNet50")
+    ap.add_argument("--size", type=int, default=32)
+    args = ap.parse_args()
+    print(f"load average before: {os.getloadavg()[0]:.2f}", flush=True)
+    rows = [lower_ratio(m, args.size) for m in args.models.split(",")]
+    print("wall seconds (CPU seconds), lower / one compile:")
+    print(f"{'model':<12} | {'tflab lower CLI':>15} {'plain script':>14} {'ratio':>6} | {'lower()':>14} "
+          f"{'compile':>14} {'ratio':>6} | {'lower() warm':>14} {'compile':>14} {'ratio':>6}")
+    for r in rows:
+        def pair(k):
+            return f"{r[k + '_s']:6.2f} ({r[k + '_cpu']:5.2f})"
+        print(f"{r['model']:<12} | {pair('cli'):>15} {pair('plain_script'):>14} {r['cli_ratio']:5.2f}× | "
+              f"{pair('lower'):>14} {pair('compile'):>14} {r['api_ratio']:5.2f}× | {pair('warm_lower'):>14} "
+              f"{pair('warm_compile'):>14} {r['warm_ratio']:5.2f}×")
+        print(f"{'':<12}   CPU ratios: CLI {r['cpu_ratio']:.2f}×, lower() {r['api_cpu_ratio']:.2f}×, "
+              f"lower() warm {r['warm_cpu_ratio']:.2f}×")
+    for r in rows:
+        print(f"{r['model']}: lower() dump from {r['route']}; after another compile: {r['warm_route']}")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

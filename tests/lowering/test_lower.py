@@ -200,6 +200,7 @@ def test_the_childs_private_folder_is_removed_and_the_child_reaped_also_when_low
 
     children = []
     real_enter = dump.DumpChild.__enter__
+    monkeypatch.setattr(dump, "_in_process", False)  # the child route, even as the process's first compile
 
     def enter(self):
         children.append(real_enter(self))
@@ -232,6 +233,7 @@ def test_a_huge_static_input_is_refused_in_one_line_before_anything_is_allocated
     from tflab.process import memory
 
     started = []
+    monkeypatch.setattr(dump, "_in_process", False)
     monkeypatch.setattr(dump.DumpChild, "__enter__", lambda self: started.append(self) or self)
     monkeypatch.setattr(memory, "available_memory", lambda: (1 << 30, "test: 1 GiB"))
     with pytest.raises(UsageError, match=r"lower \(float32\[1024,1024,1024\]\) would need about 8\.0 GiB.*"

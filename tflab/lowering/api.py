@@ -20,19 +20,29 @@ def lower(fn: Callable, *args: Any, **kwargs: Any) -> Lowering:
     ``hlo`` (``experimental_get_compiler_ir``), then ``optimized_hlo``,
     ``llvm_ir`` and ``asm`` from XLA's own dump of one compile.
 
-    **A child process.** XLA reads ``XLA_FLAGS`` once per process, so its dump
-    (``--xla_dump_to``) cannot be turned on in this one once TF ran (the
-    ``tflab lower`` verb turns it on before TF loads and dumps its own compile
-    instead, `tflab.lowering.dump.arm_own_dump`). The
-    program is saved as a SavedModel in a private temporary folder and
-    compiled once in a fresh Python process with the dump on (nothing is
-    run); the optimized HLO, each kernel's LLVM IR and object code and the
-    buffer assignment are read from there, and the folder is removed. The
+    **Where XLA's dump is made.** XLA reads ``XLA_FLAGS`` once per process, at
+    its first compile, so its dump (``--xla_dump_to``) can only be turned on
+    before that. When this lowering is the process's first XLA compile, the
+    dump is turned on here for `lower`'s own compiles only
+    (``--xla_dump_hlo_module_re``; `tflab.lowering.dump`) and read from this
+    process's compile: no second process. Otherwise (XLA already compiled
+    here; the ``tflab lower`` verb turns the dump on before TF loads instead,
+    `tflab.lowering.dump.arm_own_dump`) the program is saved as a SavedModel
+    in a private temporary folder and compiled once in a fresh Python process
+    with the dump on (nothing is run). Either way the optimized HLO, each
+    kernel's LLVM IR and object code and the buffer assignment are read from
+    the dump, and the folder is emptied. The
     machine code is disassembled with ``objdump`` or ``llvm-objdump`` from
     PATH (without either the ``asm`` stage is empty and says why). When the
     child cannot compile it (a capture SavedModel cannot hold), the optimized
     HLO comes from this process (``experimental_get_compiler_ir``) and
     ``llvm_ir``/``asm``/``memory`` say why they are empty.
+
+    **Layers.** A fusion is credited to the Keras layers whose input-dependent
+    instructions it computes (`tflab.lowering.fusions.fusion_credit`): XLA
+    merges equal constants across layers and keeps one layer's op name on the
+    merged one, so a layer that only a constant in the fusion names is listed
+    apart (``Fusion.constant_layers``), not credited.
 
     Where lowering stops (an op without an XLA kernel such as a custom op or
     ``tf.py_function``, an unsupported dtype) nothing is raised: the levels

@@ -123,6 +123,7 @@ def build_levels(fn: Any, specs: list, rebuild, child) -> Lowering:
     import tensorflow as tf
 
     from tflab.lowering import stages as st
+    from tflab.lowering.dump import JIT_SUFFIX
     from tflab.lowering.layers import record_layer_calls
     from tflab.tracing import function_name, get_concrete_function
 
@@ -142,7 +143,8 @@ def build_levels(fn: Any, specs: list, rebuild, child) -> Lowering:
         out = py_fn(*a, **k)
         return {f"output_{i}": t for i, t in enumerate(tf.nest.flatten(out))}
 
-    flat.__name__ = name if name.isidentifier() else "lowered"
+    # XLA's module is named after it: the suffix lets an in-process dump take only this compile.
+    flat.__name__ = (name if name.isidentifier() else "lowered") + JIT_SUFFIX
     jit = tf.function(flat, jit_compile=True, input_signature=specs)
     done: list[Stage] = []
     stopped, why = "", ""

@@ -97,9 +97,75 @@ def disarm_own_dump() -> None:
             os.environ["XLA_FLAGS"] = _flags_before
 
 
+#: The jit function `tflab.lower` compiles is named ``NAME`` + this suffix, so that XLA's module name
+#: (``a_inference_NAME__tflab_lower_N__.M``) matches `_MODULE_RE` and no other compile of the process dumps.
+JIT_SUFFIX = "__tflab_lower"
+_MODULE_RE = r".*__tflab_lower_[0-9]+__.*"
+_in_process: Path | bool | None = None  # None: not probed; a folder: XLA dumps tflab's compiles there; False: not
+
+
+def _probe_in_process() -> Path | bool:
+    """Arms XLA's dump in this process if XLA has not read its flags yet; the folder, or False.
+
+    XLA reads ``XLA_FLAGS`` at the first compile of the process (not at TF's
+    import: ``xla/debug_options_flags.cc`` parses them once, when a compile first
+    asks for its debug options). Until then the dump flags can still be set here:
+    ``--xla_dump_to=DIR`` with ``--xla_dump_hlo_module_re`` matching only the
+    compiles of `tflab.lower` (`JIT_SUFFIX`), so none of the caller's own jit
+    compiles is ever dumped. A trivial compile named like a lowering then
+    tells whether XLA took them (its files appear in DIR). ``XLA_FLAGS`` is
+    restored in ``os.environ`` at once (XLA keeps its own copy), so child
+    processes inherit the user's flags only. DIR stays, emptied after each
+    lowering, until the process ends (or a later run's sweep, after a SIGKILL).
+    """
+    import tensorflow as tf
+
+    from tflab._paths import owned_temp_dir
+
+    if "--xla_dump_to" in os.environ.get("XLA_FLAGS", ""):
+        return False  # the user dumps already: their folder is theirs
+    tmp = owned_temp_dir(TEMP_PREFIX)
+    folder = tmp / "xla_dump"
+    before = os.environ.get("XLA_FLAGS")
+    os.environ["XLA_FLAGS"] = (f"{before or ''} --xla_dump_to={folder} --xla_dump_hlo_as_text "
+                               f"--xla_dump_hlo_module_re={_MODULE_RE}").strip()
+    try:
+        def probe(x):
+            return x + 1.0
+
+        probe.__name__ = "probe" + JIT_SUFFIX
+        tf.function(probe, jit_compile=True).experimental_get_compiler_ir(tf.zeros([1]))(stage="optimized_hlo")
+    except Exception:  # no XLA here: the child route says why
+        pass
+    finally:
+        if before is None:
+            os.environ.pop("XLA_FLAGS", None)
+        else:
+            os.environ["XLA_FLAGS"] = before
+    if folder.is_dir() and any(folder.iterdir()):
+        import atexit
+
+        atexit.register(shutil.rmtree, tmp, True)
+        return folder
+    shutil.rmtree(tmp, ignore_errors=True)
+    return False
+
+
 def dumper():
-    """The dump of this lowering's one compile: `OwnDump` when this process dumps, else a `DumpChild`."""
-    return OwnDump(_own_dump) if _own_dump is not None and _own_dump.is_dir() else DumpChild()
+    """The dump of this lowering's one compile: `OwnDump` when this process dumps, else a `DumpChild`.
+
+    This process dumps when the CLI armed it before TF loaded (`arm_own_dump`) or
+    when XLA had not compiled anything yet at the first lowering (`_probe_in_process`):
+    then no second process, TF import or SavedModel is needed.
+    """
+    global _in_process
+    if _own_dump is not None and _own_dump.is_dir():
+        return OwnDump(_own_dump)
+    if _in_process is None:
+        _in_process = _probe_in_process()
+    if _in_process:
+        return OwnDump(_in_process, where="this process (XLA's dump flags set before its first compile)")
+    return DumpChild()
 
 
 @dataclasses.dataclass
@@ -258,8 +324,9 @@ class OwnDump:
     dump; nothing else is started or saved.
     """
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, where: str = "this process (XLA_FLAGS set before TF loaded)") -> None:
         self.folder = Path(folder)
+        self.where = where
 
     def __enter__(self) -> "OwnDump":
         return self
@@ -279,7 +346,7 @@ class OwnDump:
         """Nothing to hand over: the compile happens here, in `collect`."""
 
     def collect(self, generator) -> DumpResult:
-        out = DumpResult(where="this process (XLA_FLAGS set before TF loaded)", waited_for="this compile",
+        out = DumpResult(where=self.where, waited_for="this compile",
                          call_levels=0)
         self._clear()  # only this compile's files: earlier jit compiles of the user's script dumped too
         t0, c0 = time.perf_counter(), time.process_time()

@@ -18,12 +18,13 @@ found. The bytes read and written are the operands' and the result's shapes.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import re
 
 from tflab.lowering.hlo import Computation, parse_module, shape_bytes
 from tflab.lowering.records import Fusion, Piece
 
-__all__ = ["build_fusions", "llvm_stage", "asm_stage"]
+__all__ = ["build_fusions", "llvm_stage", "asm_stage", "fusion_credit", "input_free", "Credit"]
 
 _LIBRARY_OPS = {"dot", "convolution", "custom-call", "fft", "triangular-solve", "cholesky"}
 _APPLIED_BY = {"calls", "to_apply"}  # computations a fusion or reduce applies: not run on their own
@@ -58,17 +59,126 @@ def _running_computations(comps: list[Computation]) -> set[str]:
     return running
 
 
-def _inner(comp_names, by_name, seen=None) -> list:
-    seen = set() if seen is None else seen
+_PARAM_RE = re.compile(r"\bparameter\((\d+)\)")
+
+
+def input_free(comp: Computation, by_name: dict, params: dict | None = None) -> set[str]:
+    """Names of the instructions of ``comp`` whose value depends on no input of the program.
+
+    A ``constant`` or ``iota`` is input-free; so is any other instruction whose
+    operands all are (a ``broadcast``, ``reshape``, ``bitcast`` or ``copy`` of a
+    constant, or arithmetic on constants), found by walking operands, not by
+    opcode. A ``parameter`` is input-free when ``params`` says the fusion's
+    operand in that position is (a constant XLA left outside the fusion); a
+    random number (``rng*``) is never input-free. XLA's common-subexpression
+    elimination merges equal input-free values across layers and keeps one
+    op's ``op_name`` on the result, so their metadata does not say whose work a
+    fusion does.
+
+    Args:
+        comp: the computation (the entry, or a fused computation).
+        by_name: every computation by name (unused here; kept for nested walks).
+        params: parameter number → whether the caller's operand there is input-free;
+            None for a computation whose parameters are program inputs or loop state.
+
+    Returns:
+        The input-free instruction names of ``comp``.
+    """
+    ins_by_name = {i.name: i for i in comp.instructions}
+    memo: dict[str, bool] = {}
+
+    def free(name: str) -> bool:
+        if name in memo:
+            return memo[name]
+        memo[name] = False  # a cycle (none in valid HLO) is not input-free
+        ins = ins_by_name.get(name)
+        if ins is None:
+            value = False
+        elif ins.opcode == "parameter":
+            m = _PARAM_RE.search(ins.line)
+            value = bool(params and m and params.get(int(m.group(1))))
+        elif ins.opcode.startswith("rng"):
+            value = False
+        elif not ins.operands:
+            value = ins.opcode in ("constant", "iota")
+        else:
+            value = all(free(o) for o in ins.operands)
+        memo[name] = value
+        return value
+
+    return {i.name for i in comp.instructions if free(i.name)}
+
+
+def _fused(ins, free_outer: set[str], by_name: dict, seen: set) -> list[tuple[object, bool]]:
+    """(instruction, input-free) for every instruction a fusion computes, nested fusions walked through."""
+    params = {n: o in free_outer for n, o in enumerate(ins.operands)}
     out = []
-    for name in comp_names:
+    for name in ins.calls:
         if name in seen or name not in by_name:
             continue
         seen.add(name)
-        for ins in by_name[name].instructions:
-            out.append(ins)
-            out.extend(_inner(ins.calls, by_name, seen))
+        comp = by_name[name]
+        free = input_free(comp, by_name, params if ins.opcode == "fusion" else None)
+        for inner in comp.instructions:
+            out.append((inner, inner.name in free))
+            if inner.calls:
+                out.extend(_fused(inner, free, by_name, seen))
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Credit:
+    """Whose work one fusion or kernel computes, from its instructions' XLA metadata.
+
+    Attributes:
+        op_names: the TF ops (full FuncGraph names) of its instructions that depend on
+            the program's inputs; when it has none (it only materializes constants), those
+            constants' ops, as that is its whole work.
+        op_types: their TF op types.
+        layers: the Keras layers that created ``op_names``.
+        constant_op_names: ops named only by its input-free instructions (constants XLA
+            may have merged across layers), not in ``op_names``.
+        constant_layers: layers named only there, not in ``layers``.
+    """
+
+    op_names: tuple[str, ...]
+    op_types: tuple[str, ...]
+    layers: tuple[str, ...]
+    constant_op_names: tuple[str, ...]
+    constant_layers: tuple[str, ...]
+
+
+def _names(instrs) -> list[str]:
+    return list(dict.fromkeys(n for i in instrs for n in i.op_names if n and not n.startswith("XLA_")))
+
+
+def fusion_credit(ins, free_outer: set[str], by_name: dict, op_layer: dict) -> Credit:
+    """The one credit of a fusion (or unfused kernel) ``ins``: what its own work computes, not its constants.
+
+    Every report of a fusion's ops and layers (the fusion table, ``--json``, the
+    largest-fusion line, the page's highlighting through ``Fusion.tf_op_names``)
+    reads this credit.
+
+    Args:
+        ins: the fusion or kernel instruction (`tflab.lowering.hlo.Instruction`).
+        free_outer: `input_free` of the computation ``ins`` sits in.
+        by_name: every computation of the module by name.
+        op_layer: FuncGraph op name → the Keras layer whose call created it.
+
+    Returns:
+        A `Credit`.
+    """
+    pairs = _fused(ins, free_outer, by_name, set()) if ins.opcode == "fusion" else [(ins, ins.name in free_outer)]
+    work = [i for i, free in pairs if not free]
+    constant = [i for i, free in pairs if free]
+    names = _names(work) or _names(constant) or _names([ins])
+    const_names = [n for n in _names(constant) if n not in names]
+    credited = {n for n in names}
+    types = [i.op_type for i, free in pairs if i.op_type and set(_names([i])) & credited] or (
+        [ins.op_type] if ins.op_type else [])
+    layers = list(dict.fromkeys(op_layer[n] for n in names if op_layer.get(n)))
+    const_layers = [x for x in dict.fromkeys(op_layer[n] for n in const_names if op_layer.get(n)) if x not in layers]
+    return Credit(tuple(names), tuple(dict.fromkeys(types)), tuple(layers), tuple(const_names), tuple(const_layers))
 
 
 def build_fusions(text: str, ir_bytes: dict, asm_bytes: dict, op_source: dict, op_layer: dict,
@@ -85,11 +195,13 @@ def build_fusions(text: str, ir_bytes: dict, asm_bytes: dict, op_source: dict, o
     """
     comps = parse_module(text, call_levels)
     by_name = {c.name: c for c in comps}
+    running = _running_computations(comps)
     out = []
     for comp in comps:
-        if comp.name not in _running_computations(comps):
+        if comp.name not in running:
             continue
         shapes = {ins.name: ins.shape for ins in comp.instructions}
+        free_here = input_free(comp, by_name)
         for ins in comp.instructions:
             has_code = _lookup(ir_bytes, ins.name) is not None or _lookup(asm_bytes, ins.name) is not None
             if ins.opcode == "fusion":
@@ -100,24 +212,19 @@ def build_fusions(text: str, ir_bytes: dict, asm_bytes: dict, op_source: dict, o
                 kind = "library call"
             else:
                 continue
-            inner = _inner(ins.calls, by_name) if ins.opcode == "fusion" else []
-            names, types = list(ins.op_names), [ins.op_type] if ins.op_type else []
-            for i in inner:
-                names.extend(i.op_names)
-                if i.op_type:
-                    types.append(i.op_type)
-            names = list(dict.fromkeys(n for n in names if n and not n.startswith("XLA_")))
-            sources = [line for n in names for line in op_source.get(n, ())]
-            layers = [op_layer[n] for n in names if op_layer.get(n)]
+            inner = [i for i, _ in _fused(ins, free_here, by_name, set())] if ins.opcode == "fusion" else []
+            credit = fusion_credit(ins, free_here, by_name, op_layer)
+            sources = [line for n in credit.op_names for line in op_source.get(n, ())]
             out.append(Fusion(
                 name=ins.name, kind=kind, computation=comp.name,
                 instructions=tuple(f"{i.name} = {i.opcode}" for i in (inner or [ins])),
-                tf_op_names=tuple(names), tf_op_types=tuple(dict.fromkeys(types)),
+                tf_op_names=credit.op_names, tf_op_types=credit.op_types,
                 source_lines=tuple(dict.fromkeys(s for s in sources if s)),
-                layers=tuple(dict.fromkeys(layers)),
+                layers=credit.layers,
                 llvm_ir_bytes=int(_lookup(ir_bytes, ins.name) or 0), asm_bytes=int(_lookup(asm_bytes, ins.name) or 0),
                 bytes_read=sum(shape_bytes(shapes.get(o, "")) for o in ins.operands),
-                bytes_written=shape_bytes(ins.shape)))
+                bytes_written=shape_bytes(ins.shape),
+                constant_op_names=credit.constant_op_names, constant_layers=credit.constant_layers))
     return out
 
 

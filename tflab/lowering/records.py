@@ -86,13 +86,22 @@ class Fusion:
             runtime library (a CPU ``dot``/``convolution`` goes to Eigen/oneDNN).
         computation: the HLO computation it sits in.
         instructions: ``name = opcode`` of each instruction inside it (itself for an unfused op).
-        tf_op_names, tf_op_types: from XLA's ``op_name``/``op_type`` metadata.
+        tf_op_names, tf_op_types: the TF ops whose work it computes, from XLA's ``op_name``/``op_type``
+            metadata of its instructions that depend on the program's inputs
+            (`tflab.lowering.fusions.fusion_credit`): a constant, and a broadcast, reshape or
+            arithmetic of constants only, is left out, since XLA merges equal constants across
+            layers and keeps one layer's op name on the merged one (every BatchNormalization's
+            epsilon). A fusion that only materializes constants is credited with theirs.
         source_lines: the user's ``file.py:N``, from each FuncGraph op's traceback
             (TF, Keras and tflab frames skipped).
-        layers: the Keras layers (their ``name``) whose calls created its TF ops, recorded while
+        layers: the Keras layers (their ``name``) whose calls created ``tf_op_names``, recorded while
             the function was traced (`tflab.lowering.layers`), never guessed from name scopes.
         llvm_ir_bytes, asm_bytes: size of its LLVM IR function(s) and machine code.
         bytes_read, bytes_written: its operands' and result's shapes, in bytes.
+        constant_op_names: TF ops named only by its input-free instructions (constants it reads,
+            possibly shared with other layers by XLA), apart from ``tf_op_names``.
+        constant_layers: the layers named only by those constants ("shared constants from"), apart
+            from ``layers``.
     """
 
     name: str
@@ -107,6 +116,8 @@ class Fusion:
     asm_bytes: int
     bytes_read: int
     bytes_written: int
+    constant_op_names: tuple[str, ...] = ()
+    constant_layers: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         where = ", ".join(self.source_lines[:2]) or ", ".join(self.layers[:2]) or "no user line"

@@ -49,13 +49,16 @@ def _library_frame(filename: str) -> bool:
 _WRAPPER = (os.path.join(os.path.dirname(os.path.abspath(__file__)), "build.py"), "flat")
 
 
-def user_frame(traceback) -> tuple[str, int, str] | None:
+def user_frame(traceback, memo: dict | None = None) -> tuple[str, int, str] | None:
     """The innermost frame of an op's traceback outside TF, Keras, absl and tflab: (path, line, code).
 
     Only frames inside the lowered call count (below `tflab.lowering.build`'s
     wrapper): an op a Keras layer made has no user line, not the line that
-    called `tflab.lower`.
+    called `tflab.lower`. ``memo`` (file name → library or not) is shared by the
+    calls of one `op_index`: a model's ops repeat the same few hundred files
+    tens of thousands of times (MobileNetV2: 43,903 frames, 1.8 CPU s unshared).
     """
+    memo = {} if memo is None else memo
     frames = list(traceback or ())
     for i in range(len(frames) - 1, -1, -1):
         f = frames[i]
@@ -64,7 +67,10 @@ def user_frame(traceback) -> tuple[str, int, str] | None:
             break
     for frame in reversed(frames):
         filename = getattr(frame, "filename", None) or frame[0]
-        if not _library_frame(filename):
+        library = memo.get(filename)
+        if library is None:
+            library = memo[filename] = _library_frame(filename)
+        if not library:
             lineno = getattr(frame, "lineno", None) or frame[1]
             code = getattr(frame, "line", None) or ""
             return filename, int(lineno), (code or "").strip()
@@ -93,10 +99,11 @@ def op_index(graph) -> list[OpRecord]:
     from tflab._tf.autograph import branch_graphs
 
     out: list[OpRecord] = []
+    memo: dict[str, bool] = {}
 
     def walk(g, depth: int) -> None:
         for op in g.get_operations():
-            where = user_frame(op.traceback)
+            where = user_frame(op.traceback, memo)
             out.append(OpRecord(op.name, op.type, where[0] if where else "", where[1] if where else 0,
                                 where[2] if where else "", depth))
             for sub in branch_graphs(op):

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-__all__ = ["lowering_text", "human_bytes"]
+__all__ = ["lowering_text", "human_bytes", "layer_credit"]
+
+
+def layer_credit(fusion) -> str:
+    """A fusion's layers as every report shows them: the ones whose work it computes, then the layers
+    whose constants only it reads ("shared constants from: …"), or "-"."""
+    text = ", ".join(fusion.layers) or "-"
+    shared = getattr(fusion, "constant_layers", ())
+    return text + (f" (shared constants from: {', '.join(shared)})" if shared else "")
 
 
 def human_bytes(n: int) -> str:
@@ -42,7 +50,7 @@ def lowering_text(low, max_fusions: int = 40) -> str:
             mark = " <- cause" if f.name == cause_at else ""
             lines.append(f"  {f.name}{mark} | {f.kind} | {len(f.instructions)} | {human_bytes(f.bytes_read)}/"
                          f"{human_bytes(f.bytes_written)} | {human_bytes(f.llvm_ir_bytes)} / {human_bytes(f.asm_bytes)} | "
-                         f"{', '.join(f.source_lines) or '-'} | {', '.join(f.layers) or '-'} | "
+                         f"{', '.join(f.source_lines) or '-'} | {layer_credit(f)} | "
                          f"{', '.join(f.tf_op_types[:4])}"
                          + (f" … +{len(f.tf_op_types) - 4} more" if len(f.tf_op_types) > 4 else ""))
         if len(order) > max_fusions:

@@ -111,7 +111,7 @@ def tour_lines(fn: Callable, *args: Any) -> list[str]:
         (the tour ran step 6 itself, or the user's XLA_FLAGS dump elsewhere).
     """
     from tflab.lowering.build import build_levels, flat_inputs
-    from tflab.lowering.text import human_bytes
+    from tflab.lowering.text import human_bytes, layer_credit
     from tflab.process import settings
 
     folder = settings.get(ENV)
@@ -130,7 +130,7 @@ def tour_lines(fn: Callable, *args: Any) -> list[str]:
         big = max(fused, key=lambda f: f.bytes_read + f.bytes_written)
         lines.append(f"largest fusion {big.name} ({big.kind}, {', '.join(big.tf_op_types[:3])}): "
                      f"{human_bytes(big.bytes_read + big.bytes_written)} moved, layer "
-                     f"{', '.join(big.layers) or '-'}; {len(low.fusions)} fusions/kernels")
+                     f"{layer_credit(big)}; {len(low.fusions)} fusions/kernels")
     lines.append(f"lowering lines: {time.perf_counter() - t0:.1f} s ({time.process_time() - c0:.1f} CPU s), "
                  "from step 6's compile (no second one)")
     return lines

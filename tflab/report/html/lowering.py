@@ -90,6 +90,12 @@ def _key_map(low: Any, ids: dict) -> dict[str, list[str]]:
     return out
 
 
+def _layers(f: Any) -> str:
+    """As `tflab.lowering.text.layer_credit`: the layers whose work the fusion computes, then the shared ones."""
+    shared = getattr(f, "constant_layers", ())
+    return (", ".join(f.layers) or "-") + (f" (shared constants from: {', '.join(shared)})" if shared else "")
+
+
 def lowering_fragment(low: Any) -> str:
     """The levels as clickable columns, the fusion table, memory and where it stopped."""
     ids: dict[tuple[int, int], str] = {}
@@ -111,7 +117,7 @@ def lowering_fragment(low: Any) -> str:
     cause_at = getattr(low, "cause_fusion", "")
     fusion_rows = [(f'<span data-key="{esc(f.name)}">{esc(f.name)}</span>'
                     + (' <b class="cause">&#9664; cause</b>' if f.name == cause_at else ""), esc(f.kind), len(f.instructions),
-                    esc(", ".join(f.source_lines) or "-"), esc(", ".join(f.layers) or "-"),
+                    esc(", ".join(f.source_lines) or "-"), esc(_layers(f)),
                     esc(", ".join(f.tf_op_types)), f.bytes_read, f.bytes_written, f.llvm_ir_bytes, f.asm_bytes)
                    for f in low.fusions]
     stop = (f'<p class="stop">stopped at <b>{esc(low.stopped_at)}</b>: {esc(low.why)}</p>'
