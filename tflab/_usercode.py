@@ -405,6 +405,8 @@ def uncaught_chain(exc: BaseException) -> list[BaseException]:
     copy (``keras/src/utils/traceback_utils.py``, ``_keras_call_info_injected``) or an exception
     of the same class.
     """
+    from tflab._tf.runtime import keras_restated
+
     out: list[BaseException] = []
     seen: set[int] = set()
     e: BaseException | None = exc
@@ -415,7 +417,7 @@ def uncaught_chain(exc: BaseException) -> list[BaseException]:
         if e.__cause__ is not None:
             e = e.__cause__
         elif ctx is not None and e.__suppress_context__ and (
-                getattr(e, "_keras_call_info_injected", False) or type(ctx) is type(e)
+                keras_restated(e) or type(ctx) is type(e)
                 or type(ctx).__name__.startswith("_")):
             e = ctx
         else:

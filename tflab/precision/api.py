@@ -59,13 +59,13 @@ import numpy as np
 
 from tflab._graph_analysis import flatten_sources, output_names_of, prepare_args
 from tflab.precision.policy import (DEFAULT_POLICIES, INITIAL_LOSS_SCALE, MIN_LOSS_SCALE, POLICIES,  # noqa: F401
-                           REFERENCE, _parse_loss_scale, global_policy, is_keras_layer, keras_modules,
+                           REFERENCE, global_policy, is_keras_layer, keras_modules, parse_loss_scale,
                            parse_policies, takes_no_parameters)
 from tflab.precision.records import PolicyResult, PrecisionComparison
 from tflab._target import check_target, callable_name, recording_draws, signature_args
 from tflab._usercode import user_entry
 from tflab.errors import UsageError
-from tflab.precision.float_formats import FloatInfo, float_info  # noqa: F401  (tflab.precision.float_info)
+
 
 __all__ = ["compare_precisions", "PrecisionComparison", "PolicyResult", "parse_policies", "float_info",
            "FloatInfo", "global_policy", "POLICIES", "DEFAULT_POLICIES", "REFERENCE", "INITIAL_LOSS_SCALE",
@@ -538,7 +538,7 @@ def compare_precisions(fn: Callable, *args: Any,
     import tensorflow as tf
 
     policies = parse_policies(policies)
-    loss_scale = _parse_loss_scale(loss_scale)
+    loss_scale = parse_loss_scale(loss_scale)
     if is_keras_layer(fn):
         raise UsageError(f"{type(fn).__name__} is an already-built Keras model: its dtype policy is fixed; "
                          "pass a zero-argument factory instead, e.g. lambda: build_model()")

@@ -19,7 +19,7 @@ import numpy as np
 from tflab.errors import UsageError
 
 __all__ = ["POLICIES", "DEFAULT_POLICIES", "REFERENCE", "INITIAL_LOSS_SCALE", "MIN_LOSS_SCALE",
-           "global_policy", "keras_modules", "is_keras_layer", "takes_no_parameters", "parse_policies"]
+           "global_policy", "keras_modules", "is_keras_layer", "takes_no_parameters", "parse_policies", "parse_loss_scale"]
 
 # Keras policy name -> (compute dtype, variable dtype), as DTypePolicy parses them.
 POLICIES = {
@@ -99,7 +99,12 @@ def takes_no_parameters(fn: Callable) -> bool:
     return sig is not None and not sig.parameters
 
 
-def _parse_loss_scale(loss_scale: Any) -> Any:
+def parse_loss_scale(loss_scale: Any) -> Any:
+    """None, ``"dynamic"`` or a positive float32-normal number, checked (`compare_precisions`' ``loss_scale``).
+
+    Raises:
+        UsageError: anything else, in one line.
+    """
     if loss_scale is None or loss_scale == "dynamic":
         return loss_scale
     bad = isinstance(loss_scale, bool) or not isinstance(loss_scale, (int, float))
