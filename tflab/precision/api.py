@@ -65,7 +65,7 @@ from tflab.precision.records import PolicyResult, PrecisionComparison
 from tflab._target import check_target, callable_name, recording_draws, signature_args
 from tflab._usercode import user_entry
 from tflab.errors import UsageError
-
+from tflab.precision.float_formats import FloatInfo, float_info  # noqa: F401  (tflab.precision.float_info)
 
 __all__ = ["compare_precisions", "PrecisionComparison", "PolicyResult", "parse_policies", "float_info",
            "FloatInfo", "global_policy", "POLICIES", "DEFAULT_POLICIES", "REFERENCE", "INITIAL_LOSS_SCALE",
