@@ -445,7 +445,8 @@ def input_error(exc: BaseException, drawn: "list[str] | tuple[str, ...]" = (), *
     Args:
         exc: what the call raised.
         drawn: labels of the inputs tflab drew at random (``"--arg ids int32[2,3] (ints in [0, 10))"``).
-        hint: what to do, said only when ``drawn`` is not empty.
+        hint: what to do, said only when ``drawn`` is not empty and a TF kernel refused the values
+            (a ``tf.errors.OpError``; a Python error in the function is not about the values).
 
     Returns:
         E.g. ``InvalidArgumentError: indices[0,0] = 6 is not in [0, 2) in op GatherV2 (layer
@@ -469,7 +470,7 @@ def input_error(exc: BaseException, drawn: "list[str] | tuple[str, ...]" = (), *
     where = (f" in op {op}" if op else f" at node {parts.pop(0)[5:]}" if node else "") \
         + (f" ({', '.join(parts)})" if parts else "")
     line = f"{type(inner).__name__}: {shorten(reason, 240)}{where}"
-    if drawn:
+    if drawn and hasattr(inner, "error_code"):  # a TF kernel refused the values (tf.errors.OpError)
         line += f"; tflab drew these inputs at random: {', '.join(drawn)}: {hint}"
     return line
 

@@ -76,6 +76,14 @@ def test_drawn_ints_that_break_the_model_quote_tf_its_op_and_the_examples_hint(r
     assert f"--arg {arg.split('=')[0]} int32[2,3] (ints in [0, 10))" in line and "--examples FILE.npz" in line
 
 
+def test_a_python_error_in_the_function_is_not_blamed_on_the_drawn_values():
+    from tflab._usercode import input_error
+
+    line = input_error(TypeError("unsupported operand type(s) for +: 'Tensor' and 'str'"),
+                       ["--arg x float32[2] (standard normal)"])
+    assert line == "TypeError: unsupported operand type(s) for +: 'Tensor' and 'str'"
+
+
 def test_healthy_twin_runs_on_drawn_ints(run_cli):
     code, out, err = run_cli("compare", f"{FNS}:healthy", "--arg", "ids=int32[2,3]", *FAST)
     assert code == 0, err

@@ -76,23 +76,19 @@ def run(args: argparse.Namespace) -> int:
     # Materialize here (not in compare_modes) so an unknown dim is reported
     # against the --arg that has it, before anything runs.
     rng = np.random.default_rng(args.seed)  # one stream for all arguments: x and y differ
-    drawing = recording_draws()  # which inputs were drawn at random, for the error line's --examples hint
-    drawing.__enter__()
-    call_args = tuple(materialize(a, rng) for a in call_args)
-    call_kwargs = {k: materialize(v, rng) for k, v in call_kwargs.items()}
-    own = {"seed", "repeats", "ulp_bound", "atol", "hlo", "gradients", "modes",
-           "grappler", "state_variables", "attribute", "attribute_seconds"} & set(call_kwargs)
-    if own:  # names compare_modes takes itself: bind them to the function instead
-        fn = functools.partial(fn, **{k: call_kwargs.pop(k) for k in own})
     name = args.target.rpartition(":")[2]
-    try:
+    with recording_draws():  # which inputs were drawn at random, for the error line's --examples hint
+        call_args = tuple(materialize(a, rng) for a in call_args)
+        call_kwargs = {k: materialize(v, rng) for k, v in call_kwargs.items()}
+        own = {"seed", "repeats", "ulp_bound", "atol", "hlo", "gradients", "modes",
+               "grappler", "state_variables", "attribute", "attribute_seconds", "examples"} & set(call_kwargs)
+        if own:  # names compare_modes takes itself: bind them to the function instead
+            fn = functools.partial(fn, **{k: call_kwargs.pop(k) for k in own})
         with user_code(name, "while running eagerly, as a graph or under XLA"):
             report = compare_modes(
                 fn, *call_args, seed=args.seed, repeats=args.repeats,
                 ulp_bound=args.ulp_bound, atol=args.atol,
                 gradients=not args.no_grad, attribute=not args.no_cause, **call_kwargs)
-    finally:
-        drawing.__exit__(None, None, None)
     xla = report.modes["xla"]
     if hlo is not None and xla.error is None:
         _write_hlo(report.hlo, hlo)

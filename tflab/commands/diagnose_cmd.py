@@ -25,6 +25,10 @@ def run(args: argparse.Namespace) -> int:
     from tflab.diagnosis import diagnose
 
     fn, call_args, call_kwargs = load_call_with_examples(args.target, args.arg, args.examples)
+    if "examples" in call_kwargs:  # the API's own keyword: the function's parameter is bound to it here
+        import functools
+
+        fn = functools.partial(fn, examples=call_kwargs.pop("examples"))
     d = diagnose(fn, *call_args, **call_kwargs)
     print(_jsonutil.dumps(d) if args.json else d.to_text())
     return 0 if d.ok else 1

@@ -48,6 +48,10 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("rendering SVG needs the Graphviz `dot` program (apt-get install graphviz); "
                              "or write DOT with --dot OUT.dot")
     fn, call_args, call_kwargs = load_call_with_examples(args.target, args.arg, args.examples)
+    if "examples" in call_kwargs:  # the API's own keyword: the function's parameter is bound to it here
+        import functools
+
+        fn = functools.partial(fn, examples=call_kwargs.pop("examples"))
     with user_code(args.target.rpartition(":")[2], "while tracing"):
         report = trace_and_inspect(fn, *call_args, **call_kwargs)
     if dot is not None:

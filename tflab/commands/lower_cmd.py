@@ -73,6 +73,10 @@ def run(args: argparse.Namespace) -> int:
     own = arm_own_dump()  # armed by `before_tf`; None when TF loaded first (then the child dumps)
     try:
         fn, call_args, call_kwargs = load_call_with_examples(args.target, args.arg, args.examples)
+        if "examples" in call_kwargs:  # the API's own keyword: the function's parameter is bound to it here
+            import functools
+
+            fn = functools.partial(fn, examples=call_kwargs.pop("examples"))
         Progress("lower", total=1, enabled=not args.json)(
             f"lowering {args.target}: nine levels, XLA's dump " + ("of this process's compile" if own
                                                                   else "in a child process"))

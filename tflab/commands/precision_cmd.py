@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     with recording_draws():  # which inputs were drawn at random, for the error line's --examples hint
         call_args = tuple(materialize(a, rng) for a in call_args)
         call_kwargs = {k: materialize(v, rng) for k, v in call_kwargs.items()}
-        own = {"policies", "loss_scale", "seed"} & set(call_kwargs)
+        own = {"policies", "loss_scale", "seed", "examples"} & set(call_kwargs)
         if own:  # names compare_precisions takes itself: bind them to the function instead
             fn = functools.partial(fn, **{k: call_kwargs.pop(k) for k in own})
         report = compare_precisions(fn, *call_args, policies=policies, loss_scale=loss_scale,
