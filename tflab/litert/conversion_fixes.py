@@ -69,8 +69,7 @@ def _static_batch(model: Any, saved_model_dir: str, batches: Examples, quantizat
     first = batches[0]
     size = int(next(iter(first.values())).shape[0])
     same = Examples(tuple(b for b in batches if all(a.shape[:1] == (size,) for a in b.values())))
-    change = f"tf.TensorSpec([{size}, …]) for every input (a fixed batch of {size})"
-    desc = "export with a fixed batch size"
+    desc = f"export with a fixed batch of {size} (Keras' model.export makes the batch dim None)"
 
     def fixed(spec):
         shape = tf.TensorShape(spec.shape)
@@ -78,12 +77,20 @@ def _static_batch(model: Any, saved_model_dir: str, batches: Examples, quantizat
         return tf.TensorSpec([size if not i and d is None else d for i, d in enumerate(dims)],
                              tf.as_dtype(spec.dtype), name=getattr(spec, "name", None))
 
+    try:
+        signature = tf.nest.map_structure(fixed, keras_input_signature(model))
+    except (TypeError, ValueError) as e:  # an unbuilt model, a structure Keras cannot sign
+        return fx.unchecked("converter", "", desc, f"the model's input signature could not be read: {e}")
+    specs = ", ".join(f"tf.TensorSpec({s.shape.as_list()}, tf.{s.dtype.name})" for s in tf.nest.flatten(signature))
+    change = f"model.export(path, input_signature=[{specs}])" if len(tf.nest.flatten(signature)) == 1 else \
+        f"model.export(path, input_signature=…) with {specs}"
+
     def check():
         from keras.export import ExportArchive
 
         with tempfile.TemporaryDirectory(prefix="tflab-static-batch-") as tmp:
             archive = ExportArchive()
-            archive.track_and_add_endpoint("serve", model, tf.nest.map_structure(fixed, keras_input_signature(model)))
+            archive.track_and_add_endpoint("serve", model, signature)
             archive.write_out(os.path.join(tmp, "sm"), verbose=False)
             data = convert(os.path.join(tmp, "sm"), quantization, same)
         ops = analyze_flatbuffer(data).op_counts
