@@ -452,8 +452,9 @@ def example_inputs(fn: Callable, examples: Any, named: dict[str, Any] | None = N
     (``inspect``, ``lower``, ``compare``, ``precision``, ``diagnose``) and the Python API's
     ``examples=`` go through.
 
-    Each array is a parameter's value, found by name; ``--arg`` values (``named``) fill the other
-    parameters. An ``--arg`` TensorSpec for the same name must describe the array (dtype, shape):
+    Each array is a parameter's value, found by name (one array under another name feeds the one
+    required parameter left, so an export's ``examples.npz`` feeds a one-input model); ``--arg``
+    values (``named``) fill the other parameters. An ``--arg`` TensorSpec for the same name must describe the array (dtype, shape):
     the array replaces the random draw. The first batch of a several-batch ``.npz`` (``0/x``, as
     ``tflab export`` writes) is used.
 
@@ -524,6 +525,13 @@ def example_inputs(fn: Callable, examples: Any, named: dict[str, Any] | None = N
                                      if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     takes_any = sig is None or any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
     unknown = [n for n in values if n not in params]
+    required = [p.name for p in (sig.parameters.values() if sig is not None else ())
+                if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in named]
+    if unknown and len(values) == 1 and len(required) == 1:
+        # One array for the one parameter left, under another name: an export's examples.npz names
+        # it after the SignatureDef input (``keras_tensor``), a Keras model's call takes ``inputs``.
+        values = {required[0]: values[unknown[0]]}
+        unknown = []
     if unknown and not takes_any:
         raise UsageError(f"{source}: array(s) {', '.join(map(repr, unknown))} name no parameter of "
                          f"{_target.callable_name(fn)}; its parameters are ({', '.join(params)}): name each array "

@@ -24,3 +24,7 @@ def healthy(ids):
 
 def scaled(x, factor=3.0):
     return x * factor
+
+
+def pair(a, b):
+    return a + b

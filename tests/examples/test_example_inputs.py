@@ -149,12 +149,14 @@ def test_export_reads_the_examples_through_the_same_reader(npz):
 
 
 def test_bad_examples_are_one_line_each(npz, fns):
-    with pytest.raises(UsageError, match=r"array\(s\) 'tokens' name no parameter of emb; its parameters are \(ids\)"):
-        example_inputs(fns.emb, str(npz / "bad_name.npz"))
+    with pytest.raises(UsageError, match=r"array\(s\) 'tokens' name no parameter of pair; its parameters are \(a, b\)"):
+        example_inputs(fns.pair, str(npz / "bad_name.npz"))
     with pytest.raises(UsageError, match=r"'ids' is int32\[2, 3\], but --arg ids says float32"):
         example_inputs(fns.emb, str(npz / "ids.npz"), {"ids": tf.TensorSpec([2, 3], tf.float32, name="ids")})
     with pytest.raises(UsageError, match="give the other arguments by keyword"):
         tflab.trace_and_inspect(fns.scaled, 1.0, examples={"x": np.ones(2, np.float32)})
+    # one array under another name (an export's examples.npz: keras_tensor) feeds the one parameter left
+    assert example_inputs(fns.emb, {"keras_tensor": IDS})[1]["ids"].shape == (2, 3)
     # healthy twin: a spec that describes the array, and a Python value for the other parameter
     args, kwargs = example_inputs(fns.scaled, str(npz / "x.npz"), {"factor": 2.0})
     assert kwargs["factor"] == 2.0 and kwargs["x"].shape == (1, 3)
