@@ -79,7 +79,11 @@ def innermost_error(exc: BaseException, limit: int = 300) -> str:
     """
     # TF's private status exceptions (_NotOkStatusException under an InvalidArgumentError) are
     # the same error in TF's C++ words: the innermost public one is quoted.
-    chain = [e for e in error_chain(exc) if not type(e).__name__.startswith("_")] or [exc]
+    from tflab._usercode import uncaught_chain
+
+    # Only what the error was raised from: a context TF caught and handled (tf.gather's
+    # AttributeError on a Keras variable) is not the error (`tflab._usercode.uncaught_chain`).
+    chain = [e for e in uncaught_chain(exc) if not type(e).__name__.startswith("_")] or [exc]
     line = _own_line(chain[-1])
     if line == type(chain[-1]).__name__ and len(chain) > 1:
         line = _own_line(chain[0])

@@ -214,3 +214,61 @@ def check_saved_model_files(folder: str | os.PathLike, flag: str) -> None:
         raise UsageError(f"{flag} {shorten_path(folder)}: {name} is {what}, not a regular file, so TF would "
                          f"{'block reading it' if what in ('a FIFO', 'a character device') else 'fail to read it'}; "
                          f"replace it with the SavedModel's file (save the model again)")
+
+
+def check_npz(path: str | os.PathLike, flag: str = "--examples") -> None:
+    """Refuses, without numpy or TF, what cannot be an ``.npz`` of examples: a folder, no regular file,
+    a missing or unreadable file, a file that is no zip archive (``np.savez`` writes a zip).
+
+    Raises:
+        UsageError: one line, what is wrong and how to write one (``np.savez(path, x=array)``).
+    """
+    import zipfile
+
+    text = shorten_path(path)
+    write = "give an .npz with one array per input name (np.savez(path, x=array))"
+    if os.path.isdir(path):
+        raise UsageError(f"{flag} {text!r} is a folder: {write}")
+    if os.path.exists(path) and not os.path.isfile(path):  # /dev/null, a FIFO: never opened
+        raise UsageError(f"{flag} {text!r} is not a regular file: {write}")
+    if not os.path.isfile(path):
+        raise UsageError(f"{flag} {text!r} does not exist: {write}")
+    if not os.access(path, os.R_OK):
+        raise UsageError(f"{flag} {text!r} is not readable (permission denied): {write}")
+    try:
+        is_zip = zipfile.is_zipfile(path)
+    except OSError as e:
+        raise UsageError(f"{flag} {text!r} cannot be read ({type(e).__name__}: {e}): {write}") from e
+    if not is_zip:
+        # np.load reads a non-zip as a pickle and blames "pickled (object) data".
+        raise UsageError(f"{flag} {text!r} is not an .npz archive (np.savez writes one, an array per input name)")
+
+
+def read_npz(path: str | os.PathLike, flag: str = "--examples") -> list[dict]:
+    """Reads an ``.npz`` of examples: ``[{name: ndarray}]``, one dict per batch.
+
+    Keys are input names (one batch), or ``"<i>/<name>"`` for several batches (the layout of the
+    ``examples.npz`` that ``tflab export`` writes). Arrays keep the file's order (``np.savez``'s
+    keyword order), which a model taking its inputs by position follows.
+
+    Raises:
+        UsageError: `check_npz`'s refusals, or an archive numpy cannot read (object arrays included).
+    """
+    import numpy as np
+
+    check_npz(path, flag)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except Exception as e:
+        raise UsageError(f"{flag} {shorten_path(path)!r} is not a readable .npz ({type(e).__name__}: {e})") from e
+    if not arrays:
+        raise UsageError(f"{flag} {shorten_path(path)!r} holds no arrays: give one array per input name "
+                         f"(np.savez(path, x=array))")
+    if all("/" in k and k.partition("/")[0].isdigit() for k in arrays):
+        by_batch: dict[int, dict] = {}
+        for k, a in arrays.items():
+            i, _, name = k.partition("/")
+            by_batch.setdefault(int(i), {})[name] = a
+        return [by_batch[i] for i in sorted(by_batch)]
+    return [arrays]

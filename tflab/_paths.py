@@ -61,7 +61,7 @@ from pathlib import Path
 from tflab._output_marker import (MARKER, OWNER, check_folder_out, publish_noreplace,  # noqa: F401 (re-exported)
                                   check_not_parent_ref, check_replaceable, check_temp_dir, foreign_entries,
                                   published_path, register_publication, system_temp_dir, write_marker)
-from tflab._path_checks import check_path_text, describe_existing, input_path, shorten_path  # noqa: F401
+from tflab._path_checks import check_npz, check_path_text, describe_existing, input_path, shorten_path  # noqa: F401
 from tflab.errors import UsageError
 
 

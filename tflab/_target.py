@@ -19,13 +19,15 @@ one line).
 from __future__ import annotations
 
 import ast
+import contextlib
+import contextvars
 import importlib.util
 import inspect
 import os
 import functools
 import re
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 # user_frame and error_summary live in _usercode (which must not import this
 # module); they stay importable from here.
@@ -319,6 +321,27 @@ def bind_args(fn: Callable, named: dict[str, Any]) -> tuple[tuple, dict]:
 MAX_RANDOM_BYTES = 4 << 30
 
 
+_DRAWN: "contextvars.ContextVar[list[str] | None]" = contextvars.ContextVar("tflab_drawn_inputs", default=None)
+
+
+@contextlib.contextmanager
+def recording_draws() -> Iterator[list[str]]:
+    """Collects a label for every input `materialize` draws at random inside the block.
+
+    A verb's error for a function that failed on its inputs names them and the ``--examples`` hint
+    (`tflab._usercode.input_error`). Nested blocks share the outermost list.
+    """
+    box = _DRAWN.get()
+    if box is not None:
+        yield box
+        return
+    token = _DRAWN.set([])
+    try:
+        yield _DRAWN.get()
+    finally:
+        _DRAWN.reset(token)
+
+
 def materialize(value: Any, seed: "int | Any" = 0) -> Any:
     """Turns a fully defined `tf.TensorSpec` into a seeded random tensor.
 
@@ -357,6 +380,11 @@ def materialize(value: Any, seed: "int | Any" = 0) -> Any:
                          f"(limit {MAX_RANDOM_BYTES / 2**30:.0f} GiB); use a smaller shape")
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     dt = value.dtype
+    drawn = _DRAWN.get()
+    if drawn is not None:
+        what = ("standard normal" if dt.is_floating or dt.is_complex else "ints in [0, 10)" if dt.is_integer
+                else "fair coins")
+        drawn.append(f"{label} {dt.name}[{','.join(map(str, shape))}] ({what})")
     if dt.is_floating or dt.is_complex:
         arr = rng.standard_normal(shape, dtype=np.float32)
         return tf.cast(tf.constant(arr), dt)

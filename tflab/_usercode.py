@@ -392,6 +392,89 @@ def _node_and_reason(exc: BaseException) -> tuple[str, str]:
     return node, reason or type(exc).__name__
 
 
+def uncaught_chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions under it that are part of the error, outermost first.
+
+    Python links two kinds of exception (PEP 3134): ``raise X from Y`` sets ``X.__cause__``, Y is
+    the direct cause and is followed; ``raise X`` inside ``except Y`` sets only ``X.__context__``,
+    Y was *handled* and X is the error, so Y is not followed. ``tf.gather`` on a Keras variable
+    is the case: it tries ``params.sparse_read``, catches the ``AttributeError`` and runs
+    ``GatherV2``, whose ``InvalidArgumentError`` carries the ``AttributeError`` as context only
+    (``tensorflow/python/ops/array_ops.py``: ``gather``). A suppressed context (``raise X from
+    None``) is followed only where X restates it: Keras' "Exception encountered when calling …"
+    copy (``keras/src/utils/traceback_utils.py``, ``_keras_call_info_injected``) or an exception
+    of the same class.
+    """
+    from tflab._tf.runtime import keras_restated
+
+    out: list[BaseException] = []
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        out.append(e)
+        seen.add(id(e))
+        ctx = e.__context__
+        if e.__cause__ is not None:
+            e = e.__cause__
+        elif ctx is not None and e.__suppress_context__ and (
+                keras_restated(e) or type(ctx) is type(e)
+                or type(ctx).__name__.startswith("_")):
+            e = ctx
+        else:
+            e = None
+    return out
+
+
+def _keras_layer_of(exc: BaseException) -> str:
+    """``name (Class)`` of the innermost Keras layer whose ``__call__`` the error went through, or ""."""
+    best = ""
+    for e in uncaught_chain(exc):
+        for frame, _ in traceback.walk_tb(e.__traceback__):
+            owner = frame.f_locals.get("self")
+            if frame.f_code.co_name in ("__call__", "call") and "keras" in frame.f_code.co_filename \
+                    and isinstance(getattr(owner, "name", None), str) and hasattr(owner, "built"):
+                best = f"{owner.name} ({type(owner).__name__})"
+    return best
+
+
+def input_error(exc: BaseException, drawn: "list[str] | tuple[str, ...]" = (), *,
+                hint: str = "pass real inputs with --examples FILE.npz (Python: examples=)") -> str:
+    """One line for a function that failed on its inputs: TF's own uncaught error, its op and node
+    (or Keras layer), and, when tflab drew the inputs, which ones and what to pass instead.
+
+    Args:
+        exc: what the call raised.
+        drawn: labels of the inputs tflab drew at random (``"--arg ids int32[2,3] (ints in [0, 10))"``).
+        hint: what to do, said only when ``drawn`` is not empty and a TF kernel refused the values
+            (a ``tf.errors.OpError``; a Python error in the function is not about the values).
+
+    Returns:
+        E.g. ``InvalidArgumentError: indices[0,0] = 6 is not in [0, 2) in op GatherV2 (layer
+        embedding (Embedding)); the inputs --arg ids int32[2,3] were drawn at random (ints in [0, 10)):
+        pass real inputs with --examples FILE.npz (Python: examples=)``.
+    """
+    chain = [e for e in uncaught_chain(exc) if not type(e).__name__.startswith("_")] or [exc]
+    inner = chain[-1]
+    node, reason = _node_and_reason(inner)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(getattr(inner, "message", None) or inner))
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if lines and lines[0].startswith("Exception encountered when calling") and len(lines) > 1:
+        _, reason = _node_and_reason(type(inner)("\n".join(lines[1:])))
+    reason = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", reason)
+    reason = re.sub(r",?\s*node name: \S+$", "", reason).strip()
+    ops = [o for o in re.findall(r"\[Op:(\w+)\]", text) if not o.startswith("__")]  # not a function's name
+    op = ops[-1] if ops else ""
+    layer = _keras_layer_of(exc) if op or node else ""
+    parts = [f"node {node}"] if node and node != op else []
+    parts += [f"layer {layer}"] if layer else []
+    where = (f" in op {op}" if op else f" at node {parts.pop(0)[5:]}" if node else "") \
+        + (f" ({', '.join(parts)})" if parts else "")
+    line = f"{type(inner).__name__}: {shorten(reason, 240)}{where}"
+    if drawn and hasattr(inner, "error_code"):  # a TF kernel refused the values (tf.errors.OpError)
+        line += f"; tflab drew these inputs at random: {', '.join(drawn)}: {hint}"
+    return line
+
+
 def _shapes(feed: Mapping[str, Any]) -> str:
     parts = []
     for n, a in feed.items():

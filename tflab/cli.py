@@ -166,23 +166,21 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str] | None):
     return args, None
 
 
-# verb -> the positional or option dests that name an input path, and what each must be:
-# ("file" | "folder" | "any", words for the message). FILE.py:FUNC targets name their file.
+_NPZ = ("file", "an .npz with one array per input name")  # every verb's --examples
+# verb -> dests naming an input path: ("file" | "folder" | "any", words); FILE.py:FUNC targets name their file.
 _INPUTS = {
-    "inspect": {"target": ("target", "a .py file")},
+    "inspect": {"target": ("target", "a .py file"), "examples": _NPZ},
     "autograph": {"target": ("target", "a .py file")},
-    "compare": {"target": ("target", "a .py file")},
-    "diagnose": {"target": ("target", "a .py file")},
-    "precision": {"target": ("target", "a .py file")},
+    "compare": {"target": ("target", "a .py file"), "examples": _NPZ},
+    "diagnose": {"target": ("target", "a .py file"), "examples": _NPZ},
+    "precision": {"target": ("target", "a .py file"), "examples": _NPZ},
     "distribute": {"target": ("target", "a .py file")},
     "retrace": {"script": ("file", "a path to a .py file")},
-    "export": {"model": ("model", "a .keras file, a SavedModel folder or FILE.py:OBJ"),
-               "examples": ("file", "an .npz with one array per input name")},
+    "export": {"model": ("model", "a .keras file, a SavedModel folder or FILE.py:OBJ"), "examples": _NPZ},
     "check-tflite": {"model": ("file", "a .tflite file"),
-                     "saved_model": ("folder", "the SavedModel folder it was converted from"),
-                     "examples": ("file", "an .npz with one array per input name")},
+                     "saved_model": ("folder", "the SavedModel folder it was converted from"), "examples": _NPZ},
     "tour": {"model": ("any", "a .keras file or a SavedModel folder")},
-    "lower": {"target": ("target", "a .py file")},
+    "lower": {"target": ("target", "a .py file"), "examples": _NPZ},
 }
 # verb -> file outputs (dest, flag, example name); folder outputs are checked by their own rule.
 _FILE_OUTPUTS = {"inspect": [("dot", "--dot", "graph.dot")], "compare": [("hlo", "--hlo", "hlo.txt")],
@@ -262,7 +260,9 @@ def preflight(verb: str, args: argparse.Namespace) -> None:
             _paths.input_path(value, flag, want=kind, what=words)
             if dest == "script":
                 _preflight.check_py(value, "script")
-            if kind in ("folder", "any"):
+            elif dest == "examples":  # a readable zip archive; its names are matched once TF loads
+                _paths.check_npz(value, flag)
+            elif kind in ("folder", "any"):
                 _preflight.check_saved_model_folder(value, flag)
     if verb in _ARG_GRAMMAR:
         check_arg_grammar(getattr(args, "arg", None), static=verb == "lower",

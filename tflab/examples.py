@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -431,7 +431,8 @@ def check_rows(batches: Sequence[Mapping[str, np.ndarray]]) -> None:
 
 
 def load_examples(path: str) -> list[dict[str, np.ndarray]]:
-    """Reads an .npz file of examples.
+    """Reads an .npz file of examples (`tflab._path_checks.read_npz`, the one reader every verb's
+    ``--examples`` goes through).
 
     Keys are input names (one batch), or ``"<i>/<name>"`` for several batches,
     the layout of the ``examples.npz`` that `export_model` writes, so an
@@ -440,29 +441,144 @@ def load_examples(path: str) -> list[dict[str, np.ndarray]]:
     Raises:
         UsageError: missing or unreadable file.
     """
-    if os.path.isdir(path):
-        raise UsageError(f"--examples {path!r} is a folder: give an .npz file with one array per input name "
-                         f"(np.savez(path, x=array))")
-    if os.path.exists(path) and not os.path.isfile(path):  # /dev/null, a FIFO: said "does not exist"
-        raise UsageError(f"--examples {path!r} is not a regular file: give an .npz with one array per "
-                         f"input name (np.savez(path, x=array))")
-    if not os.path.isfile(path):
-        raise UsageError(f"--examples {path!r} does not exist: give an .npz with one array per input name")
-    import zipfile
+    from tflab._path_checks import read_npz
 
-    if not zipfile.is_zipfile(path):
-        # np.load reads a non-zip as a pickle and blames "pickled (object) data".
-        raise UsageError(f"--examples {path!r} is not an .npz archive (np.savez writes one, an array per "
-                         f"input name)")
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except Exception as e:
-        raise UsageError(f"--examples {path!r} is not a readable .npz ({type(e).__name__}: {e})") from e
-    if arrays and all("/" in k and k.partition("/")[0].isdigit() for k in arrays):
-        by_batch: dict[int, dict[str, np.ndarray]] = {}
-        for k, a in arrays.items():
-            i, _, name = k.partition("/")
-            by_batch.setdefault(int(i), {})[name] = a
-        return [by_batch[i] for i in sorted(by_batch)]
-    return [arrays]
+    return read_npz(path, "--examples")
+
+
+def example_inputs(fn: Callable, examples: Any, named: dict[str, Any] | None = None, *,
+                   flag: str = "--examples", by_position: bool = False) -> tuple[tuple, dict]:
+    """Binds real example arrays to ``fn``'s parameters: the one path every verb's ``--examples``
+    (``inspect``, ``lower``, ``compare``, ``precision``, ``diagnose``) and the Python API's
+    ``examples=`` go through.
+
+    Each array is a parameter's value, found by name (one array under another name feeds the one
+    required parameter left, so an export's ``examples.npz`` feeds a one-input model); ``--arg``
+    values (``named``) fill the other parameters. An ``--arg`` TensorSpec for the same name must describe the array (dtype, shape):
+    the array replaces the random draw. The first batch of a several-batch ``.npz`` (``0/x``, as
+    ``tflab export`` writes) is used.
+
+    Args:
+        fn: the function, `tf.function` or Keras model/layer the verb calls.
+        examples: a path to an ``.npz`` (one array per parameter name, ``np.savez(path, ids=a)``), or
+            a dict ``{parameter name: array}``.
+        named: the parsed ``--arg`` values, ``{name: TensorSpec or Python value}``.
+        flag: the option's name for messages.
+        by_position: ``fn`` takes no parameters and builds a model (``tflab precision``'s factory):
+            the arrays are its model's inputs, in the file's order.
+
+    Returns:
+        ``(args, kwargs)`` for ``fn``: the arrays as tensors (`tf.constant`, the array's dtype).
+
+    Raises:
+        UsageError: an unreadable file, a name ``fn`` does not take, an array that does not fit its
+            ``--arg`` spec, or a required parameter with no value.
+
+    Example:
+
+    >>> np.savez("ids.npz", ids=np.array([[0, 1, 1]], np.int32))
+    >>> example_inputs(lambda ids: ids, "ids.npz")
+    ((), {'ids': <tf.Tensor: shape=(1, 3), dtype=int32, numpy=array([[0, 1, 1]], dtype=int32)>})
+    """
+    import inspect
+
+    import tensorflow as tf
+
+    from tflab import _target
+    from tflab._usercode import shorten
+
+    named = dict(named or {})
+    arg = "--arg" if flag.startswith("--") else "the argument"
+    if isinstance(examples, (str, os.PathLike)):
+        from tflab._path_checks import read_npz
+
+        batch = read_npz(examples, flag)[0]
+        source = f"{flag} {shorten(os.fspath(examples), 60)}"
+    elif isinstance(examples, dict) and examples and all(isinstance(k, str) for k in examples):
+        batch, source = dict(examples), "examples"
+    else:
+        raise UsageError(f"{flag}: give a path to an .npz, or a dict {{parameter name: array}}; got "
+                         f"{shorten(type(examples).__name__, 40)}")
+    values: dict[str, Any] = {}
+    for name, a in batch.items():
+        a = np.asarray(a)
+        if a.dtype == object:
+            raise UsageError(f"{source}: {name!r} is an object array; give a numeric or bool array")
+        spec = named.get(name)
+        if name in named and not isinstance(spec, tf.TensorSpec):
+            raise UsageError(f"{source}: {name!r} is also given as {arg} {name}={shorten(spec, 40)}; give it once")
+        if isinstance(spec, tf.TensorSpec) and (tf.as_dtype(a.dtype) != spec.dtype
+                                                or not spec.shape.is_compatible_with(a.shape)):
+            raise UsageError(f"{source}: {name!r} is {a.dtype.name}{list(a.shape)}, but {arg} {name} says "
+                             f"{spec.dtype.name}{spec.shape.as_list() if spec.shape.rank is not None else ''}; "
+                             f"make them agree, or drop the {arg}")
+        values[name] = tf.constant(a)
+    if by_position:
+        unknown = [n for n in named if n not in values and isinstance(named[n], tf.TensorSpec)]
+        return tuple(values.values()) + tuple(named[n] for n in unknown), {}
+    sig = _target.python_signature(fn)
+    call = getattr(fn, "call", None)
+    if sig is not None and not inspect.isroutine(fn) and inspect.ismethod(call) \
+            and any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        sig = _target.python_signature(call)  # a Keras layer or model: its call's names (``inputs``)
+    params = [] if sig is None else [p.name for p in sig.parameters.values()
+                                     if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    takes_any = sig is None or any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+    unknown = [n for n in values if n not in params]
+    required = [p.name for p in (sig.parameters.values() if sig is not None else ())
+                if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in named]
+    if unknown and len(values) == 1 and len(required) == 1:
+        # One array for the one parameter left, under another name: an export's examples.npz names
+        # it after the SignatureDef input (``keras_tensor``), a Keras model's call takes ``inputs``.
+        values = {required[0]: values[unknown[0]]}
+        unknown = []
+    if unknown and not takes_any:
+        raise UsageError(f"{source}: array(s) {', '.join(map(repr, unknown))} name no parameter of "
+                         f"{_target.callable_name(fn)}; its parameters are ({', '.join(params)}): name each array "
+                         f"after the parameter it feeds (np.savez(path, {params[0] if params else 'x'}=array))")
+    named.update(values)
+    return _target.bind_args(fn, named)
+
+
+def load_call_with_examples(target: str, arg_items: list[str] | None,
+                            examples: Any = None) -> tuple[Callable, tuple, dict]:
+    """``FILE.py:FUNC``, ``--arg`` and ``--examples`` → the function and its call arguments.
+
+    `tflab._target.load_call` when no examples are given; else its steps with the arrays bound by
+    `example_inputs` (what ``inspect``, ``lower``, ``compare`` and ``diagnose`` call).
+
+    Raises:
+        UsageError: a bad target, ``--arg`` or ``--examples`` (one line).
+    """
+    from tflab import _target
+
+    if examples is None:
+        return _target.load_call(target, arg_items)
+    named = _target.parse_args(arg_items)
+    fn = _target.load_target(target)
+    _target.check_target(fn, target.rpartition(":")[2])
+    args, kwargs = example_inputs(fn, examples, named)
+    return fn, args, kwargs
+
+
+def with_examples(fn: Callable, examples: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The Python API's ``examples=`` (`tflab.compare_modes`, `tflab.lower`, `tflab.compare_precisions`,
+    `tflab.trace_and_inspect`, `tflab.diagnose`): ``(args, kwargs)`` with the arrays bound to ``fn``'s
+    parameters by `example_inputs`, the same binding as the CLI's ``--examples``.
+
+    Args:
+        fn: the user's function.
+        examples: None (``args``/``kwargs`` returned unchanged), a path to an ``.npz`` or a dict
+            ``{parameter name: array}``.
+        args, kwargs: the call's own arguments; with ``examples``, only keyword arguments for the
+            parameters the arrays do not feed (Python values such as ``training=False``, or specs).
+
+    Raises:
+        UsageError: positional arguments given too, or `example_inputs`' refusals.
+    """
+    if examples is None:
+        return args, kwargs
+    if args:
+        raise UsageError("examples= feeds the function's parameters by name: give the other arguments "
+                         "by keyword, not positionally")
+    return example_inputs(fn, examples, dict(kwargs), flag="examples=")

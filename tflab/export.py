@@ -55,6 +55,8 @@ class VariantResult:
         error: one line for ``"error"``/``"crashed"``, else None.
         file: the ``.tflite`` file name inside the export folder, else None.
         convert_seconds: conversion wall time in the worker, seconds.
+        fixes: for ``"error"``: the fixes tried by converting again (`tflab.litert.conversion_fixes`),
+            each a `tflab.fix.Fix`; empty otherwise.
     """
 
     quantization: str
@@ -63,6 +65,7 @@ class VariantResult:
     error: str | None = None
     file: str | None = None
     convert_seconds: float | None = None
+    fixes: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -115,13 +118,14 @@ class ExportReport(Report):
                 if v.check.cause is not None:  # the first op over its own bound, with its class
                     lines.append(f"{q}: {v.check.cause.line_text}")
                 lines += [f"  note: {n}" for n in v.check.notes if not (n in seen or seen.add(n))]
+            lines += [f"{q}: {v.error}"] * bool(v.fixes) + [f"  {f.line()}" for f in v.fixes]
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
         return {"model": self.model, "out": self.out, "examples": self.examples, "ok": self.ok,
                 "seconds": round(self.seconds, 2), "saved_model": self.saved_model.to_dict(),
                 "variants": {q: {"status": v.status, "error": v.error, "file": v.file,
-                                 "convert_seconds": v.convert_seconds,
+                                 "convert_seconds": v.convert_seconds, "fixes": [f.to_dict() for f in v.fixes],
                                  "check": None if v.check is None else v.check.to_dict()}
                              for q, v in self.variants.items()},
                 "config": self.config}
@@ -496,7 +500,14 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
             elif float_size is None and "none" in quants:
                 float_size = conv["none"].get("bytes")
             if msg["event"] != "done":
-                variants[q] = VariantResult(q, msg["event"], error=msg["error"], convert_seconds=msg.get("seconds"))
+                error, fixes = msg["error"], ()
+                if msg.get("failure"):  # the cause with its Keras layer; the fixes tried for the first only
+                    from tflab.litert.conversion_fixes import explain_failure
+
+                    error, fixes = explain_failure(obj, tmp / "saved_model", batches, q, msg["failure"], progress,
+                                                   fixes=not any(v.fixes for v in variants.values()))
+                variants[q] = VariantResult(q, msg["event"], error=error, convert_seconds=msg.get("seconds"),
+                                            fixes=fixes)
                 continue
             still = conv.pending() if isolate else 0
             progress(f"checking {q} with LiteRT" + (f" ({still} variant{'s' * (still != 1)} still converting)"

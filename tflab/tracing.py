@@ -464,7 +464,7 @@ def inspect_concrete_function(concrete_function: Any, name: str | None = None) -
 
 
 @user_entry("while tracing")
-def trace_and_inspect(fn: Callable, *args: Any, **kwargs: Any) -> TraceReport:
+def trace_and_inspect(fn: Callable, *args: Any, examples: Any = None, **kwargs: Any) -> TraceReport:
     """Traces ``fn`` once and reports its ConcreteFunction's FuncGraph.
 
     Tracing goes through `tf.function.get_concrete_function`, so a plain
@@ -477,6 +477,10 @@ def trace_and_inspect(fn: Callable, *args: Any, **kwargs: Any) -> TraceReport:
             ``tf.TensorSpec([None, 8], tf.float32)``; Python values are traced
             as constants (a ``Literal`` in the FunctionType).
         **kwargs: the same, by keyword.
+        examples: real inputs instead of ``*args``: a path to an ``.npz`` with one array per
+            parameter name (``np.savez(path, ids=ids)``) or a dict ``{parameter name: array}``, bound
+            by name as ``--examples`` binds them (`tflab.examples.example_inputs`); ``**kwargs`` then
+            give the other parameters. Default None.
 
     Returns:
         A `TraceReport` with the ConcreteFunction, FuncGraph, ops, op-type
@@ -499,6 +503,9 @@ def trace_and_inspect(fn: Callable, *args: Any, **kwargs: Any) -> TraceReport:
     >>> r.op_counts["MatMul"], len(r.variables), r.output_spec
     (1, 1, TensorSpec(shape=(None, 4), dtype=tf.float32, name=None))
     """
+    from tflab.examples import with_examples
+
+    args, kwargs = with_examples(fn, examples, args, kwargs)
     if _is_concrete_function(fn):
         if args or kwargs:
             raise UsageError("a ConcreteFunction is already traced: pass no arguments, "

@@ -138,7 +138,7 @@ def test_word_lists_match_the_library():
 def test_api_loss_scale_outside_float32_is_refused():
     """compare_precisions(loss_scale=1e-320) ran with a scale that is 0 in float32."""
     from tflab.errors import UsageError
-    from tflab.precision.api import _parse_loss_scale
+    from tflab.precision.policy import parse_loss_scale as _parse_loss_scale
 
     for bad in (1e-320, 1e39):
         with pytest.raises(UsageError, match="normal float32"):

@@ -238,6 +238,13 @@ def converted_signature_keys(converter: Any) -> list[str] | None:
     return getattr(converter, "_saved_model_exported_names", None) or None
 
 
+def keep_tensor_lists(converter: Any) -> None:
+    """Keeps tensor-list ops as Flex ops instead of lowering them (``_experimental_lower_tensor_list_ops``,
+    an instance attribute TFLiteConverterBase sets in ``__init__``): the converter's own advice when
+    lowering them fails, with ``SELECT_TF_OPS``."""
+    converter._experimental_lower_tensor_list_ops = False
+
+
 def ops_details(interpreter: Any) -> list[dict]:
     """The interpreter's ops of its primary subgraph (``op_name``, ``index``, inputs, outputs)."""
     return list(interpreter._get_ops_details())  # noqa: SLF001

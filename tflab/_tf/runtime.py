@@ -143,3 +143,10 @@ def eager_execute(op_type: str, num_outputs: int, inputs: list, attrs: tuple) ->
     from tensorflow.python.eager import context, execute
 
     return list(execute.execute(op_type.encode(), num_outputs, inputs, attrs, context.context()))
+
+
+def keras_restated(exc: BaseException) -> bool:
+    """True when ``exc`` is Keras' copy of a layer's error with the call's arguments added
+    (``keras/src/utils/traceback_utils.py``, ``inject_argument_info_in_traceback``: it sets
+    ``_keras_call_info_injected`` and raises the copy ``from None``); no public API says so."""
+    return bool(getattr(exc, "_keras_call_info_injected", False))

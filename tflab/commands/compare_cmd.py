@@ -14,10 +14,13 @@ HELP = ("run FILE.py:FUNC forward and backward eagerly, as a graph and under XLA
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from tflab.commands.preflight_checks import EXAMPLES_HELP as _EXAMPLES_HELP  # no numpy: --help stays fast
+
     p.add_argument("target", metavar="FILE.py:FUNC", help="the function (or tf.function) to run")
     p.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE",
                    help="an argument: NAME=dtype[dims] (every dim given) becomes a seeded random "
                         "tensor, NAME=<python literal> a Python value; repeat per parameter")
+    p.add_argument("--examples", metavar="FILE.npz", help=_EXAMPLES_HELP)
     p.add_argument("--seed", type=seed_type, default=0, help="seed for the random tensors (default: %(default)s)")
     p.add_argument("--repeats", type=_at_least(1, 100_000), default=10,  # modes.MAX_REPEATS
                    help="warm calls timed per mode; the median is printed (default: %(default)s)")
@@ -43,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
     from tflab.report import jsonable as _jsonutil
     import numpy as np
 
-    from tflab._target import MAX_RANDOM_BYTES, load_call, materialize
+    from tflab._target import MAX_RANDOM_BYTES, materialize, recording_draws
+    from tflab.examples import load_call_with_examples
     from tflab.errors import UsageError
     from tflab.modes import compare_modes
 
@@ -54,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
     # Checked before anything runs: a bad path must not cost a whole comparison.
     hlo = output_path(args.hlo, "--hlo", overwrite=args.force, example="hlo.txt") if args.hlo else None
-    fn, call_args, call_kwargs = load_call(args.target, args.arg)
+    fn, call_args, call_kwargs = load_call_with_examples(args.target, args.arg, args.examples)
     import tensorflow as tf
 
     specs = [v for v in (*call_args, *call_kwargs.values())
@@ -72,18 +76,19 @@ def run(args: argparse.Namespace) -> int:
     # Materialize here (not in compare_modes) so an unknown dim is reported
     # against the --arg that has it, before anything runs.
     rng = np.random.default_rng(args.seed)  # one stream for all arguments: x and y differ
-    call_args = tuple(materialize(a, rng) for a in call_args)
-    call_kwargs = {k: materialize(v, rng) for k, v in call_kwargs.items()}
-    own = {"seed", "repeats", "ulp_bound", "atol", "hlo", "gradients", "modes",
-           "grappler", "state_variables", "attribute", "attribute_seconds"} & set(call_kwargs)
-    if own:  # names compare_modes takes itself: bind them to the function instead
-        fn = functools.partial(fn, **{k: call_kwargs.pop(k) for k in own})
     name = args.target.rpartition(":")[2]
-    with user_code(name, "while running eagerly, as a graph or under XLA"):
-        report = compare_modes(
-            fn, *call_args, seed=args.seed, repeats=args.repeats,
-            ulp_bound=args.ulp_bound, atol=args.atol,
-            gradients=not args.no_grad, attribute=not args.no_cause, **call_kwargs)
+    with recording_draws():  # which inputs were drawn at random, for the error line's --examples hint
+        call_args = tuple(materialize(a, rng) for a in call_args)
+        call_kwargs = {k: materialize(v, rng) for k, v in call_kwargs.items()}
+        own = {"seed", "repeats", "ulp_bound", "atol", "hlo", "gradients", "modes",
+               "grappler", "state_variables", "attribute", "attribute_seconds", "examples"} & set(call_kwargs)
+        if own:  # names compare_modes takes itself: bind them to the function instead
+            fn = functools.partial(fn, **{k: call_kwargs.pop(k) for k in own})
+        with user_code(name, "while running eagerly, as a graph or under XLA"):
+            report = compare_modes(
+                fn, *call_args, seed=args.seed, repeats=args.repeats,
+                ulp_bound=args.ulp_bound, atol=args.atol,
+                gradients=not args.no_grad, attribute=not args.no_cause, **call_kwargs)
     xla = report.modes["xla"]
     if hlo is not None and xla.error is None:
         _write_hlo(report.hlo, hlo)

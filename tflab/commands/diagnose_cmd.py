@@ -9,19 +9,26 @@ HELP = ("trace FILE.py:FUNC and run it once; if it fails, print the culprit line
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from tflab.commands.preflight_checks import EXAMPLES_HELP as _EXAMPLES_HELP  # no numpy: --help stays fast
+
     p.add_argument("target", metavar="FILE.py:FUNC", help="the function (or tf.function) to check")
     p.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE",
                    help="an argument: NAME=dtype[dims] is a TensorSpec (None for an unknown dim), "
                         "NAME=<python literal> a Python value; repeat per parameter")
+    p.add_argument("--examples", metavar="FILE.npz", help=_EXAMPLES_HELP)
     p.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
     from tflab.report import jsonable as _jsonutil
-    from tflab._target import load_call
+    from tflab.examples import load_call_with_examples
     from tflab.diagnosis import diagnose
 
-    fn, call_args, call_kwargs = load_call(args.target, args.arg)
+    fn, call_args, call_kwargs = load_call_with_examples(args.target, args.arg, args.examples)
+    if "examples" in call_kwargs:  # the API's own keyword: the function's parameter is bound to it here
+        import functools
+
+        fn = functools.partial(fn, examples=call_kwargs.pop("examples"))
     d = diagnose(fn, *call_args, **call_kwargs)
     print(_jsonutil.dumps(d) if args.json else d.to_text())
     return 0 if d.ok else 1

@@ -10,10 +10,13 @@ HELP = "trace FILE.py:FUNC once and print its FuncGraph: ops, captures, signatur
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from tflab.commands.preflight_checks import EXAMPLES_HELP as _EXAMPLES_HELP  # no numpy: --help stays fast
+
     p.add_argument("target", metavar="FILE.py:FUNC", help="the function (or tf.function) to trace")
     p.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE",
                    help="an argument: NAME=dtype[dims] is a TensorSpec (None for an unknown dim), "
                         "NAME=<python literal> a Python value; repeat per parameter")
+    p.add_argument("--examples", metavar="FILE.npz", help=_EXAMPLES_HELP)
     p.add_argument("--dot", metavar="OUT.dot", help="write the FuncGraph as Graphviz DOT "
                    "(OUT.svg renders it, which needs the Graphviz `dot` program)")
     p.add_argument("--force", action="store_true", help="overwrite an existing --dot file")
@@ -27,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from tflab.report import jsonable as _jsonutil
     from tflab._paths import output_path
-    from tflab._target import load_call
+    from tflab.examples import load_call_with_examples
     from tflab._usercode import user_code
     from tflab.tracing import trace_and_inspect
 
@@ -44,7 +47,11 @@ def run(args: argparse.Namespace) -> int:
         if shutil.which("dot") is None:
             raise UsageError("rendering SVG needs the Graphviz `dot` program (apt-get install graphviz); "
                              "or write DOT with --dot OUT.dot")
-    fn, call_args, call_kwargs = load_call(args.target, args.arg)
+    fn, call_args, call_kwargs = load_call_with_examples(args.target, args.arg, args.examples)
+    if "examples" in call_kwargs:  # the API's own keyword: the function's parameter is bound to it here
+        import functools
+
+        fn = functools.partial(fn, examples=call_kwargs.pop("examples"))
     with user_code(args.target.rpartition(":")[2], "while tracing"):
         report = trace_and_inspect(fn, *call_args, **call_kwargs)
     if dot is not None:

@@ -13,10 +13,13 @@ STAGE_FILES = {"python": "py", "autograph": "py", "funcgraph": "txt", "tf_mlir":
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from tflab.commands.preflight_checks import EXAMPLES_HELP as _EXAMPLES_HELP  # no numpy: --help stays fast
+
     p.add_argument("target", metavar="FILE.py:FUNC", help="the function, tf.function or Keras model to lower")
     p.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE",
                    help="an argument: NAME=dtype[dims] is a TensorSpec (every dim given: XLA compiles for "
                         "static shapes), NAME=<python literal> a Python value; repeat per parameter")
+    p.add_argument("--examples", metavar="FILE.npz", help=_EXAMPLES_HELP)
     p.add_argument("--stage", action="append", default=[], choices=list(STAGE_FILES), metavar="S",
                    help="also print this stage's whole text (repeatable; one of: %(choices)s)")
     p.add_argument("--out", metavar="DIR", help="write every stage in full, one file per stage, and "
@@ -49,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from tflab._progress import Progress
     from tflab._paths import output_path
     from tflab.report.pages import html_output
-    from tflab._target import load_call
+    from tflab.examples import load_call_with_examples
     from tflab._usercode import user_code
     from tflab.errors import UsageError
     from tflab.lowering import lower
@@ -69,7 +72,11 @@ def run(args: argparse.Namespace) -> int:
 
     own = arm_own_dump()  # armed by `before_tf`; None when TF loaded first (then the child dumps)
     try:
-        fn, call_args, call_kwargs = load_call(args.target, args.arg)
+        fn, call_args, call_kwargs = load_call_with_examples(args.target, args.arg, args.examples)
+        if "examples" in call_kwargs:  # the API's own keyword: the function's parameter is bound to it here
+            import functools
+
+            fn = functools.partial(fn, examples=call_kwargs.pop("examples"))
         Progress("lower", total=1, enabled=not args.json)(
             f"lowering {args.target}: nine levels, XLA's dump " + ("of this process's compile" if own
                                                                   else "in a child process"))

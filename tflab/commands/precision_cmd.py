@@ -25,12 +25,15 @@ POLICY_NAMES = ("float32", "mixed_bfloat16", "mixed_float16", "bfloat16", "float
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from tflab.commands.preflight_checks import EXAMPLES_HELP as _EXAMPLES_HELP  # no numpy: --help stays fast
+
     p.add_argument("target", metavar="FILE.py:FUNC",
                    help="a function of tensors, a tf.function, or a zero-argument factory that "
                         "builds a Keras model (its --arg values are the model's inputs, in order)")
     p.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE",
                    help="an argument: NAME=dtype[dims] (every dim given) becomes a seeded random "
                         "tensor, NAME=<python literal> a Python value; repeat per parameter")
+    p.add_argument("--examples", metavar="FILE.npz", help=_EXAMPLES_HELP)
     p.add_argument("--seed", type=int_at_least(0), default=0,
                    help="seed for the random tensors and Keras initializers (default: %(default)s)")
     p.add_argument("--policies", default="float32,mixed_bfloat16,mixed_float16", metavar="LIST",
@@ -88,7 +91,12 @@ def run(args: argparse.Namespace) -> int:
     fn = load_target(args.target)
     check_target(fn, args.target.rpartition(":")[2])
     sig = python_signature(fn)
-    if named and sig is not None and not sig.parameters:
+    if args.examples is not None:
+        from tflab.examples import example_inputs
+
+        call_args, call_kwargs = example_inputs(fn, args.examples, named,
+                                                by_position=sig is not None and not sig.parameters)
+    elif named and sig is not None and not sig.parameters:
         call_args, call_kwargs = tuple(named.values()), {}
     elif not named and getattr(fn, "input_signature", None) is not None:
         call_args, call_kwargs = (), {}
@@ -110,12 +118,15 @@ def run(args: argparse.Namespace) -> int:
         check_fits(sum(sizes), 2 + 2 * len(policies), "precision",
                    "use a smaller shape or fewer --policies")
     rng = np.random.default_rng(args.seed)  # one stream for all arguments: x and y differ
-    call_args = tuple(materialize(a, rng) for a in call_args)
-    call_kwargs = {k: materialize(v, rng) for k, v in call_kwargs.items()}
-    own = {"policies", "loss_scale", "seed"} & set(call_kwargs)
-    if own:  # names compare_precisions takes itself: bind them to the function instead
-        fn = functools.partial(fn, **{k: call_kwargs.pop(k) for k in own})
-    report = compare_precisions(fn, *call_args, policies=policies, loss_scale=loss_scale,
-                                seed=args.seed, **call_kwargs)
+    from tflab._target import recording_draws
+
+    with recording_draws():  # which inputs were drawn at random, for the error line's --examples hint
+        call_args = tuple(materialize(a, rng) for a in call_args)
+        call_kwargs = {k: materialize(v, rng) for k, v in call_kwargs.items()}
+        own = {"policies", "loss_scale", "seed", "examples"} & set(call_kwargs)
+        if own:  # names compare_precisions takes itself: bind them to the function instead
+            fn = functools.partial(fn, **{k: call_kwargs.pop(k) for k in own})
+        report = compare_precisions(fn, *call_args, policies=policies, loss_scale=loss_scale,
+                                    seed=args.seed, **call_kwargs)
     print(_jsonutil.dumps(report) if args.json else report.to_text())
     return 1 if report.flagged else 0

@@ -61,3 +61,9 @@ def check_saved_model_folder(value: str, flag: str) -> None:
 
     if os.path.isdir(value):
         check_saved_model_files(value, flag)
+
+
+# `tflab.examples.EXAMPLES_HELP`, here so --help imports no numpy (a test keeps them equal).
+EXAMPLES_HELP = ("real inputs: an .npz with one array per parameter name (np.savez(path, ids=array)); they "
+                 "replace the random values drawn for those --arg specs (ints in [0, 10) would break e.g. an "
+                 "Embedding of fewer rows)")

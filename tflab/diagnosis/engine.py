@@ -49,7 +49,7 @@ def _tf_function_for(fn: Callable, python_fn: Callable):
 
 
 @user_entry("while tracing and running")
-def diagnose(fn: Callable, *args: Any, **kwargs: Any) -> Diagnosis:
+def diagnose(fn: Callable, *args: Any, examples: Any = None, **kwargs: Any) -> Diagnosis:
     """Traces ``fn`` and runs it once; on failure, says which line to change and how.
 
     The function is traced the way `autograph_diff` traces it (a plain function,
@@ -64,6 +64,10 @@ def diagnose(fn: Callable, *args: Any, **kwargs: Any) -> Diagnosis:
         *args: `tf.TensorSpec`s, tensors or Python values for the trace. With none,
             a `tf.function`'s ``input_signature`` is used.
         **kwargs: the same, by keyword.
+        examples: real inputs instead of ``*args``: a path to an ``.npz`` with one array per
+            parameter name (``np.savez(path, ids=ids)``) or a dict ``{parameter name: array}``, bound
+            by name as ``--examples`` binds them (`tflab.examples.example_inputs`); ``**kwargs`` then
+            give the other parameters. Default None.
 
     Returns:
         A `Diagnosis`: ``ok=True, kind=None`` when it traced and ran and no
@@ -96,6 +100,9 @@ def diagnose(fn: Callable, *args: Any, **kwargs: Any) -> Diagnosis:
     if not callable(fn):
         raise UsageError(f"diagnose needs a function, got {type(fn).__name__}")
     check_target(fn, callable_name(fn))
+    from tflab.examples import with_examples
+
+    args, kwargs = with_examples(fn, examples, args, kwargs)
     from_sig = False
     if not args and not kwargs and getattr(fn, "input_signature", None) is not None:
         args, from_sig = tuple(fn.input_signature), True

@@ -412,12 +412,17 @@ def rule_runtime_op(exc, ctx, frames, filename, line, loc, src, node):
     o_file, o_line = (frames_[-1].filename, frames_[-1].lineno) if frames_ else (filename, line)
     marker = next((i for i, ln in enumerate(lines) if ln.startswith("[[")), len(lines))
     detail = lines[marker - 1] if marker > 0 else lines[0] if lines else ""
+    import tensorflow as tf
+
+    drawn = [s.name or "?" for s in tf.nest.flatten((ctx.args, ctx.kwargs)) if isinstance(s, tf.TensorSpec)]
     d = make(ctx, exc, "runtime-op-error", o_file, o_line,
-             f"the trace was fine; the {failed.type} op {failed.name!r} failed when the "
-             f"ConcreteFunction ran (diagnose runs it once on seeded random values for each "
-             f"TensorSpec, {UNKNOWN_DIM_SIZE} for a None dim)",
-             "the values, not the trace, are wrong: check what reaches this op "
-             "(tf.debugging.assert_* or tf.print inside the function)",
+             f"the trace was fine; the {failed.type} op {failed.name!r} failed when the ConcreteFunction ran "
+             + (f"(diagnose runs it once on seeded random values for each TensorSpec: ints in [0, 10), "
+                f"{UNKNOWN_DIM_SIZE} for a None dim; drawn for {', '.join(drawn)})" if drawn
+                else "on the inputs given"),
+             "the values, not the trace, are wrong: "
+             + ("pass real inputs with --examples FILE.npz (Python: examples=), or " if drawn else "")
+             + "check what reaches this op (tf.debugging.assert_* or tf.print inside the function)",
              why="the trace is right and the values are not; which values your code should pass "
                  "is not something a rewrite can know")
     return dataclasses.replace(d, error=f"{type(exc).__name__}: {detail}")

@@ -28,7 +28,8 @@ import numpy as np
 
 from tflab.errors import TflabError, UsageError
 from tflab.examples import Examples, feed_for
-from tflab._tf.lite import reusing_saved_model_load
+from tflab._tf.lite import keep_tensor_lists, reusing_saved_model_load
+from tflab.litert.converter_errors import ConversionFailed, parse_converter_error
 from tflab.saved_model import load_saved_model, signature_inputs
 
 QUANTIZATIONS = ("none", "dynamic", "float16", "int8")
@@ -148,7 +149,7 @@ class _captured_stderr:
 
 
 def convert(saved_model_dir: str | os.PathLike, quantization: str = "none",
-            examples: Examples | Any = None, *, select_tf_ops: bool = False) -> bytes:
+            examples: Examples | Any = None, *, select_tf_ops: bool = False, lower_tensor_lists: bool = True) -> bytes:
     """Converts a SavedModel to a TFLite flatbuffer with one of the four recipes.
 
     Args:
@@ -160,6 +161,8 @@ def convert(saved_model_dir: str | os.PathLike, quantization: str = "none",
         examples: required for ``"int8"``: a `tflab.examples.Examples` (used as is) or any
             form `Examples.of` takes (``{name: array}``, a list of them, per signature).
         select_tf_ops: also allow ``SELECT_TF_OPS`` (Flex ops).
+        lower_tensor_lists: False keeps tensor-list ops as Flex ops
+            (``converter._experimental_lower_tensor_list_ops = False``, with ``select_tf_ops``).
 
     Returns:
         The flatbuffer bytes.
@@ -167,9 +170,12 @@ def convert(saved_model_dir: str | os.PathLike, quantization: str = "none",
     Raises:
         UnsupportedOpsError: ops outside the TFLite builtins (named in the message).
         UsageError: unknown quantization, or ``"int8"`` without examples.
-        TflabError: any other converter failure (its first line quoted).
+        ConversionFailed: any other converter failure: the converter's cause, op and node in one line
+            (`tflab.litert.converter_errors`), the parts in ``.failure``.
     """
     conv = make_converter(saved_model_dir, quantization, examples, select_tf_ops=select_tf_ops)
+    if not lower_tensor_lists:
+        keep_tensor_lists(conv)
     captured: dict = {}
     try:
         with warnings.catch_warnings():
@@ -182,7 +188,7 @@ def convert(saved_model_dir: str | os.PathLike, quantization: str = "none",
                 return conv.convert()
     except Exception as e:  # ConverterError carries structured errors; others are quoted
         err = _explain_converter_error(e, quantization, os.fspath(saved_model_dir))
-        if type(err) is TflabError and captured.get("text"):
+        if type(err) is ConversionFailed and err.failure is None and captured.get("text"):
             # Not an error we explain: keep the converter's own diagnostics visible.
             os.write(2, captured["text"].encode(errors="replace"))
         raise err from e
@@ -297,8 +303,11 @@ def _explain_converter_error(e: Exception, quantization: str,
         lib = PROJECT_CUSTOM_OPS.get(missing, "the library that defines it (tf.load_op_library('....so'))")
         return UsageError(f"the SavedModel uses op {missing}, which is not registered in the converter's "
                           f"process: load {lib} first")
+    failure = parse_converter_error(text)
+    if failure is not None:  # the converter's own cause, op and node, not its location line
+        return ConversionFailed(failure.line(quantization), failure)
     first = next((ln for ln in text.splitlines() if "error" in ln.lower()), text.splitlines()[0] if text else "")
-    return TflabError(f"TFLite {quantization} conversion failed: {type(e).__name__}: {first.strip()[:300]}")
+    return ConversionFailed(f"TFLite {quantization} conversion failed: {type(e).__name__}: {first.strip()[:300]}")
 
 
 # ------------------------------------------------------------- flatbuffer analysis

@@ -63,8 +63,9 @@ def _worker_main(argv: Sequence[str]) -> int:
         except Exception as e:  # a converter failure costs this variant only
             msg = str(e) if isinstance(e, _Err) else f"TFLite {q} conversion failed: {type(e).__name__}: " + (
                 (str(e).strip().splitlines() or [""])[0][:300])
-            print(json.dumps({"event": "error", "quantization": q, "error": msg,
-                              "seconds": time.perf_counter() - t0}), flush=True)
+            failure = getattr(e, "failure", None)  # the converter's cause, op and node (ConversionFailed)
+            print(json.dumps({"event": "error", "quantization": q, "error": msg, "seconds": time.perf_counter() - t0,
+                              "failure": failure.to_dict() if failure is not None else None}), flush=True)
             continue
         seconds = time.perf_counter() - t0
         final = os.path.join(outdir, f"model_{q}.tflite")
@@ -159,8 +160,9 @@ def convert_inprocess(saved_model: str, outdir: str, quants: list[str], batches,
                           "kind": e.kind, "signatures": e.signatures}
             break
         except TflabError as e:
-            results[q] = {"event": "error", "quantization": q, "error": str(e),
-                          "seconds": time.perf_counter() - t0}
+            failure = getattr(e, "failure", None)
+            results[q] = {"event": "error", "quantization": q, "error": str(e), "seconds": time.perf_counter() - t0,
+                          "failure": failure.to_dict() if failure is not None else None}
             continue
         path = os.path.join(outdir, f"model_{q}.tflite")
         Path(path).write_bytes(model)

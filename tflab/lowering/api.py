@@ -11,7 +11,7 @@ __all__ = ["lower"]
 
 
 @user_entry("while lowering")
-def lower(fn: Callable, *args: Any, **kwargs: Any) -> Lowering:
+def lower(fn: Callable, *args: Any, examples: Any = None, **kwargs: Any) -> Lowering:
     """Lowers ``fn`` under ``tf.function(jit_compile=True)`` and keeps every level, tied back to the user's lines.
 
     The levels (`tflab.lowering.STAGES`): ``python`` (the source), ``autograph``
@@ -56,6 +56,10 @@ def lower(fn: Callable, *args: Any, **kwargs: Any) -> Lowering:
             shapes), e.g. ``tf.TensorSpec([2, 8], tf.float32)``; Python values are
             traced as constants.
         **kwargs: the same, by keyword.
+        examples: real inputs instead of ``*args``: a path to an ``.npz`` with one array per
+            parameter name (``np.savez(path, ids=ids)``) or a dict ``{parameter name: array}``, bound
+            by name as ``--examples`` binds them (`tflab.examples.example_inputs`); ``**kwargs`` then
+            give the other parameters. Default None.
 
     Returns:
         A `Lowering`: ``.stages`` (name, text, ops, bytes, seconds), ``.stage(name)``,
@@ -81,6 +85,9 @@ def lower(fn: Callable, *args: Any, **kwargs: Any) -> Lowering:
     from tflab.lowering.build import build_lowering
 
     check_callable(fn, "fn", "tflab.lower", allow_none=False)
+    from tflab.examples import with_examples
+
+    args, kwargs = with_examples(fn, examples, args, kwargs)
     if args or kwargs:  # an unknown keyword is named (TF's error pointed at tflab's own frame)
         check_binds(getattr(fn, "python_function", fn), args, kwargs, "tflab.lower",
                     getattr(fn, "__name__", type(fn).__name__))

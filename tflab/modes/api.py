@@ -64,8 +64,8 @@ from tflab.modes.defaults import DEFAULT_ATOL, DEFAULT_ULP_BOUND, MODES
 from tflab.modes.findings import distances, mode_findings, PairDistances, separate_random_streams, with_conditioning
 from tflab.modes.records import Distance, ModeComparison, ModeResult, speed_text  # noqa: F401
 from tflab._numeric import ulp_distance  # noqa: F401  (tflab.modes.ulp_distance)
-from tflab._target import check_target, callable_name, signature_args
-from tflab._usercode import user_entry
+from tflab._target import check_target, callable_name, recording_draws, signature_args
+from tflab._usercode import input_error, user_entry
 from tflab.modes.xla import count_fusions, fetch_hlo, probe_hlo_stages, xla_reason  # noqa: F401
 
 # The stages of tf.function.experimental_get_compiler_ir on TF 2.21 (eager/pywrap_tfe_src.cc's
@@ -298,7 +298,7 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
                   hlo: bool | tuple[str, ...] = True, gradients: bool = True,
                   modes: tuple[str, ...] = MODES, grappler: bool | dict = True,
                   state_variables: Any = None, attribute: bool = True, attribute_seconds: float = 120.0,
-                  **kwargs: Any) -> ModeComparison:
+                  examples: Any = None, **kwargs: Any) -> ModeComparison:
     """Runs ``fn`` forward and backward eagerly, as a graph and under XLA, and compares.
 
     Each mode computes the outputs and, with a `tf.GradientTape`, the gradients
@@ -345,9 +345,12 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
             ``causes``. Costs nothing when the modes agree.
         attribute_seconds: the time limit of each mode's bisection (seconds);
             past it the cause says "not bisected: out of time".
+        examples: real inputs instead of ``*args``: a path to an ``.npz`` with one array per
+            parameter name (``np.savez(path, ids=ids)``) or a dict ``{parameter name: array}``, bound
+            by name as ``--examples`` binds them (`tflab.examples.example_inputs`). Default None.
         **kwargs: keyword arguments for ``fn``. ``seed``, ``repeats``,
-            ``ulp_bound``, ``atol``, ``hlo``, ``gradients``, ``modes``,
-            ``grappler``, ``state_variables``, ``attribute``, ``attribute_seconds`` are taken by compare_modes; wrap
+            ``ulp_bound``, ``atol``, ``hlo``, ``gradients``, ``modes``, ``grappler``, ``state_variables``,
+            ``attribute``, ``attribute_seconds``, ``examples`` are taken by compare_modes; wrap
             ``fn`` in `functools.partial` to pass such names to it.
 
     Returns:
@@ -426,13 +429,20 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
     python_fn = getattr(fn, "python_function", fn)
     name = callable_name(fn)
     check_target(fn, name)
-    args, kwargs = signature_args(fn, args, kwargs)
+    from tflab.examples import with_examples
+
+    args, kwargs = signature_args(fn, *with_examples(fn, examples, args, kwargs))
     if any(isinstance(v, tf.TensorSpec) and not v.shape.is_fully_defined()
            for v in tf.nest.flatten((args, kwargs))) and getattr(fn, "input_signature", None):
         raise UsageError(f"{name}'s input_signature has unknown (None) dims: "
                          f"{', '.join(str(s) for s in fn.input_signature)}; "
                          f"pass arguments with every dim given to run it")
-    args, kwargs = prepare_args(args, kwargs, seed)
+    drawing = recording_draws()  # the inputs drawn at random, named in an eager failure's line
+    drawn = drawing.__enter__()
+    try:
+        args, kwargs = prepare_args(args, kwargs, seed)
+    finally:
+        drawing.__exit__(None, None, None)
     sources, source_names, rebuild = flatten_sources(fn, args, kwargs)
     run = _ModeRun(python_fn=python_fn, name=name, sources=sources, source_names=source_names,
                    rebuild=rebuild, run_modes=run_modes, repeats=repeats, grappler=grappler,
@@ -459,7 +469,7 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
     except Exception as e:
         saved.restore()
         where = user_frame(e)
-        raise UsageError(f"{name} failed when run eagerly: {innermost_error(e)}"
+        raise UsageError(f"{name} failed when run eagerly: {input_error(e, list(drawn))}"
                          + (f" (at {where})" if where else "")) from e
     saved.add_missing(probe.watched_variables())  # missed by the trace: saved after one run
     saved.restore()

@@ -52,8 +52,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
-import sys
 import time
 from typing import Any, Callable
 
@@ -61,9 +59,10 @@ import numpy as np
 
 from tflab._graph_analysis import flatten_sources, output_names_of, prepare_args
 from tflab.precision.policy import (DEFAULT_POLICIES, INITIAL_LOSS_SCALE, MIN_LOSS_SCALE, POLICIES,  # noqa: F401
-                           REFERENCE, check_float_values, global_policy, is_keras_layer, keras_modules, takes_no_parameters)
+                           REFERENCE, check_float_values, global_policy, is_keras_layer, keras_modules,
+                           parse_loss_scale, parse_policies, takes_no_parameters)
 from tflab.precision.records import PolicyResult, PrecisionComparison
-from tflab._target import check_target, callable_name, signature_args
+from tflab._target import check_target, callable_name, recording_draws, signature_args
 from tflab._usercode import user_entry
 from tflab.errors import UsageError
 from tflab.precision.float_formats import FloatInfo, float_info  # noqa: F401  (tflab.precision.float_info)
@@ -222,45 +221,6 @@ def _measure(policy: str, ref_out: list, ref_grads: list, out: list, grads: list
         gradient_error_floor=grad_floor, _nonzero_by_name=nonzero)
 
 
-def _parse_loss_scale(loss_scale: Any) -> Any:
-    if loss_scale is None or loss_scale == "dynamic":
-        return loss_scale
-    bad = isinstance(loss_scale, bool) or not isinstance(loss_scale, (int, float))
-    if not bad:
-        try:
-            value = float(loss_scale)  # an int past float's range (10**400) is refused, not an OverflowError
-        except OverflowError:
-            bad = True
-        else:
-            bad = not math.isfinite(value) or value <= 0
-    if bad:
-        shown = repr(loss_scale) if len(repr(loss_scale)) <= 40 else repr(loss_scale)[:37] + "..."
-        raise UsageError(f"loss_scale must be None, a positive number or 'dynamic' (a float; at most "
-                         f"{sys.float_info.max:.3g}), got {shown}")
-    from tflab._cliargs import loss_scale_problem
-
-    problem = loss_scale_problem(value)  # 1e-320 is 0 in float32, 1e39 is inf: the scaled gradients mean nothing
-    if problem:
-        raise UsageError(f"loss_scale {problem}; give e.g. 32768 or 'dynamic'")
-    return value
-
-
-def parse_policies(policies: Any) -> tuple[str, ...]:
-    """Validates policy names; float32 (the reference) is put first, duplicates dropped.
-
-    Raises:
-        UsageError: an unknown name (the message lists the known ones).
-    """
-    if isinstance(policies, str):
-        policies = [p for p in policies.split(",")]
-    names = [str(p).strip() for p in policies]
-    unknown = [p for p in names if p not in POLICIES]
-    if unknown or not names:
-        raise UsageError(f"unknown policy {', '.join(map(repr, unknown)) or '(none given)'}; "
-                         f"choose from {', '.join(POLICIES)}")
-    return tuple(dict.fromkeys([REFERENCE] + names))
-
-
 class PolicySubject:
     """A plain function (args cast to the compute dtype) or a Keras factory (built per policy)."""
 
@@ -326,7 +286,8 @@ def _var_name(v) -> str:
 def run_policies(subject: PolicySubject, policies: tuple, loss_scale: Any, name: str,
                   progress: Callable[[str], None] | None = None):
     """float32 first, then each policy; returns (results, output_names, gradient_names)."""
-    from tflab._target import error_summary, user_frame
+    from tflab._target import error_summary, recording_draws, user_frame
+    from tflab._usercode import input_error
 
     results: dict[str, PolicyResult] = {}
     ref = None
@@ -351,7 +312,9 @@ def run_policies(subject: PolicySubject, policies: tuple, loss_scale: Any, name:
             hint = ("; only the arguments are cast: if it mixes them with float32 tf.Variables or "
                     "tensors, cast them (tf.cast(v, x.dtype)) or use Keras layers"
                     if not subject.factory and policy != REFERENCE else "")
-            raise UsageError(f"{name} failed under {policy}: {error_summary(e)[:300]}"
+            with recording_draws() as drawn:  # the caller's record: inputs tflab drew at random
+                said = input_error(e, drawn) if policy == REFERENCE else error_summary(e)[:300]
+            raise UsageError(f"{name} failed under {policy}: {said}"
                              + (f" (at {where})" if where else "") + hint) from e
         if not subject.factory and compute != "float32" and compute_ops \
                 and not any(dt == compute for _, dt in compute_ops):
@@ -511,7 +474,7 @@ def _check_same_weights(variables: list, ref_values: list, policy: str, name: st
 @user_entry("while running under each dtype policy")
 def compare_precisions(fn: Callable, *args: Any,
                        policies: Any = DEFAULT_POLICIES, loss_scale: Any = None,
-                       seed: int = 0, **kwargs: Any) -> PrecisionComparison:
+                       seed: int = 0, examples: Any = None, **kwargs: Any) -> PrecisionComparison:
     """Runs ``fn`` forward and backward under each dtype policy and measures it against float32.
 
     A plain function (or `tf.function`: its Python function runs eagerly, so
@@ -547,6 +510,9 @@ def compare_precisions(fn: Callable, *args: Any,
             ``mixed_float16``'s optimizer; their `PolicyResult.unscaled` holds
             the same forward pass without scaling.
         seed: seeds the random tensors made from TensorSpecs and Keras' initializers.
+        examples: real inputs instead of ``*args``: a path to an ``.npz`` with one array per
+            parameter name (a factory: its model's inputs, in the file's order) or a dict
+            ``{name: array}``, bound as ``--examples`` binds them (`tflab.examples.example_inputs`).
 
     Returns:
         A `PrecisionComparison`; ``.policies[name]`` is a `PolicyResult` with
@@ -573,7 +539,7 @@ def compare_precisions(fn: Callable, *args: Any,
     import tensorflow as tf
 
     policies = parse_policies(policies)
-    loss_scale = _parse_loss_scale(loss_scale)
+    loss_scale = parse_loss_scale(loss_scale)
     if is_keras_layer(fn):
         raise UsageError(f"{type(fn).__name__} is an already-built Keras model: its dtype policy is fixed; "
                          "pass a zero-argument factory instead, e.g. lambda: build_model()")
@@ -581,15 +547,21 @@ def compare_precisions(fn: Callable, *args: Any,
         raise UsageError(f"compare_precisions needs a callable, got {type(fn).__name__}")
     name = callable_name(fn)
     check_target(fn, name)
+    if examples is not None:
+        from tflab.examples import example_inputs, with_examples
+
+        args, kwargs = (example_inputs(fn, examples, kwargs, flag="examples=", by_position=True)
+                        if takes_no_parameters(fn) else with_examples(fn, examples, args, kwargs))
     factory = bool(args or kwargs) and takes_no_parameters(fn)
     if not factory:
         args, kwargs = signature_args(fn, args, kwargs)
     if any(isinstance(v, tf.TensorSpec) and not v.shape.is_fully_defined()
            for v in tf.nest.flatten((args, kwargs))):
         raise UsageError(f"{name}: pass tensors or TensorSpecs with every dim given, e.g. float32[4,8]")
-    args, kwargs = prepare_args(args, kwargs, seed)
-    subject = PolicySubject(fn, args, kwargs, factory, seed)
-    results, out_names, grad_names = run_policies(subject, policies, loss_scale, name)
+    with recording_draws():  # the inputs drawn at random, named when the float32 run fails on them
+        args, kwargs = prepare_args(args, kwargs, seed)
+        subject = PolicySubject(fn, args, kwargs, factory, seed)
+        results, out_names, grad_names = run_policies(subject, policies, loss_scale, name)
     return PrecisionComparison(function_name=name, kind="keras model factory" if factory else "function",
                                policies=results, loss_scale=loss_scale, output_names=out_names,
                                gradient_names=grad_names,

@@ -9,14 +9,17 @@ Mixed precision computes in a 16-bit float and keeps variables in float32
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 import sys
 from typing import Any, Callable
 
 import numpy as np
 
+from tflab.errors import UsageError
+
 __all__ = ["POLICIES", "DEFAULT_POLICIES", "REFERENCE", "INITIAL_LOSS_SCALE", "MIN_LOSS_SCALE",
-           "global_policy", "keras_modules", "is_keras_layer", "takes_no_parameters"]
+           "global_policy", "keras_modules", "is_keras_layer", "takes_no_parameters", "parse_policies", "parse_loss_scale"]
 
 # Keras policy name -> (compute dtype, variable dtype), as DTypePolicy parses them.
 POLICIES = {
@@ -115,3 +118,47 @@ def check_float_values(name: str, outputs: list, grads: list) -> None:
                      f"no gradient reaches a float argument or variable; precision measures float values "
                      f"under each dtype policy, so return the float tensors to judge (e.g. before a cast to "
                      f"an integer)")
+
+
+def parse_loss_scale(loss_scale: Any) -> Any:
+    """None, ``"dynamic"`` or a positive float32-normal number, checked (`compare_precisions`' ``loss_scale``).
+
+    Raises:
+        UsageError: anything else, in one line.
+    """
+    if loss_scale is None or loss_scale == "dynamic":
+        return loss_scale
+    bad = isinstance(loss_scale, bool) or not isinstance(loss_scale, (int, float))
+    if not bad:
+        try:
+            value = float(loss_scale)  # an int past float's range (10**400) is refused, not an OverflowError
+        except OverflowError:
+            bad = True
+        else:
+            bad = not math.isfinite(value) or value <= 0
+    if bad:
+        shown = repr(loss_scale) if len(repr(loss_scale)) <= 40 else repr(loss_scale)[:37] + "..."
+        raise UsageError(f"loss_scale must be None, a positive number or 'dynamic' (a float; at most "
+                         f"{sys.float_info.max:.3g}), got {shown}")
+    from tflab._cliargs import loss_scale_problem
+
+    problem = loss_scale_problem(value)  # 1e-320 is 0 in float32, 1e39 is inf: the scaled gradients mean nothing
+    if problem:
+        raise UsageError(f"loss_scale {problem}; give e.g. 32768 or 'dynamic'")
+    return value
+
+
+def parse_policies(policies: Any) -> tuple[str, ...]:
+    """Validates policy names; float32 (the reference) is put first, duplicates dropped.
+
+    Raises:
+        UsageError: an unknown name (the message lists the known ones).
+    """
+    if isinstance(policies, str):
+        policies = [p for p in policies.split(",")]
+    names = [str(p).strip() for p in policies]
+    unknown = [p for p in names if p not in POLICIES]
+    if unknown or not names:
+        raise UsageError(f"unknown policy {', '.join(map(repr, unknown)) or '(none given)'}; "
+                         f"choose from {', '.join(POLICIES)}")
+    return tuple(dict.fromkeys([REFERENCE] + names))

@@ -45,9 +45,10 @@ def raised_by_tf(e: BaseException) -> bool:
 def innermost_message(e: BaseException) -> str:
     """``Type: first line`` of the innermost exception (``__cause__``/``__context__`` followed), Keras'
     "Exception encountered when calling …" wrapper and ANSI colours removed."""
-    inner = e
-    while (inner.__cause__ or inner.__context__) is not None and inner is not (inner.__cause__ or inner.__context__):
-        inner = inner.__cause__ or inner.__context__
+    from tflab._usercode import uncaught_chain
+
+    # A context TF caught and handled is not the error; TF's private status exception is its C++ copy.
+    inner = ([x for x in uncaught_chain(e) if not type(x).__name__.startswith("_")] or [e])[-1]
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(inner)).strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if lines and lines[0].startswith("Exception encountered when calling") and len(lines) > 1:
