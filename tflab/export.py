@@ -33,7 +33,7 @@ from tflab.custom_op_loader import load_custom_ops_for, unregistered_op
 from tflab.errors import TflabError, UsageError, raise_if_terminated
 from tflab.examples import load_examples
 from tflab.litert.check import TFLiteCheck
-from tflab.litert.records import variant_line, variant_table
+from tflab.litert.records import variant_line, variant_table, whole_model_line
 from tflab.litert.conversion import QUANTIZATIONS
 from tflab.litert.workers import (convert_inprocess, convert_isolated, reset_workers, save_examples,
                                   stop_workers)
@@ -115,6 +115,11 @@ class ExportReport(Report):
                 if v.check.per_op is not None:
                     lines.append(f"{q}: {variant_line(v.check)}")
                 lines.append(f"{q}: {v.check.explanation}")
+                effect = whole_model_line(v.check)
+                if effect:
+                    lines.append(f"{q}: {effect}")
+                if v.check.simulation is not None:
+                    lines.append(f"{q}: {v.check.simulation.summary_line()}")
                 if v.check.cause is not None:  # the first op over its own bound, with its class
                     lines.append(f"{q}: {v.check.cause.line_text}")
                 lines += [f"  note: {n}" for n in v.check.notes if not (n in seen or seen.add(n))]

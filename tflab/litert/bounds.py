@@ -62,8 +62,11 @@ FLOAT16_STEP = 2.0 ** -11  # relative rounding error of float16 (round to neares
 MIN_WEIGHT_ELEMENTS = 1024  # dynamic-range quantization leaves smaller weights in float
 ELEMENTWISE_ULPS = 4
 # Bounds need one backward pass per output element; beyond this many per
-# output, the remaining elements get the largest computed bound (an estimate).
-MAX_GRADIENT_ELEMENTS = 1024
+# output (spread evenly over it, `spread_elements`), the remaining elements get the
+# largest computed bound (an estimate). The passes cost ~this many backward passes of
+# the model, the bulk of an export's time on a CNN: 128 keeps them within a few
+# conversions' time (measured, benchmarks/bench_zoo.py).
+MAX_GRADIENT_ELEMENTS = 128
 
 
 # ------------------------------------------------------- first-order sensitivities
@@ -121,8 +124,9 @@ def sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
         over each float variable, and ``inputs[key][name]`` float64
         ``[elements]`` holding ``Σ|∂y/∂x|`` per float input. NaN gradients
         count as 0 and ±inf as the largest finite value (``np.nan_to_num``).
-        Elements past `MAX_GRADIENT_ELEMENTS` of one output are NaN (not
-        computed); non-float outputs have zeros. Signatures calling the same
+        Past `MAX_GRADIENT_ELEMENTS` elements of one output (counted over
+        the batches), only those `spread_elements` picks are computed, the
+        others are NaN; non-float outputs have zeros. Signatures calling the same
         function share one set of arrays. Cached per SavedModel and examples.
 
     Raises:
@@ -198,10 +202,12 @@ def sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
                     # One backward pass per element: cap the cost for large outputs.
                     m = min(n, caps[float_out.index(out_name)])
                     computed[okey] += m
-                    r[m:], a_[m:] = np.nan, np.nan
-                    r[:m, own], a_[:m, own] = r_own[row:row + m], a_own[row:row + m]
+                    at = spread_elements(n, m)
+                    r[:], a_[:] = np.nan, np.nan
+                    r[np.ix_(at, own)], a_[np.ix_(at, own)] = r_own[row:row + m], a_own[row:row + m]
                     for i, name in enumerate(float_in):
-                        per_in[name][:m], per_in[name][m:] = in_sums[row:row + m, i], np.nan
+                        per_in[name][:] = np.nan
+                        per_in[name][at] = in_sums[row:row + m, i]
                     row += m
                 rel[okey].append(r)
                 absl[okey].append(a_)
@@ -216,6 +222,16 @@ def sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
         _SENSITIVITY_CACHE.clear()
     _SENSITIVITY_CACHE[key] = sens
     return sens
+
+
+def spread_elements(size: int, count: int) -> np.ndarray:
+    """The ``count`` elements of a ``size``-element output that get a backward pass: ``⌊i·size/count⌋``.
+
+    Spread evenly, so every example row of a batch gets its share when the output is larger than
+    the cap (the first ``count`` elements would all be the first row's); all of them when
+    ``count == size``.
+    """
+    return (np.arange(count, dtype=np.int64) * size // max(count, 1)).astype(np.int64)
 
 
 def _gradient_sums_fn(fn, variables: list, out_names: list[str], float_out: list[str], float_in: list[str],
@@ -280,7 +296,11 @@ def _gradient_sums_fn(fn, variables: list, out_names: list[str], float_out: list
         sizes = tf.stack([tf.size(outs[o], out_type=tf.int32) for o in out_names])
         counts = [tf.minimum(tf.size(y, out_type=tf.int32), caps[j]) for j, y in enumerate(ys)]
         which = tf.concat([tf.fill([c], j) for j, c in enumerate(counts)] + [tf.zeros([0], tf.int32)], 0)
-        elem = tf.concat([tf.range(c) for c in counts] + [tf.zeros([0], tf.int32)], 0)
+        # The computed elements are spread evenly over the output (every row of every example gets
+        # its share), element floor(i·size/count) for i < count: `spread_elements` on the numpy side.
+        elem = tf.concat([tf.cast(tf.math.floordiv(tf.range(c, dtype=tf.int64) * tf.cast(tf.size(y), tf.int64),
+                                                   tf.maximum(tf.cast(c, tf.int64), 1)), tf.int32)
+                          for c, y in zip(counts, ys)] + [tf.zeros([0], tf.int32)], 0)
         if not ys:
             return sizes, tf.zeros([0, len(variables)], tf.float64), tf.zeros([0, len(variables)], tf.float64), \
                 tf.zeros([0, len(float_in)], tf.float64)

@@ -278,6 +278,9 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
     elif per_op_check is not None and quantization != "none":
         attribution = _attribution(model, saved_model_dir, batches, quantization, float_model, per_op_check,
                                    keep_float, notes)
+    simulation = None
+    if per_op_check is not None and quantization in ("int8", "dynamic") and (quantization == "int8" or dyn_quantized):
+        simulation = _simulation(model, saved_model_dir, batches, quantization, float_model, notes)
     worst_output = max(outputs, key=lambda k: outputs[k].bound_ratio, default=None)
     if not exact and quantization == "none":
         rng_ops = _stateful_random_ops(loaded)
@@ -299,7 +302,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
         within_bound=None if no_bound else all(o.within_bound for o in outputs.values()),
         outputs=outputs, runtime=runtime, explanation=explanation, signatures=signatures,
         notes=tuple(notes), vacuous_outputs=tuple(vacuous), per_op=per_op_check, attribution=attribution,
-        tf_tensors=float_tensors, **base)
+        tf_tensors=float_tensors, simulation=simulation, **base)
 
 
 def _carried(model: bytes, runners, out_details, full_keys, signatures, in_scales: dict) -> dict:
@@ -385,6 +388,24 @@ def _attribution(model: bytes, saved_model_dir: str, batches: Examples, quantiza
             raise
         first = (str(e).strip().splitlines() or [""])[0][:200]
         notes.append(f"output error not attributed to ops: {type(e).__name__}: {first}")
+        return None
+
+
+def _simulation(model: bytes, saved_model_dir: str, batches: Examples, quantization: str,
+                float_model: bytes | None, notes: list):
+    """LiteRT against the simulated quantization of the float model (`tflab.litert.simulate`), or None with a note."""
+    from tflab.litert.simulate import simulation_check
+
+    try:
+        ref = float_model if float_model is not None else float_reference(saved_model_dir)
+        keys = read_signature_keys(model)
+        return simulation_check(model, ref, {k: batches.feeds(k) for k in keys if k in batches.signatures},
+                                quantization)
+    except Exception as e:  # noqa: BLE001  a second end-to-end check: the others stand without it
+        if isinstance(e, UsageError):
+            raise
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        notes.append(f"quantization not simulated end to end: {type(e).__name__}: {first}")
         return None
 
 

@@ -6,7 +6,9 @@
 * `tflab.litert.records.attribution`: `OpShare`, `KeptFloat`, `Attribution`
   (`tflab.litert.attribution` measures them);
 * `tflab.litert.records.float_tensors`: `TensorMatch`, `FloatTensors`
-  (`tflab.litert.float_tensors` measures them).
+  (`tflab.litert.float_tensors` measures them);
+* `tflab.litert.records.simulation`: `SimulatedTensor`, `Simulation`
+  (`tflab.litert.simulate` measures them).
 
 They import only the report base layer, so importing them loads neither TF nor LiteRT;
 importing this package imports none of them (each name loads its part on first use).
@@ -19,10 +21,12 @@ from tflab._lazy import lazy_exports
 # Public name -> the part that defines it, loaded on first use (PEP 562): importing one part
 # (tflab.litert.records.ops) loads only that part.
 _EXPORTS = {
-    **dict.fromkeys(("OutputError", "TFLiteCheck", "variant_line", "variant_table", "TABLE_LEGEND"), "check"),
+    **dict.fromkeys(("OutputError", "TFLiteCheck", "variant_line", "variant_table", "TABLE_LEGEND",
+                      "whole_model_line"), "check"),
     **dict.fromkeys(("OpCheck", "PerOpCheck", "ILL_CONDITIONED"), "ops"),
     **dict.fromkeys(("OpShare", "KeptFloat", "Attribution", "TOP", "KEEP_SHARE", "MIN_DROP"), "attribution"),
     **dict.fromkeys(("TensorMatch", "FloatTensors"), "float_tensors"),
+    **dict.fromkeys(("SimulatedTensor", "Simulation"), "simulation"),
 }
 
 __all__ = sorted(_EXPORTS)

@@ -62,7 +62,13 @@ class OutputError(Report):
     argmax_ties: int = 0
     inner_quantization: tuple | None = None
 
-    DICT_PROPERTIES = ("within_bound",)
+    DICT_PROPERTIES = ("within_bound", "range_share")
+
+    @property
+    def range_share(self) -> float | None:
+        """``max_abs_error / reference_range``: how far LiteRT moved, as a share of TF's output range
+        (None when TF's output is constant)."""
+        return self.max_abs_error / self.reference_range if self.reference_range else None
 
     @property
     def step(self) -> float | None:
@@ -136,6 +142,10 @@ class TFLiteCheck(Report):
             tensor of the same name (`tflab.litert.float_tensors.FloatTensors`; None otherwise).
         model: the flatbuffer bytes that were checked (not in ``to_dict``).
         path: where those bytes are written, when known (``tflab export`` sets it).
+        simulation: for the int8 and dynamic variants, LiteRT's tensors against the float model run
+            with this variant's own quantization simulated (`tflab.litert.simulate.simulation_check`):
+            an end-to-end check whose bound is measured, so it can fail on deep models where the
+            gradient bound cannot (None when not made; a note says why).
         cause: the root cause of the difference (`tflab.attribution.Cause`: the first op over its own
             bound on its actual inputs, with its class, and the ops that only carry it; a kernel or
             domain cause from the NaN analysis), None when every op and output is within bound
@@ -169,6 +179,7 @@ class TFLiteCheck(Report):
     model: bytes = dataclasses.field(default=b"", repr=False, compare=False, metadata={"dict": False})
     path: str | None = None
     cause: Any = None
+    simulation: Any = None
     config: dict = config_field()
 
     DICT_PROPERTIES = ("ok",)
@@ -183,11 +194,12 @@ class TFLiteCheck(Report):
         """The verdict: every checked op inside its local bound and no output beyond its end-to-end bound.
 
         False when an output exceeds its end-to-end bound (an infinite error included: NaN on one side
-        only), whatever the per-op check says: each op may be right on its own inputs while the model's
+        only), or, for a quantized variant, when a tensor of LiteRT's left the simulation of the
+        variant's own quantization (``simulation``), whatever the per-op check says: each op may be right on its own inputs while the model's
         output is not (a LOG the per-op check cannot bound). Else the per-op verdict, None when the
         per-op check did not run. Argmax agreement stays a measurement.
         """
-        if self.within_bound is False:
+        if self.within_bound is False or (self.simulation is not None and self.simulation.ok is False):
             return False
         return None if self.per_op is None else self.per_op.ok
 
@@ -224,7 +236,8 @@ class TFLiteCheck(Report):
                 f" ({o.argmax_ties} tied row(s) not counted as agreeing)" if o.argmax_ties else "")
             # Each maximum is over its own worst element: label them so the ULP
             # count is not read as the ULP distance of the max |Δ| element.
-            lines.append(f"  {o.name}: max|Δ| {o.max_abs_error:.3g} (rel {o.max_rel_error:.3g}; "
+            share = "" if o.range_share is None else f", {o.range_share:.1%} of TF's range"
+            lines.append(f"  {o.name}: max|Δ| {o.max_abs_error:.3g} (rel {o.max_rel_error:.3g}{share}; "
                          f"max ULP {o.max_ulp}, its own worst element) bound {o.bound:.3g} "
                          f"ratio {o.bound_ratio:.3g} "
                          f"{'ok' if o.within_bound else 'EXCEEDED'}{am}"
@@ -238,6 +251,8 @@ class TFLiteCheck(Report):
             lines.append(self.per_op.to_text())
         if self.attribution is not None:
             lines.append(self.attribution.to_text())
+        if self.simulation is not None:
+            lines.append(self.simulation.to_text())
         if self.tf_tensors is not None:
             lines.append(self.tf_tensors.to_text())
         lines += [f"  note: {n}" for n in self.notes]
@@ -266,6 +281,24 @@ def variant_line(check: "TFLiteCheck") -> str:
     if check.attribution is not None:
         text += f"; {check.attribution.summary_line()}"
     return text
+
+
+def whole_model_line(check: "TFLiteCheck") -> str:
+    """The whole model's change in users' terms: top-1 agreement with TF and max|Δ| as a share of TF's range.
+
+    E.g. ``whole model vs TF: output_0 top-1 agreement 20%, max|Δ| 37% of TF's output range``;
+    empty when no output was compared.
+    """
+    parts = []
+    for o in check.outputs.values():
+        bits = []
+        if o.argmax_agreement is not None:
+            bits.append(f"top-1 agreement {o.argmax_agreement:.0%}")
+        if o.range_share is not None:
+            bits.append(f"max|Δ| {o.range_share:.1%} of TF's output range")
+        if bits:
+            parts.append(f"{o.name} " + ", ".join(bits))
+    return "whole model vs TF: " + "; ".join(parts) if parts else ""
 
 
 def _fmt(x: float | None, spec: str = ".2g") -> str:

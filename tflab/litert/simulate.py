@@ -1,0 +1,348 @@
+"""Lab step 8, the end-to-end check of a quantized variant: LiteRT against the float model with the
+variant's own quantization simulated.
+
+The gradient bound of `tflab.litert.bounds` is a worst case summed over every
+weight; on a deep CNN it is larger than the output's whole range, so it
+cannot fail. This check asks a narrower question that can: *is LiteRT's
+output what this variant's quantization makes of the float model?*
+
+`simulate` runs the float model op by op in float64 (the references of
+`tflab.litert.references`, with the float conversion's weights matched as in
+`tflab.litert.per_op`) and rounds every tensor the way the variant's tensors
+say, as TF's fake-quant ops do (``tf.quantization.fake_quant_with_min_max_vars``,
+tensorflow/core/kernels/fake_quant_ops_functor.h): with the scale ``s`` and
+zero point ``z`` read from the converted flatbuffer,
+``q = clip(round(x/s) + z, qmin, qmax)`` and ``x' = (q − z)·s``, per channel
+along the tensor's ``quantized_dimension`` where the weights have per-channel
+scales. float16 constants are rounded to float16. For the dynamic-range
+variant the hybrid kernels' run-time input quantization is simulated too
+(one step ``max|x|/127`` per row, asymmetric where the op's options ask).
+
+What LiteRT may still differ by, and the bound: an integer kernel rounds its
+rescaled accumulator with a fixed-point multiplier, and look-up-table kernels
+(softmax, logistic) round once more, so each op's output may land one step
+of its own scale from the simulation's (the per-op check asserts exactly
+that, ``tflab.litert.per_op``). How far such one-step slips travel is
+*measured*, not multiplied out: `simulate` runs the model a second and third
+time with every quantized tensor moved by one of its own steps, with a
+random sign per element (`DITHER_RUNS` seeded runs). The bound on each output
+element is ``DITHER_MARGIN`` times the largest move those runs produced
+there, plus ``OUTPUT_STEPS`` steps of the output's own scale (its final
+rounding). A defect that changes what a tensor means (a weight or its scale
+×1.1, a dropped bias, an input scale that disagrees with its producer) moves
+values by far more than one step per tensor and exceeds it.
+
+`simulation_check` compares every quantized tensor LiteRT kept, not only the
+outputs: on a softmax classifier the outputs' int8 step (1/256) can be larger
+than any defect's effect on a 1000-class probability, while the logits two
+ops earlier still show it. The first tensor past its bound is named.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from tflab.litert.ops import ModelOps, OpInfo, TensorInfo, preserving_interpreter, read_ops, run_ops
+from tflab.litert.references import INDEX_INPUTS, reference
+
+# Seeded runs with every quantized tensor moved by ±1 of its steps (random sign per element).
+DITHER_RUNS = 2
+# The measured move is multiplied by this: LiteRT's kernels slip by at most one step per element,
+# and the dithered runs move every element by one, so the margin covers sign patterns the two seeds
+# did not draw (measured on the healthy zoo: LiteRT used at most 0.6 of one run's move).
+DITHER_MARGIN = 2.0
+# Steps of the output's own scale always allowed: its final rounding (and the look-up-table kernels'
+# second one).
+OUTPUT_STEPS = 2.0
+# A float tensor's allowance: float32 kernels against the float64 reference, relative to the tensor's
+# largest magnitude (a defect moves values by a share of themselves: 10% for a weight ×1.1).
+FLOAT_NOISE = 2.0 ** -10
+HYBRID_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL")
+
+
+def fake_quant(x: np.ndarray, t: TensorInfo) -> np.ndarray:
+    """``x`` rounded to tensor ``t``'s grid: ``(clip(round(x/s) + z, qmin, qmax) − z)·s`` (float64).
+
+    Per channel along ``t.quantized_dimension`` when ``t`` has several scales; a float16 tensor rounds
+    to float16; a float32 or unquantized tensor is returned as is.
+    """
+    x = np.asarray(x, np.float64)
+    if t.dtype == "float16":
+        return x.astype(np.float16).astype(np.float64)
+    if not t.quantized:
+        return x
+    shape = [1] * x.ndim
+    if t.scale.size > 1 and x.ndim:
+        shape[t.quantized_dimension] = t.scale.size
+    s = t.scale.reshape(shape) if x.ndim else t.scale.reshape(())
+    z = t.zero_point.reshape(shape) if x.ndim else t.zero_point.reshape(())
+    info = np.iinfo(np.dtype(t.dtype))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q = np.clip(np.round(x / np.where(s == 0, 1.0, s)) + z, info.min, info.max)
+    return (q - z) * s
+
+
+def _step(t: TensorInfo, shape: tuple) -> np.ndarray | float:
+    if not t.quantized:
+        return 0.0
+    if t.scale.size > 1 and len(shape):
+        s = [1] * len(shape)
+        s[t.quantized_dimension] = t.scale.size
+        return t.scale.reshape(s)
+    return float(t.scale[0])
+
+
+def _hybrid_input(x: np.ndarray, op_type: str, options, rng=None, near: float | None = None) -> np.ndarray:
+    """The dynamic-range kernels' run-time int8 quantization of a float input, simulated.
+
+    With ``rng``, elements whose value lies within ``near`` of a rounding boundary round
+    either way (a dithered run: LiteRT's input differs from the simulation's by up to ``near``).
+
+    One step per batch row (per image for the convolutions, per row of the flattened
+    ``[rows, K]`` input for FULLY_CONNECTED and BATCH_MATMUL): ``max|x|/127``
+    symmetric, or ``(max − min)/255`` with a zero point when the options ask for
+    asymmetric inputs (``asymmetric_quantize_inputs``).
+    """
+    if x.ndim == 0 or not x.size:
+        return x
+    rows = x.reshape(x.shape[0], -1) if op_type in ("CONV_2D", "DEPTHWISE_CONV_2D") else x.reshape(-1, x.shape[-1])
+    if op_type in ("CONV_2D", "DEPTHWISE_CONV_2D") or getattr(options, "asymmetricQuantizeInputs", False):
+        lo, hi = np.minimum(rows.min(axis=1, keepdims=True), 0.0), np.maximum(rows.max(axis=1, keepdims=True), 0.0)
+        s = np.where(hi > lo, (hi - lo) / 255.0, 1.0)
+        z = np.round(-128 - lo / s)
+        u = rows / s
+        q = np.round(u)
+        if rng is not None and near is not None:
+            edge = np.abs(np.abs(u - np.floor(u)) - 0.5) * s <= near + 1e-12 * s
+            q = np.where(edge & (rng.random(q.shape) < 0.5), np.where(q > u, q - 1, q + 1), q)
+        q = np.clip(q + z, -128, 127)
+        return ((q - z) * s).reshape(x.shape)
+    m = np.abs(rows).max(axis=1, keepdims=True)
+    s = np.where(m > 0, m / 127.0, 1.0)
+    u = rows / s
+    q = np.round(u)
+    if rng is not None and near is not None:
+        # Dithered run: the elements within ``near`` (measured upstream difference) of a boundary flip.
+        edge = np.abs(np.abs(u - np.floor(u)) - 0.5) * s <= near + 1e-12 * s
+        q = np.where(edge & (rng.random(q.shape) < 0.5), np.where(q > u, q - 1, q + 1), q)
+    return (np.clip(q, -127, 127) * s).reshape(x.shape)
+
+
+def _source_constant(t: TensorInfo, producer: Mapping[int, OpInfo]) -> TensorInfo | None:
+    """The constant behind ``t``, through a DEQUANTIZE (float16 and int8 weights), else None."""
+    if t.constant is not None:
+        return t
+    op = producer.get(t.index)
+    if op is not None and op.op_type == "DEQUANTIZE" and op.inputs and op.inputs[0] is not None \
+            and op.inputs[0].constant is not None:
+        return op.inputs[0]
+    return None
+
+
+@dataclasses.dataclass
+class Simulated:
+    """One example batch through the simulation: tensor index → float64 values.
+
+    ``nominal`` is the simulation; ``dithered`` one dict per `DITHER_RUNS` seed, every quantized
+    tensor moved by ±1 of its steps; ``carried`` the op indices whose output was taken from LiteRT
+    (no reference for that op type), ``lite`` LiteRT's own values (dequantized).
+    """
+
+    nominal: dict[int, np.ndarray]
+    dithered: list[dict[int, np.ndarray]]
+    lite: dict[int, np.ndarray]
+    carried: list[str]
+    slips: dict[int, float] = dataclasses.field(default_factory=dict)
+    rounded: set = dataclasses.field(default_factory=set)
+
+
+def simulate(model: bytes, float_model: bytes, key: str, feed: Mapping[str, np.ndarray], *,
+             interpreter=None, parsed: ModelOps | None = None, quantization: str = "int8") -> Simulated:
+    """Runs one signature of the float model with ``model``'s quantization simulated, and LiteRT on ``model``.
+
+    Args:
+        model: the quantized flatbuffer (int8, dynamic or float16 variant).
+        float_model: the float (``"none"``) conversion of the same SavedModel: its weights
+            are rounded to ``model``'s weight grids (a weight the converted model holds wrong
+            therefore differs from the simulation).
+        key: the signature key.
+        feed: ``{input name: float array}`` (int8 inputs are quantized with their own scale).
+        interpreter: a `tflab.litert.ops.preserving_interpreter` of ``model`` to reuse.
+        parsed: ``read_ops(model)`` when the caller has it.
+        quantization: the recipe (``"dynamic"`` adds the hybrid kernels' input quantization).
+
+    Returns:
+        A `Simulated`.
+    """
+    from tflab.litert.per_op import match_ops, quantize_feed
+
+    pq = parsed or read_ops(model)
+    pf = read_ops(float_model)
+    interp = interpreter or preserving_interpreter(model)
+    ops = pq.subgraphs[pq.subgraph_of(key)]
+    f_ops = pf.subgraphs[pf.signatures[key]] if key in pf.signatures else ()
+    pairs, _ = match_ops(ops, f_ops)
+    details = interp.get_signature_runner(key).get_input_details()
+    ran = run_ops(model, quantize_feed(feed, details), key, parsed=pq, interpreter=interp)
+    producer = {t.index: op for op in ops for t in op.outputs}
+    lite: dict[int, np.ndarray] = {}
+    for op in ran:
+        for t, a in zip(op.outputs, op.output_arrays):
+            if a is not None:
+                lite[t.index] = t.dequantize(a)
+    # Signature inputs: the float examples, rounded to the input tensor's grid.
+    by_name = {}
+    for name, d in details.items():
+        by_name[int(d["index"])] = np.asarray(feed[name], np.float64) if name in feed else None
+    # Run 0 is the simulation, run 1 the same op on LiteRT's own inputs (its local slips are measured
+    # there), runs 2.. the dithered ones.
+    runs: list[dict[int, np.ndarray]] = [dict() for _ in range(2 + DITHER_RUNS)]
+    rngs = [None, None] + [np.random.default_rng(1000 + i) for i in range(DITHER_RUNS)]
+    carried: list[str] = []
+    slips: dict[int, float] = {}
+    rounded: set[int] = set()  # tensors a rounding reaches: quantized ones, hybrid outputs and what follows
+    for op in ran:
+        f_op = f_ops[pairs[op.index]] if op.index in pairs else None
+        out = op.outputs[0] if op.outputs else None
+        if out is None or op.output_arrays[0] is None:
+            continue
+        out_shape = tuple(op.output_arrays[0].shape)
+        index_inputs = INDEX_INPUTS.get(op.op_type, ())
+        src = f_op.inputs if f_op is not None and len(f_op.inputs) == len(op.inputs) else (None,) * len(op.inputs)
+        hybrid = (quantization == "dynamic" and op.op_type in HYBRID_OPS and len(op.inputs) > 1
+                  and op.inputs[0] is not None and not op.inputs[0].quantized and op.inputs[1] is not None
+                  and (_source_constant(op.inputs[1], producer) or op.inputs[1]).quantized)
+        if out.quantized or hybrid or any(t is not None and t.index in rounded for t in op.inputs):
+            rounded.update(t.index for t in op.outputs)
+        for r, values in enumerate(runs):
+            if r >= 2 and not out.quantized and not hybrid and not any(
+                    t is not None and t.index in values for t in op.inputs):
+                values[out.index] = runs[0].get(out.index)  # nothing rounded upstream: as the simulation
+                continue
+            ins: list = []
+            for i, (t, a) in enumerate(zip(op.inputs, op.input_arrays)):
+                if t is None:
+                    ins.append(None)
+                    continue
+                if i in index_inputs:
+                    ins.append(np.asarray(a))
+                    continue
+                const = _source_constant(t, producer)
+                ft = src[i]
+                if const is not None and ft is not None and ft.constant is not None \
+                        and np.dtype(ft.dtype).kind == "f" and ft.constant.shape == tuple(const.shape):
+                    ins.append(fake_quant(ft.constant, const))  # the float weight on the variant's grid
+                elif const is not None:
+                    ins.append(const.dequantize(const.constant) if const.quantized
+                               else np.asarray(const.constant, np.float64))
+                elif r == 1:
+                    ins.append(lite.get(t.index, t.dequantize(a) if a is not None else None))
+                elif t.index in values and values[t.index] is not None:
+                    ins.append(values[t.index])
+                elif t.index in by_name and by_name[t.index] is not None:
+                    ins.append(fake_quant(by_name[t.index], t))
+                else:
+                    ins.append(t.dequantize(a) if a is not None else None)
+            if hybrid and ins[0] is not None:
+                near = None
+                if rngs[r] is not None and op.inputs[0].index in lite and op.inputs[0].index in runs[0]:
+                    # LiteRT's input differs from the simulation's by float32 noise: an element that close
+                    # to a rounding boundary may round the other way in LiteRT. Those flip here.
+                    gap = np.abs(lite[op.inputs[0].index] - runs[0][op.inputs[0].index])
+                    near = gap.max() if gap.size else 0.0
+                ins[0] = _hybrid_input(ins[0], op.op_type, op.info.options, rngs[r], near)
+            try:
+                ref, _ = reference(op.op_type, op.info.options, ins, out_shape)
+            except Exception:  # noqa: BLE001 - no reference (or not for this use): LiteRT's output is carried
+                if r == 0:
+                    carried.append(f"{op.op_type} #{op.index}")
+                ref = lite.get(out.index)
+                if ref is None:
+                    continue
+            y = fake_quant(ref, out)
+            if r == 1 and out.quantized and out.index in lite:
+                # How often LiteRT's kernel lands one step off the correctly rounded value on its own
+                # inputs: its legitimate slips (a defect moves elements by more, and is left out).
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    k = np.abs(lite[out.index] - y) / np.broadcast_to(_step(out, y.shape), y.shape)
+                slips[op.index] = float(np.mean((k >= 0.5) & (k <= 1.5))) if k.size else 0.0
+            if rngs[r] is not None and out.quantized:
+                p = slips.get(op.index, 0.0)
+                move = rngs[r].choice((-1.0, 1.0), y.shape) * (rngs[r].random(y.shape) < p)
+                y = np.clip(y + _step(out, y.shape) * move, *_range(out, y.shape))
+            values[out.index] = y
+    return Simulated(runs[0], runs[2:], lite, carried, slips, rounded)
+
+
+def _range(t: TensorInfo, shape: tuple):
+    info = np.iinfo(np.dtype(t.dtype))
+    s = _step(t, shape)
+    z = t.zero_point.reshape(np.shape(s)) if np.ndim(s) else float(t.zero_point[0])
+    return (info.min - z) * s, (info.max - z) * s
+
+
+def simulation_check(model: bytes, float_model: bytes, feeds: Mapping[str, Sequence[Mapping[str, np.ndarray]]],
+                     quantization: str):
+    """LiteRT's tensors against the simulation of ``model``'s quantization, tensor by tensor, end to end.
+
+    Args:
+        model: the quantized flatbuffer (``"int8"`` or ``"dynamic"`` variant).
+        float_model: the float conversion of the same SavedModel (its weights are the reference).
+        feeds: signature key → example feeds ``{input name: float array}``.
+        quantization: ``"int8"`` or ``"dynamic"``.
+
+    Returns:
+        A `tflab.litert.records.simulation.Simulation`: every op output that carries rounding
+        (a quantized tensor, or for the dynamic variant a float tensor downstream of a hybrid
+        kernel), with ``max|lite − simulated|``, its measured bound and their ratio.
+    """
+    import time
+
+    from tflab.litert.records.simulation import SimulatedTensor, Simulation
+
+    t0 = time.perf_counter()
+    pq = read_ops(model)
+    interp = preserving_interpreter(model)
+    acc: dict[tuple[str, int], list] = {}
+    carried: list[str] = []
+    for key, batch_feeds in feeds.items():
+        if key not in pq.signatures:
+            continue
+        ops = pq.subgraphs[pq.signatures[key]]
+        outputs = {int(d["index"]) for d in interp.get_signature_runner(key).get_output_details().values()}
+        for feed in batch_feeds:
+            sim = simulate(model, float_model, key, feed, interpreter=interp, parsed=pq, quantization=quantization)
+            carried += [c for c in sim.carried if c not in carried]
+            for op in ops:
+                for t in op.outputs:
+                    if t.index not in sim.nominal or t.index not in sim.lite or sim.nominal[t.index] is None:
+                        continue
+                    nom, lite = sim.nominal[t.index], sim.lite[t.index]
+                    if nom.shape != lite.shape or np.dtype(t.dtype).kind not in "fiu" or not nom.size:
+                        continue
+                    moved = max((float(np.nanmax(np.abs(d[t.index] - nom))) for d in sim.dithered
+                                 if d.get(t.index) is not None), default=0.0)
+                    if not t.quantized and t.index not in sim.rounded and t.index not in outputs:
+                        continue  # no rounding reaches it: the per-op check judges float kernels
+                    step = float(t.scale.max()) if t.quantized else 0.0
+                    finite = np.isfinite(nom)
+                    scale = float(np.abs(nom[finite]).max()) if finite.any() else 0.0
+                    bound = DITHER_MARGIN * moved + OUTPUT_STEPS * step + FLOAT_NOISE * scale
+                    with np.errstate(invalid="ignore"):
+                        d = np.abs(lite - nom)
+                    both_nan = np.isnan(lite) & np.isnan(nom)
+                    d = np.where(both_nan, 0.0, np.where(np.isnan(d), np.inf, d))
+                    err = float(d.max())
+                    ratio = 0.0 if err == 0 else (err / bound if bound > 0 else np.inf)
+                    prev = acc.get((key, t.index))
+                    if prev is None or ratio > prev[6]:
+                        acc[(key, t.index)] = [op.index, op.op_type, t.name, key, max(err, prev[4] if prev else 0.0),
+                                               bound, ratio, step, t.index in outputs]
+                    else:
+                        prev[4] = max(prev[4], err)
+    tensors = tuple(SimulatedTensor(*v) for v in sorted(acc.values(), key=lambda v: (v[3], v[0])))
+    return Simulation(quantization=quantization, tensors=tensors, carried=tuple(carried),
+                      seconds=time.perf_counter() - t0)
