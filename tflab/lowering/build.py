@@ -9,7 +9,7 @@ from typing import Any
 from tflab.errors import UsageError
 from tflab.lowering.records import STAGES, Lowering, Stage
 
-__all__ = ["build_lowering"]
+__all__ = ["build_lowering", "flat_function", "flat_inputs", "python_levels"]
 
 
 def _is_keras_model(fn: Any) -> bool:
@@ -56,6 +56,52 @@ def flat_inputs(args: tuple, kwargs: dict):
         return tf.nest.pack_sequence_as(structure, new)
 
     return specs, rebuild
+
+
+def flat_function(py_fn, rebuild, name: str):
+    """The function the ladder traces: the user's call rebuilt from flat tensors, its outputs as a flat dict.
+
+    Its frame (this file, ``flat``) is where `tflab.lowering.stages.user_frame` cuts an op's
+    traceback: frames above it (the line that called `tflab.lower`) are never the op's user line.
+    """
+    import tensorflow as tf
+
+    def flat(*xs):
+        a, k = rebuild(xs)
+        out = py_fn(*a, **k)
+        return {f"output_{i}": t for i, t in enumerate(tf.nest.flatten(out))}
+
+    flat.__name__ = name if name.isidentifier() else "lowered"
+    return flat
+
+
+def python_levels(fn: Any) -> tuple[Any, Any, list | None, list]:
+    """(python function, source function or None, Keras layers or None, [python Stage, autograph Stage])."""
+    from tflab.lowering import stages as st
+
+    keras = _is_keras_model(fn)
+    py_fn = getattr(fn, "python_function", fn)
+    layers = _keras_layers(fn) if keras else None
+    if keras:
+        call = getattr(type(fn), "call", None)
+        functional = type(fn).__name__ in ("Functional", "Sequential") or call is None
+        py_source = None if functional else call
+    else:
+        py_source = py_fn
+    done = []
+    # python and autograph never stop the ladder: a body Python cannot show still traces.
+    for stage_name, producer in (("python", lambda: st.python_stage(py_source, layers)),
+                                 ("autograph", lambda: st.autograph_stage(py_source))):
+        try:
+            if py_source is None and stage_name == "autograph":
+                raise ValueError("a Functional Keras model has no Python body of its own to convert")
+            stage = _timed(stage_name, producer)
+            if not stage.text:
+                stage.why = "Python cannot show the source of this function (no file)"
+        except Exception as e:
+            stage = Stage(stage_name, why=f"{type(e).__name__}: {str(e)[:200]}")
+        done.append(stage)
+    return py_fn, py_source, layers, done
 
 
 class _Stop(Exception):
@@ -127,22 +173,8 @@ def build_levels(fn: Any, specs: list, rebuild, child) -> Lowering:
     from tflab.tracing import function_name, get_concrete_function
 
     name = function_name(fn)
-    keras = _is_keras_model(fn)
-    py_fn = getattr(fn, "python_function", fn)
-    layers = _keras_layers(fn) if keras else None
-    if keras:
-        call = getattr(type(fn), "call", None)
-        functional = type(fn).__name__ in ("Functional", "Sequential") or call is None
-        py_source = None if functional else call
-    else:
-        py_source = py_fn
-
-    def flat(*xs):
-        a, k = rebuild(xs)
-        out = py_fn(*a, **k)
-        return {f"output_{i}": t for i, t in enumerate(tf.nest.flatten(out))}
-
-    flat.__name__ = name if name.isidentifier() else "lowered"
+    py_fn, py_source, layers, python_done = python_levels(fn)
+    flat = flat_function(py_fn, rebuild, name)
     jit = tf.function(flat, jit_compile=True, input_signature=specs)
     done: list[Stage] = []
     stopped, why = "", ""
@@ -162,18 +194,7 @@ def build_levels(fn: Any, specs: list, rebuild, child) -> Lowering:
         done.append(stage)
         return stage
 
-    # python and autograph never stop the ladder: a body Python cannot show still traces.
-    for stage_name, producer in (("python", lambda: st.python_stage(py_source, layers)),
-                                 ("autograph", lambda: st.autograph_stage(py_source))):
-        try:
-            if py_source is None and stage_name == "autograph":
-                raise ValueError("a Functional Keras model has no Python body of its own to convert")
-            stage = _timed(stage_name, producer)
-            if not stage.text:
-                stage.why = "Python cannot show the source of this function (no file)"
-        except Exception as e:
-            stage = Stage(stage_name, why=f"{type(e).__name__}: {str(e)[:200]}")
-        done.append(stage)
+    done.extend(python_done)
     t0, c0 = time.perf_counter(), time.process_time()
     with record_layer_calls() as layer_calls:  # which Keras layer call created each op (not a scope guess)
         concrete = get_concrete_function(jit)  # tracing errors are the user's: raised as TraceError

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["lowering_text", "human_bytes"]
+__all__ = ["lowering_text", "human_bytes", "graph_lines", "top_nodes_line"]
 
 
 def human_bytes(n: int) -> str:
@@ -31,6 +31,8 @@ def lowering_text(low, max_fusions: int = 40) -> str:
                          f"{s.seconds:7.3f} s  {_top_ops(s.ops)}")
     if low.stopped_at:
         lines.append(f"stopped at {low.stopped_at}: {low.why}")
+    if getattr(low, "path", "xla") == "graph":
+        lines += graph_lines(low)
     if low.fusions:
         lines.append(f"fusions and kernels ({len(low.fusions)}), largest traffic first:")
         lines.append("  name | kind | instr | read/written | LLVM IR / asm | user lines | layers | TF ops")
@@ -59,3 +61,35 @@ def lowering_text(low, max_fusions: int = 40) -> str:
                      f"allocations, temp {human_bytes(m['temp_bytes'])}; largest: "
                      + "; ".join(f"{human_bytes(a['bytes'])} {a['kind']} {a['shape'][:60]}" for a in big))
     return "\n".join(lines)
+
+
+def top_nodes_line(low, k: int = 3) -> str:
+    """The ``k`` nodes that took longest per run, each with its op, kernel library and user line."""
+    timed = sorted((n for n in low.nodes if n.seconds > 0), key=lambda n: -n.seconds)[:k]
+    if not timed:
+        return "no node was timed"
+    return "; ".join(f"{n.op} [{n.kernel}] {n.seconds * 1e6:.1f} us ({', '.join(n.source_lines[:2]) or 'no user line'})"
+                     for n in timed)
+
+
+def graph_lines(low, max_nodes: int = 15) -> list[str]:
+    """The graph path's report: the rewritten nodes, the slowest nodes, each optimizer's effect, the bound."""
+    from tflab.lowering.graph import effect_text
+
+    out = []
+    rewritten = [n for n in low.nodes if n.replaced and (len(n.replaced) > 1 or n.op != n.replaced_types[0])]
+    if rewritten:
+        out.append(f"rewritten nodes ({len(rewritten)}): node | after Grappler | ran as [kernel] | replaced | lines")
+        for n in rewritten[:max_nodes]:
+            bad = f" | !! {n.provenance_error}" if n.provenance_error else ""
+            out.append(f"  {n.name} | {n.grappler_op} | {n.op} [{n.kernel}] | {', '.join(n.replaced_types)} | "
+                       f"{', '.join(n.source_lines) or '-'}{bad}")
+    if low.profile:
+        p = low.profile
+        out.append(f"slowest nodes over {p['runs']} runs: {top_nodes_line(low)}")
+        out.append(f"profile: {p['bound']} ({'within' if p['within_bound'] else 'OUTSIDE'} the bound); "
+                   f"copy roofline {p['copy_gbps']:.1f} GB/s ({p['copy_way']})")
+    if low.optimizers:
+        out.append("Grappler optimizers (each turned off alone):")
+        out.append(effect_text(list(low.optimizers)))
+    return out
