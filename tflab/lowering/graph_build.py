@@ -106,9 +106,15 @@ def build_graph_lowering(fn: Any, args: tuple, kwargs: dict, runs: int = DEFAULT
 
     g_text, g_ops, g_pieces, _ = graph_stage("grappler", [post], nodes, removed)
     g_text += "\n# what each optimizer changed (the function instantiated again with it off):\n" + effect_text(effects)
+    user_options = tf.config.optimizer.get_experimental_options()
+    in_effect = ("Grappler options set in this process: " + ", ".join(f"{k}={v}" for k, v in sorted(user_options.items()))
+                 if user_options else "Grappler's default options")
+    if user_options:
+        g_text = f"# {in_effect}\n" + g_text
     done.append(Stage("grappler", g_text, g_ops, first[0] + effects_seconds, "",
                       "RunMetadata.function_graphs[].post_optimization_graph; each optimizer measured by "
-                      "instantiating the function again with it off", tuple(g_pieces), cpu_seconds=first[1]))
+                      f"instantiating the function again with it off; {in_effect}", tuple(g_pieces),
+                      cpu_seconds=first[1]))
     done.append(_timed_stage("partition", lambda: graph_stage(
         "partition", partitions, nodes, (), "RunMetadata.function_graphs[].partition_graphs: each node's "
         "device and the kernel library its op runs on")))

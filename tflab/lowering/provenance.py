@@ -47,6 +47,9 @@ def resolve_key(lowering, key: str) -> tuple[set[str], set[str], set[str]]:
         base = f"{os.path.basename(path)}:{line}"
         return ops, {base}, {f.name for f in lowering.fusions if base in f.source_lines}
     hlo_keys: set[str] = set()
+    if key.startswith("node:") and getattr(lowering, "nodes", ()):  # graph path: one node, by its own name
+        ops = {n for node in lowering.nodes if node.name == key[5:] for n in node.replaced}
+        return ops, {r.source for r in index if r.name in ops and r.source}, set()
     types = op_types(key)
     ops = {r.name for r in index if r.type in types}
     if not ops:

@@ -259,8 +259,10 @@ class Lowering(Report):
         Args:
             key: a TF op type (``MatMul``; a control-flow type names its family:
                 ``While`` also finds ``StatelessWhile``, likewise ``If`` and ``Case``) or op name (``while/mul``), an HLO
-                instruction or fusion name (``multiply_reduce_fusion``), or a
-                user line ``"file.py:N"`` (a path or its base name).
+                instruction or fusion name (``multiply_reduce_fusion``), a
+                user line ``"file.py:N"`` (a path or its base name), or on the graph path an op type
+                after a rewrite (``_FusedMatMul``, ``_MklNativeFusedMatMul``) or ``"node:NAME"`` (one
+                node of the graph that ran, by its own name).
 
         Returns:
             ``{stage: [piece, …]}`` for every stage with a piece from ``key``, plus

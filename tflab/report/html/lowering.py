@@ -72,6 +72,8 @@ def _key_map(low: Any, ids: dict) -> dict[str, list[str]]:
             keys.add(piece.lines[0])
         elif stage.name == "funcgraph":
             keys.add(piece.key)
+        elif stage.name == "grappler" and piece.key:  # graph path: a node, by its own name
+            keys.add(f"node:{piece.key}")
     keys |= {f.name for f in low.fusions}
     out = {}
     for key in keys:
@@ -100,7 +102,8 @@ def lowering_fragment(low: Any) -> str:
             pid = f"p-{stage.name}-{pi}"
             ids[(si, pi)] = pid
             key = (piece.lines[0] if stage.name == "python" and piece.lines
-                   else piece.key if stage.name == "funcgraph" else "")
+                   else piece.key if stage.name == "funcgraph"
+                   else f"node:{piece.key}" if stage.name == "grappler" and piece.key else "")
             attr = f' data-key="{esc(key)}"' if key else ""
             rows.append(f'<div class="piece" id="{pid}"{attr} title="{esc(piece.text)}">{esc(piece.text)}</div>')
         more = len(stage.pieces) - _MAX_PIECES
