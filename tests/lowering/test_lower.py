@@ -239,11 +239,11 @@ def test_a_huge_static_input_is_refused_in_one_line_before_anything_is_allocated
         lower(returns_none, tf.TensorSpec([1024, 1024, 1024], tf.float32))
     assert started == []  # refused before the child started
     # The healthy case beside it: 2 copies of a 256 MiB input fit in 1 GiB (no refusal from the check).
-    from tflab.lowering.build import _check_inputs_fit
+    from tflab.lowering.build import check_inputs_fit
 
-    _check_inputs_fit([tf.TensorSpec([64, 1024, 1024], tf.float32)])
+    check_inputs_fit([tf.TensorSpec([64, 1024, 1024], tf.float32)])
     with pytest.raises(UsageError):  # planted: one float more than fits
-        _check_inputs_fit([tf.TensorSpec([64 * 1024 * 1024 * 2 + 1], tf.float32)])
+        check_inputs_fit([tf.TensorSpec([64 * 1024 * 1024 * 2 + 1], tf.float32)])
 
 
 def chained(x):

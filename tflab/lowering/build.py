@@ -9,7 +9,7 @@ from typing import Any
 from tflab.errors import UsageError
 from tflab.lowering.records import STAGES, Lowering, Stage
 
-__all__ = ["build_lowering", "flat_function", "flat_inputs", "python_levels"]
+__all__ = ["build_lowering", "flat_function", "flat_inputs", "python_levels", "check_inputs_fit"]
 
 
 def _is_keras_model(fn: Any) -> bool:
@@ -140,7 +140,7 @@ def _timed(name: str, make) -> Stage:
                  cpu_seconds=time.process_time() - c0)
 
 
-def _check_inputs_fit(specs: list) -> None:
+def check_inputs_fit(specs: list) -> None:
     """One line (UsageError) when the zero inputs the compile needs cannot fit in memory, before any is made.
 
     ``experimental_get_compiler_ir`` takes tensors: one set of zeros of every
@@ -158,7 +158,7 @@ def build_lowering(fn: Any, args: tuple, kwargs: dict) -> Lowering:
     from tflab.lowering.dump import dumper
 
     specs, rebuild = flat_inputs(args, kwargs)
-    _check_inputs_fit(specs)
+    check_inputs_fit(specs)
     # The child (when this process cannot dump: TF ran here first) starts now: its TF import and the
     # SavedModel save overlap this process's tracing and its tf_mlir/stablehlo/hlo levels (2 cores).
     with dumper() as dump:

@@ -26,7 +26,7 @@ import difflib
 from tflab.lowering.records import GraphNode, OptimizerEffect, Piece
 
 __all__ = ["op_counts", "main_function", "map_rewrites", "check_fused", "kernel_label", "graph_nodes",
-           "graph_stage", "optimizer_effects", "effect_text", "node_for", "NO_COMPUTE"]
+           "graph_stage", "optimizer_effects", "node_for", "NO_COMPUTE"]
 
 #: Nodes that compute nothing: no kernel library is named for them.
 NO_COMPUTE = frozenset({"_Arg", "_Retval", "Const", "NoOp", "_Send", "_Recv", "_HostSend", "_HostRecv",
@@ -236,20 +236,6 @@ def optimizer_effects(instantiate, baseline_post, optimizers: tuple[str, ...]) -
         out.append(OptimizerEffect(name, True, removed=dict(off_ops - base_ops), added=dict(base_ops - off_ops),
                                    diff=diff))
     return out
-
-
-def effect_text(effects: list[OptimizerEffect]) -> str:
-    """One line per optimizer: what it removed and added, or that it changed nothing."""
-    rows = []
-    for e in effects:
-        if e.error:
-            rows.append(f"  {e.name}: not measured ({e.error})")
-        elif not e.changed:
-            rows.append(f"  {e.name}: changed nothing")
-        else:
-            fmt = lambda d: ", ".join(f"{k}×{v}" for k, v in sorted(d.items())) or "-"  # noqa: E731
-            rows.append(f"  {e.name}: removed {fmt(e.removed)}; added {fmt(e.added)}")
-    return "\n".join(rows)
 
 
 def node_for(nodes: list[GraphNode], key: str) -> list[GraphNode]:

@@ -54,7 +54,7 @@ def build_graph_lowering(fn: Any, args: tuple, kwargs: dict, runs: int = DEFAULT
 
     from tflab._tf.run_metadata import function_graphs, grappler_options
     from tflab.lowering import stages as st
-    from tflab.lowering.build import _check_inputs_fit, flat_function, flat_inputs, python_levels
+    from tflab.lowering.build import check_inputs_fit, flat_function, flat_inputs, python_levels
     from tflab.lowering.graph import graph_nodes, graph_stage, main_function, optimizer_effects
     from tflab.lowering.graph_profile import profile_nodes, profile_stage
     from tflab.lowering.layers import record_layer_calls
@@ -62,7 +62,7 @@ def build_graph_lowering(fn: Any, args: tuple, kwargs: dict, runs: int = DEFAULT
     from tflab.tracing import function_name, get_concrete_function
 
     specs, rebuild = flat_inputs(args, kwargs)
-    _check_inputs_fit(specs)
+    check_inputs_fit(specs)
     values = _inputs(args, kwargs)
     name = function_name(fn)
     py_fn, _, _, done = python_levels(fn)
@@ -102,7 +102,7 @@ def build_graph_lowering(fn: Any, args: tuple, kwargs: dict, runs: int = DEFAULT
     effects = optimizer_effects(lambda o: (instantiate(o) or (None, None))[1], post,
                                 GRAPPLER_OPTIMIZERS if optimizers is None else tuple(optimizers))
     effects_seconds = time.perf_counter() - t0
-    from tflab.lowering.graph import effect_text
+    from tflab.lowering.text import effect_text
 
     g_text, g_ops, g_pieces, _ = graph_stage("grappler", [post], nodes, removed)
     g_text += "\n# what each optimizer changed (the function instantiated again with it off):\n" + effect_text(effects)

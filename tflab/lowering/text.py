@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["lowering_text", "human_bytes", "graph_lines", "top_nodes_line"]
+__all__ = ["lowering_text", "human_bytes", "graph_lines", "top_nodes_line", "effect_text"]
 
 
 def human_bytes(n: int) -> str:
@@ -74,8 +74,6 @@ def top_nodes_line(low, k: int = 3) -> str:
 
 def graph_lines(low, max_nodes: int = 15) -> list[str]:
     """The graph path's report: the rewritten nodes, the slowest nodes, each optimizer's effect, the bound."""
-    from tflab.lowering.graph import effect_text
-
     out = []
     rewritten = [n for n in low.nodes if n.replaced and (len(n.replaced) > 1 or n.op != n.replaced_types[0])]
     if rewritten:
@@ -93,3 +91,17 @@ def graph_lines(low, max_nodes: int = 15) -> list[str]:
         out.append("Grappler optimizers (each turned off alone):")
         out.append(effect_text(list(low.optimizers)))
     return out
+
+
+def effect_text(effects: list[OptimizerEffect]) -> str:
+    """One line per optimizer: what it removed and added, or that it changed nothing."""
+    rows = []
+    for e in effects:
+        if e.error:
+            rows.append(f"  {e.name}: not measured ({e.error})")
+        elif not e.changed:
+            rows.append(f"  {e.name}: changed nothing")
+        else:
+            fmt = lambda d: ", ".join(f"{k}×{v}" for k, v in sorted(d.items())) or "-"  # noqa: E731
+            rows.append(f"  {e.name}: removed {fmt(e.removed)}; added {fmt(e.added)}")
+    return "\n".join(rows)
