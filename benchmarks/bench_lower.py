@@ -10,7 +10,11 @@ this process, one XLA compile of the same inference function the way
 ≤ 30 s on 2 cores. Prints the load average before and after: the seconds are
 only comparable at the same load.
 
-    python benchmarks/bench_lower.py [--batch 1]
+    python benchmarks/bench_lower.py [--batch 1] [--path xla|graph|both]
+
+``--path graph`` (or ``both``, the default) also runs ``tflab lower … --path graph`` the same way
+(`graph_path`): Grappler's graph, the partition graph and a profile of 20 runs. Goal: ≤ 20 s wall on
+2 cores.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ def _children_cpu() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=1, help="images per call (default: %(default)s)")
-    args = parser.parse_args()
+    args, _ = parser.parse_known_args()  # --path is graph_path's
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "tour_serve.py"
@@ -111,5 +115,41 @@ def main() -> None:
           f"({len(os.sched_getaffinity(0))} schedulable)")
 
 
+def graph_path() -> None:
+    """``tflab lower SCRIPT.py:serve --path graph --json`` in a fresh process: its wall, CPU and levels."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--path", choices=("xla", "graph", "both"), default="both")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "tour_serve.py"
+        script.write_text(SCRIPT)
+        env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+        c0, t0 = _children_cpu(), time.perf_counter()
+        run = subprocess.run([sys.executable, "-m", "tflab", "lower", f"{script}:serve", "--arg",
+                              f"x=float32[{args.batch},96,96,3]", "--path", "graph", "--json"],
+                             capture_output=True, text=True, env=env, cwd=tmp)
+        wall, cpu = time.perf_counter() - t0, _children_cpu() - c0
+    if run.returncode != 0:
+        sys.exit(f"tflab lower --path graph failed ({run.returncode}): {run.stderr[-2000:]}")
+    report = json.loads(run.stdout)
+    nodes = report["nodes"]
+    print(f"tflab lower --path graph (MobileNetV3Small 96x96, batch {args.batch}): {wall:.1f} s wall "
+          f"(goal <= 20 s on 2 cores), {cpu:.1f} CPU s; {len(nodes)} nodes, "
+          f"{sum(1 for n in nodes if len(n['replaced']) > 1)} fused/rewritten; "
+          f"{sum(o['changed'] for o in report['optimizers'])} of {len(report['optimizers'])} optimizers changed it")
+    for s in report["stages"]:
+        print(f"  {s['name']:<10} {sum(s['ops'].values()):>6} ops {s['seconds']:>7.3f} s {s.get('cpu_seconds', 0):>7.3f} CPU s")
+    p = report["profile"]
+    print(f"  profile: {p['runs']} runs, {p['wall_seconds'] * 1e3:.1f} ms wall, nodes {p['node_seconds'] * 1e3:.1f} ms "
+          f"summed, within bound: {p['within_bound']}; copy roofline {p['copy_gbps']:.1f} GB/s")
+    for n in sorted(nodes, key=lambda n: -n["seconds"])[:3]:
+        print(f"  {n['op']} [{n['kernel']}] {n['seconds'] * 1e6:.1f} us/run, layers {', '.join(n['layers']) or '-'}")
+
+
 if __name__ == "__main__":
-    main()
+    _path = sys.argv[sys.argv.index("--path") + 1] if "--path" in sys.argv[:-1] else "both"
+    if _path in ("xla", "both"):
+        main()
+    if _path in ("graph", "both"):
+        graph_path()

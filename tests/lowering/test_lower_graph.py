@@ -190,3 +190,19 @@ def test_bad_path_and_runs_are_one_clear_error(module, inputs):
         tflab.lower(module.app, *inputs, path="grappler")
     with pytest.raises(UsageError, match="runs=0"):
         tflab.lower(module.app, *inputs, path="graph", runs=0)
+
+
+def test_the_tour_line_names_the_three_slowest_nodes_with_kernel_and_layer():
+    """Step 6's graph-mode line, built directly on a small Keras model (the tour itself is not run)."""
+    import keras
+
+    from tflab._tf.runtime import onednn_enabled
+    from tflab.lowering.tour import graph_top_line
+
+    keras.utils.set_random_seed(5)
+    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(64, activation="relu", name="hidden"),
+                              keras.layers.Dense(4, name="head")])
+    line = graph_top_line(lambda x: model(x, training=False), tf.ones([4, 16]), runs=2)
+    assert line.startswith("graph mode, slowest nodes over 2 runs: ") and line.count(" us (") == 3, line
+    kernel = "oneDNN" if onednn_enabled() else "TF (Eigen)"
+    assert f"[{kernel}]" in line and "layer hidden" in line

@@ -142,8 +142,16 @@ def kernel_label(node) -> str:
     return "TF (Eigen)"
 
 
-def graph_nodes(pre, post, partitions: list, index_by_name: dict) -> tuple[list[GraphNode], tuple[str, ...]]:
-    """One `GraphNode` per node that ran (post-optimization nodes, with the partition graph's op and device)."""
+def graph_nodes(pre, post, partitions: list, index_by_name: dict,
+                op_layer: dict | None = None) -> tuple[list[GraphNode], tuple[str, ...]]:
+    """One `GraphNode` per node that ran (post-optimization nodes, with the partition graph's op and device).
+
+    Args:
+        pre, post, partitions: the function's GraphDefs from RunMetadata.
+        index_by_name: FuncGraph op name → `tflab.lowering.stages.OpRecord` (its user line).
+        op_layer: FuncGraph op name → the Keras layer name whose call created it.
+    """
+    op_layer = op_layer or {}
     mapping, removed = map_rewrites(pre, post)
     pre_types = {n.name: n.op for n in pre.node}
     ran = {}
@@ -164,7 +172,8 @@ def graph_nodes(pre, post, partitions: list, index_by_name: dict) -> tuple[list[
             name=p.name, grappler_op=p.op, op=op, kernel=kernel_label(part if part is not None else p),
             device=(part.device if part is not None else p.device).rpartition("/device:")[2] or "-",
             replaced=replaced, replaced_types=types, fused_ops=fused, source_lines=lines,
-            provenance_error=check_fused(p.op, fused, types)))
+            provenance_error=check_fused(p.op, fused, types),
+            layers=tuple(dict.fromkeys(op_layer[n] for n in replaced if op_layer.get(n)))))
     return nodes, removed
 
 

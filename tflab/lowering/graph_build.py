@@ -68,7 +68,7 @@ def build_graph_lowering(fn: Any, args: tuple, kwargs: dict, runs: int = DEFAULT
     py_fn, _, _, done = python_levels(fn)
     graph_fn = tf.function(flat_function(py_fn, rebuild, name), input_signature=specs)
     t0, c0 = time.perf_counter(), time.process_time()
-    with record_layer_calls():
+    with record_layer_calls() as layer_calls:  # which Keras layer call created each op (not a scope guess)
         concrete = get_concrete_function(graph_fn)  # tracing errors are the user's: raised as TraceError
     trace_seconds, trace_cpu = time.perf_counter() - t0, time.process_time() - c0
     index = st.op_index(concrete.graph)
@@ -96,12 +96,12 @@ def build_graph_lowering(fn: Any, args: tuple, kwargs: dict, runs: int = DEFAULT
                         _index=index, path="graph")
     pre, post, partitions = found
     by_name = {r.name: r for r in index}
-    nodes, removed = graph_nodes(pre, post, partitions, by_name)
+    nodes, removed = graph_nodes(pre, post, partitions, by_name, layer_calls.names_for(concrete.graph))
     first = (time.perf_counter() - t0, time.process_time() - c0)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     effects = optimizer_effects(lambda o: (instantiate(o) or (None, None))[1], post,
                                 GRAPPLER_OPTIMIZERS if optimizers is None else tuple(optimizers))
-    effects_seconds = time.perf_counter() - t0
+    effects_seconds, effects_cpu = time.perf_counter() - t0, time.process_time() - c0
     from tflab.lowering.text import effect_text
 
     g_text, g_ops, g_pieces, _ = graph_stage("grappler", [post], nodes, removed)
@@ -114,7 +114,7 @@ def build_graph_lowering(fn: Any, args: tuple, kwargs: dict, runs: int = DEFAULT
     done.append(Stage("grappler", g_text, g_ops, first[0] + effects_seconds, "",
                       "RunMetadata.function_graphs[].post_optimization_graph; each optimizer measured by "
                       f"instantiating the function again with it off; {in_effect}", tuple(g_pieces),
-                      cpu_seconds=first[1]))
+                      cpu_seconds=first[1] + effects_cpu))
     done.append(_timed_stage("partition", lambda: graph_stage(
         "partition", partitions, nodes, (), "RunMetadata.function_graphs[].partition_graphs: each node's "
         "device and the kernel library its op runs on")))

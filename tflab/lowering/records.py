@@ -136,6 +136,8 @@ class GraphNode:
         replaced_types: their op types, in the same order.
         fused_ops: the ``fused_ops`` attr of a fused node (``("BiasAdd", "Relu")``), else ().
         source_lines: the user's ``file.py:N`` of the replaced ops.
+        layers: the Keras layers (their ``name``) whose calls created the replaced ops, recorded
+            while tracing (`tflab.lowering.layers`); () outside Keras.
         seconds: mean seconds per run (the profiler's events over the profiled runs), 0 if not seen.
         bytes: bytes of the tensors it reads and writes (static shapes of the FuncGraph; 0 unknown).
         flops: floating-point operations per run (2·M·N·K for a MatMul; one per element for an
@@ -160,6 +162,7 @@ class GraphNode:
     flops: int = 0
     bandwidth_share: float = 0.0
     provenance_error: str = ""
+    layers: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return (f"<GraphNode {self.name} {self.op} ({self.kernel}): from "

@@ -68,8 +68,11 @@ def top_nodes_line(low, k: int = 3) -> str:
     timed = sorted((n for n in low.nodes if n.seconds > 0), key=lambda n: -n.seconds)[:k]
     if not timed:
         return "no node was timed"
-    return "; ".join(f"{n.op} [{n.kernel}] {n.seconds * 1e6:.1f} us ({', '.join(n.source_lines[:2]) or 'no user line'})"
-                     for n in timed)
+    def where(n) -> str:
+        parts = list(n.source_lines[:2]) + ([f"layer {', '.join(n.layers[:2])}"] if n.layers else [])
+        return ", ".join(parts) or "no user line"
+
+    return "; ".join(f"{n.op} [{n.kernel}] {n.seconds * 1e6:.1f} us ({where(n)})" for n in timed)
 
 
 def graph_lines(low, max_nodes: int = 15) -> list[str]:
