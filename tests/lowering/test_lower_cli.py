@@ -187,7 +187,8 @@ def test_the_console_verb_dumps_its_own_compile_and_leaves_no_folder(script, tmp
     env = dict(os.environ, TMPDIR=str(tmp_path))
     env.pop("TFLAB_IN_PROCESS", None)
     run = subprocess.run([sys.executable, "-m", "tflab", "lower", f"{script}:f", "--arg", "x=float32[2,8]",
-                          "--json"], capture_output=True, text=True, env=env, cwd=script.parent, timeout=600)
+                          "--json", "--passes"], capture_output=True, text=True, env=env, cwd=script.parent,
+                         timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     data = json.loads(run.stdout)
     by = {s["name"]: s for s in data["stages"]}
@@ -197,3 +198,6 @@ def test_the_console_verb_dumps_its_own_compile_and_leaves_no_folder(script, tmp
     fusion = next(f for f in data["fusions"] if "Relu" in f["tf_op_types"])
     assert fusion["source_lines"] == ["model_fn.py:11"] and fusion["llvm_ir_bytes"] > 0 and fusion["asm_bytes"] > 0
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("tflab_")] == []  # the dump folder removed
+    # --passes: this process's own dump had XLA's per-pass files (armed before TF loaded).
+    fusion = next(p for p in data["passes"] if p["changed"] and p["name"] == "fusion")
+    assert "model_fn.py:11" in fusion["source_lines"] and any(not p["changed"] for p in data["passes"])

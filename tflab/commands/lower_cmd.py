@@ -33,6 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "graph with each node's kernel (oneDNN or Eigen), and each node's time over --runs runs")
     p.add_argument("--runs", type=int, default=20, metavar="N",
                    help="--path graph: runs the profile level times (default 20)")
+    p.add_argument("--passes", action="store_true",
+                   help="--path xla: also show what each HLO pass changed (a diff per pass with your lines, "
+                        "from one compile's --xla_dump_hlo_pass_re=.* dump); passes that changed nothing are listed")
     p.add_argument("--force", action="store_true", help="replace an existing --out folder or --html file")
     p.add_argument("--json", action="store_true", help="print every stage's op counts and the fusion records "
                    "as JSON (with --stage, those stages' text too)")
@@ -50,7 +53,7 @@ def before_tf(args: argparse.Namespace) -> None:
         return  # no XLA compile: nothing to dump
     from tflab.lowering.dump import arm_own_dump
 
-    arm_own_dump()
+    arm_own_dump(passes=getattr(args, "passes", False))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,11 +80,14 @@ def run(args: argparse.Namespace) -> int:
     if args.path == "graph" and args.cause:
         raise UsageError("--cause compares eager with XLA and marks the fusion where they part: use it with "
                          "--path xla (the default), not --path graph")
+    if args.path == "graph" and args.passes:
+        raise UsageError("--passes shows XLA's HLO passes: use it with --path xla (the default); --path graph "
+                         "shows Grappler's optimizers instead")
     if args.runs < 1:
         raise UsageError(f"--runs {args.runs}: give a whole number >= 1 (profiled runs), e.g. --runs 20")
     from tflab.lowering.dump import arm_own_dump, disarm_own_dump
 
-    own = arm_own_dump() if args.path == "xla" else None  # armed by `before_tf`; None when TF loaded first
+    own = arm_own_dump(passes=args.passes) if args.path == "xla" else None  # armed by `before_tf`; None when TF loaded first
     try:
         fn, call_args, call_kwargs = load_call(args.target, args.arg)
         Progress("lower", total=1, enabled=not args.json)(
@@ -89,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
                                            if args.path == "graph" else "nine levels, XLA's dump " + (
                                                "of this process's compile" if own else "in a child process")))
         with user_code(args.target.rpartition(":")[2], "while lowering"):
-            report = lower(fn, *call_args, path=args.path, runs=args.runs, **call_kwargs)
+            report = lower(fn, *call_args, path=args.path, runs=args.runs, passes=args.passes, **call_kwargs)
         if args.cause:
             from tflab.lowering.cause import link_cause
             from tflab.modes import compare_modes

@@ -11,7 +11,8 @@ __all__ = ["lower"]
 
 
 @user_entry("while lowering")
-def lower(fn: Callable, *args: Any, path: str = "xla", runs: int = 20, **kwargs: Any) -> Lowering:
+def lower(fn: Callable, *args: Any, path: str = "xla", runs: int = 20, passes: bool = False,
+          **kwargs: Any) -> Lowering:
     """Lowers ``fn`` under ``tf.function(jit_compile=True)`` and keeps every level, tied back to the user's lines.
 
     With ``path="graph"`` it shows instead what a plain ``tf.function`` (no XLA) ran
@@ -60,6 +61,8 @@ def lower(fn: Callable, *args: Any, path: str = "xla", runs: int = 20, **kwargs:
             traced as constants.
         path: ``"xla"`` (the default: XLA's ladder) or ``"graph"`` (Grappler, partition, profile).
         runs: graph path: runs the profile level times (>= 1).
+        passes: XLA path: also dump the module after each HLO pass (``--xla_dump_hlo_pass_re=.*``) and
+            keep what each pass changed, with the user's lines, in ``.passes`` (`PassChange`).
         **kwargs: the same, by keyword.
 
     Returns:
@@ -102,4 +105,4 @@ def lower(fn: Callable, *args: Any, path: str = "xla", runs: int = 20, **kwargs:
             raise UsageError(f"tflab.lower: runs={runs!r} must be a whole number >= 1 (profiled runs), e.g. runs=20")
         return build_graph_lowering(fn, args, kwargs, runs=runs)
     check_xla_flags()  # a bad XLA_FLAGS is a UsageError here, not the end of the caller's process
-    return build_lowering(fn, args, kwargs)
+    return build_lowering(fn, args, kwargs, passes=bool(passes))

@@ -154,18 +154,18 @@ def check_inputs_fit(specs: list) -> None:
                "of 1 or 2 shows the same fusions)")
 
 
-def build_lowering(fn: Any, args: tuple, kwargs: dict) -> Lowering:
+def build_lowering(fn: Any, args: tuple, kwargs: dict, passes: bool = False) -> Lowering:
     from tflab.lowering.dump import dumper
 
     specs, rebuild = flat_inputs(args, kwargs)
     check_inputs_fit(specs)
     # The child (when this process cannot dump: TF ran here first) starts now: its TF import and the
     # SavedModel save overlap this process's tracing and its tf_mlir/stablehlo/hlo levels (2 cores).
-    with dumper() as dump:
-        return build_levels(fn, specs, rebuild, dump)
+    with dumper(passes) as dump:
+        return build_levels(fn, specs, rebuild, dump, passes)
 
 
-def build_levels(fn: Any, specs: list, rebuild, child) -> Lowering:
+def build_levels(fn: Any, specs: list, rebuild, child, passes: bool = False) -> Lowering:
     import tensorflow as tf
 
     from tflab.lowering import stages as st
@@ -220,9 +220,9 @@ def build_levels(fn: Any, specs: list, rebuild, child) -> Lowering:
     if not stopped:
         generator = jit.experimental_get_compiler_ir(*[tf.zeros(s.shape, s.dtype) for s in specs])
     add("stablehlo", lambda: st.stablehlo_stage(generator))
-    fusions, memory = [], {}
+    fusions, memory, pass_list = [], {}, []
     if not stopped:
-        fusions, memory = _compiled_stages(add, done, generator, fg, op_layer, child)
+        fusions, memory = _compiled_stages(add, done, generator, fg, op_layer, child, pass_list if passes else None)
     by_name = {s.name: s for s in done}
     all_stages = []
     for stage_name in STAGES:
@@ -234,10 +234,10 @@ def build_levels(fn: Any, specs: list, rebuild, child) -> Lowering:
         else:
             all_stages.append(Stage(stage_name, why="not produced"))
     return Lowering(function_name=name, stages=tuple(all_stages), fusions=tuple(fusions), memory=memory,
-                    stopped_at=stopped, why=why, _index=index)
+                    stopped_at=stopped, why=why, _index=index, passes=tuple(pass_list))
 
 
-def _compiled_stages(add, done, generator, funcgraph, op_layer, child):
+def _compiled_stages(add, done, generator, funcgraph, op_layer, child, pass_list=None):
     """hlo, optimized_hlo, llvm_ir and asm from one compile's dump (without one: hlo and optimized_hlo here)."""
     from tflab.lowering import stages as st
     from tflab.lowering.dump import parse_buffer_assignment
@@ -283,4 +283,8 @@ def _compiled_stages(add, done, generator, funcgraph, op_layer, child):
                       "each kernel's object file disassembled; seconds: object emission and disassembly",
                       tuple(pieces)))
     memory = parse_buffer_assignment(dump.buffer_assignment) if dump.buffer_assignment else {}
+    if pass_list is not None and dump.hlo:
+        from tflab.lowering.passes import pass_changes
+
+        pass_list.extend(pass_changes(dump.files, dump.hlo, op_source, dump.call_levels))
     return fusions, memory

@@ -9,7 +9,8 @@ from tflab.report.base import Report, config_field
 from tflab.report.html.dispatch import renders
 from tflab.report.html.lowering import lowering_fragment
 
-__all__ = ["STAGES", "GRAPH_STAGES", "Stage", "Piece", "Fusion", "GraphNode", "OptimizerEffect", "Lowering"]
+__all__ = ["STAGES", "GRAPH_STAGES", "Stage", "Piece", "Fusion", "GraphNode", "OptimizerEffect", "PassChange",
+           "Lowering"]
 
 #: The levels, from the user's Python to machine code, in order.
 STAGES = ("python", "autograph", "funcgraph", "tf_mlir", "stablehlo", "hlo", "optimized_hlo", "llvm_ir", "asm")
@@ -200,6 +201,35 @@ class OptimizerEffect:
 
 
 @dataclasses.dataclass(repr=False)
+class PassChange:
+    """What one XLA HLO pass changed in one compile (``tflab lower --passes``; `tflab.lowering.passes`).
+
+    Attributes:
+        pipeline: the pass pipeline it ran in (``simplification``).
+        name: the pass (``algsimp``, ``fusion``).
+        changed: False for a pass XLA's dump shows ran next and changed nothing.
+        removed, added: the HLO instruction lines it removed and added.
+        source_lines: the user's ``file.py:N`` of the TF ops those instructions came from.
+        tf_op_names: those TF ops (FuncGraph names).
+    """
+
+    pipeline: str
+    name: str
+    changed: bool
+    removed: tuple[str, ...] = ()
+    added: tuple[str, ...] = ()
+    source_lines: tuple[str, ...] = ()
+    tf_op_names: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        what = f"-{len(self.removed)} +{len(self.added)}" if self.changed else "changed nothing"
+        return f"<PassChange {self.pipeline}/{self.name}: {what}>"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(repr=False)
 class Lowering(Report):
     """Every level of one function's lowering under XLA, from Python to machine code.
 
@@ -238,6 +268,7 @@ class Lowering(Report):
     nodes: tuple[GraphNode, ...] = ()
     optimizers: tuple[OptimizerEffect, ...] = ()
     profile: dict = dataclasses.field(default_factory=dict)
+    passes: tuple[PassChange, ...] = ()
 
     DICT_PROPERTIES: ClassVar[tuple[str, ...]] = ()
 
@@ -308,7 +339,7 @@ class Lowering(Report):
                 "cause": self.cause.to_dict() if self.cause is not None else None,
                 "cause_fusion": self.cause_fusion, "path": self.path,
                 "nodes": [n.to_dict() for n in self.nodes], "optimizers": [o.to_dict() for o in self.optimizers],
-                "profile": dict(self.profile)}
+                "profile": dict(self.profile), "passes": [p.to_dict() for p in self.passes]}
 
 
 # Its HTML fragment (notebook and --html pages): tflab.report.html.dispatch's registry.

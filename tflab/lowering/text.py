@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["lowering_text", "human_bytes", "graph_lines", "top_nodes_line", "effect_text"]
+__all__ = ["lowering_text", "human_bytes", "graph_lines", "top_nodes_line", "effect_text", "pass_lines"]
 
 
 def human_bytes(n: int) -> str:
@@ -33,6 +33,8 @@ def lowering_text(low, max_fusions: int = 40) -> str:
         lines.append(f"stopped at {low.stopped_at}: {low.why}")
     if getattr(low, "path", "xla") == "graph":
         lines += graph_lines(low)
+    if getattr(low, "passes", ()):
+        lines += pass_lines(low.passes)
     if low.fusions:
         lines.append(f"fusions and kernels ({len(low.fusions)}), largest traffic first:")
         lines.append("  name | kind | instr | read/written | LLVM IR / asm | user lines | layers | TF ops")
@@ -108,3 +110,24 @@ def effect_text(effects: list[OptimizerEffect]) -> str:
             fmt = lambda d: ", ".join(f"{k}×{v}" for k, v in sorted(d.items())) or "-"  # noqa: E731
             rows.append(f"  {e.name}: removed {fmt(e.removed)}; added {fmt(e.added)}")
     return "\n".join(rows)
+
+
+def pass_lines(passes, max_lines: int = 3) -> list[str]:
+    """XLA pass by pass: each pass that changed the module (its diff, first lines, and the user's lines), then
+    the passes that changed nothing."""
+    changed = [p for p in passes if p.changed]
+    out = [f"XLA passes (one compile's dump, --xla_dump_hlo_pass_re=.*): {len(changed)} changed the module"]
+    for p in changed:
+        if not p.removed and not p.added:
+            out.append(f"  {p.pipeline}/{p.name}: changed the module outside its instructions (the entry "
+                       "layout, the schedule or the module's config)")
+            continue
+        out.append(f"  {p.pipeline}/{p.name}: -{len(p.removed)} +{len(p.added)} instructions; "
+                   f"lines {', '.join(p.source_lines) or '-'}")
+        out += [f"    - {ln[:160]}" for ln in p.removed[:max_lines]]
+        out += [f"    + {ln[:160]}" for ln in p.added[:max_lines]]
+    same = [f"{p.pipeline}/{p.name}" for p in passes if not p.changed]
+    if same:
+        out.append(f"changed nothing ({len(same)}; named by the dump as the next pass, never dumped after): "
+                   + ", ".join(same))
+    return out
