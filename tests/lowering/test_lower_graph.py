@@ -94,7 +94,7 @@ def test_a_line_is_followed_to_the_fused_node_the_kernel_that_ran_and_its_time(l
     assert any(ran in p and "us/run" in p for p in prov["profile"])
     node = _node(low, MATMUL_LINE)
     assert node.replaced_types == ("MatMul", "BiasAdd", "Relu") and node.seconds > 0
-    assert node.flops == 2 * 8 * 32 * 16 + 2 * 8 * 16 and node.provenance_error == ""  # matmul, bias, relu
+    assert node.flops == 2 * 8 * 32 * 16 + 2 * 8 * 16 and node.provenance_problem == ""  # matmul, bias, relu
 
 
 def test_a_sibling_fusion_a_convolution_maps_to_its_own_line(low):
@@ -128,11 +128,11 @@ def test_a_planted_wrong_fused_op_mapping_fails_the_provenance_check(module, inp
     fn = tf.function(module.app)
     pre, post, parts = max(function_graphs(lambda: fn(*inputs)), key=lambda g: len(g[0].node))
     healthy, _ = graph_mod.graph_nodes(pre, post, parts, {})
-    assert all(n.provenance_error == "" for n in healthy)
+    assert all(n.provenance_problem == "" for n in healthy)
     monkeypatch.setattr(graph_mod, "map_rewrites", planted)
     nodes, _ = graph_mod.graph_nodes(pre, post, parts, {})
     bad = next(n for n in nodes if n.grappler_op == "_FusedMatMul")
-    assert "fuses Relu" in bad.provenance_error and "hold no Relu" in bad.provenance_error
+    assert "fuses Relu" in bad.provenance_problem and "hold no Relu" in bad.provenance_problem
 
 
 def test_remapper_effect_is_measured_and_with_remapping_off_the_fusion_is_gone(module, inputs, low):

@@ -16,7 +16,7 @@ the others. So a node's ``replaced`` ops are the pre-optimization op of its
 own name, plus every op that vanished between it and the nodes that survived,
 walking the pre-optimization graph's data inputs back. Each fused node is then
 checked against its own ``fused_ops`` attr (`check_fused`): a mapping that
-lost an op, or gave it to the wrong node, says so in ``provenance_error``.
+lost an op, or gave it to the wrong node, says so in ``provenance_problem``.
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def graph_nodes(pre, post, partitions: list, index_by_name: dict,
             name=p.name, grappler_op=p.op, op=op, kernel=kernel_label(part if part is not None else p),
             device=(part.device if part is not None else p.device).rpartition("/device:")[2] or "-",
             replaced=replaced, replaced_types=types, fused_ops=fused, source_lines=lines,
-            provenance_error=check_fused(p.op, fused, types),
+            provenance_problem=check_fused(p.op, fused, types),
             layers=tuple(dict.fromkeys(op_layer[n] for n in replaced if op_layer.get(n)))))
     return nodes, removed
 
@@ -184,7 +184,7 @@ def _node_line(n: GraphNode, level: str) -> str:
         f"  <- {', '.join(f'{a}:{t}' for a, t in zip(n.replaced, n.replaced_types)) or 'no FuncGraph op'}")
     where = f" on {n.device} [{n.kernel}]" if level == "partition" else ""
     src = f"  # {', '.join(n.source_lines)}" if n.source_lines else ""
-    bad = f"  !! {n.provenance_error}" if n.provenance_error else ""
+    bad = f"  !! {n.provenance_problem}" if n.provenance_problem else ""
     return f"{n.name} = {op}{fused}{where}{frm}{src}{bad}"
 
 

@@ -145,7 +145,7 @@ class GraphNode:
             elementwise op), 0 where not counted.
         bandwidth_share: ``bytes / seconds`` over this machine's measured copy bandwidth
             (`custom_ops.bench.copy_roofline`), 0 where not measured.
-        provenance_error: "" when ``replaced`` holds the op type of each of ``fused_ops`` and the
+        provenance_problem: "" when ``replaced`` holds the op type of each of ``fused_ops`` and the
             base op; else what is missing (a wrong mapping shows here).
     """
 
@@ -162,7 +162,7 @@ class GraphNode:
     bytes: int = 0
     flops: int = 0
     bandwidth_share: float = 0.0
-    provenance_error: str = ""
+    provenance_problem: str = ""
     layers: tuple[str, ...] = ()
 
     def __repr__(self) -> str:

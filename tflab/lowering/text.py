@@ -84,7 +84,7 @@ def graph_lines(low, max_nodes: int = 15) -> list[str]:
     if rewritten:
         out.append(f"rewritten nodes ({len(rewritten)}): node | after Grappler | ran as [kernel] | replaced | lines")
         for n in rewritten[:max_nodes]:
-            bad = f" | !! {n.provenance_error}" if n.provenance_error else ""
+            bad = f" | !! {n.provenance_problem}" if n.provenance_problem else ""
             out.append(f"  {n.name} | {n.grappler_op} | {n.op} [{n.kernel}] | {', '.join(n.replaced_types)} | "
                        f"{', '.join(n.source_lines) or '-'}{bad}")
     if low.profile:
