@@ -63,7 +63,7 @@ def lower(fn: Callable, *args: Any, path: str = "xla", runs: int = 20, passes: b
         runs: graph path: runs the profile level times (>= 1).
         passes: XLA path: also dump the module after each HLO pass (``--xla_dump_hlo_pass_re=.*``) and
             keep what each pass changed, with the user's lines, in ``.passes`` (`PassChange`).
-        **kwargs: the same, by keyword.
+        **kwargs: the same, by keyword (``path``, ``runs`` and ``passes`` are this function's own).
 
     Returns:
         A `Lowering`: ``.stages`` (name, text, ops, bytes, seconds), ``.stage(name)``,
@@ -84,6 +84,9 @@ def lower(fn: Callable, *args: Any, path: str = "xla", runs: int = 20, passes: b
     >>> [s.name for s in low.stages][:4], low.stage("funcgraph").ops["MatMul"]
     (['python', 'autograph', 'funcgraph', 'tf_mlir'], 1)
     >>> low.fusions[0].tf_op_types      # ('Sum', 'Relu', 'Mul')
+    >>> g = tflab.lower(f, tf.ones([2, 8]), path="graph")
+    >>> [s.name for s in g.stages][3:]
+    ['grappler', 'partition', 'profile']
     """
     from tflab._argcheck import check_binds, check_callable, check_xla_flags
     from tflab.lowering.build import build_lowering

@@ -26,7 +26,7 @@ import difflib
 from tflab.lowering.records import GraphNode, OptimizerEffect, Piece
 
 __all__ = ["op_counts", "main_function", "map_rewrites", "check_fused", "kernel_label", "graph_nodes",
-           "graph_stage", "optimizer_effects", "node_for", "NO_COMPUTE"]
+           "graph_stage", "optimizer_effects", "NO_COMPUTE"]
 
 #: Nodes that compute nothing: no kernel library is named for them.
 NO_COMPUTE = frozenset({"_Arg", "_Retval", "Const", "NoOp", "_Send", "_Recv", "_HostSend", "_HostRecv",
@@ -246,7 +246,3 @@ def optimizer_effects(instantiate, baseline_post, optimizers: tuple[str, ...]) -
                                    diff=diff))
     return out
 
-
-def node_for(nodes: list[GraphNode], key: str) -> list[GraphNode]:
-    """The nodes a key names: a node name, or an op type at the grappler or partition level."""
-    return [n for n in nodes if key in (n.name, n.op, n.grappler_op)]

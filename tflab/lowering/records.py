@@ -273,7 +273,7 @@ class Lowering(Report):
     DICT_PROPERTIES: ClassVar[tuple[str, ...]] = ()
 
     def stage(self, name: str) -> Stage:
-        """The stage called ``name`` (one of `STAGES`).
+        """The stage called ``name`` (one of `STAGES`, or of `GRAPH_STAGES` on the graph path).
 
         Raises:
             tflab.errors.UsageError: ``name`` is not a stage name (the message lists them); it is also a
