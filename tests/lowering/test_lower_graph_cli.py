@@ -47,6 +47,9 @@ def test_json_has_the_graph_levels_nodes_optimizers_and_profile(outputs):
     assert fused["replaced_types"] == ["MatMul", "BiasAdd", "Relu"] and fused["source_lines"] == [FUSED_LINE]
     assert any(o["name"] == "remapping" and o["changed"] for o in data["optimizers"])
     assert data["profile"]["runs"] == 3 and data["profile"]["within_bound"]
+    html = outputs[1].read_text()
+    assert "Grappler optimizers, each turned off alone" in html and "slowest nodes (us per run)" in html
+    assert f'data-key="node:{fused["name"]}"' in html
 
 
 def test_cause_with_the_graph_path_is_one_line_exit_2(outputs):
