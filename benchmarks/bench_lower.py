@@ -20,6 +20,10 @@ printed before and after: ratios are only comparable at the same load.
 
     python benchmarks/bench_lower.py [--models MobileNetV2,ResNet50] [--size 32]
 
+``--path graph`` (or ``both``, the default) also runs ``tflab lower … --path graph`` on the tour
+model's inference function (`graph_path`): Grappler's graph, the partition graph and a profile of
+20 runs. Goal: ≤ 20 s wall on 2 cores.
+
 ``lower_ratio(model, size)`` returns the figures as a dict (``benchmarks/bench_zoo.py`` imports it).
 """
 
@@ -87,6 +91,17 @@ print(json.dumps(out))
 """
 
 
+_TOUR_SCRIPT = textwrap.dedent("""\
+    from tflab.models import build_default_model
+
+    model = build_default_model(seed=0)
+
+
+    def serve(x):
+        return model(x, training=False)
+    """)
+
+
 def _env() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
@@ -152,7 +167,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="MobileNetV2,ResNet50")
     ap.add_argument("--size", type=int, default=32)
-    args = ap.parse_args()
+    ap.add_argument("--path", choices=("xla", "graph", "both"), default="both")
+    args, _ = ap.parse_known_args()  # --batch is graph_path's
+    if args.path == "graph":
+        return
     print(f"load average before: {os.getloadavg()[0]:.2f}", flush=True)
     rows = [lower_ratio(m, args.size) for m in args.models.split(",")]
     print("wall seconds (CPU seconds), lower / one compile:")
@@ -171,5 +189,40 @@ def main() -> None:
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
+def graph_path() -> None:
+    """``tflab lower SCRIPT.py:serve --path graph --json`` in a fresh process: its wall, CPU and levels."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--path", choices=("xla", "graph", "both"), default="both")
+    args, _ = parser.parse_known_args()
+    if args.path == "xla":
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "tour_serve.py"
+        script.write_text(_TOUR_SCRIPT)
+        env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+        c0, t0 = _children_cpu(), time.perf_counter()
+        run = subprocess.run([sys.executable, "-m", "tflab", "lower", f"{script}:serve", "--arg",
+                              f"x=float32[{args.batch},96,96,3]", "--path", "graph", "--json"],
+                             capture_output=True, text=True, env=env, cwd=tmp)
+        wall, cpu = time.perf_counter() - t0, _children_cpu() - c0
+    if run.returncode != 0:
+        sys.exit(f"tflab lower --path graph failed ({run.returncode}): {run.stderr[-2000:]}")
+    report = json.loads(run.stdout)
+    nodes = report["nodes"]
+    print(f"tflab lower --path graph (MobileNetV3Small 96x96, batch {args.batch}): {wall:.1f} s wall "
+          f"(goal <= 20 s on 2 cores), {cpu:.1f} CPU s; {len(nodes)} nodes, "
+          f"{sum(1 for n in nodes if len(n['replaced']) > 1)} fused/rewritten; "
+          f"{sum(o['changed'] for o in report['optimizers'])} of {len(report['optimizers'])} optimizers changed it")
+    for s in report["stages"]:
+        print(f"  {s['name']:<10} {sum(s['ops'].values()):>6} ops {s['seconds']:>7.3f} s {s.get('cpu_seconds', 0):>7.3f} CPU s")
+    p = report["profile"]
+    print(f"  profile: {p['runs']} runs, {p['wall_seconds'] * 1e3:.1f} ms wall, nodes {p['node_seconds'] * 1e3:.1f} ms "
+          f"summed, within bound: {p['within_bound']}; copy roofline {p['copy_gbps']:.1f} GB/s")
+    for n in sorted(nodes, key=lambda n: -n["seconds"])[:3]:
+        print(f"  {n['op']} [{n['kernel']}] {n['seconds'] * 1e6:.1f} us/run, layers {', '.join(n['layers']) or '-'}")
+
+
 if __name__ == "__main__":
     main()
+    graph_path()

@@ -61,7 +61,8 @@ def _code(key: str) -> str:
 
 @pytest.fixture(scope="module")
 def low():
-    return lower(looped, tf.TensorSpec([2, 8], tf.float32))
+    # passes=True: the same compile also dumps the module after each HLO pass (tested below).
+    return lower(looped, tf.TensorSpec([2, 8], tf.float32), passes=True)
 
 
 @pytest.fixture(scope="module")
@@ -241,11 +242,11 @@ def test_a_huge_static_input_is_refused_in_one_line_before_anything_is_allocated
         lower(returns_none, tf.TensorSpec([1024, 1024, 1024], tf.float32))
     assert started == []  # refused before the child started
     # The healthy case beside it: 2 copies of a 256 MiB input fit in 1 GiB (no refusal from the check).
-    from tflab.lowering.build import _check_inputs_fit
+    from tflab.lowering.build import check_inputs_fit
 
-    _check_inputs_fit([tf.TensorSpec([64, 1024, 1024], tf.float32)])
+    check_inputs_fit([tf.TensorSpec([64, 1024, 1024], tf.float32)])
     with pytest.raises(UsageError):  # planted: one float more than fits
-        _check_inputs_fit([tf.TensorSpec([64 * 1024 * 1024 * 2 + 1], tf.float32)])
+        check_inputs_fit([tf.TensorSpec([64 * 1024 * 1024 * 2 + 1], tf.float32)])
 
 
 def chained(x):
@@ -280,3 +281,36 @@ def test_a_fusions_user_lines_hold_every_line_the_funcgraph_gives_its_ops():
     assert all(line in row for line in lines), row  # the table prints every one (not the first 3)
     planted = [dataclasses.replace(big[0], source_lines=big[0].source_lines[:1])]  # planted: lines cut to one
     assert set(missing(planted)) == {big[0].name}
+
+
+def _instruction_lines(text: str) -> set:
+    from tflab.lowering.hlo import parse_module
+
+    return {ins.line for c in parse_module(text, 2) for ins in c.instructions}
+
+
+def test_passes_replayed_from_the_unoptimized_module_give_the_optimized_one_and_a_dropped_pass_does_not(low):
+    """Each pass's diff, applied in order to the HLO the compile began with, rebuilds the module XLA ran."""
+    changed = [p for p in low.passes if p.changed]
+    assert changed and all(p.removed or p.added or p.name for p in changed)
+
+    def replay(passes):
+        lines = _instruction_lines(low.stage("hlo").text)
+        for p in passes:
+            lines = (lines - set(p.removed)) | set(p.added)
+        return lines
+
+    final = _instruction_lines(low.stage("optimized_hlo").text)
+    assert replay(changed) == final
+    fusion = next(p for p in changed if p.name == "fusion")
+    assert replay([p for p in changed if p is not fusion]) != final  # a planted gap: one pass left out
+    assert any(" fusion(" in ln for ln in fusion.added) and _line("matmul") in fusion.source_lines
+
+
+def test_a_pass_that_changed_nothing_is_listed_as_such(low):
+    same = [p for p in low.passes if not p.changed]
+    assert same and all(not p.removed and not p.added for p in same)
+    changed_names = {(p.pipeline, p.name) for p in low.passes if p.changed}
+    assert not changed_names & {(p.pipeline, p.name) for p in same}  # never both in one pipeline
+    text = low.to_text()
+    assert "changed nothing (" in text and f"{same[0].pipeline}/{same[0].name}" in text

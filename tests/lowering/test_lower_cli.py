@@ -61,10 +61,10 @@ def script(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def outputs(script):
-    """One run: --json with --stage stablehlo, --out DIR, --html PAGE."""
+    """One run: --json with --stage stablehlo, --out DIR, --html PAGE, --passes."""
     folder = script.parent
     code, out, err = _main("lower", f"{script}:f", "--arg", "x=float32[2,8]", "--stage", "stablehlo", "--json",
-                           "--out", str(folder / "stages"), "--html", str(folder / "page.html"))
+                           "--out", str(folder / "stages"), "--html", str(folder / "page.html"), "--passes")
     assert code == 0, err
     return json.loads(out), folder / "stages", folder / "page.html", err
 
@@ -80,6 +80,13 @@ def test_json_carries_every_stages_op_counts_and_the_fusions(outputs):
     fusion = next(f for f in data["fusions"] if "Relu" in f["tf_op_types"])
     assert fusion["source_lines"] == ["model_fn.py:11"] and fusion["bytes_written"] == 32
     assert data["memory"]["total_bytes"] > 0 and data["stopped_at"] == ""
+
+
+def test_passes_reach_the_json_and_the_page(outputs):
+    data, _, page, _ = outputs
+    fusion = next(p for p in data["passes"] if p["changed"] and p["name"] == "fusion")
+    assert "model_fn.py:11" in fusion["source_lines"]
+    assert "XLA passes (one compile's dump)" in page.read_text() and any(not p["changed"] for p in data["passes"])
 
 
 def test_out_writes_each_stage_in_full_one_file_per_stage(outputs):
@@ -187,7 +194,8 @@ def test_the_console_verb_dumps_its_own_compile_and_leaves_no_folder(script, tmp
     env = dict(os.environ, TMPDIR=str(tmp_path))
     env.pop("TFLAB_IN_PROCESS", None)
     run = subprocess.run([sys.executable, "-m", "tflab", "lower", f"{script}:f", "--arg", "x=float32[2,8]",
-                          "--json"], capture_output=True, text=True, env=env, cwd=script.parent, timeout=600)
+                          "--json", "--passes"], capture_output=True, text=True, env=env, cwd=script.parent,
+                         timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     data = json.loads(run.stdout)
     by = {s["name"]: s for s in data["stages"]}
@@ -197,3 +205,6 @@ def test_the_console_verb_dumps_its_own_compile_and_leaves_no_folder(script, tmp
     fusion = next(f for f in data["fusions"] if "Relu" in f["tf_op_types"])
     assert fusion["source_lines"] == ["model_fn.py:11"] and fusion["llvm_ir_bytes"] > 0 and fusion["asm_bytes"] > 0
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("tflab_")] == []  # the dump folder removed
+    # --passes: this process's own dump had XLA's per-pass files (armed before TF loaded).
+    fusion = next(p for p in data["passes"] if p["changed"] and p["name"] == "fusion")
+    assert "model_fn.py:11" in fusion["source_lines"] and any(not p["changed"] for p in data["passes"])

@@ -58,6 +58,10 @@ def run(ctx) -> None:
 
     for line in tour_lines(forward, x):
         ctx.line(line)
+    # What graph mode ran: the three slowest nodes with their kernel library and line (tflab lower --path graph).
+    from tflab.lowering.tour import graph_top_line
+
+    ctx.line(graph_top_line(forward, x))
 
     # Gradients of the loss, eager vs graph. XLA is left out here: compiling the
     # backward pass of MobileNetV3Small costs far more than this section's budget

@@ -9,7 +9,8 @@ HELP = ("lower FILE.py:FUNC under XLA and show every level (python, autograph, f
 
 # Stage -> file suffix under --out (kept here: argparse needs no TF).
 STAGE_FILES = {"python": "py", "autograph": "py", "funcgraph": "txt", "tf_mlir": "mlir", "stablehlo": "mlir",
-               "hlo": "hlo.txt", "optimized_hlo": "hlo.txt", "llvm_ir": "ll", "asm": "s"}
+               "hlo": "hlo.txt", "optimized_hlo": "hlo.txt", "llvm_ir": "ll", "asm": "s",
+               "grappler": "txt", "partition": "txt", "profile": "txt"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -29,6 +30,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cause", action="store_true", help="also compare eager with XLA on the same arguments "
                    "(tflab compare); when they disagree, find the transformation that made it (flags and HLO "
                    "passes one at a time, each in a child process) and mark the fusion where it acted")
+    p.add_argument("--path", choices=("xla", "graph"), default="xla",
+                   help="xla (default): XLA's ladder down to machine code; graph: what a plain tf.function ran, "
+                        "from TF's RunMetadata: Grappler's graph (what each optimizer changed), the partition "
+                        "graph with each node's kernel (oneDNN or Eigen), and each node's time over --runs runs")
+    p.add_argument("--runs", type=int, default=20, metavar="N",
+                   help="--path graph: runs the profile level times (default 20)")
+    p.add_argument("--passes", action="store_true",
+                   help="--path xla: also show what each HLO pass changed (a diff per pass with your lines, "
+                        "from one compile's --xla_dump_hlo_pass_re=.* dump); passes that changed nothing are listed")
     p.add_argument("--force", action="store_true", help="replace an existing --out folder or --html file")
     p.add_argument("--json", action="store_true", help="print every stage's op counts and the fusion records "
                    "as JSON (with --stage, those stages' text too)")
@@ -42,9 +52,11 @@ def before_tf(args: argparse.Namespace) -> None:
     process, TF import or SavedModel is needed. In-process runs (TF already
     loaded) use the child process instead.
     """
+    if getattr(args, "path", "xla") == "graph":
+        return  # no XLA compile: nothing to dump
     from tflab.lowering.dump import arm_own_dump
 
-    arm_own_dump()
+    arm_own_dump(passes=getattr(args, "passes", False))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,9 +80,17 @@ def run(args: argparse.Namespace) -> int:
         out = output_path(args.out, "--out", folder=True, exclusive=not args.force)  # odd path text refused here
         check_folder_out(args.out, "--out", args.force, noun="lowering", empty_ok=False)
     html = html_output(args.html, args.force)
+    if args.path == "graph" and args.cause:
+        raise UsageError("--cause compares eager with XLA and marks the fusion where they part: use it with "
+                         "--path xla (the default), not --path graph")
+    if args.path == "graph" and args.passes:
+        raise UsageError("--passes shows XLA's HLO passes: use it with --path xla (the default); --path graph "
+                         "shows Grappler's optimizers instead")
+    if args.runs < 1:
+        raise UsageError(f"--runs {args.runs}: give a whole number >= 1 (profiled runs), e.g. --runs 20")
     from tflab.lowering.dump import arm_own_dump, disarm_own_dump
 
-    own = arm_own_dump()  # armed by `before_tf`; None when TF loaded first (then the child dumps)
+    own = arm_own_dump(passes=args.passes) if args.path == "xla" else None  # armed by `before_tf`; None when TF loaded first
     try:
         fn, call_args, call_kwargs = load_call_with_examples(args.target, args.arg, args.examples)
         if "examples" in call_kwargs:  # the API's own keyword: the function's parameter is bound to it here
@@ -78,10 +98,11 @@ def run(args: argparse.Namespace) -> int:
 
             fn = functools.partial(fn, examples=call_kwargs.pop("examples"))
         Progress("lower", total=1, enabled=not args.json)(
-            f"lowering {args.target}: nine levels, XLA's dump " + ("of this process's compile" if own
-                                                                  else "in a child process"))
+            f"lowering {args.target}: " + (f"graph path, Grappler and partition graphs, {args.runs} profiled runs"
+                                           if args.path == "graph" else "nine levels, XLA's dump " + (
+                                               "of this process's compile" if own else "in a child process")))
         with user_code(args.target.rpartition(":")[2], "while lowering"):
-            report = lower(fn, *call_args, **call_kwargs)
+            report = lower(fn, *call_args, path=args.path, runs=args.runs, passes=args.passes, **call_kwargs)
         if args.cause:
             from tflab.lowering.cause import link_cause
             from tflab.modes import compare_modes

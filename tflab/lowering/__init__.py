@@ -14,7 +14,8 @@ from tflab._lazy import lazy_exports
 
 _EXPORTS = {
     "lower": "api",
-    **dict.fromkeys(("Lowering", "Stage", "Fusion", "Piece", "STAGES"), "records"),
+    **dict.fromkeys(("Lowering", "Stage", "Fusion", "Piece", "STAGES", "GRAPH_STAGES", "GraphNode",
+                     "OptimizerEffect"), "records"),
 }
 
 __all__ = sorted(_EXPORTS)

@@ -9,7 +9,7 @@ from typing import Any
 from tflab.errors import UsageError
 from tflab.lowering.records import STAGES, Lowering, Stage
 
-__all__ = ["build_lowering"]
+__all__ = ["build_lowering", "flat_function", "flat_inputs", "python_levels", "check_inputs_fit"]
 
 
 def _is_keras_model(fn: Any) -> bool:
@@ -58,6 +58,52 @@ def flat_inputs(args: tuple, kwargs: dict):
     return specs, rebuild
 
 
+def flat_function(py_fn, rebuild, name: str):
+    """The function the ladder traces: the user's call rebuilt from flat tensors, its outputs as a flat dict.
+
+    Its frame (this file, ``flat``) is where `tflab.lowering.stages.user_frame` cuts an op's
+    traceback: frames above it (the line that called `tflab.lower`) are never the op's user line.
+    """
+    import tensorflow as tf
+
+    def flat(*xs):
+        a, k = rebuild(xs)
+        out = py_fn(*a, **k)
+        return {f"output_{i}": t for i, t in enumerate(tf.nest.flatten(out))}
+
+    flat.__name__ = name if name.isidentifier() else "lowered"
+    return flat
+
+
+def python_levels(fn: Any) -> tuple[Any, Any, list | None, list]:
+    """(python function, source function or None, Keras layers or None, [python Stage, autograph Stage])."""
+    from tflab.lowering import stages as st
+
+    keras = _is_keras_model(fn)
+    py_fn = getattr(fn, "python_function", fn)
+    layers = _keras_layers(fn) if keras else None
+    if keras:
+        call = getattr(type(fn), "call", None)
+        functional = type(fn).__name__ in ("Functional", "Sequential") or call is None
+        py_source = None if functional else call
+    else:
+        py_source = py_fn
+    done = []
+    # python and autograph never stop the ladder: a body Python cannot show still traces.
+    for stage_name, producer in (("python", lambda: st.python_stage(py_source, layers)),
+                                 ("autograph", lambda: st.autograph_stage(py_source))):
+        try:
+            if py_source is None and stage_name == "autograph":
+                raise ValueError("a Functional Keras model has no Python body of its own to convert")
+            stage = _timed(stage_name, producer)
+            if not stage.text:
+                stage.why = "Python cannot show the source of this function (no file)"
+        except Exception as e:
+            stage = Stage(stage_name, why=f"{type(e).__name__}: {str(e)[:200]}")
+        done.append(stage)
+    return py_fn, py_source, layers, done
+
+
 class _Stop(Exception):
     """A level could not be produced: ``why`` names the op type and quotes TF."""
 
@@ -94,7 +140,7 @@ def _timed(name: str, make) -> Stage:
                  cpu_seconds=time.process_time() - c0)
 
 
-def _check_inputs_fit(specs: list) -> None:
+def check_inputs_fit(specs: list) -> None:
     """One line (UsageError) when the zero inputs the compile needs cannot fit in memory, before any is made.
 
     ``experimental_get_compiler_ir`` takes tensors: one set of zeros of every
@@ -108,18 +154,18 @@ def _check_inputs_fit(specs: list) -> None:
                "of 1 or 2 shows the same fusions)")
 
 
-def build_lowering(fn: Any, args: tuple, kwargs: dict) -> Lowering:
+def build_lowering(fn: Any, args: tuple, kwargs: dict, passes: bool = False) -> Lowering:
     from tflab.lowering.dump import dumper
 
     specs, rebuild = flat_inputs(args, kwargs)
-    _check_inputs_fit(specs)
+    check_inputs_fit(specs)
     # The child (when this process cannot dump: TF ran here first) starts now: its TF import and the
     # SavedModel save overlap this process's tracing and its tf_mlir/stablehlo/hlo levels (2 cores).
-    with dumper() as dump:
-        return build_levels(fn, specs, rebuild, dump)
+    with dumper(passes) as dump:
+        return build_levels(fn, specs, rebuild, dump, passes)
 
 
-def build_levels(fn: Any, specs: list, rebuild, child) -> Lowering:
+def build_levels(fn: Any, specs: list, rebuild, child, passes: bool = False) -> Lowering:
     import tensorflow as tf
 
     from tflab.lowering import stages as st
@@ -128,23 +174,10 @@ def build_levels(fn: Any, specs: list, rebuild, child) -> Lowering:
     from tflab.tracing import function_name, get_concrete_function
 
     name = function_name(fn)
-    keras = _is_keras_model(fn)
-    py_fn = getattr(fn, "python_function", fn)
-    layers = _keras_layers(fn) if keras else None
-    if keras:
-        call = getattr(type(fn), "call", None)
-        functional = type(fn).__name__ in ("Functional", "Sequential") or call is None
-        py_source = None if functional else call
-    else:
-        py_source = py_fn
-
-    def flat(*xs):
-        a, k = rebuild(xs)
-        out = py_fn(*a, **k)
-        return {f"output_{i}": t for i, t in enumerate(tf.nest.flatten(out))}
-
+    py_fn, py_source, layers, python_done = python_levels(fn)
+    flat = flat_function(py_fn, rebuild, name)
     # XLA's module is named after it: the suffix lets an in-process dump take only this compile.
-    flat.__name__ = (name if name.isidentifier() else "lowered") + JIT_SUFFIX
+    flat.__name__ += JIT_SUFFIX
     jit = tf.function(flat, jit_compile=True, input_signature=specs)
     done: list[Stage] = []
     stopped, why = "", ""
@@ -164,18 +197,7 @@ def build_levels(fn: Any, specs: list, rebuild, child) -> Lowering:
         done.append(stage)
         return stage
 
-    # python and autograph never stop the ladder: a body Python cannot show still traces.
-    for stage_name, producer in (("python", lambda: st.python_stage(py_source, layers)),
-                                 ("autograph", lambda: st.autograph_stage(py_source))):
-        try:
-            if py_source is None and stage_name == "autograph":
-                raise ValueError("a Functional Keras model has no Python body of its own to convert")
-            stage = _timed(stage_name, producer)
-            if not stage.text:
-                stage.why = "Python cannot show the source of this function (no file)"
-        except Exception as e:
-            stage = Stage(stage_name, why=f"{type(e).__name__}: {str(e)[:200]}")
-        done.append(stage)
+    done.extend(python_done)
     t0, c0 = time.perf_counter(), time.process_time()
     with record_layer_calls() as layer_calls:  # which Keras layer call created each op (not a scope guess)
         concrete = get_concrete_function(jit)  # tracing errors are the user's: raised as TraceError
@@ -201,9 +223,9 @@ def build_levels(fn: Any, specs: list, rebuild, child) -> Lowering:
     if not stopped:
         generator = jit.experimental_get_compiler_ir(*[tf.zeros(s.shape, s.dtype) for s in specs])
     add("stablehlo", lambda: st.stablehlo_stage(generator))
-    fusions, memory = [], {}
+    fusions, memory, pass_list = [], {}, []
     if not stopped:
-        fusions, memory = _compiled_stages(add, done, generator, fg, op_layer, child)
+        fusions, memory = _compiled_stages(add, done, generator, fg, op_layer, child, pass_list if passes else None)
     by_name = {s.name: s for s in done}
     all_stages = []
     for stage_name in STAGES:
@@ -215,10 +237,10 @@ def build_levels(fn: Any, specs: list, rebuild, child) -> Lowering:
         else:
             all_stages.append(Stage(stage_name, why="not produced"))
     return Lowering(function_name=name, stages=tuple(all_stages), fusions=tuple(fusions), memory=memory,
-                    stopped_at=stopped, why=why, _index=index)
+                    stopped_at=stopped, why=why, _index=index, passes=tuple(pass_list))
 
 
-def _compiled_stages(add, done, generator, funcgraph, op_layer, child):
+def _compiled_stages(add, done, generator, funcgraph, op_layer, child, pass_list=None):
     """hlo, optimized_hlo, llvm_ir and asm from one compile's dump (without one: hlo and optimized_hlo here)."""
     from tflab.lowering import stages as st
     from tflab.lowering.dump import parse_buffer_assignment
@@ -264,4 +286,8 @@ def _compiled_stages(add, done, generator, funcgraph, op_layer, child):
                       "each kernel's object file disassembled; seconds: object emission and disassembly",
                       tuple(pieces)))
     memory = parse_buffer_assignment(dump.buffer_assignment) if dump.buffer_assignment else {}
+    if pass_list is not None and dump.hlo:
+        from tflab.lowering.passes import pass_changes
+
+        pass_list.extend(pass_changes(dump.files, dump.hlo, op_source, dump.call_levels))
     return fusions, memory

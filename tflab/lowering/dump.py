@@ -48,7 +48,7 @@ _own_dump: Path | None = None  # this process's XLA dump folder, armed before TF
 _flags_before: str | None = None  # XLA_FLAGS as they were before `arm_own_dump`
 
 
-def arm_own_dump() -> Path | None:
+def arm_own_dump(passes: bool = False) -> Path | None:
     """Turns XLA's dump on for this process, when TF has not loaded yet; returns the folder or None.
 
     XLA parses ``XLA_FLAGS`` once, at its first compile, so the flag must be in
@@ -76,7 +76,8 @@ def arm_own_dump() -> Path | None:
     _flags_before = os.environ.get("XLA_FLAGS")
     from tflab.process.xla_probe import dump_flags, note_own_dump
 
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + dump_flags(dump)).strip()
+    pass_flag = " --xla_dump_hlo_pass_re=.*" if passes else ""  # the module after each pass that changed it
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + dump_flags(dump) + pass_flag).strip()
     note_own_dump(dump)  # reports record the user's XLA_FLAGS, these apart (`tflab.runtime`)
     _own_dump = dump
     return dump
@@ -151,16 +152,24 @@ def _probe_in_process() -> Path | bool:
     return False
 
 
-def dumper():
+def dumper(passes: bool = False):
     """The dump of this lowering's one compile: `OwnDump` when this process dumps, else a `DumpChild`.
 
     This process dumps when the CLI armed it before TF loaded (`arm_own_dump`) or
     when XLA had not compiled anything yet at the first lowering (`_probe_in_process`):
     then no second process, TF import or SavedModel is needed.
+
+    Args:
+        passes: also dump the module after each HLO pass that changed it. This process's own dump
+            has it only when `arm_own_dump` was asked for it; otherwise a child compiles with the flag
+            (the in-process probe's flags are XLA's for the whole process, and a dump after every pass
+            of every later lowering would cost each of them).
     """
     global _in_process
     if _own_dump is not None and _own_dump.is_dir():
         return OwnDump(_own_dump)
+    if passes:
+        return DumpChild(passes)
     if _in_process is None:
         _in_process = _probe_in_process()
     if _in_process:
@@ -188,6 +197,7 @@ class DumpResult:
     error: str = ""
     asm_why: str = ""
     hlo: str = ""
+    files: dict = dataclasses.field(default_factory=dict)  # the module's dump files (pass dumps included)
     call_levels: int = 2  # the child calls the program through a SavedModel signature: 2 call ops
     where: str = "a child process"
     waited_for: str = "the SavedModel save and the child, whose TF import began with the lowering"
@@ -217,7 +227,8 @@ class DumpChild:
     still runs and removes the folder. Use as a context manager.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, passes: bool = False) -> None:
+        self.passes = passes
         self.tmp: Path | None = None
         self.group = None
         self.proc = None
@@ -231,7 +242,8 @@ class DumpChild:
         self.tmp = owned_temp_dir(TEMP_PREFIX)  # carries its owner: swept after a SIGKILL (H3)
         env = dict(os.environ)
         dump = self.tmp / "xla_dump"
-        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + f" --xla_dump_to={dump} --xla_dump_hlo_as_text").strip()
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + f" --xla_dump_to={dump} --xla_dump_hlo_as_text"
+                            + (" --xla_dump_hlo_pass_re=.*" if self.passes else "")).strip()
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         self.group = ChildGroup().__enter__()
         self.started = time.perf_counter()
@@ -371,6 +383,7 @@ def module_files(dump: Path) -> dict[str, Path]:
 
 def read_dump(dump: Path, out: DumpResult) -> None:
     files = module_files(dump)
+    out.files = files
     after = files.get("cpu_after_optimizations.txt")
     if after is None:
         out.error = "XLA wrote no optimized HLO (no *.cpu_after_optimizations.txt in its dump)"

@@ -47,14 +47,21 @@ def resolve_key(lowering, key: str) -> tuple[set[str], set[str], set[str]]:
         base = f"{os.path.basename(path)}:{line}"
         return ops, {base}, {f.name for f in lowering.fusions if base in f.source_lines}
     hlo_keys: set[str] = set()
+    if key.startswith("node:") and getattr(lowering, "nodes", ()):  # graph path: one node, by its own name
+        ops = {n for node in lowering.nodes if node.name == key[5:] for n in node.replaced}
+        return ops, {r.source for r in index if r.name in ops and r.source}, set()
     types = op_types(key)
     ops = {r.name for r in index if r.type in types}
     if not ops:
         ops = {r.name for r in index if r.name == key or r.name.startswith(key + "/")}
+    if not ops and getattr(lowering, "nodes", ()):  # graph path: a node's name or its op after a rewrite
+        for node in lowering.nodes:
+            if key in (node.name, node.op, node.grappler_op):
+                ops |= set(node.replaced)
     if not ops and key in fusions:
         ops = set(fusions[key].tf_op_names)
         hlo_keys = {key} | {i.split(" = ")[0] for i in fusions[key].instructions}
-    if not ops:
+    if not ops and lowering.path == "xla":
         for stage in ("optimized_hlo", "hlo"):
             for piece in lowering.stage(stage).pieces:
                 if piece.key == key:

@@ -9,10 +9,13 @@ from tflab.report.base import Report, config_field
 from tflab.report.html.dispatch import renders
 from tflab.report.html.lowering import lowering_fragment
 
-__all__ = ["STAGES", "Stage", "Piece", "Fusion", "Lowering"]
+__all__ = ["STAGES", "GRAPH_STAGES", "Stage", "Piece", "Fusion", "GraphNode", "OptimizerEffect", "PassChange",
+           "Lowering"]
 
 #: The levels, from the user's Python to machine code, in order.
 STAGES = ("python", "autograph", "funcgraph", "tf_mlir", "stablehlo", "hlo", "optimized_hlo", "llvm_ir", "asm")
+#: The levels of the graph path (``path="graph"``: a plain tf.function, no XLA), in order.
+GRAPH_STAGES = ("python", "autograph", "funcgraph", "grappler", "partition", "profile")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +131,116 @@ class Fusion:
 
 
 @dataclasses.dataclass(repr=False)
+class GraphNode:
+    """One node of the graph that ran (graph path): what Grappler and the runtime made of the user's ops.
+
+    Attributes:
+        name: the node's name in the post-optimization and partition graphs (a fused node keeps
+            the name of the last op it replaced: ``Relu`` for MatMul+BiasAdd+Relu).
+        grappler_op: its op type after Grappler (``_FusedMatMul``).
+        op: its op type in the partition graph that ran (``_MklNativeFusedMatMul``), or
+            ``grappler_op`` where no partition graph holds it.
+        kernel: the kernel library that ran it: ``oneDNN`` (``_Mkl*`` ops, whose ``_kernel`` attr is
+            ``MklNameChangeOp``/``MklLayoutDependentOp``) or ``TF (Eigen)``; ``-`` for a node that
+            computes nothing (``_Arg``, ``Const``, ``NoOp``, ``_Retval``).
+        device: the partition graph's device (``/job:localhost/.../device:CPU:0``).
+        replaced: the FuncGraph op names it stands for (itself when Grappler kept it).
+        replaced_types: their op types, in the same order.
+        fused_ops: the ``fused_ops`` attr of a fused node (``("BiasAdd", "Relu")``), else ().
+        source_lines: the user's ``file.py:N`` of the replaced ops.
+        layers: the Keras layers (their ``name``) whose calls created the replaced ops, recorded
+            while tracing (`tflab.lowering.layers`); () outside Keras.
+        seconds: mean seconds per run (the profiler's events over the profiled runs), 0 if not seen.
+        bytes: bytes of the tensors it reads and writes (static shapes of the FuncGraph; 0 unknown).
+        flops: floating-point operations per run (2·M·N·K for a MatMul; one per element for an
+            elementwise op), 0 where not counted.
+        bandwidth_share: ``bytes / seconds`` over this machine's measured copy bandwidth
+            (`custom_ops.bench.copy_roofline`), 0 where not measured.
+        provenance_problem: "" when ``replaced`` holds the op type of each of ``fused_ops`` and the
+            base op; else what is missing (a wrong mapping shows here).
+    """
+
+    name: str
+    grappler_op: str
+    op: str
+    kernel: str
+    device: str
+    replaced: tuple[str, ...]
+    replaced_types: tuple[str, ...]
+    fused_ops: tuple[str, ...] = ()
+    source_lines: tuple[str, ...] = ()
+    seconds: float = 0.0
+    bytes: int = 0
+    flops: int = 0
+    bandwidth_share: float = 0.0
+    provenance_problem: str = ""
+    layers: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        return (f"<GraphNode {self.name} {self.op} ({self.kernel}): from "
+                f"{', '.join(self.replaced_types) or '-'}; {', '.join(self.source_lines) or 'no user line'}>")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(repr=False)
+class OptimizerEffect:
+    """What one Grappler optimizer changed, measured by instantiating the function with it off.
+
+    Attributes:
+        name: the option of ``tf.config.optimizer.set_experimental_options`` (``remapping``).
+        changed: whether the post-optimization graph differs with it off.
+        removed: op type → count it removed (present with it off, absent with it on).
+        added: op type → count it added.
+        diff: unified diff of the node lines (``name = Op``) with it off → on.
+        error: "" or why it could not be measured.
+    """
+
+    name: str
+    changed: bool
+    removed: dict = dataclasses.field(default_factory=dict)
+    added: dict = dataclasses.field(default_factory=dict)
+    diff: str = ""
+    error: str = ""
+
+    def __repr__(self) -> str:
+        return f"<OptimizerEffect {self.name}: {'changed' if self.changed else 'no change'}>"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(repr=False)
+class PassChange:
+    """What one XLA HLO pass changed in one compile (``tflab lower --passes``; `tflab.lowering.passes`).
+
+    Attributes:
+        pipeline: the pass pipeline it ran in (``simplification``).
+        name: the pass (``algsimp``, ``fusion``).
+        changed: False for a pass XLA's dump shows ran next and changed nothing.
+        removed, added: the HLO instruction lines it removed and added.
+        source_lines: the user's ``file.py:N`` of the TF ops those instructions came from.
+        tf_op_names: those TF ops (FuncGraph names).
+    """
+
+    pipeline: str
+    name: str
+    changed: bool
+    removed: tuple[str, ...] = ()
+    added: tuple[str, ...] = ()
+    source_lines: tuple[str, ...] = ()
+    tf_op_names: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        what = f"-{len(self.removed)} +{len(self.added)}" if self.changed else "changed nothing"
+        return f"<PassChange {self.pipeline}/{self.name}: {what}>"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(repr=False)
 class Lowering(Report):
     """Every level of one function's lowering under XLA, from Python to machine code.
 
@@ -144,6 +257,12 @@ class Lowering(Report):
             XLA linked to this lowering (`tflab.lowering.cause.link_cause`,
             ``tflab lower --cause``), or None.
         cause_fusion: the fusion of ``fusions`` where that cause acted, or "".
+        path: ``"xla"`` (the levels of `STAGES`) or ``"graph"`` (`GRAPH_STAGES`: what a plain
+            tf.function ran after Grappler and the runtime's rewrites).
+        nodes: graph path: one `GraphNode` per node of the graph that ran.
+        optimizers: graph path: one `OptimizerEffect` per Grappler optimizer measured.
+        profile: graph path: ``runs``, ``wall_seconds`` (those runs), ``node_seconds`` (the sum of
+            every node's time over them), ``copy_gbps`` and ``copy_way`` (the roofline), ``bound``.
     """
 
     function_name: str
@@ -156,11 +275,16 @@ class Lowering(Report):
     _index: Any = dataclasses.field(default=None, repr=False, compare=False)
     cause: Any = None
     cause_fusion: str = ""
+    path: str = "xla"
+    nodes: tuple[GraphNode, ...] = ()
+    optimizers: tuple[OptimizerEffect, ...] = ()
+    profile: dict = dataclasses.field(default_factory=dict)
+    passes: tuple[PassChange, ...] = ()
 
     DICT_PROPERTIES: ClassVar[tuple[str, ...]] = ()
 
     def stage(self, name: str) -> Stage:
-        """The stage called ``name`` (one of `STAGES`).
+        """The stage called ``name`` (one of `STAGES`, or of `GRAPH_STAGES` on the graph path).
 
         Raises:
             tflab.errors.UsageError: ``name`` is not a stage name (the message lists them); it is also a
@@ -171,7 +295,8 @@ class Lowering(Report):
         for s in self.stages:
             if s.name == name:
                 return s
-        raise UnknownKey(f"Lowering.stage: no stage {name!r}; the stages are {', '.join(STAGES)}")
+        names = ", ".join(s.name for s in self.stages) or ", ".join(STAGES)
+        raise UnknownKey(f"Lowering.stage: no stage {name!r}; the stages are {names}")
 
     def provenance(self, key: str) -> dict[str, list[str]]:
         """What came from ``key`` at every level: stage name → its pieces (text).
@@ -179,8 +304,10 @@ class Lowering(Report):
         Args:
             key: a TF op type (``MatMul``; a control-flow type names its family:
                 ``While`` also finds ``StatelessWhile``, likewise ``If`` and ``Case``) or op name (``while/mul``), an HLO
-                instruction or fusion name (``multiply_reduce_fusion``), or a
-                user line ``"file.py:N"`` (a path or its base name).
+                instruction or fusion name (``multiply_reduce_fusion``), a
+                user line ``"file.py:N"`` (a path or its base name), or on the graph path an op type
+                after a rewrite (``_FusedMatMul``, ``_MklNativeFusedMatMul``) or ``"node:NAME"`` (one
+                node of the graph that ran, by its own name).
 
         Returns:
             ``{stage: [piece, …]}`` for every stage with a piece from ``key``, plus
@@ -203,6 +330,10 @@ class Lowering(Report):
         return resolve_key(self, key)
 
     def summary_line(self) -> str:
+        if self.path == "graph":
+            fused = sum(1 for n in self.nodes if len(n.replaced) > 1)
+            return (f"graph path: {len(self.nodes)} nodes ran, {fused} fused/rewritten; "
+                    f"{sum(o.changed for o in self.optimizers)} optimizers changed the graph")
         reached = [s.name for s in self.stages if not s.why]
         tail = f"stopped at {self.stopped_at}" if self.stopped_at else f"{len(self.fusions)} fusions/kernels"
         return f"{len(reached)}/{len(self.stages)} stages; {tail}"
@@ -217,7 +348,9 @@ class Lowering(Report):
                 "fusions": [f.to_dict() for f in self.fusions], "memory": self.memory,
                 "stopped_at": self.stopped_at, "why": self.why, "config": self.config,
                 "cause": self.cause.to_dict() if self.cause is not None else None,
-                "cause_fusion": self.cause_fusion}
+                "cause_fusion": self.cause_fusion, "path": self.path,
+                "nodes": [n.to_dict() for n in self.nodes], "optimizers": [o.to_dict() for o in self.optimizers],
+                "profile": dict(self.profile), "passes": [p.to_dict() for p in self.passes]}
 
 
 # Its HTML fragment (notebook and --html pages): tflab.report.html.dispatch's registry.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["lowering_text", "human_bytes", "layer_credit"]
+__all__ = ["lowering_text", "human_bytes", "layer_credit", "graph_lines", "top_nodes_line", "effect_text", "pass_lines"]
 
 
 def layer_credit(fusion) -> str:
@@ -39,6 +39,10 @@ def lowering_text(low, max_fusions: int = 40) -> str:
                          f"{s.seconds:7.3f} s  {_top_ops(s.ops)}")
     if low.stopped_at:
         lines.append(f"stopped at {low.stopped_at}: {low.why}")
+    if getattr(low, "path", "xla") == "graph":
+        lines += graph_lines(low)
+    if getattr(low, "passes", ()):
+        lines += pass_lines(low.passes)
     if low.fusions:
         lines.append(f"fusions and kernels ({len(low.fusions)}), largest traffic first:")
         lines.append("  name | kind | instr | read/written | LLVM IR / asm | user lines | layers | TF ops")
@@ -67,3 +71,71 @@ def lowering_text(low, max_fusions: int = 40) -> str:
                      f"allocations, temp {human_bytes(m['temp_bytes'])}; largest: "
                      + "; ".join(f"{human_bytes(a['bytes'])} {a['kind']} {a['shape'][:60]}" for a in big))
     return "\n".join(lines)
+
+
+def top_nodes_line(low, k: int = 3) -> str:
+    """The ``k`` nodes that took longest per run, each with its op, kernel library and user line."""
+    timed = sorted((n for n in low.nodes if n.seconds > 0), key=lambda n: -n.seconds)[:k]
+    if not timed:
+        return "no node was timed"
+    def where(n) -> str:
+        parts = list(n.source_lines[:2]) + ([f"layer {', '.join(n.layers[:2])}"] if n.layers else [])
+        return ", ".join(parts) or "no user line"
+
+    return "; ".join(f"{n.op} [{n.kernel}] {n.seconds * 1e6:.1f} us ({where(n)})" for n in timed)
+
+
+def graph_lines(low, max_nodes: int = 15) -> list[str]:
+    """The graph path's report: the rewritten nodes, the slowest nodes, each optimizer's effect, the bound."""
+    out = []
+    rewritten = [n for n in low.nodes if n.replaced and (len(n.replaced) > 1 or n.op != n.replaced_types[0])]
+    if rewritten:
+        out.append(f"rewritten nodes ({len(rewritten)}): node | after Grappler | ran as [kernel] | replaced | lines")
+        for n in rewritten[:max_nodes]:
+            bad = f" | !! {n.provenance_problem}" if n.provenance_problem else ""
+            out.append(f"  {n.name} | {n.grappler_op} | {n.op} [{n.kernel}] | {', '.join(n.replaced_types)} | "
+                       f"{', '.join(n.source_lines) or '-'}{bad}")
+    if low.profile:
+        p = low.profile
+        out.append(f"slowest nodes over {p['runs']} runs: {top_nodes_line(low)}")
+        out.append(f"profile: {p['bound']} ({'within' if p['within_bound'] else 'OUTSIDE'} the bound); "
+                   f"copy roofline {p['copy_gbps']:.1f} GB/s ({p['copy_way']})")
+    if low.optimizers:
+        out.append("Grappler optimizers (each turned off alone):")
+        out.append(effect_text(list(low.optimizers)))
+    return out
+
+
+def effect_text(effects: list[OptimizerEffect]) -> str:
+    """One line per optimizer: what it removed and added, or that it changed nothing."""
+    rows = []
+    for e in effects:
+        if e.error:
+            rows.append(f"  {e.name}: not measured ({e.error})")
+        elif not e.changed:
+            rows.append(f"  {e.name}: changed nothing")
+        else:
+            fmt = lambda d: ", ".join(f"{k}×{v}" for k, v in sorted(d.items())) or "-"  # noqa: E731
+            rows.append(f"  {e.name}: removed {fmt(e.removed)}; added {fmt(e.added)}")
+    return "\n".join(rows)
+
+
+def pass_lines(passes, max_lines: int = 3) -> list[str]:
+    """XLA pass by pass: each pass that changed the module (its diff, first lines, and the user's lines), then
+    the passes that changed nothing."""
+    changed = [p for p in passes if p.changed]
+    out = [f"XLA passes (one compile's dump, --xla_dump_hlo_pass_re=.*): {len(changed)} changed the module"]
+    for p in changed:
+        if not p.removed and not p.added:
+            out.append(f"  {p.pipeline}/{p.name}: changed the module outside its instructions (the entry "
+                       "layout, the schedule or the module's config)")
+            continue
+        out.append(f"  {p.pipeline}/{p.name}: -{len(p.removed)} +{len(p.added)} instructions; "
+                   f"lines {', '.join(p.source_lines) or '-'}")
+        out += [f"    - {ln[:160]}" for ln in p.removed[:max_lines]]
+        out += [f"    + {ln[:160]}" for ln in p.added[:max_lines]]
+    same = [f"{p.pipeline}/{p.name}" for p in passes if not p.changed]
+    if same:
+        out.append(f"changed nothing ({len(same)}; named by the dump as the next pass, never dumped after): "
+                   + ", ".join(same))
+    return out

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["ENV", "lane_env", "step_six_optimized_hlo", "tour_lines"]
+__all__ = ["ENV", "lane_env", "step_six_optimized_hlo", "tour_lines", "graph_top_line"]
 
 #: The dump folder of the tour's second process (set by `lane_env`).
 ENV = "TFLAB_TOUR_XLA_DUMP"
@@ -134,3 +134,33 @@ def tour_lines(fn: Callable, *args: Any) -> list[str]:
     lines.append(f"lowering lines: {time.perf_counter() - t0:.1f} s ({time.process_time() - c0:.1f} CPU s), "
                  "from step 6's compile (no second one)")
     return lines
+
+
+def graph_top_line(fn: Callable, *args: Any, runs: int = 3) -> str:
+    """Step 6's graph-mode line: the three nodes that took longest, each with its kernel library and line.
+
+    `tflab.lower(fn, *args, path="graph")` without the per-optimizer measurement (it
+    instantiates the function once per Grappler optimizer; the tour keeps to the one
+    instantiation and ``runs`` profiled runs).
+
+    Args:
+        fn: the function step 6 compared (the model's inference function).
+        *args: its tensors.
+        runs: profiled runs.
+
+    Returns:
+        ``"graph mode, slowest nodes over 3 runs: _FusedConv2D [TF (Eigen)] 812.0 us (layer conv); … (2.1 s)"``,
+        or why there is none.
+    """
+    from tflab.lowering.graph_build import build_graph_lowering
+    from tflab.lowering.text import top_nodes_line
+
+    t0 = time.perf_counter()
+    try:
+        low = build_graph_lowering(fn, args, {}, runs=runs, optimizers=())
+    except Exception as e:  # the tour goes on: the line says why it is missing
+        return f"graph mode, slowest nodes: not measured ({type(e).__name__}: {str(e)[:120]})"
+    if low.stopped_at:
+        return f"graph mode, slowest nodes: not measured ({low.why[:120]})"
+    return (f"graph mode, slowest nodes over {runs} runs: {top_nodes_line(low)} "
+            f"({time.perf_counter() - t0:.1f} s)")

@@ -72,6 +72,8 @@ def _key_map(low: Any, ids: dict) -> dict[str, list[str]]:
             keys.add(piece.lines[0])
         elif stage.name == "funcgraph":
             keys.add(piece.key)
+        elif stage.name == "grappler" and piece.key:  # graph path: a node, by its own name
+            keys.add(f"node:{piece.key}")
     keys |= {f.name for f in low.fusions}
     out = {}
     for key in keys:
@@ -106,7 +108,8 @@ def lowering_fragment(low: Any) -> str:
             pid = f"p-{stage.name}-{pi}"
             ids[(si, pi)] = pid
             key = (piece.lines[0] if stage.name == "python" and piece.lines
-                   else piece.key if stage.name == "funcgraph" else "")
+                   else piece.key if stage.name == "funcgraph"
+                   else f"node:{piece.key}" if stage.name == "grappler" and piece.key else "")
             attr = f' data-key="{esc(key)}"' if key else ""
             rows.append(f'<div class="piece" id="{pid}"{attr} title="{esc(piece.text)}">{esc(piece.text)}</div>')
         more = len(stage.pieces) - _MAX_PIECES
@@ -131,6 +134,7 @@ def lowering_fragment(low: Any) -> str:
     cause = getattr(low, "cause", None)
     if cause is not None:  # the cause line, above the fusion table that marks its fusion
         stop += f'<p class="cause"><b>{esc(cause.runs)}</b>: {esc(cause.line_text)}</p>'
+    extra = _graph_tables(low) + _pass_table(low)
     key_map = _key_map(low, ids)
     data = json.dumps(key_map).replace("</", "<\\/")
     return (f"<style>{_CSS}</style>{stop}<p id=\"lower-count\">click a source line, a FuncGraph op or a fusion</p>"
@@ -139,7 +143,43 @@ def lowering_fragment(low: Any) -> str:
                + table(["fusion", "kind", "instructions", "user lines", "layers", "TF ops", "bytes read",
                         "bytes written", "LLVM IR bytes", "asm bytes"], fusion_rows, raw=True)
                if low.fusions else "")
-            + mem + f'<script type="application/json" id="lower-map">{data}</script><script>{_JS}</script>')
+            + mem + extra + f'<script type="application/json" id="lower-map">{data}</script><script>{_JS}</script>')
+
+
+def _counts(d: dict) -> str:
+    return ", ".join(f"{k}×{v}" for k, v in sorted(d.items())) or "-"
+
+
+def _graph_tables(low: Any) -> str:
+    """Graph path: the slowest nodes (clickable: what they replaced at every level) and each optimizer's effect."""
+    nodes = sorted((n for n in getattr(low, "nodes", ()) if n.seconds > 0), key=lambda n: -n.seconds)[:20]
+    out = ""
+    if nodes:
+        rows = [(f'<span data-key="node:{esc(n.name)}">{esc(n.name)}</span>', esc(n.op), esc(n.kernel),
+                 f"{n.seconds * 1e6:.1f}", n.bytes, n.flops, f"{n.bandwidth_share:.0%}" if n.bandwidth_share else "-",
+                 esc(", ".join(n.replaced_types)), esc(", ".join(n.source_lines) or "-"),
+                 esc(", ".join(n.layers) or "-")) for n in nodes]
+        out += ("<h4>slowest nodes (us per run)</h4>"
+                + table(["node", "ran as", "kernel", "us/run", "bytes", "FLOPs", "of copy roofline", "replaced",
+                         "user lines", "layers"], rows, raw=True))
+    effects = getattr(low, "optimizers", ())
+    if effects:
+        rows = [(esc(e.name), "not measured: " + esc(e.error) if e.error else ("changed" if e.changed else
+                 "changed nothing"), esc(_counts(e.removed)), esc(_counts(e.added))) for e in effects]
+        out += ("<h4>Grappler optimizers, each turned off alone</h4>"
+                + table(["optimizer", "effect", "removed", "added"], rows, raw=True))
+    return out
+
+
+def _pass_table(low: Any) -> str:
+    """XLA path with passes: one row per HLO pass (what it removed and added, the user's lines)."""
+    passes = getattr(low, "passes", ())
+    if not passes:
+        return ""
+    rows = [(esc(p.pipeline), esc(p.name), len(p.removed) if p.changed else "-", len(p.added) if p.changed else "-",
+             esc(", ".join(p.source_lines) or "-") if p.changed else "changed nothing") for p in passes]
+    return "<h4>XLA passes (one compile's dump)</h4>" + table(
+        ["pipeline", "pass", "removed", "added", "user lines"], rows, raw=True)
 
 
 def lowering_page(low: Any) -> str:
