@@ -28,6 +28,10 @@ def work(tmp_path_factory):
     (w / "notflite.tflite").write_bytes(b"# a text file\n" * 4)
     (w / "short.tflite").write_bytes(b"TFL")
     (w / "ok.tflite").write_bytes(b"\x1c\x00\x00\x00TFL3" + bytes(32))
+    import zipfile
+
+    with zipfile.ZipFile(w / "ok.npz", "w") as z:
+        z.writestr("x.npy", b"")
     (w / "sm").mkdir()
     (w / "sm" / "saved_model.pb").write_bytes(b"")
     (w / "o").mkdir()
@@ -74,6 +78,10 @@ REFUSED = [
     (["distribute", "m.py:f", "--arg", "n=3"], "dim 0 is the global batch"),
     (["distribute", "m.py:f", "--arg", "x=float32[]"], "dim 0 is the global batch"),
     (["distribute", "--crash-worker", "0", "--mode", "mirrored"], "the mirrored lab has no workers"),
+    # an --examples that is no .npz (handed: export; sibling: check-tflite), a tour --model that is not .keras
+    (["export", "ok.tflite", "--out", "o/e", "--examples", "m.py"], "is not an .npz archive"),
+    (["check-tflite", "ok.tflite", "sm", "--examples", "short.tflite"], "is not an .npz archive"),
+    (["tour", "--model", "m.py", "--out", "o/t"], "--model 'm.py' is not a .keras file or a SavedModel folder"),
     # --force onto a user's file: the noun takes its article ("a lowering", not "an lowering")
     (["lower", "m.py:f", "--arg", "x=float32[2]", "--out", "m.py", "--force"], "not a lowering folder"),
 ]
@@ -95,7 +103,8 @@ HEALTHY = [
     ["compare", "m.py:f", "--arg", "x=complex64[2,3]", "--arg", "y=int64[20000,20000]", "--arg", "b=bool[]",
      "--seed", str(2**63 - 1)],  # 3.0 GiB: under the limit
     ["precision", "m.py:f", "--arg", "x=bfloat16[8]", "--seed", "0"],
-    ["check-tflite", "ok.tflite", "sm"],
+    ["check-tflite", "ok.tflite", "sm", "--examples", "ok.npz"],
+    ["tour", "--model", "sm", "--out", "o/t"],
     ["distribute", "m.py:f", "--arg", "x=float32[8,None]", "--replicas", "2"],
     ["retrace", "m.py"],
 ]

@@ -85,11 +85,20 @@ def check_tflite_identifier(path: str, flag: str) -> None:
 
 def check_content(verb: str, dest: str, value: str) -> None:
     """What an input file holds, once `tflab._paths.input_path` found it regular: a script's syntax
-    (`check_py`), check-tflite's flatbuffer identifier (`check_tflite_identifier`)."""
+    (`check_py`), check-tflite's flatbuffer identifier (`check_tflite_identifier`), an ``--examples``
+    that is no zip archive (`tflab.examples`' words), a tour ``--model`` file that is not ``.keras``."""
     if dest == "script":
         check_py(value, "script")
     elif verb == "check-tflite" and dest == "model":
         check_tflite_identifier(value, "MODEL.tflite")
+    elif dest == "examples" and os.path.isfile(value):
+        import zipfile
+
+        if not zipfile.is_zipfile(value):
+            raise UsageError(f"--examples {value!r} is not an .npz archive (np.savez writes one, an array per "
+                             f"input name)")
+    elif verb == "tour" and dest == "model" and os.path.isfile(value) and not value.endswith(".keras"):
+        raise UsageError(f"--model {value!r} is not a .keras file or a SavedModel folder")
 
 
 def check_file_not_in_folder(file: str, file_flag: str, folder: str, folder_flag: str) -> None:
