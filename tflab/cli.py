@@ -261,9 +261,9 @@ def preflight(verb: str, args: argparse.Namespace) -> None:
             flag = {"model": "MODEL.tflite" if verb == "check-tflite" else "--model", "saved_model": "SAVED_MODEL",
                     "examples": "--examples", "script": "script"}.get(dest, dest)
             _paths.input_path(value, flag, want=kind, what=words)
-            _preflight.check_content(verb, dest, value)  # a script's syntax, a .tflite's identifier
             if kind in ("folder", "any"):
                 _preflight.check_saved_model_folder(value, flag)
+    _preflight.check_contents(verb, args)  # once every input path is judged: a script's syntax, a .tflite's id
     if verb in _ARG_GRAMMAR:
         check_arg_grammar(getattr(args, "arg", None), static=verb == "lower", draws=verb in _DRAWS_INPUTS[:2],
                           max_rank=NUMPY_MAX_DIMS if verb in _DRAWS_INPUTS else None, batch=verb == "distribute")

