@@ -67,6 +67,13 @@ OPTION_ERRORS = (
     ["lower", "m.py:f", "--arg", "x=float32[2,8]", "--out", "o/p/.."],
     ["lower", "m.py:f", "--arg", "x=float32[2,8]", "--out", "o/s", "--html", "o/s"],
     ["export", "m.py:f", "--out", "o/e", "--html", "o/e/page.html"],
+    # FUNC that is no Python name, a syntax error, undrawable specs, --seed, the .tflite identifier, distribute
+    ["inspect", "m.py:1f", "--arg", "x=float32[2]"],
+    ["retrace", "broken.py"],
+    ["compare", "m.py:f", "--arg", "x=string[2]"],
+    ["precision", "m.py:f", "--arg", "x=float32[None]", "--seed", str(2**64)],
+    ["check-tflite", "m.txt", "adir"],
+    ["distribute", "m.py:f", "--arg", "x=float32[None,4]"],
 )
 _ENTRY = ("import sys; from tflab.cli import supervise; rc = supervise(sys.argv[1:]); "
           "sys.stderr.write('TF-IMPORTED\\n' if 'tensorflow' in sys.modules else ''); sys.exit(rc)")
@@ -105,6 +112,7 @@ def _work_folder() -> Path:
     (work / "user" / "thesis.txt").write_text("mine")
     (work / "m.py").write_text("def f(x):\n    return x * 2.0\n")
     (work / "m.txt").write_text("not python")
+    (work / "broken.py").write_text("x = (\n")
     (work / "o").mkdir()
     return work
 

@@ -86,6 +86,15 @@ _DTYPES = frozenset(_BASE_DTYPES + [f"{n}_ref" for n in _BASE_DTYPES])
 # The names `tflab._target.parse_value` offers as "did you mean" (TF's public ``tf.dtypes`` DTypes).
 _SUGGESTED = ("bfloat16 bool complex128 complex64 double float16 float32 float64 half int16 int32 int64 int8 "
               "qint16 qint32 qint8 quint16 quint8 resource string uint16 uint32 uint64 uint8 variant").split()
+#: `tflab._target.MAX_RANDOM_BYTES` in GiB: random inputs larger than this are refused.
+MAX_RANDOM_GIB = 4
+#: dtypes `tflab._target.materialize` draws no random values for (not float, complex, int or bool in TF:
+#: ``DType.is_integer`` is False for the quantized ones).
+_NO_RANDOM = frozenset("string resource variant qint8 qint16 qint32 quint8 quint16".split())
+#: bytes per element (``DType.size`` on TF 2.21) of the dtypes wider than one byte.
+_DTYPE_BYTES = {**dict.fromkeys("bfloat16 float16 half int16 uint16 qint16 quint16".split(), 2),
+                **dict.fromkeys("float32 float int32 uint32 qint32".split(), 4),
+                **dict.fromkeys("float64 double int64 uint64 complex64".split(), 8), "complex128": 16}
 #: numpy arrays (the random inputs compare, precision and diagnose draw) hold at most this many dims
 #: (``numpy/_core/include/numpy/ndarraytypes.h``: NPY_MAXDIMS).
 NUMPY_MAX_DIMS = 64
@@ -126,7 +135,8 @@ def _check_literal(name: str, value: str, short: Callable) -> None:
             f"nor a Python literal (e.g. 3, 0.5, True, 'text'); quote strings") from None
 
 
-def check_arg_grammar(items: list[str] | None, *, static: bool = False, max_rank: int | None = None) -> None:
+def check_arg_grammar(items: list[str] | None, *, static: bool = False, max_rank: int | None = None,
+                      draws: bool = False, batch: bool = False) -> None:
     """The ``--arg NAME=VALUE`` grammar, checked without TensorFlow (the supervisor's pre-flight).
 
     Refuses what the child would refuse for sure (`tflab._target.parse_args`, in its words): no
@@ -139,6 +149,9 @@ def check_arg_grammar(items: list[str] | None, *, static: bool = False, max_rank
         items: the ``--arg`` values.
         static: every dim must be given (``tflab lower``: XLA compiles for static shapes).
         max_rank: the most dims a spec may have (the verbs that draw numpy inputs: `NUMPY_MAX_DIMS`).
+        draws: random values are drawn for each spec (``compare``, ``precision``: `tflab._target.materialize`):
+            every dim given, a dtype with random values, at most `MAX_RANDOM_GIB` GiB, in its words.
+        batch: every value is a TensorSpec whose dim 0 (the global batch) is given (``distribute``).
 
     Raises:
         tflab.errors.UsageError: one line.
@@ -164,6 +177,8 @@ def check_arg_grammar(items: list[str] | None, *, static: bool = False, max_rank
         seen.add(name)
         m = re.match(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*\[(.*)\]\s*$", value)
         if not m:
+            if batch:
+                _refuse_batch(name)
             _check_literal(name, value, short)
             continue
         dtype = m.group(1)
@@ -172,11 +187,21 @@ def check_arg_grammar(items: list[str] | None, *, static: bool = False, max_rank
             raise UsageError(f"--arg {name}={short(value)}: not a TensorSpec: unknown dtype {short(dtype, 40)!r}"
                              + (f"; did you mean {' or '.join(near)}?" if near else
                                 "; use a TF dtype such as float32, int64, bool"))
+        if draws and _base(dtype) in _NO_RANDOM:  # `materialize`'s words
+            raise UsageError(f"--arg {name}: cannot make random values of dtype {_base(dtype)}; pass a float, int "
+                             f"or bool spec")
         if not m.group(2).strip():
+            if batch:
+                _refuse_batch(name)
             continue
         dims = [d.strip() for d in m.group(2).split(",")]
+        if batch and dims[0] in ("None", "?"):
+            _refuse_batch(name)
         for d in dims:
             if d in ("None", "?"):
+                if draws:  # `materialize`'s words
+                    raise UsageError(f"--arg {name}: shape [{', '.join(dims)[:60]}] has unknown dims; give every "
+                                     f"dim to run it, e.g. {dtype}[{','.join('4' if x in ('None', '?') else x for x in dims)[:60]}]")
                 if static:
                     raise UsageError(f"--arg {name}={short(value)}: dim {d} is unknown, and XLA lowers for static "
                                      f"shapes; give every dim, e.g. {name}={dtype}[{','.join('4' if x in ('None', '?') else x for x in dims)[:60]}]")
@@ -194,3 +219,21 @@ def check_arg_grammar(items: list[str] | None, *, static: bool = False, max_rank
         if max_rank is not None and len(dims) > max_rank:
             raise UsageError(f"--arg {name}={short(value)}: {len(dims)} dims; numpy arrays (the random inputs "
                              f"drawn for it) hold at most {max_rank}")
+        if draws:
+            nbytes = math.prod(int(d) for d in dims) * _DTYPE_BYTES.get(_base(dtype), 1)
+            if nbytes > MAX_RANDOM_GIB << 30:  # `materialize`'s words
+                raise UsageError(f"--arg {name}: shape [{', '.join(str(int(d)) for d in dims)[:80]}] needs "
+                                 f"{nbytes / 2**30:,.1f} GiB of random data (limit {MAX_RANDOM_GIB} GiB); use a "
+                                 f"smaller shape")
+
+
+def _base(dtype: str) -> str:
+    return dtype[:-4] if dtype.endswith("_ref") else dtype
+
+
+def _refuse_batch(name: str) -> None:
+    """``distribute``'s words (`tflab.distribute.user`) for a value that is not a batch TensorSpec."""
+    from tflab.errors import UsageError
+
+    raise UsageError(f"--arg {name}: give a TensorSpec whose dim 0 is the global batch, e.g. {name}=float32[8,4]; "
+                     f"the dataset is split along dim 0")

@@ -121,12 +121,12 @@ def check_folder_out(path: str | os.PathLike, flag: str, force: bool, noun: str 
     if what is None:
         return None
     if what not in ("a folder", "a regular file", "a dangling symlink"):
-        raise UsageError(f"{flag} {shorten_path(p)} is {what}, not an {noun} folder; choose another {flag}")
+        raise UsageError(f"{flag} {shorten_path(p)} is {what}, not {_article(noun)} {noun} folder; choose another {flag}")
     if what != "a folder":
         if not force:  # --force would not help: it replaces only a previous tflab folder
             raise UsageError(f"{flag} {shorten_path(p)} exists and is not a folder (it is {what}); "
                              f"choose another {flag}")
-        raise UsageError(f"{flag} {shorten_path(p)} is {what}, not an {noun} folder: --force replaces only a "
+        raise UsageError(f"{flag} {shorten_path(p)} is {what}, not {_article(noun)} {noun} folder: --force replaces only a "
                          f"previous tflab {noun}; choose another {flag}")
     try:
         empty = not any(p.iterdir())
@@ -296,3 +296,8 @@ def published_path(path: str | os.PathLike) -> Path:
         rest = os.path.relpath(absolute, tmp)
         p = _PUBLISHED[tmp] if rest == "." else _PUBLISHED[tmp] / rest
     return p
+
+
+def _article(noun: str) -> str:
+    """"an export", "a lowering", "a tour": the article the noun takes."""
+    return "an" if noun[:1] in "aeiou" else "a"

@@ -133,11 +133,7 @@ class OutputPath:
                 except OSError as e:
                     raise UsageError(f"{self.flag} {self.path}: cannot write it: {e.strerror or e}") from None
                 return
-            try:
-                with open(self.path, "wb") as f:
-                    f.write(payload)
-            except OSError as e:
-                raise UsageError(f"{self.flag} {self.path}: cannot write it: {e.strerror or e}") from None
+            write_in_place(self.path, payload, self.flag)
             return
         parent = self.path.parent
         tmp = None
@@ -414,6 +410,36 @@ def _output_path(p: Path, flag: str, *, folder: bool, overwrite: bool, example: 
         raise UsageError(f"{flag} {p}: cannot create a file in {parent.absolute()} ({e.strerror}); "
                          f"choose another path") from None
     return OutputPath(p, flag, replace=overwrite)
+
+
+def write_in_place(path: Path, payload: bytes, flag: str) -> None:
+    """Writes ``payload`` into an existing device or FIFO, never blocking on a FIFO nobody reads.
+
+    ``open(FIFO, "w")`` waits for a reader for ever (open(2)), after the whole verb's work. The
+    path is opened with ``O_NONBLOCK``: a FIFO with no reader fails at once with ENXIO (fifo(7)) and
+    is one line; with a reader, blocking writes resume so a reader that drains slowly gets it all.
+
+    Raises:
+        UsageError: no process reads the FIFO, or the write failed (the OS's words).
+    """
+    import errno as _errno
+
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == _errno.ENXIO:
+            raise UsageError(f"{flag} {path}: is a FIFO that no process reads, so the write would wait for "
+                             f"ever; start its reader first (e.g. cat {path} &), or give a file path") from None
+        raise UsageError(f"{flag} {path}: cannot write it: {e.strerror or e}") from None
+    try:
+        os.set_blocking(fd, True)
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as e:
+        raise UsageError(f"{flag} {path}: cannot write it: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
 
 
 # ----------------------------------------------------------------------------- what tflab wrote

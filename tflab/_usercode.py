@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
 import functools
 import os
 import re
@@ -303,8 +304,20 @@ def cli_verb() -> Iterator[None]:
     token = _INSIDE.set(True)
     try:
         yield
+    except OSError as e:
+        if e.errno not in _STORAGE_ERRNOS:
+            raise
+        # A full disk or quota while tflab writes (outputs, TF's dumps): the folder tflab writes in is
+        # removed on the way out, so this is a path that cannot be written (exit 2), not a crash.
+        where = f" writing {e.filename}" if e.filename else ""
+        raise UsageError(f"cannot write{where}: {e.strerror or e}; free space there (or in TMPDIR, where tflab's "
+                         f"temporary files go) or choose another output path; nothing was published") from None
     finally:
         _INSIDE.reset(token)
+
+
+# Storage errors of the machine, not of the verb's arguments: ENOSPC, EDQUOT, EFBIG (ulimit -f).
+_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 def _callable_name(fn: Any) -> str:

@@ -188,8 +188,9 @@ _FILE_OUTPUTS = {"inspect": [("dot", "--dot", "graph.dot")], "compare": [("hlo",
                  "tour": [("html", "--html", "report.html")],
                  "check-tflite": [("node_data", "--node-data", "nodes.json")],
                  "lower": [("html", "--html", "lowering.html")]}
-_ARG_GRAMMAR = ("inspect", "autograph", "compare", "diagnose", "precision", "lower")
-# Verbs that draw numpy random inputs from the specs (at most `_cliargs.NUMPY_MAX_DIMS` dims each).
+_ARG_GRAMMAR = ("inspect", "autograph", "compare", "diagnose", "precision", "lower", "distribute")
+# Verbs that draw numpy random inputs from the specs (at most `_cliargs.NUMPY_MAX_DIMS` dims each; the first
+# two draw them for every spec as given, so a None dim, a string dtype or over 4 GiB is refused too).
 _DRAWS_INPUTS = ("compare", "precision", "diagnose")
 # verb -> its folder output, published whole by a rename (`check_folder_out`'s rules), and the noun.
 _FOLDER_OUTPUTS = {"export": "export", "tour": "tour", "lower": "lowering"}
@@ -258,15 +259,14 @@ def preflight(verb: str, args: argparse.Namespace) -> None:
             flag = {"model": "MODEL.tflite" if verb == "check-tflite" else "--model", "saved_model": "SAVED_MODEL",
                     "examples": "--examples", "script": "script"}.get(dest, dest)
             _paths.input_path(value, flag, want=kind, what=words)
-            if dest == "script":
-                _preflight.check_py(value, "script")
-            elif dest == "examples":  # a readable zip archive; its names are matched once TF loads
+            if dest == "examples":  # a readable zip archive; its names are matched once TF loads
                 _paths.check_npz(value, flag)
             elif kind in ("folder", "any"):
                 _preflight.check_saved_model_folder(value, flag)
+    _preflight.check_contents(verb, args)  # once every input path is judged: a script's syntax, a .tflite's id
     if verb in _ARG_GRAMMAR:
-        check_arg_grammar(getattr(args, "arg", None), static=verb == "lower",
-                          max_rank=NUMPY_MAX_DIMS if verb in _DRAWS_INPUTS else None)
+        check_arg_grammar(getattr(args, "arg", None), static=verb == "lower", draws=verb in _DRAWS_INPUTS[:2],
+                          max_rank=NUMPY_MAX_DIMS if verb in _DRAWS_INPUTS else None, batch=verb == "distribute")
 
 
 def main(argv: list[str] | None = None, *, _channel=None) -> int:

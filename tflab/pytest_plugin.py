@@ -265,6 +265,20 @@ def _budget(marker: Any) -> tuple[int, Any]:
     return n, function
 
 
+def _one_budget(item: Any) -> None:
+    """Refuses two different ``tflab_max_traces`` markers stacked on one test function.
+
+    pytest's ``get_closest_marker`` takes one of them without a word: with ``(1)`` over ``(5)``, two
+    traces passed. A marker on the class or module under one on the test is an override, not this.
+    """
+    own = [m for m in getattr(item, "own_markers", ()) if m.name == MARKER]
+    given = list(dict.fromkeys(f"{MARKER}({', '.join([repr(a) for a in m.args] + [f'{k}={v!r}' for k, v in m.kwargs.items()])})"
+                               for m in own))
+    if len(given) > 1:
+        raise MarkerError(f"{len(given)} budgets on one test: {' and '.join(given)}; pytest would keep one of them "
+                          f"without a word: keep the one you mean")
+
+
 def budget_failures(live: _Live, marker: Any, seen: set | None = None) -> list[str]:
     """The over-budget lines of the test body (call phase), one block per qualified name.
 
@@ -385,6 +399,7 @@ class TraceRecorder:
         if marker is not None:
             try:
                 _budget(marker)
+                _one_budget(item)
             except MarkerError as e:  # the user's marker, one line (no tflab frames)
                 pytest.fail(str(e), pytrace=False)
         return result

@@ -148,7 +148,15 @@ def infer_input_signature(examples: Iterable[Any], names: Sequence[str] | None =
     >>> infer_input_signature([tf.zeros([4, 8]), tf.zeros([2, 8])])
     (TensorSpec(shape=(None, 8), dtype=tf.float32, name=None),)
     """
-    return _infer(examples_list(examples), names, dataset_element_spec(examples))
+    calls = examples_list(examples)
+    if names is not None:
+        from tflab._argcheck import check_str_sequence
+
+        names = check_str_sequence(names, "names", "infer_input_signature")
+        if calls and len(names) != len(calls[0]):  # zip() cut the signature to the names, or dropped names
+            raise UsageError(f"infer_input_signature: {len(names)} names {names} for {len(calls[0])} argument(s) "
+                             f"per example; give one name per argument, or names=None")
+    return _infer(calls, names, dataset_element_spec(examples))
 
 
 def dataset_element_spec(examples: Any) -> Any:
@@ -215,8 +223,9 @@ def _infer(calls: list[tuple], names: Sequence[str] | None, element_spec: Any = 
             except (ValueError, TypeError):
                 pass  # the calls' structure is not the element's: keep what the examples say
     if names:
-        sig = [tf.nest.map_structure(lambda s, n=n: tf.TensorSpec(s.shape, s.dtype, n), s)
-               if isinstance(s, tf.TensorSpec) else s for s, n in zip(sig, names)]
+        # a name per parameter that has one; arguments past the names (*args) keep their specs
+        sig = [tf.TensorSpec(s.shape, s.dtype, names[i]) if isinstance(s, tf.TensorSpec) and i < len(names) else s
+               for i, s in enumerate(sig)]
     return tuple(sig)
 
 

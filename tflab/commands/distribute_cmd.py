@@ -51,18 +51,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                 "2 on bad input, a worker crash or a timeout (one line naming the worker)")
 
 
+def check_options(args: argparse.Namespace) -> None:
+    """The options that need FILE.py:STEP, before TF loads (`tflab.cli.preflight`), in `run`'s words."""
+    from tflab.errors import UsageError
+
+    if args.target is None and (args.arg or args.replicas is not None or args.workers is not None):
+        raise UsageError(_NEEDS_STEP)
+    if args.target is None and args.crash_worker is not None and args.mode == "mirrored":
+        raise UsageError("--crash-worker needs --mode workers or all: the mirrored lab has no workers")
+
+
+_NEEDS_STEP = ("--arg, --replicas and --workers need FILE.py:STEP (your step); the built-in demo runs 2 replicas "
+               "and 2 workers")
+
+
 def run(args: argparse.Namespace) -> int:
     from tflab._progress import Progress
     from tflab.distribute import lab, workers
-    from tflab.errors import UsageError
 
     if args.target is not None:
         return _run_user(args)
-    if args.arg or args.replicas is not None or args.workers is not None:
-        raise UsageError("--arg, --replicas and --workers need FILE.py:STEP (your step); the built-in "
-                         "demo runs 2 replicas and 2 workers")
-    if args.crash_worker is not None and args.mode == "mirrored":
-        raise UsageError("--crash-worker needs --mode workers or all: the mirrored lab has no workers")
+    check_options(args)
     parts = ["mirrored"] if args.mode == "mirrored" else ["workers"] if args.mode == "workers" \
         else ["mirrored", "workers"]
     progress = Progress("distribute", total=len(parts), enabled=not args.json)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import functools
 
-from tflab._cliargs import int_at_least
+from tflab._cliargs import seed_type
 
 HELP = ("run FILE.py:FUNC forward and backward under float32, mixed_bfloat16 and mixed_float16; "
         "print errors against float32, gradient underflow, overflow and what loss scaling changes")
@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="an argument: NAME=dtype[dims] (every dim given) becomes a seeded random "
                         "tensor, NAME=<python literal> a Python value; repeat per parameter")
     p.add_argument("--examples", metavar="FILE.npz", help=_EXAMPLES_HELP)
-    p.add_argument("--seed", type=int_at_least(0), default=0,
+    p.add_argument("--seed", type=seed_type, default=0,
                    help="seed for the random tensors and Keras initializers (default: %(default)s)")
     p.add_argument("--policies", default="float32,mixed_bfloat16,mixed_float16", metavar="LIST",
                    help="comma-separated Keras dtype policies; float32 always runs as the reference "

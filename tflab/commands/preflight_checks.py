@@ -22,13 +22,88 @@ def check_target(value: str, grammar: str = "FILE.py:FUNC", example: str = "exam
     path, sep, name = value.rpartition(":")
     if not sep or not path or not name:
         raise UsageError(f"{value!r}: expected {grammar}, e.g. {example}")
+    if not all(part.isidentifier() for part in name.split(".")):  # `load_target` looks up each dotted part
+        what = grammar.rpartition(":")[2]
+        raise UsageError(f"{value!r}: {what} {name[:60]!r} is not a Python name (a dotted path of identifiers "
+                         f"defined in {path}); expected {grammar}, e.g. {example}")
     return path
 
 
+#: a source larger than this is not parsed before TF loads (the child reports its syntax errors)
+_PARSE_LIMIT_BYTES = 4 << 20
+
+
 def check_py(path: str, flag: str) -> None:
-    """Refuses a file that is not ``.py`` (`tflab._target.load_module`'s rule), in its words."""
+    """Refuses a file that is not ``.py`` (`tflab._target.load_module`'s rule), or that Python cannot parse.
+
+    A syntax error was reported only after TF's import (10-20 s), though compiling the source needs
+    none: it is compiled here (no code runs), after `tflab._paths.input_path` found a regular file.
+
+    Raises:
+        UsageError: not ``.py``; a syntax error, with its line (the child's words: "raised SyntaxError").
+    """
     if not path.endswith(".py"):
         raise UsageError(f"{flag} {path!r} is not a .py file")
+    from tflab._path_checks import open_regular
+
+    try:
+        fd = open_regular(path)
+        with os.fdopen(fd, "rb") as f:
+            source = f.read(_PARSE_LIMIT_BYTES + 1)
+    except (OSError, UsageError):
+        return  # the child's own open says what is wrong
+    if len(source) > _PARSE_LIMIT_BYTES:
+        return
+    try:
+        compile(source, path, "exec", dont_inherit=True)
+    except SyntaxError as e:  # IndentationError and TabError too
+        where = f" (at {path}:{e.lineno})" if e.lineno else ""
+        raise UsageError(f"{path} raised {type(e).__name__}: {e.msg}{where}; fix it and run again") from None
+    except (ValueError, MemoryError, RecursionError):  # a NUL byte, a nesting the parser refuses
+        return
+
+
+def check_tflite_identifier(path: str, flag: str) -> None:
+    """Refuses a file without the ``TFL3`` flatbuffer identifier at byte 4 (`tflab.litert.ops`'s words).
+
+    Only after `tflab._paths.input_path` found a regular file: 8 bytes are read, without blocking.
+    """
+    from tflab._path_checks import open_regular
+
+    try:
+        fd = open_regular(path)
+        try:
+            head = os.read(fd, 8)
+        finally:
+            os.close(fd)
+    except (OSError, UsageError):
+        return
+    if head[4:8] != b"TFL3":
+        raise UsageError(f"{path!r} is not a TFLite flatbuffer (no 'TFL3' file identifier at byte 4): pass a "
+                         f".tflite file written by tf.lite.TFLiteConverter")
+
+
+def check_contents(verb: str, args) -> None:
+    """What the input files hold, once `tflab._paths.input_path` judged every input path (a FIFO in a
+    SavedModel folder is named first): a script's syntax (`check_py`), check-tflite's flatbuffer
+    identifier (`check_tflite_identifier`), an ``--examples`` that is no zip archive (`tflab.examples`'
+    words), a tour ``--model`` file that is not ``.keras``."""
+    def given(dest: str) -> str | None:
+        value = getattr(args, dest, None)
+        return value if isinstance(value, str) and os.path.isfile(value) else None
+
+    if verb == "retrace" and given("script"):
+        check_py(args.script, "script")
+    if verb == "check-tflite" and given("model"):
+        check_tflite_identifier(args.model, "MODEL.tflite")
+    if verb == "tour" and given("model") and not args.model.endswith(".keras"):
+        raise UsageError(f"--model {args.model!r} is not a .keras file or a SavedModel folder")
+    if verb in ("export", "check-tflite") and given("examples"):
+        import zipfile
+
+        if not zipfile.is_zipfile(args.examples):
+            raise UsageError(f"--examples {args.examples!r} is not an .npz archive (np.savez writes one, an array "
+                             f"per input name)")
 
 
 def check_file_not_in_folder(file: str, file_flag: str, folder: str, folder_flag: str) -> None:

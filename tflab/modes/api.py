@@ -79,6 +79,15 @@ __all__ = ["compare_modes", "ModeComparison", "ModeResult", "Distance", "speed_t
            "STATELESS_RANDOM_OPS", "random_dependencies", "count_fusions", "probe_hlo_stages", "xla_reason"]
 
 
+#: the keys tf.config.optimizer.set_experimental_options reads (TF 2.21, eager/context.py's ``config``
+#: property: each ``rewriter_toggle`` / ``rewriter_bool``, and ``min_graph_nodes``); any other is dropped.
+GRAPPLER_OPTIONS = frozenset((
+    "layout_optimizer constant_folding shape_optimization remapping arithmetic_optimization dependency_optimization "
+    "loop_optimization function_optimization debug_stripper disable_model_pruning scoped_allocator_optimization "
+    "pin_to_host_optimization implementation_selector auto_mixed_precision use_plugin_optimizers "
+    "disable_meta_optimizer auto_mixed_precision_onednn_bfloat16 auto_mixed_precision_mkl min_graph_nodes").split())
+
+
 @contextlib.contextmanager
 def _grappler_options(grappler: bool | dict):
     """Sets Grappler options while a graph-mode function is first instantiated
@@ -405,7 +414,7 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise UsageError(f"unknown mode(s) {unknown}; choose from {list(MODES)}")
-    from tflab._argcheck import check_int
+    from tflab._argcheck import check_float, check_int
 
     repeats = check_int(repeats, "repeats", "compare_modes", minimum=1)
     if repeats > MAX_REPEATS:  # 10**30 warm calls would run for ever: a mistake, said at once
@@ -419,6 +428,13 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
                          f"always runs); give one or more of 'graph', 'xla'")
     if ulp_bound < 0 or not atol >= 0:
         raise UsageError(f"ulp_bound and atol must be >= 0, got {ulp_bound} and {atol}")
+    for flag, value in (("gradients", gradients), ("attribute", attribute)):
+        if not isinstance(value, bool):  # gradients="no" is truthy: the gradients ran that the caller declined
+            raise UsageError(f"compare_modes: {flag} must be True or False, got {value!r} ({type(value).__name__})")
+    check_float(attribute_seconds, "attribute_seconds", "compare_modes", minimum=0)
+    if isinstance(grappler, dict) and set(grappler) - GRAPPLER_OPTIONS:  # TF drops an unknown key without a word
+        raise UsageError(f"compare_modes: grappler has no option {sorted(set(grappler) - GRAPPLER_OPTIONS)}; the "
+                         f"options (tf.config.optimizer.set_experimental_options): {', '.join(sorted(GRAPPLER_OPTIONS))}")
     if not isinstance(hlo, bool):
         stages = (hlo,) if isinstance(hlo, str) else tuple(hlo) if isinstance(hlo, (list, tuple)) else None
         if stages is None or not stages or any(s not in HLO_STAGES for s in stages):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from typing import Mapping
 
 
@@ -213,6 +214,25 @@ def check_environment(environ: Mapping[str, str] | None = None) -> None:
             except OSError as e:
                 raise UsageError(f"cannot use {value} as {setting.name}: cannot create a folder in {probe} "
                                  f"({e.strerror or e}); set {setting.name} to a writable folder, or unset it") from None
+    for line in unknown_names(env):
+        print(f"tflab: warning: {line}", file=sys.stderr)
+
+
+def unknown_names(environ: Mapping[str, str]) -> list[str]:
+    """One line per ``TFLAB_*`` variable that no `Setting` declares: a misspelt name changes nothing.
+
+    ``TFLAB_IN_PROCESS`` one S short, or ``TFLAB_FIX_TIMEOUT_S`` without its ``_S``, was read by no one,
+    without a word, while the user believed it in force. Not refused (a value tflab cannot read harms nothing), but said.
+    """
+    import difflib
+
+    known = [s.name for s in _TABLE]
+    lines = []
+    for name in sorted(k for k in environ if k.startswith("TFLAB_") and k not in known):
+        near = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+        lines.append(f"{name} is not a tflab setting, so it changes nothing"
+                     + (f"; did you mean {near[0]}?" if near else "") + " (tflab env lists them)")
+    return lines
 
 
 def seconds_value(name: str, value: str) -> float:
