@@ -60,7 +60,7 @@ from tflab._graph_analysis import (RANDOM_OPS, STATELESS_RANDOM_OPS, STATEFUL_RA
                                    touched_variables)
 # MODES, and the default disagreement bound: an element is a finding when it is more than
 # DEFAULT_ULP_BOUND ULP *and* more than DEFAULT_ATOL away from eager (see tflab/modes/defaults.py).
-from tflab.modes.defaults import DEFAULT_ATOL, DEFAULT_ULP_BOUND, MODES
+from tflab.modes.defaults import DEFAULT_ATOL, DEFAULT_ULP_BOUND, GRAPPLER_OPTIONS, MODES
 from tflab.modes.findings import distances, mode_findings, PairDistances, separate_random_streams, with_conditioning
 from tflab.modes.records import Distance, ModeComparison, ModeResult, speed_text  # noqa: F401
 from tflab._numeric import ulp_distance  # noqa: F401  (tflab.modes.ulp_distance)
@@ -77,15 +77,6 @@ from tflab.errors import UsageError
 __all__ = ["compare_modes", "ModeComparison", "ModeResult", "Distance", "speed_text", "ulp_distance",
            "MODES", "DEFAULT_ATOL", "DEFAULT_ULP_BOUND", "MAX_REPEATS", "RANDOM_OPS", "STATEFUL_RANDOM_OPS",
            "STATELESS_RANDOM_OPS", "random_dependencies", "count_fusions", "probe_hlo_stages", "xla_reason"]
-
-
-#: the keys tf.config.optimizer.set_experimental_options reads (TF 2.21, eager/context.py's ``config``
-#: property: each ``rewriter_toggle`` / ``rewriter_bool``, and ``min_graph_nodes``); any other is dropped.
-GRAPPLER_OPTIONS = frozenset((
-    "layout_optimizer constant_folding shape_optimization remapping arithmetic_optimization dependency_optimization "
-    "loop_optimization function_optimization debug_stripper disable_model_pruning scoped_allocator_optimization "
-    "pin_to_host_optimization implementation_selector auto_mixed_precision use_plugin_optimizers "
-    "disable_meta_optimizer auto_mixed_precision_onednn_bfloat16 auto_mixed_precision_mkl min_graph_nodes").split())
 
 
 @contextlib.contextmanager
@@ -453,12 +444,8 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
         raise UsageError(f"{name}'s input_signature has unknown (None) dims: "
                          f"{', '.join(str(s) for s in fn.input_signature)}; "
                          f"pass arguments with every dim given to run it")
-    drawing = recording_draws()  # the inputs drawn at random, named in an eager failure's line
-    drawn = drawing.__enter__()
-    try:
+    with recording_draws() as drawn:  # the inputs drawn at random, named in an eager failure's line
         args, kwargs = prepare_args(args, kwargs, seed)
-    finally:
-        drawing.__exit__(None, None, None)
     sources, source_names, rebuild = flatten_sources(fn, args, kwargs)
     run = _ModeRun(python_fn=python_fn, name=name, sources=sources, source_names=source_names,
                    rebuild=rebuild, run_modes=run_modes, repeats=repeats, grappler=grappler,
