@@ -56,7 +56,7 @@ def build(name: str):
     cls = {"mobilenetv2": "MobileNetV2", "resnet50": "ResNet50", "convnexttiny": "ConvNeXtTiny"}[name]
     kw = {"alpha": 0.35} if name == "mobilenetv2" else {}
     m = getattr(keras.applications, cls)(weights=None, input_shape=SHAPE, **kw)
-    bns = [l for l in m._flatten_layers() if isinstance(l, keras.layers.BatchNormalization)]
+    bns = [l for l in m.layers if isinstance(l, keras.layers.BatchNormalization)]
     for l in bns:
         l.momentum = 0.0
     if bns:
