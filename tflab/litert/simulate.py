@@ -344,8 +344,9 @@ def simulation_check(model: bytes, float_model: bytes, feeds: Mapping[str, Seque
                     bound = DITHER_MARGIN * moved + OUTPUT_STEPS * step + FLOAT_NOISE * scale
                     with np.errstate(invalid="ignore"):
                         d = np.abs(lite - nom)
-                    both_nan = np.isnan(lite) & np.isnan(nom)
-                    d = np.where(both_nan, 0.0, np.where(np.isnan(d), np.inf, d))
+                    # NaN/inf elements are the NaN analysis' (a NaN on one side only is already an infinite
+                    # error of the output check): compared here are the finite ones.
+                    d = np.where(np.isfinite(lite) & np.isfinite(nom), d, 0.0)
                     err = float(d.max())
                     ratio = 0.0 if err == 0 else (err / bound if bound > 0 else np.inf)
                     prev = acc.get((key, t.index))
