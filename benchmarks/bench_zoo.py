@@ -67,12 +67,14 @@ def build(name: str):
 def _run_once(model: bytes, batches) -> None:
     from ai_edge_litert.interpreter import Interpreter
 
+    from tflab.litert.per_op import quantize_feed
+
     interp = Interpreter(model_content=model)
     for key in interp.get_signature_list():
         runner = interp.get_signature_runner(key)
-        names = set(runner.get_input_details())
+        details = runner.get_input_details()
         for feed in batches.feeds(key) if key in batches.signatures else ():
-            runner(**{k: v for k, v in feed.items() if k in names})
+            runner(**quantize_feed({k: v for k, v in feed.items() if k in details}, details))
 
 
 def plain_export(model, batches, workdir: str) -> float:
