@@ -46,6 +46,7 @@ NOT_ABOUT_A_FUNCTION: dict[str, str] = {
     "Examples": "the user's example batches, normalized once and checked against SignatureDefs",
     "Attribution": "a quantized .tflite model's output error, shared out over its ops",
     "FloatTensors": "a float .tflite model's intermediate tensors against TF's of the same name",
+    "Simulation": "a quantized .tflite model's tensors against the float model run with its quantization simulated",
     "TFLiteCheck": "a .tflite model, signature by signature",
     "ExportReport": "a model exported to a folder of variants",
     "PerOpCheck": "the ops of a .tflite model",

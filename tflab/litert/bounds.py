@@ -63,10 +63,20 @@ MIN_WEIGHT_ELEMENTS = 1024  # dynamic-range quantization leaves smaller weights 
 ELEMENTWISE_ULPS = 4
 # Bounds need one backward pass per output element; beyond this many per
 # output (spread evenly over it, `spread_elements`), the remaining elements get the
-# largest computed bound (an estimate). The passes cost ~this many backward passes of
-# the model, the bulk of an export's time on a CNN: 128 keeps them within a few
-# conversions' time (measured, benchmarks/bench_zoo.py).
-MAX_GRADIENT_ELEMENTS = 128
+# largest computed bound (an estimate).
+MAX_GRADIENT_ELEMENTS = 1024
+# Each backward pass costs about one sweep over the parameters: a model with P float
+# parameters gets GRADIENT_BUDGET // P passes per output (never fewer than
+# MIN_GRADIENT_ELEMENTS, never more than MAX_GRADIENT_ELEMENTS), so a CNN's bound stays
+# within a few conversions' time (1024 passes made ConvNeXtTiny's export 17× the
+# plain work) while a small model keeps every element exact.
+GRADIENT_BUDGET = 1 << 26
+MIN_GRADIENT_ELEMENTS = 128
+
+
+def gradient_elements(n_params: int) -> int:
+    """How many elements of one output get a backward pass, for a model of ``n_params`` float parameters."""
+    return int(min(MAX_GRADIENT_ELEMENTS, max(MIN_GRADIENT_ELEMENTS, GRADIENT_BUDGET // max(1, n_params))))
 
 
 # ------------------------------------------------------- first-order sensitivities
@@ -124,7 +134,7 @@ def sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
         over each float variable, and ``inputs[key][name]`` float64
         ``[elements]`` holding ``Σ|∂y/∂x|`` per float input. NaN gradients
         count as 0 and ±inf as the largest finite value (``np.nan_to_num``).
-        Past `MAX_GRADIENT_ELEMENTS` elements of one output (counted over
+        Past `gradient_elements` elements of one output (counted over
         the batches), only those `spread_elements` picks are computed, the
         others are NaN; non-float outputs have zeros. Signatures calling the same
         function share one set of arrays. Cached per SavedModel and examples.
@@ -152,6 +162,7 @@ def sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
                       dtype=np.float64)
     quantizable = np.array([a.ndim >= 2 and a.size >= MIN_WEIGHT_ELEMENTS for a in values], dtype=bool)
     step = np.array([float(np.abs(a).max()) / 127.0 if a.size else 0.0 for a in values])
+    cap = gradient_elements(sum(int(a.size) for a in values))
     rel: dict[str, list] = collections.defaultdict(list)
     absl: dict[str, list] = collections.defaultdict(list)
     ins: dict[str, dict[str, list]] = collections.defaultdict(lambda: collections.defaultdict(list))
@@ -188,7 +199,7 @@ def sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
                 except Exception:
                     run_signature(fn, sig_key, feed)  # the signature's own failure, as one line
                     raise
-            caps = [max(0, MAX_GRADIENT_ELEMENTS - computed[f"{sig_key}/{o}"]) for o in float_out]
+            caps = [max(0, cap - computed[f"{sig_key}/{o}"]) for o in float_out]
             sizes, r_own, a_own, in_sums = run_signature(
                 lambda **f: traced[spec_key](f, tf.constant(caps, tf.int32)), sig_key, feed)
             sizes, row = sizes.numpy(), 0
@@ -363,7 +374,7 @@ def output_bounds(quantization: str, okey: str, ref: np.ndarray, sens: _Sensitiv
                   input_scales: Mapping[str, float], output_scale: float | None) -> np.ndarray:
     """Elementwise bound for one output (flattened, all examples concatenated).
 
-    Elements beyond `MAX_GRADIENT_ELEMENTS` have no gradients; they get the
+    Elements past `gradient_elements` (spread, `spread_elements`) have no gradients; they get the
     largest bound computed for this output.
     """
     b = _bounds_computed(quantization, okey, ref, sens, dyn_quantized, input_scales, output_scale)
