@@ -3,7 +3,7 @@
 `benchmarks/bench_tour.py` runs the tour through this file (``python
 benchmarks/_tour_phases.py OUT.json -- tour ARGS…``): it wraps a few TF and
 LiteRT entry points, then runs the CLI. It reads nothing of the tour but its
-progress line (`tflab._progress.Progress` with label ``"tour"``: one
+progress line (`tflab._io.progress.Progress` with label ``"tour"``: one
 ``__call__`` per section, in `tflab.tour.SECTIONS` order), so it measures an
 old checkout of tflab as well as the current one.
 
@@ -127,7 +127,7 @@ def install(progress: bool = True) -> None:
 
     if not progress:
         return
-    from tflab import _progress
+    from tflab._io import progress as _progress
     from tflab.tour import SECTIONS
 
     by_title = {title: mod for mod, title in SECTIONS}

@@ -325,7 +325,7 @@ def build(force: bool = False, cuda: bool | None = None, verbose: bool = False) 
                            compiler=info["compiler"], nvcc=info["nvcc"], note=note_)
 
     manifest = so_path.with_suffix(".json")
-    from tflab._path_checks import open_regular, read_regular
+    from tflab._io.path_checks import open_regular, read_regular
     from tflab.errors import UsageError
 
     def cached_manifest() -> dict | None:
@@ -355,7 +355,7 @@ def build(force: bool = False, cuda: bool | None = None, verbose: bool = False) 
         m = cached_manifest()
         if m is not None:
             return result(True, m["cuda"], m.get("note", ""))
-        from tflab._paths import owned_temp_dir  # carries its owner: a SIGKILLed build's obj-* is swept (B17)
+        from tflab._io.paths import owned_temp_dir  # carries its owner: a SIGKILLed build's obj-* is swept (B17)
 
         tmp = owned_temp_dir("obj-", dir=out_dir)
         try:

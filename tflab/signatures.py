@@ -23,7 +23,7 @@ import dataclasses
 from typing import Any, Callable, Iterable, Sequence
 
 from tflab._tf import function as _tf
-from tflab._usercode import user_entry
+from tflab._user.usercode import user_entry
 from tflab.errors import UsageError
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tflab._target import load_module
+from tflab._user.target import load_module
 from tflab.attribution.engine import attribute, attribute_runs
 from tflab.attribution.judge import noise_mask
 

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 from tflab import AutographDiff, autograph_diff
-from tflab._target import load_module
+from tflab._user.target import load_module
 from tflab.errors import UsageError
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "autograph")
@@ -31,7 +31,7 @@ def by_source(diff: AutographDiff, start: str):
 
 def op_types_by_name(fn, *args):
     """name → type of every op in the FuncGraph and its branch/body FuncGraphs."""
-    from tflab._source_map import walk_ops
+    from tflab._user.source_map import walk_ops
 
     graph = tf.function(fn).get_concrete_function(*args).graph
     return {op.name: op.type for op in walk_ops(graph)}

@@ -1,4 +1,4 @@
-"""Issue 33 item 7 (hostile pass, second round): API arguments checked through `tflab._argcheck`,
+"""Issue 33 item 7 (hostile pass, second round): API arguments checked through `tflab._api.argcheck`,
 each break with its reproducer, and a healthy call beside each refusal."""
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def test_b25_compare_modes_on_a_function_returning_none():
 
 
 def test_b25_static_check_refuses_only_what_is_certain():
-    from tflab._argcheck import check_returns_tensors
+    from tflab._api.argcheck import check_returns_tensors
 
     def falls_through(x):
         y = x * 2.0  # noqa: F841

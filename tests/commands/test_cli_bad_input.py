@@ -235,7 +235,7 @@ def test_sys_exit_in_a_subprocess_is_status_2_without_traceback(user_files):
 
 
 def test_no_numeric_option_is_a_bare_int_or_float():
-    """Item 2: every numeric option is range-checked by argparse (tflab._cliargs), in every verb."""
+    """Item 2: every numeric option is range-checked by argparse (tflab._api.cliargs), in every verb."""
     bare = [(verb, a.option_strings[-1]) for verb, p in _subparsers().items() for a in p._actions
             if a.type in (int, float)]
     assert bare == []
@@ -318,10 +318,10 @@ def test_random_inputs_that_cannot_fit_are_refused_before_allocating(run_cli, us
 
     monkeypatch.setattr(tflab.process.memory, "available_memory", lambda: (1 << 30, "test limit"))
     allocated = []
-    import tflab._target
+    import tflab._user.target
 
-    real = tflab._target.materialize
-    monkeypatch.setattr(tflab._target, "materialize", lambda *a, **k: allocated.append(a) or real(*a, **k))
+    real = tflab._user.target.materialize
+    monkeypatch.setattr(tflab._user.target, "materialize", lambda *a, **k: allocated.append(a) or real(*a, **k))
     # 50e6 float32 = 0.19 GiB: 8 + 13 copies are 3.9 GiB > 1 GiB, 5 copies 0.93 GiB would fit.
     code, out, err = run_cli("compare", f"{user_files['exits']}:ok", "--arg", "x=float32[50000000]")
     line = _one_error_line("compare", err)
@@ -346,7 +346,7 @@ def test_cgroup_limit_is_read(tmp_path):
 
 def test_arg_grammar_messages():
     """Also seen: the bad dtype is named, -1 is refused (README documents None), long text is cut."""
-    from tflab._target import parse_value
+    from tflab._user.target import parse_value
 
     with pytest.raises(UsageError, match=r"unknown dtype 'float33'; did you mean float32"):
         parse_value("float33[2]", "x")

@@ -164,7 +164,7 @@ def test_b2_second_writer_of_the_same_new_out_gets_already_exists(tmp_path):
 
 def test_b2_exclusive_file_publish(tmp_path):
     """A file output without --force (compare --hlo) is published with link(2): never over a new file."""
-    from tflab._paths import output_path
+    from tflab._io.paths import output_path
 
     p = tmp_path / "h.txt"
     first = output_path(p, "--hlo", overwrite=False)
@@ -201,7 +201,7 @@ def test_b3_interrupted_tour_with_force_leaves_the_old_folder_as_it_was(small_ke
     out.mkdir()
     (out / "inference.dot").write_text("USER DOT - precious")
     (out / "report.json").write_text("USER REPORT - precious")
-    from tflab._paths import MARKER, write_marker
+    from tflab._io.paths import MARKER, write_marker
 
     write_marker(out)  # a previous tour's folder: --force replaces only those (issue 33 B21)
     monkeypatch.setattr(s01, "run", run_then_interrupt)

@@ -291,7 +291,7 @@ def test_check_tflite_node_data_keeps_an_existing_file_unless_force(tmp_path):
     """`check-tflite --node-data` went through output_path's old default (overwrite): now --force decides."""
     import argparse
 
-    from tflab._paths import output_path
+    from tflab._io.paths import output_path
 
     old = tmp_path / "nodes.json"
     old.write_text("old")

@@ -22,7 +22,7 @@ import tensorflow as tf
 
 import tflab.fix as fx
 from tflab import diagnose
-from tflab._target import load_module
+from tflab._user.target import load_module
 from tflab.diagnosis import RULES
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "diagnose")

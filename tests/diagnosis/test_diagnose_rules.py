@@ -22,7 +22,7 @@ import pytest
 import tensorflow as tf
 
 from tflab import autograph_diff, diagnose
-from tflab._target import load_module
+from tflab._user.target import load_module
 from tflab.diagnosis import NUMPY_TO_TF, numpy_equivalent
 
 CASES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "diagnose", "rules_cases.py")

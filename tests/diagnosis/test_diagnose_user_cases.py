@@ -60,7 +60,7 @@ def test_float16_loss_overflow_names_computing_the_loss_in_float32():
 
 
 def _load(name):
-    from tflab._target import load_module
+    from tflab._user.target import load_module
 
     return getattr(load_module(FNS), name)
 
@@ -69,7 +69,7 @@ def _load(name):
 
 
 def _fns():
-    from tflab._target import load_module
+    from tflab._user.target import load_module
 
     return load_module(FNS)
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tflab._target import load_module
+from tflab._user.target import load_module
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "diagnose")
 c = load_module(os.path.join(DATA, "cases.py"))
@@ -33,7 +33,7 @@ def test_the_package_parts_stay_under_600_lines_and_the_old_modules_are_gone():
 
     root = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tflab")
     mine = [os.path.join("diagnosis", f) for f in os.listdir(os.path.join(root, "diagnosis")) if f.endswith(".py")]
-    mine += ["autograph.py", "_source_map.py", "examples.py", os.path.join("_tf", "autograph.py")]
+    mine += ["autograph.py", os.path.join("_user", "source_map.py"), "examples.py", os.path.join("_tf", "autograph.py")]
     sizes = {f: sum(1 for _ in open(os.path.join(root, f), encoding="utf-8")) for f in mine}
     assert max(sizes.values()) <= 600, sizes
     with pytest.raises(ModuleNotFoundError):

@@ -284,7 +284,7 @@ def test_logical_cpus_after_tf_initialized_is_a_usage_error():
 
 def test_tour_section_reports_the_lab(lab, monkeypatch, tmp_path):
     """The tour's step 11 prints and stores the lab's facts (the lab itself is the fixture's run)."""
-    from tflab._progress import Progress
+    from tflab._io.progress import Progress
     from tflab._tour import s11_distribute
     from tflab.distribute import lab as lab_module
     from tflab.tour import TourContext

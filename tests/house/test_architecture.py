@@ -81,7 +81,7 @@ def test_nobody_imports_export_or_the_compatibility_modules():
     assert graph["tflab.retrace.records"] <= {"tflab.report.base", "tflab.report.text", "tflab.report.html.dispatch",
                                               "tflab.report.html.timeline"}
     assert graph["tflab.retrace.nodes"] == {"tflab._tf.function"}
-    assert graph["tflab.retrace.diff"] == {"tflab.retrace.records", "tflab.retrace.nodes", "tflab._argcheck",
+    assert graph["tflab.retrace.diff"] == {"tflab.retrace.records", "tflab.retrace.nodes", "tflab._api.argcheck",
                                            "tflab.retrace.paths", "tflab.retrace.function_context"}
     # the diff's two parts split out of it (issue 37: paths into Node trees, the FunctionContext) sit on the trees
     assert graph["tflab.retrace.paths"] == {"tflab.retrace.nodes"}
@@ -240,6 +240,53 @@ def test_each_tflab_module_imports_alone_in_a_fresh_interpreter():
         reach = closure(m)
         parents = {".".join(x.split(".")[:i]) for x in reach for i in range(1, x.count(".") + 1)}
         # Importing a submodule runs its parent packages' __init__ first; a package root imports
-        # only tflab._lazy at import time (its parts load on first use, which this import does not do).
-        reach |= parents | ({"tflab._lazy"} if len(parents) > 1 else set())
+        # only tflab._api.lazy at import time (its parts load on first use, which this import does not do).
+        reach |= parents | ({"tflab._api", "tflab._api.lazy"} if len(parents) > 1 else set())
         assert set(r["loaded"]) <= reach, (m, sorted(set(r["loaded"]) - reach))
+
+
+PRIVATE_PACKAGES = ("tflab._api", "tflab._graph", "tflab._io", "tflab._pytest", "tflab._tf", "tflab._tour",
+                    "tflab._user")
+
+
+def private_by_name(root: str) -> list[str]:
+    """Modules that are private by their own underscore where privacy goes by location.
+
+    tflab's shared services live in private packages (``tflab/_io/``, ``tflab/_user/``, ...):
+    a module at the root of ``tflab/`` named ``_x.py`` is a service with no package, and a
+    module inside a private package named ``_x.py`` would be private twice (its package
+    already keeps it from users; another module of tflab that needs it takes it by name).
+    """
+    found = []
+    for name in sorted(os.listdir(root)):
+        path = os.path.join(root, name)
+        if name.endswith(".py") and name.startswith("_") and name not in ("__init__.py", "__main__.py"):
+            found.append(f"tflab/{name}")
+        elif os.path.isdir(path) and name.startswith("_") and not name.startswith("__"):
+            for sub in sorted(os.listdir(path)):
+                if sub.endswith(".py") and sub.startswith("_") and sub != "__init__.py":
+                    found.append(f"tflab/{name}/{sub}")
+    return found
+
+
+def test_the_shared_services_live_in_private_packages():
+    root = os.path.join(REPO, "tflab")
+    assert private_by_name(root) == []
+    packages = sorted(n for n in os.listdir(root) if n.startswith("_") and not n.startswith("__")
+                      and os.path.isdir(os.path.join(root, n)) and n != "__pycache__")
+    assert [f"tflab.{p}" for p in packages] == list(PRIVATE_PACKAGES)
+    for pkg in PRIVATE_PACKAGES:  # each package says which concern it holds
+        mod = importlib.import_module(pkg)
+        assert mod.__doc__ and len(mod.__doc__.split()) >= 8, pkg
+
+
+def test_the_private_module_check_sees_a_root_service_and_a_doubly_private_module(tmp_path):
+    """Planted: a root ``_stray.py`` and ``_io/_inner.py`` are found; the healthy forms are not."""
+    pkg = tmp_path / "tflab"
+    (pkg / "_io").mkdir(parents=True)
+    for rel in ("__init__.py", "__main__.py", "cli.py", "_io/__init__.py", "_io/paths.py"):
+        (pkg / rel).write_text("")
+    assert private_by_name(str(pkg)) == []
+    (pkg / "_stray.py").write_text("")
+    (pkg / "_io" / "_inner.py").write_text("")
+    assert private_by_name(str(pkg)) == ["tflab/_io/_inner.py", "tflab/_stray.py"]

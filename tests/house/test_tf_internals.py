@@ -58,8 +58,10 @@ def _python_files():
 
 
 def _own_private_names() -> set[str]:
-    """Every ``_name`` that tflab defines: functions, classes, assignments, attributes, parameters."""
-    names: set[str] = set()
+    """Every ``_name`` that tflab defines: functions, classes, assignments, attributes, parameters,
+    and its private modules and packages (``tflab._user.target`` read as an attribute chain)."""
+    names: set[str] = {part.removesuffix(".py") for path in ROOT.rglob("*.py")
+                       for part in path.relative_to(ROOT).parts}
     for _, path in _python_files():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):

@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 
-from tflab._target import load_module
+from tflab._user.target import load_module
 
 MODELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "export", "models.py")
 MODEL_SPEC = f"{MODELS}:dense64"
@@ -214,7 +214,7 @@ def test_export_force_replaces_atomically(exported, tmp_path, run_cli):
     out.mkdir()
     (out / "old.txt").write_text("old")
     (out / "report.json").write_text("{}")  # --force replaces only a previous export
-    from tflab._paths import write_marker
+    from tflab._io.paths import write_marker
 
     write_marker(out)  # ... that tflab wrote: its marker lists every entry (issue 33 B21)
     # An export's examples.npz (batches "0/x", "1/x") can be given back.

@@ -125,7 +125,7 @@ def test_a_lowering_folder_left_by_a_dead_owner_is_swept_by_the_next_one(tmp_pat
     import subprocess
     import sys
 
-    from tflab import _paths
+    from tflab._io import paths as _paths
 
     monkeypatch.setattr(_paths.tempfile, "tempdir", str(tmp_path))
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
@@ -146,7 +146,7 @@ def test_the_dump_child_dies_with_a_sigkilled_parent_and_its_folder_is_swept(tmp
     import sys
     import time
 
-    from tflab import _paths
+    from tflab._io import paths as _paths
 
     code = ("import os, signal, sys; from tflab.lowering.dump import DumpChild; c = DumpChild().__enter__(); "
             "print(c.proc.pid, c.tmp, flush=True); os.kill(os.getpid(), signal.SIGKILL)")

@@ -238,7 +238,7 @@ def test_cli_bad_hlo_path_fails_before_running(run_cli, tmp_path, hlo_path, mess
 
 
 def test_hlo_write_error_is_one_line_and_removes_the_tmp(tmp_path):
-    from tflab._paths import output_path
+    from tflab._io.paths import output_path
     from tflab.commands.compare_cmd import _write_hlo
 
     target = tmp_path / "became_a_dir"

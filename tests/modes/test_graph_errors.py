@@ -14,8 +14,8 @@ import pytest
 import tensorflow as tf
 
 import tflab
-from tflab._graph_errors import cond_branch_at, innermost_error
-from tflab._target import load_module
+from tflab._graph.failures import cond_branch_at, innermost_error
+from tflab._user.target import load_module
 
 FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "modes_cond_branch.py")
 cases = load_module(FILE)

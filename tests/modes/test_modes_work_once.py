@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tflab._numeric import ulp_distance
+from tflab._graph.numeric import ulp_distance
 from tflab.modes import compare_modes
 
 X = np.linspace(-2.0, 2.0, 64, dtype=np.float32)
@@ -85,11 +85,11 @@ def test_ulp_arrays_computed_once_per_mode_and_tensor(monkeypatch):
         return ulp_distance(a, b)
 
     # Every binding a mode comparison reaches: the one in findings (its memo), the module itself
-    # (a function-level `from tflab._numeric import ulp_distance` reads it there).
-    import tflab._numeric
+    # (a function-level `from tflab._graph.numeric import ulp_distance` reads it there).
+    import tflab._graph.numeric
     import tflab.modes.findings
 
-    for mod in (tflab._numeric, tflab.modes.findings):
+    for mod in (tflab._graph.numeric, tflab.modes.findings):
         monkeypatch.setattr(mod, "ulp_distance", counting)
     # A bound of 0 ULP and atol 0 make every XLA difference a finding, so the
     # findings (and the condition note) read the arrays too.

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.bfloat16
 import tensorflow as tf
 
 from tflab import compare_precisions
-from tflab._target import load_module
+from tflab._user.target import load_module
 from tflab.nonfinite import first_nonfinite
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "precision")

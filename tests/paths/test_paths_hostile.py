@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tflab import _paths
+from tflab._io import paths as _paths
 from tflab.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,7 +80,7 @@ def test_b1_b3_input_that_is_not_a_file_is_named_before_tf(odd, argv, words):
 
 
 def test_b1_input_probe_never_opens(odd):
-    """The one input place itself (`tflab._paths.input_path`), used by the child and the API too."""
+    """The one input place itself (`tflab._io.paths.input_path`), used by the child and the API too."""
     for name, kind in [("fifo.py", "a FIFO"), ("loop1.py", "a symlink loop"), ("sock.py", "a socket"),
                        ("dangling.py", "a dangling symlink"), ("adir.py", "is a folder")]:
         with pytest.raises(UsageError, match=kind):
@@ -94,7 +94,7 @@ def test_b1_input_probe_never_opens(odd):
 
 def test_b1_load_module_refuses_a_fifo_without_opening_it(odd):
     """The child's side (and the API's): `load_target` on a FIFO blocked in open() for ever."""
-    from tflab._target import load_target
+    from tflab._user.target import load_target
 
     with pytest.raises(UsageError, match="is a FIFO"):
         load_target(f"{odd / 'fifo.py'}:f")
@@ -114,7 +114,7 @@ def test_arg_grammar_is_answered_by_the_parent(tmp_path, arg, words):
 
 
 def test_arg_given_twice_and_healthy_grammar(tmp_path):
-    from tflab._cliargs import check_arg_grammar
+    from tflab._api.cliargs import check_arg_grammar
 
     with pytest.raises(UsageError, match="given twice"):
         check_arg_grammar(["x=1", "x=2"])
@@ -246,7 +246,7 @@ def test_two_tours_into_one_empty_folder_the_second_does_not_replace_the_first(t
     output lands in the folder between the check and the commit."""
     import pytest
 
-    from tflab import _paths
+    from tflab._io import paths as _paths
     from tflab.errors import UsageError
     from tflab.tour import run_tour
 

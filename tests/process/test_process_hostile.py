@@ -106,7 +106,7 @@ def test_b6_supervisor_removes_its_sigkilled_childs_temp_output(tmp_path):
     """B6: the export child SIGKILLed (the OOM case) left o2/.e3.tmp-* though the supervisor lived."""
     code, out, err = _supervise(f"""
         import os, signal
-        from tflab._paths import output_path, owned_temp_dir
+        from tflab._io.paths import output_path, owned_temp_dir
         tmp = output_path({str(tmp_path / 'o2' / 'e3')!r}, "--out", folder=True, exclusive=True).temp_dir()
         (tmp / "saved_model").mkdir()
         lane = owned_temp_dir("tflab_tour_lane_", dir={str(tmp_path)!r})
@@ -144,7 +144,7 @@ def test_b2_dot_to_dev_stdout_lands_on_stdout(tmp_path):
     """B2: `--dot /dev/stdout` landed on stderr: the child's fd 1 is the supervisor's stderr pipe."""
     code, out, err = _supervise("""
         import sys
-        from tflab._paths import output_path
+        from tflab._io.paths import output_path
         output_path("/dev/stdout", "--dot").write("digraph f {}\\n")
         sys.stdout.write('{"json": 1}\\n')
         channel.finish(0, "inspect")
@@ -189,7 +189,7 @@ def test_b16_ulp_step_copies_bound_the_measured_peak():
     import numpy as np
 
     from tflab.process.memory import ulp_step_copies
-    from tflab._numeric import ulp_distance
+    from tflab._graph.numeric import ulp_distance
 
     for dtype in (np.float32, np.float64, np.float16):
         a = np.random.default_rng(0).standard_normal(200_000).astype(dtype)

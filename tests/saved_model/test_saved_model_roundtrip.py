@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from tflab._target import load_module
+from tflab._user.target import load_module
 
 MODELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "export", "models.py")
 
@@ -69,7 +69,7 @@ def test_the_check_follows_the_record_convention(dense64_check):
 
 
 def test_bytes_not_values_are_compared():
-    from tflab._numeric import compare_bits, ulp_distance
+    from tflab._graph.numeric import compare_bits, ulp_distance
 
     # -0.0 == 0.0 as numbers but not as bytes.
     assert np.array([0.0], np.float32) == np.array([-0.0], np.float32)

@@ -80,7 +80,7 @@ def test_materialize_one_stream_per_call_and_size_limit():
     import numpy as np
     import tensorflow as tf
 
-    from tflab._target import materialize
+    from tflab._user.target import materialize
     from tflab.errors import UsageError
 
     rng = np.random.default_rng(0)

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 from tflab import trace_and_inspect
-from tflab._target import load_module
+from tflab._user.target import load_module
 from tflab.diagnosis.baked import LARGE_CONST_BYTES, baked_constants
 
 CASES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "diagnose", "baked_cases.py")

@@ -91,7 +91,7 @@ class Lane:
 
     def __init__(self, sections: list[str], out_dir: Path, final_dir: Path | None,
                  model_path: str | None, training: list[str] = ()) -> None:
-        from tflab._paths import owned_temp_dir
+        from tflab._io.paths import owned_temp_dir
         from tflab.lowering.tour import lane_env
         from tflab.process.group import start_tied
 

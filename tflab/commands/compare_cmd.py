@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import functools
 
-from tflab._cliargs import int_at_least as _at_least  # argparse only: cheap to import
-from tflab._cliargs import non_negative_float as _non_negative_float
-from tflab._cliargs import seed_type
+from tflab._api.cliargs import int_at_least as _at_least  # argparse only: cheap to import
+from tflab._api.cliargs import non_negative_float as _non_negative_float
+from tflab._api.cliargs import seed_type
 
 HELP = ("run FILE.py:FUNC forward and backward eagerly, as a graph and under XLA; "
         "print ULP distances from eager, timings, fusion count and findings")
@@ -43,13 +43,13 @@ def run(args: argparse.Namespace) -> int:
     from tflab.report import jsonable as _jsonutil
     import numpy as np
 
-    from tflab._target import MAX_RANDOM_BYTES, load_call, materialize
+    from tflab._user.target import MAX_RANDOM_BYTES, load_call, materialize
     from tflab.errors import UsageError
     from tflab.modes import compare_modes
 
     from tflab.process.memory import check_fits
-    from tflab._paths import output_path
-    from tflab._usercode import user_code
+    from tflab._io.paths import output_path
+    from tflab._user.usercode import user_code
     from tflab.modes import MODES
 
     # Checked before anything runs: a bad path must not cost a whole comparison.
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_hlo(hlo: dict, out) -> None:
-    """Writes the HLO stages through the `tflab._paths.OutputPath` that `output_path` probed.
+    """Writes the HLO stages through the `tflab._io.paths.OutputPath` that `output_path` probed.
 
     That object knows a device or FIFO is written in place and a symlink's
     target is written (a second, unprobed ``OutputPath`` renamed a temp file

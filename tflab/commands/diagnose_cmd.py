@@ -18,7 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tflab.report import jsonable as _jsonutil
-    from tflab._target import load_call
+    from tflab._user.target import load_call
     from tflab.diagnosis import diagnose
 
     fn, call_args, call_kwargs = load_call(args.target, args.arg)

@@ -14,7 +14,7 @@ from tflab.errors import UsageError
 
 
 def check_target(value: str, grammar: str = "FILE.py:FUNC", example: str = "examples/model.py:step") -> str:
-    """The file part of ``FILE.py:FUNC`` (``tflab._target.load_target``'s grammar), or one line.
+    """The file part of ``FILE.py:FUNC`` (``tflab._user.target.load_target``'s grammar), or one line.
 
     Raises:
         UsageError: no ``:``, no FILE, or no FUNC.
@@ -26,7 +26,7 @@ def check_target(value: str, grammar: str = "FILE.py:FUNC", example: str = "exam
 
 
 def check_py(path: str, flag: str) -> None:
-    """Refuses a file that is not ``.py`` (`tflab._target.load_module`'s rule), in its words."""
+    """Refuses a file that is not ``.py`` (`tflab._user.target.load_module`'s rule), in its words."""
     if not path.endswith(".py"):
         raise UsageError(f"{flag} {path!r} is not a .py file")
 
@@ -36,13 +36,13 @@ def check_file_not_in_folder(file: str, file_flag: str, folder: str, folder_flag
 
     The folder is published whole by a rename: a page written at the folder's own path is refused
     by that rename after the folder's work is done (exit 2 with half the outputs written), and a page
-    inside it is not in the folder's `tflab._output_marker.MARKER`, so the next ``--force`` refuses
+    inside it is not in the folder's `tflab._io.output_marker.MARKER`, so the next ``--force`` refuses
     tflab's own page. Both paths are resolved first (``x/..``, symlinks).
 
     Raises:
         UsageError: "--html D is the --out folder itself" / "… is inside --out D".
     """
-    from tflab._path_checks import check_path_text
+    from tflab._io.path_checks import check_path_text
 
     check_path_text(file, file_flag)  # a NUL byte, a too-long name: their own line first
     check_path_text(folder, folder_flag)
@@ -57,7 +57,7 @@ def check_file_not_in_folder(file: str, file_flag: str, folder: str, folder_flag
 
 def check_saved_model_folder(value: str, flag: str) -> None:
     """A SavedModel folder's files TF will open, judged with ``stat`` (`check_saved_model_files`)."""
-    from tflab._path_checks import check_saved_model_files
+    from tflab._io.path_checks import check_saved_model_files
 
     if os.path.isdir(value):
         check_saved_model_files(value, flag)

@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
         export = setting("TFLAB_LAB_EXPORT") == "1"
         import shutil
 
-        from tflab._paths import owned_temp_dir
+        from tflab._io.paths import owned_temp_dir
 
         tmp = str(owned_temp_dir("tflab_lab_export_"))  # carries its owner: swept after a SIGKILL
         try:

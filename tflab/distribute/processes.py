@@ -142,7 +142,7 @@ def run_children(specs: Sequence[tuple[str, list[str], dict]], timeout: float,
     """
     from tflab.process.group import ChildGroup
 
-    from tflab._paths import owned_temp_dir
+    from tflab._io.paths import owned_temp_dir
 
     tmp = str(owned_temp_dir("tflab_distribute_"))  # carries its owner: swept after a SIGKILL or a lost thread
     files = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from tflab._usercode import user_entry
+from tflab._user.usercode import user_entry
 from tflab.lowering.records import Lowering
 
 __all__ = ["lower"]
@@ -67,7 +67,7 @@ def lower(fn: Callable, *args: Any, **kwargs: Any) -> Lowering:
     (['python', 'autograph', 'funcgraph', 'tf_mlir'], 1)
     >>> low.fusions[0].tf_op_types      # ('Sum', 'Relu', 'Mul')
     """
-    from tflab._argcheck import check_binds, check_callable, check_xla_flags
+    from tflab._api.argcheck import check_binds, check_callable, check_xla_flags
     from tflab.lowering.build import build_lowering
 
     check_callable(fn, "fn", "tflab.lower", allow_none=False)

@@ -150,7 +150,7 @@ class SavedStep:
         import numpy as np
         import tensorflow as tf
 
-        from tflab._paths import owned_temp_dir
+        from tflab._io.paths import owned_temp_dir
 
         self.tmp = owned_temp_dir(TEMP_PREFIX)
         step = self.step

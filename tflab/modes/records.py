@@ -326,7 +326,7 @@ class ModeComparison(Report):
         Raises:
             UsageError: a mode name that is not one of `MODES` ("XLA" for "xla").
         """
-        from tflab._argcheck import check_choice
+        from tflab._api.argcheck import check_choice
 
         # A typo ("XLA") is not "did not run": None would read as a mode that failed.
         known = list(dict.fromkeys([*MODES, *self.modes]))

@@ -59,12 +59,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tflab._graph_analysis import flatten_sources, output_names_of, prepare_args
+from tflab._graph.analysis import flatten_sources, output_names_of, prepare_args
 from tflab.precision.policy import (DEFAULT_POLICIES, INITIAL_LOSS_SCALE, MIN_LOSS_SCALE, POLICIES,  # noqa: F401
                            REFERENCE, global_policy, is_keras_layer, keras_modules, takes_no_parameters)
 from tflab.precision.records import PolicyResult, PrecisionComparison
-from tflab._target import check_target, callable_name, signature_args
-from tflab._usercode import user_entry
+from tflab._user.target import check_target, callable_name, signature_args
+from tflab._user.usercode import user_entry
 from tflab.errors import UsageError
 from tflab.precision.float_formats import FloatInfo, float_info  # noqa: F401  (tflab.precision.float_info)
 
@@ -237,7 +237,7 @@ def _parse_loss_scale(loss_scale: Any) -> Any:
         shown = repr(loss_scale) if len(repr(loss_scale)) <= 40 else repr(loss_scale)[:37] + "..."
         raise UsageError(f"loss_scale must be None, a positive number or 'dynamic' (a float; at most "
                          f"{sys.float_info.max:.3g}), got {shown}")
-    from tflab._cliargs import loss_scale_problem
+    from tflab._api.cliargs import loss_scale_problem
 
     problem = loss_scale_problem(value)  # 1e-320 is 0 in float32, 1e39 is inf: the scaled gradients mean nothing
     if problem:
@@ -326,7 +326,7 @@ def _var_name(v) -> str:
 def run_policies(subject: PolicySubject, policies: tuple, loss_scale: Any, name: str,
                   progress: Callable[[str], None] | None = None):
     """float32 first, then each policy; returns (results, output_names, gradient_names)."""
-    from tflab._target import error_summary, user_frame
+    from tflab._user.target import error_summary, user_frame
 
     results: dict[str, PolicyResult] = {}
     ref = None
@@ -566,7 +566,7 @@ def compare_precisions(fn: Callable, *args: Any,
         >>> cmp.policies["mixed_float16"].underflow["arg:x"], cmp.policies["mixed_bfloat16"].underflow
         (512, {})
     """
-    from tflab._argcheck import check_seed  # issue 33 B11
+    from tflab._api.argcheck import check_seed  # issue 33 B11
 
     seed = check_seed(seed, "seed", "compare_precisions")
     import tensorflow as tf

@@ -90,7 +90,7 @@ def is_keras_layer(obj: Any) -> bool:
 
 def takes_no_parameters(fn: Callable) -> bool:
     """Whether ``fn`` is a zero-argument callable (a factory)."""
-    from tflab._target import python_signature
+    from tflab._user.target import python_signature
 
     sig = python_signature(fn)
     return sig is not None and not sig.parameters

@@ -1,6 +1,6 @@
 """Refuse, before allocating, random inputs whose copies cannot fit in memory.
 
-`tflab._target.materialize` caps ONE random argument at 4 GiB, but a verb
+`tflab._user.target.materialize` caps ONE random argument at 4 GiB, but a verb
 holds several copies: ``tflab compare`` keeps the input, the numpy buffer it
 was drawn into, and per mode (eager, graph, XLA) the outputs and, with
 gradients, one gradient per input. Allocating past the memory limit does not
@@ -247,7 +247,7 @@ def tf_load_refusal(floor: int = TF_LOAD_FLOOR) -> str | None:
 
 
 def ulp_step_copies(itemsize: int) -> int:
-    """Input-sized copies `tflab._numeric.ulp_distance` holds at its peak, for floats of ``itemsize`` bytes.
+    """Input-sized copies `tflab._graph.numeric.ulp_distance` holds at its peak, for floats of ``itemsize`` bytes.
 
     Per element it keeps the two int64 orderings (``ia``, ``ib``) to its end, and at its peak also
     the float64 copies of both sides (``fa``, ``fb``), their two NaN masks (bool), the float64

@@ -140,7 +140,7 @@ def remove_announced(status: list[str]) -> list[str]:
     import shutil
     from pathlib import Path
 
-    from tflab._paths import owner_gone
+    from tflab._io.paths import owner_gone
 
     removed = []
     for text in announced_temps(status):
@@ -546,7 +546,7 @@ class ChildChannel:
         os._exit = _exit
         global _CHANNEL
         _CHANNEL = self
-        from tflab import _paths
+        from tflab._io import paths as _paths
 
         _paths.announce_hook, _paths.report_hook = announce_temp, report_stream
     @classmethod

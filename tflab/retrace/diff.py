@@ -268,7 +268,7 @@ def reasons_between(old: Any, new: Any) -> list[Reason]:
     >>> [r.text for r in reasons_between({"x": tf.TensorSpec([3])}, {"x": tf.TensorSpec([4])})]
     ['x: shape (3,) -> (4,)']
     """
-    from tflab._argcheck import check_function_type  # issue 33 B8
+    from tflab._api.argcheck import check_function_type  # issue 33 B8
 
     check_function_type(old, "old", "reasons_between")
     check_function_type(new, "new", "reasons_between")

@@ -8,7 +8,7 @@ option typed with a bare ``int`` or ``float``.
 
 Use::
 
-    from tflab._cliargs import int_at_least, non_negative_float
+    from tflab._api.cliargs import int_at_least, non_negative_float
 
     p.add_argument("--seed", type=int_at_least(0), default=0)
 """
@@ -77,13 +77,13 @@ def positive_float(text: str) -> float:
 
 # Every string tf.dtypes.as_dtype takes on TF 2.21 (``_ANY_TO_TF`` in tensorflow/python/framework/dtypes.py,
 # the ``_ref`` forms included): a ``NAME[dims]`` whose NAME is outside it is refused before TF loads,
-# in `tflab._target.parse_value`'s words. tests/commands/test_cli_preflight.py checks the list against TF.
+# in `tflab._user.target.parse_value`'s words. tests/commands/test_cli_preflight.py checks the list against TF.
 _BASE_DTYPES = (
     "bfloat16 bool complex128 complex64 double float float16 float32 float64 float4_e2m1fn float8_e4m3b11fnuz "
     "float8_e4m3fn float8_e4m3fnuz float8_e5m2 float8_e5m2fnuz half int16 int2 int32 int4 int64 int8 qint16 qint32 "
     "qint8 quint16 quint8 resource string uint16 uint2 uint32 uint4 uint64 uint8 variant").split()
 _DTYPES = frozenset(_BASE_DTYPES + [f"{n}_ref" for n in _BASE_DTYPES])
-# The names `tflab._target.parse_value` offers as "did you mean" (TF's public ``tf.dtypes`` DTypes).
+# The names `tflab._user.target.parse_value` offers as "did you mean" (TF's public ``tf.dtypes`` DTypes).
 _SUGGESTED = ("bfloat16 bool complex128 complex64 double float16 float32 float64 half int16 int32 int64 int8 "
               "qint16 qint32 qint8 quint16 quint8 resource string uint16 uint32 uint64 uint8 variant").split()
 #: numpy arrays (the random inputs compare, precision and diagnose draw) hold at most this many dims
@@ -111,7 +111,7 @@ _MAX_DIM = 2**63 - 1
 def check_arg_grammar(items: list[str] | None, *, static: bool = False, max_rank: int | None = None) -> None:
     """The ``--arg NAME=VALUE`` grammar, checked without TensorFlow (the supervisor's pre-flight).
 
-    Refuses only what the child would refuse for sure (`tflab._target.parse_args`, in its words): no
+    Refuses only what the child would refuse for sure (`tflab._user.target.parse_args`, in its words): no
     ``=``, a name that is not an identifier, a name given twice, a ``NAME[dims]`` whose NAME is no TF
     dtype, and for a dtype a negative, non-integer or over-int64 dim. Python literals are left to the
     child.

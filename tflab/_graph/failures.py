@@ -88,7 +88,7 @@ def innermost_error(exc: BaseException, limit: int = 300) -> str:
 
 def user_line(exc: BaseException) -> tuple[str, int] | None:
     """The innermost user frame (file, line) of ``exc`` or the exceptions it wraps."""
-    from tflab._usercode import user_frame
+    from tflab._user.usercode import user_frame
 
     for e in reversed(error_chain(exc)):
         where = user_frame(e)

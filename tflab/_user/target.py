@@ -10,9 +10,9 @@ uses these helpers, so the grammar is the same everywhere:
 * ``name=<python literal>`` is a Python value, read with `ast.literal_eval`.
   Example: ``n=3``, ``training=True``, ``s='abc'``.
 
-Error messages echo the user's text cut to `tflab._usercode.MAX_ECHO`
+Error messages echo the user's text cut to `tflab._user.usercode.MAX_ECHO`
 characters, so a 5000-digit literal stays one readable line. Importing the
-user's file runs under `tflab._usercode.user_code` (``sys.exit`` at import is
+user's file runs under `tflab._user.usercode.user_code` (``sys.exit`` at import is
 one line).
 """
 
@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 # user_frame and error_summary live in _usercode (which must not import this
 # module); they stay importable from here.
-from tflab._usercode import error_summary, shorten, user_frame  # noqa: F401
+from tflab._user.usercode import error_summary, shorten, user_frame  # noqa: F401
 from tflab.errors import UsageError
 
 _SPEC_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*(?:\[(.*)\])?\s*$")
@@ -135,7 +135,7 @@ def load_module(path: str, *, what: str = "script"):
         UsageError: the file does not exist, is not ``.py``, or raised on import
             (the message names the user's line).
     """
-    from tflab._paths import input_path
+    from tflab._io.paths import input_path
 
     # Probed without opening it (a FIFO would block open() for ever): the one input place.
     input_path(path, what, want="file", what="a path to a .py file")
@@ -148,7 +148,7 @@ def load_module(path: str, *, what: str = "script"):
     directory = os.path.dirname(os.path.abspath(path))
     if directory not in sys.path:
         sys.path.insert(0, directory)
-    from tflab._usercode import user_code
+    from tflab._user.usercode import user_code
 
     try:
         with user_code(path, "at import", exceptions=True,
@@ -346,7 +346,7 @@ def materialize(value: Any, seed: "int | Any" = 0) -> Any:
         raise UsageError(f"{label}: shape {value.shape} has unknown dims; "
                          f"give every dim to run it, e.g. {value.dtype.name}[4,8]")
     shape = value.shape.as_list()
-    from tflab._cliargs import NUMPY_MAX_DIMS
+    from tflab._api.cliargs import NUMPY_MAX_DIMS
 
     if len(shape) > NUMPY_MAX_DIMS:  # numpy's ValueError came out raw (compare_modes) or as exit 70 (compare)
         raise UsageError(f"{label}: {len(shape)} dims; numpy arrays (the random inputs drawn for it) hold at most "

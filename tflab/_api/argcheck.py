@@ -9,7 +9,7 @@ of variants, an unknown mode name) rather than report a vacuous success.
 
 Use from a public function::
 
-    from tflab._argcheck import check_callable, check_choice, check_int
+    from tflab._api.argcheck import check_callable, check_choice, check_int
 
     def to_text(self, max_ops=60):
         max_ops = check_int(max_ops, "max_ops", "TraceReport.to_text", minimum=0, allow_none=True)
@@ -179,7 +179,7 @@ def check_str_sequence(value: Any, name: str, where: str) -> list[str]:
 
 
 def check_input_file(path: Any, name: str, where: str, what: str = "a path to a .py file") -> None:
-    """A path given as a str/PathLike is probed without opening it (`tflab._paths.input_path`).
+    """A path given as a str/PathLike is probed without opening it (`tflab._io.paths.input_path`).
 
     A FIFO blocks ``open`` for ever; a symlink loop was "does not exist". Other types are left to
     the function's own message.
@@ -190,7 +190,7 @@ def check_input_file(path: Any, name: str, where: str, what: str = "a path to a 
     import os
 
     if isinstance(path, (str, os.PathLike)):
-        from tflab._paths import input_path
+        from tflab._io.paths import input_path
 
         input_path(path, name, want="file", what=what)
 
