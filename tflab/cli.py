@@ -122,10 +122,10 @@ def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict
             lists them) without their options, whose ``add_arguments`` may import more (retrace's
             epilog: 0.2 s of the pre-TF budget). None: every verb's options.
     """
-    parser = _OneLineParser(
-        prog="tflab",
-        description="TensorFlow tracing and export lab: FuncGraphs, retracing, AutoGraph, "
-                    "XLA, SavedModel and LiteRT round trips.")
+    from tflab._api.version import package_version
+    parser = _OneLineParser(prog="tflab", description="TensorFlow tracing and export lab: FuncGraphs, "
+                            "retracing, AutoGraph, XLA, SavedModel and LiteRT round trips.")
+    parser.add_argument("--version", action="version", version=f"tflab {package_version()}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     modules = {}
     for verb, modname in VERBS.items():

@@ -137,17 +137,22 @@ def test_imports_go_only_downward_through_the_documented_layers():
 
 
 def test_the_retrace_package_replaces_the_old_modules_and_keeps_its_public_names():
-    """Issue 20: tflab/retrace/ is a package; retrace_*.py, the facade and _facade are gone
-    (a 0.x package: no aliases), and every public name is importable from tflab.retrace."""
+    """tflab/retrace/ is a package; the files retrace_*.py and the facade are gone (their module
+    paths load the package, with a DeprecationWarning, from tflab/_api/deprecations.py's table),
+    and every public name is importable from tflab.retrace."""
     import importlib
 
     import tflab
     import tflab.retrace as pkg
 
-    for gone in ("tflab.retrace_reasons", "tflab.retrace_probe", "tflab.retrace_log",
-                 "tflab.retrace_expect", "tflab.retrace_demo", "tflab._facade"):
-        with pytest.raises(ModuleNotFoundError):
-            importlib.import_module(gone)
+    for gone in ("retrace_reasons", "retrace_probe", "retrace_log", "retrace_expect", "retrace_demo"):
+        assert not os.path.exists(os.path.join(REPO, "tflab", gone + ".py"))
+        sys.modules.pop(f"tflab.{gone}", None)
+        with pytest.warns(DeprecationWarning, match=f"tflab.{gone} is tflab.retrace since 0.2.0"):
+            assert importlib.import_module(f"tflab.{gone}") is pkg
+        sys.modules.pop(f"tflab.{gone}", None)
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("tflab._facade")
     assert os.path.isdir(os.path.join(REPO, "tflab", "retrace"))
     assert sorted(pkg.__all__) == sorted(RETRACE_PUBLIC)
     for name in RETRACE_PUBLIC:
@@ -242,6 +247,7 @@ def test_each_tflab_module_imports_alone_in_a_fresh_interpreter():
         # Importing a submodule runs its parent packages' __init__ first; a package root imports
         # only tflab._api.lazy at import time (its parts load on first use, which this import does not do).
         reach |= parents | ({"tflab._api", "tflab._api.lazy"} if len(parents) > 1 else set())
+        reach |= {"tflab._api", "tflab._api.deprecations", "tflab._api.version"}  # tflab's root: the table
         assert set(r["loaded"]) <= reach, (m, sorted(set(r["loaded"]) - reach))
 
 

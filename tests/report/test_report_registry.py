@@ -24,7 +24,7 @@ from _import_graph import build_graph  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # What the report package may import besides itself: base-layer helpers only.
-REPORT_MAY_IMPORT = {"tflab._api.lazy", "tflab._io.paths", "tflab.runtime"}
+REPORT_MAY_IMPORT = {"tflab._api.lazy", "tflab._api.deprecations", "tflab._io.paths", "tflab.runtime"}
 
 
 def _repr_html_definitions() -> list[str]:

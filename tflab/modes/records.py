@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from tflab._api.deprecations import deprecated_fields
 from tflab.modes.defaults import MODES
 from tflab.report.base import Report, config_field
 from tflab.report.text import table
@@ -109,6 +110,7 @@ def fmt_num(x: float) -> str:
     return f"{x:.3g}"
 
 
+@deprecated_fields  # its old field names: tflab/_api/deprecations.py
 @dataclasses.dataclass(frozen=True, repr=False)
 class ModeResult:
     """One mode's run of the function.

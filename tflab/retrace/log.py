@@ -24,6 +24,7 @@ import sys
 import time
 from typing import Any, Sequence
 
+from tflab._api.deprecations import deprecated_fields
 from tflab._tf import function as _tf
 from tflab.errors import Terminated, UsageError
 from tflab.retrace.event import ObjectSerials, TraceClock, TraceEvent, capture_trace_events
@@ -140,6 +141,7 @@ NEW_FUNCTION_FIX = ("build it once, outside the loop, and reuse it (the model, l
                     "building a model, or calling predict/fit, per step")
 
 
+@deprecated_fields  # its old field names: tflab/_api/deprecations.py
 @dataclasses.dataclass(frozen=True)
 class NameGroup:
     """tf.function objects that share a qualified name (a new model, layer or closure per call).
