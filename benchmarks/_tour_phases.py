@@ -12,7 +12,7 @@ child processes), exclusive: a phase nested in another is subtracted from
 the outer one, so they add up to at most the section's wall time. The TF
 entry points (``tracing``, ``autograph``, ``gradients``, ``xla_compile``,
 ``graph_first_run``) are wrapped by `tflab._tf.phases.timed_entry_points`,
-which lists them (issue 37: no TF internal outside ``tflab/_tf/``); it is
+which lists them (no TF internal outside ``tflab/_tf/``); it is
 loaded by file path from this checkout, so an old checkout is timed the same
 way. The others:
 

@@ -432,7 +432,7 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
     >>> [(s.kind, s.outcome, s.op_type, s.unrolled) for s in d.statements]
     [('if', 'graph', 'StatelessIf', None), ('for', 'python', None, 2)]
     """
-    from tflab._api.argcheck import check_source_decodes, refuse_probe  # issue 33 B26, B19
+    from tflab._api.argcheck import check_source_decodes, refuse_probe
 
     refuse_probe(fn, "fn", "autograph_diff")
     check_source_decodes(fn, "fn", "autograph_diff")

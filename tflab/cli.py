@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None, *, _channel=None) -> int:
         before_tf = getattr(modules[args.verb], "before_tf", None)
         if before_tf is not None:
             before_tf(args)
-        # Inside the try: Ctrl-C or SIGTERM during TF's seconds-long import is "interrupted" (B9).
+        # Inside the try: Ctrl-C or SIGTERM during TF's seconds-long import is "interrupted".
         _quiet_tf(_channel.quiet_fd if _channel is not None else None)
         if getattr(args, "json", False):
             sys.stdout = _ReportOnlyStdout(real_stdout, sys.stderr)
@@ -423,7 +423,7 @@ def supervise(argv: list[str] | None = None) -> int:
     """
     try:
         os.fstat(1)
-    except OSError:  # `tflab env >&-`: no stdout to write the report to (B15)
+    except OSError:  # `tflab env >&-`: no stdout to write the report to
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # nothing else may take fd 1
         return 141
@@ -506,7 +506,7 @@ def _environment_refusal() -> str | None:
 
 
 def _memory_refusal() -> str | None:
-    """One line when RLIMIT_AS is too small for TensorFlow to load at all (B15), else None."""
+    """One line when RLIMIT_AS is too small for TensorFlow to load at all, else None."""
     from tflab.process.memory import tf_load_refusal
 
     with contextlib.suppress(Exception):

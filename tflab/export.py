@@ -213,7 +213,7 @@ def load_model(spec: str) -> tuple[Any, str]:
         try:
             return keras.models.load_model(spec), "keras"
         except Exception as e:
-            # The whole first line (case M7: a cut at 200 characters ended mid-word).
+            # The whole first line (a cut at 200 characters ended mid-word).
             first = (str(e).strip().splitlines() or [""])[0]
             custom = re.search(r"custom|deserializ|Could not locate|Unknown (layer|object)", str(e), re.I)
             hint = (": it holds a class this process does not know (a custom layer or model). Export it "

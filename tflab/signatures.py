@@ -360,7 +360,7 @@ def stabilize(fn: Callable, input_signature: Sequence[Any] | None = None,
     return tf.function(py_fn, input_signature=input_signature, **tf_function_kwargs)
 
 
-# ------------------------------------------- shape-read warnings (issue 23: from tflab.diagnosis)
+# ------------------------------------------- shape-read warnings (from tflab.diagnosis)
 
 
 class ShapeReadWarning(UserWarning):

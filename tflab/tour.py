@@ -155,7 +155,7 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
         report: dict = {"model": model_path or "MobileNetV3Small(weights=None, input_shape=(96, 96, 3), classes=10)"}
         from tflab.runtime import runtime_config
 
-        config = runtime_config()  # what every number below was measured on (issue 8)
+        config = runtime_config()  # what every number below was measured on
         report["config"] = config.to_dict()
         if not quiet:
             print(f"configuration: {config.one_line()}")

@@ -305,7 +305,7 @@ def test_exec_defined_helper_with_tensor_if_gets_a_hint():
 
 
 def test_bound_tf_function_method_converts_the_users_method():
-    """Issue 9 item 8: ``m.run`` where ``run`` is a @tf.function method is a new
+    """``m.run`` where ``run`` is a @tf.function method is a new
     Function whose python_function is TF's bound_method_wrapper; the user's
     method bound to ``m`` is what must be converted and traced."""
     m = cf.Stepper()

@@ -240,10 +240,10 @@ def test_interrupted_tour_leaves_nothing_it_wrote(small_keras_file, tmp_path, mo
 
     (tmp_path / "kept").mkdir()
     (tmp_path / "kept" / "mine.txt").write_text("a previous tour's")
-    write_marker(tmp_path / "kept")  # a previous tour's folder: --force may replace it (issue 33 B21)
+    write_marker(tmp_path / "kept")  # a previous tour's folder: --force may replace it
     for out in (tmp_path / "new" / "t", tmp_path / "kept"):
         with pytest.raises(KeyboardInterrupt):
-            # force: "kept" is not empty (a tour refuses it without --force, issue 21 B3)
+            # force: "kept" is not empty (a tour refuses it without --force)
             run_tour(model_path=str(small_keras_file), out_dir=str(out), only=["s01_trace"], quiet=True,
                      force=True)
     assert sorted(os.listdir(tmp_path)) == ["kept"] and sorted(os.listdir(tmp_path / "kept")) == [MARKER,
@@ -265,7 +265,7 @@ def test_sigterm_while_distribute_waits_for_workers_is_terminated_not_interrupte
     """distribute turned SIGTERM into KeyboardInterrupt: `tflab distribute` said "interrupted", exit 130."""
     import signal
 
-    from tflab.process.group import ChildGroup  # distribute's workers wait in one (issue 23: one SIGTERM handler)
+    from tflab.process.group import ChildGroup  # distribute's workers wait in one (one SIGTERM handler)
     from tflab.errors import Terminated
 
     with pytest.raises(Terminated) as info, ChildGroup():

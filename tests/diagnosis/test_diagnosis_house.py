@@ -1,4 +1,4 @@
-"""Issue 23 for diagnosis / autograph / examples: the package cut by concern, TF internals behind
+"""Diagnosis / autograph / examples: the package cut by concern, TF internals behind
 `tflab._tf.autograph`, and one record convention.
 
 Each check can fail: the `RULES` list is shown to be what classifies (a rule taken out of it

@@ -1,4 +1,4 @@
-"""Newcomer trial s7: user code is told from library code by where it lives, not by words in its path.
+"""User code is told from library code by where it lives, not by words in its path.
 
 A clone at ``.../tflab/`` lost every culprit line (96 failures of `make test`): six filters skipped any
 file whose path held ``/tflab/``, ``keras`` or ``/lib/python3``. `tflab._user.usercode.library_of` compares

@@ -1,4 +1,4 @@
-"""Issue 11: one concern per module, imports only downward, and a map that matches the code.
+"""One concern per module, imports only downward, and a map that matches the code.
 
 The import graph is read from the source with `ast` (tests/_import_graph.py):
 imports inside functions count, since a cycle through a lazy import still
@@ -22,7 +22,7 @@ from _import_graph import build_graph, cycles, map_lines, module_files  # noqa: 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOC = os.path.join(REPO, "docs", "architecture.md")
 
-# The retrace package (issue 20): its public names, each importable as
+# The retrace package: its public names, each importable as
 # `from tflab.retrace import X`; the ones also on `tflab` itself.
 RETRACE_PUBLIC = """
 FIXES FIXES_WITH_REDUCE_RETRACING NO_VARIABLE_CREATION Reason Trace VARIABLE_CREATION Node
@@ -83,7 +83,7 @@ def test_nobody_imports_export_or_the_compatibility_modules():
     assert graph["tflab.retrace.nodes"] == {"tflab._tf.function"}
     assert graph["tflab.retrace.diff"] == {"tflab.retrace.records", "tflab.retrace.nodes", "tflab._api.argcheck",
                                            "tflab.retrace.paths", "tflab.retrace.function_context"}
-    # the diff's two parts split out of it (issue 37: paths into Node trees, the FunctionContext) sit on the trees
+    # the diff's two parts split out of it (paths into Node trees, the FunctionContext) sit on the trees
     assert graph["tflab.retrace.paths"] == {"tflab.retrace.nodes"}
     assert graph["tflab.retrace.function_context"] == set()
     # export uses saved_model's public API only (it imported _is_keras3/_is_tf_keras/_reference)

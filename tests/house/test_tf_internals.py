@@ -1,4 +1,4 @@
-"""Issues 23 and 37: TF internals are reached only through ``tflab/_tf/``, and every private name it uses exists.
+"""TF internals are reached only through ``tflab/_tf/``, and every private name it uses exists.
 
 Two checks:
 
@@ -26,7 +26,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 ROOT = REPO / "tflab"
-# Trees besides tflab/ that the scan covers (issue 37: no TF internal outside tflab/_tf/); their
+# Trees besides tflab/ that the scan covers (no TF internal outside tflab/_tf/); their
 # files are named from the repository root ("custom_ops/build.py").
 OTHER_ROOTS = ("custom_ops", "benchmarks", "tests")
 

@@ -216,7 +216,7 @@ def test_export_force_replaces_atomically(exported, tmp_path, run_cli):
     (out / "report.json").write_text("{}")  # --force replaces only a previous export
     from tflab._io.paths import write_marker
 
-    write_marker(out)  # ... that tflab wrote: its marker lists every entry (issue 33 B21)
+    write_marker(out)  # ... that tflab wrote: its marker lists every entry
     # An export's examples.npz (batches "0/x", "1/x") can be given back.
     examples = str(exported[1] / "examples.npz")
     code, stdout, _ = run_cli("export", MODEL_SPEC, "--out", str(out), "--quantize", "none", "--force", "--json",
@@ -340,7 +340,7 @@ def warp_library():
     load_warp_library_or_skip()  # skips only without a C++ compiler; a build error fails
 
 
-# ------------------------------------------- two signatures sharing weights (issue 9, items 11-13)
+# ------------------------------------------- two signatures sharing weights
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Issue 35: `tflab.lower` on a function with a while loop: every level, provenance, fusions, memory, stops.
+"""`tflab.lower` on a function with a while loop: every level, provenance, fusions, memory, stops.
 
 One lowering (one child-process XLA dump) for the module; the stop cases stop
 before the child runs. Functions live in this file so their lines can be named.

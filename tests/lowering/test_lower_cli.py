@@ -1,4 +1,4 @@
-"""Issue 35: ``tflab lower FILE.py:FUNC``: text, --json, --out, --html (in headless Chromium), bad input.
+"""``tflab lower FILE.py:FUNC``: text, --json, --out, --html (in headless Chromium), bad input.
 
 One CLI run with every output (one child-process XLA dump) for the module;
 the bad-input cases stop before any lowering.

@@ -1,4 +1,4 @@
-"""Issue 35: the parts of `tflab.lower` that read XLA's text, on fixed inputs, and its temp folders and child (no TF)."""
+"""The parts of `tflab.lower` that read XLA's text, on fixed inputs, and its temp folders and child (no TF)."""
 
 from __future__ import annotations
 
@@ -173,7 +173,7 @@ def test_the_dump_child_dies_with_a_sigkilled_parent_and_its_folder_is_swept(tmp
 
 
 def test_lower_refuses_a_bad_xla_flags_and_a_non_callable_before_tf_can_stop_the_process(monkeypatch):
-    """Hostile trial s7 #5, #16: a bad XLA_FLAGS ended the caller's process (TF's F line at the first
+    """A bad XLA_FLAGS ended the caller's process (TF's F line at the first
     compile); `lower` now asks the same cached child probe as `compare_modes` first. `lower(None)` says
     it needs a callable, as every other API call does."""
     import tensorflow as tf
@@ -193,7 +193,7 @@ def test_lower_refuses_a_bad_xla_flags_and_a_non_callable_before_tf_can_stop_the
 
 
 def test_the_fusion_table_says_how_many_tf_op_types_it_leaves_out():
-    """Newcomer trial s7 #5: the table showed 4 TF op types and dropped a fifth (Tanh) without a word."""
+    """The table showed 4 TF op types and dropped a fifth (Tanh) without a word."""
     from tflab.lowering.records import Fusion, Lowering, Stage
     from tflab.lowering.text import lowering_text
 

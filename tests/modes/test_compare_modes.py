@@ -1,6 +1,6 @@
 """Lab step 6: eager vs graph vs XLA, GradientTape semantics, ULP distances.
 
-Two kinds of claim are kept apart (issue 8):
+Two kinds of claim are kept apart:
 
 * facts that hold on every configuration, asserted exactly: graph == eager bit
   for bit when the same kernels run, the trace and fusion counts, the gradient
@@ -386,7 +386,7 @@ def test_persistent_tape_gives_two_gradients():
 # ---------------------------------------------------------------- user-test findings
 
 
-# ------------------------------------------------ random streams and labelled worsts (issue 9)
+# ------------------------------------------------ random streams and labelled worsts
 
 
 def _tensor_while(x):

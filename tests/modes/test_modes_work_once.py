@@ -1,16 +1,16 @@
-"""Issue 23/24: `compare_modes` does each expensive thing once.
+"""`compare_modes` does each expensive thing once.
 
 * it traces the function once per traced mode (graph, XLA): the variables to save
-  come from graph mode's own trace, not from a trace made only to look (old main
+  come from graph mode's own trace, not from a trace made only to look (tflab without the fix
   traced three times);
 * it computes each mode's ULP and |diff| arrays once per tensor, shared by the
-  maxima, the findings and the condition note (old main computed them again for
+  maxima, the findings and the condition note (tflab without the fix computed them again for
   the findings);
 * it fetches HLO with one XLA compile beyond the run's own: TF 2.21's
   ``experimental_get_compiler_ir`` builds a fresh executable for each optimized
   stage (``tensorflow/compiler/jit/get_compiler_ir.cc``, ``BuildExecutable``), so
   ``optimized_hlo_dot`` (a second compile of the same program) is fetched only
-  when named (old main fetched it by default: two compiles).
+  when named (tflab without the fix fetched it by default: two compiles).
 
 The counts are of real events: a counter in the traced Python body (it runs once
 per trace, `tf.executing_eagerly()` is False there), calls of the one ULP function,

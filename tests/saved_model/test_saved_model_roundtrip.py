@@ -101,7 +101,7 @@ def test_a_difference_is_detected(tmp_path):
     out = c.signatures["serving_default"].outputs["y"]
     assert c.bit_exact is False and out.bit_exact is False
     assert out.mismatched == 8 and 0 < out.max_abs_error < 1
-    # Two maxima, each over its own worst element, each labelled (issue 9 item 15's kind).
+    # Two maxima, each over its own worst element, each labelled (the kind).
     assert (f"8 element(s) differ, max |Δ| {out.max_abs_error:.3g}, max ULP {out.max_ulp} "
             f"(each its own worst element)") in c.to_text()
 
@@ -274,7 +274,7 @@ def test_per_signature_examples(models, tmp_path):
     assert not any((tmp_path / n).exists() for n in "bcde")
 
 
-# ------------------------------------- which functions become signatures (issue 9, items 9-10)
+# ------------------------------------- which functions become signatures
 
 
 def _signature_zoo():

@@ -160,7 +160,7 @@ def check_keywords(kwargs: dict, fn: Callable, where: str, what: str) -> None:
         raise UsageError(f"{where}: unknown {what} keyword(s) {', '.join(map(repr, unknown))}; it takes: {known}")
 
 
-# ----------------------------------------------------------------------------- issue 33 (item 7)
+# -----------------------------------------------------------------------------
 
 def check_str_sequence(value: Any, name: str, where: str) -> list[str]:
     """A sequence of str (a list or tuple); a lone str is refused, not split into its characters.
@@ -309,7 +309,7 @@ def check_per_replica(args: tuple, kwargs: dict, where: str) -> None:
 
 
 def check_returns_tensors(fn: Any, args: tuple, kwargs: dict, where: str, name: str) -> None:
-    """Refuses a function whose every ``return`` gives None (or that has none): nothing to compare (B25).
+    """Refuses a function whose every ``return`` gives None (or that has none): nothing to compare.
 
     Read from the function's own source (`ast`), not by running or tracing it (a trace would be
     one more than the caller's, and could have side effects): the refusal is certain, a function
@@ -371,7 +371,7 @@ def check_source_decodes(fn: Any, name: str, where: str) -> None:
 
     Python imports a file with a stray latin-1 byte in a comment, but `inspect.getsource` then
     fails with "could not get source code", and the advice was "put the function in a .py file"
-    (B19) although it is in one. The file is decoded as ``tokenize`` does (PEP 263).
+    although it is in one. The file is decoded as ``tokenize`` does (PEP 263).
 
     Raises:
         UsageError: names the file, the byte and its line, and the two fixes.

@@ -125,7 +125,7 @@ class OutputPath:
         payload = data.encode() if isinstance(data, str) else data
         if self.in_place:  # /dev/null, /dev/stdout, a FIFO: rename would replace the device node
             report = _stdout_stream(self.path)
-            if report is not None:  # under the supervisor fd 1 is its stderr pipe: write to the report (B2)
+            if report is not None:  # under the supervisor fd 1 is its stderr pipe: write to the report
                 try:
                     report.flush()
                     report.buffer.write(payload)

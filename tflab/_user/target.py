@@ -238,7 +238,7 @@ def load_call(target: str, arg_items: list[str] | None) -> tuple[Callable, tuple
 
 def _own_input_signature(fn: Any) -> Any:
     """The ``input_signature`` of a `tf.function`, or of an object's ``__call__`` when
-    that is one (a tf.Module with ``@tf.function(input_signature=…) def __call__``, case X4)."""
+    that is one (a tf.Module with ``@tf.function(input_signature=…) def __call__``)."""
     sig = getattr(fn, "input_signature", None)
     if sig is None and not inspect.isroutine(fn) and not inspect.isclass(fn):
         call = getattr(fn, "__call__", None)
@@ -272,7 +272,7 @@ def bind_args(fn: Callable, named: dict[str, Any]) -> tuple[tuple, dict]:
     call = getattr(fn, "call", None)
     if has_var_kw and not inspect.isroutine(fn) and inspect.ismethod(call):
         # A Keras layer/model: __call__(*args, **kwargs) passes everything on to call();
-        # check the names against call's parameters (``inputs``, …), case M6.
+        # check the names against call's parameters (``inputs``, …),.
         try:
             call_params = inspect.signature(call).parameters
         except (TypeError, ValueError):

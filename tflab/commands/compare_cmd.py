@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     # Peak copies: the numpy draw and the tensor, then per mode the outputs (as large as the
     # inputs for an elementwise function) and, with gradients, one gradient per input.
     copies = 2 + len(MODES) * (1 if args.no_grad else 2)
-    from tflab.process.memory import ulp_step_copies  # and the ULP step's int64/float64 copies (B16)
+    from tflab.process.memory import ulp_step_copies  # and the ULP step's int64/float64 copies
 
     copies += max((ulp_step_copies(s.dtype.size) for s in specs if s.dtype.is_floating), default=0)
     if all(n <= MAX_RANDOM_BYTES for n in sizes):  # else materialize names the argument over its cap
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         if failed != ["xla"]:  # eager or graph cannot run the function on these arguments
             raise UsageError(line)
         # Eager and graph ran and were compared, so the input was valid: XLA not compiling
-        # an op (a string op, a py_function) is a finding, exit 1 like a failed check (case W4).
+        # an op (a string op, a py_function) is a finding, exit 1 like a failed check.
         import sys
 
         print(f"tflab compare: finding: {line}", file=sys.stderr)

@@ -16,7 +16,7 @@ import sys
 
 
 def name_os_exit() -> None:
-    """The user's ``os._exit(N)`` in a step writes one line first, so the parent names it (B18).
+    """The user's ``os._exit(N)`` in a step writes one line first, so the parent names it.
 
     Without it the worker's last stderr line was TF's cuInit log line, quoted as the cause.
     """

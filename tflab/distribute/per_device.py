@@ -42,7 +42,7 @@ def inspect_distributed(fn: Callable, *args: Any, **kwargs: Any) -> DistributedT
     >>> r.mirrored_variables[0].type, r.component_handles, r.cross_replica_ops
     ('MirroredVariable', 2, {'CollectiveReduceV2': 2})
     """
-    from tflab._api.argcheck import check_per_replica  # issue 33 B24: plain TensorSpecs gave "0 replicas"
+    from tflab._api.argcheck import check_per_replica  # plain TensorSpecs would give "0 replicas"
 
     check_per_replica(args, kwargs, "inspect_distributed")
     from tflab.tracing import trace_and_inspect

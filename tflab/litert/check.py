@@ -66,7 +66,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
     Raises:
         UsageError: examples do not match a signature.
     """
-    from tflab._api.argcheck import check_bytes  # issue 33 B12: a bytearray was "unhashable"
+    from tflab._api.argcheck import check_bytes  # a bytearray would be "unhashable"
 
     model = check_bytes(model, "model", "check_tflite") if isinstance(model, (bytearray, memoryview)) else model
     from ai_edge_litert.interpreter import Interpreter
@@ -505,7 +505,7 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | An
 
     warn_after_conversion(model, f"tflite_roundtrip {quantization}")  # before LiteRT runs it
     # One float conversion per SavedModel serves both the size ratio and the per-op reference
-    # weights (issue 23: never a second whole-model conversion just for size_ratio).
+    # weights (never a second whole-model conversion just for size_ratio).
     if quantization == "none":
         float_model = model
         if not select_tf_ops:

@@ -225,7 +225,7 @@ class _ModeRun:
             grad_map = dict(zip(self.grad_names(mode), grads))
             if mode == "eager" and not list(outputs):
                 # Measured, not read from the source (a lambda, an implicit None, {} or []): the
-                # eager run gave no tensor, so every mode would "agree" on nothing (hostile H9, B25).
+                # eager run gave no tensor, so every mode would "agree" on nothing (hostile H9).
                 raise UsageError(f"compare_modes: {self.name} returned no tensor (its eager run's outputs "
                                  "flatten to nothing: None, {} or []), so there is nothing to compare; "
                                  "return the tensors to check")
@@ -376,7 +376,7 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
     >>> cmp.modes["graph"].ulp.outputs, cmp.modes["xla"].ulp.outputs, cmp.fusion_count
     (0, 2, 10)
     """
-    from tflab._api.argcheck import check_returns_tensors, check_xla_flags, refuse_probe  # issue 33 B26, B25, item 8
+    from tflab._api.argcheck import check_returns_tensors, check_xla_flags, refuse_probe
 
     refuse_probe(fn, "fn", "compare_modes")
     check_returns_tensors(fn, args, kwargs, "compare_modes", "fn")

@@ -102,12 +102,12 @@ def _graph_cause(run, reference: list, ulp_bound: float, grappler_options: Calla
             trial.check = values_match([reference], [got], ulp_bound=ulp_bound,
                                        why_bound="the comparison's own ULP bound")
             trial.restored = trial.check.ok
-        except Exception as e:  # noqa: BLE001 - an option the function cannot run under is a trial that failed
+        except Exception as e:  # noqa: BLE001 - an option the function cannot run under is a setting whose run failed
             trial.error = f"{type(e).__name__}: {str(e)[:200]}"
         finally:
             run.snapshot.restore()
         trial.seconds = time.perf_counter() - t0
-        out.trials.append(trial)
+        out.trials.append
         if trial.restored:
             out.found = trial
             break

@@ -296,7 +296,7 @@ class ModeComparison(Report):
             r = self.modes.get(m)
             if r is None:
                 continue
-            # Outputs and gradients apart (trial_newcomer P14: "110694 ULP" was the gradient's).
+            # Outputs and gradients apart ("110694 ULP" was the gradient's).
             if r.error:
                 parts.append(f"{m}: error")
                 continue

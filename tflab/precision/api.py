@@ -180,7 +180,7 @@ def _measure(policy: str, ref_out: list, ref_grads: list, out: list, grads: list
     floor = float_info(compute).smallest_normal
     # A loss-scaled gradient is held in the compute dtype as g * S: it is measured over the
     # elements whose scaled value the dtype holds at all (|g| * S >= its smallest subnormal;
-    # trial_newcomer P15: 1e-9 * 2^15 = 3.3e-5 is below float16's smallest normal, yet held).
+    # 1e-9 * 2^15 = 3.3e-5 is below float16's smallest normal, yet held).
     grad_floor = floor if not loss_scale else float_info(compute).smallest_subnormal / float(loss_scale)
     out_err = [_rel_errors(r, o, floor) for r, o in zip(ref_out, out) if r.dtype.kind == "f"]
     grad_err = [_rel_errors(r, g, grad_floor) for r, g in zip(ref_grads, grads)
@@ -206,7 +206,7 @@ def _measure(policy: str, ref_out: list, ref_grads: list, out: list, grads: list
         if bad.any():
             overflow[name] = int(bad.sum())
     # Nothing measured (no float32 element at or above the smallest normal): None, not 0.0,
-    # which would read as "no error" (case M8).
+    # which would read as "no error".
     out_n = _measured(out_all, [r for r in ref_out if r.dtype.kind == "f"])
     grad_n = _measured(grad_all, [r for r, g in zip(ref_grads, grads) if r is not None and g is not None])
     return PolicyResult(
@@ -566,7 +566,7 @@ def compare_precisions(fn: Callable, *args: Any,
         >>> cmp.policies["mixed_float16"].underflow["arg:x"], cmp.policies["mixed_bfloat16"].underflow
         (512, {})
     """
-    from tflab._api.argcheck import check_seed  # issue 33 B11
+    from tflab._api.argcheck import check_seed
 
     seed = check_seed(seed, "seed", "compare_precisions")
     import tensorflow as tf

@@ -254,7 +254,7 @@ def ulp_step_copies(itemsize: int) -> int:
     distance and ``np.where``'s result: 6 arrays of 8 bytes plus 2 of 1 byte, about 51 bytes per
     element (measured with tracemalloc: 51.0 for float16 and float32); float64 also makes two
     uint64 copies for its unsigned distance: 67 bytes. A float32 input of N bytes therefore needs
-    about 12.8 N more (B16: compare passed its estimate under RLIMIT_AS 12 GB, then died in
+    about 12.8 N more (compare passed its estimate under RLIMIT_AS 12 GB, then died in
     numpy's MemoryError allocating an int64 copy).
 
     Returns:

@@ -129,7 +129,7 @@ _SIMPLE = (bool, int, float, str, bytes, type(None))
 
 
 def _variable_value(v: Any) -> str | None:
-    """A tf.Variable attribute's value as configuration (newcomer trial s7: two instances holding their
+    """A tf.Variable attribute's value as configuration (two instances holding their
     own variables, 1.0 and 2.0, were told to share one tf.function, which computes with one of them).
 
     Small variables by value, larger ones by a digest of their bytes; read in TF's eager init scope

@@ -301,7 +301,7 @@ def trace_script(path: str, argv: Sequence[str] = (), include_internal: bool = F
     Raises:
         UsageError: ``path`` does not exist or is not a ``.py`` file.
     """
-    from tflab._api.argcheck import check_input_file, check_str_sequence  # issue 33 B9, B1
+    from tflab._api.argcheck import check_input_file, check_str_sequence
     from tflab._user.target import user_frame
     from tflab._user.usercode import process_guard
 

@@ -233,7 +233,7 @@ class RetraceProbe(StateWatch, HtmlDisplay):
                 dataclass): the message names the parameter and the fixes.
             Whatever the function raises while tracing or running.
         """
-        from tflab._api.argcheck import check_binds  # issue 33 B10: TF's raw "Binding inputs … failed"
+        from tflab._api.argcheck import check_binds  # else TF's raw "Binding inputs … failed"
 
         check_binds(self.function.python_function, args, kwargs, "RetraceProbe", self.function_name)
         self._catch_up()

@@ -276,7 +276,7 @@ def _save_and_check(obj, path: str, batches: Examples | None, signatures) -> Sav
         save = (lambda m, p: _save_keras3(m, p)) if is_keras3(obj) else None
         raise explain_model_error(e, obj, "while saving it as a SavedModel", save) from e
 
-    # The in-process model is called below: remember its variables to give them back (case M9).
+    # The in-process model is called below: remember its variables to give them back.
     state = _variable_state(obj) if kind != "SavedModel" else []
     loaded = tf.saved_model.load(path)
     remember_loaded(path, loaded)
@@ -384,11 +384,11 @@ def _second_call_differs(fn, key: str, batches) -> int:
 
 
 def _random_op_notes(key: str, concrete, bit_exact: bool = False, recall=None) -> list[str]:
-    """Why a signature is not bit-exact when its graph draws random numbers (case M3):
+    """Why a signature is not bit-exact when its graph draws random numbers:
     a stateful random op gives new values on each call, so the in-process model
     and the reloaded one cannot agree; neither does the in-process model with itself.
 
-    When the bits match anyway (trial_newcomer P13: a global seed, ``tf.random.set_seed(0)``,
+    When the bits match anyway (a global seed, ``tf.random.set_seed(0)``,
     makes both fresh kernels start from the same state, so their first calls coincide), the
     note is given too, with what ``recall()`` measured: how many output bytes a second call
     of the reloaded signature changes."""
