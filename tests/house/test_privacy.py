@@ -12,8 +12,8 @@ the Python source of a ``python -c`` string that imports tflab):
   (``from tflab.x import y as _y``): the alias is its own.
 * **Private modules.** A module or package whose name starts with ``_`` is
   private to the package that contains it: any module in that package (or in
-  a package below it) may import it, none outside. ``tflab/_paths.py`` is
-  private to ``tflab`` (every tflab module may use it, a user may not);
+  a package below it) may import it, none outside. ``tflab/_io/`` is
+  private to ``tflab`` (every tflab module may use ``tflab._io.paths``, a user may not);
   ``tflab/lowering/_child.py`` is private to ``tflab.lowering``. A package
   that wants its private module's names used from outside re-exports them
   (public names in its ``__init__``), and outside modules import them from
