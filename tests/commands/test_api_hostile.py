@@ -228,7 +228,7 @@ def test_a_non_utf8_source_file_is_named(run_cli, tmp_path):
 
 @pytest.mark.parametrize("fn", [lambda x: None, lambda x: {}, lambda x: []], ids=["None", "dict", "list"])
 def test_h9_compare_modes_on_a_lambda_that_returns_nothing_is_refused(fn):
-    """Hostile (round 6) H9: the source check missed lambdas; the eager run's outputs decide."""
+    """The source check missed lambdas; the eager run's outputs decide."""
     import tensorflow as tf
 
     import tflab

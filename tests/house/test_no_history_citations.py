@@ -27,7 +27,7 @@ TEXT = (".py", ".md", ".txt", ".cc", ".h", ".cu", ".sh", ".toml", ".cfg", ".ipyn
 # Each pattern names one kind of citation; a match anywhere in a scanned text is a finding.
 PATTERNS: dict[str, re.Pattern] = {
     "milestone": re.compile(r"(?i:\bmilestones?\b)|\bM\d{1,2}\b"),
-    "finding label": re.compile(r"\b[BP]\d{1,2}[a-z]?\b"),
+    "finding label": re.compile(r"\b[BPH]\d{1,2}[a-z]?\b|\(round \d+\)"),
     "trial or session": re.compile(r"(?i)\btrial_\w+|\b(?:newcomer|hostile|lead's)(?:\s+\w+)?\s+trials?\b"
                                    r"|\btrials?\s+(?:s\d|of this session|round)|\bsessions?\s+\d+\b|\bnewcomer\b"
                                    r"|\bs\d{1,2}(?:\s*#\d+|\s+[BP]\d+)|\bhostile (?:pass|round)\b|\baudit\s*#?\d+|\bold main\b"),

@@ -330,7 +330,7 @@ def test_tour_model_savedmodel_exact_and_float_tflite_within_bound(tour_model, t
     assert c.outputs["output_0"].argmax_agreement == 1.0
 
 
-# ----------------------------------------------------- user-test findings (round 3)
+# ----------------------------------------------------- what users met
 
 
 @pytest.fixture(scope="module")

@@ -121,7 +121,7 @@ def test_a_planted_exact_type_match_misses_statelesswhile(monkeypatch):
 
 
 def test_a_lowering_folder_left_by_a_dead_owner_is_swept_by_the_next_one(tmp_path, monkeypatch):
-    """H3: the child's folder is an owned temp dir; a later lowering's `owned_temp_dir` removes a dead one."""
+    """The child's folder is an owned temp dir; a later lowering's `owned_temp_dir` removes a dead one."""
     import subprocess
     import sys
 
@@ -140,7 +140,7 @@ def test_a_lowering_folder_left_by_a_dead_owner_is_swept_by_the_next_one(tmp_pat
 
 
 def test_the_dump_child_dies_with_a_sigkilled_parent_and_its_folder_is_swept(tmp_path):
-    """H3: ``kill -9`` of the lowering's process leaves no ``_child.py`` running and no folder for long."""
+    """``kill -9`` of the lowering's process leaves no ``_child.py`` running and no folder for long."""
     import os
     import subprocess
     import sys

@@ -47,7 +47,7 @@ VERDICTS = (
 )
 
 
-# Fields renamed the one field vocabulary (tflab/report/base.py): (pattern of the
+# Fields renamed by the one field vocabulary (tflab/report/base.py): (pattern of the
 # old path, old segment, new segment). A path is compared under its current name, so a stored
 # expectation written before the rename still compares with a new report, key for key.
 RENAMED = (

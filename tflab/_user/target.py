@@ -272,7 +272,7 @@ def bind_args(fn: Callable, named: dict[str, Any]) -> tuple[tuple, dict]:
     call = getattr(fn, "call", None)
     if has_var_kw and not inspect.isroutine(fn) and inspect.ismethod(call):
         # A Keras layer/model: __call__(*args, **kwargs) passes everything on to call();
-        # check the names against call's parameters (``inputs``, …),.
+        # check the names against call's parameters (``inputs``, …).
         try:
             call_params = inspect.signature(call).parameters
         except (TypeError, ValueError):

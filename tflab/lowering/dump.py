@@ -162,7 +162,7 @@ class DumpChild:
 
         from tflab._io.paths import owned_temp_dir
 
-        self.tmp = owned_temp_dir(TEMP_PREFIX)  # carries its owner: swept after a SIGKILL (H3)
+        self.tmp = owned_temp_dir(TEMP_PREFIX)  # carries its owner: swept after a SIGKILL
         env = dict(os.environ)
         dump = self.tmp / "xla_dump"
         env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + f" --xla_dump_to={dump} --xla_dump_hlo_as_text").strip()

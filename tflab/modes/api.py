@@ -225,7 +225,7 @@ class _ModeRun:
             grad_map = dict(zip(self.grad_names(mode), grads))
             if mode == "eager" and not list(outputs):
                 # Measured, not read from the source (a lambda, an implicit None, {} or []): the
-                # eager run gave no tensor, so every mode would "agree" on nothing (hostile H9).
+                # eager run gave no tensor, so every mode would "agree" on nothing (a function that returns None, or only Python values).
                 raise UsageError(f"compare_modes: {self.name} returned no tensor (its eager run's outputs "
                                  "flatten to nothing: None, {} or []), so there is nothing to compare; "
                                  "return the tensors to check")

@@ -72,7 +72,7 @@ class Trial:
         restored: True when the outputs and gradients equal eager's within the bound; None when it could not run.
         check: the `tflab.fix.ValuesCheck` against eager's recorded values, or None.
         error: why it could not run, or "".
-        seconds: wall time.
+        seconds: wall time of this setting's run.
     """
 
     kind: str
@@ -379,7 +379,7 @@ def bisect_xla(saved: SavedStep, reference: list, parent_xla: list, ulp_bound: f
         except RuntimeError as e:
             trial.error = str(e)
         trial.seconds = time.perf_counter() - t0
-        out.trials.append
+        out.trials.append(trial)
         if trial.restored:
             out.found = trial
             break

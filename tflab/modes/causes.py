@@ -107,7 +107,7 @@ def _graph_cause(run, reference: list, ulp_bound: float, grappler_options: Calla
         finally:
             run.snapshot.restore()
         trial.seconds = time.perf_counter() - t0
-        out.trials.append
+        out.trials.append(trial)
         if trial.restored:
             out.found = trial
             break

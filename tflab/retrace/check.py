@@ -210,7 +210,7 @@ class _Planner:
         cands = []
         options = {"reduce_retracing": True} if b.options.get("reduce_retracing") else {}
         # One target for every trace of a history: a float dtype before an integer one (casting a float64
-        # 4.5 to the int32 of another trace changes the value: ), then the dtype most
+        # 4.5 to the int32 of another trace changes the value), then the dtype most
         # recorded calls passed, then the wider; traces of one history now all name the same target.
         seen = [dt for c in b.calls for name, node in c.nodes.items() for p, dt in _tensor_paths(node, name)
                 if p == r.parameter]
