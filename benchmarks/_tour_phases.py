@@ -3,7 +3,7 @@
 `benchmarks/bench_tour.py` runs the tour through this file (``python
 benchmarks/_tour_phases.py OUT.json -- tour ARGS…``): it wraps a few TF and
 LiteRT entry points, then runs the CLI. It reads nothing of the tour but its
-progress line (`tflab._progress.Progress` with label ``"tour"``: one
+progress line (`tflab._io.progress.Progress` with label ``"tour"``: one
 ``__call__`` per section, in `tflab.tour.SECTIONS` order), so it measures an
 old checkout of tflab as well as the current one.
 
@@ -12,7 +12,7 @@ child processes), exclusive: a phase nested in another is subtracted from
 the outer one, so they add up to at most the section's wall time. The TF
 entry points (``tracing``, ``autograph``, ``gradients``, ``xla_compile``,
 ``graph_first_run``) are wrapped by `tflab._tf.phases.timed_entry_points`,
-which lists them (issue 37: no TF internal outside ``tflab/_tf/``); it is
+which lists them (no TF internal outside ``tflab/_tf/``); it is
 loaded by file path from this checkout, so an old checkout is timed the same
 way. The others:
 
@@ -127,7 +127,7 @@ def install(progress: bool = True) -> None:
 
     if not progress:
         return
-    from tflab import _progress
+    from tflab._io import progress as _progress
     from tflab.tour import SECTIONS
 
     by_title = {title: mod for mod, title in SECTIONS}

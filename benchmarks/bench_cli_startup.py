@@ -1,7 +1,7 @@
-"""``tflab --help``, ``tflab VERB --bogus`` and one path error per verb, against another checkout (the old main),
+"""``tflab --help``, ``tflab VERB --bogus`` and one path error per verb, against another checkout (tflab without the fix),
 interleaved. Goal: < 0.5 s each, with no TensorFlow imported.
 
-Issue 21 (S1): ``main()`` imported TensorFlow before parsing, so ``--help``
+``main`` imported TensorFlow before parsing, so ``--help``
 took 5–6 s. The supervising entry point (`tflab.cli.supervise`) parses
 without TF. Each round runs every command of both checkouts once, in
 alternating order, as a fresh ``python -m tflab`` with ``PYTHONPATH`` set to
@@ -9,12 +9,12 @@ that checkout (the same interpreter and site-packages), timed by wall clock
 around ``subprocess.run``. Prints the median seconds per command and checkout,
 the ratio old/new, and the machine load (``os.getloadavg``).
 
-Issue 33 (item 2): every verb answers a bad path from the supervising parent, before the TF child
+every verb answers a bad path from the supervising parent, before the TF child
 starts. One path error per verb (a missing FILE.py, a FIFO as input, an existing --out, …) runs
 here too, through an entry point that prints whether ``tensorflow`` is in ``sys.modules`` when the
 verb returns: a verb that imports TF for its answer fails the run (exit 1), whatever its time.
 
-Issue 44 (item 1): one error of each pre-TF kind (OPTION_ERRORS): the FILE.py:FUNC grammar, option
+one error of each pre-TF kind (OPTION_ERRORS): the FILE.py:FUNC grammar, option
 values (``--loss-scale`` out of float32's range, ``--policies``, ``--quantize``, a dtype typo, None
 dims for ``lower``, more than 64 dims), and output paths (``lower --out`` an existing folder, ``x/..``,
 ``--html`` equal to or inside ``--out``).
@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 GOAL_S = 0.5
-TIMEOUT_S = 120  # a command still running then (old main on a FIFO) counts as inf
+TIMEOUT_S = 120  # a command still running then (a checkout that opened a FIFO) counts as inf
 REPO = Path(__file__).resolve().parents[1]
 COMMANDS = (["--help"], ["env", "--bogus"], ["compare", "--bogus"])
 # One path error per verb that takes a path (paths relative to the work folder made in main()).
@@ -86,7 +86,7 @@ def _time(tree: Path, argv: list[str], cwd: Path | None = None) -> float:
     try:
         p = subprocess.run([sys.executable, "-c", _ENTRY, *argv], env=env, cwd=cwd or tree, capture_output=True,
                            stdin=subprocess.DEVNULL, timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:  # the old main opened a FIFO given as FILE.py: blocked for ever (B1)
+    except subprocess.TimeoutExpired:  # a checkout that opened a FIFO given as FILE.py blocked for ever
         return float("inf")
     elapsed = time.perf_counter() - t
     if p.returncode not in (0, 2):

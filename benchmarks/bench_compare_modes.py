@@ -1,4 +1,4 @@
-"""Wall seconds of one `tflab.compare_modes` call (issue 23: trace once per mode, distances once, one HLO compile).
+"""Wall seconds of one `tflab.compare_modes` call (trace once per mode, distances once, one HLO compile).
 
 Times ``compare_modes`` itself (TF already imported and warm) on two workloads:
 

@@ -22,7 +22,7 @@ off) at load average 9-12 (other jobs running), ``--runs 2``:
            difference is the order of the runs, the first one warms TF up)
     fma    attribute=False  1.14 s   attribute=True  46.0 s    (2 child processes)
 
-The same #117318 comparison at a lighter load took 9.3 s with its bisection
+The same tensorflow/tensorflow#117318 comparison at a lighter load took 9.3 s with its bisection
 (``tflab.compare_modes`` in a script, 2 child processes of about 4 s each).
 
 A child costs about one TF import and one XLA compile; the bisection is

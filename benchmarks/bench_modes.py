@@ -38,7 +38,7 @@ def main() -> None:
     import numpy as np
     import tensorflow as tf
 
-    from tflab._progress import Progress
+    from tflab._io.progress import Progress
     from tflab.runtime import runtime_config
     from tflab.tour import build_default_model, make_train_step
 

@@ -7,7 +7,7 @@ then the probe's own Python work measured over a no-op.
 The probed function reads a global and a closure number, so the per-call stale
 check is part of what is measured.
 
-Then the cost of EXPLAINING a trace (issue 20): a 10-parameter function is
+Then the cost of EXPLAINING a trace: a 10-parameter function is
 traced ``--traces`` times (one Python int parameter changes each call), and
 tflab's own work per trace (`trace_from_event`: the TraceEvent's trees diffed
 with the candidate earlier traces) is timed again for early and for late

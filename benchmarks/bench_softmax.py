@@ -31,7 +31,7 @@ runtime configuration line (`tflab.runtime_config`) of each child is printed,
 with the ISA caps (``ONEDNN_MAX_CPU_ISA``, ``TFLAB_WARP_SOFTMAX_ISA``) and the
 load average; each shape's line has the load before and after it.
 
-Goals (issue 13): >= 1.0x tf.nn.softmax with oneDNN on at the four shapes,
+Goals: >= 1.0x tf.nn.softmax with oneDNN on at the four shapes,
 >= 2.0x with oneDNN off, and at (16384, 4096) with BFC >= 60% of copy bandwidth
 (aiming at 85%). ``--breakdown`` adds where the time goes at (16384, 4096),
 without TF: the row kernel on one thread and on every core beside the copy on

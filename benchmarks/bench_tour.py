@@ -7,7 +7,7 @@ process wall time, and for the three slowest sections the median exclusive
 seconds of tracing, AutoGraph conversion, gradients, XLA compile, TFLite
 conversion and LiteRT runs.
 
-``--vs DIR`` runs a second checkout (e.g. old main: ``git worktree add
+``--vs DIR`` runs a second checkout (e.g. tflab without the fix: ``git worktree add
 /tmp/tour-old 176dbcb``) interleaved with this one, old then new in every
 round, so both see the same machine load; it prints both and their ratio.
 Absolute seconds on a shared machine are inflated by the load (printed with
@@ -18,7 +18,7 @@ includes building the op (the "first run after make install" figure);
 otherwise each checkout's op is built once before timing.
 
 ``--optimizers`` measures instead the candidates for the training step of
-steps 2 and 4 (issue 36), in one process on the tour's model: CPU seconds
+steps 2 and 4, in one process on the tour's model: CPU seconds
 of the first call (TF traces twice when the optimizer creates its slot
 variables inside the tf.function, then runs), of a retrace on a new batch
 size and its run, and the trace counts, which must stay 2 on the first call
@@ -204,7 +204,7 @@ def measure_optimizers(names: list[str]) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3, help="tours per checkout (default 3)")
-    ap.add_argument("--vs", metavar="DIR", help="another checkout to run interleaved (e.g. old main)")
+    ap.add_argument("--vs", metavar="DIR", help="another checkout to run interleaved (e.g. main before a change)")
     ap.add_argument("--cold-op", action="store_true", help="empty custom-op cache in every run")
     ap.add_argument("--json", metavar="FILE", help="also write every run's numbers here")
     ap.add_argument("--optimizers", nargs="?", const=",".join(OPTIMIZERS), metavar="NAMES",

@@ -94,7 +94,7 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS), help="comma list (default: %(default)s)")
     args = parser.parse_args()
 
-    from tflab._progress import Progress
+    from tflab._io.progress import Progress
     from tflab.export import export_model
     from tflab.litert import bounds
     from tflab.litert import check as check_mod

@@ -264,7 +264,7 @@ def cache_key(cxx: str, nvcc: str | None) -> str:
 
 
 def _run_parallel(cmds: list[list[str]]) -> None:
-    from tflab.process.group import guarded  # the compilers (g++ → cc1plus, as) die with tflab (issue 33 B17)
+    from tflab.process.group import guarded  # the compilers (g++ → cc1plus, as) die with tflab
 
     procs = [(cmd, subprocess.Popen(guarded(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
              for cmd in cmds]
@@ -325,7 +325,7 @@ def build(force: bool = False, cuda: bool | None = None, verbose: bool = False) 
                            compiler=info["compiler"], nvcc=info["nvcc"], note=note_)
 
     manifest = so_path.with_suffix(".json")
-    from tflab._path_checks import open_regular, read_regular
+    from tflab._io.path_checks import open_regular, read_regular
     from tflab.errors import UsageError
 
     def cached_manifest() -> dict | None:
@@ -355,7 +355,7 @@ def build(force: bool = False, cuda: bool | None = None, verbose: bool = False) 
         m = cached_manifest()
         if m is not None:
             return result(True, m["cuda"], m.get("note", ""))
-        from tflab._paths import owned_temp_dir  # carries its owner: a SIGKILLed build's obj-* is swept (B17)
+        from tflab._io.paths import owned_temp_dir  # carries its owner: a SIGKILLed build's obj-* is swept
 
         tmp = owned_temp_dir("obj-", dir=out_dir)
         try:

@@ -1,4 +1,4 @@
-"""A hostile pass over the CLI and the Python API (issue 21, item 5): many small tries, one process.
+"""A over the CLI and the Python API: many small tries, one process.
 
 Each try is a call that must end in one of the documented ways: the CLI
 (`tflab.cli.main`, in-process) returns a code from the README table with one

@@ -29,7 +29,16 @@ import os as _os
 # not survive fork: with it, each eager context owns its pool and the child starts its own.
 _os.environ.setdefault("TF_OVERRIDE_GLOBAL_THREADPOOL", "1")
 
-__version__ = "0.1.0"
+from tflab._api.deprecations import install_module_aliases as _install_module_aliases
+from tflab._api.deprecations import name_getattr as _name_getattr
+from tflab._api.deprecations import old_module as _old_module
+from tflab._api.version import package_version as _package_version
+
+__version__ = _package_version()
+
+# Module paths of earlier releases (``import tflab.retrace_probe``) load the module that holds their
+# names now, with a DeprecationWarning: the table is tflab/_api/deprecations.py.
+_install_module_aliases()
 
 _EXPORTS = {
     "trace_and_inspect": "tflab.tracing",
@@ -95,7 +104,8 @@ def __getattr__(name: str):
     try:
         module = _EXPORTS[name]
     except KeyError:
-        raise AttributeError(f"module 'tflab' has no attribute {name!r}") from None
+        old = _old_module("tflab", name)
+        return old if old is not None else _name_getattr("tflab", name)
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

@@ -42,11 +42,11 @@ import textwrap
 from typing import Any, Callable, Iterator
 
 from tflab.report.base import Report, config_field
-from tflab._source_map import (TraceCounter, build_layer, error_line, same_file, shorten_error,
+from tflab._user.source_map import (TraceCounter, build_layer, error_line, same_file, shorten_error,
                                strip_comment, walk_ops)
 from tflab.report.text import table as text_table
 from tflab._tf.autograph import fresh_allowlist
-from tflab._usercode import shorten, user_entry
+from tflab._user.usercode import shorten, user_entry
 from tflab.errors import UsageError
 
 _IF_OPS = frozenset({"If", "StatelessIf"})
@@ -432,25 +432,25 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
     >>> [(s.kind, s.outcome, s.op_type, s.unrolled) for s in d.statements]
     [('if', 'graph', 'StatelessIf', None), ('for', 'python', None, 2)]
     """
-    from tflab._argcheck import check_source_decodes, refuse_probe  # issue 33 B26, B19
+    from tflab._api.argcheck import check_source_decodes, refuse_probe
 
     refuse_probe(fn, "fn", "autograph_diff")
     check_source_decodes(fn, "fn", "autograph_diff")
     import tensorflow as tf
 
-    from tflab._target import user_frame
+    from tflab._user.target import user_frame
 
     if strict is not None and not isinstance(strict, bool):  # bool("no") is True: never guess
         raise UsageError(f"autograph_diff: strict must be True, False or None (follow "
                          f"{_STRICT_ENV}), got {type(strict).__name__} {shorten(repr(strict))}")
-    from tflab._target import bound_user_method
+    from tflab._user.target import bound_user_method
 
     # The instance of a bound tf.function method is held (strongly) for the whole call;
     # one that was already freed (``Gate().run``) is traced with self=None, as TF does.
     python_fn, lead = bound_user_method(fn)
     if not callable(python_fn):
         raise UsageError(f"autograph_diff needs a function, got {type(fn).__name__}")
-    from tflab._target import check_target, callable_name, signature_args
+    from tflab._user.target import check_target, callable_name, signature_args
 
     check_target(fn, callable_name(fn))
     if not args and not kwargs and getattr(fn, "input_signature", None) is not None:
@@ -507,10 +507,10 @@ def autograph_diff(fn: Callable, *args: Any, strict: bool | None = None,
 
 
 def _user_callable(fn: Any) -> Any:
-    """The user's own Python callable under ``fn`` (see `tflab._target.bound_user_method`);
+    """The user's own Python callable under ``fn`` (see `tflab._user.target.bound_user_method`);
     a bound method whose instance is gone stays TF's wrapper here (``autograph_diff``
     handles that case itself, with ``self=None`` as TF calls it)."""
-    from tflab._target import bound_user_method
+    from tflab._user.target import bound_user_method
 
     callable_, lead = bound_user_method(fn)
     return getattr(fn, "python_function", fn) if lead else callable_

@@ -3,10 +3,10 @@
 Each verb lives in ``tflab/commands/<verb>.py`` and defines ``HELP``,
 ``add_arguments(parser)`` and ``run(args) -> int``. Expected mistakes raise
 `tflab.errors.TflabError`; this module prints them as one line and exits 2.
-A verb writes user paths through `tflab._paths.output_path`, calls user code
-inside `tflab._usercode.user_code`, runs signatures with
-`tflab._usercode.run_signature`, and types numeric options with
-`tflab._cliargs` (see those modules).
+A verb writes user paths through `tflab._io.paths.output_path`, calls user code
+inside `tflab._user.usercode.user_code`, runs signatures with
+`tflab._user.usercode.run_signature`, and types numeric options with
+`tflab._api.cliargs` (see those modules).
 
 Rules for verb modules:
 
@@ -122,10 +122,10 @@ def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict
             lists them) without their options, whose ``add_arguments`` may import more (retrace's
             epilog: 0.2 s of the pre-TF budget). None: every verb's options.
     """
-    parser = _OneLineParser(
-        prog="tflab",
-        description="TensorFlow tracing and export lab: FuncGraphs, retracing, AutoGraph, "
-                    "XLA, SavedModel and LiteRT round trips.")
+    from tflab._api.version import package_version
+    parser = _OneLineParser(prog="tflab", description="TensorFlow tracing and export lab: FuncGraphs, "
+                            "retracing, AutoGraph, XLA, SavedModel and LiteRT round trips.")
+    parser.add_argument("--version", action="version", version=f"tflab {package_version()}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     modules = {}
     for verb, modname in VERBS.items():
@@ -200,20 +200,20 @@ def preflight(verb: str, args: argparse.Namespace) -> None:
     """Checks every argument that needs no TensorFlow, before the TF child starts (under 0.5 s).
 
     In the verbs' own order: option values (the verb module's ``check_options(args)``: word lists,
-    ``--loss-scale``), output paths (`tflab._paths.output_path`, `tflab._paths.check_folder_out`,
+    ``--loss-scale``), output paths (`tflab._io.paths.output_path`, `tflab._io.paths.check_folder_out`,
     which also remove the ``.*.tmp-*`` folders of killed runs there; ``--html`` equal to or inside
     ``--out`` is refused: publishing one would replace or foul the other), then input paths, probed
-    without opening them (`tflab._paths.input_path`: a FIFO, a device, a socket, a symlink loop, a
+    without opening them (`tflab._io.paths.input_path`: a FIFO, a device, a socket, a symlink loop, a
     folder each named), the ``FILE.py:FUNC`` grammar, then the ``--arg`` grammar
-    (`tflab._cliargs.check_arg_grammar`: dtype names, dims, static dims for ``lower``, numpy's 64 dims
+    (`tflab._api.cliargs.check_arg_grammar`: dtype names, dims, static dims for ``lower``, numpy's 64 dims
     where random inputs are drawn). The child checks them again: this is the quick answer, not the
     only one.
 
     Raises:
         UsageError: the first bad argument, in one line.
     """
-    from tflab import _paths
-    from tflab._cliargs import NUMPY_MAX_DIMS, check_arg_grammar
+    from tflab._io import paths as _paths
+    from tflab._api.cliargs import NUMPY_MAX_DIMS, check_arg_grammar
     from tflab.commands import preflight_checks as _preflight
 
     module = importlib.import_module(f"tflab.commands.{VERBS[verb]}")
@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None, *, _channel=None) -> int:
     process. In-process, what user code does to the process itself
     (``os._exit``, closing fd 1) cannot be caught.
     """
-    from tflab._usercode import cli_verb, describe
+    from tflab._user.usercode import cli_verb, describe
     from tflab.errors import Terminated, TflabError
 
     parser, modules = build_parser(_named_verb(argv))
@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None, *, _channel=None) -> int:
         before_tf = getattr(modules[args.verb], "before_tf", None)
         if before_tf is not None:
             before_tf(args)
-        # Inside the try: Ctrl-C or SIGTERM during TF's seconds-long import is "interrupted" (B9).
+        # Inside the try: Ctrl-C or SIGTERM during TF's seconds-long import is "interrupted".
         _quiet_tf(_channel.quiet_fd if _channel is not None else None)
         if getattr(args, "json", False):
             sys.stdout = _ReportOnlyStdout(real_stdout, sys.stderr)
@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None, *, _channel=None) -> int:
     except Exception:
         raise  # a tflab bug: the traceback is what a bug report needs
     except BaseException as e:
-        # Last resort for user code a verb called outside tflab._usercode.user_code:
+        # Last resort for user code a verb called outside tflab._user.usercode.user_code:
         # its sys.exit(5) or BaseException is one line, exit 2, not tflab exiting 5.
         # Name what the user gave (FILE.py:FUNC, MODEL, SCRIPT.py), not "user code".
         name = next((v for v in (getattr(args, k, None) for k in ("target", "model", "script"))
@@ -411,7 +411,7 @@ def supervise(argv: list[str] | None = None) -> int:
     """
     try:
         os.fstat(1)
-    except OSError:  # `tflab env >&-`: no stdout to write the report to (B15)
+    except OSError:  # `tflab env >&-`: no stdout to write the report to
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # nothing else may take fd 1
         return 141
@@ -437,7 +437,7 @@ def supervise(argv: list[str] | None = None) -> int:
         import shutil
         import tempfile
 
-        from tflab import _paths
+        from tflab._io import paths as _paths
         from tflab.process import supervisor as _subprocess
 
         _paths.sweep_stale(Path(tempfile.gettempdir()), "tflab_")  # folders of killed runs: one line
@@ -481,7 +481,7 @@ def _environment_refusal() -> str | None:
     Before anything else of the verb: the sweep of stale temporary folders and the verb's private
     ``TMPDIR`` need the temporary folder, and ``TFLAB_IN_PROCESS`` decides how the verb runs.
     """
-    from tflab._paths import check_temp_dir
+    from tflab._io.paths import check_temp_dir
     from tflab.errors import UsageError
     from tflab.process.settings import check_environment
 
@@ -494,7 +494,7 @@ def _environment_refusal() -> str | None:
 
 
 def _memory_refusal() -> str | None:
-    """One line when RLIMIT_AS is too small for TensorFlow to load at all (B15), else None."""
+    """One line when RLIMIT_AS is too small for TensorFlow to load at all, else None."""
     from tflab.process.memory import tf_load_refusal
 
     with contextlib.suppress(Exception):

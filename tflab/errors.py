@@ -24,7 +24,7 @@ class Terminated(SystemExit):
     """SIGTERM arrived during long work (``tflab export``); raised so cleanup runs as for Ctrl-C.
 
     Its code is 143 (128 + SIGTERM), the status a shell reports for a process
-    killed by SIGTERM. `tflab._usercode.user_code` lets it through: it is not
+    killed by SIGTERM. `tflab._user.usercode.user_code` lets it through: it is not
     the user's ``sys.exit``.
     """
 

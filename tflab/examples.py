@@ -431,7 +431,7 @@ def check_rows(batches: Sequence[Mapping[str, np.ndarray]]) -> None:
 
 
 def load_examples(path: str) -> list[dict[str, np.ndarray]]:
-    """Reads an .npz file of examples (`tflab._path_checks.read_npz`, the one reader every verb's
+    """Reads an .npz file of examples (`tflab._io.path_checks.read_npz`, the one reader every verb's
     ``--examples`` goes through).
 
     Keys are input names (one batch), or ``"<i>/<name>"`` for several batches,
@@ -441,7 +441,7 @@ def load_examples(path: str) -> list[dict[str, np.ndarray]]:
     Raises:
         UsageError: missing or unreadable file.
     """
-    from tflab._path_checks import read_npz
+    from tflab._io.path_checks import read_npz
 
     return read_npz(path, "--examples")
 
@@ -484,13 +484,13 @@ def example_inputs(fn: Callable, examples: Any, named: dict[str, Any] | None = N
 
     import tensorflow as tf
 
-    from tflab import _target
-    from tflab._usercode import shorten
+    from tflab._user import target as _target
+    from tflab._user.usercode import shorten
 
     named = dict(named or {})
     arg = "--arg" if flag.startswith("--") else "the argument"
     if isinstance(examples, (str, os.PathLike)):
-        from tflab._path_checks import read_npz
+        from tflab._io.path_checks import read_npz
 
         batch = read_npz(examples, flag)[0]
         source = f"{flag} {shorten(os.fspath(examples), 60)}"
@@ -544,13 +544,13 @@ def load_call_with_examples(target: str, arg_items: list[str] | None,
                             examples: Any = None) -> tuple[Callable, tuple, dict]:
     """``FILE.py:FUNC``, ``--arg`` and ``--examples`` → the function and its call arguments.
 
-    `tflab._target.load_call` when no examples are given; else its steps with the arrays bound by
+    `tflab._user.target.load_call` when no examples are given; else its steps with the arrays bound by
     `example_inputs` (what ``inspect``, ``lower``, ``compare`` and ``diagnose`` call).
 
     Raises:
         UsageError: a bad target, ``--arg`` or ``--examples`` (one line).
     """
-    from tflab import _target
+    from tflab._user import target as _target
 
     if examples is None:
         return _target.load_call(target, arg_items)

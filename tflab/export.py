@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from tflab.report.base import Report, config_field
-from tflab._paths import OutputPath, check_path_text, describe_existing, output_path
+from tflab._io.paths import OutputPath, check_path_text, describe_existing, output_path
 from tflab.custom_op_loader import load_custom_ops_for, unregistered_op
 from tflab.errors import TflabError, UsageError, raise_if_terminated
 from tflab.examples import load_examples
@@ -154,7 +154,7 @@ def load_model(spec: str) -> tuple[Any, str]:
     import tensorflow as tf
 
     if ".py:" in spec or spec.endswith(".py"):
-        from tflab._target import error_summary, load_target, user_frame
+        from tflab._user.target import error_summary, load_target, user_frame
         from tflab.saved_model import is_keras3, is_tf_keras
 
         obj = load_target(spec)
@@ -163,7 +163,7 @@ def load_model(spec: str) -> tuple[Any, str]:
             return isinstance(o, tf.Module) or is_keras3(o) or is_tf_keras(o)
 
         if callable(obj) and not exportable(obj) and not isinstance(obj, tf.types.experimental.PolymorphicFunction):
-            from tflab._usercode import user_code
+            from tflab._user.usercode import user_code
 
             try:
                 with user_code(spec, "when called as OBJ() to build the model"):
@@ -192,7 +192,7 @@ def load_model(spec: str) -> tuple[Any, str]:
         raise UsageError(f"{spec!r} does not exist: give a .keras file, a SavedModel folder or FILE.py:OBJ")
     if os.path.isdir(spec):
         pb = os.path.join(spec, "saved_model.pb")
-        from tflab._path_checks import check_saved_model_files
+        from tflab._io.path_checks import check_saved_model_files
 
         check_saved_model_files(spec, "MODEL")  # a FIFO saved_model.pb blocked TF's open for ever
         if not os.path.exists(pb):
@@ -222,7 +222,7 @@ def load_model(spec: str) -> tuple[Any, str]:
         try:
             return keras.models.load_model(spec), "keras"
         except Exception as e:
-            # The whole first line (case M7: a cut at 200 characters ended mid-word).
+            # The whole first line (a cut at 200 characters ended mid-word).
             first = (str(e).strip().splitlines() or [""])[0]
             custom = re.search(r"custom|deserializ|Could not locate|Unknown (layer|object)", str(e), re.I)
             hint = (": it holds a class this process does not know (a custom layer or model). Export it "
@@ -278,7 +278,7 @@ def build_unbuilt_keras(obj: Any, batches: list[dict[str, np.ndarray]] | None, n
         batch = next(iter(batch.values()))  # per-signature examples: the first signature's
     arrays = list(batch.values())
     x = arrays[0] if len(arrays) == 1 else dict(batch)
-    from tflab._usercode import user_code
+    from tflab._user.usercode import user_code
 
     with user_code(name, f"while building {cls} on the first --examples batch", exceptions=True):
         obj(x)
@@ -329,13 +329,13 @@ def check_out(out: Path, force: bool) -> OutputPath:
     ``report.json``), never a file, the current folder or one of its parents.
 
     Returns:
-        The probed `tflab._paths.OutputPath` to write the export through.
+        The probed `tflab._io.paths.OutputPath` to write the export through.
 
     Raises:
         UsageError: one line saying what is wrong with ``out``.
     """
     check_path_text(out, "--out")  # a NUL byte or a too-long name: one line, not os.stat's traceback
-    from tflab._paths import check_not_parent_ref
+    from tflab._io.paths import check_not_parent_ref
 
     check_not_parent_ref(out, "--out")
     what = describe_existing(out)
@@ -386,7 +386,7 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         isolate: convert in worker processes (a converter abort costs one
             variant, not the caller's process) while this process computes
             the gradients the bounds need; False converts in this process.
-        progress: called with one line per step (e.g. `tflab._progress.Progress`).
+        progress: called with one line per step (e.g. `tflab._io.progress.Progress`).
         model_name: how the report names the model (default: the path or type).
         keep_float: for int8, measure the fix of keeping the ops with the largest share
             of the output error in float (`tflab.litert.attribution`; one more
@@ -405,12 +405,12 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
             builtins (`tflab.litert.conversion.UnsupportedOpsError`, ``kind`` "flex" or
             "custom"), a SavedModel op not registered in this process, or an
             ``out`` that cannot be written or replaced (probed by creating a
-            folder there, `tflab._paths.output_path`), a signature that fails
+            folder there, `tflab._io.paths.output_path`), a signature that fails
             when run on the examples (one line naming the signature, the op and
-            the shapes fed, `tflab._usercode.run_signature`), a Keras
+            the shapes fed, `tflab._user.usercode.run_signature`), a Keras
             subclassed model never called and no examples to build it from,
             user code (factory, tracing) calling ``sys.exit`` or raising a
-            ``BaseException`` (`tflab._usercode.user_code`). Nothing is left
+            ``BaseException`` (`tflab._user.usercode.user_code`). Nothing is left
             behind, not even the parent folders of ``out`` it created, also on
             Ctrl-C or SIGTERM (the handler is restored afterwards).
 
@@ -430,7 +430,7 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
     if not isinstance(out, (str, os.PathLike)):
         raise UsageError(f"out must be a folder path (str or os.PathLike), got {type(out).__name__}")
     out = Path(out)
-    from tflab._argcheck import check_callable, check_names
+    from tflab._api.argcheck import check_callable, check_names
 
     # quantize="none,int8" (the CLI's form) is a comma list, not the letters n, o, n, e; "" or []
     # names no variant: refused, not an "ok" export with nothing checked.
@@ -468,7 +468,7 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         # Creates the missing parents of --out (removed again below on failure).
         tmp = target.temp_dir()
         progress("SavedModel round trip")
-        from tflab._usercode import user_code
+        from tflab._user.usercode import user_code
 
         with user_code(name, "while TF traced and saved it as a SavedModel"):
             sm = save_and_reload(obj, tmp / "saved_model", batches)
@@ -545,7 +545,7 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
             variants[q] = VariantResult(q, status, check=check, file=msg["file"], convert_seconds=msg["seconds"])
         # Paths inside the report point at the final folder: this export's, and the folder an enclosing
         # run publishes it in (the tour's --out), not a temporary folder gone after the rename.
-        from tflab._paths import published_path
+        from tflab._io.paths import published_path
 
         final = published_path(out)
         sm = dataclasses.replace(sm, path=os.fspath(final / "saved_model"))

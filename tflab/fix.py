@@ -408,7 +408,7 @@ def values_match(reference_calls: Sequence[Any] | None, fixed_calls: Sequence[An
     """
     import numpy as np
 
-    from tflab._numeric import ulp_distance
+    from tflab._graph.numeric import ulp_distance
 
     if reference_calls is None:
         return ValuesCheck(True, VALUES_NOT_KEPT, kept=False, ulp_bound=ulp_bound)

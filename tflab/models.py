@@ -140,7 +140,7 @@ def tour_optimizer():
     step 2 explains). Its Python update per variable is smaller than Adam's: on
     a loaded 2-CPU machine a retrace of the tour's training step and its run
     took 7.6 CPU-s against Adam's 12.5–15.8, the first call (two traces and a
-    run) 17.9 against 23.1–36.2 (issue 36; ``benchmarks/bench_tour.py
+    run) 17.9 against 23.1–36.2 (``benchmarks/bench_tour.py
     --optimizers`` measures the candidates). Plain ``SGD()`` creates no
     variable, so its first call traces once: the re-trace would be lost.
     """

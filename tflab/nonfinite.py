@@ -43,7 +43,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tflab._usercode import is_library_file
+from tflab._user.usercode import is_library_file
 from tflab.report.base import Report, config_field
 
 __all__ = ["first_nonfinite", "trace_op_values", "FirstNonFinite", "NonFiniteOp", "OpValue"]
@@ -267,7 +267,7 @@ class NonFiniteOp:
         code: that line's text.
         cause: one sentence of the measured facts.
         frame: ``(filename, lineno, function name)`` of the user's line, () when none
-            (what `tflab._code_swap` rewrites to measure a fix).
+            (what `tflab._user.code_swap` rewrites to measure a fix).
     """
 
     op_name: str

@@ -6,7 +6,7 @@ TensorFlow nor the retrace package: those load when a test is recorded, i.e.
 under ``--tflab-traces`` / ``--tflab-traces-json`` / ``--tflab-traces-baseline``,
 or for a test with the ``tflab_max_traces`` marker or the ``tflab_traces`` fixture.
 
-What it records (`tflab._pytest_capture`) is the one TraceEvent pipeline of
+What it records (`tflab._pytest.capture`) is the one TraceEvent pipeline of
 `tflab.retrace`: every trace any tf.function starts while a test's setup, call
 or teardown runs, taken at TF's own trace entry point
 (`tflab._tf.function.install_trace_entry`, so no logger setting of the test
@@ -19,8 +19,8 @@ instantiation, compilation and the first run.
   tf.function that traced, its trace count, the reasons of each retrace and the
   seconds; then each function across the session (traces, tests, first test,
   seconds, most common retrace reason; tf.data's functions in their own group)
-  and the session's totals (`tflab._pytest_summary`).
-* ``--tflab-traces-json PATH``: the same records as JSON (`tflab._pytest_output`:
+  and the session's totals (`tflab._pytest.summary`).
+* ``--tflab-traces-json PATH``: the same records as JSON (`tflab._pytest.output`:
   checked at session start, never over a file tflab did not write unless
   ``--tflab-traces-force``, written atomically with the umask's mode; a
   symlink is refused, and with ``--tflab-traces-force`` written through to its
@@ -58,13 +58,13 @@ from typing import Any
 
 import pytest
 
-from tflab._pytest_capture import (  # noqa: F401 (re-exported)
+from tflab._pytest.capture import (  # noqa: F401 (re-exported)
     SOURCE, EntryHook, Live, ReasonSource, TFState, describe, function_record, matches, name_matches,
     reason_source)
-from tflab._pytest_output import (  # noqa: F401 (write_json_atomically re-exported)
+from tflab._pytest.output import (  # noqa: F401 (write_json_atomically re-exported)
     RECORD_VERSION, OutputError, check_json_path, compare_with_baseline, increase_lines, increase_summary,
     load_baseline, write_json_atomically)
-from tflab._pytest_summary import (  # noqa: F401 (re-exported)
+from tflab._pytest.summary import (  # noqa: F401 (re-exported)
     name_of, seconds_of_test, format_function, session_totals, summarize)
 
 # The names a test plants a defect through (the recorder makes each test's capture with `_Live`).

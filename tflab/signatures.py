@@ -23,7 +23,7 @@ import dataclasses
 from typing import Any, Callable, Iterable, Sequence
 
 from tflab._tf import function as _tf
-from tflab._usercode import user_entry
+from tflab._user.usercode import user_entry
 from tflab.errors import UsageError
 
 
@@ -150,7 +150,7 @@ def infer_input_signature(examples: Iterable[Any], names: Sequence[str] | None =
     """
     calls = examples_list(examples)
     if names is not None:
-        from tflab._argcheck import check_str_sequence
+        from tflab._api.argcheck import check_str_sequence
 
         names = check_str_sequence(names, "names", "infer_input_signature")
         if calls and len(names) != len(calls[0]):  # zip() cut the signature to the names, or dropped names
@@ -369,7 +369,7 @@ def stabilize(fn: Callable, input_signature: Sequence[Any] | None = None,
     return tf.function(py_fn, input_signature=input_signature, **tf_function_kwargs)
 
 
-# ------------------------------------------- shape-read warnings (issue 23: from tflab.diagnosis)
+# ------------------------------------------- shape-read warnings (from tflab.diagnosis)
 
 
 class ShapeReadWarning(UserWarning):

@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from tflab._progress import Progress
+from tflab._io.progress import Progress
 from tflab._tour.context import TourContext, load_user_model  # noqa: F401  (the sections' context)
 # The model helpers the sections share live in tflab.models (a section
 # must not import this module, which imports every section).
@@ -86,7 +86,7 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
             exists (without ``force``), is a folder or lies under a regular file.
     """
     from tflab.report.jsonable import to_jsonable
-    from tflab._paths import output_path
+    from tflab._io.paths import output_path
 
     # A bad --out or --model path fails before any progress line is printed;
     # --out is probed by really creating a folder there.
@@ -155,7 +155,7 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
         report: dict = {"model": model_path or "MobileNetV3Small(weights=None, input_shape=(96, 96, 3), classes=10)"}
         from tflab.runtime import runtime_config
 
-        config = runtime_config()  # what every number below was measured on (issue 8)
+        config = runtime_config()  # what every number below was measured on
         report["config"] = config.to_dict()
         if not quiet:
             print(f"configuration: {config.one_line()}")
@@ -229,7 +229,7 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
 
 
 def _check_tour_out(out: Path, force: bool) -> bool | None:
-    """``export``'s rules for ``tour --out`` (`tflab._paths.check_folder_out`): a non-empty folder needs
+    """``export``'s rules for ``tour --out`` (`tflab._io.paths.check_folder_out`): a non-empty folder needs
     ``force``, and ``force`` replaces only a folder tflab wrote (its marker and nothing else); never
     cwd or its parents.
 
@@ -239,6 +239,6 @@ def _check_tour_out(out: Path, force: bool) -> bool | None:
     Returns:
         True when an existing folder will be replaced, None when ``out`` is new.
     """
-    from tflab._paths import check_folder_out
+    from tflab._io.paths import check_folder_out
 
     return check_folder_out(out, "--out", force, noun="tour")

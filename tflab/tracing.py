@@ -26,7 +26,7 @@ from tflab.report.base import Report, config_field
 from tflab.report.html.dispatch import renders
 from tflab.report.html.funcgraph import trace_notebook_fragment
 from tflab._tf import function as _tf
-from tflab._usercode import user_entry
+from tflab._user.usercode import user_entry
 from tflab.errors import UsageError
 from tflab.trace_records import (  # noqa: F401 (re-exported)
     CONTROL_FLOW_OP_TYPES, CaptureInfo, OpInfo, TraceError, BRANCH_ATTRS, fmt_shape, outputs_as_specs,
@@ -192,7 +192,7 @@ class TraceReport(Report):
         Raises:
             UsageError: ``max_ops`` is not None or an int >= 0.
         """
-        from tflab._argcheck import check_int
+        from tflab._api.argcheck import check_int
 
         max_ops = check_int(max_ops, "max_ops", "TraceReport.to_text", minimum=0, allow_none=True)
         lines = [f"FuncGraph of {self.function_name}: {len(self.ops)} ops",
@@ -244,7 +244,7 @@ class TraceReport(Report):
         Raises:
             UsageError: ``max_ops`` is not None or an int >= 0.
         """
-        from tflab._argcheck import check_int
+        from tflab._api.argcheck import check_int
 
         max_ops = check_int(max_ops, "max_ops", "TraceReport.to_dot", minimum=0, allow_none=True)
         import graphviz
@@ -363,14 +363,14 @@ def get_concrete_function(fn: Any, *args, **kwargs):
         TraceError: the Python body raised while tracing; the message names the
             user's frame. The original exception is ``__cause__``.
     """
-    from tflab._target import error_summary, user_frame
+    from tflab._user.target import error_summary, user_frame
     from tflab.diagnosis import with_diagnosis
 
     tf_fn = as_tf_function(fn)
     try:
         return tf_fn.get_concrete_function(*args, **kwargs)
     except TypeError as e:
-        from tflab._target import binding_error
+        from tflab._user.target import binding_error
 
         mismatch = binding_error(function_name(fn), tf_fn, e)
         if mismatch is not None:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tflab._target import load_module
+from tflab._user.target import load_module
 from tflab.attribution.engine import attribute, attribute_runs
 from tflab.attribution.judge import noise_mask
 
@@ -38,7 +38,7 @@ def _line(fn_name: str, text: str) -> str:
 # ------------------------------------------------------------------ overflow inside a layer, outputs finite
 
 
-@pytest.mark.parametrize("fn, op_type, text", [("instance_norm", "Square", "var ="),  # #47156's kind
+@pytest.mark.parametrize("fn, op_type, text", [("instance_norm", "Square", "var ="),  # tensorflow/tensorflow#47156's kind
                                                ("l2_normalize", "Mul", "sq =")],      # a norm that then divides
                          ids=["variance", "sum-of-squares"])
 def test_overflow_inside_the_graph_with_finite_outputs(fn, op_type, text):

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 from tflab import AutographDiff, autograph_diff
-from tflab._target import load_module
+from tflab._user.target import load_module
 from tflab.errors import UsageError
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "autograph")
@@ -31,7 +31,7 @@ def by_source(diff: AutographDiff, start: str):
 
 def op_types_by_name(fn, *args):
     """name → type of every op in the FuncGraph and its branch/body FuncGraphs."""
-    from tflab._source_map import walk_ops
+    from tflab._user.source_map import walk_ops
 
     graph = tf.function(fn).get_concrete_function(*args).graph
     return {op.name: op.type for op in walk_ops(graph)}
@@ -305,7 +305,7 @@ def test_exec_defined_helper_with_tensor_if_gets_a_hint():
 
 
 def test_bound_tf_function_method_converts_the_users_method():
-    """Issue 9 item 8: ``m.run`` where ``run`` is a @tf.function method is a new
+    """``m.run`` where ``run`` is a @tf.function method is a new
     Function whose python_function is TF's bound_method_wrapper; the user's
     method bound to ``m`` is what must be converted and traced."""
     m = cf.Stepper()

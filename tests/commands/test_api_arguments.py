@@ -55,7 +55,7 @@ def test_lower_names_an_unknown_keyword(args, kwargs, named):
 
 
 def test_lower_keywords_healthy_twin():
-    from tflab._argcheck import check_binds
+    from tflab._api.argcheck import check_binds
 
     check_binds(f, (), {"x": tf.TensorSpec([2, 8])}, "tflab.lower", "f")  # binds: no error
 
@@ -68,7 +68,7 @@ def test_run_workers_timeout_must_be_a_finite_positive_number(timeout):
 
 
 def test_timeout_check_healthy_twin():
-    from tflab._argcheck import check_float
+    from tflab._api.argcheck import check_float
 
     assert check_float(60, "timeout", "run_workers", minimum=0) == 60.0
     assert check_float(0.5, "timeout", "run_workers", minimum=0) == 0.5
@@ -78,7 +78,7 @@ def test_timeout_check_healthy_twin():
 def test_more_than_64_dims_is_one_usage_error(call):
     """compare_modes(f, TensorSpec([1]*65)) raised numpy's raw ValueError ("maximum supported
     dimension for an ndarray is currently 64, found 65"). Sibling: the shared materialize itself."""
-    from tflab._target import materialize
+    from tflab._user.target import materialize
 
     spec = tf.TensorSpec([1] * 65)
     with pytest.raises(UsageError, match="65 dims; numpy arrays .* hold at most 64"):

@@ -1,4 +1,4 @@
-"""Issue 33 item 7 (hostile pass, second round): API arguments checked through `tflab._argcheck`,
+"""API arguments checked through `tflab._api.argcheck`,
 each break with its reproducer, and a healthy call beside each refusal."""
 
 from __future__ import annotations
@@ -13,25 +13,25 @@ import tflab
 from tflab.errors import UsageError
 
 
-# ------------------------------------------------------------------ B8
+# ------------------------------------------------------------------
 
 @pytest.mark.parametrize("old, new", [(1, "a"), (None, None), ({"x": tf.TensorSpec([3])}, 5)])
-def test_b8_reasons_between_checks_its_arguments(old, new):
-    """B8: `reasons_between(1, "a")` raw TypeError; `(None, None)` returned [] as if the calls matched."""
+def test_reasons_between_checks_its_arguments(old, new):
+    """`reasons_between(1, "a")` raw TypeError; `(None, None)` returned [] as if the calls matched."""
     with pytest.raises(UsageError, match="reasons_between: (old|new) must be a FunctionType"):
         tflab.reasons_between(old, new)
 
 
-def test_b8_healthy_reasons_between():
+def test_healthy_reasons_between():
     reasons = tflab.reasons_between({"x": tf.TensorSpec([3])}, {"x": tf.TensorSpec([4])})
     assert [r.text for r in reasons] == ["x: shape (3,) -> (4,)"]
     assert tflab.reasons_between([("x", tf.TensorSpec([3]))], {"x": tf.TensorSpec([3])}) == []
 
 
-# ------------------------------------------------------------------ B9 (and B1 through the API)
+# ------------------------------------------------------------------ (through the API)
 
-def test_b9_trace_script_argv_string_is_refused(tmp_path):
-    """B9: `trace_script(path, argv="abc")` ran the script with sys.argv[1:] == ['a', 'b', 'c']."""
+def test_trace_script_argv_string_is_refused(tmp_path):
+    """`trace_script(path, argv="abc")` ran the script with sys.argv[1:] == ['a', 'b', 'c']."""
     script = tmp_path / "s_ok.py"
     script.write_text("import sys\nprint(sys.argv[1:])\n")
     with pytest.raises(UsageError, match="argv must be a sequence of strings.*split into its characters"):
@@ -40,16 +40,16 @@ def test_b9_trace_script_argv_string_is_refused(tmp_path):
     assert result.error is None
 
 
-def test_b1_trace_script_on_a_fifo_does_not_hang(tmp_path):
+def test_trace_script_on_a_fifo_does_not_hang(tmp_path):
     os.mkfifo(tmp_path / "script.py")
     with pytest.raises(UsageError, match="is a FIFO"):
         tflab.trace_script(str(tmp_path / "script.py"))
 
 
-# ------------------------------------------------------------------ B10
+# ------------------------------------------------------------------
 
-def test_b10_retrace_probe_called_with_missing_argument():
-    """B10: `RetraceProbe(lambda x: x*2)()` raised TF's raw "Binding inputs to tf.function failed"."""
+def test_retrace_probe_called_with_missing_argument():
+    """`RetraceProbe(lambda x: x*2)()` raised TF's raw "Binding inputs to tf.function failed"."""
     probe = tflab.RetraceProbe(lambda x: x * 2)
     with pytest.raises(UsageError, match=r"RetraceProbe: <lambda> needs argument 'x'"):
         probe()
@@ -58,7 +58,7 @@ def test_b10_retrace_probe_called_with_missing_argument():
     assert float(probe(tf.constant(2.0))) == 4.0 and probe.calls == 1  # still usable; refusals not counted
 
 
-def test_b10_probe_of_a_tf_function_and_keywords():
+def test_probe_of_a_tf_function_and_keywords():
     @tf.function
     def f(x, scale=2.0):
         return x * scale
@@ -69,16 +69,16 @@ def test_b10_probe_of_a_tf_function_and_keywords():
         probe(tf.constant(1.0), bogus=1)
 
 
-# ------------------------------------------------------------------ B11
+# ------------------------------------------------------------------
 
 @pytest.mark.parametrize("seed", ["a", -1, 2**63, 1.5, True])
-def test_b11_compare_precisions_seed(seed):
-    """B11: `seed="a"` raised numpy's "SeedSequence expects int or sequence of ints"."""
+def test_compare_precisions_seed(seed):
+    """`seed="a"` raised numpy's "SeedSequence expects int or sequence of ints"."""
     with pytest.raises(UsageError, match=r"compare_precisions: seed must be an int in \[0, 2\*\*63\)"):
         tflab.compare_precisions(lambda x: tf.nn.relu(x * 2.0), tf.TensorSpec([4]), seed=seed)
 
 
-# ------------------------------------------------------------------ B12
+# ------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def flatbuffer(tmp_path_factory):
@@ -93,8 +93,8 @@ def flatbuffer(tmp_path_factory):
 
 
 @pytest.mark.parametrize("wrap", [bytearray, memoryview], ids=["bytearray", "memoryview"])
-def test_b12_check_tflite_takes_bytes_like(flatbuffer, wrap):
-    """B12: `check_tflite(bytearray(...), …)` raised "unhashable type: 'bytearray'"."""
+def test_check_tflite_takes_bytes_like(flatbuffer, wrap):
+    """`check_tflite(bytearray(...), …)` raised "unhashable type: 'bytearray'"."""
     from tflab.litert import check_tflite
 
     data, sm = flatbuffer
@@ -102,35 +102,35 @@ def test_b12_check_tflite_takes_bytes_like(flatbuffer, wrap):
     assert check.ok and check.bit_exact is not None
 
 
-def test_b12_check_tflite_refuses_a_path_string(flatbuffer):
+def test_check_tflite_refuses_a_path_string(flatbuffer):
     from tflab.litert import check_tflite
 
     with pytest.raises(UsageError, match="takes the flatbuffer's bytes"):
         check_tflite("model.tflite", flatbuffer[1], {"x": np.ones((2, 4), np.float32)})
 
 
-# ------------------------------------------------------------------ B24
+# ------------------------------------------------------------------
 
-def test_b24_inspect_distributed_without_per_replica_arguments():
-    """B24: plain TensorSpecs and no strategy.run returned "<… 0 replicas, 5 ops …>"."""
+def test_inspect_distributed_without_per_replica_arguments():
+    """Plain TensorSpecs and no strategy.run returned "<… 0 replicas, 5 ops …>"."""
     with pytest.raises(UsageError, match="none a PerReplica value or PerReplicaSpec"):
         tflab.inspect_distributed(lambda x: tf.nn.relu(x * 2.0), tf.TensorSpec([4]))
 
 
-# ------------------------------------------------------------------ B25
+# ------------------------------------------------------------------
 
 def nonefn(x):
     return None
 
 
-def test_b25_compare_modes_on_a_function_returning_none():
-    """B25: exit 0 "no findings" with `"outputs": [[]]`: nothing was compared."""
+def test_compare_modes_on_a_function_returning_none():
+    """Exit 0 "no findings" with `"outputs": [[]]`: nothing was compared."""
     with pytest.raises(UsageError, match=r"compare_modes: fn \(nonefn\) returned no tensor \(None\)"):
         tflab.compare_modes(nonefn, tf.TensorSpec([4]))
 
 
-def test_b25_static_check_refuses_only_what_is_certain():
-    from tflab._argcheck import check_returns_tensors
+def test_static_check_refuses_only_what_is_certain():
+    from tflab._api.argcheck import check_returns_tensors
 
     def falls_through(x):
         y = x * 2.0  # noqa: F841
@@ -160,7 +160,7 @@ def test_b25_static_check_refuses_only_what_is_certain():
         check_returns_tensors(fn, (), {}, "compare_modes", "fn")  # healthy or unknown: left to compare_modes
 
 
-def test_b25_cli_compare_on_a_function_returning_none(run_cli, tmp_path):
+def test_cli_compare_on_a_function_returning_none(run_cli, tmp_path):
     (tmp_path / "diag.py").write_text("def nonefn(x):\n    return None\n")
     code, out, err = run_cli("compare", f"{tmp_path / 'diag.py'}:nonefn", "--arg", "x=float32[4]",
                              "--repeats", "1")
@@ -168,10 +168,10 @@ def test_b25_cli_compare_on_a_function_returning_none(run_cli, tmp_path):
     assert code == 2 and out == "" and len(lines) == 1 and "returned no tensor" in lines[0], err
 
 
-# ------------------------------------------------------------------ B26
+# ------------------------------------------------------------------
 
-def test_b26_autograph_diff_and_compare_modes_on_a_probe():
-    """B26: `autograph_diff(RetraceProbe(f), …)` diffed tflab's own RetraceProbe.__call__ (if@305 …)."""
+def test_autograph_diff_and_compare_modes_on_a_probe():
+    """`autograph_diff(RetraceProbe(f), …)` diffed tflab's own RetraceProbe.__call__ (if@305 …)."""
     def f(x):
         if x[0] > 0:
             return x
@@ -186,9 +186,9 @@ def test_b26_autograph_diff_and_compare_modes_on_a_probe():
     assert "RetraceProbe" not in repr(diff) and "f" in repr(diff)
 
 
-# ------------------------------------------------------------------ item 8: XLA_FLAGS in the API
+# ------------------------------------------------------------------ XLA_FLAGS in the API
 
-def test_item8_bad_xla_flags_are_a_usage_error_not_the_end_of_the_process(monkeypatch):
+def test_bad_xla_flags_are_a_usage_error_not_the_end_of_the_process(monkeypatch):
     """TF aborts the whole process on an unknown flag in XLA_FLAGS (`F… parse_flags_from_env.cc`);
     `compare_modes` in the user's own process died with it. Probed once in a child, cached."""
     import subprocess
@@ -210,10 +210,10 @@ def test_item8_bad_xla_flags_are_a_usage_error_not_the_end_of_the_process(monkey
     assert report is not None and len(runs) == 1
 
 
-# ------------------------------------------------------------------ B19
+# ------------------------------------------------------------------
 
-def test_b19_a_non_utf8_source_file_is_named(run_cli, tmp_path):
-    """B19: a latin-1 byte in a comment gave "f has no retrievable source … put the function in a .py
+def test_a_non_utf8_source_file_is_named(run_cli, tmp_path):
+    """A latin-1 byte in a comment gave "f has no retrievable source … put the function in a .py
     file" although it is in one; the cause (the encoding) was not named."""
     (tmp_path / "latin.py").write_bytes(b"# \xe9\xe9\nimport tensorflow as tf\ndef f(x):\n    return x*2.0\n")
     code, out, err = run_cli("autograph", f"{tmp_path / 'latin.py'}:f", "--arg", "x=float32[2,4]")
@@ -228,7 +228,7 @@ def test_b19_a_non_utf8_source_file_is_named(run_cli, tmp_path):
 
 @pytest.mark.parametrize("fn", [lambda x: None, lambda x: {}, lambda x: []], ids=["None", "dict", "list"])
 def test_h9_compare_modes_on_a_lambda_that_returns_nothing_is_refused(fn):
-    """Hostile trial (round 6) H9: the source check missed lambdas; the eager run's outputs decide."""
+    """The source check missed lambdas; the eager run's outputs decide."""
     import tensorflow as tf
 
     import tflab

@@ -1,4 +1,4 @@
-"""Bad input (issue #10): every verb keeps the contract "one line, exit 2, no traceback, nothing half-written".
+"""Bad input: every verb keeps the contract "one line, exit 2, no traceback, nothing half-written".
 
 The walks iterate over `tflab.cli.VERBS`, so a verb added later is covered
 without editing this file: its output-path options (found by their metavar
@@ -182,7 +182,7 @@ def test_every_verb_has_a_parser_and_a_missing_module_fails_the_walks(monkeypatc
 
 @pytest.mark.parametrize("verb", list(VERBS))
 def test_every_output_option_refuses_an_unwritable_path(verb, run_cli, user_files, tmp_path, monkeypatch):
-    """Item 1: the probe really creates a file; os.access says yes to root on /proc and /sys."""
+    """The probe really creates a file; os.access says yes to root on /proc and /sys."""
     p = _subparsers()[verb]
     options = _output_options(p)
     if not options:
@@ -200,7 +200,7 @@ def test_every_output_option_refuses_an_unwritable_path(verb, run_cli, user_file
 @pytest.mark.parametrize("verb", list(VERBS))
 def test_user_code_that_exits_or_raises_base_exception_is_one_line(verb, kind, run_cli, user_files,
                                                                    tmp_path, monkeypatch):
-    """Item 3 (and 7 for retrace): sys.exit(5)/BaseException in user code is exit 2, not tflab exiting 5."""
+    """sys.exit(5)/BaseException in user code is exit 2, not tflab exiting 5."""
     p = _subparsers()[verb]
     if _user_positional(p) is None:
         pytest.skip(f"{verb} takes no user code (no FILE.py:… / SCRIPT.py / MODEL positional)")
@@ -216,7 +216,7 @@ def test_user_code_that_exits_or_raises_base_exception_is_one_line(verb, kind, r
 
 
 def test_keyboard_interrupt_raised_by_user_code_is_exit_2(run_cli, user_files):
-    """Issue 33 B4: a KeyboardInterrupt the user's code raises with no Ctrl-C is the user's exception
+    """A KeyboardInterrupt the user's code raises with no Ctrl-C is the user's exception
     (README: BaseException -> 2), not "interrupted" (130, only for a signal that came)."""
     code, out, err = run_cli("inspect", f"{user_files['exits']}:interrupted", "--arg", "x=float32[2]")
     line = _one_error_line("inspect", err)
@@ -235,7 +235,7 @@ def test_sys_exit_in_a_subprocess_is_status_2_without_traceback(user_files):
 
 
 def test_no_numeric_option_is_a_bare_int_or_float():
-    """Item 2: every numeric option is range-checked by argparse (tflab._cliargs), in every verb."""
+    """Every numeric option is range-checked by argparse (tflab._api.cliargs), in every verb."""
     bare = [(verb, a.option_strings[-1]) for verb, p in _subparsers().items() for a in p._actions
             if a.type in (int, float)]
     assert bare == []
@@ -257,7 +257,7 @@ def test_negative_seed_is_an_argparse_error(capsys, user_files):
     ("not_finite", "CheckNumerics", "x: float32[1,4]"),  # log(x - 100) of N(0,1) data is NaN
 ], ids=["matmul", "assert_all_finite"])
 def test_signature_that_fails_on_the_examples_is_one_line(func, op, fed, run_cli, user_files, tmp_path):
-    """Item 4: one line naming the signature, the op and the shapes fed; nothing left behind."""
+    """One line naming the signature, the op and the shapes fed; nothing left behind."""
     out_dir = tmp_path / "o"
     code, out, err = run_cli("export", f"{user_files['exits']}:{func}", "--out", str(out_dir),
                              "--quantize", "none")
@@ -267,7 +267,7 @@ def test_signature_that_fails_on_the_examples_is_one_line(func, op, fed, run_cli
 
 
 def test_unbuilt_subclassed_keras_model(run_cli, user_files, tmp_path):
-    """Item 5: without examples, one line saying what to do; with them, built from the first batch."""
+    """Without examples, one line saying what to do; with them, built from the first batch."""
     code, out, err = run_cli("export", f"{user_files['exits']}:unbuilt", "--out", str(tmp_path / "o"))
     line = _one_error_line("export", err)
     assert code == 2 and "Sub was never built" in line and "--examples" in line and "call it once" in line
@@ -288,7 +288,7 @@ def test_unbuilt_subclassed_keras_model(run_cli, user_files, tmp_path):
                          ids=["out-parents", "default-out"])
 def test_failed_export_removes_the_parents_it_created(out_args, leftover, run_cli, user_files, tmp_path,
                                                       monkeypatch):
-    """Item 6: "2 bad input (nothing written)" includes the parent folders of --out."""
+    """"2 bad input (nothing written)" includes the parent folders of --out."""
     monkeypatch.chdir(tmp_path)
     code, out, err = run_cli("export", f"{user_files['exits']}:no_signature", *out_args, "--quantize", "none")
     line = _one_error_line("export", err)
@@ -303,7 +303,7 @@ def test_failed_export_keeps_parents_that_already_existed(run_cli, user_files, t
 
 
 def test_retrace_script_raising_base_exception(user_files, capsys):
-    """Item 7, at the API: the error line names the exception and the user's line."""
+    """At the API, the error line names the exception and the user's line."""
     from tflab.retrace import trace_script
 
     result = trace_script(user_files["base"])
@@ -312,16 +312,16 @@ def test_retrace_script_raising_base_exception(user_files, capsys):
 
 
 def test_random_inputs_that_cannot_fit_are_refused_before_allocating(run_cli, user_files, monkeypatch):
-    """Item 8: compare holds 8 input-sized copies (2 + 3 modes × output and gradient); 5 with --no-grad;
-    plus the ULP step's 13 for float32 (issue 33 B16, `tflab.process.memory.ulp_step_copies`)."""
+    """Compare holds 8 input-sized copies (2 + 3 modes × output and gradient); 5 with --no-grad;
+    plus the ULP step's 13 for float32 (`tflab.process.memory.ulp_step_copies`)."""
     import tflab.process.memory
 
     monkeypatch.setattr(tflab.process.memory, "available_memory", lambda: (1 << 30, "test limit"))
     allocated = []
-    import tflab._target
+    import tflab._user.target
 
-    real = tflab._target.materialize
-    monkeypatch.setattr(tflab._target, "materialize", lambda *a, **k: allocated.append(a) or real(*a, **k))
+    real = tflab._user.target.materialize
+    monkeypatch.setattr(tflab._user.target, "materialize", lambda *a, **k: allocated.append(a) or real(*a, **k))
     # 50e6 float32 = 0.19 GiB: 8 + 13 copies are 3.9 GiB > 1 GiB, 5 copies 0.93 GiB would fit.
     code, out, err = run_cli("compare", f"{user_files['exits']}:ok", "--arg", "x=float32[50000000]")
     line = _one_error_line("compare", err)
@@ -346,7 +346,7 @@ def test_cgroup_limit_is_read(tmp_path):
 
 def test_arg_grammar_messages():
     """Also seen: the bad dtype is named, -1 is refused (README documents None), long text is cut."""
-    from tflab._target import parse_value
+    from tflab._user.target import parse_value
 
     with pytest.raises(UsageError, match=r"unknown dtype 'float33'; did you mean float32"):
         parse_value("float33[2]", "x")
@@ -396,7 +396,7 @@ def _module_with_signature():
 
 
 def test_a_truncated_tflite_says_what_failed_and_how_big_the_file_is(run_cli, tmp_path):
-    """Hostile trial s7 #13: a .tflite cut after its identifier said only '(error)'."""
+    """A .tflite cut after its identifier said only '(error)'."""
     trunc = tmp_path / "trunc.tflite"
     trunc.write_bytes(b"\x1c\x00\x00\x00TFL3\x14\x00\x20\x00\x1c\x00\x18\x00")
     (tmp_path / "sm").mkdir()

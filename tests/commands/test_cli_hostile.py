@@ -1,4 +1,4 @@
-"""The hostile pass of issue 21 (shared/cases/trial_hostile.md, B1–B23): each break is a test here.
+"""Hostile inputs to the CLI: each way a verb broke is a test here.
 
 Every test fails on main 176dbcb (before the supervising ``tflab`` process,
 exclusive publishing and the argument checks) and passes now. The CLI tests
@@ -115,10 +115,10 @@ def one_line(verb: str, err: str) -> str:
     return lines[0]
 
 
-# ------------------------------------------------------------------ B1: --hlo replaced what it wrote to
+# ------------------------------------------------------------------ --hlo replaced what it wrote to
 
 
-def test_b1_compare_hlo_keeps_a_symlink_and_a_fifo(run_cli, work, tmp_path):
+def test_compare_hlo_keeps_a_symlink_and_a_fifo(run_cli, work, tmp_path):
     """`_write_hlo` built a second, unprobed OutputPath: it renamed a regular file over the link / FIFO."""
     target = tmp_path / "hlo_target.txt"
     target.write_text("target content")
@@ -142,10 +142,10 @@ def test_b1_compare_hlo_keeps_a_symlink_and_a_fifo(run_cli, work, tmp_path):
     assert fifo.is_fifo() and got and b"stage:" in got[0]  # old: a regular file, the reader got 0 bytes
 
 
-# ------------------------------------------------------------------ B2: two writers of one new path
+# ------------------------------------------------------------------ two writers of one new path
 
 
-def test_b2_second_writer_of_the_same_new_out_gets_already_exists(tmp_path):
+def test_second_writer_of_the_same_new_out_gets_already_exists(tmp_path):
     """Both exports passed check_out (the folder did not exist yet); the second commit deleted the first."""
     from tflab.export import check_out
 
@@ -162,9 +162,9 @@ def test_b2_second_writer_of_the_same_new_out_gets_already_exists(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["same"]  # no temporary folder left
 
 
-def test_b2_exclusive_file_publish(tmp_path):
+def test_exclusive_file_publish(tmp_path):
     """A file output without --force (compare --hlo) is published with link(2): never over a new file."""
-    from tflab._paths import output_path
+    from tflab._io.paths import output_path
 
     p = tmp_path / "h.txt"
     first = output_path(p, "--hlo", overwrite=False)
@@ -174,10 +174,10 @@ def test_b2_exclusive_file_publish(tmp_path):
     assert p.read_text() == "someone else's" and os.listdir(tmp_path) == ["h.txt"]
 
 
-# ------------------------------------------------------------------ B3: tour --out
+# ------------------------------------------------------------------ tour --out
 
 
-def test_b3_tour_refuses_a_non_empty_out_without_force(run_cli, tmp_path, small_keras_file):
+def test_tour_refuses_a_non_empty_out_without_force(run_cli, tmp_path, small_keras_file):
     out = tmp_path / "tourx"
     out.mkdir()
     (out / "inference.dot").write_text("USER DOT - precious")
@@ -186,7 +186,7 @@ def test_b3_tour_refuses_a_non_empty_out_without_force(run_cli, tmp_path, small_
     assert (out / "inference.dot").read_text() == "USER DOT - precious"
 
 
-def test_b3_interrupted_tour_with_force_leaves_the_old_folder_as_it_was(small_keras_file, tmp_path, monkeypatch):
+def test_interrupted_tour_with_force_leaves_the_old_folder_as_it_was(small_keras_file, tmp_path, monkeypatch):
     """The tour wrote inference.dot in place: after Ctrl-C the folder was half old, half new."""
     import tflab._tour.s01_trace as s01
     from tflab.tour import run_tour
@@ -201,9 +201,9 @@ def test_b3_interrupted_tour_with_force_leaves_the_old_folder_as_it_was(small_ke
     out.mkdir()
     (out / "inference.dot").write_text("USER DOT - precious")
     (out / "report.json").write_text("USER REPORT - precious")
-    from tflab._paths import MARKER, write_marker
+    from tflab._io.paths import MARKER, write_marker
 
-    write_marker(out)  # a previous tour's folder: --force replaces only those (issue 33 B21)
+    write_marker(out)  # a previous tour's folder: --force replaces only those
     monkeypatch.setattr(s01, "run", run_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
         run_tour(model_path=str(small_keras_file), out_dir=str(out), only=["s01_trace"], quiet=True, force=True)
@@ -217,10 +217,10 @@ def test_b3_interrupted_tour_with_force_leaves_the_old_folder_as_it_was(small_ke
     assert report["trace"]["dot"] == str(out / "inference.dot"), report["trace"]
 
 
-# ------------------------------------------------------------------ B4, B5: memory
+# ------------------------------------------------------------------ memory
 
 
-def test_b4_diagnose_refuses_inputs_that_cannot_fit(run_cli, work, monkeypatch):
+def test_diagnose_refuses_inputs_that_cannot_fit(run_cli, work, monkeypatch):
     """diagnose exited 1 ("a problem was diagnosed") and blamed the user's code for tflab's own input."""
     import tensorflow as tf
 
@@ -236,7 +236,7 @@ def test_b4_diagnose_refuses_inputs_that_cannot_fit(run_cli, work, monkeypatch):
         tflab.diagnose(lambda x: x * 2, tf.TensorSpec([2**40, 2**20]))
 
 
-def test_b5_the_own_cgroup_and_its_ancestors_are_read(tmp_path):
+def test_the_own_cgroup_and_its_ancestors_are_read(tmp_path):
     """_memory read /sys/fs/cgroup/memory.max at the hierarchy's root, not the process's own cgroup."""
     from tflab.process.memory import own_cgroup_limit
 
@@ -291,7 +291,7 @@ def _reads_the_limit(free: int, limit: int, before: int, after: int, n: int, src
     return limit - after <= n <= limit - before and n < free and src.startswith("RLIMIT_AS ")
 
 
-def test_b5_rlimit_as_is_a_limit():
+def test_rlimit_as_is_a_limit():
     """RLIMIT_AS (ulimit -v) was not read: allocations past it fail in TF, not as tflab's exit 2.
 
     The child sets RLIMIT_AS to its VmSize plus half of what `available_memory` found free, so the
@@ -303,10 +303,10 @@ def test_b5_rlimit_as_is_a_limit():
     assert not _reads_the_limit(*planted) and "RLIMIT_AS" not in planted[5], planted
 
 
-# ------------------------------------------------------------------ B6, B7: bad XLA flags
+# ------------------------------------------------------------------ bad XLA flags
 
 
-def test_b6_bad_tf_xla_flags(work):
+def test_bad_tf_xla_flags(work):
     """Every verb, even --help, exited 1 with no output: the F line went to /dev/null while TF loaded."""
     code, out, err = tflab(work, "--help", env={"TF_XLA_FLAGS": "--tf_bogus=1"}, timeout=60)
     assert code == 0 and out.startswith("usage: tflab"), err  # parsing needs no TF
@@ -315,7 +315,7 @@ def test_b6_bad_tf_xla_flags(work):
     assert code == 2 and "TF_XLA_FLAGS" in line and "--tf_bogus=1" in line and out == "", err
 
 
-def test_b7_bad_xla_flags(work):
+def test_bad_xla_flags(work):
     """compare ended with XLA's C++ fatal line and exit 1 (1 means "a check failed")."""
     code, out, err = tflab(work, "compare", "h.py:f", "--arg", "x=float32[4]", "--no-grad", "--repeats", "1",
                            env={"XLA_FLAGS": "--xla_bogus_flag=1"})
@@ -323,10 +323,10 @@ def test_b7_bad_xla_flags(work):
     assert code == 2 and "XLA_FLAGS" in line and "Unknown flag" in line, err
 
 
-# ------------------------------------------------------------------ B8, B13, B14: what the path is
+# ------------------------------------------------------------------ what the path is
 
 
-def test_b8_b13_out_that_is_a_loop_a_fifo_or_a_device(run_cli, work, tmp_path):
+def test_out_that_is_a_loop_a_fifo_or_a_device(run_cli, work, tmp_path):
     (tmp_path / "loopA").symlink_to(tmp_path / "loopB")
     (tmp_path / "loopB").symlink_to(tmp_path / "loopA")
     os.mkfifo(tmp_path / "fifo1")
@@ -340,7 +340,7 @@ def test_b8_b13_out_that_is_a_loop_a_fifo_or_a_device(run_cli, work, tmp_path):
     assert (tmp_path / "fifo1").is_fifo() and (tmp_path / "loopA").is_symlink()
 
 
-def test_b14_dot_under_a_regular_file(run_cli, work, tmp_path):
+def test_dot_under_a_regular_file(run_cli, work, tmp_path):
     (tmp_path / "afile").write_text("x")
     code, _, err = run_cli("inspect", f"{work}/h.py:f", "--arg", "x=float32[4]", "--dot",
                            str(tmp_path / "afile" / "g.dot"))
@@ -348,7 +348,7 @@ def test_b14_dot_under_a_regular_file(run_cli, work, tmp_path):
     assert code == 2 and "is a regular file, not a folder" in line and "does not exist" not in line, line
 
 
-# ------------------------------------------------------------------ B9: Ctrl-C during start-up
+# ------------------------------------------------------------------ Ctrl-C during start-up
 
 
 def _children(pid: int) -> list[int]:
@@ -384,13 +384,13 @@ def tf_files_of_a_full_import():
         ref.wait()
 
 
-# ------------------------------------------------------------------ B10, B11, B12, B15, B16: the process
+# ------------------------------------------------------------------ the process
 
 
 # ------------------------------------------------------------------ crashes the supervisor names
 
 
-# ------------------------------------------------------------------ B17–B23: the Python API
+# ------------------------------------------------------------------ the Python API
 
 
 # ------------------------------------------------------------------ parsing without TF (S1)
@@ -415,10 +415,10 @@ f(tf.ones([2])); f(tf.ones([3]))
 """
 
 
-# ------------------------------------------- the lead's hostile trial on merged main (3 breaks)
+# ------------------------------------------- the lead's on merged main (3 breaks)
 
 
-# --------------------------------------------------------------- session 4 hostile trial (each broke before)
+# --------------------------------------------------------------- more hostile inputs (each broke before)
 
 
 def _gone(pid: int) -> bool:

@@ -29,7 +29,7 @@ def test_the_tf_import_probe_tells_not_started_from_done(tf_files_of_a_full_impo
 
 @pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"),
                                              (signal.SIGTERM, 143, "terminated")], ids=["SIGINT", "SIGTERM"])
-def test_b9_signal_while_tf_loads_is_one_line(work, sig, code, word, tf_files_of_a_full_import):
+def test_signal_while_tf_loads_is_one_line(work, sig, code, word, tf_files_of_a_full_import):
     """Ctrl-C during the seconds-long TF import printed a KeyboardInterrupt traceback.
 
     The signal is sent once the verb's child has mapped its first TensorFlow library and before
@@ -56,18 +56,18 @@ def test_b9_signal_while_tf_loads_is_one_line(work, sig, code, word, tf_files_of
     assert proc.returncode == code and err == f"tflab inspect: {word}\n" and out == "", (proc.returncode, err)
 
 
-def test_b10_os_exit_in_user_code_is_named(work):
+def test_os_exit_in_user_code_is_named(work):
     code, out, err = tflab(work, "inspect", "h.py:oexit", "--arg", "x=float32[4]")
     assert code == 2 and "os._exit(9)" in one_line("inspect", err), (code, err)
 
 
-def test_b11_retrace_script_that_os_exits_0_is_not_success(work):
+def test_retrace_script_that_os_exits_0_is_not_success(work):
     code, out, err = tflab(work, "retrace", "s_oexit.py")
     assert code == 2 and "os._exit(0)" in one_line("retrace", err), (code, err)
 
 
 @pytest.mark.parametrize("func", ["closestdout", "closefd1"])
-def test_b12_user_code_closing_stdout_does_not_lose_the_report(work, func):
+def test_user_code_closing_stdout_does_not_lose_the_report(work, func):
     code, out, err = tflab(work, "inspect", f"h.py:{func}", "--arg", "x=float32[4]")
     assert code == 0 and out.startswith(f"FuncGraph of {func}:") and "Traceback" not in err, (code, err)
 
@@ -78,14 +78,14 @@ def test_no_exit_0_without_the_report(work):
     assert code == 2 and out == "" and "no report was written" in one_line("inspect", err), (code, err)
 
 
-def test_b15_closed_stdout_is_141_not_a_silent_0(work):
+def test_closed_stdout_is_141_not_a_silent_0(work):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     p = subprocess.run([sys.executable, "-m", "tflab", "env"], cwd=work, env=env, stderr=subprocess.PIPE,
                        preexec_fn=lambda: os.close(1), timeout=120)
     assert p.returncode == 141 and p.stderr == b"", p.stderr
 
 
-def test_b16_json_is_valid_when_user_code_writes_to_the_real_stdout(work):
+def test_json_is_valid_when_user_code_writes_to_the_real_stdout(work):
     code, out, err = tflab(work, "inspect", "--json", "h.py:printer", "--arg", "x=float32[4]")
     assert code == 0, err
     assert json.loads(out)["function"] == "printer"  # old: stdout began with "FD WRITE"
@@ -125,7 +125,7 @@ def test_sigterm_after_start_up_is_forwarded_and_cleaned_up(work, tmp_path):
     assert child and not any(os.path.exists(f"/proc/{c}") for c in child)  # the child is gone
 
 
-def test_b17_tflite_roundtrip_on_a_corrupt_saved_model(tmp_path):
+def test_tflite_roundtrip_on_a_corrupt_saved_model(tmp_path):
     import tflab
 
     (tmp_path / "corrupt_sm").mkdir()
@@ -137,10 +137,10 @@ def test_b17_tflite_roundtrip_on_a_corrupt_saved_model(tmp_path):
 @pytest.mark.parametrize("kwargs, words", [
     ({"quantize": 5}, "quantize must be a comma string or a list"),
     ({"quantize": ["none"], "progress": "x"}, "progress must be a callable"),
-    ({"quantize": ""}, "names nothing"),          # B22: an "ok" export with no variant
+    ({"quantize": ""}, "names nothing"),          # an "ok" export with no variant
     ({"quantize": []}, "names nothing"),
 ], ids=["quantize-int", "progress-str", "quantize-empty-str", "quantize-empty-list"])
-def test_b18_b22_export_model_arguments(tmp_path, work, kwargs, words):
+def test_export_model_arguments(tmp_path, work, kwargs, words):
     import tflab
 
     with pytest.raises(UsageError, match=words):
@@ -148,14 +148,14 @@ def test_b18_b22_export_model_arguments(tmp_path, work, kwargs, words):
     assert not (tmp_path / "x").exists()
 
 
-def test_b19_retrace_probe_unknown_tf_function_keyword():
+def test_retrace_probe_unknown_tf_function_keyword():
     import tflab
 
     with pytest.raises(UsageError, match="bogus_kw"):
         tflab.RetraceProbe(lambda x: x, bogus_kw=3)
 
 
-def test_b20_to_text_max_ops_is_checked():
+def test_to_text_max_ops_is_checked():
     import tensorflow as tf
 
     import tflab
@@ -167,7 +167,7 @@ def test_b20_to_text_max_ops_is_checked():
     assert len(report.to_text(max_ops=None)) > len(report.to_text(max_ops=0))  # both still work
 
 
-def test_b21_save_and_reload_with_zero_rows_is_refused(tmp_path):
+def test_save_and_reload_with_zero_rows_is_refused(tmp_path):
     import tensorflow as tf
 
     import tflab
@@ -182,7 +182,7 @@ def test_b21_save_and_reload_with_zero_rows_is_refused(tmp_path):
     assert not (tmp_path / "b07").exists()
 
 
-def test_b23_speed_ratio_of_an_unknown_mode():
+def test_speed_ratio_of_an_unknown_mode():
     import tensorflow as tf
 
     import tflab
@@ -212,7 +212,7 @@ def test_parsing_imports_no_tensorflow():
 
 def test_every_verb_writes_only_what_its_output_options_declare(run_cli, work, tmp_path, monkeypatch,
                                                                 small_keras_file):
-    """B1's class of bug: a verb writing through a path it did not probe. Walks `tflab.cli.VERBS`."""
+    """ the class of bug: a verb writing through a path it did not probe. Walks `tflab.cli.VERBS`."""
     import tflab.tour
     from tflab.cli import VERBS
 
@@ -291,7 +291,7 @@ def test_check_tflite_node_data_keeps_an_existing_file_unless_force(tmp_path):
     """`check-tflite --node-data` went through output_path's old default (overwrite): now --force decides."""
     import argparse
 
-    from tflab._paths import output_path
+    from tflab._io.paths import output_path
 
     old = tmp_path / "nodes.json"
     old.write_text("old")
@@ -330,7 +330,7 @@ def test_python_api_refuses_odd_arguments_with_one_usage_error(tmp_path):
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
 def test_a_converter_worker_ends_itself_when_its_parent_is_killed(tmp_path):
-    """Session 5: converter workers run in their own session (a group kill misses them); SIGKILL of
+    """Converter workers run in their own session (a group kill misses them); SIGKILL of
     the export or tour lane that started one must not leave it converting on."""
     import signal
     import subprocess

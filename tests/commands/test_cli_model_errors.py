@@ -40,7 +40,7 @@ def test_valid_names_healthy_twin(tmp_path):
 
 def test_a_tflab_bug_keeps_its_traceback():
     """Only exceptions TF, Keras or user code raised are the user's; one raised in tflab stays a bug."""
-    from tflab._paths import published_path
+    from tflab._io.paths import published_path
     from tflab.saved_model.node_names import raised_by_tf
 
     with pytest.raises(TypeError) as info:

@@ -15,7 +15,7 @@ from test_cli_bad_input import (  # noqa: E402,F401  (helpers, fixtures and impo
 
 
 def test_output_path_writes_atomically_and_probes(tmp_path):
-    from tflab._paths import output_path
+    from tflab._io.paths import output_path
 
     target = output_path(tmp_path / "g.dot", "--dot")
     target.write("digraph {}")
@@ -34,7 +34,7 @@ def test_output_to_a_device_or_fifo_is_written_in_place_never_replaced(tmp_path)
     import stat
     import threading
 
-    from tflab._paths import output_path
+    from tflab._io.paths import output_path
 
     assert output_path("/dev/null", "--dot").in_place  # checked without writing: a failure must not harm /dev
     fifo = tmp_path / "pipe.dot"
@@ -51,7 +51,7 @@ def test_output_to_a_device_or_fifo_is_written_in_place_never_replaced(tmp_path)
 
 
 def test_output_through_a_symlink_writes_its_target_and_keeps_the_link(tmp_path):
-    from tflab._paths import output_path
+    from tflab._io.paths import output_path
 
     (tmp_path / "link.dot").symlink_to(tmp_path / "real.dot")  # dangling: created, as the shell's > does
     output_path(tmp_path / "link.dot", "--dot").write("a")
@@ -236,14 +236,14 @@ def test_interrupted_tour_leaves_nothing_it_wrote(small_keras_file, tmp_path, mo
         raise KeyboardInterrupt
 
     monkeypatch.setattr(s01, "run", run_then_interrupt)
-    from tflab._paths import MARKER, write_marker
+    from tflab._io.paths import MARKER, write_marker
 
     (tmp_path / "kept").mkdir()
     (tmp_path / "kept" / "mine.txt").write_text("a previous tour's")
-    write_marker(tmp_path / "kept")  # a previous tour's folder: --force may replace it (issue 33 B21)
+    write_marker(tmp_path / "kept")  # a previous tour's folder: --force may replace it
     for out in (tmp_path / "new" / "t", tmp_path / "kept"):
         with pytest.raises(KeyboardInterrupt):
-            # force: "kept" is not empty (a tour refuses it without --force, issue 21 B3)
+            # force: "kept" is not empty (a tour refuses it without --force)
             run_tour(model_path=str(small_keras_file), out_dir=str(out), only=["s01_trace"], quiet=True,
                      force=True)
     assert sorted(os.listdir(tmp_path)) == ["kept"] and sorted(os.listdir(tmp_path / "kept")) == [MARKER,
@@ -265,7 +265,7 @@ def test_sigterm_while_distribute_waits_for_workers_is_terminated_not_interrupte
     """distribute turned SIGTERM into KeyboardInterrupt: `tflab distribute` said "interrupted", exit 130."""
     import signal
 
-    from tflab.process.group import ChildGroup  # distribute's workers wait in one (issue 23: one SIGTERM handler)
+    from tflab.process.group import ChildGroup  # distribute's workers wait in one (one SIGTERM handler)
     from tflab.errors import Terminated
 
     with pytest.raises(Terminated) as info, ChildGroup():
@@ -278,12 +278,12 @@ def test_sigterm_while_distribute_waits_for_workers_is_terminated_not_interrupte
 def test_precision_refuses_random_inputs_that_cannot_fit(run_cli, user_files, monkeypatch):
     """precision allocated without the memory check compare has: past the limit the OOM killer ends it (137)."""
     import tflab.process.memory
-    import tflab._target
+    import tflab._user.target
 
     monkeypatch.setattr(tflab.process.memory, "available_memory", lambda: (1 << 30, "test limit"))
     allocated = []
-    real = tflab._target.materialize
-    monkeypatch.setattr(tflab._target, "materialize", lambda *a, **k: allocated.append(a) or real(*a, **k))
+    real = tflab._user.target.materialize
+    monkeypatch.setattr(tflab._user.target, "materialize", lambda *a, **k: allocated.append(a) or real(*a, **k))
     # 50e6 float32 = 0.19 GiB; 3 policies: 2 + 2×3 = 8 copies = 1.5 GiB > 1 GiB.
     code, out, err = run_cli("precision", f"{user_files['exits']}:ok", "--arg", "x=float32[50000000]")
     line = _one_error_line("precision", err)

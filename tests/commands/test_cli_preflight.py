@@ -118,7 +118,7 @@ def test_dtype_list_is_every_name_tf_takes():
     public TF dtype and its _ref form is among them (so no valid dtype is refused)."""
     import tensorflow as tf
 
-    from tflab._cliargs import _DTYPES
+    from tflab._api.cliargs import _DTYPES
 
     for name in _DTYPES:
         tf.dtypes.as_dtype(name)

@@ -127,8 +127,8 @@ def test_the_preflight_limits_are_the_childs():
     each refused dtype is refused by it, each size is TF's ``DType.size``."""
     import tensorflow as tf
 
-    from tflab import _cliargs
-    from tflab._target import MAX_RANDOM_BYTES, materialize
+    from tflab._api import cliargs as _cliargs
+    from tflab._user.target import MAX_RANDOM_BYTES, materialize
     from tflab.errors import UsageError
 
     assert _cliargs.MAX_RANDOM_GIB << 30 == MAX_RANDOM_BYTES

@@ -1,7 +1,7 @@
-"""Issue 33 (hostile pass, second round): the breaks that need TensorFlow, each with its reproducer.
+"""The breaks that need TensorFlow, each with its reproducer.
 
-B4 (user KeyboardInterrupt), B14/B23 (corrupt SavedModels through the one loader), the loader's
-content key, B21 through the API (`run_tour`).
+a user KeyboardInterrupt, corrupt SavedModels through the one loader), the loader's
+content key, through the API (`run_tour`).
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ def one_error_line(verb: str, err: str) -> str:
     return lines[0]
 
 
-# ------------------------------------------------------------------ B4
+# ------------------------------------------------------------------
 
-def test_b4_keyboard_interrupt_raised_by_user_code_is_exit_2(run_cli, tmp_path):
-    """B4: `def kbint(x): raise KeyboardInterrupt` exited 130 "interrupted" although no signal came."""
+def test_keyboard_interrupt_raised_by_user_code_is_exit_2(run_cli, tmp_path):
+    """`def kbint(x): raise KeyboardInterrupt` exited 130 "interrupted" although no signal came."""
     (tmp_path / "m.py").write_text(USER)
     code, out, err = run_cli("inspect", f"{tmp_path / 'm.py'}:kbint", "--arg", "x=float32[2,4]")
     line = one_error_line("inspect", err)
@@ -43,7 +43,7 @@ def test_b4_keyboard_interrupt_raised_by_user_code_is_exit_2(run_cli, tmp_path):
     assert "m.py:" in line  # where in the user's file
 
 
-def test_b4_a_real_sigint_is_still_130(run_cli, tmp_path):
+def test_a_real_sigint_is_still_130(run_cli, tmp_path):
     """Healthy case: a SIGINT that really came (here sent to this process from the user's function)."""
     (tmp_path / "m.py").write_text("import os, signal\ndef f(x):\n    os.kill(os.getpid(), signal.SIGINT)\n"
                                    "    return x\n")
@@ -51,7 +51,7 @@ def test_b4_a_real_sigint_is_still_130(run_cli, tmp_path):
     assert code == 130 and err.strip().endswith("interrupted"), err
 
 
-# ------------------------------------------------------------------ B14, B23: the one SavedModel loader
+# ------------------------------------------------------------------ the one SavedModel loader
 
 class _Scale(tf.Module):
     def __init__(self, rows, cols, value):
@@ -85,8 +85,8 @@ def models(tmp_path_factory):
 
 
 @pytest.mark.parametrize("case", ["novars", "trunc", "empty", "swap"])
-def test_b14_check_tflite_on_a_corrupt_saved_model_is_one_line(models, case, run_cli):
-    """B14: exit 70 after TF's traceback (py_checkpoint_reader / loader_impl / resource_variable_ops)."""
+def test_check_tflite_on_a_corrupt_saved_model_is_one_line(models, case, run_cli):
+    """Exit 70 after TF's traceback (py_checkpoint_reader / loader_impl / resource_variable_ops)."""
     code, out, err = run_cli("check-tflite", str(models / "model.tflite"), str(models / case))
     line = one_error_line("check-tflite", err)
     assert code == 2 and "not a readable SavedModel" in line and str(models / case) in line, line
@@ -94,8 +94,8 @@ def test_b14_check_tflite_on_a_corrupt_saved_model_is_one_line(models, case, run
 
 @pytest.mark.parametrize("case, words", [("novars", "variables/ folder is missing"),
                                          ("swap", "incompatible tensor with shape")])
-def test_b23_api_on_a_corrupt_saved_model_raises_usage_error(models, case, words):
-    """B23: raw FileNotFoundError (TensorSliceReader) and ValueError (incompatible tensor) from TF."""
+def test_api_on_a_corrupt_saved_model_raises_usage_error(models, case, words):
+    """Raw FileNotFoundError (TensorSliceReader) and ValueError (incompatible tensor) from TF."""
     from tflab import tflite_roundtrip
     from tflab.litert import check_tflite
 
@@ -107,7 +107,7 @@ def test_b23_api_on_a_corrupt_saved_model_raises_usage_error(models, case, words
 
 
 def test_loader_caches_by_content_not_mtime(models, tmp_path):
-    """Item 5: the cache was keyed by saved_model.pb's mtime, so a replaced variables/ was not read."""
+    """The cache was keyed by saved_model.pb's mtime, so a replaced variables/ was not read."""
     from tflab.saved_model import load_saved_model
 
     sm = tmp_path / "sm"
@@ -124,10 +124,10 @@ def test_loader_caches_by_content_not_mtime(models, tmp_path):
     assert again is not first and float(again.w.numpy()[0, 0]) == 3.0
 
 
-# ------------------------------------------------------------------ B21 through the API
+# ------------------------------------------------------------------ through the API
 
-def test_b21_run_tour_force_refuses_a_folder_of_user_files(tmp_path, small_keras_file):
-    """B21's API side: `run_tour(out_dir=…, force=True)` deleted the user's thesis.txt."""
+def test_run_tour_force_refuses_a_folder_of_user_files(tmp_path, small_keras_file):
+    """ the API side: `run_tour(out_dir=…, force=True)` deleted the user's thesis.txt."""
     from tflab.tour import run_tour
 
     user = tmp_path / "user"

@@ -51,7 +51,7 @@ def test_tour_section_reports_build_opcheck_and_ratio(built, tmp_path, capsys, m
     import statistics
 
     from custom_ops import bench
-    from tflab._progress import Progress
+    from tflab._io.progress import Progress
     from tflab._tour import s09_custom_op
     from tflab.tour import TourContext
 

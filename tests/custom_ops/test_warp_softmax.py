@@ -82,7 +82,7 @@ S1_SHAPES = [(1, 1), (3, 1), (2, 31), (2, 32), (2, 33), (5, 1024), (5, 1025), (3
 
 @pytest.mark.onednn
 @pytest.mark.parametrize("shape", S1_SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_s1_shapes_match_tf_softmax(ws, shape):
+def test_shapes_match_tf_softmax(ws, shape):
     x = tf.random.stateless_normal(shape, seed=[1, len(shape) + sum(shape)]) * 3.0
     y = ws(x)
     assert y.shape == x.shape and y.dtype == tf.float32
@@ -124,7 +124,7 @@ SPECIALS = {
 
 @pytest.mark.parametrize("n", LENGTHS, ids=lambda n: f"n{n}")
 @pytest.mark.parametrize("case", list(SPECIALS), ids=str)
-def test_s2_special_values_match_ieee_reference(ws, case, n):
+def test_special_values_match_ieee_reference(ws, case, n):
     """Against the IEEE formula exp(x - max) / sum (case S2), which does not depend on TF's CPU path."""
     x_np = SPECIALS[case](n)
     ref = ieee_softmax(x_np)
@@ -142,7 +142,7 @@ def test_s2_special_values_match_ieee_reference(ws, case, n):
 @pytest.mark.parametrize("bad", [INF, NAN], ids=["+inf", "nan"])
 def test_tf_softmax_special_row_depends_on_the_cpu_path_ours_does_not(ws, bad):
     """What the docs show: tf.nn.softmax([1, bad, 2, 0]) is all NaN under Eigen, and under oneDNN
-    NaN at the bad element and not the IEEE formula's all-NaN row (portability.md P2); WarpSoftmax
+    NaN at the bad element and not the IEEE formula's all-NaN row (portability.md); WarpSoftmax
     is all NaN either way, at widths 4 and 64.
 
     oneDNN's exact pattern depends on the ISA its JIT targets (measured on TF 2.21, oneDNN 3.7):
@@ -167,7 +167,7 @@ def test_tf_softmax_special_row_depends_on_the_cpu_path_ours_does_not(ws, bad):
 
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16], ids=lambda d: d.name)
 @pytest.mark.parametrize("n", [7, 40, 70000], ids=lambda n: f"n{n}")
-def test_s2_special_rows_in_16bit_dtypes(ws, dtype, n):
+def test_special_rows_in_16bit_dtypes(ws, dtype, n):
     """NaN rows survive the 16-bit stores (NaN stays NaN, quiet bit set) on every row length:
     vector tail only, body + masked tail, and the online pass."""
     x = np.tile(np.linspace(-2, 2, n, dtype=np.float32), (5, 1))
@@ -178,7 +178,7 @@ def test_s2_special_rows_in_16bit_dtypes(ws, dtype, n):
     assert_matches(y, ref, dtype)
 
 
-def test_s2_all_equal_row_is_uniform(ws):
+def test_all_equal_row_is_uniform(ws):
     for n in (1, 33, 4097):
         y = ws(tf.fill([2, n], 7.5)).numpy()
         np.testing.assert_array_equal(y, np.full((2, n), np.float32(1.0) / np.float32(n)))
@@ -189,7 +189,7 @@ def test_s2_all_equal_row_is_uniform(ws):
 @pytest.mark.onednn
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16], ids=lambda d: d.name)
 @pytest.mark.parametrize("cols", [37, 1024, 5000], ids=lambda n: f"n{n}")
-def test_s3_16bit_dtypes_are_computed_in_float32(ws, dtype, cols):
+def test_16bit_dtypes_are_computed_in_float32(ws, dtype, cols):
     x = tf.cast(tf.random.stateless_normal([16, cols], seed=[5, cols]) * 4.0, dtype)
     y = ws(x)
     assert y.dtype == dtype
@@ -214,12 +214,12 @@ def test_s3_16bit_dtypes_are_computed_in_float32(ws, dtype, cols):
     assert np.all(np.abs(ours - exact) <= bound * (1 + 2.0 ** -20))
 
 
-def test_s3_int32_raises_invalid_argument_naming_allowed_dtypes(ws):
+def test_int32_raises_invalid_argument_naming_allowed_dtypes(ws):
     with pytest.raises(tf.errors.InvalidArgumentError, match="float16, bfloat16, float32"):
         ws(tf.constant([[1, 2, 3]]))
 
 
-def test_s3_raw_op_rejects_int32_naming_allowed_dtypes(ws):
+def test_raw_op_rejects_int32_naming_allowed_dtypes(ws):
     from custom_ops import load_library
 
     # Eager: the attr check of the op schema (InvalidArgumentError);
@@ -233,7 +233,7 @@ def test_s3_raw_op_rejects_int32_naming_allowed_dtypes(ws):
 
 # ------------------------------------------------------------ S4 gradient
 
-def test_s4_gradient_matches_finite_differences(ws):
+def test_gradient_matches_finite_differences(ws):
     x = tf.random.stateless_normal([4, 37], seed=[6, 7])
     theoretical, numerical = tf.test.compute_gradient(ws, [x], delta=1e-3)
     err = np.max(np.abs(theoretical[0] - numerical[0]))
@@ -241,7 +241,7 @@ def test_s4_gradient_matches_finite_differences(ws):
 
 
 @pytest.mark.onednn
-def test_s4_gradient_matches_tf_softmax_gradient(ws):
+def test_gradient_matches_tf_softmax_gradient(ws):
     x = tf.random.stateless_normal([4, 37], seed=[8, 9])
     w = tf.random.stateless_normal([4, 37], seed=[10, 11])
     grads = []
@@ -284,7 +284,7 @@ def test_second_order_gradient_matches_tf_softmax(ws):
 # ------------------------------------------------------------- S5 axes
 
 @pytest.mark.onednn
-def test_s5_axis0_matches_tf_softmax(ws):
+def test_axis0_matches_tf_softmax(ws):
     x = tf.random.stateless_normal([5, 7], seed=[14, 15])
     assert_matches(ws(x, axis=0), tf.nn.softmax(x, axis=0), x=x, axis=0)
 
@@ -453,7 +453,7 @@ def test_scalar_with_unknown_rank_says_rank_not_axis(ws, axis):
     assert "out of range" not in str(e.value)
 
 
-# ------------------------------------------- opcheck on special rows (issue 8, item 4)
+# ------------------------------------------- opcheck on special rows
 
 @pytest.mark.onednn
 def test_opcheck_compares_special_rows_with_the_ieee_formula(ws):
@@ -468,7 +468,7 @@ def test_opcheck_compares_special_rows_with_the_ieee_formula(ws):
     assert check.status == "pass"
     tf_out = tf.nn.softmax(tf.constant(x)).numpy()
     tf_nan = int(np.isnan(tf_out).sum())
-    # oneDNN: NaN at the +inf and at the NaN, but not the whole row (portability.md P2; SSE4.1 code
+    # oneDNN: NaN at the +inf and at the NaN, but not the whole row (portability.md; SSE4.1 code
     # makes one more NaN in the NaN row, see the test above); an all -inf row is all NaN on both
     # paths (-inf - -inf); the finite row has none. Eigen: the IEEE formula, all NaN.
     per_row = np.isnan(tf_out).sum(axis=1).tolist()
@@ -492,7 +492,7 @@ def test_ieee_reference_follows_the_formula():
     np.testing.assert_array_equal(ieee_softmax(x.T, axis=0), y.T)
 
 
-# --------------------------------------- the exact-aware bound can fail (issue 18)
+# --------------------------------------- the exact-aware bound can fail
 
 def test_exact_aware_compare_catches_planted_errors_whatever_the_reference_runs(ws):
     """`compare(..., exact=)` bounds ours by our own derived bound against the exact answer,
@@ -508,7 +508,7 @@ def test_exact_aware_compare_catches_planted_errors_whatever_the_reference_runs(
     worse_ref = (ref * (1 + 640 * u * sign)).astype(np.float32)
     assert compare(ours, worse_ref, tf.float32, exact=exact)[0]
     # The old rule (the reference assumed accurate to 2^-18) fails ours on that reference:
-    # the failure issue 18 met with oneDNN's AVX2 softmax.
+    # the failure met with oneDNN's AVX2 softmax.
     assert not compare(ours, worse_ref, tf.float32)[0]
     off = (ours.astype(np.float64) * (1 + 64 * u)).astype(np.float32)
     ok, _, _, detail = compare(off, ref, tf.float32, exact=exact)

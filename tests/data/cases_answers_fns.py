@@ -1,20 +1,20 @@
-"""Functions for tests/diagnosis/test_diagnose_user_cases.py (issue 22 items 4 and 5)."""
+"""Functions for tests/diagnosis/test_diagnose_user_cases.py."""
 
 import tensorflow as tf
 
 
 def stringy(x):
-    """W4: a string op, which XLA cannot compile; eager and graph run it."""
+    """A string op, which XLA cannot compile; eager and graph run it."""
     return tf.strings.to_number(tf.strings.as_string(x))
 
 
 def scaled_loss(x):
-    """#38357: a loss multiplied by a large constant: 300 * 1000 = 3e5 > float16's max 65504."""
+    """tensorflow/tensorflow#38357: a loss multiplied by a large constant: 300 * 1000 = 3e5 > float16's max 65504."""
     return tf.reduce_sum(x * 1000.0)
 
 
 class Noisy(tf.Module):
-    """M3: a random op in the signature: every call draws new values."""
+    """A random op in the signature: every call draws new values."""
 
     @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
     def __call__(self, x):
@@ -22,7 +22,7 @@ class Noisy(tf.Module):
 
 
 class Counter(tf.Module):
-    """M9: a stateful model; each call adds 1 to ``count``."""
+    """A stateful model; each call adds 1 to ``count``."""
 
     def __init__(self):
         super().__init__()
@@ -35,7 +35,7 @@ class Counter(tf.Module):
 
 
 class Fixed(tf.Module):
-    """#36461: __call__ without an input_signature, traced at float32[3,4]."""
+    """tensorflow/tensorflow#36461: __call__ without an input_signature, traced at float32[3,4]."""
 
     @tf.function
     def __call__(self, x):
@@ -43,7 +43,7 @@ class Fixed(tf.Module):
 
 
 class Serve(tf.Module):
-    """X4: __call__ has an input_signature, so `tflab inspect FILE.py:serve` needs no --arg."""
+    """__call__ has an input_signature, so `tflab inspect FILE.py:serve` needs no --arg."""
 
     def __init__(self):
         super().__init__()
@@ -68,7 +68,7 @@ mlp = _mlp()
 
 
 def tan_cosh(x):
-    """#58752 (x passed in): tan(cosh(cosh(x))) at x = 3.3 is tan of 3.9e5, where float32's
+    """tensorflow/tensorflow#58752 (x passed in): tan(cosh(cosh(x))) at x = 3.3 is tan of 3.9e5, where float32's
     ULP (0.03) is a large part of tan's period pi: ill-conditioned."""
     return tf.tan(tf.cosh(tf.cosh(x)))
 

@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 from tflab import Diagnosis, diagnose
-from tflab._target import load_module
+from tflab._user.target import load_module
 from tflab.errors import UsageError
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "diagnose")

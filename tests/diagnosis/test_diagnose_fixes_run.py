@@ -1,8 +1,8 @@
-"""Issue 32 item 3: every diagnose fix is a `tflab.fix.Fix` applied to a copy of the function and run.
+"""Every diagnose fix is a `tflab.fix.Fix` applied to a copy of the function and run.
 
-Rows: reports_s4.md #5 (tensorflow/tensorflow#40537, a NumPy call on ``tf.shape(x)[0]``) and
-trial_newcomer.md P5 (a Keras layer built on the line before its call), P6 (``n = x.shape[0]``
-used on the next line) and P7 (``if x > 0`` on a float32[3]). Each broken case has a healthy
+Rows: (tensorflow/tensorflow#40537, a NumPy call on ``tf.shape(x)[0]``) and
+a Keras layer built on the line before its call, ``n = x.shape[0]``
+used on the next line) (``if x > 0`` on a float32[3]). Each broken case has a healthy
 twin written with TF ops that diagnoses "ok". The cases live in
 tests/data/diagnose/fixes_run_cases.py; culprit lines are found by their ``# F…`` marker.
 
@@ -22,7 +22,7 @@ import tensorflow as tf
 
 import tflab.fix as fx
 from tflab import diagnose
-from tflab._target import load_module
+from tflab._user.target import load_module
 from tflab.diagnosis import RULES
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "diagnose")
@@ -57,7 +57,7 @@ def fix_line(d) -> str:
     return d.fix_lines[0]
 
 
-# ------------------------------------------------------------------ #40537: the NumPy call
+# ------------------------------------------------------------------ tensorflow/tensorflow#40537: the NumPy call
 
 
 def test_40537_np_arange_becomes_tf_range_cast_and_tnp_is_tried_and_not_printed():
@@ -95,10 +95,10 @@ def test_numpy_reductions_and_where_become_the_core_op_checked(fn, spec, op, val
     np.testing.assert_array_equal(out.numpy(), expected)
 
 
-# ------------------------------------------------------------------ P5: the layer built in the function
+# ------------------------------------------------------------------ the layer built in the function
 
 
-def test_p5_layer_built_on_the_line_before_its_call_is_blamed_on_the_constructor():
+def test_layer_built_on_the_line_before_its_call_is_blamed_on_the_constructor():
     d = diagnose(F.layer_in_fn, S([2, 4]))
     assert (d.kind, d.line, d.statement) == ("layer-created-in-function", fline("F5 culprit"),
                                              "d = keras.layers.Dense(3)"), d.to_text()
@@ -115,14 +115,14 @@ def test_p5_layer_built_on_the_line_before_its_call_is_blamed_on_the_constructor
     assert len(ns["d"].weights) == 2  # built once: no new variables on another call
 
 
-def test_p5_healthy_twin_built_once_outside_is_ok():
+def test_healthy_twin_built_once_outside_is_ok():
     assert diagnose(F.layer_outside, S([2, 4])).ok
 
 
-# ------------------------------------------------------------------ P6: a static dim read into a local
+# ------------------------------------------------------------------ a static dim read into a local
 
 
-def test_p6_shape_local_is_shape_dim_is_none_with_tf_shape_checked():
+def test_shape_local_is_shape_dim_is_none_with_tf_shape_checked():
     d = diagnose(F.shape_none, S([None]))
     assert (d.kind, d.line, d.statement) == ("shape-dim-is-none", fline("F6 culprit"), "n = x.shape[0]")
     assert "'n' holds that None" in d.explanation
@@ -131,14 +131,14 @@ def test_p6_shape_local_is_shape_dim_is_none_with_tf_shape_checked():
     assert out.shape == (10,)
 
 
-def test_p6_healthy_twin_is_ok():
+def test_healthy_twin_is_ok():
     assert diagnose(F.shape_dynamic, S([None])).ok
 
 
-# ------------------------------------------------------------------ P7: a vector condition
+# ------------------------------------------------------------------ a vector condition
 
 
-def test_p7_vector_if_is_non_scalar_condition_and_each_candidate_says_what_it_gave():
+def test_vector_if_is_non_scalar_condition_and_each_candidate_says_what_it_gave():
     d = diagnose(F.bool_tensor, S([3]))
     assert (d.kind, d.line) == ("non-scalar-condition", fline("F7 culprit")), d.to_text()
     assert "shape (3,)" in d.explanation
@@ -155,7 +155,7 @@ def test_p7_vector_if_is_non_scalar_condition_and_each_candidate_says_what_it_ga
     np.testing.assert_array_equal(out.numpy(), [1.0, 2.0, 3.0])
 
 
-def test_p7_where_is_not_printed_when_the_function_is_not_elementwise():
+def test_where_is_not_printed_when_the_function_is_not_elementwise():
     """Planted: a body that reads the whole vector; tf.where's output then differs from the
     function run on each element, so it fails and reduce_any is printed."""
     d = diagnose(F.not_elementwise, S([3]))
@@ -165,7 +165,7 @@ def test_p7_where_is_not_printed_when_the_function_is_not_elementwise():
     assert "tf.where" not in fix_line(d)
 
 
-def test_p7_healthy_twin_with_reduce_all_is_ok():
+def test_healthy_twin_with_reduce_all_is_ok():
     assert diagnose(F.bool_scalar, S([3])).ok
 
 
@@ -223,7 +223,7 @@ def test_a_planted_failing_candidate_is_never_the_printed_fix(rule, monkeypatch)
 def test_a_rewrite_that_raises_is_not_printed(rule, monkeypatch):
     """Planted: every run of a copy raises. No fix is then printed: not a "checked" one, and not
     the advice either (its rewrites were run and failed); the plan says none worked and shows
-    what each candidate gave (newcomer trial: the failed advice printed as "not checked")."""
+    what each candidate gave (the failed advice printed as "not checked")."""
     from tflab.diagnosis import fixes
 
     def boom(*a, **k):
@@ -322,7 +322,7 @@ def _mixes_dtypes(x):
 
 
 def test_a_dtype_mismatch_is_not_blamed_on_the_caller_in_the_same_file():
-    """Old main: the operand's creation traceback also held the calling line of this file, and
+    """Without the fix: the operand's creation traceback also held the calling line of this file, and
     the culprit became `d = diagnose(...)`. Now the culprit stays in the function, and the cast
     is run on a copy."""
     d = diagnose(_mixes_dtypes, S([3]))

@@ -1,13 +1,13 @@
-"""Issue 22 item 1: diagnose rules for what users hit, each with a fix that traces on *that* code.
+"""Diagnose rules for what users hit, each with a fix that traces on *that* code.
 
 For every rule the test asserts the kind, the culprit line (found by its
 marker in tests/data/diagnose/rules_cases.py, not typed here), and that the
 fix works: tflab's own check (``fix_traced``) and, independently, the test
 executes the rewritten source (``fixed_source``) in the case module's
 namespace, traces it with tf.function and runs it, and compares the result
-with what the rewrite means in plain NumPy. On old main every case below was
+with what the rewrite means in plain NumPy. Without the fix every case below was
 ``unrecognized`` (variables, layers, tensor keys), or had a generic fix
-("TF ops instead of NumPy"; "tf.range + TensorArray", which fails on #33308's
+("TF ops instead of NumPy"; "tf.range + TensorArray", which fails on tensorflow/tensorflow#33308's
 code: `test_the_old_tensorarray_fix_fails_on_33308`). None of it depends on
 the CPU kernel path: the rules read frames and ASTs, the values are exact
 small sums and products.
@@ -22,7 +22,7 @@ import pytest
 import tensorflow as tf
 
 from tflab import autograph_diff, diagnose
-from tflab._target import load_module
+from tflab._user.target import load_module
 from tflab.diagnosis import NUMPY_TO_TF, numpy_equivalent
 
 CASES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "diagnose", "rules_cases.py")
@@ -97,7 +97,7 @@ def test_rule_names_kind_line_and_a_fix_that_traces(case):
 
 
 def test_variable_in_a_tf_function_method_on_the_first_call_26812():
-    """#26812: the method form; the fix names self and traces (the instance was freed:
+    """tensorflow/tensorflow#26812: the method form; the fix names self and traces (the instance was freed:
     tflab traces it with self=None, as TF does)."""
     d = diagnose(c.Scale().__call__, S([3]))
     assert (d.kind, d.line) == ("variable-created-in-function", line_of("R2 culprit"))
@@ -110,7 +110,7 @@ def test_variable_in_a_live_method_names_self_and_leaves_the_instance_as_it_was(
     d = diagnose(g.broken, S([3]))
     assert (d.kind, d.line) == ("variable-created-in-function", line_of("R13 culprit"))
     assert "if self.v is None: self.v = tf.Variable(2.0)" in d.fix and d.fix_traced is True
-    assert vars(g).keys() == before.keys()  # the trial did not touch the user's object
+    assert vars(g).keys() == before.keys()  # did not touch the user's object
 
 
 def test_numpy_without_tf_equivalent_says_so_and_names_numpy_function():
@@ -171,11 +171,11 @@ def test_a_planted_wrong_fix_is_reported_as_not_tracing():
     assert trace_fixed(src, ok, (S([4, 3]),), {}, materialize_specs) is None
 
 
-# ------------------------------------------------------------------ item 2: short-lived instances
+# ------------------------------------------------------------------ short-lived instances
 
 
 def test_autograph_diff_of_a_method_of_a_freed_instance_sees_the_tensor_if():
-    """Old main: ``Gate().run`` reported the tensor if as a Python if (it converted TF's
+    """Without the fix: ``Gate.run`` reported the tensor if as a Python if (it converted TF's
     bound_method_wrapper, since the weakly held instance was gone)."""
     (st,) = autograph_diff(c.Gate().run, S([3])).statements
     assert (st.lineno, st.outcome, st.op_type) == (line_of("R12 tensor if"), "graph", "StatelessIf")

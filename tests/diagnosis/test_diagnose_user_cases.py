@@ -1,7 +1,6 @@
-"""Issue 22 items 4 and 5: exit codes, and numbers that say when nothing was measured and why.
+"""Exit codes, and numbers that say when nothing was measured and why.
 
-Each test names the trial case it comes from (../shared/cases/trial_newcomer.md,
-reports.md) and fails on old main. Float16 limits are IEEE binary16 (max 65504,
+Each test is a case users met, and fails without the fix. Float16 limits are IEEE binary16 (max 65504,
 smallest normal 2^-14) on every CPU, so nothing here depends on the kernel path.
 """
 
@@ -19,8 +18,8 @@ FNS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 
 
 def test_compare_with_a_mode_xla_cannot_compile_is_a_finding_exit_1(run_cli):
-    """W4: eager and graph ran (the input is valid), XLA cannot compile AsString: exit 1,
-    one 'finding' line; old main exited 2 ("bad input")."""
+    """Eager and graph ran (the input is valid), XLA cannot compile AsString: exit 1,
+    one 'finding' line; tflab without the fix exited 2 ("bad input")."""
     code, out, err = run_cli("compare", f"{FNS}:stringy", "--arg", "x=float32[4]", "--no-grad",
                              "--repeats", "1")
     assert code == 1, err
@@ -29,8 +28,8 @@ def test_compare_with_a_mode_xla_cannot_compile_is_a_finding_exit_1(run_cli):
 
 
 def test_an_error_measured_over_no_element_is_none_not_zero():
-    """M8: x * 1e-6 is subnormal in float16 everywhere (|y| < 2^-14): nothing is measured,
-    so the error is None; old main returned 0.0 ("perfect"). bfloat16 keeps 1e-6 normal:
+    """X * 1e-6 is subnormal in float16 everywhere (|y| < 2^-14): nothing is measured,
+    so the error is None; tflab without the fix returned 0.0 ("perfect"). bfloat16 keeps 1e-6 normal:
     a real, positive error (8 significand bits round 1e-6-scaled values)."""
     x = np.random.RandomState(0).randn(64).astype(np.float32)
     cmp = compare_precisions(lambda x: x * 1e-6, x)
@@ -45,8 +44,8 @@ def test_an_error_measured_over_no_element_is_none_not_zero():
 
 
 def test_float16_loss_overflow_names_computing_the_loss_in_float32():
-    """#38357: sum(x * 1000) over 3 values of 100 is 3e5 > 65504: the float16 loss is inf;
-    the fix must say to compute the loss in float32 (a loss scale cannot help). Issue 32: the
+    """tensorflow/tensorflow#38357: sum(x * 1000) over 3 values of 100 is 3e5 > 65504: the float16 loss is inf;
+    the fix must say to compute the loss in float32 (a loss scale cannot help).: the
     fix is run: casting the function's output cannot help (the float16 sum is already inf), the
     loss line computed in float32 does, and only that one is printed as the fix."""
     cmp = compare_precisions(_load("scaled_loss"), tf.fill([3], 100.0), loss_scale="dynamic")
@@ -60,7 +59,7 @@ def test_float16_loss_overflow_names_computing_the_loss_in_float32():
 
 
 def _load(name):
-    from tflab._target import load_module
+    from tflab._user.target import load_module
 
     return getattr(load_module(FNS), name)
 
@@ -69,13 +68,13 @@ def _load(name):
 
 
 def _fns():
-    from tflab._target import load_module
+    from tflab._user.target import load_module
 
     return load_module(FNS)
 
 
 def test_save_and_reload_names_the_random_op_when_not_bit_exact(tmp_path):
-    """M3: old main said 'NOT bit-exact' with no note. A healthy model must get no such note."""
+    """Without the fix, tflab said 'NOT bit-exact' with no note. A healthy model must get no such note."""
     from tflab import save_and_reload
 
     m = _fns()
@@ -89,7 +88,7 @@ def test_save_and_reload_names_the_random_op_when_not_bit_exact(tmp_path):
 
 
 def test_save_and_reload_gives_a_stateful_model_its_state_back_and_says_so(tmp_path):
-    """M9: the check calls the in-process model once per batch (here 1): old main left
+    """The check calls the in-process model once per batch (here 1): tflab without the fix left
     count at 1 with no note. It is assigned back to 0, and the note says so."""
     from tflab import save_and_reload
 
@@ -101,7 +100,7 @@ def test_save_and_reload_gives_a_stateful_model_its_state_back_and_says_so(tmp_p
 
 
 def test_save_and_reload_warns_about_a_fixed_traced_batch_dim(tmp_path):
-    """#36461: the signature is float32[3,4] (the traced shape): another batch size fails.
+    """tensorflow/tensorflow#36461: the signature is float32[3,4] (the traced shape): another batch size fails.
     The warning shows the None-dim signature; a None-dim model gets no warning."""
     import tensorflow as tf
 
@@ -129,7 +128,7 @@ def test_save_and_reload_warns_about_a_fixed_traced_batch_dim(tmp_path):
 
 
 def test_inspect_a_module_whose_call_has_an_input_signature_needs_no_arg(run_cli):
-    """X4: old main said 'missing --arg x=…'; the signature's specs are used."""
+    """Without the fix, tflab said 'missing --arg x=…'; the signature's specs are used."""
     code, out, err = run_cli("inspect", f"{FNS}:serve")
     assert code == 0, err
     assert "inputs:  (x: float32[None,6], idx: int32[None])" in out
@@ -137,7 +136,7 @@ def test_inspect_a_module_whose_call_has_an_input_signature_needs_no_arg(run_cli
 
 
 def test_inspect_a_keras_model_with_a_wrong_arg_name_names_its_parameter(run_cli):
-    """M6: old main pointed into keras/src/utils/traceback_utils.py."""
+    """Without the fix pointed into keras/src/utils/traceback_utils.py."""
     code, out, err = run_cli("inspect", f"{FNS}:mlp", "--arg", "x=float32[2,16]")
     assert code == 2 and out == ""
     assert err == ("tflab inspect: error: --arg x: Functional.call takes no parameter 'x'; its parameters "
@@ -152,7 +151,7 @@ def test_inspect_a_keras_model_with_a_wrong_arg_name_names_its_parameter(run_cli
 
 def test_export_of_a_keras_file_with_an_unknown_custom_layer_quotes_keras_whole_and_names_the_fix(
         run_cli, tmp_path):
-    """M7: old main cut Keras's error at 200 characters, mid-word, with no fix. The custom
+    """Without the fix cut Keras's error at 200 characters, mid-word, with no fix. The custom
     layer is registered while saving and unregistered before loading (as in a fresh process
     that never imported the module defining it)."""
     import keras
@@ -185,10 +184,10 @@ def test_export_of_a_keras_file_with_an_unknown_custom_layer_quotes_keras_whole_
 
 @pytest.mark.onednn
 def test_a_residual_xla_difference_at_an_ill_conditioned_point_gets_a_condition_note():
-    """#58752: the finding at tan(cosh(cosh(3.3))) (float32 ULP of 3.9e5 is 0.03, tan's
+    """tensorflow/tensorflow#58752: the finding at tan(cosh(cosh(3.3))) (float32 ULP of 3.9e5 is 0.03, tan's
     period is pi) is within what one ULP of the input does to eager itself: said outright.
     That XLA's tan differs from eager's there at all is the kernel path's doing (measured on
-    AVX2 here and in the trial, reports.md #9); the note's condition is not: one input ULP
+    AVX2 here ,; the note's condition is not: one input ULP
     moves tan's argument by ~1 output-scale unit on every ISA."""
     from tflab import compare_modes
 
@@ -206,13 +205,13 @@ def test_a_real_difference_gets_no_condition_note():
     assert len(bug.findings) == 2 and not any("ill-conditioned" in f for f in bug.findings), bug.findings
 
 
-# ------------------------------------------------------------------ diagnose / inspect (issue 32)
+# ------------------------------------------------------------------ diagnose / inspect
 
 DIAG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "diagnose")
 
 
 def test_40537_diagnose_prints_the_tf_range_cast_it_ran_not_the_tnp_that_failed(run_cli):
-    """reports_s4 #5: old main printed `tf.experimental.numpy.arange` as the fix and then said its
+    """: tflab without the fix printed `tf.experimental.numpy.arange` as the fix and then said its
     own check of it failed. Now tnp is tried, fails (OperatorNotAllowedInGraphError), and the
     printed fix is the core op with its dtype cast, run on a copy and equal to eager."""
     code, out, err = run_cli("diagnose", os.path.join(DIAG, "fixes_run_cases.py") + ":my_function",
@@ -226,7 +225,7 @@ def test_40537_diagnose_prints_the_tf_range_cast_it_ran_not_the_tnp_that_failed(
 
 
 def test_312_inspect_sizes_the_baked_dataset_and_prints_the_fix_it_ran(run_cli):
-    """reports_s4 #12: old main said "eager tensors: none" and gave no size for `Cast/x`."""
+    """: without the fix, tflab said "eager tensors: none" and gave no size for `Cast/x`."""
     code, out, err = run_cli("inspect", os.path.join(DIAG, "baked_cases.py") + ":logp", "--arg", "beta=float32[50]")
     assert code == 0, err
     assert "8.0 MB of data baked into the GraphDef as 1 Const op(s) (GraphDef limit 2 GB)" in out

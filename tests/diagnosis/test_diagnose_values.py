@@ -19,7 +19,7 @@ import tensorflow as tf
 
 import tflab.fix as fx
 from tflab import diagnose
-from tflab._target import load_module
+from tflab._user.target import load_module
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "diagnose")
 V = load_module(os.path.join(DATA, "values_cases.py"))

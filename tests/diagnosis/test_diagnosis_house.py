@@ -1,4 +1,4 @@
-"""Issue 23 for diagnosis / autograph / examples: the package cut by concern, TF internals behind
+"""Diagnosis / autograph / examples: the package cut by concern, TF internals behind
 `tflab._tf.autograph`, and one record convention.
 
 Each check can fail: the `RULES` list is shown to be what classifies (a rule taken out of it
@@ -12,13 +12,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 import warnings
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from tflab._target import load_module
+from tflab._user.target import load_module
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "diagnose")
 c = load_module(os.path.join(DATA, "cases.py"))
@@ -33,11 +34,17 @@ def test_the_package_parts_stay_under_600_lines_and_the_old_modules_are_gone():
 
     root = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tflab")
     mine = [os.path.join("diagnosis", f) for f in os.listdir(os.path.join(root, "diagnosis")) if f.endswith(".py")]
-    mine += ["autograph.py", "_source_map.py", "examples.py", os.path.join("_tf", "autograph.py")]
+    mine += ["autograph.py", os.path.join("_user", "source_map.py"), "examples.py", os.path.join("_tf", "autograph.py")]
     sizes = {f: sum(1 for _ in open(os.path.join(root, f), encoding="utf-8")) for f in mine}
     assert max(sizes.values()) <= 600, sizes
-    with pytest.raises(ModuleNotFoundError):
-        importlib.import_module("tflab.diagnosis_fixes")
+    assert not os.path.exists(os.path.join(root, "diagnosis_fixes.py"))  # its path is served by the
+    with pytest.warns(DeprecationWarning, match="tflab.diagnosis_fixes is tflab.diagnosis.fixes"):  # table
+        sys.modules.pop("tflab.diagnosis_fixes", None)
+        from tflab._api.deprecations import reset_warned
+
+        reset_warned()
+        assert importlib.import_module("tflab.diagnosis_fixes") is importlib.import_module("tflab.diagnosis.fixes")
+    sys.modules.pop("tflab.diagnosis_fixes", None)
     import tflab.diagnosis as pkg
 
     for name in pkg.__all__:  # every public name resolves from the package root
@@ -182,6 +189,13 @@ def test_diagnosis_autograph_diff_and_examples_follow_the_record_convention():
     e = _check_report(ex, "Examples", None)
     assert (e["batch_count"], e["names"], e["batches"]) == (1, ["x"], [{"x": "float32[4,3]"}])
     assert ex.to_text().splitlines()[-1].split() == ["0", "x", "float32[4,3]"]
-    # the removed aliases stay gone
-    assert not hasattr(bad, "function") and not hasattr(bad, "summary") and not hasattr(diff, "function")
+    # the old spellings are no fields: `.function` is served by the deprecation table (with a warning),
+    # `.summary` is gone
+    assert "function" not in {f.name for f in dataclasses.fields(bad)} | {f.name for f in dataclasses.fields(diff)}
+    from tflab._api.deprecations import reset_warned
+
+    reset_warned()  # each old name warns once per process
+    with pytest.warns(DeprecationWarning, match="since 0.2.0"):
+        assert bad.function == bad.function_name
+    assert not hasattr(bad, "summary")
     assert not hasattr(ex, "describe") and not callable(diff.table)

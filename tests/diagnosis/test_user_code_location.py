@@ -1,7 +1,7 @@
-"""Newcomer trial s7: user code is told from library code by where it lives, not by words in its path.
+"""User code is told from library code by where it lives, not by words in its path.
 
 A clone at ``.../tflab/`` lost every culprit line (96 failures of `make test`): six filters skipped any
-file whose path held ``/tflab/``, ``keras`` or ``/lib/python3``. `tflab._usercode.library_of` compares
+file whose path held ``/tflab/``, ``keras`` or ``/lib/python3``. `tflab._user.usercode.library_of` compares
 a file with the installed package folders instead.
 """
 
@@ -17,7 +17,7 @@ def test_library_of_names_installed_packages_and_not_a_users_folder_named_like_o
     import tensorflow as tf
 
     import tflab
-    from tflab._usercode import is_library_file, library_of
+    from tflab._user.usercode import is_library_file, library_of
 
     assert library_of(tf.__file__) == "tensorflow"
     assert library_of(keras.__file__) == "keras"
@@ -33,7 +33,7 @@ def test_diagnose_names_the_culprit_line_of_a_file_under_a_folder_named_tflab(tm
     import tensorflow as tf
 
     import tflab
-    from tflab._target import load_target
+    from tflab._user.target import load_target
 
     d = tmp_path / folder
     d.mkdir()

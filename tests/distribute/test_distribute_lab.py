@@ -6,7 +6,7 @@ in one fresh process (`run_lab_subprocess`, shared by a module fixture) and the
 two-worker facts in real worker processes on 127.0.0.1. Every number was
 measured on tensorflow 2.21.0 (CPU, oneDNN on and off).
 
-The setup (issue #15): 2 logical CPUs, 10 examples batched by 4, so global
+The setup: 2 logical CPUs, 10 examples batched by 4, so global
 batches 4, 4, 2 and per-replica batches 2, 2, 1.
 """
 
@@ -66,7 +66,7 @@ def test_plain_step_traces_twice_and_replica_body_runs_four_times(lab):
 
 
 def test_per_replica_trace_count_comes_from_trace_events_and_equals_tfs_count(lab):
-    """Issue 20/23: each replica-body run carries the TraceEvent of the outer trace it ran in (the
+    """Each replica-body run carries the TraceEvent of the outer trace it ran in (the
     probe's own event for that trace, seen from its replica context), and the per-replica trace
     count is a count of those events: each replica's body ran in each of TF's 2 traces."""
     plain = lab["plain"]
@@ -284,7 +284,7 @@ def test_logical_cpus_after_tf_initialized_is_a_usage_error():
 
 def test_tour_section_reports_the_lab(lab, monkeypatch, tmp_path):
     """The tour's step 11 prints and stores the lab's facts (the lab itself is the fixture's run)."""
-    from tflab._progress import Progress
+    from tflab._io.progress import Progress
     from tflab._tour import s11_distribute
     from tflab.distribute import lab as lab_module
     from tflab.tour import TourContext

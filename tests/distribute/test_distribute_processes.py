@@ -1,4 +1,4 @@
-"""Issue 23 item 2: distribute's children wait in the one supervisor (`tflab.process.group.ChildGroup`).
+"""Distribute's children wait in the one supervisor (`tflab.process.group.ChildGroup`).
 
 `tflab.distribute.processes.run_children` had its own wait loop and its own
 SIGTERM handler (without the sticky flag). Now the group bounds the wait, the

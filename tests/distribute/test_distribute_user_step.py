@@ -1,4 +1,4 @@
-"""Issue 22 item 3: `tflab distribute FILE.py:STEP` on the user's own replica step.
+"""`tflab distribute FILE.py:STEP` on the user's own replica step.
 
 The step (tests/data/distribute_step.py) all-reduces a gradient of a variable
 the file creates at import; tflab imports the file inside strategy.scope(), so
@@ -8,8 +8,8 @@ with B=4 the global batches are 4, 4, 2. MirroredStrategy rebatches a global
 batch of B rows into per-replica batches of ceil(B/N) rows, in replica order,
 until the rows run out (measured on TF 2.21): over 3 logical CPUs 4 rows give
 2/2/0 and 2 rows give 1/1/0, so replica 2 gets an empty batch on every step,
-which must be said (#61231). On old main the verb took no
-FILE.py:STEP at all (X3). Shapes, counts and devices are structural: nothing
+which must be said (tensorflow/tensorflow#61231). Without the fix the verb took no
+FILE.py:STEP at all. Shapes, counts and devices are structural: nothing
 here depends on the CPU kernel path.
 """
 
@@ -131,7 +131,7 @@ print(json.dumps({"text": r.to_text(max_ops=0), "groups": groups, "variables": l
 
 
 def test_trace_and_inspect_names_one_mirrored_variable_with_its_components():
-    """Item 3a: on old main trace_and_inspect listed Variable:0, Variable/replica_1:0 and
+    """Item 3a: without the fix trace_and_inspect listed Variable:0, Variable/replica_1:0 and
     Variable/replica_2:0 as 3 variables; they are one MirroredVariable on 3 replicas.
     Logical CPUs need a fresh process."""
     import subprocess

@@ -17,7 +17,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 import tflab  # noqa: E402
-from tflab._graph_errors import innermost_error  # noqa: E402
+from tflab._graph.failures import innermost_error  # noqa: E402
 from tflab.errors import UsageError  # noqa: E402
 from tflab.examples import example_inputs  # noqa: E402
 
@@ -38,7 +38,7 @@ def npz(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def fns():
-    from tflab._target import load_module
+    from tflab._user.target import load_module
 
     return load_module(FNS)
 
@@ -77,7 +77,7 @@ def test_drawn_ints_that_break_the_model_quote_tf_its_op_and_the_examples_hint(r
 
 
 def test_a_python_error_in_the_function_is_not_blamed_on_the_drawn_values():
-    from tflab._usercode import input_error
+    from tflab._user.usercode import input_error
 
     line = input_error(TypeError("unsupported operand type(s) for +: 'Tensor' and 'str'"),
                        ["--arg x float32[2] (standard normal)"])

@@ -1,4 +1,4 @@
-"""Issue 11: one Examples type, normalized once, checked once, passed on as is."""
+"""One Examples type, normalized once, checked once, passed on as is."""
 
 from __future__ import annotations
 

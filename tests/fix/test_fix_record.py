@@ -86,7 +86,7 @@ def test_the_phrases_are_properties():
 
 
 def test_sys_exit_under_a_fix_fails_that_fix_not_the_run():
-    """Hostile trial H5: a body that calls sys.exit only under the fix's None dim lost the whole report."""
+    """A body that calls sys.exit only under the fix's None dim lost the whole report."""
     import sys
 
     f = fx.attempt("input_signature", "tf.TensorSpec([None])", "relax x", lambda: sys.exit(7))

@@ -1,4 +1,4 @@
-"""Issue 11: the API rough edges, one test each (one convention across the result objects)."""
+"""The API rough edges, one test each (one convention across the result objects)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 11: one concern per module, imports only downward, and a map that matches the code.
+"""One concern per module, imports only downward, and a map that matches the code.
 
 The import graph is read from the source with `ast` (tests/_import_graph.py):
 imports inside functions count, since a cycle through a lazy import still
@@ -22,7 +22,7 @@ from _import_graph import build_graph, cycles, map_lines, module_files  # noqa: 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOC = os.path.join(REPO, "docs", "architecture.md")
 
-# The retrace package (issue 20): its public names, each importable as
+# The retrace package: its public names, each importable as
 # `from tflab.retrace import X`; the ones also on `tflab` itself.
 RETRACE_PUBLIC = """
 FIXES FIXES_WITH_REDUCE_RETRACING NO_VARIABLE_CREATION Reason Trace VARIABLE_CREATION Node
@@ -81,9 +81,9 @@ def test_nobody_imports_export_or_the_compatibility_modules():
     assert graph["tflab.retrace.records"] <= {"tflab.report.base", "tflab.report.text", "tflab.report.html.dispatch",
                                               "tflab.report.html.timeline"}
     assert graph["tflab.retrace.nodes"] == {"tflab._tf.function"}
-    assert graph["tflab.retrace.diff"] == {"tflab.retrace.records", "tflab.retrace.nodes", "tflab._argcheck",
+    assert graph["tflab.retrace.diff"] == {"tflab.retrace.records", "tflab.retrace.nodes", "tflab._api.argcheck",
                                            "tflab.retrace.paths", "tflab.retrace.function_context"}
-    # the diff's two parts split out of it (issue 37: paths into Node trees, the FunctionContext) sit on the trees
+    # the diff's two parts split out of it (paths into Node trees, the FunctionContext) sit on the trees
     assert graph["tflab.retrace.paths"] == {"tflab.retrace.nodes"}
     assert graph["tflab.retrace.function_context"] == set()
     # export uses saved_model's public API only (it imported _is_keras3/_is_tf_keras/_reference)
@@ -137,17 +137,22 @@ def test_imports_go_only_downward_through_the_documented_layers():
 
 
 def test_the_retrace_package_replaces_the_old_modules_and_keeps_its_public_names():
-    """Issue 20: tflab/retrace/ is a package; retrace_*.py, the facade and _facade are gone
-    (a 0.x package: no aliases), and every public name is importable from tflab.retrace."""
+    """tflab/retrace/ is a package; the files retrace_*.py and the facade are gone (their module
+    paths load the package, with a DeprecationWarning, from tflab/_api/deprecations.py's table),
+    and every public name is importable from tflab.retrace."""
     import importlib
 
     import tflab
     import tflab.retrace as pkg
 
-    for gone in ("tflab.retrace_reasons", "tflab.retrace_probe", "tflab.retrace_log",
-                 "tflab.retrace_expect", "tflab.retrace_demo", "tflab._facade"):
-        with pytest.raises(ModuleNotFoundError):
-            importlib.import_module(gone)
+    for gone in ("retrace_reasons", "retrace_probe", "retrace_log", "retrace_expect", "retrace_demo"):
+        assert not os.path.exists(os.path.join(REPO, "tflab", gone + ".py"))
+        sys.modules.pop(f"tflab.{gone}", None)
+        with pytest.warns(DeprecationWarning, match=f"tflab.{gone} is tflab.retrace since 0.2.0"):
+            assert importlib.import_module(f"tflab.{gone}") is pkg
+        sys.modules.pop(f"tflab.{gone}", None)
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("tflab._facade")
     assert os.path.isdir(os.path.join(REPO, "tflab", "retrace"))
     assert sorted(pkg.__all__) == sorted(RETRACE_PUBLIC)
     for name in RETRACE_PUBLIC:
@@ -240,6 +245,54 @@ def test_each_tflab_module_imports_alone_in_a_fresh_interpreter():
         reach = closure(m)
         parents = {".".join(x.split(".")[:i]) for x in reach for i in range(1, x.count(".") + 1)}
         # Importing a submodule runs its parent packages' __init__ first; a package root imports
-        # only tflab._lazy at import time (its parts load on first use, which this import does not do).
-        reach |= parents | ({"tflab._lazy"} if len(parents) > 1 else set())
+        # only tflab._api.lazy at import time (its parts load on first use, which this import does not do).
+        reach |= parents | ({"tflab._api", "tflab._api.lazy"} if len(parents) > 1 else set())
+        reach |= {"tflab._api", "tflab._api.deprecations", "tflab._api.version"}  # tflab's root: the table
         assert set(r["loaded"]) <= reach, (m, sorted(set(r["loaded"]) - reach))
+
+
+PRIVATE_PACKAGES = ("tflab._api", "tflab._graph", "tflab._io", "tflab._pytest", "tflab._tf", "tflab._tour",
+                    "tflab._user")
+
+
+def private_by_name(root: str) -> list[str]:
+    """Modules that are private by their own underscore where privacy goes by location.
+
+    tflab's shared services live in private packages (``tflab/_io/``, ``tflab/_user/``, ...):
+    a module at the root of ``tflab/`` named ``_x.py`` is a service with no package, and a
+    module inside a private package named ``_x.py`` would be private twice (its package
+    already keeps it from users; another module of tflab that needs it takes it by name).
+    """
+    found = []
+    for name in sorted(os.listdir(root)):
+        path = os.path.join(root, name)
+        if name.endswith(".py") and name.startswith("_") and name not in ("__init__.py", "__main__.py"):
+            found.append(f"tflab/{name}")
+        elif os.path.isdir(path) and name.startswith("_") and not name.startswith("__"):
+            for sub in sorted(os.listdir(path)):
+                if sub.endswith(".py") and sub.startswith("_") and sub != "__init__.py":
+                    found.append(f"tflab/{name}/{sub}")
+    return found
+
+
+def test_the_shared_services_live_in_private_packages():
+    root = os.path.join(REPO, "tflab")
+    assert private_by_name(root) == []
+    packages = sorted(n for n in os.listdir(root) if n.startswith("_") and not n.startswith("__")
+                      and os.path.isdir(os.path.join(root, n)) and n != "__pycache__")
+    assert [f"tflab.{p}" for p in packages] == list(PRIVATE_PACKAGES)
+    for pkg in PRIVATE_PACKAGES:  # each package says which concern it holds
+        mod = importlib.import_module(pkg)
+        assert mod.__doc__ and len(mod.__doc__.split()) >= 8, pkg
+
+
+def test_the_private_module_check_sees_a_root_service_and_a_doubly_private_module(tmp_path):
+    """Planted: a root ``_stray.py`` and ``_io/_inner.py`` are found; the healthy forms are not."""
+    pkg = tmp_path / "tflab"
+    (pkg / "_io").mkdir(parents=True)
+    for rel in ("__init__.py", "__main__.py", "cli.py", "_io/__init__.py", "_io/paths.py"):
+        (pkg / rel).write_text("")
+    assert private_by_name(str(pkg)) == []
+    (pkg / "_stray.py").write_text("")
+    (pkg / "_io" / "_inner.py").write_text("")
+    assert private_by_name(str(pkg)) == ["tflab/_io/_inner.py", "tflab/_stray.py"]

@@ -1,9 +1,9 @@
-"""Issue 37: no tracked Python module under tflab/, custom_ops/ or benchmarks/ is over 600 lines.
+"""No tracked Python module under tflab/, custom_ops/ or benchmarks/ is over 600 lines.
 
 A module that grows past it is split along a concern (docs/architecture.md,
 "Privacy": the part that moves out is re-exported where it was imported
-from). ``PENDING`` lists the modules over the limit that another branch of
-issue 37 is splitting; it only shrinks (an entry that is no longer over the
+from). ``PENDING`` lists the modules over the limit that another branch is
+splitting; it only shrinks (an entry that is no longer over the
 limit, or no longer exists, fails the test too).
 """
 
@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 LIMIT = 600
 TOPS = ("tflab", "custom_ops", "benchmarks")
 
-# Over the limit today, split on its own branch of issue 37 (process/: the child-process package).
+# Over the limit today, split on its own branch (process/: the child-process package).
 PENDING: set[str] = set()
 
 

@@ -1,4 +1,4 @@
-"""Issue 37 item 4: privacy by location. No tflab module takes another module's ``_name``.
+"""Privacy by location. No tflab module takes another module's ``_name``.
 
 The rule (also in docs/architecture.md, "Privacy"), checked with ``ast`` on every
 tracked Python file under ``tflab/`` (imports inside functions count, and so does
@@ -12,8 +12,8 @@ the Python source of a ``python -c`` string that imports tflab):
   (``from tflab.x import y as _y``): the alias is its own.
 * **Private modules.** A module or package whose name starts with ``_`` is
   private to the package that contains it: any module in that package (or in
-  a package below it) may import it, none outside. ``tflab/_paths.py`` is
-  private to ``tflab`` (every tflab module may use it, a user may not);
+  a package below it) may import it, none outside. ``tflab/_io/`` is
+  private to ``tflab`` (every tflab module may use ``tflab._io.paths``, a user may not);
   ``tflab/lowering/_child.py`` is private to ``tflab.lowering``. A package
   that wants its private module's names used from outside re-exports them
   (public names in its ``__init__``), and outside modules import them from
@@ -24,7 +24,7 @@ the Python source of a ``python -c`` string that imports tflab):
   its modules stay theirs, like any module's.
 
 ``ALLOWED`` lists the imports that still break the rule, by importer, module
-and name, each in an area being reworked by another branch of issue 37; it
+and name, each in an area being reworked by another branch; it
 only shrinks (an entry no longer needed fails the test too).
 """
 
@@ -37,7 +37,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
-# (importing module, imported module, name): temporary, emptied when issue 37's branches merge.
+# (importing module, imported module, name): temporary, emptied when the branches merge.
 ALLOWED: set[tuple[str, str, str]] = set()
 
 

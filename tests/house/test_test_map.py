@@ -1,4 +1,4 @@
-"""Issue 37: docs/architecture.md's table of modules and the tests that cover them is the tests' own.
+"""Docs/architecture.md's table of modules and the tests that cover them is the tests' own.
 
 The table is read from the tests with `ast` (tests/_test_map.py): a test file covers a module when it
 imports it, names it in a string or runs its CLI verb. Every module is covered, directly or through the

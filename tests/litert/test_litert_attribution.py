@@ -7,7 +7,7 @@
   QuantizationDebugger's per-layer MSE agrees with ours where it verifies the op;
 * TFLite tensor names map to the TF graph's nodes, and the misses are counted;
 * a quantized variant does not convert the float model again just for
-  ``size_ratio`` (issue 23): one float conversion per SavedModel;
+  ``size_ratio``: one float conversion per SavedModel;
 * ``tflab export`` prints one line per variant with the verdict, the shares and the
   fix, writes Model Explorer node data with ``--node-data``, and ``tflab
   check-tflite`` on that folder reuses its examples.npz, so its numbers are export's.
@@ -123,7 +123,7 @@ def test_tflite_names_map_to_tf_nodes_and_misses_are_counted(cnn):
 
 
 def test_a_quantized_variant_does_not_convert_the_float_model_again_for_its_size(cnn, monkeypatch):
-    """Issue 23: one float conversion per SavedModel, shared by size_ratio and the per-op reference."""
+    """One float conversion per SavedModel, shared by size_ratio and the per-op reference."""
     import tflab
     from tflab.litert import check, conversion
 
@@ -139,7 +139,7 @@ def test_a_quantized_variant_does_not_convert_the_float_model_again_for_its_size
     check._FLOAT_MODELS.clear()
     d = tflab.tflite_roundtrip(sm, [ex], "dynamic")
     f16 = tflab.tflite_roundtrip(sm, [ex], "float16")
-    assert calls == ["dynamic", "none", "float16"], calls  # old main: dynamic, none, float16, none
+    assert calls == ["dynamic", "none", "float16"], calls  # tflab without the fix: dynamic, none, float16, none
     assert d.size_ratio == pytest.approx(d.size_bytes / len(models["none"]))
     assert f16.size_ratio == pytest.approx(f16.size_bytes / len(models["none"]))
     assert d.attribution is not None and d.attribution.kept_float is None  # no fix for dynamic
@@ -157,7 +157,7 @@ def test_export_line_node_data_and_check_tflite_reuses_the_exports_examples(smal
     assert re.search(r"^int8: \d+ ops checked, \d+ outside their bound.*; \d+% of the output error from "
                      r"[A-Z_0-9]+ #\d+ .*; kept float(: | did not help \()[+-]\d+% error, [+-]\d+% size\)?$",
                      line), line
-    # The kept-float line is the fix only when it was measured to cut the error (issue 32).
+    # The kept-float line is the fix only when it was measured to cut the error.
     k = json.loads((out / "report.json").read_text())["variants"]["int8"]["check"]["attribution"]["kept_float"]
     assert ("did not help" in line) == (k["error_after"] > 0.9 * k["error_before"]), (line, k)
     assert "max|Δ|: the largest |lite − tf|" in text  # the table's legend

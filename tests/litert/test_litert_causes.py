@@ -1,8 +1,8 @@
-"""Issue 32, LiteRT: every cause measured on the kernel that ran, every fix printed a fix that was run.
+"""LiteRT: every cause measured on the kernel that ran, every fix printed a fix that was run.
 
 Rows: tensorflow#120299 (XNNPACK's EXP and NaN), tensorflow#53278 (a full-integer uint8 model and its
-saturated output), the newcomer trial's P8 (signature outputs matched by name), P12 (a recipe the
-tensors contradict). The export rows (P9, P10, P11, P19) are in tests/litert/test_litert_export_causes.py.
+saturated output), (signature outputs matched by name), (a recipe the
+tensors contradict). The export rows are in tests/litert/test_litert_export_causes.py.
 Models: tests/data/causes/models.py.
 """
 
@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 import pytest
 
-from tflab._target import load_module
+from tflab._user.target import load_module
 
 MODELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "causes", "models.py")
 
@@ -193,7 +193,7 @@ def test_output_scale_off_by_ten_percent_is_flagged_on_the_calibration_rows(uint
 
 
 def test_recipe_the_tensors_contradict_is_refused(uint8_linear, models, tmp_path, run_cli):
-    """P12: --quantization int8 on a float32 flatbuffer (and none on the uint8 one) is exit 2, naming both."""
+    """--quantization int8 on a float32 flatbuffer (and none on the uint8 one) is exit 2, naming both."""
     import tflab
     from tflab.errors import UsageError
     from tflab.litert.check import check_tflite
@@ -216,7 +216,7 @@ def test_recipe_the_tensors_contradict_is_refused(uint8_linear, models, tmp_path
     assert code == 2 and "show a int8 model" in err and "uint8" in err, err
 
 
-# ------------------------------------------------------ P8: outputs matched by name
+# ------------------------------------------------------ outputs matched by name
 
 
 @pytest.fixture(scope="module")
@@ -243,7 +243,7 @@ def test_softmax_output_is_compared_with_tfs_softmax_not_the_logits(two_heads):
     soft = by_type["SOFTMAX"]
     assert soft.name.startswith("StatefulPartitionedCall:") and soft.max_abs_error < 1e-5, t.to_text()
     assert t.worst.max_abs_error < 1e-5 and c.outputs["p"].max_abs_error < 1e-5
-    # The wrong match the trial saw would be |p - logits|: far larger.
+    # The wrong match saw would be |p - logits|: far larger.
     from tflab.saved_model import load_saved_model
 
     out = load_saved_model(sm_dir).signatures["serving_default"](x=tf.constant(x))

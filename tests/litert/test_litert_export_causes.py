@@ -1,13 +1,13 @@
-"""Issue 32, LiteRT in `tflab export`: the newcomer trial's P9, P10, P11, P19, and the kept-float fix record.
+"""LiteRT in `tflab export`: kept-float fix record.
 
-One export of the trial's LogNet (``log(x @ w)``, 4×3 weights, random normal examples, so x @ w has
+One export the LogNet (``log(x @ w)``, 4×3 weights, random normal examples, so x @ w has
 negative values): none, dynamic and int8.
 
-* P10: the int8 variant has TF NaN and LiteRT finite values (an infinite error): it fails and the
+* the int8 variant has TF NaN and LiteRT finite values (an infinite error): it fails and the
   command exits 1; the same model on positive examples passes (exit 0).
-* P11: the NaN note says log of negative values (NaN), from the measured counts, not "log of zero".
-* P19: the dynamic variant quantized nothing: no error attribution, its error is float rounding.
-* P9: the ``--html`` variants table shows the max |Δ| and bound of the text table and report.json.
+* the NaN note says log of negative values (NaN), from the measured counts, not "log of zero".
+* the dynamic variant quantized nothing: no error attribution, its error is float rounding.
+* the ``--html`` variants table shows the max |Δ| and bound of the text table and report.json.
 
 Models: tests/data/causes/models.py.
 """
@@ -122,7 +122,7 @@ def test_html_variants_table_shows_the_max_error_of_the_text_and_json(lognet_exp
 
 
 def test_html_row_is_the_max_not_the_error_at_the_worst_ratio():
-    """The trial's float16 row: max|Δ| 8.9e-05 while the element with the worst |Δ|/bound has 3.37e-05."""
+    """The the float16 row: max|Δ| 8.9e-05 while the element with the worst |Δ|/bound has 3.37e-05."""
     from types import SimpleNamespace as NS
 
     from tflab.report.html.export import export_fragment

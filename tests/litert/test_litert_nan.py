@@ -1,4 +1,4 @@
-"""Lab step 8, NaN origin (issue 26): the first TFLite op that makes a NaN/inf, its cause, and a fix that works.
+"""Lab step 8, NaN origin: the first TFLite op that makes a NaN/inf, its cause, and a fix that works.
 
 Every model is built in code (tests/data/nan/models.py). Each cause has a
 defective model whose note must name the op and cause, and a fixed one
@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 import pytest
 
-from tflab._target import load_module
+from tflab._user.target import load_module
 
 MODELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "nan", "models.py")
 
@@ -40,7 +40,7 @@ def _lite_finite(check):
     return all(np.isfinite(o.max_abs_error) for o in check.outputs.values())
 
 
-# ------------------------------------------------------ issue 26's snippet
+# ------------------------------------------------------ the snippet
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +143,7 @@ def test_each_fix_the_note_gives_is_checked_on_the_snippet(models, snippet, tmp_
     x = ex["x"]
     want = mm.m(x).numpy()
     got = _lite_run(model, x)
-    # Both compute relu(x W1 + b1) W2 + b2 in float32 in some summation order (FMA or not). Each is
+    # Both compute relu(x + b1) + b2 in float32 in some summation order (FMA or not). Each is
     # within Higham's γ_n·Σ|terms| of the exact value per sum, and relu is 1-Lipschitz, so the two
     # differ by at most twice that bound, propagated (holds on every ISA and kernel path):
     (w1, b1), (w2, b2) = [(np.abs(la.kernel.numpy().astype(np.float64)), np.abs(la.bias.numpy()))

@@ -1,4 +1,4 @@
-"""Per-op checks on ops whose reference is NaN or ±inf (newcomer trial, this round).
+"""Per-op checks on ops whose reference is NaN or ±inf (this round).
 
 A correct model with log(0) = -inf and sqrt(-1) = NaN, where LiteRT equals TF bit for bit, was
 judged "2 outside their bound" and "ill-conditioned": the transcendental bound took a max over a

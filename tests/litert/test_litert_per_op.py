@@ -359,7 +359,7 @@ def test_tour_model_every_op_within_bound_int8_and_float16(tour_model, tmp_path)
 
 
 def test_scale_float16_passes_per_op(tmp_path):
-    """trial_newcomer W1: ``x * 0.01 + 1`` under float16 is right; the constant 0.01 is stored as float16.
+    """``x * 0.01 + 1`` under float16 is right; the constant 0.01 is stored as float16.
 
     The MUL's bound has the float16 step on its constant operand
     (``2**-11·|x|·|c|``), which the old end-to-end bound left out.
@@ -426,7 +426,7 @@ def test_tflite_check_carries_the_per_op_verdict(converted):
     bad = check_tflite(planted, sm, [ex], "int8", float_model=models["none"])
     assert bad.ok is False and [o.index for o in bad.ops if o.verdict == "OUTSIDE"] == [index]
     # The old verdict (end-to-end, first-order bound summed over all weights) passes this very
-    # defect: it is the row "int8 MLP, per-channel weight scales ×1.1 ... caught: no" of issue 19.
+    # defect: it is the row "int8 MLP, per-channel weight scales ×1.1 ... caught: no".
     assert bad.within_bound is True
     assert "ok=False" in repr(bad) and "1 outside their bound" in bad.to_text()
     d = bad.to_dict()

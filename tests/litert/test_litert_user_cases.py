@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from tflab._target import load_module
+from tflab._user.target import load_module
 
 MODELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "export", "models.py")
 

@@ -34,7 +34,7 @@ def test_table_shows_the_true_maximum_with_a_legend(dense64):
     for q, c in checks.items():
         row = next(ln for ln in table.splitlines() if ln.startswith(q + " "))
         w = c.outputs[c.worst_output]
-        # max|Δ| is the output's true maximum (M2), beside that same output's own ratio (M4)
+        # max|Δ| is the output's true maximum, beside that same output's own ratio
         assert f" {w.max_abs_error:.2g} " in row and f" {w.bound_ratio:.2f} " in row, row
         assert f"  {c.worst_output}; " in row, row
         assert w.max_abs_error == max(w.max_abs_error, w.worst_abs_error)
@@ -282,7 +282,7 @@ def test_bound_tighter_than_the_range_is_not_called_vacuous(tmp_path):
 def test_a_saturated_output_is_called_vacuous_though_its_bound_is_small(tmp_path):
     """×1000 inputs: every softmax row is 0 and 1 to the last bit, so the first-order bound is tiny
     (the gradients vanish) while no error inside the model can move the output: the check cannot
-    fail in practice. The tour's export hid behind this (newcomer trial, session 8: dynamic and
+    fail in practice. The tour's export hid behind this (dynamic and
     float16 bit-exact on a saturated MobileNetV3Small). The ×1 model above is not flagged."""
     import tflab
 

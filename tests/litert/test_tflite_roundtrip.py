@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 
-from tflab._target import load_module
+from tflab._user.target import load_module
 
 MODELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "export", "models.py")
 MODEL_SPEC = f"{MODELS}:dense64"
@@ -214,9 +214,9 @@ def test_export_force_replaces_atomically(exported, tmp_path, run_cli):
     out.mkdir()
     (out / "old.txt").write_text("old")
     (out / "report.json").write_text("{}")  # --force replaces only a previous export
-    from tflab._paths import write_marker
+    from tflab._io.paths import write_marker
 
-    write_marker(out)  # ... that tflab wrote: its marker lists every entry (issue 33 B21)
+    write_marker(out)  # ... that tflab wrote: its marker lists every entry
     # An export's examples.npz (batches "0/x", "1/x") can be given back.
     examples = str(exported[1] / "examples.npz")
     code, stdout, _ = run_cli("export", MODEL_SPEC, "--out", str(out), "--quantize", "none", "--force", "--json",
@@ -330,7 +330,7 @@ def test_tour_model_savedmodel_exact_and_float_tflite_within_bound(tour_model, t
     assert c.outputs["output_0"].argmax_agreement == 1.0
 
 
-# ----------------------------------------------------- user-test findings (round 3)
+# ----------------------------------------------------- what users met
 
 
 @pytest.fixture(scope="module")
@@ -340,7 +340,7 @@ def warp_library():
     load_warp_library_or_skip()  # skips only without a C++ compiler; a build error fails
 
 
-# ------------------------------------------- two signatures sharing weights (issue 9, items 11-13)
+# ------------------------------------------- two signatures sharing weights
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Issue 35: `tflab.lower` on a function with a while loop: every level, provenance, fusions, memory, stops.
+"""`tflab.lower` on a function with a while loop: every level, provenance, fusions, memory, stops.
 
 One lowering (one child-process XLA dump) for the module; the stop cases stop
 before the child runs. Functions live in this file so their lines can be named.
@@ -220,7 +220,7 @@ def returns_none(x):
 
 
 def test_a_function_returning_none_stops_after_the_funcgraph_saying_why():
-    """H13: nothing to lower is not '9/9 stages': the levels below the FuncGraph would be an empty program."""
+    """Nothing to lower is not '9/9 stages': the levels below the FuncGraph would be an empty program."""
     low = lower(returns_none, tf.TensorSpec([3], tf.float32))
     assert low.stopped_at == "tf_mlir" and "returns no tensor" in low.why and "returns_none" in low.why, low.why
     assert [s.name for s in low.stages if not s.why] == ["python", "autograph", "funcgraph"]
@@ -229,7 +229,7 @@ def test_a_function_returning_none_stops_after_the_funcgraph_saying_why():
 
 
 def test_a_huge_static_input_is_refused_in_one_line_before_anything_is_allocated(monkeypatch):
-    """H6: the inputs' zeros are checked against the memory available (`check_fits`) before any is made."""
+    """The inputs' zeros are checked against the memory available (`check_fits`) before any is made."""
     import tflab.lowering.dump as dump
     from tflab.process import memory
 

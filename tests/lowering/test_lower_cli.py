@@ -1,4 +1,4 @@
-"""Issue 35: ``tflab lower FILE.py:FUNC``: text, --json, --out, --html (in headless Chromium), bad input.
+"""``tflab lower FILE.py:FUNC``: text, --json, --out, --html (in headless Chromium), bad input.
 
 One CLI run with every output (one child-process XLA dump) for the module;
 the bad-input cases stop before any lowering.
@@ -123,7 +123,7 @@ def test_a_lowering_that_stops_exits_1_with_the_levels_before_it(script):
     (["{script}:f", "--arg", "x=float32[None,8]"], "static shapes"),
     (["{script}:f", "--arg", "x=float32[2,8]", "--stage", "mhlo"], "invalid choice"),
     (["/no/such/file.py:f"], "file.py"),
-    # H6: 40 TB of input is refused from the memory available, before anything is allocated.
+    # 40 TB of input is refused from the memory available, before anything is allocated.
     (["{script}:f", "--arg", "x=float32[100000,100000,1000]"], "would need about"),
 ])
 def test_bad_input_is_one_line_exit_2(script, argv, words):

@@ -1,4 +1,4 @@
-"""Issue 35: `tflab.lower` on a small Keras model: a fusion names its layer (one child-process XLA dump)."""
+"""`tflab.lower` on a small Keras model: a fusion names its layer (one child-process XLA dump)."""
 
 from __future__ import annotations
 

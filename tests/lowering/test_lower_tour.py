@@ -1,4 +1,4 @@
-"""Issue 35 item 8: the tour's lowering lines, from the dump of a compile the process made already."""
+"""The tour's lowering lines, from the dump of a compile the process made already."""
 
 from __future__ import annotations
 

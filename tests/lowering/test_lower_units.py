@@ -1,4 +1,4 @@
-"""Issue 35: the parts of `tflab.lower` that read XLA's text, on fixed inputs, and its temp folders and child (no TF)."""
+"""The parts of `tflab.lower` that read XLA's text, on fixed inputs, and its temp folders and child (no TF)."""
 
 from __future__ import annotations
 
@@ -121,11 +121,11 @@ def test_a_planted_exact_type_match_misses_statelesswhile(monkeypatch):
 
 
 def test_a_lowering_folder_left_by_a_dead_owner_is_swept_by_the_next_one(tmp_path, monkeypatch):
-    """H3: the child's folder is an owned temp dir; a later lowering's `owned_temp_dir` removes a dead one."""
+    """The child's folder is an owned temp dir; a later lowering's `owned_temp_dir` removes a dead one."""
     import subprocess
     import sys
 
-    from tflab import _paths
+    from tflab._io import paths as _paths
 
     monkeypatch.setattr(_paths.tempfile, "tempdir", str(tmp_path))
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
@@ -140,13 +140,13 @@ def test_a_lowering_folder_left_by_a_dead_owner_is_swept_by_the_next_one(tmp_pat
 
 
 def test_the_dump_child_dies_with_a_sigkilled_parent_and_its_folder_is_swept(tmp_path):
-    """H3: ``kill -9`` of the lowering's process leaves no ``_child.py`` running and no folder for long."""
+    """``kill -9`` of the lowering's process leaves no ``_child.py`` running and no folder for long."""
     import os
     import subprocess
     import sys
     import time
 
-    from tflab import _paths
+    from tflab._io import paths as _paths
 
     code = ("import os, signal, sys; from tflab.lowering.dump import DumpChild; c = DumpChild().__enter__(); "
             "print(c.proc.pid, c.tmp, flush=True); os.kill(os.getpid(), signal.SIGKILL)")
@@ -173,7 +173,7 @@ def test_the_dump_child_dies_with_a_sigkilled_parent_and_its_folder_is_swept(tmp
 
 
 def test_lower_refuses_a_bad_xla_flags_and_a_non_callable_before_tf_can_stop_the_process(monkeypatch):
-    """Hostile trial s7 #5, #16: a bad XLA_FLAGS ended the caller's process (TF's F line at the first
+    """A bad XLA_FLAGS ended the caller's process (TF's F line at the first
     compile); `lower` now asks the same cached child probe as `compare_modes` first. `lower(None)` says
     it needs a callable, as every other API call does."""
     import tensorflow as tf
@@ -193,7 +193,7 @@ def test_lower_refuses_a_bad_xla_flags_and_a_non_callable_before_tf_can_stop_the
 
 
 def test_the_fusion_table_says_how_many_tf_op_types_it_leaves_out():
-    """Newcomer trial s7 #5: the table showed 4 TF op types and dropped a fifth (Tanh) without a word."""
+    """The table showed 4 TF op types and dropped a fifth (Tanh) without a word."""
     from tflab.lowering.records import Fusion, Lowering, Stage
     from tflab.lowering.text import lowering_text
 

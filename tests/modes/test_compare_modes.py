@@ -1,6 +1,6 @@
 """Lab step 6: eager vs graph vs XLA, GradientTape semantics, ULP distances.
 
-Two kinds of claim are kept apart (issue 8):
+Two kinds of claim are kept apart:
 
 * facts that hold on every configuration, asserted exactly: graph == eager bit
   for bit when the same kernels run, the trace and fusion counts, the gradient
@@ -33,7 +33,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tflab import ModeComparison, compare_modes
-from tflab._target import load_module
+from tflab._user.target import load_module
 from tflab.errors import UsageError
 from tflab.modes import count_fusions, ulp_distance
 
@@ -52,7 +52,7 @@ def gamma(n: int) -> float:
 
 def x64() -> np.ndarray:
     """The input compare_modes draws for X64 with seed 0 (one stream, as _prepare does)."""
-    from tflab._target import materialize
+    from tflab._user.target import materialize
 
     return materialize(X64, np.random.default_rng(0)).numpy()
 
@@ -306,7 +306,7 @@ def _sum_of_term_magnitudes(fn, x):
     (fns.hard_swish, "constant_folding"),
 ], ids=["residual-add", "hard-swish"])
 def test_graph_differences_come_from_one_grappler_pass(fn, culprit):
-    from tflab._target import materialize
+    from tflab._user.target import materialize
 
     x = materialize(tf.TensorSpec([16, 16]), seed=0)
     on = compare_modes(fn, x, repeats=1, hlo=False, modes=("graph",))
@@ -386,7 +386,7 @@ def test_persistent_tape_gives_two_gradients():
 # ---------------------------------------------------------------- user-test findings
 
 
-# ------------------------------------------------ random streams and labelled worsts (issue 9)
+# ------------------------------------------------ random streams and labelled worsts
 
 
 def _tensor_while(x):

@@ -79,7 +79,7 @@ def test_cli_compare_json_and_hlo_file(run_cli, tmp_path):
 
 def test_cli_xla_failure_prints_report_then_one_line_exit_1(run_cli):
     """Eager ran, so the input was valid: XLA not compiling an op is a finding (exit 1), not
-    bad input (exit 2, what old main gave: case W4)."""
+    bad input (exit 2)."""
     code, out, err = run_cli("compare", f"{FNS}:with_py_function", "--arg", "x=float32[8]", "--repeats", "1")
     assert code == 1
     assert "graph " in out and "error: XLA cannot compile EagerPyFunc" in out
@@ -113,7 +113,7 @@ def test_tour_steps_5_and_6_on_a_small_user_model(tmp_path, small_keras_file):
     fwd = report["modes"]["forward"]
     assert fwd["modes"]["graph"]["ulp"]["outputs"] == 0
     assert fwd["modes"]["xla"]["error"] is None and fwd["fusion_count"] >= 1
-    # Its speed line names the TF CPU kernels eager and graph ran (issue 8).
+    # Its speed line names the TF CPU kernels eager and graph ran.
     assert report["modes"]["tf_cpu_kernels"] == ("oneDNN" if fwd["config"]["onednn_enabled"] else "Eigen")
     # Gradients cover the input and the 4 trainable variables.
     assert len(report["modes"]["gradients"]["gradient_names"]) == 5
@@ -172,7 +172,7 @@ def test_headline_ulp_ignores_elements_below_atol():
     text = c.to_text()
     # (the ULP-columns footnote names the atol in use and the raw maxima)
     assert f"> atol {atol:g}" in text and "all elements (out / grad): xla" in text
-    assert "the largest ULP distance over elements with |value| > atol" in text  # labelled worst (issue 9)
+    assert "the largest ULP distance over elements with |value| > atol" in text  # labelled worst
     assert str(int(x.ulp.gradients)) in text
 
 
@@ -226,7 +226,7 @@ def test_names_of_partial_keras_model_and_bad_targets():
 @pytest.mark.parametrize("hlo_path, message", [
     ("{tmp}", "is a directory"),
     ("{tmp}/missing/h.txt", "does not exist"),
-    ("{fns}/h.txt", "is a regular file, not a folder"),  # a file where a folder should be (issue 21 B14)
+    ("{fns}/h.txt", "is a regular file, not a folder"),  # a file where a folder should be
 ], ids=["directory", "missing-folder", "file-as-folder"])
 def test_cli_bad_hlo_path_fails_before_running(run_cli, tmp_path, hlo_path, message):
     path = hlo_path.format(tmp=tmp_path, fns=FNS)
@@ -238,11 +238,11 @@ def test_cli_bad_hlo_path_fails_before_running(run_cli, tmp_path, hlo_path, mess
 
 
 def test_hlo_write_error_is_one_line_and_removes_the_tmp(tmp_path):
-    from tflab._paths import output_path
+    from tflab._io.paths import output_path
     from tflab.commands.compare_cmd import _write_hlo
 
     target = tmp_path / "became_a_dir"
-    out = output_path(target, "--hlo", overwrite=True)  # --force (issue 21: _write_hlo writes through it)
+    out = output_path(target, "--hlo", overwrite=True)  # --force (_write_hlo writes through it)
     kept = output_path(target, "--hlo")  # no --force: the path is published only if still free
     (target / "inside").mkdir(parents=True)  # appears after the up-front check
     with pytest.raises(UsageError, match=r"--hlo .*became_a_dir: cannot write it: Is a directory"):
@@ -268,7 +268,7 @@ def test_cli_option_ranges_exit_2(capsys, argv, message):
 
 
 def test_stateless_random_op_differs_only_under_xla():
-    """Item 14: tf.random.stateless_uniform gives eager's numbers as a graph, XLA's own
+    """Tf.random.stateless_uniform gives eager's numbers as a graph, XLA's own
     RNG lowering gives others: a different random stream, not an arithmetic difference."""
     c = compare_modes(fns.stateless_noise, tf.TensorSpec([8]), repeats=1, hlo=False)
     assert c.random_ops == {"output": ("StatelessRandomUniformV2",)}
@@ -331,7 +331,7 @@ def test_random_dependencies_follow_data_flow_into_loops_not_through_shapes():
 
 
 def test_finding_labels_its_two_worst_elements():
-    """Item 15: the element with the largest |diff| and the one with the largest ULP
+    """The element with the largest |diff| and the one with the largest ULP
     distance are different elements here; each number says which worst it is."""
     from tflab.modes.findings import mode_findings
     from tflab.modes import ModeResult

@@ -3,7 +3,7 @@
 tensorflow/tensorflow#109015 (reports_s4 row 10), adapted without a GPU: a Keras model whose
 tf.cond false branch calls ``tf.config()`` (a module). Eager runs only the branch its predicate
 picks (the sum of ones is > 0: the true branch), tracing builds both, so graph and XLA raise
-TypeError. Also trial_newcomer P14: the one-line repr splits outputs and gradients.
+TypeError. Also: the one-line repr splits outputs and gradients.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 import tensorflow as tf
 
 import tflab
-from tflab._graph_errors import cond_branch_at, innermost_error
-from tflab._target import load_module
+from tflab._graph.failures import cond_branch_at, innermost_error
+from tflab._user.target import load_module
 
 FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "modes_cond_branch.py")
 cases = load_module(FILE)
@@ -79,7 +79,7 @@ def test_innermost_error_walks_context_and_strips_keras_layers():
         == "TypeError: bad dtype"
 
 
-def test_p14_repr_says_out_and_grad():
+def test_repr_says_out_and_grad():
     w = tf.Variable(tf.random.stateless_normal([128, 32], seed=[1, 2]))
     m = tflab.compare_modes(lambda x: tf.tanh(x @ w), tf.random.stateless_normal([64, 128], seed=[3, 4]),
                             repeats=1, hlo=False)

@@ -66,7 +66,7 @@ def test_the_time_limit_stops_before_a_child_and_names_what_was_left(tmp_path, m
     assert out.why_not.startswith("not bisected: out of time (1 s) before trying --xla_cpu_enable_fast_math=false")
 
 
-def test_a_setting_the_child_cannot_run_is_a_failed_trial_not_a_cause(tmp_path, monkeypatch):
+def test_a_setting_the_child_cannot_run_is_a_failed_not_a_cause(tmp_path, monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=true")
     step = FakeStep(tmp_path, {"fast_math=false": RuntimeError("the child ended with exit 1")})
     out = bi.bisect_xla(step, EAGER, XLA, ulp_bound=0)

@@ -1,16 +1,16 @@
-"""Issue 23/24: `compare_modes` does each expensive thing once.
+"""`compare_modes` does each expensive thing once.
 
 * it traces the function once per traced mode (graph, XLA): the variables to save
-  come from graph mode's own trace, not from a trace made only to look (old main
+  come from graph mode's own trace, not from a trace made only to look (tflab without the fix
   traced three times);
 * it computes each mode's ULP and |diff| arrays once per tensor, shared by the
-  maxima, the findings and the condition note (old main computed them again for
+  maxima, the findings and the condition note (tflab without the fix computed them again for
   the findings);
 * it fetches HLO with one XLA compile beyond the run's own: TF 2.21's
   ``experimental_get_compiler_ir`` builds a fresh executable for each optimized
   stage (``tensorflow/compiler/jit/get_compiler_ir.cc``, ``BuildExecutable``), so
   ``optimized_hlo_dot`` (a second compile of the same program) is fetched only
-  when named (old main fetched it by default: two compiles).
+  when named (tflab without the fix fetched it by default: two compiles).
 
 The counts are of real events: a counter in the traced Python body (it runs once
 per trace, `tf.executing_eagerly()` is False there), calls of the one ULP function,
@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tflab._numeric import ulp_distance
+from tflab._graph.numeric import ulp_distance
 from tflab.modes import compare_modes
 
 X = np.linspace(-2.0, 2.0, 64, dtype=np.float32)
@@ -85,11 +85,11 @@ def test_ulp_arrays_computed_once_per_mode_and_tensor(monkeypatch):
         return ulp_distance(a, b)
 
     # Every binding a mode comparison reaches: the one in findings (its memo), the module itself
-    # (a function-level `from tflab._numeric import ulp_distance` reads it there).
-    import tflab._numeric
+    # (a function-level `from tflab._graph.numeric import ulp_distance` reads it there).
+    import tflab._graph.numeric
     import tflab.modes.findings
 
-    for mod in (tflab._numeric, tflab.modes.findings):
+    for mod in (tflab._graph.numeric, tflab.modes.findings):
         monkeypatch.setattr(mod, "ulp_distance", counting)
     # A bound of 0 ULP and atol 0 make every XLA difference a finding, so the
     # findings (and the condition note) read the arrays too.

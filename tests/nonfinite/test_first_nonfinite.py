@@ -21,7 +21,7 @@ pytestmark = pytest.mark.bfloat16
 import tensorflow as tf
 
 from tflab import compare_precisions
-from tflab._target import load_module
+from tflab._user.target import load_module
 from tflab.nonfinite import first_nonfinite
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "precision")
@@ -74,7 +74,7 @@ def test_an_arithmetic_overflow_names_the_op_and_its_finite_inputs():
     assert healthy.origin is None
 
 
-# ---------------------------------------------------------------- compare_precisions, #6915
+# ---------------------------------------------------------------- compare_precisions, tensorflow/tensorflow#6915
 
 
 @pytest.fixture(scope="module")
@@ -213,7 +213,7 @@ def test_a_loss_scale_that_cannot_rescue_is_not_printed_as_the_fix():
 
 
 @pytest.mark.onednn
-def test_p15_the_rescued_gradient_error_is_measured_not_n_a():
+def test_the_rescued_gradient_error_is_measured_not_n_a():
     def p15(x):
         return tf.reduce_sum(x * 1e-4) * 1e-5  # dL/dx = 1e-9, below float16's range
 

@@ -1,4 +1,4 @@
-"""Issue 33 (hostile pass, second round): the input and output path breaks, each with its reproducer.
+"""The input and output path breaks, each with its reproducer.
 
 Every verb goes through the supervisor's pre-flight (`tflab.cli.preflight`) before TensorFlow
 loads, so these run ``python -m tflab`` in a fresh process and also check that TF was never
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tflab import _paths
+from tflab._io import paths as _paths
 from tflab.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,7 +52,7 @@ def odd(tmp_path):
     sock.close()
 
 
-# ------------------------------------------------------------------ B1, B3: inputs that are not files
+# ------------------------------------------------------------------ inputs that are not files
 
 @pytest.mark.parametrize("argv, words", [
     (["inspect", "fifo.py:f", "--arg", "x=float32[2,4]"], "file 'fifo.py' is a FIFO"),
@@ -70,8 +70,8 @@ def odd(tmp_path):
 ], ids=["inspect-fifo", "retrace-fifo", "export-fifo", "export-fifo-obj", "check-tflite-fifo",
         "check-tflite-device", "tour-fifo", "autograph-loop", "compare-dangling", "diagnose-socket",
         "precision-folder", "distribute-fifo"])
-def test_b1_b3_input_that_is_not_a_file_is_named_before_tf(odd, argv, words):
-    """B1: a FIFO as FILE.py blocked in open() for ever (inspect killed after 337 s); B3: a symlink
+def test_input_that_is_not_a_file_is_named_before_tf(odd, argv, words):
+    """A FIFO as FILE.py blocked in open for ever (inspect killed after 337 s);: a symlink
     loop was "does not exist". Probed with stat only, in the parent, for every verb."""
     code, out, lines, tf = tflab(*argv, cwd=odd, timeout=30)
     assert code == 2 and len(lines) == 1 and words in lines[0] and "does not exist" not in lines[0], lines
@@ -79,8 +79,8 @@ def test_b1_b3_input_that_is_not_a_file_is_named_before_tf(odd, argv, words):
     assert (odd / "fifo.py").is_fifo()
 
 
-def test_b1_input_probe_never_opens(odd):
-    """The one input place itself (`tflab._paths.input_path`), used by the child and the API too."""
+def test_input_probe_never_opens(odd):
+    """The one input place itself (`tflab._io.paths.input_path`), used by the child and the API too."""
     for name, kind in [("fifo.py", "a FIFO"), ("loop1.py", "a symlink loop"), ("sock.py", "a socket"),
                        ("dangling.py", "a dangling symlink"), ("adir.py", "is a folder")]:
         with pytest.raises(UsageError, match=kind):
@@ -92,9 +92,9 @@ def test_b1_input_probe_never_opens(odd):
     assert _paths.input_path(odd / "adir.py", "DIR", want="folder") == odd / "adir.py"
 
 
-def test_b1_load_module_refuses_a_fifo_without_opening_it(odd):
+def test_load_module_refuses_a_fifo_without_opening_it(odd):
     """The child's side (and the API's): `load_target` on a FIFO blocked in open() for ever."""
-    from tflab._target import load_target
+    from tflab._user.target import load_target
 
     with pytest.raises(UsageError, match="is a FIFO"):
         load_target(f"{odd / 'fifo.py'}:f")
@@ -114,7 +114,7 @@ def test_arg_grammar_is_answered_by_the_parent(tmp_path, arg, words):
 
 
 def test_arg_given_twice_and_healthy_grammar(tmp_path):
-    from tflab._cliargs import check_arg_grammar
+    from tflab._api.cliargs import check_arg_grammar
 
     with pytest.raises(UsageError, match="given twice"):
         check_arg_grammar(["x=1", "x=2"])
@@ -138,11 +138,11 @@ def test_output_paths_are_answered_by_the_parent(tmp_path, argv, words):
     assert (tmp_path / "afile").read_text() == "keep"
 
 
-# ------------------------------------------------------------------ B21: --force replaces only tflab's own
+# ------------------------------------------------------------------ --force replaces only tflab's own
 
 @pytest.mark.parametrize("verb", ["tour", "export"])
-def test_b21_force_never_deletes_a_folder_of_user_files(tmp_path, verb):
-    """B21: `tour --out DIR --force` deleted o4/user/thesis.txt (export refused the same folder)."""
+def test_force_never_deletes_a_folder_of_user_files(tmp_path, verb):
+    """`tour --out DIR --force` deleted o4/user/thesis.txt (export refused the same folder)."""
     user = tmp_path / "o4" / "user"
     user.mkdir(parents=True)
     (user / "thesis.txt").write_text("mine")
@@ -155,7 +155,7 @@ def test_b21_force_never_deletes_a_folder_of_user_files(tmp_path, verb):
     assert (user / "thesis.txt").read_text() == "mine"
 
 
-def test_b21_the_rule_at_the_one_output_place(tmp_path):
+def test_the_rule_at_the_one_output_place(tmp_path):
     """`OutputPath.commit` writes the marker; `--force` (exclusive=False) replaces that folder only
     while it holds nothing else; a file the user added since is named and kept."""
     out = tmp_path / "out"
@@ -196,7 +196,7 @@ def test_b21_the_rule_at_the_one_output_place(tmp_path):
     assert _paths.check_folder_out(tmp_path / "empty", "--out", False, noun="tour") is True
 
 
-# ------------------------------------------------------------------ B7: temp folders of killed runs
+# ------------------------------------------------------------------ temp folders of killed runs
 
 def _dead_pid() -> int:
     p = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -204,8 +204,8 @@ def _dead_pid() -> int:
     return p.pid
 
 
-def test_b7_the_next_run_removes_temp_folders_whose_owner_is_gone(tmp_path, capsys):
-    """B7: SIGKILL of tflab mid-export left o2/.e2.tmp-*; no later run removed it."""
+def test_the_next_run_removes_temp_folders_whose_owner_is_gone(tmp_path, capsys):
+    """SIGKILL of tflab mid-export left o2/.e2.tmp-*; no later run removed it."""
     dead = tmp_path / ".e2.tmp-al386s7e"
     dead.mkdir()
     (dead / "saved_model").mkdir()
@@ -224,8 +224,8 @@ def test_b7_the_next_run_removes_temp_folders_whose_owner_is_gone(tmp_path, caps
     assert err.count("\n") == 1 and "removed 2 temporary folder(s) left by a run that was killed" in err
 
 
-def test_b7_b22_owned_temp_dirs_in_tmpdir(tmp_path, monkeypatch):
-    """B7 addendum / B22: $TMPDIR/tflab_tour_lane_*, tflab_distribute_*, tflab_lab_export_* stayed."""
+def test_owned_temp_dirs_in_tmpdir(tmp_path, monkeypatch):
+    """$TMPDIR/tflab_tour_lane_*, tflab_distribute_*, tflab_lab_export_* stayed."""
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile
 
@@ -241,12 +241,12 @@ def test_b7_b22_owned_temp_dirs_in_tmpdir(tmp_path, monkeypatch):
 
 def test_two_tours_into_one_empty_folder_the_second_does_not_replace_the_first(tmp_path, small_keras_file,
                                                                               monkeypatch):
-    """Hostile trial s8 B1: `tour --out EMPTY` is allowed without --force, and of two tours racing into the
+    """`tour --out EMPTY` is allowed without --force, and of two tours racing into the
     same empty folder the second replaced the first's output at its commit. Planted here: another run's
     output lands in the folder between the check and the commit."""
     import pytest
 
-    from tflab import _paths
+    from tflab._io import paths as _paths
     from tflab.errors import UsageError
     from tflab.tour import run_tour
 

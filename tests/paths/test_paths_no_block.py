@@ -17,7 +17,7 @@ from tflab.errors import UsageError
 
 
 def test_a_fifo_nobody_reads_is_one_line_not_a_hang(tmp_path):
-    from tflab._paths import output_path
+    from tflab._io.paths import output_path
 
     fifo = tmp_path / "graph.dot"
     os.mkfifo(fifo)
@@ -36,7 +36,7 @@ def test_a_fifo_nobody_reads_is_one_line_not_a_hang(tmp_path):
 def test_a_fifo_with_a_slow_reader_gets_every_byte(tmp_path):
     """Healthy twin: a reader that starts late and drains slowly still gets a payload larger than
     the pipe's buffer (64 KiB), so the non-blocking open does not make the write partial."""
-    from tflab._paths import output_path
+    from tflab._io.paths import output_path
 
     fifo = tmp_path / "page.html"
     os.mkfifo(fifo)
@@ -65,7 +65,7 @@ def test_a_fifo_with_a_slow_reader_gets_every_byte(tmp_path):
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT])
 def test_a_full_disk_inside_a_verb_is_one_usage_line(code):
     """Handed: ENOSPC while lower wrote its stage files; sibling: a quota (EDQUOT)."""
-    from tflab._usercode import cli_verb
+    from tflab._user.usercode import cli_verb
 
     with pytest.raises(UsageError, match=r"cannot write .*stage.ll: .*; free space there"):
         with cli_verb():
@@ -74,7 +74,7 @@ def test_a_full_disk_inside_a_verb_is_one_usage_line(code):
 
 def test_other_os_errors_inside_a_verb_pass_through():
     """Healthy twin: a permission error is not a full disk (it keeps its own handling)."""
-    from tflab._usercode import cli_verb
+    from tflab._user.usercode import cli_verb
 
     with pytest.raises(PermissionError):
         with cli_verb():

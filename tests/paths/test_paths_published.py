@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_published_path_follows_nested_temporary_folders(tmp_path):
-    from tflab._paths import published_path, register_publication
+    from tflab._io.paths import published_path, register_publication
 
     tour_tmp, export_tmp = tmp_path / ".tour.tmp-ab12", tmp_path / ".tour.tmp-ab12" / ".export.tmp-cd34"
     register_publication(tour_tmp, tmp_path / "tour")

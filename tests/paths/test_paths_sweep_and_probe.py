@@ -32,7 +32,7 @@ def _temp(folder: Path, name: str, owner: str | None) -> Path:
 
 @pytest.fixture
 def leftovers(tmp_path):
-    from tflab._paths import _start_time
+    from tflab._io.paths import _start_time
 
     me = f"{os.getpid()} {_start_time(os.getpid())}\n"
     dead = f"{_dead_pid()} 1\n"
@@ -48,7 +48,7 @@ def leftovers(tmp_path):
 def test_folder_output_sweeps_every_dead_temp_folder_of_the_folder(tmp_path, leftovers):
     """After `export --out run1` is SIGKILLed, `export --out run2` left `.run1.tmp-*` for ever: only its own
     NAME's were swept."""
-    from tflab._paths import output_path
+    from tflab._io.paths import output_path
 
     output_path(tmp_path / "run2", "--out", folder=True, exclusive=True)
     assert not leftovers["other_name_dead"].exists() and not leftovers["lowering_dead"].exists()
@@ -57,7 +57,7 @@ def test_folder_output_sweeps_every_dead_temp_folder_of_the_folder(tmp_path, lef
 
 def test_file_output_sweeps_its_folder_too(tmp_path, leftovers):
     """Sibling: a file output (``--html``) into the folder sweeps it as well."""
-    from tflab._paths import output_path
+    from tflab._io.paths import output_path
 
     output_path(tmp_path / "page.html", "--html")
     assert not leftovers["other_name_dead"].exists()
@@ -66,7 +66,7 @@ def test_file_output_sweeps_its_folder_too(tmp_path, leftovers):
 
 def test_system_temp_sweep_covers_every_tflab_prefix(tmp_path):
     """``$TMPDIR/tflab_*``: a new tflab_lower_* folder sweeps a killed run's tflab_tmp_* (not only its prefix)."""
-    from tflab._paths import _start_time, owned_temp_dir
+    from tflab._io.paths import _start_time, owned_temp_dir
 
     dead = _temp(tmp_path, "tflab_tmp_killed", f"{_dead_pid()} 1\n")
     live = _temp(tmp_path, "tflab_export_live", f"{os.getpid()} {_start_time(os.getpid())}\n")
@@ -79,7 +79,7 @@ def test_system_temp_sweep_covers_every_tflab_prefix(tmp_path):
 
 def test_open_regular_refuses_a_fifo_at_once_for_reading_and_writing(tmp_path):
     """open() of a FIFO without a peer blocked export and build-op for ever."""
-    from tflab._path_checks import open_regular, read_regular
+    from tflab._io.path_checks import open_regular, read_regular
 
     os.mkfifo(tmp_path / "f")
     t = time.monotonic()
@@ -101,7 +101,7 @@ def test_open_regular_refuses_a_fifo_at_once_for_reading_and_writing(tmp_path):
 def test_saved_model_files_are_judged_before_tf_opens_them(tmp_path, name):
     """saved_model.pb a FIFO: export hung; check-tflite said "a folder without saved_model.pb" (the file is
     there). Sibling: variables.index."""
-    from tflab._path_checks import check_saved_model_files
+    from tflab._io.path_checks import check_saved_model_files
     from tflab.saved_model.loading import require_saved_model_dir
 
     sm = tmp_path / "sm"

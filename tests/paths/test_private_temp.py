@@ -1,8 +1,8 @@
-"""A verb's processes get a private TMPDIR (`tflab._paths.private_temp_dir`): what they leave there goes too.
+"""A verb's processes get a private TMPDIR (`tflab._io.paths.private_temp_dir`): what they leave there goes too.
 
 TF's AutoGraph writes each converted function to ``$TMPDIR/__autograph_generated_file*.py`` and
 deletes it only at a normal exit, so a SIGKILLed ``tflab tour`` left them in the user's TMPDIR
-(``tests/tour/test_tour_hostile.py`` B7 found one once the tour's timing moved). The supervisor
+(``tests/tour/test_tour_hostile.py`` one once the tour's timing moved). The supervisor
 now starts the verb's child with ``TMPDIR`` = an owned ``tflab_tmp_*`` folder, removes it when the
 child is gone and sweeps it in a later run after a SIGKILL; tflab's own folders stay in the user's
 TMPDIR (``TFLAB_SYSTEM_TMPDIR``), where the sweeps look.
@@ -81,8 +81,8 @@ def test_after_a_sigkill_the_next_run_sweeps_the_private_folder(tmp_path):
 
 
 def test_a_fifo_or_a_link_named_like_an_owner_file_is_not_read(tmp_path):
-    """Hostile trial s8 B10: `mkfifo /tmp/tflab_x/.tflab-owner` hung every tflab command (the sweep read it)."""
-    from tflab._paths import OWNER, owner_gone, sweep_stale
+    """`mkfifo /tmp/tflab_x/.tflab-owner` hung every tflab command (the sweep read it)."""
+    from tflab._io.paths import OWNER, owner_gone, sweep_stale
 
     fifo_dir = tmp_path / "tflab_fifo"
     fifo_dir.mkdir()

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from tflab import compare_precisions
-from tflab._target import load_module
+from tflab._user.target import load_module
 
 CASES = os.path.join(os.path.dirname(__file__), "..", "data", "attribution", "cases.py")
 c = load_module(CASES)

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.bfloat16
 import tensorflow as tf
 
 from tflab import compare_precisions, demonstrate_loss_scaling, float_info
-from tflab._target import load_module
+from tflab._user.target import load_module
 from tflab.errors import UsageError
 from tflab.precision import INITIAL_LOSS_SCALE, PrecisionComparison
 

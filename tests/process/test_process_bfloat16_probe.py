@@ -113,7 +113,7 @@ def _planted(monkeypatch, children):
 
 
 def test_compare_modes_asks_before_running_bfloat16_inputs_and_not_for_float32(monkeypatch, children):
-    """Newcomer trial s8 #2: compare_modes on bfloat16 inputs under the cap ended the caller's process."""
+    """Compare_modes on bfloat16 inputs under the cap ended the caller's process."""
     import tensorflow as tf
 
     import tflab
@@ -127,7 +127,7 @@ def test_compare_modes_asks_before_running_bfloat16_inputs_and_not_for_float32(m
 
 
 def test_the_tour_refuses_before_step_1_and_writes_nothing(monkeypatch, children, tmp_path):
-    """Newcomer trial s8 #3: the tour found out at step 10, after every other step had run."""
+    """The tour found out at step 10, after every other step had run."""
     from tflab.tour import run_tour
 
     _planted(monkeypatch, children)

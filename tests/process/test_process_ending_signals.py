@@ -156,7 +156,7 @@ def test_no_usable_temporary_folder_is_one_line_naming_the_limit(argv):
 
 
 def test_temp_folder_healthy_twin():
-    from tflab._paths import check_temp_dir
+    from tflab._io.paths import check_temp_dir
 
     assert os.path.isdir(check_temp_dir())
 

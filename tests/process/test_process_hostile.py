@@ -1,4 +1,4 @@
-"""Issue 33 (hostile pass, second round): processes and temporary outputs that outlived a run, the
+"""Processes and temporary outputs that outlived a run, the
 report's stdout, and exit codes; each break with its reproducer.
 
 The supervisor (`tflab.process.supervisor.run_child`) is driven with small Python children that open the
@@ -66,10 +66,10 @@ def _supervise(child_code: str, tmp_path: Path, reap: bool = True, stdout: str =
     return p.returncode, p.stdout, p.stderr
 
 
-# ------------------------------------------------------------------ B5: what the user's code forked
+# ------------------------------------------------------------------ what the user's code forked
 
-def test_b5_processes_forked_by_user_code_die_with_the_run(tmp_path):
-    """B5: `os.fork()` in a traced script, or `subprocess.Popen(["sleep", "1235"])`, left a process
+def test_processes_forked_by_user_code_die_with_the_run(tmp_path):
+    """`os.fork()` in a traced script, or `subprocess.Popen(["sleep", "1235"])`, left a process
     under init for ever: the child's group was killed only on signals. Now the group is killed at
     every end, and what left the group (setsid, a double fork) is re-parented to the supervisor
     (a child subreaper) and killed there."""
@@ -100,13 +100,13 @@ def test_b5_processes_forked_by_user_code_die_with_the_run(tmp_path):
     assert not [p for p in pids if _alive(p)], pids
 
 
-# ------------------------------------------------------------------ B6: the supervisor cleans up
+# ------------------------------------------------------------------ the supervisor cleans up
 
-def test_b6_supervisor_removes_its_sigkilled_childs_temp_output(tmp_path):
-    """B6: the export child SIGKILLed (the OOM case) left o2/.e3.tmp-* though the supervisor lived."""
+def test_supervisor_removes_its_sigkilled_childs_temp_output(tmp_path):
+    """The export child SIGKILLed (the OOM case) left o2/.e3.tmp-* though the supervisor lived."""
     code, out, err = _supervise(f"""
         import os, signal
-        from tflab._paths import output_path, owned_temp_dir
+        from tflab._io.paths import output_path, owned_temp_dir
         tmp = output_path({str(tmp_path / 'o2' / 'e3')!r}, "--out", folder=True, exclusive=True).temp_dir()
         (tmp / "saved_model").mkdir()
         lane = owned_temp_dir("tflab_tour_lane_", dir={str(tmp_path)!r})
@@ -118,10 +118,10 @@ def test_b6_supervisor_removes_its_sigkilled_childs_temp_output(tmp_path):
     assert not [n for n in os.listdir(tmp_path) if n.startswith("tflab_tour_lane_")]
 
 
-# ------------------------------------------------------------------ B20, B2: stdout
+# ------------------------------------------------------------------ stdout
 
-def test_b20_full_disk_on_stdout_is_named_not_a_closed_pipe(tmp_path):
-    """B20: `tflab env --json > /dev/full` exited 141 with no message, as if the reader had gone."""
+def test_full_disk_on_stdout_is_named_not_a_closed_pipe(tmp_path):
+    """`tflab env --json > /dev/full` exited 141 with no message, as if the reader had gone."""
     code, _, err = _supervise("""
         import sys
         sys.stdout.write("x" * 100000 + "\\n")
@@ -130,8 +130,8 @@ def test_b20_full_disk_on_stdout_is_named_not_a_closed_pipe(tmp_path):
     assert code == 2 and "the report could not be written to stdout: No space left on device" in err, err
 
 
-def test_b20_a_reader_that_went_away_is_still_quiet_141(tmp_path):
-    """Healthy case for B20's fix: `tflab … | head` stays exit 141 with nothing on stderr."""
+def test_a_reader_that_went_away_is_still_quiet_141(tmp_path):
+    """Healthy case for the fix: `tflab … | head` stays exit 141 with nothing on stderr."""
     code, _, err = _supervise("""
         import sys
         sys.stdout.write("x" * 100000 + "\\n")
@@ -140,11 +140,11 @@ def test_b20_a_reader_that_went_away_is_still_quiet_141(tmp_path):
     assert code == 141 and "could not be written" not in err, err
 
 
-def test_b2_dot_to_dev_stdout_lands_on_stdout(tmp_path):
-    """B2: `--dot /dev/stdout` landed on stderr: the child's fd 1 is the supervisor's stderr pipe."""
+def test_dot_to_dev_stdout_lands_on_stdout(tmp_path):
+    """`--dot /dev/stdout` landed on stderr: the child's fd 1 is the supervisor's stderr pipe."""
     code, out, err = _supervise("""
         import sys
-        from tflab._paths import output_path
+        from tflab._io.paths import output_path
         output_path("/dev/stdout", "--dot").write("digraph f {}\\n")
         sys.stdout.write('{"json": 1}\\n')
         channel.finish(0, "inspect")
@@ -152,10 +152,10 @@ def test_b2_dot_to_dev_stdout_lands_on_stdout(tmp_path):
     assert code == 0 and out == 'digraph f {}\n{"json": 1}\n' and "digraph" not in err, (out, err)
 
 
-# ------------------------------------------------------------------ B15: a memory limit too small for TF
+# ------------------------------------------------------------------ a memory limit too small for TF
 
-def test_b15_rlimit_as_too_small_for_tensorflow_is_named(tmp_path):
-    """B15: `prlimit --as=1000000000 tflab env` printed TF's import traceback; the limit unnamed."""
+def test_rlimit_as_too_small_for_tensorflow_is_named(tmp_path):
+    """`prlimit --as=1000000000 tflab env` printed TF's import traceback; the limit unnamed."""
     import resource
 
     def limit():
@@ -170,7 +170,7 @@ def test_b15_rlimit_as_too_small_for_tensorflow_is_named(tmp_path):
     assert "Traceback" not in p.stderr
 
 
-def test_b15_the_floor_is_below_what_tf_needs():
+def test_the_floor_is_below_what_tf_needs():
     """The refusal floor must never refuse a limit TF loads under: measured VmPeak of TF's import."""
     from tflab.process import memory as _memory
 
@@ -178,10 +178,10 @@ def test_b15_the_floor_is_below_what_tf_needs():
     assert _memory.tf_load_refusal() is None  # this machine: no such limit
 
 
-# ------------------------------------------------------------------ B16: the ULP step's copies
+# ------------------------------------------------------------------ the ULP step's copies
 
-def test_b16_ulp_step_copies_bound_the_measured_peak():
-    """B16: compare's estimate left out `ulp_distance`'s int64/float64 copies, then numpy's
+def test_ulp_step_copies_bound_the_measured_peak():
+    """Compare's estimate left out `ulp_distance`'s int64/float64 copies, then numpy's
     MemoryError. The estimate must cover the measured peak (tracemalloc sees numpy's buffers), and
     stay close to it (a count of 5, the old estimate, fails the first assert)."""
     import tracemalloc
@@ -189,7 +189,7 @@ def test_b16_ulp_step_copies_bound_the_measured_peak():
     import numpy as np
 
     from tflab.process.memory import ulp_step_copies
-    from tflab._numeric import ulp_distance
+    from tflab._graph.numeric import ulp_distance
 
     for dtype in (np.float32, np.float64, np.float16):
         a = np.random.default_rng(0).standard_normal(200_000).astype(dtype)
@@ -203,10 +203,10 @@ def test_b16_ulp_step_copies_bound_the_measured_peak():
         assert peak >= (copies - 4) * a.nbytes, (dtype, peak / a.nbytes, copies)
 
 
-# ------------------------------------------------------------------ B17 / item 3: children tied to parents
+# ------------------------------------------------------------------ children tied to parents
 
 def test_start_tied_child_dies_with_its_parent(tmp_path):
-    """Item 3: the tour's second process, its background jobs and the suite's full tour start
+    """The tour's second process, its background jobs and the suite's full tour start
     through `start_tied` (PR_SET_PDEATHSIG): SIGKILL of the parent leaves no orphan."""
     flag = tmp_path / "child.pid"
     parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
@@ -229,7 +229,7 @@ def test_start_tied_child_dies_with_its_parent(tmp_path):
 
 
 def test_full_tour_fixture_goes_with_pytest_on_sigterm(tmp_path):
-    """Item 3: `kill <pytest pid>` left the suite's full tour under init with its folder. The
+    """`kill <pytest pid>` left the suite's full tour under init with its folder. The
     fixture's tour is replaced by a stand-in that writes its pid and sleeps; SIGTERM of pytest must
     end it and remove its folder."""
     (tmp_path / "conftest.py").write_text(textwrap.dedent(f"""
@@ -268,8 +268,8 @@ def test_full_tour_fixture_goes_with_pytest_on_sigterm(tmp_path):
     assert not _alive(tour) and not root.exists()
 
 
-def test_b17_a_tools_own_workers_die_with_tflab(tmp_path):
-    """B17: SIGKILL of `tflab build-op` left g++'s cc1plus compiling under init: the parent-death
+def test_a_tools_own_workers_die_with_tflab(tmp_path):
+    """SIGKILL of `tflab build-op` left g++'s cc1plus compiling under init: the parent-death
     signal is per process and cleared in a fork. Here the "compiler" is a shell that forks a
     worker (as g++ forks cc1plus); tflab is SIGKILLed; the guard must take the worker down."""
     pidfile = tmp_path / "worker.pid"
@@ -292,7 +292,7 @@ def test_b17_a_tools_own_workers_die_with_tflab(tmp_path):
     assert not _alive(worker)
 
 
-def test_b17_guarded_tool_status_and_output(tmp_path):
+def test_guarded_tool_status_and_output(tmp_path):
     """Healthy case: the guard passes the tool's output and exit status through."""
     from tflab.process.group import guarded
 
@@ -301,8 +301,8 @@ def test_b17_guarded_tool_status_and_output(tmp_path):
     assert p.returncode == 3 and p.stdout == "compiled\n"
 
 
-def test_b18_distribute_names_the_users_os_exit_not_a_cuda_log_line():
-    """B18: `def exiting(x): os._exit(5)` gave "worker 0 … exited with status 5: E0000 … failed call
+def test_distribute_names_the_users_os_exit_not_a_cuda_log_line():
+    """`def exiting(x): os._exit(5)` gave "worker 0 … exited with status 5: E0000 … failed call
     to cuInit …": TF's log line quoted as the cause."""
     from tflab.distribute.processes import WorkerError, run_children
 

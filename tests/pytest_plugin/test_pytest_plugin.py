@@ -1,4 +1,4 @@
-"""The pytest plugin (issue 34) through pytester: the ``tflab traces`` section, budgets, the fixture,
+"""The pytest plugin through pytester: the ``tflab traces`` section, budgets, the fixture,
 the JSON record and junit properties, and planted defects the checks must catch.
 
 Each inner run is in-process (``pytester.runpytest``: TF is imported once); the runs that need a

@@ -626,7 +626,7 @@ def test_the_json_path_is_checked_before_the_tests_and_a_user_s_file_is_kept(pyt
 
 def test_a_slow_reader_of_a_pipe_gets_the_whole_document():
     """/dev/fd/N of a pipe whose reader starts late: every byte of a document larger than the pipe's buffer."""
-    from tflab._pytest_output import write_json_atomically
+    from tflab._pytest.output import write_json_atomically
 
     doc = {"tool": "tflab.pytest_plugin", "tests": [{"nodeid": f"t.py::test_{i}", "pad": "x" * 200}
                                                    for i in range(2000)]}

@@ -46,7 +46,7 @@ def test_the_plugin_s_own_record_is_a_healthy_baseline(pytester, tmp_path, base_
     own = tmp_path / "own.json"
     assert run(pytester, f"--tflab-traces-json={own}").ret == 0
     doc = json.loads(own.read_text())
-    from tflab._pytest_output import check_baseline
+    from tflab._pytest.output import check_baseline
     assert check_baseline(doc) is None and check_baseline(base_doc) is None
     again = run(pytester, f"--tflab-traces-baseline={own}", "--tflab-traces-fail-on-increase")
     assert again.ret == 0 and any("no function traced more than in the baseline" in ln for ln in again.outlines)
@@ -179,7 +179,7 @@ def test_a_symlinked_json_path_is_refused_unless_forced_then_its_target_is_writt
 @pytest.mark.parametrize("umask, want", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)],
                          ids=["umask022", "umask002", "umask077"])
 def test_a_new_record_gets_the_umask_s_mode_and_a_replaced_one_keeps_its_own(tmp_path, umask, want):
-    from tflab._pytest_output import write_json_atomically
+    from tflab._pytest.output import write_json_atomically
 
     old = os.umask(umask)
     try:

@@ -1,4 +1,4 @@
-"""Trace time (issue 34, item 6) where tflab reports a trace: RetraceProbe, ``tflab retrace SCRIPT``
+"""Trace time where tflab reports a trace: RetraceProbe, ``tflab retrace SCRIPT``
 (and its --json), and the --html timeline; the same `TraceEvent.seconds` the pytest plugin reports.
 
 A body that sleeps PAUSE seconds in Python sleeps only while TF traces it, so each trace takes at least

@@ -1,4 +1,4 @@
-"""Issue 25: one self-contained HTML page per run (tour, retrace, export), --tensorboard, in a real browser.
+"""One self-contained HTML page per run (tour, retrace, export), --tensorboard, in a real browser.
 
 The SVG is judged against TF's own FuncGraph (``graph.get_operations()``),
 the layout against the graph's edges, the TensorBoard file by reading it back
@@ -159,7 +159,7 @@ def test_networkx_layout_puts_every_producer_above_its_consumer(tour_model):
 
 
 def test_notebook_fragment_of_the_tour_funcgraph_is_under_300_kB(tour_model):
-    """Issue 27's budget, measured on the tour model's FuncGraph (op list folded away)."""
+    """ the budget, measured on the tour model's FuncGraph (op list folded away)."""
     from tflab.report.html import fragment
     from tflab.models import model_input_spec
     from tflab.tracing import trace_and_inspect

@@ -1,4 +1,4 @@
-"""Issue 27: every report renders as rich output in Jupyter, checked by executing a real notebook.
+"""Every report renders as rich output in Jupyter, checked by executing a real notebook.
 
 The notebook is built in code (nbformat) and run headless (nbclient on an
 ipykernel kernel). Each cell's last expression is one report; its output's

@@ -1,14 +1,14 @@
-"""The text, the JSON and the page render the same record (issue 37, item 2).
+"""The text, the JSON and the page render the same record.
 
 One record, three renderings: ``to_text()``, ``to_dict()`` (what ``--json``
 prints) and the HTML (the ``--html`` page and the notebook fragment). A
 checker reads the numbers and labels out of each and lists where they
-disagree. The three disagreements the newcomer trial found are its planted
+disagree. The three disagreements are its planted
 defects: the retrace page showing TF's TraceType reprs for a first trace
 (``x=TensorSpec(shape=(2,), dtype=tf.float32, name=None), k=Literal[2]``) where
 the text shows ``x=float32(2,), k=2``; the retrace page dropping the call
-counts (P4); the export page's max|Δ| that was the |Δ| at the worst-ratio
-element (P9).
+counts; the export page's max|Δ| that was the |Δ| at the worst-ratio
+element.
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ def _export(variants):
     return variant_table(variants), d, export_fragment(rep)
 
 
-# The trial's numbers (P9): the float16 max |Δ| is 8.9e-05, the |Δ| at its worst-ratio element 3.37e-05.
+# The the numbers: the float16 max |Δ| is 8.9e-05, the |Δ| at its worst-ratio element 3.37e-05.
 def _trial() -> dict:
     return {"none": [_output("y", 6e-08, 2.24e-08, 1e-6, 0.04)],
             "float16": [_output("y", 8.9e-05, 3.37e-05, 2e-4, 0.6), _output("z", 1e-5, 1e-5, 1e-3, 0.01)],
@@ -196,7 +196,7 @@ def test_export_text_json_and_page_agree():
 
 
 def test_the_export_checker_catches_the_worst_element_shown_as_the_max():
-    """Planted: the page given each output's |Δ| at the worst-ratio element as its max (the P9 page)."""
+    """Planted: the page given each output's |Δ| at the worst-ratio element as its max (page)."""
     variants = _variants(_trial())
     text, d, _ = _export(variants)
     shown = {q: dataclasses.replace(v, check=NS(**{**vars(v.check), "outputs": {

@@ -1,4 +1,4 @@
-"""Issue 23: one record convention for every report class of tflab.
+"""One record convention for every report class of tflab.
 
 A report class is a class defined in tflab that subclasses `tflab.report.base.Report`,
 or a dataclass with both ``to_text`` and ``to_dict``. Each one must:

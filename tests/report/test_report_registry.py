@@ -1,4 +1,4 @@
-"""The HTML of a record: ``_repr_html_`` written once, the renderer found by class (issue 37, item 2).
+"""The HTML of a record: ``_repr_html_`` written once, the renderer found by class.
 
 * ``_repr_html_`` has one definition in tflab, on `tflab.report.base.HtmlDisplay`;
   every report, and `tflab.RetraceProbe` (not a report: a wrapper around the
@@ -24,7 +24,7 @@ from _import_graph import build_graph  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # What the report package may import besides itself: base-layer helpers only.
-REPORT_MAY_IMPORT = {"tflab._lazy", "tflab._paths", "tflab.runtime"}
+REPORT_MAY_IMPORT = {"tflab._api.lazy", "tflab._api.deprecations", "tflab._io.paths", "tflab.runtime"}
 
 
 def _repr_html_definitions() -> list[str]:
@@ -162,7 +162,7 @@ def records_misplaced(classes) -> list[str]:
 
 
 def test_every_report_of_a_lab_package_is_defined_in_its_records_module():
-    """Issue 37 item 2: a lab package's records live in its records module, not beside the code that
+    """A lab package's records live in its records module, not beside the code that
     computes them (the old module may re-export them)."""
     from test_report_convention import _import_all, report_classes
 

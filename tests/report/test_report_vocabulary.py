@@ -1,4 +1,4 @@
-"""One field vocabulary for every record of tflab (issue 37, item 2; `tflab.report.base`).
+"""One field vocabulary for every record of tflab (`tflab.report.base`).
 
 * ``error`` is always a message: a str (or None), never a number;
 * a number that measures a difference is an ``*_error`` (``max_abs_error``,

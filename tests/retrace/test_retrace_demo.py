@@ -125,7 +125,7 @@ def test_renders(demo):
                                   "tensor", "argument", "->", "1"]
     d = json.loads(json.dumps(demo.to_dict()))
     assert d["results"][0]["trigger"] == "new shape" and d["results"][0]["traces"] == 3
-    # The configuration it ran on (issue 8); the counts above hold on every one.
+    # The configuration it ran on; the counts above hold on every one.
     assert isinstance(d["config"]["onednn_enabled"], bool)
     assert demo.to_text().splitlines()[-1] == f"measured on: {demo.config['one_line']}"
     assert demo.counts["new Python value"] == (3, 1) and not callable(demo.counts)  # no deprecated alias

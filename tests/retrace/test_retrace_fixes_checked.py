@@ -1,6 +1,6 @@
-"""Issue 32 (retrace part): every fix the probe and ``tflab retrace`` print was run on the user's calls.
+"""Every fix the probe and ``tflab retrace`` print was run on the user's calls.
 
-Each test adapts one report row (shared/cases/reports_s4.md, trial_newcomer.md) and
+Each test adapts one report row (a user-reported retrace case) and
 asserts it in that row's "what tflab would need" terms. Each Fix kind printed has a
 failing candidate planted beside it (a spec that rejects a call, a cast that breaks
 the body, a tensor of the wrong dtype, an object that cannot be shared, a shared
@@ -32,7 +32,7 @@ def _tf_count(fn, calls):
     return fn.experimental_get_tracing_count()
 
 
-# --- input_signature: rank change (healthy: #33434; broken: a body that needs the rank) ----------
+# --- input_signature: rank change (healthy: tensorflow/tensorflow#33434; broken: a body that needs the rank) ----------
 
 
 def add(a, b):
@@ -66,7 +66,7 @@ def test_row1_the_printed_signature_accepts_every_call_and_the_old_spec_is_tried
     assert d["fix_record"]["status"] == "checked" and d["fix_tried"][0]["status"] == "failed"
 
 
-def test_p1_rank_and_dtype_change_the_signature_has_unknown_rank_and_one_dtype():
+def test_rank_and_dtype_change_the_signature_has_unknown_rank_and_one_dtype():
     g = tf.function(lambda x, n: x * n)
     p = RetraceProbe(g)
     calls = [(tf.ones([2]), 2), (tf.ones([3]), 2), (tf.ones([3], tf.float64), 2), (tf.ones([3, 1]), 2)]
@@ -108,7 +108,7 @@ def test_a_dtype_change_is_fixed_by_a_cast_and_a_cast_of_one_input_alone_is_trie
     healthy(tf.ones([2], tf.float32))
     healthy(tf.ones([2], tf.float64))
     fix = _plan(healthy.traces[1]).fix
-    # float32 and float64 once each: the wider, which holds both calls' values (newcomer trial s7 #2)
+    # float32 and float64 once each: the wider, which holds both calls' values
     assert (fix.kind, fix.change, fix.status) == ("cast", "tf.cast(x, tf.float64)", "checked")
     assert fix.measured["traces"] == 1
     broken = RetraceProbe(lambda x, y: x + y)
@@ -137,10 +137,10 @@ def test_a_varying_python_scalar_becomes_a_tensor_and_the_wrong_dtype_is_tried_f
     assert _tf_count(by_hand, [(tf.ones([2]), tf.constant(n, tf.float32)) for n in (1, 2, 3)]) == 1
 
 
-# --- code: the structure an earlier trace had; P2: a tie headlines the trace the call hits ------
+# --- code: the structure an earlier trace had;: a tie headlines the trace the call hits ------
 
 
-def test_p2_the_tie_headline_is_the_trace_the_call_would_hit():
+def test_the_tie_headline_is_the_trace_the_call_would_hit():
     h = tf.function(lambda d: d["a"] + tf.add_n(d["l"]))
     p = RetraceProbe(h)
     p({"a": tf.ones([2]), "l": [tf.ones([2])]})
@@ -188,7 +188,7 @@ def test_a_new_lambda_per_call_names_the_function_that_makes_it_and_is_checked()
     assert fix.checked and fix.result.startswith("1 trace for your 3 calls, instead of 3")
 
 
-# --- row 6 (#42000): a new model + Adam per experiment ------------------------------------------
+# --- row 6 (tensorflow/tensorflow#42000): a new model + Adam per experiment ------------------------------------------
 
 
 def _make_model():
@@ -267,7 +267,7 @@ def test_the_optimizer_fixes_fail_and_are_not_printed_when_the_step_also_builds_
     assert "optimizer.build" not in p.traces[-1].fixes[-1].split("worked on your case")[0]
 
 
-# --- item 4: a retrace with equal TraceTypes names the part of TF's cache key -------------------
+# --- a retrace with equal TraceTypes names the part of TF's cache key -------------------
 
 
 class _Scaled(tf.Module):
@@ -304,7 +304,7 @@ def test_a_trace_inside_another_graph_names_the_graph():
     assert "parent_graph eager -> a graph" in t.reasons[0]
 
 
-# --- tflab retrace: row 4 (epitome#43), P3, and a shared function that cannot serve all ----------
+# --- tflab retrace: row 4 (epitome#43), a shared function that cannot serve all ----------
 
 
 EPITOME = """
@@ -384,7 +384,7 @@ def test_a_shared_tf_function_that_cannot_serve_every_object_is_not_printed(tmp_
     assert g.fix.startswith("none of the 1 candidate fix(es) worked")
 
 
-def test_p3_configured_instances_need_their_own_traces_only_the_shape_retrace_is_fixed(tmp_path):
+def test_configured_instances_need_their_own_traces_only_the_shape_retrace_is_fixed(tmp_path):
     report = _script(tmp_path, "inst.py", INSTANCES.format(k1=1, k2=2))
     (g,) = report.shared_names
     assert g.configured and "(k: 1, 2)" in g.text and "a new tf.function each time" not in g.text
@@ -439,7 +439,7 @@ def test_checking_costs_one_trace_per_signature_candidate_and_nothing_on_a_secon
 
 
 def test_a_structure_fix_that_drops_data_is_not_printed_as_checked():
-    """Newcomer trial: "pass d with the keys ['a']" hit the cache (measured) but dropped d['b']."""
+    """"pass d with the keys ['a']" hit the cache (measured) but dropped d['b']."""
     import tflab
 
     p = tflab.RetraceProbe(tf.function(lambda d: tf.add_n(list(d.values()))))
@@ -477,7 +477,7 @@ b(tf.ones([2]))
 
 
 def test_instances_holding_their_own_variables_are_configured_not_told_to_share_one(tmp_path):
-    """Newcomer trial s7 #3: Layer(1.0) and Layer(2.0), each with its own tf.Variable, were told to build
+    """Layer(1.0) and Layer(2.0), each with its own tf.Variable, were told to build
     one Layer and reuse it ("checked: 1 trace"), which would give b's caller a's 1x. A variable attribute
     is configuration, by value: different values need their own graphs; equal ones may share."""
     (g,) = _script(tmp_path, "vars.py", VARIABLE_INSTANCES.format(v1=1.0, v2=2.0)).shared_names
@@ -489,7 +489,7 @@ def test_instances_holding_their_own_variables_are_configured_not_told_to_share_
 
 
 def test_every_trace_of_a_dtype_history_names_one_cast_and_never_a_float_to_an_integer():
-    """Newcomer trial s7 #2: float32, int32, float64, int32 calls; trace #3 said cast to int32 (4.5 -> 4)."""
+    """Float32, int32, float64, int32 calls; trace #3 said cast to int32 (4.5 -> 4)."""
     p = RetraceProbe(lambda x: x * 2)
     for v in (tf.constant(1.5), tf.constant(2), tf.constant(2.25, tf.float64), tf.constant(3)):
         p(v)

@@ -510,7 +510,7 @@ except ValueError as e:
 
 
 # ---------------------------------------------------------------------------
-# Issue #9, items 1-5 and 7: wrong answers on one's own code
+# wrong answers on one's own code
 # ---------------------------------------------------------------------------
 
 TWO_INSTANCES = os.path.join(DATA, "two_instances.py")

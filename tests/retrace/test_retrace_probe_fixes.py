@@ -122,7 +122,7 @@ def test_retrace_cli_report_notes_stale_reads_need_the_probe(run_cli):
 
 
 def test_retrace_cli_tells_two_instances_of_one_method_apart(run_cli):
-    """Item 1: each instance's @tf.function method is its own tf.function object, with its own cache."""
+    """Each instance's @tf.function method is its own tf.function object, with its own cache."""
     code, out, err = run_cli("retrace", TWO_INSTANCES)
     assert code == 0, err
     ids = dict(zip(out.split()[0:4:2], out.split()[1:4:2]))  # the script prints both instances' ids
@@ -146,7 +146,7 @@ def test_retrace_cli_json_has_one_entry_per_object(run_cli):
 
 
 def test_closures_from_one_factory_are_separate_functions():
-    """Item 1's sibling: closures share a qualname; TF's records name distinct objects."""
+    """ the sibling: closures share a qualname; TF's records name distinct objects."""
     from tflab.retrace import group_logged_traces
 
     a, b = _factory(1.0), _factory(2.0)
@@ -208,7 +208,7 @@ def test_log_text_groups_by_address_and_joins_tf_variable_creation_retrace():
 
 
 def test_expect_traces_on_one_instance_ignores_the_other():
-    """Item 1: expect_traces(a.__call__) around calls of b, then a: only a's traces, with a's reason."""
+    """Expect_traces(a.__call__) around calls of b, then a: only a's traces, with a's reason."""
 
     class Net(tf.Module):
         def __init__(self):
@@ -234,7 +234,7 @@ def test_expect_traces_on_one_instance_ignores_the_other():
 
 
 def test_expect_traces_on_a_method_from_the_class_counts_every_instance():
-    """Item 1's sibling: Net.__call__ from the class never traces itself; each instance's copy does."""
+    """ the sibling: Net.__call__ from the class never traces itself; each instance's copy does."""
 
     class Net(tf.Module):
         @tf.function
@@ -254,7 +254,7 @@ def test_expect_traces_on_a_method_from_the_class_counts_every_instance():
 
 
 def test_readme_expect_traces_example_on_a_warmed_function():
-    """Item 2 and the README: the block's trace is compared with the one made before it."""
+    """As the README says, the block's trace is compared with the one made before it."""
     from tflab.retrace import cached_traces
 
     train_step, dataset = _warm_train_step()
@@ -304,7 +304,7 @@ def test_expect_traces_on_a_warmed_function_that_created_variables():
 
 
 def test_expect_traces_fails_when_no_call_went_through_the_probe():
-    """Item 3: calling the tf.function itself bypasses the probe; say so instead of passing with 0."""
+    """Calling the tf.function itself bypasses the probe; say so instead of passing with 0."""
     train_step = _direct_step()
     probe = RetraceProbe(train_step)
     with pytest.raises(UsageError) as info:
@@ -326,7 +326,7 @@ def test_expect_traces_fails_when_no_call_went_through_the_probe():
 
 
 def test_probe_text_says_whose_tracing_count_it_prints():
-    """Item 3: the probe's own copy traced, the tf.function given did not."""
+    """The probe's own copy traced, the tf.function given did not."""
     train_step = _direct_step()
     probe = RetraceProbe(train_step)
     probe(tf.ones([1]))
@@ -342,7 +342,7 @@ def test_probe_text_says_whose_tracing_count_it_prints():
 
 
 def test_a_tie_is_broken_toward_the_dtype_change_and_the_runner_up_is_listed():
-    """Item 4: #5 differs by one change from #2 (a dtype) and from #3 (dict keys): blame the dtype."""
+    """#5 differs by one change from #2 (a dtype) and from #3 (dict keys): blame the dtype."""
 
     def f(batch, flag, imgs):
         if len(imgs) != 1:
@@ -383,7 +383,7 @@ def test_a_tie_of_equal_kinds_still_goes_to_the_latest_trace():
 
 
 def test_retrace_cli_says_which_trace_each_reason_compares_with(run_cli, tmp_path):
-    """Item 5: #3 and #4 have the same reason text against different traces."""
+    """#3 and #4 have the same reason text against different traces."""
     script = tmp_path / "lr.py"
     script.write_text(LR_SCRIPT)
     code, out, err = run_cli("retrace", str(script))
@@ -393,7 +393,7 @@ def test_retrace_cli_says_which_trace_each_reason_compares_with(run_cli, tmp_pat
 
 
 def test_a_failing_expect_traces_hides_tflab_frames_from_pytest():
-    """Item 7: pytest's traceback shows the user's block and the reasons, not tflab's source."""
+    """Pytest's traceback shows the user's block and the reasons, not tflab's source."""
     probe = RetraceProbe(lambda x: x * 2.0)
     with pytest.raises(RetraceError) as info:
         with expect_traces(probe, at_most=0):
@@ -406,7 +406,7 @@ def test_a_failing_expect_traces_hides_tflab_frames_from_pytest():
 
 
 def test_trace_records_do_not_reach_pytests_log_capture(caplog):
-    """Item 7's sibling: the level-1/2 records read inside expect_traces stay out of the failure report."""
+    """ the sibling: the level-1/2 records read inside expect_traces stay out of the failure report."""
     import logging
 
     @tf.function

@@ -459,7 +459,7 @@ def test_a_keras_loop_is_refused_with_what_works(loop):
 
 
 def test_a_rebound_variable_is_not_called_a_trace_counter(tmp_path):
-    from tflab._target import load_module
+    from tflab._user.target import load_module
     from tflab.retrace.sideeffects import trace_time_effects
 
     src = tmp_path / "acc_mod.py"

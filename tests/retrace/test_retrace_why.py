@@ -1,8 +1,8 @@
-"""Issue 20: why it retraced, from TF's own structures (TraceEvent, TraceType diff, side effects).
+"""Why it retraced, from TF's own structures (TraceEvent, TraceType diff, side effects).
 
-Each case of trial_newcomer.md (W2, W3, M1, M5, M9) and reports.md (#38561,
-#46012, #31362) is here with what TF itself does on the same input, so each
-test failed on the old main (raw reprs, wrong kind, blamed a relaxed dim,
+Each (tensorflow/tensorflow#38561,
+tensorflow/tensorflow#46012, tensorflow/tensorflow#31362) is here with what TF itself does on the same input, so each
+test failed on tflab without the fix (raw reprs, wrong kind, blamed a relaxed dim,
 reported the user's counter as stale, saw no side effect).
 """
 
@@ -37,14 +37,14 @@ def _no_raw_repr(traces):
             assert not RAW_REPRS.search(text), text
 
 
-# --- W3: a new lambda per call ----------------------------------------------
+# --- a new lambda per call ----------------------------------------------
 
 
 def _apply(fn, x):
     return fn(x)
 
 
-def test_w3_a_new_lambda_per_call_is_a_new_function_not_a_raw_weakref():
+def test_a_new_lambda_per_call_is_a_new_function_not_a_raw_weakref():
     p = RetraceProbe(_apply)
     for _ in range(2):
         p(lambda t: t * 2.0, tf.ones([2]))
@@ -62,10 +62,10 @@ def test_w3_a_new_lambda_per_call_is_a_new_function_not_a_raw_weakref():
     assert same.trace_count == 1
 
 
-# --- M1: RaggedTensor / SparseTensor shape changes ---------------------------
+# --- RaggedTensor / SparseTensor shape changes ---------------------------
 
 
-def test_m1_a_ragged_batch_change_is_a_ragged_shape_and_the_fix_works():
+def test_a_ragged_batch_change_is_a_ragged_shape_and_the_fix_works():
     p = RetraceProbe(lambda x: tf.reduce_sum(x))
     small, big = tf.ragged.constant([[1., 2.], [3.]]), tf.ragged.constant([[1., 2.], [3.], [4., 5., 6.]])
     p(small), p(big)
@@ -81,7 +81,7 @@ def test_m1_a_ragged_batch_change_is_a_ragged_shape_and_the_fix_works():
     _no_raw_repr(p.traces)
 
 
-def test_m1_a_sparse_shape_change_is_a_sparse_shape():
+def test_a_sparse_shape_change_is_a_sparse_shape():
     p = RetraceProbe(lambda x: tf.sparse.reduce_sum(x))
     a = tf.sparse.SparseTensor([[0, 0]], [1.0], [2, 2])
     b = tf.sparse.SparseTensor([[0, 0]], [1.0], [2, 3])
@@ -108,10 +108,10 @@ def test_an_extension_type_field_shape_change_names_the_field():
     _no_raw_repr(p.traces)
 
 
-# --- M5: reduce_retracing compares with the relaxed trace ----------------------
+# --- reduce_retracing compares with the relaxed trace ----------------------
 
 
-def test_m5_only_the_dim_that_was_not_relaxed_is_blamed():
+def test_only_the_dim_that_was_not_relaxed_is_blamed():
     p = RetraceProbe(lambda x: tf.reduce_sum(x, -1), reduce_retracing=True)
     for s in ((2, 3), (4, 3), (5, 3), (5, 7)):
         p(tf.ones(s))
@@ -124,7 +124,7 @@ def test_m5_only_the_dim_that_was_not_relaxed_is_blamed():
     assert "already on" in r.fix and "use reduce_retracing=True" not in r.fix
 
 
-# --- M9: dataclass values, and the fix by literal type --------------------------
+# --- dataclass values, and the fix by literal type --------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +137,7 @@ def _scaled(x, cfg):
     return x * cfg.scale
 
 
-def test_m9_a_different_live_dataclass_value_is_a_value_change():
+def test_a_different_live_dataclass_value_is_a_value_change():
     p = RetraceProbe(_scaled)
     a, b = Cfg(2.0, 1), Cfg(3.0, 1)  # both alive
     p(tf.ones([2]), a), p(tf.ones([2]), b)
@@ -149,7 +149,7 @@ def test_m9_a_different_live_dataclass_value_is_a_value_change():
     assert p.trace_count == 2
 
 
-def test_m9_the_value_fix_fits_the_literal_type():
+def test_the_value_fix_fits_the_literal_type():
     p = RetraceProbe(lambda x, mode: x * 2.0 if mode == "a" else x)
     p(tf.ones([1]), "a"), p(tf.ones([1]), "b")
     (r,) = p.traces[1].details
@@ -164,7 +164,7 @@ def test_m9_the_value_fix_fits_the_literal_type():
     assert n.traces[1].details[0].kind == "value" and "tf.constant" in n.traces[1].fixes[0]
 
 
-# --- W2: the user's own trace counter ---------------------------------------------
+# --- the user's own trace counter ---------------------------------------------
 
 TRACES = 0
 
@@ -175,7 +175,7 @@ def _counting(x):
     return x * 2
 
 
-def test_w2_a_global_the_body_writes_is_not_a_stale_read():
+def test_a_global_the_body_writes_is_not_a_stale_read():
     p = RetraceProbe(_counting)
     p(tf.ones([2])), p(tf.ones([2]))
     assert p.stale == [] and "stale" not in repr(p)
@@ -193,7 +193,7 @@ def _reads_scale(x):
 
 
 def test_a_global_the_body_only_reads_is_still_a_stale_read():
-    """The planted defect W2's fix must not hide: a read-only global changed without a retrace."""
+    """The planted defect the fix must not hide: a read-only global changed without a retrace."""
     global SCALE
     p = RetraceProbe(_reads_scale)
     try:
@@ -206,7 +206,7 @@ def test_a_global_the_body_only_reads_is_still_a_stale_read():
     assert [s.name for s in p.stale] == ["SCALE"]
 
 
-# --- #31362: o.value += 1 runs only while tracing ----------------------------------
+# --- tensorflow/tensorflow#31362: o.value += 1 runs only while tracing ----------------------------------
 
 
 class _Obj:
@@ -275,7 +275,7 @@ def test_the_probe_and_the_log_make_the_same_trace_event():
     assert [str(s) for s in p.events[1].traced_type.parameters["x"].type_constraint.shape] == ["None"]
 
 
-# --- #46012: a new model per loop step; #38561: Keras predict over lengths ----------------
+# --- tensorflow/tensorflow#46012: a new model per loop step; tensorflow/tensorflow#38561: Keras predict over lengths ----------------
 
 _NEW_MODEL = """
 import numpy as np, keras
@@ -377,7 +377,7 @@ class _NewcomerCfg:
     scale: float
 
 
-# --- issue 20, finished: every consumer takes the TraceEvent; CLI side effects; labels ------
+# ---, finished: every consumer takes the TraceEvent; CLI side effects; labels ------
 
 
 _BUMP = """

@@ -117,7 +117,7 @@ def test_per_replica_specs_are_diffed_from_the_objects():
 
 
 def test_a_changed_dataclass_value_is_the_cause_even_after_the_old_object_is_collected():
-    """Newcomer trial: Cfg(1.0) then Cfg(2.0), each dropped after its call. TF matches the frozen
+    """Cfg(1.0) then Cfg(2.0), each dropped after its call. TF matches the frozen
     dataclass by ==, so the value change retraced; garbage collection is named only when the values
     were equal (then TF could not look the old object up), and no "#N" placeholder leaks."""
     Cfg = _NewcomerCfg
@@ -141,7 +141,7 @@ def test_a_changed_dataclass_value_is_the_cause_even_after_the_old_object_is_col
 def test_stabilize_count_consumes_the_trace_event_the_log_sees():
     """stabilization.count_traces is the probe's trace-time trigger (on_each_trace): each trace gives the
     TraceEvent read from TF's tracing frame, the same one capture_trace_events makes for that trace.
-    On the old main count_traces took no events and made none (its own side effect, args only)."""
+    On tflab without the fix count_traces took no events and made none (its own side effect, args only)."""
     from tflab import stabilization_report
     from tflab.stabilization import count_traces
 
@@ -166,7 +166,7 @@ def test_stabilize_count_consumes_the_trace_event_the_log_sees():
 
 
 def test_tflab_retrace_reports_the_same_side_effects_as_the_probe(tmp_path, run_cli):
-    """#31362 through the CLI: the old main's `tflab retrace` printed no side effect (no call count)."""
+    """tensorflow/tensorflow#31362 through the CLI: tflab without the fix's `tflab retrace` printed no side effect (no call count)."""
     path = _script(tmp_path, "bump.py", _BUMP)
     script = trace_script(path)
     (fn,) = script.functions
@@ -209,7 +209,7 @@ def test_every_call_traced_means_no_side_effect_line_and_the_call_patch_is_undon
 
 
 def test_two_tf_functions_at_one_reused_address_get_two_keys_and_two_labels():
-    """CPython gives a freed object's address to the next object. The old main keyed the two apart
+    """CPython gives a freed object's address to the next object. The tflab without the fix keyed the two apart
     but printed one label, `scaled of @0x…`, for both."""
     import gc
 

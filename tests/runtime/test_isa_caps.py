@@ -1,4 +1,4 @@
-"""ISA caps (issue 18): one CPU runs what an older CPU runs, and a bad cap is one clear error.
+"""ISA caps: one CPU runs what an older CPU runs, and a bad cap is one clear error.
 
 Three caps, each read where its code generator starts: ``ONEDNN_MAX_CPU_ISA``
 (oneDNN's dispatcher control; TF 2.21 bundles oneDNN 3.7), ``XLA_FLAGS=

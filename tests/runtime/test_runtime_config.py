@@ -201,7 +201,7 @@ def test_onednn_field_predicts_tf_softmax_on_a_special_row():
     """The field names the kernels that run: tf.nn.softmax of [1, +inf, 2, 0] is all NaN
     under Eigen (the IEEE formula: exp(inf - inf) is NaN and it reaches every element
     through the sum), but [0, NaN, 0, 0] under oneDNN's softmax; XLA's is all NaN on both.
-    ``make test`` runs this under TF_ENABLE_ONEDNN_OPTS=0 and =1 (portability.md P2)."""
+    ``make test`` runs this under TF_ENABLE_ONEDNN_OPTS=0 and =1 (portability.md)."""
     import numpy as np
     import tensorflow as tf
 

@@ -1,10 +1,10 @@
-"""SavedModel names and random signatures: keras-team/keras#19458 and trial_newcomer P13.
+"""SavedModel names and random signatures: keras-team/keras#19458.
 
 keras#19458 (reports_s4 row 8): `tf.saved_model.save` of a Keras 3 model with
 ``Input(name="x", dtype="int32")`` and an output layer ``y`` gives the SignatureDef input
 ``inputs`` and output ``output_0``. Measured by saving into a temporary folder; the fixes
 (``model.export``, dict outputs) are checked by saving again and reading the new SignatureDef.
-P13: a signature drawing random numbers is bit-exact on the first call once a global seed is
+a signature drawing random numbers is bit-exact on the first call once a global seed is
 set; the note must say so.
 """
 
@@ -72,20 +72,20 @@ class _Stateless(tf.Module):
         return {"y": x + tf.random.stateless_uniform(tf.shape(x), seed=[1, 2])}
 
 
-def test_p13_seeded_random_signature_bit_exact_gets_the_random_note(tmp_path):
+def test_seeded_random_signature_bit_exact_gets_the_random_note(tmp_path):
     tf.random.set_seed(0)
     try:
         check = tflab.save_and_reload(_Random(), str(tmp_path / "r"), {"x": np.zeros((2, 3), np.float32)})
     finally:
         tf.random.set_seed(None)
-    # The P13 state: both fresh kernels start from the seeded state, so the first calls coincide.
+    # The state: both fresh kernels start from the seeded state, so the first calls coincide.
     assert check.bit_exact
     note = next(n for n in check.notes if "bit-exact here only because" in n)
     assert "RandomUniform" in note and "a second call of the reloaded signature changes" in note
     assert int(note.split("changes ")[1].split()[0]) > 0  # measured: the second call draws new numbers
 
 
-def test_p13_stateless_random_is_bit_exact_with_no_random_note(tmp_path):
+def test_stateless_random_is_bit_exact_with_no_random_note(tmp_path):
     check = tflab.save_and_reload(_Stateless(), str(tmp_path / "s"), {"x": np.zeros((2, 3), np.float32)})
     assert check.bit_exact and not any("random" in n for n in check.notes)
 

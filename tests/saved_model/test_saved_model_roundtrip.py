@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from tflab._target import load_module
+from tflab._user.target import load_module
 
 MODELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "export", "models.py")
 
@@ -69,7 +69,7 @@ def test_the_check_follows_the_record_convention(dense64_check):
 
 
 def test_bytes_not_values_are_compared():
-    from tflab._numeric import compare_bits, ulp_distance
+    from tflab._graph.numeric import compare_bits, ulp_distance
 
     # -0.0 == 0.0 as numbers but not as bytes.
     assert np.array([0.0], np.float32) == np.array([-0.0], np.float32)
@@ -101,7 +101,7 @@ def test_a_difference_is_detected(tmp_path):
     out = c.signatures["serving_default"].outputs["y"]
     assert c.bit_exact is False and out.bit_exact is False
     assert out.mismatched == 8 and 0 < out.max_abs_error < 1
-    # Two maxima, each over its own worst element, each labelled (issue 9 item 15's kind).
+    # Two maxima, each over its own worst element, each labelled (the kind).
     assert (f"8 element(s) differ, max |Δ| {out.max_abs_error:.3g}, max ULP {out.max_ulp} "
             f"(each its own worst element)") in c.to_text()
 
@@ -274,7 +274,7 @@ def test_per_signature_examples(models, tmp_path):
     assert not any((tmp_path / n).exists() for n in "bcde")
 
 
-# ------------------------------------- which functions become signatures (issue 9, items 9-10)
+# ------------------------------------- which functions become signatures
 
 
 def _signature_zoo():

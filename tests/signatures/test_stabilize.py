@@ -165,7 +165,7 @@ def test_stabilization_report_on_a_lambda_converts_the_users_code(caplog):
 
 
 def test_equal_shaped_examples_warn_which_dims_stayed_fixed():
-    """Issue #9 item 6: nothing varies, so every dim is pinned; say so, and how to relax it."""
+    """Nothing varies, so every dim is pinned; say so, and how to relax it."""
     from tflab import FixedShapeWarning
 
     def step(x):
@@ -206,7 +206,7 @@ def test_examples_with_a_varying_dim_do_not_warn():
 
 
 def test_a_datasets_element_spec_relaxes_what_its_batches_did_not_show():
-    """Item 6's sibling: 8 rows in batches of 4 show only 4, but batch(4) can yield fewer (element_spec None)."""
+    """The sibling: 8 rows in batches of 4 show only 4, but batch(4) can yield fewer (element_spec None)."""
     import warnings
 
     with warnings.catch_warnings():

@@ -20,7 +20,7 @@ def test_tour_tracing_sections_on_a_user_model(small_keras_file, tmp_path):
                       only=["s01_trace", "s02_retrace", "s04_stabilize"])
     saved = json.loads((out / "report.json").read_text())
     assert saved["model"] == str(small_keras_file)
-    # The configuration every number was measured on (issue 8): TF CPU path and why.
+    # The configuration every number was measured on: TF CPU path and why.
     from tflab.runtime import runtime_config
 
     cfg = runtime_config()
@@ -80,7 +80,7 @@ def test_materialize_one_stream_per_call_and_size_limit():
     import numpy as np
     import tensorflow as tf
 
-    from tflab._target import materialize
+    from tflab._user.target import materialize
     from tflab.errors import UsageError
 
     rng = np.random.default_rng(0)
@@ -94,7 +94,7 @@ def test_materialize_one_stream_per_call_and_size_limit():
 
 
 def test_calibrate_batch_norm_reaches_nested_layers():
-    """Issue 23: the walk over the public ``.layers`` lists finds a BatchNormalization inside a
+    """The walk over the public ``.layers`` lists finds a BatchNormalization inside a
     nested model too; each gets the batch's statistics (momentum 0) and keeps its own momentum."""
     import keras
     import numpy as np

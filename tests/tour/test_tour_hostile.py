@@ -1,4 +1,4 @@
-"""Issue 33 B7 (addendum) and B22: the tour killed with SIGKILL, then interrupted with Ctrl-C.
+"""The tour killed with SIGKILL, then interrupted with Ctrl-C.
 
 One tour on the small user model per step, signalled the moment its distribute lab's temporary
 folder appears in ``$TMPDIR`` (no sleep: the folder is the cue). After the SIGKILL every process of
@@ -50,10 +50,10 @@ def _wait_for_lab_folder(tmp: Path, proc: subprocess.Popen, timeout: float = 300
 
 
 @pytest.mark.slow
-def test_b7_b22_tour_sigkilled_then_interrupted_leaves_nothing(tmp_path, small_keras_file):
+def test_tour_sigkilled_then_interrupted_leaves_nothing(tmp_path, small_keras_file):
     (tmp_path / "tmp").mkdir()
     out = tmp_path / "o5" / "tour180"
-    # B7 addendum: SIGKILL of `tflab tour` left .tour180.tmp-*, tflab_tour_lane_*, tflab_distribute_* …
+    # SIGKILL of `tflab tour` left .tour180.tmp-*, tflab_tour_lane_*, tflab_distribute_* …
     proc = _start(tmp_path, small_keras_file, out)
     lab = _wait_for_lab_folder(tmp_path / "tmp", proc)
     owner = int((lab / ".tflab-owner").read_text().split()[0])
@@ -66,7 +66,7 @@ def test_b7_b22_tour_sigkilled_then_interrupted_leaves_nothing(tmp_path, small_k
     left = sorted(os.listdir(tmp_path / "tmp")) + sorted(os.listdir(out.parent))
     assert any(n.startswith("tflab_distribute_") for n in left), left  # nothing could remove them yet
 
-    # B22: Ctrl-C during the tour left $TMPDIR/tflab_distribute_* (0.json, 0.stderr); this run also sweeps
+    # Ctrl-C during the tour left $TMPDIR/tflab_distribute_* (0.json, 0.stderr); this run also sweeps
     proc = _start(tmp_path, small_keras_file, out)
     _wait_for_lab_folder(tmp_path / "tmp", proc, old=lab)
     assert not lab.exists()  # swept by this run's supervisor before its child started

@@ -1,6 +1,6 @@
 """The tour's second process (`tflab._tour.lane`): the sections it runs state what one process states.
 
-Issue 24: steps 6 and 7–8 run in a second process from the tour's start, on
+steps 6 and 7–8 run in a second process from the tour's start, on
 the model as steps 2 and 4 leave it (their training steps replayed there). A
 user's small model keeps these tests to seconds; the full tour's facts are
 compared with the stored ones in tests/tour/test_tour_speed.py.
@@ -90,7 +90,7 @@ def test_which_sections_go_to_the_lane(names, expected, monkeypatch):
 
 
 def test_only_names_sections_by_module_and_refuses_others(tmp_path):
-    """Newcomer trial (session 5): only=[6, 7] ran nothing and wrote an empty report."""
+    """only=[6, 7] ran nothing and wrote an empty report."""
     from tflab.errors import UsageError
     from tflab.tour import run_tour
 
@@ -101,7 +101,7 @@ def test_only_names_sections_by_module_and_refuses_others(tmp_path):
 
 
 def test_a_lane_whose_tour_is_already_gone_exits_at_once(tmp_path):
-    """Hostile trial (session 5): a tour SIGKILLed before the lane read its parent left the lane
+    """A tour SIGKILLed before the lane read its parent left the lane
     exporting for 30 min under init. The tour's pid comes in argv; another parent: exit 124."""
     import subprocess
     import sys
@@ -116,7 +116,7 @@ def test_a_lane_whose_tour_is_already_gone_exits_at_once(tmp_path):
 
 @pytest.mark.parametrize("in_lane, isolate", [(True, False), (False, True)])
 def test_steps_7_8_convert_in_the_lane_itself_and_in_workers_elsewhere(in_lane, isolate, tmp_path, monkeypatch):
-    """Issue 36: in the second process the TFLite variants convert in that process (it is the
+    """In the second process the TFLite variants convert in that process (it is the
     isolation: a converter abort ends it and the tour reruns steps 7–8 itself, in worker processes);
     in the tour's own process they convert in workers as before."""
     import tflab.export

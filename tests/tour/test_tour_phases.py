@@ -1,4 +1,4 @@
-"""Issue 36/37: the tour benchmark's phase timers reach TF only through `tflab._tf.phases`.
+"""The tour benchmark's phase timers reach TF only through `tflab._tf.phases`.
 
 `benchmarks/_tour_phases.py` wraps TF's tracing, AutoGraph, gradient, XLA and
 first-run entry points to split the tour's seconds into phases. The wrapping

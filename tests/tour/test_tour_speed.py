@@ -1,4 +1,4 @@
-"""Issue 24: the tour made faster keeps every claim, and its parallel parts behave.
+"""The tour made faster keeps every claim, and its parallel parts behave.
 
 * The report's facts (keys and verdicts, `tflab._tour.facts`) are compared with
   those of a tour of main at 176dbcb, before the speed work
@@ -29,9 +29,9 @@ def _expected():
     return json.loads((DATA / "expected_facts.json").read_text())
 
 
-# Facts a later issue changed on purpose, over the old tour's: issue 20's TraceType diff names each
+# Facts a later issue changed on purpose, over the old tour's: the TraceType diff names each
 # parameter's exact TensorSpec in the retrace fix (the reasons themselves are unchanged).
-# Issue 32: the fix is the whole input_signature from every call, run on the recorded calls before it is printed.
+# the fix is the whole input_signature from every call, run on the recorded calls before it is printed.
 INTENDED_CHANGES = {"retrace.traces[2].fixes": [
     "give the tf.function an input_signature: input_signature=[tf.TensorSpec([None, 96, 96, 3], tf.float32), "
     "tf.TensorSpec([None], tf.int64)] (checked: 1 trace for your 3 calls, instead of 3; outputs equal eager's "
@@ -39,16 +39,16 @@ INTENDED_CHANGES = {"retrace.traces[2].fixes": [
     # A fix is checked on the user's values too: the signature's graph run on the three recorded batches
     # equals the training step run eagerly (bit for bit, or within the ULP that the user's own function
     # traced afresh is from eager on this CPU; facts fold that CPU-dependent detail).
-    # Issue 32: the unscaled float16 run no longer guesses "a loss scale may rescue them
+    # the unscaled float16 run no longer guesses "a loss scale may rescue them
     # (loss_scale='dynamic')": a loss-scale fix is printed only when it was run and rescued every
     # zeroed gradient element, and here the scaled run beside it (2^15) is that measurement.
-    # Issue 32: every printed fix says how it was checked; TF's variable-creation re-trace has nothing to run.
+    # every printed fix says how it was checked; TF's variable-creation re-trace has nothing to run.
     "retrace.traces[1].fixes": [
         "nothing to fix: TF traces once more after the first call created tf.Variables; create them outside "
         "the tf.function to skip it (not checked: TF's own re-trace: there is nothing to change)"],
     "precision.tiny_loss.policies.mixed_float16.unscaled.verdict":
         "float16 underflows 512/512 gradient elements of x",
-    # Issue 36 (session 8): the export's end-to-end bounds for the quantized variants cannot fail on
+    # the export's end-to-end bounds for the quantized variants cannot fail on
     # this model, and say so. Before, the second process replayed all seven training steps, which
     # saturate the softmax on the export's examples (every element within 1e-26 of 0 or 1): dynamic and
     # float16 came out bit-exact, and a tiny first-order bound (vanishing gradients) passed for
@@ -100,7 +100,7 @@ def test_the_stored_expectation_is_the_old_tours_facts():
     (lambda r: r["modes"]["forward"]["modes"]["xla"].update(error="XLA failed"),
      "verdict modes.forward.modes.xla.error"),
     (lambda r: r["modes"].pop("fusion_count"), "missing key modes.fusion_count"),
-    # Issue 36: a cheaper model for the second process must keep every TFLite bound able to fail.
+    # a cheaper model for the second process must keep every TFLite bound able to fail.
     (lambda r: r["export"]["variants"]["int8"].update(vacuous_outputs=["output_0"]),
      "verdict export.variants.int8.vacuous_outputs"),
     (lambda r: r["export"]["variants"]["dynamic"].update(vacuous_outputs=["output_0"]),

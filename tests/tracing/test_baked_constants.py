@@ -1,8 +1,8 @@
-"""Issue 32 item 4: NumPy data baked into a FuncGraph as Const ops is counted in bytes.
+"""NumPy data baked into a FuncGraph as Const ops is counted in bytes.
 
-Row: reports_s4.md #12 (pymc-devs/pymc4#312, "Cannot create a tensor proto whose content is
+Row: (pymc-devs/pymc4#312, "Cannot create a tensor proto whose content is
 larger than 2GB"): ``tf.cast(X.T, tf.float32)`` with a NumPy ``X`` of 20000 x 50 float64 makes a
-``Cast/x`` Const of 8,000,000 bytes; old main said "eager tensors: none" and gave no size.
+``Cast/x`` Const of 8,000,000 bytes; without the fix, tflab said "eager tensors: none" and gave no size.
 The sizes are read from the FuncGraph's ops; the test measures them independently from the
 serialized GraphDef. Byte counts are dtype sizes times element counts, the same on every CPU.
 """
@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 from tflab import trace_and_inspect
-from tflab._target import load_module
+from tflab._user.target import load_module
 from tflab.diagnosis.baked import LARGE_CONST_BYTES, baked_constants
 
 CASES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "diagnose", "baked_cases.py")
@@ -35,7 +35,7 @@ def test_312_the_baked_dataset_is_sized_named_and_placed():
     (c,) = r.constants
     assert (c.name, c.dtype, c.shape, c.bytes) == ("Cast/x", "float64", [50, 20000], 50 * 20000 * 8)
     assert c.bytes == graphdef_const_bytes(r.func_graph)  # what the GraphDef itself holds
-    line = next(i + 1 for i, ln in enumerate(LINES) if ln.endswith("# B1 culprit"))
+    line = next(i + 1 for i, ln in enumerate(LINES) if ln.endswith("# culprit"))
     assert c.where == f"baked_cases.py:{line}" and c.statement == "xt = tf.cast(X.T, tf.float32)"
     assert "8.0 MB of data baked into the GraphDef as Const ops (GraphDef limit 2 GB)" in repr(r)
     text = r.to_text(max_ops=0)

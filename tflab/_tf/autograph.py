@@ -1,4 +1,4 @@
-"""AutoGraph's and tf.function's internals that `tflab.autograph`, `tflab._source_map` and `tflab.diagnosis` read.
+"""AutoGraph's and tf.function's internals that `tflab.autograph`, `tflab._user.source_map` and `tflab.diagnosis` read.
 
 What is private here, and why tflab needs it:
 

@@ -1,4 +1,4 @@
-"""The TF entry points `benchmarks/bench_tour.py` times, wrapped and restored here (issue 37).
+"""The TF entry points `benchmarks/bench_tour.py` times, wrapped and restored here.
 
 The tour's phase timers (``benchmarks/_tour_phases.py``) split each section's
 seconds into tracing, AutoGraph conversion, gradients, XLA compiles and the

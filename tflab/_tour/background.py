@@ -142,7 +142,7 @@ def loss_scaling_demo():
     import sys
     import shutil
 
-    from tflab._paths import owned_temp_dir
+    from tflab._io.paths import owned_temp_dir
     from tflab.process.channel import ChannelError, receive_result, result_ready
     from tflab.process.group import start_tied
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tflab._progress import Progress
+    from tflab._io.progress import Progress
 
 
 @dataclasses.dataclass
@@ -47,7 +47,7 @@ class TourContext:
 
     def __post_init__(self) -> None:
         if self.final_dir is not None:  # reports written under out_dir name the published folder
-            from tflab._paths import register_publication
+            from tflab._io.paths import register_publication
 
             register_publication(self.out_dir, self.final_dir)
 
@@ -82,7 +82,7 @@ def load_user_model(path: str):
     """
     from tflab.errors import UsageError
 
-    from tflab._paths import input_path
+    from tflab._io.paths import input_path
 
     # A FIFO, a device, a symlink loop: named, without opening it (the one input place).
     input_path(path, "--model", want="any", what="a .keras file or a SavedModel folder")

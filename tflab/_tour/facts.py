@@ -1,4 +1,4 @@
-"""The facts a tour report states, for comparing two tours (issue 24: faster, same claims).
+"""The facts a tour report states, for comparing two tours (faster, same claims).
 
 A tour made faster must still show what it showed: every key of
 ``report.json`` and every verdict (trace counts and kinds, retrace reasons,
@@ -47,7 +47,7 @@ VERDICTS = (
 )
 
 
-# Fields renamed by issue 37's one field vocabulary (tflab/report/base.py): (pattern of the
+# Fields renamed by the one field vocabulary (tflab/report/base.py): (pattern of the
 # old path, old segment, new segment). A path is compared under its current name, so a stored
 # expectation written before the rename still compares with a new report, key for key.
 RENAMED = (

@@ -24,7 +24,7 @@ than that range (vacuous); after two steps it spans 0.010–0.408 with every
 value inside (0, 1); after three or more it is saturated (every element within
 1e-26 of 0 or 1 exactly, all rows the same class), and a saturated softmax
 hides any error inside the model: dynamic and float16 came out bit-exact on
-it, a check that could not fail (newcomer trial, session 8). `tflab.litert.check`
+it, a check that could not fail. `tflab.litert.check`
 now names both kinds in ``vacuous_outputs``, which the facts test compares
 (``[]`` for every variant). The one-process tour (``TFLAB_TOUR_LANE=0``, or a
 failed lane) exports the model steps 2 and 4 leave, and says when its outputs
@@ -91,7 +91,7 @@ class Lane:
 
     def __init__(self, sections: list[str], out_dir: Path, final_dir: Path | None,
                  model_path: str | None, training: list[str] = ()) -> None:
-        from tflab._paths import owned_temp_dir
+        from tflab._io.paths import owned_temp_dir
         from tflab.lowering.tour import lane_env
         from tflab.process.group import start_tied
 
@@ -113,7 +113,7 @@ class Lane:
             self._proc = start_tied(argv, stdout=subprocess.DEVNULL, stderr=self._err,
                                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
                                                "TFLAB_DEADLINE_S": str(LANE_TIMEOUT), "TMPDIR": self._tmp,
-                                               **lane_env(self._tmp)})  # step 6's compile dumps (issue 35)
+                                               **lane_env(self._tmp)})  # step 6's compile dumps
         except OSError as e:  # no process (fork refused under a memory limit): the tour runs them
             self._failed = f"could not start ({e.strerror or e})"
 

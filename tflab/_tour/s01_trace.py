@@ -16,7 +16,7 @@ def run(ctx) -> None:
     report = trace_and_inspect(serve, spec)
     ctx.shared["input_spec"] = spec
     ctx.shared["serve"] = serve
-    from tflab._paths import output_path
+    from tflab._io.paths import output_path
 
     ctx.shared["trace_report"] = report  # the --html page draws it; --tensorboard writes it
     dot_path = ctx.out_dir / "inference.dot"

@@ -53,7 +53,7 @@ def run(ctx) -> None:
     if fwd.fusion_count is not None:
         ctx.line(f"XLA optimized HLO: {fwd.fusion_count} fusions "
                  f"({', '.join(f'{k} {v}' for k, v in sorted(fwd.fusion_kinds.items()))}; from {hlo_from})")
-    # The lowering ladder from the dump of that compile (the tour's second process dumps it; issue 35).
+    # The lowering ladder from the dump of that compile (the tour's second process dumps it).
     from tflab.lowering.tour import tour_lines
 
     for line in tour_lines(forward, x):

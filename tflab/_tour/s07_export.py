@@ -17,7 +17,7 @@ def run(ctx) -> None:
     # Converting in worker processes isolates converter aborts (and lets this process compute the
     # bounds' gradients meanwhile). In the tour's second process the process is the isolation: an
     # abort ends it, and the tour runs this section again, isolated; converting there spares the
-    # two workers' TensorFlow imports and SavedModel loads (issue 36).
+    # two workers' TensorFlow imports and SavedModel loads.
     # The int8 kept-float fix costs one more calibration conversion: `tflab export` measures it.
     report = export_model(model, ctx.out_dir / "export", force=True, isolate=not ctx.in_second_process,
                           progress=ctx.progress, model_name=name, keep_float=False)

@@ -18,7 +18,7 @@ module on first use.
 
 import importlib
 
-from tflab._lazy import lazy_exports
+from tflab._api.lazy import lazy_exports
 
 _EXPORTS = {
     **dict.fromkeys(("CAUSE_CLASSES", "Cause", "OpJudgement", "Attribution"), "records"),

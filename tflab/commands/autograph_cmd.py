@@ -24,11 +24,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tflab.report import jsonable as _jsonutil
-    from tflab._target import load_call
+    from tflab._user.target import load_call
     from tflab.autograph import autograph_diff
 
     fn, call_args, call_kwargs = load_call(args.target, args.arg)
-    from tflab._usercode import user_code
+    from tflab._user.usercode import user_code
 
     with user_code(args.target.rpartition(":")[2], "while AutoGraph converted and traced it"):
         report = autograph_diff(fn, *call_args, strict=True if args.strict else None, **call_kwargs)

@@ -65,13 +65,13 @@ def _read_model(path: str) -> bytes:
 
 def run(args: argparse.Namespace) -> int:
     from tflab.report.jsonable import dumps
-    from tflab._progress import Progress
+    from tflab._io.progress import Progress
     from tflab.examples import Examples, random_examples, union_inputs
     from tflab.litert.check import check_tflite, require_matching_signatures
     from tflab.litert.ops import variant_of
     from tflab.saved_model import load_saved_model, require_saved_model_dir, signature_inputs
 
-    from tflab._paths import output_path
+    from tflab._io.paths import output_path
 
     node_out = (output_path(args.node_data, "--node-data", example="nodes.json", overwrite=args.force)
                 if args.node_data else None)

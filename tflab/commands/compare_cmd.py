@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import functools
 
-from tflab._cliargs import int_at_least as _at_least  # argparse only: cheap to import
-from tflab._cliargs import non_negative_float as _non_negative_float
-from tflab._cliargs import seed_type
+from tflab._api.cliargs import int_at_least as _at_least  # argparse only: cheap to import
+from tflab._api.cliargs import non_negative_float as _non_negative_float
+from tflab._api.cliargs import seed_type
 
 HELP = ("run FILE.py:FUNC forward and backward eagerly, as a graph and under XLA; "
         "print ULP distances from eager, timings, fusion count and findings")
@@ -46,14 +46,14 @@ def run(args: argparse.Namespace) -> int:
     from tflab.report import jsonable as _jsonutil
     import numpy as np
 
-    from tflab._target import MAX_RANDOM_BYTES, materialize, recording_draws
+    from tflab._user.target import MAX_RANDOM_BYTES, materialize, recording_draws
     from tflab.examples import load_call_with_examples
     from tflab.errors import UsageError
     from tflab.modes import compare_modes
 
     from tflab.process.memory import check_fits
-    from tflab._paths import output_path
-    from tflab._usercode import user_code
+    from tflab._io.paths import output_path
+    from tflab._user.usercode import user_code
     from tflab.modes import MODES
 
     # Checked before anything runs: a bad path must not cost a whole comparison.
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     # Peak copies: the numpy draw and the tensor, then per mode the outputs (as large as the
     # inputs for an elementwise function) and, with gradients, one gradient per input.
     copies = 2 + len(MODES) * (1 if args.no_grad else 2)
-    from tflab.process.memory import ulp_step_copies  # and the ULP step's int64/float64 copies (B16)
+    from tflab.process.memory import ulp_step_copies  # and the ULP step's int64/float64 copies
 
     copies += max((ulp_step_copies(s.dtype.size) for s in specs if s.dtype.is_floating), default=0)
     if all(n <= MAX_RANDOM_BYTES for n in sizes):  # else materialize names the argument over its cap
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         if failed != ["xla"]:  # eager or graph cannot run the function on these arguments
             raise UsageError(line)
         # Eager and graph ran and were compared, so the input was valid: XLA not compiling
-        # an op (a string op, a py_function) is a finding, exit 1 like a failed check (case W4).
+        # an op (a string op, a py_function) is a finding, exit 1 like a failed check.
         import sys
 
         print(f"tflab compare: finding: {line}", file=sys.stderr)
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_hlo(hlo: dict, out) -> None:
-    """Writes the HLO stages through the `tflab._paths.OutputPath` that `output_path` probed.
+    """Writes the HLO stages through the `tflab._io.paths.OutputPath` that `output_path` probed.
 
     That object knows a device or FIFO is written in place and a symlink's
     target is written (a second, unprobed ``OutputPath`` renamed a temp file

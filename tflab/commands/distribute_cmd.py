@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from tflab._cliargs import int_at_least, positive_float
+from tflab._api.cliargs import int_at_least, positive_float
 
 HELP = ("trace a strategy.run training step under MirroredStrategy (2 logical CPUs) and under "
         "MultiWorkerMirroredStrategy on 2 local worker processes; report traces, replica bodies and "
@@ -66,7 +66,7 @@ _NEEDS_STEP = ("--arg, --replicas and --workers need FILE.py:STEP (your step); t
 
 
 def run(args: argparse.Namespace) -> int:
-    from tflab._progress import Progress
+    from tflab._io.progress import Progress
     from tflab.distribute import lab, workers
 
     if args.target is not None:
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_user(args: argparse.Namespace) -> int:
-    from tflab._progress import Progress
+    from tflab._io.progress import Progress
     from tflab.distribute import user as distribute_user
     from tflab.errors import UsageError
 

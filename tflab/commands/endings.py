@@ -11,7 +11,7 @@ def user_keyboard_interrupt(verb: str, args, exc: BaseException) -> int | None:
     The user's code raised it (no SIGINT came), or signalled its own process (a SIGINT that the
     supervisor, which every Ctrl-C and ``kill -INT`` of tflab reaches, never received).
     """
-    from tflab._usercode import describe
+    from tflab._user.usercode import describe
     from tflab.errors import own_interrupt, sigint_received
 
     if not own_interrupt():

@@ -66,7 +66,7 @@ def default_out(model: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from tflab.report.jsonable import dumps
-    from tflab._progress import Progress
+    from tflab._io.progress import Progress
     from tflab.export import export_model, parse_quantize
 
     from tflab.report.pages import export_page, html_output

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tflab._cliargs import int_at_least
+from tflab._api.cliargs import int_at_least
 
 HELP = "trace FILE.py:FUNC once and print its FuncGraph: ops, captures, signature, control flow"
 
@@ -29,9 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tflab.report import jsonable as _jsonutil
-    from tflab._paths import output_path
+    from tflab._io.paths import output_path
     from tflab.examples import load_call_with_examples
-    from tflab._usercode import user_code
+    from tflab._user.usercode import user_code
     from tflab.tracing import trace_and_inspect
 
     from tflab.report.pages import tensorboard_output, write_tensorboard

@@ -61,18 +61,18 @@ def before_tf(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tflab.report import jsonable as _jsonutil
-    from tflab._progress import Progress
-    from tflab._paths import output_path
+    from tflab._io.progress import Progress
+    from tflab._io.paths import output_path
     from tflab.report.pages import html_output
     from tflab.examples import load_call_with_examples
-    from tflab._usercode import user_code
+    from tflab._user.usercode import user_code
     from tflab.errors import UsageError
     from tflab.lowering import lower
 
     # Every output checked before any work: a bad path must not cost a lowering.
     out = None
     if args.out:
-        from tflab._paths import check_folder_out
+        from tflab._io.paths import check_folder_out
         from tflab.commands.preflight_checks import check_file_not_in_folder
 
         if args.html:  # the page inside the folder, or at its path: refused before any work

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import functools
 
-from tflab._cliargs import seed_type
+from tflab._api.cliargs import seed_type
 
 HELP = ("run FILE.py:FUNC forward and backward under float32, mixed_bfloat16 and mixed_float16; "
         "print errors against float32, gradient underflow, overflow and what loss scaling changes")
@@ -46,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _loss_scale(text: str | None):
-    from tflab._cliargs import loss_scale_problem
+    from tflab._api.cliargs import loss_scale_problem
     from tflab.errors import UsageError
 
     if text is None or text == "dynamic":
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from tflab.report import jsonable as _jsonutil
-    from tflab._target import bind_args, check_target, load_target, materialize, parse_args, python_signature
+    from tflab._user.target import bind_args, check_target, load_target, materialize, parse_args, python_signature
     from tflab.precision import compare_precisions, parse_policies
 
     # Options first: a typo in --policies must not cost an import of the user's file.
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     import tensorflow as tf
 
     from tflab.process.memory import check_fits
-    from tflab._target import MAX_RANDOM_BYTES
+    from tflab._user.target import MAX_RANDOM_BYTES
 
     specs = [v for v in (*call_args, *call_kwargs.values())
              if isinstance(v, tf.TensorSpec) and v.shape.is_fully_defined()]
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         check_fits(sum(sizes), 2 + 2 * len(policies), "precision",
                    "use a smaller shape or fewer --policies")
     rng = np.random.default_rng(args.seed)  # one stream for all arguments: x and y differ
-    from tflab._target import recording_draws
+    from tflab._user.target import recording_draws
 
     with recording_draws():  # which inputs were drawn at random, for the error line's --examples hint
         call_args = tuple(materialize(a, rng) for a in call_args)

@@ -14,7 +14,7 @@ from tflab.errors import UsageError
 
 
 def check_target(value: str, grammar: str = "FILE.py:FUNC", example: str = "examples/model.py:step") -> str:
-    """The file part of ``FILE.py:FUNC`` (``tflab._target.load_target``'s grammar), or one line.
+    """The file part of ``FILE.py:FUNC`` (``tflab._user.target.load_target``'s grammar), or one line.
 
     Raises:
         UsageError: no ``:``, no FILE, or no FUNC.
@@ -34,17 +34,17 @@ _PARSE_LIMIT_BYTES = 4 << 20
 
 
 def check_py(path: str, flag: str) -> None:
-    """Refuses a file that is not ``.py`` (`tflab._target.load_module`'s rule), or that Python cannot parse.
+    """Refuses a file that is not ``.py`` (`tflab._user.target.load_module`'s rule), or that Python cannot parse.
 
     A syntax error was reported only after TF's import (10-20 s), though compiling the source needs
-    none: it is compiled here (no code runs), after `tflab._paths.input_path` found a regular file.
+    none: it is compiled here (no code runs), after `tflab._io.paths.input_path` found a regular file.
 
     Raises:
         UsageError: not ``.py``; a syntax error, with its line (the child's words: "raised SyntaxError").
     """
     if not path.endswith(".py"):
         raise UsageError(f"{flag} {path!r} is not a .py file")
-    from tflab._path_checks import open_regular
+    from tflab._io.path_checks import open_regular
 
     try:
         fd = open_regular(path)
@@ -66,9 +66,9 @@ def check_py(path: str, flag: str) -> None:
 def check_tflite_identifier(path: str, flag: str) -> None:
     """Refuses a file without the ``TFL3`` flatbuffer identifier at byte 4 (`tflab.litert.ops`'s words).
 
-    Only after `tflab._paths.input_path` found a regular file: 8 bytes are read, without blocking.
+    Only after `tflab._io.paths.input_path` found a regular file: 8 bytes are read, without blocking.
     """
-    from tflab._path_checks import open_regular
+    from tflab._io.path_checks import open_regular
 
     try:
         fd = open_regular(path)
@@ -84,7 +84,7 @@ def check_tflite_identifier(path: str, flag: str) -> None:
 
 
 def check_contents(verb: str, args) -> None:
-    """What the input files hold, once `tflab._paths.input_path` judged every input path (a FIFO in a
+    """What the input files hold, once `tflab._io.paths.input_path` judged every input path (a FIFO in a
     SavedModel folder is named first): a script's syntax (`check_py`), check-tflite's flatbuffer
     identifier (`check_tflite_identifier`), an ``--examples`` that is no zip archive (`tflab.examples`'
     words), a tour ``--model`` file that is not ``.keras``."""
@@ -111,13 +111,13 @@ def check_file_not_in_folder(file: str, file_flag: str, folder: str, folder_flag
 
     The folder is published whole by a rename: a page written at the folder's own path is refused
     by that rename after the folder's work is done (exit 2 with half the outputs written), and a page
-    inside it is not in the folder's `tflab._output_marker.MARKER`, so the next ``--force`` refuses
+    inside it is not in the folder's `tflab._io.output_marker.MARKER`, so the next ``--force`` refuses
     tflab's own page. Both paths are resolved first (``x/..``, symlinks).
 
     Raises:
         UsageError: "--html D is the --out folder itself" / "… is inside --out D".
     """
-    from tflab._path_checks import check_path_text
+    from tflab._io.path_checks import check_path_text
 
     check_path_text(file, file_flag)  # a NUL byte, a too-long name: their own line first
     check_path_text(folder, folder_flag)
@@ -132,7 +132,7 @@ def check_file_not_in_folder(file: str, file_flag: str, folder: str, folder_flag
 
 def check_saved_model_folder(value: str, flag: str) -> None:
     """A SavedModel folder's files TF will open, judged with ``stat`` (`check_saved_model_files`)."""
-    from tflab._path_checks import check_saved_model_files
+    from tflab._io.path_checks import check_saved_model_files
 
     if os.path.isdir(value):
         check_saved_model_files(value, flag)

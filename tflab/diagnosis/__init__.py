@@ -33,7 +33,7 @@ it mechanically (a NumPy call -> the core TF op with its dtype cast, ``x.shape[i
 ``tf.shape(x)[i]``, a layer or tf.Variable hoisted, a list -> a tf.TensorArray, a cast,
 a shape invariant, ``tf.where`` / ``tf.reduce_any`` for a vector ``if`` ...), each
 candidate is applied to a copy of the function, traced, run once on the same arguments
-and compared with the function run eagerly (ULP, `tflab._numeric`); the first that works
+and compared with the function run eagerly (ULP, `tflab._graph.numeric`); the first that works
 is printed (``checked: ...``), one that failed never is, and an advice-only fix says
 ``not checked: why``.
 
@@ -71,7 +71,7 @@ from __future__ import annotations
 
 import importlib
 
-from tflab._lazy import lazy_exports
+from tflab._api.lazy import lazy_exports
 
 _EXPORTS = {
     "diagnose": "engine",

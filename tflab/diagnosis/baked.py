@@ -66,7 +66,7 @@ def baked_constants(graph, min_bytes: int = LARGE_CONST_BYTES) -> tuple[int, tup
         graph: a FuncGraph; its If/While branch and body FuncGraphs are read too.
         min_bytes: the size from which a Const is listed.
     """
-    from tflab._source_map import strip_comment, walk_ops
+    from tflab._user.source_map import strip_comment, walk_ops
     from tflab.diagnosis.frames import is_user_file
     from tflab.diagnosis.source import Source
 

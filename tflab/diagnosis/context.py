@@ -34,7 +34,7 @@ class Context:
 
 
 def python_target(fn: Callable) -> Callable:
-    from tflab._target import bound_user_method
+    from tflab._user.target import bound_user_method
 
     # A bound tf.function method: the user's method on its instance (held strongly),
     # not TF's bound_method_wrapper, whose code is TF's own.
@@ -57,7 +57,7 @@ def make_context(fn: Callable | None, args: tuple, kwargs: dict, from_signature:
     except (TypeError, ValueError):
         pass
     code = getattr(inspect.unwrap(getattr(python_fn, "__func__", python_fn)), "__code__", None)
-    from tflab._target import bound_user_method
+    from tflab._user.target import bound_user_method
     from tflab._tf.autograph import autograph_enabled
 
     return Context(name=name, python_fn=python_fn, filename=code.co_filename if code else "",
@@ -81,7 +81,7 @@ def make(ctx: Context, exc: BaseException, kind: str, filename: str, line: int |
          explanation: str, fix: str, why: str = "") -> Diagnosis:
     """The `Diagnosis` of ``kind`` at ``line``; its plan holds ``fix`` as "not checked: WHY"
     until a rule runs a rewrite (`planned`)."""
-    from tflab._source_map import error_line, strip_comment
+    from tflab._user.source_map import error_line, strip_comment
     from tflab.fix import first_working, unchecked
 
     src = Source.of(filename)
@@ -114,7 +114,7 @@ LIST_FIX = ("use a tf.TensorArray (ta = ta.write(i, value) in the loop, ta.stack
 def materialize_specs(value: Any) -> Any:
     import tensorflow as tf
 
-    from tflab._target import materialize
+    from tflab._user.target import materialize
 
     def conv(v):
         if isinstance(v, tf.TensorSpec):
@@ -219,7 +219,7 @@ def candidate(ctx: Context, fsrc, description: str, module_source: str, *, chang
     def check():
         from tflab.diagnosis.fixes import run_fixed
 
-        from tflab._source_map import error_line, walk_ops
+        from tflab._user.source_map import error_line, walk_ops
 
         lead = ctx.lead if fsrc.instance is None else ()
 

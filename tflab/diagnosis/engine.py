@@ -10,7 +10,7 @@ import inspect
 from typing import Any, Callable
 
 from tflab._tf.autograph import clone_function, full_tracebacks
-from tflab._usercode import user_entry
+from tflab._user.usercode import user_entry
 from tflab.diagnosis.context import (LIST_FIX, Context, make_context, materialize_specs, python_target, sized,
                                      stmt_label, tensor_array_fix)
 from tflab.diagnosis.records import SILENT_STAGE, Diagnosis
@@ -30,7 +30,7 @@ def _check_inputs_fit(args: Any, kwargs: Any) -> None:
     import tensorflow as tf
 
     from tflab.process.memory import check_fits
-    from tflab._target import MAX_RANDOM_BYTES
+    from tflab._user.target import MAX_RANDOM_BYTES
 
     specs = [sized(v) for v in tf.nest.flatten((args, kwargs)) if isinstance(v, tf.TensorSpec)]
     sizes = [int(np.prod(s.shape.as_list(), dtype=np.float64)) * max(s.dtype.size, 1) for s in specs]
@@ -95,7 +95,7 @@ def diagnose(fn: Callable, *args: Any, examples: Any = None, **kwargs: Any) -> D
     >>> d.fix
     'use a tf.TensorArray (ta = ta.write(i, value) in the loop, ta.stack() after it), which is a loop variable'
     """
-    from tflab._target import check_target, callable_name, signature_args
+    from tflab._user.target import check_target, callable_name, signature_args
 
     if not callable(fn):
         raise UsageError(f"diagnose needs a function, got {type(fn).__name__}")
@@ -111,7 +111,7 @@ def diagnose(fn: Callable, *args: Any, examples: Any = None, **kwargs: Any) -> D
         from_sig = getattr(fn, "input_signature", None) is not None
     python_fn = python_target(fn)
     if python_fn is not getattr(fn, "python_function", fn):  # a Keras layer/model: build it first
-        from tflab._source_map import build_layer
+        from tflab._user.source_map import build_layer
 
         build_layer(getattr(fn, "python_function", fn), args, kwargs)
     ctx = make_context(fn, args, kwargs, from_signature=from_sig)
@@ -145,7 +145,7 @@ def _trace_and_run(fn, ctx: Context, tf_fn, args, kwargs, counter, code, saved) 
                 concrete = tf_fn.get_concrete_function(*args, **kwargs)
         except Exception as e:
             if _is_binding_error(e):
-                from tflab._target import binding_error
+                from tflab._user.target import binding_error
 
                 target = getattr(tf_fn, "python_function", tf_fn)
                 mismatch = binding_error(getattr(target, "__name__", None) or type(target).__name__, tf_fn, e)
@@ -199,7 +199,7 @@ def _silent_list_append(ctx: Context, filename: str) -> Diagnosis | None:
                             and call.func.attr in _LIST_MUTATORS and isinstance(call.func.value, ast.Name)
                             and call.func.value.id in lists and call.func.value.id not in rebound):
                         name, kind = call.func.value.id, graph[loop.lineno]
-                        from tflab._source_map import strip_comment
+                        from tflab._user.source_map import strip_comment
 
                         from tflab.fix import first_working, unchecked
 

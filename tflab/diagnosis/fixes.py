@@ -433,7 +433,7 @@ def list_to_tensor_array(src: FunctionSource, name: str, dtype: str) -> str | No
     return unparse(module)
 
 
-# --------------------------------------------------------------------------- the trial
+# ---------------------------------------------------------------------------
 
 
 def run_fixed(src: FunctionSource, module_source: str, args: tuple, kwargs: dict,

@@ -56,7 +56,7 @@ def is_generated(filename: str) -> bool:
 def is_user_file(filename: str) -> bool:
     if not filename or filename.startswith("<") or is_generated(filename):
         return False
-    from tflab._usercode import is_library_file
+    from tflab._user.usercode import is_library_file
 
     return not is_library_file(filename)  # by where the file lives, not by words in its path
 
@@ -73,7 +73,7 @@ def user_site(exc: BaseException, frames: list[Frame]) -> tuple[str, int | None,
     loc: dict = {}
     # Frames before the first TF frame are the caller's (the line that called
     # get_concrete_function), not the function's code.
-    from tflab._usercode import library_of
+    from tflab._user.usercode import library_of
 
     first_tf = next((i for i, fr in enumerate(frames) if library_of(fr.filename) == "tensorflow"), 0)
     frames = frames[first_tf:]

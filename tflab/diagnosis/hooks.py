@@ -40,7 +40,7 @@ def diagnose_exception(exc: BaseException, fn: Callable | None = None, *, stage:
         ctx.stage, ctx.concrete, ctx.graph_labels = stage, concrete, dict(graph_labels or {})
         return classify_error(exc, ctx)
     except Exception as bug:  # never let the diagnosis hide the user's own error
-        from tflab._source_map import error_line
+        from tflab._user.source_map import error_line
 
         return Diagnosis(function_name=ctx.name, ok=False, kind="unrecognized", error=error_line(exc),
                          explanation=f"tflab could not classify it ({type(bug).__name__}: {bug})",
@@ -75,7 +75,7 @@ def with_diagnosis(err: BaseException, exc: BaseException, fn: Callable | None =
 def diagnosed_error(what: str, exc: BaseException, fn: Callable | None = None, **kw: Any) -> UsageError:
     """``UsageError("{what} raised {TF's first line}; KIND at FILE:LINE: FIX")`` with
     ``.diagnosis``, for ``raise diagnosed_error("…", e, fn) from e``."""
-    from tflab._source_map import error_line
+    from tflab._user.source_map import error_line
 
     return with_diagnosis(UsageError(f"{what} raised {error_line(exc)}"), exc, fn, **kw)
 

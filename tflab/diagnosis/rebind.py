@@ -325,7 +325,7 @@ def silent_rebinding(ctx, saved: list[tuple[Rebinding, Any]]):
     """
     import numpy as np
 
-    from tflab._source_map import strip_comment
+    from tflab._user.source_map import strip_comment
     from tflab.diagnosis.context import instance_of, materialize_specs, seeded
     from tflab.diagnosis.records import SILENT_STAGE, Diagnosis
     from tflab.diagnosis.source import Source

@@ -151,7 +151,7 @@ def eager_reference(python_fn: Callable, lead: tuple, args: tuple, kwargs: dict,
     import numpy as np
     import tensorflow as tf
 
-    from tflab._source_map import error_line
+    from tflab._user.source_map import error_line
 
     base_args, base_kwargs = materialize(args), materialize(kwargs)
     inner = inspect.unwrap(getattr(python_fn, "__func__", python_fn))

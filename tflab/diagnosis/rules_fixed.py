@@ -48,7 +48,7 @@ def rule_created_in_function(exc, ctx, frames, filename, line, loc, src, node):
     the function: TF traces a variable-creating function twice on its first call
     and lets only the first trace create variables (``polymorphic_function.py``,
     ``Function._initialize``: the second trace runs under ``invalid_creator_scope``),
-    so a creation that runs on every trace raises there (#26812, case X2)."""
+    so a creation that runs on every trace raises there (tensorflow/tensorflow#26812)."""
     if frame_named(frames, "invalid_creator_scope") is None:
         return None
     fsrc = fix_source(ctx, line, filename)
@@ -161,7 +161,7 @@ def _created_before(src, node, line, namespace):
 def rule_unhashable_tensor(exc, ctx, frames, filename, line, loc, src, node):
     """A symbolic tensor used as a dict key or a set element: ``Tensor.__hash__``
     raises inside a FuncGraph (``framework/tensor.py``; a tensor's ``==`` is
-    elementwise there), case X2 ``out[x] = …``."""
+    elementwise there), ``out[x] = …``."""
     fr = frame_named(frames, "__hash__")
     if fr is None or not isinstance(exc, TypeError) or "tensor" not in os.path.basename(fr.filename):
         return None

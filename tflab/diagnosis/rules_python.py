@@ -396,7 +396,7 @@ def rule_runtime_op(exc, ctx, frames, filename, line, loc, src, node):
     FuncGraph, or in an If/While branch/body FuncGraph, records the Python stack
     it was made from (``Operation.traceback``), whose innermost user frame is the
     culprit."""
-    from tflab._source_map import walk_ops
+    from tflab._user.source_map import walk_ops
 
     if ctx.stage != "call" or ctx.concrete is None or not hasattr(exc, "error_code"):
         return None

@@ -250,9 +250,9 @@ class StatementMap:
 
 
 def recorder(filename: str, first: int, last: int):
-    """A `tflab._source_map.TraceCounter` that also remembers, for each body
+    """A `tflab._user.source_map.TraceCounter` that also remembers, for each body
     FuncGraph it sees, the statement running it."""
-    from tflab._source_map import TraceCounter
+    from tflab._user.source_map import TraceCounter
     from tflab._tf.autograph import current_graph
 
     class _Recorder(TraceCounter):
@@ -272,7 +272,7 @@ def owner_from_ops(graph, src: Source | None) -> tuple[int, str] | None:
     """(line, kind) of the graph if/for/while whose body made ``graph``'s ops, read
     from the ops' creation tracebacks (used when no statement map was recorded):
     the innermost frame, in the user's file, on an if/for/while header line."""
-    from tflab._source_map import same_file
+    from tflab._user.source_map import same_file
 
     if src is None or graph is None:
         return None

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import importlib
 
-from tflab._lazy import lazy_exports
+from tflab._api.lazy import lazy_exports
 
 # Public name -> the submodule that defines it (PEP 562 module __getattr__).
 _EXPORTS = {

@@ -16,7 +16,7 @@ import sys
 
 
 def name_os_exit() -> None:
-    """The user's ``os._exit(N)`` in a step writes one line first, so the parent names it (B18).
+    """The user's ``os._exit(N)`` in a step writes one line first, so the parent names it.
 
     Without it the worker's last stderr line was TF's cuInit log line, quoted as the cause.
     """
@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
         export = setting("TFLAB_LAB_EXPORT") == "1"
         import shutil
 
-        from tflab._paths import owned_temp_dir
+        from tflab._io.paths import owned_temp_dir
 
         tmp = str(owned_temp_dir("tflab_lab_export_"))  # carries its owner: swept after a SIGKILL
         try:

@@ -1,6 +1,6 @@
 """The single-machine lesson, measured in a fresh process: `mirrored_lab` and `run_lab_subprocess`.
 
-Setup (issue #15): ``MirroredStrategy(["/cpu:0", "/cpu:1"])`` and a step
+Setup: ``MirroredStrategy(["/cpu:0", "/cpu:1"])`` and a step
 ``step(x, y) = strategy.run(replica_step, args=(x, y))`` over
 ``strategy.experimental_distribute_dataset(ds.batch(4))`` with 10 examples:
 global batches 4, 4, 2, per replica 2, 2, 1. The last, smaller batch changes

@@ -42,7 +42,7 @@ def inspect_distributed(fn: Callable, *args: Any, **kwargs: Any) -> DistributedT
     >>> r.mirrored_variables[0].type, r.component_handles, r.cross_replica_ops
     ('MirroredVariable', 2, {'CollectiveReduceV2': 2})
     """
-    from tflab._argcheck import check_callable, check_per_replica  # plain TensorSpecs gave "0 replicas"
+    from tflab._api.argcheck import check_callable, check_per_replica  # plain TensorSpecs gave "0 replicas"
 
     check_callable(fn, "fn", "inspect_distributed", allow_none=False)  # first: the arguments' words misled
     check_per_replica(args, kwargs, "inspect_distributed")

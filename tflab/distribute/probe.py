@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 from typing import Any, Callable, Iterator
 
+from tflab._api.deprecations import deprecated_fields
 from tflab._tf.distribute import wrapping_strategy_run
 from tflab.retrace.event import TraceEvent
 from tflab.retrace.probe import RetraceProbe
@@ -29,6 +30,7 @@ from tflab.report.html.dispatch import renders
 from tflab.report.html.timeline import probe_text_fragment
 
 
+@deprecated_fields  # its old field names: tflab/_api/deprecations.py
 @dataclasses.dataclass(frozen=True)
 class ReplicaRun:
     """One run of a replica function's Python body (it runs while TF traces the step).

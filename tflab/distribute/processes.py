@@ -75,7 +75,7 @@ def _last_line(path: str) -> str:
     except OSError:
         return ""
     # TF's C++ log lines (I0000 …, W0000 …, E0000 … cuInit) are noise next to the Python error: never the
-    # cause (issue 33 B18: os._exit(5) in the step was reported with the cuInit line). A fatal F line is kept.
+    # cause (os._exit(5) in the step was reported with the cuInit line). A fatal F line is kept.
     py = [ln for ln in lines if not re.match(r"^[IWE]\d{4} ", ln) and not ln.startswith("WARNING: All log")]
     return (py or [""])[-1][:300]
 
@@ -142,7 +142,7 @@ def run_children(specs: Sequence[tuple[str, list[str], dict]], timeout: float,
     """
     from tflab.process.group import ChildGroup
 
-    from tflab._paths import owned_temp_dir
+    from tflab._io.paths import owned_temp_dir
 
     tmp = str(owned_temp_dir("tflab_distribute_"))  # carries its owner: swept after a SIGKILL or a lost thread
     files = []

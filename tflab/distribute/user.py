@@ -70,7 +70,7 @@ def check_user_step(target: str, arg_items: list[str] | None) -> UserStep:
     """
     import tensorflow as tf
 
-    from tflab._target import check_target, load_target, parse_args
+    from tflab._user.target import check_target, load_target, parse_args
 
     named = parse_args(arg_items)
     path, _, name = target.rpartition(":")
@@ -113,7 +113,7 @@ def _child_spec(step: UserStep, mode: str, extra: dict) -> tuple[list[str], dict
 
 def _load_in_scope(strategy) -> tuple[Callable, dict]:
     """The user's step, its module imported inside ``strategy.scope()``, and the parsed specs."""
-    from tflab._target import load_target, parse_args
+    from tflab._user.target import load_target, parse_args
 
     from tflab.process.settings import get as setting
 
@@ -126,7 +126,7 @@ def _load_in_scope(strategy) -> tuple[Callable, dict]:
 def _in_parameter_order(fn: Callable, named: dict) -> dict:
     """``named`` reordered as the step's parameters: the dataset's columns are passed
     to ``strategy.run(STEP, args=…)`` positionally."""
-    from tflab._target import bind_args, python_signature
+    from tflab._user.target import bind_args, python_signature
 
     bind_args(fn, named)  # every parameter has a value, no unknown name
     sig = python_signature(fn)

@@ -74,7 +74,7 @@ def run_workers(n: int = 2, timeout: float = 60.0, crash_worker: int | None = No
         raise UsageError(f"n must be 2 (the two-worker run is the one measured by the tests), got {n!r}")
     if crash_worker is not None and not (isinstance(crash_worker, int) and 0 <= crash_worker < n):
         raise UsageError(f"--crash-worker must be a worker index 0..{n - 1}, got {crash_worker!r}")
-    from tflab._argcheck import check_float
+    from tflab._api.argcheck import check_float
 
     timeout = check_float(timeout, "timeout", "run_workers", minimum=0)  # nan: the deadline passed at once
     t0 = time.perf_counter()

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import importlib
 
-from tflab._lazy import lazy_exports
+from tflab._api.lazy import lazy_exports
 
 # Public name -> the module that defines it.
 _EXPORTS = {

@@ -52,7 +52,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from tflab._usercode import run_signature
+from tflab._user.usercode import run_signature
 from tflab.litert.conversion import call_target
 from tflab.examples import Examples, feed_for
 from tflab.saved_model import load_saved_model, signature_inputs

@@ -23,7 +23,7 @@ from tflab.errors import UsageError
 from tflab.litert.bounds import MIN_WEIGHT_ELEMENTS, output_bounds, bound_explanation, sensitivity
 from tflab.litert.conversion import QUANTIZATIONS, analyze_flatbuffer, convert, signature_op_types
 from tflab.examples import Examples
-from tflab._numeric import ulp_distance
+from tflab._graph.numeric import ulp_distance
 from tflab.saved_model import load_saved_model, signature_inputs
 from tflab.litert.records import OutputError, TFLiteCheck
 from tflab.litert.vacuous import planted_outputs, vacuous_note as _vacuous_note
@@ -66,7 +66,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
     Raises:
         UsageError: examples do not match a signature.
     """
-    from tflab._argcheck import check_bytes  # issue 33 B12: a bytearray was "unhashable"
+    from tflab._api.argcheck import check_bytes  # a bytearray would be "unhashable"
 
     model = check_bytes(model, "model", "check_tflite") if isinstance(model, (bytearray, memoryview)) else model
     from ai_edge_litert.interpreter import Interpreter
@@ -551,7 +551,7 @@ def tflite_roundtrip(saved_model_dir: str | os.PathLike, examples: Examples | An
 
     warn_after_conversion(model, f"tflite_roundtrip {quantization}")  # before LiteRT runs it
     # One float conversion per SavedModel serves both the size ratio and the per-op reference
-    # weights (issue 23: never a second whole-model conversion just for size_ratio).
+    # weights (never a second whole-model conversion just for size_ratio).
     if quantization == "none":
         float_model = model
         if not select_tf_ops:

@@ -16,7 +16,7 @@ from typing import Mapping
 
 import numpy as np
 
-from tflab._usercode import run_signature
+from tflab._user.usercode import run_signature
 from tflab.errors import TflabError, UsageError
 from tflab.litert.conversion import call_target
 from tflab.examples import Examples

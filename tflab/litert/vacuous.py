@@ -52,7 +52,7 @@ def planted_outputs(loaded, batches, full_keys: Mapping[str, str],
     """
     import tensorflow as tf
 
-    from tflab._usercode import run_signature
+    from tflab._user.usercode import run_signature
 
     variables, seen = [], set()
     for sig in loaded.signatures.values():

@@ -10,7 +10,7 @@ them: each name loads its module on first use.
 
 import importlib
 
-from tflab._lazy import lazy_exports
+from tflab._api.lazy import lazy_exports
 
 _EXPORTS = {
     "lower": "api",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from tflab._usercode import user_entry
+from tflab._user.usercode import user_entry
 from tflab.lowering.records import Lowering
 
 __all__ = ["lower"]
@@ -102,7 +102,7 @@ def lower(fn: Callable, *args: Any, examples: Any = None, path: str = "xla", run
     >>> [s.name for s in g.stages][3:]
     ['grappler', 'partition', 'profile']
     """
-    from tflab._argcheck import check_binds, check_callable, check_xla_flags
+    from tflab._api.argcheck import check_binds, check_callable, check_xla_flags
     from tflab.lowering.build import build_lowering
 
     check_callable(fn, "fn", "tflab.lower", allow_none=False)

@@ -209,7 +209,7 @@ def build_levels(fn: Any, specs: list, rebuild, child, passes: bool = False) -> 
     fg.cpu_seconds += trace_cpu
     done.append(fg)
     if not concrete.outputs:
-        # H13: nothing to compute; XLA would compile an empty program and every level below would be
+        # Nothing to compute: XLA would compile an empty program and every level below would be
         # empty, which is not a lowering of the user's function.
         stopped = "tf_mlir"
         why = (f"{name} returns no tensor (None, or an empty structure): XLA has no output to compute, so "

@@ -40,7 +40,7 @@ __all__ = ["DumpResult", "DumpChild", "OwnDump", "dumper", "arm_own_dump", "disa
 
 _CHILD = Path(__file__).with_name("_child.py")
 CHILD_TIMEOUT_S = 600.0
-#: Temporary folders carry `tflab._paths.OWNER` under this prefix: the CLI's start sweeps those
+#: Temporary folders carry `tflab._io.paths.OWNER` under this prefix: the CLI's start sweeps those
 #: whose owner is gone (``tflab_*``), so a SIGKILLed lowering leaves nothing behind for long.
 TEMP_PREFIX = "tflab_lower_"
 _DUMP_FLAGS = "--xla_dump_hlo_as_text"
@@ -56,7 +56,7 @@ def arm_own_dump(passes: bool = False) -> Path | None:
     supervised child process and calls this first: its own compile then
     writes the dump and no second process (TF import, SavedModel save and
     load) is needed. The folder is an owned temporary folder
-    (`tflab._paths.owned_temp_dir`): removed by `disarm_own_dump`, by the
+    (`tflab._io.paths.owned_temp_dir`): removed by `disarm_own_dump`, by the
     supervisor when this process is killed, or by a later run's sweep.
     """
     global _own_dump, _flags_before
@@ -68,7 +68,7 @@ def arm_own_dump(passes: bool = False) -> Path | None:
         return None  # not the supervised verb process: a test's or notebook's flags are never touched
     if "tensorflow" in sys.modules or "--xla_dump_to" in os.environ.get("XLA_FLAGS", ""):
         return None  # too late (XLA may have read its flags) or the user dumps already: the child does it
-    from tflab._paths import owned_temp_dir
+    from tflab._io.paths import owned_temp_dir
 
     tmp = owned_temp_dir(TEMP_PREFIX)
     dump = tmp / "xla_dump"
@@ -121,7 +121,7 @@ def _probe_in_process() -> Path | bool:
     """
     import tensorflow as tf
 
-    from tflab._paths import owned_temp_dir
+    from tflab._io.paths import owned_temp_dir
 
     if "--xla_dump_to" in os.environ.get("XLA_FLAGS", ""):
         return False  # the user dumps already: their folder is theirs
@@ -237,9 +237,9 @@ class DumpChild:
     def __enter__(self) -> "DumpChild":
         from tflab.process.group import ChildGroup
 
-        from tflab._paths import owned_temp_dir
+        from tflab._io.paths import owned_temp_dir
 
-        self.tmp = owned_temp_dir(TEMP_PREFIX)  # carries its owner: swept after a SIGKILL (H3)
+        self.tmp = owned_temp_dir(TEMP_PREFIX)  # carries its owner: swept after a SIGKILL
         env = dict(os.environ)
         dump = self.tmp / "xla_dump"
         env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + f" --xla_dump_to={dump} --xla_dump_hlo_as_text"

@@ -290,7 +290,7 @@ class Lowering(Report):
             tflab.errors.UsageError: ``name`` is not a stage name (the message lists them); it is also a
                 ``KeyError``, as before.
         """
-        from tflab._argcheck import UnknownKey
+        from tflab._api.argcheck import UnknownKey
 
         for s in self.stages:
             if s.name == name:
@@ -317,7 +317,7 @@ class Lowering(Report):
         Raises:
             tflab.errors.UsageError: ``key`` names nothing in this lowering.
         """
-        from tflab._argcheck import check_str
+        from tflab._api.argcheck import check_str
 
         from tflab.lowering.provenance import provenance
 

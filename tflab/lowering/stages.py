@@ -40,7 +40,7 @@ _CUSTOM_OPS_DIR = os.path.join(os.path.dirname(os.path.dirname(_TFLAB_DIR)), "cu
 
 
 def _library_frame(filename: str) -> bool:
-    from tflab._usercode import is_library_file
+    from tflab._user.usercode import is_library_file
 
     return (filename.startswith("<") or filename.startswith(_TFLAB_DIR) or filename.startswith(_CUSTOM_OPS_DIR)
             or "__autograph_generated" in filename or is_library_file(filename))

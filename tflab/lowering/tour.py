@@ -1,4 +1,4 @@
-"""The tour's lowering lines (issue 35 item 8): the levels of the model's inference function, from step 6's compile.
+"""The tour's lowering lines: the levels of the model's inference function, from step 6's compile.
 
 Step 6 of the tour compiles the model's forward pass under XLA already
 (`tflab.modes.compare_modes`). When the tour's second process (`tflab._tour.lane`,

@@ -27,7 +27,7 @@ a fresh executable per optimized stage and never reads the compile cache the
 ``jit_compile=True`` call filled, ``tensorflow/compiler/jit/get_compiler_ir.cc``).
 
 The pieces live by concern: `tflab.modes.xla` (error parsing, HLO stages, fusion
-counting), `tflab._graph_analysis` (arguments, variables, random ops) and
+counting), `tflab._graph.analysis` (arguments, variables, random ops) and
 `tflab.modes.records` (the records); this module runs the modes.
 
 A stateful function (``v.assign_add``, BatchNorm's moving statistics with
@@ -53,8 +53,8 @@ import time
 from typing import Any, Callable
 
 
-from tflab._graph_errors import error_chain, innermost_error
-from tflab._graph_analysis import (RANDOM_OPS, STATELESS_RANDOM_OPS, STATEFUL_RANDOM_OPS,  # noqa: F401
+from tflab._graph.failures import error_chain, innermost_error
+from tflab._graph.analysis import (RANDOM_OPS, STATELESS_RANDOM_OPS, STATEFUL_RANDOM_OPS,  # noqa: F401
                                    VariableSnapshot, as_tensor, flatten_sources, output_names_of,
                                    prepare_args, random_dependencies, random_ops_by_tensor, to_numpy,
                                    touched_variables)
@@ -63,9 +63,9 @@ from tflab._graph_analysis import (RANDOM_OPS, STATELESS_RANDOM_OPS, STATEFUL_RA
 from tflab.modes.defaults import DEFAULT_ATOL, DEFAULT_ULP_BOUND, GRAPPLER_OPTIONS, MODES
 from tflab.modes.findings import distances, mode_findings, PairDistances, separate_random_streams, with_conditioning
 from tflab.modes.records import Distance, ModeComparison, ModeResult, speed_text  # noqa: F401
-from tflab._numeric import ulp_distance  # noqa: F401  (tflab.modes.ulp_distance)
-from tflab._target import check_target, callable_name, recording_draws, signature_args
-from tflab._usercode import input_error, user_entry
+from tflab._graph.numeric import ulp_distance  # noqa: F401  (tflab.modes.ulp_distance)
+from tflab._user.target import check_target, callable_name, recording_draws, signature_args
+from tflab._user.usercode import input_error, user_entry
 from tflab.modes.xla import count_fusions, fetch_hlo, probe_hlo_stages, xla_reason  # noqa: F401
 
 # The stages of tf.function.experimental_get_compiler_ir on TF 2.21 (eager/pywrap_tfe_src.cc's
@@ -187,7 +187,7 @@ class _ModeRun:
         The snapshot puts the function's variables back before each mode's first call."""
         from tflab.diagnosis import diagnosis_note
 
-        from tflab._target import error_summary, user_frame
+        from tflab._user.target import error_summary, user_frame
 
         reference = None
         for mode in self.run_modes:
@@ -225,7 +225,7 @@ class _ModeRun:
             grad_map = dict(zip(self.grad_names(mode), grads))
             if mode == "eager" and not list(outputs):
                 # Measured, not read from the source (a lambda, an implicit None, {} or []): the
-                # eager run gave no tensor, so every mode would "agree" on nothing (hostile H9, B25).
+                # eager run gave no tensor, so every mode would "agree" on nothing (a function that returns None, or only Python values).
                 raise UsageError(f"compare_modes: {self.name} returned no tensor (its eager run's outputs "
                                  "flatten to nothing: None, {} or []), so there is nothing to compare; "
                                  "return the tensors to check")
@@ -250,7 +250,7 @@ class _ModeRun:
         import tensorflow as tf
 
         from tflab import fix as fx
-        from tflab._numeric import ulp_distance
+        from tflab._graph.numeric import ulp_distance
 
         bound = fx.unchecked("code", "for _ in tf.range(n), or tf.while_loop(..., maximum_iterations=n)",
                              "give the loop a bound XLA can read (AutoGraph sets maximum_iterations for tf.range)",
@@ -311,7 +311,7 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
         fn: a Python function, `tf.function` (its ``python_function`` is used so
             eager really is eager) or Keras model.
         *args: arguments; fully defined `tf.TensorSpec`s become seeded random
-            tensors (`tflab._target.materialize`), numpy arrays become tensors.
+            tensors (`tflab._user.target.materialize`), numpy arrays become tensors.
         seed: seed for TensorSpec arguments.
         repeats: warm calls timed per mode (the median is reported).
         ulp_bound: an element is a finding when it is more than ``ulp_bound`` ULP
@@ -379,7 +379,7 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
     >>> cmp.modes["graph"].ulp.outputs, cmp.modes["xla"].ulp.outputs, cmp.fusion_count
     (0, 2, 10)
     """
-    from tflab._argcheck import check_returns_tensors, check_xla_flags, refuse_probe  # issue 33 B26, B25, item 8
+    from tflab._api.argcheck import check_returns_tensors, check_xla_flags, refuse_probe
 
     refuse_probe(fn, "fn", "compare_modes")
     check_returns_tensors(fn, args, kwargs, "compare_modes", "fn")
@@ -393,7 +393,7 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
 
         check_bfloat16_kernels(instead="or compare float32 inputs")
 
-    from tflab._target import error_summary, user_frame
+    from tflab._user.target import error_summary, user_frame
 
     if not callable(fn):
         raise UsageError(f"compare_modes needs a callable, got {type(fn).__name__}")
@@ -405,7 +405,7 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise UsageError(f"unknown mode(s) {unknown}; choose from {list(MODES)}")
-    from tflab._argcheck import check_float, check_int
+    from tflab._api.argcheck import check_float, check_int
 
     repeats = check_int(repeats, "repeats", "compare_modes", minimum=1)
     if repeats > MAX_REPEATS:  # 10**30 warm calls would run for ever: a mistake, said at once
@@ -528,7 +528,7 @@ def _cond_branch_findings(findings: list[str], run: _ModeRun, args, kwargs, rest
     function. 0 calls: eager never ran the code that failed, while tracing built both branches.
     """
     from tflab import fix as fx
-    from tflab._graph_errors import cond_branch_at, eager_calls, user_line
+    from tflab._graph.failures import cond_branch_at, eager_calls, user_line
 
     out = list(findings)
     counted: dict = {}

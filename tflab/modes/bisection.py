@@ -72,7 +72,7 @@ class Trial:
         restored: True when the outputs and gradients equal eager's within the bound; None when it could not run.
         check: the `tflab.fix.ValuesCheck` against eager's recorded values, or None.
         error: why it could not run, or "".
-        seconds: wall time of the trial.
+        seconds: wall time of this setting's run.
     """
 
     kind: str
@@ -150,7 +150,7 @@ class SavedStep:
         import numpy as np
         import tensorflow as tf
 
-        from tflab._paths import owned_temp_dir
+        from tflab._io.paths import owned_temp_dir
 
         self.tmp = owned_temp_dir(TEMP_PREFIX)
         step = self.step

@@ -50,7 +50,7 @@ def user_line_of_op(graph, op_names) -> str:
     """``file.py:N`` of the first op in ``op_names`` whose traceback has a frame of the user's code."""
     import os
 
-    from tflab._usercode import is_library_file
+    from tflab._user.usercode import is_library_file
 
     for name in op_names:
         try:
@@ -81,7 +81,7 @@ def _graph_cause(run, reference: list, ulp_bound: float, grappler_options: Calla
     """Grappler optimizers off one at a time, in this process; the `Bisection` of graph mode."""
     import tensorflow as tf
 
-    from tflab._graph_analysis import to_numpy
+    from tflab._graph.analysis import to_numpy
     from tflab.fix import values_match
     from tflab.modes.bisection import Bisection, Trial
 
@@ -102,7 +102,7 @@ def _graph_cause(run, reference: list, ulp_bound: float, grappler_options: Calla
             trial.check = values_match([reference], [got], ulp_bound=ulp_bound,
                                        why_bound="the comparison's own ULP bound")
             trial.restored = trial.check.ok
-        except Exception as e:  # noqa: BLE001 - an option the function cannot run under is a trial that failed
+        except Exception as e:  # noqa: BLE001 - an option the function cannot run under is a setting whose run failed
             trial.error = f"{type(e).__name__}: {str(e)[:200]}"
         finally:
             run.snapshot.restore()
@@ -128,7 +128,7 @@ def _one_rounding(mul, add):
     """
     import numpy as np
 
-    from tflab._numeric import ulp_distance
+    from tflab._graph.numeric import ulp_distance
 
     ins = [x for x in mul.inputs if x is not None]
     if len(ins) != 2 or not mul.outputs or not add.outputs or len(add.inputs) != 2 or any(

@@ -1,6 +1,6 @@
 """Distances from eager and findings for `tflab.modes`: each array computed once.
 
-For every mode and tensor, the element-wise ULP distance (`tflab._numeric.ulp_distance`)
+For every mode and tensor, the element-wise ULP distance (`tflab._graph.numeric.ulp_distance`)
 and absolute difference are computed once (`PairDistances`) and shared by the
 maxima each `ModeResult` reports, the random-stream split, the findings (their two
 worst elements) and the ill-conditioning note.
@@ -13,10 +13,10 @@ import math
 
 import numpy as np
 
-from tflab._graph_analysis import RANDOM_OPS, STATEFUL_RANDOM_OPS, as_tensor
+from tflab._graph.analysis import RANDOM_OPS, STATEFUL_RANDOM_OPS, as_tensor
 from tflab.modes.defaults import MODES
 from tflab.modes.records import Distance, fmt_num
-from tflab._numeric import ulp_distance
+from tflab._graph.numeric import ulp_distance
 
 
 def _abs_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from tflab._api.deprecations import deprecated_fields
 from tflab.modes.defaults import MODES
 from tflab.report.base import Report, config_field
 from tflab.report.text import table
@@ -109,6 +110,7 @@ def fmt_num(x: float) -> str:
     return f"{x:.3g}"
 
 
+@deprecated_fields  # its old field names: tflab/_api/deprecations.py
 @dataclasses.dataclass(frozen=True, repr=False)
 class ModeResult:
     """One mode's run of the function.
@@ -294,7 +296,7 @@ class ModeComparison(Report):
             r = self.modes.get(m)
             if r is None:
                 continue
-            # Outputs and gradients apart (trial_newcomer P14: "110694 ULP" was the gradient's).
+            # Outputs and gradients apart ("110694 ULP" was the gradient's).
             if r.error:
                 parts.append(f"{m}: error")
                 continue
@@ -326,7 +328,7 @@ class ModeComparison(Report):
         Raises:
             UsageError: a mode name that is not one of `MODES` ("XLA" for "xla").
         """
-        from tflab._argcheck import check_choice
+        from tflab._api.argcheck import check_choice
 
         # A typo ("XLA") is not "did not run": None would read as a mode that failed.
         known = list(dict.fromkeys([*MODES, *self.modes]))

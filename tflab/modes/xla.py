@@ -67,8 +67,8 @@ def xla_reason(exc: BaseException) -> str:
                     f"(TensorList accumulator {name!r}; TF says \"{_XLA_TENSOR_LIST_SIZE}\" and names a "
                     "TensorArray, but this list is the gradient's, not one in the code): the backward pass stores every iteration's values in a "
                     "list whose size XLA must know")
-    from tflab._graph_errors import error_chain, innermost_error
-    from tflab._target import user_frame
+    from tflab._graph.failures import error_chain, innermost_error
+    from tflab._user.target import user_frame
 
     # TF's own line under Keras' "Exception encountered when calling …" wrapper (tensorflow#109015)
     where = user_frame(exc) or next((user_frame(c) for c in reversed(error_chain(exc)) if user_frame(c)), "")

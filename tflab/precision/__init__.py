@@ -11,7 +11,7 @@ on first use.
 
 import importlib
 
-from tflab._lazy import lazy_exports
+from tflab._api.lazy import lazy_exports
 
 _EXPORTS = {
     **dict.fromkeys(("compare_precisions", "parse_policies", "run_policies", "PolicySubject"), "api"),

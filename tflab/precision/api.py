@@ -57,13 +57,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tflab._graph_analysis import flatten_sources, output_names_of, prepare_args
+from tflab._graph.analysis import flatten_sources, output_names_of, prepare_args
 from tflab.precision.policy import (DEFAULT_POLICIES, INITIAL_LOSS_SCALE, MIN_LOSS_SCALE, POLICIES,  # noqa: F401
                            REFERENCE, check_float_values, global_policy, is_keras_layer, keras_modules,
                            parse_loss_scale, parse_policies, takes_no_parameters)
 from tflab.precision.records import PolicyResult, PrecisionComparison
-from tflab._target import check_target, callable_name, recording_draws, signature_args
-from tflab._usercode import user_entry
+from tflab._user.target import check_target, callable_name, recording_draws, signature_args
+from tflab._user.usercode import user_entry
 from tflab.errors import UsageError
 from tflab.precision.float_formats import FloatInfo, float_info  # noqa: F401  (tflab.precision.float_info)
 
@@ -179,7 +179,7 @@ def _measure(policy: str, ref_out: list, ref_grads: list, out: list, grads: list
     floor = float_info(compute).smallest_normal
     # A loss-scaled gradient is held in the compute dtype as g * S: it is measured over the
     # elements whose scaled value the dtype holds at all (|g| * S >= its smallest subnormal;
-    # trial_newcomer P15: 1e-9 * 2^15 = 3.3e-5 is below float16's smallest normal, yet held).
+    # 1e-9 * 2^15 = 3.3e-5 is below float16's smallest normal, yet held).
     grad_floor = floor if not loss_scale else float_info(compute).smallest_subnormal / float(loss_scale)
     out_err = [_rel_errors(r, o, floor) for r, o in zip(ref_out, out) if r.dtype.kind == "f"]
     grad_err = [_rel_errors(r, g, grad_floor) for r, g in zip(ref_grads, grads)
@@ -205,7 +205,7 @@ def _measure(policy: str, ref_out: list, ref_grads: list, out: list, grads: list
         if bad.any():
             overflow[name] = int(bad.sum())
     # Nothing measured (no float32 element at or above the smallest normal): None, not 0.0,
-    # which would read as "no error" (case M8).
+    # which would read as "no error".
     out_n = _measured(out_all, [r for r in ref_out if r.dtype.kind == "f"])
     grad_n = _measured(grad_all, [r for r, g in zip(ref_grads, grads) if r is not None and g is not None])
     return PolicyResult(
@@ -286,8 +286,8 @@ def _var_name(v) -> str:
 def run_policies(subject: PolicySubject, policies: tuple, loss_scale: Any, name: str,
                   progress: Callable[[str], None] | None = None):
     """float32 first, then each policy; returns (results, output_names, gradient_names)."""
-    from tflab._target import error_summary, recording_draws, user_frame
-    from tflab._usercode import input_error
+    from tflab._user.target import error_summary, recording_draws, user_frame
+    from tflab._user.usercode import input_error
 
     results: dict[str, PolicyResult] = {}
     ref = None
@@ -533,7 +533,7 @@ def compare_precisions(fn: Callable, *args: Any,
         >>> cmp.policies["mixed_float16"].underflow["arg:x"], cmp.policies["mixed_bfloat16"].underflow
         (512, {})
     """
-    from tflab._argcheck import check_seed  # issue 33 B11
+    from tflab._api.argcheck import check_seed
 
     seed = check_seed(seed, "seed", "compare_precisions")
     import tensorflow as tf

@@ -17,7 +17,7 @@
      ``1e4`` for float16).
 
   Candidates 2-4 rewrite the line in a copy of the user's function
-  (`tflab._code_swap`), build the model again with the policy (the factory is
+  (`tflab._user.code_swap`), build the model again with the policy (the factory is
   re-run; its weights are the float32 build's) and run forward and backward:
   "checked" when every output and every variable's gradient is finite, with
   the output's max relative error against float32.
@@ -53,7 +53,7 @@ def overflow_plan(result, origin, rerun: Callable[[], Any], out_names, reference
         reference_max: the largest finite float32 magnitude among outputs and gradients;
             beyond the dtype's max, the plan ends with a note that no fix in the dtype exists.
     """
-    from tflab._code_swap import finite_literals, in_float32, swapped_line
+    from tflab._user.code_swap import finite_literals, in_float32, swapped_line
     from tflab.precision.records import fmt_err
 
     dt = result.compute_dtype
@@ -217,7 +217,7 @@ def values_within(r, ref_outputs: list, ref_grads: list, out_names, grad_names,
 
 def _keras_layer_classes(frame) -> list[type]:
     """Every live Keras layer class whose method holds the user's line (a module loaded twice has two)."""
-    from tflab._code_swap import find_function
+    from tflab._user.code_swap import find_function
 
     out: list[type] = []
     for f in find_function(*frame) if frame else []:
@@ -247,7 +247,7 @@ def cause_plan(result, cause, rerun: Callable[[], Any], ref_outputs: list, ref_g
     import math
     import os
 
-    from tflab._code_swap import in_float32, representable_literals, swapped_line
+    from tflab._user.code_swap import in_float32, representable_literals, swapped_line
     from tflab.precision.float_formats import float_info
 
     dt = result.compute_dtype

@@ -93,7 +93,7 @@ def is_keras_layer(obj: Any) -> bool:
 
 def takes_no_parameters(fn: Callable) -> bool:
     """Whether ``fn`` is a zero-argument callable (a factory)."""
-    from tflab._target import python_signature
+    from tflab._user.target import python_signature
 
     sig = python_signature(fn)
     return sig is not None and not sig.parameters
@@ -140,7 +140,7 @@ def parse_loss_scale(loss_scale: Any) -> Any:
         shown = repr(loss_scale) if len(repr(loss_scale)) <= 40 else repr(loss_scale)[:37] + "..."
         raise UsageError(f"loss_scale must be None, a positive number or 'dynamic' (a float; at most "
                          f"{sys.float_info.max:.3g}), got {shown}")
-    from tflab._cliargs import loss_scale_problem
+    from tflab._api.cliargs import loss_scale_problem
 
     problem = loss_scale_problem(value)  # 1e-320 is 0 in float32, 1e39 is inf: the scaled gradients mean nothing
     if problem:

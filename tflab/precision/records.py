@@ -83,7 +83,7 @@ class PolicyResult:
         gradient_error_floor: the float32 magnitude from which gradient elements are
             measured: the compute dtype's smallest normal, or for a loss-scaled run its
             smallest subnormal divided by the scale (the scaled gradient g·S is what
-            the compute dtype holds; trial_newcomer P15).
+            the compute dtype holds).
         nonfinite: for outputs that overflowed, the first non-finite op of this
             policy's traced graph (`tflab.nonfinite.FirstNonFinite`), else None.
         fix: for outputs that overflowed, the candidate fixes applied to this case

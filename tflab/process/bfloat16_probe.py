@@ -42,7 +42,7 @@ def _run_probe(env: dict[str, str], timeout: float) -> str | None:
     """None when both ops ran in a child under ``env``; else how the child failed, in a few words."""
     from tflab.process.group import start_tied
 
-    try:  # tied: it dies with this process (hostile trial s8 B3: a SIGKILLed tflab left it running)
+    try:  # tied: it dies with this process (else a SIGKILLed tflab would leave it running)
         p = start_tied([sys.executable, "-c", _PROBE], waits=True, stdout=subprocess.DEVNULL,
                        stderr=subprocess.PIPE, text=True, env=env, stdin=subprocess.DEVNULL)
     except OSError:

@@ -1,6 +1,6 @@
 """The one way a helper process hands a result back to the process that started it.
 
-The parent names a path in a folder it owns (an `tflab._paths.owned_temp_dir`,
+The parent names a path in a folder it owns (an `tflab._io.paths.owned_temp_dir`,
 swept after a SIGKILL); the child calls `send_result` once per result; the
 parent waits until `result_ready` and calls `receive_result`. A result has up
 to three parts, all written by `send_result` and checked by `receive_result`:

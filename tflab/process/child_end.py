@@ -208,7 +208,7 @@ class ChildChannel:
         os._exit = _exit
         global _CHANNEL
         _CHANNEL = self
-        from tflab import _paths
+        from tflab._io import paths as _paths
         from tflab.errors import set_sigint_witness
 
         _paths.announce_hook, _paths.report_hook = announce_temp, report_stream

@@ -227,7 +227,7 @@ def guarded(argv: list[str]) -> list[str]:
 
     For external tools that fork their own workers (``g++`` runs ``cc1plus`` and ``as``): the
     kernel's parent-death signal is per process and is cleared in a fork, so a SIGKILLed tflab left
-    ``cc1plus`` compiling under init (B17). The guard (a small Python process) asks for SIGTERM
+    ``cc1plus`` compiling under init. The guard (a small Python process) asks for SIGTERM
     when its parent dies, is the tool's child subreaper, and kills the tool's group and every
     orphan of it then, or when the tool ends. Use as ``subprocess.Popen(guarded(cmd), …)``.
     """

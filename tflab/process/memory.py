@@ -1,6 +1,6 @@
 """Refuse, before allocating, random inputs whose copies cannot fit in memory.
 
-`tflab._target.materialize` caps ONE random argument at 4 GiB, but a verb
+`tflab._user.target.materialize` caps ONE random argument at 4 GiB, but a verb
 holds several copies: ``tflab compare`` keeps the input, the numpy buffer it
 was drawn into, and per mode (eager, graph, XLA) the outputs and, with
 gradients, one gradient per input. Allocating past the memory limit does not
@@ -247,14 +247,14 @@ def tf_load_refusal(floor: int = TF_LOAD_FLOOR) -> str | None:
 
 
 def ulp_step_copies(itemsize: int) -> int:
-    """Input-sized copies `tflab._numeric.ulp_distance` holds at its peak, for floats of ``itemsize`` bytes.
+    """Input-sized copies `tflab._graph.numeric.ulp_distance` holds at its peak, for floats of ``itemsize`` bytes.
 
     Per element it keeps the two int64 orderings (``ia``, ``ib``) to its end, and at its peak also
     the float64 copies of both sides (``fa``, ``fb``), their two NaN masks (bool), the float64
     distance and ``np.where``'s result: 6 arrays of 8 bytes plus 2 of 1 byte, about 51 bytes per
     element (measured with tracemalloc: 51.0 for float16 and float32); float64 also makes two
     uint64 copies for its unsigned distance: 67 bytes. A float32 input of N bytes therefore needs
-    about 12.8 N more (B16: compare passed its estimate under RLIMIT_AS 12 GB, then died in
+    about 12.8 N more (compare passed its estimate under RLIMIT_AS 12 GB, then died in
     numpy's MemoryError allocating an int64 copy).
 
     Returns:

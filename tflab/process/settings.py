@@ -110,7 +110,7 @@ _TABLE = (
     Setting("TFLAB_SYSTEM_TMPDIR", "a verb's processes: the temporary folder tflab's own folders go in (the one "
             "the user's TMPDIR names); TMPDIR itself points them at the verb's private folder, removed when the "
             "verb ends and swept after a SIGKILL, so what TF leaves there (AutoGraph's generated files) goes too",
-            None, "child", ("tflab._output_marker",), ("tflab.cli",), folder=True),
+            None, "child", ("tflab._io.output_marker",), ("tflab.cli",), folder=True),
     Setting("TFLAB_TOUR_XLA_DUMP", "the tour's second process: the folder XLA dumps step 6's compile into "
             "(its XLA_FLAGS carry --xla_dump_to), read for step 6's lowering lines", None, "child",
             ("tflab.lowering.tour", "tflab.process.xla_probe"), ("tflab.lowering.tour", "tflab._tour.lane")),

@@ -142,7 +142,7 @@ def remove_announced(status: list[str]) -> list[str]:
     import shutil
     from pathlib import Path
 
-    from tflab._paths import owner_gone
+    from tflab._io.paths import owner_gone
 
     removed = []
     for text in announced_temps(status):
@@ -336,7 +336,7 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
             kill_group()
         if proc is not None:
             proc.wait()
-            if not same_group:  # on every end, not only signals: what the user's code forked (B5)
+            if not same_group:  # on every end, not only signals: what the user's code forked
                 with contextlib.suppress(OSError):
                     os.killpg(proc.pid, signal.SIGKILL)  # what the child started in its group
             if reap_orphans:
@@ -391,7 +391,7 @@ def describe_end(end: ChildEnd, memory_limit: str | None = None) -> tuple[int, s
         user's ``os._exit`` or a fatal flag error in ``XLA_FLAGS`` /
         ``TF_XLA_FLAGS``; `CRASH_EXIT` for a crash.
     """
-    if end.stdout_error is not None:  # a full disk is not a reader that went away (B20)
+    if end.stdout_error is not None:  # a full disk is not a reader that went away
         return 2, f"error: the report could not be written to stdout: {end.stdout_error}"
     if end.stdout_broken:
         return 141, None

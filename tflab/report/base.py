@@ -44,6 +44,8 @@ import functools
 import os
 from typing import Any, ClassVar
 
+from tflab._api.deprecations import record_getattr
+
 __all__ = ["HtmlDisplay", "Report", "config_field", "current_config"]
 
 # The variables that change what runtime_config() reports within one process.
@@ -92,6 +94,10 @@ class Report(HtmlDisplay):
     """Mixin for report dataclasses; see the module docstring for the convention."""
 
     DICT_PROPERTIES: ClassVar[tuple[str, ...]] = ()
+
+    # An old field name (``ModeComparison.function``) gives the new field's value and warns once:
+    # the one table of renamed names is tflab/_api/deprecations.py.
+    __getattr__ = record_getattr
 
     def summary_line(self) -> str:
         """One short phrase for ``repr()``; subclasses override it."""

@@ -26,7 +26,7 @@ def html_output(path: str | None, force: bool):
     """Probes ``--html FILE`` before any work: an existing file needs ``force``.
 
     Returns:
-        The `tflab._paths.OutputPath`, or None when ``path`` is None.
+        The `tflab._io.paths.OutputPath`, or None when ``path`` is None.
 
     Raises:
         UsageError: a folder, a path under a regular file, a missing folder,
@@ -34,7 +34,7 @@ def html_output(path: str | None, force: bool):
     """
     if path is None:
         return None
-    from tflab._paths import output_path
+    from tflab._io.paths import output_path
 
     return output_path(path, "--html", overwrite=force, example="report.html")
 
@@ -43,7 +43,7 @@ def tensorboard_output(path: str | None):
     """Probes ``--tensorboard DIR`` before any work (a folder; created when missing, kept when it exists)."""
     if path is None:
         return None
-    from tflab._paths import output_path
+    from tflab._io.paths import output_path
 
     return output_path(path, "--tensorboard", folder=True)
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import importlib
 
-from tflab._lazy import lazy_exports
+from tflab._api.lazy import lazy_exports
 
 # Public name -> the submodule that defines it. Imported on first use (PEP 562
 # module __getattr__), so importing one part (tflab.retrace.diff) loads only

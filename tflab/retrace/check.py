@@ -210,7 +210,7 @@ class _Planner:
         cands = []
         options = {"reduce_retracing": True} if b.options.get("reduce_retracing") else {}
         # One target for every trace of a history: a float dtype before an integer one (casting a float64
-        # 4.5 to the int32 of another trace changes the value: newcomer trial s7 #2), then the dtype most
+        # 4.5 to the int32 of another trace changes the value), then the dtype most
         # recorded calls passed, then the wider; traces of one history now all name the same target.
         seen = [dt for c in b.calls for name, node in c.nodes.items() for p, dt in _tensor_paths(node, name)
                 if p == r.parameter]
@@ -327,7 +327,7 @@ class _Planner:
             if f.checked and r.kind in DATA_CHANGING:
                 # A hit on the cache is measured, but this call's own data is not what runs: keys or
                 # items dropped (or None for a value). That it still computes what the user needs is
-                # not something a trace count can check (newcomer trial: "checked" fixes that drop `b`).
+                # not something a trace count can check ("checked" fixes that drop `b`).
                 return fx.unchecked("code", change, desc, f"{f.result} (measured), but it drops "
                                     f"{DATA_CHANGING[r.kind]} this call passes: only a fix if your function "
                                     "does not need them")

@@ -268,7 +268,7 @@ def reasons_between(old: Any, new: Any) -> list[Reason]:
     >>> [r.text for r in reasons_between({"x": tf.TensorSpec([3])}, {"x": tf.TensorSpec([4])})]
     ['x: shape (3,) -> (4,)']
     """
-    from tflab._argcheck import check_function_type  # issue 33 B8
+    from tflab._api.argcheck import check_function_type
 
     check_function_type(old, "old", "reasons_between")
     check_function_type(new, "new", "reasons_between")
@@ -349,7 +349,7 @@ def _explain(new: Mapping[str, Node], previous: Sequence[Trace], *, scope: str |
     if len(ranked) > 1 and reasons and len(ranked[1].reasons) == len(reasons):
         runner_up = ranked[1]
         # A tie: headline the trace this call would hit once its reasons' changes are made
-        # (measured on the TraceType trees: the call changed so equals that trace's), P2.
+        # (measured on the TraceType trees: the call changed so equals that trace's).
         if not _hits(new, ranked[0]) and _hits(new, runner_up):
             runner_up, (nearest, reasons) = ranked[0], runner_up
             reasons = [dataclasses.replace(r, text=r.text.replace("trace #N", f"trace #{nearest.index}"))

@@ -64,7 +64,7 @@ import weakref
 from typing import Any, Callable, Iterator
 
 from tflab._tf import function as _tf
-from tflab._usercode import is_library_file
+from tflab._user.usercode import is_library_file
 
 _LOG_PREFIX = "Creating new FuncGraph for Python function "
 

@@ -16,7 +16,7 @@ import types
 from typing import Any, Callable, Sequence
 
 from tflab._tf import function as _tf
-from tflab._usercode import is_library_file, library_of
+from tflab._user.usercode import is_library_file, library_of
 from tflab.retrace.diff import function_type_inputs, make_trace, nodes_of
 from tflab.retrace.event import TraceEvent, capture_trace_events
 from tflab.retrace.records import Trace
@@ -26,7 +26,7 @@ from tflab.retrace.sideeffects import SideEffect, trace_time_effects, user_funct
 def is_tf_internal(t: TraceEvent) -> bool:
     """TF's own helpers (variable initializers, tf.data wrappers) are not the user's functions.
 
-    Judged by location (`tflab._usercode.library_of`): the traced Python
+    Judged by location (`tflab._user.usercode.library_of`): the traced Python
     function's code file lies in the installed TensorFlow package. A user's
     module named ``tensorflow_helpers`` (or ``tensorflow_probability``) is not
     TensorFlow. Only an event without its function object (a saved log's text)
@@ -129,7 +129,7 @@ _SIMPLE = (bool, int, float, str, bytes, type(None))
 
 
 def _variable_value(v: Any) -> str | None:
-    """A tf.Variable attribute's value as configuration (newcomer trial s7: two instances holding their
+    """A tf.Variable attribute's value as configuration (two instances holding their
     own variables, 1.0 and 2.0, were told to share one tf.function, which computes with one of them).
 
     Small variables by value, larger ones by a digest of their bytes; read in TF's eager init scope

@@ -24,6 +24,7 @@ import sys
 import time
 from typing import Any, Sequence
 
+from tflab._api.deprecations import deprecated_fields
 from tflab._tf import function as _tf
 from tflab.errors import Terminated, UsageError
 from tflab.retrace.event import ObjectSerials, TraceClock, TraceEvent, capture_trace_events
@@ -140,6 +141,7 @@ NEW_FUNCTION_FIX = ("build it once, outside the loop, and reuse it (the model, l
                     "building a model, or calling predict/fit, per step")
 
 
+@deprecated_fields  # its old field names: tflab/_api/deprecations.py
 @dataclasses.dataclass(frozen=True)
 class NameGroup:
     """tf.function objects that share a qualified name (a new model, layer or closure per call).
@@ -299,9 +301,9 @@ def trace_script(path: str, argv: Sequence[str] = (), include_internal: bool = F
     Raises:
         UsageError: ``path`` does not exist or is not a ``.py`` file.
     """
-    from tflab._argcheck import check_input_file, check_str_sequence  # issue 33 B9, B1
-    from tflab._target import user_frame
-    from tflab._usercode import process_guard
+    from tflab._api.argcheck import check_input_file, check_str_sequence
+    from tflab._user.target import user_frame
+    from tflab._user.usercode import process_guard
 
     argv = check_str_sequence(argv, "argv", "trace_script")
     check_input_file(path, "script", "trace_script")
@@ -349,7 +351,7 @@ def trace_script(path: str, argv: Sequence[str] = (), include_internal: bool = F
         except BaseException as e:  # e.g. raise BaseException("x"): one line too; Ctrl-C still interrupts
             if isinstance(e, (KeyboardInterrupt, GeneratorExit)):
                 raise
-            from tflab._usercode import describe
+            from tflab._user.usercode import describe
 
             error = describe(e, path, "while running")
         finally:

@@ -20,7 +20,7 @@ import types
 from typing import Any, Callable
 
 from tflab.report.text import seconds_text, trace_time_line
-from tflab._usercode import user_entry
+from tflab._user.usercode import user_entry
 from tflab.errors import UsageError
 from tflab.report.base import HtmlDisplay, current_config
 from tflab.report.html.dispatch import renders
@@ -179,7 +179,7 @@ class RetraceProbe(StateWatch, HtmlDisplay):
             self.function = _tf.clone(fn, wrapper)
             self.original = fn
         else:
-            from tflab._argcheck import check_keywords
+            from tflab._api.argcheck import check_keywords
 
             check_keywords(tf_function_kwargs, tf.function, "RetraceProbe", "tf.function")
             self.function = tf.function(wrapper, **tf_function_kwargs)
@@ -233,7 +233,7 @@ class RetraceProbe(StateWatch, HtmlDisplay):
                 dataclass): the message names the parameter and the fixes.
             Whatever the function raises while tracing or running.
         """
-        from tflab._argcheck import check_binds  # issue 33 B10: TF's raw "Binding inputs … failed"
+        from tflab._api.argcheck import check_binds  # else TF's raw "Binding inputs … failed"
 
         check_binds(self.function.python_function, args, kwargs, "RetraceProbe", self.function_name)
         self._catch_up()
@@ -338,7 +338,7 @@ class RetraceProbe(StateWatch, HtmlDisplay):
 
     def _record_traces(self, before: int, n_new: int, kind: str | None, error: BaseException | None,
                        call: int | None = None) -> None:
-        from tflab._target import error_summary
+        from tflab._user.target import error_summary
 
         self._time_traces(before)
         # TF caches one ConcreteFunction per successful trace; a trace that

@@ -37,7 +37,7 @@ def _load_key(path: str) -> tuple:
     import hashlib
 
     digest = hashlib.sha256()
-    from tflab._path_checks import read_regular
+    from tflab._io.path_checks import read_regular
 
     for name in ("saved_model.pb", "saved_model.pbtxt", os.path.join("variables", "variables.index")):
         with contextlib.suppress(OSError, UsageError):  # a FIFO is never opened: refused by the load
@@ -71,11 +71,11 @@ def require_saved_model_dir(path: Any, what: str = "saved_model_dir") -> str:
     if os.path.isfile(path):
         raise UsageError(f"{what} {path!r} is a file, not a SavedModel folder: give the folder holding "
                          f"saved_model.pb")
-    from tflab._paths import input_path
+    from tflab._io.paths import input_path
 
     # A FIFO, a device, a symlink loop: named as such, without opening it (the one input place).
     input_path(path, what, want="folder", what="a SavedModel folder (the folder holding saved_model.pb)")
-    from tflab._path_checks import check_saved_model_files
+    from tflab._io.path_checks import check_saved_model_files
 
     check_saved_model_files(path, what)  # saved_model.pb a FIFO: named, never opened (TF's open blocks)
     if not any(os.path.isfile(os.path.join(path, f)) for f in ("saved_model.pb", "saved_model.pbtxt")):
@@ -101,7 +101,7 @@ def require_readable_saved_model(path: Any, what: str = "saved_model_dir") -> st
 
         from tflab._tf.saved_model import parse_saved_model
 
-        from tflab._path_checks import read_regular
+        from tflab._io.path_checks import read_regular
 
         try:
             parse_saved_model(read_regular(pb, what=f"saved_model.pb in {what}"))

@@ -41,7 +41,7 @@ def signature_names(path: str, key: str = "serving_default") -> tuple[list[str],
     """(input names, output names) of SignatureDef ``key`` in the SavedModel at ``path``, from saved_model.pb."""
     from tflab._tf.saved_model import parse_saved_model
 
-    from tflab._path_checks import read_regular
+    from tflab._io.path_checks import read_regular
 
     message = parse_saved_model(read_regular(os.path.join(path, "saved_model.pb"), what="saved_model.pb"))
     sig = message.meta_graphs[0].signature_def[key]

@@ -45,7 +45,7 @@ def raised_by_tf(e: BaseException) -> bool:
 def innermost_message(e: BaseException) -> str:
     """``Type: first line`` of the innermost exception (``__cause__``/``__context__`` followed), Keras'
     "Exception encountered when calling …" wrapper and ANSI colours removed."""
-    from tflab._usercode import uncaught_chain
+    from tflab._user.usercode import uncaught_chain
 
     # A context TF caught and handled is not the error; TF's private status exception is its C++ copy.
     inner = ([x for x in uncaught_chain(e) if not type(x).__name__.startswith("_")] or [e])[-1]

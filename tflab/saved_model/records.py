@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from tflab._api.deprecations import deprecated_fields
 from tflab.report.base import Report, config_field
 from tflab.report.text import table
 
@@ -35,6 +36,7 @@ class TensorInfo:
         return f"{self.name}: {self.dtype}[{dims}]"
 
 
+@deprecated_fields  # its old field names: tflab/_api/deprecations.py
 @dataclasses.dataclass(frozen=True)
 class OutputBits:
     """Bitwise comparison of one signature output, reloaded vs in-process.

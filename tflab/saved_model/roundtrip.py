@@ -3,7 +3,7 @@
 `save_and_reload` writes an object as a SavedModel, loads it back with
 `tf.saved_model.load`, runs every SignatureDef on the examples and compares
 each output with the in-process ConcreteFunction it was saved from, byte by
-byte (`tflab._numeric.compare_bits`). Both sides run the same FuncGraph with the
+byte (`tflab._graph.numeric.compare_bits`). Both sides run the same FuncGraph with the
 same variable values on the same TF kernels, so any difference (even ``-0.0`` vs
 ``0.0`` or another NaN payload) means something was not saved the way it ran.
 
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from tflab._numeric import compare_bits
+from tflab._graph.numeric import compare_bits
 from tflab.errors import TflabError, UsageError
 from tflab.examples import Examples, random_examples, union_inputs
 from tflab.saved_model.loading import (DEFAULT_SIGNATURE, remember_loaded, signature_inputs, signature_outputs,
@@ -182,7 +182,7 @@ def save_and_reload(obj: Any, path: str | os.PathLike, examples: Any, *,
 
     Raises:
         UsageError: ``path`` is a non-empty folder, or cannot be created there
-            (`tflab._paths.output_path` probes it: ``/proc/x`` as root); ``obj`` has no signature
+            (`tflab._io.paths.output_path` probes it: ``/proc/x`` as root); ``obj`` has no signature
             to export; it captures an untracked resource; the user's function
             raised while being traced (the message names the line); examples
             do not match a signature. The folder is removed on any error.
@@ -202,7 +202,7 @@ def save_and_reload(obj: Any, path: str | os.PathLike, examples: Any, *,
     >>> list(check.signatures["serving_default"].outputs)
     ['y']
     """
-    from tflab._paths import check_path_text, output_path
+    from tflab._io.paths import check_path_text, output_path
 
     if not isinstance(path, (str, os.PathLike)):
         raise UsageError(f"path must be a folder path (str or os.PathLike), got {type(path).__name__}")
@@ -224,7 +224,7 @@ def save_and_reload(obj: Any, path: str | os.PathLike, examples: Any, *,
         if created:
             shutil.rmtree(path, ignore_errors=True)
             target.discard()
-        from tflab._target import user_frame
+        from tflab._user.target import user_frame
 
         where = user_frame(e) if isinstance(e, Exception) and not isinstance(e, TflabError) else ""
         if where:
@@ -262,7 +262,7 @@ def _save(obj, path: str, signatures) -> tuple[str, dict, list[str]]:
 def _save_and_check(obj, path: str, batches: Examples | None, signatures) -> SavedModelCheck:
     import tensorflow as tf
 
-    from tflab._usercode import run_signature
+    from tflab._user.usercode import run_signature
 
     try:
         kind, refs, notes = _save(obj, path, signatures)
@@ -276,7 +276,7 @@ def _save_and_check(obj, path: str, batches: Examples | None, signatures) -> Sav
         save = (lambda m, p: _save_keras3(m, p)) if is_keras3(obj) else None
         raise explain_model_error(e, obj, "while saving it as a SavedModel", save) from e
 
-    # The in-process model is called below: remember its variables to give them back (case M9).
+    # The in-process model is called below: remember its variables to give them back.
     state = _variable_state(obj) if kind != "SavedModel" else []
     loaded = tf.saved_model.load(path)
     remember_loaded(path, loaded)
@@ -374,7 +374,7 @@ def _second_call_differs(fn, key: str, batches) -> int:
     """Elements of the reloaded signature's outputs that change between two calls on the first batch."""
     import tensorflow as tf
 
-    from tflab._usercode import run_signature
+    from tflab._user.usercode import run_signature
 
     feed = next(iter(batches.feeds(key)))
     a, b = ({k: to_numpy(v) for k, v in run_signature(fn, key, {n: tf.constant(x) for n, x in feed.items()},
@@ -384,11 +384,11 @@ def _second_call_differs(fn, key: str, batches) -> int:
 
 
 def _random_op_notes(key: str, concrete, bit_exact: bool = False, recall=None) -> list[str]:
-    """Why a signature is not bit-exact when its graph draws random numbers (case M3):
+    """Why a signature is not bit-exact when its graph draws random numbers:
     a stateful random op gives new values on each call, so the in-process model
     and the reloaded one cannot agree; neither does the in-process model with itself.
 
-    When the bits match anyway (trial_newcomer P13: a global seed, ``tf.random.set_seed(0)``,
+    When the bits match anyway (a global seed, ``tf.random.set_seed(0)``,
     makes both fresh kernels start from the same state, so their first calls coincide), the
     note is given too, with what ``recall()`` measured: how many output bytes a second call
     of the reloaded signature changes."""

@@ -132,7 +132,7 @@ def sig_loop(x):
 
 
 class Stepper(tf.Module):
-    """tf.function methods reached through an instance (issue 9, item 8)."""
+    """tf.function methods reached through an instance."""
 
     def __init__(self):
         super().__init__()

@@ -1,10 +1,10 @@
-"""Models for tests/litert/test_litert_causes.py (issue 32): each built in code, random weights, non-zero biases.
+"""Models for tests/litert/test_litert_causes.py: each built in code, random weights, non-zero biases.
 
 * `ExpNet`: ``exp(x)`` (tensorflow#120299: XNNPACK's EXP and the builtin one on NaN).
-* `TwoHeads`: logits and softmax(logits) (newcomer trial P8: the softmax must be matched to TF's softmax).
+* `TwoHeads`: logits and softmax(logits) (the softmax must be matched to TF's softmax).
 * `Linear`: ``x @ w + b`` with large weights of both signs, for a full-integer uint8 model whose output
   saturates on inputs outside the calibration range (tensorflow#53278).
-* `LogNet`: ``log(x @ w)`` with 4×3 weights (newcomer trial P10, P11, P19: NaN from log of negatives,
+* `LogNet`: ``log(x @ w)`` with 4×3 weights (NaN from log of negatives,
   weights too small for dynamic-range quantization).
 """
 

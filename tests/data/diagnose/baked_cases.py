@@ -12,7 +12,7 @@ SMALL = np.arange(50, dtype=np.float64)
 
 
 def logp(beta):
-    xt = tf.cast(X.T, tf.float32)  # B1 culprit
+    xt = tf.cast(X.T, tf.float32)  # culprit
     mu = tf.linalg.matvec(xt, beta, transpose_a=True)
     return tf.reduce_sum(-0.5 * tf.square(mu))
 

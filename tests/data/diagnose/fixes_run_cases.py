@@ -1,7 +1,7 @@
-"""Cases for tests/diagnosis/test_diagnose_fixes_run.py (issue 32: every fix run on a copy).
+"""Cases for tests/diagnosis/test_diagnose_fixes_run.py (every fix run on a copy).
 
 Each culprit line ends with a ``# F…`` marker; the tests find the line by it. Adapted from
-reports_s4.md row 5 (tensorflow/tensorflow#40537) and trial_newcomer.md P5, P6, P7; each
+ (tensorflow/tensorflow#40537); each
 broken function has a healthy twin written with TF ops, which diagnoses "ok".
 """
 
@@ -11,7 +11,7 @@ import tensorflow as tf
 
 
 def my_function(x, a):
-    """#40537: a NumPy call on the symbolic tf.shape(x)[0], a NumPy hyper-parameter ``a``."""
+    """tensorflow/tensorflow#40537: a NumPy call on the symbolic tf.shape(x)[0], a NumPy hyper-parameter ``a``."""
     range_lim = tf.shape(x)[0]
     range_array = np.arange(range_lim)  # F1 culprit
     return x * range_array * a
@@ -32,7 +32,7 @@ def np_where(x):
 
 
 def layer_in_fn(x):
-    """P5: the Dense built on one line, called on the next."""
+    """The Dense built on one line, called on the next."""
     d = keras.layers.Dense(3)  # F5 culprit
     return d(x)
 
@@ -45,7 +45,7 @@ def layer_outside(x):
 
 
 def shape_none(x):
-    """P6: the static dim read into a local, used on the next line."""
+    """The static dim read into a local, used on the next line."""
     n = x.shape[0]  # F6 culprit
     return tf.zeros([n * 2])
 
@@ -56,7 +56,7 @@ def shape_dynamic(x):
 
 
 def bool_tensor(x):
-    """P7: an if on a float32[3] comparison."""
+    """An if on a float32[3] comparison."""
     if x > 0:  # F7 culprit
         return x
     return -x

@@ -1,4 +1,4 @@
-"""Cases for the diagnose rules of issue 22 (X2 of trial_newcomer.md, #26812, #33308).
+"""Cases for the diagnose rules (tensorflow/tensorflow#26812, tensorflow/tensorflow#33308).
 
 Each culprit line ends with a ``# R…`` marker; the tests find the line by it.
 """
@@ -14,7 +14,7 @@ def var_each_call(x):
 
 
 class Scale(tf.Module):
-    """#26812: a tf.Variable declared in a tf.function method, on the first call."""
+    """tensorflow/tensorflow#26812: a tf.Variable declared in a tf.function method, on the first call."""
 
     def __init__(self):
         super().__init__()
@@ -63,7 +63,7 @@ WEIGHTS = np.array([[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]], dtype=np.float32)
 
 
 def bands_static(bands):
-    """#33308: ``bands.shape[1]`` is static; WEIGHTS is NumPy, indexed by the loop index."""
+    """tensorflow/tensorflow#33308: ``bands.shape[1]`` is static; WEIGHTS is NumPy, indexed by the loop index."""
     return tf.stack([bands[:, b] * WEIGHTS[b, 1] for b in tf.range(bands.shape[1])])  # R10 culprit
 
 

@@ -144,7 +144,7 @@ def warp():
 
 class _PredictAndLoss(tf.Module):
     """Two signatures sharing one Dense layer: ``predict(x)`` and a scalar ``loss(x, y)``
-    (issue 9 items 11-12: a scalar output; weights shared by two TFLite subgraphs)."""
+    (a scalar output; weights shared by two TFLite subgraphs)."""
 
     def __init__(self):
         super().__init__()
@@ -168,7 +168,7 @@ def predict_and_loss():
 
 
 class _PredictAndEvaluate(_PredictAndLoss):
-    """``evaluate`` uses SparseSoftmaxCrossEntropyWithLogits, not a TFLite builtin (issue 9 item 13)."""
+    """``evaluate`` uses SparseSoftmaxCrossEntropyWithLogits, not a TFLite builtin."""
 
     loss = None  # only predict and evaluate are signatures
 

@@ -127,7 +127,7 @@ class Scaler:
         return x * 2.0
 
 
-# Random streams (issue 9, item 14).
+# Random streams.
 def stateless_noise(x):
     # the same numbers eager and as a graph; XLA lowers the RNG itself
     return x + tf.random.stateless_uniform([8], seed=[1, 2])

@@ -1,4 +1,4 @@
-"""Models for the NaN-origin tests (issue 26), each built in code with seeded weights.
+"""Models for the NaN-origin tests, each built in code with seeded weights.
 
 Each is a function of no arguments, so `tflab export tests/data/nan/models.py:NAME` works on it too.
 """
@@ -31,7 +31,7 @@ class KerasInModule(tf.Module):
 
 
 def keras_in_module():
-    """Issue 26 as filed: converts to VAR_HANDLE×4 / READ_VARIABLE×4 with no initializer."""
+    """The model as a user reported it: converts to VAR_HANDLE×4 / READ_VARIABLE×4 with no initializer."""
     return KerasInModule()
 
 

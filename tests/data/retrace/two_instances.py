@@ -1,4 +1,4 @@
-"""Fixture for `tflab retrace` (issue #9 item 1): two instances share one method's qualname.
+"""Fixture for `tflab retrace`: two instances share one method's qualname.
 
 student: batch 4 three times -> 1 trace.
 teacher: batch 4, then 2 -> 2 traces, the second x: shape (4, 3) -> (2, 3).

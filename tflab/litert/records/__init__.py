@@ -16,7 +16,7 @@ importing this package imports none of them (each name loads its part on first u
 
 import importlib
 
-from tflab._lazy import lazy_exports
+from tflab._api.lazy import lazy_exports
 
 # Public name -> the part that defines it, loaded on first use (PEP 562): importing one part
 # (tflab.litert.records.ops) loads only that part.

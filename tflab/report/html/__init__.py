@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import importlib
 
-from tflab._lazy import lazy_exports
+from tflab._api.lazy import lazy_exports
 
 # Public name -> the part that defines it (PEP 562 module __getattr__: importing one
 # part loads only that part and what it imports).

@@ -8,7 +8,7 @@ functions in a group of their own, then the session's totals from
 `session_totals`). Seconds are counted once: a trace nested in another
 (a tf.function called while another traces) is part of its caller's seconds
 in a test's total, and only its own seconds go to its function in the
-session's list. The JSON file is `tflab._pytest_output`. Importing it
+session's list. The JSON file is `tflab._pytest.output`. Importing it
 imports neither TensorFlow nor the retrace package; `tflab.pytest_plugin`
 re-exports these names.
 """

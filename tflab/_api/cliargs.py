@@ -8,7 +8,7 @@ option typed with a bare ``int`` or ``float``.
 
 Use::
 
-    from tflab._cliargs import int_at_least, non_negative_float
+    from tflab._api.cliargs import int_at_least, non_negative_float
 
     p.add_argument("--seed", type=int_at_least(0), default=0)
 """
@@ -77,18 +77,18 @@ def positive_float(text: str) -> float:
 
 # Every string tf.dtypes.as_dtype takes on TF 2.21 (``_ANY_TO_TF`` in tensorflow/python/framework/dtypes.py,
 # the ``_ref`` forms included): a ``NAME[dims]`` whose NAME is outside it is refused before TF loads,
-# in `tflab._target.parse_value`'s words. tests/commands/test_cli_preflight.py checks the list against TF.
+# in `tflab._user.target.parse_value`'s words. tests/commands/test_cli_preflight.py checks the list against TF.
 _BASE_DTYPES = (
     "bfloat16 bool complex128 complex64 double float float16 float32 float64 float4_e2m1fn float8_e4m3b11fnuz "
     "float8_e4m3fn float8_e4m3fnuz float8_e5m2 float8_e5m2fnuz half int16 int2 int32 int4 int64 int8 qint16 qint32 "
     "qint8 quint16 quint8 resource string uint16 uint2 uint32 uint4 uint64 uint8 variant").split()
 _DTYPES = frozenset(_BASE_DTYPES + [f"{n}_ref" for n in _BASE_DTYPES])
-# The names `tflab._target.parse_value` offers as "did you mean" (TF's public ``tf.dtypes`` DTypes).
+# The names `tflab._user.target.parse_value` offers as "did you mean" (TF's public ``tf.dtypes`` DTypes).
 _SUGGESTED = ("bfloat16 bool complex128 complex64 double float16 float32 float64 half int16 int32 int64 int8 "
               "qint16 qint32 qint8 quint16 quint8 resource string uint16 uint32 uint64 uint8 variant").split()
-#: `tflab._target.MAX_RANDOM_BYTES` in GiB: random inputs larger than this are refused.
+#: `tflab._user.target.MAX_RANDOM_BYTES` in GiB: random inputs larger than this are refused.
 MAX_RANDOM_GIB = 4
-#: dtypes `tflab._target.materialize` draws no random values for (not float, complex, int or bool in TF:
+#: dtypes `tflab._user.target.materialize` draws no random values for (not float, complex, int or bool in TF:
 #: ``DType.is_integer`` is False for the quantized ones).
 _NO_RANDOM = frozenset("string resource variant qint8 qint16 qint32 quint8 quint16".split())
 #: bytes per element (``DType.size`` on TF 2.21) of the dtypes wider than one byte.
@@ -139,7 +139,7 @@ def check_arg_grammar(items: list[str] | None, *, static: bool = False, max_rank
                       draws: bool = False, batch: bool = False) -> None:
     """The ``--arg NAME=VALUE`` grammar, checked without TensorFlow (the supervisor's pre-flight).
 
-    Refuses what the child would refuse for sure (`tflab._target.parse_args`, in its words): no
+    Refuses what the child would refuse for sure (`tflab._user.target.parse_args`, in its words): no
     ``=``, a name that is not an identifier, a name given twice, a ``NAME[dims]`` whose NAME is no TF
     dtype (``True[2]`` included), for a dtype a negative, non-integer or over-int64 dim, and a value
     that is neither a bare dtype name nor a Python literal (``x=float32[2``, ``x=``, ``n=3,``): all
@@ -149,7 +149,7 @@ def check_arg_grammar(items: list[str] | None, *, static: bool = False, max_rank
         items: the ``--arg`` values.
         static: every dim must be given (``tflab lower``: XLA compiles for static shapes).
         max_rank: the most dims a spec may have (the verbs that draw numpy inputs: `NUMPY_MAX_DIMS`).
-        draws: random values are drawn for each spec (``compare``, ``precision``: `tflab._target.materialize`):
+        draws: random values are drawn for each spec (``compare``, ``precision``: `tflab._user.target.materialize`):
             every dim given, a dtype with random values, at most `MAX_RANDOM_GIB` GiB, in its words.
         batch: every value is a TensorSpec whose dim 0 (the global batch) is given (``distribute``).
 

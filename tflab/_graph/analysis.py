@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from tflab._target import parameter_names
+from tflab._user.target import parameter_names
 
 __all__ = ["STATEFUL_RANDOM_OPS", "STATELESS_RANDOM_OPS", "RANDOM_OPS", "random_dependencies",
            "random_ops_by_tensor", "flatten_sources", "prepare_args", "output_names_of", "as_tensor",
@@ -229,7 +229,7 @@ def flatten_sources(fn: Callable, args: tuple, kwargs: dict):
 def prepare_args(args: tuple, kwargs: dict, seed: int):
     import tensorflow as tf
 
-    from tflab._target import materialize
+    from tflab._user.target import materialize
 
     rng = np.random.default_rng(seed)  # one stream for all arguments: x and y differ
 

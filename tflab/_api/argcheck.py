@@ -9,7 +9,7 @@ of variants, an unknown mode name) rather than report a vacuous success.
 
 Use from a public function::
 
-    from tflab._argcheck import check_callable, check_choice, check_int
+    from tflab._api.argcheck import check_callable, check_choice, check_int
 
     def to_text(self, max_ops=60):
         max_ops = check_int(max_ops, "max_ops", "TraceReport.to_text", minimum=0, allow_none=True)
@@ -160,7 +160,7 @@ def check_keywords(kwargs: dict, fn: Callable, where: str, what: str) -> None:
         raise UsageError(f"{where}: unknown {what} keyword(s) {', '.join(map(repr, unknown))}; it takes: {known}")
 
 
-# ----------------------------------------------------------------------------- issue 33 (item 7)
+# -----------------------------------------------------------------------------
 
 def check_str_sequence(value: Any, name: str, where: str) -> list[str]:
     """A sequence of str (a list or tuple); a lone str is refused, not split into its characters.
@@ -179,7 +179,7 @@ def check_str_sequence(value: Any, name: str, where: str) -> list[str]:
 
 
 def check_input_file(path: Any, name: str, where: str, what: str = "a path to a .py file") -> None:
-    """A path given as a str/PathLike is probed without opening it (`tflab._paths.input_path`).
+    """A path given as a str/PathLike is probed without opening it (`tflab._io.paths.input_path`).
 
     A FIFO blocks ``open`` for ever; a symlink loop was "does not exist". Other types are left to
     the function's own message.
@@ -190,7 +190,7 @@ def check_input_file(path: Any, name: str, where: str, what: str = "a path to a 
     import os
 
     if isinstance(path, (str, os.PathLike)):
-        from tflab._paths import input_path
+        from tflab._io.paths import input_path
 
         input_path(path, name, want="file", what=what)
 
@@ -309,7 +309,7 @@ def check_per_replica(args: tuple, kwargs: dict, where: str) -> None:
 
 
 def check_returns_tensors(fn: Any, args: tuple, kwargs: dict, where: str, name: str) -> None:
-    """Refuses a function whose every ``return`` gives None (or that has none): nothing to compare (B25).
+    """Refuses a function whose every ``return`` gives None (or that has none): nothing to compare.
 
     Read from the function's own source (`ast`), not by running or tracing it (a trace would be
     one more than the caller's, and could have side effects): the refusal is certain, a function
@@ -371,7 +371,7 @@ def check_source_decodes(fn: Any, name: str, where: str) -> None:
 
     Python imports a file with a stray latin-1 byte in a comment, but `inspect.getsource` then
     fails with "could not get source code", and the advice was "put the function in a .py file"
-    (B19) although it is in one. The file is decoded as ``tokenize`` does (PEP 263).
+    although it is in one. The file is decoded as ``tokenize`` does (PEP 263).
 
     Raises:
         UsageError: names the file, the byte and its line, and the two fixes.

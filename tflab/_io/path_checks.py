@@ -4,7 +4,7 @@
 refuses a path ``os.stat`` cannot look at (a NUL byte, a name over
 ``NAME_MAX``), `shorten_path` cuts one for an error line, and `input_path`
 probes an input (FILE.py, MODEL, examples, SavedModel) without opening it.
-`tflab._paths` (output paths) builds on them and re-exports them.
+`tflab._io.paths` (output paths) builds on them and re-exports them.
 """
 
 from __future__ import annotations

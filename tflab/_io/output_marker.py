@@ -3,7 +3,7 @@
 A folder output (``export --out``, ``tour --out``) carries `MARKER`, the list
 of what tflab wrote there; ``--force`` replaces only such a folder, and only
 while it holds nothing else (`check_replaceable`, `check_folder_out`).
-`tflab._paths` (output paths) uses them and re-exports them.
+`tflab._io.paths` (output paths) uses them and re-exports them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from tflab._path_checks import check_path_text, describe_existing, shorten_path
+from tflab._io.path_checks import check_path_text, describe_existing, shorten_path
 from tflab.errors import UsageError
 
 

@@ -10,9 +10,9 @@ uses these helpers, so the grammar is the same everywhere:
 * ``name=<python literal>`` is a Python value, read with `ast.literal_eval`.
   Example: ``n=3``, ``training=True``, ``s='abc'``.
 
-Error messages echo the user's text cut to `tflab._usercode.MAX_ECHO`
+Error messages echo the user's text cut to `tflab._user.usercode.MAX_ECHO`
 characters, so a 5000-digit literal stays one readable line. Importing the
-user's file runs under `tflab._usercode.user_code` (``sys.exit`` at import is
+user's file runs under `tflab._user.usercode.user_code` (``sys.exit`` at import is
 one line).
 """
 
@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterator
 
 # user_frame and error_summary live in _usercode (which must not import this
 # module); they stay importable from here.
-from tflab._usercode import error_summary, shorten, user_frame  # noqa: F401
+from tflab._user.usercode import error_summary, shorten, user_frame  # noqa: F401
 from tflab.errors import UsageError
 
 _SPEC_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*(?:\[(.*)\])?\s*$")
@@ -137,7 +137,7 @@ def load_module(path: str, *, what: str = "script"):
         UsageError: the file does not exist, is not ``.py``, or raised on import
             (the message names the user's line).
     """
-    from tflab._paths import input_path
+    from tflab._io.paths import input_path
 
     # Probed without opening it (a FIFO would block open() for ever): the one input place.
     input_path(path, what, want="file", what="a path to a .py file")
@@ -150,7 +150,7 @@ def load_module(path: str, *, what: str = "script"):
     directory = os.path.dirname(os.path.abspath(path))
     if directory not in sys.path:
         sys.path.insert(0, directory)
-    from tflab._usercode import user_code
+    from tflab._user.usercode import user_code
 
     try:
         with user_code(path, "at import", exceptions=True,
@@ -240,7 +240,7 @@ def load_call(target: str, arg_items: list[str] | None) -> tuple[Callable, tuple
 
 def _own_input_signature(fn: Any) -> Any:
     """The ``input_signature`` of a `tf.function`, or of an object's ``__call__`` when
-    that is one (a tf.Module with ``@tf.function(input_signature=…) def __call__``, case X4)."""
+    that is one (a tf.Module with ``@tf.function(input_signature=…) def __call__``)."""
     sig = getattr(fn, "input_signature", None)
     if sig is None and not inspect.isroutine(fn) and not inspect.isclass(fn):
         call = getattr(fn, "__call__", None)
@@ -274,7 +274,7 @@ def bind_args(fn: Callable, named: dict[str, Any]) -> tuple[tuple, dict]:
     call = getattr(fn, "call", None)
     if has_var_kw and not inspect.isroutine(fn) and inspect.ismethod(call):
         # A Keras layer/model: __call__(*args, **kwargs) passes everything on to call();
-        # check the names against call's parameters (``inputs``, …), case M6.
+        # check the names against call's parameters (``inputs``, …).
         try:
             call_params = inspect.signature(call).parameters
         except (TypeError, ValueError):
@@ -329,7 +329,7 @@ def recording_draws() -> Iterator[list[str]]:
     """Collects a label for every input `materialize` draws at random inside the block.
 
     A verb's error for a function that failed on its inputs names them and the ``--examples`` hint
-    (`tflab._usercode.input_error`). Nested blocks share the outermost list.
+    (`tflab._user.usercode.input_error`). Nested blocks share the outermost list.
     """
     box = _DRAWN.get()
     if box is not None:
@@ -369,7 +369,7 @@ def materialize(value: Any, seed: "int | Any" = 0) -> Any:
         raise UsageError(f"{label}: shape {value.shape} has unknown dims; "
                          f"give every dim to run it, e.g. {value.dtype.name}[4,8]")
     shape = value.shape.as_list()
-    from tflab._cliargs import NUMPY_MAX_DIMS
+    from tflab._api.cliargs import NUMPY_MAX_DIMS
 
     if len(shape) > NUMPY_MAX_DIMS:  # numpy's ValueError came out raw (compare_modes) or as exit 70 (compare)
         raise UsageError(f"{label}: {len(shape)} dims; numpy arrays (the random inputs drawn for it) hold at most "

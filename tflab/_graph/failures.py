@@ -79,10 +79,10 @@ def innermost_error(exc: BaseException, limit: int = 300) -> str:
     """
     # TF's private status exceptions (_NotOkStatusException under an InvalidArgumentError) are
     # the same error in TF's C++ words: the innermost public one is quoted.
-    from tflab._usercode import uncaught_chain
+    from tflab._user.usercode import uncaught_chain
 
     # Only what the error was raised from: a context TF caught and handled (tf.gather's
-    # AttributeError on a Keras variable) is not the error (`tflab._usercode.uncaught_chain`).
+    # AttributeError on a Keras variable) is not the error (`tflab._user.usercode.uncaught_chain`).
     chain = [e for e in uncaught_chain(exc) if not type(e).__name__.startswith("_")] or [exc]
     line = _own_line(chain[-1])
     if line == type(chain[-1]).__name__ and len(chain) > 1:
@@ -92,7 +92,7 @@ def innermost_error(exc: BaseException, limit: int = 300) -> str:
 
 def user_line(exc: BaseException) -> tuple[str, int] | None:
     """The innermost user frame (file, line) of ``exc`` or the exceptions it wraps."""
-    from tflab._usercode import user_frame
+    from tflab._user.usercode import user_frame
 
     for e in reversed(error_chain(exc)):
         where = user_frame(e)

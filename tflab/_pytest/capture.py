@@ -13,7 +13,7 @@ TensorFlow was imported reads TF's level-1 log record instead
 (`capture_trace_events`), and says so in the test's note.
 
 Ownership is by location (`tflab.retrace.live.is_tf_internal`, through
-`tflab._usercode.library_of`): TF's own helpers are not counted; tf.data's
+`tflab._user.usercode.library_of`): TF's own helpers are not counted; tf.data's
 functions (``map``, ``filter``) are counted in their own group, under the
 user's function's name. A test that hides TensorFlow (``sys.modules
 ["tensorflow"] = None`` or a stand-in) is recorded as such and nothing is
@@ -30,7 +30,7 @@ import time
 import types
 from typing import Any, Iterable
 
-from tflab._pytest_summary import CAVEAT_UNKNOWN_OUTCOME, name_of, short_parts
+from tflab._pytest.summary import CAVEAT_UNKNOWN_OUTCOME, name_of, short_parts
 
 _MISSING = object()
 TRACING_MODULE = "tensorflow.python.eager.polymorphic_function.tracing_compilation"
@@ -50,7 +50,7 @@ class TFState:
         if self.real is not None:
             return "loaded" if m is self.real else "hidden"
         if isinstance(m, types.ModuleType) and isinstance(sys.modules.get(TRACING_MODULE), types.ModuleType):
-            from tflab._usercode import library_of
+            from tflab._user.usercode import library_of
 
             if library_of(getattr(m, "__file__", None) or "") == "tensorflow":
                 self.real = m

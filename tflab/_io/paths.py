@@ -22,13 +22,13 @@ work, as one `UsageError` line (the CLI prints it and exits 2):
 * **Odd path text** (a NUL byte, a name longer than ``NAME_MAX``) is one
   error line, not ``ValueError``/``OSError`` out of ``os.stat``.
 
-What stands at a path and the input-path check are `tflab._path_checks`, and
+What stands at a path and the input-path check are `tflab._io.path_checks`, and
 the marker of a folder output with the one ``--force`` rule is
-`tflab._output_marker`; their names are importable from here too.
+`tflab._io.output_marker`; their names are importable from here too.
 
 Use from a verb (new verbs: do the same for every output option)::
 
-    from tflab._paths import output_path
+    from tflab._io.paths import output_path
 
     def run(args):
         dot = (output_path(args.dot, "--dot", example="graph.dot", overwrite=args.force)  # before work
@@ -58,10 +58,10 @@ import stat
 import tempfile
 from pathlib import Path
 
-from tflab._output_marker import (MARKER, OWNER, check_folder_out, publish_noreplace,  # noqa: F401 (re-exported)
+from tflab._io.output_marker import (MARKER, OWNER, check_folder_out, publish_noreplace,  # noqa: F401 (re-exported)
                                   check_not_parent_ref, check_replaceable, check_temp_dir, foreign_entries,
                                   published_path, register_publication, system_temp_dir, write_marker)
-from tflab._path_checks import check_npz, check_path_text, describe_existing, input_path, shorten_path  # noqa: F401
+from tflab._io.path_checks import check_npz, check_path_text, describe_existing, input_path, shorten_path  # noqa: F401
 from tflab.errors import UsageError
 
 
@@ -125,7 +125,7 @@ class OutputPath:
         payload = data.encode() if isinstance(data, str) else data
         if self.in_place:  # /dev/null, /dev/stdout, a FIFO: rename would replace the device node
             report = _stdout_stream(self.path)
-            if report is not None:  # under the supervisor fd 1 is its stderr pipe: write to the report (B2)
+            if report is not None:  # under the supervisor fd 1 is its stderr pipe: write to the report
                 try:
                     report.flush()
                     report.buffer.write(payload)
@@ -475,7 +475,7 @@ def owner_gone(folder: Path) -> int | None:
 
     Only this user's regular file is read, never through a link nor blocking (a FIFO there hung
     every tflab command)."""
-    from tflab._path_checks import open_regular
+    from tflab._io.path_checks import open_regular
 
     try:
         fd = open_regular(Path(folder) / OWNER, follow=False)  # the one non-blocking open of a regular file

@@ -29,7 +29,7 @@ TF's 50-line "Graph execution error" with its node stack.
 
 Use from a verb::
 
-    from tflab._usercode import run_signature, user_code
+    from tflab._user.usercode import run_signature, user_code
 
     with user_code("f", "while tracing"):
         report = trace_and_inspect(fn, *args)
@@ -80,7 +80,7 @@ def _library_roots() -> tuple[tuple[str, str], ...]:
         for f in {os.path.abspath(folder), os.path.realpath(folder)}:
             roots.append((name, f.rstrip(os.sep) + os.sep))
 
-    add("tflab", os.path.dirname(os.path.abspath(__file__)))
+    add("tflab", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the package, above _user/
     for name in _LIBRARIES:
         with contextlib.suppress(Exception):
             spec = importlib.util.find_spec(name)

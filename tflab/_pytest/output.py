@@ -22,7 +22,7 @@ The output follows the CLI's rules for what tflab writes:
   OLD.json`` (pytest-benchmark's ``--benchmark-compare`` for trace counts):
   per test and function (module-qualified name), the functions that traced
   more than in the baseline, with the new traces' reasons and call sites.
-  The baseline is read through `tflab._path_checks.read_regular` (a FIFO,
+  The baseline is read through `tflab._io.path_checks.read_regular` (a FIFO,
   a device or a folder is refused, never read) and its whole schema is
   checked at session start: a bad field is one line naming its path
   (``tests[2].functions[0].trace_count``), never an INTERNALERROR later.
@@ -36,7 +36,7 @@ import stat
 import math
 import tempfile
 
-from tflab._path_checks import read_regular
+from tflab._io.path_checks import read_regular
 from tflab.errors import UsageError
 
 TOOL = "tflab.pytest_plugin"
@@ -270,7 +270,7 @@ def _shown(v: object) -> str:
 
 def counts_of(rec: dict) -> dict[str, int]:
     """{module-qualified function name: traces} of one test's record (tf.data's under their own names)."""
-    from tflab._pytest_summary import name_of
+    from tflab._pytest.summary import name_of
 
     out: dict[str, int] = {}
     for f in rec.get("functions", []) + rec.get("data_functions", []):
@@ -288,7 +288,7 @@ def compare_with_baseline(baseline: dict, records: list[dict]) -> list[dict]:
         Rows ``nodeid``, ``function``, ``baseline``, ``now`` and ``traces``
         (the traces past the baseline's count: ``kind``, ``reasons``, ``site``).
     """
-    from tflab._pytest_summary import name_of
+    from tflab._pytest.summary import name_of
 
     rows = []
     for rec in sorted(records, key=lambda r: r["nodeid"]):
