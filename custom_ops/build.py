@@ -104,20 +104,11 @@ class BuildResult:
 
 def build_dir() -> Path:
     """Cache folder: ``$TFLAB_CUSTOM_OPS_BUILD_DIR``, else ``custom_ops/_build`` when
-    writable (editable installs), else ``~/.cache/tflab/custom_ops``."""
-    from tflab.process.settings import get as setting
+    writable (editable installs), else ``~/.cache/tflab/custom_ops``
+    (`tflab.process.settings.build_cache_dir`, the one rule)."""
+    from tflab.process.settings import build_cache_dir
 
-    env = setting("TFLAB_CUSTOM_OPS_BUILD_DIR")
-    if env:
-        return Path(env)
-    local = PACKAGE_DIR / "_build"
-    try:
-        local.mkdir(exist_ok=True)
-        if os.access(local, os.W_OK):
-            return local
-    except OSError:
-        pass
-    return Path.home() / ".cache" / "tflab" / "custom_ops"
+    return build_cache_dir(PACKAGE_DIR)
 
 
 def _first_line(cmd: list[str]) -> str:

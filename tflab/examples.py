@@ -62,6 +62,21 @@ class Examples(Report):
     signatures: Mapping[str, tuple[dict[str, np.ndarray], ...]] = dataclasses.field(default_factory=dict)
     config: dict = config_field()
 
+    def __post_init__(self) -> None:
+        """Refuses batches that are not a tuple of ``{input name: np.ndarray}`` dicts.
+
+        Raises:
+            UsageError: what was given, and `Examples.of` for the other accepted forms.
+        """
+        good = isinstance(self.batches, tuple) and all(
+            isinstance(b, dict) and all(isinstance(k, str) and isinstance(v, np.ndarray) for k, v in b.items())
+            for b in self.batches)
+        if not good:
+            shown = repr(self.batches) if len(repr(self.batches)) <= 60 else repr(self.batches)[:57] + "..."
+            raise UsageError(f"Examples(batches=...) takes a tuple of {{input name: np.ndarray}} dicts, got "
+                             f"{type(self.batches).__name__} {shown}; Examples.of(value) takes the other forms "
+                             f"(a dict of arrays, a list of such dicts, per-signature dicts)")
+
     @classmethod
     def of(cls, examples: Any) -> "Examples":
         """The `Examples` for any accepted form; an `Examples` is returned as is.

@@ -17,7 +17,7 @@ import numpy as np
 
 from tflab._user.target import parameter_names
 
-__all__ = ["STATEFUL_RANDOM_OPS", "STATELESS_RANDOM_OPS", "RANDOM_OPS", "random_dependencies",
+__all__ = ["STATEFUL_RANDOM_OPS", "STATELESS_RANDOM_OPS", "RANDOM_OPS", "random_dependencies", "nothing_to_compare",
            "random_ops_by_tensor", "flatten_sources", "prepare_args", "output_names_of", "as_tensor",
            "to_numpy", "VariableSnapshot"]
 
@@ -149,6 +149,29 @@ def as_tensor(value):
     if isinstance(value, (bool, int, float, complex, np.ndarray, np.generic)):
         return tf.convert_to_tensor(value)
     return value
+
+
+def nothing_to_compare(outputs) -> str:
+    """Why a run's outputs give two runs nothing to compare, or "".
+
+    A structure with no tensor in it (``{'a': 1}``, ``None``) is the same Python value in every
+    run, and outputs whose tensors hold 0 elements (an input with a 0 dim) give no value at
+    all: a comparison of either would report agreement measured over nothing.
+    """
+    import tensorflow as tf
+
+    flat = tf.nest.flatten(outputs)
+    tensors = [t for t in flat if tf.is_tensor(t) or isinstance(t, tf.Variable)]
+    if not tensors:
+        kinds = ", ".join(sorted({type(v).__name__ for v in flat})) or "nothing"
+        return (f"it returns no tensor ({kinds}): a Python value is the same in every run; return the "
+                f"tensors it computes")
+    if not sum(int(np.prod(t.shape)) for t in tensors if t.shape.is_fully_defined()) and \
+            all(t.shape.is_fully_defined() for t in tensors):
+        shapes = ", ".join(str(t.shape.as_list()) for t in tensors[:4])
+        return (f"its outputs hold 0 elements (shapes {shapes}{', ...' if len(tensors) > 4 else ''}); give "
+                f"inputs whose dims are all >= 1, e.g. --arg x=float32[2,3]")
+    return ""
 
 
 def touched_variables(python_fn: Callable, runner, sources: list) -> list:

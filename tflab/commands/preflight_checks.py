@@ -94,6 +94,8 @@ def check_contents(verb: str, args) -> None:
 
     if verb == "retrace" and given("script"):
         check_py(args.script, "script")
+    if verb == "build-op":
+        check_build_cache()
     if verb == "check-tflite" and given("model"):
         check_tflite_identifier(args.model, "MODEL.tflite")
     if verb == "tour" and given("model") and not args.model.endswith(".keras"):
@@ -104,6 +106,32 @@ def check_contents(verb: str, args) -> None:
         if not zipfile.is_zipfile(args.examples):
             raise UsageError(f"--examples {args.examples!r} is not an .npz archive (np.savez writes one, an array "
                              f"per input name)")
+
+
+def check_build_cache() -> None:
+    """Refuses a build-cache folder whose ``.lock`` or a manifest (``*.json``) is no regular file.
+
+    The build opens both (`custom_ops.build.build`) only after TF loads, to hash TF's flags into the
+    cache key; what stands at those names is known before, and a FIFO there would block ``open``.
+
+    Raises:
+        UsageError: the first such entry, what it is, and what to do.
+    """
+    from pathlib import Path
+
+    from tflab._io.path_checks import describe_existing
+    from tflab.process.settings import build_cache_dir
+
+    folder = build_cache_dir()
+    if not folder.is_dir():
+        return
+    names = [Path(folder, ".lock")] + sorted(Path(folder).glob("*.json"))
+    for entry in names:
+        what = describe_existing(entry)
+        if what not in (None, "a regular file"):
+            raise UsageError(f"{entry.name} in the build cache {folder} is {what}, not a regular file: tflab "
+                             f"never opens one (it could block for ever); remove it, or set "
+                             f"TFLAB_CUSTOM_OPS_BUILD_DIR to another folder")
 
 
 def check_file_not_in_folder(file: str, file_flag: str, folder: str, folder_flag: str) -> None:

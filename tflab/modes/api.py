@@ -55,7 +55,7 @@ from typing import Any, Callable
 
 from tflab._graph.failures import error_chain, innermost_error
 from tflab._graph.analysis import (RANDOM_OPS, STATELESS_RANDOM_OPS, STATEFUL_RANDOM_OPS,  # noqa: F401
-                                   VariableSnapshot, as_tensor, flatten_sources, output_names_of,
+                                   VariableSnapshot, as_tensor, flatten_sources, nothing_to_compare, output_names_of,
                                    prepare_args, random_dependencies, random_ops_by_tensor, to_numpy,
                                    touched_variables)
 # MODES, and the default disagreement bound: an element is a finding when it is more than
@@ -476,6 +476,9 @@ def compare_modes(fn: Callable, *args: Any, seed: int = 0, repeats: int = 10,
                          + (f" (at {where})" if where else "")) from e
     saved.add_missing(probe.watched_variables())  # missed by the trace: saved after one run
     saved.restore()
+    empty = nothing_to_compare(out)
+    if empty:
+        raise UsageError(f"{name}: nothing to compare across modes: {empty}")
     out = tf.nest.map_structure(as_tensor, out)
     device = next((t.device for t in tf.nest.flatten(out) if getattr(t, "device", "")), "") or \
         next((t.device for t in sources), "")

@@ -310,3 +310,37 @@ def table_text(environ: Mapping[str, str] | None = None) -> str:
              s.kind, s.meaning) for s in _TABLE]
     return "TFLAB_* settings (tflab/process/settings.py):\n" + table(
         rows, header=("variable", "value", "kind", "meaning"), indent="  ")
+
+
+def build_cache_dir(package_dir=None):
+    """The custom-op build cache folder (`custom_ops.build.build_dir` and the CLI's pre-flight).
+
+    ``$TFLAB_CUSTOM_OPS_BUILD_DIR``, else ``_build`` in the ``custom_ops`` package folder when it can be
+    made and written (editable installs), else ``~/.cache/tflab/custom_ops``. The package folder is found
+    without importing ``custom_ops`` (its ``__init__`` imports TensorFlow).
+
+    Args:
+        package_dir: the ``custom_ops`` folder; default: where Python would import it from.
+
+    Returns:
+        A `pathlib.Path` (``_build`` is created when chosen; nothing else is).
+    """
+    from pathlib import Path
+
+    env = get("TFLAB_CUSTOM_OPS_BUILD_DIR")
+    if env:
+        return Path(env)
+    if package_dir is None:
+        import importlib.util
+
+        spec = importlib.util.find_spec("custom_ops")
+        package_dir = Path(spec.origin).parent if spec is not None and spec.origin else None
+    if package_dir is not None:
+        local = Path(package_dir) / "_build"
+        try:
+            local.mkdir(exist_ok=True)
+            if os.access(local, os.W_OK):
+                return local
+        except OSError:
+            pass
+    return Path.home() / ".cache" / "tflab" / "custom_ops"
