@@ -349,6 +349,7 @@ def main(argv: list[str] | None = None, *, _channel=None) -> int:
         with contextlib.suppress(OSError, ValueError, AttributeError):
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
+            sys.stdout.repointed()  # the report's guard: this /dev/null is tflab's, not the user's code's
         return 141
     except Exception:
         raise  # a tflab bug: the traceback is what a bug report needs

@@ -39,7 +39,7 @@ def test_cli_refuses_before_loading_or_converting(verb, tmp_path, monkeypatch, c
     np.savez(tmp_path / "kt_nan.npz", keras_tensor=np.full((2, 4), np.nan, np.float32))
     (tmp_path / "sm").mkdir()
     (tmp_path / "sm" / "saved_model.pb").write_bytes(b"")
-    (tmp_path / "m.tflite").write_bytes(b"junk")
+    (tmp_path / "m.tflite").write_bytes(b"\x1c\x00\x00\x00TFL3" + bytes(32))  # the identifier only: never read
     argv = (["check-tflite", "m.tflite", "sm"] if verb == "check-tflite"
             else ["export", "sm", "--quantize", "int8", "--out", "o"]) + ["--examples", "kt_nan.npz"]
     code = main(argv)

@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 from tflab import compare_precisions
+from tflab.errors import UsageError
 
 FNS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "cases_answers_fns.py")
 
@@ -39,8 +40,8 @@ def test_an_error_measured_over_no_element_is_none_not_zero():
     bf16 = cmp.policies["mixed_bfloat16"]
     assert bf16.output_error_elements == 64 and bf16.output_error > 0
     assert cmp.policies["float32"].output_error == 0.0  # the reference against itself: measured, exact
-    ints = compare_precisions(lambda ids: tf.reduce_sum(ids * 2), tf.constant([1, 2, 3]))
-    assert ints.policies["mixed_float16"].output_error is None  # integer output: no float value
+    with pytest.raises(UsageError, match="there is no floating-point value to judge"):  # integer output
+        compare_precisions(lambda ids: tf.reduce_sum(ids * 2), tf.constant([1, 2, 3]))
 
 
 def test_float16_loss_overflow_names_computing_the_loss_in_float32():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from tflab._api.cliargs import int_at_least
+
 HELP = ("lower FILE.py:FUNC under XLA and show every level (python, autograph, funcgraph, tf_mlir, "
         "stablehlo, hlo, optimized_hlo, llvm_ir, asm) with its fusions tied to your source lines")
 
@@ -34,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="xla (default): XLA's ladder down to machine code; graph: what a plain tf.function ran, "
                         "from TF's RunMetadata: Grappler's graph (what each optimizer changed), the partition "
                         "graph with each node's kernel (oneDNN or Eigen), and each node's time over --runs runs")
-    p.add_argument("--runs", type=int, default=20, metavar="N",
+    p.add_argument("--runs", type=int_at_least(1), default=20, metavar="N",
                    help="--path graph: runs the profile level times (default 20)")
     p.add_argument("--passes", action="store_true",
                    help="--path xla: also show what each HLO pass changed (a diff per pass with your lines, "

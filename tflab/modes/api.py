@@ -82,20 +82,12 @@ __all__ = ["compare_modes", "ModeComparison", "ModeResult", "Distance", "speed_t
 @contextlib.contextmanager
 def _grappler_options(grappler: bool | dict):
     """Sets Grappler options while a graph-mode function is first instantiated
-    and run (False: the whole meta optimizer off); restores them afterwards."""
-    import tensorflow as tf
+    and run (False: the whole meta optimizer off); restores them exactly afterwards
+    (an option the caller never set is unset again, not set to its default)."""
+    from tflab._tf.run_metadata import grappler_options
 
-    wanted = {"disable_meta_optimizer": True} if grappler is False else dict(grappler)
-    old = tf.config.optimizer.get_experimental_options()
-    tf.config.optimizer.set_experimental_options(wanted)
-    try:
+    with grappler_options({"disable_meta_optimizer": True} if grappler is False else dict(grappler)):
         yield
-    finally:
-        # The public API cannot unset an option, so one that was unset goes back
-        # to its default value: passes on, "disable_*" and auto mixed precision off.
-        tf.config.optimizer.set_experimental_options(
-            {k: old.get(k, not (k.startswith("disable_") or k.startswith("auto_mixed_precision")))
-             for k in wanted})
 
 
 class _RetracingNote(logging.Filter):

@@ -99,6 +99,11 @@ class _Stream(io.TextIOBase):
                              f"it did not open), so the report is lost; close only the file descriptors your "
                              f"code opened")
 
+    def repointed(self) -> None:
+        """tflab itself pointed the report's descriptor elsewhere (``/dev/null`` once the reader left)."""
+        if self._guard is not None:
+            self._guard = (self._guard[0], _identity(self._guard[0]))
+
     def _do(self, op):
         self._check()
         try:

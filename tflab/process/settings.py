@@ -131,6 +131,9 @@ _TABLE = (
             "steps", "0", "test", ("tflab.distribute.workers",), ("tflab.distribute.workers",)),
     Setting("TFLAB_EXPORT_WORKER_CRASH", "the TFLite converter worker aborts (like an LLVM fatal error) when it "
             "starts this variant", None, "test", ("tflab.litert.workers",), ("tests",)),
+    Setting("TFLAB_ZOO_TESTS", "1 also runs the zoo tests that take minutes on 2 cores (ResNet50's quantized "
+            "simulation with planted defects)", None, "test", ("tests/litert/test_litert_simulate_zoo.py",),
+            ("tests",), values=("0", "1")),
 )
 
 #: Every declared variable, by name, in the table's order.

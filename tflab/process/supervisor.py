@@ -259,6 +259,8 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
         proc = subprocess.Popen(cmd, env=child_env, stdin=None, stdout=err_w, stderr=err_w,
                                 pass_fds=(report_w, status_w, quiet.fileno(), notice.fileno()),
                                 preexec_fn=child_setup)
+        if received:  # a signal that came while Popen ran (``proc`` unset) is forwarded now, not dropped
+            on_signal(received.pop(0), None)
         for fd in (report_w, status_w, err_w):
             os.close(fd)
         report_w = status_w = err_w = -1
