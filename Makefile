@@ -45,7 +45,7 @@ tour: $(STAMP)
 # per pass on 2 cores); tests/tour/test_tour_speed.py checks this list against
 # the marker pytest itself collects.
 ONEDNN_FILES := $(shell grep -rlE 'mark\.onednn' tests --include='test_*.py' | sort)
-# The main pass runs one pytest-xdist worker per schedulable CPU (at most 4: each holds a
+# Every pass runs one pytest-xdist worker per schedulable CPU (at most 4: each holds a
 # TensorFlow of ~2-3 GiB), a test file per worker (--dist loadfile: a file's fixtures are
 # built once). TEST_JOBS=1 runs it in one process.
 TEST_JOBS ?= $(shell $(BIN)/python -c "import os; print(min(4, len(os.sched_getaffinity(0))))" 2>/dev/null || echo 1)
@@ -55,11 +55,11 @@ test: $(STAMP)
 	  if [ -n "$$caps" ]; then echo "make test: pass 3 emulates an AVX2 CPU: $$caps"; \
 	  else echo "make test: pass 3 (ISA caps at AVX2) skipped: this CPU is at AVX2 or below, so pass 4 (oneDNN on) runs what it would"; fi
 	$(BIN)/python -m pytest -q --durations=15 -n $(TEST_JOBS) --dist loadfile -m "not onednn" --tflab-traces-json saved_models/test-traces.json
-	TF_ENABLE_ONEDNN_OPTS=0 $(BIN)/python -m pytest -q -m onednn $(ONEDNN_FILES)
+	TF_ENABLE_ONEDNN_OPTS=0 $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile -m onednn $(ONEDNN_FILES)
 	@caps="$$($(BIN)/python -m tflab.runtime --capped-env)"; \
 	  if [ -n "$$caps" ]; then echo "pass 3: TF_ENABLE_ONEDNN_OPTS=1 $$caps"; \
-	    eval "env TF_ENABLE_ONEDNN_OPTS=1 $$caps $(BIN)/python -m pytest -q -m onednn $(ONEDNN_FILES)"; fi
-	TF_ENABLE_ONEDNN_OPTS=1 $(BIN)/python -m pytest -q -m onednn $(ONEDNN_FILES)
+	    eval "env TF_ENABLE_ONEDNN_OPTS=1 $$caps $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile -m onednn $(ONEDNN_FILES)"; fi
+	TF_ENABLE_ONEDNN_OPTS=1 $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile -m onednn $(ONEDNN_FILES)
 
 onednn-files:
 	@echo $(ONEDNN_FILES)
