@@ -160,7 +160,9 @@ class _ModeRun:
             self.var_names[mode] = [f"var:{getattr(v, 'path', None) or v.name}" for v in variables]
             grads = tape.gradient(targets, list(srcs) + variables) if targets else \
                 [None] * (len(srcs) + len(variables))
-            return outputs, grads
+            # A gather's (an Embedding's) gradient is IndexedSlices: compared dense, as the optimizer
+            # applies it (its rows summed per index), in every mode alike.
+            return outputs, [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
 
         step.user_function = python_fn  # what tflab.diagnosis reads when a traced mode fails
         return step
