@@ -421,31 +421,6 @@ def test_a_graph_that_differs_from_eager_by_itself_sets_a_printed_bound_not_a_fa
     assert 0 < fix.measured["max_ulp"] == fix.measured["ulp_bound"]
 
 
-def test_the_floor_and_the_repeat_run_are_measured_only_when_a_candidate_misses_and_then_once():
-    # Eager's outputs are made once for every candidate. The second eager run (is eager a
-    # reference?) and the floor (your function traced afresh per call) cost a replay and a
-    # trace per call: a candidate equal to eager bit for bit needs neither.
-    def exact(x, k):
-        return x * k
-
-    def rounds(x, k):  # the graph computes a little differently from eager
-        return x * k + (0.0 if tf.executing_eagerly() else 1e-6)
-
-    x = tf.ones([2])
-    healthy = tflab.RetraceProbe(exact)
-    healthy(x, 1.0), healthy(x, 2.0)
-    assert "bit for bit" in healthy.traces[1].details[0].plan.fix.result
-    assert healthy._case_values().learned() == {}
-
-    p = tflab.RetraceProbe(rounds)
-    p(x, 1.0), p(x, 2.0)
-    fix = p.traces[1].details[0].plan.fix
-    assert fix.checked and "graph vs eager rounding" in fix.result
-    learned = p._case_values().learned()  # measured in the candidate's child, kept for the next one
-    assert learned["again"] == "" and learned["floor"] == fix.measured["ulp_bound"] > 0
-    assert "_case_values_learned" not in fix.measured and "_case_values_learned" not in fix.to_dict()["measured"]
-
-
 @pytest.mark.parametrize("loop", ["predict", "fit", "predict_on_batch"])
 def test_a_keras_loop_is_refused_with_what_works(loop):
     import keras

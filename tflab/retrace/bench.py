@@ -402,10 +402,6 @@ class Bench:
         return out
 
 
-# The key under which a check's child sends back what it measured for the values check (the repeat
-# eager run's verdict, the graph-vs-eager floor); it never reaches the Fix the user sees.
-_LEARNED = "_case_values_learned"
-
 # Bodies whose re-trace did not finish within the time limit: later candidates for them are not
 # checked, so one blocking body costs one time limit, not one per candidate and retrace.
 _STUCK: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -451,16 +447,11 @@ def measured_fix(kind: str, change: str, description: str, bench: Bench, key: st
         vc = (bench.values_check(key, calls, convert=convert, overrides=overrides, **run_kwargs) if values
               else fx.values_match(None, []))
         measured.update(vc.measured)
-        if values and bench.values is not None and bench.values.learned():
-            measured[_LEARNED] = bench.values.learned()  # taken off again below, kept for the next children
         return vc.ok, f"{summary(o)}; {vc.text}" if vc.ok else f"{summary(o)}, but {vc.text}", measured
 
     if values and bench.values is not None:
         bench.values.prefetch()  # eager's outputs made once, inherited by every candidate's child
     fix = fx.attempt(kind, change, description, check, how=how)
-    learned = fix.measured.pop(_LEARNED, None)
-    if learned and bench.values is not None:
-        bench.values.adopt(learned)
     bench.memo[memo_key] = fix
     if fix.status == fx.NOT_CHECKED and "timeout_s" in fix.measured:
         with contextlib.suppress(TypeError):  # a body that cannot be weakly referenced is tried every time

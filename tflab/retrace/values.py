@@ -463,15 +463,12 @@ class CaseValues:
         return self._reference
 
     def prefetch(self) -> None:
-        """Eager's outputs, made once in a child and kept here.
+        """Eager's outputs (twice) and the graph-vs-eager floor, made once in a child and kept here.
 
         Each candidate's check runs in its own forked child (`tflab.fix.attempt`):
         what a child computes is lost with it, so without this every candidate
         would replay the user's function eagerly again. One child computes them,
         the parent keeps the NumPy results, and every later child inherits them.
-        The second eager run and the graph-vs-eager floor are needed only when a
-        candidate's outputs miss eager's (`compare`): the child that needs them
-        makes them, and `learned`/`adopt` bring them back for the later children.
         """
         from tflab.process import apart
 
@@ -481,22 +478,14 @@ class CaseValues:
 
         def work():
             self.reference()
-            return self._reference, self._gone
+            if not self._gone:
+                self._repeatable()
+                self._graph_floor()
+            return self._reference, self._gone, self._again, self._floor
 
         ran = apart.run_apart(work)
         if ran.status == apart.RETURNED:
-            self._reference, self._gone = ran.value
-
-    def learned(self) -> dict:
-        """What a check's child measured beyond eager's outputs (the repeat run's verdict, the floor)."""
-        return {k: v for k, v in (("again", self._again), ("floor", self._floor)) if v is not None}
-
-    def adopt(self, learned: Mapping[str, Any]) -> None:
-        """Keeps what a child measured (`learned`), so a later child does not measure it again."""
-        if self._again is None and "again" in learned:
-            self._again = learned["again"]
-        if self._floor is None and "floor" in learned:
-            self._floor = learned["floor"]
+            self._reference, self._gone, self._again, self._floor = ran.value
 
     def run(self, fn: Callable, convert: Mapping[str, tuple[str, str]] | None = None, **replay: Any) -> list:
         """A candidate (a tf.function) over the recorded calls, each call's arguments converted so."""
