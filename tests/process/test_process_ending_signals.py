@@ -55,8 +55,13 @@ SUPERVISOR = textwrap.dedent("""
 
 def _supervised(tmp_path, sig):
     env = dict(os.environ, PYTHONPATH=str(REPO))
+    def default_dispositions():  # a shell's: an ignored signal is inherited across exec, and tflab keeps
+        for s in (signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGTERM):  # it ignored (nohup)
+            signal.signal(s, signal.SIG_DFL)
+
     p = subprocess.Popen([sys.executable, "-c", SUPERVISOR, CHILD, str(tmp_path)], env=env, text=True,
-                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         preexec_fn=default_dispositions)
     deadline = time.monotonic() + 30
     while not (tmp_path / "started").exists() and time.monotonic() < deadline and p.poll() is None:
         time.sleep(0.02)
