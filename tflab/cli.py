@@ -265,7 +265,12 @@ def preflight(verb: str, args: argparse.Namespace) -> None:
                 _preflight.check_saved_model_folder(value, flag)
     _preflight.check_contents(verb, args)  # once every input path is judged: a script's syntax, a .tflite's id
     if verb in _ARG_GRAMMAR:
-        check_arg_grammar(getattr(args, "arg", None), static=verb == "lower", draws=verb in _DRAWS_INPUTS[:2],
+        # With --examples the arrays replace the random values: a spec for a parameter they feed may
+        # have None dims (it is matched against the array's shape in `tflab.examples.example_inputs`);
+        # a spec the arrays leave unfed is still refused by `materialize` in the same words.
+        fed = bool(getattr(args, "examples", None))
+        check_arg_grammar(getattr(args, "arg", None), static=verb == "lower" and not fed,
+                          draws=verb in _DRAWS_INPUTS[:2] and not fed,
                           max_rank=NUMPY_MAX_DIMS if verb in _DRAWS_INPUTS else None, batch=verb == "distribute")
 
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from tflab.report.base import Report, config_field
 from tflab.errors import UsageError
+from tflab._user.arrays import as_example_array, check_finite
 
 FORMS = ("examples must be a dict {input name: array} (one batch), a non-empty list of such dicts, "
          "or {signature key: {input name: array}}")
@@ -248,14 +249,8 @@ def _normalize_batches(examples: Any) -> list[dict[str, np.ndarray]]:
     for i, b in enumerate(batches):
         if not isinstance(b, Mapping):
             raise UsageError(f"examples[{i}] is a {type(b).__name__}, expected a dict {{input name: array}}")
-        batch = {str(k): np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in b.items()}
-        for k, a in batch.items():
-            # An object array is a tf.string input only when it holds bytes/str; anything else
-            # (Python objects, nested lists of mixed length) cannot become a tensor.
-            if a.dtype == object and not all(isinstance(x, (bytes, str)) for x in a.ravel()):
-                raise UsageError(f"examples[{i}][{k!r}] is an object array of Python objects, not numbers or "
-                                 f"strings: give a numeric array (np.asarray(..., dtype=np.float32)) or bytes")
-        out.append(batch)
+        # A ragged list, Python objects or a dtype TF has no tensor for: one line (`as_example_array`).
+        out.append({str(k): as_example_array(str(k), v, f"examples[{i}]") for k, v in b.items()})
     return out
 
 
@@ -307,6 +302,8 @@ def renamed_keys_hint(missing: list[str], unknown: list[str], inputs: Any, batch
     """
     if not missing or len(missing) != len(unknown):
         return ""
+    if len(missing) == 1:  # one leaf: nothing shows a flattened dict input, so none is claimed
+        return f"; the examples have {unknown}, the model's inputs are {missing}: name each array after its input"
     stem = min(missing, key=len)
     flat = [stem] + [f"{stem}_{i}" for i in range(1, len(missing))]
     if sorted(flat) != sorted(missing):
@@ -428,21 +425,7 @@ def check_rows(batches: Sequence[Mapping[str, np.ndarray]]) -> None:
         rows = [a.shape[0] for a in b.values() if a.ndim]
         if rows and min(rows) == 0:
             raise UsageError("examples have 0 rows: nothing to compare or calibrate; give at least one row")
-    counts: dict[str, list[int]] = {}  # name -> [NaN, +-inf, size], over every batch
-    for b in batches:
-        for name, a in b.items():
-            a = np.asarray(a)
-            if a.dtype.kind not in "fc" or a.size == 0:
-                continue
-            c = counts.setdefault(name, [0, 0, 0])
-            c[0] += int(np.count_nonzero(np.isnan(a)))
-            c[1] += int(np.count_nonzero(np.isinf(a)))
-            c[2] += int(a.size)
-    for name, (nan, inf, size) in counts.items():
-        if nan + inf == size:
-            what = "NaN" if not inf else "±inf" if not nan else "NaN or ±inf"
-            raise UsageError(f"examples: every value of {name} is {what} ({nan} NaN, {inf} inf of {size} "
-                             f"non-finite): nothing to calibrate or compare; give finite values")
+    check_finite(batches)
 
 
 def load_examples(path: str) -> list[dict[str, np.ndarray]]:
@@ -509,14 +492,21 @@ def example_inputs(fn: Callable, examples: Any, named: dict[str, Any] | None = N
 
         batch = read_npz(examples, flag)[0]
         source = f"{flag} {shorten(os.fspath(examples), 60)}"
-    elif isinstance(examples, dict) and examples and all(isinstance(k, str) for k in examples):
+    elif isinstance(examples, dict) and not examples:
+        raise UsageError(f"{flag}: the dict is empty: give one array per parameter name, {{'x': array}}")
+    elif isinstance(examples, dict) and not all(isinstance(k, str) for k in examples):
+        bad = next(k for k in examples if not isinstance(k, str))
+        raise UsageError(f"{flag}: keys must be parameter names (str), got {type(bad).__name__} "
+                         f"{shorten(repr(bad), 40)}: name each array after the parameter it feeds, {{'x': array}}")
+    elif isinstance(examples, dict):
         batch, source = dict(examples), "examples"
     else:
         raise UsageError(f"{flag}: give a path to an .npz, or a dict {{parameter name: array}}; got "
                          f"{shorten(type(examples).__name__, 40)}")
     values: dict[str, Any] = {}
+    batch = {name: as_example_array(name, a, source) for name, a in batch.items()}
+    check_finite([batch])  # an all-NaN input would be judged over nothing (export's own rule)
     for name, a in batch.items():
-        a = np.asarray(a)
         if a.dtype == object:
             raise UsageError(f"{source}: {name!r} is an object array; give a numeric or bool array")
         spec = named.get(name)

@@ -257,18 +257,35 @@ def read_npz(path: str | os.PathLike, flag: str = "--examples") -> list[dict]:
     import numpy as np
 
     check_npz(path, flag)
+    import re
+
+    from tflab._user.arrays import check_dtype
+
     try:
         with np.load(path, allow_pickle=False) as z:
+            # np.load reads a member that is no .npy as raw bytes: refused, not fed as a string tensor.
+            other = [m for m in z.zip.namelist() if not m.endswith(".npy")]
+            if other:
+                raise UsageError(f"{flag} {shorten_path(path)!r} is not an .npz written by np.savez: member "
+                                 f"{shorten_path(other[0])!r} is not a .npy (np.savez(path, x=array) writes one per array)")
             arrays = {k: z[k] for k in z.files}
+    except UsageError:
+        raise
     except Exception as e:
         raise UsageError(f"{flag} {shorten_path(path)!r} is not a readable .npz ({type(e).__name__}: {e})") from e
     if not arrays:
         raise UsageError(f"{flag} {shorten_path(path)!r} holds no arrays: give one array per input name "
                          f"(np.savez(path, x=array))")
-    if all("/" in k and k.partition("/")[0].isdigit() for k in arrays):
+    for k, a in arrays.items():
+        check_dtype(k, a, f"{flag} {shorten_path(path)!r}")
+    # "<i>/<name>": i in ASCII digits only (str.isdigit takes '²', which int() refuses).
+    layout = [re.fullmatch(r"([0-9]+)/(.*)", k, re.ASCII | re.DOTALL) for k in arrays]
+    if all(layout):
         by_batch: dict[int, dict] = {}
-        for k, a in arrays.items():
-            i, _, name = k.partition("/")
-            by_batch.setdefault(int(i), {})[name] = a
+        for m, a in zip(layout, arrays.values()):
+            if not m.group(2):
+                raise UsageError(f"{flag} {shorten_path(path)!r}: member {m.group(0)!r} names no input after "
+                                 f"its batch index: name it '<batch>/<input name>', e.g. '0/x'")
+            by_batch.setdefault(int(m.group(1)), {})[m.group(2)] = a
         return [by_batch[i] for i in sorted(by_batch)]
     return [arrays]
