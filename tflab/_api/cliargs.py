@@ -237,3 +237,41 @@ def _refuse_batch(name: str) -> None:
 
     raise UsageError(f"--arg {name}: give a TensorSpec whose dim 0 is the global batch, e.g. {name}=float32[8,4]; "
                      f"the dataset is split along dim 0")
+
+
+class WatchedStdout:
+    """Wraps ``sys.stdout`` while argparse prints ``--help``/``--version``, keeping the write's OSError.
+
+    argparse's ``_print_message`` swallows an ``OSError`` from ``file.write`` (CPython's
+    ``Lib/argparse.py``), so ``tflab --version > /dev/full`` lost its line and still exited 0.
+    ``error`` holds the first OSError a write or flush raised (``ENOSPC``, ``EIO``, ``EPIPE``);
+    the caller turns it into one line and a non-zero exit.
+
+    Example:
+
+    >>> import io
+    >>> w = WatchedStdout(io.StringIO()); w.write("tflab 0.2.0\\n"); w.error is None
+    12
+    True
+    """
+
+    def __init__(self, raw):
+        self._raw = raw
+        self.error: OSError | None = None
+
+    def _do(self, op):
+        try:
+            return op(self._raw)
+        except OSError as e:
+            if self.error is None:
+                self.error = e
+            raise
+
+    def write(self, text: str) -> int:
+        return self._do(lambda raw: raw.write(text))
+
+    def flush(self) -> None:
+        self._do(lambda raw: raw.flush())
+
+    def __getattr__(self, name):  # encoding, isatty, fileno, …: the real stream's
+        return getattr(self._raw, name)
