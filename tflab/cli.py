@@ -419,24 +419,10 @@ def supervise(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         parser, _ = build_parser(_named_verb(argv))
-        from tflab._api.cliargs import WatchedStdout
+        from tflab._api.cliargs import parse_watched
 
-        real, sys.stdout = sys.stdout, WatchedStdout(sys.stdout)  # argparse swallows a failed write
-        try:
-            args, code = _parse(parser, argv)
-            if args is None:
-                with contextlib.suppress(OSError):
-                    sys.stdout.flush()  # `tflab --help | head -1`: EPIPE here, not in the final flush
-        finally:
-            watched, sys.stdout = sys.stdout, real
+        args, code = parse_watched(lambda: _parse(parser, argv))  # a lost --help/--version: 141 or 2, not 0
         if args is None:
-            if isinstance(watched.error, BrokenPipeError):
-                return _quiet_141()
-            if watched.error is not None:  # a full disk or a device error: the help or version is lost
-                print(f"tflab: error: could not write to stdout: {watched.error.strerror or watched.error}",
-                      file=sys.stderr)
-                _quiet_141()  # stdout pointed at /dev/null: the interpreter's final flush stays quiet
-                return 2
             return code
         refusal = _environment_refusal()  # junk TFLAB_* values, no usable temporary folder: one line
         if refusal is not None:

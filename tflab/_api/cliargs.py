@@ -275,3 +275,34 @@ class WatchedStdout:
 
     def __getattr__(self, name):  # encoding, isatty, fileno, …: the real stream's
         return getattr(self._raw, name)
+
+
+def parse_watched(parse: Callable[[], tuple]) -> tuple:
+    """``parse()`` (``(args, code)``; args None for ``--help``/``--version``) with stdout watched.
+
+    When argparse's own print failed: a reader that left (``EPIPE``) gives code 141 quietly; any
+    other error (``ENOSPC``: ``tflab --version > /dev/full``) one ``tflab: error:`` line on stderr
+    and code 2. Either way stdout is pointed at ``/dev/null`` so the interpreter's final flush of
+    what is left stays quiet.
+    """
+    import contextlib
+    import os
+    import sys
+
+    real = sys.stdout
+    sys.stdout = watched = WatchedStdout(real)
+    try:
+        args, code = parse()
+        if args is None:
+            with contextlib.suppress(OSError):
+                sys.stdout.flush()  # `tflab --help | head -1`: EPIPE here, not in the final flush
+    finally:
+        sys.stdout = real
+    error = watched.error
+    if args is not None or error is None:
+        return args, code
+    if not isinstance(error, BrokenPipeError):
+        print(f"tflab: error: could not write to stdout: {error.strerror or error}", file=sys.stderr)
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), real.fileno())
+    return None, 141 if isinstance(error, BrokenPipeError) else 2
