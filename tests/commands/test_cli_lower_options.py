@@ -96,3 +96,20 @@ def test_help_or_version_to_a_full_device_is_one_line_not_exit_0(work, argv):
         "tflab: error: could not write to stdout: No space left on device"], p.stderr
     ok = subprocess.run([sys.executable, "-m", "tflab", *argv], capture_output=True, text=True, env=env, timeout=60)
     assert ok.returncode == 0 and ok.stdout and not ok.stderr  # healthy twin: a writable stdout
+
+
+def test_help_to_a_reader_that_left_is_quiet_141(work):
+    """Sibling: the write fails with EPIPE (the reader went away), which is 141 without a line, as for verbs."""
+    import subprocess
+    import sys
+
+    from tests.commands.test_cli_preflight import REPO
+
+    r, w = os.pipe()
+    os.close(r)  # no reader left
+    try:
+        p = subprocess.run([sys.executable, "-m", "tflab", "--help"], stdout=w, stderr=subprocess.PIPE, text=True,
+                           env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=60)
+    finally:
+        os.close(w)
+    assert (p.returncode, p.stderr) == (141, ""), p.stderr
