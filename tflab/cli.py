@@ -424,9 +424,10 @@ def supervise(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         parser, _ = build_parser(_named_verb(argv))
-        args, code = _parse(parser, argv)
+        from tflab._api.cliargs import parse_watched
+
+        args, code = parse_watched(lambda: _parse(parser, argv))  # a lost --help/--version: 141 or 2, not 0
         if args is None:
-            sys.stdout.flush()  # `tflab --help | head -1`: EPIPE here, not in the interpreter's final flush
             return code
         refusal = _environment_refusal()  # junk TFLAB_* values, no usable temporary folder: one line
         if refusal is not None:

@@ -135,7 +135,7 @@ def test_bad_out_is_one_line_exit_2(case, tmp_path, run_cli, monkeypatch):
         "proc": (["--out", "/proc/x"], "/proc/x: cannot create a folder in /proc"),
         "force_cwd": (["--out", ".", "--force"], "is the current folder or one of its parents"),
         "force_file": (["--out", "afile", "--force"], "is a regular file, not an export folder"),
-        "force_foreign": (["--out", "theirs", "--force"], "not a tflab export (no report.json)"),
+        "force_foreign": (["--out", "theirs", "--force"], "not a tflab export (no .tflab-output marker"),
     }[case]
     code, stdout, stderr = run_cli("export", MODEL_SPEC, *args)
     lines = stderr.strip().splitlines()  # checked before loading: not even a progress line

@@ -237,3 +237,72 @@ def _refuse_batch(name: str) -> None:
 
     raise UsageError(f"--arg {name}: give a TensorSpec whose dim 0 is the global batch, e.g. {name}=float32[8,4]; "
                      f"the dataset is split along dim 0")
+
+
+class WatchedStdout:
+    """Wraps ``sys.stdout`` while argparse prints ``--help``/``--version``, keeping the write's OSError.
+
+    argparse's ``_print_message`` swallows an ``OSError`` from ``file.write`` (CPython's
+    ``Lib/argparse.py``), so ``tflab --version > /dev/full`` lost its line and still exited 0.
+    ``error`` holds the first OSError a write or flush raised (``ENOSPC``, ``EIO``, ``EPIPE``);
+    the caller turns it into one line and a non-zero exit.
+
+    Example:
+
+    >>> import io
+    >>> w = WatchedStdout(io.StringIO()); w.write("tflab 0.2.0\\n"); w.error is None
+    12
+    True
+    """
+
+    def __init__(self, raw):
+        self._raw = raw
+        self.error: OSError | None = None
+
+    def _do(self, op):
+        try:
+            return op(self._raw)
+        except OSError as e:
+            if self.error is None:
+                self.error = e
+            raise
+
+    def write(self, text: str) -> int:
+        return self._do(lambda raw: raw.write(text))
+
+    def flush(self) -> None:
+        self._do(lambda raw: raw.flush())
+
+    def __getattr__(self, name):  # encoding, isatty, fileno, …: the real stream's
+        return getattr(self._raw, name)
+
+
+def parse_watched(parse: Callable[[], tuple]) -> tuple:
+    """``parse()`` (``(args, code)``; args None for ``--help``/``--version``) with stdout watched.
+
+    When argparse's own print failed: a reader that left (``EPIPE``) gives code 141 quietly; any
+    other error (``ENOSPC``: ``tflab --version > /dev/full``) one ``tflab: error:`` line on stderr
+    and code 2. Either way stdout is pointed at ``/dev/null`` so the interpreter's final flush of
+    what is left stays quiet.
+    """
+    import contextlib
+    import os
+    import sys
+
+    real = sys.stdout
+    sys.stdout = watched = WatchedStdout(real)
+    try:
+        args, code = parse()
+        if args is None:
+            with contextlib.suppress(OSError):
+                sys.stdout.flush()  # `tflab --help | head -1`: EPIPE here, not in the final flush
+    finally:
+        sys.stdout = real
+    error = watched.error
+    if args is not None or error is None:
+        return args, code
+    if not isinstance(error, BrokenPipeError):
+        print(f"tflab: error: could not write to stdout: {error.strerror or error}", file=sys.stderr)
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), real.fileno())
+    return None, 141 if isinstance(error, BrokenPipeError) else 2

@@ -85,7 +85,9 @@ def check_replaceable(folder: Path, flag: str, noun: str = "output") -> None:
         raise UsageError(f"{flag} {folder}: cannot read it ({e.strerror}); choose another {flag}") from None
     foreign = foreign_entries(folder)
     if foreign is None:
-        why = "no report.json" if not (folder / "report.json").is_file() else f"no {MARKER} marker"
+        # Every verb's folder is recognized by the one marker, whatever else it holds (lower writes
+        # lowering.json, the tour report.json, export a SavedModel): name the marker, not a verb's file.
+        why = f"no {MARKER} marker, which tflab writes into every folder it publishes"
         raise UsageError(f"{flag} {folder} is a folder that is not a tflab {noun} ({why}): --force replaces "
                          f"only tflab's own {noun}s; choose another {flag}, or remove the folder yourself")
     if foreign:

@@ -25,6 +25,8 @@ class Progress:
     def __call__(self, message: str) -> None:
         """Starts the next step and prints its line."""
         self.step += 1
+        if self.total and self.step > self.total:  # an uncounted step: never print "7/6"
+            self.total = self.step
         self.note(message)
 
     def note(self, message: str) -> None:

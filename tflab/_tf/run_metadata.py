@@ -98,18 +98,28 @@ def kernel_events(call: Callable[[], Any], runs: int) -> tuple[list[tuple[str, s
         named ``NODE:TYPE`` on the host plane (TF's executor names each kernel it runs so).
 
     Raises:
-        RuntimeError: the profiler could not start (another trace is running in this process).
+        UsageError: another profiler is running in this process (TF allows one at a time).
+        tflab.errors.Terminated: SIGTERM arrived between two runs (checked after each run, so a
+            long profile obeys it within one run's time).
     """
     import tensorflow as tf
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
+    from tflab.errors import UsageError, raise_if_terminated
+
     logdir = tempfile.mkdtemp(prefix="tflab_graph_profile_")
     try:
-        tf.profiler.experimental.start(logdir)
+        try:
+            tf.profiler.experimental.start(logdir)
+        except tf.errors.AlreadyExistsError:  # TF: "Another profiler is running."
+            raise UsageError("a TF profiler is already running in this process (tf.profiler.experimental.start, "
+                             "or a TensorBoard callback's profile); the graph path's profile level needs its own: "
+                             "stop it first (tf.profiler.experimental.stop()) or use path='xla'") from None
         try:
             t0 = time.perf_counter()
             for _ in range(runs):
                 call()
+                raise_if_terminated()  # a pending SIGTERM ends the profile between runs
             wall = time.perf_counter() - t0
         finally:
             tf.profiler.experimental.stop()

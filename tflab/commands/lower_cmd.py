@@ -14,6 +14,14 @@ STAGE_FILES = {"python": "py", "autograph": "py", "funcgraph": "txt", "tf_mlir":
                "hlo": "hlo.txt", "optimized_hlo": "hlo.txt", "llvm_ir": "ll", "asm": "s",
                "grappler": "txt", "partition": "txt", "profile": "txt"}
 
+# Each path's levels (`tflab.lowering.STAGES` / `GRAPH_STAGES`, equal by a test): kept here so a
+# --stage the chosen path never makes is refused before TF loads.
+PATH_STAGES = {"xla": ("python", "autograph", "funcgraph", "tf_mlir", "stablehlo", "hlo", "optimized_hlo",
+                       "llvm_ir", "asm"),
+               "graph": ("python", "autograph", "funcgraph", "grappler", "partition", "profile")}
+
+MAX_RUNS = 100_000  # profiled runs, at most (`tflab.lower`'s own cap: 10**9 runs would never end)
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from tflab.commands.preflight_checks import EXAMPLES_HELP as _EXAMPLES_HELP  # no numpy: --help stays fast
@@ -36,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="xla (default): XLA's ladder down to machine code; graph: what a plain tf.function ran, "
                         "from TF's RunMetadata: Grappler's graph (what each optimizer changed), the partition "
                         "graph with each node's kernel (oneDNN or Eigen), and each node's time over --runs runs")
-    p.add_argument("--runs", type=int_at_least(1), default=20, metavar="N",
+    p.add_argument("--runs", type=int_at_least(1, MAX_RUNS), default=20, metavar="N",
                    help="--path graph: runs the profile level times (default 20)")
     p.add_argument("--passes", action="store_true",
                    help="--path xla: also show what each HLO pass changed (a diff per pass with your lines, "
@@ -44,6 +52,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="replace an existing --out folder or --html file")
     p.add_argument("--json", action="store_true", help="print every stage's op counts and the fusion records "
                    "as JSON (with --stage, those stages' text too)")
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """Option combinations refused before TF loads (`tflab.cli.preflight` calls it; `run` checks again).
+
+    Raises:
+        UsageError: ``--cause`` or ``--passes`` with ``--path graph`` (both are XLA's), a ``--stage``
+            the chosen path does not make, ``--runs`` outside [1, `MAX_RUNS`].
+    """
+    from tflab.errors import UsageError
+
+    path = getattr(args, "path", "xla")
+    if path == "graph" and getattr(args, "cause", False):
+        raise UsageError("--cause compares eager with XLA and marks the fusion where they part: use it with "
+                         "--path xla (the default), not --path graph")
+    if path == "graph" and getattr(args, "passes", False):
+        raise UsageError("--passes shows XLA's HLO passes: use it with --path xla (the default); --path graph "
+                         "shows Grappler's optimizers instead")
+    stages = PATH_STAGES.get(path, ())
+    for name in getattr(args, "stage", None) or []:
+        if name not in stages:
+            other = next((p for p, names in PATH_STAGES.items() if p != path and name in names), None)
+            raise UsageError(f"--stage {name}: --path {path} has no such level; its levels are "
+                             f"{', '.join(stages)}" + (f" ({name} is --path {other}'s)" if other else ""))
+    runs = getattr(args, "runs", 20)
+    if not 1 <= runs <= MAX_RUNS:
+        raise UsageError(f"--runs {runs}: give a whole number from 1 to {MAX_RUNS} (profiled runs), e.g. --runs 20")
 
 
 def before_tf(args: argparse.Namespace) -> None:
@@ -68,7 +103,6 @@ def run(args: argparse.Namespace) -> int:
     from tflab.report.pages import html_output
     from tflab.examples import load_call_with_examples
     from tflab._user.usercode import user_code
-    from tflab.errors import UsageError
     from tflab.lowering import lower
 
     # Every output checked before any work: a bad path must not cost a lowering.
@@ -82,14 +116,7 @@ def run(args: argparse.Namespace) -> int:
         out = output_path(args.out, "--out", folder=True, exclusive=not args.force)  # odd path text refused here
         check_folder_out(args.out, "--out", args.force, noun="lowering", empty_ok=False)
     html = html_output(args.html, args.force)
-    if args.path == "graph" and args.cause:
-        raise UsageError("--cause compares eager with XLA and marks the fusion where they part: use it with "
-                         "--path xla (the default), not --path graph")
-    if args.path == "graph" and args.passes:
-        raise UsageError("--passes shows XLA's HLO passes: use it with --path xla (the default); --path graph "
-                         "shows Grappler's optimizers instead")
-    if args.runs < 1:
-        raise UsageError(f"--runs {args.runs}: give a whole number >= 1 (profiled runs), e.g. --runs 20")
+    check_options(args)  # in-process runs skip the CLI's preflight
     from tflab.lowering.dump import arm_own_dump, disarm_own_dump
 
     own = arm_own_dump(passes=args.passes) if args.path == "xla" else None  # armed by `before_tf`; None when TF loaded first

@@ -190,5 +190,7 @@ def explain_failure(model: Any, saved_model_dir: str | os.PathLike, batches: Exa
     if not fixes:
         return line, ()
     if progress is not None:
-        progress(f"{quantization} conversion failed: trying a fixed batch size and Select TF ops")
+        # within the variant's step (a failed variant has no LiteRT check): the total stays true
+        getattr(progress, "note", progress)(
+            f"{quantization} conversion failed: trying a fixed batch size and Select TF ops")
     return line, try_fixes(model, saved_model_dir, batches, quantization, failure)

@@ -60,8 +60,10 @@ class ConversionPool:
         self._errors: dict[str, BaseException] = {}
         self._cond = threading.Condition()
         if progress is not None and self.workers > 1:
-            progress(f"converting {len(self.quants)} TFLite variants in {self.workers} worker processes "
-                     f"({schedulable_cpus()} schedulable CPUs)")
+            # a line within the current step, not a step: the total counts each variant's conversion
+            getattr(progress, "note", progress)(
+                f"converting {len(self.quants)} TFLite variants in {self.workers} worker processes "
+                f"({schedulable_cpus()} schedulable CPUs)")
         self._threads = []
         for i in range(self.workers):
             subset = self.quants[i::self.workers]

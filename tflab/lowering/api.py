@@ -112,17 +112,39 @@ def lower(fn: Callable, *args: Any, examples: Any = None, path: str = "xla", run
     if args or kwargs:  # an unknown keyword is named (TF's error pointed at tflab's own frame)
         check_binds(getattr(fn, "python_function", fn), args, kwargs, "tflab.lower",
                     getattr(fn, "__name__", type(fn).__name__))
-    if path not in ("xla", "graph"):
-        from tflab.errors import UsageError
-
-        raise UsageError(f"tflab.lower: path={path!r} is not a path; use path='xla' (XLA's ladder, the default) "
-                         "or path='graph' (what a plain tf.function ran: Grappler, partition, profile)")
+    _check_options(path, runs, passes)
     if path == "graph":
-        from tflab.errors import UsageError
         from tflab.lowering.graph_build import build_graph_lowering
 
-        if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-            raise UsageError(f"tflab.lower: runs={runs!r} must be a whole number >= 1 (profiled runs), e.g. runs=20")
-        return build_graph_lowering(fn, args, kwargs, runs=runs)
+        return build_graph_lowering(fn, args, kwargs, runs=int(runs))
     check_xla_flags()  # a bad XLA_FLAGS is a UsageError here, not the end of the caller's process
-    return build_lowering(fn, args, kwargs, passes=bool(passes))
+    return build_lowering(fn, args, kwargs, passes=passes)
+
+
+#: profiled runs of the graph path, at most (as `tflab.compare_modes` caps its repeats)
+MAX_RUNS = 100_000
+
+
+def _check_options(path: Any, runs: Any, passes: Any) -> None:
+    """`lower`'s own options, checked whatever the path (the CLI refuses the same before TF loads).
+
+    Raises:
+        UsageError: an unknown ``path``; ``runs`` not a whole number (a numpy integer counts, a
+            bool does not) in [1, `MAX_RUNS`]; ``passes`` not a bool, or True with ``path="graph"``.
+    """
+    import numbers
+
+    from tflab.errors import UsageError
+
+    if path not in ("xla", "graph"):
+        raise UsageError(f"tflab.lower: path={path!r} is not a path; use path='xla' (XLA's ladder, the default) "
+                         "or path='graph' (what a plain tf.function ran: Grappler, partition, profile)")
+    if isinstance(runs, bool) or not isinstance(runs, numbers.Integral) or not 1 <= runs <= MAX_RUNS:
+        raise UsageError(f"tflab.lower: runs={runs!r} must be a whole number from 1 to {MAX_RUNS} "
+                         "(profiled runs of path='graph'), e.g. runs=20")
+    if not isinstance(passes, bool):
+        raise UsageError(f"tflab.lower: passes={passes!r} must be True or False (a {type(passes).__name__} is "
+                         "neither: any non-empty string would count as True)")
+    if passes and path == "graph":
+        raise UsageError("tflab.lower: passes=True shows XLA's HLO passes: use it with path='xla' (the default); "
+                         "path='graph' shows Grappler's optimizers instead")
