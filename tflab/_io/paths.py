@@ -412,25 +412,38 @@ def _output_path(p: Path, flag: str, *, folder: bool, overwrite: bool, example: 
     return OutputPath(p, flag, replace=overwrite)
 
 
+FIFO_READER_GRACE_S = 2.0
+"""How long a write to a FIFO waits for its first reader before it is refused, in seconds."""
+
+
 def write_in_place(path: Path, payload: bytes, flag: str) -> None:
     """Writes ``payload`` into an existing device or FIFO, never blocking on a FIFO nobody reads.
 
     ``open(FIFO, "w")`` waits for a reader for ever (open(2)), after the whole verb's work. The
     path is opened with ``O_NONBLOCK``: a FIFO with no reader fails at once with ENXIO (fifo(7)) and
-    is one line; with a reader, blocking writes resume so a reader that drains slowly gets it all.
+    is one line after a short grace (``FIFO_READER_GRACE_S``) for a reader started beside tflab;
+    with a reader, blocking writes resume so a reader that drains slowly gets it all.
 
     Raises:
         UsageError: no process reads the FIFO, or the write failed (the OS's words).
     """
     import errno as _errno
+    import time as _time
 
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as e:
-        if e.errno == _errno.ENXIO:
+    deadline = _time.monotonic() + FIFO_READER_GRACE_S
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            break
+        except OSError as e:
+            if e.errno == _errno.ENXIO and _time.monotonic() < deadline:
+                _time.sleep(0.02)  # a reader started beside tflab (cmd & cat FIFO) may open it a moment later
+                continue
+            error = e
+        if error.errno == _errno.ENXIO:
             raise UsageError(f"{flag} {path}: is a FIFO that no process reads, so the write would wait for "
                              f"ever; start its reader first (e.g. cat {path} &), or give a file path") from None
-        raise UsageError(f"{flag} {path}: cannot write it: {e.strerror or e}") from None
+        raise UsageError(f"{flag} {path}: cannot write it: {error.strerror or error}") from None
     try:
         os.set_blocking(fd, True)
         view = memoryview(payload)
