@@ -192,7 +192,9 @@ def test_a_residual_xla_difference_at_an_ill_conditioned_point_gets_a_condition_
     moves tan's argument by ~1 output-scale unit on every ISA."""
     from tflab import compare_modes
 
-    r = compare_modes(_fns().tan_cosh, tf.constant([0.5, 3.3, 1.0], tf.float32), gradients=False)
+    # the note is written before any cause search (bisection) or HLO fetch: neither is needed here
+    r = compare_modes(_fns().tan_cosh, tf.constant([0.5, 3.3, 1.0], tf.float32), gradients=False,
+                      attribute=False, hlo=False, repeats=1)
     flagged = [f for f in r.findings if f.startswith("xla:")]
     assert flagged and all("ill-conditioned there" in f for f in flagged), r.findings
 
@@ -202,7 +204,8 @@ def test_a_real_difference_gets_no_condition_note():
     of x moves eager's 2x by ~1e-7, far below 1), on any ISA."""
     from tflab import compare_modes
 
-    bug = compare_modes(_fns().off_by_one_in_graph, tf.constant([0.5, 3.3, 1.0]), gradients=False)
+    bug = compare_modes(_fns().off_by_one_in_graph, tf.constant([0.5, 3.3, 1.0]), gradients=False,
+                        attribute=False, hlo=False, repeats=1)
     assert len(bug.findings) == 2 and not any("ill-conditioned" in f for f in bug.findings), bug.findings
 
 
