@@ -221,3 +221,26 @@ def test_a_window_that_dumps_nothing_falls_back_to_the_child(monkeypatch):
     assert "the child compile failed: the stand-in child" in low.stage("optimized_hlo").note
     assert "wrote no dump" in dump_flags.available()
     assert isinstance(dump.dumper(), Child)
+
+
+def test_flags_the_window_does_not_name_keep_their_values(monkeypatch):
+    """A flag XLA parsed before (here ``--xla_disable_all_hlo_passes``) holds in the lowering's compile and after.
+
+    The window has XLA read its dump words alone, never XLA's defaults for everything: a lowering
+    whose report came from a fresh set of options would show fusions this process never makes.
+    """
+    _compile(8)
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    with dump_flags._lock:  # as the user's XLA_FLAGS would have set it at the first compile
+        dump_flags._read("--xla_disable_all_hlo_passes=true", None)
+    try:
+        low = lower(_lower_named, tf.TensorSpec([4], tf.float32))
+        assert "this process" in low.stage("optimized_hlo").note
+        assert " fusion(" not in low.stage("optimized_hlo").text  # no HLO pass ran: nothing fused
+        ir = tf.function(_lower_named, jit_compile=True).experimental_get_compiler_ir(tf.zeros([9]))
+        assert " fusion(" not in ir(stage="optimized_hlo")
+    finally:
+        with dump_flags._lock:
+            dump_flags._read("--xla_disable_all_hlo_passes=false", None)
+    low = lower(_lower_named, tf.TensorSpec([4], tf.float32))  # the twin: XLA's passes on, one fusion
+    assert " fusion(" in low.stage("optimized_hlo").text

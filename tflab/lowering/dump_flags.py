@@ -11,21 +11,19 @@ their values). TF 2.21 exports it from ``libtensorflow_framework.so.2``, the
 library whose XLA compiles ``experimental_get_compiler_ir``; `tflab._tf.xla_flags`
 reaches it through ``ctypes``.
 
-`dump_window` sets ``XLA_FLAGS`` to the user's flags plus ``--xla_dump_to=DIR
---xla_dump_hlo_as_text --xla_dump_hlo_module_re=…`` (only the module of
-`tflab.lower`'s own jit function, so a compile on another thread is not dumped),
-has XLA read it, and puts the user's ``XLA_FLAGS`` back in ``os.environ`` at
-once: the variable holds tflab's words only for the length of that call. When
-the window closes, XLA reads the dump flags' defaults (``--xla_dump_to=``, and
-``--xla_dump_hlo_as_text=false``, without which XLA would dump every later
-compile to stdout, ``dump.cc``'s ``CanonicalDebugOptions``) after the user's
-own flags, which hold no dump flag (`available` refuses otherwise), so XLA's
-options are again what the user's ``XLA_FLAGS`` made them. The user's flags are
-read again with tflab's each time: in a process where XLA has not compiled yet,
-that read is XLA's first parse, and it must hold them (XLA parsed them before
-in any other process, and `tflab.lower` tries them in a child first, since an
-unknown flag ends the process). A jit compile the user runs on another thread
-while the window is open is not dumped (``--xla_dump_hlo_module_re``).
+`dump_window` first has XLA read the user's ``XLA_FLAGS`` as it would at a
+first compile (``reset_envvar=false``: a no-op where XLA parsed them already,
+since its parser consumes the flags it knew), then sets ``XLA_FLAGS`` to
+``--xla_dump_to=DIR --xla_dump_hlo_as_text --xla_dump_hlo_module_re=…`` alone
+(only the module of `tflab.lower`'s own jit function, so a compile the user
+runs on another thread meanwhile is not dumped), has XLA read it again, and
+puts the user's ``XLA_FLAGS`` back in ``os.environ`` at once: the variable
+holds tflab's words only for the length of that call, and the user's own
+flags are never read twice. When the window closes, XLA reads the dump flags'
+defaults the same way (``--xla_dump_to=``, and ``--xla_dump_hlo_as_text=false``,
+without which XLA would dump every later compile to stdout, ``dump.cc``'s
+``CanonicalDebugOptions``). The user's flags hold no dump flag (`available`
+refuses otherwise), so XLA's options are again what they made them.
 
 Nothing here is used when the symbol is missing (another TF build), or when
 the user's ``XLA_FLAGS`` dump already (their folder and settings are theirs):
@@ -67,6 +65,9 @@ def available(environ: dict | None = None) -> str:
     flags = (os.environ if environ is None else environ).get("XLA_FLAGS", "")
     if _DUMP_ANY.search(flags):
         return "the user's XLA_FLAGS set XLA's dump already (their folder and settings stay theirs)"
+    if flags.strip() and not flags.strip().startswith("-"):
+        # XLA reads such a value as a file of flags (``parse_flags_from_env.cc``): not seen here
+        return "the user's XLA_FLAGS name a file of flags, which may set XLA's dump"
     if _broken:
         return _broken
     if _function() is None:
@@ -88,11 +89,14 @@ def restore_flags() -> str:
             "--xla_dump_hlo_pass_re=")
 
 
-def _read(words: str, user: str | None) -> None:
-    """Has XLA read ``user`` + ``words`` as its flags; ``os.environ`` holds them only during the call."""
-    os.environ["XLA_FLAGS"] = f"{user or ''} {words}".strip()
+def _read(words: str | None, user: str | None) -> None:
+    """Has XLA read ``words`` (None: the user's flags, at their first parse only); ``os.environ`` is ``user`` after."""
+    if words is None:
+        _parse(False)  # XLA's first parse of the user's flags where none ran yet; else nothing is left to read
+        return
+    os.environ["XLA_FLAGS"] = words
     try:
-        _parse(True)  # reset_envvar: the variable is read again, not the copy of the first parse
+        _parse(True)  # reset_envvar: the variable is read again, not what is left of the last parse
     finally:
         if user is None:
             os.environ.pop("XLA_FLAGS", None)
@@ -117,6 +121,7 @@ def dump_window(folder: Path, module_re: str, passes: bool = False):
         raise RuntimeError(why)
     user = os.environ.get("XLA_FLAGS")
     with _lock:
+        _read(None, user)
         _read(window_flags(folder, module_re, passes), user)
         try:
             yield folder
