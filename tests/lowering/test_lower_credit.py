@@ -205,11 +205,13 @@ _MOBILENET = textwrap.dedent("""\
     seen, real = [], fusions.build_fusions
     fusions.build_fusions = lambda *a, **k: seen.append((a, k)) or real(*a, **k)
     before = os.environ.get("XLA_FLAGS")
+    made, init = [], dump.WindowDump.__init__
+    dump.WindowDump.__init__ = lambda self, *a, **k: init(self, *a, **k) or made.append(self.tmp)
     low = lower(model, np.zeros((1, 32, 32, 3), np.float32))  # the process's first XLA compile
     fusions.build_fusions = real
-    info = {"flags_kept": os.environ.get("XLA_FLAGS") == before, "folder": str(dump._in_process)}
+    info = {"flags_kept": os.environ.get("XLA_FLAGS") == before, "folders": len(made)}
     tf.function(lambda x: x * 5.0, jit_compile=True)(tf.ones([3]))  # the user's own compile
-    info["left"] = sorted(os.listdir(dump._in_process)) if dump._in_process else None
+    info["left"] = [p.name for p in made if p.exists()]
     again = lower(lambda x: tf.nn.relu(x) * 2.0, tf.TensorSpec([2, 4], tf.float32))
     info["again"] = (again.stage("optimized_hlo").note, bool(again.stage("llvm_ir").text), len(again.fusions))
     with open(sys.argv[1], "wb") as f:
@@ -238,27 +240,34 @@ def mobilenet(tmp_path_factory):
 
 
 def test_the_first_lowering_of_a_process_dumps_there_and_only_its_own_compiles(mobilenet):
-    """XLA reads XLA_FLAGS at a process's first compile: `lower` dumps there, no child process, no TF import.
+    """A process's first lowering dumps there: no child process, no TF import.
 
-    Only `lower`'s compiles are dumped (``--xla_dump_hlo_module_re``), the folder is emptied after each
-    lowering, and ``XLA_FLAGS`` in ``os.environ`` is the user's again (children inherit theirs only).
+    Only `lower`'s compiles are dumped (``--xla_dump_hlo_module_re``), each lowering's folder is
+    removed after it, and ``XLA_FLAGS`` in ``os.environ`` is the user's again (children inherit theirs only).
     """
     low, _, info = mobilenet
     assert low.stage("optimized_hlo").note.startswith("XLA's dump of one compile in this process"), \
         low.stage("optimized_hlo").note
     assert low.stage("llvm_ir").text and (low.stage("asm").text or low.stage("asm").why)
-    assert info["flags_kept"] and info["left"] == [], info
+    assert info["flags_kept"] and info["folders"] >= 1 and info["left"] == [], info
     note, llvm, n = info["again"]
     assert "in this process" in note and llvm and n >= 1, info["again"]
 
 
-def test_after_another_compile_the_dump_comes_from_a_child(monkeypatch):
-    """The healthy twin: XLA already read its flags in this process, so the probe finds no dump: a child."""
-    from tflab.lowering import dump
+def test_after_another_compile_the_dump_is_still_made_in_this_process(monkeypatch):
+    """XLA already read its flags in this process: it reads the dump flags again for the lowering's compile.
+
+    Without that (a TF that does not export the function), the probe finds no dump: a child.
+    """
+    from tflab.lowering import dump, dump_flags
 
     tf.function(lambda x: x + 2.0, jit_compile=True)(tf.ones([2]))  # XLA has compiled in this process
     monkeypatch.setattr(dump, "_in_process", None)
     monkeypatch.setattr(dump, "_own_dump", None)
+    window = dump.dumper()
+    window.__exit__(None, None, None)
+    assert isinstance(window, dump.WindowDump) and not window.tmp.exists()
+    monkeypatch.setattr(dump_flags, "_parse", False)  # planted: no exported function in this TF
     assert isinstance(dump.dumper(), dump.DumpChild) and dump._in_process is False
 
 

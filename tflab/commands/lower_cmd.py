@@ -87,13 +87,20 @@ def before_tf(args: argparse.Namespace) -> None:
     The verb runs in a fresh supervised process, so the lowering's own compile
     can write XLA's dump (XLA reads ``XLA_FLAGS`` once per process): no second
     process, TF import or SavedModel is needed. In-process runs (TF already
-    loaded) use the child process instead.
+    loaded) turn it on for the lowering's compile alone (`tflab.lowering.dump_flags`).
     """
     if getattr(args, "path", "xla") == "graph":
         return  # no XLA compile: nothing to dump
     from tflab.lowering.dump import arm_own_dump
 
     arm_own_dump(passes=getattr(args, "passes", False))
+
+
+def _dump_flags_refused() -> str:
+    """Why this process cannot turn XLA's dump on for one compile ("" when it can: no child process)."""
+    from tflab.lowering.dump_flags import available
+
+    return available()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -129,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
         Progress("lower", total=1, enabled=not args.json)(
             f"lowering {args.target}: " + (f"graph path, Grappler and partition graphs, {args.runs} profiled runs"
                                            if args.path == "graph" else "nine levels, XLA's dump " + (
-                                               "of this process's compile" if own else "in a child process")))
+                                               "of this process's compile" if own or not _dump_flags_refused()
+                                               else "in a child process")))
         with user_code(args.target.rpartition(":")[2], "while lowering"):
             report = lower(fn, *call_args, path=args.path, runs=args.runs, passes=args.passes, **call_kwargs)
         if args.cause:

@@ -2,7 +2,8 @@
 
 Modules: `records` (`Stage`, `Piece`, `Fusion`, `Lowering`, `STAGES`), `stages`
 (the levels made in the caller's process), `hlo` (HLO text), `dump` (XLA's dump
-of one compile in a child process; `_child` is that process), `fusions`
+of one compile, in this process or a child; `_child` is that process; `dump_flags` turns
+XLA's dump on for one compile in this process), `fusions`
 (fusion/kernel records, the llvm_ir and asm levels), `provenance`, `build`
 (the steps), `text`, `api` (`lower`). Importing the package imports none of
 them: each name loads its module on first use.

@@ -34,16 +34,19 @@ def lower(fn: Callable, *args: Any, examples: Any = None, path: str = "xla", run
     ``hlo`` (``experimental_get_compiler_ir``), then ``optimized_hlo``,
     ``llvm_ir`` and ``asm`` from XLA's own dump of one compile.
 
-    **Where XLA's dump is made.** XLA reads ``XLA_FLAGS`` once per process, at
-    its first compile, so its dump (``--xla_dump_to``) can only be turned on
-    before that. When this lowering is the process's first XLA compile, the
-    dump is turned on here for `lower`'s own compiles only
-    (``--xla_dump_hlo_module_re``; `tflab.lowering.dump`) and read from this
-    process's compile: no second process. Otherwise (XLA already compiled
-    here; the ``tflab lower`` verb turns the dump on before TF loads instead,
-    `tflab.lowering.dump.arm_own_dump`) the program is saved as a SavedModel
-    in a private temporary folder and compiled once in a fresh Python process
-    with the dump on (nothing is run). Either way the optimized HLO, each
+    **Where XLA's dump is made.** XLA parses ``XLA_FLAGS`` once per process, at
+    its first compile, into one process-wide ``DebugOptions``; TF exports
+    ``xla::ParseDebugOptionFlagsFromEnv``, which has XLA read them again. The
+    dump (``--xla_dump_to``, for `lower`'s own module only:
+    ``--xla_dump_hlo_module_re``) is turned on for this lowering's compile and
+    off right after (`tflab.lowering.dump_flags`), whether or not XLA compiled
+    in this process before: no second process, and the same report as a fresh
+    process's. The ``tflab lower`` verb turns the dump on before TF loads
+    instead (`tflab.lowering.dump.arm_own_dump`). Where neither can be done
+    (the user's ``XLA_FLAGS`` dump already, or a TF that does not export the
+    function) the program is saved as a SavedModel in a private temporary
+    folder and compiled once in a fresh Python process with the dump on
+    (nothing is run). Either way the optimized HLO, each
     kernel's LLVM IR and object code and the buffer assignment are read from
     the dump, and the folder is emptied. The
     machine code is disassembled with ``objdump`` or ``llvm-objdump`` from

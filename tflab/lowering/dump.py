@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["DumpResult", "DumpChild", "OwnDump", "dumper", "arm_own_dump", "disarm_own_dump", "disassembler",
+__all__ = ["DumpResult", "DumpChild", "OwnDump", "WindowDump", "dumper", "arm_own_dump", "disarm_own_dump", "disassembler",
            "parse_buffer_assignment"]
 
 _CHILD = Path(__file__).with_name("_child.py")
@@ -153,21 +153,29 @@ def _probe_in_process() -> Path | bool:
 
 
 def dumper(passes: bool = False):
-    """The dump of this lowering's one compile: `OwnDump` when this process dumps, else a `DumpChild`.
+    """The dump of this lowering's one compile: in this process when it can dump, else a `DumpChild`.
 
-    This process dumps when the CLI armed it before TF loaded (`arm_own_dump`) or
-    when XLA had not compiled anything yet at the first lowering (`_probe_in_process`):
-    then no second process, TF import or SavedModel is needed.
+    This process dumps when the CLI armed it before TF loaded (`arm_own_dump`: `OwnDump`),
+    when XLA can read its dump flags again for this compile alone (`WindowDump`, through
+    `tflab.lowering.dump_flags`: whether or not XLA compiled here before), or, on a TF without
+    that, when XLA had not compiled anything yet at the first lowering (`_probe_in_process`).
+    Then no second process, TF import or SavedModel is needed. The child remains for a user
+    whose ``XLA_FLAGS`` dump already, and for a TF where neither works.
 
     Args:
-        passes: also dump the module after each HLO pass that changed it. This process's own dump
-            has it only when `arm_own_dump` was asked for it; otherwise a child compiles with the flag
-            (the in-process probe's flags are XLA's for the whole process, and a dump after every pass
-            of every later lowering would cost each of them).
+        passes: also dump the module after each HLO pass that changed it. The CLI's own dump has it
+            only when `arm_own_dump` was asked for it; `WindowDump` sets it for this compile alone;
+            without either a child compiles with the flag (the in-process probe's flags are XLA's
+            for the whole process, and a dump after every pass of every later lowering would cost
+            each of them).
     """
     global _in_process
     if _own_dump is not None and _own_dump.is_dir():
         return OwnDump(_own_dump)
+    from tflab.lowering.dump_flags import available
+
+    if _in_process is None and not available():
+        return WindowDump(passes)
     if passes:
         return DumpChild(passes)
     if _in_process is None:
@@ -363,12 +371,58 @@ class OwnDump:
         self._clear()  # only this compile's files: earlier jit compiles of the user's script dumped too
         t0, c0 = time.perf_counter(), time.process_time()
         try:
-            generator(stage="optimized_hlo")
+            with self._window():
+                generator(stage="optimized_hlo")
         except Exception as e:  # as in the child: reported, and the stages before are kept
             out.error = f"{type(e).__name__}: {str(getattr(e, 'message', None) or e)[:4000]}"
             return out
         out.compile_seconds, out.compile_cpu = time.perf_counter() - t0, time.process_time() - c0
         read_dump(self.folder, out)
+        return out
+
+    def _window(self):
+        return contextlib.nullcontext()
+
+
+class WindowDump(OwnDump):
+    """This process's own compile, XLA's dump flags turned on for it alone (`tflab.lowering.dump_flags`).
+
+    For a process whose XLA read its flags already (another compile ran first): no
+    child process, TF import or SavedModel. When the compile under the window dumps
+    nothing (a TF whose exported flags are not the ones its compiles read), the
+    window is not used again in this process and this lowering's dump comes from a
+    `DumpChild` after all.
+    """
+
+    def __init__(self, passes: bool = False) -> None:
+        from tflab._io.paths import owned_temp_dir
+
+        self.tmp = owned_temp_dir(TEMP_PREFIX)  # carries its owner: swept after a SIGKILL
+        (self.tmp / "xla_dump").mkdir()
+        super().__init__(self.tmp / "xla_dump", where="this process (XLA's dump flags re-read for this compile)")
+        self.passes = passes
+        self.program = None
+
+    def __exit__(self, *exc) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def submit(self, concrete, specs, variables) -> None:
+        self.program = (concrete, specs, variables)  # kept for the child, should the window dump nothing
+
+    def _window(self):
+        from tflab.lowering.dump_flags import dump_window
+
+        return dump_window(self.folder, _MODULE_RE, self.passes)
+
+    def collect(self, generator) -> DumpResult:
+        out = super().collect(generator)
+        if out.error and not module_files(self.folder) and self.program is not None and out.compile_seconds:
+            from tflab.lowering.dump_flags import mark_broken
+
+            mark_broken("a compile under XLA's re-read dump flags wrote no dump in this process")
+            with DumpChild(self.passes) as child:
+                child.submit(*self.program)
+                return child.collect(generator)
         return out
 
 
