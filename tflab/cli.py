@@ -98,6 +98,11 @@ class _OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
+    def _add_action(self, action):
+        from tflab._api.cliargs import record_given
+
+        return super()._add_action(record_given(action))  # which options were typed: `only_with`
+
     def parse_known_args(self, args=None, namespace=None):
         # An option given an empty value (``--out ""``, ``--dot ""``) is a mistake:
         # the verbs' ``if args.dot:`` would silently ignore it (no file written)
@@ -111,6 +116,13 @@ class _OneLineParser(argparse.ArgumentParser):
             if any(isinstance(v, str) and not v.strip() for v in values):
                 self.error(f"argument {a.option_strings[-1]}: empty value; give a value or leave "
                            f"the option out")
+        # An option that means something only with another (`tflab._api.cliargs.only_with`), given
+        # without it, would be ignored without a word: refused here, for every verb, before TF loads.
+        from tflab._api.cliargs import only_with_problem
+
+        problem = only_with_problem(self, ns)
+        if problem:
+            self.error(problem)
         return ns, extras
 
 
