@@ -430,3 +430,38 @@ def only_with_problem(parser: argparse.ArgumentParser, args: argparse.Namespace)
 def only_with_rules(parser: argparse.ArgumentParser) -> list[tuple[str, Callable, str]]:
     """The `only_with` rules declared on ``parser`` (for tests and ``--help``)."""
     return list(getattr(parser, _RULES, ()))
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (``tflab VERB: error: …``), exit 2.
+
+    argparse's default prints the whole usage block before the error; the lab's
+    contract for an expected mistake is one line that says what was wrong and
+    where to look (``--help``).
+    """
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def _add_action(self, action):
+        return super()._add_action(record_given(action))  # which options were typed: `only_with`
+
+    def parse_known_args(self, args=None, namespace=None):
+        # An option given an empty value (``--out ""``, ``--dot ""``) is a mistake:
+        # the verbs' ``if args.dot:`` would silently ignore it (no file written)
+        # or fall back to the default folder. argparse accepts "" for any str option.
+        ns, extras = super().parse_known_args(args, namespace)
+        for a in self._actions:
+            if not a.option_strings or a.nargs == 0 or a.type not in (None, str):
+                continue
+            value = getattr(ns, a.dest, None)
+            values = value if isinstance(value, list) else [value]
+            if any(isinstance(v, str) and not v.strip() for v in values):
+                self.error(f"argument {a.option_strings[-1]}: empty value; give a value or leave "
+                           f"the option out")
+        # An option that means something only with another (`tflab._api.cliargs.only_with`), given
+        # without it, would be ignored without a word: refused here, for every verb, before TF loads.
+        problem = only_with_problem(self, ns)
+        if problem:
+            self.error(problem)
+        return ns, extras
