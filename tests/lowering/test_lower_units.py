@@ -304,3 +304,18 @@ def test_a_node_grappler_kept_is_counted_by_neither():
     """Healthy twin: nodes that stand for themselves, and one with nothing replaced (``_Arg``)."""
     kept = [_node("add", "AddV2", ("AddV2",)), _node("mul", "Mul", ("Mul",)), _node("x", "_Arg", ())]
     assert _counts(_graph_lowering(kept)) == (0, 0, 0)
+
+
+def test_a_pass_diff_line_is_cut_outside_its_shapes():
+    """Sibling: the per-pass diff lines were cut at 160 characters, inside a shape or operand list; they
+    are cut at a space or comma outside any bracket. Healthy twin: a short line is whole."""
+    from tflab.lowering.text import cut_outside_shapes
+
+    line = ("%fusion.7 = (f32[64,128,256]{2,1,0}, f32[64,128,256]{2,1,0}, s32[64,128]{1,0}) fusion(%p0, %p1, "
+            "%p2), kind=kLoop, calls=%fused_computation.7, metadata={op_type=\"AddV2\" op_name=\"add\"}")
+    for limit in range(20, len(line), 7):
+        cut = cut_outside_shapes(line, limit)
+        head = cut[:-2] if cut.endswith(" …") else cut
+        assert line.startswith(head) and head.count("[") == head.count("]") and head.count("(") == head.count(")")
+        assert head.count("{") == head.count("}"), (limit, cut)
+    assert cut_outside_shapes("%a = f32[2]{0} add(%x, %y)") == "%a = f32[2]{0} add(%x, %y)"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["lowering_text", "human_bytes", "split_shapes", "shapes_text", "layer_credit", "graph_lines", "top_nodes_line", "effect_text", "pass_lines"]
+__all__ = ["lowering_text", "human_bytes", "split_shapes", "shapes_text", "cut_outside_shapes", "layer_credit", "graph_lines", "top_nodes_line", "effect_text", "pass_lines"]
 
 
 def layer_credit(fusion) -> str:
@@ -71,6 +71,30 @@ def shapes_text(text: str, limit: int = 60) -> str:
     tuple_shape = text.strip().startswith("(") and _depth_closes_at_end(text.strip())
     body = ", ".join(kept) + (f", … +{more} more shape{'s' if more > 1 else ''}" if more else "")
     return f"({body})" if tuple_shape else body
+
+
+def cut_outside_shapes(text: str, limit: int = 160) -> str:
+    """An HLO line cut to about ``limit`` characters, never inside ``[…]``, ``{…}`` or ``(…)``.
+
+    The cut falls at the last space or comma outside any bracket before ``limit`` (or the first one
+    after it), and is marked " …"; a line that fits is returned whole.
+    """
+    if len(text) <= limit:
+        return text
+    depth, before, after = 0, None, None
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+        elif ch in " ," and depth == 0 and i > 0:
+            if i <= limit:
+                before = i
+            else:
+                after = i
+                break
+    cut = before if before is not None else after
+    return text if cut is None else text[:cut].rstrip(" ,") + " …"
 
 
 def _top_ops(ops: dict, k: int = 4) -> str:
@@ -185,8 +209,8 @@ def pass_lines(passes, max_lines: int = 3) -> list[str]:
             continue
         out.append(f"  {p.pipeline}/{p.name}: -{len(p.removed)} +{len(p.added)} instructions; "
                    f"lines {', '.join(p.source_lines) or '-'}")
-        out += [f"    - {ln[:160]}" for ln in p.removed[:max_lines]]
-        out += [f"    + {ln[:160]}" for ln in p.added[:max_lines]]
+        out += [f"    - {cut_outside_shapes(ln)}" for ln in p.removed[:max_lines]]  # shapes never cut
+        out += [f"    + {cut_outside_shapes(ln)}" for ln in p.added[:max_lines]]
     same = [f"{p.pipeline}/{p.name}" for p in passes if not p.changed]
     if same:
         out.append(f"changed nothing ({len(same)}; named by the dump as the next pass, never dumped after): "
