@@ -10,6 +10,8 @@ user step); each has a healthy twin, the same option with what it needs.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.commands.test_cli_preflight import tflab
@@ -54,6 +56,12 @@ ACCEPTED = [  # healthy twins: the same options with what they need (checked up 
     ["distribute", "--crash-worker", "1"],
 ]
 
+TYPO_FIRST = [  # a misspelt value is named by the verb's own check, not blamed on the option beside it
+    (["precision", "m.py:f", *ARG, "--policies", "float32,mixed_flaot16", "--loss-scale", "8"],
+     "unknown policy 'mixed_flaot16'"),
+    (["export", "m.py:f", "--quantize", "none,int9", "--no-keep-float", "--out", "o/q"], "unknown variant(s) 'int9'"),
+]
+
 
 def _parse(argv):
     from tflab.cli import _named_verb, _parse as parse, build_parser
@@ -74,6 +82,20 @@ def test_an_option_without_what_it_needs_is_refused_by_the_parser(argv, said, ca
 def test_the_same_option_with_what_it_needs_is_parsed(argv, capsys):
     args, code = _parse(argv)
     assert code is None and args is not None, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, said", TYPO_FIRST, ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_a_misspelt_partner_is_named_as_a_typo(argv, said, capsys):
+    import argparse
+
+    from tflab.commands import export_cmd, precision_cmd
+    from tflab.errors import UsageError
+
+    args, code = _parse(argv)
+    assert code is None and isinstance(args, argparse.Namespace), capsys.readouterr().err
+
+    with pytest.raises(UsageError, match=re.escape(said)):
+        {"precision": precision_cmd, "export": export_cmd}[argv[0]].check_options(args)
 
 
 def test_a_default_left_alone_is_not_given(capsys):

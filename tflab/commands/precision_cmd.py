@@ -32,7 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     from tflab._api.cliargs import only_with
 
-    only_with(p, "loss_scale", lambda a: any(q.strip() in FLOAT16_POLICIES for q in a.policies.split(",")),
+    # A misspelt policy is `check_options`' to name (it may be the float16 one the user meant).
+    only_with(p, "loss_scale", lambda a: any(q.strip() in FLOAT16_POLICIES or q.strip() not in POLICY_NAMES
+                                             for q in a.policies.split(",")),
               "--loss-scale scales the loss of the float16 policies, and --policies names none "
               f"({' or '.join(FLOAT16_POLICIES)}): add one, or leave --loss-scale out")
 
