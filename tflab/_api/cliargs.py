@@ -379,7 +379,7 @@ def record_given(action: argparse.Action) -> argparse.Action:
     argparse calls an action only for an option on the command line (defaults are set without it),
     so a default value (``--runs``'s 20) and the same value typed are told apart.
     """
-    if not action.option_strings or isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+    if not action.option_strings or action.dest in ("help", "version"):  # they print and exit
         return action
     cls = type(action)
     sub = _GIVEN_CLASSES.get(cls)
