@@ -67,6 +67,8 @@ OPTION_ERRORS = (
     ["lower", "m.py:f", "--arg", "x=float32[2,8]", "--out", "o/p/.."],
     ["lower", "m.py:f", "--arg", "x=float32[2,8]", "--out", "o/s", "--html", "o/s"],
     ["export", "m.py:f", "--out", "o/e", "--html", "o/e/page.html"],
+    # an option that means nothing without another (`only_with`)
+    ["lower", "m.py:f", "--arg", "x=float32[2,8]", "--runs", "5"],
     # FUNC that is no Python name, a syntax error, undrawable specs, --seed, the .tflite identifier, distribute
     ["inspect", "m.py:1f", "--arg", "x=float32[2]"],
     ["retrace", "broken.py"],

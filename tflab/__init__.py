@@ -30,6 +30,7 @@ import os as _os
 _os.environ.setdefault("TF_OVERRIDE_GLOBAL_THREADPOOL", "1")
 
 from tflab._api.deprecations import install_module_aliases as _install_module_aliases
+from tflab._api.not_modules import install as _install_name_finder
 from tflab._api.deprecations import name_getattr as _name_getattr
 from tflab._api.deprecations import old_module as _old_module
 from tflab._api.version import package_version as _package_version
@@ -39,6 +40,8 @@ __version__ = _package_version()
 # Module paths of earlier releases (``import tflab.retrace_probe``) load the module that holds their
 # names now, with a DeprecationWarning: the table is tflab/_api/deprecations.py.
 _install_module_aliases()
+# ``import tflab.diagnose`` (a function, not a module) answers with the import that works.
+_install_name_finder()
 
 _EXPORTS = {
     "trace_and_inspect": "tflab.tracing",

@@ -39,6 +39,9 @@ import os
 import sys
 from pathlib import Path
 
+# One-line argparse errors, empty values and `only_with` rules: `tflab._api.cliargs.OneLineParser`.
+from tflab._api.cliargs import OneLineParser as _OneLineParser
+
 # verb -> module under tflab.commands (imported lazily: TF import is slow).
 VERBS = {
     "tour": "tour",
@@ -85,33 +88,6 @@ def _quiet_tf(sink_fd: int | None = None) -> None:
         os.dup2(saved, 2)
         os.close(saved)
         os.close(devnull)
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line (``tflab VERB: error: …``), exit 2.
-
-    argparse's default prints the whole usage block before the error; the lab's
-    contract for an expected mistake is one line that says what was wrong and
-    where to look (``--help``).
-    """
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-    def parse_known_args(self, args=None, namespace=None):
-        # An option given an empty value (``--out ""``, ``--dot ""``) is a mistake:
-        # the verbs' ``if args.dot:`` would silently ignore it (no file written)
-        # or fall back to the default folder. argparse accepts "" for any str option.
-        ns, extras = super().parse_known_args(args, namespace)
-        for a in self._actions:
-            if not a.option_strings or a.nargs == 0 or a.type not in (None, str):
-                continue
-            value = getattr(ns, a.dest, None)
-            values = value if isinstance(value, list) else [value]
-            if any(isinstance(v, str) and not v.strip() for v in values):
-                self.error(f"argument {a.option_strings[-1]}: empty value; give a value or leave "
-                           f"the option out")
-        return ns, extras
 
 
 def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, object]]:
@@ -369,6 +345,9 @@ def main(argv: list[str] | None = None, *, _channel=None) -> int:
     finally:
         if isinstance(sys.stdout, _ReportOnlyStdout):
             sys.stdout = real_stdout
+        from tflab._io.fifo_out import release_fifos
+
+        release_fifos()  # a FIFO output the verb did not write (it failed): its reader sees the end
         import signal
 
         if previous_term is not None:

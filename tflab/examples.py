@@ -450,8 +450,9 @@ def example_inputs(fn: Callable, examples: Any, named: dict[str, Any] | None = N
     (``inspect``, ``lower``, ``compare``, ``precision``, ``diagnose``) and the Python API's
     ``examples=`` go through.
 
-    Each array is a parameter's value, found by name (one array under another name feeds the one
-    required parameter left, so an export's ``examples.npz`` feeds a one-input model); ``--arg``
+    Each array is a parameter's value, found by name (`tflab._user.example_names.bind_example_names`:
+    a name that is no parameter is refused, except numpy's ``arr_0`` as the one array of a function
+    with one parameter to feed, and a one-input Keras model's input name); ``--arg``
     values (``named``) fill the other parameters. An ``--arg`` TensorSpec for the same name must describe the array (dtype, shape):
     the array replaces the random draw. The first batch of a several-batch ``.npz`` (``0/x``, as
     ``tflab export`` writes) is used.
@@ -469,7 +470,8 @@ def example_inputs(fn: Callable, examples: Any, named: dict[str, Any] | None = N
         ``(args, kwargs)`` for ``fn``: the arrays as tensors (`tf.constant`, the array's dtype).
 
     Raises:
-        UsageError: an unreadable file, a name ``fn`` does not take, an array that does not fit its
+        UsageError: an unreadable file, a name ``fn`` does not take (named, with the parameters
+            expected), an array that does not fit its
             ``--arg`` spec, or a required parameter with no value.
 
     Example:
@@ -483,6 +485,7 @@ def example_inputs(fn: Callable, examples: Any, named: dict[str, Any] | None = N
     import tensorflow as tf
 
     from tflab._user import target as _target
+    from tflab._user.example_names import bind_example_names
     from tflab._user.usercode import shorten
 
     named = dict(named or {})
@@ -526,21 +529,7 @@ def example_inputs(fn: Callable, examples: Any, named: dict[str, Any] | None = N
     if sig is not None and not inspect.isroutine(fn) and inspect.ismethod(call) \
             and any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
         sig = _target.python_signature(call)  # a Keras layer or model: its call's names (``inputs``)
-    params = [] if sig is None else [p.name for p in sig.parameters.values()
-                                     if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    takes_any = sig is None or any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
-    unknown = [n for n in values if n not in params]
-    required = [p.name for p in (sig.parameters.values() if sig is not None else ())
-                if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in named]
-    if unknown and len(values) == 1 and len(required) == 1:
-        # One array for the one parameter left, under another name: an export's examples.npz names
-        # it after the SignatureDef input (``keras_tensor``), a Keras model's call takes ``inputs``.
-        values = {required[0]: values[unknown[0]]}
-        unknown = []
-    if unknown and not takes_any:
-        raise UsageError(f"{source}: array(s) {', '.join(map(repr, unknown))} name no parameter of "
-                         f"{_target.callable_name(fn)}; its parameters are ({', '.join(params)}): name each array "
-                         f"after the parameter it feeds (np.savez(path, {params[0] if params else 'x'}=array))")
+    values = bind_example_names(values, fn, sig, named, source, _target.callable_name(fn))
     named.update(values)
     return _target.bind_args(fn, named)
 

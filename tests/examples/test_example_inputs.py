@@ -155,11 +155,51 @@ def test_bad_examples_are_one_line_each(npz, fns):
         example_inputs(fns.emb, str(npz / "ids.npz"), {"ids": tf.TensorSpec([2, 3], tf.float32, name="ids")})
     with pytest.raises(UsageError, match="give the other arguments by keyword"):
         tflab.trace_and_inspect(fns.scaled, 1.0, examples={"x": np.ones(2, np.float32)})
-    # one array under another name (an export's examples.npz: keras_tensor) feeds the one parameter left
-    assert example_inputs(fns.emb, {"keras_tensor": IDS})[1]["ids"].shape == (2, 3)
     # healthy twin: a spec that describes the array, and a Python value for the other parameter
     args, kwargs = example_inputs(fns.scaled, str(npz / "x.npz"), {"factor": 2.0})
     assert kwargs["factor"] == 2.0 and kwargs["x"].shape == (1, 3)
+
+
+# ------------------------------------------------------------------ an array's name is its parameter's
+
+
+def test_an_array_named_after_no_parameter_is_refused_not_bound_to_the_only_one(npz, fns):
+    """``tokens`` for ``emb(ids)`` was bound to ``ids`` without a word: refused, naming the array and
+    the parameter expected."""
+    with pytest.raises(UsageError, match=r"array\(s\) 'tokens' name no parameter of emb; its parameters are "
+                                         r"\(ids\), expected: 'ids'.*np.savez\(path, ids=array\)"):
+        example_inputs(fns.emb, str(npz / "bad_name.npz"))
+    # sibling: another name (a SignatureDef's keras_tensor) for another one-parameter function, through
+    # the API's examples= dict, and with a default parameter beside it
+    with pytest.raises(UsageError, match=r"'keras_tensor' name no parameter of scaled; its parameters are "
+                                         r"\(x, factor\), expected: 'x', 'factor'"):
+        example_inputs(fns.scaled, {"keras_tensor": np.ones((1, 3), np.float32)}, flag="examples=")
+
+
+def test_numpy_default_name_feeds_only_a_function_with_one_parameter_to_feed(fns):
+    """``np.savez(path, array)`` names the array ``arr_0``: it feeds the one parameter left to feed
+    (a default or an ``--arg`` leaves the others), never one of two."""
+    assert example_inputs(fns.emb, {"arr_0": IDS})[1]["ids"].shape == (2, 3)
+    assert example_inputs(fns.pair, {"arr_0": IDS}, {"b": 1})[1]["a"].shape == (2, 3)  # b given by --arg
+    with pytest.raises(UsageError, match=r"'arr_0' name no parameter of pair.*numpy's name for an array saved "
+                                         r"without a name"):
+        example_inputs(fns.pair, {"arr_0": IDS})
+    with pytest.raises(UsageError, match=r"'arr_1' name no parameter of emb"):  # a second unnamed array's name
+        example_inputs(fns.emb, {"arr_1": IDS})
+
+
+def test_a_one_input_keras_model_takes_an_array_named_after_its_input():
+    """Healthy twin: an export's ``examples.npz`` names the array after the model's Input (the
+    SignatureDef input), which feeds the model's one input; another name is still refused."""
+    import keras
+
+    inp = keras.Input(shape=(3,), name="feat")
+    model = keras.Model(inp, keras.layers.Dense(2)(inp))
+    x = np.ones((2, 3), np.float32)
+    args, kwargs = example_inputs(model, {"feat": x})
+    assert [v.shape for v in list(args) + list(kwargs.values()) if hasattr(v, "shape")] == [(2, 3)]
+    with pytest.raises(UsageError, match=r"'feature' name no parameter of"):
+        example_inputs(model, {"feature": x})
 
 
 @pytest.mark.parametrize("verb", ["inspect", "lower", "compare", "precision", "diagnose", "export"])

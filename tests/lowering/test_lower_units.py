@@ -204,3 +204,118 @@ def test_the_fusion_table_says_how_many_tf_op_types_it_leaves_out():
     low = Lowering(function_name="f", stages=_stages(Stage("funcgraph")), fusions=(f,))
     row = next(line for line in lowering_text(low).splitlines() if line.startswith("  fusion.1 |"))
     assert row.endswith("Sum, Mul, Neg, Erfc … +1 more"), row
+
+
+# ------------------------------------------------------------------ the memory line never cuts a shape
+
+def _memory_lowering(shapes):
+    from tflab.lowering.records import Lowering, Stage
+
+    largest = [{"index": i, "bytes": 4096 >> i, "kind": "temp", "shape": s, "values": []} for i, s in enumerate(shapes)]
+    return Lowering(function_name="f", stages=_stages(Stage("funcgraph")),
+                    memory={"total_bytes": 8192, "temp_bytes": 4096, "allocations": 3, "largest": largest})
+
+
+def _memory_line(shapes):
+    from tflab.lowering.text import lowering_text
+
+    return next(ln for ln in lowering_text(_memory_lowering(shapes)).splitlines() if ln.startswith("memory"))
+
+
+def _shape_pieces_whole(line, shapes):
+    """Every bracket the line opens is closed, and each shape shown is one of the real ones, whole."""
+    from tflab.lowering.text import split_shapes
+
+    assert line.count("[") == line.count("]") and line.count("{") == line.count("}"), line
+    real = {s for text in shapes for s in split_shapes(text)}
+    items = line.split("largest: ", 1)[1].split("; ")
+    shown = [s for item in items for s in split_shapes(item.split(" ", 3)[3]) if not s.startswith("…")]
+    assert shown and all(s in real for s in shown), (shown, real)
+
+
+def test_the_memory_line_keeps_a_long_tuple_shape_whole():
+    """A tuple allocation's shape was cut at 60 characters, mid-shape ("f32[64,1"): whole shapes, the
+    rest counted."""
+    tup = "(" + ", ".join(f"f32[64,128,{i}]{{2,1,0}}" for i in range(1, 9)) + ")"
+    line = _memory_line([tup])
+    _shape_pieces_whole(line, [tup])
+    assert "more shapes)" in line, line
+
+
+def test_the_memory_line_keeps_shapes_joined_from_values_and_one_long_shape_whole():
+    """Siblings: an allocation named by its values' shapes (joined with ", ", as `parse_buffer_assignment`
+    does, which also cut at 200 characters), and a single array shape longer than the limit."""
+    joined = ", ".join(f"s32[{i},1024,1024]{{2,1,0}}" for i in range(10, 16))
+    rank = "f32[" + ",".join(["3"] * 40) + "]{" + ",".join(map(str, range(39, -1, -1))) + "}"
+    from tflab.lowering.text import split_shapes
+
+    line = _memory_line([joined, rank])
+    _shape_pieces_whole(line, [joined, rank])
+    assert rank in line, line  # one shape is never elided, however long
+    values = [f"f32[{i},123456,7]{{2,1,0}}" for i in range(1, 12)]
+    text = "BufferAssignment:\nallocation 0: size 64, preallocated-temp:\n" + "".join(
+        f" value: <{i} v.{i} @0> (size=4,offset=0): {v}\n" for i, v in enumerate(values)) + "\nTotal bytes used: 64\n"
+    (alloc,) = dump.parse_buffer_assignment(text)["largest"]
+    assert sorted(split_shapes(alloc["shape"])) == sorted(values)  # the record keeps every shape whole
+
+
+def test_a_short_memory_shape_is_printed_as_it_is():
+    """Healthy twin: shapes that fit are printed unchanged."""
+    line = _memory_line(["f32[2,4]{1,0}", "(f32[2], s8[3])"])
+    assert line.endswith("4.0 KiB temp f32[2,4]{1,0}; 2.0 KiB temp (f32[2], s8[3])"), line
+
+
+# ------------------------------------------------------------------ one count of rewritten nodes
+
+def _graph_lowering(nodes):
+    from tflab.lowering.records import Lowering, Stage
+
+    return Lowering(function_name="f", stages=_stages(Stage("funcgraph")), path="graph", nodes=tuple(nodes))
+
+
+def _node(name, op, replaced_types, grappler_op=None):
+    from tflab.lowering.records import GraphNode
+
+    return GraphNode(name=name, grappler_op=grappler_op or op, op=op, kernel="TF (Eigen)", device="CPU:0",
+                     replaced=tuple(t.lower() for t in replaced_types), replaced_types=tuple(replaced_types))
+
+
+def _counts(low):
+    import re
+
+    header = int(re.search(r"(\d+) fused/rewritten", low.summary_line()).group(1))
+    m = re.search(r"^rewritten nodes \((\d+)\)", low.to_text(), re.M)
+    rows = [ln for ln in low.to_text().splitlines() if ln.startswith("  ") and " | " in ln]
+    return header, int(m.group(1)) if m else 0, len(rows)
+
+
+def test_the_header_and_the_table_count_the_same_rewritten_nodes():
+    """The header counted only fusions (several ops in one node); the table also listed a node run as
+    another op type (oneDNN's ``_MklMatMul`` for one ``MatMul``): one rule, `GraphNode.rewritten`."""
+    fused = _node("Relu", "_FusedMatMul", ("MatMul", "BiasAdd", "Relu"))
+    renamed = _node("MatMul_1", "_MklMatMul", ("MatMul",))
+    assert _counts(_graph_lowering([fused, renamed])) == (2, 2, 2)
+    # sibling: Grappler rewrote the op type, the partition graph holds no other (grappler_op differs)
+    layout = _node("conv", "Conv2D", ("DepthwiseConv2dNative",), grappler_op="Conv2D")
+    assert _counts(_graph_lowering([layout])) == (1, 1, 1)
+
+
+def test_a_node_grappler_kept_is_counted_by_neither():
+    """Healthy twin: nodes that stand for themselves, and one with nothing replaced (``_Arg``)."""
+    kept = [_node("add", "AddV2", ("AddV2",)), _node("mul", "Mul", ("Mul",)), _node("x", "_Arg", ())]
+    assert _counts(_graph_lowering(kept)) == (0, 0, 0)
+
+
+def test_a_pass_diff_line_is_cut_outside_its_shapes():
+    """Sibling: the per-pass diff lines were cut at 160 characters, inside a shape or operand list; they
+    are cut at a space or comma outside any bracket. Healthy twin: a short line is whole."""
+    from tflab.lowering.text import cut_outside_shapes
+
+    line = ("%fusion.7 = (f32[64,128,256]{2,1,0}, f32[64,128,256]{2,1,0}, s32[64,128]{1,0}) fusion(%p0, %p1, "
+            "%p2), kind=kLoop, calls=%fused_computation.7, metadata={op_type=\"AddV2\" op_name=\"add\"}")
+    for limit in range(20, len(line), 7):
+        cut = cut_outside_shapes(line, limit)
+        head = cut[:-2] if cut.endswith(" …") else cut
+        assert line.startswith(head) and head.count("[") == head.count("]") and head.count("(") == head.count(")")
+        assert head.count("{") == head.count("}"), (limit, cut)
+    assert cut_outside_shapes("%a = f32[2]{0} add(%x, %y)") == "%a = f32[2]{0} add(%x, %y)"

@@ -79,3 +79,78 @@ def test_other_os_errors_inside_a_verb_pass_through():
     with pytest.raises(PermissionError):
         with cli_verb():
             raise PermissionError(errno.EACCES, "Permission denied", "/x")
+
+
+# ------------------------------------------------------------------ a FIFO output is judged up front
+
+
+def test_html_fifo_nobody_reads_is_refused_before_tf(tmp_path):
+    """``lower --html FIFO`` with no reader was found only when the page was written, after the whole
+    lowering: the FIFO is opened when the path is checked, before TF loads."""
+    from tests.commands.test_cli_preflight import tflab
+
+    (tmp_path / "m.py").write_text("def f(x):\n    return x * 2.0\n")
+    os.mkfifo(tmp_path / "page.html")
+    code, lines, tf_loaded = tflab(tmp_path, "lower", "m.py:f", "--arg", "x=float32[2,8]", "--html", "page.html")
+    assert code == 2 and len(lines) == 1 and not tf_loaded, lines
+    assert "--html page.html: is a FIFO that no process reads" in lines[0], lines
+
+
+@pytest.mark.parametrize("verb, flag, extra", [
+    ("retrace", "--html", ["s.py"]), ("inspect", "--dot", ["m.py:f"]), ("compare", "--hlo", ["m.py:f"]),
+])
+def test_every_file_output_judges_its_fifo_in_the_preflight(tmp_path, monkeypatch, verb, flag, extra):
+    """Siblings: the other verbs' file outputs, judged by the same check (`output_path` → `claim_fifo`)."""
+    import argparse
+
+    from tflab._io import fifo_out
+    from tflab.cli import preflight
+
+    monkeypatch.setattr(fifo_out, "FIFO_READER_GRACE_S", 0.1)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.py").write_text("def f(x):\n    return x * 2.0\n")
+    (tmp_path / "s.py").write_text("print(1)\n")
+    os.mkfifo(tmp_path / "out.fifo")
+    dest = flag.lstrip("-")
+    args = argparse.Namespace(verb=verb, target=extra[0], script=extra[0], arg=["x=float32[2]"], examples=None,
+                              force=False, dot=None, html=None, hlo=None, tensorboard=None, json=False,
+                              stage=[], path="xla", runs=20, repeats=1, internal=False, script_args=[])
+    setattr(args, dest, "out.fifo")
+    with pytest.raises(UsageError, match=rf"{flag} out.fifo: is a FIFO that no process reads"):
+        preflight(verb, args)
+
+
+def test_a_fifo_with_a_reader_is_held_from_the_check_and_gets_the_page(tmp_path):
+    """Healthy twin: a reader that opened the FIFO passes the check, and does not see an end of file
+    while the verb works (the check's descriptor is held): it gets the whole page once written."""
+    from tflab._io.fifo_out import _HELD_FIFOS
+    from tflab._io.paths import output_path
+
+    fifo = tmp_path / "page.html"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()), daemon=True)
+    reader.start()
+    out = output_path(fifo, "--html")  # the check: the reader's open completes here
+    assert os.path.realpath(fifo) in _HELD_FIFOS
+    time.sleep(0.3)  # the verb's work
+    assert not got  # no end of file yet
+    out.write(b"<html>" + b"x" * (200 << 10) + b"</html>")
+    reader.join(10)
+    assert got and got[0].startswith(b"<html>") and len(got[0]) == (200 << 10) + 13 and not _HELD_FIFOS
+
+
+def test_a_held_fifo_the_verb_never_wrote_is_closed_when_it_ends(tmp_path):
+    """A verb that failed after the check closes the FIFO (`release_fifos`): its reader sees the end."""
+    from tflab._io.fifo_out import release_fifos
+    from tflab._io.paths import output_path
+
+    fifo = tmp_path / "page.html"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()), daemon=True)
+    reader.start()
+    output_path(fifo, "--html")
+    release_fifos()
+    reader.join(10)
+    assert got == [b""]

@@ -16,8 +16,9 @@ Use::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
-from typing import Callable
+from typing import Any, Callable
 
 
 def int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
@@ -117,33 +118,120 @@ def loss_scale_problem(value: float) -> str | None:
 _MAX_DIM = 2**63 - 1
 
 
-def _check_literal(name: str, value: str, short: Callable) -> None:
-    """A value with no ``[dims]``: a bare TF dtype name (a scalar spec) or a Python literal, as the child reads it."""
+def _short(text: str, n: int = 80) -> str:
+    """The user's text cut to ``n`` characters with "…(N chars)" (`tflab._user.usercode.shorten`'s form)."""
+    return text if len(text) <= n else f"{text[:n]}…({len(text)} chars)"
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecText:
+    """``NAME=dtype[dims]`` read without TensorFlow: what `tflab._user.target.parse_args` makes a
+    `tf.TensorSpec` of (``TensorSpec(dims, dtype, name=NAME)``).
+
+    Attributes:
+        dtype: a name ``tf.dtypes.as_dtype`` takes (``float32``, ``int64_ref``).
+        dims: the dims, None for an unknown one; () for a scalar (``float32[]`` or a bare ``float32``).
+        dims_text: the dims as typed (``"None"``, ``"?"``, ``"8"``), for messages.
+    """
+
+    dtype: str
+    dims: tuple[int | None, ...]
+    dims_text: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class LiteralValue:
+    """``NAME=<python literal>``: the value `ast.literal_eval` read."""
+
+    value: Any
+
+
+def parse_arg_value(name: str, text: str) -> SpecText | LiteralValue:
+    """The value half of one ``--arg NAME=VALUE``, read without TensorFlow: the one grammar that the
+    pre-flight (`check_arg_grammar`) and the child (`tflab._user.target.parse_value`) both read.
+
+    Args:
+        name: the parameter name (for messages).
+        text: ``dtype[dims]`` (``float32[None,8]``, ``int64[]``), a bare dtype name (a scalar spec), or
+            a Python literal (``3``, ``0.5``, ``True``, ``'abc'``, ``[1, 2]``).
+
+    Returns:
+        A `SpecText` or a `LiteralValue`.
+
+    Raises:
+        tflab.errors.UsageError: an unknown dtype (with the nearest TF dtypes), a negative,
+            non-integer or over-int64 dim, or a text that is neither form.
+    """
     import ast
+    import difflib
     import re
 
     from tflab.errors import UsageError
 
-    bare = re.match(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*$", value)
-    if bare and bare.group(1) in _DTYPES and bare.group(1) not in ("True", "False", "None"):
-        return
+    m = re.match(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*(?:\[(.*)\])?\s*$", text)
+    if m and m.group(1) in _DTYPES and m.group(1) not in ("True", "False", "None"):
+        dtype, dims_text = m.group(1), m.group(2)
+        raw = tuple(d.strip() for d in dims_text.split(",")) if dims_text is not None and dims_text.strip() else ()
+        dims: list[int | None] = []
+        for d in raw:
+            if d in ("None", "?"):
+                dims.append(None)
+            elif d.startswith("-") and re.fullmatch(r"[0-9]+", d[1:]):
+                raise UsageError(f"bad dimension {d} in --arg {name}={_short(text)}: a dim is >= 0, or None for "
+                                 f"an unknown dim, e.g. {name}={dtype}[None,8]")
+            elif not re.fullmatch(r"[0-9]+", d):  # ASCII digits: str.isdigit() also says yes to '²' and '２'
+                raise UsageError(f"bad dimension {_short(d, 20)!r} in --arg {name}={_short(text)}: use integers or "
+                                 f"None, e.g. {name}={dtype}[None,8]")
+            else:
+                digits = d.lstrip("0")
+                if len(digits) > 19 or (digits and int(digits) > _MAX_DIM):  # no int() of 5000 digits
+                    raise UsageError(f"dimension {_short(d, 24)} in --arg {name}={_short(text)} is larger than "
+                                     f"TF's int64 dims allow (2**63-1); use a smaller dim, or None for an unknown dim")
+                dims.append(int(d))
+        return SpecText(dtype, tuple(dims), raw)
+    if m and m.group(2) is not None:  # NAME[dims] with NAME no dtype (float33[2], True[2])
+        near = difflib.get_close_matches(m.group(1), _SUGGESTED, n=3)
+        raise UsageError(f"--arg {name}={_short(text)}: not a TensorSpec: unknown dtype {_short(m.group(1), 40)!r}"
+                         + (f"; did you mean {' or '.join(near)}?" if near else
+                            "; use a TF dtype such as float32, int64, bool"))
     try:
-        ast.literal_eval(value)
+        return LiteralValue(ast.literal_eval(text))
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         raise UsageError(
-            f"--arg {name}={short(value)}: not a TensorSpec (dtype[dims], e.g. float32[None,8]) "
+            f"--arg {name}={_short(text)}: not a TensorSpec (dtype[dims], e.g. float32[None,8]) "
             f"nor a Python literal (e.g. 3, 0.5, True, 'text'); quote strings") from None
+
+
+def parse_arg_items(items: list[str] | None) -> dict[str, SpecText | LiteralValue]:
+    """Repeated ``--arg NAME=VALUE`` strings, read without TensorFlow, in order: the one grammar of
+    ``--arg`` (`check_arg_grammar` before TF loads, `tflab._user.target.parse_args` after).
+
+    Raises:
+        tflab.errors.UsageError: no ``=``, a name that is not an identifier, a name given twice, or
+            `parse_arg_value`'s refusals; the first in the items' order.
+    """
+    from tflab.errors import UsageError
+
+    out: dict[str, SpecText | LiteralValue] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise UsageError(f"--arg {_short(item)!r}: expected NAME=VALUE, e.g. x=float32[None,8] or n=3")
+        name, _, value = item.partition("=")
+        name = name.strip()
+        if not name.isidentifier():
+            raise UsageError(f"--arg {_short(item)!r}: {_short(name, 40)!r} is not a parameter name")
+        if name in out:
+            raise UsageError(f"--arg {name} given twice")
+        out[name] = parse_arg_value(name, value)
+    return out
 
 
 def check_arg_grammar(items: list[str] | None, *, static: bool = False, max_rank: int | None = None,
                       draws: bool = False, batch: bool = False) -> None:
     """The ``--arg NAME=VALUE`` grammar, checked without TensorFlow (the supervisor's pre-flight).
 
-    Refuses what the child would refuse for sure (`tflab._user.target.parse_args`, in its words): no
-    ``=``, a name that is not an identifier, a name given twice, a ``NAME[dims]`` whose NAME is no TF
-    dtype (``True[2]`` included), for a dtype a negative, non-integer or over-int64 dim, and a value
-    that is neither a bare dtype name nor a Python literal (``x=float32[2``, ``x=``, ``n=3,``): all
-    the same rules as the child's, and `ast.literal_eval` needs no TensorFlow.
+    The grammar is `parse_arg_items`, the same function the child's `tflab._user.target.parse_args`
+    reads, so both refuse the same items in the same words; then the verb's own rules below.
 
     Args:
         items: the ``--arg`` values.
@@ -156,73 +244,36 @@ def check_arg_grammar(items: list[str] | None, *, static: bool = False, max_rank
     Raises:
         tflab.errors.UsageError: one line.
     """
-    import difflib
-    import re
-
     from tflab.errors import UsageError
 
-    def short(text: str, n: int = 80) -> str:
-        return text if len(text) <= n else f"{text[:n]}…({len(text)} chars)"
-
-    seen: set[str] = set()
-    for item in items or []:
-        if "=" not in item:
-            raise UsageError(f"--arg {short(item)!r}: expected NAME=VALUE, e.g. x=float32[None,8] or n=3")
-        name, _, value = item.partition("=")
-        name = name.strip()
-        if not name.isidentifier():
-            raise UsageError(f"--arg {short(item)!r}: {short(name, 40)!r} is not a parameter name")
-        if name in seen:
-            raise UsageError(f"--arg {name} given twice")
-        seen.add(name)
-        m = re.match(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*\[(.*)\]\s*$", value)
-        if not m:
+    for name, parsed in parse_arg_items(items).items():
+        value = next(i.partition("=")[2] for i in items if i.partition("=")[0].strip() == name)
+        if isinstance(parsed, LiteralValue):
             if batch:
                 _refuse_batch(name)
-            _check_literal(name, value, short)
             continue
-        dtype = m.group(1)
-        if dtype not in _DTYPES:
-            near = difflib.get_close_matches(dtype, _SUGGESTED, n=3)
-            raise UsageError(f"--arg {name}={short(value)}: not a TensorSpec: unknown dtype {short(dtype, 40)!r}"
-                             + (f"; did you mean {' or '.join(near)}?" if near else
-                                "; use a TF dtype such as float32, int64, bool"))
+        dtype, dims = parsed.dtype, list(parsed.dims_text)
         if draws and _base(dtype) in _NO_RANDOM:  # `materialize`'s words
             raise UsageError(f"--arg {name}: cannot make random values of dtype {_base(dtype)}; pass a float, int "
                              f"or bool spec")
-        if not m.group(2).strip():
-            if batch:
-                _refuse_batch(name)
-            continue
-        dims = [d.strip() for d in m.group(2).split(",")]
-        if batch and dims[0] in ("None", "?"):
+        if batch and (not dims or dims[0] in ("None", "?")):
             _refuse_batch(name)
-        for d in dims:
-            if d in ("None", "?"):
-                if draws:  # `materialize`'s words
-                    raise UsageError(f"--arg {name}: shape [{', '.join(dims)[:60]}] has unknown dims; give every "
-                                     f"dim to run it, e.g. {dtype}[{','.join('4' if x in ('None', '?') else x for x in dims)[:60]}]")
-                if static:
-                    raise UsageError(f"--arg {name}={short(value)}: dim {d} is unknown, and XLA lowers for static "
-                                     f"shapes; give every dim, e.g. {name}={dtype}[{','.join('4' if x in ('None', '?') else x for x in dims)[:60]}]")
-                continue
-            if d.startswith("-") and re.fullmatch(r"[0-9]+", d[1:]):
-                raise UsageError(f"bad dimension {d} in --arg {name}={short(value)}: a dim is >= 0, or None for "
-                                 f"an unknown dim, e.g. {name}={dtype}[None,8]")
-            if not re.fullmatch(r"[0-9]+", d):
-                raise UsageError(f"bad dimension {short(d, 20)!r} in --arg {name}={short(value)}: use integers or "
-                                 f"None, e.g. {name}={dtype}[None,8]")
-            digits = d.lstrip("0")
-            if len(digits) > 19 or (digits and int(digits) > _MAX_DIM):
-                raise UsageError(f"dimension {short(d, 24)} in --arg {name}={short(value)} is larger than "
-                                 f"TF's int64 dims allow (2**63-1); use a smaller dim, or None for an unknown dim")
+        if None in parsed.dims:
+            filled = ",".join("4" if x in ("None", "?") else x for x in dims)[:60]
+            if draws:  # `materialize`'s words
+                raise UsageError(f"--arg {name}: shape [{', '.join(dims)[:60]}] has unknown dims; give every "
+                                 f"dim to run it, e.g. {dtype}[{filled}]")
+            if static:
+                unknown = next(d for d in dims if d in ("None", "?"))
+                raise UsageError(f"--arg {name}={_short(value)}: dim {unknown} is unknown, and XLA lowers for static "
+                                 f"shapes; give every dim, e.g. {name}={dtype}[{filled}]")
         if max_rank is not None and len(dims) > max_rank:
-            raise UsageError(f"--arg {name}={short(value)}: {len(dims)} dims; numpy arrays (the random inputs "
+            raise UsageError(f"--arg {name}={_short(value)}: {len(dims)} dims; numpy arrays (the random inputs "
                              f"drawn for it) hold at most {max_rank}")
         if draws:
-            nbytes = math.prod(int(d) for d in dims) * _DTYPE_BYTES.get(_base(dtype), 1)
+            nbytes = math.prod(parsed.dims) * _DTYPE_BYTES.get(_base(dtype), 1)
             if nbytes > MAX_RANDOM_GIB << 30:  # `materialize`'s words
-                raise UsageError(f"--arg {name}: shape [{', '.join(str(int(d)) for d in dims)[:80]}] needs "
+                raise UsageError(f"--arg {name}: shape [{', '.join(str(d) for d in parsed.dims)[:80]}] needs "
                                  f"{nbytes / 2**30:,.1f} GiB of random data (limit {MAX_RANDOM_GIB} GiB); use a "
                                  f"smaller shape")
 
@@ -306,3 +357,111 @@ def parse_watched(parse: Callable[[], tuple]) -> tuple:
     with contextlib.suppress(OSError, ValueError, AttributeError):
         os.dup2(os.open(os.devnull, os.O_WRONLY), real.fileno())
     return None, 141 if isinstance(error, BrokenPipeError) else 2
+
+
+# ----------------------------------------------------------------------------- options that need another
+
+#: the Namespace attribute holding the dests given on the command line (`record_given`)
+GIVEN = "_tflab_given"
+
+
+def given(args: argparse.Namespace, dest: str) -> bool:
+    """Whether the option of ``dest`` was given on the command line (not left at its default)."""
+    return dest in getattr(args, GIVEN, ())
+
+
+_GIVEN_CLASSES: dict[type, type] = {}
+
+
+def record_given(action: argparse.Action) -> argparse.Action:
+    """Makes ``action`` note its dest in the namespace's `GIVEN` set when its option is given.
+
+    argparse calls an action only for an option on the command line (defaults are set without it),
+    so a default value (``--runs``'s 20) and the same value typed are told apart.
+    """
+    if not action.option_strings or action.dest in ("help", "version"):  # they print and exit
+        return action
+    cls = type(action)
+    sub = _GIVEN_CLASSES.get(cls)
+    if sub is None:
+        def __call__(self, parser, namespace, values, option_string=None):
+            namespace.__dict__.setdefault(GIVEN, set()).add(self.dest)
+            return cls.__call__(self, parser, namespace, values, option_string)
+
+        sub = _GIVEN_CLASSES[cls] = type(cls.__name__, (cls,), {"__call__": __call__})
+    action.__class__ = sub
+    return action
+
+
+#: the parser attribute holding its `only_with` rules
+_RULES = "_tflab_only_with"
+
+
+def only_with(parser: argparse.ArgumentParser, dest: str, when: Callable[[argparse.Namespace], bool],
+              message: str) -> None:
+    """Declares that the option of ``dest`` means something only when ``when(args)`` holds.
+
+    The parser (`tflab.cli`'s, shared by every verb) refuses that option given where ``when`` is
+    False, in one line, exit 2, before TensorFlow loads: it would otherwise be ignored without a
+    word (``tflab lower --runs 5`` on the XLA path).
+
+    Args:
+        parser: the verb's sub-parser (in its ``add_arguments``).
+        dest: the option's dest (``"runs"`` for ``--runs``).
+        when: the condition on the parsed arguments (every default filled in).
+        message: what the user reads: what the option needs, and what to do.
+
+    Example:
+
+    >>> only_with(p, "runs", lambda a: a.path == "graph",
+    ...           "--runs needs --path graph (it sets how often the graph path's profile runs)")
+    """
+    parser.__dict__.setdefault(_RULES, []).append((dest, when, message))
+
+
+def only_with_problem(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
+    """The message of the first `only_with` rule of ``parser`` that ``args`` breaks, or None."""
+    for dest, when, message in getattr(parser, _RULES, ()):
+        if given(args, dest) and not when(args):
+            return message
+    return None
+
+
+def only_with_rules(parser: argparse.ArgumentParser) -> list[tuple[str, Callable, str]]:
+    """The `only_with` rules declared on ``parser`` (for tests and ``--help``)."""
+    return list(getattr(parser, _RULES, ()))
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (``tflab VERB: error: …``), exit 2.
+
+    argparse's default prints the whole usage block before the error; the lab's
+    contract for an expected mistake is one line that says what was wrong and
+    where to look (``--help``).
+    """
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def _add_action(self, action):
+        return super()._add_action(record_given(action))  # which options were typed: `only_with`
+
+    def parse_known_args(self, args=None, namespace=None):
+        # An option given an empty value (``--out ""``, ``--dot ""``) is a mistake:
+        # the verbs' ``if args.dot:`` would silently ignore it (no file written)
+        # or fall back to the default folder. argparse accepts "" for any str option.
+        ns, extras = super().parse_known_args(args, namespace)
+        for a in self._actions:
+            if not a.option_strings or a.nargs == 0 or a.type not in (None, str):
+                continue
+            value = getattr(ns, a.dest, None)
+            values = value if isinstance(value, list) else [value]
+            if any(isinstance(v, str) and not v.strip() for v in values):
+                self.error(f"argument {a.option_strings[-1]}: empty value; give a value or leave "
+                           f"the option out")
+        # An option that means something only with another (`tflab._api.cliargs.only_with`), given
+        # without it, would be ignored without a word: refused here, for every verb, before TF loads.
+        problem = only_with_problem(self, ns)
+        if problem:
+            self.error(problem)
+        return ns, extras

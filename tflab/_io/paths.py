@@ -58,6 +58,9 @@ import stat
 import tempfile
 from pathlib import Path
 
+# Writing a device or FIFO in place (and holding a FIFO output open from the check on) is
+# `tflab._io.fifo_out`'s; its names stay importable from here.
+from tflab._io.fifo_out import FIFO_READER_GRACE_S, claim_fifo, release_fifos, write_in_place  # noqa: F401
 from tflab._io.output_marker import (MARKER, OWNER, check_folder_out, publish_noreplace,  # noqa: F401 (re-exported)
                                   check_not_parent_ref, check_replaceable, check_temp_dir, foreign_entries,
                                   published_path, register_publication, system_temp_dir, write_marker)
@@ -373,6 +376,8 @@ def output_path(path: str | os.PathLike, flag: str, *, folder: bool = False, ove
 
 def _output_path(p: Path, flag: str, *, folder: bool, overwrite: bool, example: str) -> OutputPath:
     kind = _special_kind(p)
+    if kind == "FIFO" and not folder:
+        claim_fifo(p, flag)  # a FIFO nobody reads is refused now, before the verb's work
     if kind and not folder:
         return OutputPath(p, flag, in_place=True)  # written in place; nothing to overwrite or probe
     if kind:
@@ -410,49 +415,6 @@ def _output_path(p: Path, flag: str, *, folder: bool, overwrite: bool, example: 
         raise UsageError(f"{flag} {p}: cannot create a file in {parent.absolute()} ({e.strerror}); "
                          f"choose another path") from None
     return OutputPath(p, flag, replace=overwrite)
-
-
-FIFO_READER_GRACE_S = 2.0
-"""How long a write to a FIFO waits for its first reader before it is refused, in seconds."""
-
-
-def write_in_place(path: Path, payload: bytes, flag: str) -> None:
-    """Writes ``payload`` into an existing device or FIFO, never blocking on a FIFO nobody reads.
-
-    ``open(FIFO, "w")`` waits for a reader for ever (open(2)), after the whole verb's work. The
-    path is opened with ``O_NONBLOCK``: a FIFO with no reader fails at once with ENXIO (fifo(7)) and
-    is one line after a short grace (``FIFO_READER_GRACE_S``) for a reader started beside tflab;
-    with a reader, blocking writes resume so a reader that drains slowly gets it all.
-
-    Raises:
-        UsageError: no process reads the FIFO, or the write failed (the OS's words).
-    """
-    import errno as _errno
-    import time as _time
-
-    deadline = _time.monotonic() + FIFO_READER_GRACE_S
-    while True:
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            break
-        except OSError as e:
-            if e.errno == _errno.ENXIO and _time.monotonic() < deadline:
-                _time.sleep(0.02)  # a reader started beside tflab (cmd & cat FIFO) may open it a moment later
-                continue
-            error = e
-        if error.errno == _errno.ENXIO:
-            raise UsageError(f"{flag} {path}: is a FIFO that no process reads, so the write would wait for "
-                             f"ever; start its reader first (e.g. cat {path} &), or give a file path") from None
-        raise UsageError(f"{flag} {path}: cannot write it: {error.strerror or error}") from None
-    try:
-        os.set_blocking(fd, True)
-        view = memoryview(payload)
-        while view:
-            view = view[os.write(fd, view):]
-    except OSError as e:
-        raise UsageError(f"{flag} {path}: cannot write it: {e.strerror or e}") from None
-    finally:
-        os.close(fd)
 
 
 # ----------------------------------------------------------------------------- what tflab wrote

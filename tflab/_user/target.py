@@ -18,7 +18,6 @@ one line).
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import contextvars
 import importlib.util
@@ -34,25 +33,27 @@ from typing import Any, Callable, Iterator
 from tflab._user.usercode import error_summary, shorten, user_frame  # noqa: F401
 from tflab.errors import UsageError
 
-_SPEC_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]*)\s*(?:\[(.*)\])?\s*$")
-_ASCII_INT = re.compile(r"[0-9]+")
 # TensorShape dims are int64 (tensorflow/core/framework/tensor_shape.proto: int64 size);
 # a larger one failed later as "f raised while tracing: ValueError: Value out of range".
 MAX_DIM = 2**63 - 1
 
 
-def _dtype_or_none(name: str):
-    import tensorflow as tf
+def _as_value(parsed: Any, name: str | None) -> Any:
+    """A `tflab._api.cliargs.SpecText` as a `tf.TensorSpec` named ``name``; a literal's value as is."""
+    from tflab._api.cliargs import SpecText
 
-    try:
-        dt = tf.dtypes.as_dtype(name)
-    except TypeError:
-        return None
-    return dt
+    if isinstance(parsed, SpecText):
+        import tensorflow as tf
+
+        return tf.TensorSpec(list(parsed.dims), tf.dtypes.as_dtype(parsed.dtype), name=name)
+    return parsed.value
 
 
 def parse_value(text: str, name: str | None = None) -> Any:
     """Parses the value half of ``--arg NAME=VALUE``.
+
+    The grammar is `tflab._api.cliargs.parse_arg_value` (no TensorFlow), the one the CLI's pre-flight
+    checks with, so both refuse a value in the same words; this makes its `tf.TensorSpec`.
 
     Args:
         text: ``dtype[dims]`` (e.g. ``float32[None,8]``, ``int64[]``) or a
@@ -65,69 +66,23 @@ def parse_value(text: str, name: str | None = None) -> Any:
     Raises:
         UsageError: the text is neither form.
     """
-    import tensorflow as tf
+    from tflab._api.cliargs import parse_arg_value
 
-    m = _SPEC_RE.match(text)
-    if m and _dtype_or_none(m.group(1)) is not None and m.group(1) not in ("True", "False", "None"):
-        dtype = _dtype_or_none(m.group(1))
-        dims_text = m.group(2)
-        dims: list[int | None] = []
-        if dims_text is not None and dims_text.strip():
-            for d in dims_text.split(","):
-                d = d.strip()
-                if d in ("None", "?"):
-                    dims.append(None)
-                elif d.startswith("-") and _ASCII_INT.fullmatch(d[1:]):
-                    raise UsageError(
-                        f"bad dimension {d} in --arg {name}={shorten(text)}: a dim is >= 0, or None for "
-                        f"an unknown dim, e.g. {name}={m.group(1)}[None,8]")
-                elif _ASCII_INT.fullmatch(d):  # str.isdigit() also says yes to '²' and '２'
-                    if int(d) > MAX_DIM:
-                        raise UsageError(
-                            f"dimension {shorten(d, 24)} in --arg {name}={shorten(text)} is larger than "
-                            f"TF's int64 dims allow (2**63-1); use a smaller dim, or None for an unknown dim")
-                    dims.append(int(d))
-                else:
-                    raise UsageError(
-                        f"bad dimension {shorten(d, 20)!r} in --arg {name}={shorten(text)}: use integers or "
-                        f"None, e.g. {name}={m.group(1)}[None,8]")
-        return tf.TensorSpec(dims, dtype, name=name)
-    if m and m.group(2) is not None:
-        # NAME[dims] with NAME not a dtype (float33[2]): name the bad dtype and the near ones.
-        import difflib
-
-        known = sorted(n for n in dir(tf.dtypes) if isinstance(getattr(tf.dtypes, n), tf.dtypes.DType))
-        near = difflib.get_close_matches(m.group(1), known, n=3)
-        raise UsageError(f"--arg {name}={shorten(text)}: not a TensorSpec: unknown dtype "
-                         f"{shorten(m.group(1), 40)!r}"
-                         + (f"; did you mean {' or '.join(near)}?" if near else
-                            f"; use a TF dtype such as float32, int64, bool"))
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        raise UsageError(
-            f"--arg {name}={shorten(text)}: not a TensorSpec (dtype[dims], e.g. float32[None,8]) "
-            f"nor a Python literal (e.g. 3, 0.5, True, 'text'); quote strings") from None
+    return _as_value(parse_arg_value(name, text), name)
 
 
 def parse_args(items: list[str] | None) -> dict[str, Any]:
     """Parses repeated ``--arg NAME=VALUE`` strings into an ordered dict.
 
+    The grammar is `tflab._api.cliargs.parse_arg_items` (no TensorFlow), which the CLI's pre-flight
+    (`tflab._api.cliargs.check_arg_grammar`) reads too: the same items refused in the same words.
+
     Raises:
         UsageError: an item has no ``=``, an empty or repeated name, or a bad value.
     """
-    out: dict[str, Any] = {}
-    for item in items or []:
-        if "=" not in item:
-            raise UsageError(f"--arg {shorten(item)!r}: expected NAME=VALUE, e.g. x=float32[None,8] or n=3")
-        name, _, value = item.partition("=")
-        name = name.strip()
-        if not name.isidentifier():
-            raise UsageError(f"--arg {shorten(item)!r}: {shorten(name, 40)!r} is not a parameter name")
-        if name in out:
-            raise UsageError(f"--arg {name} given twice")
-        out[name] = parse_value(value, name)
-    return out
+    from tflab._api.cliargs import parse_arg_items
+
+    return {name: _as_value(parsed, name) for name, parsed in parse_arg_items(items).items()}
 
 
 def load_module(path: str, *, what: str = "script"):

@@ -10,6 +10,11 @@ HELP = ("show AutoGraph's rewrite of FILE.py:FUNC (a unified diff) and what each
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from tflab._api.cliargs import only_with
+
+    only_with(p, "no_diff", lambda a: not a.json,
+              "--no-diff shortens the text report, and --json prints no diff text: leave one of them out")
+
     p.add_argument("target", metavar="FILE.py:FUNC",
                    help="the function (or tf.function) to convert and trace")
     p.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE",

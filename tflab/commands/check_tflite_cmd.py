@@ -17,6 +17,14 @@ HELP = ("check a .tflite flatbuffer against the SavedModel it was converted from
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from tflab._api.cliargs import only_with
+
+    only_with(p, "force", lambda a: bool(a.node_data),
+              "--force overwrites an existing --node-data file: give --node-data, or leave --force out")
+    only_with(p, "keep_float", lambda a: a.quantization in (None, "int8"),
+              "--keep-float measures an int8 fix (keeping ops in float), and the --quantization given is not "
+              "int8: leave --keep-float out, or check an int8 model")
+
     p.add_argument("model", metavar="MODEL.tflite", help="the TFLite flatbuffer to check")
     p.add_argument("saved_model", metavar="SAVED_MODEL", help="the SavedModel folder it was converted from")
     p.add_argument("--examples", metavar="F.npz",

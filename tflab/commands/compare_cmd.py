@@ -16,6 +16,11 @@ HELP = ("run FILE.py:FUNC forward and backward eagerly, as a graph and under XLA
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from tflab.commands.preflight_checks import EXAMPLES_HELP as _EXAMPLES_HELP  # no numpy: --help stays fast
 
+    from tflab._api.cliargs import only_with
+
+    only_with(p, "force", lambda a: bool(a.hlo),
+              "--force overwrites an existing --hlo file: give --hlo, or leave --force out")
+
     p.add_argument("target", metavar="FILE.py:FUNC", help="the function (or tf.function) to run")
     p.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE",
                    help="an argument: NAME=dtype[dims] (every dim given) becomes a seeded random "

@@ -22,6 +22,25 @@ HELP = ("trace a strategy.run training step under MirroredStrategy (2 logical CP
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from tflab.distribute.user import MAX_REPLICAS, MAX_WORKERS
 
+    from tflab._api.cliargs import only_with
+
+    for dest in ("arg", "replicas", "workers"):
+        only_with(p, dest, lambda a: a.target is not None, _NEEDS_STEP)
+    for dest in ("crash_worker", "no_export"):
+        only_with(p, dest, lambda a: a.target is None,
+                  "--crash-worker and --no-export belong to the built-in demo, not to FILE.py:STEP")
+    only_with(p, "crash_worker", lambda a: a.mode != "mirrored",
+              "--crash-worker needs --mode workers or all: the mirrored lab has no workers")
+    only_with(p, "replicas", lambda a: a.mode != "workers",
+              "--replicas sets the mirrored part's logical CPUs, and --mode workers runs no mirrored part: use "
+              "--workers N, or --mode mirrored or all")
+    only_with(p, "workers", lambda a: a.mode != "mirrored",
+              "--workers sets the workers part's processes, and --mode mirrored runs no workers: use "
+              "--replicas N, or --mode workers or all")
+    only_with(p, "no_export", lambda a: a.mode != "workers",
+              "--no-export skips the export after the mirrored lab's training, and --mode workers runs no "
+              "export: leave --no-export out")
+
     p.add_argument("target", nargs="?", metavar="FILE.py:STEP",
                    help="your replica step (what strategy.run runs on each replica); the file is "
                         "imported inside strategy.scope(), so its tf.Variables are MirroredVariables. "
@@ -51,16 +70,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                 "2 on bad input, a worker crash or a timeout (one line naming the worker)")
 
 
-def check_options(args: argparse.Namespace) -> None:
-    """The options that need FILE.py:STEP, before TF loads (`tflab.cli.preflight`), in `run`'s words."""
-    from tflab.errors import UsageError
-
-    if args.target is None and (args.arg or args.replicas is not None or args.workers is not None):
-        raise UsageError(_NEEDS_STEP)
-    if args.target is None and args.crash_worker is not None and args.mode == "mirrored":
-        raise UsageError("--crash-worker needs --mode workers or all: the mirrored lab has no workers")
-
-
+# The options that mean something only with (or only without) FILE.py:STEP, or with one --mode, are the
+# parser's `tflab._api.cliargs.only_with` rules (`add_arguments`), refused while parsing, before TF loads.
 _NEEDS_STEP = ("--arg, --replicas and --workers need FILE.py:STEP (your step); the built-in demo runs 2 replicas "
                "and 2 workers")
 
@@ -100,10 +111,7 @@ def run(args: argparse.Namespace) -> int:
 def _run_user(args: argparse.Namespace) -> int:
     from tflab._io.progress import Progress
     from tflab.distribute import user as distribute_user
-    from tflab.errors import UsageError
 
-    if args.crash_worker is not None or args.no_export:
-        raise UsageError("--crash-worker and --no-export belong to the built-in demo, not to FILE.py:STEP")
     parts = ["mirrored"] if args.mode == "mirrored" else ["workers"] if args.mode == "workers" \
         else ["mirrored", "workers"]
     if args.mode == "all" and (args.replicas is None) != (args.workers is None):

@@ -11,6 +11,14 @@ HELP = ("export a .keras file, SavedModel folder or FILE.py:OBJ as a SavedModel 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from tflab._api.cliargs import only_with
+
+    # A misspelt variant is `check_options`' to name (it may be the int8 the user meant).
+    only_with(p, "no_keep_float", lambda a: any(q.strip() in ("int8",) or q.strip() not in QUANTIZE_NAMES
+                                                for q in a.quantize.split(",") if q.strip()),
+              "--no-keep-float skips a measurement of the int8 variant, and --quantize makes no int8 variant: "
+              "leave --no-keep-float out, or add int8 to --quantize")
+
     p.add_argument("model", metavar="MODEL", help="a .keras file, a SavedModel folder, or FILE.py:OBJ")
     p.add_argument("--quantize", default="none,dynamic,float16,int8", metavar="LIST",
                    help="comma list of TFLite variants among none,dynamic,float16,int8 (default: all)")

@@ -12,6 +12,13 @@ HELP = "trace FILE.py:FUNC once and print its FuncGraph: ops, captures, signatur
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from tflab.commands.preflight_checks import EXAMPLES_HELP as _EXAMPLES_HELP  # no numpy: --help stays fast
 
+    from tflab._api.cliargs import only_with
+
+    only_with(p, "force", lambda a: bool(a.dot),
+              "--force overwrites an existing --dot file: give --dot, or leave --force out")
+    only_with(p, "max_ops", lambda a: not a.json,
+              "--max-ops sets how many ops the text report lists, and --json lists every op: leave one of them out")
+
     p.add_argument("target", metavar="FILE.py:FUNC", help="the function (or tf.function) to trace")
     p.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE",
                    help="an argument: NAME=dtype[dims] is a TensorSpec (None for an unknown dim), "

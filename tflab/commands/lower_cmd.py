@@ -26,6 +26,20 @@ MAX_RUNS = 100_000  # profiled runs, at most (`tflab.lower`'s own cap: 10**9 run
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from tflab.commands.preflight_checks import EXAMPLES_HELP as _EXAMPLES_HELP  # no numpy: --help stays fast
 
+    from tflab._api.cliargs import only_with
+
+    only_with(p, "runs", lambda a: a.path == "graph",
+              "--runs needs --path graph: it sets how many times the graph path's profile runs, and --path xla "
+              "(the default) profiles nothing; add --path graph, or leave --runs out")
+    only_with(p, "cause", lambda a: a.path == "xla",
+              "--cause compares eager with XLA and marks the fusion where they part: use it with --path xla "
+              "(the default), not --path graph")
+    only_with(p, "passes", lambda a: a.path == "xla",
+              "--passes shows XLA's HLO passes: use it with --path xla (the default); --path graph shows "
+              "Grappler's optimizers instead")
+    only_with(p, "force", lambda a: bool(a.out or a.html),
+              "--force replaces an existing --out folder or --html file: give --out or --html, or leave --force out")
+
     p.add_argument("target", metavar="FILE.py:FUNC", help="the function, tf.function or Keras model to lower")
     p.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE",
                    help="an argument: NAME=dtype[dims] is a TensorSpec (every dim given: XLA compiles for "
@@ -58,18 +72,13 @@ def check_options(args: argparse.Namespace) -> None:
     """Option combinations refused before TF loads (`tflab.cli.preflight` calls it; `run` checks again).
 
     Raises:
-        UsageError: ``--cause`` or ``--passes`` with ``--path graph`` (both are XLA's), a ``--stage``
-            the chosen path does not make, ``--runs`` outside [1, `MAX_RUNS`].
+        UsageError: a ``--stage`` the chosen path does not make, ``--runs`` outside [1, `MAX_RUNS`].
+            (``--runs``, ``--cause``, ``--passes`` and ``--force`` given where they mean nothing are
+            refused by the parser: the `tflab._api.cliargs.only_with` rules of `add_arguments`.)
     """
     from tflab.errors import UsageError
 
     path = getattr(args, "path", "xla")
-    if path == "graph" and getattr(args, "cause", False):
-        raise UsageError("--cause compares eager with XLA and marks the fusion where they part: use it with "
-                         "--path xla (the default), not --path graph")
-    if path == "graph" and getattr(args, "passes", False):
-        raise UsageError("--passes shows XLA's HLO passes: use it with --path xla (the default); --path graph "
-                         "shows Grappler's optimizers instead")
     stages = PATH_STAGES.get(path, ())
     for name in getattr(args, "stage", None) or []:
         if name not in stages:

@@ -22,10 +22,21 @@ HELP = ("run FILE.py:FUNC forward and backward under float32, mixed_bfloat16 and
 # `tflab.precision.policy.POLICIES`' names, here so the pre-TF check imports no numpy
 # (tests/commands/test_cli_preflight.py keeps them equal).
 POLICY_NAMES = ("float32", "mixed_bfloat16", "mixed_float16", "bfloat16", "float16")
+#: the policies that compute in float16, the only ones a loss scale applies to (`tflab.precision.api`'s
+#: ``scaled = compute == "float16" and loss_scale is not None``)
+FLOAT16_POLICIES = ("mixed_float16", "float16")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from tflab.commands.preflight_checks import EXAMPLES_HELP as _EXAMPLES_HELP  # no numpy: --help stays fast
+
+    from tflab._api.cliargs import only_with
+
+    # A misspelt policy is `check_options`' to name (it may be the float16 one the user meant).
+    only_with(p, "loss_scale", lambda a: any(q.strip() in FLOAT16_POLICIES or q.strip() not in POLICY_NAMES
+                                             for q in a.policies.split(",")),
+              "--loss-scale scales the loss of the float16 policies, and --policies names none "
+              f"({' or '.join(FLOAT16_POLICIES)}): add one, or leave --loss-scale out")
 
     p.add_argument("target", metavar="FILE.py:FUNC",
                    help="a function of tensors, a tf.function, or a zero-argument factory that "

@@ -27,6 +27,11 @@ MAX_RETRACE_GRAPHS = 4
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from tflab.retrace.log import STALE_READ_NOTE
 
+    from tflab._api.cliargs import only_with
+
+    only_with(p, "force", lambda a: bool(a.html),
+              "--force replaces an existing --html file: give --html, or leave --force out")
+
     p.epilog = EPILOG + STALE_READ_NOTE + "."
     p.add_argument("--json", action="store_true",
                    help="print a JSON report (the script's own stdout goes to stderr)")

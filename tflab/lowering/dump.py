@@ -550,7 +550,7 @@ def parse_buffer_assignment(text: str, top: int = 10) -> dict:
     largest = sorted(allocs, key=lambda a: -a["bytes"])[:top]
     for a in largest:
         if not a["shape"] and a["values"]:
-            a["shape"] = ", ".join(sorted({v["shape"] for v in a["values"]}))[:200]
+            a["shape"] = ", ".join(sorted({v["shape"] for v in a["values"]}))  # whole shapes: the text elides
         a["values"] = a["values"][:8]
     return {"total_bytes": int(total.group(1)) if total else sum(a["bytes"] for a in allocs),
             "temp_bytes": sum(a["bytes"] for a in allocs if a["kind"] == "temp"),

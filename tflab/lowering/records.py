@@ -176,6 +176,14 @@ class GraphNode:
     provenance_problem: str = ""
     layers: tuple[str, ...] = ()
 
+    @property
+    def rewritten(self) -> bool:
+        """Whether Grappler or the runtime made this node of other ops: it stands for several FuncGraph
+        ops (a fusion), or runs as another op type than the one it stands for (``MatMul`` run as
+        ``_MklMatMul``). The one rule the summary line's count and the text's table both use."""
+        return bool(self.replaced) and (len(self.replaced) > 1 or self.op != self.replaced_types[0]
+                                        or self.grappler_op != self.replaced_types[0])
+
     def __repr__(self) -> str:
         return (f"<GraphNode {self.name} {self.op} ({self.kernel}): from "
                 f"{', '.join(self.replaced_types) or '-'}; {', '.join(self.source_lines) or 'no user line'}>")
@@ -331,8 +339,8 @@ class Lowering(Report):
 
     def summary_line(self) -> str:
         if self.path == "graph":
-            fused = sum(1 for n in self.nodes if len(n.replaced) > 1)
-            return (f"graph path: {len(self.nodes)} nodes ran, {fused} fused/rewritten; "
+            rewritten = sum(1 for n in self.nodes if n.rewritten)  # the text's table lists the same nodes
+            return (f"graph path: {len(self.nodes)} nodes ran, {rewritten} fused/rewritten; "
                     f"{sum(o.changed for o in self.optimizers)} optimizers changed the graph")
         reached = [s.name for s in self.stages if not s.why]
         tail = f"stopped at {self.stopped_at}" if self.stopped_at else f"{len(self.fusions)} fusions/kernels"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["lowering_text", "human_bytes", "layer_credit", "graph_lines", "top_nodes_line", "effect_text", "pass_lines"]
+__all__ = ["lowering_text", "human_bytes", "split_shapes", "shapes_text", "cut_outside_shapes", "layer_credit", "graph_lines", "top_nodes_line", "effect_text", "pass_lines"]
 
 
 def layer_credit(fusion) -> str:
@@ -18,6 +18,83 @@ def human_bytes(n: int) -> str:
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{n} B"
+
+
+def split_shapes(text: str) -> list[str]:
+    """The whole shapes of an HLO shape text, split at its top-level commas.
+
+    A tuple shape ``(f32[2,8]{1,0}, s8[3])`` gives its elements, a list of shapes joined by ``", "``
+    gives each one; the commas inside ``[…]``, ``{…}`` and ``(…)`` belong to a shape and never split it.
+    """
+    text = text.strip()
+    if text.startswith("(") and text.endswith(")") and _depth_closes_at_end(text):
+        text = text[1:-1]
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return [p for p in parts if p]
+
+
+def _depth_closes_at_end(text: str) -> bool:
+    """Whether the ``(`` at 0 closes at the last character (a tuple shape, not ``(a), (b)``)."""
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if depth == 0:
+            return i == len(text) - 1
+    return False
+
+
+def shapes_text(text: str, limit: int = 60) -> str:
+    """An HLO shape text for one line, never cut inside a shape.
+
+    Whole shapes (`split_shapes`) are kept while they fit in ``limit`` characters; the ones left
+    out are counted ("… +3 more shapes"). The first shape is always shown whole, however long.
+    """
+    shapes = split_shapes(text)
+    if len(text) <= limit or len(shapes) <= 1:
+        return text
+    kept = [shapes[0]]
+    for s in shapes[1:]:
+        if len(", ".join(kept + [s])) > limit:
+            break
+        kept.append(s)
+    more = len(shapes) - len(kept)
+    tuple_shape = text.strip().startswith("(") and _depth_closes_at_end(text.strip())
+    body = ", ".join(kept) + (f", … +{more} more shape{'s' if more > 1 else ''}" if more else "")
+    return f"({body})" if tuple_shape else body
+
+
+def cut_outside_shapes(text: str, limit: int = 160) -> str:
+    """An HLO line cut to about ``limit`` characters, never inside ``[…]``, ``{…}`` or ``(…)``.
+
+    The cut falls at the last space or comma outside any bracket before ``limit`` (or the first one
+    after it), and is marked " …"; a line that fits is returned whole.
+    """
+    if len(text) <= limit:
+        return text
+    depth, before, after = 0, None, None
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+        elif ch in " ," and depth == 0 and i > 0:
+            if i <= limit:
+                before = i
+            else:
+                after = i
+                break
+    cut = before if before is not None else after
+    return text if cut is None else text[:cut].rstrip(" ,") + " …"
 
 
 def _top_ops(ops: dict, k: int = 4) -> str:
@@ -69,7 +146,7 @@ def lowering_text(low, max_fusions: int = 40) -> str:
         big = m.get("largest", [])[:3]
         lines.append(f"memory (XLA buffer assignment): {human_bytes(m['total_bytes'])} in {m['allocations']} "
                      f"allocations, temp {human_bytes(m['temp_bytes'])}; largest: "
-                     + "; ".join(f"{human_bytes(a['bytes'])} {a['kind']} {a['shape'][:60]}" for a in big))
+                     + "; ".join(f"{human_bytes(a['bytes'])} {a['kind']} {shapes_text(a['shape'])}" for a in big))
     return "\n".join(lines)
 
 
@@ -88,7 +165,7 @@ def top_nodes_line(low, k: int = 3) -> str:
 def graph_lines(low, max_nodes: int = 15) -> list[str]:
     """The graph path's report: the rewritten nodes, the slowest nodes, each optimizer's effect, the bound."""
     out = []
-    rewritten = [n for n in low.nodes if n.replaced and (len(n.replaced) > 1 or n.op != n.replaced_types[0])]
+    rewritten = [n for n in low.nodes if n.rewritten]  # `GraphNode.rewritten`: the summary line counts the same
     if rewritten:
         out.append(f"rewritten nodes ({len(rewritten)}): node | after Grappler | ran as [kernel] | replaced | lines")
         for n in rewritten[:max_nodes]:
@@ -132,8 +209,8 @@ def pass_lines(passes, max_lines: int = 3) -> list[str]:
             continue
         out.append(f"  {p.pipeline}/{p.name}: -{len(p.removed)} +{len(p.added)} instructions; "
                    f"lines {', '.join(p.source_lines) or '-'}")
-        out += [f"    - {ln[:160]}" for ln in p.removed[:max_lines]]
-        out += [f"    + {ln[:160]}" for ln in p.added[:max_lines]]
+        out += [f"    - {cut_outside_shapes(ln)}" for ln in p.removed[:max_lines]]  # shapes never cut
+        out += [f"    + {cut_outside_shapes(ln)}" for ln in p.added[:max_lines]]
     same = [f"{p.pipeline}/{p.name}" for p in passes if not p.changed]
     if same:
         out.append(f"changed nothing ({len(same)}; named by the dump as the next pass, never dumped after): "
