@@ -304,7 +304,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
                          quantization, os.path.basename(saved_model_dir.rstrip(os.sep)))
     effects = [e for e in effects if e is not None]
     cause = whole_model_cause(cause, effects, simulation, model, quantization,
-                              os.path.basename(saved_model_dir.rstrip(os.sep)))
+                              os.path.basename(saved_model_dir.rstrip(os.sep)), float_model)
     return TFLiteCheck(
         quantization=quantization, bit_exact=exact, cause=cause,
         max_abs_error=max((o.max_abs_error for o in outputs.values()), default=0.0),

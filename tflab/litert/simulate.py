@@ -327,6 +327,8 @@ def simulation_check(model: bytes, float_model: bytes, feeds: Mapping[str, Seque
             continue
         ops = pq.subgraphs[pq.signatures[key]]
         outputs = {int(d["index"]) for d in interp.get_signature_runner(key).get_output_details().values()}
+        # A signature input's range use is measured on the float examples (the calibration data).
+        fed = {int(d["index"]): n for n, d in interp.get_signature_runner(key).get_input_details().items()}
         for feed in batch_feeds:
             sim = simulate(model, float_model, key, feed, interpreter=interp, parsed=pq, quantization=quantization)
             carried += [c for c in sim.carried if c not in carried]
@@ -337,7 +339,9 @@ def simulation_check(model: bytes, float_model: bytes, feeds: Mapping[str, Seque
                             and t.index in sim.lite:
                         entry = seen.setdefault((key, t.index), (t, op, [], "input"))
                         if entry[1] is op:  # once per example, at its first reader
-                            entry[2].append(sim.lite[t.index])
+                            name = fed.get(t.index)
+                            entry[2].append(np.asarray(feed[name], np.float64) if name in feed
+                                            else sim.lite[t.index])
                 for t in op.outputs:
                     if t.index not in sim.nominal or t.index not in sim.lite or sim.nominal[t.index] is None:
                         continue

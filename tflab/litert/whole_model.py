@@ -48,7 +48,14 @@ _INTEGER = ("int8", "uint8", "int16")
 
 
 def stored_integer_sizes(model: bytes) -> set[int]:
-    """Element counts of the constant tensors ``model`` stores as int8/uint8/int16 (its quantized weights)."""
+    """Element counts of the constant tensors ``model`` stores as int8/uint8/int16 (its quantized weights).
+
+    Args:
+        model: flatbuffer bytes.
+
+    Returns:
+        The set of element counts (int32 biases are not among them).
+    """
     parsed = read_ops(bytes(model))
     return {int(np.prod(t.shape)) for ops in parsed.subgraphs for op in ops for t in op.inputs
             if t is not None and t.constant is not None and t.dtype in _INTEGER}
@@ -61,6 +68,14 @@ def range_use(values: np.ndarray, t: TensorInfo) -> tuple[float, float] | None:
     fewer than 1000 values is left out), ``range_used`` its share of the farthest value the grid
     reaches from zero (``max(|qmin − z|, |qmax − z|)·s``). Per channel along ``t.quantized_dimension``
     when ``t`` has several scales: the median channel's share, the largest ``bulk_max``.
+
+    Args:
+        values: float64 values in the tensor's units (LiteRT's dequantized values, or a weight's).
+        t: the tensor (its scale, zero point, dtype and ``quantized_dimension``).
+
+    Returns:
+        ``(range_used, bulk_max)``, or None for a tensor that is not int8/uint8/int16 quantized or
+        has no finite value.
     """
     if not t.quantized or t.dtype not in _INTEGER:
         return None
@@ -98,17 +113,43 @@ def _largest(t: TensorInfo) -> float:
 
 def activation_range(t: TensorInfo, values: Sequence[np.ndarray], op_type: str, index: int,
                      role: str = "activation") -> RangeUse | None:
-    """`RangeUse` of an op output (or, ``role="input"``, a signature input) from LiteRT's values over the
-    examples (dequantized), or None."""
+    """`RangeUse` of an op output (or, ``role="input"``, a signature input) from LiteRT's values.
+
+    Args:
+        t: the tensor.
+        values: LiteRT's dequantized values of it, one array per example batch.
+        op_type: the op writing it (or, for an input, the first op reading it).
+        index: that op's index.
+        role: ``"activation"`` or ``"input"``.
+
+    Returns:
+        A `RangeUse`, or None (no values, or not an integer tensor).
+    """
     if not values:
         return None
     found = range_use(np.concatenate([np.ravel(v) for v in values]), t)
     return None if found is None else RangeUse(t.name, op_type, index, role, found[0], found[1], _largest(t))
 
 
-def weight_ranges(model: bytes) -> list[RangeUse]:
-    """`RangeUse` of every integer weight of ``model``, at the first op that reads it (signature subgraphs)."""
+def weight_ranges(model: bytes, float_model: bytes | None = None) -> list[RangeUse]:
+    """`RangeUse` of every integer weight of ``model``, at the first op that reads it.
+
+    Args:
+        model: flatbuffer bytes (the signatures' subgraphs are read).
+        float_model: the float conversion of the same model: a weight of the same name and shape there
+            is measured in its float values (what calibration saw), else the stored values are.
+
+    Returns:
+        One `RangeUse` per int8/uint8/int16 constant, role ``"weight"``, in op order.
+    """
     parsed = read_ops(bytes(model))
+    floats: dict[str, np.ndarray] = {}
+    if float_model is not None:
+        for ops in read_ops(bytes(float_model)).subgraphs:
+            for op in ops:
+                for t in op.inputs:
+                    if t is not None and t.constant is not None and np.dtype(t.dtype).kind == "f":
+                        floats.setdefault(t.name, np.asarray(t.constant, np.float64))
     out, seen = [], set()
     for sg in sorted(set(parsed.signatures.values())) or [0]:
         for op in parsed.subgraphs[sg]:
@@ -116,7 +157,9 @@ def weight_ranges(model: bytes) -> list[RangeUse]:
                 if t is None or t.constant is None or t.dtype not in _INTEGER or (sg, t.index) in seen:
                     continue
                 seen.add((sg, t.index))
-                found = range_use(t.dequantize(t.constant), t)
+                f = floats.get(t.name)
+                found = range_use(f if f is not None and f.shape == np.shape(t.constant) else
+                                  t.dequantize(t.constant), t)
                 if found is not None:
                     out.append(RangeUse(t.name, op.op_type, op.index, "weight", found[0], found[1], _largest(t)))
     return out
@@ -152,7 +195,7 @@ def output_effect(o, got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> W
 
 
 def whole_model_cause(cause: Cause | None, effects: Iterable[WholeModelEffect], simulation, model: bytes,
-                      quantization: str, function_name: str = "") -> Cause | None:
+                      quantization: str, function_name: str = "", float_model: bytes | None = None) -> Cause | None:
     """``cause``, or the quantization itself when the outputs cross a threshold and nothing else explains it.
 
     Args:
@@ -163,6 +206,7 @@ def whole_model_cause(cause: Cause | None, effects: Iterable[WholeModelEffect], 
         model: the checked flatbuffer (its weights' ranges).
         quantization: the recipe.
         function_name: the model's name in the report.
+        float_model: the float conversion (weights are measured in its values, `weight_ranges`).
 
     Returns:
         A `Cause` of kind ``quantization-range`` (a tensor whose range is set by outliers, named with its
@@ -173,7 +217,7 @@ def whole_model_cause(cause: Cause | None, effects: Iterable[WholeModelEffect], 
         return cause
     if simulation is not None and simulation.ok is False:
         return cause  # LiteRT left its own quantized model: that is the finding, not the quantization
-    ranges = list(getattr(simulation, "ranges", ()) or ()) + weight_ranges(model)
+    ranges = list(getattr(simulation, "ranges", ()) or ()) + weight_ranges(model, float_model)
     # Execution order; a weight sits before the op that reads it, an activation after the op that writes it.
     ranges.sort(key=lambda r: (r.index, 1 if r.role == "activation" else 0))
     outlier = next((r for r in ranges if r.range_used < OUTLIER_RANGE_USE), None)

@@ -21,8 +21,9 @@ class RangeUse:
         name: the tensor's name in the flatbuffer.
         op_type: the op writing it (an activation) or the first op reading it (a weight).
         index: that op's index in its subgraph.
-        role: ``"activation"`` (an op output), ``"input"`` (a signature input: LiteRT's values on the
-            examples, which were the calibration data) or ``"weight"`` (a constant).
+        role: ``"activation"`` (an op output: LiteRT's values on the examples), ``"input"`` (a signature
+            input: the float examples, which were the calibration data) or ``"weight"`` (a constant:
+            the float model's values where it has the same tensor, else the stored ones).
         range_used: the 99.9th percentile of the values' magnitudes (``bulk_max``) over the farthest
             value the integer grid reaches from zero (``largest``); for a per-channel weight the median
             channel's. A range set by outliers leaves the other values a small share of it.
@@ -43,7 +44,7 @@ class RangeUse:
     @property
     def text(self) -> str:
         return (f"{self.role} {self.name.split(';')[0]!r} ({self.op_type} #{self.index}) is set by outliers: "
-                f"99.9% of its values{' as stored' if self.role == 'weight' else ''} have |x| ≤ {self.bulk_max:.3g}, {self.range_used:.1%} of the {self.largest:.3g} "
+                f"99.9% of its values have |x| ≤ {self.bulk_max:.3g}, {self.range_used:.1%} of the {self.largest:.3g} "
                 f"its int8 range reaches")
 
 
