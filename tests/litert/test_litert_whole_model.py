@@ -198,3 +198,25 @@ def test_table_defect_is_caught_at_the_gather(checked):
     assert first.op_type == "GATHER", bad.per_op.to_text()
     assert bad.simulation.first_outside is not None and bad.simulation.first_outside.op_type == "GATHER", \
         bad.simulation.to_text()
+
+
+def test_output_effect_judges_rows_with_one_tf_class_and_the_range_share():
+    """Rows where TF ties its top classes have no class to keep (not judged); a class flipped on most of
+    the other rows crosses the threshold; a regression-shaped output is judged by its range share."""
+    from tflab.litert.records import OutputError
+    from tflab.litert.whole_model import MAX_RANGE_SHARE, output_effect
+
+    def out(share):
+        return OutputError("y", "float32", (-1, 3), share, 0.0, 0, 1.0, 0.1, None, 1.0, (0.01, 0))
+
+    tied = [np.array([[1.0, 1.0, 1.0]] * 4)]
+    e = output_effect(out(0.01), [np.array([[0.0, 2.0, 1.0]] * 4)], tied)
+    assert e.rows == 0 and e.top1_agreement is None and not e.crossed
+    want = [np.array([[3.0, 1.0, 0.0]] * 4)]
+    flipped = [np.array([[0.0, 2.0, 1.0]] * 3 + [[3.0, 1.0, 0.0]])]
+    e = output_effect(out(0.01), flipped, want)
+    assert e.rows == 4 and e.top1_agreement == 0.25 and e.crossed
+    assert not output_effect(out(0.01), want, want).crossed
+    column = [np.array([[0.5], [1.5]])]
+    assert output_effect(out(MAX_RANGE_SHARE * 1.2), column, column).crossed
+    assert not output_effect(out(MAX_RANGE_SHARE * 0.8), column, column).crossed

@@ -10,7 +10,8 @@ not "ok", whatever the bounds say: what the user reads is the whole model.
 The thresholds, and why:
 
 * `MIN_TOP1_AGREEMENT` (50%): below it the variant picks another class than the float model more
-  often than the same one (LiteRT's top class against TF's, a tie is not agreement). How many rows
+  often than the same one (LiteRT's top class against TF's, a tie is not agreement; rows where TF
+  itself ties its top classes have no class to keep and are not judged). How many rows
   TF itself decides by more than one output step is reported beside it (``decisive_rows``): rows with a
   smaller lead are ones a single rounding may flip, which says why, not that the variant is fine.
   They are not left out: an outlier that coarsens the output's own scale makes every lead smaller
@@ -183,10 +184,11 @@ def output_effect(o, got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> W
         g = np.concatenate([np.reshape(a, (-1, np.shape(a)[-1])) for a in got]).astype(np.float64)
         w = np.concatenate([np.reshape(a, (-1, np.shape(a)[-1])) for a in want]).astype(np.float64)
         keep = np.isfinite(w).all(axis=-1)
-        g, w = np.nan_to_num(g[keep], nan=-np.inf), w[keep]
-        rows = int(len(w))
-        top2 = np.sort(w, axis=-1)[:, -2:]
+        top2 = np.sort(np.where(keep[:, None], w, 0.0), axis=-1)[:, -2:]
         lead = top2[:, 1] - top2[:, 0]
+        keep &= lead > 0  # a row where TF itself ties its top classes has no class to keep
+        g, w, lead = np.nan_to_num(g[keep], nan=-np.inf), w[keep], lead[keep]
+        rows = int(len(w))
         decided = lead > (o.step or 0.0)
         decisive = int(decided.sum())
         if rows:

@@ -55,11 +55,11 @@ class WholeModelEffect:
     Attributes:
         output: the output key.
         top1_agreement: the share of rows where LiteRT's one top class is TF's (ties are not
-            agreement; rows with NaN in TF are left out), None for outputs that are not class scores
-            (rank < 2 or one column).
+            agreement; rows with NaN in TF, or where TF ties its top classes, are left out), None for
+            outputs that are not class scores (rank < 2 or one column) or with no such row.
         decisive_rows: rows where TF's top class leads its second by more than one step of the
             output's quantization (a smaller lead one rounding may undo); reported, not left out.
-        rows: all rows compared.
+        rows: the rows judged (TF finite, one top class).
         range_share: ``max|lite − tf| / (max − min of TF's output)``, None when TF's output is constant.
         min_top1_agreement: the threshold on ``top1_agreement`` (`tflab.litert.whole_model.MIN_TOP1_AGREEMENT`).
         max_range_share: the threshold on ``range_share`` (`tflab.litert.whole_model.MAX_RANGE_SHARE`).
