@@ -17,6 +17,10 @@ A `Cause` is named from what was measured, never from the symptom alone:
   restores the reference's bits (found by turning them off one at a time);
 * ``kernel``: the same op computed by another kernel (oneDNN vs Eigen, XNNPACK
   vs TFLite's builtin kernels) gives the difference;
+* ``quantization-range``: a quantized variant computes its own quantized model
+  faithfully, but a tensor's quantization range is set by outliers, so its
+  other values fall on a few steps and the outputs no longer follow the float
+  model (the whole-model effect past its threshold, `tflab.litert.whole_model`);
 * ``unexplained``: the runs differ and no class above was measured.
 
 Example:
@@ -36,7 +40,7 @@ from tflab.report.base import Report, config_field
 __all__ = ["CAUSE_CLASSES", "Cause", "OpJudgement", "Attribution"]
 
 CAUSE_CLASSES = ("constant", "overflow", "underflow", "rounding", "ill-conditioned", "domain", "compiler",
-                 "kernel", "unexplained")
+                 "kernel", "unexplained", "quantization-range")
 
 
 @dataclasses.dataclass(frozen=True)

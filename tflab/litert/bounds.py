@@ -351,6 +351,45 @@ def _gradient_sums_fn(fn, variables: list, out_names: list[str], float_out: list
     return tf.function(sums, autograph=False).get_concrete_function(feed_spec, caps_spec)
 
 
+def float_variable_sizes(loaded) -> list[int]:
+    """Element counts of the float variables, in `sensitivity`'s column order (first seen across signatures)."""
+    sizes, seen = [], set()
+    for sig in loaded.signatures.values():
+        for v in sig.variables:
+            if id(v) not in seen and v.dtype.is_floating:
+                seen.add(id(v))
+                sizes.append(int(np.prod(v.shape)))
+    return sizes
+
+
+def with_stored_weights(sens: _Sensitivity, loaded, stored_sizes) -> _Sensitivity:
+    """``sens`` with every variable the int8 flatbuffer stores as an integer constant counted as quantized.
+
+    A full-integer conversion stores *every* weight in int8, whatever its size: the
+    ``MIN_WEIGHT_ELEMENTS`` rule is the dynamic-range recipe's. The weight term of the int8
+    bound must then include the small ones too: an Embedding table of 160 elements whose rows a
+    GATHER passes on with the table's own scale (no requantization: its rounding is the table's),
+    or a 32-element Dense kernel. Without them, a model with no float input (token ids) had a bound
+    of one output step and LiteRT, computing its quantized model correctly, was over it.
+
+    Args:
+        sens: the cached sensitivities (not modified; a copy is returned).
+        loaded: the SavedModel `sensitivity` was computed on (its variables give the column order).
+        stored_sizes: element counts of the flatbuffer's integer (int8/int16) constant tensors.
+            A variable is matched by its element count (the converter transposes and folds, but keeps
+            the count; a count shared with another constant counts it, which only widens the bound).
+
+    Returns:
+        A `_Sensitivity` whose ``quantizable`` also marks the matched variables; ``sens`` itself when
+        the variables cannot be lined up with its columns.
+    """
+    sizes = float_variable_sizes(loaded)
+    if len(sizes) != len(sens.quantizable):
+        return sens
+    stored = np.array([n in stored_sizes for n in sizes], dtype=bool)
+    return dataclasses.replace(sens, quantizable=sens.quantizable | stored)
+
+
 def prepare_bounds(saved_model_dir: str | os.PathLike, examples: Examples | Any) -> None:
     """Computes the gradients the bounds need, ahead of `check_tflite` (which then finds them cached).
 

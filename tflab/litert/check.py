@@ -20,13 +20,15 @@ from typing import Any
 import numpy as np
 
 from tflab.errors import UsageError
-from tflab.litert.bounds import MIN_WEIGHT_ELEMENTS, output_bounds, bound_explanation, sensitivity
+from tflab.litert.bounds import (MIN_WEIGHT_ELEMENTS, output_bounds, bound_explanation, sensitivity,
+                                 with_stored_weights)
 from tflab.litert.conversion import QUANTIZATIONS, analyze_flatbuffer, convert, signature_op_types
 from tflab.examples import Examples
 from tflab._graph.numeric import ulp_distance
 from tflab.saved_model import load_saved_model, signature_inputs
 from tflab.litert.records import OutputError, TFLiteCheck
 from tflab.litert.vacuous import planted_outputs, vacuous_note as _vacuous_note
+from tflab.litert.whole_model import output_effect, stored_integer_sizes, whole_model_cause
 from tflab.litert.runner import (  # noqa: F401 (re-exported)
     run_signatures, runtime_name, argmax_agreement, read_signature_keys, require_matching_signatures)
 
@@ -159,10 +161,13 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
     if need_bounds:
         try:
             sens = sensitivity(saved_model_dir, loaded, batches)
+            if quantization == "int8":  # every weight is stored in int8, not only the large ones
+                sens = with_stored_weights(sens, loaded, stored_integer_sizes(model))
         except LookupError as e:  # an op without a registered gradient
             no_bound = str(e).strip().splitlines()[0][:200]
 
     outputs = {}
+    effects: list = []  # the quantized variants' whole-model effect per output (`tflab.litert.whole_model`)
     nan_found: list = []
     vacuous: list[str] = []
     exact = True
@@ -260,6 +265,8 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
             worst_bound=float(bound[worst]) if bound.size else 0.0,
             inner_quantization=None if scale or inner is None else (inner.scale, inner.zero_point, inner.dtype,
                                                                     inner.tensor))
+        if quantization in ("int8", "dynamic"):
+            effects.append(output_effect(outputs[okey], c["got"], c["want"]))
     from tflab.litert.recipe import feed_note
 
     fed = feed_note(signatures)
@@ -295,6 +302,9 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
     cause = litert_cause({"per_op": per_op_check, "outputs": outputs, "nan": nan_found}, model,
                          float_model if float_model is not None else _FLOAT_MODELS.get(_float_key(saved_model_dir)),
                          quantization, os.path.basename(saved_model_dir.rstrip(os.sep)))
+    effects = [e for e in effects if e is not None]
+    cause = whole_model_cause(cause, effects, simulation, model, quantization,
+                              os.path.basename(saved_model_dir.rstrip(os.sep)), float_model)
     return TFLiteCheck(
         quantization=quantization, bit_exact=exact, cause=cause,
         max_abs_error=max((o.max_abs_error for o in outputs.values()), default=0.0),
@@ -302,7 +312,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
         within_bound=None if no_bound else all(o.within_bound for o in outputs.values()),
         outputs=outputs, runtime=runtime, explanation=explanation, signatures=signatures,
         notes=tuple(notes), vacuous_outputs=tuple(vacuous), per_op=per_op_check, attribution=attribution,
-        tf_tensors=float_tensors, simulation=simulation, **base)
+        tf_tensors=float_tensors, simulation=simulation, whole_model=tuple(effects), **base)
 
 
 def _carried(model: bytes, runners, out_details, full_keys, signatures, in_scales: dict) -> dict:

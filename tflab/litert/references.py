@@ -252,6 +252,16 @@ def _pack(ins, o, out_shape):
     return np.stack(ins, axis=int(o.axis) % len(out_shape)), Terms(kind="exact")
 
 
+def _gather(ins, o, out_shape):
+    # tf.gather / TFLite GATHER: rows of ``params`` picked by ``indices`` along ``axis``; the values pass
+    # through as they are (an int8 table's rows keep the table's scale), so the op is exact.
+    if getattr(o, "batchDims", 0):
+        raise KeyError("GATHER with batch_dims")
+    x = ins[0]
+    return np.take(x, np.asarray(ins[1]).astype(np.int64), axis=int(getattr(o, "axis", 0)) % x.ndim), \
+        Terms(kind="exact")
+
+
 def _identity_convert(ins, o, out_shape):
     return ins[0].reshape(out_shape), Terms(kind="convert")
 
@@ -294,6 +304,7 @@ REFERENCES: dict[str, Callable[[Sequence[np.ndarray], Any, tuple], tuple[np.ndar
     "TRANSPOSE": _transpose,
     "SHAPE": _shape,
     "PACK": _pack,
+    "GATHER": _gather,
     "QUANTIZE": _identity_convert,
     "DEQUANTIZE": _identity_convert,
 }
@@ -302,7 +313,8 @@ REFERENCES["LEAKY_RELU"] = lambda ins, o, s: (np.where(ins[0] >= 0, ins[0], ins[
 
 # Inputs that are shapes, axes or paddings (int tensors read as they are, never dequantized).
 INDEX_INPUTS = {"SHAPE": (0,), "MEAN": (1,), "SUM": (1,), "REDUCE_MAX": (1,), "RESHAPE": (1,), "PAD": (1,), "PADV2": (1,),
-                "STRIDED_SLICE": (1, 2, 3), "TRANSPOSE": (1,), "EXPAND_DIMS": (1,)}
+                "STRIDED_SLICE": (1, 2, 3), "TRANSPOSE": (1,), "EXPAND_DIMS": (1,),
+                "GATHER": (1,)}
 
 
 def reference(op_type: str, options: Any, inputs: Sequence[np.ndarray | None],

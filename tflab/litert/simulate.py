@@ -201,6 +201,10 @@ def simulate(model: bytes, float_model: bytes, key: str, feed: Mapping[str, np.n
         for t, a in zip(op.outputs, op.output_arrays):
             if a is not None:
                 lite[t.index] = t.dequantize(a)
+        for t, a in zip(op.inputs, op.input_arrays):  # the signature inputs, as LiteRT read them
+            if t is not None and a is not None and t.constant is None and t.index not in producer \
+                    and t.index not in lite:
+                lite[t.index] = t.dequantize(a)
     # Signature inputs: the float examples, rounded to the input tensor's grid.
     by_name = {}
     for name, d in details.items():
@@ -310,25 +314,40 @@ def simulation_check(model: bytes, float_model: bytes, feeds: Mapping[str, Seque
     import time
 
     from tflab.litert.records.simulation import SimulatedTensor, Simulation
+    from tflab.litert.whole_model import activation_range
 
     t0 = time.perf_counter()
     pq = read_ops(model)
     interp = preserving_interpreter(model)
     acc: dict[tuple[str, int], list] = {}
     carried: list[str] = []
+    seen: dict[tuple[str, int], tuple] = {}  # LiteRT's values of each quantized op output, for its range use
     for key, batch_feeds in feeds.items():
         if key not in pq.signatures:
             continue
         ops = pq.subgraphs[pq.signatures[key]]
         outputs = {int(d["index"]) for d in interp.get_signature_runner(key).get_output_details().values()}
+        # A signature input's range use is measured on the float examples (the calibration data).
+        fed = {int(d["index"]): n for n, d in interp.get_signature_runner(key).get_input_details().items()}
         for feed in batch_feeds:
             sim = simulate(model, float_model, key, feed, interpreter=interp, parsed=pq, quantization=quantization)
             carried += [c for c in sim.carried if c not in carried]
+            made = {t.index for op in ops for t in op.outputs}
             for op in ops:
+                for t in op.inputs:  # a signature input's range is the calibration data's
+                    if t is not None and t.quantized and t.constant is None and t.index not in made \
+                            and t.index in sim.lite:
+                        entry = seen.setdefault((key, t.index), (t, op, [], "input"))
+                        if entry[1] is op:  # once per example, at its first reader
+                            name = fed.get(t.index)
+                            entry[2].append(np.asarray(feed[name], np.float64) if name in feed
+                                            else sim.lite[t.index])
                 for t in op.outputs:
                     if t.index not in sim.nominal or t.index not in sim.lite or sim.nominal[t.index] is None:
                         continue
                     nom, lite = sim.nominal[t.index], sim.lite[t.index]
+                    if t.quantized:
+                        seen.setdefault((key, t.index), (t, op, [], "activation"))[2].append(lite)
                     if nom.shape != lite.shape or np.dtype(t.dtype).kind not in "fiu" or not nom.size:
                         continue
                     # The spread of the runs: the largest distance between any two of the simulation
@@ -360,5 +379,7 @@ def simulation_check(model: bytes, float_model: bytes, feeds: Mapping[str, Seque
                     else:
                         prev[4] = max(prev[4], err)
     tensors = tuple(SimulatedTensor(*v) for v in sorted(acc.values(), key=lambda v: (v[3], v[0])))
+    ranges = tuple(r for t, op, values, role in seen.values()
+                   for r in [activation_range(t, values, op.op_type, op.index, role)] if r is not None)
     return Simulation(quantization=quantization, tensors=tensors, carried=tuple(carried),
-                      seconds=time.perf_counter() - t0)
+                      seconds=time.perf_counter() - t0, ranges=ranges)

@@ -8,7 +8,9 @@
 * `tflab.litert.records.float_tensors`: `TensorMatch`, `FloatTensors`
   (`tflab.litert.float_tensors` measures them);
 * `tflab.litert.records.simulation`: `SimulatedTensor`, `Simulation`
-  (`tflab.litert.simulate` measures them).
+  (`tflab.litert.simulate` measures them);
+* `tflab.litert.records.whole_model`: `RangeUse`, `WholeModelEffect`
+  (`tflab.litert.whole_model` measures them).
 
 They import only the report base layer, so importing them loads neither TF nor LiteRT;
 importing this package imports none of them (each name loads its part on first use).
@@ -27,6 +29,7 @@ _EXPORTS = {
     **dict.fromkeys(("OpShare", "KeptFloat", "Attribution", "TOP", "KEEP_SHARE", "MIN_DROP"), "attribution"),
     **dict.fromkeys(("TensorMatch", "FloatTensors"), "float_tensors"),
     **dict.fromkeys(("SimulatedTensor", "Simulation"), "simulation"),
+    **dict.fromkeys(("RangeUse", "WholeModelEffect"), "whole_model"),
 }
 
 __all__ = sorted(_EXPORTS)

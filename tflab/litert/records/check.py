@@ -146,6 +146,11 @@ class TFLiteCheck(Report):
             with this variant's own quantization simulated (`tflab.litert.simulate.simulation_check`):
             an end-to-end check whose bound is measured, so it can fail on deep models where the
             gradient bound cannot (None when not made; a note says why).
+        whole_model: for the int8 and dynamic variants, each float output's effect in users' terms
+            against stated thresholds (`tflab.litert.records.whole_model.WholeModelEffect`: top-1
+            agreement on TF's decisive rows, max|Δ| as a share of TF's range); one past its threshold
+            makes the verdict False even when LiteRT computes its quantized model faithfully
+            (`tflab.litert.whole_model`).
         cause: the root cause of the difference (`tflab.attribution.Cause`: the first op over its own
             bound on its actual inputs, with its class, and the ops that only carry it; a kernel or
             domain cause from the NaN analysis), None when every op and output is within bound
@@ -180,6 +185,7 @@ class TFLiteCheck(Report):
     path: str | None = None
     cause: Any = None
     simulation: Any = None
+    whole_model: tuple = ()
     config: dict = config_field()
 
     DICT_PROPERTIES = ("ok",)
@@ -196,10 +202,14 @@ class TFLiteCheck(Report):
         False when an output exceeds its end-to-end bound (an infinite error included: NaN on one side
         only), or, for a quantized variant, when a tensor of LiteRT's left the simulation of the
         variant's own quantization (``simulation``), whatever the per-op check says: each op may be right on its own inputs while the model's
-        output is not (a LOG the per-op check cannot bound). Else the per-op verdict, None when the
-        per-op check did not run. Argmax agreement stays a measurement.
+        output is not (a LOG the per-op check cannot bound). False too when a quantized variant's
+        whole-model effect crosses its threshold (``whole_model``: top-1 agreement or max|Δ| as a share
+        of TF's range): the variant may compute its quantized model faithfully and still not be the
+        model. Else the per-op verdict, None when the per-op check did not run.
         """
         if self.within_bound is False or (self.simulation is not None and self.simulation.ok is False):
+            return False
+        if any(e.crossed for e in self.whole_model):
             return False
         return None if self.per_op is None else self.per_op.ok
 
@@ -245,6 +255,8 @@ class TFLiteCheck(Report):
                             f"{o.inner_quantization[3].split(';')[0]!r} (scale {o.inner_quantization[0]:.4g}) "
                             f"before the final DEQUANTIZE" if o.inner_quantization else ""))
         lines.append(f"  why: {self.explanation}")
+        if self.whole_model:
+            lines.append("  whole model vs TF: " + "; ".join(e.text for e in self.whole_model))
         if self.cause is not None:
             lines.append(f"  {self.cause.line_text}")
         if self.per_op is not None:

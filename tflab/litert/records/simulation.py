@@ -57,6 +57,8 @@ class Simulation(Report):
         carried: ops with no reference, whose LiteRT output the simulation carried on as is
             (``"TYPE #index"``).
         seconds: wall time of the simulation runs.
+        ranges: how much of its integer range each quantized op output uses on the examples
+            (`tflab.litert.records.whole_model.RangeUse`, from LiteRT's values), in op order.
         config: `tflab.runtime_config()` as a dict.
     """
 
@@ -64,6 +66,7 @@ class Simulation(Report):
     tensors: tuple[SimulatedTensor, ...]
     carried: tuple[str, ...] = ()
     seconds: float = 0.0
+    ranges: tuple = ()
     config: dict = config_field()
 
     DICT_PROPERTIES = ("ok", "first_outside")

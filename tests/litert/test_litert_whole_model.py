@@ -1,0 +1,222 @@
+"""A quantized variant judged on the whole model, and the int8 bound of weights that pass through unrequantized.
+
+Two ways the int8 checks disagreed with what LiteRT computes:
+
+* A variant can compute its quantized model faithfully (LiteRT within the simulation's bound) while its
+  quantization destroys the outputs: one outlier in the calibration examples (or one huge weight in a
+  per-tensor table) sets a tensor's range, the other values fall on a few steps, and LiteRT's top class
+  is the float model's on a third of the rows. The verdict is not ok, the cause is ``quantization-range``
+  at that tensor, with its measured range use. Handed case: an outlier input value in the examples;
+  sibling: an outlier weight in an Embedding table; twins: the Embedding models without the outlier.
+* An int8 model whose only weights are small (an Embedding table and a small Dense kernel, under the
+  dynamic-range recipe's 1024 elements) had no weight term in its end-to-end bound, so LiteRT computing
+  the quantized model correctly was over it: GATHER passes the table's int8 rows on with the table's own
+  scale, and their rounding reached the output unbounded. Handed case: Embedding → average pooling →
+  Dense; sibling: Embedding → Flatten (RESHAPE) → Dense. A table defect (its codes ×1.1) is now caught
+  at the GATHER by the per-op check and the simulation, which carried LiteRT's GATHER output before.
+
+Every judged number comes from LiteRT's builtin integer kernels, numpy and TF's gradients of a Dense/
+Embedding model (no oneDNN-dependent op in the verdicts).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+
+def _mlp():
+    import keras
+
+    keras.utils.set_random_seed(0)
+    x = keras.Input((16,), name="x")
+    h = keras.layers.Dense(32, activation="relu")(x)
+    m = keras.Model(x, keras.layers.Dense(10)(h))
+    rng = np.random.default_rng(1)
+    for w in m.weights:
+        if "bias" in w.path:
+            w.assign(rng.normal(0, 0.5, w.shape).astype("float32"))
+    return m
+
+
+def _embedding(flatten: bool = False, outlier: float | None = None, classes: int = 10):
+    import keras
+
+    keras.utils.set_random_seed(0)
+    x = keras.Input((6,), dtype="int32", name="ids")
+    emb = keras.layers.Embedding(20, 8)
+    h = emb(x)
+    h = keras.layers.Flatten()(h) if flatten else keras.layers.GlobalAveragePooling1D()(h)
+    m = keras.Model(x, keras.layers.Dense(classes)(h))
+    if outlier is not None:
+        t = emb.embeddings.numpy()
+        t[7, 2] = outlier  # one entry of a per-tensor table sets the table's scale
+        emb.embeddings.assign(t)
+    return m
+
+
+CASES = {
+    # name: (builder, examples)
+    "mlp_input_outlier": (_mlp, "x_outlier"),
+    "embedding": (_embedding, "ids"),
+    "embedding_weight_outlier": (lambda: _embedding(outlier=50.0), "ids"),
+    "embedding_flatten": (lambda: _embedding(flatten=True, classes=4), "ids"),
+}
+
+
+def _examples(kind: str) -> dict:
+    rng = np.random.default_rng(3)
+    if kind == "ids":
+        return {"ids": rng.integers(0, 20, (16, 6)).astype(np.int32)}
+    x = rng.standard_normal((16, 16)).astype(np.float32)
+    if kind == "x_outlier":
+        # One value in the calibration examples: the input's int8 step becomes 2000/127 ≈ 16, so every
+        # other input (|x| < 5) rounds to 0 and the outputs no longer depend on the input.
+        x[5, 2] = 2000.0
+    return {"x": x}
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory):
+    from tflab.examples import Examples
+    from tflab.litert.check import check_tflite
+    from tflab.litert.conversion import convert
+
+    out = {}
+    for name, (build, kind) in CASES.items():
+        # Keras' own export (a quarter of save_and_reload's time; its round-trip check is not needed here).
+        path = str(tmp_path_factory.mktemp(name) / "sm")
+        build().export(path, verbose=False)
+        sm = _Saved(path, Examples.of([_examples(kind)]))
+        none = convert(sm.path, "none")
+        int8 = convert(sm.path, "int8", sm.example_batches)
+        out[name] = (sm, none, int8, check_tflite(int8, sm.path, sm.example_batches, "int8", float_model=none))
+    return out
+
+
+class _Saved:
+    def __init__(self, path: str, example_batches):
+        self.path, self.example_batches = path, example_batches
+
+
+@pytest.mark.parametrize("name,role", [("mlp_input_outlier", "input"), ("embedding_weight_outlier", "weight")])
+def test_quantization_that_destroys_the_outputs_is_not_ok(checked, name, role):
+    """LiteRT is its quantized model (simulation within bound), but a third of the rows or fewer keep the
+    float model's class: not ok, cause ``quantization-range`` at the outlier-set tensor, its range use
+    measured (the 99.9th percentile of its magnitudes uses under 1/16 of the range's reach)."""
+    from tflab.litert.whole_model import MIN_TOP1_AGREEMENT, OUTLIER_RANGE_USE
+
+    c = checked[name][3]
+    assert c.simulation.ok is True, c.to_text()
+    assert c.within_bound is True, c.to_text()  # the bounds are not what catches it
+    (effect,) = c.whole_model
+    assert effect.top1_agreement < MIN_TOP1_AGREEMENT and effect.crossed, effect.text
+    assert c.ok is False
+    assert c.cause is not None and c.cause.kind == "quantization-range", c.to_text()
+    assert c.cause.evidence["role"] == role and c.cause.evidence["range_used"] < OUTLIER_RANGE_USE
+    assert "destroys the outputs" in c.cause.line_text and "set by outliers" in c.cause.line_text
+    assert "whole model vs TF" in c.to_text() and "CROSSED" in c.to_text()
+
+
+@pytest.mark.parametrize("name", ["embedding", "embedding_flatten"])
+def test_healthy_twin_stays_ok(checked, name):
+    """The Embedding model without the outlier (and its Flatten sibling): most rows keep their class,
+    every range is well used, ok."""
+    from tflab.litert.whole_model import OUTLIER_RANGE_USE
+
+    c = checked[name][3]
+    (effect,) = c.whole_model
+    assert not effect.crossed and effect.top1_agreement >= 0.9, effect.text
+    assert c.ok is True and c.cause is None, c.to_text()
+    assert all(r.range_used > OUTLIER_RANGE_USE for r in c.simulation.ranges), c.simulation.ranges
+
+
+def test_range_use_measures_an_outlier_set_grid():
+    """`range_use` on a hand-made grid: 999 values within ±1 on a grid reaching ±127 use 1/127 of it; the
+    same values on a grid reaching ±1.27 use most of it; per channel, the median channel's share."""
+    from tflab.litert.ops import TensorInfo
+    from tflab.litert.whole_model import range_use
+
+    x = np.concatenate([np.linspace(-1, 1, 999), [127.0]])
+    coarse = TensorInfo(0, "t", "int8", (1000,), np.array([1.0]), np.array([0]), 0, None)
+    fine = TensorInfo(0, "t", "int8", (1000,), np.array([0.01]), np.array([0]), 0, None)
+    share, bulk = range_use(x, coarse)
+    assert bulk == pytest.approx(1.0, abs=0.01) and share == pytest.approx(1 / 127, rel=0.02)
+    assert range_use(x[:999], fine)[0] == pytest.approx(1 / 1.27, rel=0.02)
+    per_channel = TensorInfo(0, "w", "int8", (3, 4), np.array([1.0, 0.01, 0.01]), np.zeros(3, int), 0, None)
+    w = np.array([[1.0] * 4, [1.0] * 4, [1.0] * 4])
+    assert range_use(w, per_channel)[0] == pytest.approx(1 / 1.27, rel=0.02)
+
+
+@pytest.mark.parametrize("name", ["embedding", "embedding_flatten"])
+def test_int8_bound_counts_weights_passed_through_unrequantized(checked, name):
+    """LiteRT computes the int8 model faithfully and is within the end-to-end bound; with the old rule
+    (only weights of ≥ 1024 elements counted) the same bound is below LiteRT's measured error."""
+    from tflab.litert.bounds import MIN_WEIGHT_ELEMENTS, float_variable_sizes, output_bounds, sensitivity
+    from tflab.saved_model import load_saved_model, signature_inputs
+
+    sm, _, _, c = checked[name]
+    assert c.simulation.ok is True and c.ok is True, c.to_text()
+    (o,) = c.outputs.values()
+    assert o.within_bound, c.to_text()
+    loaded = load_saved_model(sm.path)
+    batches = sm.example_batches.check({k: signature_inputs(f) for k, f in loaded.signatures.items()})
+    sens = sensitivity(sm.path, loaded, batches)
+    assert max(float_variable_sizes(loaded)) < MIN_WEIGHT_ELEMENTS  # every weight is a small one
+    key = f"serving_default/{o.name}"
+    fn = loaded.signatures["serving_default"]
+    want = np.concatenate([fn(**feed)[o.name].numpy().ravel() for feed in batches.feeds("serving_default")])
+    old = output_bounds("int8", key, want, sens, False, {}, o.step)
+    assert old.max() < o.max_abs_error, (old.max(), o.max_abs_error)
+
+
+def _table_codes_x(model: bytes, factor: float) -> bytes:
+    """``model`` with the int8 codes of the table its GATHER reads multiplied by ``factor`` (clipped)."""
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    from tflab.litert.ops import read_ops
+
+    gather = next(op for op in read_ops(model).subgraphs[0] if op.op_type == "GATHER")
+    m = flatbuffer_utils.read_model_from_bytearray(bytearray(model))
+    buf = m.buffers[m.subgraphs[0].tensors[gather.inputs[0].index].buffer]
+    codes = np.frombuffer(bytes(bytearray(buf.data)), np.int8).astype(np.float64)
+    buf.data = np.clip(np.round(codes * factor), -127, 127).astype(np.int8).view(np.uint8)
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(m))
+
+
+def test_table_defect_is_caught_at_the_gather(checked):
+    """A table whose codes are ×1.1 is caught at the GATHER that reads it, by the per-op check and by the
+    simulation (which used to carry LiteRT's GATHER output as is); the healthy table passes both."""
+    from tflab.litert.check import check_tflite
+
+    sm, none, int8, healthy = checked["embedding"]
+    gather = [op for op in healthy.ops if op.op_type == "GATHER"]
+    assert gather and gather[0].verdict == "ok", healthy.per_op.to_text()
+    bad = check_tflite(_table_codes_x(int8, 1.1), sm.path, sm.example_batches, "int8", float_model=none)
+    assert bad.ok is False
+    first = min(bad.per_op.outside, key=lambda o: o.index)
+    assert first.op_type == "GATHER", bad.per_op.to_text()
+    assert bad.simulation.first_outside is not None and bad.simulation.first_outside.op_type == "GATHER", \
+        bad.simulation.to_text()
+
+
+def test_output_effect_judges_rows_with_one_tf_class_and_the_range_share():
+    """Rows where TF ties its top classes have no class to keep (not judged); a class flipped on most of
+    the other rows crosses the threshold; a regression-shaped output is judged by its range share."""
+    from tflab.litert.records import OutputError
+    from tflab.litert.whole_model import MAX_RANGE_SHARE, output_effect
+
+    def out(share):
+        return OutputError("y", "float32", (-1, 3), share, 0.0, 0, 1.0, 0.1, None, 1.0, (0.01, 0))
+
+    tied = [np.array([[1.0, 1.0, 1.0]] * 4)]
+    e = output_effect(out(0.01), [np.array([[0.0, 2.0, 1.0]] * 4)], tied)
+    assert e.rows == 0 and e.top1_agreement is None and not e.crossed
+    want = [np.array([[3.0, 1.0, 0.0]] * 4)]
+    flipped = [np.array([[0.0, 2.0, 1.0]] * 3 + [[3.0, 1.0, 0.0]])]
+    e = output_effect(out(0.01), flipped, want)
+    assert e.rows == 4 and e.top1_agreement == 0.25 and e.crossed
+    assert not output_effect(out(0.01), want, want).crossed
+    column = [np.array([[0.5], [1.5]])]
+    assert output_effect(out(MAX_RANGE_SHARE * 1.2), column, column).crossed
+    assert not output_effect(out(MAX_RANGE_SHARE * 0.8), column, column).crossed

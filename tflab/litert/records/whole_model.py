@@ -1,0 +1,92 @@
+"""Lab step 8, the records of a quantized variant's whole-model effect: `RangeUse`, `WholeModelEffect`.
+
+`tflab.litert.whole_model` measures them: how far the variant moved the model's outputs in the terms
+a user reads (top-1 agreement with the float model, max|Δ| as a share of TF's output range), whether
+that crosses the thresholds past which the variant's outputs are no longer the model's, and which
+quantized tensor's range is set by outliers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+__all__ = ["RangeUse", "WholeModelEffect"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RangeUse:
+    """How much of one quantized tensor's integer range its values use.
+
+    Attributes:
+        name: the tensor's name in the flatbuffer.
+        op_type: the op writing it (an activation) or the first op reading it (a weight).
+        index: that op's index in its subgraph.
+        role: ``"activation"`` (an op output: LiteRT's values on the examples), ``"input"`` (a signature
+            input: the float examples, which were the calibration data) or ``"weight"`` (a constant:
+            the float model's values where it has the same tensor, else the stored ones).
+        range_used: the 99.9th percentile of the values' magnitudes (``bulk_max``) over the farthest
+            value the integer grid reaches from zero (``largest``); for a per-channel weight the median
+            channel's. A range set by outliers leaves the other values a small share of it.
+        bulk_max: that 99.9th percentile (``lower`` interpolation, so a lone outlier among fewer than
+            1000 values is left out), the tensor's units.
+        largest: the farthest value from zero the grid holds (``max(|qmin − z|, |qmax − z|)·s``),
+            same units.
+    """
+
+    name: str
+    op_type: str
+    index: int
+    role: str
+    range_used: float
+    bulk_max: float
+    largest: float
+
+    @property
+    def text(self) -> str:
+        return (f"{self.role} {self.name.split(';')[0]!r} ({self.op_type} #{self.index}) is set by outliers: "
+                f"99.9% of its values have |x| ≤ {self.bulk_max:.3g}, {self.range_used:.1%} of the {self.largest:.3g} "
+                f"its int8 range reaches")
+
+
+@dataclasses.dataclass(frozen=True)
+class WholeModelEffect:
+    """One output of a quantized variant against TF, in users' terms, judged against stated thresholds.
+
+    Attributes:
+        output: the output key.
+        top1_agreement: the share of rows where LiteRT's one top class is TF's (ties are not
+            agreement; rows with NaN in TF, or where TF ties its top classes, are left out), None for
+            outputs that are not class scores (rank < 2 or one column) or with no such row.
+        decisive_rows: rows where TF's top class leads its second by more than one step of the
+            output's quantization (a smaller lead one rounding may undo); reported, not left out.
+        rows: the rows judged (TF finite, one top class).
+        range_share: ``max|lite − tf| / (max − min of TF's output)``, None when TF's output is constant.
+        min_top1_agreement: the threshold on ``top1_agreement`` (`tflab.litert.whole_model.MIN_TOP1_AGREEMENT`).
+        max_range_share: the threshold on ``range_share`` (`tflab.litert.whole_model.MAX_RANGE_SHARE`).
+    """
+
+    output: str
+    top1_agreement: float | None
+    decisive_rows: int
+    rows: int
+    range_share: float | None
+    min_top1_agreement: float
+    max_range_share: float
+
+    @property
+    def crossed(self) -> bool:
+        """True when the variant's outputs are no longer the model's: top-1 agreement below its threshold,
+        or max|Δ| past its share of TF's range."""
+        low = self.top1_agreement is not None and self.rows > 0 and self.top1_agreement < self.min_top1_agreement
+        far = self.range_share is not None and self.range_share > self.max_range_share
+        return low or far
+
+    @property
+    def text(self) -> str:
+        bits = []
+        if self.top1_agreement is not None:
+            bits.append(f"top-1 agreement {self.top1_agreement:.0%} of {self.rows} rows (threshold "
+                        f"{self.min_top1_agreement:.0%}; TF leads by more than an output step on {self.decisive_rows})")
+        if self.range_share is not None:
+            bits.append(f"max|Δ| {self.range_share:.1%} of TF's range (threshold {self.max_range_share:.0%})")
+        return f"{self.output}: " + ", ".join(bits) + (" CROSSED" if self.crossed else "")
