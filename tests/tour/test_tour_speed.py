@@ -144,7 +144,10 @@ def test_the_full_tour_states_the_same_facts_as_before(full_tour):
     returncode, stdout, stderr, out = full_tour
     assert returncode == 0, stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
-    assert compare_facts(report, _expected_now()) == []
+    differ = compare_facts(report, _expected_now())
+    # a fix that differs is shown with what was tried before it and why that failed
+    assert differ == [], "\n".join(differ + [ln.strip() for ln in stdout.splitlines()
+                                             if ln.strip().startswith(("fix:", "tried", "not checked"))])
     slowest = report["slowest_section"]
     assert report["section_seconds"][slowest] == max(report["section_seconds"].values())
     last = stdout.strip().splitlines()[-1]
