@@ -122,6 +122,10 @@ def compare_float_tensors(model: bytes, saved_model_dir: str | os.PathLike, exam
 
     import tensorflow as tf
 
+    from tflab._io.progress import step_note
+
+    step_note("none: comparing the float variant's intermediate tensors with TF's (the signature frozen once)")
+
     from tflab._tf.lite import frozen_function
     from tflab.examples import Examples
     from tflab.litert.ops import preserving_interpreter, read_ops, run_ops
