@@ -572,6 +572,9 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         target.discard(tmp)  # the temporary folder and the parents of --out created for it
         raise
     finally:
+        from tflab.litert.conversion import drop_calibrations
+
+        drop_calibrations()  # the int8 calibration kept for the kept-float fix is this export's only
         if previous_term is not None:
             signal.signal(signal.SIGTERM, previous_term)
 

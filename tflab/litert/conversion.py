@@ -245,6 +245,11 @@ def recorded_calibration(saved_model_dir: str | os.PathLike, examples: Examples 
     return _CALIBRATIONS.pop(key, None)
 
 
+def drop_calibrations() -> None:
+    """Forgets the kept calibrated model (an export that ends without its kept-float fix)."""
+    _CALIBRATIONS.clear()
+
+
 def _keep_calibration(saved_model_dir, examples, recorded: dict) -> None:
     """Makes QuantizationDebugger's calibrate-only model from the int8 conversion just recorded, and keeps it."""
     from tflab._tf.calibration import calibrate_only_model
