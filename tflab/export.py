@@ -36,7 +36,7 @@ from tflab.litert.check import TFLiteCheck
 from tflab.litert.records import variant_line, variant_table, whole_model_line
 from tflab.litert.conversion import QUANTIZATIONS
 from tflab.litert.workers import (convert_inprocess, convert_isolated, reset_workers, save_examples,
-                                  stop_workers)
+                                  stop_workers, take_calibration)
 from tflab.report.html.dispatch import renders
 from tflab.report.html.export import export_fragment
 
@@ -482,17 +482,22 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
 
             # Variants convert in parallel worker processes (one per schedulable CPU);
             # each is checked below as soon as it is done, while the others convert.
+            # With keep_float, the int8 worker keeps its calibration: QuantizationDebugger starts from
+            # it instead of converting and calibrating the model once more in this process.
             conv = ConversionPool(quants, lambda subset, on_result: convert_isolated(
                 os.fspath(tmp / "saved_model"), os.fspath(tmp), subset, os.fspath(tmp / "examples.npz"),
-                progress, on_result), progress)
+                progress, on_result, keep_calibration=keep_float), progress)
             try:
                 # The gradients behind the bounds do not depend on the variant: compute
                 # them here while the worker processes convert.
+                getattr(progress, "note", progress)("computing the gradients behind the end-to-end bounds "
+                                                    "while the variants convert")
                 prepare_bounds(tmp / "saved_model", batches)
             except LookupError:
                 pass  # no gradient for some op: check_tflite reports that itself
         else:
-            conv = convert_inprocess(os.fspath(tmp / "saved_model"), os.fspath(tmp), quants, batches, progress)
+            conv = convert_inprocess(os.fspath(tmp / "saved_model"), os.fspath(tmp), quants, batches, progress,
+                                     keep_calibration=keep_float)
         variants: dict[str, VariantResult] = {}
         float_size = None
         for q in quants:
@@ -518,6 +523,7 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
             progress(f"checking {q} with LiteRT" + (f" ({still} variant{'s' * (still != 1)} still converting)"
                                                     if still else ""))
             data = (tmp / msg["file"]).read_bytes()
+            take_calibration(os.fspath(tmp / "saved_model"), os.fspath(tmp), msg, batches)  # its file goes
             from tflab.litert.flatbuffer_notes import warn_after_conversion
 
             warn_after_conversion(data, f"TFLite {q}", getattr(progress, "note", progress))  # before running it
@@ -527,8 +533,12 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
                 float_msg = {}
             # The float variant's bytes are the per-op reference weights (else check_tflite converts them).
             float_model = (tmp / float_msg["file"]).read_bytes() if float_msg.get("event") == "done" else None
-            check = check_tflite(data, tmp / "saved_model", batches, q, float_size=float_size,
-                                 convert_seconds=msg["seconds"], float_model=float_model, keep_float=keep_float)
+            from tflab._io.progress import reporting
+
+            with reporting(getattr(progress, "note", progress)):  # the check's own steps, each a line
+                check = check_tflite(data, tmp / "saved_model", batches, q, float_size=float_size,
+                                     convert_seconds=msg["seconds"], float_model=float_model,
+                                     keep_float=keep_float)
             if node_data and check.per_op is not None:
                 from tflab.report.jsonable import dumps as _dumps
 
@@ -562,6 +572,9 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         target.discard(tmp)  # the temporary folder and the parents of --out created for it
         raise
     finally:
+        from tflab.litert.conversion import drop_calibrations
+
+        drop_calibrations()  # the int8 calibration kept for the kept-float fix is this export's only
         if previous_term is not None:
             signal.signal(signal.SIGTERM, previous_term)
 

@@ -235,3 +235,91 @@ def test_downstream_with_memo_picks_what_the_old_walk_picked():
     assert _downstream(["c0", "c2999"], g, memo) == "c0" and _downstream(["c2999", "c0"], g, memo) == "c2999"
     assert _downstream(["c500", "c2999"], g, memo) == "c500"  # 2499 apart: beyond the cut too
     assert _downstream(["a", "join", "b"], g, memo) == "join"
+
+
+# ------------------------------------------------ weights prepared once, calibration kept once
+
+
+def _conv_as_it_was(x, w, b, o):
+    """The CONV_2D reference as written before the weights were prepared once (np.tensordot per call)."""
+    from tflab.litert.references import _act, _fused, _windows
+
+    win, _ = _windows(x, w.shape[1], w.shape[2], o.strideH, o.strideW, 1, 1, o.padding)
+    wt = np.transpose(w, (3, 1, 2, 0))
+    y = np.tensordot(win, wt, axes=([3, 4, 5], [0, 1, 2]))
+    aw = np.abs(win)
+    dot = np.tensordot(aw, np.abs(wt), axes=([3, 4, 5], [0, 1, 2]))
+    return _act(y + b, _fused(o)), dot + np.abs(b), aw.sum(axis=(3, 4, 5)), np.abs(w).sum(axis=(1, 2, 3))
+
+
+def test_prepared_conv_weights_give_tensordots_bits_and_never_another_weights():
+    """Within one check a weight is laid out once; its products equal np.tensordot's to the bit, and a
+    second weight of the same shape (a planted one) gets its own products, not the first one's."""
+    from types import SimpleNamespace
+
+    from tflab.litert.references import PREPARED, reference
+
+    rng = np.random.default_rng(0)
+    o = SimpleNamespace(strideH=2, strideW=1, dilationHFactor=1, dilationWFactor=1, padding=0,
+                        fusedActivationFunction=1)
+    x = rng.standard_normal((2, 7, 6, 5))
+    w, b = rng.standard_normal((4, 3, 3, 5)), rng.standard_normal(4)
+    planted = w * 1.1
+    with PREPARED.keeping():
+        for weight in (w, w, planted, w):  # the same object again, then another one, then back
+            y, terms = reference("CONV_2D", o, [x, weight, b], (2, 4, 6, 4))
+            want_y, want_dot, want_x, want_w = _conv_as_it_was(x, weight, b, o)
+            assert y.tobytes() == want_y.tobytes() and terms.dot.tobytes() == want_dot.tobytes()
+            assert np.array_equal(terms.x_abs[..., 0], want_x) and np.array_equal(terms.w_abs[0, 0, 0], want_w)
+            y_only, bare = reference("CONV_2D", o, [x, weight, b], (2, 4, 6, 4), terms=False)
+            assert y_only.tobytes() == y.tobytes() and bare.dot is None and bare.k == terms.k
+        assert PREPARED._entries  # kept while the check runs ...
+    assert not PREPARED._entries  # ... and dropped when it ends
+
+
+def test_per_op_check_and_simulation_are_the_same_with_weights_prepared_once(cnn, monkeypatch):
+    """The per-op rows and the simulated tensors equal those of a run that prepares every weight anew;
+    each pass says it starts on the progress line of the work around it (none outside one)."""
+    from tflab._io.progress import reporting
+    from tflab.litert.per_op import check_ops
+    from tflab.litert.references import PREPARED
+    from tflab.litert.simulate import simulation_check
+
+    _, ex, models = cnn
+    feeds = {"serving_default": [ex, {k: v[:3] for k, v in ex.items()}]}
+
+    def both():
+        return (check_ops(models["dynamic"], models["none"], feeds, "dynamic").to_dict(),
+                simulation_check(models["dynamic"], models["none"], feeds, "dynamic").to_dict())
+
+    def strip(d):  # wall time is the one field that may differ
+        return {k: strip(v) for k, v in d.items() if k != "seconds"} if isinstance(d, dict) else d
+
+    lines: list[str] = []
+    with reporting(lines.append):  # the export's progress line hears each of these long passes
+        kept = both()
+    assert [ln.split(",")[0] for ln in lines] == ["dynamic: per-op check", "dynamic: simulating its quantization end "
+                                                  "to end (1 + 3 dithered runs per example batch)"], lines
+    monkeypatch.setattr(PREPARED, "MAX_BYTES", 0)  # nothing kept: every call prepares its weight
+    assert strip(both()[0]) == strip(kept[0]) and strip(both()[1]) == strip(kept[1])
+
+
+def test_the_debugger_starts_from_the_int8_conversions_own_calibration(cnn):
+    """The calibrated model kept from the int8 conversion is the debugger's own calibrate-only conversion,
+    byte for byte; other examples (another representative dataset) find none, and the variant is unchanged."""
+    import tensorflow as tf
+
+    from tflab.litert.conversion import convert, make_converter, recorded_calibration
+
+    sm, ex, _ = cnn
+    plain = convert(sm, "int8", [ex])
+    assert recorded_calibration(sm, [ex]) is None  # not asked to keep it: nothing kept
+    kept = convert(sm, "int8", [ex], keep_calibration=True)
+    assert kept == plain
+    other = {k: v * 2 for k, v in ex.items()}
+    assert recorded_calibration(sm, [other]) is None  # calibrated on other rows: not this one
+    calibrated = recorded_calibration(sm, [ex])
+    debugger = tf.lite.experimental.QuantizationDebugger(
+        converter=make_converter(sm, "int8", [ex]),
+        debug_dataset=lambda: ([v[i:i + 1] for v in ex.values()] for i in range(len(next(iter(ex.values()))))))
+    assert calibrated is not None and calibrated == debugger.calibrated_model

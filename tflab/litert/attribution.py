@@ -255,7 +255,8 @@ def _kept_float(saved_model_dir, examples, key: str, shares: tuple[OpShare, ...]
     """QuantizationDebugger: its per-layer statistics, and the model with the worst ops denylisted."""
     import tensorflow as tf
 
-    from tflab.litert.conversion import make_converter
+    from tflab._tf.calibration import debugger_converter, nondebug_model
+    from tflab.litert.conversion import make_converter, recorded_calibration
 
     notes: list[str] = []
     feeds = examples.feeds(key)
@@ -267,7 +268,15 @@ def _kept_float(saved_model_dir, examples, key: str, shares: tuple[OpShare, ...]
             for i in range(rows):
                 yield [np.asarray(feed[n][i:i + 1]) for n in order]
 
-    conv = make_converter(saved_model_dir, "int8", examples)
+    # The debugger's first step, the calibrate-only conversion, is the int8 variant's own conversion up to
+    # its calibration: taken from it when it was kept (`tflab._tf.calibration`), else converted here.
+    from tflab._io.progress import step_note
+
+    calibrated = recorded_calibration(saved_model_dir, examples)
+    step_note("int8: QuantizationDebugger: re-quantizing with the worst ops kept in float ("
+              + ("from the variant's own calibration)" if calibrated is not None else
+                 "converting and calibrating once more)"))
+    conv = debugger_converter(make_converter(saved_model_dir, "int8", examples), calibrated)
     options = tf.lite.experimental.QuantizationDebugOptions(fully_quantize=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the debugger runs TF's deprecated tf.lite.Interpreter
@@ -280,9 +289,8 @@ def _kept_float(saved_model_dir, examples, key: str, shares: tuple[OpShare, ...]
         debugger.layer_statistics_dump(dump)
         stats = {row["tensor_name"]: row for row in csv.DictReader(io.StringIO(dump.getvalue()))}
         keep = _to_keep(shares)
-        debugger.options = tf.lite.experimental.QuantizationDebugOptions(
-            fully_quantize=True, denylisted_nodes=[s.name for s in keep])
-        after = debugger.get_nondebug_quantized_model()
+        after = nondebug_model(debugger, tf.lite.experimental.QuantizationDebugOptions(
+            fully_quantize=True, denylisted_nodes=[s.name for s in keep]))
     shares = tuple(dataclasses.replace(s, debugger_mse=float(stats[s.name]["mean_squared_error"]),
                                        debugger_scale=float(stats[s.name]["scale"]))
                    if s.name in stats else s for s in shares)

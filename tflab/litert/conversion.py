@@ -149,7 +149,8 @@ class _captured_stderr:
 
 
 def convert(saved_model_dir: str | os.PathLike, quantization: str = "none",
-            examples: Examples | Any = None, *, select_tf_ops: bool = False, lower_tensor_lists: bool = True) -> bytes:
+            examples: Examples | Any = None, *, select_tf_ops: bool = False, lower_tensor_lists: bool = True,
+            keep_calibration: bool = False) -> bytes:
     """Converts a SavedModel to a TFLite flatbuffer with one of the four recipes.
 
     Args:
@@ -163,6 +164,8 @@ def convert(saved_model_dir: str | os.PathLike, quantization: str = "none",
         select_tf_ops: also allow ``SELECT_TF_OPS`` (Flex ops).
         lower_tensor_lists: False keeps tensor-list ops as Flex ops
             (``converter._experimental_lower_tensor_list_ops = False``, with ``select_tf_ops``).
+        keep_calibration: for ``"int8"``, also keep the calibrated model this conversion made, for
+            `recorded_calibration` (QuantizationDebugger's starting point, `tflab.litert.attribution`).
 
     Returns:
         The flatbuffer bytes.
@@ -185,13 +188,78 @@ def convert(saved_model_dir: str | os.PathLike, quantization: str = "none",
             # load this process keeps answers it (same bytes, ~1.2 s less per variant).
             with _captured_stderr() as captured, reusing_saved_model_load(
                     os.fspath(saved_model_dir), load_saved_model(saved_model_dir)):
-                return conv.convert()
+                if not (keep_calibration and quantization == "int8" and not select_tf_ops):
+                    return conv.convert()
+                from tflab._tf.calibration import recording_calibration
+
+                with recording_calibration() as recorded:
+                    model = conv.convert()
+                _keep_calibration(saved_model_dir, examples, recorded)
+                return model
     except Exception as e:  # ConverterError carries structured errors; others are quoted
         err = _explain_converter_error(e, quantization, os.fspath(saved_model_dir))
         if type(err) is ConversionFailed and err.failure is None and captured.get("text"):
             # Not an error we explain: keep the converter's own diagnostics visible.
             os.write(2, captured["text"].encode(errors="replace"))
         raise err from e
+
+
+_CALIBRATIONS: dict = {}  # (saved_model.pb path, mtime, examples digest) -> calibrated flatbuffer; one at a time
+
+
+def examples_digest(examples: Examples | Any) -> str:
+    """A digest of the example batches as the representative dataset reads them (names, dtypes, shapes, bytes)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for batch in Examples.of(examples):
+        for name in sorted(batch):
+            a = np.ascontiguousarray(batch[name])
+            h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+            h.update(a.tobytes() if a.dtype.kind != "O" else repr(a.tolist()).encode())
+        h.update(b";")
+    return h.hexdigest()
+
+
+def _calibration_key(saved_model_dir, digest: str) -> tuple:
+    pb = os.path.join(os.fspath(saved_model_dir), "saved_model.pb")
+    return os.path.realpath(pb), os.stat(pb).st_mtime_ns, digest
+
+
+def remember_calibration(saved_model_dir: str | os.PathLike, digest: str, calibrated: bytes) -> None:
+    """Keeps the calibrated (calibrate-only) int8 model of ``saved_model_dir`` on the examples with ``digest``."""
+    _CALIBRATIONS.clear()
+    _CALIBRATIONS[_calibration_key(saved_model_dir, digest)] = bytes(calibrated)
+
+
+def recorded_calibration(saved_model_dir: str | os.PathLike, examples: Examples | Any) -> bytes | None:
+    """The calibrated int8 model an earlier int8 conversion of this SavedModel on these examples made, or None.
+
+    It is what ``QuantizationDebugger(converter=make_converter(saved_model_dir, "int8", examples))``
+    converts first (`tflab._tf.calibration`); taken once (the bytes are dropped when returned).
+    """
+    try:
+        key = _calibration_key(saved_model_dir, examples_digest(examples))
+    except OSError:
+        return None
+    return _CALIBRATIONS.pop(key, None)
+
+
+def drop_calibrations() -> None:
+    """Forgets the kept calibrated model (an export that ends without its kept-float fix)."""
+    _CALIBRATIONS.clear()
+
+
+def _keep_calibration(saved_model_dir, examples, recorded: dict) -> None:
+    """Makes QuantizationDebugger's calibrate-only model from the int8 conversion just recorded, and keeps it."""
+    from tflab._tf.calibration import calibrate_only_model
+
+    try:
+        calibrated = calibrate_only_model(make_converter(saved_model_dir, "int8", examples), recorded)
+    except Exception:  # noqa: BLE001 - an optimization: the debugger converts for itself instead
+        calibrated = None
+    if calibrated is not None:
+        remember_calibration(saved_model_dir, examples_digest(examples), calibrated)
 
 
 def make_converter(saved_model_dir: str | os.PathLike, quantization: str = "none",

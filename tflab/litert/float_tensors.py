@@ -122,11 +122,13 @@ def compare_float_tensors(model: bytes, saved_model_dir: str | os.PathLike, exam
 
     import tensorflow as tf
 
+    from tflab._io.progress import step_note
     from tflab._tf.lite import frozen_function
     from tflab.examples import Examples
     from tflab.litert.ops import preserving_interpreter, read_ops, run_ops
     from tflab.saved_model import load_saved_model, signature_inputs
 
+    step_note("none: comparing the float variant's intermediate tensors with TF's (the signature frozen once)")
     loaded = load_saved_model(saved_model_dir)
     examples = Examples.of(examples).check({k: signature_inputs(f) for k, f in loaded.signatures.items()})
     parsed = read_ops(model)

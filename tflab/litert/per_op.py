@@ -60,7 +60,7 @@ import numpy as np
 from tflab.report.text import table
 from tflab.litert.records.ops import ILL_CONDITIONED, OpCheck, PerOpCheck  # noqa: F401 (the records live there)
 from tflab.litert.ops import ModelOps, OpTensors, TensorInfo, preserving_interpreter, read_ops, run_ops
-from tflab.litert.references import INDEX_INPUTS, Terms, reference
+from tflab.litert.references import INDEX_INPUTS, Terms, as_float64, reference
 
 UNIT_ROUNDOFF = 2.0 ** -24
 FLOAT16_STEP = 2.0 ** -11  # unit roundoff of float16 (10 stored mantissa bits, round to nearest)
@@ -266,6 +266,16 @@ def check_ops(model: bytes, float_model: bytes, feeds: Mapping[str, Sequence[Map
     Raises:
         UsageError: either model is not a TFLite flatbuffer.
     """
+    from tflab._io.progress import step_note
+    from tflab.litert.references import PREPARED
+
+    step_note(f"{quantization}: per-op check, every op against a float64 reference on its own inputs "
+              f"({sum(len(f) for f in feeds.values())} example batch(es))")
+    with PREPARED.keeping():  # each weight made float64 and laid out once for all examples
+        return _check_ops(model, float_model, feeds, quantization)
+
+
+def _check_ops(model: bytes, float_model: bytes, feeds, quantization: str) -> PerOpCheck:
     t0 = time.perf_counter()
     pq: ModelOps = read_ops(model)
     pf: ModelOps = read_ops(float_model)
@@ -282,9 +292,12 @@ def check_ops(model: bytes, float_model: bytes, feeds: Mapping[str, Sequence[Map
                      and q_ops[qi].outputs[0].name == f_ops[fi].outputs[0].name)
         accs = {o.index: _Acc() for o in q_ops}
         details = interp.get_signature_runner(key).get_input_details() if key is not None else {}
-        for feed in feeds.get(key, ()) if key is not None else ():
-            ran = run_ops(model, quantize_feed(feed, details), key, parsed=pq, interpreter=interp)
-            for op in ran:
+        runs = [run_ops(model, quantize_feed(feed, details), key, parsed=pq, interpreter=interp)
+                for feed in (feeds.get(key, ()) if key is not None else ())]
+        # Op by op, each example in turn (each op's accumulator sees the examples in their order, as
+        # before): an op's weight is prepared once for all examples (`tflab.litert.references.PREPARED`).
+        for ops_of_feeds in zip(*runs):
+            for op in ops_of_feeds:
                 _check_one(op, f_ops[pairs[op.index]] if op.index in pairs else None, quantization,
                            accs[op.index])
         for op in q_ops:
@@ -377,7 +390,7 @@ def _check_one(op: OpTensors, f_op, quantization: str, acc: _Acc) -> None:
             ins.append(np.asarray(a))
             consts.append(False)
         elif ft is not None and ft.constant is not None and np.dtype(ft.dtype).kind == "f":
-            ins.append(ft.constant.astype(np.float64))  # the float model's weight
+            ins.append(as_float64(ft.constant))  # the float model's weight (one copy per weight)
             consts.append(True)
         elif a is None:
             acc.reason = f"input {t.name!r} not kept by the interpreter"

@@ -83,21 +83,102 @@ def _windows(x: np.ndarray, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int
     return win(xp), win(mp)
 
 
-def _conv(ins, o, out_shape):
+class _Prepared:
+    """Arrays derived from weights, kept while the same weight objects are passed again, inside `keeping`.
+
+    A weight is the same object for every example and every dithered run of an op
+    (`tflab.litert.per_op` and `tflab.litert.simulate` hand one float64 copy of each constant
+    around), so its transposed copy, ``|w|`` and ``Σ|w|`` are made once per check, not once per
+    call. They are the arrays ``np.tensordot`` made on each call (same values, same layout), so
+    the products are the same to the bit. Keyed by the ``id`` of the source objects, which the
+    entry holds, so no other object can take a key while its entry lives; at most `MAX_BYTES`
+    are kept, and nothing outlives the outermost ``with PREPARED.keeping():`` (outside one,
+    nothing is kept).
+    """
+
+    MAX_BYTES = 1 << 30
+
+    def __init__(self) -> None:
+        import collections
+
+        self._entries: collections.OrderedDict = collections.OrderedDict()
+        self._bytes = 0
+        self._depth = 0
+
+    def get(self, kind: str, sources: tuple, make: Callable[[], tuple]) -> tuple:
+        """``make()``, or what it returned for the same ``kind`` and the same ``sources`` objects."""
+        key = (kind, *map(id, sources))
+        hit = self._entries.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], sources)):
+            self._entries.move_to_end(key)
+            return hit[1]
+        made = make()
+        size = sum(a.nbytes for a in made if isinstance(a, np.ndarray))
+        if self._depth and size <= self.MAX_BYTES:
+            self._entries[key] = (sources, made, size)
+            self._bytes += size
+            while self._bytes > self.MAX_BYTES:
+                _, (_, _, dropped) = self._entries.popitem(last=False)
+                self._bytes -= dropped
+        return made
+
+    def keeping(self):
+        """A context in which prepared weights are kept (dropped when the outermost one ends)."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def scope():
+            self._depth += 1
+            try:
+                yield self
+            finally:
+                self._depth -= 1
+                if not self._depth:
+                    self._entries.clear()
+                    self._bytes = 0
+        return scope()
+
+
+PREPARED = _Prepared()
+
+
+def as_float64(a: np.ndarray) -> np.ndarray:
+    """``a.astype(np.float64)``, made once per array object inside ``PREPARED.keeping()`` (read-only: shared)."""
+    def make():
+        f = a.astype(np.float64)
+        f.setflags(write=False)
+        return (f,)
+    return PREPARED.get("float64", (a,), make)[0]
+
+
+def _conv_weights(w: np.ndarray) -> tuple:
+    """``w [O,kh,kw,C]`` as tensordot lays it out ``[C·kh·kw, O]``, its ``|·|``, and ``Σ|w|`` per output channel."""
+    def make():
+        wt = np.transpose(w, (3, 1, 2, 0))  # [C,kh,kw,O]
+        shape = (int(np.prod(wt.shape[:3])), wt.shape[3])
+        return wt.reshape(shape), np.abs(wt).reshape(shape), np.abs(w).sum(axis=(1, 2, 3))
+    return PREPARED.get("conv", (w,), make)
+
+
+def _conv(ins, o, out_shape, terms: bool = True):
     x, w, b = ins[0], ins[1], (ins[2] if len(ins) > 2 else None)
     kh, kw = w.shape[1], w.shape[2]
     win, _ = _windows(x, kh, kw, o.strideH, o.strideW, o.dilationHFactor or 1, o.dilationWFactor or 1, o.padding)
-    # win [N,Ho,Wo,C,kh,kw], w [O,kh,kw,C]
-    wt = np.transpose(w, (3, 1, 2, 0))  # [C,kh,kw,O]
-    y = np.tensordot(win, wt, axes=([3, 4, 5], [0, 1, 2]))
+    # win [N,Ho,Wo,C,kh,kw], w [O,kh,kw,C]: np.tensordot(win, w as [C,kh,kw,O], axes 3) by hand, the
+    # weight side prepared once per weight array.
+    wmat, awmat, wsum = _conv_weights(w)
+    rows = int(np.prod(win.shape[:3]))
+    y = np.dot(win.reshape(rows, wmat.shape[0]), wmat).reshape(*win.shape[:3], wmat.shape[1])
+    k = int(np.prod(w.shape[1:])) + (b is not None)
+    if not terms:
+        return _act(y + b if b is not None else y, _fused(o)), Terms(k=k, weight=1, kind="dot")
     aw = np.abs(win)
-    dot = np.tensordot(aw, np.abs(wt), axes=([3, 4, 5], [0, 1, 2]))
+    dot = np.dot(aw.reshape(rows, awmat.shape[0]), awmat).reshape(y.shape)
     x_abs = np.broadcast_to(aw.sum(axis=(3, 4, 5))[..., None], y.shape)
-    w_abs = np.broadcast_to(np.abs(w).sum(axis=(1, 2, 3)), y.shape)
+    w_abs = np.broadcast_to(wsum, y.shape)
     if b is not None:
         y, dot = y + b, dot + np.abs(b)
-    return _act(y, _fused(o)), Terms(dot, x_abs, w_abs, k=int(np.prod(w.shape[1:])) + (b is not None),
-                                     weight=1, kind="dot")
+    return _act(y, _fused(o)), Terms(dot, x_abs, w_abs, k=k, weight=1, kind="dot")
 
 
 def _depthwise(ins, o, out_shape):
@@ -117,19 +198,22 @@ def _depthwise(ins, o, out_shape):
     return _act(y, _fused(o)), Terms(dot, x_abs, w_abs, k=kh * kw + (b is not None), weight=1, kind="dot")
 
 
-def _fully_connected(ins, o, out_shape):
+def _fully_connected(ins, o, out_shape, terms: bool = True):
     x, w, b = ins[0], ins[1], (ins[2] if len(ins) > 2 else None)
     x2 = x.reshape(-1, w.shape[1])
     y = x2 @ w.T
-    dot = np.abs(x2) @ np.abs(w).T
+    shape = tuple(out_shape)
+    k = w.shape[1] + (b is not None)
+    if not terms:
+        return _act(y + b if b is not None else y, _fused(o)).reshape(shape), Terms(k=k, weight=1, kind="dot")
+    aw, wsum = PREPARED.get("fc", (w,), lambda: (np.abs(w), np.abs(w).sum(axis=1)))
+    dot = np.abs(x2) @ aw.T
     x_abs = np.broadcast_to(np.abs(x2).sum(axis=1, keepdims=True), y.shape)
-    w_abs = np.broadcast_to(np.abs(w).sum(axis=1), y.shape)
+    w_abs = np.broadcast_to(wsum, y.shape)
     if b is not None:
         y, dot = y + b, dot + np.abs(b)
-    shape = tuple(out_shape)
     return (_act(y, _fused(o)).reshape(shape),
-            Terms(dot.reshape(shape), x_abs.reshape(shape), w_abs.reshape(shape),
-                  k=w.shape[1] + (b is not None), weight=1, kind="dot"))
+            Terms(dot.reshape(shape), x_abs.reshape(shape), w_abs.reshape(shape), k=k, weight=1, kind="dot"))
 
 
 def _batch_matmul(ins, o, out_shape):
@@ -311,6 +395,9 @@ REFERENCES: dict[str, Callable[[Sequence[np.ndarray], Any, tuple], tuple[np.ndar
 REFERENCES["LEAKY_RELU"] = lambda ins, o, s: (np.where(ins[0] >= 0, ins[0], ins[0] * float(o.alpha)),
                                               Terms(kind="arith"))
 
+# References whose magnitude terms cost as much as their output (skipped with terms=False).
+_TERMS_OPTIONAL = (_conv, _fully_connected)
+
 # Inputs that are shapes, axes or paddings (int tensors read as they are, never dequantized).
 INDEX_INPUTS = {"SHAPE": (0,), "MEAN": (1,), "SUM": (1,), "REDUCE_MAX": (1,), "RESHAPE": (1,), "PAD": (1,), "PADV2": (1,),
                 "STRIDED_SLICE": (1, 2, 3), "TRANSPOSE": (1,), "EXPAND_DIMS": (1,),
@@ -318,7 +405,7 @@ INDEX_INPUTS = {"SHAPE": (0,), "MEAN": (1,), "SUM": (1,), "REDUCE_MAX": (1,), "R
 
 
 def reference(op_type: str, options: Any, inputs: Sequence[np.ndarray | None],
-              out_shape: tuple[int, ...]) -> tuple[np.ndarray, Terms]:
+              out_shape: tuple[int, ...], *, terms: bool = True) -> tuple[np.ndarray, Terms]:
     """The op's output in float64 and its bound's `Terms`.
 
     Args:
@@ -326,6 +413,8 @@ def reference(op_type: str, options: Any, inputs: Sequence[np.ndarray | None],
         options: the op's builtin options object (schema_py_generated ``*OptionsT``).
         inputs: float64 arrays (index inputs as ints); None for an omitted optional input.
         out_shape: the output's shape as the interpreter ran it.
+        terms: False when only the output is wanted (`tflab.litert.simulate`): the dot products skip
+            their magnitude terms (``Terms.dot``/``x_abs``/``w_abs`` stay None); the output is the same.
 
     Returns:
         ``(output, terms)``.
@@ -340,5 +429,6 @@ def reference(op_type: str, options: Any, inputs: Sequence[np.ndarray | None],
     while ins and ins[-1] is None:
         ins.pop()
     with np.errstate(all="ignore"):  # a NaN/inf here is the op's own answer (sqrt of a negative), reported
-        y, terms = fn(ins, options, tuple(out_shape))  # as a domain cause: no NumPy warning on the user's screen
-    return np.asarray(y, np.float64).reshape(out_shape), terms
+        # as a domain cause: no NumPy warning on the user's screen
+        y, found = fn(ins, options, tuple(out_shape), **({} if terms or fn not in _TERMS_OPTIONAL else {"terms": False}))
+    return np.asarray(y, np.float64).reshape(out_shape), found

@@ -229,6 +229,9 @@ def simulate(model: bytes, float_model: bytes, key: str, feed: Mapping[str, np.n
                   and (_source_constant(op.inputs[1], producer) or op.inputs[1]).quantized)
         if out.quantized or hybrid or any(t is not None and t.index in rounded for t in op.inputs):
             rounded.update(t.index for t in op.outputs)
+        # The constant inputs are the same in every run: made once (and once per check, `_constant_input`).
+        fixed = {i: _constant_input(t, src[i], producer) for i, t in enumerate(op.inputs)
+                 if t is not None and i not in index_inputs}
         for r, values in enumerate(runs):
             if r >= 2 and not out.quantized and not hybrid and not any(
                     t is not None and t.index in values for t in op.inputs):
@@ -242,14 +245,8 @@ def simulate(model: bytes, float_model: bytes, key: str, feed: Mapping[str, np.n
                 if i in index_inputs:
                     ins.append(np.asarray(a))
                     continue
-                const = _source_constant(t, producer)
-                ft = src[i]
-                if const is not None and ft is not None and ft.constant is not None \
-                        and np.dtype(ft.dtype).kind == "f" and ft.constant.shape == tuple(const.shape):
-                    ins.append(fake_quant(ft.constant, const))  # the float weight on the variant's grid
-                elif const is not None:
-                    ins.append(const.dequantize(const.constant) if const.quantized
-                               else np.asarray(const.constant, np.float64))
+                if fixed[i] is not None:
+                    ins.append(fixed[i])
                 elif r == 1:
                     ins.append(lite.get(t.index, t.dequantize(a) if a is not None else None))
                 elif t.index in values and values[t.index] is not None:
@@ -267,7 +264,7 @@ def simulate(model: bytes, float_model: bytes, key: str, feed: Mapping[str, np.n
                     near = gap.max() if gap.size else 0.0
                 ins[0] = _hybrid_input(ins[0], op.op_type, op.info.options, rngs[r], near)
             try:
-                ref, _ = reference(op.op_type, op.info.options, ins, out_shape)
+                ref, _ = reference(op.op_type, op.info.options, ins, out_shape, terms=False)
             except Exception:  # noqa: BLE001 - no reference (or not for this use): LiteRT's output is carried
                 if r == 0:
                     carried.append(f"{op.op_type} #{op.index}")
@@ -287,6 +284,31 @@ def simulate(model: bytes, float_model: bytes, key: str, feed: Mapping[str, np.n
                 y = np.clip(y + _step(out, y.shape) * move, *_range(out, y.shape))
             values[out.index] = y
     return Simulated(runs[0], runs[2:], lite, carried, slips, rounded)
+
+
+def _constant_input(t: TensorInfo, ft: TensorInfo | None, producer: Mapping[int, OpInfo]) -> np.ndarray | None:
+    """A constant input as the simulation feeds it (float64, read-only), or None when it is not constant.
+
+    The float model's weight rounded to the variant's grid where the two match, else the variant's own
+    constant dequantized. Made once per weight inside ``PREPARED.keeping()`` (`simulation_check`).
+    """
+    from tflab.litert.references import PREPARED
+
+    const = _source_constant(t, producer)
+    if const is None:
+        return None
+    if ft is not None and ft.constant is not None and np.dtype(ft.dtype).kind == "f" \
+            and ft.constant.shape == tuple(const.shape):
+        make = lambda: (fake_quant(ft.constant, const),)  # noqa: E731  the float weight on the variant's grid
+        sources = (ft.constant, const)
+    else:
+        make = lambda: (const.dequantize(const.constant) if const.quantized  # noqa: E731
+                        else np.asarray(const.constant, np.float64),)
+        sources = (const,)
+    a = PREPARED.get("simulated constant", sources, make)[0]
+    if a.base is None and a.flags.writeable:
+        a.setflags(write=False)  # shared by the runs: never written
+    return a
 
 
 def _range(t: TensorInfo, shape: tuple):
@@ -311,6 +333,16 @@ def simulation_check(model: bytes, float_model: bytes, feeds: Mapping[str, Seque
         (a quantized tensor, or for the dynamic variant a float tensor downstream of a hybrid
         kernel), with ``max|lite − simulated|``, its measured bound and their ratio.
     """
+    from tflab._io.progress import step_note
+    from tflab.litert.references import PREPARED
+
+    step_note(f"{quantization}: simulating its quantization end to end (1 + {DITHER_RUNS} dithered runs per "
+              f"example batch)")
+    with PREPARED.keeping():  # each weight rounded to the variant's grid and laid out once for all runs
+        return _simulation_check(model, float_model, feeds, quantization)
+
+
+def _simulation_check(model: bytes, float_model: bytes, feeds, quantization: str):
     import time
 
     from tflab.litert.records.simulation import SimulatedTensor, Simulation

@@ -32,10 +32,13 @@ CRASH_ENV = "TFLAB_EXPORT_WORKER_CRASH"
 
 
 def _worker_main(argv: Sequence[str]) -> int:
-    """``python -m tflab.litert.workers --worker SAVED_MODEL OUTDIR Q1,Q2 EXAMPLES.npz``: convert, one JSON line each."""
+    """``python -m tflab.litert.workers --worker SAVED_MODEL OUTDIR Q1,Q2 EXAMPLES.npz [--keep-calibration]``:
+    convert, one JSON line each; with ``--keep-calibration`` the int8 conversion's calibrated model is
+    written beside it (`CALIBRATED_FILE`) for QuantizationDebugger (`tflab.litert.attribution`)."""
     import logging
 
-    saved_model, outdir, quants, examples_path = argv
+    saved_model, outdir, quants, examples_path = argv[:4]
+    keep_calibration = "--keep-calibration" in argv[4:]
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from tflab.process.settings import get as setting
     from tflab.process.watch import tie_to_parent
@@ -45,7 +48,7 @@ def _worker_main(argv: Sequence[str]) -> int:
     tie_to_parent(86400.0)
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
     from tflab.errors import TflabError as _Err
-    from tflab.litert.conversion import UnsupportedOpsError, convert
+    from tflab.litert.conversion import UnsupportedOpsError, convert, examples_digest, recorded_calibration
 
     batches = load_examples(examples_path)
     for q in quants.split(","):
@@ -54,7 +57,7 @@ def _worker_main(argv: Sequence[str]) -> int:
             os.abort()
         t0 = time.perf_counter()
         try:
-            model = convert(saved_model, q, batches)
+            model = convert(saved_model, q, batches, keep_calibration=keep_calibration)
         except UnsupportedOpsError as e:
             print(json.dumps({"event": "unsupported", "quantization": q, "error": str(e), "ops": list(e.ops),
                               "kind": e.kind, "signatures": e.signatures}),
@@ -73,9 +76,40 @@ def _worker_main(argv: Sequence[str]) -> int:
         with open(part, "wb") as f:
             f.write(model)
         os.replace(part, final)
-        print(json.dumps({"event": "done", "quantization": q, "file": os.path.basename(final),
-                          "seconds": seconds, "bytes": len(model)}), flush=True)
+        done = {"event": "done", "quantization": q, "file": os.path.basename(final), "seconds": seconds,
+                "bytes": len(model)}
+        calibrated = recorded_calibration(saved_model, batches) if keep_calibration and q == "int8" else None
+        if calibrated is not None:
+            with open(os.path.join(outdir, CALIBRATED_FILE), "wb") as f:
+                f.write(calibrated)
+            done.update(calibrated=CALIBRATED_FILE, examples_digest=examples_digest(batches))
+        print(json.dumps(done), flush=True)
     return 0
+
+
+# The int8 conversion's calibrated model, written by a worker with --keep-calibration; the export
+# reads it (`take_calibration`) and removes it before publishing.
+CALIBRATED_FILE = "int8.calibrated.tflite.part"
+
+
+def take_calibration(saved_model: str, outdir: str, msg: dict, batches) -> None:
+    """Keeps the calibrated model a worker wrote for ``msg`` (`tflab.litert.conversion.remember_calibration`)
+    when it was calibrated on these ``batches``, and removes its file."""
+    from tflab.litert.conversion import examples_digest, remember_calibration
+
+    name = msg.get("calibrated")
+    if not name:
+        return
+    path = os.path.join(outdir, name)
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return
+    finally:
+        if os.path.exists(path):
+            os.remove(path)
+    if msg.get("examples_digest") == examples_digest(batches):
+        remember_calibration(saved_model, msg["examples_digest"], data)
 
 
 def save_examples(batches: list[dict[str, np.ndarray]], path: str) -> None:
@@ -95,15 +129,17 @@ def _signal_name(code: int) -> str:
 
 def convert_isolated(saved_model: str, outdir: str, quants: list[str], examples_npz: str,
                       progress: Callable[[str], None],
-                      on_result: Callable[[str, dict], None] | None = None) -> dict[str, dict]:
+                      on_result: Callable[[str, dict], None] | None = None,
+                      keep_calibration: bool = False) -> dict[str, dict]:
     """Converts variants in worker processes; a crash costs only the variant it was converting.
-    ``on_result(q, message)`` hears of each variant as soon as it is done (`tflab.litert.pool`)."""
+    ``on_result(q, message)`` hears of each variant as soon as it is done (`tflab.litert.pool`);
+    ``keep_calibration``: the int8 message names the calibrated model's file (`take_calibration`)."""
     results: dict[str, dict] = {}
     pending = list(quants)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     while pending and not _ABANDONED.is_set():
         cmd = [sys.executable, "-m", "tflab.litert.workers", "--worker", saved_model, outdir, ",".join(pending),
-               examples_npz]
+               examples_npz] + ["--keep-calibration"] * keep_calibration
         proc = _workers().start(cmd, env, waits=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         current = None
         assert proc.stdout is not None
@@ -146,7 +182,7 @@ def convert_isolated(saved_model: str, outdir: str, quants: list[str], examples_
 
 
 def convert_inprocess(saved_model: str, outdir: str, quants: list[str], batches,
-                       progress: Callable[[str], None]) -> dict[str, dict]:
+                       progress: Callable[[str], None], keep_calibration: bool = False) -> dict[str, dict]:
     from tflab.litert.conversion import UnsupportedOpsError, convert
 
     results: dict[str, dict] = {}
@@ -154,7 +190,7 @@ def convert_inprocess(saved_model: str, outdir: str, quants: list[str], batches,
         progress(f"converting {q}")
         t0 = time.perf_counter()
         try:
-            model = convert(saved_model, q, batches)
+            model = convert(saved_model, q, batches, keep_calibration=keep_calibration)
         except UnsupportedOpsError as e:
             results[q] = {"event": "unsupported", "quantization": q, "error": str(e), "ops": list(e.ops),
                           "kind": e.kind, "signatures": e.signatures}
@@ -197,7 +233,7 @@ def reset_workers() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 6 and sys.argv[1] == "--worker":
+    if len(sys.argv) in (6, 7) and sys.argv[1] == "--worker":
         sys.exit(_worker_main(sys.argv[2:]))
     print("usage: python -m tflab.litert.workers --worker SAVED_MODEL OUTDIR Q1,Q2 EXAMPLES.npz (internal; "
           "use `tflab export`)", file=sys.stderr)
