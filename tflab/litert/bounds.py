@@ -48,7 +48,7 @@ import collections
 import dataclasses
 import hashlib
 import os
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -108,7 +108,15 @@ def _cache_key(saved_model_dir: str, batches) -> str:
     return h.hexdigest()
 
 
-def sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
+def sensitivity_cached(saved_model_dir: str | os.PathLike, batches) -> bool:
+    """Whether `sensitivity` has the gradients of this SavedModel and example set already."""
+    try:
+        return _cache_key(os.fspath(saved_model_dir), batches) in _SENSITIVITY_CACHE
+    except OSError:
+        return False
+
+
+def sensitivity(saved_model_dir: str, loaded, batches, progress: Callable[[str], None] | None = None) -> _Sensitivity:
     """Gradients of every output element of every signature, keyed ``"<signature>/<output>"``.
 
     One backward pass per output element (one-hot seed), as a persistent
@@ -126,6 +134,8 @@ def sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
             have NaN fed as 0 (the rows with NaN have NaN outputs, compared by
             position; their gradients are taken at 0 so that other rows keep
             theirs).
+        progress: called with a line before each traced backward graph and each
+            batch's backward passes (seconds each on a CNN), or None.
 
     Returns:
         `_Sensitivity`: per output key, ``rel``/``abs`` float64 arrays
@@ -146,6 +156,7 @@ def sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
     """
     import tensorflow as tf
 
+    say = progress or (lambda msg: None)
     key = _cache_key(saved_model_dir, batches)
     keys = sorted(loaded.signatures)
     if key in _SENSITIVITY_CACHE:
@@ -186,12 +197,13 @@ def sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
         float_out = [o for o in out_names if fn.structured_outputs[o].dtype.is_floating]
         traced: dict = {}
         abs_w = None
-        for batch in batches:
+        for n_batch, batch in enumerate(batches):
             feed = {n: tf.constant(np.nan_to_num(a, nan=0.0) if a.dtype.kind == "f" else a)
                     for n, a in feed_for(batch, names).items()}
             float_in = [n for n, t in feed.items() if t.dtype.is_floating]
             spec_key = tuple((n, t.dtype.name, t.shape.rank) for n, t in feed.items())
             if spec_key not in traced:
+                say(f"end-to-end bound: tracing the backward pass of {sig_key} ({len(own)} variables)")
                 try:
                     traced[spec_key] = _gradient_sums_fn(fn, [variables[j] for j in own], out_names, float_out,
                                                          float_in, feed)
@@ -201,6 +213,9 @@ def sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
                     run_signature(fn, sig_key, feed)  # the signature's own failure, as one line
                     raise
             caps = [max(0, cap - computed[f"{sig_key}/{o}"]) for o in float_out]
+            if sum(caps):
+                say(f"end-to-end bound: up to {sum(caps)} backward passes, one per output element, on "
+                    f"batch {n_batch + 1} of {len(batches)} ({sig_key})")
             if abs_w is None:  # |w| of this signature's variables, once: an input, not ops to trace
                 abs_w = tf.constant(np.concatenate([np.abs(values[j].astype(np.float64)).ravel() for j in own]
                                                    + [np.zeros(1)]))
@@ -371,13 +386,15 @@ def _flat_abs64(grads: list):
     return tf.concat([tf.abs(tf.cast(p, tf.float64)) for p in parts] + [tf.zeros([1], tf.float64)], 0)
 
 
-def prepare_bounds(saved_model_dir: str | os.PathLike, examples: Examples | Any) -> None:
+def prepare_bounds(saved_model_dir: str | os.PathLike, examples: Examples | Any,
+                   progress: Callable[[str], None] | None = None) -> None:
     """Computes the gradients the bounds need, ahead of `check_tflite` (which then finds them cached).
 
-    `tflab.export` calls it while the converter works in its worker process.
+    `tflab.export` calls it while the converter works in its worker process; ``progress`` hears
+    a line per step that takes seconds (as `sensitivity`'s).
     """
     saved_model_dir = os.fspath(saved_model_dir)
-    sensitivity(saved_model_dir, load_saved_model(saved_model_dir), Examples.of(examples))
+    sensitivity(saved_model_dir, load_saved_model(saved_model_dir), Examples.of(examples), progress=progress)
 
 
 def _gamma(k: np.ndarray) -> np.ndarray:
