@@ -125,3 +125,17 @@ def test_integer_output_has_zeros_and_the_cap_counts_across_batches(tiny, monkey
     assert np.isfinite(sens.rel["serving_default/z"]).all()
     # cached per SavedModel and example set
     assert bounds.sensitivity(path, loaded, batches) is sens
+
+
+
+def test_flat_abs64_concatenates_one_dtype_and_casts_mixed_ones_each():
+    """``|g|`` flattened to float64 with one trailing 0: float32 gradients are concatenated before
+    the one cast, a float16 one beside them is cast on its own; NaN stays NaN (the caller's fallback
+    counts it as 0)."""
+    g32 = tf.constant([[1.5, -np.nan], [np.inf, -2.0]], tf.float32)
+    g16 = tf.constant([-0.25, 3.0], tf.float16)
+    one = bounds._flat_abs64([g32, tf.constant([-4.0])]).numpy()
+    np.testing.assert_array_equal(one, [1.5, np.nan, np.inf, 2.0, 4.0, 0.0])
+    mixed = bounds._flat_abs64([g32, g16]).numpy()
+    np.testing.assert_array_equal(mixed, [1.5, np.nan, np.inf, 2.0, 0.25, 3.0, 0.0])
+    assert one.dtype == mixed.dtype == np.float64

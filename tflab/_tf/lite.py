@@ -271,3 +271,30 @@ def frozen_function(concrete_function: Any):
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
     return convert_variables_to_constants_v2(concrete_function)
+
+
+def frozen_graph(concrete_function: Any):
+    """The graph `frozen_function` wraps, imported as it is: ``(graph, input names, output names)``.
+
+    The same ``convert_variables_to_constants_v2`` steps up to the frozen GraphDef
+    (``_FunctionConverterDataInEager`` and ``_replace_variables_by_constants`` in
+    ``tensorflow/python/framework/convert_to_constants.py``), then one C++ ``import_graph_def``
+    (``name=""``: every node keeps its name) into a plain ``tf.Graph``, for a v1 ``Session`` to run.
+    `frozen_function` wraps that GraphDef again and prunes it to its inputs and outputs, which
+    copies every op in Python (``lift_to_graph``): most of a minute on a ResNet50. The inputs are
+    the signature's placeholders (``"x:0"``; the variables became constants), the outputs its flat
+    outputs (``"Identity:0"``), in the order of ``concrete_function.inputs``/``.outputs``.
+    """
+    import tensorflow as tf
+    from tensorflow.python.framework import convert_to_constants as c2c
+
+    data = c2c._FunctionConverterDataInEager(func=concrete_function, lower_control_flow=True,  # noqa: SLF001
+                                             aggressive_inlining=False)
+    graph_def, converted = c2c._replace_variables_by_constants(converter_data=data)  # noqa: SLF001
+    captured = concrete_function.graph.internal_captures
+    folded = {id(captured[i]) for i in converted}
+    inputs = [t.name for t in concrete_function.inputs if id(t) not in folded]
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+    return graph, inputs, [t.name for t in concrete_function.outputs]

@@ -114,52 +114,13 @@ def run(args: argparse.Namespace) -> int:
             {k: signature_inputs(f) for k, f in loaded.signatures.items()})))
     quantization = args.quantization or variant_of(data)
     progress(f"checking the {quantization} flatbuffer op by op and end to end{source}")
-    float_model = _float_reference_beside_bounds(sm_dir, batches, progress.note)
-    check = check_tflite(data, sm_dir, batches, quantization, keep_float=args.keep_float, float_model=float_model)
+    # The float reference converts in a worker process while the bound's gradients are computed
+    # (the two longest steps, side by side; a converter abort costs the reference, not the run).
+    check = check_tflite(data, sm_dir, batches, quantization, keep_float=args.keep_float, isolate=True,
+                         progress=progress.note)
     check = dataclasses.replace(check, path=os.path.abspath(args.model))
     if node_out is not None and check.per_op is not None:
         node_out.write(dumps(check.per_op.node_data))
     print(dumps(check.to_dict()) if args.json else check.to_text())
     return 0 if check.ok else 1
 
-
-def _float_reference_beside_bounds(sm_dir: str, batches, say) -> bytes | None:
-    """The float conversion the per-op check's reference weights come from, made in a worker process
-    while this one computes the end-to-end bound's gradients (the two longest steps, side by side).
-
-    Returns None when the worker could not convert it: `check_tflite` then converts it itself and
-    says what fails.
-    """
-    import tempfile
-    from pathlib import Path
-
-    from tflab.errors import UsageError
-    from tflab.litert.bounds import prepare_bounds
-    from tflab.litert.pool import ConversionPool
-    from tflab.litert.workers import convert_isolated, reset_workers, save_examples, stop_workers
-
-    with tempfile.TemporaryDirectory(prefix="tflab_check_") as tmp:
-        npz = os.path.join(tmp, "examples.npz")
-        try:
-            save_examples(list(batches), npz)
-            reset_workers()
-            pool = ConversionPool(["none"], lambda subset, done: convert_isolated(sm_dir, tmp, subset, npz, say, done))
-        except Exception:  # noqa: BLE001 - no worker: check_tflite converts in this process
-            return None
-        try:
-            say("computing the end-to-end bound's gradients while the float reference converts")
-            try:
-                prepare_bounds(sm_dir, batches)
-            except LookupError:
-                pass  # an op without a gradient: check_tflite says so
-            msg = pool["none"]
-            return (Path(tmp) / msg["file"]).read_bytes() if msg.get("event") == "done" else None
-        except UsageError:
-            stop_workers()
-            raise
-        except Exception:  # noqa: BLE001 - check_tflite converts it itself, and says what fails
-            stop_workers()
-            return None
-        except BaseException:
-            stop_workers()
-            raise

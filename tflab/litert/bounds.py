@@ -48,7 +48,7 @@ import collections
 import dataclasses
 import hashlib
 import os
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -108,7 +108,15 @@ def _cache_key(saved_model_dir: str, batches) -> str:
     return h.hexdigest()
 
 
-def sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
+def sensitivity_cached(saved_model_dir: str | os.PathLike, batches) -> bool:
+    """Whether `sensitivity` has the gradients of this SavedModel and example set already."""
+    try:
+        return _cache_key(os.fspath(saved_model_dir), batches) in _SENSITIVITY_CACHE
+    except OSError:
+        return False
+
+
+def sensitivity(saved_model_dir: str, loaded, batches, progress: Callable[[str], None] | None = None) -> _Sensitivity:
     """Gradients of every output element of every signature, keyed ``"<signature>/<output>"``.
 
     One backward pass per output element (one-hot seed), as a persistent
@@ -126,6 +134,8 @@ def sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
             have NaN fed as 0 (the rows with NaN have NaN outputs, compared by
             position; their gradients are taken at 0 so that other rows keep
             theirs).
+        progress: called with a line before each traced backward graph and each
+            batch's backward passes (seconds each on a CNN), or None.
 
     Returns:
         `_Sensitivity`: per output key, ``rel``/``abs`` float64 arrays
@@ -146,6 +156,7 @@ def sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
     """
     import tensorflow as tf
 
+    say = progress or (lambda msg: None)
     key = _cache_key(saved_model_dir, batches)
     keys = sorted(loaded.signatures)
     if key in _SENSITIVITY_CACHE:
@@ -185,12 +196,14 @@ def sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
         out_names = list(fn.structured_outputs)
         float_out = [o for o in out_names if fn.structured_outputs[o].dtype.is_floating]
         traced: dict = {}
-        for batch in batches:
+        abs_w = None
+        for n_batch, batch in enumerate(batches):
             feed = {n: tf.constant(np.nan_to_num(a, nan=0.0) if a.dtype.kind == "f" else a)
                     for n, a in feed_for(batch, names).items()}
             float_in = [n for n, t in feed.items() if t.dtype.is_floating]
             spec_key = tuple((n, t.dtype.name, t.shape.rank) for n, t in feed.items())
             if spec_key not in traced:
+                say(f"end-to-end bound: tracing the backward pass of {sig_key} ({len(own)} variables)")
                 try:
                     traced[spec_key] = _gradient_sums_fn(fn, [variables[j] for j in own], out_names, float_out,
                                                          float_in, feed)
@@ -200,8 +213,14 @@ def sensitivity(saved_model_dir: str, loaded, batches) -> _Sensitivity:
                     run_signature(fn, sig_key, feed)  # the signature's own failure, as one line
                     raise
             caps = [max(0, cap - computed[f"{sig_key}/{o}"]) for o in float_out]
+            if sum(caps):
+                say(f"end-to-end bound: up to {sum(caps)} backward passes, one per output element, on "
+                    f"batch {n_batch + 1} of {len(batches)} ({sig_key})")
+            if abs_w is None:  # |w| of this signature's variables, once: an input, not ops to trace
+                abs_w = tf.constant(np.concatenate([np.abs(values[j].astype(np.float64)).ravel() for j in own]
+                                                   + [np.zeros(1)]))
             sizes, r_own, a_own, in_sums = run_signature(
-                lambda **f: traced[spec_key](f, tf.constant(caps, tf.int32)), sig_key, feed)
+                lambda **f: traced[spec_key](f, tf.constant(caps, tf.int32), abs_w), sig_key, feed)
             sizes, row = sizes.numpy(), 0
             r_own, a_own, in_sums = r_own.numpy(), a_own.numpy(), in_sums.numpy()
             for out_name, n in zip(out_names, sizes.tolist()):
@@ -270,9 +289,11 @@ def _gradient_sums_fn(fn, variables: list, out_names: list[str], float_out: list
             has one), so batches of other sizes reuse it.
 
     Returns:
-        A concrete function ``(feed, caps)`` where ``caps`` is int32
-        ``[len(float_out)]``, how many leading elements of each float output
-        to differentiate. It returns ``(sizes, rel, abs, inputs)``: int32
+        A concrete function ``(feed, caps, abs_w)`` where ``caps`` is int32
+        ``[len(float_out)]``, how many elements of each float output to
+        differentiate, and ``abs_w`` float64 ``[Σ sizes + 1]`` the variables'
+        ``|w|`` flattened in column order plus one trailing 0 (fed, so the
+        traced graph reads no variable for it). It returns ``(sizes, rel, abs, inputs)``: int32
         ``[len(out_names)]`` element counts; float64 ``[K, len(variables)]``
         ``Σ|∂y/∂w|·|w|`` and ``Σ|∂y/∂w|`` per variable, where ``K`` is the
         sum of ``min(size, cap)`` over the float outputs; float64
@@ -297,7 +318,7 @@ def _gradient_sums_fn(fn, variables: list, out_names: list[str], float_out: list
         g = tf.abs(g)
         return tf.where(tf.math.is_nan(g), tf.zeros_like(g), tf.minimum(g, tf.cast(big, g.dtype)))
 
-    def sums(feed, caps):
+    def sums(feed, caps, abs_w):
         watched = [feed[n] for n in float_in]
         with tf.GradientTape() as tape:
             tape.watch(variables)
@@ -315,17 +336,13 @@ def _gradient_sums_fn(fn, variables: list, out_names: list[str], float_out: list
         if not ys:
             return sizes, tf.zeros([0, len(variables)], tf.float64), tf.zeros([0, len(variables)], tf.float64), \
                 tf.zeros([0, len(float_in)], tf.float64)
-        abs_w = tf.concat([tf.reshape(tf.abs(tf.cast(v, tf.float64)), [-1]) for v in variables]
-                          + [tf.zeros([1], tf.float64)], 0)
-
         def one(k):
             seeds = [tf.reshape(tf.one_hot(tf.where(tf.equal(which[k], j), elem[k], -1), tf.size(y), dtype=y.dtype),
                                 tf.shape(y)) for j, y in enumerate(ys)]
             grads = tape.gradient(ys, variables + watched, output_gradients=seeds,
                                   unconnected_gradients=tf.UnconnectedGradients.ZERO)
             if variables:
-                g = tf.concat([tf.reshape(tf.cast(tf.abs(tf.convert_to_tensor(g)), tf.float64), [-1])
-                               for g in grads[:len(variables)]] + [tf.zeros([1], tf.float64)], 0)
+                g = _flat_abs64(grads[:len(variables)])
 
                 def reduced(g):
                     return (tf.math.segment_sum(g * abs_w, segments)[:len(variables)],
@@ -348,7 +365,8 @@ def _gradient_sums_fn(fn, variables: list, out_names: list[str], float_out: list
         return sizes, r, a, x
 
     caps_spec = tf.TensorSpec([len(float_out)], tf.int32)
-    return tf.function(sums, autograph=False).get_concrete_function(feed_spec, caps_spec)
+    abs_w_spec = tf.TensorSpec([sum(sizes_w) + 1], tf.float64)
+    return tf.function(sums, autograph=False).get_concrete_function(feed_spec, caps_spec, abs_w_spec)
 
 
 def float_variable_sizes(loaded) -> list[int]:
@@ -390,13 +408,33 @@ def with_stored_weights(sens: _Sensitivity, loaded, stored_sizes) -> _Sensitivit
     return dataclasses.replace(sens, quantizable=sens.quantizable | stored)
 
 
-def prepare_bounds(saved_model_dir: str | os.PathLike, examples: Examples | Any) -> None:
+
+def _flat_abs64(grads: list):
+    """``|g|`` of every gradient, flattened, concatenated and cast to float64, plus one trailing 0.
+
+    The float32 gradients are concatenated before the one cast and ``|·|`` (exact in either order),
+    so the traced loop body holds a reshape per variable and a few ops, not four ops per variable;
+    other dtypes are cast each (a concat takes one dtype).
+    """
+    import tensorflow as tf
+
+    parts = [tf.reshape(tf.convert_to_tensor(g), [-1]) for g in grads]
+    by_dtype = {p.dtype for p in parts}
+    if len(by_dtype) == 1:
+        (dtype,) = by_dtype
+        return tf.abs(tf.cast(tf.concat(parts + [tf.zeros([1], dtype)], 0), tf.float64))
+    return tf.concat([tf.abs(tf.cast(p, tf.float64)) for p in parts] + [tf.zeros([1], tf.float64)], 0)
+
+
+def prepare_bounds(saved_model_dir: str | os.PathLike, examples: Examples | Any,
+                   progress: Callable[[str], None] | None = None) -> None:
     """Computes the gradients the bounds need, ahead of `check_tflite` (which then finds them cached).
 
-    `tflab.export` calls it while the converter works in its worker process.
+    `tflab.export` calls it while the converter works in its worker process; ``progress`` hears
+    a line per step that takes seconds (as `sensitivity`'s).
     """
     saved_model_dir = os.fspath(saved_model_dir)
-    sensitivity(saved_model_dir, load_saved_model(saved_model_dir), Examples.of(examples))
+    sensitivity(saved_model_dir, load_saved_model(saved_model_dir), Examples.of(examples), progress=progress)
 
 
 def _gamma(k: np.ndarray) -> np.ndarray:

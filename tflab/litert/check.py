@@ -13,9 +13,10 @@ error); a NaN on one side only is an infinite error.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -27,6 +28,7 @@ from tflab.examples import Examples
 from tflab._graph.numeric import ulp_distance
 from tflab.saved_model import load_saved_model, signature_inputs
 from tflab.litert.records import OutputError, TFLiteCheck
+from tflab.litert.reference_worker import reference_beside_bounds
 from tflab.litert.vacuous import planted_outputs, vacuous_note as _vacuous_note
 from tflab.litert.whole_model import output_effect, stored_integer_sizes, whole_model_cause
 from tflab.litert.runner import (  # noqa: F401 (re-exported)
@@ -36,7 +38,8 @@ from tflab.litert.runner import (  # noqa: F401 (re-exported)
 def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Examples | Any,
                  quantization: str | None = None, *, float_size: int | None = None,
                  convert_seconds: float | None = None, float_model: bytes | None = None,
-                 per_op: bool = True, keep_float: bool = False, tf_tensors: bool = True) -> TFLiteCheck:
+                 per_op: bool = True, keep_float: bool = False, tf_tensors: bool = True,
+                 isolate: bool | None = None, progress: Callable[[str], None] | None = None) -> TFLiteCheck:
     """Runs a converted flatbuffer with LiteRT and compares it with the SavedModel in TF.
 
     Args:
@@ -61,6 +64,14 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
             error drop and size cost (``.attribution.kept_float``).
         tf_tensors: for the float variant, compare each op's output with TF's tensor of the
             same name (``.tf_tensors``; freezes the signature once).
+        isolate: where ``float_model`` is not given and the bound's gradients are not cached,
+            convert the float reference in a worker process while this one computes them
+            (`tflab.litert.reference_worker`; a converter abort then costs the reference only):
+            True always, False never (in-process, after the bound), None when the SavedModel's
+            variables hold at least ``WORKER_MIN_VARIABLE_BYTES`` (1 MiB), below which the
+            worker's start-up costs more than it saves. The bytes are the same either way.
+        progress: called with one line per step that can take seconds (the bound's backward
+            passes, the float reference, the per-op check), e.g. ``Progress.note``.
 
     Returns:
         A `TFLiteCheck` (see `tflite_roundtrip`).
@@ -158,13 +169,20 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
         return None if moved["all"] is None else moved["all"].get(okey)
     need_bounds = any(np.concatenate([w.ravel() for w in c["want"]]).dtype.kind == "f" for c in collected.values())
     sens, no_bound = None, ""
+    say = progress or (lambda msg: None)
     if need_bounds:
-        try:
-            sens = sensitivity(saved_model_dir, loaded, batches)
-            if quantization == "int8":  # every weight is stored in int8, not only the large ones
-                sens = with_stored_weights(sens, loaded, stored_integer_sizes(model))
-        except LookupError as e:  # an op without a registered gradient
-            no_bound = str(e).strip().splitlines()[0][:200]
+        worker = None if not per_op or float_model is not None or _float_key(saved_model_dir) in _FLOAT_MODELS \
+            else reference_beside_bounds(saved_model_dir, batches, isolate, say)
+        with worker if worker is not None else contextlib.nullcontext():  # stopped if the bound fails
+            try:
+                sens = sensitivity(saved_model_dir, loaded, batches, progress=say)
+                if quantization == "int8":  # every weight is stored in int8, not only the large ones
+                    sens = with_stored_weights(sens, loaded, stored_integer_sizes(model))
+            except LookupError as e:  # an op without a registered gradient
+                no_bound = str(e).strip().splitlines()[0][:200]
+            data = worker.result(say) if worker is not None else None
+        if data is not None:
+            remember_float_reference(saved_model_dir, data)
 
     outputs = {}
     effects: list = []  # the quantized variants' whole-model effect per output (`tflab.litert.whole_model`)
@@ -273,9 +291,12 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
     if fed:
         notes.append(fed)
     explanation = bound_explanation(quantization, dyn_quantized, outputs)
+    if per_op:
+        say("per-op check: every op against the float reference on its own inputs")
     per_op_check = _per_op(model, saved_model_dir, batches, quantization, float_model, notes) if per_op else None
     attribution = float_tensors = None
     if per_op_check is not None and quantization == "none" and tf_tensors:
+        say("the float variant's tensors against TF's of the same name")
         float_tensors = _float_tensors(model, saved_model_dir, batches, notes)
     if per_op_check is not None and quantization == "dynamic" and not dyn_quantized:
         # Nothing was quantized: the variant is the float model, its error is float rounding (the

@@ -8,7 +8,7 @@ converter named it after, in the SavedModel run by TF on the same examples.
 How tensors are matched: the converter names a fused op's output after the TF
 ops it was made from, joined by ``;`` (``"model/conv2d/Relu;model/conv2d/BiasAdd;
 model/conv2d/convolution"``). The signature is frozen (variables folded,
-calls inlined: `tflab._tf.lite.frozen_function`), so its nodes are
+calls inlined: `tflab._tf.lite.frozen_graph`), so its nodes are
 ``StatefulPartitionedCall/model/conv2d/Relu``; every part that names a node
 (exactly, or as the end of a node's name) is a candidate, and the one downstream
 of the others in TF's dataflow is the op's output (Relu after BiasAdd after the
@@ -85,7 +85,7 @@ def name_candidates(tflite_name: str, nodes: list[str], node_set: set[str] | Non
     return cands
 
 
-def _structured_outputs(signature, frozen) -> dict[str, str]:
+def _structured_outputs(signature, flat: list[str]) -> dict[str, str]:
     """The frozen signature's outputs by SignatureDef name: ``{output name: "node:index"}``.
 
     The frozen function keeps its outputs flat (``Identity:0``, ``Identity_1:0``), in the order
@@ -95,14 +95,13 @@ def _structured_outputs(signature, frozen) -> dict[str, str]:
     import tensorflow as tf
 
     spec = signature.structured_outputs
-    flat = list(frozen.outputs)
     n = len(tf.nest.flatten(spec)) if isinstance(spec, dict) else 0
     # A gradient taken through the signature (the bounds' sensitivities) appends the forward pass's
     # intermediates to its outputs: the structured outputs are the first n.
     if not n or len(flat) < n:
         return {}
     packed = tf.nest.pack_sequence_as(spec, flat[:n])
-    return {str(k): v.name for k, v in packed.items() if isinstance(v, tf.Tensor)}
+    return {str(k): v for k, v in packed.items() if isinstance(v, str)}
 
 
 def compare_float_tensors(model: bytes, saved_model_dir: str | os.PathLike, examples: Any,
@@ -123,7 +122,7 @@ def compare_float_tensors(model: bytes, saved_model_dir: str | os.PathLike, exam
     import tensorflow as tf
 
     from tflab._io.progress import step_note
-    from tflab._tf.lite import frozen_function
+    from tflab._tf.lite import frozen_graph
     from tflab.examples import Examples
     from tflab.litert.ops import preserving_interpreter, read_ops, run_ops
     from tflab.saved_model import load_saved_model, signature_inputs
@@ -133,10 +132,8 @@ def compare_float_tensors(model: bytes, saved_model_dir: str | os.PathLike, exam
     examples = Examples.of(examples).check({k: signature_inputs(f) for k, f in loaded.signatures.items()})
     parsed = read_ops(model)
     key = key or next(k for k in parsed.signatures if k in examples.signatures)
-    # A WrappedFunction over the frozen graph (TF imports it with name="", so every node
-    # keeps its name): pruned below to fetch the intermediates, no second import.
-    frozen = frozen_function(loaded.signatures[key])
-    g = frozen.graph
+    # The frozen graph, imported with name="" (every node keeps its name), run by a Session below.
+    g, in_names, out_names = frozen_graph(loaded.signatures[key])
     nodes = [op.name for op in g.get_operations()]
     node_set = set(nodes)
     ops = parsed.subgraphs[parsed.signatures[key]]
@@ -145,7 +142,7 @@ def compare_float_tensors(model: bytes, saved_model_dir: str | os.PathLike, exam
     # as 'p' is TF's structured output 'p', whatever the converter named it ("StatefulPartitionedCall:1"
     # names the call's second output, not the node's first).
     outputs_by_index = {d["index"]: n for n, d in interp.get_signature_runner(key).get_output_details().items()}
-    tf_outputs = _structured_outputs(loaded.signatures[key], frozen)
+    tf_outputs = _structured_outputs(loaded.signatures[key], out_names)
     pick: dict[int, str] = {}
     inputs_of: dict[str, list[str]] = {}
     for op in ops:
@@ -162,18 +159,21 @@ def compare_float_tensors(model: bytes, saved_model_dir: str | os.PathLike, exam
             index = dict(cands)[chosen]
             if index < len(g.get_operation_by_name(chosen).outputs):
                 pick[op.index] = f"{chosen}:{index}"
-    in_names = [t.name for t in frozen.inputs]
     # The placeholders are named after the signature's inputs; else they keep its (sorted) order.
     order = [n.split(":")[0] for n in in_names]
     if set(order) != set(signature_inputs(loaded.signatures[key])):
         order = sorted(signature_inputs(loaded.signatures[key]))
-    fetches = {i: g.get_tensor_by_name(n) for i, n in pick.items()}
-    pruned = frozen.prune(feeds=[g.get_tensor_by_name(n) for n in in_names], fetches=list(fetches.values()))
+    fetches = {i: g.get_tensor_by_name(n).name for i, n in pick.items()}
     err = collections.defaultdict(float)
     ref = collections.defaultdict(float)
     bad_shape: set[int] = set()
-    for feed in examples.feeds(key):
-        want = pruned(*[tf.constant(feed[n]) for n in order])
+    # The frozen graph runs as imported, fetching the picked tensors (a v1 Session over its graph):
+    # a pruned WrappedFunction computed the same tensors after copying every op into a new graph in
+    # Python (twice: once to wrap the frozen graph, once to fetch the intermediates).
+    with tf.compat.v1.Session(graph=g) as session:
+        runs = [session.run(list(fetches.values()), {p: feed[n] for p, n in zip(in_names, order)})
+                for feed in examples.feeds(key)]
+    for feed, want in zip(examples.feeds(key), runs):
         by_index = dict(zip(fetches, want))
         for o in run_ops(model, feed, key, parsed=parsed, interpreter=interp):
             if o.index not in by_index or o.output_arrays[0] is None:
