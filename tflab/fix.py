@@ -108,8 +108,16 @@ class Fix(Report):
 
     @property
     def check_text(self) -> str:
-        """``checked: RESULT``, ``failed: RESULT`` or ``not checked: WHY``."""
+        """``checked: RESULT``, ``failed: RESULT`` or ``not checked: WHY``.
+
+        A fix whose symptom is gone but whose outputs were not compared with the original function's
+        eager outputs (no values kept: `VALUES_NOT_KEPT` in its result) reads ``checked on traces only,
+        outputs not compared: RESULT``: it may change what the function computes.
+        """
         if self.status == CHECKED:
+            if self.result and VALUES_NOT_KEPT in self.result:
+                # the symptom is gone, but no output was compared with eager's: say so before the result
+                return f"checked on traces only, outputs not compared: {self.result}"
             return f"checked: {self.result}" if self.result else "checked"
         if self.status == FAILED:
             return f"failed: {self.result}" if self.result else "failed"

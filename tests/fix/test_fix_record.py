@@ -206,3 +206,18 @@ def test_a_candidate_that_signals_tflabs_process_fails_that_candidate(monkeypatc
             fx.attempt("code", "x", "change x", signal_parent, timeout_s=20)
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_a_fix_checked_without_values_never_reads_plain_checked():
+    """A fix whose symptom is gone but whose outputs were never compared (`tflab retrace SCRIPT.py`
+    keeps no values) must not print "(checked: …)": such a fix (``n = tf.constant(n)`` for
+    ``tf.stack([x] * n)``) can change what the function computes. Twin: outputs compared."""
+    from tflab.fix import CHECKED, VALUES_NOT_KEPT, Fix
+
+    traces_only = Fix("retrace", "n = tf.constant(n, tf.int32)", "", status=CHECKED,
+                      result=f"1 trace for your 3 calls, instead of 3; {VALUES_NOT_KEPT}")
+    line = traces_only.line()
+    assert "(checked on traces only, outputs not compared: 1 trace" in line and "(checked: " not in line
+    compared = Fix("retrace", "input_signature=[...]", "", status=CHECKED,
+                   result="1 trace for your 3 calls, instead of 3; outputs equal eager's on your 3 calls (bit for bit)")
+    assert "(checked: 1 trace for your 3 calls" in compared.line()

@@ -82,7 +82,6 @@ def run(args: argparse.Namespace) -> int:
 
     if args.target is not None:
         return _run_user(args)
-    check_options(args)
     parts = ["mirrored"] if args.mode == "mirrored" else ["workers"] if args.mode == "workers" \
         else ["mirrored", "workers"]
     progress = Progress("distribute", total=len(parts), enabled=not args.json)
