@@ -39,6 +39,7 @@ from tflab.litert.workers import (convert_inprocess, convert_isolated, reset_wor
                                   stop_workers, take_calibration)
 from tflab.report.html.dispatch import renders
 from tflab.report.html.export import export_fragment
+from tflab.litert.records.check import variant_status  # noqa: F401 (export's status rule, re-exported)
 
 @dataclasses.dataclass(frozen=True)
 class VariantResult:
@@ -47,7 +48,10 @@ class VariantResult:
     Attributes:
         quantization: the recipe name.
         status: ``"ok"`` (within its bound), ``"EXCEEDED"`` (an error beyond
-            its bound), ``"no bound"`` (measured, but no gradient to bound it),
+            its bound), ``"OUTSIDE"`` (an op outside its local bound, or a tensor outside the
+            simulation of the variant's own quantization), ``"CROSSED"`` (a quantized variant whose
+            whole-model effect crosses its threshold: `TFLiteCheck.whole_model`),
+            ``"no bound"`` (measured, but no gradient to bound it),
             ``"not run"`` (converted, LiteRT cannot run it in Python),
             ``"error"`` (conversion failed) or ``"crashed"`` (the converter
             process died).
@@ -544,14 +548,7 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
 
                 (tmp / f"model_{q}.node_data.json").write_text(_dumps(check.per_op.node_data))
             check = dataclasses.replace(check, path=os.fspath(out / msg["file"]))
-            # The per-op check is the verdict; the end-to-end bound decides only when it did not run.
-            # An op outside its local bound is OUTSIDE; an output beyond its end-to-end bound (an
-            # infinite error too) is EXCEEDED even when every checked op passed.
-            status = ("not run" if check.runtime.startswith("not run") else
-                      "OUTSIDE" if check.per_op is not None and check.per_op.ok is False else
-                      "EXCEEDED" if check.within_bound is False else
-                      "ok" if check.ok else
-                      {True: "ok", None: "no bound"}[check.within_bound])
+            status = variant_status(check)
             variants[q] = VariantResult(q, status, check=check, file=msg["file"], convert_seconds=msg["seconds"])
         # Paths inside the report point at the final folder: this export's, and the folder an enclosing
         # run publishes it in (the tour's --out), not a temporary folder gone after the rename.

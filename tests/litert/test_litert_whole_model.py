@@ -220,3 +220,22 @@ def test_output_effect_judges_rows_with_one_tf_class_and_the_range_share():
     column = [np.array([[0.5], [1.5]])]
     assert output_effect(out(MAX_RANGE_SHARE * 1.2), column, column).crossed
     assert not output_effect(out(MAX_RANGE_SHARE * 0.8), column, column).crossed
+
+
+@pytest.mark.parametrize("name,status", [("mlp_input_outlier", "CROSSED"), ("embedding_weight_outlier", "CROSSED"),
+                                         ("embedding", "ok"), ("embedding_flatten", "ok")])
+def test_export_status_is_never_ok_when_the_check_is_not(checked, name, status):
+    """The export table's status comes from the same check: a variant whose whole-model effect crosses
+    its threshold reads CROSSED (it read "ok" beside a failed check and exit 1); the healthy twins ok.
+    The line marks the threshold that was crossed, not the one beside it."""
+    from tflab.export import variant_status
+
+    c = checked[name][3]
+    assert variant_status(c) == status and (status == "ok") == bool(c.ok)
+    for effect in c.whole_model:
+        for bit in effect.text.split(", "):
+            crossed = "CROSSED" in bit
+            if bit.lstrip().startswith("max|Δ|") or ": max|Δ|" in bit:
+                assert crossed == (effect.range_share is not None and effect.range_share > effect.max_range_share)
+            elif "top-1 agreement" in bit:
+                assert crossed == (effect.top1_agreement < effect.min_top1_agreement)

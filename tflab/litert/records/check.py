@@ -362,3 +362,27 @@ def variant_table(variants: dict[str, Any]) -> str:
 
 # Its HTML fragment (notebook and --html pages): tflab.report.html.dispatch's registry.
 renders(TFLiteCheck)(tflite_fragment)
+
+
+def variant_status(check: Any) -> str:
+    """A converted variant's `VariantResult.status` from its `TFLiteCheck`: never "ok" when ``check.ok`` is False.
+
+    The per-op check is the verdict; the end-to-end bound decides only when it did not run. An op
+    outside its local bound (or a LiteRT tensor outside the simulation of the variant's own
+    quantization) is OUTSIDE; an output beyond its end-to-end bound (an infinite error too) is
+    EXCEEDED even when every checked op passed; a quantized variant whose whole-model effect crosses
+    its threshold (top-1 agreement, max|Δ| as a share of TF's range) is CROSSED.
+    """
+    if check.runtime.startswith("not run"):
+        return "not run"
+    if check.per_op is not None and check.per_op.ok is False:
+        return "OUTSIDE"
+    if check.within_bound is False:
+        return "EXCEEDED"
+    if check.simulation is not None and check.simulation.ok is False:
+        return "OUTSIDE"
+    if any(e.crossed for e in check.whole_model):
+        return "CROSSED"
+    if check.ok:
+        return "ok"
+    return "no bound" if check.within_bound is None else "ok"

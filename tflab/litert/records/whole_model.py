@@ -84,9 +84,13 @@ class WholeModelEffect:
     @property
     def text(self) -> str:
         bits = []
+        low = self.top1_agreement is not None and self.rows > 0 and self.top1_agreement < self.min_top1_agreement
+        far = self.range_share is not None and self.range_share > self.max_range_share
         if self.top1_agreement is not None:
             bits.append(f"top-1 agreement {self.top1_agreement:.0%} of {self.rows} rows (threshold "
-                        f"{self.min_top1_agreement:.0%}; TF leads by more than an output step on {self.decisive_rows})")
+                        f"{self.min_top1_agreement:.0%}; TF leads by more than an output step on {self.decisive_rows})"
+                        + (" CROSSED" if low else ""))
         if self.range_share is not None:
-            bits.append(f"max|Δ| {self.range_share:.1%} of TF's range (threshold {self.max_range_share:.0%})")
-        return f"{self.output}: " + ", ".join(bits) + (" CROSSED" if self.crossed else "")
+            bits.append(f"max|Δ| {self.range_share:.1%} of TF's range (threshold {self.max_range_share:.0%})"
+                        + (" CROSSED" if far else ""))
+        return f"{self.output}: " + ", ".join(bits)
