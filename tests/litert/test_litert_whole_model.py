@@ -220,6 +220,12 @@ def test_output_effect_judges_rows_with_one_tf_class_and_the_range_share():
     column = [np.array([[0.5], [1.5]])]
     assert output_effect(out(MAX_RANGE_SHARE * 1.2), column, column).crossed
     assert not output_effect(out(MAX_RANGE_SHARE * 0.8), column, column).crossed
+    # class scores are judged by their class: every row kept, a worst element past the range share is
+    # reported, not a verdict; the same share on a regression output (above) crosses
+    kept = output_effect(out(MAX_RANGE_SHARE * 1.2), want, want)
+    assert kept.top1_agreement == 1.0 and not kept.crossed and "CROSSED" not in kept.text
+    # tied rows only: no class judged, so the range share decides again
+    assert output_effect(out(MAX_RANGE_SHARE * 1.2), tied, tied).crossed
 
 
 @pytest.mark.parametrize("name,status", [("mlp_input_outlier", "CROSSED"), ("embedding_weight_outlier", "CROSSED"),
@@ -236,6 +242,6 @@ def test_export_status_is_never_ok_when_the_check_is_not(checked, name, status):
         for bit in effect.text.split(", "):
             crossed = "CROSSED" in bit
             if bit.lstrip().startswith("max|Δ|") or ": max|Δ|" in bit:
-                assert crossed == (effect.range_share is not None and effect.range_share > effect.max_range_share)
+                assert not crossed  # class scores: judged by top-1, the range share only reported
             elif "top-1 agreement" in bit:
                 assert crossed == (effect.top1_agreement < effect.min_top1_agreement)
