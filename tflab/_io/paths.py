@@ -208,11 +208,15 @@ class OutputPath:
         except OSError as e:
             self.discard()
             raise self._fail(f"cannot create a folder in {self.path.parent}", e) from None
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the output is an ordinary folder
-        mark_owner(tmp)
-        register_publication(tmp, self.path)  # what is written inside names the published path
+        try:  # a SIGTERM raised here would leave tmp to no one: the caller has no name for it yet
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the output is an ordinary folder
+            mark_owner(tmp)
+            register_publication(tmp, self.path)  # what is written inside names the published path
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         return tmp
 
     def commit(self, tmp: Path) -> None:
