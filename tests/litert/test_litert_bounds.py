@@ -128,14 +128,67 @@ def test_integer_output_has_zeros_and_the_cap_counts_across_batches(tiny, monkey
 
 
 
-def test_flat_abs64_concatenates_one_dtype_and_casts_mixed_ones_each():
-    """``|g|`` flattened to float64 with one trailing 0: float32 gradients are concatenated before
-    the one cast, a float16 one beside them is cast on its own; NaN stays NaN (the caller's fallback
-    counts it as 0)."""
-    g32 = tf.constant([[1.5, -np.nan], [np.inf, -2.0]], tf.float32)
-    g16 = tf.constant([-0.25, 3.0], tf.float16)
-    one = bounds._flat_abs64([g32, tf.constant([-4.0])]).numpy()
-    np.testing.assert_array_equal(one, [1.5, np.nan, np.inf, 2.0, 4.0, 0.0])
-    mixed = bounds._flat_abs64([g32, g16]).numpy()
-    np.testing.assert_array_equal(mixed, [1.5, np.nan, np.inf, 2.0, 0.25, 3.0, 0.0])
-    assert one.dtype == mixed.dtype == np.float64
+class _Mixed(tf.Module):
+    """``y = Σ sqrt(w) · x + h · x``: a float32 ``w`` with a 0 (its gradient is +inf there) and a float16 ``h``."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = tf.Variable(np.array([4.0, 0.0, 9.0], np.float32), name="w")
+        self.h = tf.Variable(np.array([0.5, -2.0], np.float16), name="h")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 2], tf.float32, name="x")])
+    def serve(self, x):
+        return {"y": tf.reduce_sum(tf.sqrt(self.w)) * x + tf.cast(self.h, tf.float32) * x}
+
+
+def test_each_variable_is_reduced_alone_in_float64_with_its_own_dtype_and_non_finite_gradients(tmp_path):
+    """Per variable, in its own dtype: Σ|∂y/∂w|·|w| and Σ|∂y/∂w| equal numpy's float64 sums of the direct
+    gradients, with +inf counted as float64's largest value and NaN as 0 (``np.nan_to_num``). The
+    float32 ``w`` has an infinite gradient at its 0 (so its Σ|g| is the largest float64, its
+    Σ|g|·|w| finite); the float16 ``h`` sits beside it. A reduction that mixed the variables up,
+    dropped ``|w|`` or let the inf through would differ (the values are far apart)."""
+    model = _Mixed()
+    path = str(tmp_path / "saved_model")
+    tf.saved_model.save(model, path, signatures={"serving_default": model.serve})
+    loaded = load_saved_model(path)
+    batches = [{"x": np.array([[1.5, -3.0]], np.float32)}]
+    sens = bounds.sensitivity(path, loaded, batches)
+    fn = loaded.signatures["serving_default"]
+    cols = _columns(loaded)
+    variables = {v.name: v for v in fn.variables}
+    x = tf.constant(batches[0]["x"])
+    for i in range(2):
+        with tf.GradientTape() as tape:
+            y = fn(x=x)["y"]
+        seed = np.zeros((1, 2), np.float32)
+        seed[0, i] = 1.0
+        grads = tape.gradient(y, [variables[c] for c in cols], output_gradients=tf.constant(seed))
+        g = [np.nan_to_num(np.abs(t.numpy().astype(np.float64))) for t in grads]
+        want_abs = [a.sum() for a in g]
+        want_rel = [(a * np.abs(variables[c].numpy().astype(np.float64))).sum() for a, c in zip(g, cols)]
+        np.testing.assert_allclose(sens.abs["serving_default/y"][i], want_abs, rtol=1e-15)
+        np.testing.assert_allclose(sens.rel["serving_default/y"][i], want_rel, rtol=1e-15)
+    w_col = cols.index(next(c for c in cols if c.startswith("w")))
+    assert (sens.abs["serving_default/y"][:, w_col] == np.finfo(np.float64).max).all()
+    assert np.isfinite(sens.rel["serving_default/y"]).all()
+
+
+def test_without_grappler_changes_this_thread_only_and_restores_it():
+    """`tflab._tf.grappler.without_grappler` turns the meta-optimizer off in this thread's call
+    options only; another thread's options, and this thread's after the block (also after an
+    exception), are TF's default."""
+    import threading
+
+    from tflab._tf.grappler import grappler_disabled as disabled, without_grappler
+
+    seen = {}
+    assert not disabled()
+    with pytest.raises(RuntimeError):
+        with without_grappler():
+            assert disabled()
+            t = threading.Thread(target=lambda: seen.setdefault("other", disabled()))
+            t.start()
+            t.join()
+            assert tf.function(lambda v: v * 2.0)(tf.constant(3.0)).numpy() == 6.0
+            raise RuntimeError("planted")
+    assert seen == {"other": False} and not disabled()

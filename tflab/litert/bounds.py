@@ -52,6 +52,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from tflab._tf.grappler import without_grappler
 from tflab._user.usercode import run_signature
 from tflab.litert.conversion import call_target
 from tflab.examples import Examples, feed_for
@@ -219,10 +220,23 @@ def sensitivity(saved_model_dir: str, loaded, batches, progress: Callable[[str],
             if abs_w is None:  # |w| of this signature's variables, once: an input, not ops to trace
                 abs_w = tf.constant(np.concatenate([np.abs(values[j].astype(np.float64)).ravel() for j in own]
                                                    + [np.zeros(1)]))
-            sizes, r_own, a_own, in_sums = run_signature(
-                lambda **f: traced[spec_key](f, tf.constant(caps, tf.int32), abs_w), sig_key, feed)
+            with without_grappler():  # Grappler took seconds on this graph and made no pass faster
+                sizes, r_own, a_own, in_sums = run_signature(
+                    lambda **f: traced[spec_key](f, tf.constant(caps, tf.int32), abs_w), sig_key, feed)
             sizes, row = sizes.numpy(), 0
             r_own, a_own, in_sums = r_own.numpy(), a_own.numpy(), in_sums.numpy()
+            bad = ~np.isfinite(a_own).all(axis=1)
+            if bad.any():  # a NaN or inf gradient: these rows again, each |g| cleaned before the sums
+                say(f"end-to-end bound: {int(bad.sum())} backward passes again with NaN/inf gradients counted "
+                    f"as numpy's nan_to_num does ({sig_key})")
+                clean_key = spec_key + ("clean",)
+                if clean_key not in traced:
+                    traced[clean_key] = _gradient_sums_fn(fn, [variables[j] for j in own], out_names, float_out,
+                                                          float_in, feed, clean=True)
+                with without_grappler():
+                    _, r_clean, a_clean, _ = run_signature(
+                        lambda **f: traced[clean_key](f, tf.constant(caps, tf.int32), abs_w), sig_key, feed)
+                r_own[bad], a_own[bad] = r_clean.numpy()[bad], a_clean.numpy()[bad]
             for out_name, n in zip(out_names, sizes.tolist()):
                 okey = f"{sig_key}/{out_name}"
                 r = np.zeros((n, len(variables)))
@@ -265,7 +279,7 @@ def spread_elements(size: int, count: int) -> np.ndarray:
 
 
 def _gradient_sums_fn(fn, variables: list, out_names: list[str], float_out: list[str], float_in: list[str],
-                      feed: Mapping[str, Any]):
+                      feed: Mapping[str, Any], clean: bool = False):
     """Traces the per-element backward passes of one signature into one concrete function.
 
     The forward pass runs once under a ``tf.GradientTape``; a ``tf.map_fn``
@@ -287,6 +301,11 @@ def _gradient_sums_fn(fn, variables: list, out_names: list[str], float_out: list
             and ranks are used: the function is traced for the signature's
             own input shapes (``None`` batch dimension where the signature
             has one), so batches of other sizes reuse it.
+        clean: count NaN weight gradients as 0 and ±inf as float64's largest
+            value before the sums (``np.nan_to_num``); without it the sums are
+            of ``|g|`` as it is, and a row with a non-finite ``Σ|∂y/∂w|`` is
+            the caller's to take again from the clean function (three more
+            ops per element in every pass, for a case that is rare).
 
     Returns:
         A concrete function ``(feed, caps, abs_w)`` where ``caps`` is int32
@@ -297,9 +316,9 @@ def _gradient_sums_fn(fn, variables: list, out_names: list[str], float_out: list
         ``[len(out_names)]`` element counts; float64 ``[K, len(variables)]``
         ``Σ|∂y/∂w|·|w|`` and ``Σ|∂y/∂w|`` per variable, where ``K`` is the
         sum of ``min(size, cap)`` over the float outputs; float64
-        ``[K, len(float_in)]`` ``Σ|∂y/∂x|`` per float input. Gradients are
-        cast to float64 before ``|·|`` and the sums (NaN counts as 0, +inf
-        as float64's largest value, as ``np.nan_to_num`` does); input
+        ``[K, len(float_in)]`` ``Σ|∂y/∂x|`` per float input. Each variable's
+        ``|g|`` is cast to float64 and reduced on its own (no concatenated
+        copy of all gradients per pass); input
         gradients are clamped to their own dtype's largest value, as
         ``np.nan_to_num`` does on them, then summed in float64.
     """
@@ -310,9 +329,6 @@ def _gradient_sums_fn(fn, variables: list, out_names: list[str], float_out: list
                  for n, t in feed.items()}
     big64 = np.finfo(np.float64).max
     sizes_w = [int(np.prod(v.shape)) for v in variables]
-    # Variable j's elements are segment j of the concatenated gradients; one trailing 0 in segment
-    # len(variables) keeps the sorted segment_sum's output length when the last variables are empty.
-    segments = tf.constant(np.repeat(np.arange(len(variables) + 1, dtype=np.int32), sizes_w + [1]))
 
     def finite_abs(g, big):
         g = tf.abs(g)
@@ -336,22 +352,24 @@ def _gradient_sums_fn(fn, variables: list, out_names: list[str], float_out: list
         if not ys:
             return sizes, tf.zeros([0, len(variables)], tf.float64), tf.zeros([0, len(variables)], tf.float64), \
                 tf.zeros([0, len(float_in)], tf.float64)
+        # |w| of variable j, flat: segment j of the fed vector (split once per call, outside the loop).
+        w_parts = tf.split(abs_w, sizes_w + [1])[:len(variables)]
+
         def one(k):
             seeds = [tf.reshape(tf.one_hot(tf.where(tf.equal(which[k], j), elem[k], -1), tf.size(y), dtype=y.dtype),
                                 tf.shape(y)) for j, y in enumerate(ys)]
             grads = tape.gradient(ys, variables + watched, output_gradients=seeds,
                                   unconnected_gradients=tf.UnconnectedGradients.ZERO)
             if variables:
-                g = _flat_abs64(grads[:len(variables)])
+                # |g| per variable in float64 (|·| and the widening cast are exact in either order); each
+                # variable is reduced on its own: no concatenated copy of all gradients per pass.
+                g = [tf.reshape(tf.cast(tf.abs(tf.convert_to_tensor(d)), tf.float64), [-1])
+                     for d in grads[:len(variables)]]
 
-                def reduced(g):
-                    return (tf.math.segment_sum(g * abs_w, segments)[:len(variables)],
-                            tf.math.segment_sum(g, segments)[:len(variables)])
-
-                r, a = reduced(g)
-                # Σ|g| is finite only if no element is NaN or inf; else NaN → 0, inf → float64's max.
-                r, a = tf.cond(tf.reduce_all(tf.math.is_finite(a)), lambda: (r, a),
-                               lambda: reduced(finite_abs(g, big64)))
+                if clean:  # NaN → 0, inf → float64's max, as np.nan_to_num
+                    g = [finite_abs(gj, big64) for gj in g]
+                r = tf.stack([tf.reduce_sum(gj * wj) for gj, wj in zip(g, w_parts)])
+                a = tf.stack([tf.reduce_sum(gj) for gj in g])
             else:
                 r = a = tf.zeros([0], tf.float64)
             x = tf.stack([tf.reduce_sum(tf.cast(finite_abs(g, np.finfo(g.dtype.as_numpy_dtype).max), tf.float64))
@@ -407,23 +425,6 @@ def with_stored_weights(sens: _Sensitivity, loaded, stored_sizes) -> _Sensitivit
     stored = np.array([n in stored_sizes for n in sizes], dtype=bool)
     return dataclasses.replace(sens, quantizable=sens.quantizable | stored)
 
-
-
-def _flat_abs64(grads: list):
-    """``|g|`` of every gradient, flattened, concatenated and cast to float64, plus one trailing 0.
-
-    The float32 gradients are concatenated before the one cast and ``|·|`` (exact in either order),
-    so the traced loop body holds a reshape per variable and a few ops, not four ops per variable;
-    other dtypes are cast each (a concat takes one dtype).
-    """
-    import tensorflow as tf
-
-    parts = [tf.reshape(tf.convert_to_tensor(g), [-1]) for g in grads]
-    by_dtype = {p.dtype for p in parts}
-    if len(by_dtype) == 1:
-        (dtype,) = by_dtype
-        return tf.abs(tf.cast(tf.concat(parts + [tf.zeros([1], dtype)], 0), tf.float64))
-    return tf.concat([tf.abs(tf.cast(p, tf.float64)) for p in parts] + [tf.zeros([1], tf.float64)], 0)
 
 
 def prepare_bounds(saved_model_dir: str | os.PathLike, examples: Examples | Any,
