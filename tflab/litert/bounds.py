@@ -283,7 +283,7 @@ def _gradient_sums_fn(fn, variables: list, out_names: list[str], float_out: list
     """Traces the per-element backward passes of one signature into one concrete function.
 
     The forward pass runs once under a ``tf.GradientTape``; a ``tf.map_fn``
-    (``parallel_iterations=1``) then takes one `GradientTape.gradient` per
+    (two iterations at a time) then takes one `GradientTape.gradient` per
     seed, with a one-hot ``output_gradients`` on one element of one float
     output and zeros on the others (what a persistent tape feeds the
     signature's backward function for the outputs not differentiated), and
@@ -376,7 +376,9 @@ def _gradient_sums_fn(fn, variables: list, out_names: list[str], float_out: list
                           for g in grads[len(variables):]]) if watched else tf.zeros([0], tf.float64)
             return r, a, x
 
-        r, a, x = tf.map_fn(one, tf.range(tf.size(which)), parallel_iterations=1,
+        # Two passes at a time: one pass's small ops leave a second core idle (ResNet50 at 32×32, 2 cores:
+        # 0.144 → 0.115 s per pass); each iteration is independent, its sums land in its own row.
+        r, a, x = tf.map_fn(one, tf.range(tf.size(which)), parallel_iterations=2,
                             fn_output_signature=(tf.TensorSpec([len(variables)], tf.float64),
                                                  tf.TensorSpec([len(variables)], tf.float64),
                                                  tf.TensorSpec([len(float_in)], tf.float64)))
