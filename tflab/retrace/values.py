@@ -463,12 +463,22 @@ class CaseValues:
         return self._reference
 
     def prefetch(self) -> None:
-        """Eager's outputs (twice) and the graph-vs-eager floor, made once in a child and kept here.
+        """Eager's outputs (twice) and the graph-vs-eager floor, made once in children and kept here.
 
         Each candidate's check runs in its own forked child (`tflab.fix.attempt`):
         what a child computes is lost with it, so without this every candidate
-        would replay the user's function eagerly again. One child computes them,
-        the parent keeps the NumPy results, and every later child inherits them.
+        would replay the user's function eagerly again. The parent keeps the
+        NumPy results, and every later child inherits them.
+
+        The three are made in three children, one after the other, each with
+        the whole time limit (``TFLAB_FIX_TIMEOUT_S``): the limit is there to
+        end a body that blocks, and each part replays all the recorded calls
+        once (eager, eager again, a fresh trace per call). Under one shared
+        limit, calls that take a third of it each (a training step on a loaded
+        machine) would leave no reference, and every candidate's child would
+        then make it again within its own limit and run past it too.
+        A part that does not come back ends the prefetch there (what came back
+        is kept).
         """
         from tflab.process import apart
 
@@ -476,16 +486,23 @@ class CaseValues:
             return
         self.world.protect()  # found here, so no child has to walk its whole (frozen) heap for them
 
-        def work():
+        def reference():
             self.reference()
-            if not self._gone:
-                self._repeatable()
-                self._graph_floor()
-            return self._reference, self._gone, self._again, self._floor
+            return self._reference, self._gone
 
-        ran = apart.run_apart(work)
+        ran = apart.run_apart(reference)
+        if ran.status != apart.RETURNED:
+            return
+        self._reference, self._gone = ran.value
+        if self._gone:
+            return
+        ran = apart.run_apart(lambda: (self._repeatable(), self._again)[1])
+        if ran.status != apart.RETURNED:
+            return
+        self._again = ran.value
+        ran = apart.run_apart(lambda: (self._graph_floor(), self._floor)[1])
         if ran.status == apart.RETURNED:
-            self._reference, self._gone, self._again, self._floor = ran.value
+            self._floor = ran.value
 
     def run(self, fn: Callable, convert: Mapping[str, tuple[str, str]] | None = None, **replay: Any) -> list:
         """A candidate (a tf.function) over the recorded calls, each call's arguments converted so."""
