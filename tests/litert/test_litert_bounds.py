@@ -192,3 +192,40 @@ def test_without_grappler_changes_this_thread_only_and_restores_it():
             assert tf.function(lambda v: v * 2.0)(tf.constant(3.0)).numpy() == 6.0
             raise RuntimeError("planted")
     assert seen == {"other": False} and not disabled()
+
+
+class _TwoSignatures(tf.Module):
+    """``encode`` reads ``w`` and ``b``; ``score`` reads ``w`` only (``b`` is another signature's weight)."""
+
+    def __init__(self):
+        super().__init__()
+        rng = np.random.default_rng(0)
+        self.w = tf.Variable(rng.standard_normal((5, 4)).astype(np.float32), name="w")
+        self.b = tf.Variable(rng.standard_normal(4).astype(np.float32), name="b")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 5], tf.float32, name="x")])
+    def encode(self, x):
+        return {"z": tf.nn.sigmoid(tf.matmul(x, self.w) + self.b)}
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 5], tf.float32, name="x")])
+    def score(self, x):
+        return {"s": tf.reduce_sum(tf.matmul(x, self.w) ** 2, axis=1)}
+
+
+def test_a_variable_another_signature_reads_counts_zero_not_nan(tmp_path):
+    """A signature that does not capture one of the module's variables has a 0 gradient for it: its
+    computed elements are finite (their bound too), and equal the one-signature module's sums."""
+    model = _TwoSignatures()
+    path = str(tmp_path / "saved_model")
+    tf.saved_model.save(model, path, signatures={"encode": model.encode, "score": model.score})
+    loaded = load_saved_model(path)
+    batches = [{"x": np.random.default_rng(1).standard_normal((2, 5)).astype(np.float32)}]
+    sens = bounds.sensitivity(path, loaded, batches)
+    cols = _columns(loaded)
+    s_rel, z_rel = sens.rel["score/s"], sens.rel["encode/z"]
+    assert np.isfinite(s_rel).all() and np.isfinite(z_rel).all()
+    b_col = next(i for i, c in enumerate(cols) if c.startswith("b"))
+    assert (s_rel[:, b_col] == 0).all() and (z_rel[:, b_col] > 0).all()
+    ref = np.zeros(2)
+    b = bounds.output_bounds("none", "score/s", ref + 1.0, sens, False, {}, None)
+    assert np.isfinite(b).all() and (b > 0).all()

@@ -247,7 +247,10 @@ def sensitivity(saved_model_dir: str, loaded, batches, progress: Callable[[str],
                     m = min(n, caps[float_out.index(out_name)])
                     computed[okey] += m
                     at = spread_elements(n, m)
-                    r[:], a_[:] = np.nan, np.nan
+                    r[:], a_[:] = np.nan, np.nan  # elements without a backward pass
+                    # A computed element's gradient is 0 for a variable its signature does not capture
+                    # (another signature's weight): 0 in those columns, not NaN.
+                    r[at], a_[at] = 0.0, 0.0
                     r[np.ix_(at, own)], a_[np.ix_(at, own)] = r_own[row:row + m], a_own[row:row + m]
                     for i, name in enumerate(float_in):
                         per_in[name][:] = np.nan
