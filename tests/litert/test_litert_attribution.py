@@ -210,3 +210,17 @@ def test_float_intermediates_are_compared_with_tf_tensors_of_the_same_name(cnn):
     assert first.index == index, bad.to_text()
     c = __import__("tflab").tflite_roundtrip(sm, [ex], "none")
     assert c.tf_tensors is not None and len(c.tf_tensors.matched) == len(healthy.matched)
+
+
+def test_output_error_pools_each_output_over_the_signatures_that_have_it():
+    """Two signatures with different outputs: each output is pooled over its own batches (a name the
+    first signature lacks is not looked up in its rows); a planted 10% error on one output shows."""
+    import numpy as np
+
+    from tflab.litert.attribution import output_error
+
+    want = [{"z": np.array([1.0, 2.0])}, {"s": np.array([4.0])}, {"s": np.array([3.0])}]
+    assert output_error([dict(w) for w in want], want) == 0.0
+    got = [{"z": np.array([1.0, 2.0])}, {"s": np.array([4.4])}, {"s": np.array([3.3])}]
+    # z: 0; s: ‖(0.4, 0.3)‖ / ‖(4, 3)‖ = 0.1; root mean square over the two outputs
+    assert output_error(got, want) == pytest.approx(np.sqrt((0.0 + 0.01) / 2))

@@ -111,11 +111,19 @@ def _tf_outputs(loaded, key: str, feeds: Sequence[Mapping[str, np.ndarray]]) -> 
 
 
 def output_error(got: Sequence[Mapping], want: Sequence[Mapping]) -> float:
-    """Root mean square over outputs of ``‖lite − tf‖ / ‖tf‖`` (every example of each output pooled)."""
+    """Root mean square over outputs of ``‖lite − tf‖ / ‖tf‖`` (every example of each output pooled).
+
+    ``got``/``want`` hold one dict per example batch, of every signature in turn: an output is pooled
+    over the batches whose dicts name it (two signatures have different outputs).
+    """
     rel = []
-    for name in want[0]:
-        d = np.concatenate([(g[name] - w[name]).ravel() for g, w in zip(got, want)])
-        r = np.concatenate([w[name].ravel() for w in want])
+    names = list(dict.fromkeys(n for w in want for n in w))
+    for name in names:
+        pairs = [(g[name], w[name]) for g, w in zip(got, want) if name in w and name in g]
+        if not pairs:
+            continue
+        d = np.concatenate([(g - w).ravel() for g, w in pairs])
+        r = np.concatenate([w.ravel() for _, w in pairs])
         keep = np.isfinite(d) & np.isfinite(r)
         ref = float(np.sqrt(np.mean(np.square(r[keep])))) if keep.any() else 0.0
         err = float(np.sqrt(np.mean(np.square(d[keep])))) if keep.any() else 0.0
