@@ -245,3 +245,39 @@ def test_export_status_is_never_ok_when_the_check_is_not(checked, name, status):
                 assert not crossed  # class scores: judged by top-1, the range share only reported
             elif "top-1 agreement" in bit:
                 assert crossed == (effect.top1_agreement < effect.min_top1_agreement)
+
+
+def _table_x(model: bytes, factor: float) -> bytes:
+    """``model`` with the float16 table its GATHER reads (through DEQUANTIZE) multiplied by ``factor``."""
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    m = flatbuffer_utils.read_model_from_bytearray(bytearray(model))
+    g = m.subgraphs[0]
+    names = {i: c.builtinCode if c.builtinCode else c.deprecatedBuiltinCode for i, c in enumerate(m.operatorCodes)}
+    gather = next(op for op in g.operators if names[op.opcodeIndex] == flatbuffer_utils.schema_fb.BuiltinOperator.GATHER)
+    deq = next(op for op in g.operators if list(op.outputs) == [gather.inputs[0]])
+    buf = m.buffers[g.tensors[deq.inputs[0]].buffer]
+    table = np.frombuffer(bytes(bytearray(buf.data)), np.float16)
+    buf.data = (table * np.float16(factor)).astype(np.float16).view(np.uint8)
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(m))
+
+
+def test_float16_table_rounding_is_within_the_gathers_bound_and_a_scaled_table_is_not(tmp_path):
+    """A float16 conversion stores the Embedding table in float16; GATHER passes its rows on, each
+    off from the float32 weight by its own float16 rounding (≤ 2^-11 relative): within the GATHER's
+    bound. The same table ×1.1 is outside it, at the GATHER."""
+    from tflab.examples import Examples
+    from tflab.litert.check import check_tflite
+    from tflab.litert.conversion import convert
+
+    path = str(tmp_path / "sm")
+    _embedding().export(path, verbose=False)
+    sm = _Saved(path, Examples.of([_examples("ids")]))
+    none, f16 = convert(sm.path, "none"), convert(sm.path, "float16")
+    ok = check_tflite(f16, sm.path, sm.example_batches, "float16", float_model=none)
+    gather = [op for op in ok.ops if op.op_type == "GATHER"]
+    assert gather and all(op.verdict == "ok" for op in gather), ok.per_op.to_text()
+    assert ok.ok, ok.to_text()
+    bad = check_tflite(_table_x(f16, 1.1), sm.path, sm.example_batches, "float16", float_model=none)
+    first = min(bad.per_op.outside, key=lambda o: o.index)
+    assert bad.ok is False and first.op_type == "GATHER", bad.per_op.to_text()

@@ -135,6 +135,10 @@ def _local_bound(op: OpTensors, quantization: str, ref: np.ndarray, terms: Terms
         b = b + FLOAT16_STEP * terms.dot
         if terms.x_abs is not None:
             b = b + FLOAT16_SUBNORMAL_STEP * (terms.x_abs + 1.0)
+    elif quantization == "float16" and has_const and kind in ("exact", "convert"):
+        # Data movement of a float16-stored constant (GATHER's table, a constant reshaped): each output
+        # element is one stored value, off from the float32 weight by its own float16 rounding.
+        b = b + FLOAT16_STEP * a_ref + FLOAT16_SUBNORMAL_STEP
     w_i = terms.weight
     w_t: TensorInfo | None = op.inputs[w_i] if w_i is not None and w_i < len(op.inputs) else None
     w_quant = w_t is not None and w_t.quantized
