@@ -281,3 +281,41 @@ def test_float16_table_rounding_is_within_the_gathers_bound_and_a_scaled_table_i
     bad = check_tflite(_table_x(f16, 1.1), sm.path, sm.example_batches, "float16", float_model=none)
     first = min(bad.per_op.outside, key=lambda o: o.index)
     assert bad.ok is False and first.op_type == "GATHER", bad.per_op.to_text()
+
+
+def _bias_left_out(model: bytes) -> bytes:
+    """``model`` with its first FULLY_CONNECTED's bias input left out (index -1), as the converter does
+    for a bias that is all zeros in the model it converts."""
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    m = flatbuffer_utils.read_model_from_bytearray(bytearray(model))
+    g = m.subgraphs[0]
+    names = {i: c.builtinCode if c.builtinCode else c.deprecatedBuiltinCode for i, c in enumerate(m.operatorCodes)}
+    fc = next(op for op in g.operators
+              if names[op.opcodeIndex] == flatbuffer_utils.schema_fb.BuiltinOperator.FULLY_CONNECTED)
+    fc.inputs = np.array([fc.inputs[0], fc.inputs[1], -1], np.int32)
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(m))
+
+
+@pytest.mark.parametrize("quantization", ["none", "dynamic"])
+def test_a_bias_left_out_of_the_flatbuffer_is_caught_at_its_op_and_named(tmp_path, quantization):
+    """The float model's op has a bias the checked op left out: the op is judged against the float
+    model's op with its bias (a reference without it would pass the op and leave the output error
+    'unexplained', or blame the dynamic variant's rounding), and the cause names the missing
+    constant. The same conversion with its bias passes."""
+    from tflab.examples import Examples
+    from tflab.litert.check import check_tflite
+    from tflab.litert.conversion import convert
+
+    path = str(tmp_path / "sm")
+    _mlp().export(path, verbose=False)
+    sm = _Saved(path, Examples.of([_examples("x")]))
+    none = convert(sm.path, "none")
+    model = convert(sm.path, quantization) if quantization != "none" else none
+    ok = check_tflite(model, sm.path, sm.example_batches, quantization, float_model=none)
+    assert ok.ok, ok.to_text()
+    bad = check_tflite(_bias_left_out(model), sm.path, sm.example_batches, quantization, float_model=none)
+    first = min(bad.per_op.outside, key=lambda o: o.index)
+    assert bad.ok is False and first.op_type == "FULLY_CONNECTED" and first.index == 0, bad.per_op.to_text()
+    assert bad.cause is not None and bad.cause.kind == "constant" and "no input" in bad.cause.detail, \
+        bad.cause.line_text

@@ -58,7 +58,16 @@ def constant_defect(op, f_op, producer: Mapping[int, object]) -> dict | None:
     if f_op is None or len(f_op.inputs) != len(op.inputs):
         return None
     for t, ft in zip(op.inputs, f_op.inputs):
-        if t is None or ft is None or ft.constant is None or np.dtype(ft.dtype).kind != "f":
+        if ft is None or ft.constant is None or np.dtype(ft.dtype).kind != "f":
+            continue
+        if t is None:  # the float model's op has a constant here (a bias), this op has no input at all
+            want = np.asarray(ft.constant, np.float64).reshape(-1)
+            if want.size and (want != 0).any():
+                i = int(np.argmax(np.abs(want)))
+                return {"tensor": ft.name, "value": float(want[i]), "stored": 0.0, "held": True,
+                        "what": (f"the op has no input where the float model's op has the constant {ft.name!r} "
+                                 f"({want.size} values, the largest {want[i]:.6g}): it computes without it, "
+                                 f"as if it were 0")}
             continue
         src, stored_t = t, t
         if t.constant is None:

@@ -387,15 +387,20 @@ def _check_one(op: OpTensors, f_op, quantization: str, acc: _Acc) -> None:
         return
     for i, (t, a) in enumerate(zip(op.inputs, op.input_arrays)):
         ft = src[i]
-        if t is None:
-            ins.append(None)
-            consts.append(False)
-        elif i in index_inputs:
+        if i in index_inputs and t is not None:
             ins.append(np.asarray(a))
             consts.append(False)
         elif ft is not None and ft.constant is not None and np.dtype(ft.dtype).kind == "f":
-            ins.append(as_float64(ft.constant))  # the float model's weight (one copy per weight)
+            # The float model's weight (one copy per weight), also where this op left the input out:
+            # a bias the converter omitted (all zeros in the model it came from) is still the float
+            # model's bias, so the op that lost it is judged against it.
+            ins.append(as_float64(ft.constant))
             consts.append(True)
+        elif t is None or (f_op is not None and ft is None and t.constant is not None):
+            # Absent here, or a constant the float model's op does not have (a bias the float model
+            # left out): the reference is the float model's op, without it.
+            ins.append(None)
+            consts.append(False)
         elif a is None:
             acc.reason = f"input {t.name!r} not kept by the interpreter"
             return
