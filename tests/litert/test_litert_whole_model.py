@@ -319,3 +319,55 @@ def test_a_bias_left_out_of_the_flatbuffer_is_caught_at_its_op_and_named(tmp_pat
     assert bad.ok is False and first.op_type == "FULLY_CONNECTED" and first.index == 0, bad.per_op.to_text()
     assert bad.cause is not None and bad.cause.kind == "constant" and "no input" in bad.cause.detail, \
         bad.cause.line_text
+
+
+class _Scaled:
+    """``y = x · w`` for one weight vector ``w`` of 4 elements, saved as a SavedModel."""
+
+    @staticmethod
+    def save(w, path):
+        import tensorflow as tf
+
+        class M(tf.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = tf.Variable(np.asarray(w, np.float32))
+
+            @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+            def serve(self, x):
+                return {"y": x * self.w}
+
+        m = M()
+        tf.saved_model.save(m, path, signatures={"serving_default": m.serve})
+
+
+@pytest.mark.parametrize("w", [
+    [3e38, -3e38, 1.0, 0.0],   # x·w past float32's largest value: ±inf in TF and LiteRT alike
+    [1e-45, 1e-40, 1.0, 0.0],  # subnormal products: an absolute rounding error, not a relative one
+    [np.nan, 1.0, 1.0, 0.0],   # a NaN weight: NaN where it reaches, and a finite bound elsewhere
+], ids=["overflow", "subnormal", "nan_weight"])
+def test_float32_limits_are_not_errors_and_the_bound_stays_finite(tmp_path, w):
+    """Where float32 itself rounds to ±inf or to a subnormal, the op that gives exactly that is within
+    its bound, and a NaN weight leaves the end-to-end bound finite. The same model with its weight
+    ×1.1 in the flatbuffer is still outside at the MUL."""
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    from tflab.examples import Examples
+    from tflab.litert.check import check_tflite
+    from tflab.litert.conversion import convert
+
+    path = str(tmp_path / "sm")
+    _Scaled.save(w, path)
+    ex = Examples.of([{"x": np.array([[1.5, 1.5, 1.0, 1.0], [0.5, 0.25, -2.0, 3.0]], np.float32)}])
+    none = convert(path, "none")
+    ok = check_tflite(none, path, ex, "none", float_model=none)
+    assert ok.per_op.checked and not ok.per_op.outside, ok.per_op.to_text()
+    assert all(np.isfinite(o.bound) for o in ok.outputs.values()), ok.to_text()
+    m = flatbuffer_utils.read_model_from_bytearray(bytearray(none))
+    for buf in m.buffers:  # the one float weight vector (4 float32 values)
+        if buf.data is not None and len(buf.data) == 16:
+            v = np.frombuffer(bytes(bytearray(buf.data)), np.float32)
+            if np.array_equal(v, np.asarray(w, np.float32), equal_nan=True):
+                buf.data = np.where(np.isfinite(v) & (np.abs(v) < 1e30), v * np.float32(1.1), v).view(np.uint8)
+    bad = check_tflite(bytes(flatbuffer_utils.convert_object_to_bytearray(m)), path, ex, "none", float_model=none)
+    assert [o.op_type for o in bad.per_op.outside] == ["MUL"], bad.per_op.to_text()

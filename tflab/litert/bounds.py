@@ -173,7 +173,10 @@ def sensitivity(saved_model_dir: str, loaded, batches, progress: Callable[[str],
     fan_in = np.array([max(1, a.size // a.shape[-1]) if a.ndim >= 2 and a.shape[-1] else 1 for a in values],
                       dtype=np.float64)
     quantizable = np.array([a.ndim >= 2 and a.size >= MIN_WEIGHT_ELEMENTS for a in values], dtype=bool)
-    step = np.array([float(np.abs(a).max()) / 127.0 if a.size else 0.0 for a in values])
+    # A NaN or ±inf weight counts as numpy's nan_to_num does (as a NaN or inf gradient): a bound of NaN
+    # would judge nothing, and inf·0 (an infinite weight no example reaches) would make it NaN.
+    step = np.array([float(np.nan_to_num(np.abs(a.astype(np.float64))).max()) / 127.0 if a.size else 0.0
+                     for a in values])
     cap = gradient_elements(sum(int(a.size) for a in values))
     rel: dict[str, list] = collections.defaultdict(list)
     absl: dict[str, list] = collections.defaultdict(list)
@@ -218,7 +221,8 @@ def sensitivity(saved_model_dir: str, loaded, batches, progress: Callable[[str],
                 say(f"end-to-end bound: up to {sum(caps)} backward passes, one per output element, on "
                     f"batch {n_batch + 1} of {len(batches)} ({sig_key})")
             if abs_w is None:  # |w| of this signature's variables, once: an input, not ops to trace
-                abs_w = tf.constant(np.concatenate([np.abs(values[j].astype(np.float64)).ravel() for j in own]
+                abs_w = tf.constant(np.concatenate([np.nan_to_num(np.abs(values[j].astype(np.float64))).ravel()
+                                                    for j in own]
                                                    + [np.zeros(1)]))
             with without_grappler():  # Grappler took seconds on this graph and made no pass faster
                 sizes, r_own, a_own, in_sums = run_signature(
