@@ -34,7 +34,7 @@ from tflab.errors import TflabError, UsageError, raise_if_terminated
 from tflab.examples import load_examples
 from tflab.litert.check import TFLiteCheck
 from tflab.litert.records import variant_line, variant_table, whole_model_line
-from tflab.litert.conversion import QUANTIZATIONS
+from tflab.litert.conversion import QUANTIZATIONS, refuse_infinite_calibration
 from tflab.litert.workers import (convert_inprocess, convert_isolated, reset_workers, save_examples,
                                   stop_workers, take_calibration)
 from tflab.report.html.dispatch import renders
@@ -454,6 +454,8 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         source, batches = "seeded random (seed 0), batch sizes 1 and 4", None
     if batches is not None:
         batches.check_rows()
+        if "int8" in quants:
+            refuse_infinite_calibration(batches)
     if isinstance(model, (str, os.PathLike)):
         name = model_name or os.fspath(model)
         progress(f"loading {name}")

@@ -371,3 +371,20 @@ def test_float32_limits_are_not_errors_and_the_bound_stays_finite(tmp_path, w):
                 buf.data = np.where(np.isfinite(v) & (np.abs(v) < 1e30), v * np.float32(1.1), v).view(np.uint8)
     bad = check_tflite(bytes(flatbuffer_utils.convert_object_to_bytearray(m)), path, ex, "none", float_model=none)
     assert [o.op_type for o in bad.per_op.outside] == ["MUL"], bad.per_op.to_text()
+
+
+def test_int8_calibration_with_inf_is_one_usage_error_before_converting(tmp_path):
+    """An example row holding +inf would crash TF's int8 converter (SIGSEGV): refused as one line
+    naming the input, batch and row, before any conversion; the same rows without inf pass the check."""
+    from tflab.errors import UsageError
+    from tflab.examples import Examples
+    from tflab.export import export_model
+    from tflab.litert.conversion import refuse_infinite_calibration
+
+    x = np.random.default_rng(0).standard_normal((4, 16)).astype(np.float32)
+    bad = x.copy()
+    bad[2, 5] = np.inf
+    with pytest.raises(UsageError, match=r"'x' holds ±inf \(batch 0, row 2\)"):
+        export_model(_mlp(), tmp_path / "bad", examples=[{"x": bad}], quantize=["int8"])
+    assert not (tmp_path / "bad").exists()
+    assert refuse_infinite_calibration(Examples.of([{"x": x}, {"x": np.where(np.isnan(bad), 0, np.nan)}])) is None

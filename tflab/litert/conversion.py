@@ -262,6 +262,26 @@ def _keep_calibration(saved_model_dir, examples, recorded: dict) -> None:
         remember_calibration(saved_model_dir, examples_digest(examples), calibrated)
 
 
+def refuse_infinite_calibration(examples: Examples) -> None:
+    """Refuses int8 calibration examples that hold ±inf in a float input.
+
+    A calibration range that reaches ±inf has no int8 scale, and TF 2.21's converter ends its process
+    (SIGSEGV) on such a sample instead of raising.
+
+    Raises:
+        UsageError: naming the input, the batch and the row, and what to do.
+    """
+    for b, batch in enumerate(examples):
+        for name, a in batch.items():
+            a = np.asarray(a)
+            if a.dtype.kind == "f" and np.isinf(a).any():
+                row = int(np.argwhere(np.isinf(a))[0][0]) if a.ndim else 0
+                raise UsageError(f"int8 calibration: input {name!r} holds ±inf (batch {b}, row {row}); a range that "
+                                 f"reaches inf has no int8 scale, and TF's converter crashes on it: drop those rows, "
+                                 f"pass other examples (--examples FILE.npz), or leave int8 out "
+                                 f"(--quantize none,dynamic,float16)")
+
+
 def make_converter(saved_model_dir: str | os.PathLike, quantization: str = "none",
                    examples: Examples | Any = None, *, select_tf_ops: bool = False):
     """The ``tf.lite.TFLiteConverter`` `convert` runs, set up for one recipe, not yet run.
@@ -294,6 +314,7 @@ def make_converter(saved_model_dir: str | os.PathLike, quantization: str = "none
     if quantization == "int8":
         if examples is None:
             raise UsageError("int8 quantization needs examples for its representative dataset")
+        refuse_infinite_calibration(Examples.of(examples))
         loaded = load_saved_model(saved_model_dir)
         takes: dict[str, list[str]] = {}
         seen_targets: set = set()
