@@ -366,3 +366,28 @@ def test_a_check_whose_exit_argument_would_run_code_when_unpickled_fails_with_it
     f = fx.attempt("code", "x", "change x", lambda: sys.exit(arg))
     assert f.check_text == "failed: your code called sys.exit(Arg()) under this fix"
     assert not planted.exists()
+
+
+def test_what_the_body_prints_in_the_child_never_reaches_a_stdout_on_another_descriptor(monkeypatch):
+    """Under ``tflab VERB`` ``sys.stdout`` is the report pipe on a high descriptor, not fd 1: the child
+    silences Python's streams too, so a print of the body there does not reach the user's stdout. The
+    healthy twin: the same print in this process does reach it."""
+    from tflab.process.apart import RETURNED, run_apart
+
+    r, w = os.pipe()
+    stream = os.fdopen(w, "w", buffering=1)
+    monkeypatch.setattr(sys, "stdout", stream)
+    monkeypatch.setattr(sys, "stderr", stream)
+
+    def body():
+        print("BODY PRINT")
+        print("BODY ERR", file=sys.stderr)
+        return 7
+
+    ran = run_apart(body, 30)
+    print("PARENT PRINT")
+    stream.close()
+    got = os.read(r, 4096).decode()
+    os.close(r)
+    assert ran.status == RETURNED and ran.value == 7
+    assert got == "PARENT PRINT\n", got

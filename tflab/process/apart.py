@@ -259,6 +259,9 @@ def _child(fn: Callable[[], Any], w: int, parent: int, scratch: str) -> None:
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(null, fd)
+        # Python's streams too: under `tflab VERB` sys.stdout is the report pipe on another descriptor
+        # (`tflab.process.child_end`), and a print of the body would reach the user's stdout through it.
+        sys.stdout = sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - the child's until it exits
         if "tensorflow" in sys.modules:
             _fresh_tf()
         pipe = os.fstat(w)
