@@ -388,3 +388,40 @@ def test_int8_calibration_with_inf_is_one_usage_error_before_converting(tmp_path
         export_model(_mlp(), tmp_path / "bad", examples=[{"x": bad}], quantize=["int8"])
     assert not (tmp_path / "bad").exists()
     assert refuse_infinite_calibration(Examples.of([{"x": x}, {"x": np.where(np.isnan(bad), 0, np.nan)}])) is None
+
+
+def test_a_model_whose_every_op_is_unchecked_is_judged_by_its_end_to_end_bound(tmp_path):
+    """``y = |x| ** w``: ABS and POW have no per-op reference, so no op is checked; the verdict is the
+    end-to-end bound's (ok here), the variant is not OUTSIDE, and the per-op line says why. The same
+    model with its exponents ×1.1 in the flatbuffer is beyond that bound."""
+    import tensorflow as tf
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    from tflab.examples import Examples
+    from tflab.litert.check import check_tflite
+    from tflab.litert.conversion import convert
+    from tflab.litert.records.check import variant_status
+
+    class M(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = tf.Variable(np.array([0.5, 2.0, 3.0, 1.5], np.float32))
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+        def serve(self, x):
+            return {"y": tf.pow(tf.abs(x), self.w)}
+
+    path = str(tmp_path / "sm")
+    m = M()
+    tf.saved_model.save(m, path, signatures={"serving_default": m.serve})
+    ex = Examples.of([{"x": np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32) + 2.0}])
+    none = convert(path, "none")
+    ok = check_tflite(none, path, ex, "none", float_model=none)
+    assert ok.per_op.checked == 0 and ok.ok is True and variant_status(ok) == "ok", ok.to_text()
+    assert "end-to-end bound is the verdict" in ok.per_op.summary_line()
+    fb = flatbuffer_utils.read_model_from_bytearray(bytearray(none))
+    for buf in fb.buffers:
+        if buf.data is not None and len(buf.data) == 16:
+            buf.data = (np.frombuffer(bytes(bytearray(buf.data)), np.float32) * np.float32(1.1)).view(np.uint8)
+    bad = check_tflite(bytes(flatbuffer_utils.convert_object_to_bytearray(fb)), path, ex, "none", float_model=none)
+    assert bad.ok is False and variant_status(bad) == "EXCEEDED", bad.to_text()

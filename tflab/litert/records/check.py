@@ -205,13 +205,18 @@ class TFLiteCheck(Report):
         output is not (a LOG the per-op check cannot bound). False too when a quantized variant's
         whole-model effect crosses its threshold (``whole_model``: top-1 agreement or max|Δ| as a share
         of TF's range): the variant may compute its quantized model faithfully and still not be the
-        model. Else the per-op verdict, None when the per-op check did not run.
+        model. Else the per-op verdict, None when the per-op check did not run; where it ran but no
+        op had a reference (every op unchecked), the end-to-end bound's verdict.
         """
         if self.within_bound is False or (self.simulation is not None and self.simulation.ok is False):
             return False
         if any(e.crossed for e in self.whole_model):
             return False
-        return None if self.per_op is None else self.per_op.ok
+        if self.per_op is None:
+            return None
+        if not self.per_op.checked:  # no op has a reference (POW, ABS ...): the end-to-end bound decides
+            return self.within_bound
+        return self.per_op.ok
 
     def summary_line(self) -> str:
         err = "n/a" if self.max_abs_error is None else f"{self.max_abs_error:.3g}"
@@ -375,7 +380,7 @@ def variant_status(check: Any) -> str:
     """
     if check.runtime.startswith("not run"):
         return "not run"
-    if check.per_op is not None and check.per_op.ok is False:
+    if check.per_op is not None and check.per_op.checked and check.per_op.ok is False:
         return "OUTSIDE"
     if check.within_bound is False:
         return "EXCEEDED"

@@ -139,6 +139,8 @@ class PerOpCheck(Report):
         worst = max((o for o in self.ops if o.verdict != "unchecked"), key=lambda o: o.ratio, default=None)
         text = (f"{self.checked} ops checked, {len(self.outside)} outside their bound"
                 + (f" ({sum(self.unchecked.values())} unchecked: {un})" if un else ""))
+        if not self.checked and self.unchecked:
+            text += "; no op has a reference here, so the end-to-end bound is the verdict"
         if self.outside:
             text += "; outside: " + ", ".join(f"{o.op_type} #{o.index} {o.name.split(';')[0]} "
                                               f"(ratio {o.ratio:.3g})" for o in self.outside[:3])
