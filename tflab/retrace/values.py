@@ -470,13 +470,15 @@ class CaseValues:
         would replay the user's function eagerly again. The parent keeps the
         NumPy results, and every later child inherits them.
 
-        The three are made in three children, one after the other, each with
-        the whole time limit (``TFLAB_FIX_TIMEOUT_S``): the limit is there to
-        end a body that blocks, and each part replays all the recorded calls
-        once (eager, eager again, a fresh trace per call). Under one shared
-        limit, calls that take a third of it each (a training step on a loaded
-        machine) would leave no reference, and every candidate's child would
-        then make it again within its own limit and run past it too.
+        They are made in two children, one after the other, each with the whole
+        time limit (``TFLAB_FIX_TIMEOUT_S``): eager's outputs and eager's again
+        in the first (one child, so that a body drawing random numbers draws new
+        ones the second time: two children forked from one state would draw the
+        same), the graph-vs-eager floor (a fresh trace per call) in the second.
+        The limit is there to end a body that blocks; under one shared limit,
+        calls that take a fifth of it each (a training step on a loaded machine)
+        would leave no reference, and every candidate's child would then make it
+        again within its own limit and run past it too.
         A part that does not come back ends the prefetch there (what came back
         is kept).
         """
@@ -486,20 +488,18 @@ class CaseValues:
             return
         self.world.protect()  # found here, so no child has to walk its whole (frozen) heap for them
 
-        def reference():
+        def eager():
             self.reference()
-            return self._reference, self._gone
+            if not self._gone:
+                self._repeatable()
+            return self._reference, self._gone, self._again
 
-        ran = apart.run_apart(reference)
+        ran = apart.run_apart(eager)
         if ran.status != apart.RETURNED:
             return
-        self._reference, self._gone = ran.value
+        self._reference, self._gone, self._again = ran.value
         if self._gone:
             return
-        ran = apart.run_apart(lambda: (self._repeatable(), self._again)[1])
-        if ran.status != apart.RETURNED:
-            return
-        self._again = ran.value
         ran = apart.run_apart(lambda: (self._graph_floor(), self._floor)[1])
         if ran.status == apart.RETURNED:
             self._floor = ran.value
