@@ -53,7 +53,12 @@ def without_grappler() -> Iterator[None]:
 
 
 def grappler_disabled() -> bool:
-    """Whether the functions this thread instantiates now skip Grappler's meta-optimizer."""
+    """Whether the functions this thread instantiates now skip Grappler's meta-optimizer.
+
+    Returns:
+        ``rewrite_options.disable_meta_optimizer`` of this thread's ``FunctionCallOptions`` config
+        (``tensorflow/core/protobuf/rewriter_config.proto``): False under TF's default.
+    """
     from tensorflow.core.protobuf import config_pb2
     from tensorflow.python.eager import context
 

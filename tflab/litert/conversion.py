@@ -266,7 +266,15 @@ def refuse_infinite_calibration(examples: Examples) -> None:
     """Refuses int8 calibration examples that hold ±inf in a float input.
 
     A calibration range that reaches ±inf has no int8 scale, and TF 2.21's converter ends its process
-    (SIGSEGV) on such a sample instead of raising.
+    (SIGSEGV) on such a sample instead of raising (its calibrator records each float tensor's min and
+    max, ``tensorflow/lite/python/optimize/calibrator.py``). NaN is left to `Examples.check_rows`.
+
+    Args:
+        examples: the calibration batches, ``{input name: ndarray}`` each (any dtype; float inputs
+            of any width are scanned, integer ones are skipped).
+
+    Returns:
+        None when no float input holds ±inf.
 
     Raises:
         UsageError: naming the input, the batch and the row, and what to do.
