@@ -30,6 +30,8 @@ class Terminated(SystemExit):
 
 
 _TERM_RECEIVED = False
+_HELD = 0  # depth of `held_interrupts` sections in the main thread
+_PENDING: set[str] = set()  # "term"/"int" that came while held
 
 
 def raise_if_terminated() -> None:
@@ -78,6 +80,9 @@ def install_sigterm_handler():
         global _TERM_RECEIVED
 
         _TERM_RECEIVED = True  # sticky: raise_if_terminated() sees it even if the raise below is lost
+        if _HELD:
+            _PENDING.add("term")  # raised when the held section ends (`held_interrupts`)
+            return
         raise Terminated(128 + signal.SIGTERM)
 
     try:
@@ -161,6 +166,9 @@ def install_sigint_handler():
         global _INT_RECEIVED
 
         _INT_RECEIVED = True
+        if _HELD:
+            _PENDING.add("int")
+            return
         raise KeyboardInterrupt
 
     try:
@@ -172,3 +180,54 @@ def install_sigint_handler():
 def sigint_received() -> bool:
     """True when a SIGINT came since the process started (the handler of `install_sigint_handler`)."""
     return _INT_RECEIVED
+
+
+class held_interrupts:
+    """A section that SIGTERM and Ctrl-C do not cut in two: they are raised when it ends.
+
+    Creating a temporary folder and writing its owner file is such a section:
+    a `Terminated` raised between ``mkdir`` and the line that records the folder
+    (inside ``tempfile.mkdtemp``) left a folder nobody removes. A signal that
+    comes inside is recorded by tflab's handlers (`install_sigterm_handler`,
+    `install_sigint_handler`) and raised as `Terminated` or
+    ``KeyboardInterrupt`` on leaving, so the caller's ``except BaseException``
+    cleans up what the section made. Signal masks cannot do this: Python runs
+    its handlers in the main thread whichever thread the kernel picks (TF's
+    threads do not block signals).
+
+    Sections nest; only the outermost raises. Off the main thread, and
+    without tflab's handlers (the Python API in the user's own process), it
+    changes nothing.
+
+    Raises:
+        Terminated: a SIGTERM came inside the section (code 143).
+        KeyboardInterrupt: a Ctrl-C came inside the section.
+
+    Example:
+        >>> with held_interrupts():
+        ...     folder = make_and_record()   # never half done
+    """
+
+    def __enter__(self):
+        global _HELD
+        import threading
+
+        self._counted = threading.current_thread() is threading.main_thread()  # where handlers run
+        _HELD += self._counted
+        return self
+
+    def __exit__(self, *exc):
+        global _HELD
+        import signal
+
+        _HELD -= self._counted
+        if _HELD or not _PENDING:
+            return False
+        pending = set(_PENDING)
+        _PENDING.clear()
+        if exc[0] is not None:
+            return False  # the section's own exception goes on; the signal stays recorded (sticky flags)
+        if "int" in pending:
+            raise KeyboardInterrupt
+        raise Terminated(128 + signal.SIGTERM)
+

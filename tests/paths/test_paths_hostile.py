@@ -267,3 +267,87 @@ def test_two_tours_into_one_empty_folder_the_second_does_not_replace_the_first(t
     (out / "report.json").unlink()
     report = run_tour(model_path=str(small_keras_file), out_dir=str(out), quiet=True, only=["s01_trace"])
     assert (out / "report.json").is_file() and report["section_seconds"]  # healthy: an empty folder is used
+
+
+# ------------------------------------------------------------------ signals inside a folder's creation
+
+_SIGNAL_INSIDE = """
+import os, signal, sys, tempfile
+from pathlib import Path
+from tflab.errors import Terminated, install_sigterm_handler, install_sigint_handler
+from tflab._io.paths import output_path, owned_temp_dir
+
+where, sig, kind, which = sys.argv[1], getattr(signal, sys.argv[2]), sys.argv[3], sys.argv[4]
+install_sigterm_handler(); install_sigint_handler()
+real = tempfile.mkdtemp
+def mkdtemp(*a, **k):  # the signal lands after mkdir, before mkdtemp returns (the window)
+    path = real(*a, **k)
+    if which in path:  # the output check's probe, or the folder itself
+        os.kill(os.getpid(), sig)
+    return path
+tempfile.mkdtemp = mkdtemp
+try:
+    if kind == "out":
+        out = output_path(os.path.join(where, "o"), "--out", folder=True)
+        out.temp_dir()
+    else:
+        owned_temp_dir("tflab_x_", dir=where)
+    print("returned")
+except (Terminated, KeyboardInterrupt) as e:
+    print(type(e).__name__)
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("kind, which", [("out", ".tmp-"), ("out", "probe"), ("owned", "tflab_x_")],
+                         ids=["out", "out-probe", "owned"])
+def test_a_signal_inside_a_temporary_folders_creation_leaves_no_folder(tmp_path, sig, kind, which):
+    """mkdtemp's mkdir done, the handler's exception raised before the folder had an owner file: it stayed."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", _SIGNAL_INSIDE, str(tmp_path), sig, kind, which], capture_output=True,
+                       text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2])))
+    assert p.stdout.strip() == ("Terminated" if sig == "SIGTERM" else "KeyboardInterrupt"), p.stderr[-2000:]
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_signal_between_commits_renames_keeps_one_whole_output(tmp_path):
+    """--force over an old output: the two renames are one step; the signal ends the run after them."""
+    import signal
+    import subprocess
+    import sys
+
+    code = """
+import os, signal, sys
+from pathlib import Path
+from tflab.errors import Terminated, install_sigterm_handler
+from tflab._io.paths import output_path
+install_sigterm_handler()
+o = Path(sys.argv[1]) / "o"
+out = output_path(o, "--out", folder=True, overwrite=True)
+tmp = out.temp_dir()
+(tmp / "new.txt").write_text("new")
+real = os.replace
+def replace(a, b):
+    real(a, b)
+    if ".old-" in str(b):
+        os.kill(os.getpid(), signal.SIGTERM)  # after the old output went aside
+os.replace = replace
+try:
+    out.commit(tmp)
+    print("returned")
+except Terminated:
+    print("Terminated")
+"""
+    old = tmp_path / "o"
+    old.mkdir()
+    from tflab._io.paths import write_marker
+
+    (old / "old.txt").write_text("old")
+    write_marker(old)
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2])))
+    assert p.stdout.strip() == "Terminated", p.stderr[-2000:]
+    assert sorted(os.listdir(tmp_path)) == ["o"] and (old / "new.txt").read_text() == "new", os.listdir(tmp_path)
+    del signal

@@ -31,8 +31,8 @@ CHILD = textwrap.dedent("""
     ch.ready()
     tmp = Path(sys.argv[1]) / "scratch"
     tmp.mkdir()
-    (Path(sys.argv[1]) / "started").touch()
-    try:
+    try:  # "started" inside: the signal can come while touch() still runs
+        (Path(sys.argv[1]) / "started").touch()
         time.sleep(30)
         code = 0
     except Terminated:

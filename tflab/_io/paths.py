@@ -65,7 +65,7 @@ from tflab._io.output_marker import (MARKER, OWNER, check_folder_out, publish_no
                                   check_not_parent_ref, check_replaceable, check_temp_dir, foreign_entries,
                                   published_path, register_publication, system_temp_dir, write_marker)
 from tflab._io.path_checks import check_npz, check_path_text, describe_existing, input_path, shorten_path  # noqa: F401
-from tflab.errors import UsageError
+from tflab.errors import UsageError, held_interrupts
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -203,19 +203,22 @@ class OutputPath:
             UsageError: the folder could not be created; what was created is removed.
         """
         self.make_parents()
-        try:
-            tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-", dir=self.path.parent))
-        except OSError as e:
-            self.discard()
-            raise self._fail(f"cannot create a folder in {self.path.parent}", e) from None
-        try:  # a SIGTERM raised here would leave tmp to no one: the caller has no name for it yet
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the output is an ordinary folder
-            mark_owner(tmp)
-            register_publication(tmp, self.path)  # what is written inside names the published path
+        tmp = None
+        try:  # a SIGTERM between mkdir and the owner file would leave tmp to no one: held until it is marked
+            with held_interrupts():
+                try:
+                    tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-", dir=self.path.parent))
+                except OSError as e:
+                    self.discard()
+                    raise self._fail(f"cannot create a folder in {self.path.parent}", e) from None
+                umask = os.umask(0)
+                os.umask(umask)
+                os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the output is an ordinary folder
+                mark_owner(tmp)  # from here the supervisor removes it if this process dies
+                register_publication(tmp, self.path)  # what is written inside names the published path
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
             raise
         return tmp
 
@@ -246,14 +249,20 @@ class OutputPath:
                 raise
             self.created.clear()
             return
-        if self.path.exists():
-            check_replaceable(self.path, self.flag)  # again: something may have been put there since the check
-            old = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.old-", dir=self.path.parent))
-            os.replace(self.path, old / self.path.name)
-        os.replace(tmp, self.path)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-        self.created.clear()  # they hold the output now
+        # Held: a SIGTERM between the two renames would leave the old output moved aside and no new one.
+        published = False
+        try:
+            with held_interrupts():
+                if self.path.exists():
+                    check_replaceable(self.path, self.flag)  # again: something may have been put there since
+                    old = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.old-", dir=self.path.parent))
+                    os.replace(self.path, old / self.path.name)
+                os.replace(tmp, self.path)
+                published = True
+                self.created.clear()  # they hold the output now
+        finally:
+            if old is not None and published:  # (not published: the old output stays where it was moved)
+                shutil.rmtree(old, ignore_errors=True)
 
     def discard(self, tmp: Path | None = None) -> None:
         """Removes ``tmp``, what the work added to a `make_dir` folder, then the folders this object created.
@@ -395,7 +404,8 @@ def _output_path(p: Path, flag: str, *, folder: bool, overwrite: bool, example: 
         if base.exists() and not base.is_dir():
             raise UsageError(f"{flag} {p}: {base} is a file, not a folder; choose another {flag}")
         try:
-            os.rmdir(tempfile.mkdtemp(prefix=".tflab-probe-", dir=base))
+            with held_interrupts():  # never a probe folder left by a signal between mkdir and rmdir
+                os.rmdir(tempfile.mkdtemp(prefix=".tflab-probe-", dir=base))
         except OSError as e:
             raise UsageError(f"{flag} {p}: cannot create a folder in {base} ({e.strerror}); "
                              f"choose another {flag}") from None
@@ -495,8 +505,15 @@ def owned_temp_dir(prefix: str, dir: str | os.PathLike | None = None) -> Path:
     # Every tflab_* folder of a killed run, not only this prefix's (a killed lower's tflab_lower_* is
     # swept by the next run of any verb).
     sweep_stale(Path(dir), "tflab_" if prefix.startswith("tflab_") else prefix)
-    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=dir))
-    mark_owner(tmp)
+    tmp = None
+    try:
+        with held_interrupts():  # no SIGTERM between mkdir and the owner file (`OutputPath.temp_dir`)
+            tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=dir))
+            mark_owner(tmp)
+    except BaseException:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return tmp
 
 

@@ -213,7 +213,10 @@ def check_environment(environ: Mapping[str, str] | None = None) -> None:
             try:
                 if not os.path.isdir(probe):
                     raise NotADirectoryError(20, f"{probe} is not a folder")
-                os.rmdir(tempfile.mkdtemp(prefix=".tflab-probe-", dir=probe))
+                from tflab.errors import held_interrupts
+
+                with held_interrupts():  # never a probe folder left by a signal between mkdir and rmdir
+                    os.rmdir(tempfile.mkdtemp(prefix=".tflab-probe-", dir=probe))
             except OSError as e:
                 raise UsageError(f"cannot use {value} as {setting.name}: cannot create a folder in {probe} "
                                  f"({e.strerror or e}); set {setting.name} to a writable folder, or unset it") from None
