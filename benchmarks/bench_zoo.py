@@ -12,8 +12,14 @@ For each model, in one process and side by side:
   recipes, `tflab.litert.conversion.make_converter`) + one LiteRT run of each flatbuffer on the
   same examples;
 * **check-tflite**: `tflab.litert.check.check_tflite` on a plain float conversion (caches
-  cleared: what ``tflab check-tflite`` does in a fresh process) against one conversion + one run;
+  cleared: what ``tflab check-tflite`` does in a fresh process) against one conversion + one run,
+  twice: on export's SavedModel (which carries the bound's gradients and export's float conversion,
+  `tflab.litert.bound_store`: the usual export-then-check) and on a copy without them (``cold``: a
+  SavedModel tflab never exported, every backward pass and the float reference made again);
 * **lower**: ``lower_ratio(model)`` from ``benchmarks/bench_lower.py`` when it defines one.
+
+The process runs TF's BFC CPU allocator, as tflab's CLI runs its verbs (`tflab.cli._allocator_env`),
+unless ``TF_CPU_ALLOCATOR_USE_BFC`` is set: both sides of each ratio run under it.
 
 The target is ≤ 2× for each. Absolute seconds depend on the machine and its load; the ratios
 compare work done minutes apart in the same process.
@@ -31,6 +37,8 @@ import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+if "TF_CPU_ALLOCATOR_USE_BFC" not in os.environ:  # what `tflab VERB` runs with (before TF loads)
+    os.environ.update({"TF_CPU_ALLOCATOR_USE_BFC": "true", "TFLAB_CPU_ALLOCATOR_SET": "1"})
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 MODELS = ("mobilenetv2", "resnet50", "convnexttiny", "bert")
@@ -141,24 +149,34 @@ def main() -> None:
             t0 = time.perf_counter()
             check_mod.check_tflite(flt, sm, batches)
             t_check = time.perf_counter() - t0
+            cold = os.path.join(work, "cold", "saved_model")  # the same SavedModel without what export stored
+            shutil.copytree(sm, cold, ignore=shutil.ignore_patterns("assets.extra"))
+            bounds._SENSITIVITY_CACHE.clear()
+            check_mod._FLOAT_MODELS.clear()
+            progress.note(f"{name}: tflab check-tflite on a copy of the SavedModel without export's store")
+            t0 = time.perf_counter()
+            check_mod.check_tflite(flt, cold, batches)
+            t_cold = time.perf_counter() - t0
             lower = None
             if lower_ratio is not None and name in APPLICATIONS:
                 progress.note(f"{name}: lower")
                 lower = lower_ratio(APPLICATIONS[name])  # takes the class name: it builds the model in its own processes
             statuses = ",".join(f"{q}:{v.status}" for q, v in report.variants.items())
-            rows.append((name, t_export, t_plain, t_check, t_conv, lower, statuses))
+            rows.append((name, t_export, t_plain, t_check, t_cold, t_conv, lower, statuses))
         finally:
             shutil.rmtree(work, ignore_errors=True)
     print()
     print(f"{'model':<14}{'export s':>10}{'plain s':>9}{'ratio':>7}{'check s':>9}{'conv+run s':>11}{'ratio':>7}"
-          f"{'lower':>12}  variants")
-    for name, te, tp, tc, tv, lower, statuses in rows:
+          f"{'cold s':>8}{'ratio':>7}{'lower':>12}  variants")
+    for name, te, tp, tc, tcold, tv, lower, statuses in rows:
         # lower: tflab.lower() / one plain compile, CPU seconds, as a process's first XLA compile and
         # after another compile of the same process (`bench_lower.lower_ratio`'s api/warm CPU ratios)
         low = "-" if lower is None else f"{lower['api_cpu_ratio']:.2f}/{lower['warm_cpu_ratio']:.2f}"
-        print(f"{name:<14}{te:>10.1f}{tp:>9.1f}{te / tp:>7.2f}{tc:>9.1f}{tv:>11.1f}{tc / tv:>7.2f}{low:>12}  {statuses}")
+        print(f"{name:<14}{te:>10.1f}{tp:>9.1f}{te / tp:>7.2f}{tc:>9.1f}{tv:>11.1f}{tc / tv:>7.2f}"
+              f"{tcold:>8.1f}{tcold / tv:>7.2f}{low:>12}  {statuses}")
     if lower_ratio is None:
         print("lower: no lower_ratio(model) in benchmarks/bench_lower.py yet; its column is empty")
+    print("check: on export's SavedModel (its stored gradients and float conversion); cold: on a copy without them")
     print("lower: first/after another compile, CPU seconds; target: each ratio ≤ 2")
 
 

@@ -560,8 +560,13 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         sm = dataclasses.replace(sm, path=os.fspath(final / "saved_model"))
         report = ExportReport(model=name, out=os.fspath(final), saved_model=sm, variants=variants,
                               examples=source, seconds=time.perf_counter() - t0)
+        from tflab.litert.bounds import store_computed
         from tflab.report.jsonable import dumps
 
+        # The bound's gradients go with the SavedModel: a later check-tflite on it and these examples
+        # reads them instead of taking every backward pass again.
+        done_none = variants.get("none")
+        store_computed(tmp / "saved_model", batches, tmp / done_none.file if done_none and done_none.file else None)
         (tmp / "report.json").write_text(dumps(report.to_dict()))
         raise_if_terminated()  # a SIGTERM whose exception a finalizer swallowed: do not commit
         target.commit(tmp)

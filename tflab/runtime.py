@@ -365,7 +365,13 @@ def _schedulable_cpus() -> int:
 
 
 def _allocator(onednn_enabled: bool) -> tuple[str, str]:
+    from tflab.process.settings import get
+
     raw = os.environ.get(BFC_ENV)
+    if parse_env_bool(raw) and get("TFLAB_CPU_ALLOCATOR_SET") == "1":
+        mine = "MklCPUAllocator" if onednn_enabled else "DefaultCPUAllocator (malloc)"
+        return "BFC", (f"{BFC_ENV}={raw} set by tflab for its verb's processes; TF's default, in your own "
+                       f"processes: {mine}")
     if parse_env_bool(raw):
         return "BFC", f"{BFC_ENV}={raw}"
     base = "MklCPUAllocator" if onednn_enabled else "DefaultCPUAllocator (malloc)"

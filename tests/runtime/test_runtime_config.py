@@ -233,3 +233,38 @@ def test_opcheck_report_names_the_configuration():
     assert (report.config["onednn_enabled"], report.config["onednn_reason"]) == (
         cfg.onednn_enabled, cfg.onednn_reason)
     assert repr(report).splitlines()[-1] == f"  measured on: {cfg.one_line()}"
+
+
+@pytest.mark.parametrize("user_value", [None, "0", "1"], ids=["unset", "user-0", "user-1"])
+def test_verb_processes_get_bfc_unless_the_user_chose(user_value):
+    """Unset: tflab's verb child runs TF's BFC CPU allocator and says tflab chose it; set: the user's choice."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CPU_ALLOCATOR_USE_BFC", "TFLAB_CPU_ALLOCATOR_SET")}
+    if user_value is not None:
+        env["TF_CPU_ALLOCATOR_USE_BFC"] = user_value
+    p = subprocess.run([sys.executable, "-m", "tflab", "env", "--json"], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    d = json.loads(p.stdout)
+    if user_value == "0":
+        assert d["cpu_allocator"] != "BFC" and d["cpu_allocator_reason"].startswith("TF_CPU_ALLOCATOR_USE_BFC=0")
+    elif user_value == "1":
+        assert d["cpu_allocator"] == "BFC" and d["cpu_allocator_reason"] == "TF_CPU_ALLOCATOR_USE_BFC=1"
+    else:
+        assert d["cpu_allocator"] == "BFC" and "set by tflab" in d["cpu_allocator_reason"], d["cpu_allocator_reason"]
+
+
+def test_the_allocator_tflab_sets_is_the_one_tf_takes():
+    """TF keeps allocator statistics for CPU:0 only under BFC: with tflab's entries they exist, without, not."""
+    from tflab.cli import _allocator_env
+
+    code = ("import tensorflow as tf; x = tf.ones([256, 256]); y = x @ x\n"
+            "try:\n    print(tf.config.experimental.get_memory_info('CPU:0')['peak'] > 0)\n"
+            "except ValueError:\n    print('no stats')")
+    base = {k: v for k, v in os.environ.items() if k not in ("TF_CPU_ALLOCATOR_USE_BFC", "TFLAB_CPU_ALLOCATOR_SET")}
+    got = [subprocess.run([sys.executable, "-c", code], env={**base, **extra}, capture_output=True, text=True,
+                          timeout=120).stdout.strip() for extra in (_allocator_env(base), {})]
+    onednn = subprocess.run([sys.executable, "-c", "from tflab._tf.runtime import onednn_enabled as e; print(e())"],
+                            env=base, capture_output=True, text=True, timeout=120).stdout.strip() == "True"
+    # With oneDNN on, TF's MklCPUAllocator keeps statistics too (its large allocations go to a BFC).
+    assert got[0] == "True" and (onednn or got[1] == "no stats"), got
+    assert _allocator_env({"TF_CPU_ALLOCATOR_USE_BFC": "0"}) == {}

@@ -54,6 +54,7 @@ import numpy as np
 
 from tflab._tf.grappler import without_grappler
 from tflab._user.usercode import run_signature
+from tflab.litert import bound_store
 from tflab.litert.conversion import call_target
 from tflab.examples import Examples, feed_for
 from tflab.saved_model import load_saved_model, signature_inputs
@@ -73,6 +74,10 @@ MAX_GRADIENT_ELEMENTS = 1024
 # plain work) while a small model keeps every element exact.
 GRADIENT_BUDGET = 1 << 26
 MIN_GRADIENT_ELEMENTS = 128
+
+
+def _budget_now() -> tuple:
+    return (MIN_GRADIENT_ELEMENTS, MAX_GRADIENT_ELEMENTS, GRADIENT_BUDGET)
 
 
 def gradient_elements(n_params: int) -> int:
@@ -148,7 +153,10 @@ def sensitivity(saved_model_dir: str, loaded, batches, progress: Callable[[str],
         Past `gradient_elements` elements of one output (counted over
         the batches), only those `spread_elements` picks are computed, the
         others are NaN; non-float outputs have zeros. Signatures calling the same
-        function share one set of arrays. Cached per SavedModel and examples.
+        function share one set of arrays. Cached per SavedModel and examples, in
+        this process and, after ``tflab export``, in the SavedModel's
+        ``assets.extra`` (`tflab.litert.bound_store`: read back only for the same
+        graph, weights and examples).
 
     Raises:
         LookupError: an op of the model has no registered gradient (raised
@@ -169,6 +177,12 @@ def sensitivity(saved_model_dir: str, loaded, batches, progress: Callable[[str],
             if id(v) not in seen and v.dtype.is_floating:
                 seen.add(id(v))
                 variables.append(v)
+    stored = bound_store.load(saved_model_dir, batches, _budget_now(), len(variables))
+    if stored is not None:  # export computed them for this SavedModel and these examples
+        say("end-to-end bound: the gradients stored with this SavedModel by tflab export (same weights, same "
+            "examples)")
+        _SENSITIVITY_CACHE[key] = _Sensitivity(**stored)
+        return _SENSITIVITY_CACHE[key]
     values = [v.numpy() for v in variables]
     fan_in = np.array([max(1, a.size // a.shape[-1]) if a.ndim >= 2 and a.shape[-1] else 1 for a in values],
                       dtype=np.float64)
@@ -445,6 +459,20 @@ def prepare_bounds(saved_model_dir: str | os.PathLike, examples: Examples | Any,
     """
     saved_model_dir = os.fspath(saved_model_dir)
     sensitivity(saved_model_dir, load_saved_model(saved_model_dir), Examples.of(examples), progress=progress)
+
+
+def store_computed(saved_model_dir: str | os.PathLike, batches, float_tflite: str | os.PathLike | None = None
+                   ) -> str | None:
+    """Stores with the SavedModel what `sensitivity` computed here for it and ``batches`` (`tflab.litert.bound_store`).
+
+    Returns:
+        The file written, or None when nothing was computed for them in this process.
+    """
+    try:
+        sens = _SENSITIVITY_CACHE.get(_cache_key(os.fspath(saved_model_dir), batches))
+    except OSError:
+        return None
+    return None if sens is None else bound_store.store(saved_model_dir, batches, _budget_now(), sens, float_tflite)
 
 
 def _gamma(k: np.ndarray) -> np.ndarray:

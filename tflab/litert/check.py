@@ -21,6 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tflab.errors import UsageError
+from tflab.litert import bound_store
 from tflab.litert.bounds import (MIN_WEIGHT_ELEMENTS, output_bounds, bound_explanation, sensitivity,
                                  with_stored_weights)
 from tflab.litert.conversion import QUANTIZATIONS, analyze_flatbuffer, convert, signature_op_types
@@ -107,6 +108,8 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
     saved_model_dir = require_saved_model_dir(saved_model_dir)
     batches = Examples.of(examples).check_rows()
     stats = analyze_flatbuffer(model)
+    if float_model is None and per_op:  # export's own float conversion of this SavedModel, unchanged
+        float_model = bound_store.float_reference(saved_model_dir)
     if not float_size and float_model is not None:
         float_size = len(float_model)  # the per-op reference is the float variant: its size is known
     size_ratio = None if not float_size else len(model) / float_size

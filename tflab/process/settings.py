@@ -111,6 +111,10 @@ _TABLE = (
             "the user's TMPDIR names); TMPDIR itself points them at the verb's private folder, removed when the "
             "verb ends and swept after a SIGKILL, so what TF leaves there (AutoGraph's generated files) goes too",
             None, "child", ("tflab._io.output_marker",), ("tflab.cli",), folder=True),
+    Setting("TFLAB_CPU_ALLOCATOR_SET", "a verb's processes: 1 when tflab set TF_CPU_ALLOCATOR_USE_BFC=true for "
+            "them because the user had not set it (TF's default CPU allocator, malloc, maps fresh pages for each "
+            "large tensor: the end-to-end bound's backward passes spent half their time in page faults)", None,
+            "child", ("tflab.runtime",), ("tflab.cli",), values=("1",)),
     Setting("TFLAB_TOUR_XLA_DUMP", "the tour's second process: the folder XLA dumps step 6's compile into "
             "(its XLA_FLAGS carry --xla_dump_to), read for step 6's lowering lines", None, "child",
             ("tflab.lowering.tour", "tflab.process.xla_probe"), ("tflab.lowering.tour", "tflab._tour.lane")),
