@@ -43,6 +43,23 @@ def _cnn():
     return keras.Model(x, keras.layers.Dense(6, activation="softmax")(h))
 
 
+def _centered_layernorm():
+    """Dense → subtract its own mean → LayerNormalization → Dense: the LayerNorm's MEAN cancels to ~0 while
+    its terms are ~1 (a ConvNeXt LayerNorm after a downsampling conv does the same)."""
+    import keras
+
+    class Center(keras.layers.Layer):
+        def call(self, x):
+            return x - keras.ops.mean(x, axis=-1, keepdims=True)
+
+    keras.utils.set_random_seed(0)
+    x = keras.Input((32,), name="x")
+    h = keras.layers.Dense(64)(x)
+    h = keras.layers.Dense(64)(h)  # 4096 weights: dynamic-range quantizes it
+    h = keras.layers.LayerNormalization()(Center()(h))
+    return keras.Model(x, keras.layers.Dense(64)(h))  # 4096 weights: the planted op
+
+
 def plant(model: bytes, op_type: str, nth: int, defect: str) -> bytes:
     """``model`` with its ``nth`` ``op_type`` op's weight scales ×1.1 (``"scale_x1.1"``) or bias zeroed
     (``"bias_dropped"``), edited in the flatbuffer."""
@@ -74,7 +91,7 @@ def converted(tmp_path_factory):
     from tflab.saved_model import save_and_reload
 
     out = {}
-    for name, build, shape in (("mlp", _mlp, (32,)), ("cnn", _cnn, (12, 12, 3))):
+    for name, build, shape in (("mlp", _mlp, (32,)), ("cnn", _cnn, (12, 12, 3)), ("ln", _centered_layernorm, (32,))):
         model = build()
         _nonzero_biases(model)
         ex = [{"x": np.random.default_rng(3).standard_normal((8, *shape)).astype(np.float32)}]
@@ -85,8 +102,8 @@ def converted(tmp_path_factory):
     return out
 
 
-TARGET = {"mlp": ("FULLY_CONNECTED", 1), "cnn": ("CONV_2D", 1)}
-CASES = [(m, q) for m in ("mlp", "cnn") for q in ("int8", "dynamic")]
+TARGET = {"mlp": ("FULLY_CONNECTED", 1), "cnn": ("CONV_2D", 1), "ln": ("FULLY_CONNECTED", 2)}
+CASES = [(m, q) for m in ("mlp", "cnn") for q in ("int8", "dynamic")] + [("ln", "dynamic")]
 
 
 @pytest.mark.parametrize("name,q", CASES, ids=[f"{m}-{q}" for m, q in CASES])
@@ -103,7 +120,8 @@ def test_healthy_variant_stays_within_its_simulation(converted, name, q):
     assert not sim.carried
 
 
-PLANTED = [(m, q, d) for m in ("mlp", "cnn") for q in ("int8", "dynamic") for d in ("scale_x1.1", "bias_dropped")]
+PLANTED = [(m, q, d) for m in ("mlp", "cnn") for q in ("int8", "dynamic") for d in ("scale_x1.1", "bias_dropped")] \
+    + [("ln", "dynamic", d) for d in ("scale_x1.1", "bias_dropped")]
 
 
 @pytest.mark.parametrize("name,q,defect", PLANTED, ids=[f"{m}-{q}-{d}" for m, q, d in PLANTED])

@@ -373,6 +373,7 @@ REFERENCES: dict[str, Callable[[Sequence[np.ndarray], Any, tuple], tuple[np.ndar
     "EXP": _unary(np.exp, "transcendental"),
     "RSQRT": _unary(lambda x: 1.0 / np.sqrt(x), "transcendental"),
     "SQRT": _unary(np.sqrt, "transcendental"),
+    "NEG": _unary(np.negative, "exact"),  # the sign bit flips: exact in every float format
     "RELU": _unary(lambda x: np.maximum(x, 0.0), "exact"),
     "RELU6": _unary(lambda x: np.clip(x, 0.0, 6.0), "exact"),
     "LEAKY_RELU": None,  # options-dependent: filled below

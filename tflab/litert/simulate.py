@@ -66,7 +66,8 @@ DITHER_MARGIN = 2.0
 # second one).
 OUTPUT_STEPS = 2.0
 # A float tensor's allowance: float32 kernels against the float64 reference, relative to the tensor's
-# largest magnitude (a defect moves values by a share of themselves: 10% for a weight ×1.1).
+# largest magnitude or, where larger, its op's terms' (Σ|x||w|, |a|+|b|, mean|x|: an op that cancels
+# carries its inputs' rounding); a defect moves values by a share of themselves (10% for a weight ×1.1).
 FLOAT_NOISE = 2.0 ** -10
 HYBRID_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL")
 
@@ -165,6 +166,9 @@ class Simulated:
     carried: list[str]
     slips: dict[int, float] = dataclasses.field(default_factory=dict)
     rounded: set = dataclasses.field(default_factory=set)
+    # tensor index → the largest magnitude of the op's terms in the simulation (``Terms.dot``:
+    # Σ|x||w|, |a|+|b|, mean|x|), where the op has them: the scale of its float32 evaluation's noise
+    terms: dict[int, float] = dataclasses.field(default_factory=dict)
 
 
 def simulate(model: bytes, float_model: bytes, key: str, feed: Mapping[str, np.ndarray], *,
@@ -215,6 +219,7 @@ def simulate(model: bytes, float_model: bytes, key: str, feed: Mapping[str, np.n
     rngs = [None, None] + [np.random.default_rng(1000 + i) for i in range(DITHER_RUNS)]
     carried: list[str] = []
     slips: dict[int, float] = {}
+    terms: dict[int, float] = {}
     rounded: set[int] = set()  # tensors a rounding reaches: quantized ones, hybrid outputs and what follows
     for op in ran:
         f_op = f_ops[pairs[op.index]] if op.index in pairs else None
@@ -263,8 +268,11 @@ def simulate(model: bytes, float_model: bytes, key: str, feed: Mapping[str, np.n
                     gap = np.abs(lite[op.inputs[0].index] - runs[0][op.inputs[0].index])
                     near = gap.max() if gap.size else 0.0
                 ins[0] = _hybrid_input(ins[0], op.op_type, op.info.options, rngs[r], near)
-            try:
-                ref, _ = reference(op.op_type, op.info.options, ins, out_shape, terms=False)
+            try:  # the simulation's float tensors need their noise scale (`_noise_scale`)
+                ref, t_ = reference(op.op_type, op.info.options, ins, out_shape,
+                                    terms=r == 0 and not out.quantized and out.index in rounded)
+                if r == 0 and not out.quantized:
+                    terms[out.index] = _noise_scale(op.op_type, t_, ref, ins, op.inputs, terms, index_inputs)
             except Exception:  # noqa: BLE001 - no reference (or not for this use): LiteRT's output is carried
                 if r == 0:
                     carried.append(f"{op.op_type} #{op.index}")
@@ -283,7 +291,42 @@ def simulate(model: bytes, float_model: bytes, key: str, feed: Mapping[str, np.n
                 move = rngs[r].choice((-1.0, 1.0), y.shape) * (rngs[r].random(y.shape) < p)
                 y = np.clip(y + _step(out, y.shape) * move, *_range(out, y.shape))
             values[out.index] = y
-    return Simulated(runs[0], runs[2:], lite, carried, slips, rounded)
+    return Simulated(runs[0], runs[2:], lite, carried, slips, rounded, terms)
+
+
+def _finite_max(a) -> float:
+    if a is None:
+        return 0.0
+    a = np.abs(np.asarray(a, np.float64))
+    a = a[np.isfinite(a)]
+    return float(a.max()) if a.size else 0.0
+
+
+def _noise_scale(op_type: str, t_, ref, ins, tensors, scales: Mapping[int, float], index_inputs) -> float:
+    """The magnitude a float op's float32 evaluation carries noise at: never below its own result.
+
+    An op that cancels (a LayerNorm's MEAN of values that sum to ~0, the SUB that centres them)
+    has a result far below its terms, and float32 rounds at the terms' scale (``Terms.dot``:
+    Σ|x||w|, |a|+|b|, mean|x|). Ops that only move, negate or combine that noise linearly carry
+    their inputs' scale on: one-input exact ops keep it, ADD/SUB add it, MUL weighs each input's
+    by the other's largest magnitude, MEAN/SUM average or add it. Other ops (transcendental, dot
+    products on their own terms) start again from their own result.
+    """
+    own = max(_finite_max(ref), _finite_max(t_.dot))
+    data = [(i, t) for i, t in enumerate(tensors) if t is not None and i not in index_inputs and i < len(ins)]
+    s = [scales.get(t.index, _finite_max(ins[i])) for i, t in data]
+    m = [_finite_max(ins[i]) for i, _ in data]
+    if not s:
+        return own
+    if op_type in ("ADD", "SUB"):
+        return max(own, sum(s))
+    if op_type == "MUL" and len(s) == 2:
+        return max(own, s[0] * m[1] + s[1] * m[0])
+    if op_type in ("MEAN", "SUM"):
+        return max(own, s[0] * (1 if op_type == "MEAN" else max(1, t_.k)))
+    if t_.kind in ("exact", "convert") and len(s) == 1:
+        return max(own, s[0])
+    return own
 
 
 def _constant_input(t: TensorInfo, ft: TensorInfo | None, producer: Mapping[int, OpInfo]) -> np.ndarray | None:
@@ -395,7 +438,10 @@ def _simulation_check(model: bytes, float_model: bytes, feeds, quantization: str
                         (float(i.scale.max()) for i in op.inputs if i is not None and i.quantized and i.scale.size),
                         default=0.0)
                     finite = np.isfinite(nom)
-                    scale = float(np.abs(nom[finite]).max()) if finite.any() else 0.0
+                    # The float32 kernel's noise is at the scale of the op's terms, not of its result: a
+                    # LayerNorm's MEAN of values that cancel is 1e-7 where its inputs are 1e-2, and
+                    # float32 sums them with errors at 1e-2's scale.
+                    scale = max(float(np.abs(nom[finite]).max()) if finite.any() else 0.0, sim.terms.get(t.index, 0.0))
                     bound = DITHER_MARGIN * moved + OUTPUT_STEPS * step + FLOAT_NOISE * scale
                     with np.errstate(invalid="ignore"):
                         d = np.abs(lite - nom)
