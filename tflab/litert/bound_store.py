@@ -14,8 +14,8 @@ same:
   index ``variables/variables.index`` holds a CRC32C of every variable's
   bytes (``tensor_bundle.proto``), so a changed weight changes the index;
 * the example batches, byte for byte, and their input names;
-* the TF version, this file's format and the bound's element budget
-  (`tflab.litert.bounds.gradient_elements`' constants).
+* the TF and tflab versions, this file's format and the bound's element
+  budget (`tflab.litert.bounds.gradient_elements`' constants).
 
 It also names export's float conversion beside the SavedModel, with its
 SHA-256: `float_reference` gives it to ``check-tflite`` as the per-op
@@ -60,8 +60,10 @@ def content_key(saved_model_dir: str | os.PathLike, batches: Any, budget: tuple)
     """
     import tensorflow as tf
 
-    h = hashlib.sha256()
-    h.update(json.dumps([FORMAT, tf.__version__, list(budget)]).encode())
+    from tflab._api.version import package_version
+
+    h = hashlib.sha256()  # tflab's version too: a later tflab may compute the sums otherwise
+    h.update(json.dumps([FORMAT, package_version(), tf.__version__, list(budget)]).encode())
     for part in ("saved_model.pb", os.path.join("variables", "variables.index")):
         path = os.path.join(os.fspath(saved_model_dir), part)
         try:
