@@ -310,3 +310,32 @@ def test_clean_examples_fix_is_run_and_a_failing_one_is_not_printed(tmp_path, ze
     else:
         assert ("fix: clean the examples (np.nan_to_num, or drop the rows) before feeding them: np.nan_to_num(x) "
                 "(checked: LiteRT's 32 output element(s) are all finite on the cleaned examples)") in note, note
+
+
+def test_max_pool_dropping_a_nan_is_named_the_other_way_round(tmp_path):
+    """TF's and the builtin MaxPool drop a NaN in their window (std::max from float's lowest); XNNPACK's
+    carries it. The cause names that direction and a fix that gives TF's numbers, and MAX_POOL_2D is not
+    outside its bound (the reference drops the NaN as the kernel does)."""
+    import keras
+
+    import tflab
+
+    keras.utils.set_random_seed(0)
+    i = keras.Input((8, 8, 2), name="img")
+    h = keras.layers.Conv2D(4, 3, padding="same", activation="relu")(i)
+    model = keras.Model(i, keras.layers.Dense(3)(keras.layers.Flatten()(keras.layers.MaxPooling2D(2)(h))))
+    x = np.random.default_rng(5).normal(size=(2, 8, 8, 2)).astype(np.float32)
+    x[1, 0, 0, 0] = np.nan
+    sm = tflab.save_and_reload(model, str(tmp_path / "sm"), {"img": x})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        c = tflab.tflite_roundtrip(sm.path, {"img": x}, "none")
+    tf_out = np.asarray(keras.ops.convert_to_numpy(model(x)))
+    xnn, builtin = _lite(c.model, {"img": x}, False), _lite(c.model, {"img": x}, True)
+    (name,) = xnn
+    assert np.isfinite(tf_out).all() and np.isfinite(builtin[name]).all() and np.isnan(xnn[name]).any()
+    (note,) = [n for n in c.notes if "NaN/inf on one side only" in n]
+    assert "carry NaN/inf where TF and the builtin kernels give numbers" in note and "maps NaN/inf to ;" not in note
+    assert "fix: run without the default delegate to get TF's numbers where XNNPACK gives NaN/inf" in note, note
+    pools = [op for op in c.per_op.ops if op.op_type == "MAX_POOL_2D"]
+    assert pools and all(op.verdict == "ok" for op in pools), c.per_op.to_text()

@@ -357,7 +357,12 @@ class KernelDifference:
         who = f"XNNPACK's {op}" if op else "the XNNPACK delegate's kernels" + (
             f" ({', '.join(dict.fromkeys(self.ops))})" if self.ops else "")
         builtin_op = f"the builtin {op} kernel" if op else "the builtin kernels"
-        if self.fix.checked:
+        if self.fix.checked and not self.values:  # the other way round: XNNPACK has NaN/inf where TF has numbers
+            head = (f"{who} carr{'ies' if op else 'y'} {self.lost} where TF and {builtin_op} give numbers "
+                    f"(measured: the default XNNPACK delegate ran this check and differs from TF at "
+                    f"{self.checked} element(s); LiteRT's builtin kernels, run without the default delegate, at "
+                    f"{self.builtin})" + (f"; {self.branch}" if self.branch else ""))
+        elif self.fix.checked:
             head = (f"{who} maps {self.lost} to {shown}; {builtin_op} keeps it (measured: the default XNNPACK "
                     f"delegate ran this check and differs from TF at {self.checked} element(s); LiteRT's "
                     f"builtin kernels, run without the default delegate, at {self.builtin})"
@@ -392,7 +397,10 @@ def delegate_fix(checked: np.ndarray, builtin: np.ndarray, want: np.ndarray):
         return True, (f"the builtin kernels have NaN/inf at the same {int(tf_bad.sum())} element(s) as TF"
                       ), measured
 
-    return attempt("delegate", BUILTIN_CHANGE, "run without the default delegate if NaN must propagate", check,
+    tf_bad, c_bad = ~np.isfinite(want), nonfinite_mask(np.asarray(checked, np.float32))
+    why = ("if NaN must propagate" if (tf_bad & ~c_bad).any() or not (c_bad & ~tf_bad).any()
+           else "to get TF's numbers where XNNPACK gives NaN/inf")
+    return attempt("delegate", BUILTIN_CHANGE, f"run without the default delegate {why}", check,
                    how="ran the signature with LiteRT's builtin kernels on the same examples")
 
 

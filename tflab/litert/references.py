@@ -284,7 +284,10 @@ def _pool(kind: str):
         fill = -np.inf if kind == "max" else 0.0
         win, mask = _windows(x, o.filterHeight, o.filterWidth, o.strideH, o.strideW, 1, 1, o.padding, fill)
         if kind == "max":
-            y = win.max(axis=(4, 5))
+            # pooling.h's MaxPool keeps max = std::max(max, x) from float's lowest: a NaN never wins
+            # a comparison, so it never enters the result (TF's MaxPool drops it too); np.max would
+            # propagate it. A window of NaN alone stays at the lowest float.
+            y = np.where(np.isnan(win), -np.finfo(np.float32).max, win).max(axis=(4, 5))
             return _act(y, _fused(o)), Terms(kind="exact")
         count = mask.sum(axis=(4, 5))  # TFLite averages over the valid (unpadded) cells only
         y = win.sum(axis=(4, 5)) / count
