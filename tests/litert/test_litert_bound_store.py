@@ -66,7 +66,7 @@ def test_a_check_after_export_reads_the_stored_gradients_and_states_the_same_num
     del bounds
 
 
-@pytest.mark.parametrize("change", ["weight", "examples", "damaged", "other-tf-budget"])
+@pytest.mark.parametrize("change", ["weight", "examples", "damaged", "deflate", "negative", "other-tf-budget"])
 def test_anything_the_gradients_came_from_changed_means_they_are_computed_again(exported, tmp_path, change,
                                                                               monkeypatch):
     import tensorflow as tf
@@ -87,6 +87,30 @@ def test_anything_the_gradients_came_from_changed_means_they_are_computed_again(
     elif change == "damaged":
         p = sm / "assets.extra" / "tflab_bound_gradients.npz"
         p.write_bytes(p.read_bytes()[:100])
+    elif change == "deflate":  # the zip's structure whole, a compressed member's bytes flipped (zlib.error)
+        import zipfile
+
+        p = sm / "assets.extra" / "tflab_bound_gradients.npz"
+        with zipfile.ZipFile(p) as z:
+            info = z.getinfo("rel0.npy")
+        data = bytearray(p.read_bytes())
+        start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+        for i in range(start + 2, start + 40):
+            data[i] ^= 0xFF
+        p.write_bytes(bytes(data))
+    elif change == "negative":  # the right key, a sum that cannot be one (|g|·|w| < 0)
+        import json
+
+        from tflab.litert import bound_store
+
+        p = sm / "assets.extra" / "tflab_bound_gradients.npz"
+        with np.load(p) as z:
+            arrays = {k: z[k] for k in z.files}
+        arrays["rel0"] = -np.nan_to_num(arrays["rel0"]) - 1.0
+        with open(p, "wb") as f:
+            np.savez_compressed(f, **arrays)
+        assert json.loads(arrays["index"].tobytes())["key"] == bound_store.content_key(
+            sm, batches, bounds._budget_now())
     else:
         monkeypatch.setattr(bounds, "MIN_GRADIENT_ELEMENTS", bounds.MIN_GRADIENT_ELEMENTS + 1)
     rep, said = _fresh_check(out / "model_dynamic.tflite", sm, batches)
@@ -117,3 +141,28 @@ def test_a_changed_float_flatbuffer_is_not_the_per_op_reference(exported, tmp_pa
     rep, said = _fresh_check(out / "model_dynamic.tflite", sm, batches)
     assert converted and rep.per_op is not None and rep.per_op.ops
     assert all(op.verdict == "ok" for op in rep.per_op.ops)  # against the new conversion, not the flipped byte
+
+
+def test_new_weights_under_the_same_graph_file_are_checked_anew_in_the_same_process(exported, tmp_path):
+    """The in-process cache: the same folder and saved_model.pb, other weights (variables/ replaced)."""
+    import tensorflow as tf
+
+    from tflab.litert import bounds, check
+
+    out, batches = _copy(exported, tmp_path)
+    sm = out / "saved_model"
+    os.remove(sm / "assets.extra" / "tflab_bound_gradients.npz")
+    bounds._SENSITIVITY_CACHE.clear()
+    check._FLOAT_MODELS.clear()
+    model = open(out / "model_dynamic.tflite", "rb").read()
+    first = check.check_tflite(model, sm, batches)
+    loaded = tf.saved_model.load(os.fspath(sm))
+    v = loaded.signatures["serving_default"].variables[0]
+    v.assign(v * 1.5)
+    tf.saved_model.save(loaded, os.fspath(tmp_path / "resaved"), signatures=loaded.signatures)
+    shutil.rmtree(sm / "variables")
+    shutil.copytree(tmp_path / "resaved" / "variables", sm / "variables")
+    again = check.check_tflite(model, sm, batches)  # same process: nothing cleared
+    fresh, _ = _fresh_check(out / "model_dynamic.tflite", sm, batches)
+    assert [o.bound for o in again.outputs.values()] == [o.bound for o in fresh.outputs.values()]
+    assert [o.bound for o in again.outputs.values()] != [o.bound for o in first.outputs.values()]

@@ -10,9 +10,10 @@ reads nothing there; TF Serving keeps its warm-up requests in it), and
 `load` gives them back only when everything they were computed from is the
 same:
 
-* the SavedModel's graph (``saved_model.pb``) and weights: the checkpoint
-  index ``variables/variables.index`` holds a CRC32C of every variable's
-  bytes (``tensor_bundle.proto``), so a changed weight changes the index;
+* the SavedModel's graph (``saved_model.pb``), its ``assets/`` files, and
+  its weights: the checkpoint index ``variables/variables.index`` holds a
+  CRC32C of every variable's bytes (``tensor_bundle.proto``), so a changed
+  weight changes the index;
 * the example batches, byte for byte, and their input names;
 * the TF and tflab versions, this file's format and the bound's element
   budget (`tflab.litert.bounds.gradient_elements`' constants).
@@ -32,7 +33,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import zipfile
 from typing import Any
 
 import numpy as np
@@ -64,8 +64,13 @@ def content_key(saved_model_dir: str | os.PathLike, batches: Any, budget: tuple)
 
     h = hashlib.sha256()  # tflab's version too: a later tflab may compute the sums otherwise
     h.update(json.dumps([FORMAT, package_version(), tf.__version__, list(budget)]).encode())
-    for part in ("saved_model.pb", os.path.join("variables", "variables.index")):
-        path = os.path.join(os.fspath(saved_model_dir), part)
+    root = os.fspath(saved_model_dir)
+    assets = os.path.join(root, "assets")  # a vocabulary or table file changes what the graph computes
+    extra = sorted(os.path.relpath(os.path.join(d, f), root) for d, _, files in os.walk(assets) for f in files) \
+        if os.path.isdir(assets) else []
+    for part in ("saved_model.pb", os.path.join("variables", "variables.index"), *extra):
+        path = os.path.join(root, part)
+        h.update(part.encode())
         try:
             with open(path, "rb") as f:
                 while chunk := f.read(1 << 20):
@@ -159,10 +164,15 @@ def load(saved_model_dir: str | os.PathLike, batches: Any, budget: tuple, n_vari
                     return None
             sens = {"rel": rel, "abs": absl, "inputs": inputs, "fan_in": z["fan_in"],
                     "quantizable": z["quantizable"].astype(bool), "step": z["step"]}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, EOFError, zipfile.BadZipFile):
-        return None  # not a whole store of ours: computed again
+    except Exception:  # noqa: BLE001 - damaged (zlib, zip, JSON, numbers): not a whole store of ours, computed again
+        return None
     if not (sens["fan_in"].shape == sens["quantizable"].shape == sens["step"].shape == (n_variables,)):
         return None
+    # Sums of |g|·|w| and |g|: float64, ≥ 0 and finite where computed (NaN marks an element without a pass).
+    for a in [*sens["rel"].values(), *sens["abs"].values(), sens["fan_in"], sens["step"],
+              *(v for d in sens["inputs"].values() for v in d.values())]:
+        if a.dtype != np.float64 or np.isinf(a).any() or (a < 0).any():
+            return None
     return sens
 
 
@@ -184,6 +194,6 @@ def float_reference(saved_model_dir: str | os.PathLike) -> bytes | None:
             return None
         with open(os.path.join(os.fspath(saved_model_dir), entry["file"]), "rb") as f:
             data = f.read()
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, EOFError, zipfile.BadZipFile):
+    except Exception:  # noqa: BLE001 - damaged: no reference from it
         return None
     return data if hashlib.sha256(data).hexdigest() == entry.get("sha256") else None

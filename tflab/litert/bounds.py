@@ -107,6 +107,10 @@ def _cache_key(saved_model_dir: str, batches) -> str:
     h = hashlib.sha256(os.path.realpath(saved_model_dir).encode())
     pb = os.path.join(saved_model_dir, "saved_model.pb")
     h.update(str(os.stat(pb).st_mtime_ns if os.path.exists(pb) else 0).encode())
+    index = os.path.join(saved_model_dir, "variables", "variables.index")  # new weights, same graph file
+    if os.path.isfile(index):
+        with open(index, "rb") as f:
+            h.update(f.read())
     for b in batches:
         for k in sorted(b):
             h.update(k.encode())
