@@ -43,6 +43,18 @@ def _numbers(rep):
     return outs, ops
 
 
+def _move_a_weight(sm, tmp_path):
+    """The same graph file, one weight ×1.5: the SavedModel's variables/ replaced by a re-save's."""
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(os.fspath(sm))
+    v = loaded.signatures["serving_default"].variables[0]
+    v.assign(v * 1.5)
+    tf.saved_model.save(loaded, os.fspath(tmp_path / "resaved"), signatures=loaded.signatures)
+    shutil.rmtree(sm / "variables")
+    shutil.copytree(tmp_path / "resaved" / "variables", sm / "variables")
+
+
 def _copy(exported, tmp_path):
     out, report = exported
     dst = tmp_path / "e"
@@ -69,19 +81,12 @@ def test_a_check_after_export_reads_the_stored_gradients_and_states_the_same_num
 @pytest.mark.parametrize("change", ["weight", "examples", "damaged", "deflate", "negative", "other-tf-budget"])
 def test_anything_the_gradients_came_from_changed_means_they_are_computed_again(exported, tmp_path, change,
                                                                               monkeypatch):
-    import tensorflow as tf
-
     from tflab.litert import bounds
 
     out, batches = _copy(exported, tmp_path)
     sm = out / "saved_model"
     if change == "weight":  # the same graph, one weight moved: the checkpoint index's CRC changes
-        model = tf.saved_model.load(os.fspath(sm))
-        v = model.signatures["serving_default"].variables[0]
-        v.assign(v * 1.5)
-        tf.saved_model.save(model, os.fspath(tmp_path / "resaved"), signatures=model.signatures)
-        shutil.rmtree(sm / "variables")
-        shutil.copytree(tmp_path / "resaved" / "variables", sm / "variables")
+        _move_a_weight(sm, tmp_path)
     elif change == "examples":
         batches = [{k: a + np.float32(0.5) for k, a in b.items()} for b in batches]
     elif change == "damaged":
@@ -145,8 +150,6 @@ def test_a_changed_float_flatbuffer_is_not_the_per_op_reference(exported, tmp_pa
 
 def test_new_weights_under_the_same_graph_file_are_checked_anew_in_the_same_process(exported, tmp_path):
     """The in-process cache: the same folder and saved_model.pb, other weights (variables/ replaced)."""
-    import tensorflow as tf
-
     from tflab.litert import bounds, check
 
     out, batches = _copy(exported, tmp_path)
@@ -156,12 +159,7 @@ def test_new_weights_under_the_same_graph_file_are_checked_anew_in_the_same_proc
     check._FLOAT_MODELS.clear()
     model = open(out / "model_dynamic.tflite", "rb").read()
     first = check.check_tflite(model, sm, batches)
-    loaded = tf.saved_model.load(os.fspath(sm))
-    v = loaded.signatures["serving_default"].variables[0]
-    v.assign(v * 1.5)
-    tf.saved_model.save(loaded, os.fspath(tmp_path / "resaved"), signatures=loaded.signatures)
-    shutil.rmtree(sm / "variables")
-    shutil.copytree(tmp_path / "resaved" / "variables", sm / "variables")
+    _move_a_weight(sm, tmp_path)
     again = check.check_tflite(model, sm, batches)  # same process: nothing cleared
     fresh, _ = _fresh_check(out / "model_dynamic.tflite", sm, batches)
     assert [o.bound for o in again.outputs.values()] == [o.bound for o in fresh.outputs.values()]

@@ -131,6 +131,15 @@ def store(saved_model_dir: str | os.PathLike, batches: Any, budget: tuple, sens,
     return path
 
 
+def _store_path(saved_model_dir: str | os.PathLike) -> str | None:
+    path = os.path.join(os.fspath(saved_model_dir), STORE)
+    return path if os.path.isfile(path) else None
+
+
+def _index(z) -> dict:
+    return json.loads(z["index"].tobytes().decode())
+
+
 def load(saved_model_dir: str | os.PathLike, batches: Any, budget: tuple, n_variables: int) -> dict | None:
     """The stored gradients for exactly this SavedModel and these examples, or None.
 
@@ -146,12 +155,12 @@ def load(saved_model_dir: str | os.PathLike, batches: Any, budget: tuple, n_vari
         ``fan_in``, ``quantizable``, ``step``), or None (no file, another model or other examples,
         or a file that does not read back whole).
     """
-    path = os.path.join(os.fspath(saved_model_dir), STORE)
-    if not os.path.isfile(path):
+    path = _store_path(saved_model_dir)
+    if path is None:
         return None
     try:
         with np.load(path, allow_pickle=False) as z:
-            index = json.loads(z["index"].tobytes().decode())
+            index = _index(z)
             if index.get("key") != content_key(saved_model_dir, batches, budget):
                 return None
             rel, absl, inputs = {}, {}, {}
@@ -183,12 +192,12 @@ def float_reference(saved_model_dir: str | os.PathLike) -> bytes | None:
     and its bytes are the ones export wrote (SHA-256): the per-op check's reference weights then
     are what a conversion now would give (the same `tflab.litert.conversion.make_converter` recipe).
     """
-    path = os.path.join(os.fspath(saved_model_dir), STORE)
-    if not os.path.isfile(path):
+    path = _store_path(saved_model_dir)
+    if path is None:
         return None
     try:
         with np.load(path, allow_pickle=False) as z:
-            index = json.loads(z["index"].tobytes().decode())
+            index = _index(z)
         entry = index.get("float_tflite")
         if not entry or index.get("model") != model_key(saved_model_dir):
             return None
