@@ -11,7 +11,8 @@ Public names (imported lazily, since importing TensorFlow takes seconds):
 * step 6 `compare_modes` → `ModeComparison` (tflab/modes/api.py)
 * step 7 `save_and_reload` → `SavedModelCheck` (the tflab/saved_model/ package); `Examples`, the
   example batches steps 7-8 and export take (tflab/examples.py)
-* step 8 `tflite_roundtrip` → `TFLiteCheck` (the package tflab/litert/ re-exports
+* step 8 `tflite_roundtrip` → `TFLiteCheck`; `check_tflite`, the same check of a flatbuffer
+  you already have against its SavedModel (the package tflab/litert/ re-exports
   tflab/litert/conversion.py, bounds.py, check.py)
 * step 10 `float_info`, `compare_precisions` → `PrecisionComparison` (tflab/precision/api.py), `demonstrate_loss_scaling` (tflab/precision/loss_scaling.py)
 * step 11 `DistributedRetraceProbe`, `inspect_distributed`, `run_workers` (tflab/distribute.py)
@@ -76,6 +77,7 @@ _EXPORTS = {
     "save_and_reload": "tflab.saved_model.roundtrip",
     "SavedModelCheck": "tflab.saved_model.records",
     "tflite_roundtrip": "tflab.litert.check",
+    "check_tflite": "tflab.litert.check",
     "TFLiteCheck": "tflab.litert.check",
     "UnsupportedOpsError": "tflab.litert.conversion",
     "export_model": "tflab.export",
