@@ -205,6 +205,12 @@ def test_weights_shared_between_subgraphs_are_counted_once(predict_and_loss):
     o = c.outputs["predict/logits"]
     assert f"predict/logits: max|Δ| {o.max_abs_error:.3g} (rel {o.max_rel_error:.3g}; max ULP {o.max_ulp}, " \
            f"its own worst element)" in c.to_text()
+    # The ratio is printed beside the element it comes from, and those two numbers divide to it.
+    line = next(ln for ln in c.to_text().splitlines() if ln.startswith("  predict/logits:"))
+    num, den = (float(x) for x in line.split("worst |Δ|/bound ")[1].split()[0].split("/"))
+    assert (num, den) == (float(f"{o.worst_abs_error:.3g}"), float(f"{o.worst_bound:.3g}"))
+    assert 0 < o.bound_ratio <= 1 and o.worst_abs_error / o.worst_bound == pytest.approx(o.bound_ratio, rel=1e-9)
+    assert num / den == pytest.approx(float(line.split(" = ")[1].split()[0]), rel=2e-2)
 
 
 def test_unsupported_op_names_its_signature(models, tmp_path):

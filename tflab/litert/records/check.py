@@ -252,9 +252,11 @@ class TFLiteCheck(Report):
             # Each maximum is over its own worst element: label them so the ULP
             # count is not read as the ULP distance of the max |Δ| element.
             share = "" if o.range_share is None else f"; max|Δ| is {o.range_share:.1%} of TF's range"
+            # The verdict's ratio beside the one element it comes from (|Δ| and bound of that
+            # element divide to it); max|Δ| and the largest bound may be other elements'.
             lines.append(f"  {o.name}: max|Δ| {o.max_abs_error:.3g} (rel {o.max_rel_error:.3g}; "
-                         f"max ULP {o.max_ulp}, its own worst element) bound {o.bound:.3g} "
-                         f"ratio {o.bound_ratio:.3g} "
+                         f"max ULP {o.max_ulp}, its own worst element), largest bound {o.bound:.3g}; "
+                         f"worst |Δ|/bound {o.worst_abs_error:.3g}/{o.worst_bound:.3g} = {o.bound_ratio:.3g} "
                          f"{'ok' if o.within_bound else 'EXCEEDED'}{am}{share}"
                          + (f"; bounded in steps of {o.inner_quantization[2]} tensor "
                             f"{o.inner_quantization[3].split(';')[0]!r} (scale {o.inner_quantization[0]:.4g}) "
