@@ -152,6 +152,11 @@ def test_argmax_agreement_counts_ties():
     # The same rows without the tie: row 0 agrees.
     assert argmax_agreement(np.array([[0.0, 0.3, 0.2], *got[1:]], np.float32), want) == (2 / 3, 0)
     assert argmax_agreement(want, want) == (1.0, 0)
+    # A LiteRT row that is NaN in every class names no class: it disagrees and is no tie
+    # (as -inf everywhere it tied all classes); a NaN beside numbers ranks below them.
+    nan_rows = np.array([[np.nan] * 3, [np.nan, 0.1, 0.05], [0.2, np.nan, 0.6]], np.float32)
+    assert argmax_agreement(nan_rows, want) == (1 / 3, 0)
+    assert argmax_agreement(np.full((2, 3), np.nan, np.float32), want[:2]) == (0.0, 0)
 
 
 def test_small_weights_stay_float_under_dynamic_range(dense16):

@@ -239,7 +239,7 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
             w_rows = np.concatenate([w.reshape(-1, w.shape[-1]) for w in c["want"]])
             # Rows where TF has a NaN have no class to agree on.
             keep = ~np.isnan(w_rows).any(axis=-1)
-            agree, tied = argmax_agreement(np.nan_to_num(g_rows[keep], nan=-np.inf), w_rows[keep])
+            agree, tied = argmax_agreement(g_rows[keep], w_rows[keep])
             if not keep.any():
                 agree = None
             if tied:

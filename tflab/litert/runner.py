@@ -64,7 +64,9 @@ def argmax_agreement(got: np.ndarray, want: np.ndarray) -> tuple[float, int]:
     A quantized output can tie several classes at its top value. Such a row is
     a tie, not an agreement, even when TF's class is among the tied ones
     (plain argmax would pick the first of them, which may or may not be TF's):
-    it is counted in the second number and not in the first.
+    it is counted in the second number and not in the first. A NaN in a LiteRT
+    row ranks below every number; a row that is NaN in every class names no
+    class: it disagrees, and is no tie.
 
     Args:
         got: LiteRT output rows, shape ``(rows, classes)``.
@@ -74,10 +76,14 @@ def argmax_agreement(got: np.ndarray, want: np.ndarray) -> tuple[float, int]:
         ``(agreement, tied)``: agreement in [0, 1] over all rows (1.0 for no rows),
         and the number of rows where LiteRT's top value is held by two or more classes.
     """
+    got = np.asarray(got)
     wa = want.argmax(axis=-1)
-    top = got.max(axis=-1)
-    ties = (got == top[:, None]).sum(axis=-1) > 1
-    hit = got[np.arange(len(wa)), wa] == top
+    blank = np.isnan(got).all(axis=-1) if got.dtype.kind == "f" else np.zeros(len(wa), bool)
+    if got.dtype.kind == "f":
+        got = np.where(np.isnan(got), -np.inf, got)
+    top = got.max(axis=-1) if got.size else np.zeros(len(wa))
+    ties = ((got == top[:, None]).sum(axis=-1) > 1) & ~blank
+    hit = (got[np.arange(len(wa)), wa] == top) & ~blank
     agree = float((hit & ~ties).mean()) if len(wa) else 1.0
     return agree, int(ties.sum())
 

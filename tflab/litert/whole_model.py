@@ -187,7 +187,7 @@ def output_effect(o, got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> W
         top2 = np.sort(np.where(keep[:, None], w, 0.0), axis=-1)[:, -2:]
         lead = top2[:, 1] - top2[:, 0]
         keep &= lead > 0  # a row where TF itself ties its top classes has no class to keep
-        g, w, lead = np.nan_to_num(g[keep], nan=-np.inf), w[keep], lead[keep]
+        g, w, lead = g[keep], w[keep], lead[keep]
         rows = int(len(w))
         decided = lead > (o.step or 0.0)
         decisive = int(decided.sum())
