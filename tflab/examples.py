@@ -8,6 +8,9 @@ converter's representative dataset, ``tflab export --examples``):
 * a list of such dicts: several batches;
 * ``{signature key: {input name: array} or [dicts]}``: per signature, for
   models whose signatures take different inputs;
+* the path of an ``.npz`` (``str`` or ``os.PathLike``), as ``--examples`` takes it: one batch of
+  input names, or ``"<i>/<name>"`` keys for several (the ``examples.npz`` that `export_model`
+  writes, given back as it is);
 * an `Examples` value (returned as is: nothing is read twice).
 
 `Examples.of` turns any of them into one frozen value (numpy arrays, named
@@ -30,7 +33,7 @@ from tflab.errors import UsageError
 from tflab._user.arrays import as_example_array, check_finite
 
 FORMS = ("examples must be a dict {input name: array} (one batch), a non-empty list of such dicts, "
-         "or {signature key: {input name: array}}")
+         "{signature key: {input name: array}}, or the path of an .npz (export's examples.npz)")
 
 
 @dataclasses.dataclass(frozen=True, repr=False, eq=False)
@@ -83,11 +86,16 @@ class Examples(Report):
         """The `Examples` for any accepted form; an `Examples` is returned as is.
 
         Raises:
-            UsageError: not one of the forms (the message shows them), or two
-                signatures giving different arrays for one input name.
+            UsageError: not one of the forms (the message shows them), two
+                signatures giving different arrays for one input name, or a path
+                that is no readable ``.npz`` (`tflab._io.path_checks.read_npz`).
         """
         if isinstance(examples, Examples):
             return examples
+        if isinstance(examples, (str, os.PathLike)):  # an .npz, read as every verb's --examples reads it
+            from tflab._io.path_checks import read_npz
+
+            return cls(tuple(_normalize(read_npz(examples, "examples"))))
         return cls(tuple(_normalize(examples)))
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:

@@ -37,7 +37,23 @@ def test_examples_of_every_form_and_the_natural_wrong_guesses():
     with pytest.raises(UsageError, match=r"list of ndarray, not of dicts.*\[\{'x': array\}\]"):
         Examples.of([x])
     with pytest.raises(UsageError, match="examples must be a dict"):
-        Examples.of("x.npz")
+        Examples.of(5)
+
+
+def test_an_npz_path_is_read_as_every_verbs_examples(tmp_path):
+    """The path of an .npz (export's examples.npz layout included) is the same batches as its arrays."""
+    import pathlib
+
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.savez(tmp_path / "one.npz", x=x)
+    np.savez(tmp_path / "two.npz", **{"0/x": x, "1/x": x[:1]})
+    for path in (str(tmp_path / "one.npz"), pathlib.Path(tmp_path / "one.npz")):
+        (b,) = Examples.of(path).batches
+        assert list(b) == ["x"] and np.array_equal(b["x"], x) and b["x"].dtype == np.float32
+    two = Examples.of(tmp_path / "two.npz")
+    assert [b["x"].shape for b in two] == [(4, 3), (1, 3)]
+    with pytest.raises(UsageError, match="nope.npz"):
+        Examples.of(str(tmp_path / "nope.npz"))
 
 
 def test_check_is_once_and_names_the_mismatch():

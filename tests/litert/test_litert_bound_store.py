@@ -78,6 +78,15 @@ def test_a_check_after_export_reads_the_stored_gradients_and_states_the_same_num
     del bounds
 
 
+def test_the_exports_examples_npz_path_is_the_same_examples(exported, tmp_path):
+    """check_tflite given export's examples.npz by path (as the CLI's --examples) reads the stored gradients too."""
+    out, batches = _copy(exported, tmp_path)
+    by_arrays, _ = _fresh_check(out / "model_dynamic.tflite", out / "saved_model", batches)
+    by_path, said = _fresh_check(out / "model_dynamic.tflite", out / "saved_model", out / "examples.npz")
+    assert any(STORED in line for line in said), said
+    assert _numbers(by_path) == _numbers(by_arrays)
+
+
 @pytest.mark.parametrize("change", ["weight", "examples", "damaged", "deflate", "negative", "other-tf-budget"])
 def test_anything_the_gradients_came_from_changed_means_they_are_computed_again(exported, tmp_path, change,
                                                                               monkeypatch):
