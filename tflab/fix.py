@@ -30,7 +30,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Sequence
 
 from tflab.report.base import Report
 
@@ -64,7 +64,9 @@ class Fix(Report):
             May be "" when ``description`` says it all.
         description: what to do, one sentence, without the check.
         status: "checked" (applied to the user's case and it worked),
-            "failed" (applied and it did not work) or "not checked".
+            "failed" (applied and it did not work) or "not checked". A "checked"
+            fix whose outputs could not be compared with eager's (no values kept)
+            has ``values_compared`` False, in ``to_dict()`` too.
         how: how it was applied ("re-traced on your 3 recorded calls",
             "ran a copy of your function", "re-converted with ...").
         result: what the check measured ("1 trace for your 3 calls"), or for
@@ -85,6 +87,8 @@ class Fix(Report):
     measured: dict = dataclasses.field(default_factory=dict)
     source: str = ""
 
+    DICT_PROPERTIES: ClassVar[tuple[str, ...]] = ("values_compared",)
+
     def __post_init__(self) -> None:
         if self.status not in _STATUSES:
             raise ValueError(f"Fix.status must be one of {_STATUSES}, got {self.status!r}")
@@ -98,6 +102,13 @@ class Fix(Report):
     def failed(self) -> bool:
         """True when the fix was applied and it did not work."""
         return self.status == FAILED
+
+    @property
+    def values_compared(self) -> bool:
+        """True when the fix is checked on the user's values: the symptom is gone AND its outputs equal the
+        original function's eager outputs on every recorded call (False for a fix checked on traces only:
+        `VALUES_NOT_KEPT` in its result; it may change what the function computes)."""
+        return self.status == CHECKED and VALUES_NOT_KEPT not in (self.result or "")
 
     @property
     def what(self) -> str:
@@ -128,6 +139,8 @@ class Fix(Report):
         return f"{label}: {self.what} ({self.check_text})"
 
     def summary_line(self) -> str:
+        if self.status == CHECKED and not self.values_compared:
+            return f"{self.kind} checked on traces only, outputs not compared"
         return f"{self.kind} {self.status}"
 
     def to_text(self) -> str:

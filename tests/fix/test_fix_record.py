@@ -221,3 +221,8 @@ def test_a_fix_checked_without_values_never_reads_plain_checked():
     compared = Fix("retrace", "input_signature=[...]", "", status=CHECKED,
                    result="1 trace for your 3 calls, instead of 3; outputs equal eager's on your 3 calls (bit for bit)")
     assert "(checked: 1 trace for your 3 calls" in compared.line()
+    # What a program reads says the same: the record, its JSON and its repr.
+    assert (traces_only.values_compared, compared.values_compared) == (False, True)
+    assert (traces_only.to_dict()["values_compared"], compared.to_dict()["values_compared"]) == (False, True)
+    assert "traces only" in repr(traces_only) and "traces only" not in repr(compared)
+    assert not Fix("retrace", "x", "", status="failed", result="rejects call 1").values_compared
