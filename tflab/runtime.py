@@ -376,7 +376,11 @@ def _allocator(onednn_enabled: bool) -> tuple[str, str]:
         return "BFC", f"{BFC_ENV}={raw}"
     base = "MklCPUAllocator" if onednn_enabled else "DefaultCPUAllocator (malloc)"
     why = "TF default with oneDNN " + ("on" if onednn_enabled else "off")
-    if raw is not None:
+    if raw is not None and parse_env_bool(raw) is None:
+        # TF reads 0/1/true/false only and keeps its default for anything else: the user asked for an
+        # allocator and runs another (a verb's processes too: tflab does not override a value the user set).
+        why = f"{BFC_ENV}={raw!r} is not 0/1/true/false, so TF ignores it; " + why
+    elif raw is not None:
         why = f"{BFC_ENV}={raw}; " + why
     return base, why
 

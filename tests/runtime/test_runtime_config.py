@@ -167,6 +167,13 @@ def test_allocator_follows_bfc_variable(monkeypatch):
     monkeypatch.delenv("TF_CPU_ALLOCATOR_USE_BFC")
     assert _allocator(True)[0] == "MklCPUAllocator"
     assert _allocator(False)[0] == "DefaultCPUAllocator (malloc)"
+    # A value TF's ReadBoolFromEnvVar does not take is ignored by TF: said so, not read as a choice.
+    monkeypatch.setenv("TF_CPU_ALLOCATOR_USE_BFC", "yes")
+    assert _allocator(False) == ("DefaultCPUAllocator (malloc)", "TF_CPU_ALLOCATOR_USE_BFC='yes' is not "
+                                 "0/1/true/false, so TF ignores it; TF default with oneDNN off")
+    monkeypatch.setenv("TF_CPU_ALLOCATOR_USE_BFC", "false")
+    assert _allocator(False) == ("DefaultCPUAllocator (malloc)",
+                                 "TF_CPU_ALLOCATOR_USE_BFC=false; TF default with oneDNN off")
 
 
 def test_env_cli_json_has_onednn_field(run_cli):
@@ -262,10 +269,12 @@ def test_the_allocator_tflab_sets_is_the_one_tf_takes():
             "except ValueError:\n    print('no stats')")
     base = {k: v for k, v in os.environ.items() if k not in ("TF_CPU_ALLOCATOR_USE_BFC", "TFLAB_CPU_ALLOCATOR_SET")}
     got = [subprocess.run([sys.executable, "-c", code], env={**base, **extra}, capture_output=True, text=True,
-                          timeout=120).stdout.strip() for extra in (_allocator_env(base), {})]
+                          timeout=120).stdout.strip()
+           for extra in (_allocator_env(base), {}, {"TF_CPU_ALLOCATOR_USE_BFC": "yes"})]
     from tflab._tf.runtime import onednn_enabled
 
     onednn = onednn_enabled()  # this process's environment but the allocator: the same choice
     # With oneDNN on, TF's MklCPUAllocator keeps statistics too (its large allocations go to a BFC).
-    assert got[0] == "True" and (onednn or got[1] == "no stats"), got
+    # A value TF does not parse is TF's default (what `tflab env` says of it), not BFC.
+    assert got[0] == "True" and (onednn or got[1] == got[2] == "no stats"), got
     assert _allocator_env({"TF_CPU_ALLOCATOR_USE_BFC": "0"}) == {}
