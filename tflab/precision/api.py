@@ -284,8 +284,12 @@ def _var_name(v) -> str:
 
 
 def run_policies(subject: PolicySubject, policies: tuple, loss_scale: Any, name: str,
-                  progress: Callable[[str], None] | None = None):
-    """float32 first, then each policy; returns (results, output_names, gradient_names)."""
+                  progress: Callable[[str], None] | None = None, attribute: bool = True):
+    """float32 first, then each policy; returns (results, output_names, gradient_names).
+
+    ``attribute=False`` skips the per-op cause of a policy that disagrees with float32 (and the fixes
+    planned from a cause): the measurements only.
+    """
     from tflab._user.target import error_summary, recording_draws, user_frame
     from tflab._user.usercode import input_error
 
@@ -380,7 +384,7 @@ def run_policies(subject: PolicySubject, policies: tuple, loss_scale: Any, name:
                           history[-1] if history else None, history, total, unscaled)
         result = dataclasses.replace(result, reference_noise_elements=noise_left)
         results[policy] = _with_fixes(result, subject, policy, obj, run, mref, out_names, grad_names,
-                                      scaled, progress, ref_obj, name, masks)
+                                      scaled, progress, ref_obj if attribute else None, name, masks)
     return results, out_names, grad_names
 
 

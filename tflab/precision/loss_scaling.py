@@ -22,7 +22,8 @@ __all__ = ["LossScalingRow", "LossScalingDemo", "demonstrate_loss_scaling"]
 
 
 def demonstrate_loss_scaling(input_shape: tuple = (64, 64, 3), batch: int = 4, seed: int = 0,
-                             progress: Callable[[str], None] | None = None) -> LossScalingDemo:
+                             progress: Callable[[str], None] | None = None,
+                             attribute: bool = True) -> LossScalingDemo:
     """Loss scaling measured on the tour's MobileNetV3Small training step.
 
     Builds ``keras.applications.MobileNetV3Small(weights=None, input_shape,
@@ -40,6 +41,11 @@ def demonstrate_loss_scaling(input_shape: tuple = (64, 64, 3), batch: int = 4, s
         batch: images per batch (>= 2: BatchNormalization in training mode).
         seed: weights and data seed.
         progress: called with a line per policy (e.g. the tour's progress line).
+        attribute: judge every op of a policy that disagrees with float32 on the
+            inputs it received (the cause, and the fixes planned from it), as
+            `compare_precisions` does. False: the rows only, in about a third of
+            the time (MobileNetV3Small at 32×32: the two per-op judgments were
+            37 of 60 s).
 
     Returns:
         A `LossScalingDemo`: rows for float32, mixed_bfloat16, mixed_float16 and
@@ -79,7 +85,7 @@ def demonstrate_loss_scaling(input_shape: tuple = (64, 64, 3), batch: int = 4, s
 
     subject = PolicySubject(factory, (images, labels), {}, True, seed)
     results, _, _ = run_policies(subject, DEFAULT_POLICIES, "dynamic", "MobileNetV3Small train step",
-                                     progress)
+                                 progress, attribute=attribute)
     f16 = results["mixed_float16"]
 
     def row(label: str, r: PolicyResult) -> LossScalingRow:
