@@ -39,6 +39,22 @@ def test_table_shows_the_true_maximum_with_a_legend(dense64):
         assert f"  {c.worst_output}; " in row, row
         assert w.max_abs_error == max(w.max_abs_error, w.worst_abs_error)
     assert table.splitlines()[-1].startswith("max|Δ|: the largest |lite − tf| of the output named")
+    # Two outputs: the lowest top-1 agreement is another output's, so it is named beside its number.
+    import dataclasses
+
+    c = next(iter(checks.values()))
+    w = c.outputs[c.worst_output]
+    other = dataclasses.replace(w, name="serving_default/other", bound_ratio=w.bound_ratio / 2,
+                                argmax_agreement=0.25)
+    two = dataclasses.replace(c, outputs={w.name: dataclasses.replace(w, argmax_agreement=0.75),
+                                          other.name: other})
+    row = next(ln for ln in variant_table({"x": VariantResult("x", "ok", check=two)}).splitlines()
+               if ln.startswith("x "))
+    assert " 25% (serving_default/other) " in row and f"  {w.name}; " in row, row
+    one = dataclasses.replace(c, outputs={w.name: dataclasses.replace(w, argmax_agreement=0.75)})
+    row = next(ln for ln in variant_table({"x": VariantResult("x", "ok", check=one)}).splitlines()
+               if ln.startswith("x "))
+    assert " 75% " in row and "(" + w.name not in row, row
 
 
 def test_two_signatures_with_different_inputs(models, tmp_path):

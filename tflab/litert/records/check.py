@@ -332,7 +332,8 @@ def _short_runtime(runtime: str) -> str:
 
 TABLE_LEGEND = ("max|Δ|: the largest |lite − tf| of the output named in the last column (the one with the "
                 "worst |Δ|/bound), over all its elements and examples; Δ/bound: that same output's largest "
-                "elementwise |Δ|/bound; argmax: rows whose one top class is TF's (ties are not agreement); "
+                "elementwise |Δ|/bound; argmax: rows whose one top class is TF's (ties are not agreement), the lowest "
+                "over the outputs, followed by its output's name when that is another output; "
                 "ops: checked ops outside their local bound / checked")
 
 
@@ -344,7 +345,8 @@ def variant_table(variants: dict[str, Any]) -> str:
 
     ``max|Δ|`` is the true maximum of one output, the one with the worst
     ``|Δ|/bound`` (named in the last column when there are several), and
-    ``Δ/bound`` is that output's own worst ratio: no column mixes outputs.
+    ``Δ/bound`` is that output's own worst ratio; ``argmax`` is the lowest
+    top-1 agreement over the outputs, named when it belongs to another output.
     """
     rows = []
     for q, v in variants.items():
@@ -354,13 +356,17 @@ def variant_table(variants: dict[str, Any]) -> str:
                          _fmt(v.convert_seconds, ".1f"), v.error if c is None else _short_runtime(c.runtime)))
             continue
         w = c.outputs[c.worst_output] if c.worst_output in c.outputs else next(iter(c.outputs.values()))
-        agree = [o.argmax_agreement for o in c.outputs.values() if o.argmax_agreement is not None]
+        # The lowest top-1 agreement over the outputs with classes, named when it is not the row's output.
+        agreeing = [o for o in c.outputs.values() if o.argmax_agreement is not None]
+        low = min(agreeing, key=lambda o: o.argmax_agreement, default=None)
+        agree_text = "-" if low is None else f"{low.argmax_agreement:.0%}" + (
+            f" ({low.name})" if low.name != w.name and len(c.outputs) > 1 else "")
         nops = sum(c.op_counts.values())
         flex = f", Flex: {','.join(c.flex_ops)}" if c.flex_ops else ""
         which = f"{w.name}; " if len(c.outputs) > 1 else ""
         ops = "-" if c.per_op is None else f"{len(c.per_op.outside)}/{c.per_op.checked}"
         rows.append((q, v.status, c.size_bytes, _fmt(c.size_ratio, ".2f"), _fmt(w.max_abs_error),
-                     _fmt(w.bound_ratio, ".2f"), f"{min(agree):.0%}" if agree else "-", ops,
+                     _fmt(w.bound_ratio, ".2f"), agree_text, ops,
                      _fmt(v.convert_seconds, ".1f"), f"{which}{nops} ops{flex}; {_short_runtime(c.runtime)}"))
     head = ("variant", "status", "bytes", "×float", "max|Δ|", "Δ/bound", "argmax", "ops", "conv s",
             "worst output; ops / runtime / error")
