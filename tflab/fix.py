@@ -108,7 +108,7 @@ class Fix(Report):
         """True when the fix is checked on the user's values: the symptom is gone AND its outputs equal the
         original function's eager outputs on every recorded call (False for a fix checked on traces only:
         `VALUES_NOT_KEPT` in its result; it may change what the function computes)."""
-        return self.status == CHECKED and VALUES_NOT_KEPT not in (self.result or "")
+        return self.status == CHECKED and VALUES_NOT_KEPT not in str(self.result or "")
 
     @property
     def what(self) -> str:
@@ -126,7 +126,7 @@ class Fix(Report):
         outputs not compared: RESULT``: it may change what the function computes.
         """
         if self.status == CHECKED:
-            if self.result and VALUES_NOT_KEPT in self.result:
+            if not self.values_compared:
                 # the symptom is gone, but no output was compared with eager's: say so before the result
                 return f"checked on traces only, outputs not compared: {self.result}"
             return f"checked: {self.result}" if self.result else "checked"

@@ -59,6 +59,13 @@ def test_a_batch_member_with_no_input_name_is_one_line(tmp_path):
         read_npz(tmp_path / "e.npz")
 
 
+def test_two_members_for_one_input_of_one_batch_are_refused(tmp_path):
+    """'0/x' and '00/x' are both batch 0's x: one would silently replace the other."""
+    np.savez(tmp_path / "e.npz", **{"0/x": X, "00/x": X + 1})
+    with pytest.raises(UsageError, match="two members name input 'x' of batch 0"):
+        read_npz(tmp_path / "e.npz")
+
+
 def test_healthy_twin_batch_layout_is_read(tmp_path):
     np.savez(tmp_path / "e.npz", **{"0/x": X, "1/x": 2 * X})
     batches = read_npz(tmp_path / "e.npz")

@@ -226,3 +226,7 @@ def test_a_fix_checked_without_values_never_reads_plain_checked():
     assert (traces_only.to_dict()["values_compared"], compared.to_dict()["values_compared"]) == (False, True)
     assert "traces only" in repr(traces_only) and "traces only" not in repr(compared)
     assert not Fix("retrace", "x", "", status="failed", result="rejects call 1").values_compared
+    # A result that is not a str (a number from a caller's own check) still prints and serializes.
+    odd = Fix("cast", "c", "d", status=CHECKED, result=3)
+    assert odd.values_compared and "(checked: 3)" in odd.line() and "cast checked" in repr(odd)
+    assert odd.to_dict()["values_compared"] is True

@@ -157,6 +157,16 @@ def test_argmax_agreement_counts_ties():
     nan_rows = np.array([[np.nan] * 3, [np.nan, 0.1, 0.05], [0.2, np.nan, 0.6]], np.float32)
     assert argmax_agreement(nan_rows, want) == (1 / 3, 0)
     assert argmax_agreement(np.full((2, 3), np.nan, np.float32), want[:2]) == (0.0, 0)
+    # One row as a 1-D array, rows of the last dimension, no rows; bad arrays are one UsageError.
+    assert argmax_agreement(got[2], want[2]) == (1.0, 0)
+    assert argmax_agreement(got.reshape(1, 3, 3), want.reshape(1, 3, 3)) == (1 / 3, 1)
+    assert argmax_agreement(np.zeros((0, 3)), np.zeros((0, 3))) == (1.0, 0)
+    from tflab.errors import UsageError
+
+    for bad_got, bad_want in ((got[:2], want), (got[:, :2], want), (np.zeros((2, 0)), np.zeros((2, 0))),
+                              (np.array([[None, 1.0]], object), want[:1, :2]), (np.float32(1), np.float32(1))):
+        with pytest.raises(UsageError, match="argmax_agreement"):
+            argmax_agreement(bad_got, bad_want)
 
 
 def test_small_weights_stay_float_under_dynamic_range(dense16):

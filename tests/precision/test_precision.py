@@ -210,6 +210,26 @@ def demo():
     return demonstrate_loss_scaling(input_shape=(32, 32, 3), batch=4, attribute=False)
 
 
+@pytest.mark.parametrize("kwargs, named", [
+    ({"attribute": "no"}, "attribute must be True or False, got 'no'"),
+    ({"attribute": None}, "attribute must be True or False, got None"),
+    ({"batch": "2"}, "batch must be an int >= 2"),
+    ({"batch": 2.5}, "batch must be an int >= 2"),
+    ({"batch": 1}, "batch must be an int >= 2"),
+    ({"input_shape": None}, "input_shape must be (H, W, 3)"),
+    ({"input_shape": (32.5, 32, 3)}, "input_shape must be (H, W, 3)"),
+    ({"input_shape": (32, 32)}, "input_shape must be (H, W, 3)"),
+], ids=["attribute-str", "attribute-none", "batch-str", "batch-float", "batch-1", "shape-none", "shape-float",
+        "shape-2d"])
+def test_demo_arguments_of_the_wrong_kind_are_one_usage_error(kwargs, named):
+    """Refused before any model is built: a truthy string must not run the judgments it asks to skip."""
+    from tflab.errors import UsageError
+
+    with pytest.raises(UsageError) as e:
+        demonstrate_loss_scaling(**{"input_shape": (32, 32, 3), "batch": 2, **kwargs})
+    assert named in str(e.value)
+
+
 @pytest.mark.onednn
 def test_demo_bfloat16_never_underflows_by_range(demo):
     assert [r.label for r in demo.rows] == ["float32", "mixed_bfloat16", "mixed_float16",

@@ -286,6 +286,10 @@ def read_npz(path: str | os.PathLike, flag: str = "--examples") -> list[dict]:
             if not m.group(2):
                 raise UsageError(f"{flag} {shorten_path(path)!r}: member {m.group(0)!r} names no input after "
                                  f"its batch index: name it '<batch>/<input name>', e.g. '0/x'")
-            by_batch.setdefault(int(m.group(1)), {})[m.group(2)] = a
+            batch = by_batch.setdefault(int(m.group(1)), {})
+            if m.group(2) in batch:  # '0/x' and '00/x': one array would silently replace the other
+                raise UsageError(f"{flag} {shorten_path(path)!r}: two members name input {m.group(2)!r} of batch "
+                                 f"{int(m.group(1))} ({m.group(0)!r} and another with the same number): keep one")
+            batch[m.group(2)] = a
         return [by_batch[i] for i in sorted(by_batch)]
     return [arrays]

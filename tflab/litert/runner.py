@@ -69,14 +69,32 @@ def argmax_agreement(got: np.ndarray, want: np.ndarray) -> tuple[float, int]:
     class: it disagrees, and is no tie.
 
     Args:
-        got: LiteRT output rows, shape ``(rows, classes)``.
-        want: TF output rows, same shape.
+        got: LiteRT output rows, shape ``(rows, classes)`` (a 1-D array is one row; more
+            dimensions are rows of the last one, as a sequence model's per-token logits).
+        want: TF output rows, the same shape.
 
     Returns:
         ``(agreement, tied)``: agreement in [0, 1] over all rows (1.0 for no rows),
         and the number of rows where LiteRT's top value is held by two or more classes.
+
+    Raises:
+        UsageError: arrays that are not numbers, of different shapes, or with no class.
     """
-    got = np.asarray(got)
+    from tflab.errors import UsageError
+
+    try:
+        got, want = np.asarray(got), np.asarray(want)
+        if got.dtype.kind not in "biuf" or want.dtype.kind not in "biuf":
+            raise TypeError
+    except (TypeError, ValueError):
+        raise UsageError("argmax_agreement takes two numeric arrays of LiteRT and TF outputs, got "
+                         f"{type(got).__name__} and {type(want).__name__}") from None
+    if got.shape != want.shape or got.ndim == 0 or got.shape[-1] == 0:
+        raise UsageError(f"argmax_agreement needs LiteRT's and TF's outputs of one shape with at least one class "
+                         f"(the last dimension), got {got.shape} and {want.shape}")
+    got, want = got.reshape(-1, got.shape[-1]), want.reshape(-1, want.shape[-1])
+    if want.dtype.kind == "f":
+        want = np.where(np.isnan(want), -np.inf, want)
     wa = want.argmax(axis=-1)
     blank = np.isnan(got).all(axis=-1) if got.dtype.kind == "f" else np.zeros(len(wa), bool)
     if got.dtype.kind == "f":

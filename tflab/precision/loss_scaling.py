@@ -54,17 +54,23 @@ def demonstrate_loss_scaling(input_shape: tuple = (64, 64, 3), batch: int = 4, s
         configuration it ran on.
 
     Raises:
-        UsageError: a bad input_shape or batch.
+        UsageError: a bad input_shape, batch or attribute (each named, with its value).
     """
     import keras
     import tensorflow as tf
 
     from tflab.models import NUM_CLASSES, example_batch
 
-    if len(input_shape) != 3 or input_shape[2] != 3 or min(input_shape[:2]) < 32:
-        raise UsageError(f"input_shape must be (H, W, 3) with H, W >= 32, got {input_shape}")
-    if batch < 2:
-        raise UsageError(f"batch must be >= 2 (BatchNormalization in training mode), got {batch}")
+    def whole(v) -> bool:
+        return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+    if (not isinstance(input_shape, (tuple, list)) or len(input_shape) != 3 or not all(map(whole, input_shape))
+            or input_shape[2] != 3 or min(input_shape[:2]) < 32):
+        raise UsageError(f"input_shape must be (H, W, 3) with H, W ints >= 32, got {input_shape!r}")
+    if not whole(batch) or batch < 2:
+        raise UsageError(f"batch must be an int >= 2 (BatchNormalization in training mode), got {batch!r}")
+    if not isinstance(attribute, bool):  # a truthy string ("no") would run the judgments it asks to skip
+        raise UsageError(f"attribute must be True or False, got {attribute!r}")
     images = example_batch(tf.TensorSpec([None, *input_shape], tf.float32), batch, seed=seed)
     labels = tf.constant(np.arange(batch) % NUM_CLASSES)
     models = []
