@@ -88,6 +88,17 @@ def test_underflow_in_the_backward_pass_names_the_forward_line():
     assert a.cause.line == _line("tiny_grad", "return") and "backward pass of MatMul" in a.cause.detail
 
 
+def test_a_zero_far_above_the_normal_range_is_rounding_not_underflow():
+    """bfloat16 has float32's exponent range: its Conv2DBackpropInput giving 0 for 2^-9 rounded a sum of
+    [1, 2^-9, -1] in an 8-bit significand. Not an underflow (loss scaling cannot help); within the op's bound."""
+    a = attribute(c.cancelling_filter, tf.ones([1, 2, 2, 1]), dtype="bfloat16")
+    bp = [j for j in a.judgements if j.op_type == "Conv2DBackpropInput"]
+    # Eigen's bfloat16 kernel gives 0 (error 2^-9); a kernel that adds in float32 (oneDNN) gives 2^-9 exactly.
+    assert bp and all(j.local_error in (0.0, 2.0 ** -9) and not j.over_bound for j in bp), [j.text for j in bp]
+    # Not an underflow: a cancelling sum (named ill-conditioned where the 0 happens), or no cause at all.
+    assert a.cause is None or a.cause.kind == "ill-conditioned", a.cause.detail
+
+
 def test_healthy_twin_of_underflow_has_no_cause():
     assert attribute(c.tiny_square, tf.constant(np.linspace(100, 200, 8).astype(np.float32))).cause is None
 

@@ -155,6 +155,16 @@ def _local(out: np.ndarray, ref: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(e), np.inf, e)
 
 
+def _smallest_normal(dtype: str) -> float:
+    """The dtype's smallest positive normal value (float16 2^-14, bfloat16 and float32 2^-126); 0 for others."""
+    from tflab.precision.float_formats import float_info
+
+    try:
+        return float(float_info(dtype).smallest_normal)
+    except Exception:  # noqa: BLE001 - not a float format tflab knows: no underflow event
+        return 0.0
+
+
 def judge_op(index: int, op, ref_run_op=None) -> JudgedOp:
     """Judges one op (see the module docstring); ``ref_run_op`` is the reference run's same op, or None."""
     from tflab.attribution.reeval import Unevaluable, evaluate
@@ -211,7 +221,14 @@ def judge_op(index: int, op, ref_run_op=None) -> JudgedOp:
         o64 = _f64(o)
         finite_ref = np.isfinite(r)
         over = finite_ref & np.isinf(o64)
-        under = finite_ref & (o64 == 0) & (np.abs(r) > noise) & (r != 0)
+        # A 0 is an underflow only where the value lies below the dtype's normal range, or where every
+        # term of the op's sum may (Σ|terms| < K·smallest normal: products flushed before they were
+        # added). Above that, a 0 is rounding in a short significand (bfloat16's Conv2DBackpropInput
+        # adds [1, 2^-9, -1] to 0), judged by the op's bound like any other rounding.
+        low = np.abs(r) < _smallest_normal(dt)
+        if j.abs_terms is not None and i < len(j.abs_terms):
+            low = low | (np.abs(np.asarray(j.abs_terms[i], np.float64)) < max(j.k, 1) * _smallest_normal(dt))
+        under = finite_ref & (o64 == 0) & (np.abs(r) > noise) & (r != 0) & low
         dom = np.isnan(o64) & np.isnan(r)
         for name, mask in (("overflow", over), ("underflow", under), ("domain", dom if inputs_finite else dom & False)):
             if mask.any() and not j.event:
