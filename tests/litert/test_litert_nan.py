@@ -235,8 +235,10 @@ def test_nonfinite_input_is_named_and_clean_input_removes_it(models, tmp_path):
     _, c = _roundtrip(models.ratio(), tmp_path / "a", {"x": x, "y": y})
     (note,) = _nan_notes(c)
     assert "nonfinite input" in note and "'serving_default_x:0' already holds 1 NaN" in note, note
+    # The examples' NaN is the one cause named (a kernel's error on what it became only carries it).
+    assert c.cause.kind == "domain" and "already holds 1 NaN" in c.cause.detail, c.cause
     _, fixed = _roundtrip(models.ratio(), tmp_path / "b", {"x": np.nan_to_num(x), "y": y})
-    assert _nan_notes(fixed) == []
+    assert _nan_notes(fixed) == [] and fixed.cause is None
 
 
 def test_int8_input_swallows_nan_and_is_named(models, tmp_path):

@@ -33,8 +33,11 @@ __all__ = ["litert_cause", "select_branch", "constant_defect"]
 
 FLOAT16_MAX = 65504.0
 FLOAT16_TINY = 2.0 ** -25  # half the smallest float16 subnormal: below it a value underflows to 0
+# Origins that are the data's, not a kernel's: a NaN/inf the examples already hold is the root of
+# whatever the ops after it do with it (an op over its bound on a -3.4e38 that MaxPool made of a NaN
+# only carries it), as is a value outside an op's domain.
 _DOMAIN_CAUSES = ("outside_domain", "log_of_negative", "log_of_zero", "division_by_zero", "integer_kernel_domain",
-                  "int8_nonfinite_input")
+                  "int8_nonfinite_input", "nonfinite_input")
 
 
 def _runs(quantization: str) -> str:
