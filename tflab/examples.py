@@ -511,8 +511,10 @@ def example_inputs(fn: Callable, examples: Any, named: dict[str, Any] | None = N
                          f"{shorten(repr(bad), 40)}: name each array after the parameter it feeds, {{'x': array}}")
     elif isinstance(examples, dict):
         batch, source = dict(examples), "examples"
+    elif isinstance(examples, Examples):  # what save_and_reload and export hand on: its first batch, as a path's
+        batch, source = dict(examples.batches[0]), "examples"
     else:
-        raise UsageError(f"{flag}: give a path to an .npz, or a dict {{parameter name: array}}; got "
+        raise UsageError(f"{flag}: give a path to an .npz, a dict {{parameter name: array}} or an Examples; got "
                          f"{shorten(type(examples).__name__, 40)}")
     values: dict[str, Any] = {}
     batch = {name: as_example_array(name, a, source) for name, a in batch.items()}

@@ -98,6 +98,10 @@ def test_compare_runs_on_the_examples(run_cli, npz, fns):
     api = tflab.compare_modes(fns.emb, examples=str(npz / "ids.npz"), gradients=False, repeats=1,
                               attribute=False, hlo=False)
     np.testing.assert_array_equal(api.modes["eager"].outputs[0], fns.small(IDS).numpy())
+    # An Examples value (what save_and_reload hands on) is taken as every other API takes it: its first batch.
+    ex = tflab.Examples.of({"ids": IDS})
+    from_examples = tflab.compare_modes(fns.emb, examples=ex, gradients=False, repeats=1, attribute=False, hlo=False)
+    np.testing.assert_array_equal(from_examples.modes["eager"].outputs[0], api.modes["eager"].outputs[0])
 
 
 def test_precision_runs_on_the_examples(run_cli, npz, fns):
