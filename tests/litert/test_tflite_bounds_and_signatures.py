@@ -227,6 +227,13 @@ def test_weights_shared_between_subgraphs_are_counted_once(predict_and_loss):
     assert (num, den) == (float(f"{o.worst_abs_error:.3g}"), float(f"{o.worst_bound:.3g}"))
     assert 0 < o.bound_ratio <= 1 and o.worst_abs_error / o.worst_bound == pytest.approx(o.bound_ratio, rel=1e-9)
     assert num / den == pytest.approx(float(line.split(" = ")[1].split()[0]), rel=2e-2)
+    # NaN against a number: the record's int64-maximum ULP reads as what it is, not as a count.
+    import dataclasses
+
+    nan_side = dataclasses.replace(c, outputs={**c.outputs, "predict/logits": dataclasses.replace(
+        o, max_ulp=np.iinfo(np.int64).max)})
+    assert "max ULP inf (NaN/inf on one side only)" in nan_side.to_text()
+    assert str(np.iinfo(np.int64).max) not in nan_side.to_text()
 
 
 def test_unsupported_op_names_its_signature(models, tmp_path):

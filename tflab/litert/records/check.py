@@ -255,7 +255,7 @@ class TFLiteCheck(Report):
             # The verdict's ratio beside the one element it comes from (|Δ| and bound of that
             # element divide to it); max|Δ| and the largest bound may be other elements'.
             lines.append(f"  {o.name}: max|Δ| {o.max_abs_error:.3g} (rel {o.max_rel_error:.3g}; "
-                         f"max ULP {o.max_ulp}, its own worst element), largest bound {o.bound:.3g}; "
+                         f"max ULP {_ulp_text(o.max_ulp)}, its own worst element), largest bound {o.bound:.3g}; "
                          f"worst |Δ|/bound {o.worst_abs_error:.3g}/{o.worst_bound:.3g} = {o.bound_ratio:.3g} "
                          f"{'ok' if o.within_bound else 'EXCEEDED'}{am}{share}"
                          + (f"; bounded in steps of {o.inner_quantization[2]} tensor "
@@ -322,6 +322,11 @@ def whole_model_line(check: "TFLiteCheck") -> str:
 
 def _fmt(x: float | None, spec: str = ".2g") -> str:
     return "-" if x is None else format(x, spec)
+
+
+def _ulp_text(ulp: int) -> str:
+    """A ULP count; the int64 maximum the record holds for NaN/inf on one side only reads as such."""
+    return "inf (NaN/inf on one side only)" if ulp >= 2 ** 63 - 1 else str(ulp)
 
 
 def _short_runtime(runtime: str) -> str:
