@@ -388,6 +388,16 @@ def test_retrace_cli_json(run_cli):
     assert report["error"] is None
 
 
+
+def test_retrace_options_after_the_script_are_the_scripts_and_said_so(run_cli):
+    """argparse hands what follows SCRIPT.py to the script: text, not JSON, and one note saying where --json goes."""
+    code, out, err = run_cli("retrace", SCRIPT, "--json")
+    assert code == 0, err
+    assert "retrace_script.py: 6 trace(s) in 3 tf.function(s)" in out  # the text report
+    note = [ln for ln in err.splitlines() if "note: --json after" in ln]
+    assert len(note) == 1 and "tflab retrace --json " in note[0], err
+
+
 def test_retrace_cli_script_that_raises(run_cli):
     code, out, err = run_cli("retrace", SCRIPT, "fail")
     assert code == 2

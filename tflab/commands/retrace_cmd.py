@@ -52,6 +52,13 @@ def run(args: argparse.Namespace) -> int:
     from tflab.report.pages import html_output, retrace_page
     from tflab.retrace.log import trace_script
 
+    # argparse hands everything after SCRIPT.py to the script: one of tflab's own options there is the
+    # script's now (`tflab retrace s.py --json` prints text), which the user rarely means. Said, not refused:
+    # a script may take a --json of its own.
+    own = [a for a in args.script_args if a.split("=", 1)[0] in ("--json", "--internal", "--html", "--force")]
+    if own:
+        print(f"tflab retrace: note: {' '.join(own)} after {args.script} is passed to the script (its sys.argv); "
+              f"tflab's own options go before it: tflab retrace {' '.join(own)} {args.script}", file=sys.stderr)
     html = html_output(args.html, args.force)  # before the script runs
     keep = keep_traced_functions() if html is not None else contextlib.nullcontext([])
     # Under --json the script's prints would corrupt the JSON on stdout.
