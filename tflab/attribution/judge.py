@@ -225,9 +225,10 @@ def judge_op(index: int, op, ref_run_op=None) -> JudgedOp:
         # term of the op's sum may (Σ|terms| < K·smallest normal: products flushed before they were
         # added). Above that, a 0 is rounding in a short significand (bfloat16's Conv2DBackpropInput
         # adds [1, 2^-9, -1] to 0), judged by the op's bound like any other rounding.
-        low = np.abs(r) < _smallest_normal(dt)
-        if j.abs_terms is not None and i < len(j.abs_terms):
-            low = low | (np.abs(np.asarray(j.abs_terms[i], np.float64)) < max(j.k, 1) * _smallest_normal(dt))
+        normal = _smallest_normal(dt)
+        low = np.abs(r) < normal
+        if j.abs_terms is not None and i < len(j.abs_terms):  # Σ|terms|: already magnitudes
+            low = low | (np.asarray(j.abs_terms[i], np.float64) < max(j.k, 1) * normal)
         under = finite_ref & (o64 == 0) & (np.abs(r) > noise) & (r != 0) & low
         dom = np.isnan(o64) & np.isnan(r)
         for name, mask in (("overflow", over), ("underflow", under), ("domain", dom if inputs_finite else dom & False)):
