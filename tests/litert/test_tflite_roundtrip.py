@@ -320,31 +320,6 @@ def test_export_bad_input_is_one_line_exit_2(case, tmp_path, run_cli):
     assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p]
 
 
-@pytest.mark.slow
-def test_tour_model_savedmodel_exact_and_float_tflite_within_bound(tour_model, tmp_path):
-    """The real model: BatchNorm folding and hard-swish fusion still stay within the reordering bound."""
-    import tflab
-
-    # examples=None: seeded random batches of 1 and 4 made from the signature.
-    sm = tflab.save_and_reload(tour_model, tmp_path / "mobilenet", None)
-    assert sm.kind == "keras" and sm.bit_exact is True and sm.batch_count == 2
-    assert set(sm.signatures) == {"serve", "serving_default"}
-    (name, info), = sm.signatures["serving_default"].inputs.items()
-    assert info.shape == (None, 96, 96, 3)
-    # the intermediates-vs-TF comparison is tested on small models (test_litert_attribution.py)
-    c = tflab.tflite_roundtrip(sm.path, list(sm.example_batches), "none", tf_tensors=False)
-    assert c.within_bound is True
-    # One CONV_2D per Keras Conv2D layer and one DEPTHWISE_CONV_2D per DepthwiseConv2D (43 and 11
-    # for Keras 3's MobileNetV3Small, squeeze-excite and the 1×1 head included), counted from the model.
-    import keras
-
-    convs = sum(type(layer) is keras.layers.Conv2D for layer in tour_model.layers)
-    depthwise = sum(type(layer) is keras.layers.DepthwiseConv2D for layer in tour_model.layers)
-    assert convs and depthwise and (c.op_counts["CONV_2D"], c.op_counts["DEPTHWISE_CONV_2D"]) == (convs, depthwise)
-    assert "BATCH_NORM" not in " ".join(c.op_counts)  # folded into the convolutions
-    assert c.outputs["output_0"].argmax_agreement == 1.0
-
-
 # ----------------------------------------------------- what users met
 
 

@@ -154,6 +154,39 @@ def test_the_full_tour_states_the_same_facts_as_before(full_tour):
     assert last.startswith(f"total {report['total_seconds']:.1f} s") and f"slowest section {slowest}" in last
     # The custom-op section waited for the build the tour started in the background.
     assert report["custom_op"]["opcheck_failed"] is None
+    _the_tours_export_judged_every_op(out / "export", report)
+
+
+def _the_tours_export_judged_every_op(export_dir: Path, report: dict) -> None:
+    """What the tour's export of MobileNetV3Small shows beyond its facts, read from its own files.
+
+    The SavedModel keeps both signatures with the batch dimension free; the float flatbuffer has
+    one CONV_2D per ``Conv2D`` and one DEPTHWISE_CONV_2D per ``DepthwiseConv2dNative`` of the
+    inference FuncGraph (43 and 11: squeeze-excite and the 1×1 head included), BatchNorm folded
+    into them. Every variant's per-op check judged every op of the float model's
+    ``serving_default`` subgraph (matched by position and name), none outside its bound: int8 is the
+    variant with the most requantized ops (MEAN in the squeeze-excite blocks is the tightest, about
+    one output step), float16 the one whose bound is tightest.
+    """
+    from tflab.litert.ops import read_ops
+
+    export = json.loads((export_dir / "report.json").read_text())
+    sm = export["saved_model"]
+    assert sm["kind"] == "keras" and sm["bit_exact"] is True and set(sm["signatures"]) == {"serve", "serving_default"}
+    (spec,) = sm["signatures"]["serving_default"]["inputs"].values()
+    assert spec["shape"] == [None, 96, 96, 3]
+    graph_ops = report["trace"]["op_counts"]
+    none = export["variants"]["none"]["check"]
+    assert (none["op_counts"]["CONV_2D"], none["op_counts"]["DEPTHWISE_CONV_2D"]) == (
+        graph_ops["Conv2D"], graph_ops["DepthwiseConv2dNative"]) and graph_ops["Conv2D"]
+    assert not any("BATCH_NORM" in op for op in none["op_counts"])
+    assert none["outputs"]["output_0"]["argmax_agreement"] == 1.0
+    parsed = read_ops((export_dir / "model_none.tflite").read_bytes())
+    float_ops = len(parsed.subgraphs[parsed.subgraph_of("serving_default")])
+    for q in ("none", "dynamic", "float16", "int8"):
+        per_op = export["variants"][q]["check"]["per_op"]
+        assert per_op["ok"] and (per_op["matched"], per_op["unmatched"], per_op["unchecked"]) == (float_ops, 0, {}), (
+            q, float_ops, {k: per_op[k] for k in ("matched", "unmatched", "unchecked", "outside")})
 
 
 def test_tour_prints_total_and_slowest_section(small_keras_file, tmp_path, capsys):
