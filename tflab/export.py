@@ -35,7 +35,7 @@ from tflab.examples import load_examples
 from tflab.litert.check import TFLiteCheck
 from tflab.litert.records import variant_line, variant_table, whole_model_line
 from tflab.litert.conversion import QUANTIZATIONS, refuse_infinite_calibration
-from tflab.litert.workers import (convert_inprocess, convert_isolated, reset_workers, save_examples,
+from tflab.litert.workers import (convert_in_pool, convert_inprocess, reset_workers, save_examples,
                                   stop_workers, take_calibration)
 from tflab.report.html.dispatch import renders
 from tflab.report.html.export import export_fragment
@@ -484,15 +484,12 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         save_examples(batches, os.fspath(tmp / "examples.npz"))
         if isolate:
             reset_workers()
-            from tflab.litert.pool import ConversionPool
-
-            # Variants convert in parallel worker processes (one per schedulable CPU);
+            # Variants convert in parallel worker processes (one per schedulable CPU, forks of one);
             # each is checked below as soon as it is done, while the others convert.
             # With keep_float, the int8 worker keeps its calibration: QuantizationDebugger starts from
             # it instead of converting and calibrating the model once more in this process.
-            conv = ConversionPool(quants, lambda subset, on_result: convert_isolated(
-                os.fspath(tmp / "saved_model"), os.fspath(tmp), subset, os.fspath(tmp / "examples.npz"),
-                progress, on_result, keep_calibration=keep_float), progress)
+            conv = convert_in_pool(os.fspath(tmp / "saved_model"), os.fspath(tmp), quants,
+                                   os.fspath(tmp / "examples.npz"), progress, keep_calibration=keep_float)
             try:
                 # The gradients behind the bounds do not depend on the variant: compute
                 # them here while the worker processes convert.

@@ -1,0 +1,312 @@
+"""A fork server: one helper imports TensorFlow once, and each worker is a fork of it.
+
+Every fresh Python that imports TensorFlow spends about 5 s of CPU on it (its
+shared libraries and its Python API modules), before any work. When tflab needs
+several workers of one kind at once (the export's converter workers, one per
+schedulable CPU), `ForkServer` pays that once: its process imports the listed
+modules, runs nothing of TF (no op, no eager context, so no TF thread pool
+exists), and forks a child per `ForkServer.spawn`. A child is a separate
+process, as a fresh worker is: a crash in it (an ``abort()`` in the converter)
+costs that child only.
+
+Each child gets the pipes its caller made for its stdout and stderr (passed
+over a Unix socket), ``/dev/null`` as stdin, the kernel's SIGKILL when the
+server dies (``PR_SET_PDEATHSIG``), and ``$TFLAB_PARENT_PID`` set to the server
+(for `tflab.process.watch.tie_to_parent`); the server watches the process that
+started it, so a killed caller leaves neither. The caller reads a child as it reads a
+``subprocess.Popen``: ``stdout``, ``stderr``, ``pid``, ``poll``, ``wait``,
+``kill`` (`Forked`). A server that cannot start or has died makes `spawn` raise
+`ForkUnavailable`; the caller then starts a fresh process as before.
+
+Not ``multiprocessing``'s forkserver: its server lives as long as the process
+that started it (a user's REPL would keep a TF-sized process after the export
+ended), its preload list is process-wide state shared with the user's own
+``multiprocessing``, and its children report through pickled objects, not the
+exit status and pipes that tflab's worker protocol reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import secrets
+import struct
+import threading
+import warnings
+from typing import Sequence
+
+# Seconds a spawn waits for the server to have imported its modules (a loaded 2-core machine
+# takes ~10 s for TensorFlow; past this the caller starts a fresh process instead).
+READY_TIMEOUT_S = 120.0
+
+
+class ForkUnavailable(RuntimeError):
+    """The fork server is not running (it failed to start, or has died): start a fresh process."""
+
+
+class Forked:
+    """One forked child, read as a ``subprocess.Popen``.
+
+    Attributes:
+        pid: the child's pid.
+        stdout, stderr: text streams of the child's stdout and stderr (pipes).
+        returncode: None while it runs; its exit status after (negative: the signal that ended it).
+    """
+
+    def __init__(self, pid: int, conn: socket.socket, stdout, stderr, status: bytes = b"") -> None:
+        self.pid, self._conn, self.stdout, self.stderr = pid, conn, stdout, stderr
+        self._early = status  # the status, when it came with the pid
+        self.returncode: int | None = None
+        self._lock = threading.Lock()
+
+    def _status(self, timeout: float | None) -> int | None:
+        with self._lock:
+            if self.returncode is not None:
+                return self.returncode
+            data = self._early
+            if not data:
+                self._conn.settimeout(timeout)
+                try:
+                    data = self._conn.recv(64)
+                except (socket.timeout, BlockingIOError):
+                    return None
+                except OSError:
+                    data = b""
+            # No status: the server died before reaping the child, which it took with it.
+            self.returncode = int(data.decode().strip() or -signal.SIGKILL)
+            self._conn.close()
+            return self.returncode
+
+    def poll(self) -> int | None:
+        return self._status(0.0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self._status(timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(f"forked child {self.pid}", timeout)
+        return code
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.pid, signal.SIGKILL)
+
+    terminate = kill
+
+
+class ForkServer:
+    """A helper process that imports ``modules`` once; `spawn` forks a child of it that calls a function.
+
+    Args:
+        modules: module names the server imports before its first fork (e.g. ``["tensorflow"]``).
+        env: the server's environment, which every child inherits (None: this process's).
+        start: ``start(argv, env, **popen_kwargs) -> subprocess.Popen``, how the server process is
+            started (a `tflab.process.group.ChildGroup`'s ``start``, so the group stops it and its
+            children with the others); default `tflab.process.group.start_tied`.
+
+    Use it from the thread that outlives its children (the server asks the kernel to end it with
+    that thread), and `close` it when its work is done.
+
+    Example:
+
+    >>> server = ForkServer(["json"])
+    >>> child = server.spawn("json.tool", ["--help"])  # doctest: +SKIP
+    """
+
+    def __init__(self, modules: Sequence[str], env: dict | None = None, start=None) -> None:
+        from tflab.process.group import start_tied
+
+        # Linux's abstract socket namespace: no file to leave behind when the server is killed. The
+        # server takes requests from this process only (SO_PEERCRED).
+        self.name = f"tflab-forks-{os.getpid()}-{secrets.token_hex(8)}"
+        self.address = "\0" + self.name
+        argv = [sys.executable, "-m", __name__, self.name, *modules]
+        popen = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.proc = (start or (lambda a, e, **k: start_tied(a, env=e, **k)))(argv, env, **popen)
+        self._ready: bool | None = None
+        self._ready_lock = threading.Lock()
+
+    def _wait_ready(self) -> None:
+        with self._ready_lock:
+            if self._ready is None:
+                ready, _, _ = select.select([self.proc.stdout], [], [], READY_TIMEOUT_S)
+                self._ready = bool(ready) and self.proc.stdout.readline().strip() == b"ready"
+        if not self._ready or self.proc.poll() is not None:
+            raise ForkUnavailable("the fork server did not start")
+
+    def spawn(self, target: str, argv: Sequence[str]) -> Forked:
+        """Forks a child that runs ``target``'s ``main(argv)`` (``"module"`` or ``"module:function"``).
+
+        Returns:
+            The child (`Forked`); its exit status is the function's return value (an int, 0 for None),
+            1 after an uncaught exception (its traceback on the child's stderr).
+
+        Raises:
+            ForkUnavailable: the server did not start or has died.
+        """
+        self._wait_ready()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(self.address)
+            socket.send_fds(conn, [json.dumps({"target": target, "argv": list(argv)}).encode()], [out_w, err_w])
+            line, status = _read_line(conn)
+            pid = int(line)
+        except (OSError, ValueError) as e:
+            conn.close()
+            for fd in (out_r, err_r):
+                os.close(fd)
+            raise ForkUnavailable(f"the fork server did not fork: {e}") from e
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        return Forked(pid, conn, os.fdopen(out_r, "r"), os.fdopen(err_r, "r"), status)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Ends the server once its children have ended (they keep running until then); removes its socket.
+
+        The server is told in words, not by the end of its stdin: a child this process forks meanwhile
+        (a check run apart, `tflab.process.apart`) holds a copy of that pipe, and would delay the end.
+        """
+        with contextlib.suppress(OSError, ValueError):
+            self.proc.stdin.write(b"close\n")
+            self.proc.stdin.flush()
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        with contextlib.suppress(OSError):
+            self.proc.stdout.close()
+
+
+def _read_line(conn: socket.socket) -> tuple[str, bytes]:
+    """The first line (the pid) and what came after it (the exit status of a child that ended at once)."""
+    data = b""
+    while b"\n" not in data:
+        chunk = conn.recv(64)
+        if not chunk:
+            raise OSError("the fork server closed the connection")
+        data += chunk
+    line, _, rest = data.partition(b"\n")
+    return line.decode(), rest
+
+
+# ---------------------------------------------------------------------------- the server's side
+
+
+def _child(sockets: list[socket.socket], request: dict, fds: list[int], prctl) -> None:
+    """In the forked child: its pipes as stdout and stderr, its parent the server; runs the target.
+
+    ``sockets``: the server's, closed here (a copy kept open would hide the server's death from a
+    caller waiting for another child's status).
+    """
+    import importlib
+    import traceback
+
+    code = 1
+    try:
+        for s in sockets:
+            s.close()
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(fds[0], 1)
+        os.dup2(fds[1], 2)
+        for fd in (devnull, *fds):
+            os.close(fd)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        server = os.getppid()
+        if prctl is not None:  # SIGKILL from the kernel when the server dies (resolved before the fork)
+            prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+            if os.getppid() != server:
+                os._exit(124)
+        os.environ["TFLAB_PARENT_PID"] = str(server)
+        module, _, name = request["target"].partition(":")
+        result = getattr(importlib.import_module(module), name or "main")(request["argv"])
+        code = result if isinstance(result, int) else 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:  # noqa: BLE001 - the child's failure is its exit status and its stderr
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _serve(name: str, modules: Sequence[str]) -> int:
+    import importlib
+
+    from tflab.process.watch import die_with_parent
+
+    parent = int(os.environ.get("TFLAB_PARENT_PID") or os.getppid())
+    die_with_parent(str(parent))
+    prctl = None
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    for m in modules:
+        importlib.import_module(m)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0" + name)
+    listener.listen(16)
+    os.write(1, b"ready\n")
+    children: dict[int, socket.socket] = {}
+    accepting = True
+    while accepting or children:
+        if os.getppid() != parent:
+            return 124  # its parent is gone (its children watch this process in turn)
+        watched = [listener, sys.stdin] if accepting else []
+        ready, _, _ = select.select(watched, [], [], 0.2)
+        if sys.stdin in ready and os.read(sys.stdin.fileno(), 4096) in (b"", b"close\n"):
+            accepting = False  # `ForkServer.close`: end once the children have ended
+        if listener in ready:
+            conn, _ = listener.accept()
+            msg, fds, _, _ = socket.recv_fds(conn, 1 << 16, 2)
+            peer_pid, peer_uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                                        struct.calcsize("3i")))
+            if (peer_pid, peer_uid) != (parent, os.getuid()) or len(fds) != 2:
+                for fd in fds:  # not the process that started this server: nothing is forked for it
+                    os.close(fd)
+                conn.close()
+                continue
+            with warnings.catch_warnings():  # only this thread exists: the fork copies no other
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+            if pid == 0:
+                _child([conn, listener, *children.values()], json.loads(msg), list(fds), prctl)
+            for fd in fds:
+                os.close(fd)
+            conn.sendall(f"{pid}\n".encode())
+            children[pid] = conn
+        while children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            conn = children.pop(pid, None)
+            if conn is not None:
+                with contextlib.suppress(OSError):
+                    conn.sendall(str(os.waitstatus_to_exitcode(status)).encode())
+                conn.close()
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        print("usage: python -m tflab.process.forks NAME [MODULE ...] (internal)", file=sys.stderr)
+        sys.exit(2)
+    # os._exit: the interpreter's own shutdown with TensorFlow loaded takes seconds, and the server
+    # has nothing to flush (it writes with os.write).
+    os._exit(_serve(sys.argv[1], sys.argv[2:]))
