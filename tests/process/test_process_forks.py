@@ -34,6 +34,9 @@ HELPER = textwrap.dedent("""
     def aborts(argv):
         os.abort()
 
+    def env_size(argv):
+        return len(os.environ["FORKS_TEST_VAR"]) % 256
+
     def sleeps(argv):
         print("sleeping", flush=True)
         time.sleep(60)
@@ -142,10 +145,31 @@ def test_another_process_gets_nothing_forked(helper_env):
             c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             c.connect({server.address!r})
             r, w = os.pipe()
-            socket.send_fds(c, [json.dumps({{"target": "forks_helper", "argv": ["0"]}}).encode()], [w, w])
-            print(repr(c.recv(64)))
+            request = json.dumps({{"target": "forks_helper", "argv": ["0"], "env": None}}).encode()
+            try:
+                socket.send_fds(c, [len(request).to_bytes(8, "big") + request], [w, w])
+                print("answered", repr(c.recv(64)))
+            except (ConnectionResetError, BrokenPipeError):  # closed before it read the request
+                print("answered b''")
         """)], capture_output=True, text=True, timeout=60, env=helper_env)
-        assert other.stdout.strip() == "b''", other.stderr  # closed without a pid
+        assert other.stdout.strip() == "answered b''", other.stderr  # closed without a pid
         assert server.spawn("forks_helper", ["5"]).wait(30) == 5  # and it still serves its own process
+    finally:
+        server.close()
+
+
+def test_a_child_gets_the_environment_and_files_its_caller_gives(helper_env, tmp_path):
+    from tflab.process.forks import ForkServer
+
+    server = ForkServer(["forks_helper"], helper_env)
+    try:
+        log = tmp_path / "child.log"
+        with open(log, "w") as f:
+            child = server.spawn("forks_helper", ["0"], env={**helper_env, "FORKS_TEST_VAR": "x" * 200_000},
+                                 stdout=f, stderr=f)
+        assert child.stdout is None and child.wait(30) == 0
+        assert log.read_text().startswith("argv ['0'] parent") and "to stderr" in log.read_text()
+        env_child = server.spawn("forks_helper:env_size", [], env={**helper_env, "FORKS_TEST_VAR": "x" * 200_000})
+        assert env_child.wait(30) == 200_000 % 256
     finally:
         server.close()

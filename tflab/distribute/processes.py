@@ -112,6 +112,35 @@ def _received(label: str, proc, path: str, err_path: str) -> dict:
         raise WorkerError(f"{label} (pid {proc.pid}) exited 0 {why}: {_last_line(err_path)}") from None
 
 
+def _fork_server(specs, children):
+    """A `tflab.process.forks.ForkServer` that imported TF once, for two or more children of
+    ``python -m tflab.distribute.child`` (Linux, ``TFLAB_FORK_WORKERS`` not 0); else None."""
+    from tflab.process.settings import get as setting
+
+    if (len(specs) < 2 or not sys.platform.startswith("linux") or setting("TFLAB_FORK_WORKERS") == "0"
+            or any(argv[:3] != worker_argv("")[:3] for _, argv, _ in specs)):
+        return None
+    from tflab.process.forks import ForkServer
+
+    server = ForkServer(("tensorflow", "tflab.distribute.child"), _child_env({}), start=children.start)
+    children.forget(server.proc)  # not a child whose end `ChildGroup.wait` waits for: killed after them
+    return server
+
+
+def _forked(forks, argv: list[str], env: dict, err, children):
+    """The child forked from ``forks`` (a member of ``children``), or None: start a fresh process."""
+    if forks is None:
+        return None
+    from tflab.process.forks import ForkUnavailable
+
+    try:
+        p = forks.spawn("tflab.distribute.child", argv[3:], env=env, stdout=err, stderr=err)
+    except ForkUnavailable:
+        return None
+    children.procs.append(p)
+    return p
+
+
 def run_children(specs: Sequence[tuple[str, list[str], dict]], timeout: float,
                  progress: Callable[[str], None] | None = None,
                  on_start: Callable[[list[int]], None] | None = None) -> list[dict]:
@@ -148,37 +177,48 @@ def run_children(specs: Sequence[tuple[str, list[str], dict]], timeout: float,
     files = []
     try:
         with ChildGroup() as children:
-            for label, argv, extra in specs:
-                report = os.path.join(tmp, f"{len(files)}.json")
-                err_path = os.path.join(tmp, f"{len(files)}.stderr")
-                with open(err_path, "w") as err:
-                    p = children.start(argv, _child_env({**extra, "TFLAB_REPORT": report,
-                                                         "TFLAB_DEADLINE_S": timeout}),
-                                       waits=True, stdout=err, stderr=err)  # tied: TFLAB_PARENT_PID
-                files.append((label, p, report, err_path))
-            if on_start is not None:
-                on_start([p.pid for _, p, _, _ in files])
-            labels = {p.pid: (label, err_path) for label, p, _, err_path in files}
-
-            def on_exit(p) -> None:
-                label, err_path = labels[p.pid]
-                code = p.returncode
-                if code == 0:
-                    if progress:
-                        progress(f"{label} finished")
-                    return
-                last = _last_line(err_path)
-                how = f"was killed by {_signal_name(code)}" if code < 0 else _exit_words(code, last)
-                others = [lbl for lbl, q, _, _ in files if q.poll() is None]
-                raise WorkerError(f"{label} (pid {p.pid}) {how}"
-                                  + (f"; stopped {', '.join(others)}" if others else ""))
-
-            still = children.wait(timeout, on_exit)
-            if still:
-                names = ", ".join(f"{labels[q.pid][0]} (pid {q.pid})" for q in still)
-                raise WorkerError(f"{names} still running after {timeout:g} s; stopped "
-                                  f"(raise --timeout, or look for a worker blocked on a peer)")
-        return [_received(label, p, report, err_path) for label, p, report, err_path in files]
+            forks = _fork_server(specs, children)
+            try:
+                return _run(specs, timeout, progress, on_start, tmp, files, children, forks)
+            finally:
+                if forks is not None:  # idle once every child has ended; else stopped with them
+                    forks.kill()
     finally:
         with contextlib.suppress(OSError):
             shutil.rmtree(tmp)
+
+
+def _run(specs, timeout, progress, on_start, tmp, files, children, forks) -> list[dict]:
+    """`run_children`'s work inside its `ChildGroup`: start each child (forked from ``forks`` where
+    it runs), wait for all, name the first that failed."""
+    for label, argv, extra in specs:
+        report = os.path.join(tmp, f"{len(files)}.json")
+        err_path = os.path.join(tmp, f"{len(files)}.stderr")
+        env = _child_env({**extra, "TFLAB_REPORT": report, "TFLAB_DEADLINE_S": timeout})
+        with open(err_path, "w") as err:
+            p = _forked(forks, argv, env, err, children) or children.start(
+                argv, env, waits=True, stdout=err, stderr=err)  # tied: TFLAB_PARENT_PID
+        files.append((label, p, report, err_path))
+    if on_start is not None:
+        on_start([p.pid for _, p, _, _ in files])
+    labels = {p.pid: (label, err_path) for label, p, _, err_path in files}
+
+    def on_exit(p) -> None:
+        label, err_path = labels[p.pid]
+        code = p.returncode
+        if code == 0:
+            if progress:
+                progress(f"{label} finished")
+            return
+        last = _last_line(err_path)
+        how = f"was killed by {_signal_name(code)}" if code < 0 else _exit_words(code, last)
+        others = [lbl for lbl, q, _, _ in files if q.poll() is None]
+        raise WorkerError(f"{label} (pid {p.pid}) {how}"
+                          + (f"; stopped {', '.join(others)}" if others else ""))
+
+    still = children.wait(timeout, on_exit)
+    if still:
+        names = ", ".join(f"{labels[q.pid][0]} (pid {q.pid})" for q in still)
+        raise WorkerError(f"{names} still running after {timeout:g} s; stopped "
+                          f"(raise --timeout, or look for a worker blocked on a peer)")
+    return [_received(label, p, report, err_path) for label, p, report, err_path in files]

@@ -140,8 +140,17 @@ class ForkServer:
         if not self._ready or self.proc.poll() is not None:
             raise ForkUnavailable("the fork server did not start")
 
-    def spawn(self, target: str, argv: Sequence[str]) -> Forked:
+    def spawn(self, target: str, argv: Sequence[str], env: dict | None = None, stdout=None,
+              stderr=None) -> Forked:
         """Forks a child that runs ``target``'s ``main(argv)`` (``"module"`` or ``"module:function"``).
+
+        Args:
+            target: ``"module"`` (its ``main``) or ``"module:function"``; called with ``argv``.
+            argv: the list of strings the function gets.
+            env: the child's whole environment (None: the server's). Set before the function runs,
+                after TF's import: a variable TF reads when it loads (``TF_ENABLE_ONEDNN_OPTS``,
+                the ISA caps) keeps the server's value.
+            stdout, stderr: open files the child writes to (None: a pipe, read as ``child.stdout``).
 
         Returns:
             The child (`Forked`); its exit status is the function's return value (an int, 0 for None),
@@ -151,23 +160,33 @@ class ForkServer:
             ForkUnavailable: the server did not start or has died.
         """
         self._wait_ready()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
+        mine, given = [], []
+        for f in (stdout, stderr):
+            if f is None:
+                r, w = os.pipe()
+                mine.append(r)
+                given.append(w)
+            else:
+                mine.append(None)
+                given.append(os.dup(f.fileno()))
+        request = json.dumps({"target": target, "argv": list(argv), "env": env}).encode()
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             conn.connect(self.address)
-            socket.send_fds(conn, [json.dumps({"target": target, "argv": list(argv)}).encode()], [out_w, err_w])
+            socket.send_fds(conn, [len(request).to_bytes(8, "big") + request], given)
             line, status = _read_line(conn)
             pid = int(line)
         except (OSError, ValueError) as e:
             conn.close()
-            for fd in (out_r, err_r):
-                os.close(fd)
+            for fd in mine:
+                if fd is not None:
+                    os.close(fd)
             raise ForkUnavailable(f"the fork server did not fork: {e}") from e
         finally:
-            os.close(out_w)
-            os.close(err_w)
-        return Forked(pid, conn, os.fdopen(out_r, "r"), os.fdopen(err_r, "r"), status)
+            for fd in given:
+                os.close(fd)
+        streams = [os.fdopen(fd, "r") if fd is not None else None for fd in mine]
+        return Forked(pid, conn, streams[0], streams[1], status)
 
     def close(self, timeout: float = 10.0) -> None:
         """Ends the server once its children have ended (they keep running until then); removes its socket.
@@ -189,6 +208,20 @@ class ForkServer:
             self.proc.stdout.close()
 
 
+    def kill(self) -> None:
+        """Ends the server and every child it forked at once (SIGKILL to its process group when it leads
+        one, as a `tflab.process.group.ChildGroup` starts it), and reaps the server."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if os.getpgid(self.proc.pid) == self.proc.pid:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            else:
+                self.proc.kill()
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                stream.close()
+
+
 def _read_line(conn: socket.socket) -> tuple[str, bytes]:
     """The first line (the pid) and what came after it (the exit status of a child that ended at once)."""
     data = b""
@@ -202,6 +235,8 @@ def _read_line(conn: socket.socket) -> tuple[str, bytes]:
 
 
 # ---------------------------------------------------------------------------- the server's side
+
+_EXIT = os._exit
 
 
 def _child(sockets: list[socket.socket], request: dict, fds: list[int], prctl) -> None:
@@ -230,6 +265,9 @@ def _child(sockets: list[socket.socket], request: dict, fds: list[int], prctl) -
             prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
             if os.getppid() != server:
                 os._exit(124)
+        if request.get("env") is not None:
+            os.environ.clear()
+            os.environ.update(request["env"])
         os.environ["TFLAB_PARENT_PID"] = str(server)
         module, _, name = request["target"].partition(":")
         result = getattr(importlib.import_module(module), name or "main")(request["argv"])
@@ -242,7 +280,7 @@ def _child(sockets: list[socket.socket], request: dict, fds: list[int], prctl) -
         with contextlib.suppress(Exception):
             sys.stdout.flush()
             sys.stderr.flush()
-        os._exit(code)
+        _EXIT(code)  # the real one: the target may have wrapped os._exit (`tflab.distribute.child`)
 
 
 def _serve(name: str, modules: Sequence[str]) -> int:
@@ -250,7 +288,9 @@ def _serve(name: str, modules: Sequence[str]) -> int:
 
     from tflab.process.watch import die_with_parent
 
-    parent = int(os.environ.get("TFLAB_PARENT_PID") or os.getppid())
+    from tflab.process.settings import get_int
+
+    parent = get_int("TFLAB_PARENT_PID", os.getppid())
     die_with_parent(str(parent))
     prctl = None
     with contextlib.suppress(Exception):
@@ -274,11 +314,20 @@ def _serve(name: str, modules: Sequence[str]) -> int:
             accepting = False  # `ForkServer.close`: end once the children have ended
         if listener in ready:
             conn, _ = listener.accept()
-            msg, fds, _, _ = socket.recv_fds(conn, 1 << 16, 2)
             peer_pid, peer_uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
                                                                         struct.calcsize("3i")))
-            if (peer_pid, peer_uid) != (parent, os.getuid()) or len(fds) != 2:
-                for fd in fds:  # not the process that started this server: nothing is forked for it
+            if (peer_pid, peer_uid) != (parent, os.getuid()):
+                conn.close()  # not the process that started this server: nothing is read or forked for it
+                continue
+            msg, fds, _, _ = socket.recv_fds(conn, 1 << 16, 2)
+            size = int.from_bytes(msg[:8], "big") if len(msg) >= 8 else 0
+            while 8 <= len(msg) < 8 + size:  # a large environment comes in several reads
+                chunk = conn.recv(1 << 16)
+                if not chunk:
+                    break
+                msg += chunk
+            if len(fds) != 2 or len(msg) != 8 + size:
+                for fd in fds:
                     os.close(fd)
                 conn.close()
                 continue
@@ -286,7 +335,7 @@ def _serve(name: str, modules: Sequence[str]) -> int:
                 warnings.simplefilter("ignore", DeprecationWarning)
                 pid = os.fork()
             if pid == 0:
-                _child([conn, listener, *children.values()], json.loads(msg), list(fds), prctl)
+                _child([conn, listener, *children.values()], json.loads(msg[8:]), list(fds), prctl)
             for fd in fds:
                 os.close(fd)
             conn.sendall(f"{pid}\n".encode())
