@@ -5,7 +5,8 @@ TF reads ``TF_ENABLE_ONEDNN_OPTS`` when it loads: a compiler setting can only be
 changed in a fresh process. The parent (`tflab.modes.bisection`) saves the
 comparison's forward+backward step as a SavedModel signature ``step`` and the
 inputs as ``inputs.npz``, and starts this file as a script with the setting in
-its environment. It imports TensorFlow only (no tflab), runs the step once
+its environment, or, where the setting is ``XLA_FLAGS`` alone, forks it from a
+server that imported TensorFlow once (`tflab.process.forks`) and calls `main`. It imports TensorFlow only (no tflab), runs the step once
 (``xla``: wrapped in ``tf.function(jit_compile=True)``, as the comparison's XLA
 mode; ``graph``: in ``tf.function``, Grappler on) and writes every output as
 ``RESULT.npz``, then ``RESULT.json`` (``{"seconds": …}`` or ``{"error": …}``),

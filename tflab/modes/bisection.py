@@ -145,6 +145,7 @@ class SavedStep:
         self.tmp: Path | None = None
         self.error = ""
         self.runs = 0
+        self._forks = None  # a tflab.process.forks.ForkServer, started by the first run that can fork
 
     def __enter__(self) -> "SavedStep":
         import numpy as np
@@ -175,8 +176,37 @@ class SavedStep:
         return self
 
     def __exit__(self, *exc) -> None:
+        if self._forks is not None:
+            self._forks.kill()  # idle: every run waited for its child
+            self._forks = None
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _forked(self, args: list[str], env: dict, stderr):
+        """The run's child forked from a server that imported TF once, or None: start a fresh process.
+
+        Only where the run differs from this process's environment in ``XLA_FLAGS`` alone: XLA
+        reads it at its first compile, which happens in the child; a variable TF reads when it
+        loads (``TF_ENABLE_ONEDNN_OPTS``, the ISA caps) needs a fresh process. Linux only;
+        ``TFLAB_FORK_WORKERS=0`` turns it off.
+        """
+        from tflab.process.settings import get as setting
+
+        base = {k: v for k, v in env.items() if k != "XLA_FLAGS"}
+        if not sys.platform.startswith("linux") or setting("TFLAB_FORK_WORKERS") == "0":
+            return None
+        from tflab.process.forks import ForkServer, ForkUnavailable
+
+        if self._forks is None:
+            self._forks = ForkServer(("numpy", "tensorflow", "tflab.modes._bisect_child"), base)
+            self._forks_env = base
+        if base != self._forks_env:
+            return None
+        try:
+            with open(os.devnull, "w") as devnull:
+                return self._forks.spawn("tflab.modes._bisect_child", args, env=env, stdout=devnull, stderr=stderr)
+        except ForkUnavailable:
+            return None
 
     def run(self, mode: str, env_changes: dict, timeout: float, dump: Path | None = None):
         """Runs the step once in a child with ``env_changes``; returns (outputs, grads by index) or raises RuntimeError."""
@@ -198,15 +228,19 @@ class SavedStep:
         if dump is not None:
             env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + f" --xla_dump_to={dump} --xla_dump_hlo_as_text"
                                 " --xla_dump_hlo_pass_re=.*").strip()
-        proc = start_tied([sys.executable, str(_CHILD), str(self.tmp / "saved_model"), str(self.tmp / "inputs.npz"),
-                           str(prefix), mode], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE)
-        try:
-            _, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            raise RuntimeError(f"the child ran past its {timeout:.0f} s limit and was stopped")
+        args = [str(self.tmp / "saved_model"), str(self.tmp / "inputs.npz"), str(prefix), mode]
+        with open(str(prefix) + ".stderr", "w+b") as err_file:
+            proc = self._forked(args, env, err_file) or start_tied(
+                [sys.executable, str(_CHILD), *args], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=err_file)
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                raise RuntimeError(f"the child ran past its {timeout:.0f} s limit and was stopped") from None
+            err_file.seek(0)
+            err = err_file.read()
         result_file = Path(str(prefix) + ".json")
         if not result_file.exists():
             tail = (err or b"").decode(errors="replace").strip().splitlines()[-2:]

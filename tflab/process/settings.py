@@ -73,10 +73,10 @@ _TABLE = (
     Setting("TFLAB_FIX_TIMEOUT_S", "seconds each candidate fix's check may run in its child (a re-trace or run "
             "of your code that tflab makes before printing a fix) before it is stopped and shown as not checked",
             "60", "user", ("tflab.process.apart",), seconds=(0.1, 86400.0)),
-    Setting("TFLAB_FORK_WORKERS", "0 starts each of the export's converter workers and distribute's worker "
-            "processes as a fresh Python (each imports TensorFlow, ~5 s of CPU) instead of forking them from one "
-            "helper that imported it once", "1", "user", ("tflab.litert.workers", "tflab.distribute.processes"),
-            values=("0", "1")),
+    Setting("TFLAB_FORK_WORKERS", "0 starts each of the export's converter workers, distribute's worker "
+            "processes and compare's XLA bisection children as a fresh Python (each imports TensorFlow, ~5 s of "
+            "CPU) instead of forking them from one helper that imported it once", "1", "user",
+            ("tflab.litert.workers", "tflab.distribute.processes", "tflab.modes.bisection"), values=("0", "1")),
     Setting("TFLAB_TOUR_LANE", "0 keeps every tour section in the tour's own process (no second process "
             "for steps 6 and 7-8)", "1", "user", ("tflab._tour.lane",), values=("0", "1")),
     Setting("TFLAB_WARP_SOFTMAX_ISA", "forces WarpSoftmax's CPU path: scalar, avx2 or avx512 (read when the "
