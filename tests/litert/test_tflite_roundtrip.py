@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import sys
 
 import numpy as np
 import pytest
@@ -247,11 +249,21 @@ def test_export_force_replaces_atomically(exported, tmp_path, run_cli):
 def test_converter_crash_is_isolated(tmp_path, run_cli, monkeypatch):
     from tflab.litert.workers import CRASH_ENV
 
+    from tflab.litert.pool import schedulable_cpus
+    from tflab.process.forks import ForkServer
+
     # The worker aborts (SIGABRT, as an LLVM fatal error does) on the dynamic variant.
     monkeypatch.setenv(CRASH_ENV, "dynamic")
+    forked = []
+    spawn = ForkServer.spawn
+    monkeypatch.setattr(ForkServer, "spawn", lambda self, *a, **k: forked.append(spawn(self, *a, **k)) or forked[-1])
     out = tmp_path / "crash"
     code, stdout, stderr = run_cli("export", MODEL_SPEC, "--out", str(out), "--quantize", "dynamic,none")
     assert code == 1
+    # With two CPUs, the two workers are forks of one server that imported TF (tflab.process.forks): a
+    # crash in one still costs its own variant only.
+    if schedulable_cpus() > 1 and sys.platform.startswith("linux"):
+        assert len(forked) == 2 and sorted(c.wait(30) for c in forked) == [-signal.SIGABRT, 0]
     assert "crashed" in stdout and "SIGABRT" in stdout
     # The fresh worker converted the variant after the crash; no partial file is left.
     assert sorted(p.name for p in out.glob("model_*")) == ["model_none.tflite"]

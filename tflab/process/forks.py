@@ -78,7 +78,11 @@ class Forked:
                     return None
                 except OSError:
                     data = b""
-            # No status: the server died before reaping the child, which it took with it.
+            if not data.strip():
+                # No status: the server died (killed with its process group, or by the kernel with its
+                # parent), taking the child with it. Its end is seen when it has left the process table
+                # (or is a zombie: ended), so a caller that goes on finds no child of its running.
+                _wait_gone(self.pid, 10.0 if timeout is None else max(timeout, 1.0))
             self.returncode = int(data.decode().strip() or -signal.SIGKILL)
             self._conn.close()
             return self.returncode
@@ -128,11 +132,16 @@ class ForkServer:
         self.address = "\0" + self.name
         argv = [sys.executable, "-m", __name__, self.name, *modules]
         popen = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        self.proc = (start or (lambda a, e, **k: start_tied(a, env=e, **k)))(argv, env, **popen)
+        try:
+            self.proc = (start or (lambda a, e, **k: start_tied(a, env=e, **k)))(argv, env, **popen)
+        except OSError:  # no process to be had (EMFILE, EAGAIN): each spawn says so, the caller starts its own
+            self.proc = None
         self._ready: bool | None = None
         self._ready_lock = threading.Lock()
 
     def _wait_ready(self) -> None:
+        if self.proc is None:
+            raise ForkUnavailable("the fork server could not be started")
         with self._ready_lock:
             if self._ready is None:
                 ready, _, _ = select.select([self.proc.stdout], [], [], READY_TIMEOUT_S)
@@ -194,6 +203,8 @@ class ForkServer:
         The server is told in words, not by the end of its stdin: a child this process forks meanwhile
         (a check run apart, `tflab.process.apart`) holds a copy of that pipe, and would delay the end.
         """
+        if self.proc is None:
+            return
         with contextlib.suppress(OSError, ValueError):
             self.proc.stdin.write(b"close\n")
             self.proc.stdin.flush()
@@ -211,6 +222,8 @@ class ForkServer:
     def kill(self) -> None:
         """Ends the server and every child it forked at once (SIGKILL to its process group when it leads
         one, as a `tflab.process.group.ChildGroup` starts it), and reaps the server."""
+        if self.proc is None:
+            return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             if os.getpgid(self.proc.pid) == self.proc.pid:
                 os.killpg(self.proc.pid, signal.SIGKILL)
@@ -220,6 +233,21 @@ class ForkServer:
         for stream in (self.proc.stdin, self.proc.stdout):
             with contextlib.suppress(OSError):
                 stream.close()
+
+
+def _wait_gone(pid: int, timeout: float) -> None:
+    """Waits up to ``timeout`` s for ``pid`` (not this process's child) to be gone or a zombie."""
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[-1].split()[0] in ("Z", "X"):
+                    return
+        except (OSError, IndexError):
+            return
+        time.sleep(0.01)
 
 
 def _read_line(conn: socket.socket) -> tuple[str, bytes]:
@@ -259,7 +287,7 @@ def _child(sockets: list[socket.socket], request: dict, fds: list[int], prctl) -
         for fd in (devnull, *fds):
             os.close(fd)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a fresh Python: KeyboardInterrupt
         server = os.getppid()
         if prctl is not None:  # SIGKILL from the kernel when the server dies (resolved before the fork)
             prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
@@ -277,6 +305,11 @@ def _child(sockets: list[socket.socket], request: dict, fds: list[int], prctl) -
     except BaseException:  # noqa: BLE001 - the child's failure is its exit status and its stderr
         traceback.print_exc()
     finally:
+        # What a fresh Python does at its end, then the real end (never back into the server's loop).
+        with contextlib.suppress(BaseException):
+            import atexit
+
+            atexit._run_exitfuncs()
         with contextlib.suppress(Exception):
             sys.stdout.flush()
             sys.stderr.flush()
