@@ -254,6 +254,7 @@ def test_converter_crash_is_isolated(tmp_path, run_cli, monkeypatch):
 
     # The worker aborts (SIGABRT, as an LLVM fatal error does) on the dynamic variant.
     monkeypatch.setenv(CRASH_ENV, "dynamic")
+    monkeypatch.delenv("TFLAB_FORK_WORKERS", raising=False)  # the default: forked workers
     forked = []
     spawn = ForkServer.spawn
     monkeypatch.setattr(ForkServer, "spawn", lambda self, *a, **k: forked.append(spawn(self, *a, **k)) or forked[-1])
