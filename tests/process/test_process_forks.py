@@ -34,6 +34,11 @@ HELPER = textwrap.dedent("""
     def aborts(argv):
         os.abort()
 
+    def argv_seen(argv):
+        import __main__
+        print(sys.argv, __main__.__name__ == __name__, flush=True)
+        return 0
+
     def env_size(argv):
         return len(os.environ["FORKS_TEST_VAR"]) % 256
 
@@ -171,5 +176,49 @@ def test_a_child_gets_the_environment_and_files_its_caller_gives(helper_env, tmp
         assert log.read_text().startswith("argv ['0'] parent") and "to stderr" in log.read_text()
         env_child = server.spawn("forks_helper:env_size", [], env={**helper_env, "FORKS_TEST_VAR": "x" * 200_000})
         assert env_child.wait(30) == 200_000 % 256
+    finally:
+        server.close()
+
+
+def test_the_child_sees_its_own_command_line_not_the_servers(helper_env):
+    """``sys.argv`` and ``__main__`` as ``python -m MODULE ARGV…`` gives them (a user's step may parse them)."""
+    from tflab.process.forks import ForkServer
+
+    server = ForkServer(["forks_helper"], helper_env)
+    try:
+        child = server.spawn("forks_helper:argv_seen", ["user-worker", "--flag"])
+        out = child.stdout.read()
+        assert child.wait(30) == 0
+        assert out.endswith("forks_helper.py', 'user-worker', '--flag'] True\n") and "tflab-forks" not in out, out
+    finally:
+        server.close()
+
+
+def test_a_child_forked_as_its_server_dies_does_not_outlive_it(helper_env):
+    """The server's pid is read before the fork: a server killed right after it leaves no orphan behind."""
+    from tflab.process.forks import ForkServer
+
+    children = []
+    for _ in range(5):
+        server = ForkServer(["forks_helper"], helper_env)
+        children.append(server.spawn("forks_helper:sleeps", []))
+        os.kill(server.proc.pid, signal.SIGKILL)
+        server.proc.wait()
+    deadline = time.monotonic() + 10
+    while any(_alive(c.pid) for c in children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [c.pid for c in children if _alive(c.pid)]
+
+
+def test_an_environment_the_child_could_not_take_is_refused_in_the_caller(helper_env):
+    from tflab.process.forks import ForkServer
+
+    server = ForkServer(["forks_helper"], helper_env)
+    try:
+        fds = len(os.listdir("/proc/self/fd"))
+        for bad, error in (({"A": object()}, TypeError), ({"A=B": "1"}, ValueError), ({"A": "x\0y"}, ValueError)):
+            with pytest.raises(error):
+                server.spawn("forks_helper", ["0"], env={**helper_env, **bad})
+        assert len(os.listdir("/proc/self/fd")) == fds  # no pipe left open by a refused spawn
     finally:
         server.close()

@@ -180,8 +180,9 @@ def _convert_isolated(saved_model, outdir, quants, examples_npz, progress, on_re
             # The worker died inside the converter: report it, drop its partial file, go on.
             tail = [ln for ln in stderr.strip().splitlines() if ln.strip()][-1:] or [""]
             how = _signal_name(code) if code < 0 else f"exit code {code}"
+            last = f"last stderr line: {tail[0][:200]}" if tail[0] else "no stderr output"
             results[current] = {"event": "crashed", "quantization": current,
-                                "error": f"converter process died ({how}); last stderr line: {tail[0][:200]}"}
+                                "error": f"converter process died ({how}); {last}"}
             pending.remove(current)
             part = os.path.join(outdir, f"model_{current}.tflite.part")
             if os.path.exists(part):

@@ -168,6 +168,8 @@ class ForkServer:
         Raises:
             ForkUnavailable: the server did not start or has died.
         """
+        request = json.dumps({"target": target, "argv": [str(a) for a in argv],
+                              "env": None if env is None else _checked_env(env)}).encode()
         self._wait_ready()
         mine, given = [], []
         for f in (stdout, stderr):
@@ -178,7 +180,6 @@ class ForkServer:
             else:
                 mine.append(None)
                 given.append(os.dup(f.fileno()))
-        request = json.dumps({"target": target, "argv": list(argv), "env": env}).encode()
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             conn.connect(self.address)
@@ -235,6 +236,16 @@ class ForkServer:
                 stream.close()
 
 
+def _checked_env(env: dict) -> dict:
+    """``env`` as the child will set it; refused here, in the caller, as ``subprocess.Popen`` refuses it."""
+    for k, v in env.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise TypeError(f"environment keys and values must be str, got {k!r}: {type(v).__name__}")
+        if not k or "=" in k or "\0" in k or "\0" in v:
+            raise ValueError(f"illegal environment variable name or value: {k!r}")
+    return dict(env)
+
+
 def _wait_gone(pid: int, timeout: float) -> None:
     """Waits up to ``timeout`` s for ``pid`` (not this process's child) to be gone or a zombie."""
     import time
@@ -267,11 +278,13 @@ def _read_line(conn: socket.socket) -> tuple[str, bytes]:
 _EXIT = os._exit
 
 
-def _child(sockets: list[socket.socket], request: dict, fds: list[int], prctl) -> None:
+def _child(sockets: list[socket.socket], request: dict, fds: list[int], prctl, server: int) -> None:
     """In the forked child: its pipes as stdout and stderr, its parent the server; runs the target.
 
     ``sockets``: the server's, closed here (a copy kept open would hide the server's death from a
-    caller waiting for another child's status).
+    caller waiting for another child's status). ``server``: its pid, read before the fork (a server
+    that died in between would make ``getppid()`` the reaper's, and the check below pass).
+    ``sys.argv`` and ``__main__`` are the target's, as ``python -m MODULE ARGV…`` gives them.
     """
     import importlib
     import traceback
@@ -288,17 +301,20 @@ def _child(sockets: list[socket.socket], request: dict, fds: list[int], prctl) -
             os.close(fd)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a fresh Python: KeyboardInterrupt
-        server = os.getppid()
         if prctl is not None:  # SIGKILL from the kernel when the server dies (resolved before the fork)
             prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-            if os.getppid() != server:
-                os._exit(124)
+        if os.getppid() != server:
+            _EXIT(124)  # the server died before the tie was made
         if request.get("env") is not None:
             os.environ.clear()
             os.environ.update(request["env"])
         os.environ["TFLAB_PARENT_PID"] = str(server)
-        module, _, name = request["target"].partition(":")
-        result = getattr(importlib.import_module(module), name or "main")(request["argv"])
+        module_name, _, name = request["target"].partition(":")
+        module = importlib.import_module(module_name)
+        sys.argv = [getattr(module, "__file__", None) or module_name, *request["argv"]]
+        sys.orig_argv = [sys.executable, "-m", module_name, *request["argv"]]
+        sys.modules["__main__"] = module
+        result = getattr(module, name or "main")(request["argv"])
         code = result if isinstance(result, int) else 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
@@ -334,6 +350,7 @@ def _serve(name: str, modules: Sequence[str]) -> int:
         importlib.import_module(m)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind("\0" + name)
+    me = os.getpid()
     listener.listen(16)
     os.write(1, b"ready\n")
     children: dict[int, socket.socket] = {}
@@ -368,7 +385,7 @@ def _serve(name: str, modules: Sequence[str]) -> int:
                 warnings.simplefilter("ignore", DeprecationWarning)
                 pid = os.fork()
             if pid == 0:
-                _child([conn, listener, *children.values()], json.loads(msg[8:]), list(fds), prctl)
+                _child([conn, listener, *children.values()], json.loads(msg[8:]), list(fds), prctl, me)
             for fd in fds:
                 os.close(fd)
             conn.sendall(f"{pid}\n".encode())
