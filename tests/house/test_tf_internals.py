@@ -46,7 +46,10 @@ ALLOWED_PRIVATE = {"_asdict", "_replace", "_fields", "_make", "_field_defaults",
                    "_current_frames", "_name_", "_value_", "_missing_", "_ignore_", "_generate_next_value_",
                    # argparse's parser internals (cli.py walks its subparsers for help text;
                    # tests/commands/test_cli_bad_input.py finds the subparsers action by its class)
-                   "_actions", "_subparsers", "_group_actions", "_SubParsersAction"}
+                   "_actions", "_subparsers", "_group_actions", "_SubParsersAction",
+                   # atexit's: a child forked by tflab.process.forks ends with os._exit (never back into
+                   # its server's loop) after running what a fresh Python runs at its end
+                   "_run_exitfuncs"}
 
 
 def _python_files():

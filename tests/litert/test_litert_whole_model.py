@@ -228,6 +228,30 @@ def test_output_effect_judges_rows_with_one_tf_class_and_the_range_share():
     assert output_effect(out(MAX_RANGE_SHARE * 1.2), tied, tied).crossed
 
 
+def test_an_output_tf_itself_leaves_flat_at_int8_resolution_is_not_judged_unless_far_from_its_values():
+    """A random-weight classifier's softmax at 0.1 ± 1e-9: no int8 output keeps that order, so top-1
+    and the range share (max|Δ| 0.0016 is 2·10^7 % of a 7e-9 range) say nothing of the variant; a
+    variant far from TF's values themselves is still judged, and a healthy spread output still is."""
+    from tflab.litert.records import OutputError
+    from tflab.litert.whole_model import MAX_RANGE_SHARE, flat_output, output_effect
+
+    def out(max_abs, tf_range):
+        return OutputError("y", "float32", (-1, 10), max_abs, 0.0, 0, 1.0, 0.1, None, tf_range, (1 / 256, -128))
+
+    rng = np.random.default_rng(0)
+    flat = [0.1 + rng.uniform(-4e-9, 4e-9, (5, 10))]
+    tied_lite = [np.full((5, 10), 0.1015625)]  # int8 softmax output: one step (1/256) for every class
+    e = output_effect(out(0.0016, 8e-9), tied_lite, flat)
+    assert e.not_judged.startswith("TF's output varies by") and not e.crossed and "not judged" in e.text
+    # the same flat TF output read back as zeros: max|Δ| is the whole value, judged and crossed
+    far = output_effect(out(0.1, 8e-9), [np.zeros((5, 10))], flat)
+    assert not far.not_judged and far.crossed
+    # a spread output (one step of its int8 grid is well inside its range) is judged as before
+    spread = [rng.uniform(0.0, 1.0, (5, 10))]
+    assert flat_output(spread, 0.01) == "" and not output_effect(out(0.01, 1.0), spread, spread).not_judged
+    assert flat_output(flat, MAX_RANGE_SHARE * 0.1 * 1.01) == ""
+
+
 @pytest.mark.parametrize("name,status", [("mlp_input_outlier", "CROSSED"), ("embedding_weight_outlier", "CROSSED"),
                                          ("embedding", "ok"), ("embedding_flatten", "ok")])
 def test_export_status_is_never_ok_when_the_check_is_not(checked, name, status):

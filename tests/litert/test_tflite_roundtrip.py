@@ -159,6 +159,14 @@ def test_argmax_agreement_counts_ties():
     nan_rows = np.array([[np.nan] * 3, [np.nan, 0.1, 0.05], [0.2, np.nan, 0.6]], np.float32)
     assert argmax_agreement(nan_rows, want) == (1 / 3, 0)
     assert argmax_agreement(np.full((2, 3), np.nan, np.float32), want[:2]) == (0.0, 0)
+    # Where TF itself ties (a softmax of equal logits: 1/3 each), LiteRT agrees when its top classes are
+    # TF's very ones or one of them alone; a variant equal to TF bit for bit agrees on every row.
+    tf_tie = np.array([[1 / 3, 1 / 3, 1 / 3, 0.0], [0.1, 0.7, 0.2, 0.0]], np.float32)
+    assert argmax_agreement(tf_tie, tf_tie) == (1.0, 0)
+    assert argmax_agreement(np.array([[0.4, 0.3, 0.3, 0.0], tf_tie[1]], np.float32), tf_tie) == (1.0, 0)
+    # a part of TF's tied set (still a tie), and a class outside it (disagrees)
+    assert argmax_agreement(np.array([[0.4, 0.4, 0.2, 0.0], tf_tie[1]], np.float32), tf_tie) == (0.5, 1)
+    assert argmax_agreement(np.array([[0.0, 0.0, 0.0, 0.9], tf_tie[1]], np.float32), tf_tie) == (0.5, 0)
     # One row as a 1-D array, rows of the last dimension, no rows; bad arrays are one UsageError.
     assert argmax_agreement(got[2], want[2]) == (1.0, 0)
     assert argmax_agreement(got.reshape(1, 3, 3), want.reshape(1, 3, 3)) == (1 / 3, 1)

@@ -59,14 +59,17 @@ def _dequantize(a: np.ndarray, detail: Mapping) -> np.ndarray:
 
 
 def argmax_agreement(got: np.ndarray, want: np.ndarray) -> tuple[float, int]:
-    """(fraction of rows where LiteRT's one top class is TF's argmax class, rows where LiteRT ties).
+    """(fraction of rows where LiteRT keeps TF's top class, rows where LiteRT ties and TF does not).
 
     A quantized output can tie several classes at its top value. Such a row is
     a tie, not an agreement, even when TF's class is among the tied ones
     (plain argmax would pick the first of them, which may or may not be TF's):
-    it is counted in the second number and not in the first. A NaN in a LiteRT
-    row ranks below every number; a row that is NaN in every class names no
-    class: it disagrees, and is no tie.
+    it is counted in the second number and not in the first. Where TF's own
+    row ties (its top value held by several classes, as a softmax of equal
+    logits is), LiteRT agrees when its top classes are TF's very ones, or one
+    of them alone: a float variant equal to TF bit for bit agrees on every row.
+    A NaN ranks below every number; a LiteRT row that is NaN in every class
+    names no class: it disagrees, and is no tie.
 
     Args:
         got: LiteRT output rows, shape ``(rows, classes)`` (a 1-D array is one row; more
@@ -75,7 +78,8 @@ def argmax_agreement(got: np.ndarray, want: np.ndarray) -> tuple[float, int]:
 
     Returns:
         ``(agreement, tied)``: agreement in [0, 1] over all rows (1.0 for no rows),
-        and the number of rows where LiteRT's top value is held by two or more classes.
+        and the number of rows where LiteRT's top value is held by two or more classes
+        that are not TF's own tied top classes.
 
     Raises:
         UsageError: arrays that are not numbers, of different shapes, or with no class.
@@ -100,9 +104,15 @@ def argmax_agreement(got: np.ndarray, want: np.ndarray) -> tuple[float, int]:
     if got.dtype.kind == "f":
         got = np.where(np.isnan(got), -np.inf, got)
     top = got.max(axis=-1) if got.size else np.zeros(len(wa))
-    ties = ((got == top[:, None]).sum(axis=-1) > 1) & ~blank
-    hit = (got[np.arange(len(wa)), wa] == top) & ~blank
-    agree = float((hit & ~ties).mean()) if len(wa) else 1.0
+    lite_top = (got == top[:, None]) & ~blank[:, None]
+    tf_top = want == want.max(axis=-1, keepdims=True) if want.size else np.zeros_like(lite_top)
+    # LiteRT's top classes all among TF's, and either one class or exactly TF's tied set.
+    inside = ~(lite_top & ~tf_top).any(axis=-1)
+    alone = lite_top.sum(axis=-1) == 1
+    same = (lite_top == tf_top).all(axis=-1)
+    agree_rows = lite_top.any(axis=-1) & inside & (alone | same)
+    ties = (lite_top.sum(axis=-1) > 1) & ~agree_rows
+    agree = float(agree_rows.mean()) if len(wa) else 1.0
     return agree, int(ties.sum())
 
 

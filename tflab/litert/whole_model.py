@@ -166,6 +166,29 @@ def weight_ranges(model: bytes, float_model: bytes | None = None) -> list[RangeU
     return out
 
 
+def flat_output(want: Sequence[np.ndarray], max_abs_error: float | None = None) -> str:
+    """Why TF's output is flat at int8's resolution, or "".
+
+    Flat: TF's output varies by less than one step of the finest int8 grid that holds its values
+    (``max|tf| / 127``, 127 steps on a side). No int8 output can keep TF's order then, whatever the
+    model does (a random-weight classifier's softmax at 0.1 ± 1e-9 on every class): top-1 agreement
+    and max|Δ| as a share of that range measure the float model's flatness, not the variant. Unless
+    the variant is far from TF's values themselves: ``max_abs_error`` past `MAX_RANGE_SHARE` of
+    ``max|tf|`` (a constant output of 1.0 read back as 0) is judged as any other output.
+    """
+    vals = np.concatenate([np.ravel(a) for a in want]).astype(np.float64)
+    vals = vals[np.isfinite(vals)]
+    if vals.size < 2:
+        return ""
+    spread, peak = float(vals.max() - vals.min()), float(np.abs(vals).max())
+    if max_abs_error is not None and not max_abs_error <= MAX_RANGE_SHARE * peak:
+        return ""
+    if peak > 0 and spread < peak / 127:
+        return (f"TF's output varies by {spread:.3g} over values up to {peak:.3g}, less than one step "
+                f"({peak / 127:.3g}) of the finest int8 grid that holds them: no int8 output keeps its order")
+    return ""
+
+
 def output_effect(o, got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> WholeModelEffect | None:
     """One output's whole-model effect (`WholeModelEffect`), from LiteRT's and TF's arrays per example batch.
 
@@ -179,6 +202,9 @@ def output_effect(o, got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> W
     """
     if not want or np.asarray(want[0]).dtype.kind != "f":
         return None
+    flat = flat_output(want, o.max_abs_error)
+    if flat:
+        return WholeModelEffect(o.name, None, 0, 0, None, MIN_TOP1_AGREEMENT, MAX_RANGE_SHARE, not_judged=flat)
     agreement, decisive, rows = None, 0, 0
     if np.ndim(want[0]) >= 2 and np.shape(want[0])[-1] >= 2:
         g = np.concatenate([np.reshape(a, (-1, np.shape(a)[-1])) for a in got]).astype(np.float64)

@@ -309,7 +309,11 @@ def whole_model_line(check: "TFLiteCheck") -> str:
     empty when no output was compared.
     """
     parts = []
+    flat = {e.output: e.not_judged for e in (getattr(check, "whole_model", None) or ()) if e.not_judged}
     for o in check.outputs.values():
+        if o.name in flat:
+            parts.append(f"{o.name} not judged ({flat[o.name]})")
+            continue
         bits = []
         if o.argmax_agreement is not None:
             bits.append(f"top-1 agreement {o.argmax_agreement:.0%}")

@@ -63,6 +63,8 @@ class WholeModelEffect:
         range_share: ``max|lite − tf| / (max − min of TF's output)``, None when TF's output is constant.
         min_top1_agreement: the threshold on ``top1_agreement`` (`tflab.litert.whole_model.MIN_TOP1_AGREEMENT`).
         max_range_share: the threshold on ``range_share`` (`tflab.litert.whole_model.MAX_RANGE_SHARE`).
+        not_judged: why neither threshold applies, or "" (TF's own output is flat at int8's
+            resolution: `tflab.litert.whole_model.output_effect`).
     """
 
     output: str
@@ -72,12 +74,13 @@ class WholeModelEffect:
     range_share: float | None
     min_top1_agreement: float
     max_range_share: float
+    not_judged: str = ""
 
     @property
     def crossed(self) -> bool:
         """True when the variant's outputs are no longer the model's: top-1 agreement below its threshold
         for an output of class scores (rows judged), else max|Δ| past its share of TF's range."""
-        return self._low or self._far
+        return not self.not_judged and (self._low or self._far)
 
     @property
     def _judged_by_class(self) -> bool:
@@ -97,6 +100,8 @@ class WholeModelEffect:
 
     @property
     def text(self) -> str:
+        if self.not_judged:
+            return f"{self.output}: not judged: {self.not_judged}"
         bits = []
         low, far = self._low, self._far
         if self.top1_agreement is not None:
