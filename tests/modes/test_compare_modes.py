@@ -401,3 +401,24 @@ def _range_while(x):
     for _ in tf.range(3):  # AutoGraph gives this While op maximum_iterations=3
         x = tf.tanh(x) * 1.5
     return x
+
+
+def test_gradients_that_are_none_are_not_shown_as_zero_ulp():
+    """An output reached through a cast to int32 has no gradient (TF's tape gives None): the grad
+    column says '-' and the header says none is connected, instead of '0' for a gradient never compared;
+    a connected twin keeps its number."""
+    import tensorflow as tf
+
+    import tflab
+
+    def through_int(x):
+        return tf.reduce_sum(tf.cast(tf.cast(x * 3.0, tf.int32), tf.float32))
+
+    r = tflab.compare_modes(through_int, tf.constant([0.5, 1.5, 2.5]), modes=("eager", "graph"))
+    text = r.to_text()
+    assert "none connected: TF's gradient is None for arg:x" in text, text
+    graph_row = next(ln for ln in text.splitlines() if ln.startswith("graph "))
+    assert graph_row.split()[2] == "-", graph_row
+    twin = tflab.compare_modes(lambda x: tf.reduce_sum(x * 3.0), tf.constant([0.5, 1.5, 2.5]), modes=("eager", "graph"))
+    assert "connected" not in twin.to_text()
+    assert next(ln for ln in twin.to_text().splitlines() if ln.startswith("graph ")).split()[2] == "0"

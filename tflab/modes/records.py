@@ -349,6 +349,10 @@ class ModeComparison(Report):
         # ULP columns count only elements above atol in magnitude (raw maxima,
         # near-zero noise included, are in a footnote when they differ).
         header = ("mode", "ULP>atol out", "ULP>atol grad", "max |diff|", "first call s", "median ms", "")
+        eager = self.modes.get("eager")
+        grads = (eager.gradients or {}) if eager is not None and not eager.error else {}
+        unconnected = [n for n, g in grads.items() if g is None]
+        no_gradient = bool(grads) and len(unconnected) == len(grads)  # nothing measured: "-", not 0
         rows = []
         raw_notes = []
         for m in MODES:
@@ -361,11 +365,14 @@ class ModeComparison(Report):
             sig, raw = r.ulp_above_atol, r.ulp
             if (sig.outputs, sig.gradients) != (raw.outputs, raw.gradients):
                 raw_notes.append(f"{m} {fmt_num(raw.outputs)} / {fmt_num(raw.gradients)}")
-            rows.append((m, fmt_num(sig.outputs), fmt_num(sig.gradients),
+            rows.append((m, fmt_num(sig.outputs), "-" if no_gradient else fmt_num(sig.gradients),
                          f"{r.abs_error.overall:.3g}", f"{r.first_call_seconds:.3f}",
                          f"{r.median_seconds * 1e3:.3f}", ""))
         lines = [f"{self.function_name} on {self.device.rsplit('device:', 1)[-1] or 'unknown device'}, "
                  f"gradients wrt {len(self.gradient_names)} source(s)"
+                 + (f" (none connected: TF's gradient is None for {', '.join(unconnected)}; no gradient compared)"
+                    if no_gradient else f" ({len(unconnected)} not connected: None for {', '.join(unconnected)})"
+                    if unconnected else "")
                  + (f"; restored {len(self.variables_restored)} variable(s) before each mode"
                     if self.variables_restored else "")
                  + (f"; graph mode: {self.grappler_text}" if "graph" in self.modes else "")]
