@@ -84,9 +84,14 @@ def test_empty_batch_notes_only_for_zero_rows():
 
 @pytest.mark.parametrize("argv, needle", [
     ([f"{STEP}:replica_step", "--arg", "x=float32[4,4]", "--arg", "y=float32[4]", "--replicas", "0"],
-     "argument --replicas: must be an integer >= 1, got 0"),
+     "argument --replicas: must be an integer >= 2 (one replica distributes nothing: the dataset gives the batch "
+     "itself, not per-replica values), got 0"),
     ([f"{STEP}:replica_step", "--arg", "x=float32[4,4]", "--arg", "y=float32[4]", "--workers", "1000"],
      "argument --workers: must be an integer <= 8, got 1000"),
+    ([f"{STEP}:replica_step", "--arg", "x=float32[4,4]", "--arg", "y=float32[4]", "--workers", "1"],
+     "argument --workers: must be an integer >= 2 (one replica distributes nothing"),
+    ([f"{STEP}:replica_step", "--arg", "x=float32[4,4]", "--arg", "y=float32[4]", "--replicas", "1"],
+     "argument --replicas: must be an integer >= 2 (one replica distributes nothing"),
     ([f"{STEP}:NOT_A_FUNCTION", "--arg", "x=float32[4,4]"], "NOT_A_FUNCTION in "),
     ([f"{STEP}:replica_step", "--arg", "x=float32[4,4]"], "missing"),
     ([f"{STEP}:replica_step", "--arg", "x=float32[4,4]", "--arg", "y=float32[3]"], "different dims 0"),
@@ -94,7 +99,8 @@ def test_empty_batch_notes_only_for_zero_rows():
     ([f"{STEP}:replica_step", "--arg", "x=float32[3,4]", "--arg", "y=float32[3]", "--workers", "2"],
      "does not split evenly over 2 workers"),
     (["--replicas", "3"], "need FILE.py:STEP"),
-], ids=["replicas_0", "workers_1000", "not_a_function", "missing_arg", "batch_mismatch", "none_batch",
+], ids=["replicas_0", "workers_1000", "workers_1", "replicas_1", "not_a_function", "missing_arg", "batch_mismatch",
+        "none_batch",
         "uneven_workers", "demo_replicas"])
 def test_bad_input_is_one_line_exit_2(run_cli, argv, needle):
     code, out, err = run_cli("distribute", *argv)

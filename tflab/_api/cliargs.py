@@ -21,12 +21,13 @@ import math
 from typing import Any, Callable
 
 
-def int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
+def int_at_least(low: int, high: int | None = None, why_low: str = "") -> Callable[[str], int]:
     """argparse type: an integer in ``[low, high]`` (argparse turns the error into one line, exit 2).
 
     Args:
         low: the smallest value allowed.
         high: the largest value allowed, or None for no limit.
+        why_low: the reason for ``low``, said with a smaller value ("" for none).
 
     Example:
 
@@ -40,7 +41,8 @@ def int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text[:40]}") from None
         if value < low:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text[:40]}")
+            reason = f" ({why_low})" if why_low else ""
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}{reason}, got {text[:40]}")
         if high is not None and value > high:
             raise argparse.ArgumentTypeError(f"must be an integer <= {high}, got {text[:40]}")
         return value

@@ -48,11 +48,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arg", action="append", metavar="NAME=SPEC",
                    help="one global batch per step for STEP's parameter NAME, e.g. x=float32[8,4] "
                         "(dim 0: rows per step); repeat for each parameter")
-    p.add_argument("--replicas", type=int_at_least(1, MAX_REPLICAS), default=None, metavar="N",
-                   help=f"with STEP: MirroredStrategy over N logical CPUs (1..{MAX_REPLICAS}; default 2)")
-    p.add_argument("--workers", type=int_at_least(1, MAX_WORKERS), default=None, metavar="N",
+    p.add_argument("--replicas", type=int_at_least(2, MAX_REPLICAS, _ONE_REPLICA), default=None, metavar="N",
+                   help=f"with STEP: MirroredStrategy over N logical CPUs (2..{MAX_REPLICAS}; default 2)")
+    p.add_argument("--workers", type=int_at_least(2, MAX_WORKERS, _ONE_REPLICA), default=None, metavar="N",
                    help=f"with STEP: N MultiWorkerMirroredStrategy worker processes on 127.0.0.1 "
-                        f"(1..{MAX_WORKERS}; default 2)")
+                        f"(2..{MAX_WORKERS}; default 2)")
     p.add_argument("--mode", choices=("all", "mirrored", "workers"), default="all",
                    help="mirrored: one process, 2 logical CPUs; workers: 2 worker processes on "
                         "127.0.0.1; all: both (default)")
@@ -72,6 +72,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 # The options that mean something only with (or only without) FILE.py:STEP, or with one --mode, are the
 # parser's `tflab._api.cliargs.only_with` rules (`add_arguments`), refused while parsing, before TF loads.
+# One replica distributes nothing: TF's distributed dataset then yields the batch itself, not
+# per-replica values, and there is no per-replica trace or all-reduce to show.
+_ONE_REPLICA = "one replica distributes nothing: the dataset gives the batch itself, not per-replica values"
+
 _NEEDS_STEP = ("--arg, --replicas and --workers need FILE.py:STEP (your step); the built-in demo runs 2 replicas "
                "and 2 workers")
 
