@@ -490,5 +490,8 @@ def _first_off(r, g) -> tuple[str, str, str]:
         a, b = rf[k], gf[k]
         if not (a == b or (isinstance(a, float) and np.isnan(a) and np.isnan(b))):
             idx = np.unravel_index(k, r.shape)
-            return f"{a:g}", f"{b:g}", f"{list(map(int, idx))}"
+            ta, tb = f"{a:g}", f"{b:g}"
+            if ta == tb and r.dtype.kind == "f":  # a few ULP apart: each in its own dtype's shortest form
+                ta, tb = str(r.dtype.type(a)), str(g.dtype.type(b) if g.dtype.kind == "f" else b)
+            return ta, tb, f"{list(map(int, idx))}"
     return _show(r), _show(g), ""

@@ -230,3 +230,18 @@ def test_a_fix_checked_without_values_never_reads_plain_checked():
     odd = Fix("cast", "c", "d", status=CHECKED, result=3)
     assert odd.values_compared and "(checked: 3)" in odd.line() and "cast checked" in repr(odd)
     assert odd.to_dict()["values_compared"] is True
+
+
+def test_a_value_a_few_ulp_off_is_printed_with_the_digits_that_tell_it_apart():
+    """``56.502 where eager gave 56.502`` said nothing: values one ULP apart print in their dtype's
+    shortest form (``56.502003``); values far apart keep the short ``%g`` form."""
+    import numpy as np
+
+    from tflab.fix import values_match
+
+    eager = [[np.array([1.0, 56.502, 3.0], np.float32)]]
+    one_ulp = [[np.array([1.0, np.nextafter(np.float32(56.502), np.float32(100)), 3.0], np.float32)]]
+    text = values_match(eager, one_ulp, ulp_bound=0).text
+    assert text == "call 1: output[0][1] is 56.502003 where eager gave 56.502", text
+    far = values_match(eager, [[np.array([1.0, 56.6, 3.0], np.float32)]], ulp_bound=0).text
+    assert far == "call 1: output[0][1] is 56.6 where eager gave 56.502", far
