@@ -235,10 +235,9 @@ def convert_in_pool(saved_model: str, outdir: str, quants: list[str], examples_n
         The `ConversionPool` (``pool[q]``: variant ``q``'s message, waited for).
     """
     from tflab.litert.pool import ConversionPool, schedulable_cpus
-
-    workers = max(1, min(len(quants), schedulable_cpus()))
     from tflab.process.settings import get as setting
 
+    workers = max(1, min(len(quants), schedulable_cpus()))
     fork = workers > 1 and sys.platform.startswith("linux") and setting("TFLAB_FORK_WORKERS") != "0"
     forks = _SharedForks(workers) if fork else None
     try:

@@ -146,6 +146,7 @@ class SavedStep:
         self.error = ""
         self.runs = 0
         self._forks = None  # a tflab.process.forks.ForkServer, started by the first run that can fork
+        self._forks_env: dict = {}  # its environment (the first such run's, XLA_FLAGS left out)
 
     def __enter__(self) -> "SavedStep":
         import numpy as np
@@ -185,10 +186,10 @@ class SavedStep:
     def _forked(self, args: list[str], env: dict, stderr):
         """The run's child forked from a server that imported TF once, or None: start a fresh process.
 
-        Only where the run differs from this process's environment in ``XLA_FLAGS`` alone: XLA
-        reads it at its first compile, which happens in the child; a variable TF reads when it
-        loads (``TF_ENABLE_ONEDNN_OPTS``, the ISA caps) needs a fresh process. Linux only;
-        ``TFLAB_FORK_WORKERS=0`` turns it off.
+        Only where the run's environment differs from the server's (the first forked run's, with
+        ``XLA_FLAGS`` left out) in ``XLA_FLAGS`` alone: XLA reads it at its first compile, which
+        happens in the child; a variable TF reads when it loads (``TF_ENABLE_ONEDNN_OPTS``, the ISA
+        caps) needs a fresh process. Linux only; ``TFLAB_FORK_WORKERS=0`` turns it off.
         """
         from tflab.process.settings import get as setting
 

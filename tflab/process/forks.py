@@ -31,12 +31,12 @@ import contextlib
 import json
 import os
 import select
+import secrets
 import signal
 import socket
+import struct
 import subprocess
 import sys
-import secrets
-import struct
 import threading
 import warnings
 from typing import Sequence
@@ -119,8 +119,10 @@ class ForkServer:
 
     Example:
 
-    >>> server = ForkServer(["json"])
-    >>> child = server.spawn("json.tool", ["--help"])  # doctest: +SKIP
+    >>> server = ForkServer(["tensorflow", "tflab.distribute.child"])  # doctest: +SKIP
+    >>> child = server.spawn("tflab.distribute.child", ["worker"], env=worker_env)  # doctest: +SKIP
+    >>> child.wait(120), server.close()  # doctest: +SKIP
+    (0, None)
     """
 
     def __init__(self, modules: Sequence[str], env: dict | None = None, start=None) -> None:
