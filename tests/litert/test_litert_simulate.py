@@ -103,7 +103,7 @@ def converted(tmp_path_factory):
 
 
 TARGET = {"mlp": ("FULLY_CONNECTED", 1), "cnn": ("CONV_2D", 1), "ln": ("FULLY_CONNECTED", 2)}
-CASES = [(m, q) for m in ("mlp", "cnn") for q in ("int8", "dynamic")] + [("ln", "dynamic")]
+CASES = [(m, q) for m in ("mlp", "cnn", "ln") for q in ("int8", "dynamic")]
 
 
 @pytest.mark.parametrize("name,q", CASES, ids=[f"{m}-{q}" for m, q in CASES])
@@ -121,7 +121,7 @@ def test_healthy_variant_stays_within_its_simulation(converted, name, q):
 
 
 PLANTED = [(m, q, d) for m in ("mlp", "cnn") for q in ("int8", "dynamic") for d in ("scale_x1.1", "bias_dropped")] \
-    + [("ln", "dynamic", d) for d in ("scale_x1.1", "bias_dropped")]
+    + [("ln", q, d) for q in ("int8", "dynamic") for d in ("scale_x1.1", "bias_dropped")]
 
 
 @pytest.mark.parametrize("name,q,defect", PLANTED, ids=[f"{m}-{q}-{d}" for m, q, d in PLANTED])
@@ -139,6 +139,30 @@ def test_planted_defect_leaves_the_simulation_at_its_op(converted, name, q, defe
     ops = [o for o in read_ops(bad).subgraphs[0] if o.op_type == op_type]
     assert sim.first_outside.index == ops[nth].index, sim.to_text()
     assert "beyond their bound" in sim.summary_line()
+
+
+def test_a_float_op_after_a_dequantize_carries_its_source_step(converted):
+    """The int8 LayerNorm keeps a float NEG between a DEQUANTIZE and a QUANTIZE (as ConvNeXt's head
+    does): its value is the int8 MEAN's, so it is off wherever that MEAN is, by the steps the MEAN's own
+    bound allowed. Its bound carries that step; with none, a healthy MEAN two steps off (within its
+    bound) put the NEG beyond its bound and the variant was called OUTSIDE."""
+    from tflab.litert.ops import read_ops
+    from tflab.litert.simulate import simulation_check
+
+    feeds, models = converted["ln"]
+    ops = read_ops(models["int8"]).subgraphs[0]
+    producer = {t.index: op for op in ops for t in op.outputs}
+    chains = [(op, producer[op.inputs[0].index]) for op in ops
+              if not op.outputs[0].quantized and op.op_type not in ("DEQUANTIZE", "QUANTIZE")
+              and op.inputs[0].index in producer and producer[op.inputs[0].index].op_type == "DEQUANTIZE"]
+    assert chains, [o.op_type for o in ops]  # the converter still keeps a float op there
+    sim = simulation_check(models["int8"], models["none"], feeds, "int8")
+    by_index = {t.index: t for t in sim.tensors}
+    for op, deq in chains:
+        source = float(deq.inputs[0].scale.max())
+        assert source > 0
+        assert by_index[op.index].step == pytest.approx(source), sim.to_text()
+        assert by_index[op.index].bound >= 2.0 * source  # OUTPUT_STEPS of its source, as the source is allowed
 
 
 def test_fake_quant_equals_tf_fake_quant_ops():

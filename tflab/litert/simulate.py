@@ -169,6 +169,10 @@ class Simulated:
     # tensor index → the largest magnitude of the op's terms in the simulation (``Terms.dot``:
     # Σ|x||w|, |a|+|b|, mean|x|), where the op has them: the scale of its float32 evaluation's noise
     terms: dict[int, float] = dataclasses.field(default_factory=dict)
+    # float tensor index → the quantization step it carries from the quantized tensors it is made of
+    # (`_carried_step`): a DEQUANTIZE's output, and the float ops after it, are that step off wherever
+    # their quantized source is, which its own bound allowed
+    steps: dict[int, float] = dataclasses.field(default_factory=dict)
 
 
 def simulate(model: bytes, float_model: bytes, key: str, feed: Mapping[str, np.ndarray], *,
@@ -220,6 +224,7 @@ def simulate(model: bytes, float_model: bytes, key: str, feed: Mapping[str, np.n
     carried: list[str] = []
     slips: dict[int, float] = {}
     terms: dict[int, float] = {}
+    steps: dict[int, float] = {}
     rounded: set[int] = set()  # tensors a rounding reaches: quantized ones, hybrid outputs and what follows
     for op in ran:
         f_op = f_ops[pairs[op.index]] if op.index in pairs else None
@@ -273,6 +278,7 @@ def simulate(model: bytes, float_model: bytes, key: str, feed: Mapping[str, np.n
                                     terms=r == 0 and not out.quantized and out.index in rounded)
                 if r == 0 and not out.quantized:
                     terms[out.index] = _noise_scale(op.op_type, t_, ref, ins, op.inputs, terms, index_inputs)
+                    steps[out.index] = _carried_step(op.op_type, t_, ins, op.inputs, steps, index_inputs)
             except Exception:  # noqa: BLE001 - no reference (or not for this use): LiteRT's output is carried
                 if r == 0:
                     carried.append(f"{op.op_type} #{op.index}")
@@ -291,7 +297,7 @@ def simulate(model: bytes, float_model: bytes, key: str, feed: Mapping[str, np.n
                 move = rngs[r].choice((-1.0, 1.0), y.shape) * (rngs[r].random(y.shape) < p)
                 y = np.clip(y + _step(out, y.shape) * move, *_range(out, y.shape))
             values[out.index] = y
-    return Simulated(runs[0], runs[2:], lite, carried, slips, rounded, terms)
+    return Simulated(runs[0], runs[2:], lite, carried, slips, rounded, terms, steps)
 
 
 def _finite_max(a) -> float:
@@ -315,18 +321,36 @@ def _noise_scale(op_type: str, t_, ref, ins, tensors, scales: Mapping[int, float
     own = max(_finite_max(ref), _finite_max(t_.dot))
     data = [(i, t) for i, t in enumerate(tensors) if t is not None and i not in index_inputs and i < len(ins)]
     s = [scales.get(t.index, _finite_max(ins[i])) for i, t in data]
-    m = [_finite_max(ins[i]) for i, _ in data]
+    carried = _linear_carry(op_type, t_, s, [_finite_max(ins[i]) for i, _ in data])
+    return own if carried is None else max(own, carried)
+
+
+def _linear_carry(op_type: str, t_, s: list[float], m: list[float]) -> float | None:
+    """How far an op's output moves when each input moves by ``s[i]`` (its largest magnitude ``m[i]``),
+    for the ops that only move, negate or combine their inputs linearly; None for the others."""
     if not s:
-        return own
+        return None
     if op_type in ("ADD", "SUB"):
-        return max(own, sum(s))
+        return sum(s)
     if op_type == "MUL" and len(s) == 2:
-        return max(own, s[0] * m[1] + s[1] * m[0])
+        return s[0] * m[1] + s[1] * m[0]
     if op_type in ("MEAN", "SUM"):
-        return max(own, s[0] * (1 if op_type == "MEAN" else max(1, t_.k)))
+        return s[0] * (1 if op_type == "MEAN" else max(1, t_.k))
     if t_.kind in ("exact", "convert") and len(s) == 1:
-        return max(own, s[0])
-    return own
+        return s[0]
+    return None
+
+
+def _carried_step(op_type: str, t_, ins, tensors, steps: Mapping[int, float], index_inputs) -> float:
+    """The quantization step a float op's output carries from its inputs: a quantized input's own
+    scale, a float input's carried step (`Simulated.steps`), moved through the op as `_linear_carry`
+    moves it (a DEQUANTIZE then a NEG: the source's step); for other ops, the largest input's."""
+    data = [(i, t) for i, t in enumerate(tensors) if t is not None and i not in index_inputs and i < len(ins)]
+    s = [float(t.scale.max()) if t.quantized and t.scale.size else steps.get(t.index, 0.0) for _, t in data]
+    if not any(s):
+        return 0.0
+    carried = _linear_carry(op_type, t_, s, [_finite_max(ins[i]) for i, _ in data])
+    return max(s) if carried is None else carried
 
 
 def _constant_input(t: TensorInfo, ft: TensorInfo | None, producer: Mapping[int, OpInfo]) -> np.ndarray | None:
@@ -434,9 +458,9 @@ def _simulation_check(model: bytes, float_model: bytes, feeds, quantization: str
                         continue  # no rounding reaches it: the per-op check judges float kernels
                     # A float tensor made from quantized ones (DEQUANTIZE, a hybrid kernel) carries their steps:
                     # an input one step off, which its own tensor's bound allowed, is that step off here too.
-                    step = float(t.scale.max()) if t.quantized else max(
+                    step = float(t.scale.max()) if t.quantized else sim.steps.get(t.index, max(
                         (float(i.scale.max()) for i in op.inputs if i is not None and i.quantized and i.scale.size),
-                        default=0.0)
+                        default=0.0))
                     finite = np.isfinite(nom)
                     # The float32 kernel's noise is at the scale of the op's terms, not of its result: a
                     # LayerNorm's MEAN of values that cancel is 1e-7 where its inputs are 1e-2, and
