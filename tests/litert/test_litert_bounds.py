@@ -114,13 +114,21 @@ def test_integer_output_has_zeros_and_the_cap_counts_across_batches(tiny, monkey
     sens = bounds.sensitivity(path, loaded, batches)
     assert sens.rel["serving_default/n"].shape == (5, 3) and not sens.rel["serving_default/n"].any()
     assert not sens.inputs["serving_default/n"]["x"].any()
-    # y has 4 + 6 elements: the first 5 are computed (4 in batch 1, 1 in batch 2), the rest NaN.
+    # y has 4 + 6 elements (2 + 3 example rows): 5 are computed, each batch its share by rows (2 of
+    # batch 1, 3 of batch 2), the rest NaN. Each batch's first row has its largest |y| computed.
     y = sens.rel["serving_default/y"]
-    assert np.isfinite(y[:5]).all() and np.isnan(y[5:]).all()
-    assert np.isnan(sens.inputs["serving_default/y"]["mask"][5:]).all()
-    _, rel, _, _, _ = _direct(loaded, batches, "y")
-    order = [_direct(loaded, batches, "y")[0].index(c) for c in _columns(loaded)]
-    np.testing.assert_allclose(y[:5], rel[:5, order], rtol=1e-12, atol=0)
+    done = np.isfinite(y).all(axis=1)
+    assert done.sum() == 5 and done[:4].sum() == 2 and done[4:].sum() == 3
+    assert np.isnan(y[~done]).all() and np.isnan(sens.inputs["serving_default/y"]["mask"][~done]).all()
+    fn = loaded.signatures["serving_default"]
+    first = 0
+    for batch in batches:
+        out = fn(**{k: tf.constant(np.nan_to_num(a, nan=0.0)) for k, a in batch.items()})["y"].numpy()
+        assert done[first + int(np.argmax(np.abs(out[0])))]
+        first += out.size
+    names, rel, _, _, _ = _direct(loaded, batches, "y")
+    order = [names.index(c) for c in _columns(loaded)]
+    np.testing.assert_allclose(y[done], rel[done][:, order], rtol=1e-12, atol=0)
     # z has 5 elements: all computed
     assert np.isfinite(sens.rel["serving_default/z"]).all()
     # cached per SavedModel and example set
@@ -229,3 +237,43 @@ def test_a_variable_another_signature_reads_counts_zero_not_nan(tmp_path):
     ref = np.zeros(2)
     b = bounds.output_bounds("none", "score/s", ref + 1.0, sens, False, {}, None)
     assert np.isfinite(b).all() and (b > 0).all()
+
+
+class _Softmax(tf.Module):
+    """``p = softmax(4·x @ w)`` over 40 classes: each row's sensitivity peaks at its largest p."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = tf.Variable(np.random.default_rng(21).standard_normal((6, 40)).astype(np.float32), name="w")
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 6], tf.float32, name="x")])
+    def serve(self, x):
+        return {"p": tf.nn.softmax(4.0 * tf.matmul(x, self.w))}
+
+
+def test_the_elements_computed_under_the_cap_hold_the_largest_bound(tmp_path, monkeypatch):
+    """Past the cap, the elements without a backward pass get the largest computed bound, so the
+    computed ones must include where it peaks: each row's largest output (a softmax's gradient is
+    ∝ p). Spread elements alone (0, 20, 40, …) land on tiny probabilities here."""
+    model = _Softmax()
+    path = str(tmp_path / "saved_model")
+    tf.saved_model.save(model, path, signatures={"serving_default": model.serve})
+    loaded = load_saved_model(path)
+    batches = [{"x": np.random.default_rng(22).standard_normal((3, 6)).astype(np.float32)}]
+    monkeypatch.setattr(bounds, "MAX_GRADIENT_ELEMENTS", 6)
+    monkeypatch.setattr(bounds, "MIN_GRADIENT_ELEMENTS", 6)
+    bounds._SENSITIVITY_CACHE.clear()
+    rel = bounds.sensitivity(path, loaded, batches).rel["serving_default/p"][:, 0]
+    fn, x = loaded.signatures["serving_default"], tf.constant(batches[0]["x"])
+    w = fn.variables[0]
+    with tf.GradientTape(persistent=True) as tape:
+        p = fn(x=x)["p"]
+    every = np.array([(np.abs(tape.gradient(p, w, output_gradients=tf.one_hot(i, p.shape[1])[None] * tf.one_hot(
+        r, p.shape[0])[:, None]).numpy().astype(np.float64)) * np.abs(w.numpy().astype(np.float64))).sum()
+                      for r in range(p.shape[0]) for i in range(p.shape[1])])
+    done = np.isfinite(rel)
+    assert done.sum() == 6
+    np.testing.assert_allclose(rel[done], every[done], rtol=1e-6)
+    assert np.nanmax(rel) == pytest.approx(every.max(), rel=1e-6)
+    spread = bounds.spread_elements(rel.size, 6)  # what evenly spread elements alone would give
+    assert every[spread].max() < 0.5 * every.max()
