@@ -22,6 +22,7 @@ import pytest
 
 from tflab.distribute import WorkerError
 from tflab.distribute.user import check_user_step, empty_batch_notes, run_user_step
+from tflab.errors import UsageError
 
 STEP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "distribute_step.py")
 
@@ -106,6 +107,21 @@ def test_bad_input_is_one_line_exit_2(run_cli, argv, needle):
     code, out, err = run_cli("distribute", *argv)
     assert code == 2 and out == "", err
     assert err.startswith("tflab distribute: error: ") and needle in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("counts", [dict(replicas=1, workers=None), dict(replicas=None, workers=1),
+                                    dict(replicas=True, workers=None)], ids=["replicas_1", "workers_1", "bool"])
+def test_the_api_refuses_one_replica_as_the_cli_does(counts):
+    """`run_user_step(replicas=1)` started a child that failed with an internal TensorSpec error; the
+    API refuses it before starting anything, with the CLI's reason."""
+    from tflab.distribute.user import ONE_REPLICA
+
+    step = check_user_step(f"{STEP}:replica_step", ["x=float32[4,4]", "y=float32[4]"])
+    with pytest.raises(UsageError) as e:
+        run_user_step(step, timeout=5, on_start=lambda pids: pytest.fail(f"started {pids}"), **counts)
+    assert "must be 2.." in str(e.value)
+    if True not in counts.values():
+        assert ONE_REPLICA in str(e.value)
 
 
 def test_a_failing_user_step_stops_every_process_and_names_the_error():

@@ -20,7 +20,7 @@ HELP = ("trace a strategy.run training step under MirroredStrategy (2 logical CP
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from tflab.distribute.user import MAX_REPLICAS, MAX_WORKERS
+    from tflab.distribute.user import MAX_REPLICAS, MAX_WORKERS, ONE_REPLICA
 
     from tflab._api.cliargs import only_with
 
@@ -48,9 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arg", action="append", metavar="NAME=SPEC",
                    help="one global batch per step for STEP's parameter NAME, e.g. x=float32[8,4] "
                         "(dim 0: rows per step); repeat for each parameter")
-    p.add_argument("--replicas", type=int_at_least(2, MAX_REPLICAS, _ONE_REPLICA), default=None, metavar="N",
+    p.add_argument("--replicas", type=int_at_least(2, MAX_REPLICAS, ONE_REPLICA), default=None, metavar="N",
                    help=f"with STEP: MirroredStrategy over N logical CPUs (2..{MAX_REPLICAS}; default 2)")
-    p.add_argument("--workers", type=int_at_least(2, MAX_WORKERS, _ONE_REPLICA), default=None, metavar="N",
+    p.add_argument("--workers", type=int_at_least(2, MAX_WORKERS, ONE_REPLICA), default=None, metavar="N",
                    help=f"with STEP: N MultiWorkerMirroredStrategy worker processes on 127.0.0.1 "
                         f"(2..{MAX_WORKERS}; default 2)")
     p.add_argument("--mode", choices=("all", "mirrored", "workers"), default="all",
@@ -72,9 +72,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 # The options that mean something only with (or only without) FILE.py:STEP, or with one --mode, are the
 # parser's `tflab._api.cliargs.only_with` rules (`add_arguments`), refused while parsing, before TF loads.
-# One replica distributes nothing: TF's distributed dataset then yields the batch itself, not
-# per-replica values, and there is no per-replica trace or all-reduce to show.
-_ONE_REPLICA = "one replica distributes nothing: the dataset gives the batch itself, not per-replica values"
 
 _NEEDS_STEP = ("--arg, --replicas and --workers need FILE.py:STEP (your step); the built-in demo runs 2 replicas "
                "and 2 workers")

@@ -41,6 +41,9 @@ from tflab.errors import UsageError
 # Each worker is a process that imports TF (~0.5 GiB): a bound on what one machine runs.
 MAX_WORKERS = 8
 MAX_REPLICAS = 64
+# One replica distributes nothing: TF's distributed dataset then yields the batch itself, not
+# per-replica values, and there is no per-replica trace or all-reduce to show.
+ONE_REPLICA = "one replica distributes nothing: the dataset gives the batch itself, not per-replica values"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,12 +282,15 @@ def user_text(result: dict) -> str:
 def check_counts(step: UserStep, replicas: int | None, workers: int | None) -> None:
     """Raises `UsageError` for a replica or worker count out of range, or a global
     batch the workers do not divide (each worker is one replica)."""
-    if replicas is not None and (not isinstance(replicas, int) or not 1 <= replicas <= MAX_REPLICAS):
-        raise UsageError(f"--replicas must be 1..{MAX_REPLICAS}, got {replicas!r}")
+    if replicas is not None and (not isinstance(replicas, int) or isinstance(replicas, bool)
+                                 or not 2 <= replicas <= MAX_REPLICAS):
+        raise UsageError(f"--replicas must be 2..{MAX_REPLICAS}, got {replicas!r}"
+                         + (f" ({ONE_REPLICA})" if replicas == 1 else ""))
     if workers is not None:
-        if not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
-            raise UsageError(f"--workers must be 1..{MAX_WORKERS} (each worker is a process with its "
-                             f"own TF on this machine), got {workers!r}")
+        if not isinstance(workers, int) or isinstance(workers, bool) or not 2 <= workers <= MAX_WORKERS:
+            raise UsageError(f"--workers must be 2..{MAX_WORKERS} (each worker is a process with its "
+                             f"own TF on this machine), got {workers!r}"
+                             + (f" ({ONE_REPLICA})" if workers == 1 else ""))
         if step.global_batch % workers:
             raise UsageError(f"--workers {workers}: the global batch of {step.global_batch} rows does "
                              f"not split evenly over {workers} workers (one replica each; "
