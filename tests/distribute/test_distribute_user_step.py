@@ -109,6 +109,23 @@ def test_bad_input_is_one_line_exit_2(run_cli, argv, needle):
     assert err.startswith("tflab distribute: error: ") and needle in err and err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize("given,runs,left", [("--workers", (None, 3), "MirroredStrategy part is not run"),
+                                             ("--replicas", (3, None), "worker part is not run")])
+def test_one_count_runs_one_part_and_says_which_is_left_out(run_cli, monkeypatch, given, runs, left):
+    """``--workers 3`` alone runs the worker part only; the progress line says the other is not run
+    and how to run it (the processes themselves are replaced: what is asserted is what is started)."""
+    from tflab.distribute import user
+
+    started = []
+    monkeypatch.setattr(user, "run_user_step", lambda step, r, w, **kw: started.append((r, w)) or {})
+    monkeypatch.setattr(user, "user_text", lambda result: "")
+    code, out, err = run_cli("distribute", f"{STEP}:replica_step", "--arg", "x=float32[6,4]",
+                             "--arg", "y=float32[6]", given, "3")
+    assert code == 0, err
+    assert started == [runs]
+    assert left in err and f"give {'--replicas' if given == '--workers' else '--workers'} N too" in err, err
+
+
 @pytest.mark.parametrize("counts", [dict(replicas=1, workers=None), dict(replicas=None, workers=1),
                                     dict(replicas=True, workers=None)], ids=["replicas_1", "workers_1", "bool"])
 def test_the_api_refuses_one_replica_as_the_cli_does(counts):

@@ -114,8 +114,11 @@ def _run_user(args: argparse.Namespace) -> int:
 
     parts = ["mirrored"] if args.mode == "mirrored" else ["workers"] if args.mode == "workers" \
         else ["mirrored", "workers"]
+    left_out = ""
     if args.mode == "all" and (args.replicas is None) != (args.workers is None):
         parts = ["mirrored"] if args.replicas is not None else ["workers"]
+        left_out = ("; the worker part is not run: give --workers N too" if args.replicas is not None
+                    else "; the MirroredStrategy part is not run: give --replicas N too")
     step = distribute_user.check_user_step(args.target, args.arg)
     replicas = (args.replicas or 2) if "mirrored" in parts else None
     workers = (args.workers or 2) if "workers" in parts else None
@@ -125,7 +128,7 @@ def _run_user(args: argparse.Namespace) -> int:
     progress(f"{name}: " + " and ".join(([f"MirroredStrategy on {replicas} logical CPUs"] if replicas else [])
                                         + ([f"{workers} MultiWorkerMirroredStrategy workers"] if workers
                                            else []))
-             + " (processes run together)")
+             + " (processes run together)" + left_out)
     result: dict = {"step": args.target}
     result.update(distribute_user.run_user_step(step, replicas, workers, timeout=args.timeout,
                                                 progress=progress.note))
