@@ -112,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
     if batches is None:
         batches = Examples.of(random_examples(union_inputs(
             {k: signature_inputs(f) for k, f in loaded.signatures.items()})))
+        source = (" (examples: drawn by tflab, seeded: floats standard normal, integers in [0, 10); "
+                  "give --examples F.npz with real inputs)")
     quantization = args.quantization or variant_of(data)
     progress(f"checking the {quantization} flatbuffer op by op and end to end{source}")
     # The float reference converts in a worker process while the bound's gradients are computed

@@ -21,7 +21,9 @@ The thresholds, and why:
   faithful int8 output keeps its error to a few of its 255 steps (about 1% of its range).
 
 The cause, once a threshold is crossed and LiteRT stays within its simulation (so the arithmetic is
-the variant's own): ``quantization-range`` at the first quantized tensor, in execution order, whose
+the variant's own): ``quantization-range`` at an input whose examples fall outside its int8 grid
+(at least `MIN_CLIPPED` of its values: LiteRT clips them, TF does not; the examples are not like the
+calibration data), else at the first quantized tensor, in execution order, whose
 range is set by outliers (the 99.9th percentile of its magnitudes uses less than `OUTLIER_RANGE_USE`
 of the farthest value its grid reaches: at most 8 of int8's 128 steps on a side, 4 bits), with the
 measurements; else ``rounding`` (no tensor's range
@@ -39,12 +41,15 @@ from tflab.litert.ops import TensorInfo, read_ops
 from tflab.litert.records.whole_model import RangeUse, WholeModelEffect
 from tflab.litert.runner import argmax_agreement
 
-__all__ = ["MIN_TOP1_AGREEMENT", "MAX_RANGE_SHARE", "OUTLIER_RANGE_USE", "range_use", "weight_ranges",
-           "output_effect", "whole_model_cause", "stored_integer_sizes"]
+__all__ = ["MIN_TOP1_AGREEMENT", "MAX_RANGE_SHARE", "OUTLIER_RANGE_USE", "MIN_CLIPPED", "range_use",
+           "weight_ranges", "output_effect", "whole_model_cause", "stored_integer_sizes"]
 
 MIN_TOP1_AGREEMENT = 0.5
 MAX_RANGE_SHARE = 0.25
 OUTLIER_RANGE_USE = 1.0 / 16.0
+# An input whose examples fall outside its int8 grid this often is clipped by LiteRT, not by TF: the
+# examples are not like the calibration data (a healthy export's own examples are: they calibrated it).
+MIN_CLIPPED = 0.01
 _INTEGER = ("int8", "uint8", "int16")
 
 
@@ -90,8 +95,8 @@ def range_use(values: np.ndarray, t: TensorInfo) -> tuple[float, float] | None:
     for v, c in chans:
         v = np.abs(v[np.isfinite(v)])
         reach = _reach(t, c)
-        if v.size == 0 or reach == 0:
-            continue
+        if v.size == 0 or reach == 0 or not v.any():
+            continue  # all zero: no value sets its range, none is an outlier
         b = float(np.quantile(v, 0.999, method="lower"))
         shares.append(b / reach)
         bulk = max(bulk, b)
@@ -128,8 +133,22 @@ def activation_range(t: TensorInfo, values: Sequence[np.ndarray], op_type: str, 
     """
     if not values:
         return None
-    found = range_use(np.concatenate([np.ravel(v) for v in values]), t)
-    return None if found is None else RangeUse(t.name, op_type, index, role, found[0], found[1], _largest(t))
+    x = np.concatenate([np.ravel(v) for v in values])
+    found = range_use(x, t)
+    if found is None:
+        return None
+    low, high = _limits(t)
+    step = float(t.scale.reshape(-1)[0])
+    finite = x[np.isfinite(x)]
+    clipped = float(np.mean((finite < low - step / 2) | (finite > high + step / 2))) if finite.size else 0.0
+    return RangeUse(t.name, op_type, index, role, found[0], found[1], _largest(t), clipped, low, high)
+
+
+def _limits(t: TensorInfo) -> tuple[float, float]:
+    """``[(qmin − z)·s, (qmax − z)·s]`` of ``t``'s first channel."""
+    info = np.iinfo(np.dtype(t.dtype))
+    s, z = float(t.scale.reshape(-1)[0]), float(t.zero_point.reshape(-1)[0]) if t.zero_point.size else 0.0
+    return (info.min - z) * s, (info.max - z) * s
 
 
 def weight_ranges(model: bytes, float_model: bytes | None = None) -> list[RangeUse]:
@@ -241,9 +260,16 @@ def whole_model_cause(cause: Cause | None, effects: Iterable[WholeModelEffect], 
         measurements) or ``rounding`` (none is), or ``cause`` unchanged.
     """
     crossed = [e for e in effects if e.crossed]
-    if not crossed or (cause is not None and cause.kind != "unexplained"):
+    if (not crossed and cause is None) or (cause is not None and cause.kind != "unexplained"):
         return cause
-    if simulation is not None and simulation.ok is False:
+    # An input clipped on these examples comes first, in execution order and as the root: every tensor
+    # after it is off the distribution the grids were calibrated for (an unexplained end-to-end excess,
+    # or a later tensor past the simulation's bound, follows from it).
+    clipped = next((r for r in getattr(simulation, "ranges", ()) or () if r.role == "input" and r.clipped >= MIN_CLIPPED),
+                   None)
+    if not crossed and clipped is None:
+        return cause
+    if clipped is None and simulation is not None and simulation.ok is False:
         return cause  # LiteRT left its own quantized model: that is the finding, not the quantization
     ranges = list(getattr(simulation, "ranges", ()) or ()) + weight_ranges(model, float_model)
     # Execution order; a weight sits before the op that reads it, an activation after the op that writes it.
@@ -257,6 +283,17 @@ def whole_model_cause(cause: Cause | None, effects: Iterable[WholeModelEffect], 
                 "ranges": [{"tensor": r.name, "op": f"{r.op_type} #{r.index}", "role": r.role,
                             "range_used": r.range_used, "bulk_max": r.bulk_max, "largest": r.largest}
                            for r in sorted(ranges, key=lambda r: r.range_used)[:5]]}
+    if clipped is not None:  # before any range: the examples are not what the grid was calibrated for
+        return Cause(function_name, f"tf vs litert {quantization}", "quantization-range", clipped.name.split(";")[0],
+                     clipped.op_type, detail=(
+                         (f"{faithful}, but " if simulation is None or simulation.ok else "")
+                         + (f"its quantization destroys the outputs ({effect})" if crossed
+                            else "its outputs leave their end-to-end bound") + f": the "
+                         f"{clipped.clip_text}; the grid came from the representative dataset, so these examples "
+                         f"are not like it: check with examples like the calibration data (--examples), or "
+                         f"calibrate on data like these"),
+                     evidence=dict(evidence, tensor=clipped.name, role=clipped.role, clipped=clipped.clipped,
+                                   range=[clipped.low, clipped.high]))
     if outlier is not None:
         fix = ("clip or rescale that weight" if outlier.role == "weight" else
                "calibrate with examples without the outliers, or bound the activation (e.g. ReLU6)") + \

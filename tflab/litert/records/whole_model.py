@@ -31,6 +31,10 @@ class RangeUse:
             1000 values is left out), the tensor's units.
         largest: the farthest value from zero the grid holds (``max(|qmin − z|, |qmax − z|)·s``),
             same units.
+        clipped: the share of the values outside the grid's range ``[(qmin − z)·s, (qmax − z)·s]``
+            (by more than half a step): what LiteRT clips and TF does not. For an input, examples
+            unlike the calibration data.
+        low, high: that range, the tensor's units (per-channel: the first channel's).
     """
 
     name: str
@@ -40,6 +44,16 @@ class RangeUse:
     range_used: float
     bulk_max: float
     largest: float
+    clipped: float = 0.0
+    low: float = 0.0
+    high: float = 0.0
+
+    @property
+    def clip_text(self) -> str:
+        """The clipping, in words: ``input 'x' (CONV_2D #0): 67% of its values lie outside [0, 1] …``."""
+        return (f"{self.role} {self.name.split(';')[0]!r} ({self.op_type} #{self.index}): {self.clipped:.1%} of its "
+                f"values lie outside [{self.low:.4g}, {self.high:.4g}], the range its int8 grid holds, and LiteRT "
+                f"clips them where TF does not")
 
     @property
     def text(self) -> str:
