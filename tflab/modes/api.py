@@ -53,6 +53,7 @@ import time
 from typing import Any, Callable
 
 
+from tflab._api.labels import variable_labels
 from tflab._graph.failures import error_chain, innermost_error
 from tflab._graph.analysis import (RANDOM_OPS, STATELESS_RANDOM_OPS, STATEFUL_RANDOM_OPS,  # noqa: F401
                                    VariableSnapshot, as_tensor, flatten_sources, nothing_to_compare, output_names_of,
@@ -157,7 +158,7 @@ class _ModeRun:
                 targets = [tf.reduce_sum(o) for o in tf.nest.flatten(outputs)
                            if isinstance(o, tf.Tensor) and o.dtype.is_floating]
             variables = [v for v in tape.watched_variables() if v.trainable]
-            self.var_names[mode] = [f"var:{getattr(v, 'path', None) or v.name}" for v in variables]
+            self.var_names[mode] = variable_labels(variables)
             grads = tape.gradient(targets, list(srcs) + variables) if targets else \
                 [None] * (len(srcs) + len(variables))
             # A gather's (an Embedding's) gradient is IndexedSlices: compared dense, as the optimizer

@@ -57,6 +57,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tflab._api.labels import variable_labels
 from tflab._graph.analysis import flatten_sources, output_names_of, prepare_args
 from tflab.precision.policy import (DEFAULT_POLICIES, INITIAL_LOSS_SCALE, MIN_LOSS_SCALE, POLICIES,  # noqa: F401
                            REFERENCE, check_float_values, global_policy, is_keras_layer, keras_modules,
@@ -337,7 +338,8 @@ def run_policies(subject: PolicySubject, policies: tuple, loss_scale: Any, name:
             grads, t = run.grad_fn(1.0)
             check_float_values(name, run.outputs, grads)
             out_names = tuple(run.output_names)
-            grad_names = tuple(_source_labels(subject, obj) + [_var_name(v) for v in run.variables])
+            sources = _source_labels(subject, obj)
+            grad_names = tuple(sources + variable_labels(run.variables, sources))
             ref = (run.outputs, grads, [np.asarray(v.numpy() if hasattr(v, "numpy") else v)
                                         for v in run.variables])
             ref_obj, ref_clean, noise_left, masks = obj, None, None, None
