@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import signal
 import socket
@@ -69,15 +68,13 @@ def _signal_name(code: int) -> str:
 
 
 def _last_line(path: str) -> str:
+    from tflab.process.stderr import cause_line  # TF's log lines (cuInit …) are never the cause
+
     try:
         with open(path, errors="replace") as f:
-            lines = [ln.strip() for ln in f if ln.strip()]
+            return cause_line(f.read())
     except OSError:
         return ""
-    # TF's C++ log lines (I0000 …, W0000 …, E0000 … cuInit) are noise next to the Python error: never the
-    # cause (os._exit(5) in the step was reported with the cuInit line). A fatal F line is kept.
-    py = [ln for ln in lines if not re.match(r"^[IWE]\d{4} ", ln) and not ln.startswith("WARNING: All log")]
-    return (py or [""])[-1][:300]
 
 
 OS_EXIT_MARK = "tflab-worker: os._exit"  # the worker's last stderr line when the user's code calls os._exit

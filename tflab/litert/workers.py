@@ -178,11 +178,15 @@ def _convert_isolated(saved_model, outdir, quants, examples_npz, progress, on_re
         _workers().forget(proc)
         if current is not None:
             # The worker died inside the converter: report it, drop its partial file, go on.
-            tail = [ln for ln in stderr.strip().splitlines() if ln.strip()][-1:] or [""]
+            from tflab.process.stderr import cause_line  # TF's import-time log lines are not the cause
+
+            tail = cause_line(stderr, 200)
             how = _signal_name(code) if code < 0 else f"exit code {code}"
-            last = f"last stderr line: {tail[0][:200]}" if tail[0] else "no stderr output"
+            last = f"last stderr line: {tail}" if tail else "no stderr output of its own"
             results[current] = {"event": "crashed", "quantization": current,
-                                "error": f"converter process died ({how}); {last}"}
+                                "error": f"converter process died ({how}) converting {current}: TF's converter "
+                                         f"crashed in its own process, the other variants went on; {last}; "
+                                         f"--quantize without {current} leaves it out"}
             pending.remove(current)
             part = os.path.join(outdir, f"model_{current}.tflite.part")
             if os.path.exists(part):
