@@ -404,8 +404,9 @@ def _float_tensors(model: bytes, saved_model_dir: str, batches: Examples, notes:
     try:
         return compare_float_tensors(model, saved_model_dir, batches)
     except Exception as e:  # noqa: BLE001  a measurement: the verdict stands without it, and says why
-        first = (str(e).strip().splitlines() or [""])[0][:200]
-        notes.append(f"float intermediates not compared with TF's: {type(e).__name__}: {first}")
+        from tflab._graph.failures import innermost_error  # TF's own line, not "Graph execution error:"
+
+        notes.append(f"float intermediates not compared with TF's: {innermost_error(e, 240)}")
         return None
 
 

@@ -22,6 +22,7 @@ is unmatched when no part names exactly one node or the shapes differ.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import numpy as np
@@ -104,6 +105,26 @@ def _structured_outputs(signature, flat: list[str]) -> dict[str, str]:
     return {str(k): v for k, v in packed.items() if isinstance(v, str)}
 
 
+def _run_fetches(session, fetches: dict, feeds: list) -> list:
+    """``session.run`` of ``fetches`` on each feed; a tensor the Session reports "not found in the Graph"
+    (a node the frozen graph names but the run prunes, e.g. a swish's Sigmoid) is dropped from
+    ``fetches`` (in place) and the run repeated, so one unmatched name leaves the rest compared."""
+    import re
+
+    import tensorflow as tf
+
+    while True:
+        try:
+            return [session.run(list(fetches.values()), feed) for feed in feeds]
+        except tf.errors.InvalidArgumentError as e:
+            m = re.search(r"Tensor (\S+?), specified in either feed_devices or fetch_devices", str(e))
+            gone = [i for i, n in fetches.items() if m and n == m.group(1)]
+            if not gone:
+                raise
+            for i in gone:
+                del fetches[i]
+
+
 def compare_float_tensors(model: bytes, saved_model_dir: str | os.PathLike, examples: Any,
                           key: str | None = None) -> FloatTensors:
     """Compares each op output of a float flatbuffer with TF's tensor of the same name.
@@ -159,6 +180,21 @@ def compare_float_tensors(model: bytes, saved_model_dir: str | os.PathLike, exam
             index = dict(cands)[chosen]
             if index < len(g.get_operation_by_name(chosen).outputs):
                 pick[op.index] = f"{chosen}:{index}"
+    # Ops that name one TF node alike (a Softplus decomposed into EXP, ADD and LOG, named "Softplus",
+    # "Softplus1", "Softplus2" by the converter's name uniquing): only the last computes TF's value;
+    # the others are steps of it, left unmatched.
+    first_part = {op.index: op.outputs[0].name.split(";")[0] for op in ops if op.outputs}
+    for i in sorted(pick):
+        if i not in pick or i in outputs_by_index.values():
+            continue
+        base = re.escape(first_part[i])
+        later = [j for j, n in first_part.items() if j > i and re.fullmatch(base + r"\d+", n)]
+        if later:
+            pick[max(later)] = pick.pop(i)
+    last = {}
+    for i, name in sorted(pick.items()):
+        last[name] = i
+    pick = {i: name for i, name in pick.items() if last[name] == i}
     # The placeholders are named after the signature's inputs; else they keep its (sorted) order.
     order = [n.split(":")[0] for n in in_names]
     if set(order) != set(signature_inputs(loaded.signatures[key])):
@@ -171,8 +207,10 @@ def compare_float_tensors(model: bytes, saved_model_dir: str | os.PathLike, exam
     # a pruned WrappedFunction computed the same tensors after copying every op into a new graph in
     # Python (twice: once to wrap the frozen graph, once to fetch the intermediates).
     with tf.compat.v1.Session(graph=g) as session:
-        runs = [session.run(list(fetches.values()), {p: feed[n] for p, n in zip(in_names, order)})
-                for feed in examples.feeds(key)]
+        runs = _run_fetches(session, fetches, [{p: feed[n] for p, n in zip(in_names, order)}
+                                               for feed in examples.feeds(key)])
+    for i in set(pick) - set(fetches):
+        del pick[i]  # a tensor the Session could not fetch: that op is unmatched, the others are compared
     for feed, want in zip(examples.feeds(key), runs):
         by_index = dict(zip(fetches, want))
         for o in run_ops(model, feed, key, parsed=parsed, interpreter=interp):
