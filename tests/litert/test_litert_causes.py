@@ -339,3 +339,19 @@ def test_max_pool_dropping_a_nan_is_named_the_other_way_round(tmp_path):
     assert "fix: run without the default delegate to get TF's numbers where XNNPACK gives NaN/inf" in note, note
     pools = [op for op in c.per_op.ops if op.op_type == "MAX_POOL_2D"]
     assert pools and all(op.verdict == "ok" for op in pools), c.per_op.to_text()
+
+
+@pytest.mark.parametrize("op,fixed", [("SOFTMAX #25", True), ("LOGISTIC #3", True), ("TANH #2", True),
+                                      ("FULLY_CONNECTED #7", False)])
+def test_a_saturating_output_whose_grid_the_op_fixes_is_not_sent_back_to_calibration(op, fixed):
+    """TFLite's int8 SOFTMAX always writes scale 1/256, zero point -128: a probability of 1.0 is past its
+    last code whatever the representative dataset, so "calibrate on data like your inputs" (said to a
+    user whose examples were the calibration data) was wrong advice there; a calibrated op keeps it."""
+    from tflab.litert.recipe import saturation_note
+
+    s = dict(clipped=3, at_qmin=0, at_qmax=3, total=12, qmin=-128, qmax=127, low=0.0, high=255 / 256,
+             tf_min=0.01, tf_max=1.0)
+    note = saturation_note("probs", op, s)
+    assert note.startswith("probs: the output saturates: 25% of its codes")
+    assert ("always writes" in note and "calibrate on data like your inputs" not in note) is fixed, note
+    assert ("calibrate on data like your inputs" in note) is not fixed

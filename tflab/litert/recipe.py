@@ -183,12 +183,26 @@ def saturation_note(okey: str, op: str, s: Mapping) -> str:
     if not s["clipped"]:
         return ""
     share = (s["at_qmin"] + s["at_qmax"]) / s["total"] if s["total"] else 0.0
-    return (f"{okey}: the output saturates: {share:.0%} of its codes are at qmin or qmax "
+    head = (f"{okey}: the output saturates: {share:.0%} of its codes are at qmin or qmax "
             f"({s['at_qmin']} at {s['qmin']}, {s['at_qmax']} at {s['qmax']}, of {s['total']}), and at "
             f"{s['clipped']} of them TF's value lies outside [{s['low']:.4g}, {s['high']:.4g}], all that "
             f"{op}'s output scale and zero point can represent (TF's values span [{s['tf_min']:.4g}, "
-            f"{s['tf_max']:.4g}]): that range came from the representative dataset and these inputs lie "
-            f"outside it; calibrate on data like your inputs (representative dataset)")
+            f"{s['tf_max']:.4g}])")
+    fixed = FIXED_OUTPUT_GRIDS.get(op.split(" ")[0])
+    if fixed:  # no calibration sets this grid: recalibrating changes nothing
+        return (f"{head}: TFLite's int8 {op.split(' ')[0]} always writes {fixed}, whatever the calibration, so "
+                f"TF's values past it are clipped by the kernel's own output grid; keep that op's output in "
+                f"float (or accept the clipping: at most {s['high'] - s['low']:.4g}/255 per step)")
+    return (f"{head}: that range came from the representative dataset and these inputs lie outside it; "
+            f"calibrate on data like your inputs (representative dataset)")
+
+
+# Ops whose int8 output grid TFLite fixes by the op, not by calibration (tensorflow/lite/kernels:
+# softmax.cc, activations.cc require these output scales and zero points).
+FIXED_OUTPUT_GRIDS = {"SOFTMAX": "scale 1/256, zero point -128 ([0, 255/256])",
+                      "LOGISTIC": "scale 1/256, zero point -128 ([0, 255/256])",
+                      "TANH": "scale 1/128, zero point 0 ([-1, 127/128])",
+                      "LOG_SOFTMAX": "scale 16/256, zero point 127 ([-255/16, 0])"}
 
 
 # Ops that move or re-encode values without computing new ones: a float output read through them (a
