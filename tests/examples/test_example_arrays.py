@@ -110,6 +110,16 @@ def test_a_zip_member_that_is_no_npy_is_refused(tmp_path, member):
         read_npz(tmp_path / "e.npz")
 
 
+@pytest.mark.parametrize("content", [b"garbage", b"\x93NUMPX" + b"\0" * 20], ids=["garbage", "near-magic"])
+def test_a_member_named_npy_that_is_not_one_is_refused(tmp_path, content):
+    """np.load hands back the raw bytes of a member whose magic is not numpy's: it was read as an array
+    (a traceback on ``.dtype``, exit 70, from every verb's --examples and the API's examples=)."""
+    with zipfile.ZipFile(tmp_path / "e.npz", "w") as z:
+        z.writestr("x.npy", content)
+    with pytest.raises(UsageError, match="member 'x.npy' is not an array in numpy's .npy format"):
+        read_npz(tmp_path / "e.npz")
+
+
 def test_healthy_twin_npz_written_by_savez_compressed(tmp_path):
     np.savez_compressed(tmp_path / "e.npz", x=X)
     assert np.array_equal(read_npz(tmp_path / "e.npz")[0]["x"], X)

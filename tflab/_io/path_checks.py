@@ -269,6 +269,12 @@ def read_npz(path: str | os.PathLike, flag: str = "--examples") -> list[dict]:
                 raise UsageError(f"{flag} {shorten_path(path)!r} is not an .npz written by np.savez: member "
                                  f"{shorten_path(other[0])!r} is not a .npy (np.savez(path, x=array) writes one per array)")
             arrays = {k: z[k] for k in z.files}
+            # ... and a member named .npy that does not start with numpy's magic as raw bytes too.
+            raw = [k for k, a in arrays.items() if not isinstance(a, np.ndarray)]
+            if raw:
+                raise UsageError(f"{flag} {shorten_path(path)!r} is not an .npz written by np.savez: member "
+                                 f"{shorten_path(raw[0] + '.npy')!r} is not an array in numpy's .npy format "
+                                 f"(np.savez(path, x=array) writes one per array)")
     except UsageError:
         raise
     except Exception as e:
