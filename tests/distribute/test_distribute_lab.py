@@ -260,7 +260,7 @@ def test_workers_exit_when_their_runner_is_killed():
 @pytest.mark.parametrize("argv, needle", [
     (["--mode", "workers", "--crash-worker", "2"], "argument --crash-worker: must be an integer <= 1, got 2"),
     (["--mode", "mirrored", "--crash-worker", "1"], "--crash-worker needs --mode workers"),
-    (["--timeout", "0"], "argument --timeout: must be a number > 0, got 0"),
+    (["--timeout", "0"], "argument --timeout: must be a finite number > 0, got 0"),
 ], ids=["crash_index", "crash_mirrored", "timeout"])
 def test_cli_bad_input_is_one_line_exit_2(run_cli, argv, needle):
     code, out, err = run_cli("distribute", *argv)

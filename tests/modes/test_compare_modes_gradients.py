@@ -252,8 +252,9 @@ def test_hlo_write_error_is_one_line_and_removes_the_tmp(tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["--repeats", "0"], "argument --repeats: must be an integer >= 1, got 0"),
     (["--ulp-bound", "-1"], "argument --ulp-bound: must be an integer >= 0, got -1"),
-    (["--atol=-1e-3"], "argument --atol: must be a number >= 0, got -1e-3"),
-], ids=["repeats", "ulp-bound", "atol"])
+    (["--atol=-1e-3"], "argument --atol: must be a finite number >= 0, got -1e-3"),
+    (["--atol", "inf"], "argument --atol: must be a finite number >= 0, got inf"),  # inf is >= 0: say finite
+], ids=["repeats", "ulp-bound", "atol", "atol-inf"])
 def test_cli_option_ranges_exit_2(capsys, argv, message):
     from tflab.cli import main
 

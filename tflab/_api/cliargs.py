@@ -56,9 +56,9 @@ def non_negative_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text[:40]}") from None
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text[:40]}") from None
     if not (value >= 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text[:40]}")
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text[:40]}")
     return value
 
 
@@ -72,9 +72,9 @@ def positive_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text[:40]}") from None
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text[:40]}") from None
     if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text[:40]}")
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text[:40]}")
     return value
 
 
