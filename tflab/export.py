@@ -29,6 +29,7 @@ import numpy as np
 
 from tflab.report.base import Report, config_field
 from tflab._io.paths import OutputPath, check_path_text, describe_existing, output_path
+from tflab._io.path_checks import check_tf_path_text
 from tflab.custom_op_loader import load_custom_ops_for, unregistered_op
 from tflab.errors import TflabError, UsageError, raise_if_terminated
 from tflab.examples import load_examples
@@ -339,6 +340,7 @@ def check_out(out: Path, force: bool) -> OutputPath:
         UsageError: one line saying what is wrong with ``out``.
     """
     check_path_text(out, "--out")  # a NUL byte or a too-long name: one line, not os.stat's traceback
+    check_tf_path_text(out, "--out")  # TF writes the SavedModel through a UTF-8 path
     from tflab._io.paths import check_not_parent_ref
 
     check_not_parent_ref(out, "--out")

@@ -351,3 +351,22 @@ except Terminated:
     assert p.stdout.strip() == "Terminated", p.stderr[-2000:]
     assert sorted(os.listdir(tmp_path)) == ["o"] and (old / "new.txt").read_text() == "new", os.listdir(tmp_path)
     del signal
+
+
+NOT_UTF8 = os.fsdecode(b"out\xffdir")
+
+
+@pytest.mark.parametrize("argv", [["export", "m.py:build", "--out", NOT_UTF8],
+                                  ["lower", "m.py:f", "--arg", "x=float32[2]", "--out", NOT_UTF8],
+                                  ["inspect", "m.py:f", "--arg", "x=float32[2]", "--tensorboard", NOT_UTF8]],
+                         ids=["export-out", "lower-out", "inspect-tensorboard"])
+def test_a_path_tensorflow_writes_that_is_not_utf8_is_one_line(tmp_path, argv):
+    """TF writes SavedModels, XLA dumps and event files through UTF-8 paths only: a name with other
+    bytes raised UnicodeEncodeError inside TF (a traceback, exit 70). Python-written outputs (--dot,
+    --hlo, --html) take such names and are not refused."""
+    (tmp_path / "m.py").write_text("import tensorflow as tf\n\ndef f(x):\n    return x * 2.0\n\n"
+                                   "def build():\n    return tf.keras.Sequential([tf.keras.layers.Dense(1)])\n")
+    code, out, err, _ = tflab(*argv, cwd=tmp_path, timeout=120)
+    assert code == 2, err
+    assert len(err) == 1 and "is not valid UTF-8" in err[0] and "Traceback" not in "\n".join(err), err
+    assert not (tmp_path / NOT_UTF8).exists()

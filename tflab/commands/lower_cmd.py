@@ -129,6 +129,9 @@ def run(args: argparse.Namespace) -> int:
 
         if args.html:  # the page inside the folder, or at its path: refused before any work
             check_file_not_in_folder(args.html, "--html", args.out, "--out")
+        from tflab._io.path_checks import check_tf_path_text
+
+        check_tf_path_text(args.out, "--out")  # XLA dumps into it through a UTF-8 path
         out = output_path(args.out, "--out", folder=True, exclusive=not args.force)  # odd path text refused here
         check_folder_out(args.out, "--out", args.force, noun="lowering", empty_ok=False)
     html = html_output(args.html, args.force)

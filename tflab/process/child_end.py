@@ -238,7 +238,8 @@ class ChildChannel:
         if _identity(self._status_fd) != self._status_id:
             return  # closed by the user's code, or its number now names a file of theirs
         with contextlib.suppress(OSError):
-            os.write(self._status_fd, f"{line}\n".encode())
+            # A path is bytes to the OS: one that is not UTF-8 (surrogate-escaped in Python) goes as its bytes.
+            os.write(self._status_fd, f"{line}\n".encode("utf-8", "surrogateescape"))
 
     def sigint_reached_parent(self, wait_s: float | None = None) -> bool:
         """True when the supervisor received a SIGINT (a Ctrl-C, a ``kill -INT`` of tflab), waiting up to ``wait_s`` s.

@@ -355,7 +355,7 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
     quiet_text = quiet.read()[-_TAIL:].decode(errors="replace")
     quiet.close()
     notice.close()
-    status_lines = status_buf.decode(errors="replace").splitlines()
+    status_lines = status_buf.decode("utf-8", "surrogateescape").splitlines()  # a tmp path's own bytes back
     return ChildEnd(returncode=proc.returncode,
                     status=status_lines, temp_removed=remove_announced(status_lines),
                     stdout_error=stdout_error,
