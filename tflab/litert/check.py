@@ -399,13 +399,12 @@ def _recipe(model: bytes, quantization: str | None) -> str:
 
 def _float_tensors(model: bytes, saved_model_dir: str, batches: Examples, notes: list):
     """The float variant's intermediates vs TF's tensors of the same name, or None with a note."""
+    from tflab._graph.failures import innermost_error  # TF's own line, not "Graph execution error:"
     from tflab.litert.float_tensors import compare_float_tensors
 
     try:
         return compare_float_tensors(model, saved_model_dir, batches)
     except Exception as e:  # noqa: BLE001  a measurement: the verdict stands without it, and says why
-        from tflab._graph.failures import innermost_error  # TF's own line, not "Graph execution error:"
-
         notes.append(f"float intermediates not compared with TF's: {innermost_error(e, 240)}")
         return None
 
