@@ -45,6 +45,10 @@ def run(args: argparse.Namespace) -> int:
 
     dot = (output_path(args.dot, "--dot", example="graph.dot", overwrite=args.force)
            if args.dot else None)  # before any work; an existing file is kept unless --force
+    if args.tensorboard is not None:
+        from tflab._io.path_checks import check_tf_path_text
+
+        check_tf_path_text(args.tensorboard, "--tensorboard")  # tf.summary's event writer: UTF-8 paths only
     board = tensorboard_output(args.tensorboard)
     if dot is not None and args.dot.endswith(".svg"):
         import shutil

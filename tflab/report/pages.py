@@ -43,10 +43,8 @@ def tensorboard_output(path: str | None):
     """Probes ``--tensorboard DIR`` before any work (a folder; created when missing, kept when it exists)."""
     if path is None:
         return None
-    from tflab._io.path_checks import check_tf_path_text
     from tflab._io.paths import output_path
 
-    check_tf_path_text(path, "--tensorboard")  # tf.summary's event writer takes UTF-8 paths only
     return output_path(path, "--tensorboard", folder=True)
 
 
