@@ -204,6 +204,8 @@ def preflight(verb: str, args: argparse.Namespace) -> None:
         value = getattr(args, dest, None)
         if isinstance(value, str) and value:
             _paths.check_not_parent_ref(value, flag)
+            if getattr(args, "json", False):
+                _preflight.check_not_stdout(value, flag)
             if isinstance(folder_out, str) and folder_out:
                 _preflight.check_file_not_in_folder(value, flag, folder_out, "--out")
             _paths.output_path(value, flag, overwrite=force, example=example)

@@ -370,3 +370,18 @@ def test_a_path_tensorflow_writes_that_is_not_utf8_is_one_line(tmp_path, argv):
     assert code == 2, err
     assert len(err) == 1 and "is not valid UTF-8" in err[0] and "Traceback" not in "\n".join(err), err
     assert not (tmp_path / NOT_UTF8).exists()
+
+
+@pytest.mark.parametrize("target,refused", [("/dev/stdout", True), ("/dev/fd/1", True), ("/dev/null", False)])
+def test_json_and_a_file_output_on_stdout_are_one_line(tmp_path, target, refused):
+    """``--json --dot /dev/stdout`` wrote the DOT graph into the JSON document (it no longer parsed):
+    refused before TF loads, naming both; /dev/null is not stdout here and is written as before."""
+    (tmp_path / "m.py").write_text("def f(x):\n    return x * 2.0\n")
+    code, out, err, tf = tflab("inspect", "m.py:f", "--arg", "x=float32[2]", "--json", "--dot", target,
+                               cwd=tmp_path, timeout=120)
+    if refused:
+        assert code == 2 and out == "" and not tf, err
+        assert len(err) == 1 and "that is stdout, where --json writes its document" in err[0], err
+    else:
+        assert code == 0, err
+        assert json.loads(out)["function_name"] == "f"

@@ -170,3 +170,16 @@ def check_saved_model_folder(value: str, flag: str) -> None:
 EXAMPLES_HELP = ("real inputs: an .npz with one array per parameter name (np.savez(path, ids=array)); they "
                  "replace the random values drawn for those --arg specs (ints in [0, 10) would break e.g. an "
                  "Embedding of fewer rows)")
+
+
+def check_not_stdout(value: str, flag: str) -> None:
+    """With ``--json``, refuses a file output that is this process's stdout (``/dev/stdout``,
+    ``/dev/fd/1``, the file stdout is redirected to): both would be written there and the JSON would
+    no longer parse. ``/dev/null`` is not refused (nothing is written)."""
+    try:
+        target, out = os.stat(value), os.fstat(1)
+    except OSError:
+        return  # a path to create, or no stdout: not the same place
+    if (target.st_dev, target.st_ino) == (out.st_dev, out.st_ino) and os.path.realpath(value) != os.devnull:
+        raise UsageError(f"{flag} {value}: that is stdout, where --json writes its document, and the two would "
+                         f"mix (the JSON would no longer parse); write {flag} to a file, or leave --json out")
