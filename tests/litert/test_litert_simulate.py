@@ -144,8 +144,8 @@ def test_planted_defect_leaves_the_simulation_at_its_op(converted, name, q, defe
 def test_a_float_op_after_a_dequantize_carries_its_source_step(converted):
     """The int8 LayerNorm keeps a float NEG between a DEQUANTIZE and a QUANTIZE (as ConvNeXt's head
     does): its value is the int8 MEAN's, so it is off wherever that MEAN is, by the steps the MEAN's own
-    bound allowed. Its bound carries that step; with none, a healthy MEAN two steps off (within its
-    bound) put the NEG beyond its bound and the variant was called OUTSIDE."""
+    bound allowed. Its bound carries that step; with none, a healthy MEAN off by what its own bound
+    allowed put the NEG beyond its bound and the variant was called OUTSIDE."""
     from tflab.litert.ops import read_ops
     from tflab.litert.simulate import simulation_check
 
