@@ -108,9 +108,8 @@ def _structured_outputs(signature, flat: list[str]) -> dict[str, str]:
 def _run_fetches(session, fetches: dict, feeds: list) -> list:
     """``session.run`` of ``fetches`` on each feed; a tensor the Session reports "not found in the Graph"
     (a node the frozen graph names but the run prunes, e.g. a swish's Sigmoid) is dropped from
-    ``fetches`` (in place) and the run repeated, so one unmatched name leaves the rest compared."""
-    import re
-
+    ``fetches`` (in place) and the run repeated, so one unmatched name leaves the rest compared. The
+    name is read from TF's message (the Session says no more); any other failure is raised as it was."""
     import tensorflow as tf
 
     while True:
