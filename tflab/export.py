@@ -37,7 +37,7 @@ from tflab.litert.check import TFLiteCheck
 from tflab.litert.records import variant_line, variant_table, whole_model_line
 from tflab.litert.conversion import QUANTIZATIONS, refuse_infinite_calibration
 from tflab.litert.workers import (convert_in_pool, convert_inprocess, reset_workers, save_examples,
-                                  stop_workers, take_calibration)
+                                  remove_debugger_files, stop_workers, take_calibration)
 from tflab.report.html.dispatch import renders
 from tflab.report.html.export import export_fragment
 from tflab.litert.records.check import variant_status  # noqa: F401 (export's status rule, re-exported)
@@ -528,7 +528,8 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
             progress(f"checking {q} with LiteRT" + (f" ({still} variant{'s' * (still != 1)} still converting)"
                                                     if still else ""))
             data = (tmp / msg["file"]).read_bytes()
-            take_calibration(os.fspath(tmp / "saved_model"), os.fspath(tmp), msg, batches)  # its file goes
+            take_calibration(os.fspath(tmp / "saved_model"), os.fspath(tmp), msg, batches,  # its file goes
+                             (lambda c=conv, v=q: c.event(v, "debugger")) if isolate else None)
             from tflab.litert.flatbuffer_notes import warn_after_conversion
 
             warn_after_conversion(data, f"TFLite {q}", getattr(progress, "note", progress))  # before running it
@@ -566,6 +567,7 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         # reads them instead of taking every backward pass again.
         done_none = variants.get("none")
         store_computed(tmp / "saved_model", batches, tmp / done_none.file if done_none and done_none.file else None)
+        remove_debugger_files(os.fspath(tmp), conv if isolate else None)  # what no check took is not published
         (tmp / "report.json").write_text(dumps(report.to_dict()))
         raise_if_terminated()  # a SIGTERM whose exception a finalizer swallowed: do not commit
         target.commit(tmp)

@@ -323,3 +323,74 @@ def test_the_debugger_starts_from_the_int8_conversions_own_calibration(cnn):
         converter=make_converter(sm, "int8", [ex]),
         debug_dataset=lambda: ([v[i:i + 1] for v in ex.values()] for i in range(len(next(iter(ex.values()))))))
     assert calibrated is not None and calibrated == debugger.calibrated_model
+
+
+def test_the_workers_debugger_models_are_the_debuggers_own(cnn):
+    """`debugger_models` quantizes the calibration as QuantizationDebugger does (fully_quantize, the
+    export's option): its instrumented model and its plain model, byte for byte; and the denylisted
+    model `quantize_calibrated` makes is the debugger's own with that option."""
+    import tensorflow as tf
+
+    from tflab._tf.calibration import debugger_models, quantize_calibrated
+    from tflab.litert.conversion import make_converter
+
+    sm, ex, _ = cnn
+    rows = len(next(iter(ex.values())))
+    debugger = tf.lite.experimental.QuantizationDebugger(
+        converter=make_converter(sm, "int8", [ex]),
+        debug_dataset=lambda: ([v[i:i + 1] for v in ex.values()] for i in range(rows)),
+        debug_options=tf.lite.experimental.QuantizationDebugOptions(fully_quantize=True))
+    made = debugger_models(debugger.calibrated_model)
+    assert made["debug"] == debugger.quant_model
+    assert made["nondebug"] == debugger.get_nondebug_quantized_model()
+    from tflab.litert.ops import read_ops
+
+    first = next(op for op in read_ops(made["nondebug"]).subgraphs[0] if op.op_type == "CONV_2D")
+    name = first.outputs[0].name
+    debugger._debug_options = tf.lite.experimental.QuantizationDebugOptions(  # what nondebug_model did
+        fully_quantize=True, denylisted_nodes=[name])
+    denied = quantize_calibrated(debugger.calibrated_model, denylisted_nodes=[name])
+    assert denied == debugger.get_nondebug_quantized_model() and denied != made["nondebug"]
+
+
+def test_an_export_takes_the_debugger_models_from_the_int8_worker(cnn, tmp_path, monkeypatch):
+    """With worker processes, the int8 worker quantizes the debugger's two models after its conversions:
+    the export's own process quantizes once (the denylisted model), the kept-float fix is measured,
+    and no worker file is left in the published folder."""
+    from tflab._tf import calibration
+    from tflab.export import export_model
+    from tflab.saved_model import load_saved_model
+
+    sm, ex, _ = cnn
+    calls = []
+    real = calibration.quantize_calibrated
+
+    def counted(calibrated, **kw):
+        calls.append(kw)
+        return real(calibrated, **kw)
+
+    monkeypatch.setattr(calibration, "quantize_calibrated", counted)
+    lines = []
+    report = export_model(load_saved_model(sm), tmp_path / "out", quantize=["none", "int8"], examples=ex,
+                          progress=lines.append)
+    kept = report.variants["int8"].check.attribution.kept_float
+    assert kept is not None and kept.kept and kept.error_after < kept.error_before
+    assert [bool(kw.get("denylisted_nodes")) for kw in calls] == [True]  # debug and plain came from the worker
+    assert sorted(p.name for p in (tmp_path / "out").iterdir() if ".part" in p.name or ".tmp" in p.name) == []
+
+
+def test_the_pool_event_is_none_when_the_worker_ends_without_it():
+    """`ConversionPool.event` returns a worker's later event, and None (no wait forever) when the worker
+    converting that variant ended without reporting it."""
+    from tflab.litert.pool import ConversionPool
+
+    def convert(subset, done):
+        for q in subset:
+            done(q, {"event": "done"})
+            if q == "int8":
+                done("int8/debugger", {"event": "debugger", "files": {}})
+
+    pool = ConversionPool(["none", "int8"], convert, workers=2)
+    assert pool.event("int8", "debugger") == {"event": "debugger", "files": {}}
+    assert pool.event("none", "debugger") is None
+    pool.join()

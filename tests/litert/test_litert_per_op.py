@@ -480,3 +480,32 @@ def test_node_data_is_model_explorer_node_data(run_cli, cli_files, tmp_path):
     built = json.loads(theirs.to_json_string())[graph]
     # the builder adds its display defaults (gradient, hide… flags); the data itself must be equal
     assert {k: built[k] for k in data} == data
+
+
+def test_an_op_of_constants_is_checked_once_and_the_others_per_batch(converted, monkeypatch):
+    """With two example batches, a float16 weight's DEQUANTIZE (constant inputs only: the same output
+    for every example) is checked once, every op fed by the examples once per batch; the verdicts
+    and errors are those of one batch checked alone where the op is constant."""
+    from tflab.litert import per_op
+
+    ex, models, _ = converted["cnn"]
+    calls: dict = {}
+    real = per_op._check_one
+
+    def counted(op, f_op, quantization, acc):
+        calls[(op.op_type, op.index)] = calls.get((op.op_type, op.index), 0) + 1
+        return real(op, f_op, quantization, acc)
+
+    monkeypatch.setattr(per_op, "_check_one", counted)
+    halves = [{"x": ex["x"][:4]}, {"x": ex["x"][4:]}]
+    both = per_op.check_ops(models["float16"], models["none"], {"serving_default": halves}, "float16")
+    deq = {k: n for k, n in calls.items() if k[0] == "DEQUANTIZE"}
+    fed = {k: n for k, n in calls.items() if k[0] != "DEQUANTIZE"}
+    assert deq and set(deq.values()) == {1}
+    assert fed and set(fed.values()) == {2}
+    calls.clear()
+    one = per_op.check_ops(models["float16"], models["none"], {"serving_default": halves[:1]}, "float16")
+    for a, b in zip(both.ops, one.ops):
+        if a.op_type == "DEQUANTIZE":
+            assert (a.verdict, a.max_abs_error, a.ratio) == (b.verdict, b.max_abs_error, b.ratio)
+    assert all(o.verdict == "ok" for o in both.ops if o.op_type == "DEQUANTIZE")

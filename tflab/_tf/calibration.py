@@ -13,7 +13,9 @@ records the two results (`recording_calibration`), and `calibrate_only_model`
 runs the calibrate-only ``convert()`` with those two steps answered from the
 record: every other step of ``convert()`` (I/O types, buffer deduplication, the
 conversion metadata) runs as TF wrote it, so the bytes are what the debugger's
-own conversion returns. `debugger_converter` hands them to the debugger.
+own conversion returns. `quantize_calibrated` then makes the debugger's models
+from them with the debugger's own ``mlir_quantize`` call, and the debugger runs
+the instrumented one (``quant_debug_model_content``) without a converter.
 
 Each private name is listed in `PRIVATE_NAMES` (``tests/house/test_tf_internals.py``
 checks that each exists in the pinned versions).
@@ -23,13 +25,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 PRIVATE_NAMES = (
     ("tensorflow.lite.python.lite", "_convert_saved_model"),  # the MLIR conversion of a SavedModel
     ("tensorflow.lite.python.lite", "_calibrator"),
     ("tensorflow.lite.python.optimize.calibrator", "Calibrator.calibrate"),
-    ("tensorflow.lite.tools.optimize.debugging.python.debugger", "QuantizationDebugger._get_quantized_model"),
+    ("tensorflow.lite.python.convert", "mlir_quantize"),  # QuantizationDebugger's quantization of the calibration
 )
 
 _LOCK = threading.Lock()  # one patch of lite's module globals at a time
@@ -118,20 +120,44 @@ def calibrate_only_model(converter: Any, recorded: dict) -> bytes | None:
     return bytes(out) if used == {"converted": 1, "calibrated": 1} else None
 
 
-def debugger_converter(converter: Any, calibrated: bytes | None) -> Any:
-    """``converter`` for ``QuantizationDebugger(converter=...)``; with ``calibrated``, its one
-    ``convert()`` call (the calibrate-only conversion) returns those bytes instead of converting."""
-    if calibrated is not None:
-        converter.convert = lambda: calibrated
-    return converter
+def calibrate_only(converter: Any) -> bytes:
+    """The calibrated (not yet quantized) flatbuffer, converted as QuantizationDebugger converts it.
 
-
-def nondebug_model(debugger: Any, options: Any) -> bytes:
-    """``debugger.options = options; debugger.get_nondebug_quantized_model()``, without the setter's extra work.
-
-    The ``options`` setter (debugger.py) also quantizes a new instrumented model and builds its
-    interpreter for a later ``run()``; the non-instrumented model is quantized from the same
-    calibrated model with the same options (``_get_quantized_model(is_debug=False)``).
+    The options ``QuantizationDebugger._set_converter_options_for_calibration`` sets, then one
+    ``convert()``: the MLIR conversion and the calibration, no quantization. Used when no int8
+    conversion of this SavedModel and these examples was recorded.
     """
-    debugger._debug_options = options  # noqa: SLF001
-    return debugger.get_nondebug_quantized_model()
+    converter.experimental_mlir_quantizer = True
+    converter._experimental_calibrate_only = True  # noqa: SLF001
+    return bytes(converter.convert())
+
+
+def quantize_calibrated(calibrated: bytes, *, verify: bool = False, denylisted_nodes: Sequence[str] = ()) -> bytes:
+    """A full-integer model quantized from ``calibrated``, as QuantizationDebugger quantizes it.
+
+    The same ``mlir_quantize`` call as the debugger's ``_get_quantized_model`` and
+    ``_init_from_converter`` (debugger.py) with ``fully_quantize=True`` and per-channel weights
+    (`tflab.litert.conversion.make_converter` leaves ``_experimental_disable_per_channel`` at its
+    default): float inputs and outputs around an int8 body. One call takes seconds on a CNN
+    (2.3 s on ConvNeXtTiny at 32×32), so the int8 conversion's worker process makes the two
+    that do not depend on the per-op check (`debugger_models`) while the others are checked.
+
+    Args:
+        calibrated: `calibrate_only`'s flatbuffer (or the one a recorded conversion made).
+        verify: the instrumented model, a ``NumericVerify`` op after each quantized op (what
+            ``QuantizationDebugger(quant_debug_model_content=...)`` runs for its layer statistics).
+        denylisted_nodes: output tensor names of the ops kept in float.
+
+    Returns:
+        The flatbuffer's bytes.
+    """
+    from tensorflow.lite.python import convert
+
+    return bytes(convert.mlir_quantize(calibrated, disable_per_channel=False, fully_quantize=True,
+                                       enable_numeric_verify=verify, denylisted_ops=None,
+                                       denylisted_nodes=list(denylisted_nodes) or None))
+
+
+def debugger_models(calibrated: bytes) -> dict[str, bytes]:
+    """The instrumented (``"debug"``) and plain (``"nondebug"``) models QuantizationDebugger makes first."""
+    return {"debug": quantize_calibrated(calibrated, verify=True), "nondebug": quantize_calibrated(calibrated)}

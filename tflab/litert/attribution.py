@@ -263,7 +263,7 @@ def _kept_float(saved_model_dir, examples, key: str, shares: tuple[OpShare, ...]
     """QuantizationDebugger: its per-layer statistics, and the model with the worst ops denylisted."""
     import tensorflow as tf
 
-    from tflab._tf.calibration import debugger_converter, nondebug_model
+    from tflab._tf.calibration import calibrate_only, debugger_models, quantize_calibrated
     from tflab.litert.conversion import make_converter, recorded_calibration
 
     notes: list[str] = []
@@ -277,28 +277,28 @@ def _kept_float(saved_model_dir, examples, key: str, shares: tuple[OpShare, ...]
                 yield [np.asarray(feed[n][i:i + 1]) for n in order]
 
     # The debugger's first step, the calibrate-only conversion, is the int8 variant's own conversion up to
-    # its calibration: taken from it when it was kept (`tflab._tf.calibration`), else converted here.
+    # its calibration: taken from it when it was kept (`tflab._tf.calibration`), else converted here; its
+    # instrumented and plain models come from the int8 conversion's worker when it made them.
     from tflab._io.progress import step_note
 
-    calibrated = recorded_calibration(saved_model_dir, examples)
+    kept = recorded_calibration(saved_model_dir, examples, models=True) or {}
     step_note("int8: QuantizationDebugger: re-quantizing with the worst ops kept in float ("
-              + ("from the variant's own calibration)" if calibrated is not None else
-                 "converting and calibrating once more)"))
-    conv = debugger_converter(make_converter(saved_model_dir, "int8", examples), calibrated)
-    options = tf.lite.experimental.QuantizationDebugOptions(fully_quantize=True)
+              + ("from the variant's own calibration)" if kept else "converting and calibrating once more)"))
+    calibrated = kept.get("calibrated") or calibrate_only(make_converter(saved_model_dir, "int8", examples))
+    models = kept if "debug" in kept and "nondebug" in kept else debugger_models(calibrated)
+    before = models["nondebug"]
+    order[:] = _input_order(before, key)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the debugger runs TF's deprecated tf.lite.Interpreter
-        debugger = tf.lite.experimental.QuantizationDebugger(converter=conv, debug_dataset=dataset,
-                                                            debug_options=options)
-        before = debugger.get_nondebug_quantized_model()
-        order[:] = _input_order(before, key)
+        debugger = tf.lite.experimental.QuantizationDebugger(
+            quant_debug_model_content=models["debug"], debug_dataset=dataset,
+            debug_options=tf.lite.experimental.QuantizationDebugOptions(fully_quantize=True))
         debugger.run()
         dump = io.StringIO()
         debugger.layer_statistics_dump(dump)
         stats = {row["tensor_name"]: row for row in csv.DictReader(io.StringIO(dump.getvalue()))}
-        keep = _to_keep(shares)
-        after = nondebug_model(debugger, tf.lite.experimental.QuantizationDebugOptions(
-            fully_quantize=True, denylisted_nodes=[s.name for s in keep]))
+    keep = _to_keep(shares)
+    after = quantize_calibrated(calibrated, denylisted_nodes=[s.name for s in keep])
     shares = tuple(dataclasses.replace(s, debugger_mse=float(stats[s.name]["mean_squared_error"]),
                                        debugger_scale=float(stats[s.name]["scale"]))
                    if s.name in stats else s for s in shares)

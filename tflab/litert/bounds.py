@@ -55,6 +55,7 @@ import numpy as np
 from tflab._tf.grappler import without_grappler
 from tflab._user.usercode import run_signature
 from tflab.litert import bound_store
+from tflab.litert.bound_passes import gradient_sums_fn, joined_feed, same_rows, spread_elements  # noqa: F401 (re-exported)
 from tflab.litert.conversion import call_target
 from tflab.examples import Examples, feed_for
 from tflab.saved_model import load_saved_model, signature_inputs
@@ -64,7 +65,7 @@ FLOAT16_STEP = 2.0 ** -11  # relative rounding error of float16 (round to neares
 MIN_WEIGHT_ELEMENTS = 1024  # dynamic-range quantization leaves smaller weights in float
 ELEMENTWISE_ULPS = 4
 # Bounds need one backward pass per output element; beyond this many per
-# output (each row's largest, then spread evenly: `_chosen_elements`), the remaining elements get the
+# output (each row's largest, then spread evenly: `chosen_elements`), the remaining elements get the
 # largest computed bound (an estimate).
 MAX_GRADIENT_ELEMENTS = 1024
 # Each backward pass costs about one sweep over the parameters: a model with P float
@@ -72,14 +73,14 @@ MAX_GRADIENT_ELEMENTS = 1024
 # MIN_GRADIENT_ELEMENTS, never more than MAX_GRADIENT_ELEMENTS), so a CNN's bound stays
 # within a few conversions' time (1024 passes made ConvNeXtTiny's export 17× the
 # plain work) while a small model keeps every element exact. The floor holds each example
-# row's largest element (`_chosen_elements`): on ResNet50 and ConvNeXtTiny at 32×32 (5 example
+# row's largest element (`chosen_elements`): on ResNet50 and ConvNeXtTiny at 32×32 (5 example
 # rows) the largest float and weight terms among 32 such elements equal those among 128, measured,
 # and a backward pass of ConvNeXtTiny costs 11× its forward pass (0.26 s on one row).
 GRADIENT_BUDGET = 1 << 26
 MIN_GRADIENT_ELEMENTS = 32
 
 
-# Which elements get the passes (`_chosen_elements`): part of a stored bound's key, with the budget.
+# Which elements get the passes (`chosen_elements`): part of a stored bound's key, with the budget.
 ELEMENT_CHOICE = "row-max+spread"
 
 
@@ -138,7 +139,7 @@ def sensitivity(saved_model_dir: str, loaded, batches, progress: Callable[[str],
 
     One backward pass per output element (one-hot seed), as a persistent
     ``tf.GradientTape`` would take them one `GradientTape.gradient` call at a
-    time, but run by one traced function per signature (`_gradient_sums_fn`):
+    time, but run by one traced function per signature (`gradient_sums_fn`):
     the forward pass runs once per example batch and a ``tf.map_fn`` loop
     takes the backward passes and reduces each to per-variable sums in
     float64 inside the graph, so no gradient is copied to numpy.
@@ -162,8 +163,9 @@ def sensitivity(saved_model_dir: str, loaded, batches, progress: Callable[[str],
         ``[elements]`` holding ``Σ|∂y/∂x|`` per float input. NaN gradients
         count as 0 and ±inf as the largest finite value (``np.nan_to_num``).
         Past `gradient_elements` elements of one output (counted over
-        the batches, each batch its share by example rows), only those
-        `_chosen_elements` picks are computed, the others are NaN; non-float outputs have zeros. Signatures calling the same
+        the batches: on all their rows at once where `joined_feed` and
+        `same_rows` allow it, else each batch its share by example rows), only those
+        `chosen_elements` picks are computed, the others are NaN; non-float outputs have zeros. Signatures calling the same
         function share one set of arrays. Cached per SavedModel and examples, in
         this process and, after ``tflab export``, in the SavedModel's
         ``assets.extra`` (`tflab.litert.bound_store`: read back only for the same
@@ -229,33 +231,47 @@ def sensitivity(saved_model_dir: str, loaded, batches, progress: Callable[[str],
         # Each batch's share of the cap, by its example rows (cumulative: a batch whose output is smaller
         # than its share leaves the rest to the next), so every example gets backward passes.
         rows = [max((int(np.shape(a)[0]) for a in b.values() if np.ndim(a) >= 1), default=1) for b in batches]
-        for n_batch, batch in enumerate(batches):
-            feed = {n: tf.constant(np.nan_to_num(a, nan=0.0) if a.dtype.kind == "f" else a)
-                    for n, a in feed_for(batch, names).items()}
+        feeds = [{n: tf.constant(np.nan_to_num(a, nan=0.0) if a.dtype.kind == "f" else a)
+                  for n, a in feed_for(batch, names).items()} for batch in batches]
+        joined = joined_feed(fn, feeds)  # one input shape for every pass, where the rows are independent
+        plan = [(joined, len(batches))] if joined is not None else [(f, i + 1) for i, f in enumerate(feeds)]
+        step_i = 0
+        while step_i < len(plan):
+            feed, upto = plan[step_i]
+            step_i += 1
             float_in = [n for n, t in feed.items() if t.dtype.is_floating]
             spec_key = tuple((n, t.dtype.name, t.shape.rank) for n, t in feed.items())
             if spec_key not in traced:
                 say(f"end-to-end bound: tracing the backward pass of {sig_key} ({len(own)} variables)")
                 try:
-                    traced[spec_key] = _gradient_sums_fn(fn, [variables[j] for j in own], out_names, float_out,
-                                                         float_in, feed)
+                    traced[spec_key] = gradient_sums_fn(fn, [variables[j] for j in own], out_names, float_out,
+                                                        float_in, feed)
                 except LookupError:  # an op without a registered gradient: check_tflite says so
                     raise
                 except Exception:
                     run_signature(fn, sig_key, feed)  # the signature's own failure, as one line
                     raise
-            share = -(-cap * sum(rows[:n_batch + 1]) // max(1, sum(rows)))  # ceil
+            share = -(-cap * sum(rows[:upto]) // max(1, sum(rows)))  # ceil
             caps = [max(0, min(cap, share) - computed[f"{sig_key}/{o}"]) for o in float_out]
             if sum(caps):
+                where = f"batch {upto} of {len(batches)}" if feed is not joined else \
+                    f"the {len(batches)} batches' {sum(rows)} rows at once"
                 say(f"end-to-end bound: up to {sum(caps)} backward passes, one per output element, on "
-                    f"batch {n_batch + 1} of {len(batches)} ({sig_key})")
+                    f"{where} ({sig_key})")
             if abs_w is None:  # |w| of this signature's variables, once: an input, not ops to trace
                 abs_w = tf.constant(np.concatenate([np.nan_to_num(np.abs(values[j].astype(np.float64))).ravel()
                                                     for j in own]
                                                    + [np.zeros(1)]))
             with without_grappler():  # Grappler took seconds on this graph and made no pass faster
-                sizes, chosen, r_own, a_own, in_sums = run_signature(
+                sizes, chosen, r_own, a_own, in_sums, forward = run_signature(
                     lambda **f: traced[spec_key](f, tf.constant(caps, tf.int32), abs_w), sig_key, feed)
+            if feed is joined and not same_rows([t.numpy() for t in forward], [
+                    [run_signature(fn, sig_key, f)[o].numpy() for o in out_names] for f in feeds]):
+                # The rows interact (or the outputs have no batch axis): each batch on its own after all.
+                say(f"end-to-end bound: {sig_key}'s outputs on the joined batches are not the batches' own; "
+                    f"each batch is differentiated on its own")
+                plan, step_i = [(f, i + 1) for i, f in enumerate(feeds)], 0
+                continue
             sizes, chosen, row = sizes.numpy(), chosen.numpy(), 0
             r_own, a_own, in_sums = r_own.numpy(), a_own.numpy(), in_sums.numpy()
             bad = ~np.isfinite(a_own).all(axis=1)
@@ -264,10 +280,10 @@ def sensitivity(saved_model_dir: str, loaded, batches, progress: Callable[[str],
                     f"as numpy's nan_to_num does ({sig_key})")
                 clean_key = spec_key + ("clean",)
                 if clean_key not in traced:
-                    traced[clean_key] = _gradient_sums_fn(fn, [variables[j] for j in own], out_names, float_out,
-                                                          float_in, feed, clean=True)
+                    traced[clean_key] = gradient_sums_fn(fn, [variables[j] for j in own], out_names, float_out,
+                                                         float_in, feed, clean=True)
                 with without_grappler():
-                    _, _, r_clean, a_clean, _ = run_signature(
+                    _, _, r_clean, a_clean, _, _ = run_signature(
                         lambda **f: traced[clean_key](f, tf.constant(caps, tf.int32), abs_w), sig_key, feed)
                 r_own[bad], a_own[bad] = r_clean.numpy()[bad], a_clean.numpy()[bad]
             for out_name, n in zip(out_names, sizes.tolist()):
@@ -279,7 +295,7 @@ def sensitivity(saved_model_dir: str, loaded, batches, progress: Callable[[str],
                     # One backward pass per element: cap the cost for large outputs.
                     m = min(n, caps[float_out.index(out_name)])
                     computed[okey] += m
-                    at = chosen[row:row + m]  # `_chosen_elements`: each row's largest |y|, then spread
+                    at = chosen[row:row + m]  # `chosen_elements`: each row's largest |y|, then spread
                     r[:], a_[:] = np.nan, np.nan  # elements without a backward pass
                     # A computed element's gradient is 0 for a variable its signature does not capture
                     # (another signature's weight): 0 in those columns, not NaN.
@@ -302,156 +318,6 @@ def sensitivity(saved_model_dir: str, loaded, batches, progress: Callable[[str],
         _SENSITIVITY_CACHE.clear()
     _SENSITIVITY_CACHE[key] = sens
     return sens
-
-
-def _chosen_elements(y, count):
-    """The ``count`` flat indices of output ``y`` (a tf.Tensor) that get a backward pass, int32 ``[count]``.
-
-    First the largest ``|y|`` of each row (the last axis; rows spread evenly when there are more than
-    ``count // 2``), then the others spread evenly (``⌊i·n/k⌋`` of the ``n`` not chosen, as
-    `spread_elements`): ``count`` distinct elements. A row's largest element is where its
-    sensitivity peaks on a softmax or logistic output (``∂p_i/∂z ∝ p_i``): spread elements alone
-    can miss it (ResNet50 at 32×32, random weights: the largest bound among 32 spread elements was
-    1e-21, among 64 it was 1e-7), and the elements without a pass get the largest computed bound.
-    """
-    import tensorflow as tf
-
-    size = tf.size(y, out_type=tf.int32)
-    last = tf.shape(y, out_type=tf.int32)[-1] if y.shape.rank is not None and y.shape.rank >= 1 else size
-    last = tf.maximum(tf.minimum(last, size), 1)
-    rows = size // last
-    n_top = tf.minimum(rows, count // 2)
-    picked = tf.cast(tf.math.floordiv(tf.range(n_top, dtype=tf.int64) * tf.cast(rows, tf.int64),
-                                      tf.maximum(tf.cast(n_top, tf.int64), 1)), tf.int32)
-    mag = tf.abs(tf.cast(tf.reshape(y, [-1]), tf.float32))
-    mag = tf.where(tf.math.is_nan(mag), tf.zeros_like(mag), mag)
-    top = picked * last + tf.argmax(tf.gather(tf.reshape(mag[:rows * last], [rows, last]), picked), axis=-1,
-                                    output_type=tf.int32)
-    # The rest spread evenly over the elements not chosen yet: distinct, so ``count == size`` is all of them.
-    others = tf.cast(tf.reshape(tf.where(tf.logical_not(tf.scatter_nd(
-        top[:, None], tf.ones_like(top, tf.bool), [size]))), [-1]), tf.int32)
-    rest = count - n_top
-    at = tf.cast(tf.math.floordiv(tf.range(rest, dtype=tf.int64) * tf.cast(tf.size(others), tf.int64),
-                                  tf.maximum(tf.cast(rest, tf.int64), 1)), tf.int32)
-    return tf.concat([top, tf.gather(others, at)], 0)
-
-
-def spread_elements(size: int, count: int) -> np.ndarray:
-    """The ``count`` elements of a ``size``-element output that get a backward pass: ``⌊i·size/count⌋``.
-
-    Spread evenly, so every example row of a batch gets its share when the output is larger than
-    the cap (the first ``count`` elements would all be the first row's); all of them when
-    ``count == size``.
-    """
-    return (np.arange(count, dtype=np.int64) * size // max(count, 1)).astype(np.int64)
-
-
-def _gradient_sums_fn(fn, variables: list, out_names: list[str], float_out: list[str], float_in: list[str],
-                      feed: Mapping[str, Any], clean: bool = False):
-    """Traces the per-element backward passes of one signature into one concrete function.
-
-    The forward pass runs once under a ``tf.GradientTape``; a ``tf.map_fn``
-    (two iterations at a time) then takes one `GradientTape.gradient` per
-    seed, with a one-hot ``output_gradients`` on one element of one float
-    output and zeros on the others (what a persistent tape feeds the
-    signature's backward function for the outputs not differentiated), and
-    reduces it in the graph. The element order is output by output in
-    ``float_out`` order, `_chosen_elements`' order within an output.
-
-    Args:
-        fn: the signature's function, ``loaded.signatures[key]``.
-        variables: the float variables the signature captures, in column order.
-        out_names: all output names of the signature, in the order of the
-            returned sizes.
-        float_out: the float outputs (the seeds' targets), a sublist of ``out_names``.
-        float_in: the names of the float inputs in ``feed`` (watched: ``Σ|∂y/∂x|``).
-        feed: one batch, ``{input name: tf.Tensor}``; only its names, dtypes
-            and ranks are used: the function is traced for the signature's
-            own input shapes (``None`` batch dimension where the signature
-            has one), so batches of other sizes reuse it.
-        clean: count NaN weight gradients as 0 and ±inf as float64's largest
-            value before the sums (``np.nan_to_num``); without it the sums are
-            of ``|g|`` as it is, and a row with a non-finite ``Σ|∂y/∂w|`` is
-            the caller's to take again from the clean function (three more
-            ops per element in every pass, for a case that is rare).
-
-    Returns:
-        A concrete function ``(feed, caps, abs_w)`` where ``caps`` is int32
-        ``[len(float_out)]``, how many elements of each float output to
-        differentiate, and ``abs_w`` float64 ``[Σ sizes + 1]`` the variables'
-        ``|w|`` flattened in column order plus one trailing 0 (fed, so the
-        traced graph reads no variable for it). It returns ``(sizes, elements, rel, abs,
-        inputs)``: int32 ``[len(out_names)]`` element counts; int32 ``[K]`` the flat index of
-        each differentiated element in its output (`_chosen_elements`); float64 ``[K, len(variables)]``
-        ``Σ|∂y/∂w|·|w|`` and ``Σ|∂y/∂w|`` per variable, where ``K`` is the
-        sum of ``min(size, cap)`` over the float outputs; float64
-        ``[K, len(float_in)]`` ``Σ|∂y/∂x|`` per float input. Each variable's
-        ``|g|`` is cast to float64 and reduced on its own (no concatenated
-        copy of all gradients per pass); input
-        gradients are clamped to their own dtype's largest value, as
-        ``np.nan_to_num`` does on them, then summed in float64.
-    """
-    import tensorflow as tf
-
-    specs = fn.structured_input_signature[1]
-    feed_spec = {n: tf.TensorSpec(specs[n].shape if n in specs else [None] * t.shape.rank, t.dtype, name=n)
-                 for n, t in feed.items()}
-    big64 = np.finfo(np.float64).max
-    sizes_w = [int(np.prod(v.shape)) for v in variables]
-
-    def finite_abs(g, big):
-        g = tf.abs(g)
-        return tf.where(tf.math.is_nan(g), tf.zeros_like(g), tf.minimum(g, tf.cast(big, g.dtype)))
-
-    def sums(feed, caps, abs_w):
-        watched = [feed[n] for n in float_in]
-        with tf.GradientTape() as tape:
-            tape.watch(variables)
-            tape.watch(watched)
-            outs = fn(**feed)
-        ys = [outs[o] for o in float_out]
-        sizes = tf.stack([tf.size(outs[o], out_type=tf.int32) for o in out_names])
-        counts = [tf.minimum(tf.size(y, out_type=tf.int32), caps[j]) for j, y in enumerate(ys)]
-        which = tf.concat([tf.fill([c], j) for j, c in enumerate(counts)] + [tf.zeros([0], tf.int32)], 0)
-        elem = tf.concat([_chosen_elements(y, c) for c, y in zip(counts, ys)] + [tf.zeros([0], tf.int32)], 0)
-        if not ys:
-            return sizes, elem, tf.zeros([0, len(variables)], tf.float64), \
-                tf.zeros([0, len(variables)], tf.float64), tf.zeros([0, len(float_in)], tf.float64)
-        # |w| of variable j, flat: segment j of the fed vector (split once per call, outside the loop).
-        w_parts = tf.split(abs_w, sizes_w + [1])[:len(variables)]
-
-        def one(k):
-            seeds = [tf.reshape(tf.one_hot(tf.where(tf.equal(which[k], j), elem[k], -1), tf.size(y), dtype=y.dtype),
-                                tf.shape(y)) for j, y in enumerate(ys)]
-            grads = tape.gradient(ys, variables + watched, output_gradients=seeds,
-                                  unconnected_gradients=tf.UnconnectedGradients.ZERO)
-            if variables:
-                # |g| per variable in float64 (|·| and the widening cast are exact in either order); each
-                # variable is reduced on its own: no concatenated copy of all gradients per pass.
-                g = [tf.reshape(tf.cast(tf.abs(tf.convert_to_tensor(d)), tf.float64), [-1])
-                     for d in grads[:len(variables)]]
-
-                if clean:  # NaN → 0, inf → float64's max, as np.nan_to_num
-                    g = [finite_abs(gj, big64) for gj in g]
-                r = tf.stack([tf.reduce_sum(gj * wj) for gj, wj in zip(g, w_parts)])
-                a = tf.stack([tf.reduce_sum(gj) for gj in g])
-            else:
-                r = a = tf.zeros([0], tf.float64)
-            x = tf.stack([tf.reduce_sum(tf.cast(finite_abs(g, np.finfo(g.dtype.as_numpy_dtype).max), tf.float64))
-                          for g in grads[len(variables):]]) if watched else tf.zeros([0], tf.float64)
-            return r, a, x
-
-        # Two passes at a time: one pass's small ops leave a second core idle (ResNet50 at 32×32, 2 cores:
-        # 0.144 → 0.115 s per pass); each iteration is independent, its sums land in its own row.
-        r, a, x = tf.map_fn(one, tf.range(tf.size(which)), parallel_iterations=2,
-                            fn_output_signature=(tf.TensorSpec([len(variables)], tf.float64),
-                                                 tf.TensorSpec([len(variables)], tf.float64),
-                                                 tf.TensorSpec([len(float_in)], tf.float64)))
-        return sizes, elem, r, a, x
-
-    caps_spec = tf.TensorSpec([len(float_out)], tf.int32)
-    abs_w_spec = tf.TensorSpec([sum(sizes_w) + 1], tf.float64)
-    return tf.function(sums, autograph=False).get_concrete_function(feed_spec, caps_spec, abs_w_spec)
 
 
 def float_variable_sizes(loaded) -> list[int]:
@@ -533,7 +399,7 @@ def output_bounds(quantization: str, okey: str, ref: np.ndarray, sens: _Sensitiv
                   input_scales: Mapping[str, float], output_scale: float | None) -> np.ndarray:
     """Elementwise bound for one output (flattened, all examples concatenated).
 
-    Elements past `gradient_elements` (`_chosen_elements`) have no gradients; they get the
+    Elements past `gradient_elements` (`chosen_elements`) have no gradients; they get the
     largest bound computed for this output.
     """
     b = _bounds_computed(quantization, okey, ref, sens, dyn_quantized, input_scales, output_scale)

@@ -22,7 +22,7 @@ import collections
 import dataclasses
 import os
 import warnings
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -204,7 +204,9 @@ def convert(saved_model_dir: str | os.PathLike, quantization: str = "none",
         raise err from e
 
 
-_CALIBRATIONS: dict = {}  # (saved_model.pb path, mtime, examples digest) -> calibrated flatbuffer; one at a time
+# (saved_model.pb path, mtime, examples digest) -> {"calibrated": flatbuffer, and QuantizationDebugger's
+# "debug"/"nondebug" models when a worker made them}; one at a time
+_CALIBRATIONS: dict = {}
 
 
 def examples_digest(examples: Examples | Any) -> str:
@@ -226,23 +228,38 @@ def _calibration_key(saved_model_dir, digest: str) -> tuple:
     return os.path.realpath(pb), os.stat(pb).st_mtime_ns, digest
 
 
-def remember_calibration(saved_model_dir: str | os.PathLike, digest: str, calibrated: bytes) -> None:
-    """Keeps the calibrated (calibrate-only) int8 model of ``saved_model_dir`` on the examples with ``digest``."""
+def remember_calibration(saved_model_dir: str | os.PathLike, digest: str, calibrated: bytes,
+                         later: Callable[[], Mapping[str, bytes]] | None = None) -> None:
+    """Keeps the calibrated (calibrate-only) int8 model of ``saved_model_dir`` on the examples with ``digest``.
+
+    ``later``: returns QuantizationDebugger's models made from it in another process
+    (`tflab._tf.calibration.debugger_models`; ``{}`` when they were not made), waiting for them;
+    called by `recorded_calibration` with ``models=True``.
+    """
     _CALIBRATIONS.clear()
-    _CALIBRATIONS[_calibration_key(saved_model_dir, digest)] = bytes(calibrated)
+    _CALIBRATIONS[_calibration_key(saved_model_dir, digest)] = {"calibrated": bytes(calibrated), "later": later}
 
 
-def recorded_calibration(saved_model_dir: str | os.PathLike, examples: Examples | Any) -> bytes | None:
+def recorded_calibration(saved_model_dir: str | os.PathLike, examples: Examples | Any, *,
+                         models: bool = False) -> Any:
     """The calibrated int8 model an earlier int8 conversion of this SavedModel on these examples made, or None.
 
     It is what ``QuantizationDebugger(converter=make_converter(saved_model_dir, "int8", examples))``
     converts first (`tflab._tf.calibration`); taken once (the bytes are dropped when returned).
+    With ``models``, a dict: ``"calibrated"``, and ``"debug"``/``"nondebug"`` where the int8
+    conversion's worker quantized them (waited for here).
     """
     try:
         key = _calibration_key(saved_model_dir, examples_digest(examples))
     except OSError:
         return None
-    return _CALIBRATIONS.pop(key, None)
+    kept = _CALIBRATIONS.pop(key, None)
+    if kept is None:
+        return None
+    if not models:
+        return kept["calibrated"]
+    made = kept["later"]() if kept["later"] is not None else {}
+    return {"calibrated": kept["calibrated"], **made}
 
 
 def drop_calibrations() -> None:

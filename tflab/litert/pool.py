@@ -56,8 +56,9 @@ class ConversionPool:
                  progress: Callable[[str], None] | None = None, workers: int | None = None) -> None:
         self.quants = list(quants)
         self.workers = max(1, min(len(self.quants), workers or schedulable_cpus()))
-        self._results: dict[str, dict] = {}
+        self._results: dict[str, dict] = {}  # variant, or "<variant>/<event>" for a worker's later event
         self._errors: dict[str, BaseException] = {}
+        self._finished: set[str] = set()  # variants whose worker has ended
         self._cond = threading.Condition()
         if progress is not None and self.workers > 1:
             # a line within the current step, not a step: the total counts each variant's conversion
@@ -89,6 +90,7 @@ class ConversionPool:
                 for q in subset:
                     if q not in self._results and q not in self._errors:
                         self._errors[q] = _NotConverted(q)
+                self._finished.update(subset)
                 self._cond.notify_all()
 
     def __getitem__(self, q: str) -> dict:
@@ -109,6 +111,14 @@ class ConversionPool:
     def get(self, q: str, default=None):
         """``pool[q]`` for a variant of the pool, else ``default`` (waits like ``pool[q]``)."""
         return self[q] if q in self.quants else default
+
+    def event(self, q: str, name: str) -> dict | None:
+        """Waits for the ``name`` event the worker converting ``q`` reports after its conversions
+        (``"debugger"``: `tflab.litert.workers.take_calibration`); None when that worker ended without one."""
+        key = f"{q}/{name}"
+        with self._cond:
+            self._cond.wait_for(lambda: key in self._results or q in self._finished or q not in self.quants)
+            return self._results.get(key)
 
     def pending(self) -> int:
         """Variants not yet converted (nor failed)."""

@@ -51,6 +51,7 @@ def _worker_main(argv: Sequence[str]) -> int:
     from tflab.litert.conversion import UnsupportedOpsError, convert, examples_digest, recorded_calibration
 
     batches = load_examples(examples_path)
+    debug_from = None
     for q in quants.split(","):
         print(json.dumps({"event": "start", "quantization": q}), flush=True)
         if setting(CRASH_ENV) == q:
@@ -82,19 +83,51 @@ def _worker_main(argv: Sequence[str]) -> int:
         if calibrated is not None:
             with open(os.path.join(outdir, CALIBRATED_FILE), "wb") as f:
                 f.write(calibrated)
-            done.update(calibrated=CALIBRATED_FILE, examples_digest=examples_digest(batches))
+            done.update(calibrated=CALIBRATED_FILE, examples_digest=examples_digest(batches), debugger_pending=True)
+            debug_from = calibrated
         print(json.dumps(done), flush=True)
+    if debug_from is not None:
+        _debugger_models(debug_from, outdir)
     return 0
+
+
+def _debugger_models(calibrated: bytes, outdir: str) -> None:
+    """After this worker's conversions: QuantizationDebugger's first two quantizations of the int8
+    calibration (seconds each on a CNN; they do not depend on the per-op check), made here while the
+    export checks the variants, written beside them and named in a ``debugger`` event."""
+    print(json.dumps({"event": "note", "quantization": "int8", "text": "int8: quantizing QuantizationDebugger's "
+                      "instrumented and plain models from the calibration (for the kept-float fix)"}), flush=True)
+    try:
+        from tflab._tf.calibration import debugger_models
+
+        models = debugger_models(calibrated)
+    except Exception:  # noqa: BLE001 - an optimization: the export quantizes them itself
+        models = {}
+    for kind, data in models.items():
+        part = os.path.join(outdir, DEBUGGER_FILES[kind])
+        with open(part + ".tmp", "wb") as f:
+            f.write(data)
+        os.replace(part + ".tmp", part)
+    print(json.dumps({"event": "debugger", "quantization": "int8", "files": {k: DEBUGGER_FILES[k] for k in models}}),
+          flush=True)
 
 
 # The int8 conversion's calibrated model, written by a worker with --keep-calibration; the export
 # reads it (`take_calibration`) and removes it before publishing.
 CALIBRATED_FILE = "int8.calibrated.tflite.part"
+# ...and QuantizationDebugger's models quantized from it (`tflab._tf.calibration.debugger_models`).
+DEBUGGER_FILES = {"debug": "int8.debug.tflite.part", "nondebug": "int8.nondebug.tflite.part"}
 
 
-def take_calibration(saved_model: str, outdir: str, msg: dict, batches) -> None:
+def take_calibration(saved_model: str, outdir: str, msg: dict, batches,
+                     debugger: Callable[[], dict | None] | None = None) -> None:
     """Keeps the calibrated model a worker wrote for ``msg`` (`tflab.litert.conversion.remember_calibration`)
-    when it was calibrated on these ``batches``, and removes its file."""
+    when it was calibrated on these ``batches``, and removes its file.
+
+    ``debugger``: waits for the worker's ``debugger`` event (None when the worker ended without one);
+    kept with the calibration, so QuantizationDebugger's models are read from the worker's files when
+    the kept-float fix needs them (`debugger_files`).
+    """
     from tflab.litert.conversion import examples_digest, remember_calibration
 
     name = msg.get("calibrated")
@@ -109,7 +142,35 @@ def take_calibration(saved_model: str, outdir: str, msg: dict, batches) -> None:
         if os.path.exists(path):
             os.remove(path)
     if msg.get("examples_digest") == examples_digest(batches):
-        remember_calibration(saved_model, msg["examples_digest"], data)
+        later = None
+        if debugger is not None and msg.get("debugger_pending"):
+            later = lambda: debugger_files(outdir, debugger())  # noqa: E731
+        remember_calibration(saved_model, msg["examples_digest"], data, later=later)
+
+
+def debugger_files(outdir: str, event: dict | None) -> dict[str, bytes]:
+    """The models a worker's ``debugger`` event names (``{"debug": bytes, "nondebug": bytes}``), files removed;
+    ``{}`` without an event or when one is missing."""
+    got: dict[str, bytes] = {}
+    for kind, file in ((event or {}).get("files") or {}).items():
+        path = os.path.join(outdir, os.path.basename(str(file)))
+        try:
+            got[str(kind)] = Path(path).read_bytes()
+        except OSError:
+            pass
+    remove_debugger_files(outdir)
+    return got if set(got) == set(DEBUGGER_FILES) else {}
+
+
+def remove_debugger_files(outdir: str, pool=None) -> None:
+    """Removes what a worker's debugger step left in ``outdir`` (before the export publishes it), after
+    ``pool``'s workers ended (`tflab.litert.pool.ConversionPool.join`) when one is given."""
+    if pool is not None:
+        pool.join()
+    for file in DEBUGGER_FILES.values():
+        for path in (os.path.join(outdir, file), os.path.join(outdir, file + ".tmp")):
+            if os.path.exists(path):
+                os.remove(path)
 
 
 def save_examples(batches: list[dict[str, np.ndarray]], path: str) -> None:
@@ -162,7 +223,12 @@ def _convert_isolated(saved_model, outdir, quants, examples_npz, progress, on_re
             except json.JSONDecodeError:
                 continue  # the converter's own prints
             q = msg.get("quantization")
-            if msg["event"] == "start":
+            if msg["event"] == "note":  # a step within the worker's work
+                getattr(progress, "note", progress)(str(msg.get("text", "")))
+            elif msg["event"] == "debugger":  # after its conversions: `take_calibration`'s models
+                if on_result is not None:
+                    on_result(f"{q}/debugger", msg)
+            elif msg["event"] == "start":
                 current = q
                 progress(f"converting {q}")
             else:
