@@ -204,8 +204,13 @@ def compare_float_tensors(model: bytes, saved_model_dir: str | os.PathLike, exam
     bad_shape: set[int] = set()
     # The frozen graph runs as imported, fetching the picked tensors (a v1 Session over its graph):
     # a pruned WrappedFunction computed the same tensors after copying every op into a new graph in
-    # Python (twice: once to wrap the frozen graph, once to fetch the intermediates).
-    with tf.compat.v1.Session(graph=g) as session:
+    # Python (twice: once to wrap the frozen graph, once to fetch the intermediates). Grappler is off:
+    # each fetched tensor is its own op's kernel on its inputs, as the graph names it, and Grappler's
+    # pass over a graph holding every weight as a constant cost more than the runs (ConvNeXtTiny at
+    # 32×32: the first run 2.5 s with it, 0.65 s without; later runs alike).
+    config = tf.compat.v1.ConfigProto()
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    with tf.compat.v1.Session(graph=g, config=config) as session:
         runs = _run_fetches(session, fetches, [{p: feed[n] for p, n in zip(in_names, order)}
                                                for feed in examples.feeds(key)])
     for i in set(pick) - set(fetches):
