@@ -281,6 +281,23 @@ def test_cli_build_op_text(run_cli, built):
     assert f"CUDA kernels: {'yes' if built.cuda else 'no'}" in out
 
 
+def test_cli_build_op_says_which_library_the_op_loads(run_cli, built, monkeypatch, tmp_path):
+    """With TFLAB_WARP_SOFTMAX_SO set, build-op says the op loads that file, not the build it printed
+    (text and JSON); a missing file is refused in one line before anything is built."""
+    lib = tmp_path / "prebuilt.so"
+    lib.write_bytes(b"\x7fELF")
+    monkeypatch.setenv("TFLAB_WARP_SOFTMAX_SO", str(lib))
+    code, out, _ = run_cli("build-op")
+    assert code == 0 and built.so_path in out
+    assert f"note: TFLAB_WARP_SOFTMAX_SO is set: the op loads {lib}, not this build" in out
+    code, out, _ = run_cli("build-op", "--json")
+    assert code == 0 and json.loads(out)["loads"] == str(lib)
+    monkeypatch.setenv("TFLAB_WARP_SOFTMAX_SO", str(tmp_path / "missing.so"))
+    code, out, err = run_cli("build-op")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "TFLAB_WARP_SOFTMAX_SO: no such file" in err
+
+
 def test_cli_build_op_reports_missing_compiler_in_one_line(run_cli, monkeypatch, tmp_path):
     monkeypatch.delenv("CXX", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))

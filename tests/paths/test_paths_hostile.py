@@ -372,6 +372,23 @@ def test_a_path_tensorflow_writes_that_is_not_utf8_is_one_line(tmp_path, argv):
     assert not (tmp_path / NOT_UTF8).exists()
 
 
+@pytest.mark.parametrize("verb", ["inspect", "compare"])
+def test_a_source_file_whose_name_is_not_utf8_is_named_not_the_function(tmp_path, verb):
+    """A correct function in ``bad\\xff.py`` was reported as the function's own error (TF's C++ cast of
+    the source file name failed while tracing); refused in one line before TF loads. The same function
+    from a UTF-8 name (``ünï.py``) runs."""
+    src = "def f(x):\n    return x * 2.0\n"
+    bad = os.fsdecode(b"bad\xff.py")
+    (tmp_path / bad).write_text(src)
+    (tmp_path / "ünï.py").write_text(src)
+    code, out, err, _ = tflab(verb, f"{bad}:f", "--arg", "x=float32[2]", cwd=tmp_path, timeout=120)
+    assert code == 2, err
+    assert len(err) == 1 and "is not valid UTF-8" in err[0] and "source file name" in err[0], err
+    assert "raised" not in err[0] and "Traceback" not in "\n".join(err)
+    code, out, err, _ = tflab("inspect", "ünï.py:f", "--arg", "x=float32[2]", cwd=tmp_path, timeout=120)
+    assert code == 0, err
+
+
 @pytest.mark.parametrize("target,refused", [("/dev/stdout", True), ("/dev/fd/1", True), ("/dev/null", False)])
 def test_json_and_a_file_output_on_stdout_are_one_line(tmp_path, target, refused):
     """``--json --dot /dev/stdout`` wrote the DOT graph into the JSON document (it no longer parsed):

@@ -254,3 +254,55 @@ def test_a_setsid_process_of_the_run_is_ended_when_tflab_is_killed(tmp_path, sig
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_a_file_setting_must_name_a_regular_file(tmp_path):
+    """TFLAB_WARP_SOFTMAX_SO=/missing.so let build-op report a library the op would not load: refused in
+    one line, as is a folder or a FIFO (judged by stat, never opened); an existing file passes."""
+    from tflab.process.settings import check_environment
+
+    name = "TFLAB_WARP_SOFTMAX_SO"
+    with pytest.raises(UsageError, match=rf"^cannot use /missing.so as {name}: no such file; set {name} to an "
+                                         r"existing file, or unset it$"):
+        check_environment({name: "/missing.so"})
+    fifo = tmp_path / "fifo.so"
+    os.mkfifo(fifo)
+    for bad in (tmp_path, fifo):
+        with pytest.raises(UsageError, match="not a regular file"):
+            check_environment({name: str(bad)})
+    good = tmp_path / "lib.so"
+    good.write_bytes(b"\x7fELF")
+    check_environment({name: str(good)})
+
+
+def test_a_sigkill_is_blamed_on_memory_only_where_memory_could_be_why():
+    """A process that SIGKILLed itself was "most likely" killed by the out-of-memory killer with 22 GiB
+    free and no limit. With no limit and a peak resident size under half the machine, the line says it
+    was not for memory; a limit in force, or a peak near the machine's memory, keeps the OOM line."""
+    from tflab.process.memory import machine_total
+    from tflab.process.supervisor import CRASH_EXIT, ChildEnd, describe_end
+
+    total = machine_total()
+    no_limit = "no cgroup or RLIMIT_AS limit; MemAvailable now 20.0 GiB"
+    small = ChildEnd(returncode=-signal.SIGKILL, status=["ready"], stderr_tail="", peak_rss=300 << 20)
+    code, line = describe_end(small, no_limit)
+    assert code == CRASH_EXIT and "not for memory" in line and "0.3 GiB" in line and "out-of-memory" not in line
+    big = ChildEnd(returncode=-signal.SIGKILL, status=["ready"], stderr_tail="", peak_rss=int(total * 0.9))
+    assert "most likely by the kernel's out-of-memory killer" in describe_end(big, no_limit)[1]
+    assert "memory limit in force: RLIMIT_AS 2.0 GiB" in describe_end(small, "RLIMIT_AS 2.0 GiB")[1]
+    unknown = ChildEnd(returncode=-signal.SIGKILL, status=["ready"], stderr_tail="")
+    assert "out-of-memory killer" in describe_end(unknown, no_limit)[1]
+
+
+def test_a_self_sigkill_through_the_supervisor_is_not_blamed_on_memory(tmp_path):
+    """End to end: a supervised child that SIGKILLs itself; the parent measures its peak (RUSAGE_CHILDREN)."""
+    from tflab.process.memory import limit_text
+    from tflab.process.supervisor import describe_end, run_child
+
+    end = run_child([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
+    assert end.returncode == -signal.SIGKILL and end.peak_rss and end.peak_rss > 1 << 20
+    line = describe_end(end, limit_text())[1]
+    if limit_text().startswith("no cgroup"):
+        assert "not for memory" in line, line
+    else:  # a limit in force where the suite runs: the limit is named
+        assert "memory limit in force" in line, line

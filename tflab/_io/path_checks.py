@@ -63,12 +63,17 @@ def check_path_text(path: str | os.PathLike, flag: str) -> None:
         raise UsageError(f"{flag} {shorten_path(text)}: {e.strerror or e}; choose another path") from None
 
 
-def check_tf_path_text(path: str | os.PathLike, flag: str) -> None:
-    """Refuses a path TensorFlow cannot write through: one that is not valid UTF-8.
+def check_tf_path_text(path: str | os.PathLike, flag: str, why: str | None = None) -> None:
+    """Refuses a path TensorFlow cannot take: one that is not valid UTF-8.
 
     TF's file system layer takes paths as UTF-8 strings (``tf.saved_model.save``, ``tf.summary``'s
     event writer, XLA's dump folder); a name with other bytes (surrogate-escaped in Python) raised
     ``UnicodeEncodeError`` from inside TF after the work had started.
+
+    Args:
+        path: the path as the user gave it.
+        flag: the option or argument it came from, for the message.
+        why: how TensorFlow takes it, for the message; default: it writes through the path.
 
     Raises:
         UsageError: the path is not valid UTF-8.
@@ -77,8 +82,9 @@ def check_tf_path_text(path: str | os.PathLike, flag: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
+        how = why or f"TensorFlow writes {flag} through UTF-8 paths only"
         raise UsageError(f"{flag} {text.encode('utf-8', 'surrogateescape')!r}: the path is not valid UTF-8, and "
-                         f"TensorFlow writes {flag} through UTF-8 paths only; choose a UTF-8 name") from None
+                         f"{how}; choose a UTF-8 name") from None
 
 
 def shorten_path(text: str | os.PathLike, limit: int = 120) -> str:

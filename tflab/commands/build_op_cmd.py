@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 HELP = ("build the WarpSoftmax custom op against the installed TF (cached): print the .so "
         "path and whether the CUDA kernels were compiled")
@@ -27,7 +28,12 @@ def run(args: argparse.Namespace) -> int:
     except BuildError as e:
         # One line for the CLI; the compiler's own lines follow it in the message.
         raise TflabError(str(e)) from e
+    from tflab.process.settings import get as setting
+
     out: dict = {"build": res}
+    prebuilt = setting("TFLAB_WARP_SOFTMAX_SO")
+    if prebuilt:  # the loader takes that file, not this build (`warp_softmax_ops.load_library`)
+        out["loads"] = os.path.abspath(prebuilt)
     if args.check:
         import tensorflow as tf
 
@@ -44,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
         print(_jsonutil.dumps(out))
         return 0
     print(res.to_text())
+    if "loads" in out:
+        print(f"note: TFLAB_WARP_SOFTMAX_SO is set: the op loads {out['loads']}, not this build "
+              f"(unset it to load this one)")
     if "opcheck" in out:
         print(out["opcheck"].to_text())
     return 0

@@ -40,11 +40,18 @@ def check_py(path: str, flag: str) -> None:
     none: it is compiled here (no code runs), after `tflab._io.paths.input_path` found a regular file.
 
     Raises:
-        UsageError: not ``.py``; a syntax error, with its line (the child's words: "raised SyntaxError").
+        UsageError: not ``.py``; a name that is not valid UTF-8; a syntax error, with its line (the
+            child's words: "raised SyntaxError").
     """
     if not path.endswith(".py"):
         raise UsageError(f"{flag} {path!r} is not a .py file")
-    from tflab._io.path_checks import open_regular
+    from tflab._io.path_checks import check_tf_path_text, open_regular
+
+    # A traced function's source file name goes to TF's C++ as UTF-8 text (its stack traces): from a
+    # file whose name is not UTF-8, TF raised "Unable to cast Python instance of type str", blamed on
+    # the function.
+    check_tf_path_text(path, flag, "TensorFlow passes the source file name of the code it traces to "
+                                   "its C++ as UTF-8 text")
 
     try:
         fd = open_regular(path)

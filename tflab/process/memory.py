@@ -65,6 +65,14 @@ def cgroup_available(root: str = CGROUP_ROOT) -> int | None:
     return None
 
 
+def machine_total() -> int | None:
+    """Bytes of physical memory (``SC_PHYS_PAGES``), or None when unknown."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def machine_available() -> int | None:
     """Bytes the machine can still give (``MemAvailable``, else free pages), or None when unknown."""
     try:
@@ -190,6 +198,9 @@ def available_memory() -> tuple[int | None, str]:
     return min(options)
 
 
+NO_LIMIT = "no cgroup or RLIMIT_AS limit"  # how `limit_text` begins when no limit is in force
+
+
 def limit_text() -> str:
     """Words for the memory limit in force, for a message about an OOM kill."""
     own = own_cgroup_limit()
@@ -199,7 +210,7 @@ def limit_text() -> str:
     if rl is not None:
         return f"RLIMIT_AS {_gib(rl[0])}"
     machine = machine_available()
-    return f"no cgroup or RLIMIT_AS limit; MemAvailable now {_gib(machine)}" if machine else "unknown"
+    return f"{NO_LIMIT}; MemAvailable now {_gib(machine)}" if machine else "unknown"
 
 
 def _gib(n: float) -> str:

@@ -58,6 +58,7 @@ class Setting:
     setters: tuple[str, ...] = ()
     values: tuple[str, ...] = ()  # a switch's accepted values ("1", "0"); empty: any text
     folder: bool = False  # names a folder tflab writes in: probed by `check_environment`
+    file: bool = False  # names a file tflab reads: `check_environment` wants a regular file (stat(2) only)
     seconds: tuple[float, float] = ()  # a time in seconds: the (lowest, highest) accepted; empty: not a time
 
     def to_dict(self) -> dict:
@@ -86,7 +87,8 @@ _TABLE = (
     Setting("TFLAB_WARP_SOFTMAX_SCALAR", "set: the older spelling of TFLAB_WARP_SOFTMAX_ISA=scalar", None, "user",
             ("custom_ops/cc/kernels/warp_softmax_cpu.cc (std::getenv)", "custom_ops.python.ops.warp_softmax_ops")),
     Setting("TFLAB_WARP_SOFTMAX_SO", "a prebuilt _warp_softmax_ops*.so to load instead of building one "
-            "(e.g. from Bazel)", None, "user", ("custom_ops.python.ops.warp_softmax_ops",)),
+            "(e.g. from Bazel)", None, "user", ("custom_ops.python.ops.warp_softmax_ops", "tflab.commands.build_op_cmd"),
+            file=True),
     Setting("TFLAB_CUSTOM_OPS_BUILD_DIR", "the folder of the custom-op build cache (default custom_ops/_build, "
             "or a user cache folder when the package is read-only)", None, "user", ("custom_ops.build",), folder=True),
     Setting("TFLAB_CUSTOM_OPS_CUDA", "0 builds the CPU kernels only, even with nvcc installed", "1", "user",
@@ -196,7 +198,9 @@ def check_environment(environ: Mapping[str, str] | None = None) -> None:
 
     A switch takes only its `Setting.values` (``TFLAB_IN_PROCESS=yes`` was read as 0, ``=banana`` as
     the default); a folder setting must be a folder where a file can be created, probed by creating
-    one (``os.access`` says yes to root on ``/proc`` and ``/sys``); a missing one must be creatable.
+    one (``os.access`` says yes to root on ``/proc`` and ``/sys``); a missing one must be creatable;
+    a file setting must name a regular file (``TFLAB_WARP_SOFTMAX_SO=/missing.so`` let ``build-op``
+    report a library the op would not load).
 
     Raises:
         UsageError: one line naming the variable, its value and what it accepts.
@@ -228,6 +232,17 @@ def check_environment(environ: Mapping[str, str] | None = None) -> None:
             except OSError as e:
                 raise UsageError(f"cannot use {value} as {setting.name}: cannot create a folder in {probe} "
                                  f"({e.strerror or e}); set {setting.name} to a writable folder, or unset it") from None
+        if setting.file and value:
+            import stat
+
+            try:
+                mode = os.stat(value).st_mode  # never opened: a FIFO cannot block the check
+                why = None if stat.S_ISREG(mode) else "not a regular file"
+            except OSError as e:
+                why = "no such file" if e.errno == 2 else (e.strerror or str(e))
+            if why:
+                raise UsageError(f"cannot use {value} as {setting.name}: {why}; set {setting.name} to an "
+                                 f"existing file, or unset it")
     for line in unknown_names(env):
         print(f"tflab: warning: {line}", file=sys.stderr)
 

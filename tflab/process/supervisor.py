@@ -107,6 +107,7 @@ class ChildEnd:
     stdout_broken: bool = False
     stdout_error: str | None = None  # the OS's words for a stdout that failed otherwise (ENOSPC, EIO)
     temp_removed: list[str] = dataclasses.field(default_factory=list)
+    peak_rss: int | None = None  # bytes: the largest resident size of a reaped child (RUSAGE_CHILDREN)
 
     def exit_status(self) -> int | None:
         """The N of the child's ``exit N`` line: tflab returned N. None when the child ended otherwise."""
@@ -356,7 +357,12 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, timeout: flo
     quiet.close()
     notice.close()
     status_lines = status_buf.decode("utf-8", "surrogateescape").splitlines()  # a tmp path's own bytes back
-    return ChildEnd(returncode=proc.returncode,
+    peak = None
+    with contextlib.suppress(Exception):
+        import resource
+
+        peak = int(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) * 1024  # Linux reports KiB
+    return ChildEnd(returncode=proc.returncode, peak_rss=peak or None,
                     status=status_lines, temp_removed=remove_announced(status_lines),
                     stdout_error=stdout_error,
                     stderr_tail=quiet_text + tail.decode(errors="replace"),
@@ -439,6 +445,16 @@ def describe_end(end: ChildEnd, memory_limit: str | None = None) -> tuple[int, s
         return CRASH_EXIT, f"error: TensorFlow stopped the process (a fatal check): {fatal!r}"
     rc = end.returncode
     if rc == -signal.SIGKILL:
+        from tflab.process.memory import NO_LIMIT, machine_total
+
+        total = machine_total()
+        if (memory_limit or "").startswith(NO_LIMIT) and end.peak_rss and total and end.peak_rss < total / 2:
+            # Measured: the out-of-memory killer takes the largest process when memory runs out; this one
+            # never held half the machine, and no limit of its own was set.
+            return CRASH_EXIT, (f"error: the process was killed with SIGKILL, not for memory: no cgroup or "
+                                f"RLIMIT_AS limit is set and its peak resident memory was {_gib(end.peak_rss)} "
+                                f"of the machine's {_gib(total)}; something sent it SIGKILL (your code, another "
+                                f"process, a job scheduler's time limit)")
         limit = f" (memory limit in force: {memory_limit})" if memory_limit else ""
         return CRASH_EXIT, ("error: the process was killed with SIGKILL, most likely by the kernel's "
                             f"out-of-memory killer{limit}; use smaller inputs or give it more memory")
@@ -460,3 +476,7 @@ def describe_end(end: ChildEnd, memory_limit: str | None = None) -> tuple[int, s
     return CRASH_EXIT, (f"error: the process ended with status {rc} before tflab wrote its report"
                         + (f"; its last line: {last.strip()[:300]!r}" if last else ""))
 
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:,.1f} GiB"
