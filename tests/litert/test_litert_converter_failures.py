@@ -116,3 +116,20 @@ def test_while_loop_sibling_gets_no_re_export_and_converts_with_select_tf_ops(tm
                                "none", info.value.failure)
     assert static.status == fx.NOT_CHECKED and "Keras 3 model only" in static.why
     assert select.status == fx.NOT_CHECKED and NO_FLEX_DELEGATE in select.why
+
+
+def test_the_fixed_batch_advice_names_what_was_exported(tmp_path):
+    """The fixed-batch fix that tflab cannot re-trace says how to fix the batch of what the user gave:
+    a tf-keras model's Input, a tf.function's input_signature (it told a tf-keras user to fix a
+    tf.function's input_signature)."""
+    import tf_keras
+
+    from tflab.litert.conversion_fixes import _fixed_batch_how
+
+    m = tf_keras.Sequential([tf_keras.Input((3,)), tf_keras.layers.Dense(2)])
+    assert "tf.keras.Input(shape, batch_size=N)" in _fixed_batch_how(m)
+    assert "tf.function's input_signature" in _fixed_batch_how(_Loop())
+    module = _Loop()
+    tf.saved_model.save(module, str(tmp_path / "sm"), signatures={"serving_default": module.serve})
+    loaded = tf.saved_model.load(str(tmp_path / "sm"))
+    assert "save it again from its source" in _fixed_batch_how(loaded)

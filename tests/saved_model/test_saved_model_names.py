@@ -111,6 +111,41 @@ def test_fixed_batch_dim_fix_is_re_traced_and_run(tmp_path):
     assert "(checked: re-traced with dim 0 None and ran a batch of 4 (the saved signature takes 3 only))" in note
 
 
+class _FixedLoop(tf.Module):
+    """A fixed batch of 3 through a TensorArray loop (TensorListReserve, as a Keras RNN's loop)."""
+
+    @tf.function(input_signature=[tf.TensorSpec([3, 4], tf.float32, name="x")])
+    def serve(self, x):
+        ta = tf.TensorArray(tf.float32, size=2, element_shape=x.shape)
+        ta = ta.write(0, x).write(1, x * 2.0)
+        return {"y": ta.stack()}
+
+
+@pytest.mark.parametrize("module,loop", [(_FixedLoop, True), (_Fixed, False)], ids=["tensor-list", "plain"])
+def test_a_fixed_batch_that_tflite_needs_says_so_beside_the_none_dim_fix(tmp_path, module, loop):
+    """The None-dim fix (for TF Serving) sent a GRU's user in a circle: a None batch is what TFLite's
+    converter cannot take there. Where the signature runs a TensorListReserve, the note says to keep
+    the fixed batch for TFLite; a signature without one (the healthy twin) says nothing of TFLite."""
+    m = module()
+    if not loop:
+        m(tf.ones([3, 4]))
+    check = tflab.save_and_reload(m, str(tmp_path / "f"), {"x": np.ones((3, 4), np.float32)})
+    (note,) = [n for n in check.notes if "dim 0 is fixed" in n]
+    assert "fix: for any batch size, export with a None dim" in note
+    said = "for TFLite keep this fixed batch: its TensorListReserve (a Keras RNN's loop) converts only with a " \
+           "static batch"
+    assert (said in note) == loop, note
+    if loop:  # what the note says of TFLite holds: this fixed batch converts, the None batch does not
+        from tflab.litert.conversion import ConversionFailed, convert
+
+        assert convert(str(tmp_path / "f"), "none")
+        relaxed = tf.function(m.serve.python_function, input_signature=[tf.TensorSpec([None, 4], tf.float32,
+                                                                                      name="x")])
+        tf.saved_model.save(tf.Module(), str(tmp_path / "n"), signatures={"serving_default": relaxed})
+        with pytest.raises(ConversionFailed, match="element_shape to be static"):
+            convert(str(tmp_path / "n"), "none")
+
+
 def test_fixed_batch_dim_fix_that_fails_is_not_printed_as_the_fix(tmp_path):
     m = _NeedsItsBatch()
     m(tf.ones([3, 4]))

@@ -510,31 +510,13 @@ def signature_op_types(loaded) -> dict[str, set[str]]:
 
     Each signature of a loaded SavedModel is a FuncGraph that calls the saved
     function through ``StatefulPartitionedCall``; the op types are collected
-    from the graph and from every library function reachable from it through a
-    function-valued attr (``f`` of a call, ``body``/``cond`` of a ``While``,
-    ``then_branch``/``else_branch`` of an ``If``), so an op is attributed to
+    from the graph and from every library function reachable from it
+    (`tflab.saved_model.signature_defs.graph_op_types`), so an op is attributed to
     the signatures that really run it, not to every function in the library.
     """
-    out: dict[str, set[str]] = {}
-    for key, fn in loaded.signatures.items():
-        gdef = fn.graph.as_graph_def()
-        library = {f.signature.name: f for f in gdef.library.function}
-        types: set[str] = set()
-        seen: set[str] = set()
-        pending = [list(gdef.node)]
-        while pending:
-            for node in pending.pop():
-                types.add(node.op)
-                for attr in node.attr.values():
-                    names = [attr.func.name] if attr.HasField("func") else []
-                    if attr.HasField("list"):
-                        names += [f.name for f in attr.list.func]
-                    for name in names:
-                        if name in library and name not in seen:
-                            seen.add(name)
-                            pending.append(list(library[name].node_def))
-        out[key] = types
-    return out
+    from tflab.saved_model.signature_defs import graph_op_types
+
+    return {key: graph_op_types(fn) for key, fn in loaded.signatures.items()}
 
 
 def _where_ops(saved_model_dir: str | None, ops: list[str],

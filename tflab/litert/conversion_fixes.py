@@ -164,9 +164,21 @@ def try_fixes(model: Any, saved_model_dir: str | os.PathLike, batches: Examples,
         else:
             fixes.append(fx.unchecked("converter", "", "export with a fixed batch size (an input_signature whose "
                                       "batch dim is a number)", "tflab re-exports a Keras 3 model only; "
-                                      "give your tf.function's input_signature a fixed batch"))
+                                      + _fixed_batch_how(model)))
     fixes.append(_select_tf_ops(saved_model_dir, batches, quantization))
     return tuple(fixes)
+
+
+def _fixed_batch_how(model: Any) -> str:
+    """How the user fixes the batch of what they exported (tflab re-traces a Keras 3 model only)."""
+    from tflab.saved_model import is_tf_keras
+
+    if is_tf_keras(model):
+        return ("build the tf-keras model on an Input with a fixed batch (tf.keras.Input(shape, batch_size=N)) "
+                "and export it again")
+    if hasattr(model, "signatures") and not callable(getattr(model, "fit", None)):  # a loaded SavedModel
+        return "save it again from its source with a fixed batch in its signature's input_signature"
+    return "give your tf.function's input_signature a fixed batch"
 
 
 def explain_failure(model: Any, saved_model_dir: str | os.PathLike, batches: Examples, quantization: str,

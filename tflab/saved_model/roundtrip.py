@@ -311,7 +311,7 @@ def _save_and_check(obj, path: str, batches: Examples | None, signatures) -> Sav
         checks[key] = SignatureCheck(key, inputs, out_checks)
         notes += _random_op_notes(key, ref.concrete, checks[key].bit_exact,
                                   lambda: _second_call_differs(fn, key, batches))
-        notes += fixed_shape_notes(key, inputs, obj if kind == "tf.Module" else None, ref.concrete)
+        notes += fixed_shape_notes(key, inputs, obj if kind == "tf.Module" else None, ref.concrete, fn)
     if kind == "keras":
         from tflab.saved_model.names import name_notes
 

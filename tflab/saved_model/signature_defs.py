@@ -255,16 +255,50 @@ class _NotApplicable(Exception):
     pass
 
 
-def fixed_shape_notes(key: str, inputs: Mapping[str, TensorInfo], obj: Any = None, concrete: Any = None) -> list[str]:
+def graph_op_types(fn) -> set[str]:
+    """The op types a concrete function's graph runs, the library functions it calls included.
+
+    Reached through every function-valued attr (``f`` of a call, ``body``/``cond`` of a ``While``,
+    ``then_branch``/``else_branch`` of an ``If``), so only the functions this graph really calls count.
+    """
+    gdef = fn.graph.as_graph_def()
+    library = {f.signature.name: f for f in gdef.library.function}
+    types: set[str] = set()
+    seen: set[str] = set()
+    pending = [list(gdef.node)]
+    while pending:
+        for node in pending.pop():
+            types.add(node.op)
+            for attr in node.attr.values():
+                names = [attr.func.name] if attr.HasField("func") else []
+                if attr.HasField("list"):
+                    names += [f.name for f in attr.list.func]
+                for name in names:
+                    if name in library and name not in seen:
+                        seen.add(name)
+                        pending.append(list(library[name].node_def))
+    return types
+
+
+# Ops whose TFLite conversion needs the batch dimension fixed: a tensor list reserved per batch row
+# (a Keras RNN's loop) fails with "'tf.TensorListReserve' op requires element_shape to be static".
+STATIC_BATCH_OPS = ("TensorListReserve",)
+
+
+def fixed_shape_notes(key: str, inputs: Mapping[str, TensorInfo], obj: Any = None, concrete: Any = None,
+                      saved: Any = None) -> list[str]:
     """A warning for a signature whose inputs have a fixed batch dim (tensorflow/tensorflow#36461):
     TF Serving, or any caller, with another batch size gets an error. The fix (a None dim 0) is a
     `tflab.fix.Fix`: for a tf.Module's tf.function (``obj``, ``concrete``), re-traced with the relaxed
-    input_signature and run on a batch one larger; otherwise "not checked"."""
+    input_signature and run on a batch one larger; otherwise "not checked". Where the saved signature
+    (``saved``, its loaded function) runs an op of `STATIC_BATCH_OPS`, the note says that TFLite needs
+    the fixed batch, so the two advices do not send the user in a circle."""
     from tflab import fix as fx
 
     fixed = [i for i in inputs.values() if i.shape and i.shape[0] is not None]
     if not fixed:
         return []
+    needs = sorted(set(STATIC_BATCH_OPS) & graph_op_types(saved)) if saved is not None else []
     shown = ", ".join(str(i) for i in fixed)
     relaxed = ", ".join(f"tf.TensorSpec([None{''.join(f', {d}' for d in i.shape[1:])}], tf.{i.dtype}, "
                         f"name={i.name!r})" for i in fixed)
@@ -275,9 +309,12 @@ def fixed_shape_notes(key: str, inputs: Mapping[str, TensorInfo], obj: Any = Non
                      how="your tf.function re-traced with the relaxed input_signature")
     if fix.failed and "_NotApplicable" in fix.result:
         fix = fx.unchecked("input_signature", change, what, fix.result.split(": ", 1)[-1])
+    tflite = (f"; for TFLite keep this fixed batch: its {', '.join(needs)} (a Keras RNN's loop) converts "
+              f"only with a static batch (\"requires element_shape to be static\" with a None dim), so "
+              f"export a None-batch signature for TF Serving and this one for TFLite") if needs else ""
     return [f"signature {key} takes {shown} exactly (dim 0 is fixed at the traced size): a batch of "
             f"another size is refused when bound to the SignatureDef (\"Can not cast TensorSpec\") or "
-            f"fails in an op traced at the fixed size; " + "; ".join(fx.first_working([fix]).lines())]
+            f"fails in an op traced at the fixed size; " + "; ".join(fx.first_working([fix]).lines()) + tflite]
 
 
 def _named_keys_check(obj, concrete, lost: list[str]) -> Callable[[], tuple]:
