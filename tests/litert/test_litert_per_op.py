@@ -509,3 +509,97 @@ def test_an_op_of_constants_is_checked_once_and_the_others_per_batch(converted, 
         if a.op_type == "DEQUANTIZE":
             assert (a.verdict, a.max_abs_error, a.ratio) == (b.verdict, b.max_abs_error, b.ratio)
     assert all(o.verdict == "ok" for o in both.ops if o.op_type == "DEQUANTIZE")
+
+
+def _while_model(tmp_path, weight: float = 1.5):
+    """``h ← tanh(h @ w)·0.5 + 0.25`` four times in a tf.while_loop: LiteRT keeps it as a WHILE whose body
+    runs FULLY_CONNECTED (reading the loop variable ``h``), TANH, MUL and ADD."""
+    import tensorflow as tf
+
+    class M(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = tf.Variable(np.random.default_rng(3).standard_normal((3, 3)).astype(np.float32) * weight)
+
+        @tf.function(input_signature=[tf.TensorSpec([2, 3], tf.float32, name="x")])
+        def serve(self, x):
+            def body(i, h):
+                return i + 1, tf.tanh(tf.matmul(h, self.w)) * 0.5 + 0.25
+
+            _, h = tf.while_loop(lambda i, h: i < 4, body, [tf.constant(0), x])
+            return {"y": h}
+
+    m = M()
+    tf.saved_model.save(m, str(tmp_path / "sm"), signatures={"serving_default": m.serve})
+    from tflab.litert.conversion import convert
+
+    return convert(str(tmp_path / "sm"), "none")
+
+
+def _plant_in_body(model: bytes, factor: float, op_type: str) -> bytes:
+    """``model`` with the float constants of the WHILE body's ``op_type`` ops (subgraph 2 on) scaled by ``factor``."""
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    from tflab._tf.lite import schema
+
+    fb = schema()
+    m = flatbuffer_utils.read_model_from_bytearray(bytearray(model))
+    builtin = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
+    for sg in m.subgraphs[2:]:
+        for o in sg.operators:
+            code = m.operatorCodes[o.opcodeIndex]
+            if builtin[max(code.builtinCode, code.deprecatedBuiltinCode)] != op_type:
+                continue
+            for ti in o.inputs:
+                t = sg.tensors[ti] if ti >= 0 else None
+                buf = m.buffers[t.buffer] if t is not None else None
+                if t is not None and t.type == fb.TensorType.FLOAT32 and buf.data is not None and len(buf.data):
+                    a = np.frombuffer(bytes(bytearray(buf.data)), np.float32) * np.float32(factor)
+                    buf.data = np.frombuffer(a.astype(np.float32).tobytes(), np.uint8)
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(m))
+
+
+def test_a_while_body_is_checked_op_by_op_on_its_last_iteration(tmp_path):
+    """The WHILE was "unchecked" with its whole body. Its body's ops that read only what the body wrote
+    (TANH, MUL, ADD) are checked on the last iteration; the ops that read a loop variable (the
+    FULLY_CONNECTED on ``h``, the counter's ADD) have their weights compared with the float model's
+    (LiteRT hands the next value to their input buffer, so their outputs cannot be). Healthy: the
+    WHILE stays unchecked (not all of it was), the note says how far it was checked. Planted: the
+    MUL's constant ×1.01 is OUTSIDE at the checked op; the recurrent kernel ×1.1 (the FC reading
+    ``h``) is OUTSIDE at its weight, named."""
+    from tflab.litert.ops import read_ops
+    from tflab.litert.per_op import check_ops
+
+    model = _while_model(tmp_path)
+    parsed = read_ops(model)
+    assert [o.op_type for o in parsed.subgraphs[0]] == ["WHILE"]
+    assert [o.op_type for o in parsed.subgraphs[2]] == ["ADD", "FULLY_CONNECTED", "TANH", "MUL", "ADD"]
+    x = {"x": np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)}
+    ok = check_ops(model, model, {"serving_default": [x]}, "none")
+    (loop,) = [o for o in ok.ops if o.op_type == "WHILE"]
+    assert loop.verdict == "unchecked" and "3 of its body's 5 ops checked on the loop's last iteration" in loop.reason
+    assert "2 read a loop variable" in loop.reason and "(1 with weights)" in loop.reason
+    mul = check_ops(_plant_in_body(model, 1.01, "MUL"), model, {"serving_default": [x]}, "none")
+    (loop,) = [o for o in mul.ops if o.op_type == "WHILE"]
+    assert loop.verdict == "OUTSIDE" and loop.ratio > 10, loop
+    assert any("the worst, MUL #3" in n for n in mul.notes), mul.notes
+    fc = check_ops(_plant_in_body(model, 1.1, "FULLY_CONNECTED"), model, {"serving_default": [x]}, "none")
+    (loop,) = [o for o in fc.ops if o.op_type == "WHILE"]
+    assert loop.verdict == "OUTSIDE" and loop.ratio > 1e3, loop
+    (note,) = [n for n in fc.notes if n.startswith("WHILE #0:")]
+    assert "FULLY_CONNECTED #1" in note and "its weight" in note and "differs from the float model's" in note
+
+
+def test_a_recurrent_weight_defect_is_the_cause_named_in_the_loop_body(tmp_path):
+    """check_tflite on a model whose loop-body kernel was changed (×1.1) names that constant as the
+    cause, in its body op, where it said "kernel at WHILE" (a WHILE's own inputs hold no weight); the
+    healthy model has no cause."""
+    from tflab.litert.check import check_tflite
+
+    model = _while_model(tmp_path)
+    x = {"x": np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)}
+    healthy = check_tflite(model, tmp_path / "sm", x, "none", float_model=model)
+    assert healthy.cause is None
+    bad = check_tflite(_plant_in_body(model, 1.1, "FULLY_CONNECTED"), tmp_path / "sm", x, "none", float_model=model)
+    assert bad.cause is not None and bad.cause.kind == "constant", bad.cause
+    assert "in FULLY_CONNECTED #1 of WHILE #0's body (subgraph 2)" in bad.cause.detail

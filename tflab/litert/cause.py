@@ -127,6 +127,27 @@ def constant_defect(op, f_op, producer: Mapping[int, object]) -> dict | None:
     return None
 
 
+def _body_constant_defect(op, f_op, pq, pf) -> dict | None:
+    """`constant_defect` of the first op in a WHILE's body (a recurrent kernel) against the float body's op."""
+    from tflab.litert.ops import loop_body
+    from tflab.litert.per_op import match_ops
+
+    body = loop_body(op, pq)
+    f_body = loop_body(f_op, pf) if f_op is not None else None
+    if body is None or f_body is None:
+        return None
+    q_ops, f_ops = pq.subgraphs[body], pf.subgraphs[f_body]
+    pairs, _ = match_ops(q_ops, f_ops)
+    producer = {t.index: o for o in q_ops for t in o.outputs}
+    for b in q_ops:
+        if b.index in pairs:
+            found = constant_defect(b, f_ops[pairs[b.index]], producer)
+            if found is not None:
+                where = f" in {b.op_type} #{b.index} of {op.op_type} #{op.index}'s body (subgraph {body})"
+                return {**found, "what": found["what"] + where}
+    return None
+
+
 def _half_step(stored_t, ft, want: np.ndarray, dtype: str) -> np.ndarray:
     """Half the stored dtype's step at each element: the scale (per channel) for int8, the spacing for floats."""
     if stored_t.quantized:
@@ -224,7 +245,8 @@ def litert_cause(check_fields: Mapping, model: bytes, float_model: bytes | None,
             pf = read_ops(bytes(float_model))
             f_ops = pf.subgraphs[pf.signatures.get(first.signature, 0)] if pf.signatures else pf.subgraphs[0]
             producer = {t.index: o for o in ops for t in o.outputs}
-            defect = constant_defect(op, next((o for o in f_ops if o.index == first.float_index), None), producer)
+            f_op = next((o for o in f_ops if o.index == first.float_index), None)
+            defect = constant_defect(op, f_op, producer) or _body_constant_defect(op, f_op, pq, pf)
         carried = tuple(_downstream(ops, first.index))
         measured = (f"its own error {first.worst_abs_error:.3g} on the inputs it received is {first.ratio:.3g}× "
                     f"its bound {first.bound:.3g}")

@@ -289,6 +289,18 @@ def run_ops(model: bytes, feed: Mapping[str, np.ndarray], signature_key: str | N
     else:
         interp.get_signature_runner(key)(**feed)
 
+    return subgraph_tensors(parsed, interp, si)
+
+
+def subgraph_tensors(parsed: ModelOps, interp, si: int) -> list[OpTensors]:
+    """Each op of subgraph ``si`` with the arrays a preserving interpreter holds after its last run.
+
+    For a WHILE body (`loop_body`) those are the last iteration's, and its loop variables (the
+    body's inputs) hold the value the loop ended with: the WHILE kernel hands the next iteration's
+    value to the body's input buffer (measured: a body ``tanh(h·1.5 + 0.25)`` run 4 times kept
+    ``h₄`` as its input and ``h₃·1.5`` as the MUL's output), so an op that reads a loop variable was
+    not run on the array kept for it (`tflab.litert.per_op` leaves it out).
+    """
     def get(t: TensorInfo | None):
         if t is None:
             return None
@@ -299,11 +311,17 @@ def run_ops(model: bytes, feed: Mapping[str, np.ndarray], signature_key: str | N
         except ValueError:  # a tensor the interpreter never allocated (unused optional output)
             return None
 
-    out = []
-    for op in parsed.subgraphs[si]:
-        out.append(OpTensors(op.index, op.op_type, op, op.inputs, op.outputs,
-                             tuple(get(t) for t in op.inputs), tuple(get(t) for t in op.outputs)))
-    return out
+    return [OpTensors(op.index, op.op_type, op, op.inputs, op.outputs,
+                      tuple(get(t) for t in op.inputs), tuple(get(t) for t in op.outputs))
+            for op in parsed.subgraphs[si]]
+
+
+def loop_body(op: OpInfo, parsed: ModelOps) -> int | None:
+    """The body subgraph of a WHILE op (``WhileOptions.bodySubgraphIndex``), or None."""
+    if op.op_type != "WHILE" or op.options is None:
+        return None
+    body = getattr(op.options, "bodySubgraphIndex", None)
+    return int(body) if isinstance(body, int) and 0 < body < len(parsed.subgraphs) else None
 
 
 def variant_of(model: bytes) -> str:

@@ -59,7 +59,8 @@ import numpy as np
 
 from tflab.report.text import table
 from tflab.litert.records.ops import ILL_CONDITIONED, OpCheck, PerOpCheck  # noqa: F401 (the records live there)
-from tflab.litert.ops import ModelOps, OpTensors, TensorInfo, preserving_interpreter, read_ops, run_ops
+from tflab.litert.ops import (ModelOps, OpTensors, TensorInfo, loop_body, preserving_interpreter, read_ops,
+                              run_ops, subgraph_tensors)
 from tflab.litert.references import INDEX_INPUTS, Terms, as_float64, reference
 
 UNIT_ROUNDOFF = 2.0 ** -24
@@ -288,6 +289,7 @@ def _check_ops(model: bytes, float_model: bytes, feeds, quantization: str) -> Pe
     pf: ModelOps = read_ops(float_model)
     interp = preserving_interpreter(model)
     results: list[OpCheck] = []
+    body_notes: list[str] = []
     matched = unmatched = alike = 0
     for key, si in pq.signatures.items() or {None: 0}.items():
         q_ops = pq.subgraphs[si]
@@ -299,8 +301,11 @@ def _check_ops(model: bytes, float_model: bytes, feeds, quantization: str) -> Pe
                      and q_ops[qi].outputs[0].name == f_ops[fi].outputs[0].name)
         accs = {o.index: _Acc() for o in q_ops}
         details = interp.get_signature_runner(key).get_input_details() if key is not None else {}
-        runs = [run_ops(model, quantize_feed(feed, details), key, parsed=pq, interpreter=interp)
-                for feed in (feeds.get(key, ()) if key is not None else ())]
+        bodies = {op.index: b for op in q_ops if (b := loop_body(op, pq)) is not None}
+        runs, body_runs = [], []
+        for feed in (feeds.get(key, ()) if key is not None else ()):
+            runs.append(run_ops(model, quantize_feed(feed, details), key, parsed=pq, interpreter=interp))
+            body_runs.append({i: subgraph_tensors(pq, interp, b) for i, b in bodies.items()})  # before the next run
         # Op by op, each example in turn (each op's accumulator sees the examples in their order, as
         # before): an op's weight is prepared once for all examples (`tflab.litert.references.PREPARED`).
         for ops_of_feeds in zip(*runs):
@@ -312,10 +317,20 @@ def _check_ops(model: bytes, float_model: bytes, feeds, quantization: str) -> Pe
             for op in ops_of_feeds[:1] if once else ops_of_feeds:
                 _check_one(op, f_ops[pairs[op.index]] if op.index in pairs else None, quantization,
                            accs[op.index])
+        loops = {i: _check_body(pq, pf, b, f_ops[pairs[i]] if i in pairs else None, [r[i] for r in body_runs],
+                                quantization) for i, b in bodies.items()}
         for op in q_ops:
             acc = accs[op.index]
             fi = pairs.get(op.index)
             name = op.outputs[0].name if op.outputs else ""
+            if op.index in loops:
+                checked, verdict_op, note = loops[op.index]
+                if verdict_op is not None:
+                    body_notes.append(f"{op.op_type} #{op.index}: {note}")
+                    results.append(dataclasses.replace(verdict_op, index=op.index, op_type=op.op_type, name=name,
+                                                       float_index=fi, signature=key or "", weights=()))
+                    continue
+                acc.reason = f"{acc.reason or 'no reference for ' + op.op_type}; {note}"
             weights = () if fi is None else tuple(
                 t.name for t in f_ops[fi].inputs if t is not None and t.constant is not None
                 and np.dtype(t.dtype).kind == "f")
@@ -334,10 +349,107 @@ def _check_ops(model: bytes, float_model: bytes, feeds, quantization: str) -> Pe
     unchecked = collections.Counter(o.op_type for o in results if o.verdict == "unchecked")
     out = PerOpCheck(tuple(results), dict(sorted(unchecked.items())), matched, unmatched, alike,
                      _runtime_text(), time.perf_counter() - t0)
-    notes = [out.conditioning_note] if out.conditioning_note else []
+    notes = ([out.conditioning_note] if out.conditioning_note else []) + body_notes
     for si in pq.signatures.values() or [0]:
         notes += _discontinuity_notes(pq.subgraphs[si])
     return dataclasses.replace(out, notes=tuple(notes))
+
+
+def _check_body(pq: ModelOps, pf: ModelOps, body: int, f_while, runs: list, quantization: str):
+    """A WHILE's body checked: ``(checked, verdict, note)``.
+
+    The ops whose every non-constant input another body op wrote are checked on the loop's last
+    iteration, against the float model's op on the inputs they ran on. An op reading a loop variable
+    finds the loop's next value in its input buffer, not the array it ran on
+    (`tflab.litert.ops.subgraph_tensors`): its output is not checked, but its weights are, against
+    the float model's (`_weight_ratio`: a recurrent kernel is such a weight). ``verdict`` is an
+    `OpCheck` with the worst error, bound and ratio: "OUTSIDE" when a checked op or a weight is beyond
+    its bound, "ok" only when every body op was checked; None otherwise (the WHILE stays unchecked,
+    ``note`` says how far it was checked).
+    """
+    q_body = pq.subgraphs[body]
+    f_index = loop_body(f_while, pf) if f_while is not None else None
+    f_body = pf.subgraphs[f_index] if f_index is not None else ()
+    pairs, _ = match_ops(q_body, f_body)
+    written = {t.index for op in q_body for t in op.outputs}
+    reads_loop_variable = {op.index for op in q_body
+                           if any(t is not None and t.constant is None and t.index not in written for t in op.inputs)}
+    accs = {op.index: _Acc() for op in q_body}
+    weights: dict[int, tuple[float, float, float, str]] = {}  # op -> (ratio, |Δ|, bound, weight name)
+    for ops in runs:
+        for op in ops:
+            f_op = f_body[pairs[op.index]] if op.index in pairs else None
+            if op.index not in reads_loop_variable:
+                _check_one(op, f_op, quantization, accs[op.index])
+            elif f_op is not None:
+                w = _weight_ratio(op, f_op, quantization, written)
+                if w is not None and w[0] >= weights.get(op.index, (-1.0,))[0]:
+                    weights[op.index] = w
+    checked = [op for op in q_body if op.index not in reads_loop_variable and not accs[op.index].reason
+               and (op.index in pairs or op.op_type in CONVERSION_OPS)]
+    worst_w = max(weights.items(), key=lambda kv: kv[1][0], default=None)
+    worst = max(checked, key=lambda o: accs[o.index].ratio, default=None)
+    parts = [f"{len(checked)} of its body's {len(q_body)} ops checked on the loop's last iteration"]
+    if worst is not None:
+        parts.append(f"the worst, {worst.op_type} #{worst.index} {_name(worst)!r} (subgraph {body}), at "
+                     f"{accs[worst.index].ratio:.3g} of its bound")
+    if reads_loop_variable:
+        parts.append(f"{len(reads_loop_variable)} read a loop variable, which LiteRT's WHILE overwrites with the "
+                     f"next iteration's value, so their outputs are not checked; their weights are compared with "
+                     f"the float model's" + (f" ({len(weights)} with weights)" if weights else " (none has weights)"))
+    if worst_w is not None and worst_w[1][0] > 1.0:
+        i, (r, d, bnd, name) = worst_w
+        op = q_body[i]
+        parts.append(f"{op.op_type} #{i} {_name(op)!r}: its weight {name!r} differs from the float model's by "
+                     f"{d:.3g}, {r:.3g}× its rounding bound {bnd:.3g}")
+        return len(checked), OpCheck(0, "", "", d, bnd, r, d, "OUTSIDE"), "; ".join(parts)
+    if worst is not None and accs[worst.index].ratio > 1.0 or checked and not reads_loop_variable:
+        a = accs[worst.index]
+        verdict = "OUTSIDE" if a.ratio > 1.0 else "ok"
+        return len(checked), OpCheck(0, "", "", a.worst_abs_error, a.bound, a.ratio,
+                                     max(accs[o.index].max_abs_error for o in checked), verdict), "; ".join(parts)
+    return len(checked), None, "; ".join(parts)
+
+
+def _name(op) -> str:
+    return op.outputs[0].name if op.outputs else ""
+
+
+def _weight_ratio(op: OpTensors, f_op, quantization: str, written: set[int]):
+    """The largest ``|w − w_float| / bound`` over the op's weight inputs (float constants of the float
+    model's op), with ``(|Δ|, bound, name)`` there; None without weights.
+
+    The bound is the variant's own rounding of that weight: 4 float32 ULP of the tensor's largest
+    ``|w|`` (the same converter folds both); float16 storage (``2^-11·|w|`` more); half a
+    quantization step per channel for an integer weight (int8 kernel, int32 bias).
+    """
+    best = None
+    for t, a, ft in zip(op.inputs, op.input_arrays, f_op.inputs):
+        if t is None or a is None or ft is None or ft.constant is None or np.dtype(ft.dtype).kind != "f":
+            continue
+        if t.constant is None and t.index not in written:
+            continue  # a loop variable, not a weight
+        got = t.dequantize(a) if t.quantized else np.asarray(a, np.float64)
+        want = as_float64(ft.constant)
+        if got.shape != want.shape or not want.size:
+            continue
+        top = float(np.abs(want).max())
+        bound = np.full(want.shape, ELEMENTWISE_WEIGHT_ULPS * float(np.spacing(np.float32(top))))
+        if quantization == "float16":
+            bound = bound + np.abs(want) * 2.0 ** -11
+        if t.quantized:
+            bound = bound + t.dequantize(np.ones_like(a)) / 2.0 - t.dequantize(np.zeros_like(a)) / 2.0
+        with np.errstate(invalid="ignore", divide="ignore"):
+            diff = np.abs(got - want)
+            ratio = np.where(diff == 0, 0.0, diff / bound)
+        k = int(np.nanargmax(ratio)) if np.isfinite(ratio).any() else 0
+        r = float(ratio.flat[k]) if ratio.size else 0.0
+        if best is None or r > best[0]:
+            best = (r, float(diff.flat[k]), float(bound.flat[k]), t.name)
+    return best
+
+
+ELEMENTWISE_WEIGHT_ULPS = 4
 
 
 DISCONTINUOUS = ("FLOOR_MOD", "FLOOR_DIV", "FLOOR", "CEIL", "ROUND", "ARG_MAX", "ARG_MIN", "SIGN")
