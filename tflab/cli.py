@@ -198,6 +198,8 @@ def preflight(verb: str, args: argparse.Namespace) -> None:
         check_options(args)
     force = bool(getattr(args, "force", False))
     folder_out = getattr(args, "out", None) if verb in _FOLDER_OUTPUTS else None
+    _preflight.check_outputs_apart(*_preflight.paths_of(args, _FILE_OUTPUTS.get(verb, []), folder_out,
+                                                         _INPUTS.get(verb, {})))
     if isinstance(folder_out, str) and folder_out:
         _paths.check_not_parent_ref(folder_out, "--out")
     for dest, flag, example in _FILE_OUTPUTS.get(verb, []):
@@ -211,7 +213,7 @@ def preflight(verb: str, args: argparse.Namespace) -> None:
             _paths.output_path(value, flag, overwrite=force, example=example)
     if isinstance(folder_out, str) and folder_out:
         _paths.check_folder_out(folder_out, "--out", force, noun=_FOLDER_OUTPUTS[verb], empty_ok=verb == "tour")
-        _paths.output_path(folder_out, "--out", folder=True, exclusive=not force)
+        _paths.output_path(folder_out, "--out", folder=True, exclusive=not force, noun=_FOLDER_OUTPUTS[verb])
     if getattr(args, "tensorboard", None):
         _paths.output_path(args.tensorboard, "--tensorboard", folder=True)
     for dest, (kind, words) in _INPUTS.get(verb, {}).items():

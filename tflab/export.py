@@ -29,7 +29,7 @@ import numpy as np
 
 from tflab.report.base import Report, config_field
 from tflab._io.paths import OutputPath, check_path_text, describe_existing, output_path
-from tflab._io.path_checks import check_tf_path_text
+from tflab._io.path_checks import check_source_apart, check_tf_path_text
 from tflab.custom_op_loader import load_custom_ops_for, unregistered_op
 from tflab.errors import TflabError, UsageError, raise_if_terminated
 from tflab.examples import load_examples
@@ -366,7 +366,7 @@ def check_out(out: Path, force: bool) -> OutputPath:
     # once the export starts, and removed again if it fails.
     # Without --force the publishing rename is exclusive: two exports racing to the same new
     # --out cannot both succeed (the second gets "already exists", exit 2).
-    return output_path(out, "--out", folder=True, exclusive=not force)
+    return output_path(out, "--out", folder=True, exclusive=not force, noun="export")
 
 
 def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] = QUANTIZATIONS,
@@ -446,6 +446,7 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
         raise UsageError(f"export_model: force and isolate must be True or False, got {force!r}, {isolate!r}")
     progress = progress or (lambda msg: None)
     target = check_out(out, force)
+    check_source_apart(out, model)  # --force never publishes over its own input
     # The examples first: 0 rows or an all-NaN input is refused before the model is loaded or converted.
     if isinstance(examples, (str, os.PathLike)):
         source = os.fspath(examples)

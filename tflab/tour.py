@@ -92,7 +92,7 @@ def run_tour(model_path: str | None = None, out_dir: str = "saved_models/tour",
     # --out is probed by really creating a folder there.
     started = time.perf_counter()
     replaces = _check_tour_out(Path(out_dir), force)  # before output_path: its --force rule would speak first
-    target = output_path(out_dir, "--out", folder=True, exclusive=not force)
+    target = output_path(out_dir, "--out", folder=True, exclusive=not force, noun="tour")
     if replaces:
         target.replace = True  # an empty folder, or --force: renamed over; else the rename is exclusive
         target.only_if_empty = not force  # an empty folder: only while it stays empty (two racing tours)

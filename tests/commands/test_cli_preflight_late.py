@@ -83,7 +83,9 @@ REFUSED = [
     (["check-tflite", "ok.tflite", "sm", "--examples", "short.tflite"], "is not an .npz archive"),
     (["tour", "--model", "m.py", "--out", "o/t"], "--model 'm.py' is not a .keras file or a SavedModel folder"),
     # --force onto a user's file: the noun takes its article ("a lowering", not "an lowering")
-    (["lower", "m.py:f", "--arg", "x=float32[2]", "--out", "m.py", "--force"], "not a lowering folder"),
+    (["lower", "m.py:f", "--arg", "x=float32[2]", "--out", "ok.tflite", "--force"], "not a lowering folder"),
+    # an output that is the verb's own input, --force or not
+    (["lower", "m.py:f", "--arg", "x=float32[2]", "--out", "m.py", "--force"], "is the input FILE 'm.py'"),
 ]
 
 

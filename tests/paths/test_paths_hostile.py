@@ -402,3 +402,54 @@ def test_json_and_a_file_output_on_stdout_are_one_line(tmp_path, target, refused
     else:
         assert code == 0, err
         assert json.loads(out)["function_name"] == "f"
+
+
+@pytest.mark.parametrize("argv", [
+    ["inspect", "m.py:f", "--arg", "x=float32[2]", "--dot", "m.py", "--force"],
+    ["compare", "m.py:f", "--arg", "x=float32[2]", "--hlo", "./m.py", "--force"],
+    ["check-tflite", "v/model_none.tflite", "v/saved_model", "--node-data", "v/model_none.tflite", "--force"],
+    ["export", "v/saved_model", "--out", "v", "--force"],
+], ids=["dot-over-source", "hlo-over-source", "node-data-over-model", "out-holding-the-input"])
+def test_force_never_writes_over_an_input(tmp_path, argv):
+    """``--force`` replaces an earlier output, never what the verb reads: ``--dot m.py --force`` replaced
+    the source being analysed, ``--node-data X.tflite --force`` the model being checked (both exit 0).
+    Refused in one line before TF loads; the input is unchanged."""
+    src = "def f(x):\n    return x * 2.0\n"
+    (tmp_path / "m.py").write_text(src)
+    (tmp_path / "v" / "saved_model").mkdir(parents=True)
+    (tmp_path / "v" / "saved_model" / "saved_model.pb").write_bytes(b"\x08\x01")
+    (tmp_path / "v" / "model_none.tflite").write_bytes(b"\0\0\0\0TFL3" + b"\0" * 32)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    code, out, err, seconds = tflab(*argv, cwd=tmp_path, timeout=60)
+    assert code == 2 and len(err) == 1 and "Traceback" not in err[0], err
+    assert ("is the input" in err[0] or "holds the input" in err[0]) and "choose another" in err[0], err
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+def test_force_replaces_only_an_output_of_the_same_verb(tmp_path):
+    """``lower --out EXPORT --force`` deleted a SavedModel and its TFLite variants (the marker said
+    ``"verb": null``, so any verb's --force took any tflab folder). A folder of another kind is
+    refused, by its marker's verb or, for a marker without one, by what it holds; a previous lowering
+    is still replaced."""
+    from tflab._io.output_marker import check_replaceable, marker_kind
+    from tflab._io.paths import write_marker
+
+    (tmp_path / "m.py").write_text("def f(x):\n    return x * 2.0\n")
+    exp = tmp_path / "exp"
+    (exp / "saved_model").mkdir(parents=True)
+    for name in ("report.json", "examples.npz", "model_none.tflite"):
+        (exp / name).write_text("x")
+    write_marker(exp)  # an older marker: "verb": null
+    assert marker_kind(exp) == "export"
+    code, out, err, _ = tflab("lower", "m.py:f", "--arg", "x=float32[2]", "--out", "exp", "--force",
+                              cwd=tmp_path, timeout=60)
+    assert code == 2 and len(err) == 1 and "is a tflab export folder, not a lowering" in err[0], err
+    assert (exp / "saved_model").is_dir() and (exp / "model_none.tflite").exists()
+    low = tmp_path / "low"
+    low.mkdir()
+    (low / "lowering.json").write_text("{}")
+    write_marker(low, "lowering")
+    assert marker_kind(low) == "lowering"
+    check_replaceable(low, "--out", "lowering")  # the same kind: replaceable
+    with pytest.raises(UsageError, match="is a tflab lowering folder, not an export"):
+        check_replaceable(low, "--out", "export")

@@ -58,12 +58,37 @@ def foreign_entries(folder: Path) -> list[str] | None:
     return sorted(_entries(Path(folder)) - listed - {MARKER})
 
 
+def marker_kind(folder: Path) -> str | None:
+    """What tflab wrote ``folder`` as (``"export"``, ``"lowering"``, ``"tour"``), or None when unknown.
+
+    The `MARKER`'s ``verb``; a marker from before it was recorded (``null``) is read from what the
+    folder holds: ``lowering.json`` is a lowering, a ``saved_model`` folder beside ``report.json``
+    and ``examples.npz`` an export.
+    """
+    import json
+
+    try:
+        verb = json.loads((Path(folder) / MARKER).read_text()).get("verb")
+    except (OSError, ValueError, AttributeError):
+        verb = None
+    if isinstance(verb, str) and verb:
+        return verb
+    f = Path(folder)
+    if (f / "lowering.json").is_file():
+        return "lowering"
+    if (f / "saved_model").is_dir() and (f / "report.json").is_file() and (f / "examples.npz").is_file():
+        return "export"
+    return None
+
+
 def check_replaceable(folder: Path, flag: str, noun: str = "output") -> None:
-    """Refuses to replace ``folder`` unless it is empty, or holds tflab's `MARKER` and nothing else.
+    """Refuses to replace ``folder`` unless it is empty, or holds tflab's `MARKER` and nothing else,
+    written by the same kind of output.
 
     The one ``--force`` rule for folder outputs (``export --out``, ``tour --out``): tflab replaces
     only what it wrote itself, never a folder of the user's own files, the current folder or one
-    of its parents.
+    of its parents, nor another verb's output (``lower --out EXPORT --force`` deleted a SavedModel
+    and its TFLite variants).
 
     Args:
         folder: the existing folder.
@@ -94,6 +119,10 @@ def check_replaceable(folder: Path, flag: str, noun: str = "output") -> None:
         shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
         raise UsageError(f"{flag} {folder} holds files tflab did not write ({shown}): --force would delete "
                          f"them; move them away or choose another {flag}")
+    kind = marker_kind(folder)
+    if noun != "output" and kind is not None and kind != noun:
+        raise UsageError(f"{flag} {folder} is a tflab {kind} folder, not {_article(noun)} {noun}: --force "
+                         f"replaces only a previous {noun}; choose another {flag}")
 
 
 def check_folder_out(path: str | os.PathLike, flag: str, force: bool, noun: str = "output",

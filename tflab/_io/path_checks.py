@@ -323,3 +323,42 @@ def read_npz(path: str | os.PathLike, flag: str = "--examples") -> list[dict]:
             batch[m.group(2)] = a
         return [by_batch[i] for i in sorted(by_batch)]
     return [arrays]
+
+
+def check_outputs_apart(outputs: list[tuple[str, str, bool]], inputs: list[tuple[str, str]]) -> None:
+    """Refuses an output path that is one of the verb's inputs, or a folder output that holds one.
+
+    ``--dot m.py --force`` replaced the source file being analysed, ``--node-data X.tflite --force``
+    the model being checked, and ``export SM --out DIR --force`` with ``SM`` inside ``DIR`` would
+    publish over its own input: ``--force`` allows replacing an earlier output, never an input.
+    Compared by real path (symlinks followed) and by ``os.path.samefile`` (hard links).
+
+    Args:
+        outputs: ``(path, flag, is_folder)`` per output the verb will write.
+        inputs: ``(path, flag)`` per input path it reads.
+
+    Raises:
+        UsageError: one line naming the output, the input and what to do.
+    """
+    for out, oflag, is_folder in outputs:
+        for inp, iflag in inputs:
+            try:
+                o, i = os.path.realpath(out), os.path.realpath(inp)
+                same = o == i or (os.path.exists(out) and os.path.exists(inp) and os.path.samefile(out, inp))
+            except (OSError, ValueError):  # a NUL byte, an odd name: the path's own check says what is wrong
+                continue
+            if same:
+                raise UsageError(f"{oflag} {out!r} is the input {iflag} {inp!r}: writing it would replace what "
+                                 f"tflab reads; choose another {oflag}")
+            if is_folder and i.startswith(o.rstrip(os.sep) + os.sep):
+                raise UsageError(f"{oflag} {out!r} holds the input {iflag} {inp!r}: publishing {oflag} replaces "
+                                 f"that folder, the input with it; choose another {oflag}")
+
+
+def check_source_apart(out: str | os.PathLike, model: object, flag: str = "out") -> None:
+    """`check_outputs_apart` for a folder output and a model given by path (``FILE.py:OBJ``'s file,
+    a ``.keras`` file or a SavedModel folder); a model object is no path and passes."""
+    if isinstance(model, (str, os.PathLike)):
+        src = os.fspath(model)
+        path, sep, _ = src.rpartition(":")
+        check_outputs_apart([(os.fspath(out), flag, True)], [(path if sep and path.endswith(".py") else src, "model")])

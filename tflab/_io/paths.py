@@ -108,6 +108,7 @@ class OutputPath:
     in_place: bool = False  # an existing device/FIFO: opened and written, never renamed over
     replace: bool = True  # False: publishing fails with "already exists" if anything took the path meanwhile
     only_if_empty: bool = False  # with replace: only while the folder is still empty (two racing tours)
+    noun: str | None = None  # a folder output's kind ("export", "lowering", "tour"): its marker's verb
 
     def _fail(self, what: str, e: OSError) -> UsageError:
         return UsageError(f"{self.flag} {self.path}: {what}: {e.strerror or e}; choose another {self.flag}")
@@ -233,7 +234,7 @@ class OutputPath:
             UsageError: without ``replace``, the target appeared since the check.
         """
         old = None
-        write_marker(tmp)
+        write_marker(tmp, self.noun)
         if not self.replace:
             publish_noreplace(tmp, self.path, self.flag)
             self.created.clear()
@@ -254,7 +255,7 @@ class OutputPath:
         try:
             with held_interrupts():
                 if self.path.exists():
-                    check_replaceable(self.path, self.flag)  # again: something may have been put there since
+                    check_replaceable(self.path, self.flag, self.noun or "output")  # again: it may have changed
                     old = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.old-", dir=self.path.parent))
                     os.replace(self.path, old / self.path.name)
                 os.replace(tmp, self.path)
@@ -319,7 +320,7 @@ def _special_kind(p: Path) -> str | None:
 
 
 def output_path(path: str | os.PathLike, flag: str, *, folder: bool = False, overwrite: bool = False,
-                example: str = "out.txt", exclusive: bool | None = None) -> OutputPath:
+                example: str = "out.txt", exclusive: bool | None = None, noun: str | None = None) -> OutputPath:
     """Checks, before any work, that a user's output path can be written, by really writing there.
 
     A file output needs an existing folder (its parent is never created); a
@@ -344,6 +345,8 @@ def output_path(path: str | os.PathLike, flag: str, *, folder: bool = False, ove
             False (``--force``): an existing folder is replaced, and only when
             tflab wrote it (`check_replaceable`: its `MARKER` and nothing else).
             None: the caller fills the folder in place (`OutputPath.make_dir`).
+        noun: a folder output's kind (``"export"``, ``"lowering"``, ``"tour"``): written into its
+            marker, and ``--force`` replaces only a folder of the same kind (`check_replaceable`).
 
     Leftover ``.NAME.tmp-*`` folders beside the path whose owner is gone (a run
     killed with SIGKILL) are removed first, with one line on stderr (`sweep_beside`).
@@ -377,11 +380,12 @@ def output_path(path: str | os.PathLike, flag: str, *, folder: bool = False, ove
                          f"remove them or choose another {flag}")
     sweep_beside(text)
     if folder and exclusive is False and Path(text).is_dir():
-        check_replaceable(Path(text), flag)
+        check_replaceable(Path(text), flag, noun or "output")
     try:
         out = _output_path(Path(text), flag, folder=folder, overwrite=overwrite, example=example)
         if folder:
             out.replace = not exclusive
+            out.noun = noun
         return out
     except OSError as e:  # os.stat's ENAMETOOLONG, ELOOP, EACCES on a parent, ...
         raise UsageError(f"{flag} {shorten_path(text)}: {e.strerror or e}; choose another path") from None

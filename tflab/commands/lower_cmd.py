@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         from tflab._io.path_checks import check_tf_path_text
 
         check_tf_path_text(args.out, "--out")  # XLA dumps into it through a UTF-8 path
-        out = output_path(args.out, "--out", folder=True, exclusive=not args.force)  # odd path text refused here
+        out = output_path(args.out, "--out", folder=True, exclusive=not args.force, noun="lowering")  # odd path text refused here
         check_folder_out(args.out, "--out", args.force, noun="lowering", empty_ok=False)
     html = html_output(args.html, args.force)
     check_options(args)  # in-process runs skip the CLI's preflight

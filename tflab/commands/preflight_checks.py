@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from tflab._io.path_checks import check_outputs_apart  # noqa: F401 (the CLI calls it from here)
 from tflab.errors import UsageError
 
 
@@ -190,3 +191,31 @@ def check_not_stdout(value: str, flag: str) -> None:
     if (target.st_dev, target.st_ino) == (out.st_dev, out.st_ino) and os.path.realpath(value) != os.devnull:
         raise UsageError(f"{flag} {value}: that is stdout, where --json writes its document, and the two would "
                          f"mix (the JSON would no longer parse); write {flag} to a file, or leave --json out")
+
+
+def paths_of(args, file_outputs, folder_out, inputs) -> tuple[list, list]:
+    """A verb's output and input paths for `check_outputs_apart`, from the CLI's tables.
+
+    Args:
+        args: the parsed arguments.
+        file_outputs: ``[(dest, flag, example)]``, the verb's file outputs.
+        folder_out: its folder output (``--out``), or None.
+        inputs: ``{dest: (kind, words)}``, its input paths (``kind`` ``"target"``: ``FILE.py:FUNC``).
+
+    Returns:
+        ``(outputs, inputs)``: ``[(path, flag, is_folder)]`` and ``[(path, flag)]``.
+    """
+    outs = [(v, flag, False) for dest, flag, _ in file_outputs if isinstance(v := getattr(args, dest, None), str) and v]
+    if isinstance(folder_out, str) and folder_out:
+        outs.append((folder_out, "--out", True))
+    ins = []
+    for dest, (kind, _) in inputs.items():
+        value = getattr(args, dest, None)
+        if not isinstance(value, str) or not value:
+            continue
+        path, sep, _ = value.rpartition(":")
+        if sep and (kind == "target" or (kind == "model" and path.endswith(".py"))):
+            value = path
+        ins.append((value, {"model": "MODEL", "saved_model": "SAVED_MODEL", "target": "FILE",
+                            "examples": "--examples", "script": "script"}.get(dest, dest)))
+    return outs, ins
