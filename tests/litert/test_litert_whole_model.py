@@ -252,6 +252,36 @@ def test_an_output_tf_itself_leaves_flat_at_int8_resolution_is_not_judged_unless
     assert flat_output(flat, MAX_RANGE_SHARE * 0.1 * 1.01) == ""
 
 
+def test_an_output_on_a_kernel_fixed_grid_is_flat_below_four_of_its_steps():
+    """An int8 SOFTMAX writes steps of 1/256 whatever the calibration: a random-weight softmax at
+    0.198-0.202 (1.2 of those steps) made the variant CROSSED on top-1 over 0 decisive rows and on a
+    41.8% range share, while LiteRT was half a step off, as close as int8 gets. With the fixed step it
+    is not judged; the same values on a calibrated grid (an outlier can coarsen that one: a destroyed
+    variant) are judged as before; a softmax spread over 16 of its steps is judged; a variant far from
+    TF's values is judged."""
+    from tflab.litert.records import OutputError
+    from tflab.litert.recipe import fixed_output_step
+    from tflab.litert.whole_model import flat_output, output_effect
+
+    step = fixed_output_step("SOFTMAX #7")
+    assert step == 1 / 256 and fixed_output_step("FULLY_CONNECTED #3") is None and fixed_output_step("") is None
+
+    def out(max_abs, tf_range):
+        return OutputError("y", "int8", (-1, 5), max_abs, 0.0, 0, 1.0, 0.1, None, tf_range, (step, -128))
+
+    rng = np.random.default_rng(1)
+    tf_ = [0.2 + rng.uniform(-0.0023, 0.0023, (16, 5))]
+    lite = [np.round(tf_[0] * 256 + 0.5) / 256]  # the int8 grid's values, up to half a step (and a bit) off
+    err = float(np.abs(lite[0] - tf_[0]).max())
+    e = output_effect(out(err, float(np.ptp(tf_[0]))), lite, tf_, step)
+    assert "less than 4 steps of the int8 grid its op's kernel fixes" in e.not_judged and not e.crossed
+    calibrated = output_effect(out(err, float(np.ptp(tf_[0]))), lite, tf_)
+    assert not calibrated.not_judged and calibrated.crossed  # as before: the range share alone crosses
+    spread = [0.2 + rng.uniform(-8 * step, 8 * step, (16, 5))]
+    assert flat_output(spread, 0.5 * step, step) == ""
+    assert flat_output(tf_, 0.2, step) == ""  # far from TF's values: judged
+
+
 @pytest.mark.parametrize("name,status", [("mlp_input_outlier", "CROSSED"), ("embedding_weight_outlier", "CROSSED"),
                                          ("embedding", "ok"), ("embedding_flatten", "ok")])
 def test_export_status_is_never_ok_when_the_check_is_not(checked, name, status):

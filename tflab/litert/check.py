@@ -29,6 +29,7 @@ from tflab.examples import Examples
 from tflab._graph.numeric import ulp_distance
 from tflab.saved_model import load_saved_model, signature_inputs
 from tflab.litert.records import OutputError, TFLiteCheck
+from tflab.litert.recipe import feed_note, fixed_output_step, saturation, saturation_note
 from tflab.litert.reference_worker import reference_beside_bounds
 from tflab.litert.vacuous import planted_outputs, vacuous_note as _vacuous_note
 from tflab.litert.whole_model import output_effect, stored_integer_sizes, whole_model_cause
@@ -263,8 +264,6 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
         if is_vacuous:
             vacuous.append(okey)
         if scale and np.dtype(det["dtype"]).kind in "iu" and want.dtype.kind == "f":
-            from tflab.litert.recipe import saturation, saturation_note
-
             codes = np.round(got.astype(np.float64) / scale + int(det["quantization"][1]))
             sat = saturation_note(okey, _writer(model, runners, okey, full_keys, det),
                                   saturation(codes, want, np.dtype(det["dtype"]).name, scale,
@@ -287,9 +286,8 @@ def check_tflite(model: bytes, saved_model_dir: str | os.PathLike, examples: Exa
             inner_quantization=None if scale or inner is None else (inner.scale, inner.zero_point, inner.dtype,
                                                                     inner.tensor))
         if quantization in ("int8", "dynamic"):
-            effects.append(output_effect(outputs[okey], c["got"], c["want"]))
-    from tflab.litert.recipe import feed_note
-
+            fixed = fixed_output_step(_writer(model, runners, okey, full_keys, det)) if quantization == "int8" else None
+            effects.append(output_effect(outputs[okey], c["got"], c["want"], fixed))
     fed = feed_note(signatures)
     if fed:
         notes.append(fed)

@@ -204,6 +204,15 @@ FIXED_OUTPUT_GRIDS = {"SOFTMAX": "scale 1/256, zero point -128 ([0, 255/256])",
                       "TANH": "scale 1/128, zero point 0 ([-1, 127/128])",
                       "LOG_SOFTMAX": "scale 16/256, zero point 127 ([-255/16, 0])"}
 
+# The step of each fixed grid (TFLite's int8 kernels, tensorflow/lite/kernels/activations.cc).
+_FIXED_STEPS = {"SOFTMAX": 1 / 256, "LOGISTIC": 1 / 256, "TANH": 1 / 128, "LOG_SOFTMAX": 16 / 256}
+
+
+def fixed_output_step(writer: str) -> float | None:
+    """The int8 output step of the op ``writer`` names (``"SOFTMAX #3"``) when its grid is fixed
+    (`FIXED_OUTPUT_GRIDS`: set by the kernel, not by calibration), else None."""
+    return _FIXED_STEPS.get(writer.split(" ")[0]) if writer else None
+
 
 # Ops that move or re-encode values without computing new ones: a float output read through them (a
 # final DEQUANTIZE, a RESHAPE after it) carries the quantization of the integer tensor they start from.

@@ -185,15 +185,20 @@ def weight_ranges(model: bytes, float_model: bytes | None = None) -> list[RangeU
     return out
 
 
-def flat_output(want: Sequence[np.ndarray], max_abs_error: float | None = None) -> str:
+def flat_output(want: Sequence[np.ndarray], max_abs_error: float | None = None,
+                fixed_step: float | None = None) -> str:
     """Why TF's output is flat at int8's resolution, or "".
 
     Flat: TF's output varies by less than one step of the finest int8 grid that holds its values
-    (``max|tf| / 127``, 127 steps on a side). No int8 output can keep TF's order then, whatever the
-    model does (a random-weight classifier's softmax at 0.1 ± 1e-9 on every class): top-1 agreement
-    and max|Δ| as a share of that range measure the float model's flatness, not the variant. Unless
-    the variant is far from TF's values themselves: ``max_abs_error`` past `MAX_RANGE_SHARE` of
-    ``max|tf|`` (a constant output of 1.0 read back as 0) is judged as any other output.
+    (``max|tf| / 127``, 127 steps on a side), or, where the kernel fixes the output grid whatever
+    the calibration (``fixed_step``: an int8 SOFTMAX writes steps of 1/256,
+    `tflab.litert.recipe.fixed_output_step`), by less than ``1 / MAX_RANGE_SHARE`` of its steps (one
+    step, which the kernel may be off, is then past the range-share threshold). No int8 output can
+    keep TF's order then, whatever the model does (a random-weight classifier's softmax at 0.1 ± 1e-9
+    on every class, or at 0.198-0.202, 1.2 of a softmax's steps): top-1 agreement and max|Δ| as a
+    share of that range measure the float model's flatness, not the variant. Unless the variant is
+    far from TF's values themselves: ``max_abs_error`` past `MAX_RANGE_SHARE` of ``max|tf|`` (a
+    constant output of 1.0 read back as 0) is judged as any other output.
     """
     vals = np.concatenate([np.ravel(a) for a in want]).astype(np.float64)
     vals = vals[np.isfinite(vals)]
@@ -205,23 +210,30 @@ def flat_output(want: Sequence[np.ndarray], max_abs_error: float | None = None) 
     if peak > 0 and spread < peak / 127:
         return (f"TF's output varies by {spread:.3g} over values up to {peak:.3g}, less than one step "
                 f"({peak / 127:.3g}) of the finest int8 grid that holds them: no int8 output keeps its order")
+    if fixed_step and spread < fixed_step / MAX_RANGE_SHARE:
+        return (f"TF's output varies by {spread:.3g}, less than {1 / MAX_RANGE_SHARE:.0f} steps of the int8 grid "
+                f"its op's kernel fixes ({fixed_step:.4g}, whatever the calibration): the one step a correctly "
+                f"computed int8 kernel may be off is more than {MAX_RANGE_SHARE:.0%} of that range, and no int8 "
+                f"output keeps its order")
     return ""
 
 
-def output_effect(o, got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> WholeModelEffect | None:
+def output_effect(o, got: Sequence[np.ndarray], want: Sequence[np.ndarray],
+                  fixed_step: float | None = None) -> WholeModelEffect | None:
     """One output's whole-model effect (`WholeModelEffect`), from LiteRT's and TF's arrays per example batch.
 
     Args:
         o: the output's `tflab.litert.records.OutputError` (its ``range_share`` and ``step``).
         got: LiteRT's output per batch (dequantized).
         want: TF's output per batch.
+        fixed_step: the output grid's step where the kernel fixes it (`flat_output`), else None.
 
     Returns:
         The effect, or None for a non-float output.
     """
     if not want or np.asarray(want[0]).dtype.kind != "f":
         return None
-    flat = flat_output(want, o.max_abs_error)
+    flat = flat_output(want, o.max_abs_error, fixed_step)
     if flat:
         return WholeModelEffect(o.name, None, 0, 0, None, MIN_TOP1_AGREEMENT, MAX_RANGE_SHARE, not_judged=flat)
     agreement, decisive, rows = None, 0, 0
