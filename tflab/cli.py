@@ -136,8 +136,9 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str] | None):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as e:  # --help (0) or a one-line argparse error (2): return, don't exit
         return None, int(e.code or 0)
-    if not args.verb:
-        parser.print_help()
+    if not args.verb:  # a usage error: one line on stderr, as argparse's own (the verbs: tflab --help)
+        verbs = ", ".join(parser._subparsers._group_actions[0].choices)
+        print(f"tflab: error: give a verb ({verbs}); tflab --help says what each does", file=sys.stderr)
         return None, 2
     return args, None
 

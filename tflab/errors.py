@@ -7,6 +7,8 @@ do. The CLI prints it as ``tflab VERB: error: …`` and exits with code 2.
 
 from __future__ import annotations
 
+import contextvars
+
 
 class TflabError(Exception):
     """An expected user mistake: the message says what was wrong and what to do.
@@ -231,3 +233,13 @@ class held_interrupts:
             raise KeyboardInterrupt
         raise Terminated(128 + signal.SIGTERM)
 
+
+
+# Set while a CLI verb runs (`tflab._user.usercode.cli_verb`): messages name options as the command
+# line spells them (``--force``), else as the Python API takes them (``force=True``).
+CLI_VERB: contextvars.ContextVar[bool] = contextvars.ContextVar("tflab_cli_verb", default=False)
+
+
+def in_cli() -> bool:
+    """Whether a CLI verb runs this code (`CLI_VERB`)."""
+    return CLI_VERB.get()

@@ -28,8 +28,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from tflab.report.base import Report, config_field
-from tflab._io.paths import OutputPath, check_path_text, describe_existing, output_path
-from tflab._io.path_checks import check_source_apart, check_tf_path_text
+from tflab._io.export_out import check_out  # noqa: F401 (export's --out rules; re-exported)
+from tflab._io.path_checks import check_source_apart
 from tflab.custom_op_loader import load_custom_ops_for, unregistered_op
 from tflab.errors import TflabError, UsageError, raise_if_terminated
 from tflab.examples import load_examples
@@ -325,48 +325,6 @@ def parse_quantize(text: str) -> list[str]:
     if not names:
         raise UsageError(f"--quantize {text!r} names no variant: use a comma list of {', '.join(QUANTIZATIONS)}")
     return list(dict.fromkeys(names))
-
-
-def check_out(out: Path, force: bool) -> OutputPath:
-    """Checks ``--out`` before any work: its parent must be (or become) a writable folder.
-
-    ``force`` replaces only a previous tflab export (a folder holding
-    ``report.json``), never a file, the current folder or one of its parents.
-
-    Returns:
-        The probed `tflab._io.paths.OutputPath` to write the export through.
-
-    Raises:
-        UsageError: one line saying what is wrong with ``out``.
-    """
-    check_path_text(out, "--out")  # a NUL byte or a too-long name: one line, not os.stat's traceback
-    check_tf_path_text(out, "--out")  # TF writes the SavedModel through a UTF-8 path
-    from tflab._io.paths import check_not_parent_ref
-
-    check_not_parent_ref(out, "--out")
-    what = describe_existing(out)
-    if what not in (None, "a folder", "a regular file", "a dangling symlink"):
-        # A FIFO, a device or a symlink loop: --force never replaces those, so do not offer it.
-        raise UsageError(f"--out {out} is {what}, not an export folder; choose another --out")
-    if out.exists() or out.is_symlink():
-        if not force:
-            raise UsageError(f"{out} already exists: pass --force to replace it, or choose another --out")
-        real, cwd = out.resolve(), Path.cwd().resolve()
-        if not out.is_dir():
-            raise UsageError(f"--out {out} is {what or 'a file'}, not an export folder: --force replaces only a "
-                             f"previous tflab export; choose another --out")
-        if real == cwd or real in cwd.parents:
-            raise UsageError(f"--out {out} is the current folder or one of its parents: --force will not "
-                             f"replace it; choose a new folder")
-        if not (out / "report.json").is_file():
-            raise UsageError(f"--out {out} is a folder that is not a tflab export (no report.json): --force "
-                             f"replaces only previous exports; choose another --out")
-    # Probes by really creating a folder there: os.access says yes for root on
-    # read-only or virtual file systems (/proc). Missing parents are created only
-    # once the export starts, and removed again if it fails.
-    # Without --force the publishing rename is exclusive: two exports racing to the same new
-    # --out cannot both succeed (the second gets "already exists", exit 2).
-    return output_path(out, "--out", folder=True, exclusive=not force, noun="export")
 
 
 def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] = QUANTIZATIONS,

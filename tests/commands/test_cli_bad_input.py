@@ -400,6 +400,7 @@ def test_a_truncated_tflite_says_what_failed_and_how_big_the_file_is(run_cli, tm
     trunc = tmp_path / "trunc.tflite"
     trunc.write_bytes(b"\x1c\x00\x00\x00TFL3\x14\x00\x20\x00\x1c\x00\x18\x00")
     (tmp_path / "sm").mkdir()
+    (tmp_path / "sm" / "saved_model.pb").write_bytes(b"\x08\x01")  # a folder that looks like a SavedModel
     code, out, err = run_cli("check-tflite", str(trunc), str(tmp_path / "sm"))
     assert code == 2 and out == "", (code, out, err)
     assert len(err.strip().splitlines()) == 1, err

@@ -428,3 +428,17 @@ def _gone(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
     except FileNotFoundError:
         return True
+
+
+def test_export_out_messages_name_the_options_as_the_caller_spells_them(tmp_path, run_cli):
+    """``export_model(m, "exp1")`` on an existing folder said "pass --force … choose another --out":
+    from Python it is ``force=True`` and ``out``; the CLI keeps ``--force`` and ``--out``."""
+    import tflab
+
+    (tmp_path / "exp1").mkdir()
+    (tmp_path / "exp1" / "x").write_text("x")
+    with pytest.raises(UsageError) as e:
+        tflab.export_model("nowhere.keras", tmp_path / "exp1")
+    assert "pass force=True to replace it, or choose another out" in str(e.value) and "--" not in str(e.value)
+    code, out, err = run_cli("export", "nowhere.keras", "--out", str(tmp_path / "exp1"))
+    assert code == 2 and "pass --force to replace it, or choose another --out" in err

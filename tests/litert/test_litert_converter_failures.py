@@ -77,6 +77,8 @@ def test_lstm_one_line_names_cause_op_and_layer_and_the_fixes_are_converted(tmp_
     assert static.status == fx.CHECKED and static.measured["batch"] == 2 and static.measured["within_bound"], \
         static.line()
     assert static.measured["max_abs_error"] < 1e-4 and "Flex" not in " ".join(static.measured["ops"])
+    # the change keeps the input's name (without it the SignatureDef says args_0 and --examples fails)
+    assert f"name={model.inputs[0].name!r}" in static.change, static.change
     assert ("WHILE" in static.measured["ops"]) != static.measured["fused"]  # kept as a loop, or fused
     # Select TF ops: converts, with Flex ops the Python LiteRT cannot run
     assert select.status == fx.NOT_CHECKED and NO_FLEX_DELEGATE in select.why

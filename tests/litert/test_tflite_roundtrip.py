@@ -319,7 +319,7 @@ def test_export_bad_input_is_one_line_exit_2(case, tmp_path, run_cli):
     elif case == "quantize":
         args, expect = [MODEL_SPEC, "--quantize", "none,int4"], "unknown variant(s) 'int4'; use a comma list of none, dynamic, float16, int8"
     elif case == "no_such_obj":
-        args, expect = [f"{MODELS}:dense65"], "has no 'dense65'; callables defined there: dense16, dense64"
+        args, expect = [f"{MODELS}:dense65"], "has no 'dense65' (did you mean 'dense64'?); callables defined there: dense16, dense64"
     elif case == "corrupt_keras":
         (tmp_path / "m.keras").write_bytes(b"PK\x03\x04 truncated zip")
         args, expect = [str(tmp_path / "m.keras")], "is not a valid .keras file: a .keras file is a zip archive"

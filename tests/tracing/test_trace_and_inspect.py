@@ -230,3 +230,21 @@ def test_tour_model_output_depends_on_its_input(tour_model):
     assert not np.array_equal(a, b)
     assert np.abs(a - np.float32(0.1)).max() > 1e-3  # not the uniform distribution
     np.testing.assert_allclose(a.sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_a_missing_name_lists_the_models_the_file_built_and_the_closest(tmp_path):
+    """A Keras model built at a file's top level has keras' ``__module__``: the list said "none" for a
+    file of four models. It names them (not what the file imported), and the closest to the name given."""
+    from tflab._user.target import load_target
+    from tflab.errors import UsageError
+
+    (tmp_path / "zoo.py").write_text(
+        "import numpy as np\nimport keras\nfrom keras import layers\n"
+        "def build():\n    return keras.Sequential([layers.Dense(2)])\n"
+        "twohead = keras.Sequential([keras.Input((3,)), layers.Dense(2)])\n"
+        "cnn = keras.Sequential([keras.Input((8, 8, 1)), layers.Conv2D(2, 3)])\n")
+    with pytest.raises(UsageError) as e:
+        load_target(f"{tmp_path / 'zoo.py'}:twohaed")
+    msg = str(e.value)
+    assert "has no 'twohaed' (did you mean 'twohead'?); callables defined there: build, cnn, twohead" in msg, msg
+    assert "np" not in msg.split("there:")[1] and "layers" not in msg.split("there:")[1]

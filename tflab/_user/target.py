@@ -135,13 +135,34 @@ def load_target(target: str) -> Callable:
     obj: Any = module
     for part in name.split("."):
         if not hasattr(obj, part):
-            names = sorted(n for n, v in vars(module).items()
-                           if callable(v) and not n.startswith("_")
-                           and getattr(v, "__module__", module.__name__) == module.__name__)
-            raise UsageError(f"{path} has no {name!r}; callables defined there: "
-                             + (", ".join(names) or "none"))
+            import difflib
+
+            names = defined_callables(module)
+            close = difflib.get_close_matches(name, names, n=1)
+            raise UsageError(f"{path} has no {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                             + "; callables defined there: " + (", ".join(names) or "none"))
         obj = getattr(obj, part)
     return obj
+
+
+def defined_callables(module: Any) -> list[str]:
+    """The public callables a module's own code binds: its functions and classes, and the objects
+    its top level made (a Keras model, a tf.Module, a tf.function), not what it imported.
+
+    A Keras model built at the top level has ``__module__`` ``keras.src.models.functional``: read as
+    imported, four models were listed as "none".
+    """
+    import inspect
+
+    names = []
+    for n, v in vars(module).items():
+        if n.startswith("_") or not callable(v) or inspect.ismodule(v):
+            continue
+        if (inspect.isfunction(v) or inspect.isclass(v) or inspect.isbuiltin(v)) and \
+                getattr(v, "__module__", None) != module.__name__:
+            continue  # imported: defined elsewhere
+        names.append(n)
+    return sorted(names)
 
 
 def check_target(fn: Any, name: str) -> None:

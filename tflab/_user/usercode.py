@@ -293,6 +293,7 @@ def user_code(name: str, during: str, *, exceptions: bool = False, hint: str | N
 _INSIDE: contextvars.ContextVar[bool] = contextvars.ContextVar("tflab_user_code", default=False)
 
 
+
 # In the Python API the user's function runs in the caller's own interpreter.
 _API_HINT = "it runs in your Python process, which sys.exit would end: return or raise instead"
 
@@ -301,7 +302,9 @@ _API_HINT = "it runs in your Python process, which sys.exit would end: return or
 def cli_verb() -> Iterator[None]:
     """Marks a CLI verb's run: the verb's `user_code` blocks, or ``tflab.cli.main``'s last
     resort, word a user's ``sys.exit`` (naming FILE.py:FUNC), so `user_entry` passes it on."""
-    token = _INSIDE.set(True)
+    from tflab.errors import CLI_VERB
+
+    token, cli = _INSIDE.set(True), CLI_VERB.set(True)
     try:
         yield
     except OSError as e:
@@ -314,6 +317,7 @@ def cli_verb() -> Iterator[None]:
                          f"temporary files go) or choose another output path; nothing was published") from None
     finally:
         _INSIDE.reset(token)
+        CLI_VERB.reset(cli)
 
 
 # Storage errors of the machine, not of the verb's arguments: ENOSPC, EDQUOT, EFBIG (ulimit -f).

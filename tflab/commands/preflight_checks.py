@@ -167,11 +167,20 @@ def check_file_not_in_folder(file: str, file_flag: str, folder: str, folder_flag
 
 
 def check_saved_model_folder(value: str, flag: str) -> None:
-    """A SavedModel folder's files TF will open, judged with ``stat`` (`check_saved_model_files`)."""
+    """A SavedModel folder's files TF will open, judged with ``stat`` (`check_saved_model_files`), and
+    a folder with no ``saved_model.pb`` (or ``.pbtxt``) refused before TF loads, naming the SavedModel
+    inside it where there is one (a tflab export's ``saved_model/``)."""
     from tflab._io.path_checks import check_saved_model_files
 
-    if os.path.isdir(value):
-        check_saved_model_files(value, flag)
+    if not os.path.isdir(value):
+        return
+    check_saved_model_files(value, flag)
+    if not any(os.path.lexists(os.path.join(value, n)) for n in ("saved_model.pb", "saved_model.pbtxt")):
+        inner = os.path.join(value, "saved_model")
+        hint = (f"; {inner!r} is one (a tflab export's SavedModel): give that folder"
+                if os.path.isfile(os.path.join(inner, "saved_model.pb")) else "; give the folder model.export() or "
+                "tf.saved_model.save() wrote")
+        raise UsageError(f"{flag} {value!r} is a folder without saved_model.pb, so not a SavedModel{hint}")
 
 
 # `tflab.examples.EXAMPLES_HELP`, here so --help imports no numpy (a test keeps them equal).

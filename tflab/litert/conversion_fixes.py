@@ -81,7 +81,9 @@ def _static_batch(model: Any, saved_model_dir: str, batches: Examples, quantizat
         signature = tf.nest.map_structure(fixed, keras_input_signature(model))
     except (TypeError, ValueError) as e:  # an unbuilt model, a structure Keras cannot sign
         return fx.unchecked("converter", "", desc, f"the model's input signature could not be read: {e}")
-    specs = ", ".join(f"tf.TensorSpec({s.shape.as_list()}, tf.{s.dtype.name})" for s in tf.nest.flatten(signature))
+    # With the input's name: without it the SignatureDef calls it args_0, and --examples no longer matches.
+    specs = ", ".join(f"tf.TensorSpec({s.shape.as_list()}, tf.{s.dtype.name}" + (f", name={s.name!r})" if s.name else ")")
+                      for s in tf.nest.flatten(signature))
     change = f"model.export(path, input_signature=[{specs}])" if len(tf.nest.flatten(signature)) == 1 else \
         f"model.export(path, input_signature=…) with {specs}"
 
