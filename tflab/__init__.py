@@ -22,7 +22,7 @@ Public names (imported lazily, since importing TensorFlow takes seconds):
 
 from __future__ import annotations
 
-import importlib
+import importlib as _importlib
 import os as _os
 
 # Candidate fixes are checked in a forked child (tflab/process/apart.py). TF's intra-op thread pool
@@ -111,10 +111,13 @@ def __getattr__(name: str):
     except KeyError:
         old = _old_module("tflab", name)
         return old if old is not None else _name_getattr("tflab", name)
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(_importlib.import_module(module), name)
     globals()[name] = value
     return value
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+    # The public names, the submodules imported so far and the dunders; not this file's own helpers
+    # (``_os``, ``_importlib``) nor ``annotations`` (the __future__ import binds it here).
+    return sorted(n for n in set(globals()) | set(_EXPORTS)
+                  if n != "annotations" and (not n.startswith("_") or n.startswith("__")))

@@ -227,3 +227,14 @@ def test_tflab_deprecation_warnings_are_errors_and_third_party_ones_are_not():
         with warnings.catch_warnings(record=True) as seen:  # the configured filters, recorded not shown
             assert _module_that_warns(third_party).old() == 1
         assert seen == [], third_party  # ignored: nothing a tflab user can do about it
+
+
+def test_dir_of_tflab_is_its_public_names():
+    """``dir(tflab)`` listed ``annotations`` and ``importlib`` (the package file's own imports): it
+    lists the public names (each one importable) and the dunders, not the file's helpers."""
+    import tflab
+
+    names = dir(tflab)
+    assert "annotations" not in names and "importlib" not in names
+    assert not [n for n in names if n.startswith("_") and not n.startswith("__")]
+    assert set(tflab.__all__) <= set(names) and "__name__" in names

@@ -356,3 +356,14 @@ def test_an_error_measured_over_no_element_reads_n_a_not_0():
     # No float value at all (an integer function): refused, not judged over nothing.
     with pytest.raises(UsageError, match="there is no floating-point value to judge"):
         compare_precisions(lambda ids: tf.reduce_sum(ids * 2), tf.constant([1, 2, 3]))
+
+
+@pytest.mark.parametrize("bad", [123, 1.5, True])
+def test_float_info_of_a_number_says_it_is_no_dtype(bad):
+    """``float_info(123)`` said "uint64_ref is not a floating-point dtype": TF read the int as a DataType
+    enum value, a name the user never wrote."""
+    import tflab
+    from tflab.errors import UsageError
+
+    with pytest.raises(UsageError, match=rf"^{bad!r} is not a dtype; give a float dtype"):
+        tflab.float_info(bad)

@@ -571,3 +571,16 @@ update(tf.ones([3]), 2, 0.1)
 update(tf.ones([2]), 1, 0.05)
 update(tf.ones([3]), 2, 0.05)
 '''
+
+
+def test_a_script_that_exits_says_so_in_its_repr_and_text(tmp_path):
+    """``trace_script`` on a script that calls ``sys.exit(4)`` before any trace gave
+    ``<ScriptTraces s.py: >`` and "no tf.function traced": the exit was only in ``.error``."""
+    import tflab
+
+    script = tmp_path / "s_exit.py"
+    script.write_text("import sys\nsys.exit(4)\n")
+    traces = tflab.trace_script(str(script))
+    assert traces.error and "4" in traces.error, traces.error
+    assert repr(traces).startswith(f"<ScriptTraces {script}: no tf.function traced; ") and traces.error in repr(traces)
+    assert traces.error in traces.to_text().splitlines()[0]

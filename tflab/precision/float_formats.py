@@ -127,6 +127,9 @@ def _numpy_dtype(dtype: Any) -> np.dtype:
     """
     import tensorflow as tf
 
+    if isinstance(dtype, (bool, int, float)):  # tf.dtypes.as_dtype reads an int as a DataType enum value
+        raise UsageError(f"{dtype!r} is not a dtype; give a float dtype such as "
+                         "'float16', 'bfloat16', 'float32', tf.bfloat16 or np.float16")
     try:
         tf_dtype = tf.dtypes.as_dtype(dtype)
     except TypeError:

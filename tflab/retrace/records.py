@@ -508,7 +508,7 @@ class ScriptTraces(Report):
 
     def to_text(self) -> str:
         if not self.functions:
-            head = f"{self.script}: no tf.function traced"
+            head = f"{self.script}: no tf.function traced" + (f" ({self.error})" if self.error else "")
         else:
             head = (f"{self.script}: {self.trace_count} trace(s) in {len(self.functions)} "
                     f"tf.function(s)")
@@ -526,8 +526,9 @@ class ScriptTraces(Report):
                 "note": self.note, "config": self.config, "wall_seconds": self.wall_seconds}
 
     def __repr__(self) -> str:
-        return (f"<ScriptTraces {self.script}: " + ", ".join(
-            f"{f.label or f.function_name}×{f.trace_count}" for f in self.functions) + ">")
+        traced = ", ".join(f"{f.label or f.function_name}×{f.trace_count}" for f in self.functions)
+        ended = f"; {self.error}" if self.error else ""
+        return f"<ScriptTraces {self.script}: {traced or 'no tf.function traced'}{ended}>"
 
 
 # Its HTML fragment (notebook and --html pages): tflab.report.html.dispatch's registry.
