@@ -169,8 +169,11 @@ def nothing_to_compare(outputs) -> str:
     if not sum(int(np.prod(t.shape)) for t in tensors if t.shape.is_fully_defined()) and \
             all(t.shape.is_fully_defined() for t in tensors):
         shapes = ", ".join(str(t.shape.as_list()) for t in tensors[:4])
+        from tflab.errors import in_cli
+
+        example = "--arg x=float32[2,3]" if in_cli() else "np.zeros((2, 3), np.float32)"
         return (f"its outputs hold 0 elements (shapes {shapes}{', ...' if len(tensors) > 4 else ''}); give "
-                f"inputs whose dims are all >= 1, e.g. --arg x=float32[2,3]")
+                f"inputs whose dims are all >= 1, e.g. {example}")
     return ""
 
 

@@ -9,8 +9,10 @@ from tflab._api.cliargs import int_at_least as _at_least  # argparse only: cheap
 from tflab._api.cliargs import non_negative_float as _non_negative_float
 from tflab._api.cliargs import seed_type
 
-HELP = ("run FILE.py:FUNC forward and backward eagerly, as a graph and under XLA; "
-        "print ULP distances from eager, timings, fusion count and findings")
+HELP = ("run FILE.py:FUNC forward and backward eagerly, as a graph and under XLA (the tape inside one "
+        "tf.function(jit_compile=True): forward and backward are one XLA cluster, so its ULP can differ from "
+        "jit_compile on FUNC alone with the tape outside); print ULP distances from eager, timings, fusion "
+        "count and findings")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
