@@ -14,45 +14,35 @@ from tflab._io.paths import OutputPath, output_path
 from tflab.errors import UsageError
 
 
-def python_words(message: str) -> str:
-    """``message`` with the CLI's option names as `export_model` takes them, outside a CLI verb."""
-    from tflab.errors import in_cli
-
-    if in_cli():
-        return message
-    return message.replace("pass --force", "pass force=True").replace("--force", "force=True").replace(
-        "--out", "out")
-
-
-def _check_out(out: Path, force: bool) -> OutputPath:
-    check_path_text(out, "--out")  # a NUL byte or a too-long name: one line, not os.stat's traceback
-    check_tf_path_text(out, "--out")  # TF writes the SavedModel through a UTF-8 path
+def _check_out(out: Path, force: bool, flag: str, forcing: str) -> OutputPath:
+    check_path_text(out, flag)  # a NUL byte or a too-long name: one line, not os.stat's traceback
+    check_tf_path_text(out, flag)  # TF writes the SavedModel through a UTF-8 path
     from tflab._io.paths import check_not_parent_ref
 
-    check_not_parent_ref(out, "--out")
+    check_not_parent_ref(out, flag)
     what = describe_existing(out)
     if what not in (None, "a folder", "a regular file", "a dangling symlink"):
         # A FIFO, a device or a symlink loop: --force never replaces those, so do not offer it.
-        raise UsageError(f"--out {out} is {what}, not an export folder; choose another --out")
+        raise UsageError(f"{flag} {out} is {what}, not an export folder; choose another {flag}")
     if out.exists() or out.is_symlink():
         if not force:
-            raise UsageError(f"{out} already exists: pass --force to replace it, or choose another --out")
+            raise UsageError(f"{out} already exists: pass {forcing} to replace it, or choose another {flag}")
         real, cwd = out.resolve(), Path.cwd().resolve()
         if not out.is_dir():
-            raise UsageError(f"--out {out} is {what or 'a file'}, not an export folder: --force replaces only a "
-                             f"previous tflab export; choose another --out")
+            raise UsageError(f"{flag} {out} is {what or 'a file'}, not an export folder: {forcing} replaces only "
+                             f"a previous tflab export; choose another {flag}")
         if real == cwd or real in cwd.parents:
-            raise UsageError(f"--out {out} is the current folder or one of its parents: --force will not "
+            raise UsageError(f"{flag} {out} is the current folder or one of its parents: {forcing} will not "
                              f"replace it; choose a new folder")
         if not (out / "report.json").is_file():
-            raise UsageError(f"--out {out} is a folder that is not a tflab export (no report.json): --force "
-                             f"replaces only previous exports; choose another --out")
+            raise UsageError(f"{flag} {out} is a folder that is not a tflab export (no report.json): {forcing} "
+                             f"replaces only previous exports; choose another {flag}")
     # Probes by really creating a folder there: os.access says yes for root on
     # read-only or virtual file systems (/proc). Missing parents are created only
     # once the export starts, and removed again if it fails.
     # Without --force the publishing rename is exclusive: two exports racing to the same new
     # --out cannot both succeed (the second gets "already exists", exit 2).
-    return output_path(out, "--out", folder=True, exclusive=not force, noun="export")
+    return output_path(out, flag, folder=True, exclusive=not force, noun="export")
 
 
 def check_out(out: Path, force: bool) -> OutputPath:
@@ -65,9 +55,10 @@ def check_out(out: Path, force: bool) -> OutputPath:
         The probed `tflab._io.paths.OutputPath` to write the export through.
 
     Raises:
-        UsageError: one line saying what is wrong with ``out``, in the caller's option names.
+        UsageError: one line saying what is wrong with ``out``, naming the options as the caller
+            spells them (``--out``/``--force`` in a CLI verb, else ``out``/``force=True``).
     """
-    try:
-        return _check_out(out, force)
-    except UsageError as e:
-        raise UsageError(python_words(str(e))) from None
+    from tflab.errors import in_cli
+
+    cli = in_cli()
+    return _check_out(out, force, "--out" if cli else "out", "--force" if cli else "force=True")
