@@ -30,24 +30,23 @@ $(STAMP): pyproject.toml
 tour: $(STAMP)
 	$(BIN)/tflab tour --force
 
-# Four passes; each stops the target on failure, so the last summary line
-# printed is the failing pass's (CI reads the last one). The tests marked
-# `onednn` depend on TF's CPU kernel path (oneDNN or Eigen) and the ISA that
-# oneDNN, XLA and WarpSoftmax generate code for: they run with
-# TF_ENABLE_ONEDNN_OPTS=0, with oneDNN forced on and every ISA cap at AVX2
-# (what an AVX2-only CPU runs; skipped, with a line saying so, on a CPU that is
-# at AVX2 or below already, where it would repeat the next pass), and with
-# oneDNN forced on, whatever this CPU's default is; everything else runs once,
-# in the default configuration. `python -m tflab.runtime --capped-env` prints
-# the caps that lower this CPU (ONEDNN_MAX_CPU_ISA, XLA_FLAGS, TFLAB_WARP_SOFTMAX_ISA).
-# The onednn passes collect only the test files that carry the marker (pytest
-# would otherwise import all ~40 test modules to deselect 95% of them: ~30-50 s
-# per pass on 2 cores); tests/tour/test_tour_speed.py checks this list against
-# the marker pytest itself collects.
-ONEDNN_FILES := $(shell grep -rlE 'mark\.onednn' tests --include='test_*.py' | sort)
-# Every pass runs one pytest-xdist worker per schedulable CPU (at most 4: each holds a
+# Four passes. The main one runs everything not marked `onednn`, in the default
+# configuration, on one pytest-xdist worker per schedulable CPU (at most 4: each holds a
 # TensorFlow of ~2-3 GiB), a test file per worker (--dist loadfile: a file's fixtures are
-# built once). TEST_JOBS=1 runs it in one process.
+# built once); TEST_JOBS=1 runs it in one process. A failing main pass stops the target.
+# The tests marked `onednn` depend on TF's CPU kernel path (oneDNN or Eigen) and the ISA that
+# oneDNN, XLA and WarpSoftmax generate code for: tests/_onednn_passes.py runs them with
+# TF_ENABLE_ONEDNN_OPTS=0, with oneDNN forced on and every ISA cap at AVX2 (what an AVX2-only
+# CPU runs; skipped, with a line saying so, on a CPU that is at AVX2 or below already, where it
+# would repeat the next pass), and with oneDNN forced on, whatever this CPU's default is: one
+# pytest process per configuration, all at the same time when TEST_JOBS is 2 or more (one
+# after the other otherwise), each pass's output printed whole, a failing pass's last (CI reads
+# the last summary line). `python -m tflab.runtime --capped-env` prints the caps that lower
+# this CPU (ONEDNN_MAX_CPU_ISA, XLA_FLAGS, TFLAB_WARP_SOFTMAX_ISA).
+# The onednn passes collect only the test files that carry the marker (pytest would otherwise
+# import all ~130 test modules to deselect 95% of them); tests/tour/test_tour_speed.py checks
+# this list against the marker pytest itself collects.
+ONEDNN_FILES := $(shell grep -rlE 'mark\.onednn' tests --include='test_*.py' | sort)
 TEST_JOBS ?= $(shell $(BIN)/python -c "import os; print(min(4, len(os.sched_getaffinity(0))))" 2>/dev/null || echo 1)
 
 test: $(STAMP)
@@ -55,11 +54,7 @@ test: $(STAMP)
 	  if [ -n "$$caps" ]; then echo "make test: pass 3 emulates an AVX2 CPU: $$caps"; \
 	  else echo "make test: pass 3 (ISA caps at AVX2) skipped: this CPU is at AVX2 or below, so pass 4 (oneDNN on) runs what it would"; fi
 	$(BIN)/python -m pytest -q --durations=15 -n $(TEST_JOBS) --dist loadfile -m "not onednn" --tflab-traces-json saved_models/test-traces.json
-	TF_ENABLE_ONEDNN_OPTS=0 $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile -m onednn $(ONEDNN_FILES)
-	@caps="$$($(BIN)/python -m tflab.runtime --capped-env)"; \
-	  if [ -n "$$caps" ]; then echo "pass 3: TF_ENABLE_ONEDNN_OPTS=1 $$caps"; \
-	    eval "env TF_ENABLE_ONEDNN_OPTS=1 $$caps $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile -m onednn $(ONEDNN_FILES)"; fi
-	TF_ENABLE_ONEDNN_OPTS=1 $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadfile -m onednn $(ONEDNN_FILES)
+	$(BIN)/python tests/_onednn_passes.py --jobs $(TEST_JOBS) $(ONEDNN_FILES)
 
 onednn-files:
 	@echo $(ONEDNN_FILES)

@@ -18,6 +18,7 @@ Two checks:
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import pkgutil
 from pathlib import Path
@@ -60,13 +61,20 @@ def _python_files():
             yield path.relative_to(REPO).as_posix(), path
 
 
-def _own_private_names() -> set[str]:
+@functools.lru_cache(maxsize=None)
+def _parsed(path: Path) -> ast.Module:
+    """A file's AST, parsed once per session (every test here walks the same ~500 files)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+@functools.lru_cache(maxsize=None)
+def _own_private_names() -> frozenset[str]:
     """Every ``_name`` that tflab defines: functions, classes, assignments, attributes, parameters,
     and its private modules and packages (``tflab._user.target`` read as an attribute chain)."""
     names: set[str] = {part.removesuffix(".py") for path in ROOT.rglob("*.py")
                        for part in path.relative_to(ROOT).parts}
     for _, path in _python_files():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_parsed(path)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 names.add(node.name)
             elif isinstance(node, ast.arg):
@@ -80,12 +88,12 @@ def _own_private_names() -> set[str]:
             elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setattr" \
                     and len(node.args) > 1 and isinstance(node.args[1], ast.Constant):
                 names.add(str(node.args[1].value))
-    return {n for n in names if n.startswith("_")}
+    return frozenset(n for n in names if n.startswith("_"))
 
 
-def _violations(rel: str, source: str, own: set[str]) -> list[str]:
+def _violations(rel: str, source: str | ast.Module, own: frozenset[str]) -> list[str]:
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(source if isinstance(source, ast.Module) else ast.parse(source)):
         if isinstance(node, ast.Import):
             mods = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -115,7 +123,7 @@ def test_tf_internals_only_inside_the_adapter():
     for rel, path in _python_files():
         if rel.startswith("_tf/") or rel == SCANNER:
             continue
-        v = _violations(rel, path.read_text(encoding="utf-8"), own)
+        v = _violations(rel, _parsed(path), own)
         if rel in PENDING:
             if not v:
                 clean_pending.append(rel)

@@ -21,10 +21,10 @@ def main(argv: list[str]) -> int:
 
     # Never an orphan: a tour stopped by Ctrl-C or SIGTERM takes this process with it.
     tie_to_parent(300.0, margin_s=5)
-    from tflab._tour.s10_precision import DEMO_BATCH, DEMO_SHAPE
+    from tflab._tour.s10_precision import DEMO_ATTRIBUTE, DEMO_BATCH, DEMO_SHAPE
     from tflab.precision.loss_scaling import demonstrate_loss_scaling
 
-    demo = demonstrate_loss_scaling(input_shape=DEMO_SHAPE, batch=DEMO_BATCH)
+    demo = demonstrate_loss_scaling(input_shape=DEMO_SHAPE, batch=DEMO_BATCH, attribute=DEMO_ATTRIBUTE)
     from tflab.process.channel import send_result
 
     send_result(argv[0], objects=demo)  # the one channel back: committed last, never half-read
