@@ -30,8 +30,14 @@ def work(tmp_path_factory):
     (w / "ok.tflite").write_bytes(b"\x1c\x00\x00\x00TFL3" + bytes(32))
     import zipfile
 
-    with zipfile.ZipFile(w / "ok.npz", "w") as z:
-        z.writestr("x.npy", b"")
+    import numpy as np
+
+    np.savez(w / "ok.npz", x=np.ones((2, 3), np.float32), s=np.array(["a", "b"]))  # strings are <U1, no objects
+    np.savez(w / "empty.npz")  # a zip without members
+    np.savez(w / "objects.npz", x=np.array([{"a": 1}, None], dtype=object))  # pickled by np.savez
+    np.savez(w / "dates.npz", t=np.array(["2020-01-01"], dtype="datetime64[D]"))
+    with zipfile.ZipFile(w / "notnpy.npz", "w") as z:
+        z.writestr("x.txt", b"1 2 3")
     (w / "sm").mkdir()
     (w / "sm" / "saved_model.pb").write_bytes(b"")
     (w / "o").mkdir()
@@ -81,6 +87,12 @@ REFUSED = [
     # an --examples that is no .npz (handed: export; sibling: check-tflite), a tour --model that is not .keras
     (["export", "ok.tflite", "--out", "o/e", "--examples", "m.py"], "is not an .npz archive"),
     (["check-tflite", "ok.tflite", "sm", "--examples", "short.tflite"], "is not an .npz archive"),
+    # an .npz numpy reads but TF cannot take, judged from its members' headers (handed: no arrays, an
+    # object array; siblings: a datetime64 array, a member that is no .npy; in other verbs)
+    (["export", "ok.tflite", "--out", "o/e", "--examples", "empty.npz"], "'empty.npz' holds no arrays"),
+    (["check-tflite", "ok.tflite", "sm", "--examples", "objects.npz"], "'x' is an object array of Python objects"),
+    (["compare", "m.py:f", "--examples", "dates.npz"], "'t' is a datetime64[D] array: TF has no tensor"),
+    (["inspect", "m.py:f", "--examples", "notnpy.npz"], "member 'x.txt' is not a .npy"),
     (["tour", "--model", "m.py", "--out", "o/t"], "--model 'm.py' is not a .keras file or a SavedModel folder"),
     # --force onto a user's file: the noun takes its article ("a lowering", not "an lowering")
     (["lower", "m.py:f", "--arg", "x=float32[2]", "--out", "ok.tflite", "--force"], "not a lowering folder"),

@@ -241,8 +241,10 @@ def check_saved_model_files(folder: str | os.PathLike, flag: str) -> None:
 
 
 def check_npz(path: str | os.PathLike, flag: str = "--examples") -> None:
-    """Refuses, without numpy or TF, what cannot be an ``.npz`` of examples: a folder, no regular file,
-    a missing or unreadable file, a file that is no zip archive (``np.savez`` writes a zip).
+    """Refuses, without TF, what cannot be an ``.npz`` of examples: a folder, no regular file, a missing
+    or unreadable file, a file that is no zip archive (``np.savez`` writes a zip), and from each
+    member's ``.npy`` header alone (numpy, the data left unread): an archive without arrays, a member
+    that is no array, an object array, a dtype TF has no tensor for.
 
     Raises:
         UsageError: one line, what is wrong and how to write one (``np.savez(path, x=array)``).
@@ -266,6 +268,53 @@ def check_npz(path: str | os.PathLike, flag: str = "--examples") -> None:
     if not is_zip:
         # np.load reads a non-zip as a pickle and blames "pickled (object) data".
         raise UsageError(f"{flag} {text!r} is not an .npz archive (np.savez writes one, an array per input name)")
+    _check_npz_members(path, flag)
+
+
+def _check_npz_members(path: str | os.PathLike, flag: str) -> None:
+    """Each member's ``.npy`` header, read without its data (numpy, no TF): no member at all, a member
+    that is no ``.npy``, an object array (stored as a pickle, which tflab never loads) or a dtype TF
+    has no tensor for is refused here, before a verb loads TF, with the words `read_npz` uses."""
+    import zipfile
+
+    import numpy as np
+    from numpy.lib import format as npy
+
+    from tflab._user.arrays import check_dtype
+
+    text = shorten_path(path)
+    readers = {(1, 0): npy.read_array_header_1_0, (2, 0): npy.read_array_header_2_0}
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+            if not names:
+                raise UsageError(f"{flag} {text!r} holds no arrays: give one array per input name "
+                                 f"(np.savez(path, x=array))")
+            for member in names:
+                if not member.endswith(".npy"):
+                    raise UsageError(f"{flag} {text!r} is not an .npz written by np.savez: member "
+                                     f"{shorten_path(member)!r} is not a .npy (np.savez(path, x=array) writes one "
+                                     f"per array)")
+                with z.open(member) as f:
+                    try:
+                        version = npy.read_magic(f)
+                    except ValueError:
+                        raise UsageError(f"{flag} {text!r} is not an .npz written by np.savez: member "
+                                         f"{shorten_path(member)!r} is not an array in numpy's .npy format "
+                                         f"(np.savez(path, x=array) writes one per array)") from None
+                    if version not in readers:  # a newer header: read_npz judges it when it loads the data
+                        continue
+                    _, _, dtype = readers[version](f)
+                name = member[:-len(".npy")]
+                if dtype.hasobject:
+                    raise UsageError(f"{flag} {text!r}: {name!r} is an object array of Python objects, which an "
+                                     f".npz holds as a pickle and tflab never loads; give a numeric, bool or string "
+                                     f"array (e.g. np.asarray(..., dtype=np.float32), or dtype=str)")
+                check_dtype(name, np.empty((0,), dtype), f"{flag} {text!r}")
+    except UsageError:
+        raise
+    except Exception as e:  # a damaged archive or header: one line, as read_npz says it
+        raise UsageError(f"{flag} {text!r} is not a readable .npz ({type(e).__name__}: {e})") from e
 
 
 def read_npz(path: str | os.PathLike, flag: str = "--examples") -> list[dict]:
