@@ -50,3 +50,22 @@ def test_healthy_twin_no_cause_leaves_the_lowering_unmarked():
     assert link_cause(low, None) == "" and low.cause is None
     assert "cause" not in low.to_text() and "&#9664;" not in lowering_fragment(low)
 
+
+
+def test_the_cli_says_why_it_marks_no_fusion(tmp_path):
+    """``lower --cause`` printed nothing about the cause when eager and XLA agree; it now says so, with
+    the comparison's bound. The other case (they differ, no cause named) says that instead."""
+    from types import SimpleNamespace
+
+    from tests.lowering.test_lower_cli import _main
+    from tflab.commands.lower_cmd import _no_cause_note
+
+    (tmp_path / "m.py").write_text("def f(x):\n    return x * 2.0\n")
+    code, out, err = _main("lower", f"{tmp_path / 'm.py'}:f", "--arg", "x=float32[4,8]", "--cause")
+    assert code == 0, err
+    assert "cause: none to mark: XLA's outputs and gradients are within" in out and "<- cause" not in out, out
+    differs = SimpleNamespace(findings=("xla: output 12 ULP from eager",), ulp_bound=2, atol=1e-6)
+    assert _no_cause_note(differs).startswith("cause: none found: XLA differs from eager (xla: output 12 ULP")
+    agrees = SimpleNamespace(findings=(), ulp_bound=2, atol=1e-6)
+    assert _no_cause_note(agrees) == ("cause: none to mark: XLA's outputs and gradients are within 2 ULP or 1e-06 "
+                                      "of eager's on these arguments")

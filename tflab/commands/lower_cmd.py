@@ -157,8 +157,9 @@ def run(args: argparse.Namespace) -> int:
             from tflab.modes import compare_modes
 
             with user_code(args.target.rpartition(":")[2], "while comparing eager with XLA"):
-                link_cause(report, compare_modes(fn, *call_args, modes=("xla",), repeats=1, hlo=False,
-                                                 **call_kwargs))
+                compared = compare_modes(fn, *call_args, modes=("xla",), repeats=1, hlo=False, **call_kwargs)
+            link_cause(report, compared)
+            cause_note = _no_cause_note(compared) if report.cause is None else ""
     finally:
         disarm_own_dump()
     if out is not None:
@@ -184,6 +185,8 @@ def run(args: argparse.Namespace) -> int:
         print(_jsonutil.dumps(data))
         return _stopped(report)
     print(report.to_text())
+    if args.cause and cause_note:
+        print(cause_note)
     for name in dict.fromkeys(args.stage):
         stage = report.stage(name)
         print(f"===== {name} =====")
@@ -193,6 +196,16 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         print(f"wrote {args.html}")
     return _stopped(report)
+
+
+def _no_cause_note(compared) -> str:
+    """``--cause``'s line when no fusion is marked: XLA agrees with eager (the comparison's own
+    bound), or it differs and turning its passes off one at a time named no cause."""
+    if not compared.findings:
+        return (f"cause: none to mark: XLA's outputs and gradients are within {compared.ulp_bound} ULP or "
+                f"{compared.atol:g} of eager's on these arguments")
+    return (f"cause: none found: XLA differs from eager ({compared.findings[0]}), and turning its "
+            f"transformations off one at a time named none (`tflab compare` prints the whole comparison)")
 
 
 def _stopped(report) -> int:
