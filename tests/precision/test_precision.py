@@ -367,3 +367,29 @@ def test_float_info_of_a_number_says_it_is_no_dtype(bad):
 
     with pytest.raises(UsageError, match=rf"^{bad!r} is not a dtype; give a float dtype"):
         tflab.float_info(bad)
+
+
+def test_every_run_starts_from_the_first_models_weights():
+    """A training-mode call changes a model's state (BatchNormalization's moving statistics, a seed
+    generator). Each policy's model was given the float32 model's weights as they were after its
+    run, so a layer whose output reads that state gave a policy an error no rounding made (here 2×
+    against 3×: 0.33). Every run now starts from the weights the first build had."""
+    import keras
+
+    class Counted(keras.layers.Layer):
+        def build(self, shape):
+            self.calls = self.add_weight(shape=(), initializer="zeros", trainable=False, dtype="float32")
+
+        def call(self, x):
+            self.calls.assign_add(1.0)
+            return x * tf.cast(1.0 + self.calls, x.dtype)
+
+    def factory():
+        inp = keras.Input((8,))
+        return keras.Model(inp, Counted()(keras.layers.Dense(8)(inp)))
+
+    cmp = compare_precisions(factory, tf.TensorSpec([4, 8], tf.float32), seed=1)
+    for policy in ("mixed_bfloat16", "mixed_float16"):
+        # only rounding is left: bfloat16 keeps 8 significand bits (2^-8 per op), float16 11; and
+        # it is there (the policy did compute in 16 bits)
+        assert 0 < cmp.policies[policy].output_error < 2.0 ** -5, (policy, cmp.policies[policy].output_error)

@@ -230,6 +230,9 @@ class PolicySubject:
         self.python_fn = getattr(fn, "python_function", fn)
         self._flatten = flatten_sources
         self.reference_model = None
+        # The first built model's weights, taken before any run: every policy's model starts from them,
+        # and every run of any of them starts again from them (`call`).
+        self.initial_weights: list | None = None
         self.sources, self.source_names, self.rebuild = flatten_sources(self.python_fn, args, kwargs)
 
     def build(self, policy: str):
@@ -251,15 +254,32 @@ class PolicySubject:
                 obj(*self.args, **self.kwargs)
             if self.reference_model is None:
                 self.reference_model = obj
+                self.initial_weights = obj.get_weights()
             elif obj is not self.reference_model:
                 # Same starting weights in every policy (float32 values; exact in mixed policies).
-                obj.set_weights(self.reference_model.get_weights())
+                obj.set_weights(self.initial_weights)
         return obj
+
+    def _restore(self, obj) -> None:
+        """Puts a built model's weights, non-trainable state included, back to `initial_weights`.
+
+        A training-mode call changes a model's state: BatchNormalization's moving statistics,
+        a dropout layer's seed generator. Without this each run would start where the one
+        before ended, so the float32 and policy runs (and the per-op judgment's runs of both)
+        would read different values of the same variable, a difference no rounding made.
+        ``tf.init_scope``: done eagerly, also while the run is being traced.
+        """
+        import tensorflow as tf
+
+        if self.factory and self.initial_weights is not None and is_keras_layer(obj):
+            with tf.init_scope():
+                obj.set_weights(self.initial_weights)
 
     def call(self, obj: Callable, compute: str):
         import tensorflow as tf
 
         def run(sources):
+            self._restore(obj)
             if self.factory:  # Keras casts inputs to its compute dtype itself
                 a, k = self.rebuild(list(sources))
             else:
