@@ -393,3 +393,31 @@ def test_every_run_starts_from_the_first_models_weights():
         # only rounding is left: bfloat16 keeps 8 significand bits (2^-8 per op), float16 11; and
         # it is there (the policy did compute in 16 bits)
         assert 0 < cmp.policies[policy].output_error < 2.0 ** -5, (policy, cmp.policies[policy].output_error)
+
+
+def test_the_demos_runs_read_the_same_state_so_no_variable_read_is_a_cause(monkeypatch):
+    """The demo's factory returns its loss function, so the runs' weights are its own to keep: each
+    policy's model was given the float32 model's weights as its training-mode run had left them
+    (BatchNormalization's moving statistics moved), and the per-op judgment blamed "rounding at
+    ReadVariableOp …/Cast_1/ReadVariableOp": a read of a moving mean that differed by state, not by
+    rounding. Every run now starts from the first build's weights; the cause is an op that computes.
+    A two-block Conv+BN network stands in for MobileNetV3Small (same layers, a tenth of the time)."""
+    import keras
+
+    from tflab.attribution.judge import SOURCES
+
+    def small(weights=None, input_shape=(32, 32, 3), classes=10):
+        inp = keras.Input(input_shape)
+        h = keras.layers.Conv2D(8, 3, strides=2)(inp)
+        h = keras.layers.ReLU()(keras.layers.BatchNormalization()(h))
+        h = keras.layers.Conv2D(16, 3)(h)
+        h = keras.layers.ReLU()(keras.layers.BatchNormalization()(h))
+        return keras.Model(inp, keras.layers.Dense(classes, activation="softmax")(
+            keras.layers.GlobalAveragePooling2D()(h)))
+
+    monkeypatch.setattr(keras.applications, "MobileNetV3Small", small)
+    demo = demonstrate_loss_scaling(input_shape=(32, 32, 3), batch=4)
+    causes = {p: r.cause for p, r in demo.comparison.policies.items() if r.cause is not None}
+    assert causes, "float16 underflows gradient elements here: a cause is expected"
+    for policy, cause in causes.items():
+        assert cause.op_type not in SOURCES, (policy, cause.line_text)
