@@ -41,6 +41,7 @@ from pathlib import Path
 
 # One-line argparse errors, empty values and `only_with` rules: `tflab._api.cliargs.OneLineParser`.
 from tflab._api.cliargs import OneLineParser as _OneLineParser
+from tflab.errors import error_line as _error_line
 
 # verb -> module under tflab.commands (imported lazily: TF import is slow).
 VERBS = {
@@ -272,7 +273,7 @@ def main(argv: list[str] | None = None, *, _channel=None) -> int:
     if _channel is None:  # under the supervisor, it ran the pre-flight before starting this child
         refusal = _environment_refusal()
         if refusal is not None:
-            print(f"tflab {args.verb}: error: {refusal}", file=sys.stderr)
+            print(_error_line(args.verb, refusal), file=sys.stderr)
             return 2
         try:
             from tflab.isa_caps import read_isa_caps
@@ -280,7 +281,7 @@ def main(argv: list[str] | None = None, *, _channel=None) -> int:
             read_isa_caps()  # a bad environment first, as the supervisor does: it concerns every verb
             preflight(args.verb, args)
         except TflabError as e:
-            print(f"tflab {args.verb}: error: {e}", file=sys.stderr)
+            print(_error_line(args.verb, e), file=sys.stderr)
             return 2
     from tflab.errors import install_sigint_handler
 
@@ -312,7 +313,7 @@ def main(argv: list[str] | None = None, *, _channel=None) -> int:
         raise_if_terminated()  # SIGTERM whose exception was lost in a finalizer: still 143
         return code
     except TflabError as e:
-        print(f"tflab {args.verb}: error: {e}", file=sys.stderr)
+        print(_error_line(args.verb, e), file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
         from tflab.commands.endings import user_keyboard_interrupt
@@ -345,7 +346,7 @@ def main(argv: list[str] | None = None, *, _channel=None) -> int:
         # Name what the user gave (FILE.py:FUNC, MODEL, SCRIPT.py), not "user code".
         name = next((v for v in (getattr(args, k, None) for k in ("target", "model", "script"))
                      if isinstance(v, str) and v), "user code")
-        print(f"tflab {args.verb}: error: {describe(e, name, f'while tflab {args.verb} ran')}", file=sys.stderr)
+        print(_error_line(args.verb, describe(e, name, f'while tflab {args.verb} ran')), file=sys.stderr)
         return 2
     finally:
         if isinstance(sys.stdout, _ReportOnlyStdout):
@@ -432,7 +433,7 @@ def supervise(argv: list[str] | None = None) -> int:
             return code
         refusal = _environment_refusal()  # junk TFLAB_* values, no usable temporary folder: one line
         if refusal is not None:
-            print(f"tflab {args.verb}: error: {refusal}", file=sys.stderr)
+            print(_error_line(args.verb, refusal), file=sys.stderr)
             return 2
         from tflab.process.settings import get as setting
 
@@ -453,11 +454,11 @@ def supervise(argv: list[str] | None = None) -> int:
             read_isa_caps()
             preflight(args.verb, args)  # paths, kinds, --arg grammar, output paths: before TF loads
         except TflabError as e:
-            print(f"tflab {args.verb}: error: {e}", file=sys.stderr)
+            print(_error_line(args.verb, e), file=sys.stderr)
             return 2
         limit = _memory_refusal()
         if limit is not None:
-            print(f"tflab {args.verb}: error: {limit}", file=sys.stderr)
+            print(_error_line(args.verb, limit), file=sys.stderr)
             return 2
         cmd = [sys.executable, "-c", "import sys; from tflab.cli import _child_main; sys.exit(_child_main())",
                *argv]

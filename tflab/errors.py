@@ -243,3 +243,15 @@ CLI_VERB: contextvars.ContextVar[bool] = contextvars.ContextVar("tflab_cli_verb"
 def in_cli() -> bool:
     """Whether a CLI verb runs this code (`CLI_VERB`)."""
     return CLI_VERB.get()
+
+
+def error_line(verb: str, message: object) -> str:
+    """``tflab VERB: error: MESSAGE`` as one line: a line break inside the message (a file name that
+    holds one, an exception text over several lines) is written as ``\\n``, as ``repr`` would.
+
+    Example:
+        >>> error_line("inspect", "nl\\nx.py has no 'nope'")
+        "tflab inspect: error: nl\\\\nx.py has no 'nope'"
+    """
+    text = str(message).replace("\r\n", "\\n").replace("\r", "\\r").replace("\n", "\\n")
+    return f"tflab {verb}: error: {text}"

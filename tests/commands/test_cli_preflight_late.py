@@ -167,3 +167,24 @@ def test_a_misspelt_tflab_variable_is_named_once(work):
         "TFLAB_IN_PROCESS? (tflab env lists them)",
         f"tflab: warning: {junk} is not a tflab setting, so it changes nothing (tflab env lists them)"]
     assert len(lines) == 3 and "expected FILE.py:FUNC" in lines[2]  # the declared TFLAB_TOUR_LANE: no line
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["inspect", "nl\nx.py:nope", "--arg", "x=float32[2]"], "nl\\nx.py has no 'nope'"),
+    (["inspect", "s\nyn.py:f", "--arg", "x=float32[2]"], "s\\nyn.py raised SyntaxError"),
+    (["inspect", "m.py:f", "--bogus", "a\nb"], "unrecognized arguments: --bogus a\\nb"),
+], ids=["missing-name", "syntax-error", "argparse"])
+def test_a_line_break_in_what_was_typed_stays_one_error_line(work, argv, words):
+    """A file name holding a line break split the error over two lines where the message printed
+    the name as it is (a missing name, a SyntaxError); every error line now writes it as ``\\n``."""
+    (work / "nl\nx.py").write_text("def f(x):\n    return x\n")
+    (work / "s\nyn.py").write_text("x = (\n")
+    code, lines, tf = tflab(work, *argv)
+    assert code == 2 and len(lines) == 1 and words in lines[0] and not tf, lines
+
+
+def test_error_line_escapes_line_breaks_and_leaves_one_line_messages_alone():
+    from tflab.errors import error_line
+
+    assert error_line("export", "a\r\nb\rc\nd") == "tflab export: error: a\\nb\\rc\\nd"
+    assert error_line("export", "plain 'x.py'") == "tflab export: error: plain 'x.py'"

@@ -443,6 +443,8 @@ class OneLineParser(argparse.ArgumentParser):
     """
 
     def error(self, message: str):
+        # one line even when what was typed holds a line break (argparse quotes it as given)
+        message = str(message).replace("\r\n", "\\n").replace("\r", "\\r").replace("\n", "\\n")
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
     def _add_action(self, action):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from tflab.errors import error_line
+
 
 def user_keyboard_interrupt(verb: str, args, exc: BaseException) -> int | None:
     """Exit 2 and one line for a KeyboardInterrupt of the user's code (no Ctrl-C reached tflab), else None.
@@ -25,5 +27,5 @@ def user_keyboard_interrupt(verb: str, args, exc: BaseException) -> int | None:
     else:
         what = (f"{describe(exc, name, f'while tflab {verb} ran')}; no Ctrl-C came, so this is your code's "
                 f"exception: return or raise an Exception instead")
-    print(f"tflab {verb}: error: {what}", file=sys.stderr)
+    print(error_line(verb, what), file=sys.stderr)
     return 2

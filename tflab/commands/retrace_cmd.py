@@ -12,6 +12,8 @@ import logging
 import sys
 from typing import Any, Iterator
 
+from tflab.errors import error_line
+
 HELP = ("run a Python script and print, per tf.function object (each instance's method apart), "
         "its traces, why each one happened, and the body's Python side effects that ran only while tracing")
 
@@ -76,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     if result.error:
         # The script itself failed: the traces so far are printed above; exit 2
         # like every other bad input (tflab ran fine, the input did not).
-        print(f"tflab retrace: error: {result.error}", file=sys.stderr)
+        print(error_line("retrace", result.error), file=sys.stderr)
         return 2
     return 0
 

@@ -35,7 +35,7 @@ import os
 import sys
 import time
 
-from tflab.errors import TflabError
+from tflab.errors import TflabError, error_line
 
 #: The environment variable that hands the child its descriptors:
 #: "report,status,quiet,out_tty,err_tty[,notice]".
@@ -290,7 +290,7 @@ class ChildChannel:
         except ReportLost as e:
             if not said:
                 with contextlib.suppress(Exception):
-                    print(f"tflab {verb}: error: {e}", file=sys.stderr)
+                    print(error_line(verb, e), file=sys.stderr)
             code = 2
         except OSError as e:
             print(f"tflab {verb}: error: the report could not be written: {e.strerror or e}", file=sys.stderr)
