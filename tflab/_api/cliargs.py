@@ -272,12 +272,20 @@ def check_arg_grammar(items: list[str] | None, *, static: bool = False, max_rank
         if max_rank is not None and len(dims) > max_rank:
             raise UsageError(f"--arg {name}={_short(value)}: {len(dims)} dims; numpy arrays (the random inputs "
                              f"drawn for it) hold at most {max_rank}")
+        known = math.prod(d for d in parsed.dims if d is not None)
+        if known > INT64_MAX:  # TF counts a shape's elements in int64 (TensorShape), every verb
+            raise UsageError(f"--arg {name}: shape [{', '.join(dims)[:80]}] has {known:.3g} elements, more than TF "
+                             f"can count in a shape (2^63-1, int64); use a smaller shape")
         if draws:
             nbytes = math.prod(parsed.dims) * _DTYPE_BYTES.get(_base(dtype), 1)
             if nbytes > MAX_RANDOM_GIB << 30:  # `materialize`'s words
                 raise UsageError(f"--arg {name}: shape [{', '.join(str(d) for d in parsed.dims)[:80]}] needs "
                                  f"{nbytes / 2**30:,.1f} GiB of random data (limit {MAX_RANDOM_GIB} GiB); use a "
                                  f"smaller shape")
+
+
+# The most elements a TF shape holds: TensorShape counts them in int64.
+INT64_MAX = 2**63 - 1
 
 
 def _base(dtype: str) -> str:
