@@ -11,14 +11,10 @@ float; values from `float_info`, which reads numpy / ml_dtypes):
 * bfloat16 has float32's 8 exponent bits (smallest normal 2^-126, max ~3.4e38)
   but only 8 significand bits (eps 2^-7): no range problem, more rounding.
 
-Loss scaling is float16's fix: multiply the loss by S before the backward
-pass, so every intermediate gradient is S times larger (above 2^-24), and
-divide the gradients by S in float32 afterwards. Keras wraps the optimizer of
-a ``mixed_float16`` model in ``LossScaleOptimizer`` (``keras/src/trainers/
-trainer.py``, ``compile``), whose dynamic rule starts at S = 2^15 and halves S
-on every step whose gradients hold inf or NaN (``keras/src/optimizers/
-loss_scale_optimizer.py``); tf_keras' version never goes below 1
-(``tf_keras/src/mixed_precision/loss_scale_optimizer.py``).
+Loss scaling is float16's fix: the loss times S before the backward pass (every
+gradient S times larger, above 2^-24), the gradients divided by S in float32
+after. Keras' ``LossScaleOptimizer`` (``keras/src/optimizers/loss_scale_optimizer.py``)
+starts at S = 2^15 and halves S on each step with inf or NaN gradients.
 
 `compare_precisions` runs a function (or a Keras model built by a factory
 under each policy) forward and backward with a `tf.GradientTape` and measures,
@@ -29,8 +25,8 @@ non-finite op of the policy's traced graph (`tflab.nonfinite`: e.g. the
 constant 1e30 that is inf in float16, then inf * 0 = NaN in a Mul), and each
 candidate fix is applied to a rewritten copy of the user's line and measured
 (`tflab.precision.fixes`); only one that worked is printed as the fix. Gradients
-zeroed below float16's range get loss_scale='dynamic' run on the same tape. `tflab.demonstrate_loss_scaling` (``tflab/precision/loss_scaling.py``)
-does it on the tour's MobileNetV3Small training step.
+zeroed below float16's range get loss_scale='dynamic' run on the same tape.
+`tflab.demonstrate_loss_scaling` does it on the tour's MobileNetV3Small training step.
 
 What tests/precision/test_precision.py measures on TF 2.21 (CPU, oneDNN on and off):
 for ``reduce_sum(x @ w) * 2^-20`` with ``x = ones[8, 64]``, ``w = 2^-8``
@@ -39,12 +35,10 @@ bfloat16, and 2^-26 again in float16 with a loss scale of 2^15 (fixed or
 dynamic); ``100 * 1000`` overflows in float16 and not in bfloat16; on a
 well-scaled MLP float16's output error is below bfloat16's (11 vs 8
 significand bits). On the MobileNetV3Small training step (64×64×3, batch 4,
-``training=True``), bfloat16 zeroes some gradient elements too (0.1–0.4 % here),
-but none by range: sums that round to exactly 0 with 8 significand bits, which
-no loss scale changes. float16 zeroes a similar share, about half of it below its
-range, and Keras' dynamic loss scale (2^15 overflows the cross-entropy's
-gradient, so 2^14) rescues most of that part. That is the measured answer to
-"why does bfloat16 need no loss scaling": it has float32's exponent range.
+``training=True``), bfloat16 zeroes 0.1–0.4 % of gradient elements, none by range
+(sums that round to 0 with 8 significand bits, which no loss scale changes); float16
+a similar share, half of it below its range, which Keras' dynamic loss scale (2^14)
+mostly rescues: bfloat16 needs no loss scaling because it has float32's exponent range.
 """
 
 
@@ -60,7 +54,7 @@ import numpy as np
 from tflab._api.labels import variable_labels
 from tflab._graph.analysis import flatten_sources, output_names_of, prepare_args
 from tflab.precision.policy import (DEFAULT_POLICIES, INITIAL_LOSS_SCALE, MIN_LOSS_SCALE, POLICIES,  # noqa: F401
-                           REFERENCE, check_float_values, global_policy, is_keras_layer, keras_modules,
+                           REFERENCE, check_float_values, global_policy, held_layers, is_keras_layer, keras_modules,
                            parse_loss_scale, parse_policies, takes_no_parameters)
 from tflab.precision.records import PolicyResult, PrecisionComparison
 from tflab._user.target import check_target, callable_name, recording_draws, signature_args
@@ -230,9 +224,10 @@ class PolicySubject:
         self.python_fn = getattr(fn, "python_function", fn)
         self._flatten = flatten_sources
         self.reference_model = None
-        # The first built model's weights, taken before any run: every policy's model starts from them,
-        # and every run of any of them starts again from them (`call`).
+        # The first build's Keras layers and weights before any run: every build and run (`call`) starts there.
+        self.reference_layers: list = []
         self.initial_weights: list | None = None
+        self._held: dict[int, list] = {}
         self.sources, self.source_names, self.rebuild = flatten_sources(self.python_fn, args, kwargs)
 
     def build(self, policy: str):
@@ -249,31 +244,38 @@ class PolicySubject:
         if not callable(obj):
             raise UsageError(f"the factory {getattr(self.fn, '__name__', self.fn)!r} returned "
                              f"{type(obj).__name__}; it must return a Keras model or a callable")
-        if is_keras_layer(obj):
-            if not obj.weights:  # a subclassed model builds its weights on the first call
-                obj(*self.args, **self.kwargs)
-            if self.reference_model is None:
+        if is_keras_layer(obj) and not obj.weights:  # a subclassed model builds its weights on the first call
+            obj(*self.args, **self.kwargs)
+        layers = [obj] if is_keras_layer(obj) else held_layers(obj)
+        if self.initial_weights is None:
+            if is_keras_layer(obj):
                 self.reference_model = obj
-                self.initial_weights = obj.get_weights()
-            elif obj is not self.reference_model:
-                # Same starting weights in every policy (float32 values; exact in mixed policies).
-                obj.set_weights(self.initial_weights)
+            self.reference_layers = layers
+            self.initial_weights = [layer.get_weights() for layer in layers]
+        elif layers and not any(a is b for a, b in zip(layers, self.reference_layers)):
+            # The first build's weights in every policy (a float64 build's initializers draw others from
+            # the same seed); layers that do not match the first build's one for one stay as built.
+            try:
+                if len(layers) != len(self.initial_weights):
+                    raise ValueError
+                for layer, weights in zip(layers, self.initial_weights):
+                    layer.set_weights(weights)
+            except ValueError:
+                layers = []
+        self._held[id(obj)] = layers
         return obj
 
     def _restore(self, obj) -> None:
-        """Puts a built model's weights, non-trainable state included, back to `initial_weights`.
-
-        A training-mode call changes a model's state: BatchNormalization's moving statistics,
-        a dropout layer's seed generator. Without this each run would start where the one
-        before ended, so the float32 and policy runs (and the per-op judgment's runs of both)
-        would read different values of the same variable, a difference no rounding made.
-        ``tf.init_scope``: done eagerly, also while the run is being traced.
-        """
+        """The weights of the Keras layers ``obj`` holds (state included) back to `initial_weights`:
+        a training-mode run moves BatchNormalization's statistics, a seed generator, which the next
+        run would read as a difference no rounding made. Eager (``tf.init_scope``), also when traced."""
         import tensorflow as tf
 
-        if self.factory and self.initial_weights is not None and is_keras_layer(obj):
+        layers = self._held.get(id(obj)) if self.factory else None
+        if layers:
             with tf.init_scope():
-                obj.set_weights(self.initial_weights)
+                for layer, weights in zip(layers, self.initial_weights):
+                    layer.set_weights(weights)
 
     def call(self, obj: Callable, compute: str):
         import tensorflow as tf

@@ -162,3 +162,39 @@ def parse_policies(policies: Any) -> tuple[str, ...]:
         raise UsageError(f"unknown policy {', '.join(map(repr, unknown)) or '(none given)'}; "
                          f"choose from {', '.join(POLICIES)}")
     return tuple(dict.fromkeys([REFERENCE] + names))
+
+
+def held_layers(fn: Callable) -> list:
+    """The Keras layers (models included) a callable holds, each once, in this order: a bound
+    method's object, a ``functools.partial``'s arguments, the values its closure cells and the
+    globals it names hold (a list, tuple or dict of layers too).
+
+    Example:
+        >>> model = keras.Sequential([keras.layers.Dense(2)])
+        >>> held_layers(lambda x: model(x, training=True)) == [model]
+        True
+    """
+    import functools
+    import inspect
+
+    out: list = []
+
+    def add(value: Any) -> None:
+        values = list(value.values()) if isinstance(value, dict) else (
+            list(value) if isinstance(value, (list, tuple)) else [value])
+        for v in values:
+            if is_keras_layer(v) and not any(v is o for o in out):
+                out.append(v)
+
+    while isinstance(fn, functools.partial):
+        add(list(fn.args) + list(fn.keywords.values()))
+        fn = fn.func
+    add(getattr(fn, "__self__", None))
+    fn = getattr(fn, "python_function", fn)  # a tf.function's Python function
+    try:
+        names = inspect.getclosurevars(fn)
+    except (TypeError, ValueError):  # a builtin, a callable object without code
+        return out
+    for value in list(names.nonlocals.values()) + list(names.globals.values()):
+        add(value)
+    return out
