@@ -449,3 +449,33 @@ def test_a_closure_factorys_float64_reference_has_the_first_builds_weights():
         r = cmp.policies[policy]
         assert (r.reference_noise_elements or 0) <= 8, (policy, r.reference_noise_elements)
     assert cmp.policies["mixed_float16"].gradient_error > 0.1  # the conv kernel's error, measured, not hidden
+
+
+@pytest.mark.parametrize("rate", [0.5, 0.0], ids=["dropout", "healthy-twin"])
+def test_random_draws_in_a_training_mode_run_are_named_not_read_as_rounding(rate):
+    """Keras draws a Dropout's mask in the layer's compute dtype, so float32 and each policy drop other
+    elements from one seed: a 1.2 % "precision error" that was mostly other masks, and the per-op
+    judgment called the mask's StatelessRandomUniformV2 "rounding". The comparison now lists the random
+    ops the float32 run drew and says what they do to its numbers; a cause at one is "random"."""
+    import keras
+
+    def make_train_loss():
+        inp = keras.Input((8,))
+        h = keras.layers.Dropout(rate)(keras.layers.Dense(16, activation="relu")(inp))
+        model = keras.Model(inp, keras.layers.Dense(4)(h))
+
+        def train_loss(x):
+            return tf.reduce_sum(model(x, training=True) ** 2)
+        return train_loss
+
+    cmp = compare_precisions(make_train_loss, tf.TensorSpec([16, 8], tf.float32), seed=2)
+    if rate:
+        assert cmp.random_ops and all("Random" in t for t in cmp.random_ops), cmp.random_ops
+        assert "random: the float32 run drew random numbers" in cmp.to_text()
+        assert cmp.to_dict()["random_ops"] == list(cmp.random_ops)
+        at_random = [r.cause for r in cmp.policies.values() if r.cause is not None and "Random" in r.cause.op_type]
+        assert at_random, "float16's run differs from float32's by its mask: its cause is the random op"
+        assert all(c.kind == "random" and "drew other numbers" in c.detail for c in at_random), \
+            [c.line_text for c in at_random]
+    else:
+        assert cmp.random_ops == () and "random:" not in cmp.to_text()

@@ -34,6 +34,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from tflab._graph.analysis import RANDOM_OPS
 from tflab.attribution.judge import SOURCES, JudgedOp, inherited, judge_op, noise_mask, significant
 from tflab.attribution.records import Attribution, Cause, OpJudgement
 
@@ -246,6 +247,8 @@ def attribute_runs(test_ops: Sequence, ref_ops: Sequence, function_name: str, ru
             if j.event.startswith("constant") or (j.event in ("overflow", "underflow")
                                                    and op.input_ops and all(t == "Const" for t in op.input_ops)):
                 kind = "constant"
+            elif op.op_type in RANDOM_OPS:
+                kind = "random"
             else:
                 kind = {"overflow": "overflow", "underflow": "underflow"}.get(j.event, "rounding")
             cause_j = j
@@ -338,6 +341,10 @@ def _cause(j: JudgedOp, kind: str, extra: dict, test_ops, ref_ops, pairs, consum
                   f"inputs is up to {_fmt(j.reference_max)} (above its own noise floor; {dt}'s smallest "
                   f"subnormal {sub:.3g}, smallest normal {normal:.3g})")
         evidence["reference_max"] = j.reference_max
+    elif kind == "random":
+        detail = (f"the two runs drew other numbers here (a random op draws in its output dtype, {dt} against "
+                  f"the reference's; its own error {_fmt(j.local_error)}), so what follows it differs by the draws, "
+                  f"not by rounding; run it without random layers (training=False) to compare rounding alone")
     elif kind == "rounding":
         detail = (f"its own error {_fmt(j.local_error)} is {_fmt(ratio or float('inf'))}× its bound "
                   f"{_fmt(j.bound or 0.0)} on the inputs it received, with no overflow or underflow")

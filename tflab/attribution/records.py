@@ -40,7 +40,7 @@ from tflab.report.base import Report, config_field
 __all__ = ["CAUSE_CLASSES", "Cause", "OpJudgement", "Attribution"]
 
 CAUSE_CLASSES = ("constant", "overflow", "underflow", "rounding", "ill-conditioned", "domain", "compiler",
-                 "kernel", "unexplained", "quantization-range")
+                 "kernel", "unexplained", "quantization-range", "random")
 
 
 @dataclasses.dataclass(frozen=True)

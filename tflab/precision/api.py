@@ -54,7 +54,7 @@ import numpy as np
 from tflab._api.labels import variable_labels
 from tflab._graph.analysis import flatten_sources, output_names_of, prepare_args
 from tflab.precision.policy import (DEFAULT_POLICIES, INITIAL_LOSS_SCALE, MIN_LOSS_SCALE, POLICIES,  # noqa: F401
-                           REFERENCE, check_float_values, global_policy, held_layers, is_keras_layer, keras_modules,
+                           REFERENCE, check_float_values, global_policy, held_layers, is_keras_layer, keras_modules, record_compute_ops,
                            parse_loss_scale, parse_policies, takes_no_parameters)
 from tflab.precision.records import PolicyResult, PrecisionComparison
 from tflab._user.target import check_target, callable_name, recording_draws, signature_args
@@ -77,36 +77,8 @@ class _Run:
     variables: list
 
 
-# The ops that carry a policy's arithmetic: what a compute dtype is for.
-_COMPUTE_OPS = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum", "Conv2D",
-                          "Conv3D", "DepthwiseConv2dNative", "Conv", "Conv2DBackpropInput",
-                          "Conv3DBackpropInputV2"})
-
-
-@contextlib.contextmanager
-def _record_compute_ops():
-    """Records (op type, output dtype name) of every `_COMPUTE_OPS` op run in the block.
-
-    Uses TF's op callbacks (``tensorflow/python/framework/op_callbacks.py``, through
-    `tflab._tf.runtime.op_callback`), which
-    see each eager op and each op created while tracing.
-    """
-    from tflab._tf.runtime import op_callback
-
-    seen: list[tuple[str, str]] = []
-
-    def callback(op_type, inputs, attrs, outputs, op_name=None, graph=None):
-        op_type = op_type.decode() if isinstance(op_type, bytes) else op_type
-        if op_type in _COMPUTE_OPS and outputs:
-            seen.append((op_type, outputs[0].dtype.name))
-        return None
-
-    with op_callback(callback):
-        yield seen
-
-
 def _forward(call: Callable, sources: list, compute: str, variables: list | None,
-             compute_ops: list | None = None):
+             compute_ops: list | None = None, random_ops: list | None = None):
     """Runs ``call`` under a persistent tape; the target is sum(float outputs) in float32.
 
     ``compute_ops``, when a list, receives (op type, output dtype) of the
@@ -120,7 +92,7 @@ def _forward(call: Callable, sources: list, compute: str, variables: list | None
         if compute_ops is None:
             structure = call(sources)
         else:
-            with _record_compute_ops() as seen:
+            with record_compute_ops(random_ops) as seen:
                 structure = call(sources)
             compute_ops.extend(seen)
         outputs = tf.nest.flatten(structure)
@@ -228,6 +200,7 @@ class PolicySubject:
         self.reference_layers: list = []
         self.initial_weights: list | None = None
         self._held: dict[int, list] = {}
+        self.random_ops: list = []  # random op types the float32 run ran (`PrecisionComparison.random_ops`)
         self.sources, self.source_names, self.rebuild = flatten_sources(self.python_fn, args, kwargs)
 
     def build(self, policy: str):
@@ -331,7 +304,7 @@ def run_policies(subject: PolicySubject, policies: tuple, loss_scale: Any, name:
         try:
             obj = subject.build(policy)
             run = _forward(subject.call(obj, compute), subject.sources, compute,
-                           subject.variables_of(obj), compute_ops)
+                           subject.variables_of(obj), compute_ops, subject.random_ops if ref is None else None)
         except UsageError:
             raise
         except Exception as e:
@@ -592,7 +565,7 @@ def compare_precisions(fn: Callable, *args: Any,
         results, out_names, grad_names = run_policies(subject, policies, loss_scale, name)
     return PrecisionComparison(function_name=name, kind="keras model factory" if factory else "function",
                                policies=results, loss_scale=loss_scale, output_names=out_names,
-                               gradient_names=grad_names,
+                               gradient_names=grad_names, random_ops=tuple(sorted(set(subject.random_ops))),
                                device=next((getattr(s, "device", "") for s in subject.sources), ""))
 
 

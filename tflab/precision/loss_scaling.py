@@ -109,7 +109,8 @@ def demonstrate_loss_scaling(input_shape: tuple = (64, 64, 3), batch: int = 4, s
             row("mixed_float16", f16.unscaled), row("mixed_float16 + dynamic loss scale", f16))
     comparison = PrecisionComparison(function_name="MobileNetV3Small train step", kind="keras model factory",
                                      policies=results, loss_scale="dynamic",
-                                     output_names=("loss",), gradient_names=tuple(f16.gradients))
+                                     output_names=("loss",), gradient_names=tuple(f16.gradients),
+                                     random_ops=tuple(sorted(set(subject.random_ops))))
     shape = "×".join(map(str, input_shape))
     return LossScalingDemo(
         function_name="MobileNetV3Small train step",

@@ -198,3 +198,35 @@ def held_layers(fn: Callable) -> list:
     for value in list(names.nonlocals.values()) + list(names.globals.values()):
         add(value)
     return out
+
+
+# The ops that carry a policy's arithmetic: what a compute dtype is for.
+COMPUTE_OPS = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum", "Conv2D",
+                         "Conv3D", "DepthwiseConv2dNative", "Conv", "Conv2DBackpropInput",
+                         "Conv3DBackpropInputV2"})
+
+
+@contextlib.contextmanager
+def record_compute_ops(random_ops: list | None = None):
+    """Records (op type, output dtype name) of every `COMPUTE_OPS` op run in the block, and the type
+    of every random op (``tflab._graph.analysis.RANDOM_OPS``: a Dropout in training mode draws one)
+    into ``random_ops`` when it is a list.
+
+    Uses TF's op callbacks (``tensorflow/python/framework/op_callbacks.py``, through
+    `tflab._tf.runtime.op_callback`), which see each eager op and each op created while tracing.
+    """
+    from tflab._graph.analysis import RANDOM_OPS
+    from tflab._tf.runtime import op_callback
+
+    seen: list[tuple[str, str]] = []
+
+    def callback(op_type, inputs, attrs, outputs, op_name=None, graph=None):
+        op_type = op_type.decode() if isinstance(op_type, bytes) else op_type
+        if op_type in COMPUTE_OPS and outputs:
+            seen.append((op_type, outputs[0].dtype.name))
+        elif random_ops is not None and op_type in RANDOM_OPS:
+            random_ops.append(op_type)
+        return None
+
+    with op_callback(callback):
+        yield seen

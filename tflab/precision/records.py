@@ -249,6 +249,9 @@ class PrecisionComparison(Report):
         gradient_names: the gradient sources: ``"arg:NAME"`` float arguments,
             ``"var:PATH"`` trainable variables.
         device: the device the float32 outputs are on.
+        random_ops: the random op types the float32 run ran (``StatelessRandomUniformV2``: a
+            Dropout or noise layer in training mode). Each policy draws its numbers in its own
+            compute dtype, so its errors then include other draws, not only rounding.
         config: `tflab.runtime_config()`'s dict, filled when the comparison is made.
     """
 
@@ -259,6 +262,7 @@ class PrecisionComparison(Report):
     output_names: tuple
     gradient_names: tuple
     device: str = ""
+    random_ops: tuple = ()
     config: dict = config_field()
 
     @property
@@ -292,6 +296,11 @@ class PrecisionComparison(Report):
         lines.append(table(rows, header, align="<<>>>>>><", rule=False))
         lines.append("err: max relative error vs float32 over elements with |float32 value| >= the "
                      "compute dtype's smallest normal; underflow: non-zero in float32, 0 here")
+        if self.random_ops:
+            lines.append(f"random: the float32 run drew random numbers ({', '.join(self.random_ops)}; a Dropout or "
+                         f"noise layer in training mode?), and each policy draws them in its own dtype, so its "
+                         f"errors include other draws, not only rounding: run it with training=False, or "
+                         f"without its random layers, to measure rounding alone")
         unmeasured = sorted({f"{r.compute_dtype} {pow2_text(float_info(r.compute_dtype).smallest_normal)}"
                              for r in self.policies.values()
                              if 0 in (r.output_error_elements, r.gradient_error_elements)})
@@ -309,6 +318,7 @@ class PrecisionComparison(Report):
         return {"function_name": self.function_name, "function": self.function_name, "kind": self.kind,
                 "loss_scale": to_jsonable(self.loss_scale), "output_names": list(self.output_names),
                 "gradient_names": list(self.gradient_names), "device": self.device,
+                "random_ops": list(self.random_ops),
                 "flagged": list(self.flagged), "config": to_jsonable(self.config),
                 "policies": {p: r.to_dict(arrays) for p, r in self.policies.items()}}
 
