@@ -69,3 +69,22 @@ def test_the_cli_says_why_it_marks_no_fusion(tmp_path):
     agrees = SimpleNamespace(findings=(), ulp_bound=2, atol=1e-6)
     assert _no_cause_note(agrees) == ("cause: none to mark: XLA's outputs and gradients are within 2 ULP or 1e-06 "
                                       "of eager's on these arguments")
+
+
+def test_the_no_cause_line_names_random_streams_and_non_finite_outputs(tmp_path):
+    """A function drawing random numbers got "XLA's outputs … are within 4096 ULP of eager's" while XLA
+    drew other numbers (off by up to 0.8); all-NaN outputs got the same sentence. The line now says
+    which: the random streams left out of the comparison, or outputs not finite in eager too."""
+    from types import SimpleNamespace
+
+    from tests.lowering.test_lower_cli import _main
+    from tflab.commands.lower_cmd import _no_cause_note
+
+    (tmp_path / "r.py").write_text("import tensorflow as tf\n\ndef rnd(x):\n    return x + tf.random.uniform(tf.shape(x))\n")
+    code, out, err = _main("lower", f"{tmp_path / 'r.py'}:rnd", "--arg", "x=float32[8]", "--cause")
+    assert code == 0, err
+    line = next(ln for ln in out.splitlines() if ln.startswith("cause:"))
+    assert "random streams that XLA draws otherwise than eager" in line and "within" not in line, line
+    nan = SimpleNamespace(findings=(), notes=(), ulp_bound=2, atol=1e-6,
+                          nonfinite=SimpleNamespace(found=True, cause_text="first non-finite op: Const 'mul/y'"))
+    assert _no_cause_note(nan).startswith("cause: none to mark: the outputs are not finite, in eager as well")

@@ -201,6 +201,14 @@ def run(args: argparse.Namespace) -> int:
 def _no_cause_note(compared) -> str:
     """``--cause``'s line when no fusion is marked: XLA agrees with eager (the comparison's own
     bound), or it differs and turning its passes off one at a time named no cause."""
+    nonfinite = getattr(compared, "nonfinite", None)
+    if nonfinite is not None and getattr(nonfinite, "found", False):
+        return (f"cause: none to mark: the outputs are not finite, in eager as well ({nonfinite.cause_text}); "
+                f"no ULP distance measures them")
+    if not compared.findings and getattr(compared, "notes", ()):
+        return (f"cause: none to mark among the tensors compared, but {len(compared.notes)} come from random "
+                f"streams that XLA draws otherwise than eager and were left out ({compared.notes[0]}); "
+                f"`tflab compare` lists them")
     if not compared.findings:
         return (f"cause: none to mark: XLA's outputs and gradients are within {compared.ulp_bound} ULP or "
                 f"{compared.atol:g} of eager's on these arguments")
