@@ -479,3 +479,26 @@ def test_random_draws_in_a_training_mode_run_are_named_not_read_as_rounding(rate
             [c.line_text for c in at_random]
     else:
         assert cmp.random_ops == () and "random:" not in cmp.to_text()
+
+
+def test_a_factory_that_sets_its_own_dtype_is_refused_not_measured():
+    """A factory calling set_global_policy("float64") built every policy's model in float64: "mixed_bfloat16:
+    error 0, no underflow" where bfloat16's error is 6e-3. Now refused, naming the dtype its ops ran in.
+    The healthy twin keeps one layer in float32 on purpose (a float32 head, Keras' advice) and is measured."""
+    import keras
+
+    def sets_policy():
+        keras.mixed_precision.set_global_policy("float64")
+        return keras.Sequential([keras.layers.Input((4,)), keras.layers.Dense(3)])
+
+    def float32_head():
+        inp = keras.Input((4,))
+        return keras.Model(inp, keras.layers.Dense(3, dtype="float32")(keras.layers.Dense(8)(inp)))
+
+    x = tf.TensorSpec([2, 4], tf.float32)
+    with pytest.raises(UsageError, match=r"none of its 1 MatMul/Conv op\(s\) ran in float32 \(MatMul in float64\): "
+                                         r"the factory's model sets its own dtype"):
+        compare_precisions(sets_policy, x, policies=("float32", "mixed_bfloat16"))
+    assert keras.mixed_precision.dtype_policy().name == "float32"
+    cmp = compare_precisions(float32_head, x, policies=("float32", "mixed_bfloat16"))
+    assert cmp.policies["mixed_bfloat16"].output_error > 0

@@ -328,6 +328,13 @@ def run_policies(subject: PolicySubject, policies: tuple, loss_scale: Any, name:
                 "dtype policy and casts them back, so this would measure float32 arithmetic; pass a "
                 "zero-argument factory that builds the model (it is built once per policy), or cast "
                 "the weights inside the function")
+        if subject.factory and compute_ops and not any(dt == compute for _, dt in compute_ops):
+            kinds = ", ".join(sorted({f"{op} in {dt}" for op, dt in compute_ops}))
+            raise UsageError(
+                f"{name} under {policy}: none of its {len(compute_ops)} MatMul/Conv op(s) ran in {compute} "
+                f"({kinds}): the factory's model sets its own dtype (set_global_policy or a layer's dtype=), "
+                f"which overrides the policy tflab sets before each build, so this would not measure "
+                f"{compute}; remove that from the factory")
         scaled = compute == "float16" and loss_scale is not None
         if ref is None:
             grads, t = run.grad_fn(1.0)
