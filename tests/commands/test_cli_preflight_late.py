@@ -38,6 +38,24 @@ def work(tmp_path_factory):
     np.savez(w / "dates.npz", t=np.array(["2020-01-01"], dtype="datetime64[D]"))
     with zipfile.ZipFile(w / "notnpy.npz", "w") as z:
         z.writestr("x.txt", b"1 2 3")
+    import io
+    import warnings
+
+    from numpy.lib import format as npy
+
+    def npy_header(shape):
+        b = io.BytesIO()
+        npy.write_array_header_1_0(b, {"descr": "<f4", "fortran_order": False, "shape": shape})
+        return b.getvalue()
+
+    with zipfile.ZipFile(w / "bomb.npz", "w") as z:  # a header declaring 3.6 TiB: np.load would allocate it
+        z.writestr("x.npy", npy_header((10**12,)))
+    with zipfile.ZipFile(w / "negative.npz", "w") as z:
+        z.writestr("x.npy", npy_header((-3, 2)))
+    with warnings.catch_warnings(), zipfile.ZipFile(w / "twice.npz", "w") as z:
+        warnings.simplefilter("ignore")  # zipfile's "Duplicate name"
+        for v in (0.0, 1.0):
+            z.writestr("x.npy", npy_header((2,)) + np.full(2, v, np.float32).tobytes())
     (w / "sm").mkdir()
     (w / "sm" / "saved_model.pb").write_bytes(b"")
     (w / "o").mkdir()
@@ -98,6 +116,11 @@ REFUSED = [
     (["check-tflite", "ok.tflite", "sm", "--examples", "objects.npz"], "'x' is an object array of Python objects"),
     (["compare", "m.py:f", "--examples", "dates.npz"], "'t' is a datetime64[D] array: TF has no tensor"),
     (["inspect", "m.py:f", "--examples", "notnpy.npz"], "member 'x.txt' is not a .npy"),
+    # ... and what its headers declare (handed: a zip bomb, a member twice; sibling: a negative dim)
+    (["inspect", "m.py:f", "--examples", "bomb.npz"], "declares 3,725.3 GiB of arrays in its .npy headers, more "
+                                                      "than half this machine's memory"),
+    (["export", "ok.tflite", "--out", "o/e", "--examples", "twice.npz"], "holds member 'x.npy' twice"),
+    (["diagnose", "m.py:f", "--examples", "negative.npz"], "declares the shape (-3, 2) in its .npy header"),
     (["tour", "--model", "m.py", "--out", "o/t"], "--model 'm.py' is not a .keras file or a SavedModel folder"),
     # --force onto a user's file: the noun takes its article ("a lowering", not "an lowering")
     (["lower", "m.py:f", "--arg", "x=float32[2]", "--out", "ok.tflite", "--force"], "not a lowering folder"),

@@ -10,6 +10,7 @@ probes an input (FILE.py, MODEL, examples, SavedModel) without opening it.
 from __future__ import annotations
 
 import errno
+import math
 import os
 import stat
 from pathlib import Path
@@ -244,7 +245,8 @@ def check_npz(path: str | os.PathLike, flag: str = "--examples") -> None:
     """Refuses, without TF, what cannot be an ``.npz`` of examples: a folder, no regular file, a missing
     or unreadable file, a file that is no zip archive (``np.savez`` writes a zip), and from each
     member's ``.npy`` header alone (numpy, the data left unread): an archive without arrays, a member
-    that is no array, an object array, a dtype TF has no tensor for.
+    that is no array or is there twice, an object array, a dtype TF has no tensor for, a negative
+    dim, arrays declaring more than half this machine's memory (a zip of a few MB can inflate to that).
 
     Raises:
         UsageError: one line, what is wrong and how to write one (``np.savez(path, x=array)``).
@@ -271,6 +273,14 @@ def check_npz(path: str | os.PathLike, flag: str = "--examples") -> None:
     _check_npz_members(path, flag)
 
 
+def _physical_memory() -> int:
+    """This machine's physical memory in bytes (POSIX ``sysconf``), 0 when it cannot say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
 def _check_npz_members(path: str | os.PathLike, flag: str) -> None:
     """Each member's ``.npy`` header, read without its data (numpy, no TF): no member at all, a member
     that is no ``.npy``, an object array (stored as a pickle, which tflab never loads) or a dtype TF
@@ -287,6 +297,11 @@ def _check_npz_members(path: str | os.PathLike, flag: str) -> None:
     try:
         with zipfile.ZipFile(path) as z:
             names = z.namelist()
+            twice = next((n for n in names if names.count(n) > 1), None)
+            if twice is not None:  # zipfile reads the last of them: the other would be dropped unsaid
+                raise UsageError(f"{flag} {text!r} holds member {shorten_path(twice)!r} twice (np.savez writes each "
+                                 f"name once): write the arrays again with np.savez(path, x=array)")
+            declared = 0
             if not names:
                 raise UsageError(f"{flag} {text!r} holds no arrays: give one array per input name "
                                  f"(np.savez(path, x=array))")
@@ -304,13 +319,22 @@ def _check_npz_members(path: str | os.PathLike, flag: str) -> None:
                                          f"(np.savez(path, x=array) writes one per array)") from None
                     if version not in readers:  # a newer header: read_npz judges it when it loads the data
                         continue
-                    _, _, dtype = readers[version](f)
+                    shape, _, dtype = readers[version](f)
                 name = member[:-len(".npy")]
+                if any(d < 0 for d in shape):
+                    raise UsageError(f"{flag} {text!r}: {name!r} declares the shape {tuple(shape)} in its .npy header: "
+                                     f"a damaged file; write the arrays again with np.savez(path, x=array)")
+                declared += math.prod(shape) * dtype.itemsize
                 if dtype.hasobject:
                     raise UsageError(f"{flag} {text!r}: {name!r} is an object array of Python objects, which an "
                                      f".npz holds as a pickle and tflab never loads; give a numeric, bool or string "
                                      f"array (e.g. np.asarray(..., dtype=np.float32), or dtype=str)")
                 check_dtype(name, np.empty((0,), dtype), f"{flag} {text!r}")
+            memory = _physical_memory()
+            if memory and declared > memory // 2:  # a few MB on disk can inflate to more than the machine holds
+                raise UsageError(f"{flag} {text!r} declares {declared / 2**30:,.1f} GiB of arrays in its .npy headers, "
+                                 f"more than half this machine's memory ({memory / 2**30:,.1f} GiB), and is read whole: "
+                                 f"give fewer or smaller examples")
     except UsageError:
         raise
     except Exception as e:  # a damaged archive or header: one line, as read_npz says it
