@@ -48,6 +48,10 @@ def work(tmp_path_factory):
         npy.write_array_header_1_0(b, {"descr": "<f4", "fortran_order": False, "shape": shape})
         return b.getvalue()
 
+    import ml_dtypes
+
+    np.savez(w / "bf16.npz", x=np.ones(4, ml_dtypes.bfloat16))  # np.save keeps it as raw |V2 records
+    (w / "prefixed.npz").write_bytes(b"#!/bin/sh\n" + (w / "ok.npz").read_bytes())
     with zipfile.ZipFile(w / "bomb.npz", "w") as z:  # a header declaring 3.6 TiB: np.load would allocate it
         z.writestr("x.npy", npy_header((10**12,)))
     with zipfile.ZipFile(w / "negative.npz", "w") as z:
@@ -121,6 +125,10 @@ REFUSED = [
                                                       "than half this machine's memory"),
     (["export", "ok.tflite", "--out", "o/e", "--examples", "twice.npz"], "holds member 'x.npy' twice"),
     (["diagnose", "m.py:f", "--examples", "negative.npz"], "declares the shape (-3, 2) in its .npy header"),
+    # an ml_dtypes array np.save stored without its type (was "a void16 array"), bytes before the zip
+    # (np.load read it as a pickle and advised allow_pickle)
+    (["compare", "m.py:f", "--examples", "bf16.npz"], "'x' is a raw 2-byte record array (|V2): TF has no tensor"),
+    (["check-tflite", "ok.tflite", "sm", "--examples", "prefixed.npz"], "has other bytes before its zip archive"),
     (["tour", "--model", "m.py", "--out", "o/t"], "--model 'm.py' is not a .keras file or a SavedModel folder"),
     # --force onto a user's file: the noun takes its article ("a lowering", not "an lowering")
     (["lower", "m.py:f", "--arg", "x=float32[2]", "--out", "ok.tflite", "--force"], "not a lowering folder"),

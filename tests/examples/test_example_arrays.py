@@ -79,7 +79,7 @@ def test_healthy_twin_batch_layout_is_read(tmp_path):
     (np.array(["2020-01-01"], "datetime64[D]"), "datetime64[D] array"),
     (np.zeros(2, [("a", "f4"), ("b", "i4")]), "structured array (fields a, b)"),
     (np.array([1], "timedelta64[s]"), "timedelta64[s] array"),
-    (np.zeros(2, "V4"), "void32 array"),
+    (np.zeros(2, "V4"), "raw 4-byte record array (|V4)"),
 ], ids=["datetime64-handed", "structured-handed", "timedelta64-sibling", "void-sibling"])
 def test_a_dtype_tf_cannot_take_is_refused_naming_the_array(tmp_path, array, words):
     np.savez(tmp_path / "e.npz", x=array)

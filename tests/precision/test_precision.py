@@ -502,3 +502,18 @@ def test_a_factory_that_sets_its_own_dtype_is_refused_not_measured():
     assert keras.mixed_precision.dtype_policy().name == "float32"
     cmp = compare_precisions(float32_head, x, policies=("float32", "mixed_bfloat16"))
     assert cmp.policies["mixed_bfloat16"].output_error > 0
+
+
+def test_a_factory_building_another_shape_is_told_which_variable_differs():
+    """Same count, other shapes: the message said "2 trainable variable(s) under mixed_bfloat16 but 2 under
+    float32"; it now names the variable and both shapes."""
+    import keras
+
+    widths = iter([4, 5, 5, 5])
+
+    def grows():
+        return keras.Sequential([keras.layers.Input((4,)), keras.layers.Dense(next(widths))])
+
+    with pytest.raises(UsageError, match=r"trainable variable #1 of shape \(4, 5\) under mixed_bfloat16 but "
+                                         r"\(4, 4\) under float32; the factory must build the same model"):
+        compare_precisions(grows, tf.TensorSpec([2, 4], tf.float32), policies=("float32", "mixed_bfloat16"))

@@ -270,6 +270,11 @@ def check_npz(path: str | os.PathLike, flag: str = "--examples") -> None:
     if not is_zip:
         # np.load reads a non-zip as a pickle and blames "pickled (object) data".
         raise UsageError(f"{flag} {text!r} is not an .npz archive (np.savez writes one, an array per input name)")
+    with open(path, "rb") as f:
+        start = f.read(4)
+    if start not in (b"PK\x03\x04", b"PK\x05\x06"):  # np.load takes only an archive at the file's start
+        raise UsageError(f"{flag} {text!r} has other bytes before its zip archive, which np.load then reads as a "
+                         f"pickle: write the arrays again with np.savez(path, x=array)")
     _check_npz_members(path, flag)
 
 

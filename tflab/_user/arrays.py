@@ -34,6 +34,10 @@ def check_dtype(name: str, a: np.ndarray, source: str) -> None:
         return
     if dt.kind == "O" and all(isinstance(x, (bytes, str)) for x in a.ravel()):
         return  # strings held as Python objects: a tf.string input
+    if dt.kind == "V" and dt.names is None:  # what np.save writes for an ml_dtypes array: the type is gone
+        raise UsageError(f"{source}: {name!r} is a raw {dt.itemsize}-byte record array ({dt.str}): TF has no tensor of "
+                         f"that dtype; np.save stores an ml_dtypes array (bfloat16, float8, int4) so, without its "
+                         f"type: save it as float32 instead (x.astype(np.float32))")
     what = ("a structured array (fields " + ", ".join(dt.names) + ")" if dt.names else
             f"an object array of Python objects" if dt.kind == "O" else f"a {dt.name} array")
     raise UsageError(f"{source}: {name!r} is {what}: TF has no tensor of that dtype; give a numeric, bool or "

@@ -350,8 +350,12 @@ def run_policies(subject: PolicySubject, policies: tuple, loss_scale: Any, name:
             continue
         if len(run.variables) != len(ref[2]) or any(
                 tuple(v.shape) != r.shape for v, r in zip(run.variables, ref[2])):
-            raise UsageError(f"{name} has {len(run.variables)} trainable variable(s) under {policy} "
-                             f"but {len(ref[2])} under float32; the factory must build the same model")
+            differ = next(((i, tuple(v.shape), r.shape) for i, (v, r) in enumerate(zip(run.variables, ref[2]))
+                           if tuple(v.shape) != r.shape), None)
+            what = (f"{len(run.variables)} trainable variable(s) under {policy} but {len(ref[2])} under float32"
+                    if differ is None or len(run.variables) != len(ref[2]) else
+                    f"trainable variable #{differ[0] + 1} of shape {differ[1]} under {policy} but {differ[2]} under float32")
+            raise UsageError(f"{name} has {what}; the factory must build the same model")
         if subject.factory and subject.variables_of(obj) is None:
             _check_same_weights(run.variables, ref[2], policy, name)
         unscaled = None
