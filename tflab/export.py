@@ -29,7 +29,7 @@ import numpy as np
 
 from tflab.report.base import Report, config_field
 from tflab._io.export_out import check_out  # noqa: F401 (export's --out rules; re-exported)
-from tflab._io.path_checks import check_source_apart
+from tflab._io.path_checks import check_outputs_apart, check_source_apart
 from tflab.custom_op_loader import load_custom_ops_for, unregistered_op
 from tflab.errors import TflabError, UsageError, raise_if_terminated
 from tflab.examples import load_examples
@@ -405,6 +405,8 @@ def export_model(model: Any, out: str | os.PathLike, *, quantize: Sequence[str] 
     progress = progress or (lambda msg: None)
     target = check_out(out, force)
     check_source_apart(out, model)  # --force never publishes over its own input
+    if isinstance(examples, (str, os.PathLike)):  # nor over its examples (the CLI's preflight says the same)
+        check_outputs_apart([(os.fspath(out), "out", True)], [(os.fspath(examples), "examples")])
     # The examples first: 0 rows or an all-NaN input is refused before the model is loaded or converted.
     if isinstance(examples, (str, os.PathLike)):
         source = os.fspath(examples)

@@ -453,3 +453,29 @@ def test_force_replaces_only_an_output_of_the_same_verb(tmp_path):
     check_replaceable(low, "--out", "lowering")  # the same kind: replaceable
     with pytest.raises(UsageError, match="is a tflab lowering folder, not an export"):
         check_replaceable(low, "--out", "export")
+
+
+def test_export_model_never_publishes_over_its_examples(tmp_path):
+    """The CLI refused ``export M --out e2 --force --examples e2/examples.npz``; the API's
+    ``export_model(m, "e2", examples="e2/examples.npz", force=True)`` replaced the folder holding its
+    own input. The same check now runs in the API, before any model is loaded; an examples file
+    outside the folder is taken (the healthy twin)."""
+    import numpy as np
+
+    from tflab import export_model
+    from tflab._io.paths import write_marker
+
+    exp = tmp_path / "e2"
+    (exp / "saved_model").mkdir(parents=True)
+    np.savez(exp / "examples.npz", x=np.ones((2, 3), np.float32))
+    (exp / "report.json").write_text("{}")
+    write_marker(exp, "export")
+    before = {p: p.read_bytes() for p in exp.rglob("*") if p.is_file()}
+    with pytest.raises(UsageError, match="holds the input examples"):
+        export_model(object(), exp, quantize=["none"], examples=exp / "examples.npz", force=True)
+    assert {p: p.read_bytes() for p in exp.rglob("*") if p.is_file()} == before
+    outside = tmp_path / "examples.npz"
+    outside.write_bytes((exp / "examples.npz").read_bytes())
+    with pytest.raises(UsageError) as e:  # passes the check, then the model object is refused
+        export_model(object(), exp, quantize=["none"], examples=outside, force=True)
+    assert "holds the input" not in str(e.value)
