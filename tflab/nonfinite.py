@@ -37,8 +37,10 @@ Example:
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import linecache
+import logging
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -81,6 +83,25 @@ class OpValue:
 
 
 _LIBRARY: dict[str, bool] = {}
+
+
+class _OwnRetraceFilter(logging.Filter):
+    """Drops TF's "N out of the last N calls to <function trace_op_values.<locals>.traced> triggered
+    tf.function retracing" warning: each judgment traces tflab's own wrapper afresh on purpose, and the
+    warning pointed a user who asks why a function retraced at tflab's code, not theirs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "trace_op_values.<locals>.traced" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _own_retrace_warnings_dropped():
+    logger, own = logging.getLogger("tensorflow"), _OwnRetraceFilter()
+    logger.addFilter(own)
+    try:
+        yield
+    finally:
+        logger.removeFilter(own)
 
 
 def _is_library(filename: str) -> bool:
@@ -172,7 +193,8 @@ def trace_op_values(call: Callable, sources: Sequence) -> tuple[list[OpValue], A
         shapes.clear()
         order.clear()
         try:
-            out, values = tf.function(traced, autograph=autograph)(list(sources))
+            with _own_retrace_warnings_dropped():
+                out, values = tf.function(traced, autograph=autograph)(list(sources))
             break
         except Exception as e:  # noqa: BLE001 - Python control flow on tensors needs AutoGraph: try it
             last = e

@@ -230,3 +230,35 @@ def test_the_rescued_gradient_error_is_measured_not_n_a():
     row = next(ln for ln in cmp.to_text().splitlines()
                if ln.startswith("mixed_float16"))
     assert row.split()[3] != "n/a"
+
+
+def test_tracing_the_judged_ops_again_and_again_logs_no_retrace_warning_for_tflabs_wrapper():
+    """Each judgment traces tflab's own wrapper afresh; from the fifth, TF warned "5 out of the last 5
+    calls to <function trace_op_values.<locals>.traced> triggered tf.function retracing", which points a
+    user asking why their function retraced at tflab's code. A user's own function still warns."""
+    import logging
+
+    from tflab.nonfinite import trace_op_values
+
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    keep = Keep()
+    logging.getLogger("tensorflow").addHandler(keep)
+    try:
+        x = tf.ones([3])
+        for _ in range(7):
+            trace_op_values(lambda s: s[0] * 2.0, [x])
+        assert not [m for m in seen if "retracing" in m], seen
+
+        def users(v):
+            return v + 1.0
+
+        for n in range(1, 8):  # the healthy twin: a user's function created in a loop, warned about as before
+            tf.function(users)(tf.ones([n]))
+        assert any("retracing" in m and "users" in m for m in seen), seen
+    finally:
+        logging.getLogger("tensorflow").removeHandler(keep)
