@@ -532,7 +532,13 @@ def example_inputs(fn: Callable, examples: Any, named: dict[str, Any] | None = N
                              f"make them agree, or drop the {arg}")
         values[name] = tf.constant(a)
     if by_position:
-        unknown = [n for n in named if n not in values and isinstance(named[n], tf.TensorSpec)]
+        specs = [n for n in named if isinstance(named[n], tf.TensorSpec)]
+        stray = [n for n in values if n not in named]
+        if specs and stray:  # both would be passed, the stray array as a second positional (Keras' `training`)
+            raise UsageError(f"{source}: array(s) {', '.join(map(repr, stray))} name no {arg} input of the factory's "
+                             f"model ({', '.join(specs)}): name each array after the {arg} it replaces, or drop "
+                             f"the {arg}")
+        unknown = [n for n in specs if n not in values]
         return tuple(values.values()) + tuple(named[n] for n in unknown), {}
     sig = _target.python_signature(fn)
     call = getattr(fn, "call", None)

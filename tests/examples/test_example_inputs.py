@@ -220,3 +220,22 @@ def test_every_verb_refuses_a_non_npz_before_tf_work(verb, npz):
         args.model = FNS.replace("examples_fns.py", "") + "examples_fns.py:emb"
     with pytest.raises(UsageError, match="is not an .npz archive"):
         preflight(verb, args)
+
+
+def test_a_factorys_array_named_after_no_arg_input_is_refused_naming_both(tmp_path):
+    """``precision conv.py:make_classifier --arg img=float32[…] --examples wrong.npz`` (array ``image``)
+    passed both the array and the --arg spec to the model, the second as Keras' ``training``: "multiple
+    values for argument 'training'". The names are now compared first; the healthy twin (the array named
+    after the --arg) binds as before."""
+    import tensorflow as tf
+
+    def factory():
+        return None  # not called: binding only
+
+    np.savez(tmp_path / "wrong.npz", image=np.ones((2, 4), np.float32))
+    np.savez(tmp_path / "right.npz", img=np.ones((2, 4), np.float32))
+    spec = {"img": tf.TensorSpec([2, 4], tf.float32)}
+    with pytest.raises(UsageError, match=r"array\(s\) 'image' name no --arg input of the factory's model \(img\)"):
+        example_inputs(factory, str(tmp_path / "wrong.npz"), spec, by_position=True)
+    args, kwargs = example_inputs(factory, str(tmp_path / "right.npz"), spec, by_position=True)
+    assert len(args) == 1 and kwargs == {} and args[0].shape == (2, 4)
