@@ -240,9 +240,11 @@ def test_a_setsid_process_of_the_run_is_ended_when_tflab_is_killed(tmp_path, sig
                              env=dict(os.environ, PYTHONPATH=str(REPO)), stdin=subprocess.DEVNULL,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
-        while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
+        pid_file = tmp_path / "pid"
+        # the escaper creates the file, then writes: wait for the whole number (a loaded machine read "")
+        while not (pid_file.exists() and pid_file.read_text().strip().isdigit()) and time.monotonic() < deadline:
             time.sleep(0.05)
-        escapee = int((tmp_path / "pid").read_text())
+        escapee = int(pid_file.read_text())
         assert _alive(escapee)
         p.send_signal(sig)
         p.wait(timeout=30)
