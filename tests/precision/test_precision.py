@@ -517,3 +517,24 @@ def test_a_factory_building_another_shape_is_told_which_variable_differs():
     with pytest.raises(UsageError, match=r"trainable variable #1 of shape \(4, 5\) under mixed_bfloat16 but "
                                          r"\(4, 4\) under float32; the factory must build the same model"):
         compare_precisions(grows, tf.TensorSpec([2, 4], tf.float32), policies=("float32", "mixed_bfloat16"))
+
+
+def test_a_float32_reference_that_is_all_nan_is_refused_not_passed():
+    """All kernel weights NaN: every policy was "no underflow or overflow" with out err "-", measured over nothing.
+    Refused now; the healthy twin has one NaN weight row among finite ones and is measured."""
+    import keras
+
+    def make(nan_rows):
+        def factory():
+            m = keras.Sequential([keras.layers.Input((4,)), keras.layers.Dense(3)])
+            w, b = m.layers[-1].get_weights()
+            w[:nan_rows] = np.nan
+            m.layers[-1].set_weights([w, b])
+            return m
+        return factory
+
+    x = tf.TensorSpec([2, 4], tf.float32)
+    with pytest.raises(UsageError, match="under float32 every float output element is NaN or inf"):
+        compare_precisions(make(4), x, policies=("float32", "mixed_bfloat16"))
+    cmp = compare_precisions(make(0), x, policies=("float32", "mixed_bfloat16"))
+    assert cmp.policies["mixed_bfloat16"].output_error > 0

@@ -100,7 +100,8 @@ def takes_no_parameters(fn: Callable) -> bool:
 
 
 def check_float_values(name: str, outputs: list, grads: list) -> None:
-    """Refuses a function with no floating-point value to judge: every policy would pass vacuously.
+    """Refuses a function with no floating-point value to judge, or whose float32 outputs are all NaN or
+    inf: every policy would pass vacuously.
 
     Each policy is judged on the float outputs and the gradients; a function whose outputs are all
     integers or booleans (``x * 2 + 1`` on int32, ``tf.logical_not``, a ``tf.cast(tf.round(x), tf.int32)``
@@ -108,6 +109,13 @@ def check_float_values(name: str, outputs: list, grads: list) -> None:
     policy, measured over nothing.
     """
     floats = [o for o in outputs if np.issubdtype(np.asarray(o).dtype, np.floating)]
+    sized = [o for o in floats if np.asarray(o).size]
+    if sized and not any(np.isfinite(np.asarray(o, np.float64)).any() for o in sized):
+        from tflab.errors import UsageError
+
+        raise UsageError(f"{name}: under float32 every float output element is NaN or inf, so no policy's outputs "
+                         f"can be measured against it; make the float32 run finite first (`tflab compare "
+                         f"FILE.py:FUNC` names the first non-finite op)")
     if sum(np.asarray(o).size for o in floats) or any(g is not None and np.asarray(g).size for g in grads):
         return
     kinds = ", ".join(sorted({str(np.asarray(o).dtype) for o in outputs})) or "none"
