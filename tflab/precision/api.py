@@ -54,8 +54,8 @@ import numpy as np
 from tflab._api.labels import variable_labels
 from tflab._graph.analysis import flatten_sources, output_names_of, prepare_args
 from tflab.precision.policy import (DEFAULT_POLICIES, INITIAL_LOSS_SCALE, MIN_LOSS_SCALE, POLICIES,  # noqa: F401
-                           REFERENCE, check_float_values, global_policy, held_layers, is_keras_layer, keras_modules, record_compute_ops,
-                           parse_loss_scale, parse_policies, takes_no_parameters)
+                           REFERENCE, check_float_values, global_policy, held_layers, is_keras_layer, keras_modules,
+                           parse_loss_scale, parse_policies, record_compute_ops, takes_no_parameters)
 from tflab.precision.records import PolicyResult, PrecisionComparison
 from tflab._user.target import check_target, callable_name, recording_draws, signature_args
 from tflab._user.usercode import user_entry
@@ -316,25 +316,20 @@ def run_policies(subject: PolicySubject, policies: tuple, loss_scale: Any, name:
                 said = input_error(e, drawn) if policy == REFERENCE else error_summary(e)[:300]
             raise UsageError(f"{name} failed under {policy}: {said}"
                              + (f" (at {where})" if where else "") + hint) from e
-        if not subject.factory and compute != "float32" and compute_ops \
+        if compute_ops and (subject.factory or compute != "float32") \
                 and not any(dt == compute for _, dt in compute_ops):
-            # Only the arguments were cast, and every MatMul/Conv still ran in another dtype:
-            # typically a Keras model built earlier, whose layers keep the float32 policy
-            # they were built with and cast the inputs back (Keras autocasting).
+            # Every MatMul/Conv ran in another dtype. A function: only the arguments were cast, and a Keras
+            # model built earlier keeps the policy it was built with and casts them back (autocasting).
+            # A factory: its model set its own policy over the one set before the build.
             kinds = ", ".join(sorted({f"{op} in {dt}" for op, dt in compute_ops}))
-            raise UsageError(
-                f"{name} under {policy}: none of its {len(compute_ops)} MatMul/Conv op(s) ran in {compute} "
-                f"({kinds}): only the arguments are cast, and a Keras layer built earlier keeps its "
-                "dtype policy and casts them back, so this would measure float32 arithmetic; pass a "
-                "zero-argument factory that builds the model (it is built once per policy), or cast "
-                "the weights inside the function")
-        if subject.factory and compute_ops and not any(dt == compute for _, dt in compute_ops):
-            kinds = ", ".join(sorted({f"{op} in {dt}" for op, dt in compute_ops}))
-            raise UsageError(
-                f"{name} under {policy}: none of its {len(compute_ops)} MatMul/Conv op(s) ran in {compute} "
-                f"({kinds}): the factory's model sets its own dtype (set_global_policy or a layer's dtype=), "
-                f"which overrides the policy tflab sets before each build, so this would not measure "
-                f"{compute}; remove that from the factory")
+            why = ("the factory's model sets its own dtype (set_global_policy or a layer's dtype=), which overrides "
+                   f"the policy tflab sets before each build, so this would not measure {compute}; remove that "
+                   "from the factory" if subject.factory else
+                   "only the arguments are cast, and a Keras layer built earlier keeps its dtype policy and casts "
+                   "them back, so this would measure float32 arithmetic; pass a zero-argument factory that builds "
+                   "the model (it is built once per policy), or cast the weights inside the function")
+            raise UsageError(f"{name} under {policy}: none of its {len(compute_ops)} MatMul/Conv op(s) ran in "
+                             f"{compute} ({kinds}): {why}")
         scaled = compute == "float16" and loss_scale is not None
         if ref is None:
             grads, t = run.grad_fn(1.0)
@@ -354,7 +349,8 @@ def run_policies(subject: PolicySubject, policies: tuple, loss_scale: Any, name:
                            if tuple(v.shape) != r.shape), None)
             what = (f"{len(run.variables)} trainable variable(s) under {policy} but {len(ref[2])} under float32"
                     if differ is None or len(run.variables) != len(ref[2]) else
-                    f"trainable variable #{differ[0] + 1} of shape {differ[1]} under {policy} but {differ[2]} under float32")
+                    f"trainable variable #{differ[0] + 1} of shape {differ[1]} under {policy} but {differ[2]} "
+                    f"under float32")
             raise UsageError(f"{name} has {what}; the factory must build the same model")
         if subject.factory and subject.variables_of(obj) is None:
             _check_same_weights(run.variables, ref[2], policy, name)

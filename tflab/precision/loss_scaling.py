@@ -73,20 +73,14 @@ def demonstrate_loss_scaling(input_shape: tuple = (64, 64, 3), batch: int = 4, s
         raise UsageError(f"attribute must be True or False, got {attribute!r}")
     images = example_batch(tf.TensorSpec([None, *input_shape], tf.float32), batch, seed=seed)
     labels = tf.constant(np.arange(batch) % NUM_CLASSES)
-    first: list = []  # the float32 build's weights (and BN statistics) before any run
-
     def factory():
+        # The model the loss closes over: `PolicySubject` gives every build the first build's weights
+        # (BN statistics included) and puts them back before every run (`held_layers`).
         model = keras.applications.MobileNetV3Small(weights=None, input_shape=tuple(input_shape),
                                                     classes=NUM_CLASSES)
-        if not first:
-            first.append(model.get_weights())
         xent = keras.losses.SparseCategoricalCrossentropy()
 
         def train_step_loss(images, labels):
-            # One starting point for every run of every policy: a training-mode call moves the BN
-            # statistics, which the next run would otherwise read (tf.init_scope: also when traced).
-            with tf.init_scope():
-                model.set_weights(first[0])
             # Keras computes losses in float32: cast the (float16/bfloat16) softmax first.
             return xent(labels, tf.cast(model(images, training=True), tf.float32))
 

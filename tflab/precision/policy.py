@@ -177,6 +177,14 @@ def held_layers(fn: Callable) -> list:
     method's object, a ``functools.partial``'s arguments, the values its closure cells and the
     globals it names hold (a list, tuple or dict of layers too).
 
+    Args:
+        fn: what a factory returned that is no Keras layer: a function, a bound method, a
+            ``functools.partial`` or a ``tf.function`` (its Python function is read).
+
+    Returns:
+        The layers (``keras.layers.Layer`` and tf_keras', models included); ``[]`` for a builtin or
+        a callable object without code. Read with ``inspect.getclosurevars``, never called.
+
     Example:
         >>> model = keras.Sequential([keras.layers.Dense(2)])
         >>> held_layers(lambda x: model(x, training=True)) == [model]
