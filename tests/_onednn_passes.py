@@ -18,7 +18,8 @@ the other and the first failure stops the rest, as the Makefile's passes did.
 Each pass's pytest output is printed whole when the pass ends (never interleaved): passes that
 passed first, a failing one last, so the last summary line printed is a failing pass's (CI reads
 the last one). The exit status is the first failing pass's, else 0. Ctrl-C or SIGTERM stops every
-pass.
+pass; each pass is started tied to this script (`tflab.process.group.start_tied`), so a SIGKILL of it
+ends them too.
 """
 
 from __future__ import annotations
@@ -62,9 +63,11 @@ def main(argv: list[str]) -> int:
 
     def start(label: str, extra: dict[str, str]) -> None:
         log = open(Path(tmp.name) / f"{len(running) + len(done)}.log", "w+", encoding="utf-8")
-        proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-m", "onednn",
-                                 *args.files], cwd=REPO, env={**os.environ, **extra},
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        from tflab.process.group import start_tied  # a pass dies with this script, even under SIGKILL
+
+        proc = start_tied([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-m", "onednn", *args.files],
+                          cwd=REPO, env={**os.environ, **extra}, stdout=log, stderr=subprocess.STDOUT,
+                          stdin=subprocess.DEVNULL)
         running.append((label, proc, log, time.monotonic()))
 
     def finish(item) -> None:

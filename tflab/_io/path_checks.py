@@ -278,14 +278,6 @@ def check_npz(path: str | os.PathLike, flag: str = "--examples") -> None:
     _check_npz_members(path, flag)
 
 
-def _physical_memory() -> int:
-    """This machine's physical memory in bytes (POSIX ``sysconf``), 0 when it cannot say."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 0
-
-
 def _check_npz_members(path: str | os.PathLike, flag: str) -> None:
     """Each member's ``.npy`` header, read without its data (numpy, no TF): no member at all, a member
     that is no ``.npy``, an object array (stored as a pickle, which tflab never loads) or a dtype TF
@@ -335,7 +327,9 @@ def _check_npz_members(path: str | os.PathLike, flag: str) -> None:
                                      f".npz holds as a pickle and tflab never loads; give a numeric, bool or string "
                                      f"array (e.g. np.asarray(..., dtype=np.float32), or dtype=str)")
                 check_dtype(name, np.empty((0,), dtype), f"{flag} {text!r}")
-            memory = _physical_memory()
+            from tflab.process.memory import machine_total
+
+            memory = machine_total()
             if memory and declared > memory // 2:  # a few MB on disk can inflate to more than the machine holds
                 raise UsageError(f"{flag} {text!r} declares {declared / 2**30:,.1f} GiB of arrays in its .npy headers, "
                                  f"more than half this machine's memory ({memory / 2**30:,.1f} GiB), and is read whole: "
