@@ -31,8 +31,9 @@ tour: $(STAMP)
 	$(BIN)/tflab tour --force
 
 # Four passes. The main one runs everything not marked `onednn`, in the default
-# configuration, on one pytest-xdist worker per schedulable CPU (at most 4: each holds a
-# TensorFlow of ~2-3 GiB), a test file per worker (--dist loadfile: a file's fixtures are
+# configuration, on pytest-xdist workers: one more than the schedulable CPUs (a test often waits
+# on a child it started or on a time limit; with one worker per CPU, 2 cores were ~90 % busy, with
+# three workers ~98 %), at most 4 (each holds a TensorFlow of ~2-3 GiB), a test file per worker (--dist loadfile: a file's fixtures are
 # built once); TEST_JOBS=1 runs it in one process. A failing main pass stops the target.
 # The tests marked `onednn` depend on TF's CPU kernel path (oneDNN or Eigen) and the ISA that
 # oneDNN, XLA and WarpSoftmax generate code for: tests/_onednn_passes.py runs them with
@@ -47,7 +48,7 @@ tour: $(STAMP)
 # import all ~130 test modules to deselect 95% of them); tests/tour/test_tour_speed.py checks
 # this list against the marker pytest itself collects.
 ONEDNN_FILES := $(shell grep -rlE 'mark\.onednn' tests --include='test_*.py' | sort)
-TEST_JOBS ?= $(shell $(BIN)/python -c "import os; print(min(4, len(os.sched_getaffinity(0))))" 2>/dev/null || echo 1)
+TEST_JOBS ?= $(shell $(BIN)/python -c "import os; n = len(os.sched_getaffinity(0)); print(min(4, n + 1) if n > 1 else 1)" 2>/dev/null || echo 1)
 
 test: $(STAMP)
 	@caps="$$($(BIN)/python -m tflab.runtime --capped-env)"; \

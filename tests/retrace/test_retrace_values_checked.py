@@ -8,6 +8,8 @@ retraces under ``predict`` (tensorflow/tensorflow#34907). Each next to a healthy
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 tf = pytest.importorskip("tensorflow")
@@ -448,11 +450,11 @@ def test_a_rebound_variable_is_not_called_a_trace_counter(tmp_path):
 
 
 def test_each_reference_part_gets_the_whole_time_limit(monkeypatch):
-    """Eager's outputs and eager's again (one child), then the graph-vs-eager floor (another), each
-    with the whole ``TFLAB_FIX_TIMEOUT_S``. Here a call takes 1 s in Python (the sleep runs on every
-    eager call and on every trace) and the limit is 5.5 s: the parts take ~4 s and ~2 s, all of it
-    6 s. Under one shared limit no reference was kept, the candidate's own child had to make it
-    again (7 s) and the fix came back not checked."""
+    """Eager's outputs and eager's again are made in one child with the whole ``TFLAB_FIX_TIMEOUT_S``;
+    the candidate's child then has the whole limit for its run and the graph-vs-eager floor it needs.
+    Here a call takes 1 s in Python (the sleep runs on every eager call and on every trace) and the
+    limit is 5.5 s: the parts take ~4 s and ~3 s. Under one shared limit no reference was kept, the
+    candidate's own child had to make it again (7 s) and the fix came back not checked."""
     import time
 
     monkeypatch.setenv("TFLAB_FIX_TIMEOUT_S", "5.5")
@@ -467,3 +469,31 @@ def test_each_reference_part_gets_the_whole_time_limit(monkeypatch):
     fix = p.traces[1].details[0].plan.fix
     assert fix.checked and "graph vs eager rounding" in fix.result, fix.line()
     assert fix.measured["values_kept"] and fix.measured["calls_compared"] == 2
+
+
+def test_the_graph_floor_is_made_only_for_a_candidate_that_differs_from_eager(monkeypatch, tmp_path):
+    """The floor costs a fresh trace per recorded call; a candidate whose outputs equal eager's never
+    reads it, so no child makes it (the twin above, whose graph differs, gets its bound)."""
+    from tflab.retrace.values import CaseValues
+
+    marks = tmp_path / "floor_made"
+    real = CaseValues._graph_floor
+
+    def counted(self):
+        fd = os.open(marks, os.O_WRONLY | os.O_CREAT | os.O_APPEND)  # os.open: a forked child's write lands here
+        os.write(fd, b"x")
+        os.close(fd)
+        return real(self)
+
+    monkeypatch.setattr(CaseValues, "_graph_floor", counted)
+
+    def f(x, k):
+        return x * k
+
+    p = tflab.RetraceProbe(f)
+    x = tf.ones([2])
+    p(x, 1.0), p(x, 2.0)
+    fix = p.traces[1].details[0].plan.fix
+    assert fix.checked and fix.measured["values_kept"] and fix.measured["calls_compared"] == 2, fix.line()
+    assert "graph vs eager rounding" not in fix.result
+    assert not marks.exists()

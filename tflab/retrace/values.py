@@ -463,24 +463,22 @@ class CaseValues:
         return self._reference
 
     def prefetch(self) -> None:
-        """Eager's outputs (twice) and the graph-vs-eager floor, made once in children and kept here.
+        """Eager's outputs (twice), made once in a child and kept here.
 
         Each candidate's check runs in its own forked child (`tflab.fix.attempt`):
         what a child computes is lost with it, so without this every candidate
         would replay the user's function eagerly again. The parent keeps the
-        NumPy results, and every later child inherits them.
+        NumPy results, and every later child inherits them. Eager's outputs and
+        eager's again are made in one child (so that a body drawing random numbers
+        draws new ones the second time: two children forked from one state would
+        draw the same), with the whole time limit (``TFLAB_FIX_TIMEOUT_S``), which
+        ends a body that blocks; a candidate's own child then has the whole limit
+        for its run.
 
-        They are made in two children, one after the other, each with the whole
-        time limit (``TFLAB_FIX_TIMEOUT_S``): eager's outputs and eager's again
-        in the first (one child, so that a body drawing random numbers draws new
-        ones the second time: two children forked from one state would draw the
-        same), the graph-vs-eager floor (a fresh trace per call) in the second.
-        The limit is there to end a body that blocks; under one shared limit,
-        calls that take a fifth of it each (a training step on a loaded machine)
-        would leave no reference, and every candidate's child would then make it
-        again within its own limit and run past it too.
-        A part that does not come back ends the prefetch there (what came back
-        is kept).
+        The graph-vs-eager floor (a fresh trace per recorded call) is not made
+        here: only a candidate whose outputs differ from eager's by a finite amount
+        reads it, so its child makes it then (`compare`); a candidate equal to
+        eager, the common case, costs no such traces.
         """
         from tflab.process import apart
 
@@ -495,14 +493,8 @@ class CaseValues:
             return self._reference, self._gone, self._again
 
         ran = apart.run_apart(eager)
-        if ran.status != apart.RETURNED:
-            return
-        self._reference, self._gone, self._again = ran.value
-        if self._gone:
-            return
-        ran = apart.run_apart(lambda: (self._graph_floor(), self._floor)[1])
         if ran.status == apart.RETURNED:
-            self._floor = ran.value
+            self._reference, self._gone, self._again = ran.value
 
     def run(self, fn: Callable, convert: Mapping[str, tuple[str, str]] | None = None, **replay: Any) -> list:
         """A candidate (a tf.function) over the recorded calls, each call's arguments converted so."""
