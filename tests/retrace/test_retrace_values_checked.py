@@ -497,3 +497,36 @@ def test_the_graph_floor_is_made_only_for_a_candidate_that_differs_from_eager(mo
     assert fix.checked and fix.measured["values_kept"] and fix.measured["calls_compared"] == 2, fix.line()
     assert "graph vs eager rounding" not in fix.result
     assert not marks.exists()
+
+
+def test_the_graph_floor_stops_at_the_first_call_that_reaches_the_candidates_distance(tmp_path):
+    """Each fresh trace of the floor costs what the user's first call did (a training step: seconds).
+    Here the graph differs from eager on every call, so the first call's fresh trace already reaches
+    the candidate's distance: one fresh trace, not one per call (3); the bound printed says it was
+    measured on the first call. The twin where only the last call differs needs every call."""
+    marks = tmp_path / "traces"
+
+    def run(differs_on):
+        def f(x, k):
+            if not tf.executing_eagerly():  # one byte per trace, from any process (os.open is not redirected)
+                fd = os.open(marks, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+                os.write(fd, b"x")
+                os.close(fd)
+            bump = 0.0 if tf.executing_eagerly() else 1e-6
+            return x * k + tf.where(tf.reduce_max(k) >= differs_on, bump, 0.0)
+
+        if marks.exists():
+            marks.unlink()
+        p = tflab.RetraceProbe(f)
+        x = tf.ones([2])
+        p(x, 1.0), p(x, 2.0), p(x, 3.0)
+        fix = p.traces[1].details[0].plan.fix
+        return fix, marks.stat().st_size
+
+    fix, traces = run(differs_on=1.0)
+    assert fix.checked and "graph vs eager rounding" in fix.result, fix.line()
+    assert "traced afresh for your first call, is that far from eager on it" in fix.result, fix.result
+    probe_and_candidate = traces - 1
+    fix, traces = run(differs_on=3.0)
+    assert fix.checked and "traced afresh for each call" in fix.result, fix.line()
+    assert traces == probe_and_candidate + 3

@@ -434,6 +434,7 @@ class CaseValues:
         self._gone = ""
         self._again: str | None = None
         self._floor: float | None = None
+        self._floor_calls = 0  # the recorded calls the floor was measured on (the first ones)
 
     @property
     def kept(self) -> bool:
@@ -524,14 +525,17 @@ class CaseValues:
         if not vc.ok and self._repeatable() is not None:
             return fx.ValuesCheck(True, f"{fx.VALUES_NOT_KEPT} ({self._repeatable()})", kept=False)
         if not vc.ok and vc.max_ulp != float("inf"):
-            floor = self._graph_floor()
+            floor = self._graph_floor(vc.max_ulp)
             if floor is not None and vc.max_ulp <= floor:
+                k = self._floor_calls
+                where = ("for each call, is that far from eager on these calls" if k >= self.n else
+                         "for your first call, is that far from eager on it" if k == 1 else
+                         f"for each of your first {k} calls, is that far from eager on them")
                 return fx.values_match(ref, outs, ulp_bound=floor, why_bound=(
-                    "your function unchanged, traced afresh for each call, is that far from eager on these calls "
-                    "(graph vs eager rounding)"))
+                    f"your function unchanged, traced afresh {where} (graph vs eager rounding)"))
         return vc
 
-    def _graph_floor(self) -> float | None:
+    def _graph_floor(self, need: float = float("inf")) -> float | None:
         """How far the user's own function, as a fresh tf.function per call, is from eager (ULP), or None.
 
         A graph may round differently from eager (other kernels, another order of
@@ -539,19 +543,51 @@ class CaseValues:
         tf.function per call traces each call from the state it runs in, so a
         stale read or a rebound name does not enter it; where such a run raises
         or differs by a non-finite amount there is no floor (None).
+
+        Each fresh trace costs what the user's first call did (a training step:
+        seconds), and the floor is only asked whether it reaches ``need`` (the
+        candidate's own distance): the calls are replayed in order, as the user
+        made them, and the replay stops at the first call after which the
+        largest distance so far reaches ``need``. The floor is then that
+        largest distance, measured on the calls up to there (`_floor_calls`).
+
+        Args:
+            need: the distance, in ULP, that the floor is compared with.
+
+        Returns:
+            The largest ULP distance measured, or None.
         """
-        if self._floor is None:
+        if self._floor is None or (self._floor == self._floor and self._floor < need
+                                   and self._floor_calls < self.n):
             import tensorflow as tf
 
-            def fresh(*a: Any, **k: Any) -> Any:
-                return tf.function(self.body)(*a, **k)
+            ref = self._reference or []
+            done: list = []
+            raised: list = []
 
-            outs = self.world.replay(fresh, live_calls(self.log.calls))
-            if any(isinstance(o, Raised) for o in outs):
-                self._floor = float("nan")
-            else:
-                vc = fx.values_match(self._reference, outs)
-                self._floor = vc.max_ulp if vc.max_ulp != float("inf") else float("nan")
+            class _Stop(BaseException):  # not an Exception: replay must not record it as the call's error
+                pass
+
+            def fresh(*a: Any, **k: Any) -> Any:
+                try:
+                    out = tf.function(self.body)(*a, **k)
+                except Exception as e:  # noqa: BLE001 - no floor where the user's graph raises
+                    raised.append(e)
+                    raise _Stop from e
+                done.append(as_numpy(out))
+                if len(done) < len(ref):
+                    vc = fx.values_match(ref[:len(done)], done)
+                    if vc.max_ulp != float("inf") and vc.max_ulp >= need:
+                        raise _Stop
+                return out
+
+            try:
+                self.world.replay(fresh, live_calls(self.log.calls))
+            except _Stop:
+                pass
+            self._floor_calls = len(done)
+            vc = fx.values_match(ref[:len(done)], done)
+            self._floor = float("nan") if raised or not done or vc.max_ulp == float("inf") else vc.max_ulp
         return None if self._floor != self._floor else self._floor
 
     def _repeatable(self) -> str | None:
