@@ -530,3 +530,19 @@ def test_the_graph_floor_stops_at_the_first_call_that_reaches_the_candidates_dis
     fix, traces = run(differs_on=3.0)
     assert fix.checked and "traced afresh for each call" in fix.result, fix.line()
     assert traces == probe_and_candidate + 3
+
+
+def test_the_floor_and_the_candidate_are_each_their_largest_distance_over_every_call():
+    """The graph adds 2^-20·k² where eager adds nothing: exactly 8 ULP on call 1 (k=1, at 1.0) and
+    16 ULP on call 2 (k=2, at 2.0), in the candidate and in the unchanged function alike. The floor
+    is 16, not call 1's 8: a bound taken from the first call that differs failed call 2."""
+    def f(x, k):
+        return x * k + (0.0 if tf.executing_eagerly() else 2.0 ** -20 * k * k)
+
+    p = tflab.RetraceProbe(f)
+    x = tf.ones([2])
+    p(x, 1.0), p(x, 2.0)
+    fix = p.traces[1].details[0].plan.fix
+    assert fix.checked and "within 16 ULP, bound 16" in fix.result, fix.line()
+    assert "traced afresh for each call" in fix.result
+    assert fix.measured["max_ulp"] == fix.measured["ulp_bound"] == 16

@@ -419,6 +419,11 @@ def convert_call(body: Callable, args: tuple, kwargs: dict, convert: Mapping[str
     return tuple(bound.args), dict(bound.kwargs)
 
 
+def _largest_ulp(reference: Sequence[Any], outs: Sequence[Any]) -> float:
+    """The largest distance (ULP) of ``outs`` from ``reference`` over every call and output; inf if unlike."""
+    return fx.values_match(reference, outs, ulp_bound=float("inf")).max_ulp
+
+
 class CaseValues:
     """The user's calls with their values, the reference, and a candidate's run on them.
 
@@ -525,8 +530,11 @@ class CaseValues:
         if not vc.ok and self._repeatable() is not None:
             return fx.ValuesCheck(True, f"{fx.VALUES_NOT_KEPT} ({self._repeatable()})", kept=False)
         if not vc.ok and vc.max_ulp != float("inf"):
-            floor = self._graph_floor(vc.max_ulp)
-            if floor is not None and vc.max_ulp <= floor:
+            # values_match stops at the first call past its bound: the candidate's largest distance
+            # over every call is read with no bound, and compared with the floor's over its calls
+            need = _largest_ulp(ref, outs)
+            floor = self._graph_floor(need)
+            if floor is not None and need <= floor:
                 k = self._floor_calls
                 where = ("for each call, is that far from eager on these calls" if k >= self.n else
                          "for your first call, is that far from eager on it" if k == 1 else
@@ -575,10 +583,8 @@ class CaseValues:
                     raised.append(e)
                     raise _Stop from e
                 done.append(as_numpy(out))
-                if len(done) < len(ref):
-                    vc = fx.values_match(ref[:len(done)], done)
-                    if vc.max_ulp != float("inf") and vc.max_ulp >= need:
-                        raise _Stop
+                if len(done) < len(ref) and need <= _largest_ulp(ref[:len(done)], done) != float("inf"):
+                    raise _Stop
                 return out
 
             try:
@@ -586,8 +592,8 @@ class CaseValues:
             except _Stop:
                 pass
             self._floor_calls = len(done)
-            vc = fx.values_match(ref[:len(done)], done)
-            self._floor = float("nan") if raised or not done or vc.max_ulp == float("inf") else vc.max_ulp
+            most = _largest_ulp(ref[:len(done)], done) if done else float("inf")
+            self._floor = float("nan") if raised or most == float("inf") else most
         return None if self._floor != self._floor else self._floor
 
     def _repeatable(self) -> str | None:
