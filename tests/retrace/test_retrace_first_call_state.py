@@ -1,0 +1,81 @@
+"""A retrace fix is checked on the user's values: every replay starts from the state the first call ran in.
+
+The eager reference and each candidate replay the recorded calls. A tf.Variable the body reaches
+through an object (``mod.v``, a Keras model's weights) was left as the user's last call left it, so
+both replays started there: they agreed with each other on outputs the user never had, and a fix
+that changes the values was called checked.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+import tflab  # noqa: E402
+
+
+K = 1.0  # a global the user rebinds between calls (tflab replays each call's value)
+
+
+def test_a_counter_reached_through_an_object_is_replayed_from_the_first_call():
+    global K
+    K = 1.0
+    mod = tf.Module()
+    mod.v = tf.Variable(0.0)
+
+    @tf.function
+    def f(x):
+        mod.v.assign_add(1.0)
+        return tf.where(mod.v <= 3.0, x * K, 0.0)
+
+    p = tflab.RetraceProbe(f)
+    got = []
+    for n in (1, 2, 3):
+        got.append(p(tf.ones([n])).numpy().tolist())
+        K += 1.0
+    assert got == [[1.0], [2.0, 2.0], [3.0, 3.0, 3.0]]
+    assert float(mod.v.numpy()) == 3.0
+    text = p.traces[1].to_text()
+    # One trace for every call bakes K = 1 in: call 2 gives 1 where the user's call gave 2. Replayed
+    # from the last call's state (v = 3) every output was 0 in both, and the fix read "bit for bit".
+    assert p.traces[1].details[0].plan.fix is None, text
+    assert "none of the 2 candidate fix(es) worked" in text and "where eager gave 2" in text, text
+    assert "bit for bit" not in text
+    assert float(mod.v.numpy()) == 3.0  # the user's variable is as their last call left it
+
+
+def _step(model, opt):
+    def step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(x) ** 2)
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+    return step
+
+
+@pytest.mark.parametrize("built_before", [True, False], ids=["slots-before", "slots-in-first-call"])
+def test_a_training_step_is_checked_on_the_users_losses_or_says_why_not(built_before):
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    opt = keras.optimizers.SGD(0.1, momentum=0.9)
+    if built_before:
+        opt.build(model.trainable_variables)
+    start = [w.numpy().copy() for w in model.trainable_variables]
+    p = tflab.RetraceProbe(_step(model, opt))
+    losses = [float(p(tf.ones([n, 3]))) for n in (2, 2, 3)]
+    fix = p.traces[-1].details[0].plan.fix
+    if built_before:
+        # the eager reference replays the user's three steps from their first call's weights
+        assert fix.checked and fix.measured["values_kept"], fix.line()
+        ref = p._case_values().reference()  # the eager outputs the fix was compared with
+        assert [float(r) for r in ref] == pytest.approx(losses, rel=1e-6)
+        assert not all((w.numpy() == s).all() for w, s in zip(model.trainable_variables, start))
+    else:
+        # SGD's momentum slots are created by the first call: their values before it are unknown
+        assert "values not kept" in fix.result and "momentum" in fix.result, fix.line()
+        assert "create them before the first call" in fix.result
+        assert not fix.measured.get("values_kept")
