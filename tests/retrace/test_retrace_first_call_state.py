@@ -79,3 +79,23 @@ def test_a_training_step_is_checked_on_the_users_losses_or_says_why_not(built_be
         assert "values not kept" in fix.result and "momentum" in fix.result, fix.line()
         assert "create them before the first call" in fix.result
         assert not fix.measured.get("values_kept")
+
+
+def test_a_jit_compiled_functions_fix_says_its_values_were_not_compared():
+    """XLA rounds otherwise than the graph, and aborts in the forked child a candidate is checked in:
+    a candidate run without the user's ``jit_compile=True`` compared outputs their fixed function
+    would not give ("bit for bit" where XLA is 3-384 ULP from eager). The fix is checked on traces
+    and says why its values were not; the same function without XLA is checked on its values."""
+    def body(x, k):
+        return x * k
+
+    for jit in (True, False):
+        p = tflab.RetraceProbe(tf.function(body, jit_compile=jit))
+        x = tf.ones([2])
+        p(x, 1.0), p(x, 2.0)
+        fix = p.traces[1].details[0].plan.fix
+        assert fix.checked, fix.line()
+        if jit:
+            assert not fix.measured["values_kept"] and "compiles with XLA (jit_compile=True)" in fix.result
+        else:
+            assert fix.measured["values_kept"] and "outputs equal eager's on your 2 calls" in fix.result

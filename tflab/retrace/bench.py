@@ -262,7 +262,10 @@ class Bench:
         n_calls: how many calls the user made (each one traced a recorded
             signature or hit the trace of one).
         traces: how many traces the user's calls made (the count to beat).
-        options: the tf.function's options (``reduce_retracing``, ``input_signature``).
+        options: the tf.function's options (``reduce_retracing``, ``input_signature``,
+            ``jit_compile``: XLA rounds otherwise than the graph, and does not run in the
+            forked child a candidate is checked in (it aborts there), so the values of a fix
+            for an XLA-compiled function are not compared, and the fix says so).
         memo: candidate key -> `Outcome`, so a report read twice traces nothing new.
         values: the calls' argument values, the state they ran with and eager's
             outputs on them (`tflab.retrace.values.CaseValues`); None when no
@@ -279,6 +282,12 @@ class Bench:
     memo: dict = dataclasses.field(default_factory=dict)
     values: Any = None
     rebinds: tuple = ()
+
+    def __post_init__(self) -> None:
+        if self.values is not None and self.options.get("jit_compile"):
+            self.values.unkept = ("your tf.function compiles with XLA (jit_compile=True): XLA does not run in "
+                                  "the forked process a fix is checked in, and a candidate run without it "
+                                  "rounds otherwise than yours would")
 
     def state(self) -> Any:
         """The state the first call ran with, for the block (a body that rebinds a global traces as it did)."""

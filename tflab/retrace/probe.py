@@ -461,7 +461,8 @@ class RetraceProbe(StateWatch, HtmlDisplay):
         from tflab.retrace.check import Bench, plan_fixes, recorded_calls
 
         options = {"reduce_retracing": _tf.reduce_retracing(self.function),
-                   "input_signature": getattr(self.function, "input_signature", None) is not None}
+                   "input_signature": getattr(self.function, "input_signature", None) is not None,
+                   "jit_compile": _tf.jit_compile(self.function)}
         bench = Bench(self._python_fn, recorded_calls(self._traces), self.calls,
                       sum(t.kind != "failed" for t in self._traces), options, self._memo,
                       values=self._case_values(), rebinds=tuple(self.rebinds))

@@ -221,6 +221,7 @@ class CaseValues:
         self._again: str | None = None
         self._floor: float | None = None
         self._floor_calls = 0  # the recorded calls the floor was measured on (the first ones)
+        self.unkept = ""  # why no candidate's outputs can be compared with eager's ("" when they can)
 
     @property
     def kept(self) -> bool:
@@ -274,7 +275,7 @@ class CaseValues:
         """
         from tflab.process import apart
 
-        if apart.in_child() or self._reference is not None or not self.kept:
+        if apart.in_child() or self._reference is not None or not self.kept or self.unkept:
             return
         self.world.protect()  # found here, so no child has to walk its whole (frozen) heap for them
 
@@ -301,6 +302,8 @@ class CaseValues:
         """``outs`` against the reference with `values_match`; a call that raised fails it, named."""
         if not self.kept:
             return fx.values_match(None, outs)
+        if self.unkept:
+            return fx.ValuesCheck(True, f"{fx.VALUES_NOT_KEPT} ({self.unkept})", kept=False)
         ref = self.reference()
         if self._gone:
             return fx.ValuesCheck(True, f"{fx.VALUES_NOT_KEPT} ({self._gone})", kept=False)
