@@ -99,3 +99,28 @@ def test_a_jit_compiled_functions_fix_says_its_values_were_not_compared():
             assert not fix.measured["values_kept"] and "compiles with XLA (jit_compile=True)" in fix.result
         else:
             assert fix.measured["values_kept"] and "outputs equal eager's on your 2 calls" in fix.result
+
+
+G = None  # a global tensor the user rebinds between calls
+
+
+def test_a_stale_tensor_read_shows_the_values_not_the_objects_addresses():
+    """``global 'G' was <tf.Tensor float32() at 0x7f…>, now <… at 0x7f…>`` named two objects; a small
+    tensor is shown by its values (a big one still by identity: its values would not fit a line)."""
+    global G
+    G = tf.constant(2.0)
+
+    @tf.function
+    def f(x):
+        return x * G
+
+    p = tflab.RetraceProbe(f)
+    p(tf.ones([2]))
+    G = tf.constant(3.0)
+    p(tf.ones([2]))
+    text = p.to_text()
+    assert "global 'G' was <tf.Tensor float32() 2.0> at trace #1, now <tf.Tensor float32() 3.0>" in text, text
+    assert " at 0x" not in text
+    from tflab.retrace.stale import value_repr
+
+    assert value_repr(tf.zeros([100])).startswith("<tf.Tensor float32(100,) at 0x")

@@ -207,7 +207,13 @@ def value_repr(v: Any) -> str:
     if v is MISSING:
         return "<deleted>"
     if type(v).__name__ == "EagerTensor":
-        return f"<tf.Tensor {v.dtype.name}{tuple(v.shape)} at {id(v):#x}>"
+        head = f"tf.Tensor {v.dtype.name}{tuple(v.shape)}"
+        try:
+            if v.shape.num_elements() is not None and v.shape.num_elements() <= 4:  # small: its values say which
+                return f"<{head} {v.numpy().tolist()!r}>"
+        except Exception:  # noqa: BLE001 - a string or resource tensor: named by identity
+            pass
+        return f"<{head} at {id(v):#x}>"
     if type(v).__name__ in _BY_IDENTITY:
         return f"<tf.Variable {v.name!r} {v.dtype.name}{tuple(v.shape)} at {id(v):#x}>"
     text = repr(v)
