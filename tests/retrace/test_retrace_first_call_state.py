@@ -124,3 +124,23 @@ def test_a_stale_tensor_read_shows_the_values_not_the_objects_addresses():
     from tflab.retrace.stale import value_repr
 
     assert value_repr(tf.zeros([100])).startswith("<tf.Tensor float32(100,) at 0x")
+
+
+def test_an_eager_reference_that_does_not_finish_is_named_not_the_candidate(monkeypatch):
+    """The candidate graph never sleeps; only the eager reference does. Its time limit was spent
+    again in the candidate's child, which then read "the candidate did not finish in 3 s"."""
+    import time
+
+    monkeypatch.setenv("TFLAB_FIX_TIMEOUT_S", "3")
+
+    def body(x, k):
+        if tf.executing_eagerly():
+            time.sleep(2.0)
+        return x * k
+
+    p = tflab.RetraceProbe(tf.function(body))
+    x = tf.ones([2])
+    p(x, 1.0), p(x, 2.0)
+    fix = p.traces[1].details[0].plan.fix
+    assert "run eagerly on the 2 recorded calls did not finish in 3 s" in fix.result, fix.line()
+    assert "the candidate did not finish" not in fix.line()

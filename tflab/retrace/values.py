@@ -288,6 +288,10 @@ class CaseValues:
         ran = apart.run_apart(eager)
         if ran.status == apart.RETURNED:
             self._reference, self._gone, self._again = ran.value
+        elif ran.status == apart.TIMED_OUT:  # the reference, not a candidate, is what did not finish
+            self._reference = []
+            self._gone = (f"your function run eagerly on the {self.n} recorded calls did not finish in "
+                          f"{ran.timeout_s:g} s (TFLAB_FIX_TIMEOUT_S), so there is no eager output to compare with")
 
     def run(self, fn: Callable, convert: Mapping[str, tuple[str, str]] | None = None, **replay: Any) -> list:
         """A candidate (a tf.function) over the recorded calls, each call's arguments converted so."""
