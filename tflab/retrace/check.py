@@ -328,7 +328,7 @@ class _Planner:
                 # A hit on the cache is measured, but this call's own data is not what runs: keys or
                 # items dropped (or None for a value). That it still computes what the user needs is
                 # not something a trace count can check ("checked" fixes that drop `b`).
-                return fx.unchecked("code", change, desc, f"{f.result} (measured), but it drops "
+                return fx.unchecked("code", change, desc, f"the trace count is measured: {f.result}; but it drops "
                                     f"{DATA_CHANGING[r.kind]} this call passes: only a fix if your function "
                                     "does not need them")
             return f
