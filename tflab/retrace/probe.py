@@ -238,7 +238,7 @@ class RetraceProbe(StateWatch, HtmlDisplay):
         check_binds(self.function.python_function, args, kwargs, "RetraceProbe", self.function_name)
         self._catch_up()
         if not self._world.started:
-            self._world.start()
+            self._world.start(self._user_fn)
         self._values.record(args, kwargs)
         self.calls += 1
         before = self._count

@@ -13,7 +13,7 @@ import contextlib
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 __all__ = ["World", "Raised", "as_numpy", "is_variable", "global_slot", "cell_slot", "attr_slot", "MISSING",
-           "STATE_BYTES"]
+           "STATE_BYTES", "reachable_variables"]
 
 MISSING = object()
 # What the probe copies of every other tf.Variable at the first call (a model's weights), at most.
@@ -82,17 +82,25 @@ class World:
         self.changes: list[tuple[int, str, Any]] = []
         self.started = False
         self._protected: list | None = None
-        self._at_start: list[tuple[Any, Any]] = []   # every other tf.Variable and its value at the first call
+        self._at_start: list[tuple[Any, Any]] = []   # every tf.Variable the body reaches, and its value then
+        self._body: Callable | None = None
         self.unkept = ""   # why a replay cannot start from the first call's state ("" when it can)
 
     def add(self, slot: _Slot) -> None:
         self.slots.setdefault(slot.label, slot)
 
-    def start(self) -> None:
-        """Takes the state at the first call (before it runs)."""
+    def start(self, body: Callable | None = None) -> None:
+        """Takes the state at the first call (before it runs).
+
+        Args:
+            body: the user's Python function: the tf.Variables it can reach (`reachable_variables`:
+                through its closure, the globals it names, a bound method's object) are copied too,
+                so a replay starts from their values at the first call.
+        """
         import tensorflow as tf
 
         self.started = True
+        self._body = body
         with tf.init_scope():
             for label, s in self.slots.items():
                 v = s.get()
@@ -102,12 +110,15 @@ class World:
                         self.variables[label] = (v, v.numpy().copy())
                     except Exception:  # noqa: BLE001 - an uninitialized variable: replay keeps it as is
                         pass
-            # Every other tf.Variable alive now (a model's weights reached through an object, a
-            # tf.Module's): a replay starts from these values, as the user's first call did.
             mine = {id(v) for v, _ in self.variables.values()}
             total = 0
-            for v in _live_variables(exclude=mine):
-                value = v.numpy()
+            for v in reachable_variables(body):
+                if id(v) in mine:
+                    continue
+                try:
+                    value = v.numpy()
+                except Exception:  # noqa: BLE001 - uninitialized: created by the first call, see `protect`
+                    continue
                 total += value.nbytes
                 if total > STATE_BYTES:
                     self._at_start = []
@@ -143,8 +154,8 @@ class World:
         if self._protected is None:  # the variables alive when tflab first replays
             self._protected = _live_variables(exclude={id(v) for v, _ in self.variables.values()})
             if self.started and not self.unkept:
-                at_start = {id(v) for v, _ in self._at_start}
-                made = [v for v in self._protected if id(v) not in at_start]
+                at_start = {id(v) for v, _ in self._at_start} | {id(v) for v, _ in self.variables.values()}
+                made = [v for v in reachable_variables(self._body) if id(v) not in at_start]
                 if made:
                     names = ", ".join(sorted({str(getattr(v, "name", "?")).split(":")[0] for v in made})[:3])
                     self.unkept = (f"tf.Variables were created after your first call began ({names}{', …' if len(made) > 3 else ''}) "
@@ -220,6 +231,93 @@ class World:
             for var, value in others:
                 var.assign(value)
         return outs
+
+
+def reachable_variables(body: Callable | None) -> list[Any]:
+    """The tf.Variables a function can reach: through its closure, the globals its code names, the
+    object of a bound method, their ``variables`` (a tf.Module, a Keras model, layer or optimizer),
+    a list, tuple or dict of them, and a plain object's attributes, one level deep.
+
+    Bounded by what the code names (no walk of the process's heap, which in a long session holds
+    every model ever built), so it is cheap enough for every probe's first call.
+    """
+    import types
+
+    if body is None:
+        return []
+    roots: list = []
+    fn = body
+    if _ismethod(fn):
+        roots.append(fn.__self__)
+        fn = fn.__func__
+    fn = getattr(fn, "python_function", fn)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return []
+    names: set[str] = set()
+    todo = [code]
+    while todo:
+        c = todo.pop()
+        names.update(c.co_names)
+        todo.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    globs = getattr(fn, "__globals__", {})
+    for n in names:
+        if n in globs:
+            roots.append(globs[n])
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            roots.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            pass
+    out: dict[int, Any] = {}
+
+    def tf_variable(v: Any) -> Any:  # a Keras 3 variable wraps the tf.Variable TF's graphs capture
+        inner = getattr(v, "value", None) if type(v).__module__.startswith("keras") else None
+        return inner if inner is not None and is_variable(inner) else v
+
+    def take(o: Any, depth: int) -> None:
+        if is_variable(o):
+            o = tf_variable(o)
+            out.setdefault(id(o), o)
+            return
+        if isinstance(o, types.ModuleType):  # a module's attributes the code names (mymod.v)
+            for n in names:
+                v = getattr(o, n, None) if not n.startswith("__") else None
+                if v is not None and not isinstance(v, types.ModuleType) and depth > 0:
+                    take(v, 0)
+            return
+        if depth < 0 or isinstance(o, (str, bytes, int, float, bool, type, types.FunctionType)):
+            return
+        held = None
+        if type(o).__module__.split(".")[0] in ("keras", "tf_keras", "tensorflow") or hasattr(o, "trainable_variables"):
+            try:
+                held = list(getattr(o, "variables", None) or ())
+            except Exception:  # noqa: BLE001 - a property that raises before build
+                held = None
+        if held is not None:
+            for v in held:
+                v = tf_variable(v)
+                if is_variable(v):
+                    out.setdefault(id(v), v)
+            return
+        if isinstance(o, dict):
+            items = list(o.values())
+        elif isinstance(o, (list, tuple, set)):
+            items = list(o)
+        else:
+            items = list(getattr(o, "__dict__", {}).values())
+        for v in items[:1000]:
+            take(v, depth - 1)
+
+    for r in roots:
+        take(r, 2)
+    return list(out.values())
+
+
+def _ismethod(fn: Any) -> bool:
+    import inspect
+
+    return inspect.ismethod(fn)
 
 
 def _variable_classes() -> set:
