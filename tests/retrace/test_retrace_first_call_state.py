@@ -144,3 +144,35 @@ def test_an_eager_reference_that_does_not_finish_is_named_not_the_candidate(monk
     fix = p.traces[1].details[0].plan.fix
     assert "run eagerly on the 2 recorded calls did not finish in 3 s" in fix.result, fix.line()
     assert "the candidate did not finish" not in fix.line()
+
+
+def test_the_first_calls_state_is_what_the_function_can_reach_not_every_variable_alive():
+    """The copy is taken at every probe's first call: a walk of the whole heap copied every model a
+    long session ever built. Reached: a closure's Keras model (its tf.Variables, not Keras' wrappers),
+    a global tf.Module's variable, a bound method's object; not a variable nothing in the code names."""
+    import keras
+
+    from tflab.retrace.world import reachable_variables
+
+    unrelated = tf.Variable(1.0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    mod = tf.Module()
+    mod.v = tf.Variable(2.0)
+    globals()["_MOD"] = mod
+
+    def f(x):
+        return model(x) + _MOD.v  # noqa: F821 - set just above
+
+    got = {id(v) for v in reachable_variables(f)}
+    assert got == {id(w.value) for w in model.variables} | {id(mod.v)}
+    assert id(unrelated) not in got
+
+    class Holder:
+        def __init__(self):
+            self.w = tf.Variable(3.0)
+
+        def step(self, x):
+            return x * self.w
+
+    h = Holder()
+    assert [id(v) for v in reachable_variables(h.step)] == [id(h.w)]

@@ -10,6 +10,7 @@ the user had. `tflab.retrace.values` re-exports these names.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 __all__ = ["World", "Raised", "as_numpy", "is_variable", "global_slot", "cell_slot", "attr_slot", "MISSING",
@@ -247,7 +248,7 @@ def reachable_variables(body: Callable | None) -> list[Any]:
         return []
     roots: list = []
     fn = body
-    if _ismethod(fn):
+    if inspect.ismethod(fn):
         roots.append(fn.__self__)
         fn = fn.__func__
     fn = getattr(fn, "python_function", fn)
@@ -312,12 +313,6 @@ def reachable_variables(body: Callable | None) -> list[Any]:
     for r in roots:
         take(r, 2)
     return list(out.values())
-
-
-def _ismethod(fn: Any) -> bool:
-    import inspect
-
-    return inspect.ismethod(fn)
 
 
 def _variable_classes() -> set:
